@@ -1,0 +1,1 @@
+//! The Slurm boundary: typed requests and observations, the real CLI driver, output parsers.
