@@ -2,4 +2,11 @@
 //!
 //! See `ARCHITECTURE.md` for the map of modules and their invariants.
 
+pub mod cli;
+pub mod event;
+pub mod failpoint;
+pub mod journal;
+pub mod ops;
 pub mod slurm;
+pub mod state;
+pub mod statedir;

@@ -1,0 +1,54 @@
+//! Exit codes, as the README and CLI.md document them.
+
+use crate::journal::{JournalError, Status};
+use crate::statedir::StateDirError;
+
+/// Done.
+pub const OK: u8 = 0;
+/// Failed; nothing is left in an unknown state.
+pub const FAILED: u8 = 1;
+/// Usage error; nothing was done.
+pub const USAGE: u8 = 2;
+/// Refused by a safety check; nothing was done.
+pub const REFUSED: u8 = 3;
+/// Outcome unknown: the intent is recorded, the effect's result is not.
+pub const UNKNOWN: u8 = 4;
+/// The journal is damaged (mid-file corruption or tamper); dispatch refuses to write.
+pub const DAMAGED: u8 = 5;
+
+/// A command's failure: the message for stderr and the exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: u8, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<JournalError> for Failure {
+    fn from(e: JournalError) -> Failure {
+        let code = match &e {
+            JournalError::Damaged { status, .. } if *status != Status::TornTail => DAMAGED,
+            JournalError::Undecodable { .. } => DAMAGED,
+            _ => FAILED,
+        };
+        Failure::new(code, e.to_string())
+    }
+}
+
+impl From<StateDirError> for Failure {
+    fn from(e: StateDirError) -> Failure {
+        match e {
+            StateDirError::NotOwned { .. } => Failure::new(REFUSED, e.to_string()),
+            StateDirError::Journal(j) => j.into(),
+            other => Failure::new(FAILED, other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! `dispatch journal …`: argument definitions and rendering.
+
+use std::io::Write;
+use std::path::Path;
+
+use clap::Subcommand;
+
+use super::exit::{self, Failure};
+use crate::ops::journal as ops;
+
+#[derive(Debug, Subcommand)]
+pub enum JournalCommand {
+    /// Create the state directory and the journal if absent (idempotent)
+    Init,
+    /// Classify the journal: exit 0 clean, 1 torn tail (repairable), 5 corrupt or tampered
+    Verify,
+    /// Print events (JSON Lines with --json)
+    Dump {
+        /// First seq to print
+        #[arg(long, value_name = "SEQ", value_parser = clap::value_parser!(u64).range(1..))]
+        from: Option<u64>,
+        /// Last seq to print
+        #[arg(long, value_name = "SEQ", value_parser = clap::value_parser!(u64).range(1..))]
+        to: Option<u64>,
+    },
+    /// Cut a torn tail (kept aside as a file) and record a Recovered event
+    Repair,
+}
+
+fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, value)
+        .map_err(|e| Failure::new(exit::FAILED, e.to_string()))?;
+    writeln!(out).map_err(|e| Failure::new(exit::FAILED, e.to_string()))
+}
+
+pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Failure> {
+    let dir = crate::statedir::journal_dir(state_dir);
+    match cmd {
+        JournalCommand::Init => {
+            crate::statedir::prepare(state_dir)?;
+            let r = ops::init(&dir)?;
+            if json {
+                print_json(&r)?;
+            } else if r.created {
+                println!("created journal {} in {}", r.journal_id, r.path.display());
+            } else {
+                println!(
+                    "journal {} already exists in {}",
+                    r.journal_id,
+                    r.path.display()
+                );
+            }
+            Ok(exit::OK)
+        }
+        JournalCommand::Verify => {
+            crate::statedir::check_owner(state_dir)?;
+            let r = ops::verify(&dir)?;
+            if json {
+                print_json(&r)?;
+            } else {
+                println!(
+                    "{}: {} events, last seq {}, head {}",
+                    r.status, r.events, r.last_seq, r.head
+                );
+                if let Some(d) = &r.damage {
+                    println!(
+                        "damage: {} at {} offset {} ({} bytes)",
+                        d.reason, d.segment, d.offset, d.bytes
+                    );
+                    match r.kind {
+                        crate::journal::Status::TornTail => {
+                            println!("next: `dispatch journal repair` cuts the torn tail (any write does it too)")
+                        }
+                        _ => println!(
+                            "next: dispatch refuses to write; keep a copy of {} and inspect the damage",
+                            dir.display()
+                        ),
+                    }
+                }
+            }
+            Ok(match r.kind {
+                crate::journal::Status::Clean => exit::OK,
+                crate::journal::Status::TornTail => exit::FAILED,
+                _ => exit::DAMAGED,
+            })
+        }
+        JournalCommand::Dump { from, to } => {
+            crate::statedir::check_owner(state_dir)?;
+            let from = from.unwrap_or(1);
+            let to = to.unwrap_or(u64::MAX);
+            if from > to {
+                return Err(Failure::new(
+                    exit::USAGE,
+                    format!("--from {from} is after --to {to}"),
+                ));
+            }
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            let scan = ops::dump(&dir, from, to, |env| {
+                if json {
+                    serde_json::to_writer(&mut out, &ops::DumpLine::from_envelope(env))?;
+                    writeln!(out)
+                } else {
+                    writeln!(
+                        out,
+                        "{:>8} {} {:<20} {}",
+                        env.seq,
+                        env.time.to_rfc3339(),
+                        env.event.kind_name(),
+                        env.event.body_json()
+                    )
+                }
+            })?;
+            out.flush()
+                .map_err(|e| Failure::new(exit::FAILED, e.to_string()))?;
+            if let Some(d) = scan.damage {
+                eprintln!(
+                    "dispatch: the journal is {} at {} offset {}: {}; events after it are not shown. \
+                     Run `dispatch journal verify`",
+                    scan.status.as_str(),
+                    d.segment,
+                    d.offset,
+                    d.reason
+                );
+                return Ok(if scan.status == crate::journal::Status::TornTail {
+                    exit::FAILED
+                } else {
+                    exit::DAMAGED
+                });
+            }
+            Ok(exit::OK)
+        }
+        JournalCommand::Repair => {
+            crate::statedir::check_owner(state_dir)?;
+            let r = ops::repair(&dir)?;
+            if json {
+                print_json(&r)?;
+            } else if let Some(rec) = &r.recovered {
+                println!(
+                    "cut {} bytes at {} offset {} ({}); kept them in {}",
+                    rec.length, rec.segment, rec.offset, rec.reason, rec.saved_as
+                );
+            } else {
+                println!("the journal is clean; nothing to repair");
+            }
+            Ok(exit::OK)
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! Command-line definitions, rendering and exit codes. No I/O beyond stdout/stderr.
+
+pub mod exit;
+pub mod journal;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "dispatch",
+    version,
+    about = "Run workers on Slurm clusters without ever losing track of them"
+)]
+pub struct Cli {
+    /// State directory (default: $DISPATCH_STATE_DIR, $XDG_STATE_HOME/dispatch, ~/.local/state/dispatch)
+    #[arg(long, global = true, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Config file (default: $DISPATCH_CONFIG, $XDG_CONFIG_HOME/dispatch/config.toml, ~/.config/dispatch/config.toml)
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print exactly one JSON document on stdout (JSON Lines for streaming commands)
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// More diagnostics on stderr (-v debug, -vv trace)
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Only errors on stderr
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create, check, read and repair the journal
+    #[command(subcommand)]
+    Journal(journal::JournalCommand),
+}

@@ -1,0 +1,15 @@
+//! The journal: a crash-safe, CRC-framed, hash-chained, append-only event log.
+//! `journal-format.md` at the top of the repository is the byte-exact specification.
+
+mod error;
+pub mod frame;
+pub mod reader;
+pub mod scan;
+pub mod segment;
+pub mod snapshot;
+pub mod writer;
+
+pub use error::JournalError;
+pub use reader::{load, replay, Loaded};
+pub use scan::{Damage, Scan, Status};
+pub use writer::{Committed, Options, Writer};

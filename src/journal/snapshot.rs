@@ -1,0 +1,200 @@
+//! Snapshots of reduced state: an accelerator, never a source of truth.
+//!
+//! A snapshot names the frame it covers (segment, offset, seq) and that frame's chain value.
+//! Loading checks that the journal still has exactly that frame there; any disagreement means
+//! the snapshot is ignored and state is rebuilt by full replay.
+//!
+//! ```text
+//! 0   8   magic "DISPSNAP"
+//! 8   u16 snapshot format version (1)
+//! 10  u16 reserved (0)
+//! 12  u32 reserved (0)
+//! 16  16  journal id
+//! 32  u64 seq covered (the last event folded into the state)
+//! 40  32  chain value of that event's frame
+//! 72  u64 segment number holding that frame
+//! 80  u64 offset of that frame in its segment
+//! 88  u32 state length N
+//! 92  u32 header CRC: CRC-32 of bytes 0..92
+//! 96  N   state, MessagePack (rmp-serde, structs as arrays)
+//! 96+N u32 CRC-32 of bytes 0..96+N
+//! ```
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use super::frame::{self, Chain};
+use super::segment;
+use super::writer::fsync_dir;
+use crate::state::State;
+
+pub const SNAPSHOT_MAGIC: &[u8; 8] = b"DISPSNAP";
+pub const SNAPSHOT_VERSION: u16 = 1;
+const HEADER_LEN: usize = 96;
+/// Snapshots kept on disk; older ones are removed after a new one is in place.
+pub const SNAPSHOTS_KEPT: usize = 2;
+/// A state larger than this is not snapshotted (state is bounded far below it).
+pub const MAX_STATE_BYTES: usize = 256 << 20;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Covers {
+    pub journal_id: [u8; 16],
+    pub seq: u64,
+    pub chain: Chain,
+    pub segment_no: u64,
+    pub frame_offset: u64,
+}
+
+pub fn file_name(seq: u64) -> String {
+    format!("snapshot-{seq:020}.dsnap")
+}
+
+fn parse_file_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("snapshot-")?.strip_suffix(".dsnap")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Snapshot files in `dir`, newest first.
+pub fn list(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if let Some(seq) = entry.file_name().to_str().and_then(parse_file_name) {
+            out.push((seq, entry.path()));
+        }
+    }
+    out.sort_by_key(|e| std::cmp::Reverse(e.0));
+    Ok(out)
+}
+
+pub fn encode(covers: &Covers, state: &State) -> Result<Vec<u8>, String> {
+    let body = rmp_serde::to_vec(state).map_err(|e| format!("state does not encode: {e}"))?;
+    if body.len() > MAX_STATE_BYTES {
+        return Err(format!(
+            "state is {} bytes, above the snapshot cap",
+            body.len()
+        ));
+    }
+    let mut b = Vec::with_capacity(HEADER_LEN + body.len() + 4);
+    b.extend_from_slice(SNAPSHOT_MAGIC);
+    b.extend_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
+    b.extend_from_slice(&[0u8; 6]);
+    b.extend_from_slice(&covers.journal_id);
+    b.extend_from_slice(&covers.seq.to_le_bytes());
+    b.extend_from_slice(&covers.chain);
+    b.extend_from_slice(&covers.segment_no.to_le_bytes());
+    b.extend_from_slice(&covers.frame_offset.to_le_bytes());
+    b.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    let crc = crc32fast::hash(&b[..92]);
+    b.extend_from_slice(&crc.to_le_bytes());
+    debug_assert_eq!(b.len(), HEADER_LEN);
+    b.extend_from_slice(&body);
+    let crc = crc32fast::hash(&b);
+    b.extend_from_slice(&crc.to_le_bytes());
+    Ok(b)
+}
+
+pub fn decode(bytes: &[u8]) -> Result<(Covers, State), String> {
+    if bytes.len() < HEADER_LEN + 4 || &bytes[..8] != SNAPSHOT_MAGIC {
+        return Err("not a snapshot".to_owned());
+    }
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    if crc32fast::hash(&bytes[..92]) != u32_at(92) {
+        return Err("snapshot header CRC mismatch".to_owned());
+    }
+    let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+    if version != SNAPSHOT_VERSION {
+        return Err(format!(
+            "snapshot version {version} is not {SNAPSHOT_VERSION}"
+        ));
+    }
+    let n = u32_at(88) as usize;
+    if bytes.len() != HEADER_LEN + n + 4 {
+        return Err("snapshot length does not match its header".to_owned());
+    }
+    if crc32fast::hash(&bytes[..HEADER_LEN + n]) != u32_at(HEADER_LEN + n) {
+        return Err("snapshot CRC mismatch".to_owned());
+    }
+    let mut journal_id = [0u8; 16];
+    journal_id.copy_from_slice(&bytes[16..32]);
+    let mut chain = [0u8; 32];
+    chain.copy_from_slice(&bytes[40..72]);
+    let covers = Covers {
+        journal_id,
+        seq: u64_at(32),
+        chain,
+        segment_no: u64_at(72),
+        frame_offset: u64_at(80),
+    };
+    let state: State = rmp_serde::from_slice(&bytes[HEADER_LEN..HEADER_LEN + n])
+        .map_err(|e| format!("snapshot state does not decode: {e}"))?;
+    if state.events != covers.seq {
+        return Err(format!(
+            "snapshot state has {} events but claims seq {}",
+            state.events, covers.seq
+        ));
+    }
+    Ok((covers, state))
+}
+
+/// Does the journal in `dir` hold, at the place the snapshot names, the frame it covers?
+pub fn matches_journal(dir: &Path, covers: &Covers) -> Result<(), String> {
+    let path = dir.join(segment::file_name(covers.segment_no));
+    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let header = segment::SegmentHeader::decode(&bytes).map_err(|f| f.describe())?;
+    if header.journal_id != covers.journal_id {
+        return Err("snapshot belongs to another journal".to_owned());
+    }
+    let at = covers.frame_offset as usize;
+    if at < segment::SEGMENT_HEADER_LEN || at >= bytes.len() {
+        return Err("snapshot points outside its segment".to_owned());
+    }
+    let f = frame::decode(&bytes[at..]).map_err(|fault| fault.describe())?;
+    if f.seq != covers.seq || f.chain != covers.chain {
+        return Err(format!(
+            "the frame at the snapshot's offset is seq {} with another chain",
+            f.seq
+        ));
+    }
+    Ok(())
+}
+
+/// Write a snapshot atomically: temp file, fsync, rename, fsync the directory.
+/// Then remove all but the newest [`SNAPSHOTS_KEPT`].
+pub fn write(dir: &Path, covers: &Covers, state: &State) -> Result<PathBuf, String> {
+    let bytes = encode(covers, state)?;
+    let path = dir.join(file_name(covers.seq));
+    let tmp = dir.join(format!(
+        "{}.tmp-{}",
+        file_name(covers.seq),
+        std::process::id()
+    ));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(format!("cannot write snapshot {}: {e}", path.display()));
+    }
+    fsync_dir(dir).map_err(|e| e.to_string())?;
+    if let Ok(all) = list(dir) {
+        for (_, old) in all.into_iter().skip(SNAPSHOTS_KEPT) {
+            let _ = std::fs::remove_file(old);
+        }
+    }
+    Ok(path)
+}

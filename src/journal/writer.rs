@@ -1,0 +1,530 @@
+//! The journal writer: exclusive lock, one write plus fdatasync per commit, group commit,
+//! segment rotation, torn-tail repair on open, and poisoning on any write or sync error.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use fs2::FileExt;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use super::error::JournalError;
+use super::frame::{self, Chain};
+use super::scan::{self, Status, MAX_WRITE_BYTES};
+use super::segment::{self, SegmentHeader, FORMAT_VERSION};
+use crate::event::{self, Actor, Event, Genesis, Micros, Recovered};
+use crate::failpoint;
+
+/// Name of the lock file inside the journal directory.
+pub const LOCK_FILE: &str = "LOCK";
+/// Segments roll over once they would grow past this many bytes.
+pub const DEFAULT_MAX_SEGMENT_BYTES: u64 = 64 << 20;
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub max_segment_bytes: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            max_segment_bytes: DEFAULT_MAX_SEGMENT_BYTES,
+        }
+    }
+}
+
+/// What the writer did when it opened the journal.
+#[derive(Clone, Debug, Default)]
+pub struct Opened {
+    pub created: bool,
+    pub repaired: Option<Recovered>,
+}
+
+/// An event that is on disk: its seq, id and time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Committed {
+    pub seq: u64,
+    pub id: Uuid,
+    pub time: Micros,
+}
+
+struct Core {
+    file: File,
+    journal_id: [u8; 16],
+    next_seq: u64,
+    chain: Chain,
+    segment_no: u64,
+    segment_len: u64,
+    poisoned: Option<String>,
+    buf: Vec<u8>,
+    payload: Vec<u8>,
+}
+
+struct Request {
+    ticket: u64,
+    events: Vec<Event>,
+}
+
+type Outcome = Result<Vec<Committed>, JournalError>;
+
+#[derive(Default)]
+struct Queue {
+    next_ticket: u64,
+    pending: Vec<Request>,
+    leader_active: bool,
+    done: Vec<(u64, Outcome)>,
+}
+
+/// The one writer of a journal. Holds the directory's exclusive lock until dropped.
+/// Shareable between threads: concurrent appends are committed together (group commit).
+pub struct Writer {
+    dir: PathBuf,
+    opts: Options,
+    actor: Actor,
+    opened: Opened,
+    core: Mutex<Core>,
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    _lock: File,
+}
+
+fn io_err(path: &Path, what: &str) -> impl FnOnce(std::io::Error) -> JournalError {
+    let path = path.to_owned();
+    let what = what.to_owned();
+    move |source| JournalError::Io { path, what, source }
+}
+
+/// Create `dir` (and parents) with owner-only permissions if missing.
+pub fn create_private_dir(dir: &Path) -> Result<(), JournalError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io_err(dir, "create directory"))
+}
+
+pub fn fsync_dir(dir: &Path) -> Result<(), JournalError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(dir, "fsync directory"))
+}
+
+impl Writer {
+    /// Open the journal in `dir` for writing, creating it if absent and repairing a torn tail.
+    /// Blocks until the exclusive lock is free. A corrupt or tampered journal is refused.
+    pub fn open(dir: &Path, opts: Options) -> Result<Writer, JournalError> {
+        Self::open_as(dir, opts, Actor::current())
+    }
+
+    pub fn open_as(dir: &Path, opts: Options, actor: Actor) -> Result<Writer, JournalError> {
+        create_private_dir(dir)?;
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&lock_path)
+            .map_err(io_err(&lock_path, "open lock file"))?;
+        lock.lock_exclusive().map_err(io_err(&lock_path, "lock"))?;
+
+        let scan = scan::scan(dir, None, |_| true).map_err(io_err(dir, "read journal"))?;
+        let mut opened = Opened::default();
+        let mut torn = None;
+        match scan.status {
+            Status::Clean => {}
+            Status::TornTail => torn = scan.damage.clone(),
+            Status::Corrupt | Status::Tampered => {
+                return Err(JournalError::Damaged {
+                    dir: dir.to_owned(),
+                    status: scan.status,
+                    damage: scan.damage.expect("damaged scans carry their damage"),
+                })
+            }
+        }
+        let core = match &scan.head {
+            None => {
+                opened.created = true;
+                let journal_id = *Uuid::new_v4().as_bytes();
+                let chain = frame::genesis_chain(&journal_id);
+                let (file, len) = create_segment(dir, journal_id, 1, 1, chain)?;
+                Core::new(file, journal_id, 1, chain, 1, len)
+            }
+            Some(head) => {
+                if let Some(damage) = &torn {
+                    opened.repaired =
+                        Some(cut_torn_tail(&head.segment_path, head.segment_len, damage)?);
+                }
+                let file = OpenOptions::new()
+                    .append(true)
+                    .open(&head.segment_path)
+                    .map_err(io_err(&head.segment_path, "open segment"))?;
+                Core::new(
+                    file,
+                    head.journal_id,
+                    head.last_seq + 1,
+                    head.chain,
+                    head.segment_no,
+                    head.segment_len,
+                )
+            }
+        };
+        let needs_genesis = core.next_seq == 1;
+        let journal_id = core.journal_id;
+        let writer = Writer {
+            dir: dir.to_owned(),
+            opts,
+            actor,
+            opened,
+            core: Mutex::new(core),
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            _lock: lock,
+        };
+        if needs_genesis {
+            writer.append(vec![Event::Genesis(Genesis {
+                journal_id: Uuid::from_bytes(journal_id),
+                format_version: FORMAT_VERSION,
+            })])?;
+        }
+        if let Some(recovered) = &writer.opened.repaired {
+            writer.append(vec![Event::Recovered(recovered.clone())])?;
+        }
+        Ok(writer)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn opened(&self) -> &Opened {
+        &self.opened
+    }
+
+    pub fn journal_id(&self) -> Uuid {
+        Uuid::from_bytes(self.lock_core().journal_id)
+    }
+
+    /// The seq the next event will get.
+    pub fn next_seq(&self) -> u64 {
+        self.lock_core().next_seq
+    }
+
+    pub fn head_chain(&self) -> Chain {
+        self.lock_core().chain
+    }
+
+    fn lock_core(&self) -> MutexGuard<'_, Core> {
+        // A panic while holding the core poisons the mutex; the writer then refuses to write.
+        match self.core.lock() {
+            Ok(g) => g,
+            Err(p) => {
+                let mut g = p.into_inner();
+                g.poisoned
+                    .get_or_insert_with(|| "a writer thread panicked".to_owned());
+                g
+            }
+        }
+    }
+
+    /// Append events durably: when this returns `Ok`, they are written and fdatasynced, in order,
+    /// with consecutive seqs. Concurrent callers share one write and one fdatasync.
+    pub fn append(&self, events: Vec<Event>) -> Result<Vec<Committed>, JournalError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ticket = {
+            let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            let ticket = q.next_ticket;
+            q.next_ticket += 1;
+            q.pending.push(Request { ticket, events });
+            ticket
+        };
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(i) = q.done.iter().position(|(t, _)| *t == ticket) {
+                return q.done.swap_remove(i).1;
+            }
+            if !q.leader_active {
+                q.leader_active = true;
+                let batch = std::mem::take(&mut q.pending);
+                drop(q);
+                let outcomes = {
+                    let mut core = self.lock_core();
+                    core.commit(&self.dir, &self.opts, &self.actor, batch)
+                };
+                q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+                q.done.extend(outcomes);
+                q.leader_active = false;
+                self.wake.notify_all();
+                continue;
+            }
+            q = self.wake.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    pub fn append_one(&self, event: Event) -> Result<Committed, JournalError> {
+        let mut c = self.append(vec![event])?;
+        Ok(c.pop().expect("one event in, one out"))
+    }
+}
+
+impl Core {
+    fn new(
+        file: File,
+        journal_id: [u8; 16],
+        next_seq: u64,
+        chain: Chain,
+        segment_no: u64,
+        segment_len: u64,
+    ) -> Core {
+        Core {
+            file,
+            journal_id,
+            next_seq,
+            chain,
+            segment_no,
+            segment_len,
+            poisoned: None,
+            buf: Vec::with_capacity(64 << 10),
+            payload: Vec::with_capacity(4 << 10),
+        }
+    }
+
+    fn commit(
+        &mut self,
+        dir: &Path,
+        opts: &Options,
+        actor: &Actor,
+        batch: Vec<Request>,
+    ) -> Vec<(u64, Outcome)> {
+        if let Some(why) = &self.poisoned {
+            let why = why.clone();
+            return batch
+                .into_iter()
+                .map(|r| (r.ticket, Err(JournalError::Poisoned(why.clone()))))
+                .collect();
+        }
+        let mut outcomes = Vec::with_capacity(batch.len());
+        let mut accepted: Vec<(u64, Vec<Committed>)> = Vec::with_capacity(batch.len());
+        // Frames are built against a provisional head, committed to `self` only after fdatasync.
+        let mut next_seq = self.next_seq;
+        let mut chain = self.chain;
+        self.buf.clear();
+        let mut written = Ok(());
+        for request in batch {
+            match self.frame_request(actor, &request.events, next_seq, chain) {
+                Err(e) => outcomes.push((request.ticket, Err(e))),
+                Ok((frames, committed, new_chain)) => {
+                    if written.is_ok()
+                        && self.segment_len + (self.buf.len() + frames.len()) as u64
+                            > opts.max_segment_bytes
+                        && self.segment_len + self.buf.len() as u64
+                            > segment::SEGMENT_HEADER_LEN as u64
+                    {
+                        written = self
+                            .flush_and_sync()
+                            .and_then(|()| self.rotate(dir, next_seq, chain));
+                    }
+                    self.buf.extend_from_slice(&frames);
+                    if written.is_ok() && self.buf.len() >= MAX_WRITE_BYTES {
+                        written = self.flush();
+                    }
+                    next_seq += committed.len() as u64;
+                    chain = new_chain;
+                    accepted.push((request.ticket, committed));
+                }
+            }
+        }
+        if written.is_ok() {
+            written = self.flush_and_sync();
+        }
+        match written {
+            Ok(()) => {
+                self.next_seq = next_seq;
+                self.chain = chain;
+                outcomes.extend(accepted.into_iter().map(|(t, c)| (t, Ok(c))));
+            }
+            Err(e) => {
+                let why = e.to_string();
+                self.poisoned = Some(why.clone());
+                outcomes.extend(
+                    accepted
+                        .into_iter()
+                        .map(|(t, _)| (t, Err(JournalError::Poisoned(why.clone())))),
+                );
+            }
+        }
+        outcomes
+    }
+
+    /// Encode one request's events as frames. Either all of them fit the payload cap or none
+    /// is framed.
+    fn frame_request(
+        &mut self,
+        actor: &Actor,
+        events: &[Event],
+        first_seq: u64,
+        mut chain: Chain,
+    ) -> Result<(Vec<u8>, Vec<Committed>, Chain), JournalError> {
+        let mut frames = Vec::new();
+        let mut committed = Vec::with_capacity(events.len());
+        for (i, ev) in events.iter().enumerate() {
+            let seq = first_seq + i as u64;
+            let time = Micros::now();
+            let id = Uuid::new_v4();
+            self.payload.clear();
+            event::encode_payload(&mut self.payload, time, &id, actor, ev)?;
+            if self.payload.len() > frame::MAX_PAYLOAD {
+                return Err(JournalError::PayloadTooLarge {
+                    kind: ev.kind_name(),
+                    bytes: self.payload.len(),
+                });
+            }
+            chain = frame::encode(
+                &mut frames,
+                &chain,
+                seq,
+                ev.kind(),
+                ev.flags(),
+                &self.payload,
+            );
+            committed.push(Committed { seq, id, time });
+        }
+        Ok((frames, committed, chain))
+    }
+
+    fn flush(&mut self) -> Result<(), JournalError> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        failpoint::hit("journal-before-write");
+        if failpoint::armed("journal-torn-write") {
+            let half = self.buf.len() / 2;
+            self.file
+                .write_all(&self.buf[..half])
+                .map_err(poison_err("write"))?;
+            failpoint::hit("journal-torn-write");
+        }
+        self.file
+            .write_all(&self.buf)
+            .map_err(poison_err("write"))?;
+        self.segment_len += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+
+    fn flush_and_sync(&mut self) -> Result<(), JournalError> {
+        self.flush()?;
+        failpoint::hit("journal-before-sync");
+        self.file.sync_data().map_err(poison_err("fdatasync"))?;
+        failpoint::hit("journal-after-sync");
+        Ok(())
+    }
+
+    fn rotate(&mut self, dir: &Path, first_seq: u64, chain: Chain) -> Result<(), JournalError> {
+        let (file, len) =
+            create_segment(dir, self.journal_id, self.segment_no + 1, first_seq, chain)?;
+        self.file = file;
+        self.segment_no += 1;
+        self.segment_len = len;
+        Ok(())
+    }
+}
+
+fn poison_err(what: &'static str) -> impl FnOnce(std::io::Error) -> JournalError {
+    move |e| JournalError::Poisoned(format!("{what} failed: {e}"))
+}
+
+/// Create a segment durably: header to a temp file, fsync, rename, fsync the directory.
+fn create_segment(
+    dir: &Path,
+    journal_id: [u8; 16],
+    segment_no: u64,
+    first_seq: u64,
+    prev_chain: Chain,
+) -> Result<(File, u64), JournalError> {
+    let header = SegmentHeader {
+        format_version: FORMAT_VERSION,
+        journal_id,
+        segment_no,
+        first_seq,
+        prev_chain,
+        created_micros: Micros::now().0,
+    }
+    .encode();
+    let path = dir.join(segment::file_name(segment_no));
+    let tmp = dir.join(format!("{}.tmp", segment::file_name(segment_no)));
+    let mut f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io_err(&tmp, "create segment"))?;
+    f.write_all(&header)
+        .map_err(io_err(&tmp, "write segment header"))?;
+    f.sync_all().map_err(io_err(&tmp, "fsync segment"))?;
+    drop(f);
+    std::fs::rename(&tmp, &path).map_err(io_err(&path, "rename segment into place"))?;
+    fsync_dir(dir)?;
+    let file = OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .map_err(io_err(&path, "open segment"))?;
+    Ok((file, header.len() as u64))
+}
+
+/// Cut the torn tail of `segment` at `valid_len`: keep the cut bytes in a file beside it, then
+/// truncate and fsync. Returns the `Recovered` event to append.
+pub(crate) fn cut_torn_tail(
+    segment: &Path,
+    valid_len: u64,
+    damage: &scan::Damage,
+) -> Result<Recovered, JournalError> {
+    let bytes = std::fs::read(segment).map_err(io_err(segment, "read segment"))?;
+    assert!(
+        valid_len as usize <= bytes.len(),
+        "the valid prefix lies inside the file"
+    );
+    let tail = &bytes[valid_len as usize..];
+    let sha: [u8; 32] = Sha256::digest(tail).into();
+    let dir = segment.parent().expect("segments live in a directory");
+    let name = segment
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("segment");
+    let saved_as = format!("{name}.torn-{valid_len}-{}", hex::encode(&sha[..6]));
+    let saved_path = dir.join(&saved_as);
+    let mut f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&saved_path)
+        .map_err(io_err(&saved_path, "save torn tail"))?;
+    f.write_all(tail)
+        .map_err(io_err(&saved_path, "save torn tail"))?;
+    f.sync_all()
+        .map_err(io_err(&saved_path, "fsync torn tail"))?;
+    fsync_dir(dir)?;
+    failpoint::hit("journal-repair-before-truncate");
+    let seg = OpenOptions::new()
+        .write(true)
+        .open(segment)
+        .map_err(io_err(segment, "open segment for repair"))?;
+    seg.set_len(valid_len)
+        .map_err(io_err(segment, "truncate torn tail"))?;
+    seg.sync_all().map_err(io_err(segment, "fsync segment"))?;
+    Ok(Recovered {
+        segment: name.to_owned(),
+        offset: valid_len,
+        length: tail.len() as u64,
+        sha256: event::Sha256Digest(sha),
+        saved_as,
+        reason: damage.reason.clone(),
+    })
+}

@@ -1,0 +1,171 @@
+//! `dispatch journal init|verify|dump|repair`.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::event::Envelope;
+use crate::journal::{self, JournalError, Options, Status, Writer};
+
+#[derive(Debug, Serialize)]
+pub struct InitReport {
+    pub journal_id: String,
+    pub path: PathBuf,
+    pub created: bool,
+}
+
+pub fn init(journal_dir: &Path) -> Result<InitReport, JournalError> {
+    let w = Writer::open(journal_dir, Options::default())?;
+    Ok(InitReport {
+        journal_id: w.journal_id().to_string(),
+        path: journal_dir.to_owned(),
+        created: w.opened().created,
+    })
+}
+
+#[derive(Debug, Serialize)]
+pub struct DamageReport {
+    pub segment: String,
+    pub offset: u64,
+    pub bytes: u64,
+    pub reason: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct VerifyReport {
+    pub status: &'static str,
+    pub events: u64,
+    pub last_seq: u64,
+    pub head: String,
+    pub damage: Option<DamageReport>,
+    #[serde(skip)]
+    pub kind: Status,
+}
+
+/// Classify the whole journal, decoding every payload. Takes no lock: a reader sees the
+/// journal up to the last complete frame.
+pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
+    if !journal_dir.exists() {
+        return Err(JournalError::Missing(journal_dir.to_owned()));
+    }
+    let mut undecodable = None;
+    let scan = match journal::replay(journal_dir, None, |_| Ok(())) {
+        Ok(scan) => scan,
+        Err(JournalError::Undecodable { seq, reason }) => {
+            undecodable = Some((seq, reason));
+            journal::scan::scan(journal_dir, None, |f| {
+                undecodable.as_ref().is_none_or(|(s, _)| f.seq < *s)
+            })
+            .map_err(|source| JournalError::Io {
+                path: journal_dir.to_owned(),
+                what: "read journal".to_owned(),
+                source,
+            })?
+        }
+        Err(e) => return Err(e),
+    };
+    let Some(head) = &scan.head else {
+        return Err(JournalError::Missing(journal_dir.to_owned()));
+    };
+    let (kind, damage) = match (undecodable, scan.damage) {
+        (Some((seq, reason)), _) => (
+            Status::Corrupt,
+            Some(DamageReport {
+                segment: head
+                    .segment_path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or("?")
+                    .to_owned(),
+                offset: head.segment_len,
+                bytes: 0,
+                reason: format!("event {seq} does not decode: {reason}"),
+            }),
+        ),
+        (None, d) => (
+            scan.status,
+            d.map(|d| DamageReport {
+                segment: d.segment,
+                offset: d.offset,
+                bytes: d.bytes,
+                reason: d.reason,
+            }),
+        ),
+    };
+    Ok(VerifyReport {
+        status: kind.as_str(),
+        events: scan.events,
+        last_seq: head.last_seq,
+        head: hex::encode(head.chain),
+        damage,
+        kind,
+    })
+}
+
+#[derive(Debug, Serialize)]
+pub struct DumpLine {
+    pub seq: u64,
+    pub time: String,
+    pub id: String,
+    pub actor: crate::event::Actor,
+    pub kind: &'static str,
+    pub event: serde_json::Value,
+}
+
+impl DumpLine {
+    pub fn from_envelope(env: &Envelope) -> DumpLine {
+        DumpLine {
+            seq: env.seq,
+            time: env.time.to_rfc3339(),
+            id: env.id.to_string(),
+            actor: env.actor.clone(),
+            kind: env.event.kind_name(),
+            event: env.event.body_json(),
+        }
+    }
+}
+
+/// Stream the events with `from <= seq <= to` to `out`. Stops at damage and returns the scan.
+pub fn dump(
+    journal_dir: &Path,
+    from: u64,
+    to: u64,
+    mut out: impl FnMut(&Envelope) -> std::io::Result<()>,
+) -> Result<journal::Scan, JournalError> {
+    if !journal_dir.exists() {
+        return Err(JournalError::Missing(journal_dir.to_owned()));
+    }
+    journal::replay(journal_dir, None, |env| {
+        if env.seq >= from && env.seq <= to {
+            out(&env).map_err(|source| JournalError::Io {
+                path: PathBuf::from("<stdout>"),
+                what: "write".to_owned(),
+                source,
+            })?;
+        }
+        Ok(())
+    })
+}
+
+#[derive(Debug, Serialize)]
+pub struct RepairReport {
+    pub status: &'static str,
+    pub recovered: Option<crate::event::Recovered>,
+}
+
+/// Open for write, which cuts a torn tail and records it; refuses corrupt or tampered journals.
+pub fn repair(journal_dir: &Path) -> Result<RepairReport, JournalError> {
+    if !journal_dir.exists() {
+        return Err(JournalError::Missing(journal_dir.to_owned()));
+    }
+    let w = Writer::open(journal_dir, Options::default())?;
+    let recovered = w.opened().repaired.clone();
+    Ok(RepairReport {
+        status: if recovered.is_some() {
+            "repaired"
+        } else {
+            "clean"
+        },
+        recovered,
+    })
+}

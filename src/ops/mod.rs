@@ -1,0 +1,4 @@
+//! One function per command: lock, load, decide, append intent, act, append outcome.
+//! Ops return typed reports; the CLI renders them.
+
+pub mod journal;

@@ -1,0 +1,81 @@
+//! Reducers: all state is a fold of the journal's events. Pure: no I/O, no clock.
+
+pub mod pool;
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::event::{Envelope, Event, Micros, Recovered, FLAG_MUST_UNDERSTAND};
+
+/// How many repairs the reduced state remembers (the journal keeps them all).
+pub const RECOVERIES_KEPT: usize = 64;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    pub journal_id: Option<Uuid>,
+    pub format_version: u16,
+    /// Number of events folded, which is also the last seq folded.
+    pub events: u64,
+    pub last_time: Option<Micros>,
+    pub recoveries: VecDeque<Recovered>,
+    /// Events of kinds this version does not know, which it was allowed to skip.
+    pub skipped_unknown: u64,
+    pub pools: pool::Pools,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReduceError {
+    #[error(
+        "event {seq} has kind {kind}, which this dispatch does not know and must understand; \
+         the journal was written by a newer dispatch: upgrade dispatch"
+    )]
+    MustUnderstand { seq: u64, kind: u16 },
+    #[error("event {seq} follows event {last}: events must be folded in seq order")]
+    OutOfOrder { seq: u64, last: u64 },
+}
+
+impl State {
+    pub fn apply(&mut self, env: &Envelope) -> Result<(), ReduceError> {
+        if env.seq != self.events + 1 {
+            return Err(ReduceError::OutOfOrder {
+                seq: env.seq,
+                last: self.events,
+            });
+        }
+        match &env.event {
+            Event::Genesis(g) => {
+                self.journal_id = Some(g.journal_id);
+                self.format_version = g.format_version;
+            }
+            Event::Recovered(r) => {
+                if self.recoveries.len() == RECOVERIES_KEPT {
+                    self.recoveries.pop_front();
+                }
+                self.recoveries.push_back(r.clone());
+            }
+            Event::PoolAttached(e) => self.pools.attach(env.time, e),
+            Event::PoolDetached(e) => self.pools.detach(e),
+            Event::WorkerSubmitIntent(e) => self.pools.submit(env.time, e),
+            Event::WorkerLaunched(e) => self.pools.launched(e),
+            Event::WorkerLaunchFailed(e) => self.pools.launch_failed(e),
+            Event::WorkerStepObserved(e) => self.pools.step_observed(e),
+            Event::WorkerStopIntent(e) => self.pools.stop_intent(e),
+            Event::WorkerExited(e) => self.pools.exited(e),
+            Event::WorkerTerminal(e) => self.pools.terminal(e),
+            Event::Unknown { kind, flags, .. } => {
+                if flags & FLAG_MUST_UNDERSTAND != 0 {
+                    return Err(ReduceError::MustUnderstand {
+                        seq: env.seq,
+                        kind: *kind,
+                    });
+                }
+                self.skipped_unknown += 1;
+            }
+        }
+        self.events = env.seq;
+        self.last_time = Some(env.time);
+        Ok(())
+    }
+}

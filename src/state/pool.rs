@@ -1,0 +1,276 @@
+//! Pools: an owned allocation and the workers that run in it as job steps.
+//!
+//! Budget rule: a worker holds its CPU and memory reservation from its submission intent until
+//! a definite launch failure or a terminal proof. Nothing else, and in particular no silence,
+//! releases it.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::event::Micros;
+
+/// How many finished workers a pool remembers; older ones are dropped from the reduced state
+/// (the journal keeps them all).
+pub const FINISHED_WORKERS_KEPT: usize = 256;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allocation {
+    pub job_id: u64,
+    pub node: String,
+    pub user: String,
+    /// The allocation's incarnation: a job id reused after a controller reset starts anew.
+    pub start_time: Micros,
+    pub end_time: Micros,
+    pub cpus: u32,
+    pub mem_mb: u64,
+    pub partition: String,
+    pub account: String,
+    pub qos: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolAttached {
+    pub pool: String,
+    pub allocation: Allocation,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolDetached {
+    pub pool: String,
+}
+
+/// The durable receipt of `pool submit`: from here on the worker holds budget.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerSubmitIntent {
+    pub pool: String,
+    pub worker: String,
+    pub submission_id: Uuid,
+    pub cpus: u32,
+    pub mem_mb: u64,
+    pub publication_timeout_s: u32,
+    pub command: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerLaunched {
+    pub submission_id: Uuid,
+    pub srun_pid: u32,
+}
+
+/// srun answered and said no: `definite` frees the budget. Without an answer the outcome is
+/// unknown and the budget stays held.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerLaunchFailed {
+    pub submission_id: Uuid,
+    pub definite: bool,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerStepObserved {
+    pub submission_id: Uuid,
+    pub step_id: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerStopIntent {
+    pub submission_id: Uuid,
+    pub grace_s: u32,
+}
+
+/// How the payload ended, as the worker's supervisor recorded it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerExited {
+    pub submission_id: Uuid,
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+/// Proof that the worker's step is over: the only event that releases its budget.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerTerminal {
+    pub submission_id: Uuid,
+    pub proof: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WorkerState {
+    Submitted,
+    Unknown,
+    Running,
+    Stopping,
+    Exited,
+    Released,
+    Failed,
+}
+
+impl WorkerState {
+    /// The word CLI.md fixes for `pool status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerState::Submitted => "submitted",
+            WorkerState::Unknown => "unknown",
+            WorkerState::Running => "running",
+            WorkerState::Stopping => "stopping",
+            WorkerState::Exited => "exited",
+            WorkerState::Released => "released",
+            WorkerState::Failed => "failed",
+        }
+    }
+
+    pub fn holds_budget(self) -> bool {
+        !matches!(self, WorkerState::Released | WorkerState::Failed)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Worker {
+    pub name: String,
+    pub submission_id: Uuid,
+    pub state: WorkerState,
+    pub cpus: u32,
+    pub mem_mb: u64,
+    pub step_id: Option<u32>,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    pub submitted_at: Micros,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pool {
+    pub name: String,
+    pub allocation: Allocation,
+    pub attached_at: Micros,
+    /// Workers that hold budget, by submission id.
+    pub active: BTreeMap<Uuid, Worker>,
+    /// The most recent finished workers, oldest first, at most [`FINISHED_WORKERS_KEPT`].
+    pub finished: VecDeque<Worker>,
+}
+
+impl Pool {
+    pub fn reserved(&self) -> (u64, u64) {
+        self.active.values().fold((0, 0), |(cpus, mem), w| {
+            (cpus + u64::from(w.cpus), mem + w.mem_mb)
+        })
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pools {
+    pub pools: BTreeMap<String, Pool>,
+    /// Which pool each active submission belongs to.
+    pub by_submission: BTreeMap<Uuid, String>,
+}
+
+impl Pools {
+    pub fn attach(&mut self, time: Micros, e: &PoolAttached) {
+        self.pools.insert(
+            e.pool.clone(),
+            Pool {
+                name: e.pool.clone(),
+                allocation: e.allocation.clone(),
+                attached_at: time,
+                active: BTreeMap::new(),
+                finished: VecDeque::new(),
+            },
+        );
+    }
+
+    pub fn detach(&mut self, e: &PoolDetached) {
+        if let Some(pool) = self.pools.remove(&e.pool) {
+            for id in pool.active.keys() {
+                self.by_submission.remove(id);
+            }
+        }
+    }
+
+    pub fn submit(&mut self, time: Micros, e: &WorkerSubmitIntent) {
+        let Some(pool) = self.pools.get_mut(&e.pool) else {
+            return;
+        };
+        pool.active.insert(
+            e.submission_id,
+            Worker {
+                name: e.worker.clone(),
+                submission_id: e.submission_id,
+                state: WorkerState::Submitted,
+                cpus: e.cpus,
+                mem_mb: e.mem_mb,
+                step_id: None,
+                exit_code: None,
+                exit_signal: None,
+                submitted_at: time,
+            },
+        );
+        self.by_submission.insert(e.submission_id, e.pool.clone());
+    }
+
+    fn worker_mut(&mut self, id: &Uuid) -> Option<&mut Worker> {
+        let pool = self.by_submission.get(id)?;
+        self.pools.get_mut(pool)?.active.get_mut(id)
+    }
+
+    pub fn launched(&mut self, e: &WorkerLaunched) {
+        if let Some(w) = self.worker_mut(&e.submission_id) {
+            if w.state == WorkerState::Submitted || w.state == WorkerState::Unknown {
+                w.state = WorkerState::Running;
+            }
+        }
+    }
+
+    pub fn launch_failed(&mut self, e: &WorkerLaunchFailed) {
+        if e.definite {
+            self.finish(&e.submission_id, WorkerState::Failed);
+        } else if let Some(w) = self.worker_mut(&e.submission_id) {
+            w.state = WorkerState::Unknown;
+        }
+    }
+
+    pub fn step_observed(&mut self, e: &WorkerStepObserved) {
+        if let Some(w) = self.worker_mut(&e.submission_id) {
+            w.step_id = Some(e.step_id);
+            if w.state == WorkerState::Submitted || w.state == WorkerState::Unknown {
+                w.state = WorkerState::Running;
+            }
+        }
+    }
+
+    pub fn stop_intent(&mut self, e: &WorkerStopIntent) {
+        if let Some(w) = self.worker_mut(&e.submission_id) {
+            if w.state != WorkerState::Exited {
+                w.state = WorkerState::Stopping;
+            }
+        }
+    }
+
+    pub fn exited(&mut self, e: &WorkerExited) {
+        if let Some(w) = self.worker_mut(&e.submission_id) {
+            w.state = WorkerState::Exited;
+            w.exit_code = e.code;
+            w.exit_signal = e.signal;
+        }
+    }
+
+    pub fn terminal(&mut self, e: &WorkerTerminal) {
+        self.finish(&e.submission_id, WorkerState::Released);
+    }
+
+    fn finish(&mut self, id: &Uuid, state: WorkerState) {
+        let Some(pool_name) = self.by_submission.remove(id) else {
+            return;
+        };
+        let Some(pool) = self.pools.get_mut(&pool_name) else {
+            return;
+        };
+        if let Some(mut w) = pool.active.remove(id) {
+            w.state = state;
+            if pool.finished.len() == FINISHED_WORKERS_KEPT {
+                pool.finished.pop_front();
+            }
+            pool.finished.push_back(w);
+        }
+        debug_assert!(pool.finished.len() <= FINISHED_WORKERS_KEPT);
+    }
+}
