@@ -43,6 +43,14 @@ pub struct Opened {
     pub repaired: Option<Recovered>,
 }
 
+/// Counters since the writer opened: how well group commit is doing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub events: u64,
+    pub writes: u64,
+    pub syncs: u64,
+}
+
 /// An event that is on disk: its seq, id and time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Committed {
@@ -59,6 +67,7 @@ struct Core {
     segment_no: u64,
     segment_len: u64,
     poisoned: Option<String>,
+    stats: Stats,
     buf: Vec<u8>,
     payload: Vec<u8>,
 }
@@ -213,6 +222,10 @@ impl Writer {
         self.lock_core().next_seq
     }
 
+    pub fn stats(&self) -> Stats {
+        self.lock_core().stats
+    }
+
     pub fn head_chain(&self) -> Chain {
         self.lock_core().chain
     }
@@ -289,6 +302,7 @@ impl Core {
             segment_no,
             segment_len,
             poisoned: None,
+            stats: Stats::default(),
             buf: Vec::with_capacity(64 << 10),
             payload: Vec::with_capacity(4 << 10),
         }
@@ -344,6 +358,7 @@ impl Core {
         }
         match written {
             Ok(()) => {
+                self.stats.events += next_seq - self.next_seq;
                 self.next_seq = next_seq;
                 self.chain = chain;
                 outcomes.extend(accepted.into_iter().map(|(t, c)| (t, Ok(c))));
@@ -421,6 +436,7 @@ impl Core {
         self.flush()?;
         failpoint::hit("journal-before-sync");
         self.file.sync_data().map_err(poison_err("fdatasync"))?;
+        self.stats.syncs += 1;
         failpoint::hit("journal-after-sync");
         Ok(())
     }
