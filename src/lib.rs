@@ -3,6 +3,7 @@
 //! See `ARCHITECTURE.md` for the map of modules and their invariants.
 
 pub mod cli;
+pub mod config;
 pub mod event;
 pub mod failpoint;
 pub mod journal;
