@@ -8,6 +8,7 @@ pub mod event;
 pub mod failpoint;
 pub mod journal;
 pub mod ops;
+pub mod policy;
 pub mod slurm;
 pub mod state;
 pub mod statedir;
