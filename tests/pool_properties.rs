@@ -78,7 +78,7 @@ fn journal_of(ops: &[Op]) -> Vec<Event> {
     let mut events = Vec::new();
     let mut submissions: Vec<Uuid> = Vec::new();
     let mut next_job = 100u64;
-    let mut push = |state: &mut State, events: &mut Vec<Event>, e: Event| {
+    let push = |state: &mut State, events: &mut Vec<Event>, e: Event| {
         let env = envelope(events.len() as u64 + 1, e.clone());
         state.apply(&env).unwrap();
         events.push(e);
