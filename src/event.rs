@@ -279,6 +279,10 @@ event_kinds! {
     114 => WorkerStopIntent(crate::state::pool::WorkerStopIntent);
     115 => WorkerExited(crate::state::pool::WorkerExited);
     116 => WorkerTerminal(crate::state::pool::WorkerTerminal), must_understand;
+    150 => SupervisorStarted(crate::worker::events::SupervisorStarted);
+    151 => PayloadStarted(crate::worker::events::PayloadStarted);
+    152 => ShutdownSignalled(crate::worker::events::ShutdownSignalled);
+    153 => PayloadExited(crate::worker::events::PayloadExited);
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -12,3 +12,4 @@ pub mod policy;
 pub mod slurm;
 pub mod state;
 pub mod statedir;
+pub mod worker;

@@ -28,9 +28,10 @@ fn main() -> ExitCode {
 
 fn run(cli: &Cli) -> Result<u8, exit::Failure> {
     let env = |k: &str| std::env::var(k).ok();
-    let state_dir = dispatch::statedir::resolve(cli.state_dir.as_deref(), &env)?;
+    let state_dir = || dispatch::statedir::resolve(cli.state_dir.as_deref(), &env);
     match &cli.command {
-        Command::Journal(cmd) => cli::journal::run(cmd, &state_dir, cli.json),
+        Command::Journal(cmd) => cli::journal::run(cmd, &state_dir()?, cli.json),
+        Command::Worker(cmd) => cli::worker::run(cmd),
     }
 }
 

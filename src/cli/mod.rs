@@ -2,6 +2,7 @@
 
 pub mod exit;
 pub mod journal;
+pub mod worker;
 
 use std::path::PathBuf;
 
@@ -38,4 +39,7 @@ pub enum Command {
     /// Create, check, read and repair the journal
     #[command(subcommand)]
     Journal(journal::JournalCommand),
+    /// The worker side: commands that run inside a worker's job step
+    #[command(subcommand)]
+    Worker(worker::WorkerCommand),
 }
