@@ -96,11 +96,21 @@ fn user_name_of(uid: u32) -> Option<String> {
     unsafe {
         let mut pwd: libc::passwd = std::mem::zeroed();
         let mut result: *mut libc::passwd = std::ptr::null_mut();
-        let rc = libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr().cast(), buf.len(), &mut result);
+        let rc = libc::getpwuid_r(
+            uid,
+            &mut pwd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut result,
+        );
         if rc != 0 || result.is_null() || pwd.pw_name.is_null() {
             return None;
         }
-        Some(std::ffi::CStr::from_ptr(pwd.pw_name).to_string_lossy().into_owned())
+        Some(
+            std::ffi::CStr::from_ptr(pwd.pw_name)
+                .to_string_lossy()
+                .into_owned(),
+        )
     }
 }
 

@@ -11,7 +11,11 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { exit::USAGE } else { exit::OK });
+            return ExitCode::from(if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            });
         }
     };
     init_tracing(cli.verbose, cli.quiet);
@@ -44,11 +48,18 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
 
 fn context(state_dir: std::path::PathBuf) -> Result<Ctx<CliScheduler>, exit::Failure> {
     let mut config = CliConfig::default();
-    if let Some(secs) = std::env::var("DISPATCH_SLURM_TIMEOUT").ok().and_then(|v| v.parse::<u64>().ok()) {
+    if let Some(secs) = std::env::var("DISPATCH_SLURM_TIMEOUT")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
         config.timeout = Duration::from_secs(secs.clamp(1, 3600));
     }
-    let exe = std::env::current_exe()
-        .map_err(|e| exit::Failure::new(exit::FAILED, format!("cannot find the dispatch executable: {e}")))?;
+    let exe = std::env::current_exe().map_err(|e| {
+        exit::Failure::new(
+            exit::FAILED,
+            format!("cannot find the dispatch executable: {e}"),
+        )
+    })?;
     Ok(Ctx {
         state_dir,
         sched: CliScheduler::new(config),
@@ -57,11 +68,15 @@ fn context(state_dir: std::path::PathBuf) -> Result<Ctx<CliScheduler>, exit::Fai
     })
 }
 
-fn block_on<F: std::future::Future<Output = Result<u8, exit::Failure>>>(f: F) -> Result<u8, exit::Failure> {
+fn block_on<F: std::future::Future<Output = Result<u8, exit::Failure>>>(
+    f: F,
+) -> Result<u8, exit::Failure> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| exit::Failure::new(exit::FAILED, format!("cannot start the async runtime: {e}")))?;
+        .map_err(|e| {
+            exit::Failure::new(exit::FAILED, format!("cannot start the async runtime: {e}"))
+        })?;
     rt.block_on(f)
 }
 

@@ -28,7 +28,6 @@ pub enum JournalCommand {
     Repair,
 }
 
-
 pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Failure> {
     let dir = crate::statedir::journal_dir(state_dir);
     match cmd {

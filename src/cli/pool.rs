@@ -107,11 +107,23 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
                 let a = &r.allocation;
                 println!(
                     "attached job {} on {} as pool {}: {} CPUs, {} MB, until {} ({}/{}/{})",
-                    a.job_id, a.node, r.pool, a.cpus, a.mem_mb, a.end_time, a.partition, a.account, a.qos
+                    a.job_id,
+                    a.node,
+                    r.pool,
+                    a.cpus,
+                    a.mem_mb,
+                    a.end_time,
+                    a.partition,
+                    a.account,
+                    a.qos
                 );
             }
         }
-        PoolCommand::Submit { pool, worker, grace } => {
+        PoolCommand::Submit {
+            pool,
+            worker,
+            grace,
+        } => {
             let req = ops::SubmitRequest {
                 pool: pool.clone(),
                 worker: worker.name.clone(),
@@ -176,7 +188,11 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
                 }
             }
         }
-        PoolCommand::StopWorker { pool, worker, grace } => {
+        PoolCommand::StopWorker {
+            pool,
+            worker,
+            grace,
+        } => {
             let r = ops::stop_worker(ctx, pool, worker, Duration::from_secs(*grace)).await?;
             if json {
                 print_json(&r)?;
@@ -216,7 +232,10 @@ pub async fn run_reconcile<S: Scheduler>(ctx: &Ctx<S>, json: bool) -> Result<u8,
             println!("  released {}/{}: {}", x.pool, x.worker, x.proof);
         }
         for x in &r.unknown {
-            println!("  still unknown {}/{} ({}): budget held", x.pool, x.worker, x.state);
+            println!(
+                "  still unknown {}/{} ({}): budget held",
+                x.pool, x.worker, x.state
+            );
         }
     }
     Ok(exit::OK)

@@ -37,7 +37,8 @@ impl<S: Scheduler> Ctx<S> {
 
     /// Load state without the lock (read-only commands).
     pub fn load(&self) -> Result<Loaded, OpError> {
-        crate::statedir::check_owner(&self.state_dir).map_err(|e| OpError::Failed(e.to_string()))?;
+        crate::statedir::check_owner(&self.state_dir)
+            .map_err(|e| OpError::Failed(e.to_string()))?;
         Ok(journal::load(&self.journal_dir())?)
     }
 
@@ -64,7 +65,10 @@ pub fn snapshot_quietly(journal_dir: &Path) {
 
 /// A Slurm wall-clock time (cluster local time) as microseconds since the epoch.
 pub fn local_to_micros(t: NaiveDateTime) -> Option<Micros> {
-    Local.from_local_datetime(&t).earliest().map(|dt| Micros(dt.timestamp_micros()))
+    Local
+        .from_local_datetime(&t)
+        .earliest()
+        .map(|dt| Micros(dt.timestamp_micros()))
 }
 
 /// Microseconds since the epoch as a Slurm wall-clock time (for `sacct --starttime`).

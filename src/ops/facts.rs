@@ -16,7 +16,9 @@ pub fn allocation_facts(d: &JobDetails) -> AllocationFacts {
         (Some(list), Some(1)) if !list.is_empty() && list != "(null)" => vec![list.to_owned()],
         // Several nodes: the exact names do not matter, only that there is more than one.
         (Some(list), Some(n)) if n > 1 => (0..n).map(|i| format!("{list}#{i}")).collect(),
-        (Some(list), None) if !list.is_empty() && list != "(null)" && !list.contains(['[', ',']) => {
+        (Some(list), None)
+            if !list.is_empty() && list != "(null)" && !list.contains(['[', ',']) =>
+        {
             vec![list.to_owned()]
         }
         (Some(list), None) if list.contains(['[', ',']) => vec![list.to_owned(), list.to_owned()],

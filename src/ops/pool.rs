@@ -18,7 +18,8 @@ use crate::failpoint;
 use crate::journal::Writer;
 use crate::policy::pool::{self as policy, AllocationFacts, Budgets, Refusal, WorkerAsk};
 use crate::slurm::{
-    ActionError, Answer, CpuBind, JobId, JobName, MemoryMb, Scheduler, Signal, StepId, StepKind, StepRequest,
+    ActionError, Answer, CpuBind, JobId, JobName, MemoryMb, Scheduler, Signal, StepId, StepKind,
+    StepRequest,
 };
 use crate::state::pool::*;
 use crate::state::State;
@@ -35,7 +36,12 @@ fn job_id(alloc: &Allocation) -> Result<JobId, OpError> {
     u32::try_from(alloc.job_id)
         .ok()
         .and_then(JobId::new)
-        .ok_or_else(|| OpError::Failed(format!("recorded job id {} is not a Slurm job id", alloc.job_id)))
+        .ok_or_else(|| {
+            OpError::Failed(format!(
+                "recorded job id {} is not a Slurm job id",
+                alloc.job_id
+            ))
+        })
 }
 
 pub fn step_name(pool: &str, worker: &str) -> String {
@@ -103,11 +109,16 @@ impl AllocationView {
     }
 }
 
-pub async fn attach<S: Scheduler>(ctx: &Ctx<S>, pool: &str, job: JobId) -> Result<AttachReport, OpError> {
+pub async fn attach<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &str,
+    job: JobId,
+) -> Result<AttachReport, OpError> {
     check_name("pool", pool).map_err(OpError::Usage)?;
     let (writer, loaded) = ctx.lock_and_load()?;
     let facts = read_facts(ctx, job).await?;
-    let allocation = policy::check_attach(&loaded.state.pools, pool, &facts, &ctx.caller, ctx.now())?;
+    let allocation =
+        policy::check_attach(&loaded.state.pools, pool, &facts, &ctx.caller, ctx.now())?;
     writer.append_one(Event::PoolAttached(PoolAttached {
         pool: pool.to_owned(),
         allocation: allocation.clone(),
@@ -128,7 +139,9 @@ pub fn detach<S: Scheduler>(ctx: &Ctx<S>, pool: &str) -> Result<DetachReport, Op
     let (writer, loaded) = ctx.lock_and_load()?;
     policy::check_detach(&loaded.state.pools, pool)?;
     let job_id = loaded.state.pools.pools[pool].allocation.job_id;
-    writer.append_one(Event::PoolDetached(PoolDetached { pool: pool.to_owned() }))?;
+    writer.append_one(Event::PoolDetached(PoolDetached {
+        pool: pool.to_owned(),
+    }))?;
     Ok(DetachReport {
         pool: pool.to_owned(),
         job_id,
@@ -181,7 +194,10 @@ async fn inspect_for_submit<S: Scheduler>(
     }
 }
 
-pub async fn submit<S: Scheduler>(ctx: &Ctx<S>, req: &SubmitRequest) -> Result<SubmitReport, OpError> {
+pub async fn submit<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &SubmitRequest,
+) -> Result<SubmitReport, OpError> {
     check_name("pool", &req.pool).map_err(OpError::Usage)?;
     if let Some(w) = &req.worker {
         check_name("worker", w).map_err(OpError::Usage)?;
@@ -200,7 +216,9 @@ pub async fn submit<S: Scheduler>(ctx: &Ctx<S>, req: &SubmitRequest) -> Result<S
         .pools
         .pools
         .get(&req.pool)
-        .ok_or_else(|| Refusal::NoPool { pool: req.pool.clone() })?;
+        .ok_or_else(|| Refusal::NoPool {
+            pool: req.pool.clone(),
+        })?;
     let ask = WorkerAsk {
         name: worker.clone(),
         cpus: req.cpus,
@@ -210,7 +228,8 @@ pub async fn submit<S: Scheduler>(ctx: &Ctx<S>, req: &SubmitRequest) -> Result<S
     inspect_for_submit(ctx, pool, &ask).await?;
     let job = job_id(&pool.allocation)?;
     let name = step_name(&req.pool, &worker);
-    let step_name_checked = JobName::new(name.clone()).map_err(|e| OpError::Usage(e.to_string()))?;
+    let step_name_checked =
+        JobName::new(name.clone()).map_err(|e| OpError::Usage(e.to_string()))?;
     let dirs = WorkerDirs::new(&ctx.pools_dir(), &req.pool, submission_id);
     let deadline = policy::early_shutdown_deadline(pool.allocation.end_time, &req.budgets);
 
@@ -237,7 +256,10 @@ pub async fn submit<S: Scheduler>(ctx: &Ctx<S>, req: &SubmitRequest) -> Result<S
         writer.append_one(Event::WorkerLaunchFailed(WorkerLaunchFailed {
             submission_id,
             definite: true,
-            reason: format!("cannot create worker directories under {}: {e}", dirs.root.display()),
+            reason: format!(
+                "cannot create worker directories under {}: {e}",
+                dirs.root.display()
+            ),
         }))?;
         return Err(OpError::Failed(format!(
             "worker {worker}: cannot create its directories under {}: {e}; nothing was launched and its budget is released",
@@ -260,16 +282,31 @@ pub async fn submit<S: Scheduler>(ctx: &Ctx<S>, req: &SubmitRequest) -> Result<S
     ];
     command.extend(req.command.iter().map(OsString::from));
     let mut step = StepRequest::new(job, step_name_checked, req.cpus, req.mem, command);
+    // Without --overlap Slurm gives each worker CPUs no other worker holds; with it, workers
+    // were seen sharing CPU 0. The budget check above keeps the steps from waiting on each other.
+    step.overlap = false;
     step.cpu_bind = Some(CpuBind::Cores);
     step.output = Some(dirs.evidence.join("stdout"));
     step.error = Some(dirs.evidence.join("stderr"));
     step.chdir = Some(dirs.checkout.clone());
     step.client_log = Some(dirs.evidence.join("srun-client.log"));
     step.env = vec![
-        ("DISPATCH_WORKSPACE".to_owned(), dirs.checkout.clone().into_os_string()),
-        ("DISPATCH_RUNTIME_DIR".to_owned(), dirs.runtime.clone().into_os_string()),
-        ("DISPATCH_CACHE_DIR".to_owned(), dirs.cache.clone().into_os_string()),
-        ("DISPATCH_STATE_DIR".to_owned(), dirs.state.clone().into_os_string()),
+        (
+            "DISPATCH_WORKSPACE".to_owned(),
+            dirs.checkout.clone().into_os_string(),
+        ),
+        (
+            "DISPATCH_RUNTIME_DIR".to_owned(),
+            dirs.runtime.clone().into_os_string(),
+        ),
+        (
+            "DISPATCH_CACHE_DIR".to_owned(),
+            dirs.cache.clone().into_os_string(),
+        ),
+        (
+            "DISPATCH_STATE_DIR".to_owned(),
+            dirs.state.clone().into_os_string(),
+        ),
     ];
     failpoint::hit("pool-submit-before-launch");
     let launched = ctx.sched.launch_step(&step).await;
@@ -281,7 +318,9 @@ pub async fn submit<S: Scheduler>(ctx: &Ctx<S>, req: &SubmitRequest) -> Result<S
                 definite: true,
                 reason: e.to_string(),
             }))?;
-            return Err(OpError::Failed(format!("worker {worker}: {e}; nothing was launched")));
+            return Err(OpError::Failed(format!(
+                "worker {worker}: {e}; nothing was launched"
+            )));
         }
         Err(ActionError::Local(e)) => {
             writer.append_one(Event::WorkerLaunchFailed(WorkerLaunchFailed {
@@ -289,7 +328,9 @@ pub async fn submit<S: Scheduler>(ctx: &Ctx<S>, req: &SubmitRequest) -> Result<S
                 definite: true,
                 reason: e.clone(),
             }))?;
-            return Err(OpError::Failed(format!("worker {worker}: {e}; nothing was launched")));
+            return Err(OpError::Failed(format!(
+                "worker {worker}: {e}; nothing was launched"
+            )));
         }
         Err(ActionError::Unknown { error, .. }) => {
             writer.append_one(Event::WorkerLaunchFailed(WorkerLaunchFailed {
@@ -303,7 +344,10 @@ pub async fn submit<S: Scheduler>(ctx: &Ctx<S>, req: &SubmitRequest) -> Result<S
             )));
         }
     };
-    writer.append_one(Event::WorkerLaunched(WorkerLaunched { submission_id, srun_pid }))?;
+    writer.append_one(Event::WorkerLaunched(WorkerLaunched {
+        submission_id,
+        srun_pid,
+    }))?;
     failpoint::hit("pool-submit-after-launch");
     report.state = WorkerState::Running.as_str();
 
@@ -385,7 +429,8 @@ async fn discover_step<S: Scheduler>(
             }
         }
         if !process_alive(srun_pid) {
-            let log = std::fs::read_to_string(dirs.evidence.join("srun-client.log")).unwrap_or_default();
+            let log =
+                std::fs::read_to_string(dirs.evidence.join("srun-client.log")).unwrap_or_default();
             if let Some(line) = log.lines().find(|l| l.contains("Unable to create step")) {
                 return Discovery::CreationFailed(line.trim().to_owned());
             }
@@ -415,12 +460,14 @@ pub struct StopReport {
     pub proof: Option<String>,
 }
 
-fn find_worker<'a>(state: &'a State, pool: &str, worker: &str) -> Result<(&'a Pool, &'a Worker), OpError> {
-    let p = state
-        .pools
-        .pools
-        .get(pool)
-        .ok_or_else(|| Refusal::NoPool { pool: pool.to_owned() })?;
+fn find_worker<'a>(
+    state: &'a State,
+    pool: &str,
+    worker: &str,
+) -> Result<(&'a Pool, &'a Worker), OpError> {
+    let p = state.pools.pools.get(pool).ok_or_else(|| Refusal::NoPool {
+        pool: pool.to_owned(),
+    })?;
     let w = p.active.values().find(|w| w.name == worker).ok_or_else(|| {
         OpError::Failed(format!(
             "pool {pool:?} has no worker {worker:?} holding budget; `dispatch pool status {pool}` lists them"
@@ -436,7 +483,9 @@ async fn step_proven_over<S: Scheduler>(ctx: &Ctx<S>, step: StepId) -> Option<St
         Answer::Live(rows) if !rows.iter().any(|r| r.id == step) => {
             Some(format!("step {step} absent from a successful step listing"))
         }
-        Answer::Gone => Some(format!("step {step} absent from a successful step listing (no steps run)")),
+        Answer::Gone => Some(format!(
+            "step {step} absent from a successful step listing (no steps run)"
+        )),
         _ => None,
     }
 }
@@ -461,7 +510,10 @@ pub async fn stop_worker<S: Scheduler>(
                 _ => None,
             });
             if let Some(n) = step_no {
-                writer.append_one(Event::WorkerStepObserved(WorkerStepObserved { submission_id, step_id: n }))?;
+                writer.append_one(Event::WorkerStepObserved(WorkerStepObserved {
+                    submission_id,
+                    step_id: n,
+                }))?;
             }
         }
     }
@@ -512,8 +564,17 @@ pub async fn stop_worker<S: Scheduler>(
              Run `dispatch reconcile` to resolve it"
         )));
     };
-    record_exit_if_reported(&writer, &loaded.state, pool, submission_id, &ctx.pools_dir())?;
-    writer.append_one(Event::WorkerTerminal(WorkerTerminal { submission_id, proof }))?;
+    record_exit_if_reported(
+        &writer,
+        &loaded.state,
+        pool,
+        submission_id,
+        &ctx.pools_dir(),
+    )?;
+    writer.append_one(Event::WorkerTerminal(WorkerTerminal {
+        submission_id,
+        proof,
+    }))?;
     report.state = WorkerState::Released.as_str();
     drop(writer);
     snapshot_quietly(&ctx.journal_dir());
@@ -620,7 +681,8 @@ pub fn status_of(state: &State, pool: Option<&str>, now: Micros) -> Result<Statu
         .map(|p| {
             let (cpus, mem_mb) = p.reserved();
             let job = p.allocation.job_id;
-            let mut workers: Vec<WorkerView> = p.active.values().map(|w| WorkerView::of(job, w)).collect();
+            let mut workers: Vec<WorkerView> =
+                p.active.values().map(|w| WorkerView::of(job, w)).collect();
             workers.extend(p.finished.iter().map(|w| WorkerView::of(job, w)));
             PoolView {
                 pool: p.name.clone(),

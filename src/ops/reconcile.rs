@@ -43,7 +43,10 @@ fn job_of(id: u64) -> Option<JobId> {
     u32::try_from(id).ok().and_then(JobId::new)
 }
 
-pub async fn reconcile<S: Scheduler>(ctx: &Ctx<S>, only_pool: Option<&str>) -> Result<ReconcileReport, OpError> {
+pub async fn reconcile<S: Scheduler>(
+    ctx: &Ctx<S>,
+    only_pool: Option<&str>,
+) -> Result<ReconcileReport, OpError> {
     let calls_before = ctx.sched.call_counts();
     let (writer, loaded) = ctx.lock_and_load()?;
     let state = &loaded.state;
@@ -62,12 +65,21 @@ pub async fn reconcile<S: Scheduler>(ctx: &Ctx<S>, only_pool: Option<&str>) -> R
     if pools.is_empty() {
         return Ok(report);
     }
-    let jobs: Vec<JobId> = pools.iter().filter_map(|p| job_of(p.allocation.job_id)).collect();
+    let jobs: Vec<JobId> = pools
+        .iter()
+        .filter_map(|p| job_of(p.allocation.job_id))
+        .collect();
     let listing = ctx.sched.list_jobs(&JobQuery::ids(jobs.clone())).await;
-    let since = pools.iter().map(|p| p.allocation.start_time).min().expect("pools is not empty");
+    let since = pools
+        .iter()
+        .map(|p| p.allocation.start_time)
+        .min()
+        .expect("pools is not empty");
     let mut accounting = None;
     for pool in pools {
-        let Some(job) = job_of(pool.allocation.job_id) else { continue };
+        let Some(job) = job_of(pool.allocation.job_id) else {
+            continue;
+        };
         let mut obs = PoolObservation::default();
         // squeue by id: a successful answer without the job proves it left the queue.
         if let Answer::Gone = listing.job(job) {
@@ -85,7 +97,10 @@ pub async fn reconcile<S: Scheduler>(ctx: &Ctx<S>, only_pool: Option<&str>) -> R
                 ),
                 Answer::Gone => Some(Vec::new()),
                 Answer::Unknown(e) => {
-                    tracing::warn!("step listing of job {job} failed ({e}); pool {} is left as it is", pool.name);
+                    tracing::warn!(
+                        "step listing of job {job} failed ({e}); pool {} is left as it is",
+                        pool.name
+                    );
                     None
                 }
             };
@@ -97,7 +112,10 @@ pub async fn reconcile<S: Scheduler>(ctx: &Ctx<S>, only_pool: Option<&str>) -> R
                 let dirs = WorkerDirs::new(&ctx.pools_dir(), &pool.name, w.submission_id);
                 let r = report::read(&dirs.evidence).ok().flatten();
                 WorkerObservation {
-                    step_from_supervisor: r.as_ref().and_then(|r| r.started.as_ref()).and_then(|s| s.step_id),
+                    step_from_supervisor: r
+                        .as_ref()
+                        .and_then(|r| r.started.as_ref())
+                        .and_then(|s| s.step_id),
                     payload_exited: r.as_ref().is_some_and(|r| r.exited.is_some()),
                 }
             })
@@ -106,11 +124,19 @@ pub async fn reconcile<S: Scheduler>(ctx: &Ctx<S>, only_pool: Option<&str>) -> R
             .active
             .values()
             .zip(&own)
-            .map(|(w, o)| (w, reconcile::verdict(w, &step_name(&pool.name, &w.name), &obs, o)))
+            .map(|(w, o)| {
+                (
+                    w,
+                    reconcile::verdict(w, &step_name(&pool.name, &w.name), &obs, o),
+                )
+            })
             .collect();
         // Accounting only when the cheap listings left something unproven; one query serves
         // every pool.
-        if verdicts.iter().any(|(_, v)| v.terminal.is_none()) && obs.allocation_over.is_none() {
+        let unsettled = verdicts
+            .iter()
+            .any(|(_, v)| v.terminal.is_none() && !v.running);
+        if unsettled && obs.allocation_over.is_none() {
             if accounting.is_none() {
                 let q = AcctQuery {
                     jobs: jobs.clone(),
@@ -119,7 +145,9 @@ pub async fn reconcile<S: Scheduler>(ctx: &Ctx<S>, only_pool: Option<&str>) -> R
                 accounting = Some(ctx.sched.accounting(&q).await);
             }
             if let Some(Answer::Live(rows)) = &accounting {
-                let job_row = rows.iter().find(|r| r.id_raw.step().is_none() && r.id_raw.job().base() == job);
+                let job_row = rows
+                    .iter()
+                    .find(|r| r.id_raw.step().is_none() && r.id_raw.job().base() == job);
                 if let Some(j) = job_row.filter(|j| j.state.is_terminal()) {
                     obs.allocation_over = Some(format!("accounting shows job {job} {}", j.state));
                 }
@@ -141,7 +169,12 @@ pub async fn reconcile<S: Scheduler>(ctx: &Ctx<S>, only_pool: Option<&str>) -> R
                     .active
                     .values()
                     .zip(&own)
-                    .map(|(w, o)| (w, reconcile::verdict(w, &step_name(&pool.name, &w.name), &obs, o)))
+                    .map(|(w, o)| {
+                        (
+                            w,
+                            reconcile::verdict(w, &step_name(&pool.name, &w.name), &obs, o),
+                        )
+                    })
                     .collect();
             }
         }
@@ -155,7 +188,13 @@ pub async fn reconcile<S: Scheduler>(ctx: &Ctx<S>, only_pool: Option<&str>) -> R
             }
             match v.terminal {
                 Some(proof) => {
-                    record_exit_if_reported(&writer, state, &pool.name, w.submission_id, &ctx.pools_dir())?;
+                    record_exit_if_reported(
+                        &writer,
+                        state,
+                        &pool.name,
+                        w.submission_id,
+                        &ctx.pools_dir(),
+                    )?;
                     failpoint::hit("reconcile-before-terminal");
                     writer.append_one(Event::WorkerTerminal(WorkerTerminal {
                         submission_id: w.submission_id,
@@ -169,7 +208,13 @@ pub async fn reconcile<S: Scheduler>(ctx: &Ctx<S>, only_pool: Option<&str>) -> R
                     });
                 }
                 None => {
-                    record_exit_if_reported(&writer, state, &pool.name, w.submission_id, &ctx.pools_dir())?;
+                    record_exit_if_reported(
+                        &writer,
+                        state,
+                        &pool.name,
+                        w.submission_id,
+                        &ctx.pools_dir(),
+                    )?;
                     if v.observe_step.is_none() && w.step_id.is_none() {
                         report.unknown.push(Unresolved {
                             pool: pool.name.clone(),

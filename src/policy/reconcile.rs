@@ -35,24 +35,34 @@ pub struct Verdict {
     pub observe_step: Option<u32>,
     /// Proof that the worker's step is over: releases its budget.
     pub terminal: Option<String>,
+    /// The step is in a successful listing right now: nothing more to look up.
+    pub running: bool,
 }
 
 /// Decide what the observations prove about `worker`, whose step is named `step_name`.
-pub fn verdict(worker: &Worker, step_name: &str, pool: &PoolObservation, own: &WorkerObservation) -> Verdict {
+pub fn verdict(
+    worker: &Worker,
+    step_name: &str,
+    pool: &PoolObservation,
+    own: &WorkerObservation,
+) -> Verdict {
     debug_assert!(worker.state.holds_budget());
     let mut v = Verdict::default();
     if let Some(how) = &pool.allocation_over {
-        v.terminal = Some(format!("the allocation is over ({how}), so every step in it is"));
+        v.terminal = Some(format!(
+            "the allocation is over ({how}), so every step in it is"
+        ));
         return v;
     }
     let listed_by_name = pool
         .steps
         .as_ref()
         .and_then(|rows| rows.iter().find(|(_, n)| n == step_name).map(|(s, _)| *s));
-    let acct_by_name = pool
-        .accounting
-        .as_ref()
-        .and_then(|rows| rows.iter().filter(|r| r.name == step_name).max_by_key(|r| r.step));
+    let acct_by_name = pool.accounting.as_ref().and_then(|rows| {
+        rows.iter()
+            .filter(|r| r.name == step_name)
+            .max_by_key(|r| r.step)
+    });
     // A step is known to have existed if we recorded it or the supervisor ran in it.
     let existed = worker.step_id.or(own.step_from_supervisor);
     let step = existed.or(listed_by_name).or(acct_by_name.map(|r| r.step));
@@ -65,10 +75,13 @@ pub fn verdict(worker: &Worker, step_name: &str, pool: &PoolObservation, own: &W
     if let Some(rows) = &pool.steps {
         let running = rows.iter().any(|(s, _)| *s == step);
         if !running && existed == Some(step) {
-            v.terminal = Some(format!("step {step} was seen and is absent from a successful step listing"));
+            v.terminal = Some(format!(
+                "step {step} was seen and is absent from a successful step listing"
+            ));
             return v;
         }
         if running {
+            v.running = true;
             return v;
         }
     }
@@ -111,22 +124,37 @@ mod tests {
 
     #[test]
     fn a_failed_query_proves_nothing() {
-        let v = verdict(&worker(Some(3)), "p.w", &PoolObservation::default(), &WorkerObservation::default());
+        let v = verdict(
+            &worker(Some(3)),
+            "p.w",
+            &PoolObservation::default(),
+            &WorkerObservation::default(),
+        );
         assert_eq!(v, Verdict::default());
     }
 
     #[test]
     fn absence_proves_only_for_a_step_that_existed() {
-        let obs = PoolObservation { steps: listing(&[(1, "p.other")]), ..Default::default() };
+        let obs = PoolObservation {
+            steps: listing(&[(1, "p.other")]),
+            ..Default::default()
+        };
         let seen = verdict(&worker(Some(3)), "p.w", &obs, &WorkerObservation::default());
         assert!(seen.terminal.is_some());
         let never_seen = verdict(&worker(None), "p.w", &obs, &WorkerObservation::default());
-        assert_eq!(never_seen, Verdict::default(), "a step not created yet is not over");
+        assert_eq!(
+            never_seen,
+            Verdict::default(),
+            "a step not created yet is not over"
+        );
         let supervised = verdict(
             &worker(None),
             "p.w",
             &obs,
-            &WorkerObservation { step_from_supervisor: Some(4), payload_exited: true },
+            &WorkerObservation {
+                step_from_supervisor: Some(4),
+                payload_exited: true,
+            },
         );
         assert_eq!(supervised.observe_step, Some(4));
         assert!(supervised.terminal.is_some());
@@ -134,26 +162,67 @@ mod tests {
 
     #[test]
     fn a_listed_step_is_observed_and_running() {
-        let obs = PoolObservation { steps: listing(&[(5, "p.w")]), ..Default::default() };
+        let obs = PoolObservation {
+            steps: listing(&[(5, "p.w")]),
+            ..Default::default()
+        };
         let v = verdict(&worker(None), "p.w", &obs, &WorkerObservation::default());
-        assert_eq!(v, Verdict { observe_step: Some(5), terminal: None });
+        assert_eq!(
+            v,
+            Verdict {
+                observe_step: Some(5),
+                terminal: None,
+                running: true
+            }
+        );
     }
 
     #[test]
     fn accounting_proves_a_terminal_state() {
         let acct = |terminal| PoolObservation {
             steps: None,
-            accounting: Some(vec![AcctStep { step: 2, name: "p.w".into(), state: "CANCELLED".into(), terminal }]),
+            accounting: Some(vec![AcctStep {
+                step: 2,
+                name: "p.w".into(),
+                state: "CANCELLED".into(),
+                terminal,
+            }]),
             ..Default::default()
         };
-        assert!(verdict(&worker(None), "p.w", &acct(true), &WorkerObservation::default()).terminal.is_some());
-        let running = verdict(&worker(None), "p.w", &acct(false), &WorkerObservation::default());
-        assert_eq!(running, Verdict { observe_step: Some(2), terminal: None });
+        assert!(verdict(
+            &worker(None),
+            "p.w",
+            &acct(true),
+            &WorkerObservation::default()
+        )
+        .terminal
+        .is_some());
+        let running = verdict(
+            &worker(None),
+            "p.w",
+            &acct(false),
+            &WorkerObservation::default(),
+        );
+        assert_eq!(
+            running,
+            Verdict {
+                observe_step: Some(2),
+                terminal: None,
+                running: false
+            }
+        );
     }
 
     #[test]
     fn the_end_of_the_allocation_ends_every_step() {
-        let obs = PoolObservation { allocation_over: Some("sacct: COMPLETED".into()), ..Default::default() };
-        assert!(verdict(&worker(None), "p.w", &obs, &WorkerObservation::default()).terminal.is_some());
+        let obs = PoolObservation {
+            allocation_over: Some("sacct: COMPLETED".into()),
+            ..Default::default()
+        };
+        assert!(
+            verdict(&worker(None), "p.w", &obs, &WorkerObservation::default())
+                .terminal
+                .is_some()
+        );
     }
 }

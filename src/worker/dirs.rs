@@ -18,7 +18,10 @@ pub struct WorkerDirs {
 impl WorkerDirs {
     /// Keyed by submission id, so a later worker with the same name never shares them.
     pub fn new(pools_dir: &Path, pool: &str, submission_id: Uuid) -> WorkerDirs {
-        let root = pools_dir.join(pool).join("workers").join(submission_id.to_string());
+        let root = pools_dir
+            .join(pool)
+            .join("workers")
+            .join(submission_id.to_string());
         WorkerDirs {
             checkout: root.join("checkout"),
             runtime: root.join("runtime"),
@@ -30,14 +33,23 @@ impl WorkerDirs {
     }
 
     pub fn all(&self) -> [&Path; 5] {
-        [&self.checkout, &self.runtime, &self.cache, &self.state, &self.evidence]
+        [
+            &self.checkout,
+            &self.runtime,
+            &self.cache,
+            &self.state,
+            &self.evidence,
+        ]
     }
 
     /// Create them all, owner-only. Existing directories are fine (a retried launch).
     pub fn create(&self) -> std::io::Result<()> {
         use std::os::unix::fs::DirBuilderExt;
         for dir in self.all() {
-            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
         }
         Ok(())
     }
@@ -49,7 +61,9 @@ pub fn check_name(what: &str, name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= MAX
         && !name.starts_with('.')
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
     if ok {
         Ok(())
     } else {
