@@ -18,8 +18,7 @@ use crate::failpoint;
 use crate::journal::Writer;
 use crate::policy::pool::{self as policy, AllocationFacts, Budgets, Refusal, WorkerAsk};
 use crate::slurm::{
-    ActionError, Answer, CpuBind, JobId, JobName, MemoryMb, Scheduler, Signal, StepId, StepKind,
-    StepRequest,
+    ActionError, Answer, JobId, JobName, MemoryMb, Scheduler, Signal, StepId, StepKind, StepRequest,
 };
 use crate::state::pool::*;
 use crate::state::State;
@@ -282,10 +281,11 @@ pub async fn submit<S: Scheduler>(
     ];
     command.extend(req.command.iter().map(OsString::from));
     let mut step = StepRequest::new(job, step_name_checked, req.cpus, req.mem, command);
-    // Without --overlap Slurm gives each worker CPUs no other worker holds; with it, workers
-    // were seen sharing CPU 0. The budget check above keeps the steps from waiting on each other.
+    // Without --overlap Slurm gives each worker CPUs no other worker holds, and the step's
+    // cpuset confines it to them; with --overlap, workers were seen sharing CPU 0. The budget
+    // check above keeps the steps from waiting on each other. No --cpu-bind: `cores` made
+    // Slurm 22.05 fail to lay out a 3-CPU task on a node declaring more CPUs than it has.
     step.overlap = false;
-    step.cpu_bind = Some(CpuBind::Cores);
     step.output = Some(dirs.evidence.join("stdout"));
     step.error = Some(dirs.evidence.join("stderr"));
     step.chdir = Some(dirs.checkout.clone());
