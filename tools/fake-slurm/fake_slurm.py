@@ -76,12 +76,11 @@ def choose(scenario, scenario_path, cmd, argv):
 
 def read_fixture(name):
     base = os.environ.get("FAKE_SLURM_FIXTURES") or DEFAULT_FIXTURES
-    d = os.path.join(base, name)
-    if not os.path.isdir(d):
-        fail("no fixture directory %s" % d)
+    if not os.path.exists(os.path.join(base, name + ".exit")):
+        fail("no fixture %s.exit in %s" % (name, base))
 
-    def part(p):
-        path = os.path.join(d, p)
+    def part(suffix):
+        path = os.path.join(base, name + "." + suffix)
         return open(path, "rb").read() if os.path.exists(path) else b""
 
     code = part("exit").strip()
