@@ -1,9 +1,9 @@
 //! `sacct --parsable2 --noheader --format=ACCT_FORMAT`: jobs *and* steps from the
 //! accounting database. Fields are `|`-separated; the name is last and kept whole.
 //!
-//! sacct lags (a new allocation shows up after seconds; after a controller outage,
-//! minutes) and answers *nothing* while slurmctld is down, so a missing row proves
-//! nothing. A row with a terminal state proves the job or step ended.
+//! sacct lags (a new allocation shows up after seconds; a job started just before a
+//! controller outage only after the controller is back) and it answers from slurmdbd
+//! even while slurmctld is down, so a missing row proves nothing. A row with a terminal state proves the job or step ended.
 //!
 //! Strict fields (a bad value fails the answer): ids, State, ExitCode, times, CPUs.
 //! Informational fields are kept as text: slurmdbd sometimes holds a placeholder job
