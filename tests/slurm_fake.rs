@@ -742,6 +742,17 @@ async fn launched_step_is_detached() {
     assert_eq!(s.call_counts().get(SlurmCommand::Srun), 1);
 }
 
+/// The re-executed test binary's output is shown only when it failed.
+fn assert_helper_ok(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "helper failed: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 const HELPER_ENV: &str = "DISPATCH_FAKE_DETACH_HELPER_DIR";
 
 /// In helper mode (env set) this launches a step and returns, ending the process; the
@@ -760,17 +771,16 @@ async fn launched_step_outlives_the_launcher() {
         return;
     }
     let fake = Fake::new(json!({"srun": [{"hang": 60}]}));
-    let status = std::process::Command::new(std::env::current_exe().unwrap())
+    let helper = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
             "launched_step_outlives_the_launcher",
-            "--nocapture",
             "--test-threads=1",
         ])
         .env(HELPER_ENV, &fake.dir)
-        .status()
+        .output()
         .unwrap();
-    assert!(status.success(), "helper failed: {status}");
+    assert_helper_ok(&helper);
     let pid: u32 = std::fs::read_to_string(fake.file("pid"))
         .unwrap()
         .trim()

@@ -305,6 +305,17 @@ async fn unknown_job_id_is_gone() {
     assert!(r.status.success());
 }
 
+/// The re-executed test binary's output is shown only when it failed.
+fn assert_helper_ok(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "helper failed: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 const HELPER_ENV: &str = "DISPATCH_REAL_DETACH_HELPER_JOB";
 
 /// In helper mode (env set) this only launches a step into the given allocation and
@@ -334,7 +345,7 @@ async fn launched_step_outlives_the_launching_process() {
         .unwrap()
         .job_id;
     guard.track(job);
-    let status = std::process::Command::new(std::env::current_exe().unwrap())
+    let helper = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
             "launched_step_outlives_the_launching_process",
@@ -342,9 +353,9 @@ async fn launched_step_outlives_the_launching_process() {
         ])
         .env(HELPER_ENV, job.to_string())
         .env("DISPATCH_REAL_DETACH_HELPER_DIR", dir.path())
-        .status()
+        .output()
         .unwrap();
-    assert!(status.success(), "helper: {status}");
+    assert_helper_ok(&helper);
     let pid: u32 = std::fs::read_to_string(dir.path().join("pid"))
         .unwrap()
         .trim()
