@@ -38,7 +38,12 @@ async fn controller_down_means_unknown_within_the_timeout() {
     let s = scheduler(Duration::from_secs(3));
     require_cluster(&s).await;
     let script = cluster_script();
-    assert!(script.exists(), "{} missing", script.display());
+    assert!(
+        script.exists(),
+        "{} missing: the cluster script lives in tools/; from another checkout set \
+         DISPATCH_SLURM_DEV_CLUSTER=/path/to/slurm-dev-cluster",
+        script.display()
+    );
 
     let _restart = RestartCtld;
     assert!(

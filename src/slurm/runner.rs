@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, Command};
 
-use super::error::SlurmError;
+use super::error::{Excerpt, SlurmError};
 
 /// The Slurm client programs this boundary runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -306,7 +306,7 @@ impl Runner {
                 elapsed_ms,
                 status = %out.status,
                 stdout_bytes = out.stdout.len(),
-                stderr = %out.stderr.trim_end(),
+                stderr = %Excerpt(out.stderr.trim_end()),
                 "slurm call"
             ),
             Err(e) => tracing::debug!(
