@@ -670,7 +670,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn scrubs_environment_and_sets_path() {
+    async fn sets_path_and_explicit_env_for_the_child() {
         let dir = tempfile::tempdir().unwrap();
         let r = sh_runner(
             dir.path(),
