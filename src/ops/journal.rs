@@ -64,24 +64,33 @@ pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
         }
         Err(e) => return Err(e),
     };
-    let Some(head) = &scan.head else {
+    // Damage before the first valid frame (a first segment that is not a journal, or missing)
+    // leaves no head, but it is still damage to report, not an absent journal.
+    if scan.head.is_none() && scan.damage.is_none() {
         return Err(JournalError::Missing(journal_dir.to_owned()));
-    };
+    }
+    let (last_seq, head_hex) = scan
+        .head
+        .as_ref()
+        .map_or((0, String::new()), |h| (h.last_seq, hex::encode(h.chain)));
     let (kind, damage) = match (undecodable, scan.damage) {
-        (Some((seq, reason)), _) => (
-            Status::Corrupt,
-            Some(DamageReport {
-                segment: head
-                    .segment_path
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .unwrap_or("?")
-                    .to_owned(),
-                offset: head.segment_len,
-                bytes: 0,
-                reason: format!("event {seq} does not decode: {reason}"),
-            }),
-        ),
+        (Some((seq, reason)), _) => {
+            let head = scan.head.as_ref().expect("a decoded frame has a head");
+            (
+                Status::Corrupt,
+                Some(DamageReport {
+                    segment: head
+                        .segment_path
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .unwrap_or("?")
+                        .to_owned(),
+                    offset: head.segment_len,
+                    bytes: 0,
+                    reason: format!("event {seq} does not decode: {reason}"),
+                }),
+            )
+        }
         (None, d) => (
             scan.status,
             d.map(|d| DamageReport {
@@ -95,8 +104,8 @@ pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
     Ok(VerifyReport {
         status: kind.as_str(),
         events: scan.events,
-        last_seq: head.last_seq,
-        head: hex::encode(head.chain),
+        last_seq,
+        head: head_hex,
         damage,
         kind,
     })
