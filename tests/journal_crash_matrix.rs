@@ -413,3 +413,36 @@ fn a_file_that_is_not_a_journal_is_corrupt_and_never_overwritten() {
     let dir = materialize(tmp.path(), "script-after", &files);
     assert_refused_untouched(&dir, Status::Corrupt, "script as the newest segment");
 }
+
+#[test]
+fn an_undecodable_payload_under_valid_crcs_and_chain_is_corrupt_at_its_frame() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (bytes, fr) = base_journal(tmp.path());
+    let k = 30;
+    let seq = k as u64 + 1; // frame 0 is Genesis, seq 1
+    let mut b = bytes.clone();
+    // 0xc1 is the one byte MessagePack never uses: no reader can make sense of this payload.
+    b[fr[k].start + frame::HEADER_LEN..fr[k].end - 36].fill(0xc1);
+    rechain_from(&mut b, &fr, k);
+    let dir = materialize(tmp.path(), "undecodable", &seg1(b));
+    // The frame layer cannot see it; only decoding the payload can.
+    assert_eq!(scan_dir(&dir).status, Status::Clean);
+    let v = ops::verify(&dir).unwrap();
+    assert_eq!(v.kind, Status::Corrupt);
+    let d = v.damage.unwrap();
+    assert!(d.reason.contains(&format!("event {seq} ")), "{}", d.reason);
+    assert_eq!(
+        d.offset, fr[k].start as u64,
+        "damage points at the bad frame"
+    );
+    assert_eq!(d.bytes, fr[k].len() as u64);
+    assert_eq!(
+        v.last_seq,
+        seq - 1,
+        "the last event that reads is the one before"
+    );
+    assert!(matches!(
+        journal::load(&dir),
+        Err(JournalError::Undecodable { seq: s, .. }) if s == seq
+    ));
+}

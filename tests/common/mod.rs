@@ -146,3 +146,29 @@ pub fn reseal_crcs(bytes: &mut [u8], r: Range<usize>) {
     let fcrc = crc32fast::hash(&f[..n - 4]);
     f[n - 4..].copy_from_slice(&fcrc.to_le_bytes());
 }
+
+/// Recompute chain values and CRCs of frames `from..` as a writer would have, so the only
+/// thing wrong with the segment is whatever the caller changed inside those frames.
+pub fn rechain_from(bytes: &mut [u8], fr: &[Range<usize>], from: usize) {
+    let mut prev: frame::Chain = if from == 0 {
+        let mut c = [0u8; 32];
+        c.copy_from_slice(&bytes[48..80]);
+        c
+    } else {
+        let p = &fr[from - 1];
+        bytes[p.end - 36..p.end - 4].try_into().unwrap()
+    };
+    for r in &fr[from..] {
+        let hcrc = crc32fast::hash(&bytes[r.start..r.start + 20]);
+        bytes[r.start + 20..r.start + 24].copy_from_slice(&hcrc.to_le_bytes());
+        let payload_end = r.end - 36;
+        let chain = frame::next_chain(
+            &prev,
+            &bytes[r.start..r.start + 20],
+            &bytes[r.start + frame::HEADER_LEN..payload_end],
+        );
+        bytes[payload_end..payload_end + 32].copy_from_slice(&chain);
+        reseal_crcs(bytes, r.clone());
+        prev = chain;
+    }
+}
