@@ -431,6 +431,7 @@ impl Core {
             .write_all(&self.buf[written..])
             .map_err(poison_err("write"))?;
         self.segment_len += self.buf.len() as u64;
+        self.stats.writes += 1;
         self.buf.clear();
         Ok(())
     }
