@@ -93,8 +93,9 @@ fn sixteen_threads_share_fdatasyncs() {
 
     assert_eq!(stats.events, appends);
     // Sixteen callers queue behind each fdatasync; one sync per append means no grouping.
+    // Measured on ext4 here: 5 to 8 appends per sync; 3 leaves room for a busy machine.
     assert!(
-        stats.syncs * 4 <= appends,
+        stats.syncs * 3 <= appends,
         "{} fdatasyncs for {appends} appends: group commit is not grouping",
         stats.syncs
     );
