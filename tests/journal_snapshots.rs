@@ -68,7 +68,7 @@ fn rewrite_header(path: &Path, at: std::ops::Range<usize>, value: &[u8]) {
     std::fs::write(path, b).unwrap();
 }
 
-fn reseal_snapshot(b: &mut Vec<u8>) {
+fn reseal_snapshot(b: &mut [u8]) {
     let crc = crc32fast::hash(&b[..92]);
     b[92..96].copy_from_slice(&crc.to_le_bytes());
     let n = b.len() - 4;
