@@ -8,6 +8,7 @@ use std::path::Path;
 
 use common::*;
 use dispatch::event::Event;
+use dispatch::journal::frame;
 use dispatch::journal::scan::Status;
 use dispatch::journal::segment::SEGMENT_HEADER_LEN;
 use dispatch::journal::{self, JournalError, Options, Writer};
@@ -296,8 +297,6 @@ fn a_payload_rewritten_with_valid_crcs_is_tampered() {
         assert!(d.reason.contains("chain"), "{}", d.reason);
     }
 }
-
-use dispatch::journal::frame;
 
 /// A journal spread over several small segments.
 fn segmented(root: &Path) -> (Vec<(String, Vec<u8>)>, usize) {

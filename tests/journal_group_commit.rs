@@ -8,6 +8,7 @@ use std::sync::Barrier;
 
 use common::*;
 use dispatch::event::Event;
+use dispatch::journal::frame;
 use dispatch::journal::scan::Status;
 use dispatch::journal::{self, Committed, JournalError, Options, Stats, Writer};
 use dispatch::state::pool::WorkerSubmitIntent;
@@ -157,5 +158,3 @@ fn an_oversized_event_fails_alone_in_its_group() {
     // The refused request framed nothing, not even its small first event.
     assert_contiguous_and_durable(&dir, &per_thread, 2);
 }
-
-use dispatch::journal::frame;
