@@ -75,12 +75,11 @@ pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
     if scan.head.is_none() && scan.damage.is_none() {
         return Err(JournalError::Missing(journal_dir.to_owned()));
     }
-    let (mut events, mut last_seq, mut head_hex) = scan
+    let mut events = scan.events;
+    let (mut last_seq, mut head_hex) = scan
         .head
         .as_ref()
-        .map_or((scan.events, 0, String::new()), |h| {
-            (scan.events, h.last_seq, hex::encode(h.chain))
-        });
+        .map_or((0, String::new()), |h| (h.last_seq, hex::encode(h.chain)));
     let (kind, damage) = match (undecodable, scan.damage) {
         (Some((seq, reason)), _) => {
             // The rescan stopped just after the undecodable frame: report the journal as
