@@ -19,6 +19,9 @@ use dispatch::journal::{self, frame, snapshot, JournalError, Options, Writer};
 use dispatch::ops::journal as ops;
 use dispatch::state::pool::*;
 use dispatch::state::{ReduceError, State};
+use dispatch::worker::events::{
+    PayloadExited, PayloadStarted, ShutdownSignalled, SupervisorStarted,
+};
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult, Testable};
 use uuid::Uuid;
 
@@ -133,6 +136,28 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
         116 => Event::WorkerTerminal(WorkerTerminal {
             submission_id: uuid(g),
             proof: text(g),
+        }),
+        150 => Event::SupervisorStarted(SupervisorStarted {
+            submission_id: uuid(g),
+            job_id: Option::arbitrary(g),
+            step_id: Option::arbitrary(g),
+            node: text(g),
+            cpu_set: text(g),
+            deadline: micros(g),
+            grace_s: u32::arbitrary(g),
+            command: Vec::arbitrary(g),
+        }),
+        151 => Event::PayloadStarted(PayloadStarted {
+            pid: u32::arbitrary(g),
+        }),
+        152 => Event::ShutdownSignalled(ShutdownSignalled {
+            signal: text(g),
+            reason: text(g),
+        }),
+        153 => Event::PayloadExited(PayloadExited {
+            code: Option::arbitrary(g),
+            signal: Option::arbitrary(g),
+            interrupted: bool::arbitrary(g),
         }),
         other => panic!("no generator for event kind {other}"),
     }
