@@ -49,12 +49,18 @@ pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
         return Err(JournalError::Missing(journal_dir.to_owned()));
     }
     let mut undecodable = None;
+    // The chain of the last frame that decodes: the head to report when one does not.
+    let mut decoded_chain = None;
     let scan = match journal::replay(journal_dir, None, |_| Ok(())) {
         Ok(scan) => scan,
         Err(JournalError::Undecodable { seq, reason }) => {
             undecodable = Some((seq, reason));
             journal::scan::scan(journal_dir, None, |f| {
-                undecodable.as_ref().is_none_or(|(s, _)| f.seq < *s)
+                let before = f.seq < seq;
+                if before {
+                    decoded_chain = Some(f.chain_value());
+                }
+                before
             })
             .map_err(|source| JournalError::Io {
                 path: journal_dir.to_owned(),
@@ -64,24 +70,42 @@ pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
         }
         Err(e) => return Err(e),
     };
-    let Some(head) = &scan.head else {
+    // Damage before the first valid frame (a first segment that is not a journal, or missing)
+    // leaves no head, but it is still damage to report, not an absent journal.
+    if scan.head.is_none() && scan.damage.is_none() {
         return Err(JournalError::Missing(journal_dir.to_owned()));
-    };
+    }
+    let mut events = scan.events;
+    let (mut last_seq, mut head_hex) = scan
+        .head
+        .as_ref()
+        .map_or((0, String::new()), |h| (h.last_seq, hex::encode(h.chain)));
     let (kind, damage) = match (undecodable, scan.damage) {
-        (Some((seq, reason)), _) => (
-            Status::Corrupt,
-            Some(DamageReport {
-                segment: head
-                    .segment_path
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .unwrap_or("?")
-                    .to_owned(),
-                offset: head.segment_len,
-                bytes: 0,
-                reason: format!("event {seq} does not decode: {reason}"),
-            }),
-        ),
+        (Some((seq, reason)), _) => {
+            // The rescan stopped just after the undecodable frame: report the journal as
+            // ending before it, and the damage as that frame.
+            let head = scan.head.as_ref().expect("a decoded frame has a head");
+            let start = head.last_frame_offset.unwrap_or(head.segment_len);
+            events -= 1;
+            last_seq = seq - 1;
+            head_hex = hex::encode(
+                decoded_chain.unwrap_or_else(|| journal::frame::genesis_chain(&head.journal_id)),
+            );
+            (
+                Status::Corrupt,
+                Some(DamageReport {
+                    segment: head
+                        .segment_path
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .unwrap_or("?")
+                        .to_owned(),
+                    offset: start,
+                    bytes: head.segment_len - start,
+                    reason: format!("event {seq} does not decode: {reason}"),
+                }),
+            )
+        }
         (None, d) => (
             scan.status,
             d.map(|d| DamageReport {
@@ -94,9 +118,9 @@ pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
     };
     Ok(VerifyReport {
         status: kind.as_str(),
-        events: scan.events,
-        last_seq: head.last_seq,
-        head: hex::encode(head.chain),
+        events,
+        last_seq,
+        head: head_hex,
         damage,
         kind,
     })
