@@ -23,6 +23,11 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(f) => {
             eprintln!("dispatch: {}", f.message);
+            if cli.json {
+                // Scripts reading --json still get exactly one document.
+                let doc = serde_json::json!({"error": {"exit_code": f.code, "message": f.message}});
+                println!("{doc}");
+            }
             f.code
         }
     };

@@ -337,10 +337,20 @@ fn repair_and_init_refuse_a_corrupt_journal_and_point_at_verify() {
             "{args:?}: {}",
             r.stderr
         );
-        assert!(
-            r.stdout.is_empty(),
-            "{args:?}: diagnostics never go to stdout"
-        );
+        if args[0] == "--json" {
+            // With --json a refusal is still exactly one JSON document.
+            let v = one_json(&r);
+            assert_eq!(v["error"]["exit_code"], 5, "{args:?}: {v}");
+            assert!(v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("dispatch journal verify"));
+        } else {
+            assert!(
+                r.stdout.is_empty(),
+                "{args:?}: diagnostics never go to stdout"
+            );
+        }
         assert_eq!(std::fs::read(seg(&state)).unwrap(), bytes, "{args:?} wrote");
     }
 }
@@ -373,7 +383,11 @@ fn a_state_dir_owned_by_someone_else_is_refused() {
             "{args:?}: {}",
             r.stderr
         );
-        assert!(r.stdout.is_empty(), "{args:?}");
+        if args[0] == "--json" {
+            assert_eq!(one_json(&r)["error"]["exit_code"], 3, "{args:?}");
+        } else {
+            assert!(r.stdout.is_empty(), "{args:?}");
+        }
     }
     if let Some(before) = before {
         assert_eq!(std::fs::read(seg(&state)).unwrap(), before);

@@ -42,12 +42,25 @@ pub struct VerifyReport {
     pub kind: Status,
 }
 
-/// Classify the whole journal, decoding every payload. Takes no lock: a reader sees the
-/// journal up to the last complete frame.
+/// Hold a shared lock on the journal's `LOCK` so that no writer is mid-append while we
+/// classify (a half-written frame would look like a torn tail). Best effort: without a lock
+/// file there is no writer to wait for.
+fn wait_for_writers(journal_dir: &Path) -> Option<std::fs::File> {
+    use fs2::FileExt;
+    let file = std::fs::File::open(journal_dir.join(crate::journal::writer::LOCK_FILE)).ok()?;
+    if FileExt::try_lock_shared(&file).is_err() {
+        eprintln!("dispatch: waiting for a running dispatch command to finish writing the journal");
+        FileExt::lock_shared(&file).ok()?;
+    }
+    Some(file)
+}
+
+/// Classify the whole journal, decoding every payload, while no writer appends.
 pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
     if !journal_dir.exists() {
         return Err(JournalError::Missing(journal_dir.to_owned()));
     }
+    let _quiet = wait_for_writers(journal_dir);
     let mut undecodable = None;
     // The chain of the last frame that decodes: the head to report when one does not.
     let mut decoded_chain = None;
