@@ -17,6 +17,7 @@ use dispatch::journal::scan::Status;
 use dispatch::journal::segment::{self, SegmentHeader, SEGMENT_HEADER_LEN};
 use dispatch::journal::{self, frame, snapshot, JournalError, Options, Writer};
 use dispatch::ops::journal as ops;
+use dispatch::state::jobs::*;
 use dispatch::state::pool::*;
 use dispatch::state::{ReduceError, State};
 use dispatch::worker::events::{
@@ -134,6 +135,30 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
             signal: Option::arbitrary(g),
         }),
         116 => Event::WorkerTerminal(WorkerTerminal {
+            submission_id: uuid(g),
+            proof: text(g),
+        }),
+        120 => Event::JobSubmitIntent(JobSubmitIntent {
+            submission_id: uuid(g),
+            worker: text(g),
+            target: Option::arbitrary(g),
+            cpus: u32::arbitrary(g),
+            mem_mb: u64::arbitrary(g),
+            time_s: u64::arbitrary(g),
+            publication_timeout_s: u32::arbitrary(g),
+            command: Vec::arbitrary(g),
+        }),
+        121 => Event::JobSubmitted(JobSubmitted {
+            submission_id: uuid(g),
+            job_id: u64::arbitrary(g),
+            how: text(g),
+        }),
+        122 => Event::JobSubmitFailed(JobSubmitFailed {
+            submission_id: uuid(g),
+            definite: bool::arbitrary(g),
+            reason: text(g),
+        }),
+        123 => Event::JobTerminal(JobTerminal {
             submission_id: uuid(g),
             proof: text(g),
         }),

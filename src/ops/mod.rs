@@ -7,3 +7,4 @@ pub mod facts;
 pub mod journal;
 pub mod pool;
 pub mod reconcile;
+pub mod submit;

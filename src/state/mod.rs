@@ -1,5 +1,6 @@
 //! Reducers: all state is a fold of the journal's events. Pure: no I/O, no clock.
 
+pub mod jobs;
 pub mod pool;
 
 use std::collections::VecDeque;
@@ -23,6 +24,7 @@ pub struct State {
     /// Events of kinds this version does not know, which it was allowed to skip.
     pub skipped_unknown: u64,
     pub pools: pool::Pools,
+    pub jobs: jobs::Jobs,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,6 +66,10 @@ impl State {
             Event::WorkerStopIntent(e) => self.pools.stop_intent(e),
             Event::WorkerExited(e) => self.pools.exited(e),
             Event::WorkerTerminal(e) => self.pools.terminal(e),
+            Event::JobSubmitIntent(e) => self.jobs.intent(env.time, e),
+            Event::JobSubmitted(e) => self.jobs.submitted(e),
+            Event::JobSubmitFailed(e) => self.jobs.failed(e),
+            Event::JobTerminal(e) => self.jobs.terminal(e),
             // The worker's own journal: the coordinator reads these through `worker::report`.
             Event::SupervisorStarted(_)
             | Event::PayloadStarted(_)
