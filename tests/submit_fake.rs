@@ -246,3 +246,67 @@ fn a_time_limit_shorter_than_the_shutdown_window_is_refused_before_anything() {
         assert!(err.contains("1..=300"), "{err}");
     }
 }
+
+#[test]
+fn submit_crashes_at_every_boundary_leave_nothing_lost_or_doubled() {
+    for fp in [
+        "submit-after-intent",
+        "submit-before-sbatch",
+        "submit-after-sbatch",
+    ] {
+        let fake = Fake::new();
+        // Slurm knows a job named "crashy" only if sbatch ran before the crash.
+        let listed = if fp == "submit-after-sbatch" {
+            squeue_row(55, "RUNNING", "crashy")
+        } else {
+            String::new()
+        };
+        fake.scenario(json!({
+            "sbatch": [{"stdout": "55\n"}],
+            "squeue": [
+                {"match": ["--me"], "stdout": listed},
+                {"match": ["--jobs=55"], "stdout": squeue_row(55, "RUNNING", "crashy")},
+            ],
+        }));
+        let path = format!("{}:/usr/bin:/bin", fake_bin().display());
+        let out = Command::new(env!("CARGO_BIN_EXE_dispatch"))
+            .arg("--state-dir")
+            .arg(fake.state())
+            .args([
+                "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", "crashy", "--",
+                "true",
+            ])
+            .env("PATH", path)
+            .env("FAKE_SLURM_SCENARIO", fake.dir.path().join("scenario.json"))
+            .env("FAKE_SLURM_LOG", fake.dir.path().join("calls.jsonl"))
+            .env("DISPATCH_FAILPOINTS", format!("{fp}=abort"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), None, "{fp} did not fire");
+        let (code, out, err) = fake.dispatch(&["reconcile", "--json"]);
+        assert_eq!(code, 0, "{fp}: {err}");
+        let r: Value = serde_json::from_str(out.trim()).unwrap();
+        let sbatches = fake.calls().iter().filter(|(c, _)| c == "sbatch").count();
+        assert!(sbatches <= 1, "{fp}: submitted twice");
+        let events = fake.events();
+        let submitted = events
+            .iter()
+            .filter(|e| e["kind"] == "JobSubmitted")
+            .count();
+        if fp == "submit-after-sbatch" {
+            // The job exists: reconcile found it by name, exactly once.
+            assert_eq!(submitted, 1, "{fp}: {r}");
+            assert_eq!(r["resolved"][0]["job_id"], 55);
+        } else {
+            // Nothing was submitted: nothing is found, and the intent stays unknown.
+            assert_eq!(submitted, 0, "{fp}: {r}");
+            assert_eq!(sbatches, 0, "{fp}");
+            assert_eq!(r["unknown"][0]["worker"], "crashy", "{fp}: {r}");
+        }
+        // The intent still holds budget unless a proof arrived: nothing is ever silently freed.
+        assert!(
+            !events.iter().any(|e| e["kind"] == "JobTerminal"),
+            "{fp}: released without proof"
+        );
+    }
+}
