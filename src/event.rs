@@ -296,10 +296,31 @@ event_kinds! {
     121 => JobSubmitted(crate::state::jobs::JobSubmitted), must_understand;
     122 => JobSubmitFailed(crate::state::jobs::JobSubmitFailed), must_understand;
     123 => JobTerminal(crate::state::jobs::JobTerminal), must_understand;
+    130 => AssetAddIntent(crate::state::asset::AssetAddIntent), must_understand;
+    131 => AssetAdded(crate::state::asset::AssetAdded), must_understand;
+    132 => AssetAddFailed(crate::state::asset::AssetAddFailed), must_understand;
+    133 => WorkerAssetsBound(crate::state::asset::WorkerAssetsBound), must_understand;
+    134 => WorkerReportIngested(crate::state::pool::WorkerReportIngested);
+    135 => WorkerJournalDamaged(crate::state::pool::WorkerJournalDamaged);
     150 => SupervisorStarted(crate::worker::events::SupervisorStarted);
     151 => PayloadStarted(crate::worker::events::PayloadStarted);
     152 => ShutdownSignalled(crate::worker::events::ShutdownSignalled);
     153 => PayloadExited(crate::worker::events::PayloadExited);
+    154 => SupervisorPlan(crate::worker::events::SupervisorPlan);
+    155 => ReceivingChecks(crate::worker::events::ReceivingChecks);
+    156 => AssetChecked(crate::worker::events::AssetChecked);
+    157 => CheckoutPrepared(crate::worker::events::CheckoutPrepared);
+    158 => PreflightRefused(crate::worker::events::PreflightRefused);
+    159 => WritersQuiesced(crate::worker::events::WritersQuiesced);
+    160 => NativeStateHashed(crate::worker::events::NativeStateHashed);
+    161 => AppendOnlyLogsChecked(crate::worker::events::AppendOnlyLogsChecked);
+    162 => PublicationStarted(crate::worker::events::PublicationStarted);
+    163 => Published(crate::worker::events::Published);
+    164 => PublicationTimedOut(crate::worker::events::PublicationTimedOut);
+    165 => PublicationFailed(crate::worker::events::PublicationFailed);
+    166 => CleanupStarted(crate::worker::events::CleanupStarted);
+    167 => CleanedUp(crate::worker::events::CleanedUp);
+    168 => SupervisorFinished(crate::worker::events::SupervisorFinished);
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -40,6 +40,10 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
     match &cli.command {
         Command::Journal(cmd) => cli::journal::run(cmd, &state_dir()?, cli.json),
         Command::Worker(cmd) => cli::worker::run(cmd),
+        Command::Asset(cmd) => {
+            let ctx = context(state_dir()?)?;
+            cli::asset::run(cmd, &ctx, cli.json)
+        }
         Command::Pool(cmd) => {
             let ctx = context(state_dir()?)?;
             block_on(cli::pool::run(cmd, &ctx, cli.json))

@@ -1,5 +1,6 @@
 //! Command-line definitions, rendering and exit codes. No I/O beyond stdout/stderr.
 
+pub mod asset;
 pub mod exit;
 pub mod journal;
 pub mod output;
@@ -41,6 +42,9 @@ pub enum Command {
     /// Create, check, read and repair the journal
     #[command(subcommand)]
     Journal(journal::JournalCommand),
+    /// Immutable source and image assets that workers share, identified by SHA-256
+    #[command(subcommand)]
+    Asset(asset::AssetCommand),
     /// Worker pools inside an allocation you own
     #[command(subcommand)]
     Pool(pool::PoolCommand),

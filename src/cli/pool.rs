@@ -61,6 +61,16 @@ pub enum PoolCommand {
         /// Seconds between SIGTERM and SIGKILL when the worker must stop early
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=300))]
         grace: u32,
+        /// Source asset: the worker gets a private checkout of its pinned commit
+        #[arg(long, value_name = "ASSET")]
+        source: Option<String>,
+        /// Image asset: verified on the node and given to the payload as $DISPATCH_IMAGE
+        #[arg(long, value_name = "ASSET")]
+        image: Option<String>,
+        /// File names in the native-state directory that are append-only logs, checked to
+        /// end on a record boundary (default: *.jsonl)
+        #[arg(long, value_name = "GLOB")]
+        append_only_glob: Option<String>,
     },
     /// Show pools, their allocations, reservations and workers (no Slurm call unless --refresh)
     Status {
@@ -85,6 +95,7 @@ impl From<OpError> for Failure {
     fn from(e: OpError) -> Failure {
         match e {
             OpError::Refused(r) => Failure::new(exit::REFUSED, r.to_string()),
+            OpError::AssetRefused(r) => Failure::new(exit::REFUSED, r.to_string()),
             OpError::Unknown(m) => Failure::new(exit::UNKNOWN, m),
             OpError::Failed(m) => Failure::new(exit::FAILED, m),
             OpError::Usage(m) => Failure::new(exit::USAGE, m),
@@ -123,15 +134,21 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
             pool,
             worker,
             grace,
+            source,
+            image,
+            append_only_glob,
         } => {
             let req = ops::SubmitRequest {
                 pool: pool.clone(),
                 worker: worker.name.clone(),
                 cpus: worker.cpus,
                 mem: worker.mem,
-                budgets: budgets(worker.publication_timeout),
+                budgets: budgets(worker.publication_timeout).with_grace(*grace),
                 grace_s: *grace,
                 command: worker.command.clone(),
+                source: source.clone(),
+                image: image.clone(),
+                append_only_glob: append_only_glob.clone(),
             };
             let r = ops::submit(ctx, &req).await?;
             for w in &r.warnings {
@@ -295,7 +312,7 @@ pub async fn run_submit<S: Scheduler>(
         cpus: args.worker.cpus,
         mem: args.worker.mem,
         time: args.time,
-        budgets: budgets(args.worker.publication_timeout),
+        budgets: budgets(args.worker.publication_timeout).with_grace(args.grace),
         grace_s: args.grace,
         command: args.worker.command.clone(),
     };

@@ -1,6 +1,7 @@
 //! How an operation ends when it does not succeed, mapped to the documented exit codes.
 
 use crate::journal::JournalError;
+use crate::policy::asset::AssetRefusal;
 use crate::policy::pool::Refusal;
 
 #[derive(Debug, thiserror::Error)]
@@ -8,6 +9,9 @@ pub enum OpError {
     /// A safety check refused; nothing was done (exit 3).
     #[error("{0}")]
     Refused(#[from] Refusal),
+    /// An asset check refused; nothing was done (exit 3).
+    #[error("{0}")]
+    AssetRefused(#[from] AssetRefusal),
     /// The intent is recorded, the effect's result is not known (exit 4).
     #[error("{0}")]
     Unknown(String),

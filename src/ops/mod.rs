@@ -1,6 +1,7 @@
 //! One function per command: lock, load, decide, append intent, act, append outcome.
 //! Ops return typed reports; the CLI renders them.
 
+pub mod asset;
 pub mod context;
 pub mod error;
 pub mod facts;

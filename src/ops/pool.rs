@@ -16,13 +16,16 @@ use super::facts::allocation_facts;
 use crate::event::{Event, Micros};
 use crate::failpoint;
 use crate::journal::Writer;
+use crate::policy::asset::{self as asset_policy, FileSeen};
 use crate::policy::pool::{self as policy, AllocationFacts, Budgets, Refusal, WorkerAsk};
 use crate::slurm::{
     ActionError, Answer, JobId, JobName, MemoryMb, Scheduler, Signal, StepId, StepKind, StepRequest,
 };
+use crate::state::asset::{AssetKind, AssetRecord, WorkerAssetsBound};
 use crate::state::pool::*;
 use crate::state::State;
 use crate::worker::dirs::{check_name, WorkerDirs};
+use crate::worker::preflight::LocalAsset;
 use crate::worker::report;
 
 /// How long `pool submit` looks for the new step before calling the outcome unknown.
@@ -45,6 +48,11 @@ fn job_id(alloc: &Allocation) -> Result<JobId, OpError> {
 
 pub fn step_name(pool: &str, worker: &str) -> String {
     format!("{pool}.{worker}")
+}
+
+/// Where a pool's workers publish their workspace and evidence.
+pub fn published_dir(pools_dir: &Path, pool: &str) -> std::path::PathBuf {
+    pools_dir.join(pool).join("published")
 }
 
 /// Ask Slurm about an allocation. Gone becomes facts that every check refuses.
@@ -157,6 +165,105 @@ pub struct SubmitRequest {
     pub budgets: Budgets,
     pub grace_s: u32,
     pub command: Vec<String>,
+    /// Names of the source and image assets the worker uses.
+    pub source: Option<String>,
+    pub image: Option<String>,
+    /// File names in the native-state directory that are append-only logs.
+    pub append_only_glob: Option<String>,
+}
+
+/// The assets a submission names, checked against the journal and (cheaply) their files.
+fn resolve_assets(
+    state: &State,
+    state_dir: &Path,
+    req: &SubmitRequest,
+) -> Result<Vec<AssetRecord>, OpError> {
+    let mut out = Vec::new();
+    for (name, kind) in [
+        (&req.source, AssetKind::Source),
+        (&req.image, AssetKind::Image),
+    ] {
+        let Some(name) = name else { continue };
+        let a =
+            asset_policy::check_use(
+                &state.assets,
+                name,
+                kind,
+                |a| match std::fs::symlink_metadata(state_dir.join(&a.record.file)) {
+                    Ok(m) if m.is_file() => FileSeen::File { bytes: m.len() },
+                    Ok(_) => FileSeen::NotAFile,
+                    Err(_) => FileSeen::Missing,
+                },
+            )?;
+        out.push(a.record.clone());
+    }
+    Ok(out)
+}
+
+/// The supervisor's command line: `dispatch worker run …` with everything it needs to know,
+/// so it never has to read the coordinator's journal.
+pub(crate) fn supervisor_argv(
+    exe: &Path,
+    state_dir: &Path,
+    sup: &SupervisorArgs<'_>,
+    command: &[String],
+) -> Vec<OsString> {
+    let mut argv: Vec<OsString> = vec![
+        exe.as_os_str().to_owned(),
+        "worker".into(),
+        "run".into(),
+        "--submission-id".into(),
+        sup.submission_id.to_string().into(),
+        "--worker-dir".into(),
+        sup.dirs.root.clone().into_os_string(),
+        "--worker".into(),
+        sup.worker.into(),
+        "--publish-dir".into(),
+        sup.publish_dir.as_os_str().to_owned(),
+        "--deadline".into(),
+        sup.deadline.clone().into(),
+        "--grace".into(),
+        sup.budgets.grace_s.to_string().into(),
+        "--publication-timeout".into(),
+        sup.budgets.publication_timeout_s.to_string().into(),
+        "--native-state-budget".into(),
+        sup.budgets.native_state_s.to_string().into(),
+        "--cleanup-budget".into(),
+        sup.budgets.cleanup_s.to_string().into(),
+    ];
+    if let Some(pool) = sup.pool {
+        argv.extend(["--pool".into(), pool.into()]);
+    }
+    if let Some(glob) = sup.append_only_glob {
+        argv.extend(["--append-only-glob".into(), glob.into()]);
+    }
+    for record in sup.assets {
+        let local = LocalAsset {
+            record: record.clone(),
+            path: state_dir.join(&record.file),
+        };
+        argv.extend([
+            "--asset".into(),
+            crate::cli::worker::asset_arg(&local).into(),
+        ]);
+    }
+    argv.push("--".into());
+    argv.extend(command.iter().map(OsString::from));
+    argv
+}
+
+/// What the supervisor is told about its worker.
+pub(crate) struct SupervisorArgs<'a> {
+    pub submission_id: Uuid,
+    pub worker: &'a str,
+    pub pool: Option<&'a str>,
+    pub dirs: &'a WorkerDirs,
+    pub publish_dir: &'a Path,
+    /// `UNIX_SECONDS` or `+SECONDS`.
+    pub deadline: String,
+    pub budgets: Budgets,
+    pub append_only_glob: Option<&'a str>,
+    pub assets: &'a [AssetRecord],
 }
 
 #[derive(Debug, Serialize)]
@@ -218,30 +325,41 @@ pub async fn submit<S: Scheduler>(
         .ok_or_else(|| Refusal::NoPool {
             pool: req.pool.clone(),
         })?;
+    // The payload's grace comes before publication: it is part of the shutdown window.
+    let budgets = req.budgets.with_grace(req.grace_s);
     let ask = WorkerAsk {
         name: worker.clone(),
         cpus: req.cpus,
         mem_mb: req.mem.get(),
-        budgets: req.budgets,
+        budgets,
     };
+    let assets = resolve_assets(&loaded.state, &ctx.state_dir, req)?;
     inspect_for_submit(ctx, pool, &ask).await?;
     let job = job_id(&pool.allocation)?;
     let name = step_name(&req.pool, &worker);
     let step_name_checked =
         JobName::new(name.clone()).map_err(|e| OpError::Usage(e.to_string()))?;
     let dirs = WorkerDirs::new(&ctx.pools_dir(), &req.pool, submission_id);
-    let deadline = policy::early_shutdown_deadline(pool.allocation.end_time, &req.budgets);
+    let deadline = policy::early_shutdown_deadline(pool.allocation.end_time, &budgets);
 
-    // The durable receipt: from here on the worker holds budget.
-    writer.append_one(Event::WorkerSubmitIntent(WorkerSubmitIntent {
+    // The durable receipt: from here on the worker holds budget. The assets it uses go in the
+    // same commit (a released kind's fields never change, so they are their own event).
+    let mut receipt = vec![Event::WorkerSubmitIntent(WorkerSubmitIntent {
         pool: req.pool.clone(),
         worker: worker.clone(),
         submission_id,
         cpus: req.cpus,
         mem_mb: req.mem.get(),
-        publication_timeout_s: req.budgets.publication_timeout_s,
+        publication_timeout_s: budgets.publication_timeout_s,
         command: req.command.clone(),
-    }))?;
+    })];
+    if !assets.is_empty() {
+        receipt.push(Event::WorkerAssetsBound(WorkerAssetsBound {
+            submission_id,
+            assets: assets.clone(),
+        }));
+    }
+    writer.append(receipt)?;
     failpoint::hit("pool-submit-after-intent");
     let mut report = SubmitReport {
         pool: req.pool.clone(),
@@ -265,21 +383,23 @@ pub async fn submit<S: Scheduler>(
             dirs.root.display()
         )));
     }
-    let mut command: Vec<OsString> = vec![
-        ctx.exe.clone().into_os_string(),
-        "worker".into(),
-        "run".into(),
-        "--submission-id".into(),
-        submission_id.to_string().into(),
-        "--evidence-dir".into(),
-        dirs.evidence.clone().into_os_string(),
-        "--deadline".into(),
-        deadline.secs().to_string().into(),
-        "--grace".into(),
-        req.grace_s.to_string().into(),
-        "--".into(),
-    ];
-    command.extend(req.command.iter().map(OsString::from));
+    let publish_dir = published_dir(&ctx.pools_dir(), &req.pool);
+    let command = supervisor_argv(
+        &ctx.exe,
+        &ctx.state_dir,
+        &SupervisorArgs {
+            submission_id,
+            worker: &worker,
+            pool: Some(&req.pool),
+            dirs: &dirs,
+            publish_dir: &publish_dir,
+            deadline: deadline.secs().to_string(),
+            budgets,
+            append_only_glob: req.append_only_glob.as_deref(),
+            assets: &assets,
+        },
+        &req.command,
+    );
     let mut step = StepRequest::new(job, step_name_checked, req.cpus, req.mem, command);
     // Without --overlap Slurm gives each worker CPUs no other worker holds, and the step's
     // cpuset confines it to them; with --overlap, workers were seen sharing CPU 0. The budget
@@ -290,24 +410,8 @@ pub async fn submit<S: Scheduler>(
     step.error = Some(dirs.evidence.join("stderr"));
     step.chdir = Some(dirs.checkout.clone());
     step.client_log = Some(dirs.evidence.join("srun-client.log"));
-    step.env = vec![
-        (
-            "DISPATCH_WORKSPACE".to_owned(),
-            dirs.checkout.clone().into_os_string(),
-        ),
-        (
-            "DISPATCH_RUNTIME_DIR".to_owned(),
-            dirs.runtime.clone().into_os_string(),
-        ),
-        (
-            "DISPATCH_CACHE_DIR".to_owned(),
-            dirs.cache.clone().into_os_string(),
-        ),
-        (
-            "DISPATCH_STATE_DIR".to_owned(),
-            dirs.state.clone().into_os_string(),
-        ),
-    ];
+    // The supervisor sets the worker's DISPATCH_* variables for the payload: one place, and
+    // nothing the coordinator's own environment holds can leak into them.
     failpoint::hit("pool-submit-before-launch");
     let launched = ctx.sched.launch_step(&step).await;
     let srun_pid = match launched {

@@ -15,6 +15,9 @@ pub struct Budgets {
     pub publication_timeout_s: u32,
     pub native_state_s: u32,
     pub cleanup_s: u32,
+    /// Between the early-shutdown SIGTERM and the SIGKILL: the payload's own time to stop,
+    /// which comes before publication and so is part of the shutdown window.
+    pub grace_s: u32,
     /// The shortest payload run worth starting.
     pub min_run_s: u32,
 }
@@ -29,13 +32,19 @@ impl Budgets {
             publication_timeout_s,
             native_state_s: Self::DEFAULT_NATIVE_STATE_S,
             cleanup_s: Self::DEFAULT_CLEANUP_S,
+            grace_s: 0,
             min_run_s: Self::DEFAULT_MIN_RUN_S,
         }
     }
 
+    pub fn with_grace(self, grace_s: u32) -> Budgets {
+        Budgets { grace_s, ..self }
+    }
+
     /// From the early-shutdown signal to the allocation's end.
     pub fn shutdown_window_s(&self) -> i64 {
-        i64::from(self.publication_timeout_s)
+        i64::from(self.grace_s)
+            + i64::from(self.publication_timeout_s)
             + i64::from(self.native_state_s)
             + i64::from(self.cleanup_s)
     }
@@ -414,6 +423,13 @@ mod tests {
         assert_eq!(
             early_shutdown_deadline(Micros::from_secs(1000), &b),
             Micros::from_secs(940)
+        );
+        // The payload's grace comes before publication, so it is part of the window.
+        let b = b.with_grace(10);
+        assert_eq!(b.shutdown_window_s(), 70);
+        assert_eq!(
+            early_shutdown_deadline(Micros::from_secs(1000), &b),
+            Micros::from_secs(930)
         );
     }
 }

@@ -115,6 +115,9 @@ mod tests {
             exit_code: None,
             exit_signal: None,
             submitted_at: Micros(0),
+            assets: Vec::new(),
+            report: None,
+            journal_damage: None,
         }
     }
 

@@ -1,5 +1,6 @@
 //! Reducers: all state is a fold of the journal's events. Pure: no I/O, no clock.
 
+pub mod asset;
 pub mod jobs;
 pub mod pool;
 
@@ -25,6 +26,7 @@ pub struct State {
     pub skipped_unknown: u64,
     pub pools: pool::Pools,
     pub jobs: jobs::Jobs,
+    pub assets: asset::Assets,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,11 +72,32 @@ impl State {
             Event::JobSubmitted(e) => self.jobs.submitted(e),
             Event::JobSubmitFailed(e) => self.jobs.failed(e),
             Event::JobTerminal(e) => self.jobs.terminal(e),
+            Event::AssetAddIntent(e) => self.assets.intent(env.time, e),
+            Event::AssetAdded(e) => self.assets.added(e),
+            Event::AssetAddFailed(e) => self.assets.failed(e),
+            Event::WorkerAssetsBound(e) => self.pools.assets_bound(e),
+            Event::WorkerReportIngested(e) => self.pools.report_ingested(e),
+            Event::WorkerJournalDamaged(e) => self.pools.journal_damaged(e),
             // The worker's own journal: the coordinator reads these through `worker::report`.
             Event::SupervisorStarted(_)
             | Event::PayloadStarted(_)
             | Event::ShutdownSignalled(_)
-            | Event::PayloadExited(_) => {}
+            | Event::PayloadExited(_)
+            | Event::SupervisorPlan(_)
+            | Event::ReceivingChecks(_)
+            | Event::AssetChecked(_)
+            | Event::CheckoutPrepared(_)
+            | Event::PreflightRefused(_)
+            | Event::WritersQuiesced(_)
+            | Event::NativeStateHashed(_)
+            | Event::AppendOnlyLogsChecked(_)
+            | Event::PublicationStarted(_)
+            | Event::Published(_)
+            | Event::PublicationTimedOut(_)
+            | Event::PublicationFailed(_)
+            | Event::CleanupStarted(_)
+            | Event::CleanedUp(_)
+            | Event::SupervisorFinished(_) => {}
             Event::Unknown { kind, flags, .. } => {
                 if flags & FLAG_MUST_UNDERSTAND != 0 {
                     return Err(ReduceError::MustUnderstand {

@@ -9,7 +9,8 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::event::Micros;
+use crate::event::{Micros, Sha256Digest};
+use crate::state::asset::{AssetRecord, WorkerAssetsBound};
 
 /// How many finished workers a pool remembers; older ones are dropped from the reduced state
 /// (the journal keeps them all).
@@ -95,6 +96,35 @@ pub struct WorkerTerminal {
     pub proof: String,
 }
 
+/// What the coordinator learned from a worker's own journal, and the point of that journal it
+/// learned it from (journal id, seq, chain), so a later rewrite of the journal is detected.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerReportIngested {
+    pub submission_id: Uuid,
+    pub journal_id: Uuid,
+    pub last_seq: u64,
+    pub head: Sha256Digest,
+    /// `passed` or `refused`; none before the supervisor got that far.
+    pub preflight: Option<String>,
+    /// `started`, `published`, `timed_out` or `failed`.
+    pub publication: Option<String>,
+    pub published_dir: Option<String>,
+    pub manifest_sha256: Option<Sha256Digest>,
+    /// `sealed`, `crash_class_partial` or `empty`.
+    pub state_class: Option<String>,
+    /// The supervisor's outcome, once it finished.
+    pub finished: Option<String>,
+}
+
+/// A worker's own journal is damaged or was rewritten: reported, and never trusted again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerJournalDamaged {
+    pub submission_id: Uuid,
+    /// `corrupt`, `tampered` or `rewritten`.
+    pub status: String,
+    pub reason: String,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WorkerState {
     Submitted,
@@ -136,6 +166,15 @@ pub struct Worker {
     pub exit_code: Option<i32>,
     pub exit_signal: Option<i32>,
     pub submitted_at: Micros,
+    /// The assets it was submitted with.
+    #[serde(default)]
+    pub assets: Vec<AssetRecord>,
+    /// The latest trusted summary of its own journal.
+    #[serde(default)]
+    pub report: Option<WorkerReportIngested>,
+    /// Set once its journal was found damaged; nothing from it is ingested after that.
+    #[serde(default)]
+    pub journal_damage: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -202,6 +241,9 @@ impl Pools {
                 exit_code: None,
                 exit_signal: None,
                 submitted_at: time,
+                assets: Vec::new(),
+                report: None,
+                journal_damage: None,
             },
         );
         self.by_submission.insert(e.submission_id, e.pool.clone());
@@ -250,6 +292,26 @@ impl Pools {
             w.state = WorkerState::Exited;
             w.exit_code = e.code;
             w.exit_signal = e.signal;
+        }
+    }
+
+    pub fn assets_bound(&mut self, e: &WorkerAssetsBound) {
+        if let Some(w) = self.worker_mut(&e.submission_id) {
+            w.assets = e.assets.clone();
+        }
+    }
+
+    pub fn report_ingested(&mut self, e: &WorkerReportIngested) {
+        if let Some(w) = self.worker_mut(&e.submission_id) {
+            if w.journal_damage.is_none() {
+                w.report = Some(e.clone());
+            }
+        }
+    }
+
+    pub fn journal_damaged(&mut self, e: &WorkerJournalDamaged) {
+        if let Some(w) = self.worker_mut(&e.submission_id) {
+            w.journal_damage = Some(format!("{}: {}", e.status, e.reason));
         }
     }
 

@@ -18,18 +18,12 @@ pub struct WorkerDirs {
 impl WorkerDirs {
     /// Keyed by submission id, so a later worker with the same name never shares them.
     pub fn new(pools_dir: &Path, pool: &str, submission_id: Uuid) -> WorkerDirs {
-        let root = pools_dir
-            .join(pool)
-            .join("workers")
-            .join(submission_id.to_string());
-        WorkerDirs {
-            checkout: root.join("checkout"),
-            runtime: root.join("runtime"),
-            cache: root.join("cache"),
-            state: root.join("state"),
-            evidence: root.join("evidence"),
-            root,
-        }
+        Self::at(
+            pools_dir
+                .join(pool)
+                .join("workers")
+                .join(submission_id.to_string()),
+        )
     }
 
     /// The directories of a one-job-per-worker submission (`dispatch submit`).
@@ -37,7 +31,8 @@ impl WorkerDirs {
         Self::at(jobs_dir.join(submission_id.to_string()))
     }
 
-    fn at(root: PathBuf) -> WorkerDirs {
+    /// The layout below a worker's root.
+    pub fn at(root: PathBuf) -> WorkerDirs {
         WorkerDirs {
             checkout: root.join("checkout"),
             runtime: root.join("runtime"),

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::event::Micros;
+use crate::event::{Micros, Sha256Digest};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SupervisorStarted {
@@ -38,4 +38,196 @@ pub struct PayloadExited {
     pub signal: Option<i32>,
     /// Was the payload interrupted (signal, deadline, stop) rather than finishing on its own?
     pub interrupted: bool,
+}
+
+/// A directory with the role it plays for the worker (`checkout`, `runtime`, …).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamedPath {
+    pub role: String,
+    pub path: String,
+}
+
+/// What the supervisor was asked to do around the payload, before it does any of it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SupervisorPlan {
+    pub pool: Option<String>,
+    pub worker: String,
+    pub dirs: Vec<NamedPath>,
+    /// Where the workspace and evidence are published (`…/published`), if anywhere.
+    pub publish_dir: Option<String>,
+    pub assets: Vec<crate::state::asset::AssetRecord>,
+    pub publication_timeout_s: u32,
+    pub native_state_s: u32,
+    pub cleanup_s: u32,
+    /// File names in the native-state directory that are append-only logs.
+    pub append_only_glob: String,
+}
+
+/// One receiving-node check of a worker directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirCheck {
+    pub role: String,
+    pub path: String,
+    pub ok: bool,
+    pub free_bytes: u64,
+    pub free_inodes: u64,
+    /// What this directory's filesystem must have free (summed over the directories on it).
+    pub need_bytes: u64,
+    pub need_inodes: u64,
+    /// Empty when `ok`; otherwise why the directory was refused.
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReceivingChecks {
+    pub checks: Vec<DirCheck>,
+    pub ok: bool,
+}
+
+/// An asset's SHA-256, recomputed on the receiving node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AssetChecked {
+    pub name: String,
+    pub kind: crate::state::asset::AssetKind,
+    pub expected: Sha256Digest,
+    pub observed: Option<Sha256Digest>,
+    pub ok: bool,
+    pub reason: String,
+}
+
+/// The private checkout: cloned from the source asset, independent of it, at the pinned commit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckoutPrepared {
+    pub commit: String,
+    /// What `HEAD` resolved to after the clone.
+    pub head: String,
+    pub object_files: u64,
+    /// Object files with more than one link (a hardlink into anything else).
+    pub hardlinked_files: u64,
+    pub shares_asset_inode: bool,
+    pub alternates: bool,
+    pub fsck_ok: bool,
+    pub ok: bool,
+    pub took_ms: u64,
+}
+
+/// The supervisor refused to start the payload.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreflightRefused {
+    /// `directories`, `assets`, `checkout` or `start`.
+    pub stage: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenFileHolder {
+    pub pid: u32,
+    pub command: String,
+    pub path: String,
+}
+
+/// After the payload: did every writer let go of the worker's files?
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WritersQuiesced {
+    pub quiet: bool,
+    pub waited_ms: u64,
+    /// Who still held files open when the wait ended (at most a few).
+    pub holders: Vec<OpenFileHolder>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileDigest {
+    /// Relative to the native-state directory.
+    pub path: String,
+    pub bytes: u64,
+    pub sha256: Sha256Digest,
+}
+
+/// The native-state files and their SHA-256. The full list is also in the evidence
+/// (`native-state.sha256`); the event lists at most a bounded number of them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NativeStateHashed {
+    pub files: Vec<FileDigest>,
+    pub total_files: u64,
+    pub total_bytes: u64,
+    /// SHA-256 of the full listing (`<sha256>  <path>\n` lines, sorted by path).
+    pub listing_sha256: Sha256Digest,
+    /// False when the walk stopped at its bound or its time budget.
+    pub complete: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogCheck {
+    pub path: String,
+    pub bytes: u64,
+    pub records: u64,
+    /// Bytes after the last record separator: 0 for a log that ends on a record boundary.
+    pub trailing_bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppendOnlyLogsChecked {
+    pub glob: String,
+    pub logs: Vec<LogCheck>,
+    pub ok: bool,
+}
+
+/// About to publish into a temporary directory that is renamed into place when complete.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublicationStarted {
+    pub dir: String,
+    pub temp_dir: String,
+    pub timeout_s: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Published {
+    pub dir: String,
+    pub manifest_sha256: Sha256Digest,
+    pub files: u64,
+    pub bytes: u64,
+    /// Commits the worker made on top of the pinned commit (in `workspace.bundle`).
+    pub commits: u64,
+    pub patch_bytes: u64,
+    pub took_ms: u64,
+}
+
+/// The publication overran its timeout: stopped, its temporary directory removed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublicationTimedOut {
+    pub timeout_s: u32,
+    pub took_ms: u64,
+    /// What it was doing when time ran out.
+    pub stage: String,
+    pub temp_removed: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublicationFailed {
+    pub reason: String,
+    pub temp_removed: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CleanupStarted {
+    pub remove: Vec<String>,
+    pub keep: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CleanedUp {
+    pub removed: Vec<String>,
+    pub kept: Vec<String>,
+    /// `sealed`, `crash_class_partial` or `empty`.
+    pub state_class: String,
+    pub reason: String,
+    pub errors: Vec<String>,
+}
+
+/// The supervisor's last word.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SupervisorFinished {
+    /// `completed`, `interrupted` or `refused`.
+    pub outcome: String,
+    pub exit_code: i32,
 }

@@ -1,6 +1,13 @@
 //! The on-node side of a worker: the supervisor that runs inside the worker's job step.
 
+pub mod checkout;
+pub mod cleanup;
 pub mod dirs;
 pub mod events;
+pub mod files;
+pub mod git;
+pub mod preflight;
+pub mod publish;
 pub mod report;
+pub mod settle;
 pub mod supervisor;

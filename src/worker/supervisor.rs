@@ -1,19 +1,28 @@
-//! `dispatch worker run`: runs the payload in its own process group inside the step, keeps the
-//! early-shutdown deadline (SIGTERM, then SIGKILL after a grace) and records in the worker's own
-//! journal where it ran and how the payload ended.
+//! `dispatch worker run`: the worker's life inside its step. Before the payload: receiving-node
+//! checks of the worker's directories, every asset's SHA-256, the private checkout. The payload
+//! runs in its own process group with the worker's directories in its environment; at the
+//! early-shutdown deadline it gets SIGTERM, then SIGKILL after a grace. After it: writer
+//! quiescence, native-state hashes, append-only log check, publication within its timeout,
+//! step-scoped cleanup. Every step is recorded, before and after, in the worker's own journal
+//! (`<evidence>/journal/`).
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
+use super::dirs::WorkerDirs;
 use super::events::*;
+use super::preflight::{self, LocalAsset, OwnerLock};
+use super::{checkout, cleanup, publish, settle};
 use crate::event::{Event, Micros};
 use crate::failpoint;
 use crate::journal::{JournalError, Options, Writer};
+use crate::policy::node::{self, AfterPayload, StateClass};
+use crate::state::asset::AssetKind;
 
 /// How often the supervisor looks at the payload and the clock.
 const POLL: Duration = Duration::from_millis(50);
@@ -25,6 +34,23 @@ pub struct RunSpec {
     pub deadline: Micros,
     pub grace_s: u32,
     pub command: Vec<String>,
+    /// The worker's private directories and what to do around the payload. Without it the
+    /// supervisor only runs and records the payload (evidence-only mode).
+    pub node: Option<NodeSpec>,
+}
+
+#[derive(Clone, Debug)]
+pub struct NodeSpec {
+    pub dirs: WorkerDirs,
+    pub pool: Option<String>,
+    pub worker: String,
+    /// `<state-dir>/pools/<pool>/published` (or `<state-dir>/jobs/published`).
+    pub publish_dir: Option<PathBuf>,
+    pub assets: Vec<LocalAsset>,
+    pub publication_timeout_s: u32,
+    pub native_state_s: u32,
+    pub cleanup_s: u32,
+    pub append_only_glob: String,
 }
 
 pub fn journal_dir(evidence_dir: &Path) -> PathBuf {
@@ -83,42 +109,146 @@ pub enum SupervisorError {
     NoCommand,
 }
 
-/// Run the payload to its end. Returns the exit code the supervisor should exit with: the
-/// payload's code, or 128 + the signal that ended it.
-pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
-    if spec.command.is_empty() {
-        return Err(SupervisorError::NoCommand);
-    }
-    let journal = Writer::open(&journal_dir(&spec.evidence_dir), Options::default())?;
-    install_stop_handlers();
-    journal.append_one(Event::SupervisorStarted(SupervisorStarted {
-        submission_id: spec.submission_id,
-        job_id: env_number("SLURM_JOB_ID"),
-        step_id: env_number("SLURM_STEP_ID"),
-        node: std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| crate::event::current_host()),
-        cpu_set: cpu_set(),
-        deadline: spec.deadline,
-        grace_s: spec.grace_s,
-        command: spec.command.clone(),
+/// Why the payload was not started.
+struct Refused {
+    stage: &'static str,
+    reason: String,
+}
+
+/// Everything before the payload, recorded as it goes. On success returns the owner lock,
+/// which must be held until the worker is done.
+fn prepare(
+    journal: &Writer,
+    submission_id: Uuid,
+    n: &NodeSpec,
+) -> Result<Result<OwnerLock, Refused>, JournalError> {
+    journal.append_one(Event::SupervisorPlan(SupervisorPlan {
+        pool: n.pool.clone(),
+        worker: n.worker.clone(),
+        dirs: ["checkout", "runtime", "cache", "state", "evidence"]
+            .into_iter()
+            .zip(n.dirs.all())
+            .map(|(role, p)| NamedPath {
+                role: role.to_owned(),
+                path: p.display().to_string(),
+            })
+            .collect(),
+        publish_dir: n.publish_dir.as_ref().map(|p| p.display().to_string()),
+        assets: n.assets.iter().map(|a| a.record.clone()).collect(),
+        publication_timeout_s: n.publication_timeout_s,
+        native_state_s: n.native_state_s,
+        cleanup_s: n.cleanup_s,
+        append_only_glob: n.append_only_glob.clone(),
     }))?;
+    let source = preflight::source_of(&n.assets);
+    let (checks, lock) = preflight::check_dirs(
+        &n.worker,
+        submission_id,
+        &n.dirs,
+        n.publish_dir.as_deref(),
+        source.map(|s| &s.record),
+    );
+    let refusal = checks
+        .checks
+        .iter()
+        .filter(|c| !c.ok)
+        .map(|c| format!("{} ({}): {}", c.role, c.path, c.reason))
+        .collect::<Vec<_>>()
+        .join("; ");
+    journal.append_one(Event::ReceivingChecks(checks))?;
+    let Some(lock) = lock else {
+        return Ok(Err(Refused {
+            stage: "directories",
+            reason: refusal,
+        }));
+    };
+    failpoint::hit("supervisor-before-asset-check");
+    let mut bad = Vec::new();
+    for a in &n.assets {
+        let checked = preflight::check_asset(a);
+        if !checked.ok {
+            bad.push(format!("asset {}: {}", checked.name, checked.reason));
+        }
+        journal.append_one(Event::AssetChecked(checked))?;
+    }
+    if !bad.is_empty() {
+        return Ok(Err(Refused {
+            stage: "assets",
+            reason: bad.join("; "),
+        }));
+    }
+    if let Some(source) = source {
+        failpoint::hit("supervisor-before-checkout");
+        let deadline = Instant::now() + CHECKOUT_TIMEOUT;
+        let (rec, verdict) = checkout::prepare(source, &n.dirs.checkout, deadline);
+        journal.append_one(Event::CheckoutPrepared(rec))?;
+        if let Err(reason) = verdict {
+            return Ok(Err(Refused {
+                stage: "checkout",
+                reason,
+            }));
+        }
+    }
+    Ok(Ok(lock))
+}
+
+/// How long cloning and verifying the checkout may take.
+const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// The environment the payload gets: the worker's own directories, and nothing of another's.
+fn payload_env(cmd: &mut Command, spec: &RunSpec) {
+    cmd.env("DISPATCH_DEADLINE", spec.deadline.secs().to_string())
+        .env("DISPATCH_EVIDENCE_DIR", &spec.evidence_dir);
+    match &spec.node {
+        Some(n) => {
+            cmd.env("DISPATCH_WORKSPACE", &n.dirs.checkout)
+                .env("DISPATCH_RUNTIME_DIR", &n.dirs.runtime)
+                .env("DISPATCH_CACHE_DIR", &n.dirs.cache)
+                .env("DISPATCH_STATE_DIR", &n.dirs.state)
+                .current_dir(&n.dirs.checkout);
+            if let Some(image) = n.assets.iter().find(|a| a.record.kind == AssetKind::Image) {
+                cmd.env("DISPATCH_IMAGE", &image.path);
+            }
+        }
+        None => {
+            // Inherited values would name some other worker's (or the coordinator's) places.
+            for k in [
+                "DISPATCH_WORKSPACE",
+                "DISPATCH_RUNTIME_DIR",
+                "DISPATCH_CACHE_DIR",
+                "DISPATCH_STATE_DIR",
+                "DISPATCH_IMAGE",
+            ] {
+                cmd.env_remove(k);
+            }
+        }
+    }
+}
+
+/// How the payload ended, and whether it was interrupted.
+struct Ended {
+    exited: PayloadExited,
+}
+
+/// Start the payload and supervise it to its end.
+fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<Ended, JournalError> {
     failpoint::hit("supervisor-before-spawn");
-    let spawned = Command::new(&spec.command[0])
-        .args(&spec.command[1..])
+    let mut cmd = Command::new(&spec.command[0]);
+    cmd.args(&spec.command[1..])
         .process_group(0)
-        .stdin(Stdio::null())
-        .env("DISPATCH_DEADLINE", spec.deadline.secs().to_string())
-        .env("DISPATCH_EVIDENCE_DIR", &spec.evidence_dir)
-        .spawn();
-    let mut child = match spawned {
+        .stdin(Stdio::null());
+    payload_env(&mut cmd, spec);
+    let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("dispatch worker: cannot start {:?}: {e}", spec.command[0]);
-            journal.append_one(Event::PayloadExited(PayloadExited {
+            let exited = PayloadExited {
                 code: Some(127),
                 signal: None,
                 interrupted: false,
-            }))?;
-            return Ok(127);
+            };
+            journal.append_one(Event::PayloadExited(exited.clone()))?;
+            return Ok(Ended { exited });
         }
     };
     let pgid = child.id();
@@ -173,7 +303,152 @@ pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
     };
     failpoint::hit("supervisor-before-exit-record");
     journal.append_one(Event::PayloadExited(exited.clone()))?;
-    Ok(exited
-        .code
-        .unwrap_or_else(|| 128 + exited.signal.unwrap_or(0)))
+    Ok(Ended { exited })
+}
+
+/// After the payload: quiescence, hashes, logs, publication. Returns the state class (with its
+/// reason) and whether the work was published.
+fn settle_and_publish(
+    journal: &Writer,
+    spec: &RunSpec,
+    n: &NodeSpec,
+    ended: Option<&Ended>,
+) -> Result<((StateClass, String), bool), JournalError> {
+    let Some(ended) = ended else {
+        return Ok((
+            node::state_class(&AfterPayload {
+                payload_started: false,
+                interrupted: false,
+                quiet: true,
+                hashes_complete: true,
+                logs_whole: true,
+            }),
+            false,
+        ));
+    };
+    let started = Instant::now();
+    let budget = Duration::from_secs(u64::from(n.native_state_s));
+    // Half the native-state budget for writers to let go; hashing may use the rest.
+    let quiet = settle::wait_quiet(
+        &[
+            &n.dirs.checkout,
+            &n.dirs.runtime,
+            &n.dirs.cache,
+            &n.dirs.state,
+        ],
+        started + budget / 2,
+    );
+    let is_quiet = quiet.quiet;
+    journal.append_one(Event::WritersQuiesced(quiet))?;
+    let (hashed, logs) = settle::hash_state(
+        &n.dirs.state,
+        &spec.evidence_dir,
+        &n.append_only_glob,
+        started + budget,
+    );
+    let class = node::state_class(&AfterPayload {
+        payload_started: true,
+        interrupted: ended.exited.interrupted,
+        quiet: is_quiet,
+        hashes_complete: hashed.complete,
+        logs_whole: logs.ok,
+    });
+    journal.append(vec![
+        Event::NativeStateHashed(hashed),
+        Event::AppendOnlyLogsChecked(logs),
+    ])?;
+    let published = match &n.publish_dir {
+        Some(dir) => {
+            let pinned = preflight::source_of(&n.assets).and_then(|s| s.record.commit.as_deref());
+            publish::publish(
+                &publish::Request {
+                    worker: &n.worker,
+                    submission_id: spec.submission_id,
+                    dirs: &n.dirs,
+                    publish_dir: dir,
+                    pinned,
+                    timeout_s: n.publication_timeout_s,
+                },
+                journal,
+            )?
+            .published()
+        }
+        None => false,
+    };
+    Ok((class, published))
+}
+
+/// Run the worker to its end. Returns the exit code the supervisor should exit with: the
+/// payload's code, 128 + the signal that ended it, or 3 when the payload was refused.
+pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
+    if spec.command.is_empty() {
+        return Err(SupervisorError::NoCommand);
+    }
+    let journal = Writer::open(&journal_dir(&spec.evidence_dir), Options::default())?;
+    install_stop_handlers();
+    journal.append_one(Event::SupervisorStarted(SupervisorStarted {
+        submission_id: spec.submission_id,
+        job_id: env_number("SLURM_JOB_ID"),
+        step_id: env_number("SLURM_STEP_ID"),
+        node: std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| crate::event::current_host()),
+        cpu_set: cpu_set(),
+        deadline: spec.deadline,
+        grace_s: spec.grace_s,
+        command: spec.command.clone(),
+    }))?;
+    let mut prepared = match &spec.node {
+        Some(n) => prepare(&journal, spec.submission_id, n)?.map(Some),
+        None => Ok(None),
+    };
+    if prepared.is_ok() && (STOP_REQUESTED.load(Ordering::SeqCst) || Micros::now() >= spec.deadline)
+    {
+        prepared = Err(Refused {
+            stage: "start",
+            reason: "a stop was requested, or the early-shutdown deadline passed, before the \
+                     payload could start"
+                .to_owned(),
+        });
+    }
+    let (_lock, ended) = match prepared {
+        Ok(lock) => (lock, Some(run_payload(&journal, spec)?)),
+        Err(r) => {
+            eprintln!(
+                "dispatch worker: refused before the payload started ({}): {}",
+                r.stage, r.reason
+            );
+            journal.append_one(Event::PreflightRefused(PreflightRefused {
+                stage: r.stage.to_owned(),
+                reason: r.reason,
+            }))?;
+            (None, None)
+        }
+    };
+    if let Some(n) = &spec.node {
+        let ((class, reason), published) = settle_and_publish(&journal, spec, n, ended.as_ref())?;
+        let plan = node::cleanup_plan(ended.is_some(), published);
+        journal.append_one(Event::CleanupStarted(CleanupStarted {
+            remove: plan.remove.iter().map(|r| r.to_string()).collect(),
+            keep: plan.keep.iter().map(|r| r.to_string()).collect(),
+        }))?;
+        failpoint::hit("supervisor-before-cleanup");
+        let deadline = Instant::now() + Duration::from_secs(u64::from(n.cleanup_s));
+        let done = cleanup::run(&n.dirs, &plan, class, &reason, deadline);
+        journal.append_one(Event::CleanedUp(done))?;
+    }
+    let exited = ended.as_ref().map(|e| &e.exited);
+    let code = node::exit_code(
+        ended.is_none(),
+        exited.and_then(|e| e.code),
+        exited.and_then(|e| e.signal),
+    );
+    let outcome = match exited {
+        None => "refused",
+        Some(e) if e.interrupted => "interrupted",
+        Some(_) => "completed",
+    };
+    journal.append_one(Event::SupervisorFinished(SupervisorFinished {
+        outcome: outcome.to_owned(),
+        exit_code: code,
+    }))?;
+    Ok(code)
 }

@@ -1,0 +1,101 @@
+//! `dispatch asset …`: argument definitions and rendering.
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+
+use super::exit::{self, Failure};
+use super::output::print_json;
+use crate::ops::asset::{self as ops, AddRequest, AssetView};
+use crate::ops::context::Ctx;
+use crate::slurm::Scheduler;
+
+#[derive(Debug, Subcommand)]
+pub enum AssetCommand {
+    /// Make an immutable source asset: a git bundle of REPO's commit REV and its history
+    AddSource {
+        name: String,
+        repo: PathBuf,
+        /// The commit to pin (a branch, tag or commit; default HEAD)
+        #[arg(long)]
+        rev: Option<String>,
+    },
+    /// Make an immutable image asset (an Apptainer .sif, say) from a copy of FILE
+    AddImage { name: String, file: PathBuf },
+    /// List the assets, with their SHA-256 identities
+    List,
+    /// Recompute assets' SHA-256 (all, or the NAMEs given): exit 0 when all match, 1 when any
+    /// is changed, missing or unreadable
+    Verify { names: Vec<String> },
+}
+
+fn print_asset(a: &AssetView) {
+    println!(
+        "{:<20} {:<6} {:<8} {} {:>12} bytes{}",
+        a.name,
+        a.kind,
+        a.state,
+        a.sha256,
+        a.bytes,
+        a.commit
+            .as_deref()
+            .map(|c| format!("  commit {c}"))
+            .unwrap_or_default()
+    );
+}
+
+pub fn run<S: Scheduler>(cmd: &AssetCommand, ctx: &Ctx<S>, json: bool) -> Result<u8, Failure> {
+    let add = |name: &str, req: AddRequest| -> Result<u8, Failure> {
+        let a = ops::add(ctx, name, &req)?;
+        if json {
+            print_json(&a)?;
+        } else {
+            print_asset(&a);
+        }
+        Ok(exit::OK)
+    };
+    match cmd {
+        AssetCommand::AddSource { name, repo, rev } => add(
+            name,
+            AddRequest::Source {
+                repo: repo.clone(),
+                rev: rev.clone(),
+            },
+        ),
+        AssetCommand::AddImage { name, file } => {
+            add(name, AddRequest::Image { file: file.clone() })
+        }
+        AssetCommand::List => {
+            let r = ops::list(ctx)?;
+            if json {
+                print_json(&r)?;
+            } else if r.assets.is_empty() {
+                println!("no assets; add one with `dispatch asset add-source` or `add-image`");
+            } else {
+                r.assets.iter().for_each(print_asset);
+            }
+            Ok(exit::OK)
+        }
+        AssetCommand::Verify { names } => {
+            let r = ops::verify(ctx, names)?;
+            if json {
+                print_json(&r)?;
+            } else {
+                for v in &r.assets {
+                    println!("{:<20} {:<10} {}", v.name, v.status, v.file);
+                }
+            }
+            if r.ok {
+                Ok(exit::OK)
+            } else {
+                if !json {
+                    eprintln!(
+                        "dispatch: some assets do not match their recorded SHA-256; workers that \
+                         use them are refused on their node. Add a fresh asset under a new name"
+                    );
+                }
+                Ok(exit::FAILED)
+            }
+        }
+    }
+}

@@ -1,0 +1,443 @@
+//! `dispatch asset add-source|add-image|list|verify`.
+//!
+//! An asset's file is built under a temporary name outside the journal lock (a large image
+//! can take a while), hashed, and made read-only. Then, with the lock held: check the name →
+//! `AssetAddIntent` (naming the identity) → rename into `assets/<sha256>.<ext>` →
+//! `AssetAdded`. Because intent and outcome are written under one lock hold, an intent without
+//! outcome found under the lock belongs to a dead process and is marked failed.
+
+use std::ffi::OsStr;
+use std::io::{BufRead, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::context::Ctx;
+use super::error::OpError;
+use crate::event::{Event, Sha256Digest};
+use crate::failpoint;
+use crate::journal::JournalError;
+use crate::policy::asset::{self as policy, AssetRefusal};
+use crate::slurm::Scheduler;
+use crate::state::asset::*;
+use crate::worker::dirs::check_name;
+use crate::worker::files::{self, FileError};
+use crate::worker::git::{self, Out};
+
+/// How long git may take to build a source asset.
+pub const GIT_TIMEOUT: Duration = Duration::from_secs(3600);
+const TMP_PREFIX: &str = ".tmp-";
+
+pub fn assets_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("assets")
+}
+
+#[derive(Debug, Serialize)]
+pub struct AssetView {
+    pub name: String,
+    pub kind: &'static str,
+    pub state: &'static str,
+    pub sha256: String,
+    pub bytes: u64,
+    pub file: String,
+    pub commit: Option<String>,
+    pub tree_files: Option<u64>,
+    pub tree_bytes: Option<u64>,
+    pub origin: String,
+    pub rev: Option<String>,
+    pub added_at: String,
+}
+
+impl AssetView {
+    fn of(state_dir: &Path, a: &Asset) -> AssetView {
+        AssetView {
+            name: a.record.name.clone(),
+            kind: a.record.kind.as_str(),
+            state: a.state.as_str(),
+            sha256: hex::encode(a.record.sha256.0),
+            bytes: a.record.bytes,
+            file: state_dir.join(&a.record.file).display().to_string(),
+            commit: a.record.commit.clone(),
+            tree_files: a.record.tree_files,
+            tree_bytes: a.record.tree_bytes,
+            origin: a.origin.clone(),
+            rev: a.rev.clone(),
+            added_at: a.added_at.to_rfc3339(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct AssetList {
+    pub assets: Vec<AssetView>,
+}
+
+/// What an add was asked for.
+#[derive(Clone, Debug)]
+pub enum AddRequest {
+    Source { repo: PathBuf, rev: Option<String> },
+    Image { file: PathBuf },
+}
+
+fn failed(name: &str, what: impl std::fmt::Display) -> OpError {
+    OpError::Failed(format!(
+        "asset {name:?}: {what}; nothing was added. Fix that and run the same command again"
+    ))
+}
+
+fn file_failed(name: &str) -> impl FnOnce(FileError) -> OpError + '_ {
+    move |e| failed(name, e)
+}
+
+/// Temporary files of adds whose process is gone: nothing can finish them.
+fn sweep_dead_temps(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix(TMP_PREFIX)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// Removes the temporary file unless it was put in place.
+struct Temp(Option<PathBuf>);
+
+impl Drop for Temp {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// A source asset's file: a git bundle (format v2, or v3 for SHA-256 repositories) whose one
+/// ref, `HEAD`, is the pinned commit, holding that commit and its whole history. Written by
+/// hand around `git pack-objects`, because `git bundle create` only bundles refs, and
+/// creating a ref would change the user's repository.
+fn build_source(
+    repo: &Path,
+    rev: &str,
+    tmp: &Path,
+    name: &str,
+) -> Result<(String, u64, u64), OpError> {
+    let deadline = Instant::now() + GIT_TIMEOUT;
+    let fail = |e: git::GitError| failed(name, e);
+    let commit_rev = format!("{rev}^{{commit}}");
+    let commit = git::line(
+        Some(repo),
+        &["rev-parse", "--verify", "--end-of-options", &commit_rev],
+        deadline,
+    )
+    .map_err(fail)?;
+    if !git::is_object_id(&commit) {
+        return Err(failed(name, format!("{rev:?} did not resolve to a commit")));
+    }
+    let format = git::line(Some(repo), &["rev-parse", "--show-object-format"], deadline)
+        .unwrap_or_else(|_| "sha1".to_owned());
+    let header = if format == "sha1" {
+        format!("# v2 git bundle\n{commit} HEAD\n\n")
+    } else {
+        format!("# v3 git bundle\n@object-format={format}\n{commit} HEAD\n\n")
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(tmp)
+        .map_err(|e| failed(name, format!("create {}: {e}", tmp.display())))?;
+    f.write_all(header.as_bytes())
+        .and_then(|()| f.flush())
+        .map_err(|e| failed(name, format!("write {}: {e}", tmp.display())))?;
+    let input = format!("{commit}\n");
+    git::run(
+        Some(repo),
+        &["pack-objects", "--stdout", "--revs", "-q"].map(OsStr::new),
+        &[],
+        Some(input.as_bytes()),
+        Out::File(f),
+        deadline,
+    )
+    .map_err(fail)?;
+    git::run(
+        Some(repo),
+        &[
+            OsStr::new("bundle"),
+            OsStr::new("verify"),
+            OsStr::new("-q"),
+            tmp.as_os_str(),
+        ],
+        &[],
+        None,
+        Out::Capture,
+        deadline,
+    )
+    .map_err(fail)?;
+    // What a checkout of it needs: the pinned tree's files and bytes.
+    let listing = tmp.with_extension("tree");
+    let _listing_guard = Temp(Some(listing.clone()));
+    let out = std::fs::File::create(&listing)
+        .map_err(|e| failed(name, format!("create {}: {e}", listing.display())))?;
+    git::run(
+        Some(repo),
+        &["ls-tree", "-r", "-l", "--full-tree", &commit].map(OsStr::new),
+        &[],
+        None,
+        Out::File(out),
+        deadline,
+    )
+    .map_err(fail)?;
+    let (mut files, mut bytes) = (0u64, 0u64);
+    let reader = std::io::BufReader::new(
+        std::fs::File::open(&listing)
+            .map_err(|e| failed(name, format!("read {}: {e}", listing.display())))?,
+    );
+    for line in reader.split(b'\n') {
+        let line = line.map_err(|e| failed(name, format!("read the tree listing: {e}")))?;
+        // `<mode> <type> <object> <size>\t<path>`; a submodule's size is `-`.
+        let meta = line.split(|b| *b == b'\t').next().unwrap_or_default();
+        let size = meta
+            .split(|b| *b == b' ')
+            .filter(|f| !f.is_empty())
+            .nth(3)
+            .and_then(|s| std::str::from_utf8(s).ok())
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(0);
+        files += 1;
+        bytes = bytes.saturating_add(size);
+    }
+    Ok((commit, files, bytes))
+}
+
+pub fn add<S: Scheduler>(ctx: &Ctx<S>, name: &str, req: &AddRequest) -> Result<AssetView, OpError> {
+    check_name("asset", name).map_err(OpError::Usage)?;
+    // A cheap early refusal before building anything; the binding check that counts runs
+    // again under the lock.
+    match ctx.load() {
+        Ok(loaded) => {
+            policy::check_add(&loaded.state.assets, name)?;
+        }
+        Err(OpError::Journal(JournalError::Missing(_))) => {}
+        Err(e) => return Err(e),
+    }
+    crate::statedir::prepare(&ctx.state_dir).map_err(|e| OpError::Failed(e.to_string()))?;
+    let dir = assets_dir(&ctx.state_dir);
+    crate::journal::writer::create_private_dir(&dir)?;
+    sweep_dead_temps(&dir);
+    let tmp = dir.join(format!(
+        "{TMP_PREFIX}{}-{}",
+        std::process::id(),
+        Uuid::new_v4().simple()
+    ));
+    let mut guard = Temp(Some(tmp.clone()));
+    let (kind, origin, rev, commit, tree, ext) = match req {
+        AddRequest::Source { repo, rev } => {
+            let r = rev.clone().unwrap_or_else(|| "HEAD".to_owned());
+            let (commit, files, bytes) = build_source(repo, &r, &tmp, name)?;
+            let origin = std::fs::canonicalize(repo).unwrap_or_else(|_| repo.clone());
+            (
+                AssetKind::Source,
+                origin,
+                Some(r),
+                Some(commit),
+                Some((files, bytes)),
+                "bundle",
+            )
+        }
+        AddRequest::Image { file } => {
+            files::copy_file(file, &tmp, None, || {}).map_err(file_failed(name))?;
+            let origin = std::fs::canonicalize(file).unwrap_or_else(|_| file.clone());
+            (AssetKind::Image, origin, None, None, None, "image")
+        }
+    };
+    let (sha256, bytes) = files::hash_file(&tmp, None, |_| {}).map_err(file_failed(name))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o444))
+        .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
+        .map_err(|e| failed(name, format!("seal {}: {e}", tmp.display())))?;
+    let rel = format!("assets/{}.{ext}", hex::encode(sha256.0));
+    let record = AssetRecord {
+        name: name.to_owned(),
+        kind,
+        sha256,
+        bytes,
+        file: rel.clone(),
+        commit,
+        tree_files: tree.map(|t| t.0),
+        tree_bytes: tree.map(|t| t.1),
+    };
+
+    let (writer, loaded) = ctx.lock_and_load()?;
+    let plan = policy::check_add(&loaded.state.assets, name)?;
+    let mut events = Vec::new();
+    if plan.abandon_pending {
+        events.push(Event::AssetAddFailed(AssetAddFailed {
+            name: name.to_owned(),
+            reason: "the process adding it stopped between its intent and its outcome".to_owned(),
+        }));
+    }
+    events.push(Event::AssetAddIntent(AssetAddIntent {
+        asset: record.clone(),
+        origin: origin.display().to_string(),
+        rev: rev.clone(),
+    }));
+    writer.append(events)?;
+    failpoint::hit("asset-add-after-intent");
+    let target = ctx.state_dir.join(&rel);
+    let placed = place(&tmp, &target, &sha256);
+    if let Err(why) = placed {
+        writer.append_one(Event::AssetAddFailed(AssetAddFailed {
+            name: name.to_owned(),
+            reason: why.clone(),
+        }))?;
+        return Err(failed(name, why));
+    }
+    guard.0 = None;
+    failpoint::hit("asset-add-before-record");
+    writer.append_one(Event::AssetAdded(AssetAdded {
+        name: name.to_owned(),
+        sha256,
+    }))?;
+    drop(writer);
+    let asset = Asset {
+        record,
+        origin: origin.display().to_string(),
+        rev,
+        state: AssetState::Ready,
+        added_at: crate::event::Micros::now(),
+    };
+    Ok(AssetView::of(&ctx.state_dir, &asset))
+}
+
+/// Put the prepared file in place. Files are named by content, so an existing file with the
+/// same name must already hold these bytes; if it does not, it was damaged and is left alone.
+fn place(tmp: &Path, target: &Path, sha256: &Sha256Digest) -> Result<(), String> {
+    match std::fs::symlink_metadata(target) {
+        Ok(_) => {
+            let (existing, _) =
+                files::hash_file(target, None, |_| {}).map_err(|e| e.to_string())?;
+            if existing != *sha256 {
+                return Err(format!(
+                    "{} exists with other contents (sha256 {}); run `dispatch asset verify`",
+                    target.display(),
+                    hex::encode(existing.0)
+                ));
+            }
+            let _ = std::fs::remove_file(tmp);
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::rename(tmp, target)
+                .map_err(|e| format!("rename into {}: {e}", target.display()))?;
+            let dir = target.parent().expect("assets/<file> has a parent");
+            files::fsync_dir(dir).map_err(|e| e.to_string())
+        }
+        Err(e) => Err(format!("inspect {}: {e}", target.display())),
+    }
+}
+
+pub fn list<S: Scheduler>(ctx: &Ctx<S>) -> Result<AssetList, OpError> {
+    let assets = match ctx.load() {
+        Ok(loaded) => loaded
+            .state
+            .assets
+            .by_name
+            .values()
+            .map(|a| AssetView::of(&ctx.state_dir, a))
+            .collect(),
+        Err(OpError::Journal(JournalError::Missing(_))) => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    Ok(AssetList { assets })
+}
+
+#[derive(Debug, Serialize)]
+pub struct Verified {
+    pub name: String,
+    pub kind: &'static str,
+    pub file: String,
+    pub sha256: String,
+    /// `ok`, `mismatch`, `missing`, `not_a_file`, `unreadable` or `pending`.
+    pub status: &'static str,
+    pub observed_sha256: Option<String>,
+    /// Is the file still read-only, as dispatch left it?
+    pub read_only: Option<bool>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct VerifyReport {
+    pub ok: bool,
+    pub assets: Vec<Verified>,
+}
+
+/// Recompute every selected asset's SHA-256 (all when `names` is empty).
+pub fn verify<S: Scheduler>(ctx: &Ctx<S>, names: &[String]) -> Result<VerifyReport, OpError> {
+    let loaded = match ctx.load() {
+        Ok(l) => Some(l),
+        Err(OpError::Journal(JournalError::Missing(_))) => None,
+        Err(e) => return Err(e),
+    };
+    let all = loaded.as_ref().map(|l| &l.state.assets.by_name);
+    if let Some(missing) = names
+        .iter()
+        .find(|n| !all.is_some_and(|a| a.contains_key(*n)))
+    {
+        return Err(AssetRefusal::NoSuchAsset {
+            name: missing.clone(),
+        }
+        .into());
+    }
+    let mut out = Vec::new();
+    for a in all.into_iter().flat_map(|m| m.values()) {
+        if !names.is_empty() && !names.contains(&a.record.name) {
+            continue;
+        }
+        let path = ctx.state_dir.join(&a.record.file);
+        let mut v = Verified {
+            name: a.record.name.clone(),
+            kind: a.record.kind.as_str(),
+            file: path.display().to_string(),
+            sha256: hex::encode(a.record.sha256.0),
+            status: "ok",
+            observed_sha256: None,
+            read_only: None,
+        };
+        if a.state == AssetState::Pending {
+            v.status = "pending";
+            out.push(v);
+            continue;
+        }
+        match std::fs::symlink_metadata(&path) {
+            Err(_) => v.status = "missing",
+            Ok(m) if !m.file_type().is_file() => v.status = "not_a_file",
+            Ok(m) => {
+                v.read_only = Some(m.permissions().mode() & 0o222 == 0);
+                match files::hash_file(&path, None, |_| {}) {
+                    Ok((h, _)) => {
+                        v.observed_sha256 = Some(hex::encode(h.0));
+                        if h != a.record.sha256 {
+                            v.status = "mismatch";
+                        }
+                    }
+                    Err(_) => v.status = "unreadable",
+                }
+            }
+        }
+        out.push(v);
+    }
+    Ok(VerifyReport {
+        ok: out
+            .iter()
+            .all(|v| v.status == "ok" || v.status == "pending"),
+        assets: out,
+    })
+}

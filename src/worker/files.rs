@@ -1,0 +1,164 @@
+//! File helpers for the worker and for assets: streaming SHA-256, copies that are fsynced
+//! before they count, directory fsync, free space. Every loop checks its deadline between
+//! chunks, so a slow filesystem stops an operation at most one chunk late.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use sha2::{Digest, Sha256};
+
+use crate::event::Sha256Digest;
+
+/// The unit of reading, hashing and copying.
+pub const CHUNK: usize = 1 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("ran out of time")]
+    TimedOut,
+}
+
+pub fn io(path: &Path, what: &'static str) -> impl FnOnce(std::io::Error) -> FileError {
+    let path = path.to_owned();
+    move |source| FileError::Io { path, what, source }
+}
+
+fn check(deadline: Option<Instant>) -> Result<(), FileError> {
+    match deadline {
+        Some(d) if Instant::now() >= d => Err(FileError::TimedOut),
+        _ => Ok(()),
+    }
+}
+
+/// SHA-256 and length of a file's bytes; `inspect` sees every chunk (to find a log's last
+/// record separator in the same pass).
+pub fn hash_file(
+    path: &Path,
+    deadline: Option<Instant>,
+    mut inspect: impl FnMut(&[u8]),
+) -> Result<(Sha256Digest, u64), FileError> {
+    let mut f = File::open(path).map_err(io(path, "open"))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; CHUNK];
+    let mut total = 0u64;
+    loop {
+        check(deadline)?;
+        let n = f.read(&mut buf).map_err(io(path, "read"))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        inspect(&buf[..n]);
+        total += n as u64;
+    }
+    Ok((Sha256Digest(h.finalize().into()), total))
+}
+
+/// Copy `src` to a new file `dst` (which must not exist), owner-only, and fsync it. Returns
+/// the SHA-256 and length of the bytes written. `before_chunk` runs before each chunk.
+pub fn copy_file(
+    src: &Path,
+    dst: &Path,
+    deadline: Option<Instant>,
+    mut before_chunk: impl FnMut(),
+) -> Result<(Sha256Digest, u64), FileError> {
+    let mut from = File::open(src).map_err(io(src, "open"))?;
+    let mut to = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dst)
+        .map_err(io(dst, "create"))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; CHUNK];
+    let mut total = 0u64;
+    loop {
+        before_chunk();
+        check(deadline)?;
+        let n = from.read(&mut buf).map_err(io(src, "read"))?;
+        if n == 0 {
+            break;
+        }
+        to.write_all(&buf[..n]).map_err(io(dst, "write"))?;
+        h.update(&buf[..n]);
+        total += n as u64;
+    }
+    to.sync_all().map_err(io(dst, "fsync"))?;
+    Ok((Sha256Digest(h.finalize().into()), total))
+}
+
+/// Write `bytes` to a new file and fsync it.
+pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), FileError> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(io(path, "create"))?;
+    f.write_all(bytes).map_err(io(path, "write"))?;
+    f.sync_all().map_err(io(path, "fsync"))
+}
+
+pub fn fsync_dir(dir: &Path) -> Result<(), FileError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir, "fsync directory"))
+}
+
+/// The filesystem holding `path`: its id (`st_dev`) and what an unprivileged writer has free.
+pub fn space(path: &Path) -> std::io::Result<(u64, u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path)?.dev();
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: statvfs is plain data, zeroed, and the kernel fills it; `c` is NUL-terminated.
+    let s = unsafe {
+        let mut s: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut s) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        s
+    };
+    let free_bytes = u64::from(s.f_bavail).saturating_mul(u64::from(s.f_frsize));
+    Ok((dev, free_bytes, u64::from(s.f_favail)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_hashes_what_it_writes_and_never_overwrites() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a"), d.path().join("b"));
+        std::fs::write(&a, vec![7u8; CHUNK + 3]).unwrap();
+        let (h1, n1) = hash_file(&a, None, |_| {}).unwrap();
+        let mut chunks = 0;
+        let (h2, n2) = copy_file(&a, &b, None, || chunks += 1).unwrap();
+        assert_eq!((h1, n1), (h2, n2));
+        assert_eq!(n1, CHUNK as u64 + 3);
+        assert_eq!(chunks, 3, "two chunks and the final empty read");
+        assert!(copy_file(&a, &b, None, || {}).is_err());
+        let past = Some(Instant::now());
+        assert!(matches!(
+            hash_file(&a, past, |_| {}),
+            Err(FileError::TimedOut)
+        ));
+    }
+
+    #[test]
+    fn space_reports_something() {
+        let (_, bytes, inodes) = space(Path::new("/")).unwrap();
+        assert!(bytes > 0 || inodes > 0);
+    }
+}

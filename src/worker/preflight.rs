@@ -1,0 +1,257 @@
+//! Receiving-node checks, before the payload starts: the worker's directories (exist or can
+//! be created, are real directories inside the worker's root, writable, with room, and not
+//! another worker's) and every asset's SHA-256. The decisions are `policy::node`'s; this
+//! module observes.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use fs2::FileExt;
+use uuid::Uuid;
+
+use super::dirs::WorkerDirs;
+use super::events::{AssetChecked, ReceivingChecks};
+use super::files;
+use crate::policy::node::{self, DirProbe, Need, OwnerSeen};
+use crate::state::asset::{AssetKind, AssetRecord};
+
+/// The file in a worker's root that names its submission; its `flock` is held by the live
+/// supervisor for the whole run.
+pub const OWNER_FILE: &str = ".owner";
+
+/// An asset as the supervisor receives it: its identity and where its file is on this node.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LocalAsset {
+    #[serde(flatten)]
+    pub record: AssetRecord,
+    pub path: PathBuf,
+}
+
+/// Holding this keeps the worker's root marked as in use by a live supervisor.
+#[derive(Debug)]
+pub struct OwnerLock {
+    _file: File,
+}
+
+/// Look at (and, if free, take) the root's owner file.
+fn claim_owner(root: &Path, submission_id: Uuid) -> (OwnerSeen, Option<OwnerLock>) {
+    let ours = submission_id.to_string();
+    let path = root.join(OWNER_FILE);
+    let Ok(mut f) = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+    else {
+        // Unreadable or uncreatable: the directory probes report why.
+        return (OwnerSeen::Free, None);
+    };
+    let live = FileExt::try_lock_exclusive(&f).is_err();
+    let mut text = String::new();
+    let _ = f.read_to_string(&mut text);
+    let recorded = text.trim().to_owned();
+    match (recorded.as_str(), live) {
+        ("", false) => {
+            let written = f
+                .set_len(0)
+                .and_then(|()| f.rewind())
+                .and_then(|()| f.write_all(ours.as_bytes()))
+                .and_then(|()| f.sync_all());
+            match written {
+                Ok(()) => (OwnerSeen::Free, Some(OwnerLock { _file: f })),
+                Err(_) => (OwnerSeen::Free, None),
+            }
+        }
+        (r, false) if r == ours => (OwnerSeen::Ours, Some(OwnerLock { _file: f })),
+        (r, true) if r == ours || r.is_empty() => (OwnerSeen::OursLive, None),
+        (r, live) => (
+            OwnerSeen::Other {
+                submission: r.to_owned(),
+                live,
+            },
+            None,
+        ),
+    }
+}
+
+fn probe_dir(role: &str, path: &Path, root: Option<&Path>, need: Need) -> DirProbe {
+    let mut p = DirProbe {
+        role: role.to_owned(),
+        path: path.display().to_string(),
+        problem: None,
+        inside_root: root.is_none(),
+        fs_id: 0,
+        free_bytes: 0,
+        free_inodes: 0,
+        need,
+    };
+    let created = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path);
+    if let Err(e) = created {
+        p.problem = Some(format!("{} cannot be created: {e}", path.display()));
+        return p;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            p.problem = Some(format!(
+                "{} is a symbolic link; worker directories must be real directories",
+                path.display()
+            ));
+            return p;
+        }
+        Ok(m) if !m.is_dir() => {
+            p.problem = Some(format!("{} is not a directory", path.display()));
+            return p;
+        }
+        Ok(m) if m.uid() != euid() => {
+            p.problem = Some(format!(
+                "{} belongs to uid {}, not to this user",
+                path.display(),
+                m.uid()
+            ));
+            return p;
+        }
+        Ok(_) => {}
+        Err(e) => {
+            p.problem = Some(format!("{} cannot be inspected: {e}", path.display()));
+            return p;
+        }
+    }
+    let probe = path.join(format!(".dispatch-probe-{}", std::process::id()));
+    let writable = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&probe)
+        .and_then(|mut f| f.write_all(b"x"))
+        .and_then(|()| std::fs::remove_file(&probe));
+    if let Err(e) = writable {
+        let _ = std::fs::remove_file(&probe);
+        p.problem = Some(format!("{} is not writable: {e}", path.display()));
+        return p;
+    }
+    let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    p.path = canonical.display().to_string();
+    if let Some(root) = root {
+        let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_owned());
+        p.inside_root = canonical.starts_with(&root) && canonical != root;
+    }
+    match files::space(&canonical) {
+        Ok((dev, bytes, inodes)) => {
+            p.fs_id = dev;
+            p.free_bytes = bytes;
+            p.free_inodes = inodes;
+        }
+        Err(e) => p.problem = Some(format!("free space of {}: {e}", path.display())),
+    }
+    p
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// Check the worker's directories (and the publication directory, for space and access).
+/// Returns the checks and, when they pass, the owner lock to hold until the worker is done.
+pub fn check_dirs(
+    worker: &str,
+    submission_id: Uuid,
+    dirs: &WorkerDirs,
+    publish_dir: Option<&Path>,
+    source: Option<&AssetRecord>,
+) -> (ReceivingChecks, Option<OwnerLock>) {
+    let root_made = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dirs.root);
+    let (owner, lock) = match root_made {
+        Ok(()) => claim_owner(&dirs.root, submission_id),
+        Err(_) => (OwnerSeen::Free, None),
+    };
+    let checkout_need = source.map_or(Need::default(), |s| {
+        node::checkout_need(
+            s.bytes,
+            s.tree_bytes.unwrap_or(0),
+            s.tree_files.unwrap_or(0),
+        )
+    });
+    let mut probes: Vec<DirProbe> = [
+        ("checkout", &dirs.checkout, checkout_need),
+        ("runtime", &dirs.runtime, Need::default()),
+        ("cache", &dirs.cache, Need::default()),
+        ("state", &dirs.state, Need::default()),
+        ("evidence", &dirs.evidence, Need::default()),
+    ]
+    .into_iter()
+    .map(|(role, path, need)| probe_dir(role, path, Some(&dirs.root), need))
+    .collect();
+    if let Some(p) = publish_dir {
+        probes.push(probe_dir("publication", p, None, Need::default()));
+    }
+    let mut checks = node::check_dirs(worker, &owner, &probes);
+    if lock.is_none() && checks.iter().all(|c| c.ok) {
+        checks.push(super::events::DirCheck {
+            role: "root".to_owned(),
+            path: dirs.root.display().to_string(),
+            ok: false,
+            free_bytes: 0,
+            free_inodes: 0,
+            need_bytes: 0,
+            need_inodes: 0,
+            reason: format!(
+                "cannot create or lock {}; check the directory's permissions",
+                dirs.root.join(OWNER_FILE).display()
+            ),
+        });
+    }
+    let ok = checks.iter().all(|c| c.ok);
+    let checks = ReceivingChecks { checks, ok };
+    (checks, if ok { lock } else { None })
+}
+
+/// Recompute an asset's SHA-256 on this node.
+pub fn check_asset(a: &LocalAsset) -> AssetChecked {
+    let mut c = AssetChecked {
+        name: a.record.name.clone(),
+        kind: a.record.kind,
+        expected: a.record.sha256,
+        observed: None,
+        ok: false,
+        reason: String::new(),
+    };
+    match std::fs::symlink_metadata(&a.path) {
+        Ok(m) if m.file_type().is_file() => match files::hash_file(&a.path, None, |_| {}) {
+            Ok((h, bytes)) => {
+                c.observed = Some(h);
+                c.ok = h == a.record.sha256 && bytes == a.record.bytes;
+                if !c.ok {
+                    c.reason = format!(
+                        "{} has sha256 {} ({bytes} bytes), not the recorded {} ({} bytes): \
+                         the shared asset was changed. Run `dispatch asset verify {}`",
+                        a.path.display(),
+                        hex::encode(h.0),
+                        hex::encode(a.record.sha256.0),
+                        a.record.bytes,
+                        a.record.name
+                    );
+                }
+            }
+            Err(e) => c.reason = e.to_string(),
+        },
+        Ok(_) => c.reason = format!("{} is not a regular file", a.path.display()),
+        Err(e) => c.reason = format!("{}: {e}", a.path.display()),
+    }
+    c
+}
+
+/// The source asset among `assets`, if there is one.
+pub fn source_of(assets: &[LocalAsset]) -> Option<&LocalAsset> {
+    assets.iter().find(|a| a.record.kind == AssetKind::Source)
+}

@@ -1,0 +1,419 @@
+//! Publication: the workspace (a git bundle of the worker's commits on top of the pinned
+//! commit, plus its uncommitted changes as a patch; a plain copy when there is no source
+//! asset) and the evidence, into `<published>/<worker>-<submission>/`, atomically: everything
+//! is written and fsynced in a temporary directory beside it, with a manifest of every file's
+//! SHA-256, then renamed into place and the parent fsynced. Past the timeout the work stops,
+//! the temporary directory is removed, and nothing half-published is ever visible.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use uuid::Uuid;
+
+use super::dirs::WorkerDirs;
+use super::events::*;
+use super::files::{self, FileError};
+use super::git::{self, GitError};
+use crate::event::{Event, Sha256Digest};
+use crate::failpoint;
+use crate::journal::{JournalError, Writer};
+use crate::policy::manifest::{Entry, Manifest, MANIFEST_NAME};
+
+/// The most files one publication copies.
+pub const MAX_PUBLISHED_FILES: u64 = 100_000;
+pub const BUNDLE_NAME: &str = "workspace.bundle";
+pub const PATCH_NAME: &str = "workspace.patch";
+
+pub fn published_name(worker: &str, submission_id: Uuid) -> String {
+    format!("{worker}-{submission_id}")
+}
+
+fn temp_prefix(worker: &str, submission_id: Uuid) -> String {
+    format!(".tmp-{worker}-{submission_id}-")
+}
+
+/// What to publish, and where.
+pub struct Request<'a> {
+    pub worker: &'a str,
+    pub submission_id: Uuid,
+    pub dirs: &'a WorkerDirs,
+    pub publish_dir: &'a Path,
+    /// The commit the checkout started from; `None` when the worker had no source asset.
+    pub pinned: Option<&'a str>,
+    pub timeout_s: u32,
+}
+
+/// How a publication ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Published(Published),
+    TimedOut(PublicationTimedOut),
+    Failed(PublicationFailed),
+}
+
+impl Outcome {
+    pub fn published(&self) -> bool {
+        matches!(self, Outcome::Published(_))
+    }
+}
+
+enum Stop {
+    TimedOut,
+    Failed(String),
+}
+
+impl From<FileError> for Stop {
+    fn from(e: FileError) -> Stop {
+        match e {
+            FileError::TimedOut => Stop::TimedOut,
+            other => Stop::Failed(other.to_string()),
+        }
+    }
+}
+
+impl From<GitError> for Stop {
+    fn from(e: GitError) -> Stop {
+        match e {
+            GitError::TimedOut { .. } => Stop::TimedOut,
+            other => Stop::Failed(other.to_string()),
+        }
+    }
+}
+
+/// The temporary directory as it fills.
+struct Staging {
+    temp: PathBuf,
+    deadline: Instant,
+    entries: Vec<Entry>,
+    /// Directories created inside `temp`, to fsync before the rename.
+    made: Vec<PathBuf>,
+    stage: &'static str,
+    bytes: u64,
+    commits: u64,
+    patch_bytes: u64,
+    head: Option<String>,
+}
+
+impl Staging {
+    fn check(&self) -> Result<(), Stop> {
+        if Instant::now() >= self.deadline {
+            return Err(Stop::TimedOut);
+        }
+        Ok(())
+    }
+
+    fn mkdir(&mut self, rel: &Path) -> Result<PathBuf, Stop> {
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = self.temp.join(rel);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(files::io(&dir, "create directory"))?;
+        self.made.push(dir.clone());
+        Ok(dir)
+    }
+
+    fn add(&mut self, rel: &Path, bytes: u64, sha256: Sha256Digest) -> Result<(), Stop> {
+        if self.entries.len() as u64 >= MAX_PUBLISHED_FILES {
+            return Err(Stop::Failed(format!(
+                "more than {MAX_PUBLISHED_FILES} files to publish"
+            )));
+        }
+        self.bytes += bytes;
+        self.entries.push(Entry {
+            path: rel.display().to_string(),
+            bytes,
+            sha256: hex::encode(sha256.0),
+        });
+        Ok(())
+    }
+
+    /// Hash a file git wrote into the temporary directory, and fsync it.
+    fn add_written(&mut self, rel: &Path) -> Result<u64, Stop> {
+        let path = self.temp.join(rel);
+        std::fs::File::open(&path)
+            .and_then(|f| f.sync_all())
+            .map_err(files::io(&path, "fsync"))?;
+        let (sha, bytes) = files::hash_file(&path, Some(self.deadline), |_| {})?;
+        self.add(rel, bytes, sha)?;
+        Ok(bytes)
+    }
+
+    /// Copy the regular files below `src` into `rel` (symlinks and special files are not
+    /// published: they are not content).
+    fn copy_tree(&mut self, src: &Path, rel: &Path) -> Result<(), Stop> {
+        self.mkdir(rel)?;
+        let mut stack = vec![PathBuf::new()];
+        while let Some(sub) = stack.pop() {
+            let from = src.join(&sub);
+            let entries = std::fs::read_dir(&from).map_err(files::io(&from, "read directory"))?;
+            for e in entries {
+                let e = e.map_err(files::io(&from, "read directory"))?;
+                let Ok(t) = e.file_type() else { continue };
+                let child = sub.join(e.file_name());
+                if t.is_dir() {
+                    self.mkdir(&rel.join(&child))?;
+                    stack.push(child);
+                } else if t.is_file() {
+                    self.check()?;
+                    failpoint::hit("supervisor-publish-copy");
+                    let to = self.temp.join(rel).join(&child);
+                    let (sha, bytes) =
+                        files::copy_file(&e.path(), &to, Some(self.deadline), || {})?;
+                    self.add(&rel.join(&child), bytes, sha)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The worker's commits on top of `pinned` as a bundle, and everything not committed
+    /// (untracked files included, ignored ones not) as a binary patch against `HEAD`.
+    fn workspace_from_git(
+        &mut self,
+        checkout: &Path,
+        pinned: &str,
+        scratch: &Path,
+    ) -> Result<(), Stop> {
+        let head = git::line(
+            Some(checkout),
+            &["rev-parse", "--verify", "HEAD^{commit}"],
+            self.deadline,
+        )?;
+        let range = format!("^{pinned}");
+        let count = git::line(
+            Some(checkout),
+            &["rev-list", "--count", "HEAD", "--branches", &range],
+            self.deadline,
+        )?;
+        self.commits = count.parse().unwrap_or(0);
+        self.head = Some(head);
+        if self.commits > 0 {
+            self.stage = "bundle";
+            let out = self.temp.join(BUNDLE_NAME);
+            git::run(
+                Some(checkout),
+                &[
+                    OsStr::new("bundle"),
+                    OsStr::new("create"),
+                    OsStr::new("-q"),
+                    out.as_os_str(),
+                    OsStr::new("HEAD"),
+                    OsStr::new("--branches"),
+                    OsStr::new(&range),
+                ],
+                &[],
+                None,
+                git::Out::Capture,
+                self.deadline,
+            )?;
+            self.add_written(Path::new(BUNDLE_NAME))?;
+        }
+        self.stage = "patch";
+        // A scratch index, so the checkout's own index (what the payload staged) is left as
+        // it was: the checkout stays the only copy of the work if publication fails.
+        let index = scratch.join(format!(".publish-index-{}", std::process::id()));
+        let _ = std::fs::remove_file(&index);
+        let own_index = checkout.join(".git/index");
+        if own_index.exists() {
+            std::fs::copy(&own_index, &index).map_err(files::io(&own_index, "copy"))?;
+        }
+        let env = [("GIT_INDEX_FILE", index.as_os_str())];
+        let result = (|| {
+            git::run(
+                Some(checkout),
+                &["add", "-A"].map(OsStr::new),
+                &env,
+                None,
+                git::Out::Capture,
+                self.deadline,
+            )?;
+            let patch = self.temp.join(PATCH_NAME);
+            let out = std::fs::File::create(&patch).map_err(files::io(&patch, "create"))?;
+            git::run(
+                Some(checkout),
+                &[
+                    "diff",
+                    "--cached",
+                    "--binary",
+                    "--no-color",
+                    "--no-ext-diff",
+                    "HEAD",
+                ]
+                .map(OsStr::new),
+                &env,
+                None,
+                git::Out::File(out),
+                self.deadline,
+            )?;
+            self.patch_bytes = self.add_written(Path::new(PATCH_NAME))?;
+            Ok(())
+        })();
+        let _ = std::fs::remove_file(&index);
+        result
+    }
+
+    fn seal(&mut self, req: &Request<'_>) -> Result<Sha256Digest, Stop> {
+        self.stage = "manifest";
+        let manifest = Manifest::new(
+            req.worker,
+            &req.submission_id.to_string(),
+            req.pinned.map(str::to_owned),
+            self.head.clone(),
+            std::mem::take(&mut self.entries),
+        );
+        let bytes = manifest.to_bytes();
+        files::write_new(&self.temp.join(MANIFEST_NAME), &bytes, 0o600)?;
+        self.entries = manifest.files;
+        // Deepest first, the temporary directory itself last.
+        self.made
+            .sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+        for d in self.made.clone() {
+            files::fsync_dir(&d)?;
+        }
+        files::fsync_dir(&self.temp)?;
+        use sha2::Digest;
+        Ok(Sha256Digest(sha2::Sha256::digest(&bytes).into()))
+    }
+}
+
+/// Publish, recording the start and the outcome in the worker journal.
+pub fn publish(req: &Request<'_>, journal: &Writer) -> Result<Outcome, JournalError> {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(u64::from(req.timeout_s));
+    let name = published_name(req.worker, req.submission_id);
+    let dir = req.publish_dir.join(&name);
+    let temp = req.publish_dir.join(format!(
+        "{}{}",
+        temp_prefix(req.worker, req.submission_id),
+        std::process::id()
+    ));
+    journal.append_one(Event::PublicationStarted(PublicationStarted {
+        dir: dir.display().to_string(),
+        temp_dir: temp.display().to_string(),
+        timeout_s: req.timeout_s,
+    }))?;
+    failpoint::hit("supervisor-publish-after-intent");
+    // Left by an earlier run of this same submission that died: it can never finish.
+    sweep_temps(req.publish_dir, req.worker, req.submission_id);
+    let mut s = Staging {
+        temp: temp.clone(),
+        deadline,
+        entries: Vec::new(),
+        made: Vec::new(),
+        stage: "workspace",
+        bytes: 0,
+        commits: 0,
+        patch_bytes: 0,
+        head: None,
+    };
+    let result = (|| {
+        if dir.exists() {
+            return Err(Stop::Failed(format!(
+                "{} already exists; a publication is never overwritten",
+                dir.display()
+            )));
+        }
+        std::fs::create_dir(&temp).map_err(files::io(&temp, "create directory"))?;
+        match req.pinned {
+            Some(pinned) => s.workspace_from_git(&req.dirs.checkout, pinned, &req.dirs.runtime)?,
+            None => s.copy_tree(&req.dirs.checkout, Path::new("workspace"))?,
+        }
+        s.stage = "evidence";
+        s.copy_tree(&req.dirs.evidence, Path::new("evidence"))?;
+        let manifest_sha256 = s.seal(req)?;
+        failpoint::hit("supervisor-publish-before-rename");
+        s.stage = "rename";
+        s.check()?;
+        std::fs::rename(&temp, &dir).map_err(files::io(&dir, "rename into place"))?;
+        files::fsync_dir(req.publish_dir)?;
+        Ok(manifest_sha256)
+    })();
+    let took_ms = started.elapsed().as_millis() as u64;
+    let outcome = match result {
+        Ok(manifest_sha256) => Outcome::Published(Published {
+            dir: dir.display().to_string(),
+            manifest_sha256,
+            files: s.entries.len() as u64,
+            bytes: s.bytes,
+            commits: s.commits,
+            patch_bytes: s.patch_bytes,
+            took_ms,
+        }),
+        Err(stop) => {
+            let temp_removed = match std::fs::remove_dir_all(&temp) {
+                Ok(()) => true,
+                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+            };
+            match stop {
+                Stop::TimedOut => Outcome::TimedOut(PublicationTimedOut {
+                    timeout_s: req.timeout_s,
+                    took_ms,
+                    stage: s.stage.to_owned(),
+                    temp_removed,
+                }),
+                Stop::Failed(reason) => Outcome::Failed(PublicationFailed {
+                    reason,
+                    temp_removed,
+                }),
+            }
+        }
+    };
+    journal.append_one(match &outcome {
+        Outcome::Published(p) => Event::Published(p.clone()),
+        Outcome::TimedOut(t) => Event::PublicationTimedOut(t.clone()),
+        Outcome::Failed(f) => Event::PublicationFailed(f.clone()),
+    })?;
+    Ok(outcome)
+}
+
+/// Remove the temporary directories a publication of this submission left behind (its
+/// supervisor was killed mid-way). Only safe once no supervisor of it can be running.
+pub fn sweep_temps(publish_dir: &Path, worker: &str, submission_id: Uuid) -> usize {
+    let prefix = temp_prefix(worker, submission_id);
+    let Ok(entries) = std::fs::read_dir(publish_dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .filter(|e| std::fs::remove_dir_all(e.path()).is_ok())
+        .count()
+}
+
+/// Check a published directory against its manifest: every file listed, none unlisted, every
+/// size and SHA-256 equal. Returns the manifest, or every difference found.
+pub fn verify_published(dir: &Path) -> Result<Manifest, Vec<String>> {
+    let bytes = std::fs::read(dir.join(MANIFEST_NAME))
+        .map_err(|e| vec![format!("{}: {e}", dir.join(MANIFEST_NAME).display())])?;
+    let manifest = Manifest::parse(&bytes).map_err(|e| vec![e.to_string()])?;
+    let mut present = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(sub) = stack.pop() {
+        let entries = std::fs::read_dir(dir.join(&sub))
+            .map_err(|e| vec![format!("{}: {e}", sub.display())])?;
+        for e in entries.flatten() {
+            let rel = sub.join(e.file_name());
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(rel),
+                _ if rel == Path::new(MANIFEST_NAME) => {}
+                _ => {
+                    let (sha, bytes) = files::hash_file(&e.path(), None, |_| {})
+                        .map_err(|err| vec![err.to_string()])?;
+                    present.push(Entry {
+                        path: rel.display().to_string(),
+                        bytes,
+                        sha256: hex::encode(sha.0),
+                    });
+                }
+            }
+        }
+    }
+    let diff = manifest.differences(present);
+    if diff.is_empty() {
+        Ok(manifest)
+    } else {
+        Err(diff)
+    }
+}
