@@ -17,12 +17,11 @@ use dispatch::journal::scan::Status;
 use dispatch::journal::segment::{self, SegmentHeader, SEGMENT_HEADER_LEN};
 use dispatch::journal::{self, frame, snapshot, JournalError, Options, Writer};
 use dispatch::ops::journal as ops;
+use dispatch::state::asset::*;
 use dispatch::state::jobs::*;
 use dispatch::state::pool::*;
 use dispatch::state::{ReduceError, State};
-use dispatch::worker::events::{
-    PayloadExited, PayloadStarted, ShutdownSignalled, SupervisorStarted,
-};
+use dispatch::worker::events::*;
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult, Testable};
 use uuid::Uuid;
 
@@ -82,6 +81,44 @@ fn allocation(g: &mut Gen) -> Allocation {
     }
 }
 
+fn digest(g: &mut Gen) -> Sha256Digest {
+    Sha256Digest(std::array::from_fn(|_| u8::arbitrary(g)))
+}
+
+fn asset_record(g: &mut Gen) -> AssetRecord {
+    AssetRecord {
+        name: text(g),
+        kind: if bool::arbitrary(g) {
+            AssetKind::Source
+        } else {
+            AssetKind::Image
+        },
+        sha256: digest(g),
+        bytes: u64::arbitrary(g),
+        file: text(g),
+        commit: Option::arbitrary(g),
+        tree_files: Option::arbitrary(g),
+        tree_bytes: Option::arbitrary(g),
+    }
+}
+
+fn dir_check(g: &mut Gen) -> DirCheck {
+    DirCheck {
+        role: text(g),
+        path: text(g),
+        ok: bool::arbitrary(g),
+        free_bytes: u64::arbitrary(g),
+        free_inodes: u64::arbitrary(g),
+        need_bytes: u64::arbitrary(g),
+        need_inodes: u64::arbitrary(g),
+        reason: text(g),
+    }
+}
+
+fn few<T>(g: &mut Gen, mut f: impl FnMut(&mut Gen) -> T) -> Vec<T> {
+    (0..usize::arbitrary(g) % 4).map(|_| f(g)).collect()
+}
+
 /// A body for each known kind. A kind added to `event.rs` without a generator here fails
 /// `generators_cover_every_known_kind`.
 fn known_event(code: u16, g: &mut Gen) -> Event {
@@ -94,7 +131,7 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
             segment: text(g),
             offset: u64::arbitrary(g),
             length: u64::arbitrary(g),
-            sha256: Sha256Digest(std::array::from_fn(|_| u8::arbitrary(g))),
+            sha256: digest(g),
             saved_as: text(g),
             reason: text(g),
         }),
@@ -183,6 +220,158 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
             code: Option::arbitrary(g),
             signal: Option::arbitrary(g),
             interrupted: bool::arbitrary(g),
+        }),
+        130 => Event::AssetAddIntent(AssetAddIntent {
+            asset: asset_record(g),
+            origin: text(g),
+            rev: Option::arbitrary(g),
+        }),
+        131 => Event::AssetAdded(AssetAdded {
+            name: text(g),
+            sha256: digest(g),
+        }),
+        132 => Event::AssetAddFailed(AssetAddFailed {
+            name: text(g),
+            reason: text(g),
+        }),
+        133 => Event::WorkerAssetsBound(WorkerAssetsBound {
+            submission_id: uuid(g),
+            assets: few(g, asset_record),
+        }),
+        134 => Event::WorkerReportIngested(WorkerReportIngested {
+            submission_id: uuid(g),
+            journal_id: uuid(g),
+            last_seq: u64::arbitrary(g),
+            head: digest(g),
+            preflight: Option::arbitrary(g),
+            publication: Option::arbitrary(g),
+            published_dir: Option::arbitrary(g),
+            manifest_sha256: if bool::arbitrary(g) {
+                Some(digest(g))
+            } else {
+                None
+            },
+            state_class: Option::arbitrary(g),
+            finished: Option::arbitrary(g),
+        }),
+        135 => Event::WorkerJournalDamaged(WorkerJournalDamaged {
+            submission_id: uuid(g),
+            status: text(g),
+            reason: text(g),
+        }),
+        154 => Event::SupervisorPlan(SupervisorPlan {
+            pool: Option::arbitrary(g),
+            worker: text(g),
+            dirs: few(g, |g| NamedPath {
+                role: text(g),
+                path: text(g),
+            }),
+            publish_dir: Option::arbitrary(g),
+            assets: few(g, asset_record),
+            publication_timeout_s: u32::arbitrary(g),
+            native_state_s: u32::arbitrary(g),
+            cleanup_s: u32::arbitrary(g),
+            append_only_glob: text(g),
+        }),
+        155 => Event::ReceivingChecks(ReceivingChecks {
+            checks: few(g, dir_check),
+            ok: bool::arbitrary(g),
+        }),
+        156 => Event::AssetChecked(AssetChecked {
+            name: text(g),
+            kind: asset_record(g).kind,
+            expected: digest(g),
+            observed: if bool::arbitrary(g) {
+                Some(digest(g))
+            } else {
+                None
+            },
+            ok: bool::arbitrary(g),
+            reason: text(g),
+        }),
+        157 => Event::CheckoutPrepared(CheckoutPrepared {
+            commit: text(g),
+            head: text(g),
+            object_files: u64::arbitrary(g),
+            hardlinked_files: u64::arbitrary(g),
+            shares_asset_inode: bool::arbitrary(g),
+            alternates: bool::arbitrary(g),
+            fsck_ok: bool::arbitrary(g),
+            ok: bool::arbitrary(g),
+            took_ms: u64::arbitrary(g),
+        }),
+        158 => Event::PreflightRefused(PreflightRefused {
+            stage: text(g),
+            reason: text(g),
+        }),
+        159 => Event::WritersQuiesced(WritersQuiesced {
+            quiet: bool::arbitrary(g),
+            waited_ms: u64::arbitrary(g),
+            holders: few(g, |g| OpenFileHolder {
+                pid: u32::arbitrary(g),
+                command: text(g),
+                path: text(g),
+            }),
+        }),
+        160 => Event::NativeStateHashed(NativeStateHashed {
+            files: few(g, |g| FileDigest {
+                path: text(g),
+                bytes: u64::arbitrary(g),
+                sha256: digest(g),
+            }),
+            total_files: u64::arbitrary(g),
+            total_bytes: u64::arbitrary(g),
+            listing_sha256: digest(g),
+            complete: bool::arbitrary(g),
+        }),
+        161 => Event::AppendOnlyLogsChecked(AppendOnlyLogsChecked {
+            glob: text(g),
+            logs: few(g, |g| LogCheck {
+                path: text(g),
+                bytes: u64::arbitrary(g),
+                records: u64::arbitrary(g),
+                trailing_bytes: u64::arbitrary(g),
+            }),
+            ok: bool::arbitrary(g),
+        }),
+        162 => Event::PublicationStarted(PublicationStarted {
+            dir: text(g),
+            temp_dir: text(g),
+            timeout_s: u32::arbitrary(g),
+        }),
+        163 => Event::Published(Published {
+            dir: text(g),
+            manifest_sha256: digest(g),
+            files: u64::arbitrary(g),
+            bytes: u64::arbitrary(g),
+            commits: u64::arbitrary(g),
+            patch_bytes: u64::arbitrary(g),
+            took_ms: u64::arbitrary(g),
+        }),
+        164 => Event::PublicationTimedOut(PublicationTimedOut {
+            timeout_s: u32::arbitrary(g),
+            took_ms: u64::arbitrary(g),
+            stage: text(g),
+            temp_removed: bool::arbitrary(g),
+        }),
+        165 => Event::PublicationFailed(PublicationFailed {
+            reason: text(g),
+            temp_removed: bool::arbitrary(g),
+        }),
+        166 => Event::CleanupStarted(CleanupStarted {
+            remove: Vec::arbitrary(g),
+            keep: Vec::arbitrary(g),
+        }),
+        167 => Event::CleanedUp(CleanedUp {
+            removed: Vec::arbitrary(g),
+            kept: Vec::arbitrary(g),
+            state_class: text(g),
+            reason: text(g),
+            errors: Vec::arbitrary(g),
+        }),
+        168 => Event::SupervisorFinished(SupervisorFinished {
+            outcome: text(g),
+            exit_code: i32::arbitrary(g),
         }),
         other => panic!("no generator for event kind {other}"),
     }

@@ -172,7 +172,12 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
                 reconcile::reconcile(ctx, pool.as_deref()).await?;
             }
             let loaded = ctx.load()?;
-            let r = ops::status_of(&loaded.state, pool.as_deref(), ctx.now())?;
+            let r = ops::status(
+                &loaded.state,
+                Some(&ctx.pools_dir()),
+                pool.as_deref(),
+                ctx.now(),
+            )?;
             if json {
                 print_json(&r)?;
             } else if r.pools.is_empty() {
@@ -201,6 +206,30 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
                             w.mem_mb,
                             w.submission_id
                         );
+                        let n = &w.node;
+                        if let Some(r) = &n.refusal {
+                            println!("      refused before the payload started: {r}");
+                        }
+                        if let Some(p) = &n.publication {
+                            println!(
+                                "      publication {}{}",
+                                p.outcome,
+                                p.dir
+                                    .as_deref()
+                                    .map(|d| format!(" in {d}"))
+                                    .unwrap_or_default()
+                            );
+                        }
+                        if let Some(c) = &n.state_class {
+                            println!("      native state {c}");
+                        }
+                        if let Some(j) = n.worker_journal.as_ref().filter(|j| j.reason.is_some()) {
+                            println!(
+                                "      worker journal {}: {}; not trusted",
+                                j.status,
+                                j.reason.as_deref().unwrap_or_default()
+                            );
+                        }
                     }
                 }
             }

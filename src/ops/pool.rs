@@ -15,8 +15,9 @@ use super::error::OpError;
 use super::facts::allocation_facts;
 use crate::event::{Event, Micros};
 use crate::failpoint;
-use crate::journal::Writer;
+use crate::journal::{JournalError, Writer};
 use crate::policy::asset::{self as asset_policy, FileSeen};
+use crate::policy::node as node_policy;
 use crate::policy::pool::{self as policy, AllocationFacts, Budgets, Refusal, WorkerAsk};
 use crate::slurm::{
     ActionError, Answer, JobId, JobName, MemoryMb, Scheduler, Signal, StepId, StepKind, StepRequest,
@@ -26,7 +27,7 @@ use crate::state::pool::*;
 use crate::state::State;
 use crate::worker::dirs::{check_name, WorkerDirs};
 use crate::worker::preflight::LocalAsset;
-use crate::worker::report;
+use crate::worker::{publish, report};
 
 /// How long `pool submit` looks for the new step before calling the outcome unknown.
 pub const STEP_DISCOVERY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -668,58 +669,113 @@ pub async fn stop_worker<S: Scheduler>(
              Run `dispatch reconcile` to resolve it"
         )));
     };
-    record_exit_if_reported(
+    ingest_worker_journal(
         &writer,
         &loaded.state,
         pool,
         submission_id,
         &ctx.pools_dir(),
+        true,
     )?;
     writer.append_one(Event::WorkerTerminal(WorkerTerminal {
         submission_id,
         proof,
     }))?;
+    sweep_publication(&ctx.pools_dir(), pool, w);
     report.state = WorkerState::Released.as_str();
     drop(writer);
     snapshot_quietly(&ctx.journal_dir());
     Ok(report)
 }
 
-/// Copy what the worker's own journal says about the payload's end into the pool journal.
-pub(crate) fn record_exit_if_reported(
+/// Read what a worker's own journal says and record what is new: how the payload ended
+/// (`WorkerExited`) and a summary anchored to the journal's chain (`WorkerReportIngested`).
+/// A damaged journal, or one that no longer extends what was ingested from it, is recorded as
+/// such (`WorkerJournalDamaged`) and never trusted again. `step_over`: the worker's step is
+/// proven over, so its supervisor can write nothing more.
+pub(crate) fn ingest_worker_journal(
     writer: &Writer,
     state: &State,
     pool: &str,
     submission_id: Uuid,
     pools_dir: &Path,
-) -> Result<bool, OpError> {
-    let already = state
+    step_over: bool,
+) -> Result<(), OpError> {
+    let Some(w) = state
         .pools
         .pools
         .get(pool)
         .and_then(|p| p.active.get(&submission_id))
-        .is_some_and(|w| w.state == WorkerState::Exited);
-    if already {
-        return Ok(false);
+    else {
+        return Ok(());
+    };
+    if w.journal_damage.is_some() {
+        return Ok(());
     }
     let dirs = WorkerDirs::new(pools_dir, pool, submission_id);
-    match report::read(&dirs.evidence) {
-        Ok(Some(r)) => {
-            if let Some(e) = r.exited {
-                writer.append_one(Event::WorkerExited(WorkerExited {
-                    submission_id,
-                    code: e.code,
-                    signal: e.signal,
-                }))?;
-                return Ok(true);
-            }
-            Ok(false)
+    let r = match report::read_anchored(&dirs.evidence, w.report.as_ref().map(|r| r.last_seq)) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Ok(()),
+        Err(e @ (JournalError::Damaged { .. } | JournalError::Undecodable { .. })) => {
+            let status = match &e {
+                JournalError::Damaged { status, .. } => status.as_str(),
+                _ => "corrupt",
+            };
+            tracing::warn!("worker {} journal: {e}", w.name);
+            writer.append_one(Event::WorkerJournalDamaged(WorkerJournalDamaged {
+                submission_id,
+                status: status.to_owned(),
+                reason: e.to_string(),
+            }))?;
+            return Ok(());
         }
-        Ok(None) => Ok(false),
         Err(e) => {
-            tracing::warn!("worker journal of {submission_id}: {e}");
-            Ok(false)
+            tracing::warn!("worker {} journal cannot be read now: {e}", w.name);
+            return Ok(());
         }
+    };
+    let seen = node_policy::JournalSeen {
+        journal_id: r.journal_id,
+        last_seq: r.last_seq,
+        chain_at_ingested: r.chain_at_anchor,
+    };
+    let recorded = w
+        .report
+        .as_ref()
+        .map(|x| (x.journal_id.as_bytes(), x.last_seq, &x.head.0));
+    if let Err(reason) = node_policy::check_extends(recorded, &seen) {
+        writer.append_one(Event::WorkerJournalDamaged(WorkerJournalDamaged {
+            submission_id,
+            status: "rewritten".to_owned(),
+            reason,
+        }))?;
+        return Ok(());
+    }
+    let mut events = Vec::new();
+    if let (Some(e), false) = (&r.exited, w.state == WorkerState::Exited) {
+        events.push(Event::WorkerExited(WorkerExited {
+            submission_id,
+            code: e.code,
+            signal: e.signal,
+        }));
+    }
+    let ingested = r.ingested(submission_id, step_over);
+    if w.report.as_ref() != Some(&ingested) {
+        events.push(Event::WorkerReportIngested(ingested));
+    }
+    writer.append(events)?;
+    Ok(())
+}
+
+/// After a worker's step is proven over: temporary publication directories its supervisor
+/// left (it was killed mid-publication) can never complete; remove them.
+pub(crate) fn sweep_publication(pools_dir: &Path, pool: &str, w: &Worker) {
+    let n = publish::sweep_temps(&published_dir(pools_dir, pool), &w.name, w.submission_id);
+    if n > 0 {
+        tracing::info!(
+            "removed {n} unfinished publication(s) of worker {} (its step is over)",
+            w.name
+        );
     }
 }
 
@@ -753,10 +809,167 @@ pub struct WorkerView {
     pub step_id: Option<String>,
     pub exit_code: Option<i32>,
     pub exit_signal: Option<i32>,
+    #[serde(flatten)]
+    pub node: NodeView,
+}
+
+/// What the worker's own journal says, for `pool status`: from the journal as it is now when
+/// it can be trusted, else from what was last ingested from it.
+#[derive(Debug, Default, Serialize)]
+pub struct NodeView {
+    pub assets: Vec<AssetUseView>,
+    /// `{"status": "clean" | "torn_tail" | "corrupt" | "tampered" | "rewritten", "last_seq",
+    /// "head"}`; null when the supervisor has written nothing.
+    pub worker_journal: Option<WorkerJournalView>,
+    /// `passed` or `refused`, once the supervisor got that far.
+    pub preflight: Option<String>,
+    pub refusal: Option<String>,
+    pub publication: Option<PublicationView>,
+    /// `sealed`, `crash_class_partial` or `empty`.
+    pub state_class: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AssetUseView {
+    pub role: &'static str,
+    pub name: String,
+    pub sha256: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WorkerJournalView {
+    pub status: String,
+    pub last_seq: Option<u64>,
+    pub head: Option<String>,
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PublicationView {
+    /// `started`, `published`, `timed_out` or `failed`.
+    pub outcome: String,
+    pub dir: Option<String>,
+    pub manifest_sha256: Option<String>,
+    pub took_ms: Option<u64>,
+}
+
+impl NodeView {
+    fn from_ingested(r: &WorkerReportIngested) -> NodeView {
+        NodeView {
+            preflight: r.preflight.clone(),
+            publication: r.publication.as_ref().map(|outcome| PublicationView {
+                outcome: outcome.clone(),
+                dir: r.published_dir.clone(),
+                manifest_sha256: r.manifest_sha256.map(|h| hex::encode(h.0)),
+                took_ms: None,
+            }),
+            state_class: r.state_class.clone(),
+            worker_journal: Some(WorkerJournalView {
+                status: "ingested".to_owned(),
+                last_seq: Some(r.last_seq),
+                head: Some(hex::encode(r.head.0)),
+                reason: None,
+            }),
+            ..NodeView::default()
+        }
+    }
+
+    fn from_report(r: &report::WorkerReport, step_over: bool) -> NodeView {
+        let ingested = r.ingested(Uuid::nil(), step_over);
+        let mut v = NodeView::from_ingested(&ingested);
+        v.refusal = r.refused.as_ref().map(|x| x.reason.clone());
+        if let (Some(p), Some(report::Publication::Published(x))) =
+            (&mut v.publication, &r.publication)
+        {
+            p.took_ms = Some(x.took_ms);
+        }
+        if let (Some(p), Some(report::Publication::TimedOut(x))) =
+            (&mut v.publication, &r.publication)
+        {
+            p.took_ms = Some(x.took_ms);
+        }
+        v.worker_journal = Some(WorkerJournalView {
+            status: r.journal_status.map_or("clean", |s| s.as_str()).to_owned(),
+            last_seq: Some(r.last_seq),
+            head: r.head.clone(),
+            reason: None,
+        });
+        v
+    }
+
+    /// A journal that cannot be trusted: say so, and show only what was ingested before.
+    fn untrusted(w: &Worker, status: &str, reason: String) -> NodeView {
+        let mut v = w
+            .report
+            .as_ref()
+            .map(NodeView::from_ingested)
+            .unwrap_or_default();
+        v.worker_journal = Some(WorkerJournalView {
+            status: status.to_owned(),
+            last_seq: None,
+            head: None,
+            reason: Some(reason),
+        });
+        v
+    }
+}
+
+/// The node view of `w`: its journal read now (when `pools_dir` is given), checked against
+/// what was ingested from it before.
+fn node_view(pools_dir: Option<&Path>, pool: &str, w: &Worker) -> NodeView {
+    let mut v = if let Some(d) = &w.journal_damage {
+        NodeView::untrusted(w, &d.status, d.reason.clone())
+    } else {
+        let read = pools_dir.map(|dir| {
+            let dirs = WorkerDirs::new(dir, pool, w.submission_id);
+            report::read_anchored(&dirs.evidence, w.report.as_ref().map(|r| r.last_seq))
+        });
+        match read {
+            Some(Ok(Some(r))) => {
+                let seen = node_policy::JournalSeen {
+                    journal_id: r.journal_id,
+                    last_seq: r.last_seq,
+                    chain_at_ingested: r.chain_at_anchor,
+                };
+                let recorded = w
+                    .report
+                    .as_ref()
+                    .map(|x| (x.journal_id.as_bytes(), x.last_seq, &x.head.0));
+                match node_policy::check_extends(recorded, &seen) {
+                    Ok(()) => NodeView::from_report(&r, !w.state.holds_budget()),
+                    Err(reason) => NodeView::untrusted(w, "rewritten", reason),
+                }
+            }
+            Some(Err(JournalError::Damaged { status, damage, .. })) => NodeView::untrusted(
+                w,
+                status.as_str(),
+                format!(
+                    "{} at {} offset {}",
+                    damage.reason, damage.segment, damage.offset
+                ),
+            ),
+            Some(Err(e)) => NodeView::untrusted(w, "unreadable", e.to_string()),
+            Some(Ok(None)) | None => w
+                .report
+                .as_ref()
+                .map(NodeView::from_ingested)
+                .unwrap_or_default(),
+        }
+    };
+    v.assets = w
+        .assets
+        .iter()
+        .map(|a| AssetUseView {
+            role: a.kind.as_str(),
+            name: a.name.clone(),
+            sha256: hex::encode(a.sha256.0),
+        })
+        .collect();
+    v
 }
 
 impl WorkerView {
-    fn of(job: u64, w: &Worker) -> WorkerView {
+    fn of(job: u64, pools_dir: Option<&Path>, pool: &str, w: &Worker) -> WorkerView {
         WorkerView {
             name: w.name.clone(),
             submission_id: w.submission_id.to_string(),
@@ -766,12 +979,24 @@ impl WorkerView {
             step_id: w.step_id.map(|s| format!("{job}.{s}")),
             exit_code: w.exit_code,
             exit_signal: w.exit_signal,
+            node: node_view(pools_dir, pool, w),
         }
     }
 }
 
-/// The status of one pool or all, from state alone (no Slurm call).
+/// The status of one pool or all, from state alone (no Slurm call, no file read).
 pub fn status_of(state: &State, pool: Option<&str>, now: Micros) -> Result<StatusReport, OpError> {
+    status(state, None, pool, now)
+}
+
+/// The status of one pool or all: state, plus each worker's own journal read from
+/// `pools_dir` (no Slurm call, nothing written).
+pub fn status(
+    state: &State,
+    pools_dir: Option<&Path>,
+    pool: Option<&str>,
+    now: Micros,
+) -> Result<StatusReport, OpError> {
     if let Some(p) = pool {
         if !state.pools.pools.contains_key(p) {
             return Err(Refusal::NoPool { pool: p.to_owned() }.into());
@@ -785,9 +1010,9 @@ pub fn status_of(state: &State, pool: Option<&str>, now: Micros) -> Result<Statu
         .map(|p| {
             let (cpus, mem_mb) = p.reserved();
             let job = p.allocation.job_id;
-            let mut workers: Vec<WorkerView> =
-                p.active.values().map(|w| WorkerView::of(job, w)).collect();
-            workers.extend(p.finished.iter().map(|w| WorkerView::of(job, w)));
+            let view = |w: &Worker| WorkerView::of(job, pools_dir, &p.name, w);
+            let mut workers: Vec<WorkerView> = p.active.values().map(view).collect();
+            workers.extend(p.finished.iter().map(view));
             PoolView {
                 pool: p.name.clone(),
                 allocation: AllocationView::of(&p.allocation, Some(now)),

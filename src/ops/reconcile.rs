@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::context::{micros_to_local, snapshot_quietly, Ctx};
 use super::error::OpError;
-use super::pool::{record_exit_if_reported, step_name};
+use super::pool::{ingest_worker_journal, step_name, sweep_publication};
 use crate::event::Event;
 use crate::failpoint;
 use crate::policy::reconcile::{self, AcctStep, PoolObservation, WorkerObservation};
@@ -196,18 +196,20 @@ pub async fn reconcile<S: Scheduler>(
             }
             match v.terminal {
                 Some(proof) => {
-                    record_exit_if_reported(
+                    ingest_worker_journal(
                         &writer,
                         state,
                         &pool.name,
                         w.submission_id,
                         &ctx.pools_dir(),
+                        true,
                     )?;
                     failpoint::hit("reconcile-before-terminal");
                     writer.append_one(Event::WorkerTerminal(WorkerTerminal {
                         submission_id: w.submission_id,
                         proof: proof.clone(),
                     }))?;
+                    sweep_publication(&ctx.pools_dir(), &pool.name, w);
                     report.resolved.push(Resolved {
                         pool: Some(pool.name.clone()),
                         worker: w.name.clone(),
@@ -217,12 +219,13 @@ pub async fn reconcile<S: Scheduler>(
                     });
                 }
                 None => {
-                    record_exit_if_reported(
+                    ingest_worker_journal(
                         &writer,
                         state,
                         &pool.name,
                         w.submission_id,
                         &ctx.pools_dir(),
+                        false,
                     )?;
                     if v.observe_step.is_none() && w.step_id.is_none() {
                         report.unknown.push(Unresolved {

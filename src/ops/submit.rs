@@ -2,7 +2,6 @@
 //! allocation. Intent first; an sbatch without an answer is recorded as "may exist" and keeps
 //! its budget until `dispatch reconcile` finds the job by name or proves it over.
 
-use std::ffi::OsString;
 use std::os::unix::fs::OpenOptionsExt;
 
 use serde::Serialize;
@@ -10,6 +9,7 @@ use uuid::Uuid;
 
 use super::context::{snapshot_quietly, Ctx};
 use super::error::OpError;
+use super::pool::{supervisor_argv, SupervisorArgs};
 use crate::config::Target;
 use crate::event::Event;
 use crate::failpoint;
@@ -63,7 +63,9 @@ pub async fn submit<S: Scheduler>(
         .time
         .as_secs()
         .ok_or_else(|| OpError::Usage(format!("--time {} is not a finite duration", req.time)))?;
-    let need_s = req.budgets.shutdown_window_s() + i64::from(req.budgets.min_run_s);
+    // The payload's grace comes before publication: it is part of the shutdown window.
+    let budgets = req.budgets.with_grace(req.grace_s);
+    let need_s = budgets.shutdown_window_s() + i64::from(budgets.min_run_s);
     if (time_s as i64) < need_s {
         return Err(Refusal::TimeLimitTooShort { time_s, need_s }.into());
     }
@@ -95,7 +97,7 @@ pub async fn submit<S: Scheduler>(
         cpus: req.cpus,
         mem_mb: req.mem.get(),
         time_s,
-        publication_timeout_s: req.budgets.publication_timeout_s,
+        publication_timeout_s: budgets.publication_timeout_s,
         command: req.command.clone(),
     }))?;
     failpoint::hit("submit-after-intent");
@@ -122,22 +124,24 @@ pub async fn submit<S: Scheduler>(
             dirs.root.display()
         )));
     }
-    let deadline_after = time_s as i64 - req.budgets.shutdown_window_s();
-    let mut args: Vec<OsString> = vec![
-        ctx.exe.clone().into_os_string(),
-        "worker".into(),
-        "run".into(),
-        "--submission-id".into(),
-        submission_id.to_string().into(),
-        "--evidence-dir".into(),
-        dirs.evidence.clone().into_os_string(),
-        "--deadline".into(),
-        format!("+{deadline_after}").into(),
-        "--grace".into(),
-        req.grace_s.to_string().into(),
-        "--".into(),
-    ];
-    args.extend(req.command.iter().map(OsString::from));
+    let deadline_after = time_s as i64 - budgets.shutdown_window_s();
+    let publish_dir = jobs_dir(ctx).join("published");
+    let args = supervisor_argv(
+        &ctx.exe,
+        &ctx.state_dir,
+        &SupervisorArgs {
+            submission_id,
+            worker: &worker,
+            pool: None,
+            dirs: &dirs,
+            publish_dir: &publish_dir,
+            deadline: format!("+{deadline_after}"),
+            budgets,
+            append_only_glob: None,
+            assets: &[],
+        },
+        &req.command,
+    );
     let target = req.target.as_ref();
     let mut batch = BatchRequest::new(name, BatchPayload::Script { path: script, args });
     batch.placement = Placement {

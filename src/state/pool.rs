@@ -174,7 +174,7 @@ pub struct Worker {
     pub report: Option<WorkerReportIngested>,
     /// Set once its journal was found damaged; nothing from it is ingested after that.
     #[serde(default)]
-    pub journal_damage: Option<String>,
+    pub journal_damage: Option<WorkerJournalDamaged>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -311,7 +311,7 @@ impl Pools {
 
     pub fn journal_damaged(&mut self, e: &WorkerJournalDamaged) {
         if let Some(w) = self.worker_mut(&e.submission_id) {
-            w.journal_damage = Some(format!("{}: {}", e.status, e.reason));
+            w.journal_damage = Some(e.clone());
         }
     }
 

@@ -253,7 +253,7 @@ mod tests {
         std::fs::write(dir.join("f"), b"x").unwrap();
         let mut child = std::process::Command::new("sh")
             .arg("-c")
-            .arg("exec 3<f; sleep 30")
+            .arg("exec 3<f; exec sleep 30")
             .current_dir(&dir)
             .spawn()
             .unwrap();
