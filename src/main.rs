@@ -75,6 +75,16 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
 }
 
 fn context(state_dir: std::path::PathBuf) -> Result<Ctx<CliScheduler>, exit::Failure> {
+    // Absolute: the paths handed to worker steps are used from other working directories.
+    let state_dir = std::path::absolute(&state_dir).map_err(|e| {
+        exit::Failure::new(
+            exit::FAILED,
+            format!(
+                "cannot resolve the state directory {}: {e}",
+                state_dir.display()
+            ),
+        )
+    })?;
     let mut config = CliConfig::default();
     if let Some(secs) = std::env::var("DISPATCH_SLURM_TIMEOUT")
         .ok()

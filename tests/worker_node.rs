@@ -1,0 +1,793 @@
+//! The worker's life on its node, against the real single-node Slurm cluster
+//! (`tools/slurm-dev-cluster start`): verified assets, private checkouts, publication within
+//! the timeout, evidence, and step-scoped cleanup. Never skipped: without a cluster these
+//! tests fail and say how to start one.
+
+mod real_cluster;
+mod support;
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use dispatch::worker::dirs::WorkerDirs;
+use dispatch::worker::report::{self, Publication, WorkerReport};
+use dispatch::worker::{cleanup, publish};
+use real_cluster::{dispatch, dispatch_cmd, json, require_cluster, squeue_steps, Allocation, Run};
+use serde_json::Value;
+use uuid::Uuid;
+
+// ---- helpers ------------------------------------------------------------------------------
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.org"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A repository with two commits; returns its path and HEAD.
+fn make_repo(root: &Path) -> (PathBuf, String) {
+    let repo = root.join("repo");
+    std::fs::create_dir_all(repo.join("src")).unwrap();
+    git(&repo, &["init", "-q"]);
+    std::fs::write(repo.join("README"), "a project\n").unwrap();
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-qm", "first"]);
+    std::fs::write(repo.join("src/lib.txt"), "some code\n").unwrap();
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-qm", "second"]);
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    (repo, head)
+}
+
+fn ok(r: Run, what: &str) -> Value {
+    assert_eq!(r.code, 0, "{what}: {}{}", r.stdout, r.stderr);
+    json(&r.stdout)
+}
+
+fn add_assets(sd: &Path, root: &Path) -> (Value, Value, PathBuf) {
+    let (repo, _) = make_repo(root);
+    let image = root.join("image.sif");
+    std::fs::write(&image, vec![0x5au8; 3 << 20]).unwrap();
+    let src = ok(
+        dispatch(
+            sd,
+            &[
+                "asset",
+                "add-source",
+                "src",
+                repo.to_str().unwrap(),
+                "--json",
+            ],
+        ),
+        "add-source",
+    );
+    let img = ok(
+        dispatch(
+            sd,
+            &[
+                "asset",
+                "add-image",
+                "img",
+                image.to_str().unwrap(),
+                "--json",
+            ],
+        ),
+        "add-image",
+    );
+    (src, img, repo)
+}
+
+fn attach(sd: &Path, pool: &str, alloc: &Allocation) {
+    ok(
+        dispatch(
+            sd,
+            &[
+                "pool",
+                "attach",
+                pool,
+                "--job",
+                &alloc.id.to_string(),
+                "--json",
+            ],
+        ),
+        "attach",
+    );
+}
+
+/// `pool submit POOL --cpus 1 --mem 200M --name NAME EXTRA… -- sh -c SCRIPT sh ARGS…`, with
+/// `env` added to dispatch's (and so, through srun, to the step's) environment.
+fn submit(
+    sd: &Path,
+    pool: &str,
+    name: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+    script: &str,
+    args: &[&str],
+) -> Value {
+    let mut argv = vec![
+        "pool", "submit", pool, "--cpus", "1", "--mem", "200M", "--name", name, "--json",
+    ];
+    argv.extend_from_slice(extra);
+    argv.extend_from_slice(&["--", "sh", "-c", script, "sh"]);
+    argv.extend_from_slice(args);
+    let out = dispatch_cmd(sd, &argv)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let r = Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    let v = ok(r, &format!("submit {name}"));
+    assert_eq!(v["state"], "running", "{v}");
+    v
+}
+
+fn dirs_of(sd: &Path, pool: &str, w: &Value) -> WorkerDirs {
+    let sid: Uuid = w["submission_id"].as_str().unwrap().parse().unwrap();
+    WorkerDirs::new(&sd.join("pools"), pool, sid)
+}
+
+fn wait_for(what: &str, bound: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + bound;
+    while !f() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen within {bound:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The worker journal once its supervisor has written its last event.
+fn finished(dirs: &WorkerDirs, bound: Duration) -> WorkerReport {
+    let mut last = None;
+    wait_for("the supervisor's end", bound, || {
+        last = report::read(&dirs.evidence).ok().flatten();
+        last.as_ref().is_some_and(|r| r.finished.is_some())
+    });
+    last.unwrap()
+}
+
+fn cpus_in(list: &str) -> BTreeSet<u32> {
+    let mut set = BTreeSet::new();
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => set.extend(a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()),
+            None => {
+                set.insert(part.parse::<u32>().unwrap());
+            }
+        }
+    }
+    set
+}
+
+/// (device, inode, links) of every file below `dir`.
+fn inodes(dir: &Path) -> Vec<(u64, u64, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let m = e.path().symlink_metadata().unwrap();
+            if m.is_dir() {
+                stack.push(e.path());
+            } else if m.is_file() {
+                out.push((m.dev(), m.ino(), m.nlink()));
+            }
+        }
+    }
+    out
+}
+
+/// `DISPATCH_*=…` lines a payload printed.
+fn env_lines(dirs: &WorkerDirs) -> Vec<(String, String)> {
+    std::fs::read_to_string(dirs.evidence.join("stdout"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .filter(|(k, _)| k.starts_with("DISPATCH_"))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn published(r: &WorkerReport) -> &dispatch::worker::events::Published {
+    match &r.publication {
+        Some(Publication::Published(p)) => p,
+        other => panic!("not published: {other:?}"),
+    }
+}
+
+fn status_worker(sd: &Path, pool: &str, name: &str) -> Value {
+    let st = ok(dispatch(sd, &["pool", "status", pool, "--json"]), "status");
+    st["pools"][0]["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == name)
+        .unwrap_or_else(|| panic!("no worker {name} in {st}"))
+        .clone()
+}
+
+fn sha256_hex(path: &Path) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(std::fs::read(path).unwrap()))
+}
+
+/// Commits, changes and writes state, says it is ready, then waits for `$1` to exist.
+const WORK_THEN_WAIT: &str = r#"
+set -e
+grep Cpus_allowed_list /proc/self/status
+env | grep '^DISPATCH_' | sort
+echo "work of $2" >> README
+git -c user.name=w -c user.email=w@example.org commit -qam "work of $2"
+echo "not committed by $2" >> README
+echo "new file of $2" > new-file
+printf '{"step":1}\n{"step":2}\n' > "$DISPATCH_STATE_DIR/rollout.jsonl"
+echo "db of $2" > "$DISPATCH_STATE_DIR/db.sqlite"
+touch "$DISPATCH_RUNTIME_DIR/ready" "$DISPATCH_CACHE_DIR/cached"
+while [ ! -e "$1" ]; do sleep 0.2; done
+"#;
+
+// ---- the tests ----------------------------------------------------------------------------
+
+#[test]
+fn two_workers_from_one_source_asset_own_their_copies_and_both_publish() {
+    let _cluster = require_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let sd = &tmp.path().join("state");
+    let (src, img, repo) = add_assets(sd, tmp.path());
+    let alloc = Allocation::salloc(
+        &support::unique_name("node-two"),
+        &["-c", "2", "--mem", "1G", "--time", "10"],
+    );
+    attach(sd, "p", &alloc);
+    let go = tmp.path().join("go");
+    let go = go.to_str().unwrap();
+    let assets = ["--source", "src", "--image", "img"];
+    let w1 = submit(sd, "p", "w1", &assets, &[], WORK_THEN_WAIT, &[go, "w1"]);
+    let w2 = submit(sd, "p", "w2", &assets, &[], WORK_THEN_WAIT, &[go, "w2"]);
+    let (d1, d2) = (dirs_of(sd, "p", &w1), dirs_of(sd, "p", &w2));
+    for d in [&d1, &d2] {
+        wait_for("both payloads at work", Duration::from_secs(60), || {
+            d.runtime.join("ready").exists()
+        });
+    }
+
+    // Both run at once, as separate steps, on disjoint CPUs.
+    let steps = squeue_steps(alloc.id);
+    assert!(
+        steps.contains(&"p.w1".to_owned()) && steps.contains(&"p.w2".to_owned()),
+        "{steps:?}"
+    );
+    let cpu = |d: &WorkerDirs| {
+        cpus_in(
+            &report::read(&d.evidence)
+                .unwrap()
+                .unwrap()
+                .started
+                .unwrap()
+                .cpu_set,
+        )
+    };
+    let (c1, c2) = (cpu(&d1), cpu(&d2));
+    assert!(!c1.is_empty() && c1.is_disjoint(&c2), "{c1:?} {c2:?}");
+
+    // Each has its own object copy: no alternates, no shared inode with the asset or with
+    // the other, no file with a second link.
+    let asset_file = PathBuf::from(src["file"].as_str().unwrap());
+    let asset_ino = {
+        let m = std::fs::metadata(&asset_file).unwrap();
+        (m.dev(), m.ino())
+    };
+    let mut seen = BTreeSet::new();
+    for d in [&d1, &d2] {
+        let objects = d.checkout.join(".git/objects");
+        assert!(!objects.join("info/alternates").exists());
+        let files = inodes(&objects);
+        assert!(!files.is_empty());
+        for (dev, ino, links) in files {
+            assert_eq!(
+                links,
+                1,
+                "a hardlinked object file in {}",
+                objects.display()
+            );
+            assert_ne!((dev, ino), asset_ino);
+            assert!(seen.insert((dev, ino)), "an object inode is shared");
+        }
+        assert_eq!(
+            git(&d.checkout, &["log", "-1", "--format=%s", "HEAD~1"]),
+            "second",
+            "the checkout is not on top of the pinned commit"
+        );
+        let remotes = git(&d.checkout, &["remote"]);
+        assert!(remotes.is_empty(), "the checkout still points at {remotes}");
+    }
+
+    // Private runtime and native roots, exported by the supervisor.
+    let (e1, e2) = (env_lines(&d1), env_lines(&d2));
+    for (d, env) in [(&d1, &e1), (&d2, &e2)] {
+        let get = |k: &str| {
+            env.iter()
+                .find(|(n, _)| n == k)
+                .unwrap_or_else(|| panic!("{k} not exported: {env:?}"))
+                .1
+                .clone()
+        };
+        assert_eq!(PathBuf::from(get("DISPATCH_WORKSPACE")), d.checkout);
+        assert_eq!(PathBuf::from(get("DISPATCH_RUNTIME_DIR")), d.runtime);
+        assert_eq!(PathBuf::from(get("DISPATCH_CACHE_DIR")), d.cache);
+        assert_eq!(PathBuf::from(get("DISPATCH_STATE_DIR")), d.state);
+        assert_eq!(PathBuf::from(get("DISPATCH_EVIDENCE_DIR")), d.evidence);
+        assert!(get("DISPATCH_DEADLINE").parse::<i64>().unwrap() > 0);
+        assert_eq!(get("DISPATCH_IMAGE"), img["file"].as_str().unwrap());
+    }
+    let values = |e: &[(String, String)]| -> BTreeSet<String> {
+        e.iter()
+            .filter(|(k, _)| k != "DISPATCH_DEADLINE" && k != "DISPATCH_IMAGE")
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    assert!(values(&e1).is_disjoint(&values(&e2)));
+
+    std::fs::write(go, "").unwrap();
+    let (r1, r2) = (
+        finished(&d1, Duration::from_secs(90)),
+        finished(&d2, Duration::from_secs(90)),
+    );
+    let listed = ok(dispatch(sd, &["asset", "list", "--json"]), "asset list");
+    for (name, d, r) in [("w1", &d1, &r1), ("w2", &d2, &r2)] {
+        assert_eq!(r.finished.as_ref().unwrap().outcome, "completed");
+        assert!(r.checks.as_ref().unwrap().ok);
+        assert!(r.checkout.as_ref().unwrap().ok);
+        // The asset identities each node computed are the recorded ones.
+        for a in &r.asset_checks {
+            let recorded = listed["assets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["name"] == a.name)
+                .unwrap();
+            assert!(a.ok);
+            assert_eq!(
+                hex::encode(a.observed.unwrap().0),
+                recorded["sha256"].as_str().unwrap()
+            );
+        }
+        assert_eq!(r.asset_checks.len(), 2);
+        // Published, and the manifest verifies.
+        let p = published(r);
+        let dir = PathBuf::from(&p.dir);
+        assert_eq!(
+            dir,
+            sd.join("pools/p/published").join(format!(
+                "{name}-{}",
+                r.started.as_ref().unwrap().submission_id
+            ))
+        );
+        let manifest = publish::verify_published(&dir).unwrap_or_else(|d| panic!("{d:?}"));
+        assert_eq!(
+            manifest.pinned_commit.as_deref(),
+            src["commit"].as_str(),
+            "pinned commit"
+        );
+        assert_eq!(
+            sha256_hex(&dir.join("MANIFEST.json")),
+            hex::encode(p.manifest_sha256.0)
+        );
+        assert_eq!(p.commits, 1);
+        // The bundle holds the worker's commit on top of the pinned one; the patch the rest.
+        git(
+            &repo,
+            &[
+                "bundle",
+                "verify",
+                "-q",
+                dir.join("workspace.bundle").to_str().unwrap(),
+            ],
+        );
+        let heads = git(
+            &repo,
+            &[
+                "bundle",
+                "list-heads",
+                dir.join("workspace.bundle").to_str().unwrap(),
+            ],
+        );
+        assert!(
+            heads.contains(manifest.head_commit.as_deref().unwrap()),
+            "{heads}"
+        );
+        let patch = std::fs::read_to_string(dir.join("workspace.patch")).unwrap();
+        assert!(
+            patch.contains(&format!("+not committed by {name}")),
+            "{patch}"
+        );
+        assert!(patch.contains(&format!("+new file of {name}")), "{patch}");
+        assert!(dir.join("evidence/journal").is_dir());
+        // Native state hashed, logs whole, sealed; the rest cleaned up.
+        let h = r.native_state.as_ref().unwrap();
+        assert!(h.complete && h.total_files == 2, "{h:?}");
+        assert!(r.logs.as_ref().unwrap().ok);
+        assert_eq!(r.cleaned.as_ref().unwrap().state_class, "sealed");
+        for gone in [&d.checkout, &d.runtime, &d.cache] {
+            assert!(!gone.exists(), "{} still exists", gone.display());
+        }
+        let w = status_worker(sd, "p", name);
+        assert_eq!(w["publication"]["outcome"], "published", "{w}");
+        assert_eq!(w["publication"]["dir"], p.dir.as_str());
+        assert_eq!(w["state_class"], "sealed");
+        assert_eq!(w["preflight"], "passed");
+        assert_eq!(w["worker_journal"]["status"], "clean");
+        let roles: Vec<_> = w["assets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| (a["role"].clone(), a["sha256"].clone()))
+            .collect();
+        assert_eq!(
+            roles,
+            [
+                (Value::from("source"), src["sha256"].clone()),
+                (Value::from("image"), img["sha256"].clone())
+            ]
+        );
+    }
+    assert_ne!(
+        published(&r1).dir,
+        published(&r2).dir,
+        "one publication per worker"
+    );
+    // The shared assets are untouched.
+    let v = dispatch(sd, &["asset", "verify", "--json"]);
+    assert_eq!(v.code, 0, "{}", v.stdout);
+    // Reconcile ingests both journals and releases both workers.
+    let rec = ok(dispatch(sd, &["reconcile", "--json"]), "reconcile");
+    assert_eq!(rec["resolved"].as_array().unwrap().len(), 2, "{rec}");
+    let dump = dispatch(sd, &["journal", "dump", "--json"]);
+    let ingested = dump
+        .stdout
+        .lines()
+        .filter(|l| l.contains("\"kind\":\"WorkerReportIngested\""))
+        .count();
+    assert!(ingested >= 2, "{}", dump.stdout);
+    assert_eq!(status_worker(sd, "p", "w1")["state"], "released");
+    assert_eq!(
+        status_worker(sd, "p", "w1")["publication"]["outcome"],
+        "published"
+    );
+}
+
+/// A payload that ignores SIGTERM, stopped by the early-shutdown deadline: the deadline is
+/// the allocation's end minus grace, publication, native-state and cleanup budgets. With a 3
+/// minute allocation, a 60 s publication timeout and a 2 s grace it comes about 88 s in.
+#[test]
+fn a_payload_ignoring_sigterm_is_killed_after_the_grace_and_still_publishes() {
+    let _cluster = require_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let sd = &tmp.path().join("state");
+    add_assets(sd, tmp.path());
+    let alloc = Allocation::salloc(
+        &support::unique_name("node-deadline"),
+        &["-c", "1", "--mem", "500M", "--time", "3"],
+    );
+    attach(sd, "p", &alloc);
+    let script = r#"
+trap '' TERM
+echo "stubborn" >> README
+printf '{"tick":0}\n' > "$DISPATCH_STATE_DIR/rollout.jsonl"
+while :; do sleep 1; done
+"#;
+    let w = submit(
+        sd,
+        "p",
+        "stubborn",
+        &[
+            "--source",
+            "src",
+            "--grace",
+            "2",
+            "--publication-timeout",
+            "60",
+        ],
+        &[],
+        script,
+        &[],
+    );
+    let d = dirs_of(sd, "p", &w);
+    let r = finished(&d, Duration::from_secs(150));
+    let sigs: Vec<_> = r
+        .signals
+        .iter()
+        .map(|s| (s.signal.as_str(), s.reason.as_str()))
+        .collect();
+    assert_eq!(sigs, [("TERM", "deadline"), ("KILL", "grace")]);
+    let exited = r.exited.as_ref().unwrap();
+    assert_eq!((exited.signal, exited.interrupted), (Some(9), true));
+    let p = published(&r);
+    assert!(p.took_ms < 60_000, "{p:?}");
+    publish::verify_published(Path::new(&p.dir)).unwrap_or_else(|d| panic!("{d:?}"));
+    let patch = std::fs::read_to_string(Path::new(&p.dir).join("workspace.patch")).unwrap();
+    assert!(patch.contains("+stubborn"), "{patch}");
+    // Interrupted at the deadline: its native state is crash-class partial state, kept.
+    assert_eq!(
+        r.cleaned.as_ref().unwrap().state_class,
+        "crash_class_partial"
+    );
+    assert!(d.state.join("rollout.jsonl").exists());
+    // All of it before the allocation's end, which is untouched.
+    assert_eq!(real_cluster::job_state(alloc.id), "RUNNING");
+    let w = status_worker(sd, "p", "stubborn");
+    assert_eq!(w["publication"]["outcome"], "published");
+    assert_eq!(w["state_class"], "crash_class_partial");
+}
+
+/// A publication that cannot finish in time: every file copy is slowed (the
+/// `supervisor-publish-copy` failpoint sleeps 1.5 s, as a slow filesystem would) under a 1 s
+/// publication timeout.
+#[test]
+fn a_publication_that_overruns_is_timed_out_and_leaves_nothing_half_published() {
+    let _cluster = require_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let sd = &tmp.path().join("state");
+    add_assets(sd, tmp.path());
+    let alloc = Allocation::salloc(
+        &support::unique_name("node-overrun"),
+        &["-c", "1", "--mem", "500M", "--time", "5"],
+    );
+    attach(sd, "p", &alloc);
+    let w = submit(
+        sd,
+        "p",
+        "slow",
+        &["--source", "src", "--publication-timeout", "1"],
+        &[("DISPATCH_FAILPOINTS", "supervisor-publish-copy=sleep:1500")],
+        "echo 'work' >> README; echo 'state' > \"$DISPATCH_STATE_DIR/db\"",
+        &[],
+    );
+    let d = dirs_of(sd, "p", &w);
+    let r = finished(&d, Duration::from_secs(60));
+    assert!(r.exited.as_ref().is_some_and(|e| e.code == Some(0)));
+    let t = match &r.publication {
+        Some(Publication::TimedOut(t)) => t,
+        other => panic!("not timed out: {other:?}"),
+    };
+    assert_eq!(t.timeout_s, 1);
+    assert!(t.temp_removed, "{t:?}");
+    assert!(t.took_ms < 4_000, "stopped late: {t:?}");
+    // Nothing half-published: neither the final directory nor a temporary one.
+    let published = sd.join("pools/p/published");
+    let left: Vec<_> = std::fs::read_dir(&published)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    // The checkout is the only copy of the work now: cleanup keeps it.
+    let c = r.cleaned.as_ref().unwrap();
+    assert!(c.kept.contains(&"checkout".to_owned()), "{c:?}");
+    assert!(d.checkout.join("README").exists());
+    assert!(!d.runtime.exists() && !d.cache.exists());
+    let w = status_worker(sd, "p", "slow");
+    assert_eq!(w["publication"]["outcome"], "timed_out", "{w}");
+}
+
+#[test]
+fn an_interrupted_worker_keeps_crash_class_state_and_a_clean_one_is_cleaned_up() {
+    let _cluster = require_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let sd = &tmp.path().join("state");
+    let (src, _, _) = add_assets(sd, tmp.path());
+    let alloc = Allocation::salloc(
+        &support::unique_name("node-cleanup"),
+        &["-c", "2", "--mem", "1G", "--time", "10"],
+    );
+    attach(sd, "p", &alloc);
+    let go = tmp.path().join("go");
+    let go = go.to_str().unwrap();
+    let clean = submit(
+        sd,
+        "p",
+        "clean",
+        &["--source", "src"],
+        &[],
+        WORK_THEN_WAIT,
+        &[go, "clean"],
+    );
+    // Never given its go: it is stopped while it works.
+    let never = tmp.path().join("never");
+    let victim = submit(
+        sd,
+        "p",
+        "victim",
+        &["--source", "src"],
+        &[],
+        WORK_THEN_WAIT,
+        &[never.to_str().unwrap(), "victim"],
+    );
+    let (dc, dv) = (dirs_of(sd, "p", &clean), dirs_of(sd, "p", &victim));
+    for d in [&dc, &dv] {
+        wait_for("both payloads at work", Duration::from_secs(60), || {
+            d.runtime.join("ready").exists()
+        });
+    }
+    let stopped = ok(
+        dispatch(
+            sd,
+            &[
+                "pool",
+                "stop-worker",
+                "p",
+                "victim",
+                "--grace",
+                "30",
+                "--json",
+            ],
+        ),
+        "stop-worker",
+    );
+    assert_eq!(stopped["state"], "released", "{stopped}");
+    let rv = finished(&dv, Duration::from_secs(10));
+    assert_eq!(rv.finished.as_ref().unwrap().outcome, "interrupted");
+    assert_eq!(rv.signals[0].reason, "forwarded");
+    assert!(rv.exited.as_ref().unwrap().interrupted);
+    // Crash-class partial state: kept as it was (writable, same bytes), recorded as such.
+    let cv = rv.cleaned.as_ref().unwrap();
+    assert_eq!(cv.state_class, "crash_class_partial");
+    assert!(cv.kept.contains(&"state".to_owned()));
+    assert_eq!(
+        std::fs::read_to_string(dv.state.join("db.sqlite")).unwrap(),
+        "db of victim\n"
+    );
+    let mode = std::fs::metadata(dv.state.join("db.sqlite"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_ne!(mode & 0o200, 0, "crash-class state was sealed");
+    let marker = std::fs::read_to_string(dv.root.join(cleanup::STATE_CLASS_FILE)).unwrap();
+    assert!(marker.starts_with("crash_class_partial\n"), "{marker}");
+    assert_eq!(
+        status_worker(sd, "p", "victim")["state_class"],
+        "crash_class_partial"
+    );
+    // Its work was still published; its runtime, cache and checkout are gone.
+    publish::verify_published(Path::new(&published(&rv).dir)).unwrap_or_else(|d| panic!("{d:?}"));
+    for gone in [&dv.checkout, &dv.runtime, &dv.cache] {
+        assert!(!gone.exists(), "{} still exists", gone.display());
+    }
+
+    // The sibling and the allocation are untouched.
+    assert!(squeue_steps(alloc.id).contains(&"p.clean".to_owned()));
+    assert_eq!(real_cluster::job_state(alloc.id), "RUNNING");
+    assert!(dc.runtime.join("ready").exists() && dc.cache.join("cached").exists());
+    assert_eq!(
+        std::fs::read_to_string(dc.state.join("db.sqlite")).unwrap(),
+        "db of clean\n"
+    );
+    assert_eq!(
+        git(&dc.checkout, &["log", "-1", "--format=%s"]),
+        "work of clean"
+    );
+
+    std::fs::write(go, "").unwrap();
+    let rc = finished(&dc, Duration::from_secs(60));
+    assert_eq!(rc.finished.as_ref().unwrap().outcome, "completed");
+    let cc = rc.cleaned.as_ref().unwrap();
+    assert_eq!(cc.state_class, "sealed");
+    assert!(cc.errors.is_empty(), "{cc:?}");
+    // A clean worker's directories are gone after cleanup; its native state is sealed, and
+    // matches the hashes its supervisor recorded.
+    for gone in [&dc.checkout, &dc.runtime, &dc.cache] {
+        assert!(!gone.exists(), "{} still exists", gone.display());
+    }
+    let hashed = rc.native_state.as_ref().unwrap();
+    assert_eq!(hashed.total_files, 2);
+    for f in &hashed.files {
+        let p = dc.state.join(&f.path);
+        assert_eq!(sha256_hex(&p), hex::encode(f.sha256.0), "{}", f.path);
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+        assert_eq!(mode & 0o222, 0, "{} is not sealed", f.path);
+    }
+    // Neither cleanup touched the shared assets.
+    let v = dispatch(sd, &["asset", "verify", "--json"]);
+    assert_eq!(v.code, 0, "{}", v.stdout);
+    assert!(Path::new(src["file"].as_str().unwrap()).exists());
+    assert_eq!(real_cluster::job_state(alloc.id), "RUNNING");
+}
+
+#[test]
+fn tampering_with_an_asset_makes_the_receiving_check_refuse_before_the_payload_starts() {
+    let _cluster = require_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let sd = &tmp.path().join("state");
+    let (src, img, _) = add_assets(sd, tmp.path());
+    // Flip one byte of each stored asset, in place: same size, other content.
+    for a in [&src, &img] {
+        let f = Path::new(a["file"].as_str().unwrap());
+        let mut bytes = std::fs::read(f).unwrap();
+        let at = bytes.len() - 10;
+        bytes[at] ^= 0xff;
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::write(f, bytes).unwrap();
+    }
+    let alloc = Allocation::salloc(
+        &support::unique_name("node-tamper"),
+        &["-c", "2", "--mem", "1G", "--time", "5"],
+    );
+    attach(sd, "p", &alloc);
+    for (name, flag, asset) in [
+        ("uses-image", "--image", "img"),
+        ("uses-source", "--source", "src"),
+    ] {
+        let marker = tmp.path().join(format!("{name}-ran"));
+        let w = submit(
+            sd,
+            "p",
+            name,
+            &[flag, asset],
+            &[],
+            "touch \"$1\"",
+            &[marker.to_str().unwrap()],
+        );
+        let d = dirs_of(sd, "p", &w);
+        let r = finished(&d, Duration::from_secs(60));
+        let checked = &r.asset_checks[0];
+        assert_eq!(checked.name, asset);
+        assert!(!checked.ok);
+        assert_ne!(checked.observed, Some(checked.expected));
+        assert!(checked.reason.contains("changed"), "{}", checked.reason);
+        let refused = r.refused.as_ref().expect("refused");
+        assert_eq!(refused.stage, "assets");
+        assert!(
+            r.payload_pid.is_none() && r.exited.is_none(),
+            "the payload ran"
+        );
+        assert!(
+            r.checkout.is_none(),
+            "a checkout was made from a tampered asset"
+        );
+        assert!(!marker.exists(), "the payload ran");
+        let f = r.finished.as_ref().unwrap();
+        assert_eq!((f.outcome.as_str(), f.exit_code), ("refused", 3));
+        let st = status_worker(sd, "p", name);
+        assert_eq!(st["preflight"], "refused", "{st}");
+        assert!(st["refusal"].as_str().unwrap().contains(asset), "{st}");
+        assert_eq!(st["state_class"], "empty");
+    }
+    // `asset verify` says the same, and exits 1.
+    let v = dispatch(sd, &["asset", "verify", "--json"]);
+    assert_eq!(v.code, 1, "{}", v.stdout);
+    let v = json(&v.stdout);
+    assert_eq!(v["ok"], false);
+    assert!(v["assets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|a| a["status"] == "mismatch"));
+    // A change the coordinator can see without hashing (the size) is refused at submit.
+    let f = Path::new(img["file"].as_str().unwrap());
+    std::fs::write(f, b"short").unwrap();
+    let r = dispatch(
+        sd,
+        &[
+            "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--image", "img", "--", "true",
+        ],
+    );
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(r.stderr.contains("asset verify"), "{}", r.stderr);
+}
