@@ -410,6 +410,8 @@ async fn discover_step<S: Scheduler>(
 ) -> Discovery {
     let started = Instant::now();
     let mut last_unknown = None;
+    // A step usually appears within ~50 ms: look often at first, then back off.
+    let mut pause = Duration::from_millis(20);
     loop {
         match ctx.sched.list_steps(job).await {
             Answer::Live(rows) => {
@@ -446,7 +448,8 @@ async fn discover_step<S: Scheduler>(
         if started.elapsed() > STEP_DISCOVERY_TIMEOUT {
             return Discovery::NotSeen(last_unknown.unwrap_or_else(|| "still pending".to_owned()));
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(POLL);
     }
 }
 
