@@ -32,7 +32,44 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
     match &cli.command {
         Command::Journal(cmd) => cli::journal::run(cmd, &state_dir()?, cli.json),
         Command::Worker(cmd) => cli::worker::run(cmd),
+        Command::Session(cmd) => {
+            let (config, path) = load_config(cli, &env)?;
+            let dir = state_dir()?;
+            cli::session::run(cmd, &session_context(cli, &dir, &config, &path))
+        }
+        Command::Sessions => {
+            let (config, path) = load_config(cli, &env)?;
+            let dir = state_dir()?;
+            cli::session::run_report(&session_context(cli, &dir, &config, &path))
+        }
     }
+}
+
+fn session_context<'a>(
+    cli: &Cli,
+    state_dir: &'a std::path::Path,
+    config: &'a dispatch::config::Config,
+    config_path: &'a std::path::Path,
+) -> cli::session::Context<'a> {
+    cli::session::Context {
+        state_dir,
+        config,
+        config_path,
+        json: cli.json,
+    }
+}
+
+/// A missing file means defaults; a malformed one is a usage error naming file, line and key.
+fn load_config(
+    cli: &Cli,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(dispatch::config::Config, std::path::PathBuf), exit::Failure> {
+    use dispatch::config::{resolve, Config};
+    let Some(path) = resolve(cli.config.as_deref(), env) else {
+        return Ok((Config::default(), "<defaults>".into()));
+    };
+    let config = Config::load(&path).map_err(|e| exit::Failure::new(exit::USAGE, e.to_string()))?;
+    Ok((config, path))
 }
 
 fn init_tracing(verbose: u8, quiet: bool) {

@@ -2,11 +2,16 @@
 
 pub mod exit;
 pub mod journal;
+pub mod session;
 pub mod worker;
 
 use std::path::PathBuf;
 
+use std::io::Write;
+
 use clap::{Parser, Subcommand};
+
+use exit::Failure;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -42,4 +47,17 @@ pub enum Command {
     /// The worker side: commands that run inside a worker's job step
     #[command(subcommand)]
     Worker(worker::WorkerCommand),
+    /// One session (mirror, target) and the one job it holds
+    #[command(subcommand)]
+    Session(session::SessionCommand),
+    /// Report every session job per target, orphans, stale and unknown sessions
+    Sessions,
+}
+
+/// Print one JSON document and a newline on stdout.
+pub fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, value)
+        .map_err(|e| Failure::new(exit::FAILED, e.to_string()))?;
+    writeln!(out).map_err(|e| Failure::new(exit::FAILED, e.to_string()))
 }

@@ -2,3 +2,4 @@
 //! Ops return typed reports; the CLI renders them.
 
 pub mod journal;
+pub mod session;

@@ -221,6 +221,8 @@ pub struct Seen {
     pub partition: String,
     pub account: Option<String>,
     pub qos: Option<String>,
+    /// The node of a RUNNING job.
+    pub node: Option<String>,
     pub passed: Option<Passed>,
 }
 
@@ -282,6 +284,7 @@ pub fn plan_adoption<'t>(
             partition: row.partition.clone(),
             account: row.account.clone(),
             qos: row.qos.clone(),
+            node: running_node(row),
             passed,
         });
     }
@@ -382,7 +385,10 @@ mod tests {
     fn account_and_qos_compare_without_case_partition_exactly() {
         let j = job("Debug", "dev", "normal");
         assert_eq!(
-            match_target(&j, [("t", pins(Some("Debug"), Some("DEV"), Some("Normal")))]),
+            match_target(
+                &j,
+                [("t", pins(Some("Debug"), Some("DEV"), Some("Normal")))]
+            ),
             Some("t")
         );
         assert_eq!(
@@ -421,9 +427,30 @@ mod tests {
     #[test]
     fn adoption_plan() {
         let text = [
-            row("4242_3", 4250, "RUNNING", "savio4_htc", "co_carleton", "carleton_htc4_normal"),
-            row("39000001", 39000001, "RUNNING", "savio4_htc", "co_carleton", "carleton_htc4_normal"),
-            row("39000077", 39000077, "PENDING", "savio4_htc", "co_carleton", "carleton_htc4_normal"),
+            row(
+                "4242_3",
+                4250,
+                "RUNNING",
+                "savio4_htc",
+                "co_carleton",
+                "carleton_htc4_normal",
+            ),
+            row(
+                "39000001",
+                39000001,
+                "RUNNING",
+                "savio4_htc",
+                "co_carleton",
+                "carleton_htc4_normal",
+            ),
+            row(
+                "39000077",
+                39000077,
+                "PENDING",
+                "savio4_htc",
+                "co_carleton",
+                "carleton_htc4_normal",
+            ),
             row("4242", 4242, "RUNNING", "savio3", "fc_jevons", "normal"),
         ]
         .concat();
@@ -477,7 +504,14 @@ mod tests {
             },
         );
         let plan = plan_adoption(
-            &rows(&row("4242", 4242, "RUNNING", "savio3", "fc_jevons", "normal")),
+            &rows(&row(
+                "4242",
+                4242,
+                "RUNNING",
+                "savio3",
+                "fc_jevons",
+                "normal",
+            )),
             "T",
             [T, other],
             &[],
@@ -493,7 +527,11 @@ mod tests {
         let good = "5|5|RUNNING|p|a|q|u|1|1|n|9:58|10:00|N/A|N/A|None|sucoder-x";
         let unparsable = Answer::Unknown(SlurmError::Unparsable {
             command: crate::slurm::SlurmCommand::Squeue,
-            source: crate::slurm::ParseError::new(crate::slurm::error::Parsed::SqueueJobRow, "x", "y"),
+            source: crate::slurm::ParseError::new(
+                crate::slurm::error::Parsed::SqueueJobRow,
+                "x",
+                "y",
+            ),
             stdout: format!("{good}\n4242|4242|RUNNING|p|a|q\n\ngarbage\n"),
             stderr: String::new(),
         });
@@ -521,7 +559,10 @@ mod tests {
                 "7|7|{state}|p|a|q|u|1|1|{node}|9:58|10:00|N/A|N/A|None|n\n"
             )))
         };
-        assert_eq!(poll_of(&live("RUNNING", "n0007"), j), Poll::Running("n0007".into()));
+        assert_eq!(
+            poll_of(&live("RUNNING", "n0007"), j),
+            Poll::Running("n0007".into())
+        );
         // A state word is never a node; a pending job has no node.
         assert_eq!(
             poll_of(&live("PENDING", ""), j),
@@ -542,14 +583,15 @@ mod tests {
                 "{s} is live"
             );
         }
-        let unknown: Answer<Vec<JobRow>> =
-            Answer::Unknown(crate::slurm::SlurmError::Spawn {
-                command: crate::slurm::SlurmCommand::Squeue,
-                message: "ssh: connect timeout".into(),
-            });
+        let unknown: Answer<Vec<JobRow>> = Answer::Unknown(crate::slurm::SlurmError::Spawn {
+            command: crate::slurm::SlurmCommand::Squeue,
+            message: "ssh: connect timeout".into(),
+        });
         assert!(matches!(probe_of(&unknown, j), Probe::Unknown(_)));
         // Another job's row does not prove anything live about this one.
-        let other = Answer::Live(rows("8|8|RUNNING|p|a|q|u|1|1|n|9:58|10:00|N/A|N/A|None|n\n"));
+        let other = Answer::Live(rows(
+            "8|8|RUNNING|p|a|q|u|1|1|n|9:58|10:00|N/A|N/A|None|n\n",
+        ));
         assert_eq!(probe_of(&other, j), Probe::Gone { state: None });
     }
 }

@@ -227,7 +227,9 @@ impl Sessions {
 
     /// Every job some session names: held, replaced, or being cancelled.
     pub fn recorded_jobs(&self) -> impl Iterator<Item = (&SessionKey, JobId)> {
-        self.sessions.values().filter_map(|s| s.job_id().map(|j| (&s.key, j)))
+        self.sessions
+            .values()
+            .filter_map(|s| s.job_id().map(|j| (&s.key, j)))
     }
 
     fn entry(&mut self, key: &SessionKey) -> &mut Session {
@@ -404,7 +406,13 @@ mod tests {
             node: "vm".into(),
         });
         assert_eq!(
-            s.get(&key("a")).unwrap().job.as_ref().unwrap().node.as_deref(),
+            s.get(&key("a"))
+                .unwrap()
+                .job
+                .as_ref()
+                .unwrap()
+                .node
+                .as_deref(),
             Some("vm")
         );
     }

@@ -184,7 +184,9 @@ where
             ));
         }
         for job in [s.job_id(), s.replaced].into_iter().flatten() {
-            let live = rows.iter().any(|r| r.is_job(job) && super::is_live(&r.state));
+            let live = rows
+                .iter()
+                .any(|r| r.is_job(job) && super::is_live(&r.state));
             if live {
                 continue;
             }
@@ -268,13 +270,20 @@ mod tests {
         adopt(&mut sessions, "MetricsMiscellany", 38999103);
         let r = report(&text, &sessions, vec!["garbage".into()]);
         let group = &r.targets[0];
-        assert_eq!(group.signature, "savio4_htc / co_carleton / carleton_htc4_normal");
+        assert_eq!(
+            group.signature,
+            "savio4_htc / co_carleton / carleton_htc4_normal"
+        );
         assert_eq!(group.jobs.len(), 1);
         let j = &group.jobs[0];
         assert_eq!(j.mirror.as_deref(), Some("SuCoder"));
         assert_eq!(j.session.as_deref(), Some("SuCoder--carleton-htc"));
         assert!(j.flags.is_empty());
-        let unmatched: Vec<_> = r.unmatched.iter().map(|e| (e.id.as_str(), e.flags.clone())).collect();
+        let unmatched: Vec<_> = r
+            .unmatched
+            .iter()
+            .map(|e| (e.id.as_str(), e.flags.clone()))
+            .collect();
         assert_eq!(
             unmatched,
             [
@@ -282,7 +291,10 @@ mod tests {
                 ("39025080", vec![FLAG_ORPHAN])
             ]
         );
-        assert_eq!(r.unmatched[1].mirror, None, "an unconfigured token shows as the token");
+        assert_eq!(
+            r.unmatched[1].mirror, None,
+            "an unconfigured token shows as the token"
+        );
         assert_eq!(r.unmatched[1].token, "Other");
         assert_eq!(r.errors, ["could not parse squeue row: garbage"]);
         // A bad line might have been the missing job: nothing is called stale.
