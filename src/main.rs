@@ -1,7 +1,10 @@
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use dispatch::cli::{self, exit, Cli, Command};
+use dispatch::ops::context::Ctx;
+use dispatch::slurm::{CliConfig, CliScheduler};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -32,6 +35,14 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
     match &cli.command {
         Command::Journal(cmd) => cli::journal::run(cmd, &state_dir()?, cli.json),
         Command::Worker(cmd) => cli::worker::run(cmd),
+        Command::Pool(cmd) => {
+            let ctx = context(state_dir()?)?;
+            block_on(cli::pool::run(cmd, &ctx, cli.json))
+        }
+        Command::Reconcile => {
+            let ctx = context(state_dir()?)?;
+            block_on(cli::pool::run_reconcile(&ctx, cli.json))
+        }
         Command::Session(cmd) => {
             let (config, path) = load_config(cli, &env)?;
             let dir = state_dir()?;
@@ -45,6 +56,46 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
     }
 }
 
+/// The Slurm driver's settings; `DISPATCH_SLURM_TIMEOUT` (seconds) bounds one call.
+fn slurm_config() -> CliConfig {
+    let mut config = CliConfig::default();
+    if let Some(secs) = std::env::var("DISPATCH_SLURM_TIMEOUT")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        config.timeout = Duration::from_secs(secs.clamp(1, 3600));
+    }
+    config
+}
+
+fn context(state_dir: std::path::PathBuf) -> Result<Ctx<CliScheduler>, exit::Failure> {
+    let config = slurm_config();
+    let exe = std::env::current_exe().map_err(|e| {
+        exit::Failure::new(
+            exit::FAILED,
+            format!("cannot find the dispatch executable: {e}"),
+        )
+    })?;
+    Ok(Ctx {
+        state_dir,
+        sched: CliScheduler::new(config),
+        caller: dispatch::event::current_user(),
+        exe,
+    })
+}
+
+fn block_on<F: std::future::Future<Output = Result<u8, exit::Failure>>>(
+    f: F,
+) -> Result<u8, exit::Failure> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            exit::Failure::new(exit::FAILED, format!("cannot start the async runtime: {e}"))
+        })?;
+    rt.block_on(f)
+}
+
 fn session_context<'a>(
     cli: &Cli,
     state_dir: &'a std::path::Path,
@@ -56,6 +107,7 @@ fn session_context<'a>(
         config,
         config_path,
         json: cli.json,
+        slurm: slurm_config(),
     }
 }
 

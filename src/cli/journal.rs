@@ -6,7 +6,7 @@ use std::path::Path;
 use clap::Subcommand;
 
 use super::exit::{self, Failure};
-use super::print_json;
+use super::output::print_json;
 use crate::ops::journal as ops;
 
 #[derive(Debug, Subcommand)]

@@ -2,16 +2,14 @@
 
 pub mod exit;
 pub mod journal;
+pub mod output;
+pub mod pool;
 pub mod session;
 pub mod worker;
 
 use std::path::PathBuf;
 
-use std::io::Write;
-
 use clap::{Parser, Subcommand};
-
-use exit::Failure;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -44,6 +42,11 @@ pub enum Command {
     /// Create, check, read and repair the journal
     #[command(subcommand)]
     Journal(journal::JournalCommand),
+    /// Worker pools inside an allocation you own
+    #[command(subcommand)]
+    Pool(pool::PoolCommand),
+    /// Replay the journal against Slurm and resolve what can be proven
+    Reconcile,
     /// The worker side: commands that run inside a worker's job step
     #[command(subcommand)]
     Worker(worker::WorkerCommand),
@@ -52,12 +55,4 @@ pub enum Command {
     Session(session::SessionCommand),
     /// Report every session job per target, orphans, stale and unknown sessions
     Sessions,
-}
-
-/// Print one JSON document and a newline on stdout.
-pub fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
-    let mut out = std::io::stdout().lock();
-    serde_json::to_writer(&mut out, value)
-        .map_err(|e| Failure::new(exit::FAILED, e.to_string()))?;
-    writeln!(out).map_err(|e| Failure::new(exit::FAILED, e.to_string()))
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 
 use super::exit::{self, Failure};
-use super::print_json;
+use super::output::print_json;
 use crate::config::Config;
 use crate::ops::session::launch::{launch, LaunchAction, LaunchReport, LaunchRequest};
 use crate::ops::session::release::{self, ReleaseAction};
@@ -104,6 +104,7 @@ pub struct Context<'a> {
     pub config: &'a Config,
     pub config_path: &'a Path,
     pub json: bool,
+    pub slurm: CliConfig,
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
@@ -140,7 +141,7 @@ fn exec_srun(argv: &[std::ffi::OsString]) -> Failure {
 }
 
 pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
-    let slurm = CliScheduler::new(CliConfig::default());
+    let slurm = CliScheduler::new(ctx.slurm.clone());
     let env = |waits: Waits| Env {
         config: ctx.config,
         config_path: ctx.config_path,
@@ -365,7 +366,7 @@ fn render_launch(r: &LaunchReport, json: bool) -> Result<(), Failure> {
 
 /// `dispatch sessions`.
 pub fn run_report(ctx: &Context) -> Result<u8, Failure> {
-    let slurm = CliScheduler::new(CliConfig::default());
+    let slurm = CliScheduler::new(ctx.slurm.clone());
     let env = Env {
         config: ctx.config,
         config_path: ctx.config_path,

@@ -1,5 +1,10 @@
 //! One function per command: lock, load, decide, append intent, act, append outcome.
 //! Ops return typed reports; the CLI renders them.
 
+pub mod context;
+pub mod error;
+pub mod facts;
 pub mod journal;
+pub mod pool;
+pub mod reconcile;
 pub mod session;

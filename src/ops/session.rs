@@ -154,8 +154,12 @@ impl Book {
         crate::statedir::prepare(state_dir)?;
         let dir = crate::statedir::journal_dir(state_dir);
         drop(Writer::open(&dir, Options::default())?);
-        let state = journal::load(&dir)?.state;
-        Ok((Book { dir }, state))
+        let loaded = journal::load(&dir)?;
+        // Snapshots only accelerate loading: a failure is a warning.
+        if let Err(e) = journal::reader::snapshot_if_due(&dir, &loaded) {
+            tracing::warn!("snapshot not written (optional): {e}");
+        }
+        Ok((Book { dir }, loaded.state))
     }
 
     pub fn append(&self, event: Event) -> Result<Committed, JournalError> {

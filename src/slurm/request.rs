@@ -405,6 +405,10 @@ pub struct StepRequest {
     pub cpus: u32,
     pub mem: MemoryMb,
     pub cpu_bind: Option<CpuBind>,
+    /// `--overlap`: share CPUs and memory with other steps. Without it Slurm gives the step
+    /// CPUs no other non-overlapping step holds (disjoint CPU sets), and the step waits while
+    /// they are taken.
+    pub overlap: bool,
     /// The task's stdout/stderr, written on the node (`--output`/`--error`).
     pub output: Option<PathBuf>,
     pub error: Option<PathBuf>,
@@ -430,6 +434,7 @@ impl StepRequest {
             cpus,
             mem,
             cpu_bind: None,
+            overlap: true,
             output: None,
             error: None,
             chdir: None,
@@ -439,7 +444,7 @@ impl StepRequest {
         }
     }
 
-    /// `srun --jobid=J --overlap --job-name=N --ntasks=1 --cpus-per-task=C --mem=MM
+    /// `srun --jobid=J [--overlap] --job-name=N --ntasks=1 --cpus-per-task=C --mem=MM
     /// [--cpu-bind=B] [--output=F] [--error=F] [--chdir=D] -- CMD [ARGS...]`
     pub fn argv(&self) -> Result<Vec<OsString>, RequestError> {
         if self.command.is_empty() || self.command[0].is_empty() {
@@ -466,14 +471,16 @@ impl StepRequest {
                 });
             }
         }
-        let mut argv = vec![
-            flag("jobid", self.job),
-            OsString::from("--overlap"),
+        let mut argv = vec![flag("jobid", self.job)];
+        if self.overlap {
+            argv.push(OsString::from("--overlap"));
+        }
+        argv.extend([
             flag("job-name", &self.name),
             OsString::from("--ntasks=1"),
             flag("cpus-per-task", positive("cpus", self.cpus)?),
             flag("mem", self.mem.to_slurm_arg()),
-        ];
+        ]);
         if let Some(b) = &self.cpu_bind {
             argv.push(flag("cpu-bind", b));
         }
