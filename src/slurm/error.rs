@@ -51,6 +51,8 @@ pub enum Parsed {
     SacctRow,
     SbatchOutput,
     SallocOutput,
+    /// A whole command output.
+    Output,
 }
 
 impl fmt::Display for Parsed {
@@ -70,6 +72,7 @@ impl fmt::Display for Parsed {
             Parsed::SacctRow => "sacct row",
             Parsed::SbatchOutput => "sbatch output",
             Parsed::SallocOutput => "salloc output",
+            Parsed::Output => "command output",
         };
         f.write_str(s)
     }
@@ -146,6 +149,13 @@ pub enum SlurmError {
         stdout: String,
         stderr: String,
     },
+    /// The query could not be built (e.g. an empty id list); nothing was run.
+    #[error("{command}: request refused before running: {source}")]
+    InvalidRequest {
+        command: SlurmCommand,
+        #[source]
+        source: RequestError,
+    },
     /// sacct answered but has no row for the job: accounting lags, so this proves nothing.
     #[error("{command}: no accounting record (yet) for the requested jobs")]
     NotInAccounting { command: SlurmCommand },
@@ -161,6 +171,7 @@ impl SlurmError {
             | SlurmError::Failed { command, .. }
             | SlurmError::ErrorOnSuccess { command, .. }
             | SlurmError::Unparsable { command, .. }
+            | SlurmError::InvalidRequest { command, .. }
             | SlurmError::NotInAccounting { command } => *command,
         }
     }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, Command};
 
-use super::error::SlurmError;
+use super::error::{Excerpt, SlurmError};
 
 /// The Slurm client programs this boundary runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -306,7 +306,7 @@ impl Runner {
                 elapsed_ms,
                 status = %out.status,
                 stdout_bytes = out.stdout.len(),
-                stderr = %out.stderr.trim_end(),
+                stderr = %Excerpt(out.stderr.trim_end()),
                 "slurm call"
             ),
             Err(e) => tracing::debug!(
@@ -670,7 +670,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn scrubs_environment_and_sets_path() {
+    async fn sets_path_and_explicit_env_for_the_child() {
         let dir = tempfile::tempdir().unwrap();
         let r = sh_runner(
             dir.path(),

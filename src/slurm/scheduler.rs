@@ -249,7 +249,7 @@ fn classify_query<T>(
                 Answer::Unknown(SlurmError::Unparsable {
                     command,
                     source: ParseError::new(
-                        super::error::Parsed::SqueueJobRow,
+                        super::error::Parsed::Output,
                         &out.stdout,
                         "text without rows",
                     ),
@@ -386,10 +386,10 @@ impl Scheduler for CliScheduler {
         let args = match query.argv() {
             Ok(a) => a,
             // No ids asked: nothing was looked up, and nothing can be said to be gone.
-            Err(e) => {
-                return Answer::Unknown(SlurmError::Spawn {
+            Err(source) => {
+                return Answer::Unknown(SlurmError::InvalidRequest {
                     command: SlurmCommand::Squeue,
-                    message: e.to_string(),
+                    source,
                 })
             }
         };
@@ -420,10 +420,10 @@ impl Scheduler for CliScheduler {
     async fn accounting(&self, query: &AcctQuery) -> Answer<Vec<AcctRow>> {
         let args = match query.argv() {
             Ok(a) => a,
-            Err(e) => {
-                return Answer::Unknown(SlurmError::Spawn {
+            Err(source) => {
+                return Answer::Unknown(SlurmError::InvalidRequest {
                     command: SlurmCommand::Sacct,
-                    message: e.to_string(),
+                    source,
                 })
             }
         };

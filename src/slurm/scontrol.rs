@@ -390,7 +390,7 @@ mod tests {
     use quickcheck::quickcheck;
 
     const RUNNING_ALLOC: &str =
-        include_str!("../../tests/fixtures/slurm/notes-scontrol-show-job-running-alloc/stdout");
+        include_str!("../../tests/fixtures/slurm/notes-scontrol-show-job-running-alloc.stdout");
 
     #[test]
     fn verbatim_running_allocation() {
