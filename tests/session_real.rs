@@ -220,7 +220,7 @@ fn launch_lose_state_adopt_release() {
         ),
         (id.as_str(), "RUNNING", "debug")
     );
-    assert_eq!(first["node"].as_str().is_some(), true);
+    assert!(first["node"].as_str().is_some(), "{first}");
 
     move_away(&s.state());
     let again = s.launch("my mirror/x", "dbg");
