@@ -135,28 +135,6 @@ impl Scripted {
     }
 }
 
-fn name_probe() -> Vec<String> {
-    [
-        "squeue",
-        "--noheader",
-        FORMAT,
-        "--me",
-        "--name=sucoder-sample",
-    ]
-    .map(String::from)
-    .to_vec()
-}
-
-fn by_id(n: u32) -> Vec<String> {
-    vec![
-        "squeue".into(),
-        "--noheader".into(),
-        FORMAT.into(),
-        "--states=all".into(),
-        format!("--jobs={n}"),
-    ]
-}
-
 fn err_text(r: Result<impl std::fmt::Debug, SessionError>) -> (String, &'static str) {
     let e = r.expect_err("expected an error");
     let kind = match &e {

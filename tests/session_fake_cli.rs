@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
-use support::scripted::{row, FORMAT};
+use support::scripted::{by_id, name_probe, row};
 
 const T: (&str, &str, &str) = ("savio4_htc", "co_carleton", "carleton_htc4_normal");
 const OTHER: (&str, &str, &str) = ("savio3", "fc_jevons", "normal");
@@ -140,28 +140,6 @@ impl Fake {
 fn json_of(r: &Run) -> Value {
     serde_json::from_str(r.stdout.trim())
         .unwrap_or_else(|e| panic!("not one JSON document ({e}): {:?} / {}", r.stdout, r.stderr))
-}
-
-fn name_probe() -> Vec<String> {
-    [
-        "squeue",
-        "--noheader",
-        FORMAT,
-        "--me",
-        "--name=sucoder-sample",
-    ]
-    .map(String::from)
-    .to_vec()
-}
-
-fn by_id(n: u32) -> Vec<String> {
-    vec![
-        "squeue".into(),
-        "--noheader".into(),
-        FORMAT.into(),
-        "--states=all".into(),
-        format!("--jobs={n}"),
-    ]
 }
 
 const LAUNCH_T: &[&str] = &[

@@ -107,6 +107,14 @@ pub struct Context<'a> {
     pub slurm: CliConfig,
 }
 
+/// Default waits, with `--wait` as the budget for the job to run.
+fn waits_for(secs: u64) -> Waits {
+    Waits {
+        run_budget: Duration::from_secs(secs),
+        ..Waits::default()
+    }
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -157,10 +165,7 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
             wait,
             command,
         } => {
-            let waits = Waits {
-                run_budget: Duration::from_secs(*wait),
-                ..Waits::default()
-            };
+            let waits = waits_for(*wait);
             let req = LaunchRequest {
                 mirror: session.mirror.clone(),
                 target: session.target.clone(),
@@ -245,10 +250,7 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
             poll_interval,
             wait,
         } => {
-            let waits = Waits {
-                run_budget: Duration::from_secs(*wait),
-                ..Waits::default()
-            };
+            let waits = waits_for(*wait);
             let settings = RenewSettings {
                 drain_minutes: *drain_minutes,
                 poll: Duration::from_secs(*poll_interval),

@@ -410,6 +410,18 @@ mod tests {
         format!("{id}|{own}|{state}|{p}|{a}|{q}|u|1|1|vm|9:58|10:00|N/A|N/A|None|sucoder-sample\n")
     }
 
+    /// A row on target T's placement.
+    fn on_t(id: &str, own: u32, state: &str) -> String {
+        row(
+            id,
+            own,
+            state,
+            "savio4_htc",
+            "co_carleton",
+            "carleton_htc4_normal",
+        )
+    }
+
     fn rows(text: &str) -> Vec<JobRow> {
         parse_jobs(text).unwrap()
     }
@@ -427,30 +439,9 @@ mod tests {
     #[test]
     fn adoption_plan() {
         let text = [
-            row(
-                "4242_3",
-                4250,
-                "RUNNING",
-                "savio4_htc",
-                "co_carleton",
-                "carleton_htc4_normal",
-            ),
-            row(
-                "39000001",
-                39000001,
-                "RUNNING",
-                "savio4_htc",
-                "co_carleton",
-                "carleton_htc4_normal",
-            ),
-            row(
-                "39000077",
-                39000077,
-                "PENDING",
-                "savio4_htc",
-                "co_carleton",
-                "carleton_htc4_normal",
-            ),
+            on_t("4242_3", 4250, "RUNNING"),
+            on_t("39000001", 39000001, "RUNNING"),
+            on_t("39000077", 39000077, "PENDING"),
             row("4242", 4242, "RUNNING", "savio3", "fc_jevons", "normal"),
         ]
         .concat();
@@ -471,23 +462,9 @@ mod tests {
         );
         let excluded = plan_adoption(&rows(&text), "T", [T], &[JobId::new(39000077).unwrap()]);
         assert_eq!(excluded.adopted().unwrap().job_id, JobId::new(39000001));
-        let only_array = rows(&row(
-            "4242_3",
-            4250,
-            "RUNNING",
-            "savio4_htc",
-            "co_carleton",
-            "carleton_htc4_normal",
-        ));
+        let only_array = rows(&on_t("4242_3", 4250, "RUNNING"));
         assert_eq!(plan_adoption(&only_array, "T", [T], &[]).adopt, None);
-        let ended = rows(&row(
-            "5",
-            5,
-            "COMPLETED",
-            "savio4_htc",
-            "co_carleton",
-            "carleton_htc4_normal",
-        ));
+        let ended = rows(&on_t("5", 5, "COMPLETED"));
         let plan = plan_adoption(&ended, "T", [T], &[]);
         assert_eq!(plan.adopt, None);
         assert_eq!(plan.seen[0].passed, Some(Passed::Ended));

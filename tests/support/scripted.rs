@@ -226,6 +226,30 @@ impl Scheduler for Scripted {
 
 pub const FORMAT: &str = "--format=%i|%A|%T|%P|%a|%q|%u|%D|%C|%N|%L|%l|%S|%e|%r|%j";
 
+/// The argv of the name probe for mirror `sample`.
+pub fn name_probe() -> Vec<String> {
+    [
+        "squeue",
+        "--noheader",
+        FORMAT,
+        "--me",
+        "--name=sucoder-sample",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The argv of a probe of job `n` by id.
+pub fn by_id(n: u32) -> Vec<String> {
+    vec![
+        "squeue".into(),
+        "--noheader".into(),
+        FORMAT.into(),
+        "--states=all".into(),
+        format!("--jobs={n}"),
+    ]
+}
+
 /// One squeue row in the driver's format.
 pub fn row(id: &str, state: &str, node: &str, placement: (&str, &str, &str), name: &str) -> String {
     let own = id.split('_').next().unwrap();
