@@ -203,18 +203,24 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
                 return render_release_nothing(&plan.key, ctx.json);
             }
             if !force {
-                if let Some(job) = plan.job {
-                    if !confirm(&release_question(&plan, job)) {
-                        eprintln!("Aborted.");
-                        if ctx.json {
-                            print_json(&serde_json::json!({
-                                "mirror": plan.key.mirror, "target": plan.key.target,
-                                "action": "aborted", "job_id": job.get(),
-                                "holders": [], "proof": null,
-                            }))?;
-                        }
-                        return Ok(exit::OK);
+                let question = match plan.job {
+                    Some(job) => release_question(&plan, job),
+                    None => format!(
+                        "An earlier submission for session {} may have created a job. Look it \
+                         up by name and cancel it if it is there?",
+                        plan.key
+                    ),
+                };
+                if !confirm(&question) {
+                    eprintln!("Aborted.");
+                    if ctx.json {
+                        print_json(&serde_json::json!({
+                            "mirror": plan.key.mirror, "target": plan.key.target,
+                            "action": "aborted", "job_id": plan.job.map(JobId::get),
+                            "holders": [], "proof": null,
+                        }))?;
                     }
+                    return Ok(exit::OK);
                 }
             }
             let r = rt.block_on(release::release(
