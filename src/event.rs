@@ -292,6 +292,10 @@ event_kinds! {
     114 => WorkerStopIntent(crate::state::pool::WorkerStopIntent);
     115 => WorkerExited(crate::state::pool::WorkerExited);
     116 => WorkerTerminal(crate::state::pool::WorkerTerminal), must_understand;
+    120 => JobSubmitIntent(crate::state::jobs::JobSubmitIntent), must_understand;
+    121 => JobSubmitted(crate::state::jobs::JobSubmitted), must_understand;
+    122 => JobSubmitFailed(crate::state::jobs::JobSubmitFailed), must_understand;
+    123 => JobTerminal(crate::state::jobs::JobTerminal), must_understand;
     150 => SupervisorStarted(crate::worker::events::SupervisorStarted);
     151 => PayloadStarted(crate::worker::events::PayloadStarted);
     152 => ShutdownSignalled(crate::worker::events::ShutdownSignalled);

@@ -23,6 +23,11 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(f) => {
             eprintln!("dispatch: {}", f.message);
+            if cli.json {
+                // Scripts reading --json still get exactly one document.
+                let doc = serde_json::json!({"error": {"exit_code": f.code, "message": f.message}});
+                println!("{doc}");
+            }
             f.code
         }
     };
@@ -38,6 +43,25 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
         Command::Pool(cmd) => {
             let ctx = context(state_dir()?)?;
             block_on(cli::pool::run(cmd, &ctx, cli.json))
+        }
+        Command::Submit(args) => {
+            let config_path =
+                dispatch::config::resolve(cli.config.as_deref(), &env).ok_or_else(|| {
+                    exit::Failure::new(
+                        exit::USAGE,
+                        "no config file: set --config, DISPATCH_CONFIG or HOME",
+                    )
+                })?;
+            let config = dispatch::config::Config::load(&config_path)
+                .map_err(|e| exit::Failure::new(exit::USAGE, e.to_string()))?;
+            let ctx = context(state_dir()?)?;
+            block_on(cli::pool::run_submit(
+                args,
+                &ctx,
+                &config,
+                &config_path,
+                cli.json,
+            ))
         }
         Command::Reconcile => {
             let ctx = context(state_dir()?)?;

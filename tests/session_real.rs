@@ -30,8 +30,7 @@ struct Job {
 
 impl Session {
     fn new(test: &str, targets: &str) -> Session {
-        let lock = support::shared_lock();
-        require_cluster();
+        let lock = require_cluster();
         let prefix = format!("dt-{test}-{}-", std::process::id());
         let tmp = tempfile::tempdir().unwrap();
         std::fs::write(

@@ -45,6 +45,8 @@ pub enum Command {
     /// Worker pools inside an allocation you own
     #[command(subcommand)]
     Pool(pool::PoolCommand),
+    /// Run one worker as its own Slurm job (the ordinary path; the worker owns the allocation)
+    Submit(pool::SubmitArgs),
     /// Replay the journal against Slurm and resolve what can be proven
     Reconcile,
     /// The worker side: commands that run inside a worker's job step

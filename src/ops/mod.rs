@@ -8,3 +8,4 @@ pub mod journal;
 pub mod pool;
 pub mod reconcile;
 pub mod session;
+pub mod submit;

@@ -1,5 +1,6 @@
 //! Reducers: all state is a fold of the journal's events. Pure: no I/O, no clock.
 
+pub mod jobs;
 pub mod pool;
 pub mod session;
 
@@ -25,6 +26,7 @@ pub struct State {
     pub skipped_unknown: u64,
     pub pools: pool::Pools,
     pub sessions: session::Sessions,
+    pub jobs: jobs::Jobs,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,6 +78,10 @@ impl State {
             Event::SessionReleased(e) => self.sessions.released(e),
             Event::SessionDetached(e) => self.sessions.detached(e),
             Event::SessionCleared(e) => self.sessions.cleared(e),
+            Event::JobSubmitIntent(e) => self.jobs.intent(env.time, e),
+            Event::JobSubmitted(e) => self.jobs.submitted(e),
+            Event::JobSubmitFailed(e) => self.jobs.failed(e),
+            Event::JobTerminal(e) => self.jobs.terminal(e),
             // The worker's own journal: the coordinator reads these through `worker::report`.
             Event::SupervisorStarted(_)
             | Event::PayloadStarted(_)
