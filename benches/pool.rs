@@ -7,14 +7,12 @@
 //! Needs the dev cluster (`tools/slurm-dev-cluster start`). `DISPATCH_BENCH_QUICK=1` does
 //! fewer rounds.
 
-use std::path::{Path, PathBuf};
+#[path = "../tests/synthetic/mod.rs"]
+mod synthetic;
+
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-use dispatch::event::{Event, Micros};
-use dispatch::journal::{Options, Writer};
-use dispatch::state::pool::*;
-use uuid::Uuid;
 
 fn median(mut xs: Vec<Duration>) -> Duration {
     xs.sort();
@@ -108,65 +106,22 @@ fn submit_overhead(rounds: usize) -> (Duration, Duration) {
     (median(raw), median(submit))
 }
 
-fn fake_bin() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/fake-slurm/bin")
-}
-
 fn reconcile_cost(n: u32) -> (u64, Duration) {
-    const JOB: u64 = 900;
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
-    let w = Writer::open(&state.join("journal"), Options::default()).unwrap();
-    let now = Micros::now().secs();
-    let mut events = vec![Event::PoolAttached(PoolAttached {
-        pool: "p".into(),
-        allocation: Allocation {
-            job_id: JOB,
-            node: "vm".into(),
-            user: "root".into(),
-            start_time: Micros::from_secs(now - 60),
-            end_time: Micros::from_secs(now + 3600),
-            cpus: 1024,
-            mem_mb: 1 << 20,
-            partition: "debug".into(),
-            account: "dev".into(),
-            qos: "normal".into(),
-        },
-    })];
-    let mut steps = String::new();
-    for i in 0..n {
-        let id = Uuid::from_u128(u128::from(i) + 1);
-        events.push(Event::WorkerSubmitIntent(WorkerSubmitIntent {
-            pool: "p".into(),
-            worker: format!("w{i}"),
-            submission_id: id,
-            cpus: 1,
-            mem_mb: 10,
-            publication_timeout_s: 30,
-            command: vec!["true".into()],
-        }));
-        events.push(Event::WorkerStepObserved(WorkerStepObserved {
-            submission_id: id,
-            step_id: i,
-        }));
-        steps.push_str(&format!(
-            "{JOB}.{i}|root|0:10|UNLIMITED|2026-11-29T17:00:00|vm|1|p.w{i}\n"
-        ));
-    }
-    w.append(events).unwrap();
-    drop(w);
-    let job_row = format!(
-        "{JOB}|{JOB}|RUNNING|debug|dev|normal|root|1|8|vm|59:00|1:00:00|2026-11-29T17:00:00|2026-11-29T18:00:00|None|a\n"
-    );
+    synthetic::write_pool_journal(&state, n, |_| true);
     let scenario = serde_json::json!({"squeue": [
-        {"match": ["--steps"], "stdout": steps},
-        {"match": [format!("--jobs={JOB}")], "stdout": job_row},
+        {"match": ["--steps"], "stdout": synthetic::step_rows(0..n)},
+        {"match": [format!("--jobs={}", synthetic::JOB)], "stdout": synthetic::job_row()},
     ]});
     std::fs::write(tmp.path().join("s.json"), scenario.to_string()).unwrap();
     let t = Instant::now();
     let out = dispatch(&state)
         .args(["reconcile", "--json"])
-        .env("PATH", format!("{}:/usr/bin:/bin", fake_bin().display()))
+        .env(
+            "PATH",
+            format!("{}:/usr/bin:/bin", synthetic::fake_bin().display()),
+        )
         .env("FAKE_SLURM_SCENARIO", tmp.path().join("s.json"))
         .output()
         .unwrap();

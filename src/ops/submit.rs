@@ -2,7 +2,6 @@
 //! allocation. Intent first; an sbatch without an answer is recorded as "may exist" and keeps
 //! its budget until `dispatch reconcile` finds the job by name or proves it over.
 
-use std::ffi::OsString;
 use std::os::unix::fs::OpenOptionsExt;
 
 use serde::Serialize;
@@ -15,10 +14,11 @@ use crate::event::Event;
 use crate::failpoint;
 use crate::policy::pool::{Budgets, Refusal};
 use crate::slurm::{
-    ActionError, BatchPayload, BatchRequest, JobName, MemoryMb, Placement, Scheduler, SlurmDuration,
+    BatchPayload, BatchRequest, JobName, MemoryMb, Placement, Scheduler, SlurmDuration,
 };
 use crate::state::jobs::*;
 use crate::worker::dirs::{check_name, WorkerDirs};
+use crate::worker::supervisor;
 
 /// The batch script: it runs its arguments, unchanged. sbatch passes them through as argv, so
 /// no shell ever parses the worker's command.
@@ -123,21 +123,14 @@ pub async fn submit<S: Scheduler>(
         )));
     }
     let deadline_after = time_s as i64 - req.budgets.shutdown_window_s();
-    let mut args: Vec<OsString> = vec![
-        ctx.exe.clone().into_os_string(),
-        "worker".into(),
-        "run".into(),
-        "--submission-id".into(),
-        submission_id.to_string().into(),
-        "--evidence-dir".into(),
-        dirs.evidence.clone().into_os_string(),
-        "--deadline".into(),
-        format!("+{deadline_after}").into(),
-        "--grace".into(),
-        req.grace_s.to_string().into(),
-        "--".into(),
-    ];
-    args.extend(req.command.iter().map(OsString::from));
+    let args = supervisor::command_line(
+        &ctx.exe,
+        submission_id,
+        &dirs.evidence,
+        &format!("+{deadline_after}"),
+        req.grace_s,
+        &req.command,
+    );
     let target = req.target.as_ref();
     let mut batch = BatchRequest::new(name, BatchPayload::Script { path: script, args });
     batch.placement = Placement {
@@ -158,36 +151,21 @@ pub async fn submit<S: Scheduler>(
     failpoint::hit("submit-after-sbatch");
     let job_id = match outcome {
         Ok(s) => u64::from(s.job_id.get()),
-        Err(ActionError::Invalid(e)) => {
+        Err(e) => {
+            let definite = e.nothing_happened();
             writer.append_one(Event::JobSubmitFailed(JobSubmitFailed {
                 submission_id,
-                definite: true,
+                definite,
                 reason: e.to_string(),
             }))?;
-            return Err(OpError::Failed(format!(
-                "worker {worker}: {e}; nothing was submitted"
-            )));
-        }
-        Err(ActionError::Local(e)) => {
-            writer.append_one(Event::JobSubmitFailed(JobSubmitFailed {
-                submission_id,
-                definite: true,
-                reason: e.clone(),
-            }))?;
-            return Err(OpError::Failed(format!(
-                "worker {worker}: {e}; nothing was submitted"
-            )));
-        }
-        Err(ActionError::Unknown { error, .. }) => {
-            writer.append_one(Event::JobSubmitFailed(JobSubmitFailed {
-                submission_id,
-                definite: false,
-                reason: error.to_string(),
-            }))?;
-            return Err(OpError::Unknown(format!(
-                "worker {worker} (submission {submission_id}): sbatch gave no clear answer ({error}); a job named \
-                 {worker:?} may exist and keeps its budget. Run `dispatch reconcile` to find it by name"
-            )));
+            return Err(if definite {
+                OpError::Failed(format!("worker {worker}: {e}; nothing was submitted"))
+            } else {
+                OpError::Unknown(format!(
+                    "worker {worker} (submission {submission_id}): sbatch gave no clear answer ({e}); a job named \
+                     {worker:?} may exist and keeps its budget. Run `dispatch reconcile` to find it by name"
+                ))
+            });
         }
     };
     writer.append_one(Event::JobSubmitted(JobSubmitted {
