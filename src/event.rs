@@ -321,6 +321,16 @@ event_kinds! {
     166 => CleanupStarted(crate::worker::events::CleanupStarted);
     167 => CleanedUp(crate::worker::events::CleanedUp);
     168 => SupervisorFinished(crate::worker::events::SupervisorFinished);
+    200 => SessionLaunchIntent(crate::state::session::SessionLaunchIntent), must_understand;
+    201 => SessionJobSubmitted(crate::state::session::SessionJobSubmitted), must_understand;
+    202 => SessionSubmitFailed(crate::state::session::SessionSubmitFailed), must_understand;
+    203 => SessionNodeResolved(crate::state::session::SessionNodeResolved);
+    204 => SessionAdopted(crate::state::session::SessionAdopted), must_understand;
+    205 => SessionCancelIntent(crate::state::session::SessionCancelIntent);
+    206 => SessionCancelFailed(crate::state::session::SessionCancelFailed);
+    207 => SessionReleased(crate::state::session::SessionReleased), must_understand;
+    208 => SessionDetached(crate::state::session::SessionDetached), must_understand;
+    209 => SessionCleared(crate::state::session::SessionCleared), must_understand;
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -20,6 +20,7 @@ use dispatch::ops::journal as ops;
 use dispatch::state::asset::*;
 use dispatch::state::jobs::*;
 use dispatch::state::pool::*;
+use dispatch::state::session::*;
 use dispatch::state::{ReduceError, State};
 use dispatch::worker::events::*;
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult, Testable};
@@ -373,8 +374,83 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
             outcome: text(g),
             exit_code: i32::arbitrary(g),
         }),
+        200 => Event::SessionLaunchIntent(SessionLaunchIntent {
+            session: session_key(g),
+            submission_id: uuid(g),
+            job_name: text(g),
+            confined: bool::arbitrary(g),
+            command: Vec::arbitrary(g),
+            replacing: opt_job(g),
+        }),
+        201 => Event::SessionJobSubmitted(SessionJobSubmitted {
+            session: session_key(g),
+            submission_id: uuid(g),
+            job_id: job(g),
+        }),
+        202 => Event::SessionSubmitFailed(SessionSubmitFailed {
+            session: session_key(g),
+            submission_id: uuid(g),
+            may_exist: bool::arbitrary(g),
+            job_hint: opt_job(g),
+            reason: text(g),
+        }),
+        203 => Event::SessionNodeResolved(SessionNodeResolved {
+            session: session_key(g),
+            job_id: job(g),
+            node: text(g),
+        }),
+        204 => Event::SessionAdopted(SessionAdopted {
+            session: session_key(g),
+            job_id: job(g),
+            how: text(g),
+            state: text(g),
+            partition: text(g),
+            account: Option::arbitrary(g),
+            qos: Option::arbitrary(g),
+            replacing: opt_job(g),
+        }),
+        205 => Event::SessionCancelIntent(SessionCancelIntent {
+            session: session_key(g),
+            job_id: job(g),
+        }),
+        206 => Event::SessionCancelFailed(SessionCancelFailed {
+            session: session_key(g),
+            job_id: job(g),
+            definite: bool::arbitrary(g),
+            reason: text(g),
+        }),
+        207 => Event::SessionReleased(SessionReleased {
+            session: session_key(g),
+            job_id: job(g),
+            proof: text(g),
+        }),
+        208 => Event::SessionDetached(SessionDetached {
+            session: session_key(g),
+            job_id: job(g),
+            holders: Vec::arbitrary(g),
+        }),
+        209 => Event::SessionCleared(SessionCleared {
+            session: session_key(g),
+            job_id: job(g),
+            reason: text(g),
+        }),
         other => panic!("no generator for event kind {other}"),
     }
+}
+
+fn session_key(g: &mut Gen) -> SessionKey {
+    SessionKey {
+        mirror: text(g),
+        target: text(g),
+    }
+}
+
+fn job(g: &mut Gen) -> dispatch::slurm::JobId {
+    dispatch::slurm::JobId::new(u32::arbitrary(g).max(1)).expect("non-zero")
+}
+
+fn opt_job(g: &mut Gen) -> Option<dispatch::slurm::JobId> {
+    bool::arbitrary(g).then(|| job(g))
 }
 
 /// An event of a kind this dispatch does not know, as a newer dispatch would write it: the

@@ -5,6 +5,7 @@ pub mod exit;
 pub mod journal;
 pub mod output;
 pub mod pool;
+pub mod session;
 pub mod worker;
 
 use std::path::PathBuf;
@@ -55,4 +56,9 @@ pub enum Command {
     /// The worker side: commands that run inside a worker's job step
     #[command(subcommand)]
     Worker(worker::WorkerCommand),
+    /// One session (mirror, target) and the one job it holds
+    #[command(subcommand)]
+    Session(session::SessionCommand),
+    /// Report every session job per target, orphans, stale and unknown sessions
+    Sessions,
 }

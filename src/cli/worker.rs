@@ -98,11 +98,6 @@ fn parse_asset(s: &str) -> Result<LocalAsset, String> {
     serde_json::from_str(s).map_err(|e| format!("not an asset description: {e}"))
 }
 
-/// The `--asset` argument that describes `a` to `dispatch worker run`.
-pub fn asset_arg(a: &LocalAsset) -> String {
-    serde_json::to_string(a).expect("an asset always serializes")
-}
-
 pub fn run(cmd: &WorkerCommand) -> Result<u8, Failure> {
     let WorkerCommand::Run(a) = cmd;
     let node = a.worker_dir.as_ref().map(|root| NodeSpec {

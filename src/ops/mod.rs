@@ -8,4 +8,5 @@ pub mod facts;
 pub mod journal;
 pub mod pool;
 pub mod reconcile;
+pub mod session;
 pub mod submit;

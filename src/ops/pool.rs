@@ -3,7 +3,6 @@
 //! Each command: lock the journal → load state → ask Slurm → decide (policy) → append the intent
 //! → act → append the outcome. Budget is only released by a proof event.
 
-use std::ffi::OsString;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -20,14 +19,13 @@ use crate::policy::asset::{self as asset_policy, FileSeen};
 use crate::policy::node as node_policy;
 use crate::policy::pool::{self as policy, AllocationFacts, Budgets, Refusal, WorkerAsk};
 use crate::slurm::{
-    ActionError, Answer, JobId, JobName, MemoryMb, Scheduler, Signal, StepId, StepKind, StepRequest,
+    Answer, JobId, JobName, MemoryMb, Scheduler, Signal, StepId, StepKind, StepRequest,
 };
 use crate::state::asset::{AssetKind, AssetRecord, WorkerAssetsBound};
 use crate::state::pool::*;
 use crate::state::State;
 use crate::worker::dirs::{check_name, WorkerDirs};
-use crate::worker::preflight::LocalAsset;
-use crate::worker::{publish, report};
+use crate::worker::{publish, report, supervisor};
 
 /// How long `pool submit` looks for the new step before calling the outcome unknown.
 pub const STEP_DISCOVERY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -201,72 +199,6 @@ fn resolve_assets(
     Ok(out)
 }
 
-/// The supervisor's command line: `dispatch worker run …` with everything it needs to know,
-/// so it never has to read the coordinator's journal.
-pub(crate) fn supervisor_argv(
-    exe: &Path,
-    state_dir: &Path,
-    sup: &SupervisorArgs<'_>,
-    command: &[String],
-) -> Vec<OsString> {
-    let mut argv: Vec<OsString> = vec![
-        exe.as_os_str().to_owned(),
-        "worker".into(),
-        "run".into(),
-        "--submission-id".into(),
-        sup.submission_id.to_string().into(),
-        "--worker-dir".into(),
-        sup.dirs.root.clone().into_os_string(),
-        "--worker".into(),
-        sup.worker.into(),
-        "--publish-dir".into(),
-        sup.publish_dir.as_os_str().to_owned(),
-        "--deadline".into(),
-        sup.deadline.clone().into(),
-        "--grace".into(),
-        sup.budgets.grace_s.to_string().into(),
-        "--publication-timeout".into(),
-        sup.budgets.publication_timeout_s.to_string().into(),
-        "--native-state-budget".into(),
-        sup.budgets.native_state_s.to_string().into(),
-        "--cleanup-budget".into(),
-        sup.budgets.cleanup_s.to_string().into(),
-    ];
-    if let Some(pool) = sup.pool {
-        argv.extend(["--pool".into(), pool.into()]);
-    }
-    if let Some(glob) = sup.append_only_glob {
-        argv.extend(["--append-only-glob".into(), glob.into()]);
-    }
-    for record in sup.assets {
-        let local = LocalAsset {
-            record: record.clone(),
-            path: state_dir.join(&record.file),
-        };
-        argv.extend([
-            "--asset".into(),
-            crate::cli::worker::asset_arg(&local).into(),
-        ]);
-    }
-    argv.push("--".into());
-    argv.extend(command.iter().map(OsString::from));
-    argv
-}
-
-/// What the supervisor is told about its worker.
-pub(crate) struct SupervisorArgs<'a> {
-    pub submission_id: Uuid,
-    pub worker: &'a str,
-    pub pool: Option<&'a str>,
-    pub dirs: &'a WorkerDirs,
-    pub publish_dir: &'a Path,
-    /// `UNIX_SECONDS` or `+SECONDS`.
-    pub deadline: String,
-    pub budgets: Budgets,
-    pub append_only_glob: Option<&'a str>,
-    pub assets: &'a [AssetRecord],
-}
-
 #[derive(Debug, Serialize)]
 pub struct SubmitReport {
     pub pool: String,
@@ -385,10 +317,10 @@ pub async fn submit<S: Scheduler>(
         )));
     }
     let publish_dir = published_dir(&ctx.pools_dir(), &req.pool);
-    let command = supervisor_argv(
+    let command = supervisor::command_line(
         &ctx.exe,
         &ctx.state_dir,
-        &SupervisorArgs {
+        &supervisor::SupervisorArgs {
             submission_id,
             worker: &worker,
             pool: Some(&req.pool),
@@ -417,36 +349,23 @@ pub async fn submit<S: Scheduler>(
     let launched = ctx.sched.launch_step(&step).await;
     let srun_pid = match launched {
         Ok(l) => l.srun_pid,
-        Err(ActionError::Invalid(e)) => {
+        Err(e) => {
+            let definite = e.nothing_happened();
             writer.append_one(Event::WorkerLaunchFailed(WorkerLaunchFailed {
                 submission_id,
-                definite: true,
+                definite,
                 reason: e.to_string(),
             }))?;
-            return Err(OpError::Failed(format!(
-                "worker {worker}: {e}; nothing was launched"
-            )));
-        }
-        Err(ActionError::Local(e)) => {
-            writer.append_one(Event::WorkerLaunchFailed(WorkerLaunchFailed {
-                submission_id,
-                definite: true,
-                reason: e.clone(),
-            }))?;
-            return Err(OpError::Failed(format!(
-                "worker {worker}: {e}; nothing was launched"
-            )));
-        }
-        Err(ActionError::Unknown { error, .. }) => {
-            writer.append_one(Event::WorkerLaunchFailed(WorkerLaunchFailed {
-                submission_id,
-                definite: false,
-                reason: error.to_string(),
-            }))?;
-            return Err(OpError::Unknown(format!(
-                "worker {worker} (submission {submission_id}): srun gave no answer ({error}); its budget stays held. \
-                 Run `dispatch reconcile` to resolve it"
-            )));
+            return Err(if definite {
+                OpError::Failed(format!(
+                    "worker {worker}: {e}; nothing was launched and its budget is released"
+                ))
+            } else {
+                OpError::Unknown(format!(
+                    "worker {worker} (submission {submission_id}): srun gave no answer ({e}); its budget stays \
+                     held. Run `dispatch reconcile` to resolve it"
+                ))
+            });
         }
     };
     writer.append_one(Event::WorkerLaunched(WorkerLaunched {
@@ -515,6 +434,8 @@ async fn discover_step<S: Scheduler>(
 ) -> Discovery {
     let started = Instant::now();
     let mut last_unknown = None;
+    // A step usually appears within ~50 ms: look often at first, then back off.
+    let mut pause = Duration::from_millis(20);
     loop {
         match ctx.sched.list_steps(job).await {
             Answer::Live(rows) => {
@@ -551,7 +472,8 @@ async fn discover_step<S: Scheduler>(
         if started.elapsed() > STEP_DISCOVERY_TIMEOUT {
             return Discovery::NotSeen(last_unknown.unwrap_or_else(|| "still pending".to_owned()));
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(POLL);
     }
 }
 

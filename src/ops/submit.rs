@@ -9,16 +9,16 @@ use uuid::Uuid;
 
 use super::context::{snapshot_quietly, Ctx};
 use super::error::OpError;
-use super::pool::{supervisor_argv, SupervisorArgs};
 use crate::config::Target;
 use crate::event::Event;
 use crate::failpoint;
 use crate::policy::pool::{Budgets, Refusal};
 use crate::slurm::{
-    ActionError, BatchPayload, BatchRequest, JobName, MemoryMb, Placement, Scheduler, SlurmDuration,
+    BatchPayload, BatchRequest, JobName, MemoryMb, Placement, Scheduler, SlurmDuration,
 };
 use crate::state::jobs::*;
 use crate::worker::dirs::{check_name, WorkerDirs};
+use crate::worker::supervisor;
 
 /// The batch script: it runs its arguments, unchanged. sbatch passes them through as argv, so
 /// no shell ever parses the worker's command.
@@ -126,10 +126,10 @@ pub async fn submit<S: Scheduler>(
     }
     let deadline_after = time_s as i64 - budgets.shutdown_window_s();
     let publish_dir = jobs_dir(ctx).join("published");
-    let args = supervisor_argv(
+    let args = supervisor::command_line(
         &ctx.exe,
         &ctx.state_dir,
-        &SupervisorArgs {
+        &supervisor::SupervisorArgs {
             submission_id,
             worker: &worker,
             pool: None,
@@ -162,36 +162,21 @@ pub async fn submit<S: Scheduler>(
     failpoint::hit("submit-after-sbatch");
     let job_id = match outcome {
         Ok(s) => u64::from(s.job_id.get()),
-        Err(ActionError::Invalid(e)) => {
+        Err(e) => {
+            let definite = e.nothing_happened();
             writer.append_one(Event::JobSubmitFailed(JobSubmitFailed {
                 submission_id,
-                definite: true,
+                definite,
                 reason: e.to_string(),
             }))?;
-            return Err(OpError::Failed(format!(
-                "worker {worker}: {e}; nothing was submitted"
-            )));
-        }
-        Err(ActionError::Local(e)) => {
-            writer.append_one(Event::JobSubmitFailed(JobSubmitFailed {
-                submission_id,
-                definite: true,
-                reason: e.clone(),
-            }))?;
-            return Err(OpError::Failed(format!(
-                "worker {worker}: {e}; nothing was submitted"
-            )));
-        }
-        Err(ActionError::Unknown { error, .. }) => {
-            writer.append_one(Event::JobSubmitFailed(JobSubmitFailed {
-                submission_id,
-                definite: false,
-                reason: error.to_string(),
-            }))?;
-            return Err(OpError::Unknown(format!(
-                "worker {worker} (submission {submission_id}): sbatch gave no clear answer ({error}); a job named \
-                 {worker:?} may exist and keeps its budget. Run `dispatch reconcile` to find it by name"
-            )));
+            return Err(if definite {
+                OpError::Failed(format!("worker {worker}: {e}; nothing was submitted"))
+            } else {
+                OpError::Unknown(format!(
+                    "worker {worker} (submission {submission_id}): sbatch gave no clear answer ({e}); a job named \
+                     {worker:?} may exist and keeps its budget. Run `dispatch reconcile` to find it by name"
+                ))
+            });
         }
     };
     writer.append_one(Event::JobSubmitted(JobSubmitted {

@@ -5,3 +5,4 @@ pub mod manifest;
 pub mod node;
 pub mod pool;
 pub mod reconcile;
+pub mod session;

@@ -3,6 +3,7 @@
 pub mod asset;
 pub mod jobs;
 pub mod pool;
+pub mod session;
 
 use std::collections::VecDeque;
 
@@ -25,6 +26,7 @@ pub struct State {
     /// Events of kinds this version does not know, which it was allowed to skip.
     pub skipped_unknown: u64,
     pub pools: pool::Pools,
+    pub sessions: session::Sessions,
     pub jobs: jobs::Jobs,
     pub assets: asset::Assets,
 }
@@ -68,6 +70,16 @@ impl State {
             Event::WorkerStopIntent(e) => self.pools.stop_intent(e),
             Event::WorkerExited(e) => self.pools.exited(e),
             Event::WorkerTerminal(e) => self.pools.terminal(e),
+            Event::SessionLaunchIntent(e) => self.sessions.launch_intent(env.time, e),
+            Event::SessionJobSubmitted(e) => self.sessions.job_submitted(env.time, e),
+            Event::SessionSubmitFailed(e) => self.sessions.submit_failed(e),
+            Event::SessionNodeResolved(e) => self.sessions.node_resolved(e),
+            Event::SessionAdopted(e) => self.sessions.adopted(env.time, e),
+            Event::SessionCancelIntent(e) => self.sessions.cancel_intent(e),
+            Event::SessionCancelFailed(e) => self.sessions.cancel_failed(e),
+            Event::SessionReleased(e) => self.sessions.released(e),
+            Event::SessionDetached(e) => self.sessions.detached(e),
+            Event::SessionCleared(e) => self.sessions.cleared(e),
             Event::JobSubmitIntent(e) => self.jobs.intent(env.time, e),
             Event::JobSubmitted(e) => self.jobs.submitted(e),
             Event::JobSubmitFailed(e) => self.jobs.failed(e),

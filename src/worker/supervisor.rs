@@ -6,6 +6,7 @@
 //! step-scoped cleanup. Every step is recorded, before and after, in the worker's own journal
 //! (`<evidence>/journal/`).
 
+use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -22,7 +23,8 @@ use crate::event::{Event, Micros};
 use crate::failpoint;
 use crate::journal::{JournalError, Options, Writer};
 use crate::policy::node::{self, AfterPayload, StateClass};
-use crate::state::asset::AssetKind;
+use crate::policy::pool::Budgets;
+use crate::state::asset::{AssetKind, AssetRecord};
 
 /// How often the supervisor looks at the payload and the clock.
 const POLL: Duration = Duration::from_millis(50);
@@ -51,6 +53,75 @@ pub struct NodeSpec {
     pub native_state_s: u32,
     pub cleanup_s: u32,
     pub append_only_glob: String,
+}
+
+/// The argv that starts the supervisor around `command`: what `pool submit` runs in a step and
+/// `dispatch submit` in a batch job. It carries everything the supervisor needs to know, so it
+/// never reads the coordinator's journal.
+pub fn command_line(
+    exe: &Path,
+    state_dir: &Path,
+    sup: &SupervisorArgs<'_>,
+    command: &[String],
+) -> Vec<OsString> {
+    let mut argv: Vec<OsString> = vec![
+        exe.as_os_str().to_owned(),
+        "worker".into(),
+        "run".into(),
+        "--submission-id".into(),
+        sup.submission_id.to_string().into(),
+        "--worker-dir".into(),
+        sup.dirs.root.clone().into_os_string(),
+        "--worker".into(),
+        sup.worker.into(),
+        "--publish-dir".into(),
+        sup.publish_dir.as_os_str().to_owned(),
+        "--deadline".into(),
+        sup.deadline.clone().into(),
+        "--grace".into(),
+        sup.budgets.grace_s.to_string().into(),
+        "--publication-timeout".into(),
+        sup.budgets.publication_timeout_s.to_string().into(),
+        "--native-state-budget".into(),
+        sup.budgets.native_state_s.to_string().into(),
+        "--cleanup-budget".into(),
+        sup.budgets.cleanup_s.to_string().into(),
+    ];
+    if let Some(pool) = sup.pool {
+        argv.extend(["--pool".into(), pool.into()]);
+    }
+    if let Some(glob) = sup.append_only_glob {
+        argv.extend(["--append-only-glob".into(), glob.into()]);
+    }
+    for record in sup.assets {
+        let local = LocalAsset {
+            record: record.clone(),
+            path: state_dir.join(&record.file),
+        };
+        argv.extend([
+            "--asset".into(),
+            serde_json::to_string(&local)
+                .expect("an asset always serializes")
+                .into(),
+        ]);
+    }
+    argv.push("--".into());
+    argv.extend(command.iter().map(OsString::from));
+    argv
+}
+
+/// What the supervisor is told about its worker.
+pub struct SupervisorArgs<'a> {
+    pub submission_id: Uuid,
+    pub worker: &'a str,
+    pub pool: Option<&'a str>,
+    pub dirs: &'a WorkerDirs,
+    pub publish_dir: &'a Path,
+    /// `UNIX_SECONDS` or `+SECONDS`.
+    pub deadline: String,
+    pub budgets: Budgets,
+    pub append_only_glob: Option<&'a str>,
+    pub assets: &'a [AssetRecord],
 }
 
 pub fn journal_dir(evidence_dir: &Path) -> PathBuf {
