@@ -120,3 +120,221 @@ fn a_missing_program_is_recorded_as_127() {
     assert_eq!(r.exited.unwrap().code, Some(127));
     assert!(r.payload_pid.is_none());
 }
+
+// ---- node mode (`--worker-dir`): the worker's directories, checks, publication, cleanup ----
+
+const SID: &str = "6f1c1c1e-0000-4000-8000-000000000002";
+
+/// `dispatch worker run` in node mode: directories below `root/w`, publication into
+/// `root/published`, a 2 s native-state budget.
+fn node_supervisor(root: &std::path::Path, cmd: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dispatch"));
+    c.args(["worker", "run", "--submission-id", SID, "--worker", "w"])
+        .arg("--worker-dir")
+        .arg(root.join("w"))
+        .arg("--publish-dir")
+        .arg(root.join("published"))
+        .args([
+            "--deadline",
+            &(now_s() + 3600).to_string(),
+            "--grace",
+            "1",
+            "--native-state-budget",
+            "2",
+            "--",
+        ])
+        .args(cmd)
+        .env_remove("DISPATCH_FAILPOINTS");
+    c
+}
+
+fn node_dirs(root: &std::path::Path) -> dispatch::worker::dirs::WorkerDirs {
+    dispatch::worker::dirs::WorkerDirs::at(root.join("w"))
+}
+
+#[test]
+fn node_mode_exports_private_dirs_publishes_and_cleans_up() {
+    let root = tempfile::tempdir().unwrap();
+    let st = node_supervisor(
+        root.path(),
+        &[
+            "sh",
+            "-c",
+            "env | grep ^DISPATCH_ | sort > \"$DISPATCH_EVIDENCE_DIR/env\"; \
+             echo result > result.txt; printf 'a\\nb\\n' > \"$DISPATCH_STATE_DIR/log.jsonl\"",
+        ],
+    )
+    .status()
+    .unwrap();
+    assert_eq!(st.code(), Some(0));
+    let d = node_dirs(root.path());
+    let env = std::fs::read_to_string(d.evidence.join("env")).unwrap();
+    for (k, v) in [
+        ("DISPATCH_WORKSPACE", &d.checkout),
+        ("DISPATCH_RUNTIME_DIR", &d.runtime),
+        ("DISPATCH_CACHE_DIR", &d.cache),
+        ("DISPATCH_STATE_DIR", &d.state),
+        ("DISPATCH_EVIDENCE_DIR", &d.evidence),
+    ] {
+        assert!(
+            env.contains(&format!("{k}={}\n", v.display())),
+            "{k} in {env}"
+        );
+    }
+    let r = report::read(&d.evidence).unwrap().unwrap();
+    assert!(r.checks.as_ref().unwrap().ok);
+    assert!(r.quiesced.as_ref().unwrap().quiet);
+    assert_eq!(r.logs.as_ref().unwrap().logs[0].records, 2);
+    // Without a source asset the workspace is published as a copy of its files.
+    let p = match r.publication.as_ref().unwrap() {
+        report::Publication::Published(p) => p.clone(),
+        other => panic!("{other:?}"),
+    };
+    let m = dispatch::worker::publish::verify_published(std::path::Path::new(&p.dir)).unwrap();
+    assert!(m.files.iter().any(|f| f.path == "workspace/result.txt"));
+    assert!(m.files.iter().any(|f| f.path == "evidence/env"));
+    assert_eq!(r.cleaned.as_ref().unwrap().state_class, "sealed");
+    assert!(!d.checkout.exists() && !d.runtime.exists() && !d.cache.exists());
+    assert_eq!(r.finished.unwrap().outcome, "completed");
+}
+
+#[test]
+fn a_writer_that_outlives_the_payload_makes_the_state_crash_class() {
+    let root = tempfile::tempdir().unwrap();
+    // The daemon leaves the payload's process group (setsid), so the group kill misses it,
+    // and it keeps a native-state file open.
+    let st = node_supervisor(
+        root.path(),
+        &[
+            "sh",
+            "-c",
+            "setsid sh -c 'exec 3>>\"$DISPATCH_STATE_DIR/held\"; exec sleep 60' & sleep 0.5",
+        ],
+    )
+    .status()
+    .unwrap();
+    assert_eq!(st.code(), Some(0));
+    let r = report::read(&node_dirs(root.path()).evidence)
+        .unwrap()
+        .unwrap();
+    let q = r.quiesced.as_ref().unwrap();
+    for h in &q.holders {
+        unsafe { libc::kill(h.pid as i32, libc::SIGKILL) };
+    }
+    assert!(!q.quiet, "{q:?}");
+    assert!(
+        q.holders.iter().any(|h| h.path.ends_with("/state/held")),
+        "{q:?}"
+    );
+    assert!(q.waited_ms >= 900, "gave up before half its budget: {q:?}");
+    let c = r.cleaned.as_ref().unwrap();
+    assert_eq!(c.state_class, "crash_class_partial");
+    assert!(c.reason.contains("held files open"), "{}", c.reason);
+}
+
+#[test]
+fn a_torn_append_only_log_makes_the_state_crash_class() {
+    let root = tempfile::tempdir().unwrap();
+    let st = node_supervisor(
+        root.path(),
+        &[
+            "sh",
+            "-c",
+            "printf '{\"a\":1}\\n{\"b\"' > \"$DISPATCH_STATE_DIR/rollout.jsonl\"",
+        ],
+    )
+    .status()
+    .unwrap();
+    assert_eq!(st.code(), Some(0));
+    let r = report::read(&node_dirs(root.path()).evidence)
+        .unwrap()
+        .unwrap();
+    let logs = r.logs.as_ref().unwrap();
+    assert!(!logs.ok);
+    assert_eq!((logs.logs[0].records, logs.logs[0].trailing_bytes), (1, 4));
+    assert_eq!(
+        r.cleaned.as_ref().unwrap().state_class,
+        "crash_class_partial"
+    );
+}
+
+#[test]
+fn another_workers_directory_is_refused_before_the_payload() {
+    use fs2::FileExt;
+    for live in [true, false] {
+        let root = tempfile::tempdir().unwrap();
+        let d = node_dirs(root.path());
+        std::fs::create_dir_all(&d.root).unwrap();
+        let owner = d.root.join(".owner");
+        std::fs::write(&owner, "6f1c1c1e-0000-4000-8000-0000000000ff").unwrap();
+        let held = std::fs::File::open(&owner).unwrap();
+        if live {
+            held.try_lock_exclusive().unwrap();
+        }
+        let marker = root.path().join("ran");
+        let st = node_supervisor(
+            root.path(),
+            &["sh", "-c", "touch \"$1\"", "sh", marker.to_str().unwrap()],
+        )
+        .status()
+        .unwrap();
+        assert_eq!(st.code(), Some(3), "live={live}");
+        assert!(!marker.exists(), "the payload ran");
+        let r = report::read(&d.evidence).unwrap().unwrap();
+        let refused = r.refused.as_ref().unwrap();
+        assert_eq!(refused.stage, "directories");
+        let expected = if live {
+            "another live worker"
+        } else {
+            "another, finished, worker"
+        };
+        assert!(refused.reason.contains(expected), "{}", refused.reason);
+        assert_eq!(r.cleaned.as_ref().unwrap().state_class, "empty");
+        // The other worker's owner record is untouched.
+        assert_eq!(
+            std::fs::read_to_string(&owner).unwrap(),
+            "6f1c1c1e-0000-4000-8000-0000000000ff"
+        );
+    }
+}
+
+#[test]
+fn a_supervisor_killed_mid_publication_leaves_nothing_half_published() {
+    let root = tempfile::tempdir().unwrap();
+    let st = node_supervisor(root.path(), &["sh", "-c", "echo w > work"])
+        .env(
+            "DISPATCH_FAILPOINTS",
+            "supervisor-publish-before-rename=abort",
+        )
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), None, "the failpoint did not fire");
+    let published = root.path().join("published");
+    let names: Vec<String> = std::fs::read_dir(&published)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    // Only a temporary directory: never the published name.
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(names[0].starts_with(".tmp-w-"), "{names:?}");
+    let r = report::read(&node_dirs(root.path()).evidence)
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        r.publication,
+        Some(report::Publication::Started(_))
+    ));
+    // Once its step is over nothing can finish it: the coordinator removes it, and reports the
+    // unrecorded native state as crash-class.
+    let sid: uuid::Uuid = SID.parse().unwrap();
+    assert_eq!(
+        dispatch::worker::publish::sweep_temps(&published, "w", sid),
+        1
+    );
+    assert_eq!(std::fs::read_dir(&published).unwrap().count(), 0);
+    assert_eq!(
+        r.ingested(sid, true).state_class.as_deref(),
+        Some("crash_class_partial")
+    );
+}
