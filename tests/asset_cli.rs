@@ -1,8 +1,12 @@
 //! `dispatch asset …` end to end (no Slurm): JSON shapes, exit codes, refusals, and a crash
 //! at each boundary of `add` followed by a retry.
 
+mod support;
+
 use std::path::Path;
 use std::process::Command;
+
+use support::git;
 
 struct Run {
     code: Option<i32>,
@@ -27,22 +31,6 @@ fn dispatch(sd: &Path, args: &[&str], failpoint: Option<&str>) -> Run {
 
 fn json(r: &Run) -> serde_json::Value {
     serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout))
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.org"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 fn repo(root: &Path) -> (std::path::PathBuf, String, String) {

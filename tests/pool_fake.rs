@@ -130,7 +130,10 @@ fn a_refusal_that_clears_on_the_one_reinspection_lets_the_worker_through() {
         2,
         "{programs:?}"
     );
-    assert_eq!(programs[..3], ["scontrol", "scontrol", "srun"]);
+    // srun is started detached and step discovery polls at once: the fakes' log lines for
+    // srun and the first squeue may land in either order.
+    assert_eq!(programs[..2], ["scontrol", "scontrol"]);
+    assert!(programs[2..4].contains(&"srun".to_owned()), "{programs:?}");
 }
 
 #[test]

@@ -4,10 +4,9 @@
 mod real_cluster;
 mod support;
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use real_cluster::{dispatch, json, require_cluster, squeue_steps, Allocation};
+use real_cluster::{cpus_in, dispatch, json, require_cluster, squeue_steps, Allocation};
 
 /// The CPU set a worker printed as its first line of output.
 fn cpu_set_of(state: &std::path::Path, pool: &str, submission_id: &str) -> String {
@@ -30,19 +29,6 @@ fn cpu_set_of(state: &std::path::Path, pool: &str, submission_id: &str) -> Strin
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn cpus_in(list: &str) -> BTreeSet<u32> {
-    let mut set = BTreeSet::new();
-    for part in list.split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => set.extend(a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()),
-            None => {
-                set.insert(part.parse::<u32>().unwrap());
-            }
-        }
-    }
-    set
 }
 
 const PRINT_CPUS_AND_SLEEP: &str = "grep Cpus_allowed_list /proc/self/status; exec sleep 300";

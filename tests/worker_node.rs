@@ -9,33 +9,19 @@ mod support;
 use std::collections::BTreeSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use dispatch::worker::dirs::WorkerDirs;
 use dispatch::worker::report::{self, Publication, WorkerReport};
 use dispatch::worker::{cleanup, publish};
-use real_cluster::{dispatch, dispatch_cmd, json, require_cluster, squeue_steps, Allocation, Run};
+use real_cluster::{
+    cpus_in, dispatch, dispatch_cmd, json, require_cluster, squeue_steps, Allocation, Run,
+};
 use serde_json::Value;
+use support::git;
 use uuid::Uuid;
 
 // ---- helpers ------------------------------------------------------------------------------
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.org"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 /// A repository with two commits; returns its path and HEAD.
 fn make_repo(root: &Path) -> (PathBuf, String) {
@@ -162,19 +148,6 @@ fn finished(dirs: &WorkerDirs, bound: Duration) -> WorkerReport {
         last.as_ref().is_some_and(|r| r.finished.is_some())
     });
     last.unwrap()
-}
-
-fn cpus_in(list: &str) -> BTreeSet<u32> {
-    let mut set = BTreeSet::new();
-    for part in list.split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => set.extend(a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()),
-            None => {
-                set.insert(part.parse::<u32>().unwrap());
-            }
-        }
-    }
-    set
 }
 
 /// (device, inode, links) of every file below `dir`.

@@ -152,6 +152,15 @@ fn node_dirs(root: &std::path::Path) -> dispatch::worker::dirs::WorkerDirs {
     dispatch::worker::dirs::WorkerDirs::at(root.join("w"))
 }
 
+/// Run `sh -c script` in node mode to a successful end; its worker journal.
+fn node_run(root: &std::path::Path, script: &str) -> report::WorkerReport {
+    let st = node_supervisor(root, &["sh", "-c", script])
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(0));
+    report::read(&node_dirs(root).evidence).unwrap().unwrap()
+}
+
 #[test]
 fn node_mode_exports_private_dirs_publishes_and_cleans_up() {
     let root = tempfile::tempdir().unwrap();
@@ -203,20 +212,10 @@ fn a_writer_that_outlives_the_payload_makes_the_state_crash_class() {
     let root = tempfile::tempdir().unwrap();
     // The daemon leaves the payload's process group (setsid), so the group kill misses it,
     // and it keeps a native-state file open.
-    let st = node_supervisor(
+    let r = node_run(
         root.path(),
-        &[
-            "sh",
-            "-c",
-            "setsid sh -c 'exec 3>>\"$DISPATCH_STATE_DIR/held\"; exec sleep 60' & sleep 0.5",
-        ],
-    )
-    .status()
-    .unwrap();
-    assert_eq!(st.code(), Some(0));
-    let r = report::read(&node_dirs(root.path()).evidence)
-        .unwrap()
-        .unwrap();
+        "setsid sh -c 'exec 3>>\"$DISPATCH_STATE_DIR/held\"; exec sleep 60' & sleep 0.5",
+    );
     let q = r.quiesced.as_ref().unwrap();
     for h in &q.holders {
         unsafe { libc::kill(h.pid as i32, libc::SIGKILL) };
@@ -235,20 +234,10 @@ fn a_writer_that_outlives_the_payload_makes_the_state_crash_class() {
 #[test]
 fn a_torn_append_only_log_makes_the_state_crash_class() {
     let root = tempfile::tempdir().unwrap();
-    let st = node_supervisor(
+    let r = node_run(
         root.path(),
-        &[
-            "sh",
-            "-c",
-            "printf '{\"a\":1}\\n{\"b\"' > \"$DISPATCH_STATE_DIR/rollout.jsonl\"",
-        ],
-    )
-    .status()
-    .unwrap();
-    assert_eq!(st.code(), Some(0));
-    let r = report::read(&node_dirs(root.path()).evidence)
-        .unwrap()
-        .unwrap();
+        "printf '{\"a\":1}\\n{\"b\"' > \"$DISPATCH_STATE_DIR/rollout.jsonl\"",
+    );
     let logs = r.logs.as_ref().unwrap();
     assert!(!logs.ok);
     assert_eq!((logs.logs[0].records, logs.logs[0].trailing_bytes), (1, 4));

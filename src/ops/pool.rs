@@ -610,6 +610,30 @@ pub async fn stop_worker<S: Scheduler>(
     Ok(report)
 }
 
+/// The worker's own journal as it is now, with the chain value at the seq last ingested.
+fn read_worker_journal(
+    pools_dir: &Path,
+    pool: &str,
+    w: &Worker,
+) -> Result<Option<report::WorkerReport>, JournalError> {
+    let dirs = WorkerDirs::new(pools_dir, pool, w.submission_id);
+    report::read_anchored(&dirs.evidence, w.report.as_ref().map(|r| r.last_seq))
+}
+
+/// Does the worker journal, as read now, still extend what was ingested from it?
+fn extends_ingested(w: &Worker, r: &report::WorkerReport) -> Result<(), String> {
+    node_policy::check_extends(
+        w.report
+            .as_ref()
+            .map(|x| (x.journal_id.as_bytes(), x.last_seq, &x.head.0)),
+        &node_policy::JournalSeen {
+            journal_id: r.journal_id,
+            last_seq: r.last_seq,
+            chain_at_ingested: r.chain_at_anchor,
+        },
+    )
+}
+
 /// Read what a worker's own journal says and record what is new: how the payload ended
 /// (`WorkerExited`) and a summary anchored to the journal's chain (`WorkerReportIngested`).
 /// A damaged journal, or one that no longer extends what was ingested from it, is recorded as
@@ -634,8 +658,7 @@ pub(crate) fn ingest_worker_journal(
     if w.journal_damage.is_some() {
         return Ok(());
     }
-    let dirs = WorkerDirs::new(pools_dir, pool, submission_id);
-    let r = match report::read_anchored(&dirs.evidence, w.report.as_ref().map(|r| r.last_seq)) {
+    let r = match read_worker_journal(pools_dir, pool, w) {
         Ok(Some(r)) => r,
         Ok(None) => return Ok(()),
         Err(e @ (JournalError::Damaged { .. } | JournalError::Undecodable { .. })) => {
@@ -656,16 +679,7 @@ pub(crate) fn ingest_worker_journal(
             return Ok(());
         }
     };
-    let seen = node_policy::JournalSeen {
-        journal_id: r.journal_id,
-        last_seq: r.last_seq,
-        chain_at_ingested: r.chain_at_anchor,
-    };
-    let recorded = w
-        .report
-        .as_ref()
-        .map(|x| (x.journal_id.as_bytes(), x.last_seq, &x.head.0));
-    if let Err(reason) = node_policy::check_extends(recorded, &seen) {
+    if let Err(reason) = extends_ingested(w, &r) {
         writer.append_one(Event::WorkerJournalDamaged(WorkerJournalDamaged {
             submission_id,
             status: "rewritten".to_owned(),
@@ -842,26 +856,11 @@ fn node_view(pools_dir: Option<&Path>, pool: &str, w: &Worker) -> NodeView {
     let mut v = if let Some(d) = &w.journal_damage {
         NodeView::untrusted(w, &d.status, d.reason.clone())
     } else {
-        let read = pools_dir.map(|dir| {
-            let dirs = WorkerDirs::new(dir, pool, w.submission_id);
-            report::read_anchored(&dirs.evidence, w.report.as_ref().map(|r| r.last_seq))
-        });
-        match read {
-            Some(Ok(Some(r))) => {
-                let seen = node_policy::JournalSeen {
-                    journal_id: r.journal_id,
-                    last_seq: r.last_seq,
-                    chain_at_ingested: r.chain_at_anchor,
-                };
-                let recorded = w
-                    .report
-                    .as_ref()
-                    .map(|x| (x.journal_id.as_bytes(), x.last_seq, &x.head.0));
-                match node_policy::check_extends(recorded, &seen) {
-                    Ok(()) => NodeView::from_report(&r, !w.state.holds_budget()),
-                    Err(reason) => NodeView::untrusted(w, "rewritten", reason),
-                }
-            }
+        match pools_dir.map(|dir| read_worker_journal(dir, pool, w)) {
+            Some(Ok(Some(r))) => match extends_ingested(w, &r) {
+                Ok(()) => NodeView::from_report(&r, !w.state.holds_budget()),
+                Err(reason) => NodeView::untrusted(w, "rewritten", reason),
+            },
             Some(Err(JournalError::Damaged { status, damage, .. })) => NodeView::untrusted(
                 w,
                 status.as_str(),

@@ -3,7 +3,7 @@
 //! what does cleanup remove, and may a worker journal still be trusted. The supervisor
 //! (`worker::supervisor`) gathers the observations; nothing here touches a file.
 
-use crate::worker::events::DirCheck;
+use crate::worker::events::{CheckoutPrepared, DirCheck};
 
 /// Free space every filesystem holding a worker directory must keep beyond what the worker is
 /// known to need: room for the payload's first writes, logs and the publication's temp files.
@@ -164,20 +164,8 @@ fn nested(inner: &str, outer: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('/') || outer.ends_with('/'))
 }
 
-/// The private checkout as observed after the clone.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CheckoutObservation {
-    pub pinned: String,
-    pub head: String,
-    pub object_files: u64,
-    pub hardlinked_files: u64,
-    pub shares_asset_inode: bool,
-    pub alternates: bool,
-    pub fsck_ok: bool,
-}
-
 /// Is the checkout an independent, verified copy at the pinned commit?
-pub fn checkout_verdict(o: &CheckoutObservation) -> Result<(), String> {
+pub fn checkout_verdict(o: &CheckoutPrepared) -> Result<(), String> {
     if o.alternates {
         return Err("the checkout borrows objects through objects/info/alternates".to_owned());
     }
@@ -193,10 +181,10 @@ pub fn checkout_verdict(o: &CheckoutObservation) -> Result<(), String> {
     if !o.fsck_ok {
         return Err("git fsck found the checkout's objects incomplete".to_owned());
     }
-    if !o.head.eq_ignore_ascii_case(&o.pinned) {
+    if !o.head.eq_ignore_ascii_case(&o.commit) {
         return Err(format!(
             "the checkout is at {}, not at the pinned commit {}",
-            o.head, o.pinned
+            o.head, o.commit
         ));
     }
     Ok(())
@@ -481,17 +469,19 @@ mod tests {
 
     #[test]
     fn checkout_must_be_independent_verified_and_pinned() {
-        let good = CheckoutObservation {
-            pinned: "abc".into(),
+        let good = CheckoutPrepared {
+            commit: "abc".into(),
             head: "ABC".into(),
             object_files: 3,
             hardlinked_files: 0,
             shares_asset_inode: false,
             alternates: false,
             fsck_ok: true,
+            ok: false,
+            took_ms: 0,
         };
         assert_eq!(checkout_verdict(&good), Ok(()));
-        let with = |f: fn(&mut CheckoutObservation)| {
+        let with = |f: fn(&mut CheckoutPrepared)| {
             let mut o = good.clone();
             f(&mut o);
             checkout_verdict(&o).unwrap_err()

@@ -10,44 +10,26 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::events::CheckoutPrepared;
-use super::git;
 use super::preflight::LocalAsset;
-use crate::policy::node::{self, CheckoutObservation};
+use super::{files, git};
+use crate::policy::node;
 
-/// How many object files the independence check looks at before it gives up (a repository
-/// with more loose objects than this is not one a bundle clone produces).
+/// How many entries the independence check looks at before it gives up (a repository with
+/// more loose objects than this is not one a bundle clone produces).
 const MAX_OBJECT_FILES: u64 = 1_000_000;
 
 /// Object files under `objects`: how many, how many have a second link, and whether one is the
 /// asset's own inode.
 fn scan_objects(objects: &Path, asset: (u64, u64)) -> (u64, u64, bool) {
-    let (mut files, mut linked, mut shares) = (0u64, 0u64, false);
-    let mut stack = vec![objects.to_owned()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let Ok(m) = e.path().symlink_metadata() else {
-                continue;
-            };
-            if m.is_dir() {
-                stack.push(e.path());
-            } else if m.is_file() {
-                files += 1;
-                if m.nlink() > 1 {
-                    linked += 1;
-                }
-                if (m.dev(), m.ino()) == asset {
-                    shares = true;
-                }
-                if files >= MAX_OBJECT_FILES {
-                    return (files, linked, shares);
-                }
-            }
-        }
-    }
-    (files, linked, shares)
+    let t = files::tree(objects, MAX_OBJECT_FILES);
+    t.files()
+        .fold((0, 0, false), |(n, linked, shares), (_, m)| {
+            (
+                n + 1,
+                linked + u64::from(m.nlink() > 1),
+                shares || (m.dev(), m.ino()) == asset,
+            )
+        })
 }
 
 /// Clone and verify. Returns the record and, when the checkout may not be used, why.
@@ -59,7 +41,7 @@ pub fn prepare(
     let started = Instant::now();
     let pinned = source.record.commit.clone().unwrap_or_default();
     let mut rec = CheckoutPrepared {
-        commit: pinned.clone(),
+        commit: pinned,
         head: String::new(),
         object_files: 0,
         hardlinked_files: 0,
@@ -129,15 +111,7 @@ pub fn prepare(
             deadline,
         )
         .is_ok();
-        node::checkout_verdict(&CheckoutObservation {
-            pinned: pinned.clone(),
-            head: rec.head.clone(),
-            object_files: rec.object_files,
-            hardlinked_files: rec.hardlinked_files,
-            shares_asset_inode: rec.shares_asset_inode,
-            alternates: rec.alternates,
-            fsck_ok: rec.fsck_ok,
-        })
+        node::checkout_verdict(&rec)
     })();
     rec.ok = result.is_ok();
     rec.took_ms = started.elapsed().as_millis() as u64;

@@ -4,7 +4,7 @@
 //! symlink loses only the symlink, never what it points to.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::dirs::WorkerDirs;
@@ -38,37 +38,33 @@ fn remove(path: &Path) -> std::io::Result<()> {
 /// Make the native state read-only: files `a-w`, directories `a-w` too (their entries can no
 /// longer change). Symlinks are left alone (their mode means nothing).
 fn seal(state: &Path) -> Vec<String> {
-    let mut errors = Vec::new();
-    let mut stack = vec![state.to_owned()];
-    let mut dirs = Vec::new();
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let Ok(m) = e.path().symlink_metadata() else {
-                continue;
-            };
-            if m.is_dir() {
-                stack.push(e.path());
-            } else if m.is_file() {
-                let mode = m.permissions().mode() & !0o222;
-                if let Err(err) =
-                    std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(mode))
-                {
-                    errors.push(format!("seal {}: {err}", e.path().display()));
-                }
-            }
-        }
-        dirs.push(dir);
+    let t = super::files::tree(state, crate::policy::node::NATIVE_WALK_MAX_ENTRIES);
+    let mut errors: Vec<String> = t
+        .unreadable
+        .iter()
+        .map(|d| format!("seal {}: unreadable", state.join(d).display()))
+        .collect();
+    // Files first, then directories deepest first (the state directory itself last), so
+    // nothing is made read-only before what is inside it.
+    let mut targets: Vec<(PathBuf, u32)> = t
+        .entries
+        .iter()
+        .filter(|(_, m)| m.is_file())
+        .map(|(p, m)| (state.join(p), m.permissions().mode()))
+        .collect();
+    let mut dirs: Vec<_> = t.entries.iter().filter(|(_, m)| m.is_dir()).collect();
+    dirs.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
+    targets.extend(
+        dirs.iter()
+            .map(|(p, m)| (state.join(p), m.permissions().mode())),
+    );
+    if let Ok(m) = state.symlink_metadata() {
+        targets.push((state.to_owned(), m.permissions().mode()));
     }
-    // Directories last, deepest first, so their entries could still be changed until then.
-    for d in dirs.iter().rev() {
-        if let Ok(m) = d.symlink_metadata() {
-            let mode = m.permissions().mode() & !0o222;
-            if let Err(err) = std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode)) {
-                errors.push(format!("seal {}: {err}", d.display()));
-            }
+    for (path, mode) in targets {
+        let sealed = std::fs::Permissions::from_mode(mode & !0o222);
+        if let Err(err) = std::fs::set_permissions(&path, sealed) {
+            errors.push(format!("seal {}: {err}", path.display()));
         }
     }
     errors

@@ -129,8 +129,66 @@ pub fn space(path: &Path) -> std::io::Result<(u64, u64, u64)> {
         }
         s
     };
-    let free_bytes = u64::from(s.f_bavail).saturating_mul(u64::from(s.f_frsize));
-    Ok((dev, free_bytes, u64::from(s.f_favail)))
+    // fsblkcnt_t and friends are 32-bit on some targets: widen explicitly.
+    #[allow(clippy::useless_conversion)]
+    let (blocks, size, inodes) = (
+        u64::from(s.f_bavail),
+        u64::from(s.f_frsize),
+        u64::from(s.f_favail),
+    );
+    Ok((dev, blocks.saturating_mul(size), inodes))
+}
+
+/// Everything below a directory, as [`tree`] lists it.
+#[derive(Debug, Default)]
+pub struct Tree {
+    /// Relative paths with their (not followed) metadata; a directory comes before what it
+    /// holds.
+    pub entries: Vec<(PathBuf, std::fs::Metadata)>,
+    /// Directories that could not be read (their contents are missing from `entries`).
+    pub unreadable: Vec<PathBuf>,
+    /// False when the listing stopped at its limit.
+    pub complete: bool,
+}
+
+impl Tree {
+    pub fn files(&self) -> impl Iterator<Item = &(PathBuf, std::fs::Metadata)> {
+        self.entries.iter().filter(|(_, m)| m.is_file())
+    }
+}
+
+/// List everything below `root` without following symlinks, at most `limit` entries.
+pub fn tree(root: &Path, limit: u64) -> Tree {
+    let mut t = Tree {
+        complete: true,
+        ..Tree::default()
+    };
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(root.join(&rel)) else {
+            t.unreadable.push(rel);
+            continue;
+        };
+        for e in entries {
+            let Ok(e) = e else {
+                t.unreadable.push(rel.clone());
+                break;
+            };
+            if t.entries.len() as u64 >= limit {
+                t.complete = false;
+                return t;
+            }
+            let Ok(m) = e.path().symlink_metadata() else {
+                continue;
+            };
+            let child = rel.join(e.file_name());
+            if m.is_dir() {
+                stack.push(child.clone());
+            }
+            t.entries.push((child, m));
+        }
+    }
+    t
 }
 
 #[cfg(test)]
@@ -154,6 +212,21 @@ mod tests {
             hash_file(&a, past, |_| {}),
             Err(FileError::TimedOut)
         ));
+    }
+
+    #[test]
+    fn tree_lists_parents_first_and_stops_at_its_limit() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("a/b")).unwrap();
+        std::fs::write(d.path().join("a/b/f"), b"x").unwrap();
+        std::os::unix::fs::symlink("/etc", d.path().join("link")).unwrap();
+        let t = tree(d.path(), 100);
+        assert!(t.complete && t.unreadable.is_empty());
+        let names: Vec<_> = t.entries.iter().map(|(p, _)| p.clone()).collect();
+        let pos = |p: &str| names.iter().position(|n| n == Path::new(p)).unwrap();
+        assert!(pos("a") < pos("a/b") && pos("a/b") < pos("a/b/f"));
+        assert_eq!(t.files().count(), 1, "a symlink is not followed or counted");
+        assert!(!tree(d.path(), 2).complete);
     }
 
     #[test]

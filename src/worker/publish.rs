@@ -141,28 +141,33 @@ impl Staging {
     }
 
     /// Copy the regular files below `src` into `rel` (symlinks and special files are not
-    /// published: they are not content).
+    /// published: they are not content). A directory that cannot be read fails the
+    /// publication rather than leave a hole in it.
     fn copy_tree(&mut self, src: &Path, rel: &Path) -> Result<(), Stop> {
         self.mkdir(rel)?;
-        let mut stack = vec![PathBuf::new()];
-        while let Some(sub) = stack.pop() {
-            let from = src.join(&sub);
-            let entries = std::fs::read_dir(&from).map_err(files::io(&from, "read directory"))?;
-            for e in entries {
-                let e = e.map_err(files::io(&from, "read directory"))?;
-                let Ok(t) = e.file_type() else { continue };
-                let child = sub.join(e.file_name());
-                if t.is_dir() {
-                    self.mkdir(&rel.join(&child))?;
-                    stack.push(child);
-                } else if t.is_file() {
-                    self.check()?;
-                    failpoint::hit("supervisor-publish-copy");
-                    let to = self.temp.join(rel).join(&child);
-                    let (sha, bytes) =
-                        files::copy_file(&e.path(), &to, Some(self.deadline), || {})?;
-                    self.add(&rel.join(&child), bytes, sha)?;
-                }
+        let t = files::tree(src, MAX_PUBLISHED_FILES);
+        if let Some(d) = t.unreadable.first() {
+            return Err(Stop::Failed(format!(
+                "{} cannot be read",
+                src.join(d).display()
+            )));
+        }
+        if !t.complete {
+            return Err(Stop::Failed(format!(
+                "{} holds more than {MAX_PUBLISHED_FILES} entries",
+                src.display()
+            )));
+        }
+        for (child, m) in &t.entries {
+            if m.is_dir() {
+                self.mkdir(&rel.join(child))?;
+            } else if m.is_file() {
+                self.check()?;
+                failpoint::hit("supervisor-publish-copy");
+                let to = self.temp.join(rel).join(child);
+                let (sha, bytes) =
+                    files::copy_file(&src.join(child), &to, Some(self.deadline), || {})?;
+                self.add(&rel.join(child), bytes, sha)?;
             }
         }
         Ok(())
@@ -388,27 +393,25 @@ pub fn verify_published(dir: &Path) -> Result<Manifest, Vec<String>> {
     let bytes = std::fs::read(dir.join(MANIFEST_NAME))
         .map_err(|e| vec![format!("{}: {e}", dir.join(MANIFEST_NAME).display())])?;
     let manifest = Manifest::parse(&bytes).map_err(|e| vec![e.to_string()])?;
+    let t = files::tree(dir, MAX_PUBLISHED_FILES + 1);
+    if !t.complete || !t.unreadable.is_empty() {
+        return Err(vec![format!(
+            "{} cannot be listed completely",
+            dir.display()
+        )]);
+    }
     let mut present = Vec::new();
-    let mut stack = vec![PathBuf::new()];
-    while let Some(sub) = stack.pop() {
-        let entries = std::fs::read_dir(dir.join(&sub))
-            .map_err(|e| vec![format!("{}: {e}", sub.display())])?;
-        for e in entries.flatten() {
-            let rel = sub.join(e.file_name());
-            match e.file_type() {
-                Ok(t) if t.is_dir() => stack.push(rel),
-                _ if rel == Path::new(MANIFEST_NAME) => {}
-                _ => {
-                    let (sha, bytes) = files::hash_file(&e.path(), None, |_| {})
-                        .map_err(|err| vec![err.to_string()])?;
-                    present.push(Entry {
-                        path: rel.display().to_string(),
-                        bytes,
-                        sha256: hex::encode(sha.0),
-                    });
-                }
-            }
+    for (rel, m) in &t.entries {
+        if m.is_dir() || rel == Path::new(MANIFEST_NAME) {
+            continue;
         }
+        let (sha, bytes) =
+            files::hash_file(&dir.join(rel), None, |_| {}).map_err(|e| vec![e.to_string()])?;
+        present.push(Entry {
+            path: rel.display().to_string(),
+            bytes,
+            sha256: hex::encode(sha.0),
+        });
     }
     let diff = manifest.differences(present);
     if diff.is_empty() {

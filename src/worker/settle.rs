@@ -94,33 +94,6 @@ pub fn wait_quiet(dirs: &[&Path], deadline: Instant) -> WritersQuiesced {
     }
 }
 
-/// Regular files below `root`, sorted, relative; at most `max` entries visited.
-fn walk(root: &Path, max: u64) -> (Vec<PathBuf>, bool) {
-    let mut files = Vec::new();
-    let mut visited = 0u64;
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(root.join(&rel)) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            visited += 1;
-            if visited > max {
-                return (files, false);
-            }
-            let Ok(t) = e.file_type() else { continue };
-            let r = rel.join(e.file_name());
-            if t.is_dir() {
-                stack.push(r);
-            } else if t.is_file() {
-                files.push(r);
-            }
-        }
-    }
-    files.sort();
-    (files, true)
-}
-
 /// Hash every native-state file, check the append-only logs among them (files whose name
 /// matches `glob`), and write the full listing to `<evidence>/native-state.sha256`.
 pub fn hash_state(
@@ -129,12 +102,15 @@ pub fn hash_state(
     glob: &str,
     deadline: Instant,
 ) -> (NativeStateHashed, AppendOnlyLogsChecked) {
-    let (paths, mut complete) = walk(state, node::NATIVE_WALK_MAX_ENTRIES);
+    let tree = files::tree(state, node::NATIVE_WALK_MAX_ENTRIES);
+    let mut complete = tree.complete && tree.unreadable.is_empty();
+    let mut paths: Vec<&PathBuf> = tree.files().map(|(p, _)| p).collect();
+    paths.sort();
     let mut digests = Vec::new();
     let mut logs = Vec::new();
     let mut logs_whole = true;
     let mut total_bytes = 0u64;
-    for rel in &paths {
+    for rel in paths {
         let full = state.join(rel);
         let is_log = rel
             .file_name()

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -160,4 +161,18 @@ pub fn sbatch_and_wait(name: &str, wrap: &str) -> u32 {
         std::thread::sleep(Duration::from_millis(200));
     }
     id
+}
+
+/// The CPUs of a kernel CPU list such as `0-2,5`.
+pub fn cpus_in(list: &str) -> BTreeSet<u32> {
+    let mut set = BTreeSet::new();
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => set.extend(a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()),
+            None => {
+                set.insert(part.parse::<u32>().unwrap());
+            }
+        }
+    }
+    set
 }

@@ -186,3 +186,20 @@ pub fn alive(pid: u32) -> bool {
 }
 
 pub mod scripted;
+
+/// `git -C dir args…` with a fixed identity; panics (showing git's stderr) when it fails.
+pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.org"])
+        .args(args)
+        .output()
+        .expect("run git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
