@@ -429,21 +429,37 @@ fn two_workers_from_one_source_asset_own_their_copies_and_both_publish() {
     // The shared assets are untouched.
     let v = dispatch(sd, &["asset", "verify", "--json"]);
     assert_eq!(v.code, 0, "{}", v.stdout);
-    // Reconcile ingests both journals and releases both workers.
+    // Damage w2's journal (one payload byte: its frame CRC no longer holds) before reconcile:
+    // it is reported, and nothing of it is trusted.
+    let segment = d2.evidence.join("journal/segment-00000001.djl");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x01;
+    std::fs::write(&segment, bytes).unwrap();
+    // Reconcile ingests w1's journal, reports w2's, and releases both workers (their steps
+    // are proven over by Slurm, not by their journals).
     let rec = ok(dispatch(sd, &["reconcile", "--json"]), "reconcile");
     assert_eq!(rec["resolved"].as_array().unwrap().len(), 2, "{rec}");
     let dump = dispatch(sd, &["journal", "dump", "--json"]);
-    let ingested = dump
-        .stdout
-        .lines()
-        .filter(|l| l.contains("\"kind\":\"WorkerReportIngested\""))
-        .count();
-    assert!(ingested >= 2, "{}", dump.stdout);
-    assert_eq!(status_worker(sd, "p", "w1")["state"], "released");
+    let kinds: Vec<Value> = dump.stdout.lines().map(json).collect();
+    let of = |kind: &str| -> Vec<&Value> { kinds.iter().filter(|e| e["kind"] == kind).collect() };
+    assert_eq!(of("WorkerReportIngested").len(), 1, "{}", dump.stdout);
+    let damaged = of("WorkerJournalDamaged");
+    assert_eq!(damaged.len(), 1, "{}", dump.stdout);
+    assert_eq!(damaged[0]["event"]["status"], "corrupt");
     assert_eq!(
-        status_worker(sd, "p", "w1")["publication"]["outcome"],
-        "published"
+        of("WorkerExited").len(),
+        1,
+        "w2's exit was taken from a damaged journal"
     );
+    let s1 = status_worker(sd, "p", "w1");
+    assert_eq!(s1["state"], "released");
+    assert_eq!(s1["publication"]["outcome"], "published");
+    let s2 = status_worker(sd, "p", "w2");
+    assert_eq!(s2["state"], "released");
+    assert_eq!(s2["worker_journal"]["status"], "corrupt", "{s2}");
+    assert!(s2["publication"].is_null(), "{s2}");
+    assert!(s2["exit_code"].is_null(), "{s2}");
 }
 
 /// A payload that ignores SIGTERM, stopped by the early-shutdown deadline: the deadline is

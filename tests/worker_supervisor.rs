@@ -327,3 +327,116 @@ fn a_supervisor_killed_mid_publication_leaves_nothing_half_published() {
         Some("crash_class_partial")
     );
 }
+
+/// `pool status` reads each worker's own journal (no Slurm call) and checks it against what the
+/// coordinator ingested from it before: a journal replaced after that is reported, not shown.
+#[test]
+fn pool_status_reads_worker_journals_and_never_trusts_a_rewritten_one() {
+    use dispatch::event::{Event, Micros};
+    use dispatch::journal::{Options, Writer};
+    use dispatch::state::pool::*;
+
+    let root = tempfile::tempdir().unwrap();
+    let sd = root.path().join("state");
+    let sid = uuid::Uuid::new_v4();
+    // The coordinator's record of a pool and a worker, as attach and submit write it.
+    let coordinator = Writer::open(&sd.join("journal"), Options::default()).unwrap();
+    coordinator
+        .append(vec![
+            Event::PoolAttached(PoolAttached {
+                pool: "p".into(),
+                allocation: Allocation {
+                    job_id: 7,
+                    node: "vm".into(),
+                    user: "root".into(),
+                    start_time: Micros::from_secs(now_s() - 60),
+                    end_time: Micros::from_secs(now_s() + 3600),
+                    cpus: 2,
+                    mem_mb: 1024,
+                    partition: "debug".into(),
+                    account: "dev".into(),
+                    qos: "normal".into(),
+                },
+            }),
+            Event::WorkerSubmitIntent(WorkerSubmitIntent {
+                pool: "p".into(),
+                worker: "w".into(),
+                submission_id: sid,
+                cpus: 1,
+                mem_mb: 100,
+                publication_timeout_s: 30,
+                command: vec!["true".into()],
+            }),
+        ])
+        .unwrap();
+    drop(coordinator);
+    let dirs = dispatch::worker::dirs::WorkerDirs::new(&sd.join("pools"), "p", sid);
+    let run_in = |worker_dir: &std::path::Path| {
+        let st = Command::new(env!("CARGO_BIN_EXE_dispatch"))
+            .args(["worker", "run", "--submission-id", &sid.to_string()])
+            .arg("--worker-dir")
+            .arg(worker_dir)
+            .arg("--publish-dir")
+            .arg(worker_dir.join("published"))
+            .args(["--worker", "w", "--deadline", "+3600", "--", "true"])
+            .env_remove("DISPATCH_FAILPOINTS")
+            .status()
+            .unwrap();
+        assert_eq!(st.code(), Some(0));
+    };
+    run_in(&dirs.root);
+    let status = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_dispatch"))
+            .arg("--state-dir")
+            .arg(&sd)
+            .args(["pool", "status", "p", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["pools"][0]["workers"][0].clone()
+    };
+    let w = status();
+    assert_eq!(w["worker_journal"]["status"], "clean", "{w}");
+    assert_eq!(w["preflight"], "passed");
+    assert_eq!(w["publication"]["outcome"], "published");
+    assert_eq!(w["state_class"], "sealed");
+
+    // What reconcile would record: the anchor.
+    let r = report::read(&dirs.evidence).unwrap().unwrap();
+    let coordinator = Writer::open(&sd.join("journal"), Options::default()).unwrap();
+    coordinator
+        .append_one(Event::WorkerReportIngested(r.ingested(sid, false)))
+        .unwrap();
+    drop(coordinator);
+    assert_eq!(status()["worker_journal"]["status"], "clean");
+
+    // Replace the worker's journal with another supervisor's.
+    let other = root.path().join("other");
+    run_in(&other);
+    std::fs::remove_dir_all(dirs.evidence.join("journal")).unwrap();
+    std::fs::rename(
+        other.join("evidence/journal"),
+        dirs.evidence.join("journal"),
+    )
+    .unwrap();
+    let w = status();
+    assert_eq!(w["worker_journal"]["status"], "rewritten", "{w}");
+    assert!(
+        w["worker_journal"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("replaced"),
+        "{w}"
+    );
+    // What is shown is what was ingested before, never the new journal.
+    assert_eq!(w["publication"]["outcome"], "published");
+    assert_eq!(
+        w["publication"]["dir"],
+        r.ingested(sid, false).published_dir.unwrap().as_str()
+    );
+}
