@@ -248,7 +248,7 @@ fn a_torn_append_only_log_makes_the_state_crash_class() {
 }
 
 #[test]
-fn another_workers_directory_is_refused_before_the_payload() {
+fn another_workers_directory_is_refused_before_anything_is_written_in_it() {
     use fs2::FileExt;
     for live in [true, false] {
         let root = tempfile::tempdir().unwrap();
@@ -261,25 +261,29 @@ fn another_workers_directory_is_refused_before_the_payload() {
             held.try_lock_exclusive().unwrap();
         }
         let marker = root.path().join("ran");
-        let st = node_supervisor(
+        let out = node_supervisor(
             root.path(),
             &["sh", "-c", "touch \"$1\"", "sh", marker.to_str().unwrap()],
         )
-        .status()
+        .output()
         .unwrap();
-        assert_eq!(st.code(), Some(3), "live={live}");
+        assert_eq!(out.status.code(), Some(3), "live={live}");
         assert!(!marker.exists(), "the payload ran");
-        let r = report::read(&d.evidence).unwrap().unwrap();
-        let refused = r.refused.as_ref().unwrap();
-        assert_eq!(refused.stage, "directories");
+        let stderr = String::from_utf8_lossy(&out.stderr);
         let expected = if live {
             "another live worker"
         } else {
             "another, finished, worker"
         };
-        assert!(refused.reason.contains(expected), "{}", refused.reason);
-        assert_eq!(r.cleaned.as_ref().unwrap().state_class, "empty");
-        // The other worker's owner record is untouched.
+        assert!(stderr.contains(expected), "{stderr}");
+        // Nothing was created, probed, journaled or removed in the other worker's root, and
+        // its owner record is as it was.
+        let inside: Vec<String> = std::fs::read_dir(&d.root)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(inside, [".owner"], "live={live}");
         assert_eq!(
             std::fs::read_to_string(&owner).unwrap(),
             "6f1c1c1e-0000-4000-8000-0000000000ff"

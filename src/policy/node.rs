@@ -73,10 +73,31 @@ pub struct DirProbe {
     pub need: Need,
 }
 
+/// Why a worker may not use a root that its owner file says is someone else's, if so. Checked
+/// before anything below the root is looked at, let alone created.
+pub fn owner_problem(worker: &str, owner: &OwnerSeen) -> Option<String> {
+    match owner {
+        OwnerSeen::Free | OwnerSeen::Ours => None,
+        OwnerSeen::OursLive => Some(format!(
+            "another supervisor of worker {worker} is already running in these directories; \
+             a submission never runs twice (see `dispatch pool status`)"
+        )),
+        OwnerSeen::Other { submission, live } => Some(format!(
+            "the directories belong to {} worker (submission {submission}); \
+             dispatch never uses another worker's directories",
+            if *live {
+                "another live"
+            } else {
+                "another, finished,"
+            }
+        )),
+    }
+}
+
 /// Decide for every directory. Directories on one filesystem share its free space, so each
 /// filesystem must hold the sum of their needs plus one margin. Two roles may not share a
-/// directory or nest in each other, and the root may not belong to another worker.
-pub fn check_dirs(worker: &str, owner: &OwnerSeen, probes: &[DirProbe]) -> Vec<DirCheck> {
+/// directory or nest in each other.
+pub fn check_dirs(worker: &str, probes: &[DirProbe]) -> Vec<DirCheck> {
     let mut per_fs: std::collections::BTreeMap<u64, Need> = std::collections::BTreeMap::new();
     for p in probes.iter().filter(|p| p.problem.is_none()) {
         let n = per_fs.entry(p.fs_id).or_insert(Need {
@@ -86,22 +107,6 @@ pub fn check_dirs(worker: &str, owner: &OwnerSeen, probes: &[DirProbe]) -> Vec<D
         n.bytes = n.bytes.saturating_add(p.need.bytes);
         n.inodes = n.inodes.saturating_add(p.need.inodes);
     }
-    let owner_problem = match owner {
-        OwnerSeen::Free | OwnerSeen::Ours => None,
-        OwnerSeen::OursLive => Some(format!(
-            "another supervisor of worker {worker} is already running in these directories; \
-             a submission never runs twice (see `dispatch pool status`)"
-        )),
-        OwnerSeen::Other { submission, live } => Some(format!(
-            "the directories belong to {} worker (submission {submission}); \
-             dispatch never reuses another worker's directories",
-            if *live {
-                "another live"
-            } else {
-                "another, finished,"
-            }
-        )),
-    };
     probes
         .iter()
         .enumerate()
@@ -125,8 +130,6 @@ pub fn check_dirs(worker: &str, owner: &OwnerSeen, probes: &[DirProbe]) -> Vec<D
                     "the {} directory {} overlaps the {} directory {}",
                     p.role, p.path, q.role, q.path
                 )
-            } else if let (Some(problem), true) = (&owner_problem, p.role != "publication") {
-                problem.clone()
             } else if p.free_bytes < need.bytes || p.free_inodes < need.inodes {
                 format!(
                     "its filesystem has {} bytes and {} inodes free; worker {worker} needs {} bytes \
@@ -391,19 +394,17 @@ mod tests {
 
     #[test]
     fn space_is_summed_per_filesystem_with_one_margin() {
-        let ok = check_dirs("w", &OwnerSeen::Free, &dirs(MARGIN_BYTES + (100 << 20)));
+        let ok = check_dirs("w", &dirs(MARGIN_BYTES + (100 << 20)));
         assert!(ok.iter().all(|c| c.ok), "{ok:?}");
         assert_eq!(ok[1].need_bytes, MARGIN_BYTES + (100 << 20));
-        let short = check_dirs("w", &OwnerSeen::Free, &dirs(MARGIN_BYTES + (100 << 20) - 1));
+        let short = check_dirs("w", &dirs(MARGIN_BYTES + (100 << 20) - 1));
         assert!(short.iter().all(|c| !c.ok));
         assert!(short[0].reason.contains("needs"), "{}", short[0].reason);
         // On another filesystem the runtime needs only the margin.
         let mut split = dirs(MARGIN_BYTES);
         split[0].fs_id = 2;
         split[0].free_bytes = MARGIN_BYTES + (100 << 20);
-        assert!(check_dirs("w", &OwnerSeen::Free, &split)
-            .iter()
-            .all(|c| c.ok));
+        assert!(check_dirs("w", &split).iter().all(|c| c.ok));
     }
 
     #[test]
@@ -412,14 +413,14 @@ mod tests {
         for p in &mut d {
             p.free_inodes = MARGIN_INODES + 99;
         }
-        assert!(check_dirs("w", &OwnerSeen::Free, &d).iter().all(|c| !c.ok));
+        assert!(check_dirs("w", &d).iter().all(|c| !c.ok));
     }
 
     #[test]
     fn refuses_problems_escapes_overlaps_and_other_owners() {
         let mut d = dirs(u64::MAX);
         d[1].problem = Some("not writable".into());
-        let c = check_dirs("w", &OwnerSeen::Free, &d);
+        let c = check_dirs("w", &d);
         assert_eq!(
             c.iter().map(|c| c.ok).collect::<Vec<_>>(),
             [true, false, true]
@@ -428,34 +429,35 @@ mod tests {
 
         let mut d = dirs(u64::MAX);
         d[2].inside_root = false;
-        assert!(!check_dirs("w", &OwnerSeen::Free, &d)[2].ok);
+        assert!(!check_dirs("w", &d)[2].ok);
 
         let mut d = dirs(u64::MAX);
         d[2].path = "/w/checkout/state".into();
-        let c = check_dirs("w", &OwnerSeen::Free, &d);
+        let c = check_dirs("w", &d);
         assert!(!c[0].ok && !c[2].ok && c[1].ok);
         // A shared prefix that is not a parent is no overlap.
         let mut d = dirs(u64::MAX);
         d[2].path = "/w/checkout2".into();
-        assert!(check_dirs("w", &OwnerSeen::Free, &d).iter().all(|c| c.ok));
+        assert!(check_dirs("w", &d).iter().all(|c| c.ok));
+    }
 
-        for owner in [
-            OwnerSeen::OursLive,
-            OwnerSeen::Other {
-                submission: "x".into(),
-                live: true,
-            },
-            OwnerSeen::Other {
-                submission: "x".into(),
-                live: false,
-            },
-        ] {
-            let c = check_dirs("w", &owner, &dirs(u64::MAX));
-            assert!(c.iter().all(|c| !c.ok), "{owner:?}");
-        }
-        assert!(check_dirs("w", &OwnerSeen::Ours, &dirs(u64::MAX))
-            .iter()
-            .all(|c| c.ok));
+    #[test]
+    fn another_owner_is_refused() {
+        assert_eq!(owner_problem("w", &OwnerSeen::Free), None);
+        assert_eq!(owner_problem("w", &OwnerSeen::Ours), None);
+        assert!(owner_problem("w", &OwnerSeen::OursLive)
+            .unwrap()
+            .contains("already running"));
+        let other = |live| OwnerSeen::Other {
+            submission: "x".into(),
+            live,
+        };
+        assert!(owner_problem("w", &other(true))
+            .unwrap()
+            .contains("another live worker"));
+        assert!(owner_problem("w", &other(false))
+            .unwrap()
+            .contains("another, finished, worker"));
     }
 
     #[test]
@@ -464,7 +466,7 @@ mod tests {
         let mut p = probe("publication", "/s/pools/p/published", 1, u64::MAX);
         p.inside_root = false;
         d.push(p);
-        assert!(check_dirs("w", &OwnerSeen::Ours, &d).iter().all(|c| c.ok));
+        assert!(check_dirs("w", &d).iter().all(|c| c.ok));
     }
 
     #[test]

@@ -158,23 +158,35 @@ fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// Check the worker's directories (and the publication directory, for space and access).
-/// Returns the checks and, when they pass, the owner lock to hold until the worker is done.
+/// Take the worker's root for this submission: create it if missing, and hold its owner lock.
+/// Refused (with why) when the root is another worker's, or another supervisor of this one
+/// holds it. Done before anything is written below the root, the worker journal included.
+pub fn claim(worker: &str, submission_id: Uuid, root: &Path) -> Result<OwnerLock, String> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(root)
+        .map_err(|e| format!("{} cannot be created: {e}", root.display()))?;
+    let (owner, lock) = claim_owner(root, submission_id);
+    if let Some(problem) = node::owner_problem(worker, &owner) {
+        return Err(format!("{}: {problem}", root.display()));
+    }
+    lock.ok_or_else(|| {
+        format!(
+            "cannot create or lock {}; check the directory's permissions",
+            root.join(OWNER_FILE).display()
+        )
+    })
+}
+
+/// Check the worker's directories (and the publication directory, for space and access),
+/// once its root is claimed.
 pub fn check_dirs(
     worker: &str,
-    submission_id: Uuid,
     dirs: &WorkerDirs,
     publish_dir: Option<&Path>,
     source: Option<&AssetRecord>,
-) -> (ReceivingChecks, Option<OwnerLock>) {
-    let root_made = std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dirs.root);
-    let (owner, lock) = match root_made {
-        Ok(()) => claim_owner(&dirs.root, submission_id),
-        Err(_) => (OwnerSeen::Free, None),
-    };
+) -> ReceivingChecks {
     let checkout_need = source.map_or(Need::default(), |s| {
         node::checkout_need(
             s.bytes,
@@ -195,25 +207,9 @@ pub fn check_dirs(
     if let Some(p) = publish_dir {
         probes.push(probe_dir("publication", p, None, Need::default()));
     }
-    let mut checks = node::check_dirs(worker, &owner, &probes);
-    if lock.is_none() && checks.iter().all(|c| c.ok) {
-        checks.push(super::events::DirCheck {
-            role: "root".to_owned(),
-            path: dirs.root.display().to_string(),
-            ok: false,
-            free_bytes: 0,
-            free_inodes: 0,
-            need_bytes: 0,
-            need_inodes: 0,
-            reason: format!(
-                "cannot create or lock {}; check the directory's permissions",
-                dirs.root.join(OWNER_FILE).display()
-            ),
-        });
-    }
+    let checks = node::check_dirs(worker, &probes);
     let ok = checks.iter().all(|c| c.ok);
-    let checks = ReceivingChecks { checks, ok };
-    (checks, if ok { lock } else { None })
+    ReceivingChecks { checks, ok }
 }
 
 /// Recompute an asset's SHA-256 on this node.

@@ -186,13 +186,9 @@ struct Refused {
     reason: String,
 }
 
-/// Everything before the payload, recorded as it goes. On success returns the owner lock,
-/// which must be held until the worker is done.
-fn prepare(
-    journal: &Writer,
-    submission_id: Uuid,
-    n: &NodeSpec,
-) -> Result<Result<OwnerLock, Refused>, JournalError> {
+/// Everything before the payload, once the worker's root is claimed, recorded as it goes.
+/// Returns why the payload may not start, if so.
+fn prepare(journal: &Writer, n: &NodeSpec) -> Result<Option<Refused>, JournalError> {
     journal.append_one(Event::SupervisorPlan(SupervisorPlan {
         pool: n.pool.clone(),
         worker: n.worker.clone(),
@@ -212,9 +208,8 @@ fn prepare(
         append_only_glob: n.append_only_glob.clone(),
     }))?;
     let source = preflight::source_of(&n.assets);
-    let (checks, lock) = preflight::check_dirs(
+    let checks = preflight::check_dirs(
         &n.worker,
-        submission_id,
         &n.dirs,
         n.publish_dir.as_deref(),
         source.map(|s| &s.record),
@@ -226,13 +221,14 @@ fn prepare(
         .map(|c| format!("{} ({}): {}", c.role, c.path, c.reason))
         .collect::<Vec<_>>()
         .join("; ");
+    let ok = checks.ok;
     journal.append_one(Event::ReceivingChecks(checks))?;
-    let Some(lock) = lock else {
-        return Ok(Err(Refused {
+    if !ok {
+        return Ok(Some(Refused {
             stage: "directories",
             reason: refusal,
         }));
-    };
+    }
     failpoint::hit("supervisor-before-asset-check");
     let mut bad = Vec::new();
     for a in &n.assets {
@@ -243,7 +239,7 @@ fn prepare(
         journal.append_one(Event::AssetChecked(checked))?;
     }
     if !bad.is_empty() {
-        return Ok(Err(Refused {
+        return Ok(Some(Refused {
             stage: "assets",
             reason: bad.join("; "),
         }));
@@ -254,13 +250,13 @@ fn prepare(
         let (rec, verdict) = checkout::prepare(source, &n.dirs.checkout, deadline);
         journal.append_one(Event::CheckoutPrepared(rec))?;
         if let Err(reason) = verdict {
-            return Ok(Err(Refused {
+            return Ok(Some(Refused {
                 stage: "checkout",
                 reason,
             }));
         }
     }
-    Ok(Ok(lock))
+    Ok(None)
 }
 
 /// How long cloning and verifying the checkout may take.
@@ -455,6 +451,21 @@ pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
     if spec.command.is_empty() {
         return Err(SupervisorError::NoCommand);
     }
+    // The root first: the worker journal lives below it, and another worker's root must not
+    // even get a journal written into it.
+    let _lock: Option<OwnerLock> = match &spec.node {
+        Some(n) => match preflight::claim(&n.worker, spec.submission_id, &n.dirs.root) {
+            Ok(lock) => Some(lock),
+            Err(reason) => {
+                eprintln!(
+                    "dispatch worker {}: refused before the payload started: {reason}",
+                    n.worker
+                );
+                return Ok(node::exit_code(true, None, None));
+            }
+        },
+        None => None,
+    };
     let journal = Writer::open(&journal_dir(&spec.evidence_dir), Options::default())?;
     install_stop_handlers();
     journal.append_one(Event::SupervisorStarted(SupervisorStarted {
@@ -467,22 +478,23 @@ pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
         grace_s: spec.grace_s,
         command: spec.command.clone(),
     }))?;
-    let mut prepared = match &spec.node {
-        Some(n) => prepare(&journal, spec.submission_id, n)?.map(Some),
-        None => Ok(None),
+    let mut refused = match &spec.node {
+        Some(n) => prepare(&journal, n)?,
+        None => None,
     };
-    if prepared.is_ok() && (STOP_REQUESTED.load(Ordering::SeqCst) || Micros::now() >= spec.deadline)
+    if refused.is_none()
+        && (STOP_REQUESTED.load(Ordering::SeqCst) || Micros::now() >= spec.deadline)
     {
-        prepared = Err(Refused {
+        refused = Some(Refused {
             stage: "start",
             reason: "a stop was requested, or the early-shutdown deadline passed, before the \
                      payload could start"
                 .to_owned(),
         });
     }
-    let (_lock, ended) = match prepared {
-        Ok(lock) => (lock, Some(run_payload(&journal, spec)?)),
-        Err(r) => {
+    let ended = match refused {
+        None => Some(run_payload(&journal, spec)?),
+        Some(r) => {
             eprintln!(
                 "dispatch worker: refused before the payload started ({}): {}",
                 r.stage, r.reason
@@ -491,7 +503,7 @@ pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
                 stage: r.stage.to_owned(),
                 reason: r.reason,
             }))?;
-            (None, None)
+            None
         }
     };
     if let Some(n) = &spec.node {
