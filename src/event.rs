@@ -81,24 +81,37 @@ fn truncate_utf8(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// The effective user's name from the system's user database (NSS: files, LDAP, …), never from
+/// `$USER`, which anyone can set. Falls back to the numeric uid.
 pub fn current_user() -> String {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
-    std::env::var("USER")
-        .ok()
-        .filter(|u| !u.is_empty() && uid != 0)
-        .unwrap_or_else(|| user_name_of(uid).unwrap_or_else(|| uid.to_string()))
+    user_name_of(uid).unwrap_or_else(|| uid.to_string())
 }
 
 fn user_name_of(uid: u32) -> Option<String> {
-    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    passwd.lines().find_map(|line| {
-        let mut fields = line.split(':');
-        let name = fields.next()?;
-        let _password = fields.next()?;
-        let id: u32 = fields.next()?.parse().ok()?;
-        (id == uid).then(|| name.to_owned())
-    })
+    let mut buf = vec![0u8; 16 * 1024];
+    // SAFETY: passwd is plain data; getpwuid_r writes only into `pwd` and `buf` (whose length
+    // it is given) and sets `result` to null or to `&pwd`.
+    unsafe {
+        let mut pwd: libc::passwd = std::mem::zeroed();
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        let rc = libc::getpwuid_r(
+            uid,
+            &mut pwd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut result,
+        );
+        if rc != 0 || result.is_null() || pwd.pw_name.is_null() {
+            return None;
+        }
+        Some(
+            std::ffi::CStr::from_ptr(pwd.pw_name)
+                .to_string_lossy()
+                .into_owned(),
+        )
+    }
 }
 
 pub fn current_host() -> String {
@@ -288,6 +301,10 @@ event_kinds! {
     114 => WorkerStopIntent(crate::state::pool::WorkerStopIntent);
     115 => WorkerExited(crate::state::pool::WorkerExited);
     116 => WorkerTerminal(crate::state::pool::WorkerTerminal), must_understand;
+    150 => SupervisorStarted(crate::worker::events::SupervisorStarted);
+    151 => PayloadStarted(crate::worker::events::PayloadStarted);
+    152 => ShutdownSignalled(crate::worker::events::ShutdownSignalled);
+    153 => PayloadExited(crate::worker::events::PayloadExited);
 }
 
 /// Nesting depth left to an element of the payload array: [`decode_payload`] starts at

@@ -3,10 +3,13 @@
 //! See `ARCHITECTURE.md` for the map of modules and their invariants.
 
 pub mod cli;
+pub mod config;
 pub mod event;
 pub mod failpoint;
 pub mod journal;
 pub mod ops;
+pub mod policy;
 pub mod slurm;
 pub mod state;
 pub mod statedir;
+pub mod worker;

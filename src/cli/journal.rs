@@ -6,6 +6,7 @@ use std::path::Path;
 use clap::Subcommand;
 
 use super::exit::{self, Failure};
+use super::output::print_json;
 use crate::ops::journal as ops;
 
 #[derive(Debug, Subcommand)]
@@ -25,13 +26,6 @@ pub enum JournalCommand {
     },
     /// Cut a torn tail (kept aside as a file) and record a Recovered event
     Repair,
-}
-
-fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
-    let mut out = std::io::stdout().lock();
-    serde_json::to_writer(&mut out, value)
-        .map_err(|e| Failure::new(exit::FAILED, e.to_string()))?;
-    writeln!(out).map_err(|e| Failure::new(exit::FAILED, e.to_string()))
 }
 
 pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Failure> {

@@ -2,6 +2,9 @@
 
 pub mod exit;
 pub mod journal;
+pub mod output;
+pub mod pool;
+pub mod worker;
 
 use std::path::PathBuf;
 
@@ -38,4 +41,12 @@ pub enum Command {
     /// Create, check, read and repair the journal
     #[command(subcommand)]
     Journal(journal::JournalCommand),
+    /// Worker pools inside an allocation you own
+    #[command(subcommand)]
+    Pool(pool::PoolCommand),
+    /// Replay the journal against Slurm and resolve what can be proven
+    Reconcile,
+    /// The worker side: commands that run inside a worker's job step
+    #[command(subcommand)]
+    Worker(worker::WorkerCommand),
 }

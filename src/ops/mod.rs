@@ -1,4 +1,9 @@
 //! One function per command: lock, load, decide, append intent, act, append outcome.
 //! Ops return typed reports; the CLI renders them.
 
+pub mod context;
+pub mod error;
+pub mod facts;
 pub mod journal;
+pub mod pool;
+pub mod reconcile;

@@ -1,1 +1,47 @@
-//! The Slurm boundary: typed requests and observations, the real CLI driver, output parsers.
+//! The Slurm boundary: typed requests and observations, the real CLI driver, output
+//! parsers.
+//!
+//! The rule that matters most: a query never mistakes "I could not tell" for "it is
+//! gone". Every query gives [`Answer::Live`], [`Answer::Gone`] (a successful empty
+//! answer, or "Invalid job id specified" for one specific id) or [`Answer::Unknown`]
+//! (everything else). Only `Gone` or an explicit terminal [`JobState`] may release
+//! anything. See `docs/slurm-boundary.md`.
+
+pub mod answer;
+pub mod digits;
+pub mod duration;
+pub mod error;
+pub mod exit_code;
+pub mod ids;
+pub mod memory;
+pub mod request;
+pub mod runner;
+pub mod sacct;
+pub mod scheduler;
+pub mod scontrol;
+pub mod squeue;
+pub mod state;
+pub mod submit;
+pub mod timestamp;
+
+pub use answer::Answer;
+pub use duration::SlurmDuration;
+pub use error::{ParseError, Parsed, RequestError, SlurmError};
+pub use exit_code::ExitCode;
+pub use ids::{JobId, JobRef, SlurmId, StepId, StepKind};
+pub use memory::MemoryMb;
+pub use request::{
+    AcctQuery, AllocRequest, BatchPayload, BatchRequest, CancelTarget, CpuBind, JobName, JobQuery,
+    JobSelect, Placement, Signal, StepRequest,
+};
+pub use runner::{CallCounts, ExitInfo, SlurmCommand};
+pub use sacct::AcctRow;
+pub use scheduler::{
+    ActionError, Allocated, CancelReport, CliConfig, CliScheduler, LaunchedStep, ScancelSaid,
+    Scheduler,
+};
+pub use scontrol::JobDetails;
+pub use squeue::{JobRow, StepRow};
+pub use state::{JobState, StepState};
+pub use submit::{SallocReport, Submitted};
+pub use timestamp::SlurmTime;

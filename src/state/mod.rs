@@ -64,6 +64,11 @@ impl State {
             Event::WorkerStopIntent(e) => self.pools.stop_intent(e),
             Event::WorkerExited(e) => self.pools.exited(e),
             Event::WorkerTerminal(e) => self.pools.terminal(e),
+            // The worker's own journal: the coordinator reads these through `worker::report`.
+            Event::SupervisorStarted(_)
+            | Event::PayloadStarted(_)
+            | Event::ShutdownSignalled(_)
+            | Event::PayloadExited(_) => {}
             Event::Unknown { kind, flags, .. } => {
                 if flags & FLAG_MUST_UNDERSTAND != 0 {
                     return Err(ReduceError::MustUnderstand {

@@ -1,0 +1,242 @@
+//! `dispatch pool …`, `dispatch reconcile`: argument definitions and rendering.
+
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+
+use super::exit::{self, Failure};
+use super::output::print_json;
+use crate::ops::context::Ctx;
+use crate::ops::error::OpError;
+use crate::ops::{pool as ops, reconcile};
+use crate::policy::pool::{Budgets, PUBLICATION_TIMEOUT_DEFAULT_S};
+use crate::slurm::{JobId, MemoryMb, Scheduler};
+
+fn parse_job_id(s: &str) -> Result<JobId, String> {
+    JobId::parse(s).map_err(|e| format!("{e}: a job id is a plain positive number such as 1234"))
+}
+
+fn parse_mem(s: &str) -> Result<MemoryMb, String> {
+    let m = MemoryMb::parse(s).map_err(|e| format!("{e}: give a size such as 500M, 4G or 1T"))?;
+    if m.get() == 0 {
+        return Err("memory must be at least 1M".to_owned());
+    }
+    Ok(m)
+}
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// CPUs reserved for the worker
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub cpus: u32,
+    /// Memory reserved for the worker (500M, 4G, 1T; a bare number is MB)
+    #[arg(long, value_parser = parse_mem)]
+    pub mem: MemoryMb,
+    /// Worker name (default: w-<8 hex digits of the submission id>)
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Seconds the worker has to publish its workspace and evidence (1 to 300)
+    #[arg(long, default_value_t = PUBLICATION_TIMEOUT_DEFAULT_S,
+          value_parser = clap::value_parser!(u32).range(1..=300))]
+    pub publication_timeout: u32,
+    /// The payload's command and arguments
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PoolCommand {
+    /// Attach a running single-node allocation you own as a pool (never creates or cancels it)
+    Attach {
+        pool: String,
+        /// The allocation's job id
+        #[arg(long, value_parser = parse_job_id)]
+        job: JobId,
+    },
+    /// Start a worker as its own job step inside the pool's allocation
+    Submit {
+        pool: String,
+        #[command(flatten)]
+        worker: WorkerArgs,
+        /// Seconds between SIGTERM and SIGKILL when the worker must stop early
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=300))]
+        grace: u32,
+    },
+    /// Show pools, their allocations, reservations and workers (no Slurm call unless --refresh)
+    Status {
+        pool: Option<String>,
+        /// Reconcile with Slurm first
+        #[arg(long)]
+        refresh: bool,
+    },
+    /// Stop one worker's step; the allocation and every other worker keep running
+    StopWorker {
+        pool: String,
+        worker: String,
+        /// Seconds between SIGTERM and the final cancel
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
+        grace: u64,
+    },
+    /// Forget a pool (refused while any worker holds budget; never cancels the allocation)
+    Detach { pool: String },
+}
+
+impl From<OpError> for Failure {
+    fn from(e: OpError) -> Failure {
+        match e {
+            OpError::Refused(r) => Failure::new(exit::REFUSED, r.to_string()),
+            OpError::Unknown(m) => Failure::new(exit::UNKNOWN, m),
+            OpError::Failed(m) => Failure::new(exit::FAILED, m),
+            OpError::Usage(m) => Failure::new(exit::USAGE, m),
+            OpError::Journal(j) => j.into(),
+        }
+    }
+}
+
+pub fn budgets(publication_timeout: u32) -> Budgets {
+    Budgets::with_publication_timeout(publication_timeout)
+}
+
+pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> Result<u8, Failure> {
+    match cmd {
+        PoolCommand::Attach { pool, job } => {
+            let r = ops::attach(ctx, pool, *job).await?;
+            if json {
+                print_json(&r)?;
+            } else {
+                let a = &r.allocation;
+                println!(
+                    "attached job {} on {} as pool {}: {} CPUs, {} MB, until {} ({}/{}/{})",
+                    a.job_id,
+                    a.node,
+                    r.pool,
+                    a.cpus,
+                    a.mem_mb,
+                    a.end_time,
+                    a.partition,
+                    a.account,
+                    a.qos
+                );
+            }
+        }
+        PoolCommand::Submit {
+            pool,
+            worker,
+            grace,
+        } => {
+            let req = ops::SubmitRequest {
+                pool: pool.clone(),
+                worker: worker.name.clone(),
+                cpus: worker.cpus,
+                mem: worker.mem,
+                budgets: budgets(worker.publication_timeout),
+                grace_s: *grace,
+                command: worker.command.clone(),
+            };
+            let r = ops::submit(ctx, &req).await?;
+            for w in &r.warnings {
+                eprintln!("dispatch: warning: {w}");
+            }
+            if json {
+                print_json(&r)?;
+            } else {
+                println!(
+                    "worker {} submitted to pool {} (submission {}): {}, step {}",
+                    r.worker,
+                    r.pool,
+                    r.submission_id,
+                    r.state,
+                    r.step_id.as_deref().unwrap_or("not seen yet")
+                );
+            }
+        }
+        PoolCommand::Status { pool, refresh } => {
+            if *refresh {
+                reconcile::reconcile(ctx, pool.as_deref()).await?;
+            }
+            let loaded = ctx.load()?;
+            let r = ops::status_of(&loaded.state, pool.as_deref(), ctx.now())?;
+            if json {
+                print_json(&r)?;
+            } else if r.pools.is_empty() {
+                println!("no pools; attach one with `dispatch pool attach POOL --job JOBID`");
+            } else {
+                for p in &r.pools {
+                    let a = &p.allocation;
+                    println!(
+                        "pool {}: job {} on {}, {} s left; reserved {}/{} CPUs, {}/{} MB",
+                        p.pool,
+                        a.job_id,
+                        a.node,
+                        a.seconds_left.unwrap_or(0),
+                        p.reserved.cpus,
+                        p.capacity.cpus,
+                        p.reserved.mem_mb,
+                        p.capacity.mem_mb
+                    );
+                    for w in &p.workers {
+                        println!(
+                            "  {:<20} {:<10} step {:<10} {} CPUs {} MB  {}",
+                            w.name,
+                            w.state,
+                            w.step_id.as_deref().unwrap_or("-"),
+                            w.cpus,
+                            w.mem_mb,
+                            w.submission_id
+                        );
+                    }
+                }
+            }
+        }
+        PoolCommand::StopWorker {
+            pool,
+            worker,
+            grace,
+        } => {
+            let r = ops::stop_worker(ctx, pool, worker, Duration::from_secs(*grace)).await?;
+            if json {
+                print_json(&r)?;
+            } else {
+                println!(
+                    "worker {} stopped: {}",
+                    r.worker,
+                    r.proof.as_deref().unwrap_or("not proven yet")
+                );
+            }
+        }
+        PoolCommand::Detach { pool } => {
+            let r = ops::detach(ctx, pool)?;
+            if json {
+                print_json(&r)?;
+            } else {
+                println!("pool {} detached; job {} is untouched", r.pool, r.job_id);
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
+pub async fn run_reconcile<S: Scheduler>(ctx: &Ctx<S>, json: bool) -> Result<u8, Failure> {
+    let r = reconcile::reconcile(ctx, None).await?;
+    if json {
+        print_json(&r)?;
+    } else {
+        println!(
+            "observed {} worker(s) with {} Slurm call(s); resolved {}, unknown {}",
+            r.observed,
+            r.slurm_calls,
+            r.resolved.len(),
+            r.unknown.len()
+        );
+        for x in &r.resolved {
+            println!("  released {}/{}: {}", x.pool, x.worker, x.proof);
+        }
+        for x in &r.unknown {
+            println!(
+                "  still unknown {}/{} ({}): budget held",
+                x.pool, x.worker, x.state
+            );
+        }
+    }
+    Ok(exit::OK)
+}

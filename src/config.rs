@@ -1,0 +1,274 @@
+//! The configuration file: job name prefix, targets and mirrors (CLI.md, "Configuration").
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+pub const DEFAULT_JOB_NAME_PREFIX: &str = "sucoder-";
+
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    pub partition: String,
+    pub account: String,
+    pub qos: Option<String>,
+    pub time: Option<String>,
+    pub cpus_per_task: Option<u32>,
+    pub mem: Option<String>,
+    #[serde(default)]
+    pub confined: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mirror {
+    /// Where the mirror's repository lives, if dispatch needs to find it.
+    pub path: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default = "default_prefix")]
+    pub job_name_prefix: String,
+    #[serde(default)]
+    pub targets: BTreeMap<String, Target>,
+    #[serde(default)]
+    pub mirrors: BTreeMap<String, Mirror>,
+}
+
+fn default_prefix() -> String {
+    DEFAULT_JOB_NAME_PREFIX.to_owned()
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            job_name_prefix: default_prefix(),
+            targets: BTreeMap::new(),
+            mirrors: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {}: {message}", path.display())]
+    Malformed { path: PathBuf, message: String },
+    #[error("config file {}: mirrors {first:?} and {second:?} both have the token {token:?}; rename one", path.display())]
+    TokenCollision {
+        path: PathBuf,
+        first: String,
+        second: String,
+        token: String,
+    },
+    #[error("no target {name:?} in {}; configured targets: {known}", path.display())]
+    UnknownTarget {
+        name: String,
+        path: PathBuf,
+        known: String,
+    },
+}
+
+/// `--config`, else `$DISPATCH_CONFIG`, else `$XDG_CONFIG_HOME/dispatch/config.toml`, else
+/// `~/.config/dispatch/config.toml`.
+pub fn resolve(flag: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    if let Some(p) = flag {
+        return Some(p.to_owned());
+    }
+    let non_empty = |k: &str| env(k).filter(|v| !v.is_empty());
+    if let Some(p) = non_empty("DISPATCH_CONFIG") {
+        return Some(PathBuf::from(p));
+    }
+    if let Some(p) = non_empty("XDG_CONFIG_HOME") {
+        return Some(PathBuf::from(p).join("dispatch/config.toml"));
+    }
+    non_empty("HOME").map(|h| PathBuf::from(h).join(".config/dispatch/config.toml"))
+}
+
+/// A token is the mirror name with every character outside `[A-Za-z0-9._-]` replaced by `_`,
+/// one per character (per Unicode scalar), nothing trimmed.
+pub fn sanitize_token(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+impl Config {
+    /// Load `path`; a missing file means defaults.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })
+            }
+        };
+        Config::parse(&text, path)
+    }
+
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Malformed {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().replace('\n', " "),
+        })?;
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let malformed = |message: String| ConfigError::Malformed {
+            path: path.to_owned(),
+            message,
+        };
+        if sanitize_token(&self.job_name_prefix) != self.job_name_prefix {
+            return Err(malformed(format!(
+                "job_name_prefix {:?} may only hold [A-Za-z0-9._-]",
+                self.job_name_prefix
+            )));
+        }
+        for (name, t) in &self.targets {
+            if t.partition.is_empty() || t.account.is_empty() {
+                return Err(malformed(format!(
+                    "targets.{name}: partition and account must not be empty"
+                )));
+            }
+            if t.cpus_per_task == Some(0) {
+                return Err(malformed(format!(
+                    "targets.{name}.cpus_per_task must be at least 1"
+                )));
+            }
+        }
+        let mut seen: BTreeMap<String, &str> = BTreeMap::new();
+        for name in self.mirrors.keys() {
+            let token = sanitize_token(name);
+            if let Some(first) = seen.insert(token.clone(), name) {
+                return Err(ConfigError::TokenCollision {
+                    path: path.to_owned(),
+                    first: first.to_owned(),
+                    second: name.clone(),
+                    token,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    pub fn target(&self, name: &str, path: &Path) -> Result<&Target, ConfigError> {
+        self.targets
+            .get(name)
+            .ok_or_else(|| ConfigError::UnknownTarget {
+                name: name.to_owned(),
+                path: path.to_owned(),
+                known: if self.targets.is_empty() {
+                    "none".to_owned()
+                } else {
+                    self.targets.keys().cloned().collect::<Vec<_>>().join(", ")
+                },
+            })
+    }
+
+    /// The Slurm job name of a mirror's session.
+    pub fn job_name(&self, mirror: &str) -> String {
+        format!("{}{}", self.job_name_prefix, sanitize_token(mirror))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitize_examples_from_the_notes() {
+        for (name, token) in [
+            ("SuCoder", "SuCoder"),
+            ("K-Aggregators", "K-Aggregators"),
+            ("K Agg", "K_Agg"),
+            ("K/Agg", "K_Agg"),
+            ("a  b", "a__b"),
+            ("café", "caf_"),
+            ("my--odd.v1", "my--odd.v1"),
+            ("x;rm -rf /", "x_rm_-rf__"),
+            ("$(id)\n", "__id__"),
+        ] {
+            assert_eq!(sanitize_token(name), token, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn parses_the_cli_md_example() {
+        let text = r#"
+job_name_prefix = "sucoder-"
+
+[targets.savio-htc]
+partition = "savio4_htc"
+account = "co_carleton"
+qos = "carleton_htc4_normal"
+time = "02:00:00"
+cpus_per_task = 4
+mem = "16G"
+confined = true
+"#;
+        let c = Config::parse(text, Path::new("c.toml")).unwrap();
+        let t = &c.targets["savio-htc"];
+        assert_eq!(t.partition, "savio4_htc");
+        assert_eq!(t.qos.as_deref(), Some("carleton_htc4_normal"));
+        assert!(t.confined);
+        assert_eq!(c.job_name("K Agg"), "sucoder-K_Agg");
+    }
+
+    #[test]
+    fn errors_name_file_line_and_key() {
+        let e = Config::parse(
+            "[targets.a]\npartition = \"p\"\naccount = 5\n",
+            Path::new("/x/c.toml"),
+        )
+        .unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("/x/c.toml") && msg.contains("line 3") && msg.contains("account"),
+            "{msg}"
+        );
+        let e = Config::parse(
+            "[targets.a]\npartition = \"p\"\naccount = \"a\"\nqueue = \"x\"\n",
+            Path::new("c.toml"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("queue"), "{e}");
+    }
+
+    #[test]
+    fn token_collisions_are_refused() {
+        let e = Config::parse(
+            "[mirrors.\"K Agg\"]\n[mirrors.\"K/Agg\"]\n",
+            Path::new("c.toml"),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, ConfigError::TokenCollision { ref token, .. } if token == "K_Agg"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn missing_file_means_defaults() {
+        let c = Config::load(Path::new("/nonexistent/dispatch.toml")).unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.job_name_prefix, "sucoder-");
+    }
+}

@@ -1,0 +1,81 @@
+//! What every operation needs: where state lives, who is asking, how to reach Slurm, the clock.
+
+use std::path::{Path, PathBuf};
+
+use chrono::{Local, NaiveDateTime, TimeZone};
+
+use super::error::OpError;
+use crate::event::Micros;
+use crate::journal::{self, Loaded, Options, Writer};
+use crate::slurm::Scheduler;
+
+pub struct Ctx<S: Scheduler> {
+    pub state_dir: PathBuf,
+    pub sched: S,
+    /// The Unix user name of the caller: the owner every allocation must have.
+    pub caller: String,
+    /// The dispatch executable that worker steps run (`dispatch worker run`).
+    pub exe: PathBuf,
+}
+
+impl<S: Scheduler> Ctx<S> {
+    pub fn journal_dir(&self) -> PathBuf {
+        crate::statedir::journal_dir(&self.state_dir)
+    }
+
+    /// Take the journal's writer lock (creating the journal if needed) and load state.
+    pub fn lock_and_load(&self) -> Result<(Writer, Loaded), OpError> {
+        crate::statedir::prepare(&self.state_dir).map_err(|e| match e {
+            crate::statedir::StateDirError::Journal(j) => OpError::Journal(j),
+            crate::statedir::StateDirError::NotOwned { .. } => OpError::Failed(e.to_string()),
+            other => OpError::Failed(other.to_string()),
+        })?;
+        let writer = Writer::open(&self.journal_dir(), Options::default())?;
+        let loaded = journal::load(&self.journal_dir())?;
+        Ok((writer, loaded))
+    }
+
+    /// Load state without the lock (read-only commands).
+    pub fn load(&self) -> Result<Loaded, OpError> {
+        crate::statedir::check_owner(&self.state_dir)
+            .map_err(|e| OpError::Failed(e.to_string()))?;
+        Ok(journal::load(&self.journal_dir())?)
+    }
+
+    pub fn now(&self) -> Micros {
+        Micros::now()
+    }
+
+    pub fn pools_dir(&self) -> PathBuf {
+        self.state_dir.join("pools")
+    }
+}
+
+/// Write a snapshot if one is due. Optional work: a failure is a warning, never an error.
+pub fn snapshot_quietly(journal_dir: &Path) {
+    match journal::load(journal_dir) {
+        Ok(loaded) => {
+            if let Err(e) = journal::reader::snapshot_if_due(journal_dir, &loaded) {
+                tracing::warn!("snapshot not written (optional): {e}");
+            }
+        }
+        Err(e) => tracing::warn!("snapshot not written (optional): {e}"),
+    }
+}
+
+/// A Slurm wall-clock time (cluster local time) as microseconds since the epoch.
+pub fn local_to_micros(t: NaiveDateTime) -> Option<Micros> {
+    Local
+        .from_local_datetime(&t)
+        .earliest()
+        .map(|dt| Micros(dt.timestamp_micros()))
+}
+
+/// Microseconds since the epoch as a Slurm wall-clock time (for `sacct --starttime`).
+pub fn micros_to_local(t: Micros) -> NaiveDateTime {
+    Local
+        .timestamp_micros(t.0)
+        .earliest()
+        .map(|dt| dt.naive_local())
+        .unwrap_or_default()
+}

@@ -1,0 +1,22 @@
+//! How an operation ends when it does not succeed, mapped to the documented exit codes.
+
+use crate::journal::JournalError;
+use crate::policy::pool::Refusal;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpError {
+    /// A safety check refused; nothing was done (exit 3).
+    #[error("{0}")]
+    Refused(#[from] Refusal),
+    /// The intent is recorded, the effect's result is not known (exit 4).
+    #[error("{0}")]
+    Unknown(String),
+    /// Failed, and nothing is left in an unknown state (exit 1).
+    #[error("{0}")]
+    Failed(String),
+    /// A bad value that clap could not check (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+}

@@ -1,0 +1,417 @@
+//! Placement and lifetime decisions for pools: may this allocation be attached, may this worker
+//! be submitted, when must a worker start shutting down.
+
+use crate::event::Micros;
+use crate::state::pool::{Allocation, Pool, Pools};
+
+/// Publication timeout bounds (CLI.md): whole seconds.
+pub const PUBLICATION_TIMEOUT_MIN_S: u32 = 1;
+pub const PUBLICATION_TIMEOUT_MAX_S: u32 = 300;
+pub const PUBLICATION_TIMEOUT_DEFAULT_S: u32 = 30;
+
+/// Time budgets a worker needs around its payload, in seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budgets {
+    pub publication_timeout_s: u32,
+    pub native_state_s: u32,
+    pub cleanup_s: u32,
+    /// The shortest payload run worth starting.
+    pub min_run_s: u32,
+}
+
+impl Budgets {
+    pub const DEFAULT_NATIVE_STATE_S: u32 = 15;
+    pub const DEFAULT_CLEANUP_S: u32 = 15;
+    pub const DEFAULT_MIN_RUN_S: u32 = 60;
+
+    pub fn with_publication_timeout(publication_timeout_s: u32) -> Budgets {
+        Budgets {
+            publication_timeout_s,
+            native_state_s: Self::DEFAULT_NATIVE_STATE_S,
+            cleanup_s: Self::DEFAULT_CLEANUP_S,
+            min_run_s: Self::DEFAULT_MIN_RUN_S,
+        }
+    }
+
+    /// From the early-shutdown signal to the allocation's end.
+    pub fn shutdown_window_s(&self) -> i64 {
+        i64::from(self.publication_timeout_s)
+            + i64::from(self.native_state_s)
+            + i64::from(self.cleanup_s)
+    }
+}
+
+/// When the supervisor sends SIGTERM: the allocation's end minus the shutdown window.
+pub fn early_shutdown_deadline(allocation_end: Micros, budgets: &Budgets) -> Micros {
+    Micros(allocation_end.0 - budgets.shutdown_window_s() * 1_000_000)
+}
+
+/// What `scontrol show job` says about an allocation, reduced to what placement needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllocationFacts {
+    pub job_id: u64,
+    /// The job state word, e.g. `RUNNING`.
+    pub state: String,
+    pub user: String,
+    pub nodes: Vec<String>,
+    pub start_time: Option<Micros>,
+    pub end_time: Option<Micros>,
+    pub cpus: u32,
+    pub mem_mb: u64,
+    pub partition: String,
+    pub account: String,
+    pub qos: String,
+}
+
+/// Why a pool operation is refused (exit 3). Each says what to do next.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error(
+        "job {job_id} is {state}, not RUNNING; attach a running allocation (see `squeue --me`)"
+    )]
+    NotRunning { job_id: u64, state: String },
+    #[error("job {job_id} belongs to {owner}, not to you ({caller}); dispatch only uses allocations you own")]
+    NotOwned {
+        job_id: u64,
+        owner: String,
+        caller: String,
+    },
+    #[error("job {job_id} spans {nodes} nodes; a pool needs a single-node allocation")]
+    MultiNode { job_id: u64, nodes: usize },
+    #[error("job {job_id} is already attached as pool {pool:?}; use that pool or `dispatch pool detach {pool}` first")]
+    AlreadyAttached { job_id: u64, pool: String },
+    #[error("pool {pool:?} already exists (job {job_id}); detach it first or choose another name")]
+    PoolExists { pool: String, job_id: u64 },
+    #[error("job {job_id} has {left_s} s left, less than the {need_s} s needed; use a longer allocation")]
+    TooShort {
+        job_id: u64,
+        left_s: i64,
+        need_s: i64,
+    },
+    #[error("job {job_id} reports no {what}; cannot check its lifetime")]
+    NoTimes { job_id: u64, what: &'static str },
+    #[error(
+        "job {job_id} is not the allocation pool {pool:?} attached (start time was {recorded}, now {observed}); \
+         detach the pool and attach the new allocation"
+    )]
+    IncarnationChanged {
+        pool: String,
+        job_id: u64,
+        recorded: String,
+        observed: String,
+    },
+    #[error(
+        "pool {pool:?} cannot fit {cpus} CPUs and {mem_mb} MB: {reserved_cpus}/{capacity_cpus} CPUs and \
+         {reserved_mem_mb}/{capacity_mem_mb} MB are reserved; stop a worker or ask for less"
+    )]
+    Budget {
+        pool: String,
+        cpus: u32,
+        mem_mb: u64,
+        reserved_cpus: u64,
+        reserved_mem_mb: u64,
+        capacity_cpus: u32,
+        capacity_mem_mb: u64,
+    },
+    #[error(
+        "pool {pool:?} already has a worker named {worker:?} holding budget; choose another name"
+    )]
+    DuplicateWorker { pool: String, worker: String },
+    #[error("no pool {pool:?}; `dispatch pool status` lists the pools")]
+    NoPool { pool: String },
+    #[error("pool {pool:?} still has {workers} worker(s) holding budget; stop them first (`dispatch pool stop-worker`)")]
+    WorkersHoldBudget { pool: String, workers: usize },
+}
+
+/// The minimum lifetime an allocation must have left to be attached.
+pub const MIN_ATTACH_LIFETIME_S: i64 = 120;
+
+fn check_live(f: &AllocationFacts, caller: &str, now: Micros, need_s: i64) -> Result<(), Refusal> {
+    if f.state != "RUNNING" {
+        return Err(Refusal::NotRunning {
+            job_id: f.job_id,
+            state: f.state.clone(),
+        });
+    }
+    if f.user != caller {
+        return Err(Refusal::NotOwned {
+            job_id: f.job_id,
+            owner: f.user.clone(),
+            caller: caller.to_owned(),
+        });
+    }
+    if f.nodes.len() != 1 {
+        return Err(Refusal::MultiNode {
+            job_id: f.job_id,
+            nodes: f.nodes.len(),
+        });
+    }
+    if f.start_time.is_none() {
+        return Err(Refusal::NoTimes {
+            job_id: f.job_id,
+            what: "start time",
+        });
+    }
+    let end = f.end_time.ok_or(Refusal::NoTimes {
+        job_id: f.job_id,
+        what: "end time",
+    })?;
+    let left_s = end.secs() - now.secs();
+    if left_s < need_s {
+        return Err(Refusal::TooShort {
+            job_id: f.job_id,
+            left_s,
+            need_s,
+        });
+    }
+    Ok(())
+}
+
+/// May `facts` be attached as `pool`? Returns the allocation identity to record.
+pub fn check_attach(
+    pools: &Pools,
+    pool: &str,
+    facts: &AllocationFacts,
+    caller: &str,
+    now: Micros,
+) -> Result<Allocation, Refusal> {
+    if let Some(existing) = pools.pools.get(pool) {
+        return Err(Refusal::PoolExists {
+            pool: pool.to_owned(),
+            job_id: existing.allocation.job_id,
+        });
+    }
+    if let Some(other) = pools
+        .pools
+        .values()
+        .find(|p| p.allocation.job_id == facts.job_id)
+    {
+        return Err(Refusal::AlreadyAttached {
+            job_id: facts.job_id,
+            pool: other.name.clone(),
+        });
+    }
+    check_live(facts, caller, now, MIN_ATTACH_LIFETIME_S)?;
+    Ok(Allocation {
+        job_id: facts.job_id,
+        node: facts.nodes[0].clone(),
+        user: facts.user.clone(),
+        start_time: facts.start_time.expect("checked by check_live"),
+        end_time: facts.end_time.expect("checked by check_live"),
+        cpus: facts.cpus,
+        mem_mb: facts.mem_mb,
+        partition: facts.partition.clone(),
+        account: facts.account.clone(),
+        qos: facts.qos.clone(),
+    })
+}
+
+/// A worker asking for room in a pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerAsk {
+    pub name: String,
+    pub cpus: u32,
+    pub mem_mb: u64,
+    pub budgets: Budgets,
+}
+
+/// May `ask` be submitted to `pool`, given live `facts` about its allocation? Every check runs,
+/// in a fixed order, every time: a re-inspection skips nothing.
+pub fn check_submit(
+    pool: &Pool,
+    facts: &AllocationFacts,
+    ask: &WorkerAsk,
+    caller: &str,
+    now: Micros,
+) -> Result<(), Refusal> {
+    if facts.job_id != pool.allocation.job_id
+        || facts.start_time != Some(pool.allocation.start_time)
+    {
+        return Err(Refusal::IncarnationChanged {
+            pool: pool.name.clone(),
+            job_id: pool.allocation.job_id,
+            recorded: pool.allocation.start_time.to_rfc3339(),
+            observed: facts
+                .start_time
+                .map_or_else(|| "none".to_owned(), |t| t.to_rfc3339()),
+        });
+    }
+    let need_s = ask.budgets.shutdown_window_s() + i64::from(ask.budgets.min_run_s);
+    check_live(facts, caller, now, need_s)?;
+    if facts.nodes[0] != pool.allocation.node {
+        return Err(Refusal::IncarnationChanged {
+            pool: pool.name.clone(),
+            job_id: pool.allocation.job_id,
+            recorded: format!("node {}", pool.allocation.node),
+            observed: format!("node {}", facts.nodes[0]),
+        });
+    }
+    if pool.active.values().any(|w| w.name == ask.name) {
+        return Err(Refusal::DuplicateWorker {
+            pool: pool.name.clone(),
+            worker: ask.name.clone(),
+        });
+    }
+    let (reserved_cpus, reserved_mem_mb) = pool.reserved();
+    // Capacity is the smaller of what was recorded at attach and what Slurm says now.
+    let capacity_cpus = pool.allocation.cpus.min(facts.cpus);
+    let capacity_mem_mb = pool.allocation.mem_mb.min(facts.mem_mb);
+    if reserved_cpus + u64::from(ask.cpus) > u64::from(capacity_cpus)
+        || reserved_mem_mb + ask.mem_mb > capacity_mem_mb
+    {
+        return Err(Refusal::Budget {
+            pool: pool.name.clone(),
+            cpus: ask.cpus,
+            mem_mb: ask.mem_mb,
+            reserved_cpus,
+            reserved_mem_mb,
+            capacity_cpus,
+            capacity_mem_mb,
+        });
+    }
+    Ok(())
+}
+
+/// May `pool` be detached?
+pub fn check_detach(pools: &Pools, pool: &str) -> Result<(), Refusal> {
+    let p = pools.pools.get(pool).ok_or_else(|| Refusal::NoPool {
+        pool: pool.to_owned(),
+    })?;
+    if !p.active.is_empty() {
+        return Err(Refusal::WorkersHoldBudget {
+            pool: pool.to_owned(),
+            workers: p.active.len(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_800_000_000;
+
+    fn facts() -> AllocationFacts {
+        AllocationFacts {
+            job_id: 42,
+            state: "RUNNING".into(),
+            user: "ana".into(),
+            nodes: vec!["vm".into()],
+            start_time: Some(Micros::from_secs(NOW - 60)),
+            end_time: Some(Micros::from_secs(NOW + 3600)),
+            cpus: 4,
+            mem_mb: 4096,
+            partition: "debug".into(),
+            account: "dev".into(),
+            qos: "normal".into(),
+        }
+    }
+
+    fn attached() -> Pools {
+        let mut pools = Pools::default();
+        let allocation =
+            check_attach(&pools, "p", &facts(), "ana", Micros::from_secs(NOW)).unwrap();
+        pools.attach(
+            Micros::from_secs(NOW),
+            &crate::state::pool::PoolAttached {
+                pool: "p".into(),
+                allocation,
+            },
+        );
+        pools
+    }
+
+    fn ask(cpus: u32, mem_mb: u64) -> WorkerAsk {
+        WorkerAsk {
+            name: "w".into(),
+            cpus,
+            mem_mb,
+            budgets: Budgets::with_publication_timeout(30),
+        }
+    }
+
+    #[test]
+    fn attach_refusals() {
+        let now = Micros::from_secs(NOW);
+        let pools = Pools::default();
+        let with = |f: fn(&mut AllocationFacts)| {
+            let mut x = facts();
+            f(&mut x);
+            check_attach(&pools, "p", &x, "ana", now).unwrap_err()
+        };
+        assert!(matches!(
+            with(|f| f.state = "PENDING".into()),
+            Refusal::NotRunning { .. }
+        ));
+        assert!(matches!(
+            with(|f| f.state = "COMPLETED".into()),
+            Refusal::NotRunning { .. }
+        ));
+        assert!(matches!(
+            with(|f| f.user = "bob".into()),
+            Refusal::NotOwned { .. }
+        ));
+        assert!(matches!(
+            with(|f| f.nodes.push("vm2".into())),
+            Refusal::MultiNode { nodes: 2, .. }
+        ));
+        assert!(matches!(
+            with(|f| f.end_time = Some(Micros::from_secs(NOW + 30))),
+            Refusal::TooShort { .. }
+        ));
+        assert!(matches!(
+            with(|f| f.end_time = None),
+            Refusal::NoTimes { .. }
+        ));
+        let pools = attached();
+        assert!(matches!(
+            check_attach(&pools, "q", &facts(), "ana", now),
+            Err(Refusal::AlreadyAttached { .. })
+        ));
+        assert!(matches!(
+            check_attach(&pools, "p", &facts(), "ana", now),
+            Err(Refusal::PoolExists { .. })
+        ));
+    }
+
+    #[test]
+    fn submit_checks_lifetime_identity_and_budget() {
+        let pools = attached();
+        let p = &pools.pools["p"];
+        let now = Micros::from_secs(NOW);
+        assert_eq!(check_submit(p, &facts(), &ask(4, 4096), "ana", now), Ok(()));
+        assert!(matches!(
+            check_submit(p, &facts(), &ask(5, 1), "ana", now),
+            Err(Refusal::Budget { .. })
+        ));
+        assert!(matches!(
+            check_submit(p, &facts(), &ask(1, 4097), "ana", now),
+            Err(Refusal::Budget { .. })
+        ));
+        let mut replaced = facts();
+        replaced.start_time = Some(Micros::from_secs(NOW - 5));
+        assert!(matches!(
+            check_submit(p, &replaced, &ask(1, 1), "ana", now),
+            Err(Refusal::IncarnationChanged { .. })
+        ));
+        // 30 s publication + 15 native + 15 cleanup + 60 min run = 120 s needed.
+        let late = Micros::from_secs(NOW + 3600 - 119);
+        assert!(matches!(
+            check_submit(p, &facts(), &ask(1, 1), "ana", late),
+            Err(Refusal::TooShort { need_s: 120, .. })
+        ));
+        let ok = Micros::from_secs(NOW + 3600 - 120);
+        assert_eq!(check_submit(p, &facts(), &ask(1, 1), "ana", ok), Ok(()));
+    }
+
+    #[test]
+    fn deadline_leaves_the_shutdown_window() {
+        let b = Budgets::with_publication_timeout(30);
+        assert_eq!(b.shutdown_window_s(), 60);
+        assert_eq!(
+            early_shutdown_deadline(Micros::from_secs(1000), &b),
+            Micros::from_secs(940)
+        );
+    }
+}

@@ -1,0 +1,913 @@
+//! Typed requests and the exact argv each one becomes.
+//!
+//! Every value reaches Slurm as (part of) one argv element; nothing passes through a
+//! shell. Validation refuses what Slurm would read differently from what the caller
+//! meant (a comma in a job name would make `--name=a,b` a list of two names) and
+//! control characters, which no Slurm output format can carry back unambiguously.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::PathBuf;
+
+use chrono::NaiveDateTime;
+use serde::{Deserialize, Serialize};
+
+use super::duration::SlurmDuration;
+use super::error::RequestError;
+use super::ids::{JobId, StepId};
+use super::memory::MemoryMb;
+use super::sacct::ACCT_FORMAT;
+use super::squeue::{JOB_FORMAT, STEP_FORMAT};
+use super::timestamp::format_slurm_time;
+
+/// Longest job name we submit; Slurm stores names far longer, but output lines stay sane.
+pub const MAX_JOB_NAME_BYTES: usize = 200;
+const MAX_WORD_BYTES: usize = 200;
+
+/// A job or step name that reaches Slurm as exactly what it says.
+///
+/// Allowed: any text without control characters (newline, tab, CR, NUL, DEL...) and
+/// without `,` (squeue/scancel read `--name=a,b` as two names), at most 200 bytes, not
+/// empty. Spaces, quotes, `;`, `$(...)`, `|` and non-ASCII are fine: they travel as one
+/// argv element and come back whole because the name is the last output column.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct JobName(String);
+
+impl JobName {
+    pub fn new(name: impl Into<String>) -> Result<JobName, RequestError> {
+        let name = name.into();
+        let refuse = |reason| RequestError::JobName {
+            name: name.clone(),
+            reason,
+        };
+        if name.is_empty() {
+            return Err(refuse("empty"));
+        }
+        if name.len() > MAX_JOB_NAME_BYTES {
+            return Err(refuse("longer than 200 bytes"));
+        }
+        if name.chars().any(char::is_control) {
+            return Err(refuse("contains a control character (newline, tab, ...)"));
+        }
+        if name.contains(',') {
+            return Err(refuse(
+                "contains ',' which squeue and scancel read as a list separator",
+            ));
+        }
+        Ok(JobName(name))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for JobName {
+    type Error = RequestError;
+    fn try_from(s: String) -> Result<Self, RequestError> {
+        JobName::new(s)
+    }
+}
+
+impl From<JobName> for String {
+    fn from(n: JobName) -> String {
+        n.0
+    }
+}
+
+impl fmt::Display for JobName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A partition, account or QOS name: one word, no commas (a list), no controls.
+fn check_word(field: &'static str, value: &str) -> Result<(), RequestError> {
+    let refuse = |reason| RequestError::Field {
+        field,
+        value: value.to_owned(),
+        reason,
+    };
+    if value.is_empty() {
+        return Err(refuse("empty"));
+    }
+    if value.len() > MAX_WORD_BYTES {
+        return Err(refuse("too long"));
+    }
+    if value
+        .chars()
+        .any(|c| c.is_control() || c.is_whitespace() || c == ',')
+    {
+        return Err(refuse("must be one word without ',' or control characters"));
+    }
+    Ok(())
+}
+
+fn check_path(field: &'static str, p: &std::path::Path) -> Result<(), RequestError> {
+    if p.as_os_str().is_empty() {
+        return Err(RequestError::Field {
+            field,
+            value: String::new(),
+            reason: "empty path",
+        });
+    }
+    Ok(())
+}
+
+/// Flags we set ourselves; an extra flag must not override them.
+const RESERVED_FLAGS: &[&str] = &[
+    "--parsable",
+    "--job-name",
+    "-J",
+    "--wrap",
+    "--no-shell",
+    "--jobid",
+    "--overlap",
+    "--output",
+    "--error",
+    "--partition",
+    "--account",
+    "--qos",
+    "--time",
+    "--cpus-per-task",
+    "--mem",
+    "--immediate",
+    "--nodes",
+    "--ntasks",
+    "--cpu-bind",
+    "--chdir",
+];
+
+fn check_extra(flag: &str) -> Result<(), RequestError> {
+    let refuse = |reason| RequestError::ExtraFlag {
+        flag: flag.to_owned(),
+        reason,
+    };
+    if !flag.starts_with("--") || flag.len() < 3 {
+        return Err(refuse(
+            "extra flags must be long options (--name or --name=value)",
+        ));
+    }
+    if flag.chars().any(char::is_control) {
+        return Err(refuse("contains a control character"));
+    }
+    let name = flag.split_once('=').map(|(n, _)| n).unwrap_or(flag);
+    if RESERVED_FLAGS.contains(&name) {
+        return Err(refuse("this flag is set by the request itself"));
+    }
+    Ok(())
+}
+
+fn time_arg(t: SlurmDuration) -> Result<String, RequestError> {
+    match t {
+        SlurmDuration::Finite(0) => Err(RequestError::Field {
+            field: "time",
+            value: t.to_string(),
+            reason: "a zero time limit",
+        }),
+        SlurmDuration::Finite(_) | SlurmDuration::Unlimited => Ok(t.to_string()),
+        other => Err(RequestError::Field {
+            field: "time",
+            value: other.to_string(),
+            reason: "not a time limit one can request",
+        }),
+    }
+}
+
+fn positive(field: &'static str, v: u32) -> Result<u32, RequestError> {
+    if v == 0 {
+        return Err(RequestError::Field {
+            field,
+            value: "0".to_owned(),
+            reason: "must be at least 1",
+        });
+    }
+    Ok(v)
+}
+
+fn flag(name: &str, value: impl fmt::Display) -> OsString {
+    OsString::from(format!("--{name}={value}"))
+}
+
+fn path_flag(name: &str, p: &std::path::Path) -> OsString {
+    let mut s = OsString::from(format!("--{name}="));
+    s.push(p.as_os_str());
+    s
+}
+
+/// Where a job runs: the fields shared by sbatch and salloc.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    pub qos: Option<String>,
+    pub time: Option<SlurmDuration>,
+    pub nodes: Option<u32>,
+    pub cpus_per_task: Option<u32>,
+    pub mem: Option<MemoryMb>,
+}
+
+impl Placement {
+    fn push_argv(&self, argv: &mut Vec<OsString>) -> Result<(), RequestError> {
+        if let Some(p) = &self.partition {
+            check_word("partition", p)?;
+            argv.push(flag("partition", p));
+        }
+        if let Some(a) = &self.account {
+            check_word("account", a)?;
+            argv.push(flag("account", a));
+        }
+        if let Some(q) = &self.qos {
+            check_word("qos", q)?;
+            argv.push(flag("qos", q));
+        }
+        if let Some(t) = self.time {
+            argv.push(flag("time", time_arg(t)?));
+        }
+        if let Some(n) = self.nodes {
+            argv.push(flag("nodes", positive("nodes", n)?));
+        }
+        if let Some(c) = self.cpus_per_task {
+            argv.push(flag("cpus-per-task", positive("cpus_per_task", c)?));
+        }
+        if let Some(m) = self.mem {
+            if m.get() == 0 {
+                // --mem=0 means "all the node's memory" to Slurm.
+                return Err(RequestError::Field {
+                    field: "mem",
+                    value: m.to_string(),
+                    reason: "0 means the whole node to Slurm",
+                });
+            }
+            argv.push(flag("mem", m.to_slurm_arg()));
+        }
+        Ok(())
+    }
+}
+
+/// What the batch job runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BatchPayload {
+    /// A script file plus its arguments (after the script path in argv).
+    Script { path: PathBuf, args: Vec<OsString> },
+    /// `--wrap=CMD`: sbatch wraps CMD in `#!/bin/sh`; CMD is shell text by design.
+    Wrap(String),
+}
+
+/// `sbatch --parsable ...`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchRequest {
+    pub name: JobName,
+    pub placement: Placement,
+    pub output: Option<PathBuf>,
+    pub error: Option<PathBuf>,
+    pub chdir: Option<PathBuf>,
+    /// Long options such as `--no-requeue`, placed before the payload.
+    pub extra: Vec<String>,
+    pub payload: BatchPayload,
+}
+
+impl BatchRequest {
+    pub fn new(name: JobName, payload: BatchPayload) -> BatchRequest {
+        BatchRequest {
+            name,
+            placement: Placement::default(),
+            output: None,
+            error: None,
+            chdir: None,
+            extra: Vec::new(),
+            payload,
+        }
+    }
+
+    /// `sbatch --parsable --job-name=N [placement] [--output=] [--error=] [--chdir=]
+    /// [extra...] (--wrap=CMD | SCRIPT [ARGS...])`
+    pub fn argv(&self) -> Result<Vec<OsString>, RequestError> {
+        let mut argv = vec![OsString::from("--parsable"), flag("job-name", &self.name)];
+        self.placement.push_argv(&mut argv)?;
+        if let Some(p) = &self.output {
+            check_path("output", p)?;
+            argv.push(path_flag("output", p));
+        }
+        if let Some(p) = &self.error {
+            check_path("error", p)?;
+            argv.push(path_flag("error", p));
+        }
+        if let Some(p) = &self.chdir {
+            check_path("chdir", p)?;
+            argv.push(path_flag("chdir", p));
+        }
+        for e in &self.extra {
+            check_extra(e)?;
+            argv.push(e.into());
+        }
+        match &self.payload {
+            BatchPayload::Wrap(cmd) => {
+                if cmd.trim().is_empty() {
+                    return Err(RequestError::EmptyCommand);
+                }
+                argv.push(flag("wrap", cmd));
+            }
+            BatchPayload::Script { path, args } => {
+                check_path("script", path)?;
+                argv.push(path.clone().into_os_string());
+                argv.extend(args.iter().cloned());
+            }
+        }
+        Ok(argv)
+    }
+}
+
+/// `salloc --no-shell ...`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocRequest {
+    pub name: JobName,
+    pub placement: Placement,
+    /// `--immediate=N`: give up (and cancel the queued job) after N seconds of waiting.
+    /// Without it only the driver's timeout bounds the wait.
+    pub immediate_secs: Option<u32>,
+    pub extra: Vec<String>,
+}
+
+impl AllocRequest {
+    pub fn new(name: JobName) -> AllocRequest {
+        AllocRequest {
+            name,
+            placement: Placement::default(),
+            immediate_secs: None,
+            extra: Vec::new(),
+        }
+    }
+
+    /// `salloc --no-shell --job-name=N [placement] [--immediate=S] [extra...]`
+    pub fn argv(&self) -> Result<Vec<OsString>, RequestError> {
+        let mut argv = vec![OsString::from("--no-shell"), flag("job-name", &self.name)];
+        self.placement.push_argv(&mut argv)?;
+        if let Some(s) = self.immediate_secs {
+            argv.push(flag("immediate", positive("immediate_secs", s)?));
+        }
+        for e in &self.extra {
+            check_extra(e)?;
+            argv.push(e.into());
+        }
+        Ok(argv)
+    }
+}
+
+/// `--cpu-bind=` values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CpuBind {
+    None,
+    Cores,
+    Threads,
+    Sockets,
+    Rank,
+    MapCpu(Vec<u32>),
+    MaskCpu(Vec<u64>),
+}
+
+impl fmt::Display for CpuBind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CpuBind::None => f.write_str("none"),
+            CpuBind::Cores => f.write_str("cores"),
+            CpuBind::Threads => f.write_str("threads"),
+            CpuBind::Sockets => f.write_str("sockets"),
+            CpuBind::Rank => f.write_str("rank"),
+            CpuBind::MapCpu(ids) => {
+                f.write_str("map_cpu:")?;
+                join(f, ids.iter().map(|i| i.to_string()))
+            }
+            CpuBind::MaskCpu(masks) => {
+                f.write_str("mask_cpu:")?;
+                join(f, masks.iter().map(|m| format!("0x{m:x}")))
+            }
+        }
+    }
+}
+
+fn join(f: &mut fmt::Formatter<'_>, items: impl Iterator<Item = String>) -> fmt::Result {
+    for (i, s) in items.enumerate() {
+        if i > 0 {
+            f.write_str(",")?;
+        }
+        f.write_str(&s)?;
+    }
+    Ok(())
+}
+
+/// A step inside an existing allocation, started detached.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepRequest {
+    pub job: JobId,
+    pub name: JobName,
+    pub cpus: u32,
+    pub mem: MemoryMb,
+    pub cpu_bind: Option<CpuBind>,
+    /// `--overlap`: share CPUs and memory with other steps. Without it Slurm gives the step
+    /// CPUs no other non-overlapping step holds (disjoint CPU sets), and the step waits while
+    /// they are taken.
+    pub overlap: bool,
+    /// The task's stdout/stderr, written on the node (`--output`/`--error`).
+    pub output: Option<PathBuf>,
+    pub error: Option<PathBuf>,
+    pub chdir: Option<PathBuf>,
+    /// Where the srun *client* writes its own messages (appended); /dev/null if `None`.
+    pub client_log: Option<PathBuf>,
+    /// Extra environment for srun (and so for the task).
+    pub env: Vec<(String, OsString)>,
+    pub command: Vec<OsString>,
+}
+
+impl StepRequest {
+    pub fn new(
+        job: JobId,
+        name: JobName,
+        cpus: u32,
+        mem: MemoryMb,
+        command: Vec<OsString>,
+    ) -> StepRequest {
+        StepRequest {
+            job,
+            name,
+            cpus,
+            mem,
+            cpu_bind: None,
+            overlap: true,
+            output: None,
+            error: None,
+            chdir: None,
+            client_log: None,
+            env: Vec::new(),
+            command,
+        }
+    }
+
+    /// `srun --jobid=J [--overlap] --job-name=N --ntasks=1 --cpus-per-task=C --mem=MM
+    /// [--cpu-bind=B] [--output=F] [--error=F] [--chdir=D] -- CMD [ARGS...]`
+    pub fn argv(&self) -> Result<Vec<OsString>, RequestError> {
+        if self.command.is_empty() || self.command[0].is_empty() {
+            return Err(RequestError::EmptyCommand);
+        }
+        if self.mem.get() == 0 {
+            return Err(RequestError::Field {
+                field: "mem",
+                value: "0".to_owned(),
+                reason: "0 means the whole allocation to Slurm",
+            });
+        }
+        for (k, _) in &self.env {
+            let ok = k
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !ok {
+                return Err(RequestError::Field {
+                    field: "env",
+                    value: k.clone(),
+                    reason: "not a valid environment variable name",
+                });
+            }
+        }
+        let mut argv = vec![flag("jobid", self.job)];
+        if self.overlap {
+            argv.push(OsString::from("--overlap"));
+        }
+        argv.extend([
+            flag("job-name", &self.name),
+            OsString::from("--ntasks=1"),
+            flag("cpus-per-task", positive("cpus", self.cpus)?),
+            flag("mem", self.mem.to_slurm_arg()),
+        ]);
+        if let Some(b) = &self.cpu_bind {
+            argv.push(flag("cpu-bind", b));
+        }
+        if let Some(p) = &self.output {
+            check_path("output", p)?;
+            argv.push(path_flag("output", p));
+        }
+        if let Some(p) = &self.error {
+            check_path("error", p)?;
+            argv.push(path_flag("error", p));
+        }
+        if let Some(p) = &self.chdir {
+            check_path("chdir", p)?;
+            argv.push(path_flag("chdir", p));
+        }
+        argv.push("--".into());
+        argv.extend(self.command.iter().cloned());
+        Ok(argv)
+    }
+}
+
+/// Which jobs to list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobSelect {
+    /// `--jobs=1,2,3`.
+    Ids(Vec<JobId>),
+    /// `--me --name=N`.
+    MineNamed(JobName),
+    /// `--me`.
+    Mine,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobQuery {
+    pub select: JobSelect,
+    /// `--states=all`: also jobs that ended within MinJobAge, with their terminal state.
+    pub include_finished: bool,
+}
+
+impl JobQuery {
+    pub fn ids(ids: Vec<JobId>) -> JobQuery {
+        JobQuery {
+            select: JobSelect::Ids(ids),
+            include_finished: true,
+        }
+    }
+
+    pub fn mine_named(name: JobName) -> JobQuery {
+        JobQuery {
+            select: JobSelect::MineNamed(name),
+            include_finished: false,
+        }
+    }
+
+    pub fn mine() -> JobQuery {
+        JobQuery {
+            select: JobSelect::Mine,
+            include_finished: false,
+        }
+    }
+
+    /// One specific job id: "Invalid job id specified" then means that job is gone.
+    pub fn single_id(&self) -> Option<JobId> {
+        match &self.select {
+            JobSelect::Ids(ids) if ids.len() == 1 => Some(ids[0]),
+            _ => None,
+        }
+    }
+
+    /// `squeue --noheader --format=F [--states=all] (--jobs=L | --me [--name=N])`
+    pub fn argv(&self) -> Result<Vec<OsString>, RequestError> {
+        let mut argv = vec![OsString::from("--noheader"), flag("format", JOB_FORMAT)];
+        if self.include_finished {
+            argv.push("--states=all".into());
+        }
+        match &self.select {
+            JobSelect::Ids(ids) => argv.push(flag("jobs", id_list(ids)?)),
+            JobSelect::MineNamed(n) => {
+                argv.push("--me".into());
+                argv.push(flag("name", n));
+            }
+            JobSelect::Mine => argv.push("--me".into()),
+        }
+        Ok(argv)
+    }
+}
+
+fn id_list(ids: &[JobId]) -> Result<String, RequestError> {
+    if ids.is_empty() {
+        return Err(RequestError::NoJobIds);
+    }
+    Ok(ids
+        .iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(","))
+}
+
+/// `squeue --steps --noheader --format=F --jobs=J`
+pub fn steps_argv(job: JobId) -> Vec<OsString> {
+    vec![
+        "--steps".into(),
+        "--noheader".into(),
+        flag("format", STEP_FORMAT),
+        flag("jobs", job),
+    ]
+}
+
+/// `scontrol --oneliner show job J`
+pub fn show_job_argv(job: JobId) -> Vec<OsString> {
+    vec![
+        "--oneliner".into(),
+        "show".into(),
+        "job".into(),
+        job.to_string().into(),
+    ]
+}
+
+/// Accounting for some jobs (and their steps) in an explicit window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcctQuery {
+    pub jobs: Vec<JobId>,
+    /// `--starttime`: in the cluster's local time. Without it sacct's default window
+    /// depends on the flags and the time of day.
+    #[serde(with = "crate::slurm::timestamp::naive_text")]
+    pub since: NaiveDateTime,
+}
+
+impl AcctQuery {
+    /// `sacct --parsable2 --noheader --format=F --starttime=T --endtime=now --jobs=L`
+    pub fn argv(&self) -> Result<Vec<OsString>, RequestError> {
+        Ok(vec![
+            "--parsable2".into(),
+            "--noheader".into(),
+            flag("format", ACCT_FORMAT),
+            flag("starttime", format_slurm_time(self.since)),
+            "--endtime=now".into(),
+            flag("jobs", id_list(&self.jobs)?),
+        ])
+    }
+}
+
+/// Signals `scancel --signal=` may send to a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Signal {
+    Term,
+    Kill,
+    Int,
+    Hup,
+    Usr1,
+    Usr2,
+    Cont,
+    Stop,
+    Quit,
+}
+
+impl fmt::Display for Signal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Signal::Term => "TERM",
+            Signal::Kill => "KILL",
+            Signal::Int => "INT",
+            Signal::Hup => "HUP",
+            Signal::Usr1 => "USR1",
+            Signal::Usr2 => "USR2",
+            Signal::Cont => "CONT",
+            Signal::Stop => "STOP",
+            Signal::Quit => "QUIT",
+        })
+    }
+}
+
+/// What to cancel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CancelTarget {
+    /// `scancel J`
+    Job(JobId),
+    /// `scancel J.S`
+    Step(StepId),
+    /// `scancel --signal=SIG J.S`
+    SignalStep(StepId, Signal),
+    /// `scancel --me --name=N` (never without `--me`: `--name` alone matches every
+    /// user's jobs).
+    MineNamed(JobName),
+}
+
+impl CancelTarget {
+    pub fn argv(&self) -> Vec<OsString> {
+        match self {
+            CancelTarget::Job(j) => vec![j.to_string().into()],
+            CancelTarget::Step(s) => vec![s.to_string().into()],
+            CancelTarget::SignalStep(s, sig) => vec![flag("signal", sig), s.to_string().into()],
+            CancelTarget::MineNamed(n) => vec!["--me".into(), flag("name", n)],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slurm::ids::StepKind;
+
+    fn strs(v: Vec<OsString>) -> Vec<String> {
+        v.into_iter().map(|s| s.into_string().unwrap()).collect()
+    }
+
+    fn name(s: &str) -> JobName {
+        JobName::new(s).unwrap()
+    }
+
+    #[test]
+    fn job_names() {
+        for ok in [
+            "sucoder-x",
+            "a b",
+            "it's \"q\"",
+            "a;b",
+            "$(rm -rf /)",
+            "ünï©ødé",
+            "a|b",
+            "-x",
+            "`x`",
+        ] {
+            assert_eq!(name(ok).as_str(), ok);
+        }
+        for bad in [
+            "",
+            "a\nb",
+            "a\tb",
+            "a\rb",
+            "a\0b",
+            "a,b",
+            "\u{7f}",
+            &"x".repeat(201),
+        ] {
+            assert!(JobName::new(bad).is_err(), "{bad:?}");
+        }
+        assert!(serde_json::from_str::<JobName>("\"a\\nb\"").is_err());
+    }
+
+    #[test]
+    fn sbatch_argv() {
+        let mut r = BatchRequest::new(
+            name("n x"),
+            BatchPayload::Wrap("sleep 300; echo $(date)".into()),
+        );
+        r.placement = Placement {
+            partition: Some("debug".into()),
+            account: Some("dev".into()),
+            qos: Some("normal".into()),
+            time: Some(SlurmDuration::Finite(600)),
+            nodes: Some(1),
+            cpus_per_task: Some(2),
+            mem: Some(MemoryMb::new(100)),
+        };
+        r.output = Some("/tmp/o %j.out".into());
+        r.extra = vec!["--no-requeue".into()];
+        assert_eq!(
+            strs(r.argv().unwrap()),
+            [
+                "--parsable",
+                "--job-name=n x",
+                "--partition=debug",
+                "--account=dev",
+                "--qos=normal",
+                "--time=00:10:00",
+                "--nodes=1",
+                "--cpus-per-task=2",
+                "--mem=100M",
+                "--output=/tmp/o %j.out",
+                "--no-requeue",
+                "--wrap=sleep 300; echo $(date)",
+            ]
+        );
+        let s = BatchRequest::new(
+            name("s"),
+            BatchPayload::Script {
+                path: "/x/run.sh".into(),
+                args: vec!["a b".into(), "--c".into()],
+            },
+        );
+        assert_eq!(
+            strs(s.argv().unwrap()),
+            ["--parsable", "--job-name=s", "/x/run.sh", "a b", "--c"]
+        );
+    }
+
+    #[test]
+    fn sbatch_refusals() {
+        let base = BatchRequest::new(name("n"), BatchPayload::Wrap("true".into()));
+        let mut r = base.clone();
+        r.extra = vec!["--job-name=other".into()];
+        assert!(matches!(r.argv(), Err(RequestError::ExtraFlag { .. })));
+        r.extra = vec!["-x".into()];
+        assert!(r.argv().is_err());
+        let mut r = base.clone();
+        r.placement.partition = Some("a,b".into());
+        assert!(matches!(
+            r.argv(),
+            Err(RequestError::Field {
+                field: "partition",
+                ..
+            })
+        ));
+        let mut r = base.clone();
+        r.placement.time = Some(SlurmDuration::Invalid);
+        assert!(r.argv().is_err());
+        let mut r = base.clone();
+        r.placement.mem = Some(MemoryMb::new(0));
+        assert!(r.argv().is_err());
+        let mut r = base.clone();
+        r.placement.cpus_per_task = Some(0);
+        assert!(r.argv().is_err());
+        let r = BatchRequest::new(name("n"), BatchPayload::Wrap("  ".into()));
+        assert_eq!(r.argv(), Err(RequestError::EmptyCommand));
+    }
+
+    #[test]
+    fn salloc_argv() {
+        let mut r = AllocRequest::new(name("pool"));
+        r.placement.cpus_per_task = Some(2);
+        r.placement.mem = Some(MemoryMb::new(400));
+        r.placement.time = Some(SlurmDuration::Finite(300));
+        r.immediate_secs = Some(10);
+        assert_eq!(
+            strs(r.argv().unwrap()),
+            [
+                "--no-shell",
+                "--job-name=pool",
+                "--time=00:05:00",
+                "--cpus-per-task=2",
+                "--mem=400M",
+                "--immediate=10"
+            ]
+        );
+    }
+
+    #[test]
+    fn srun_argv() {
+        let mut r = StepRequest::new(
+            JobId::new(8).unwrap(),
+            name("pool/w1"),
+            2,
+            MemoryMb::new(100),
+            vec!["sleep".into(), "60".into()],
+        );
+        r.cpu_bind = Some(CpuBind::MaskCpu(vec![1, 2]));
+        r.output = Some("/tmp/w1.out".into());
+        assert_eq!(
+            strs(r.argv().unwrap()),
+            [
+                "--jobid=8",
+                "--overlap",
+                "--job-name=pool/w1",
+                "--ntasks=1",
+                "--cpus-per-task=2",
+                "--mem=100M",
+                "--cpu-bind=mask_cpu:0x1,0x2",
+                "--output=/tmp/w1.out",
+                "--",
+                "sleep",
+                "60",
+            ]
+        );
+        r.command.clear();
+        assert_eq!(r.argv(), Err(RequestError::EmptyCommand));
+        assert_eq!(CpuBind::MapCpu(vec![0, 3]).to_string(), "map_cpu:0,3");
+    }
+
+    #[test]
+    fn query_argv() {
+        let j = |n| JobId::new(n).unwrap();
+        assert_eq!(
+            strs(JobQuery::ids(vec![j(1), j(2)]).argv().unwrap()),
+            [
+                "--noheader",
+                &format!("--format={JOB_FORMAT}"),
+                "--states=all",
+                "--jobs=1,2"
+            ]
+        );
+        assert_eq!(
+            strs(JobQuery::mine_named(name("a b")).argv().unwrap()),
+            [
+                "--noheader",
+                &format!("--format={JOB_FORMAT}"),
+                "--me",
+                "--name=a b"
+            ]
+        );
+        assert_eq!(JobQuery::ids(vec![]).argv(), Err(RequestError::NoJobIds));
+        assert_eq!(JobQuery::ids(vec![j(3)]).single_id(), Some(j(3)));
+        assert_eq!(JobQuery::ids(vec![j(3), j(4)]).single_id(), None);
+        assert_eq!(
+            strs(show_job_argv(j(5))),
+            ["--oneliner", "show", "job", "5"]
+        );
+        let since = chrono::NaiveDate::from_ymd_opt(2026, 11, 29)
+            .unwrap()
+            .and_hms_opt(16, 0, 0)
+            .unwrap();
+        assert_eq!(
+            strs(
+                AcctQuery {
+                    jobs: vec![j(9)],
+                    since
+                }
+                .argv()
+                .unwrap()
+            ),
+            [
+                "--parsable2",
+                "--noheader",
+                &format!("--format={ACCT_FORMAT}"),
+                "--starttime=2026-11-29T16:00:00",
+                "--endtime=now",
+                "--jobs=9",
+            ]
+        );
+        let step = StepId::new(j(9), StepKind::Numbered(1));
+        assert_eq!(
+            strs(CancelTarget::SignalStep(step, Signal::Term).argv()),
+            ["--signal=TERM", "9.1"]
+        );
+        assert_eq!(
+            strs(CancelTarget::MineNamed(name("x y")).argv()),
+            ["--me", "--name=x y"]
+        );
+    }
+}

@@ -1,0 +1,514 @@
+//! The `Scheduler` boundary and its real implementation over the Slurm CLI.
+
+use std::ffi::OsString;
+use std::fs::OpenOptions;
+use std::future::Future;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use super::answer::Answer;
+use super::error::{ParseError, RequestError, SlurmError};
+use super::ids::{JobId, StepId};
+use super::request::{
+    show_job_argv, steps_argv, AcctQuery, AllocRequest, BatchRequest, CancelTarget, JobName,
+    JobQuery, Signal, StepRequest,
+};
+use super::runner::{CallCounts, ExitInfo, Output, Runner, RunnerConfig, SlurmCommand};
+use super::sacct::{parse_rows, AcctRow};
+use super::scontrol::{parse_show_job, JobDetails};
+use super::squeue::{parse_jobs, parse_steps, JobRow, StepRow};
+use super::submit::{parse_salloc, parse_sbatch_parsable, Submitted};
+
+/// The phrase Slurm uses when a job id is unknown to the controller.
+pub const INVALID_JOB_ID: &str = "Invalid job id specified";
+
+/// Why an action (submit, allocate, launch, cancel) has no definite result.
+#[derive(Debug, Clone, Error)]
+pub enum ActionError {
+    /// Refused before any Slurm command ran: nothing happened.
+    #[error("request refused, nothing was done: {0}")]
+    Invalid(#[from] RequestError),
+    /// A local problem before any Slurm command ran (e.g. a log file could not be
+    /// opened): nothing happened.
+    #[error("nothing was started: {0}")]
+    Local(String),
+    /// Slurm may or may not have acted. `job_hint` is a job id Slurm mentioned before
+    /// the answer became unknown (salloc's "Pending job allocation N").
+    #[error("outcome unknown: {error}")]
+    Unknown {
+        error: SlurmError,
+        job_hint: Option<JobId>,
+    },
+}
+
+impl ActionError {
+    fn unknown(error: SlurmError) -> ActionError {
+        ActionError::Unknown {
+            error,
+            job_hint: None,
+        }
+    }
+}
+
+/// salloc granted an allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allocated {
+    pub job_id: JobId,
+}
+
+/// An srun client was started, detached. The step exists only once a query shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchedStep {
+    pub srun_pid: u32,
+}
+
+/// What scancel said, in the words we recognise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ScancelSaid {
+    /// Exit 0 and nothing on stderr. scancel says this for unknown ids too.
+    Accepted,
+    InvalidJobId,
+    AccessDenied,
+    Other,
+}
+
+/// scancel's answer. It proves nothing: termination is proven by a later query.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelReport {
+    pub target: CancelTarget,
+    pub status: ExitInfo,
+    pub stderr: String,
+    pub said: ScancelSaid,
+}
+
+/// The Slurm boundary. Queries give [`Answer`]s; actions give a definite result or an
+/// [`ActionError`] that says whether anything may have happened.
+pub trait Scheduler: Send + Sync {
+    /// `sbatch --parsable ...`.
+    fn submit_batch(
+        &self,
+        req: &BatchRequest,
+    ) -> impl Future<Output = Result<Submitted, ActionError>> + Send;
+
+    /// `salloc --no-shell ...`; the job id comes from stderr.
+    fn allocate(
+        &self,
+        req: &AllocRequest,
+    ) -> impl Future<Output = Result<Allocated, ActionError>> + Send;
+
+    /// `srun --jobid=J --overlap ... -- CMD`, detached so it outlives this process.
+    fn launch_step(
+        &self,
+        req: &StepRequest,
+    ) -> impl Future<Output = Result<LaunchedStep, ActionError>> + Send;
+
+    /// squeue by ids, by name (always `--me`), or all of the user's jobs.
+    fn list_jobs(&self, query: &JobQuery) -> impl Future<Output = Answer<Vec<JobRow>>> + Send;
+
+    /// The running steps of a job (`squeue --steps`). `Gone` = no running step.
+    fn list_steps(&self, job: JobId) -> impl Future<Output = Answer<Vec<StepRow>>> + Send;
+
+    /// `scontrol --oneliner show job J` (several records for an array).
+    fn show_job(&self, job: JobId) -> impl Future<Output = Answer<Vec<JobDetails>>> + Send;
+
+    /// sacct rows for jobs and their steps. Never `Gone`: a missing row may be lag, so
+    /// an empty answer is `Unknown(NotInAccounting)`.
+    fn accounting(&self, query: &AcctQuery) -> impl Future<Output = Answer<Vec<AcctRow>>> + Send;
+
+    /// `scancel J`.
+    fn cancel_job(
+        &self,
+        job: JobId,
+    ) -> impl Future<Output = Result<CancelReport, ActionError>> + Send;
+
+    /// `scancel J.S`: that step only; the allocation and other steps keep running.
+    fn cancel_step(
+        &self,
+        step: StepId,
+    ) -> impl Future<Output = Result<CancelReport, ActionError>> + Send;
+
+    /// `scancel --signal=SIG J.S`.
+    fn signal_step(
+        &self,
+        step: StepId,
+        signal: Signal,
+    ) -> impl Future<Output = Result<CancelReport, ActionError>> + Send;
+
+    /// `scancel --me --name=N`.
+    fn cancel_by_name(
+        &self,
+        name: &JobName,
+    ) -> impl Future<Output = Result<CancelReport, ActionError>> + Send;
+
+    /// Slurm calls made so far, per command.
+    fn call_counts(&self) -> CallCounts;
+}
+
+/// Configuration of [`CliScheduler`].
+pub type CliConfig = RunnerConfig;
+
+/// The real driver: runs the Slurm client programs.
+#[derive(Debug, Clone)]
+pub struct CliScheduler {
+    runner: Runner,
+}
+
+impl CliScheduler {
+    pub fn new(config: CliConfig) -> CliScheduler {
+        CliScheduler {
+            runner: Runner::new(config),
+        }
+    }
+
+    pub fn config(&self) -> &CliConfig {
+        self.runner.config()
+    }
+
+    fn timeout(&self) -> Duration {
+        self.runner.config().timeout
+    }
+
+    async fn query<T>(
+        &self,
+        command: SlurmCommand,
+        args: Vec<OsString>,
+        single_id: bool,
+        parse: impl FnOnce(&str) -> Result<Vec<T>, ParseError>,
+    ) -> Answer<Vec<T>> {
+        let out = match self.runner.run(command, &args, self.timeout()).await {
+            Ok(out) => out,
+            Err(e) => return Answer::Unknown(e),
+        };
+        classify_query(command, out, single_id, parse)
+    }
+
+    async fn cancel(&self, target: CancelTarget) -> Result<CancelReport, ActionError> {
+        let args = target.argv();
+        let out = self
+            .runner
+            .run(SlurmCommand::Scancel, &args, self.timeout())
+            .await
+            .map_err(ActionError::unknown)?;
+        let said = if out.stderr.contains(INVALID_JOB_ID) {
+            ScancelSaid::InvalidJobId
+        } else if out.stderr.contains("Access/permission denied")
+            || out.stderr.contains("Invalid user id")
+        {
+            ScancelSaid::AccessDenied
+        } else if out.status.success() && out.stderr.trim().is_empty() {
+            ScancelSaid::Accepted
+        } else {
+            ScancelSaid::Other
+        };
+        Ok(CancelReport {
+            target,
+            status: out.status,
+            stderr: out.stderr,
+            said,
+        })
+    }
+}
+
+/// The Live/Gone/Unknown rule for squeue and scontrol.
+fn classify_query<T>(
+    command: SlurmCommand,
+    out: Output,
+    single_id: bool,
+    parse: impl FnOnce(&str) -> Result<Vec<T>, ParseError>,
+) -> Answer<Vec<T>> {
+    if !out.status.success() {
+        // Only for one specific id: with several ids the message cannot say which one.
+        if single_id && out.stderr.contains(INVALID_JOB_ID) && out.stdout.trim().is_empty() {
+            return Answer::Gone;
+        }
+        return Answer::Unknown(SlurmError::Failed {
+            command,
+            status: out.status,
+            stdout: out.stdout,
+            stderr: out.stderr,
+        });
+    }
+    // squeue prints format errors on stderr and still exits 0 (notes §3.2).
+    if out.stderr.to_ascii_lowercase().contains("error") {
+        return Answer::Unknown(SlurmError::ErrorOnSuccess {
+            command,
+            stdout: out.stdout,
+            stderr: out.stderr,
+        });
+    }
+    match parse(&out.stdout) {
+        Ok(rows) if rows.is_empty() => {
+            if out.stdout.trim().is_empty() {
+                Answer::Gone
+            } else {
+                // Non-blank text that yields no rows cannot happen with our parsers;
+                // refuse to call it empty if it ever does.
+                Answer::Unknown(SlurmError::Unparsable {
+                    command,
+                    source: ParseError::new(
+                        super::error::Parsed::Output,
+                        &out.stdout,
+                        "text without rows",
+                    ),
+                    stdout: out.stdout,
+                    stderr: out.stderr,
+                })
+            }
+        }
+        Ok(rows) => Answer::Live(rows),
+        Err(source) => Answer::Unknown(SlurmError::Unparsable {
+            command,
+            source,
+            stdout: out.stdout,
+            stderr: out.stderr,
+        }),
+    }
+}
+
+impl Scheduler for CliScheduler {
+    async fn submit_batch(&self, req: &BatchRequest) -> Result<Submitted, ActionError> {
+        let args = req.argv()?;
+        let out = self
+            .runner
+            .run(SlurmCommand::Sbatch, &args, self.timeout())
+            .await
+            .map_err(ActionError::unknown)?;
+        if !out.status.success() {
+            // Even "Socket timed out" may follow an accepted submission.
+            return Err(ActionError::unknown(SlurmError::Failed {
+                command: SlurmCommand::Sbatch,
+                status: out.status,
+                stdout: out.stdout,
+                stderr: out.stderr,
+            }));
+        }
+        parse_sbatch_parsable(&out.stdout).map_err(|source| {
+            ActionError::unknown(SlurmError::Unparsable {
+                command: SlurmCommand::Sbatch,
+                source,
+                stdout: out.stdout.clone(),
+                stderr: out.stderr.clone(),
+            })
+        })
+    }
+
+    async fn allocate(&self, req: &AllocRequest) -> Result<Allocated, ActionError> {
+        let args = req.argv()?;
+        let timeout =
+            self.timeout() + Duration::from_secs(u64::from(req.immediate_secs.unwrap_or(0)));
+        let result = self.runner.run(SlurmCommand::Salloc, &args, timeout).await;
+        let out = match result {
+            Ok(out) => out,
+            Err(error) => {
+                let job_hint = error
+                    .stderr()
+                    .and_then(|s| parse_salloc(s).ok())
+                    .and_then(|r| r.job());
+                return Err(ActionError::Unknown { error, job_hint });
+            }
+        };
+        let report = match parse_salloc(&out.stderr) {
+            Ok(r) => r,
+            Err(source) => {
+                return Err(ActionError::unknown(SlurmError::Unparsable {
+                    command: SlurmCommand::Salloc,
+                    source,
+                    stdout: out.stdout,
+                    stderr: out.stderr,
+                }))
+            }
+        };
+        match (out.status.success(), report.granted) {
+            (true, Some(job_id)) => Ok(Allocated { job_id }),
+            (true, None) => Err(ActionError::Unknown {
+                job_hint: report.job(),
+                error: SlurmError::Unparsable {
+                    command: SlurmCommand::Salloc,
+                    source: ParseError::new(
+                        super::error::Parsed::SallocOutput,
+                        &out.stderr,
+                        "exit 0 without 'Granted job allocation N'",
+                    ),
+                    stdout: out.stdout,
+                    stderr: out.stderr,
+                },
+            }),
+            (false, _) => Err(ActionError::Unknown {
+                job_hint: report.job(),
+                error: SlurmError::Failed {
+                    command: SlurmCommand::Salloc,
+                    status: out.status,
+                    stdout: out.stdout,
+                    stderr: out.stderr,
+                },
+            }),
+        }
+    }
+
+    async fn launch_step(&self, req: &StepRequest) -> Result<LaunchedStep, ActionError> {
+        let args = req.argv()?;
+        // Environment for the step travels as `--export`-free inheritance: srun passes
+        // its own environment to the task. Put it on a dedicated runner config so the
+        // shared runner stays untouched.
+        let runner = if req.env.is_empty() {
+            self.runner.clone()
+        } else {
+            let mut config = self.runner.config().clone();
+            config
+                .env
+                .extend(req.env.iter().map(|(k, v)| (OsString::from(k), v.clone())));
+            self.runner.with_config(config)
+        };
+        let (stdout, stderr) = match &req.client_log {
+            Some(path) => {
+                let f = OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(|e| ActionError::Local(format!("{}: {e}", path.display())))?;
+                let g = f
+                    .try_clone()
+                    .map_err(|e| ActionError::Local(format!("{}: {e}", path.display())))?;
+                (Stdio::from(f), Stdio::from(g))
+            }
+            None => (Stdio::null(), Stdio::null()),
+        };
+        let srun_pid = runner
+            .spawn_detached(SlurmCommand::Srun, &args, stdout, stderr)
+            .map_err(ActionError::unknown)?;
+        Ok(LaunchedStep { srun_pid })
+    }
+
+    async fn list_jobs(&self, query: &JobQuery) -> Answer<Vec<JobRow>> {
+        let args = match query.argv() {
+            Ok(a) => a,
+            // No ids asked: nothing was looked up, and nothing can be said to be gone.
+            Err(source) => {
+                return Answer::Unknown(SlurmError::InvalidRequest {
+                    command: SlurmCommand::Squeue,
+                    source,
+                })
+            }
+        };
+        self.query(
+            SlurmCommand::Squeue,
+            args,
+            query.single_id().is_some(),
+            parse_jobs,
+        )
+        .await
+    }
+
+    async fn list_steps(&self, job: JobId) -> Answer<Vec<StepRow>> {
+        self.query(SlurmCommand::Squeue, steps_argv(job), true, parse_steps)
+            .await
+    }
+
+    async fn show_job(&self, job: JobId) -> Answer<Vec<JobDetails>> {
+        self.query(
+            SlurmCommand::Scontrol,
+            show_job_argv(job),
+            true,
+            parse_show_job,
+        )
+        .await
+    }
+
+    async fn accounting(&self, query: &AcctQuery) -> Answer<Vec<AcctRow>> {
+        let args = match query.argv() {
+            Ok(a) => a,
+            Err(source) => {
+                return Answer::Unknown(SlurmError::InvalidRequest {
+                    command: SlurmCommand::Sacct,
+                    source,
+                })
+            }
+        };
+        // sacct never says a job does not exist: "Invalid job id" is not its language
+        // and an empty answer may be lag. So no `Gone` here.
+        match self
+            .query(SlurmCommand::Sacct, args, false, parse_rows)
+            .await
+        {
+            Answer::Gone => Answer::Unknown(SlurmError::NotInAccounting {
+                command: SlurmCommand::Sacct,
+            }),
+            other => other,
+        }
+    }
+
+    async fn cancel_job(&self, job: JobId) -> Result<CancelReport, ActionError> {
+        self.cancel(CancelTarget::Job(job)).await
+    }
+
+    async fn cancel_step(&self, step: StepId) -> Result<CancelReport, ActionError> {
+        self.cancel(CancelTarget::Step(step)).await
+    }
+
+    async fn signal_step(&self, step: StepId, signal: Signal) -> Result<CancelReport, ActionError> {
+        self.cancel(CancelTarget::SignalStep(step, signal)).await
+    }
+
+    async fn cancel_by_name(&self, name: &JobName) -> Result<CancelReport, ActionError> {
+        self.cancel(CancelTarget::MineNamed(name.clone())).await
+    }
+
+    fn call_counts(&self) -> CallCounts {
+        self.runner.counts()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out(code: i32, stdout: &str, stderr: &str) -> Output {
+        Output {
+            status: ExitInfo::Code(code),
+            stdout: stdout.into(),
+            stderr: stderr.into(),
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    fn classify(o: Output, single: bool) -> Answer<Vec<JobRow>> {
+        classify_query(SlurmCommand::Squeue, o, single, parse_jobs)
+    }
+
+    #[test]
+    fn the_rule() {
+        assert!(classify(out(0, "", ""), true).is_gone());
+        assert!(classify(out(0, "\n", ""), false).is_gone());
+        let invalid = "slurm_load_jobs error: Invalid job id specified\n";
+        assert!(classify(out(1, "", invalid), true).is_gone());
+        assert!(
+            classify(out(1, "", invalid), false).is_unknown(),
+            "several ids: which one?"
+        );
+        let down = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n";
+        assert!(classify(out(1, "", down), true).is_unknown());
+        assert!(classify(out(0, "garbage\n", ""), true).is_unknown());
+        assert!(classify(
+            out(
+                0,
+                "",
+                "squeue: error: Invalid job format specification: T\n"
+            ),
+            true
+        )
+        .is_unknown());
+        assert!(classify(out(1, "", ""), true).is_unknown());
+        let row = "1|1|RUNNING|debug|dev|normal|root|1|1|vm|9:58|10:00|N/A|N/A|None|x\n";
+        assert!(classify(out(0, row, ""), true).is_live());
+        match classify(out(0, "garbage\n", ""), true) {
+            Answer::Unknown(SlurmError::Unparsable { stdout, source, .. }) => {
+                assert_eq!(stdout, "garbage\n");
+                assert_eq!(source.raw, "garbage");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

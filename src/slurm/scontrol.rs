@@ -1,0 +1,494 @@
+//! `scontrol --oneliner show job J`: one line of `Key=Value` pairs per job record.
+//!
+//! Values may contain spaces (`JobName=my job`, `WorkDir=/tmp/a b`) and `=`
+//! (`TRES=cpu=1,mem=2000M,node=1`). Keys contain `:` and `/` (`AllocNode:Sid`,
+//! `ReqB:S:C:T`, `CPUs/Task`). The split rule:
+//!
+//! * a key boundary is a single space followed by `Key=` where `Key` matches
+//!   `[A-Za-z][A-Za-z0-9_:/-]*`;
+//! * inside a *free-text* value (job name, paths, command, comments) only a key from the
+//!   known 22.05 vocabulary ends the value, so `Command=/bin/x a=1` stays whole;
+//! * a key seen twice in one record means the split was ambiguous (a free-text value
+//!   contained ` KnownKey=`): the record is refused rather than guessed.
+//!
+//! A value that itself ends in spaces cannot be told from the separator; the trailing
+//! space Slurm prints after the last pair is dropped.
+
+use serde::{Deserialize, Serialize};
+
+use super::digits::parse_u32;
+use super::duration::SlurmDuration;
+use super::error::{ParseError, Parsed};
+use super::exit_code::ExitCode;
+use super::ids::JobId;
+use super::memory::MemoryMb;
+use super::state::JobState;
+use super::timestamp::SlurmTime;
+
+/// Keys scontrol 22.05 prints for a job (with `-d` and federation/het extras).
+const KNOWN_KEYS: &[&str] = &[
+    "JobId",
+    "ArrayJobId",
+    "ArrayTaskId",
+    "ArrayTaskThrottle",
+    "HetJobId",
+    "HetJobOffset",
+    "HetJobIdSet",
+    "JobName",
+    "UserId",
+    "GroupId",
+    "MCS_label",
+    "Priority",
+    "Nice",
+    "Account",
+    "QOS",
+    "WCKey",
+    "JobState",
+    "Reason",
+    "Dependency",
+    "Requeue",
+    "Restarts",
+    "BatchFlag",
+    "Reboot",
+    "ExitCode",
+    "DerivedExitCode",
+    "RunTime",
+    "TimeLimit",
+    "TimeMin",
+    "SubmitTime",
+    "EligibleTime",
+    "AccrueTime",
+    "StartTime",
+    "EndTime",
+    "Deadline",
+    "PreemptEligibleTime",
+    "PreemptTime",
+    "SuspendTime",
+    "SecsPreSuspend",
+    "LastSchedEval",
+    "Scheduler",
+    "Partition",
+    "AllocNode:Sid",
+    "ReqNodeList",
+    "ExcNodeList",
+    "NodeList",
+    "SchedNodeList",
+    "BatchHost",
+    "NumNodes",
+    "NumCPUs",
+    "NumTasks",
+    "CPUs/Task",
+    "ReqB:S:C:T",
+    "TRES",
+    "Socks/Node",
+    "NtasksPerN:B:S:C",
+    "CoreSpec",
+    "ThreadSpec",
+    "MinCPUsNode",
+    "MinMemoryNode",
+    "MinMemoryCPU",
+    "MinTmpDiskNode",
+    "Features",
+    "ClusterFeatures",
+    "Prefer",
+    "DelayBoot",
+    "Reservation",
+    "OverSubscribe",
+    "Contiguous",
+    "Licenses",
+    "Network",
+    "Command",
+    "WorkDir",
+    "AdminComment",
+    "SystemComment",
+    "Comment",
+    "StdErr",
+    "StdIn",
+    "StdOut",
+    "Power",
+    "CpusPerTres",
+    "MemPerTres",
+    "TresBind",
+    "TresFreq",
+    "TresPerJob",
+    "TresPerNode",
+    "TresPerSocket",
+    "TresPerTask",
+    "MailUser",
+    "MailType",
+    "BurstBuffer",
+    "BurstBufferState",
+    "Container",
+    "NtasksPerTRES",
+    "Switches",
+    "Wait-for-Switch",
+    "Nodes",
+    "CPU_IDs",
+    "Mem",
+    "GRES",
+    "JOB_GRES",
+    "ResizeTime",
+    "FedOrigin",
+    "FedViableSiblings",
+    "FedActiveSiblings",
+    "KillOInInvalidDependent",
+    "CpuFreqMin",
+    "CpuFreqMax",
+    "CpuFreqGov",
+    "SelinuxContext",
+    "CronJob",
+    "CrontabSpec",
+    "LicensesAlloc",
+    "SpreadJob",
+];
+
+/// Keys whose values are user text (names, paths, commands, comments).
+const FREE_TEXT_KEYS: &[&str] = &[
+    "JobName",
+    "Command",
+    "WorkDir",
+    "StdErr",
+    "StdIn",
+    "StdOut",
+    "Comment",
+    "AdminComment",
+    "SystemComment",
+    "Container",
+    "MailUser",
+    "Reservation",
+    "BurstBuffer",
+    "Dependency",
+    "Features",
+    "Prefer",
+    "CrontabSpec",
+    "SelinuxContext",
+];
+
+/// One job record with the fields callers need typed, and every pair verbatim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobDetails {
+    pub job_id: JobId,
+    pub array_job_id: Option<JobId>,
+    /// `2` for an element, `2-4%1` for a pending remainder, as printed.
+    pub array_task_id: Option<String>,
+    pub name: String,
+    pub user: Option<String>,
+    pub uid: Option<u32>,
+    /// `None` when Slurm prints `(null)` or nothing.
+    pub account: Option<String>,
+    pub qos: Option<String>,
+    pub state: JobState,
+    pub reason: Option<String>,
+    pub exit_code: Option<ExitCode>,
+    pub run_time: Option<SlurmDuration>,
+    pub time_limit: Option<SlurmDuration>,
+    pub submit_time: Option<SlurmTime>,
+    pub start_time: Option<SlurmTime>,
+    pub end_time: Option<SlurmTime>,
+    pub partition: Option<String>,
+    pub node_list: Option<String>,
+    pub batch_host: Option<String>,
+    pub num_nodes: Option<String>,
+    pub num_cpus: Option<u32>,
+    /// Memory from `TRES=...,mem=500M,...`.
+    pub tres_mem: Option<MemoryMb>,
+    pub batch: Option<bool>,
+    pub command: Option<String>,
+    pub work_dir: Option<String>,
+    /// Every pair, in order, verbatim.
+    pub fields: Vec<(String, String)>,
+}
+
+impl JobDetails {
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Parses the whole stdout: one record per non-empty line.
+pub fn parse_show_job(stdout: &str) -> Result<Vec<JobDetails>, ParseError> {
+    stdout
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(parse_record)
+        .collect()
+}
+
+fn is_key_char(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, b'_' | b':' | b'/' | b'-')
+}
+
+/// If `rest` starts with `Key=`, returns the key.
+fn key_at(rest: &str) -> Option<&str> {
+    let b = rest.as_bytes();
+    if !b.first()?.is_ascii_alphabetic() {
+        return None;
+    }
+    let len = b.iter().take_while(|c| is_key_char(**c)).count();
+    (b.get(len) == Some(&b'=')).then(|| &rest[..len])
+}
+
+/// Splits one `-o` line into pairs.
+pub fn split_pairs(line: &str) -> Result<Vec<(String, String)>, ParseError> {
+    let err = |reason: String| ParseError::new(Parsed::ScontrolRecord, line, reason);
+    let text = line.trim_end_matches([' ', '\n', '\r']);
+    let first = key_at(text).ok_or_else(|| err("does not start with Key=".to_owned()))?;
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    let mut key = first;
+    let mut value_start = first.len() + 1;
+    let mut pos = value_start;
+    let bytes = text.as_bytes();
+    loop {
+        // Next candidate boundary: a space followed by Key=.
+        let mut boundary = None;
+        let mut i = pos;
+        while i < bytes.len() {
+            if bytes[i] == b' ' {
+                if let Some(k) = key_at(&text[i + 1..]) {
+                    let free = FREE_TEXT_KEYS.contains(&key);
+                    if !free || KNOWN_KEYS.contains(&k) {
+                        boundary = Some((i, k));
+                        break;
+                    }
+                }
+            }
+            i += 1;
+        }
+        let value_end = boundary.map(|(i, _)| i).unwrap_or(bytes.len());
+        let value = &text[value_start..value_end];
+        if pairs.iter().any(|(k, _)| k == key) {
+            return Err(err(format!(
+                "key {key} appears twice; a value holds a key-like word"
+            )));
+        }
+        pairs.push((key.to_owned(), value.to_owned()));
+        match boundary {
+            Some((i, k)) => {
+                key = k;
+                value_start = i + 1 + k.len() + 1;
+                pos = value_start;
+            }
+            None => break,
+        }
+    }
+    Ok(pairs)
+}
+
+fn parse_record(line: &str) -> Result<JobDetails, ParseError> {
+    let pairs = split_pairs(line)?;
+    let get = |k: &str| {
+        pairs
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    };
+    let ctx = |e: ParseError| e.within(Parsed::ScontrolRecord, line);
+    let missing = |k: &str| ParseError::new(Parsed::ScontrolRecord, line, format!("no {k}="));
+    let opt_text = |k: &str| {
+        get(k)
+            .filter(|v| !v.is_empty() && *v != "(null)")
+            .map(str::to_owned)
+    };
+
+    let job_id = JobId::parse(get("JobId").ok_or_else(|| missing("JobId"))?).map_err(ctx)?;
+    let state = JobState::parse(get("JobState").ok_or_else(|| missing("JobState"))?);
+    let array_job_id = get("ArrayJobId")
+        .map(JobId::parse)
+        .transpose()
+        .map_err(ctx)?;
+    let (user, uid) = match get("UserId") {
+        Some(v) => {
+            let (name, uid) = split_name_id(v).ok_or_else(|| {
+                ParseError::new(Parsed::ScontrolRecord, line, format!("UserId={v:?}"))
+            })?;
+            (Some(name), uid)
+        }
+        None => (None, None),
+    };
+    let dur = |k: &str| get(k).map(SlurmDuration::parse).transpose().map_err(ctx);
+    let time = |k: &str| get(k).map(SlurmTime::parse).transpose().map_err(ctx);
+    let tres_mem = match get("TRES") {
+        Some(tres) => tres
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("mem="))
+            .map(MemoryMb::parse)
+            .transpose()
+            .map_err(ctx)?,
+        None => None,
+    };
+    let num_cpus = get("NumCPUs")
+        .map(|v| {
+            parse_u32(v).map_err(|e| {
+                ParseError::new(
+                    Parsed::ScontrolRecord,
+                    line,
+                    format!("NumCPUs={v:?}: {}", e.reason()),
+                )
+            })
+        })
+        .transpose()?;
+    let batch = match get("BatchFlag") {
+        Some("0") => Some(false),
+        Some("1") => Some(true),
+        Some(v) => {
+            return Err(ParseError::new(
+                Parsed::ScontrolRecord,
+                line,
+                format!("BatchFlag={v:?}"),
+            ))
+        }
+        None => None,
+    };
+    Ok(JobDetails {
+        job_id,
+        array_job_id,
+        array_task_id: opt_text("ArrayTaskId"),
+        name: get("JobName").unwrap_or_default().to_owned(),
+        user,
+        uid,
+        account: opt_text("Account"),
+        qos: opt_text("QOS"),
+        state,
+        reason: opt_text("Reason"),
+        exit_code: get("ExitCode")
+            .map(ExitCode::parse)
+            .transpose()
+            .map_err(ctx)?,
+        run_time: dur("RunTime")?,
+        time_limit: dur("TimeLimit")?,
+        submit_time: time("SubmitTime")?,
+        start_time: time("StartTime")?,
+        end_time: time("EndTime")?,
+        partition: opt_text("Partition"),
+        node_list: opt_text("NodeList"),
+        batch_host: opt_text("BatchHost"),
+        num_nodes: opt_text("NumNodes"),
+        num_cpus,
+        tres_mem,
+        batch,
+        command: opt_text("Command"),
+        work_dir: opt_text("WorkDir"),
+        fields: pairs.clone(),
+    })
+}
+
+/// `root(0)` -> ("root", Some(0)); a bare name (unknown uid) -> (name, None).
+fn split_name_id(v: &str) -> Option<(String, Option<u32>)> {
+    match v.strip_suffix(')').and_then(|s| s.rsplit_once('(')) {
+        Some((name, id)) => Some((name.to_owned(), Some(parse_u32(id).ok()?))),
+        None if !v.is_empty() => Some((v.to_owned(), None)),
+        None => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quickcheck::quickcheck;
+
+    const RUNNING_ALLOC: &str =
+        include_str!("../../tests/fixtures/slurm/notes-scontrol-show-job-running-alloc.stdout");
+
+    #[test]
+    fn verbatim_running_allocation() {
+        let jobs = parse_show_job(RUNNING_ALLOC).unwrap();
+        assert_eq!(jobs.len(), 1);
+        let j = &jobs[0];
+        assert_eq!(j.job_id.get(), 1);
+        assert_eq!(j.name, "sucoder-demo");
+        assert_eq!(j.state, JobState::Running);
+        assert_eq!(j.user.as_deref(), Some("root"));
+        assert_eq!(j.uid, Some(0));
+        assert_eq!(j.account.as_deref(), Some("dev"));
+        assert_eq!(j.qos.as_deref(), Some("normal"));
+        assert_eq!(j.tres_mem, Some(MemoryMb::new(500)));
+        assert_eq!(j.num_cpus, Some(1));
+        assert_eq!(j.time_limit, Some(SlurmDuration::Finite(600)));
+        assert_eq!(j.node_list.as_deref(), Some("vm"));
+        assert_eq!(j.batch, Some(false));
+        assert_eq!(j.command, None);
+        assert_eq!(j.get("AllocNode:Sid"), Some("localhost:2168"));
+        assert_eq!(j.get("ReqB:S:C:T"), Some("0:0:*:*"));
+        assert_eq!(j.get("CPUs/Task"), Some("1"));
+        assert_eq!(j.get("TRES"), Some("cpu=1,mem=500M,node=1,billing=1"));
+        assert_eq!(j.get("Power"), Some(""));
+        assert_eq!(j.get("AccrueTime"), Some("Unknown"));
+    }
+
+    #[test]
+    fn spaces_and_equals_in_values() {
+        let line = "JobId=5 JobName=my job Foo=bar UserId=alice(1000) JobState=PENDING \
+                    Reason=Resources NodeList= NumNodes=1 TRES=cpu=1,mem=2000M,node=1 \
+                    Command=/opt/my tool/run.sh --flag=1 a=b WorkDir=/tmp/a b StdOut=/tmp/o ut Power= ";
+        let j = &parse_show_job(line).unwrap()[0];
+        assert_eq!(j.name, "my job Foo=bar");
+        assert_eq!(
+            j.command.as_deref(),
+            Some("/opt/my tool/run.sh --flag=1 a=b")
+        );
+        assert_eq!(j.work_dir.as_deref(), Some("/tmp/a b"));
+        assert_eq!(j.get("StdOut"), Some("/tmp/o ut"));
+        assert_eq!(j.node_list, None);
+        assert_eq!(j.get("NodeList"), Some(""));
+        assert_eq!(j.tres_mem, Some(MemoryMb::new(2000)));
+        assert_eq!(j.uid, Some(1000));
+        assert_eq!(j.state, JobState::Pending);
+    }
+
+    #[test]
+    fn unknown_keys_split_outside_free_text() {
+        let j =
+            &parse_show_job("JobId=5 JobState=RUNNING NewKey23=x y Partition=debug").unwrap()[0];
+        assert_eq!(j.get("NewKey23"), Some("x y"));
+        assert_eq!(j.partition.as_deref(), Some("debug"));
+    }
+
+    #[test]
+    fn ambiguous_record_is_refused() {
+        let line = "JobId=5 JobName=x JobState=FAILED JobState=RUNNING";
+        let e = parse_show_job(line).unwrap_err();
+        assert!(e.reason.contains("twice"), "{e}");
+        assert_eq!(e.raw, line);
+    }
+
+    #[test]
+    fn refusals() {
+        for line in [
+            "garbage",
+            "=x",
+            " JobId=5 JobState=RUNNING",
+            "JobState=RUNNING",
+            "JobId=abc JobState=RUNNING",
+            "JobId=5",
+            "JobId=5 JobState=RUNNING TimeLimit=forever",
+            "JobId=5 JobState=RUNNING TRES=mem=lots",
+            "JobId=5 JobState=RUNNING BatchFlag=2",
+            "Job step 1.7 not found",
+        ] {
+            let e = parse_show_job(line).expect_err(line);
+            assert_eq!(e.what, Parsed::ScontrolRecord);
+        }
+        assert_eq!(parse_show_job("").unwrap(), vec![]);
+        assert_eq!(parse_show_job("\n \n").unwrap(), vec![]);
+    }
+
+    quickcheck! {
+        fn prop_never_panics(s: String) -> bool {
+            let _ = parse_show_job(&s);
+            true
+        }
+
+        fn prop_never_panics_on_kv_alphabet(picks: Vec<u8>) -> bool {
+            const ALPHABET: &[&str] = &[
+                "JobId=", "JobState=", "JobName=", "Command=", "TRES=", " ", "=", "5", "x",
+                "RUNNING", ",mem=", "M", "UserId=", "(", ")", "é", "Reason=", "\n",
+            ];
+            let s: String = picks.iter().map(|p| ALPHABET[*p as usize % ALPHABET.len()]).collect();
+            let _ = parse_show_job(&s);
+            true
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! A worker's private directories: its checkout, runtime, cache, native state and evidence.
+//! Together they are the worker's step-scoped cleanup boundary.
+
+use std::path::{Path, PathBuf};
+
+use uuid::Uuid;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerDirs {
+    pub root: PathBuf,
+    pub checkout: PathBuf,
+    pub runtime: PathBuf,
+    pub cache: PathBuf,
+    pub state: PathBuf,
+    pub evidence: PathBuf,
+}
+
+impl WorkerDirs {
+    /// Keyed by submission id, so a later worker with the same name never shares them.
+    pub fn new(pools_dir: &Path, pool: &str, submission_id: Uuid) -> WorkerDirs {
+        let root = pools_dir
+            .join(pool)
+            .join("workers")
+            .join(submission_id.to_string());
+        WorkerDirs {
+            checkout: root.join("checkout"),
+            runtime: root.join("runtime"),
+            cache: root.join("cache"),
+            state: root.join("state"),
+            evidence: root.join("evidence"),
+            root,
+        }
+    }
+
+    pub fn all(&self) -> [&Path; 5] {
+        [
+            &self.checkout,
+            &self.runtime,
+            &self.cache,
+            &self.state,
+            &self.evidence,
+        ]
+    }
+
+    /// Create them all, owner-only. Existing directories are fine (a retried launch).
+    pub fn create(&self) -> std::io::Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        for dir in self.all() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+        }
+        Ok(())
+    }
+}
+
+/// Pool and worker names become directory and step names: keep them to a safe alphabet.
+pub fn check_name(what: &str, name: &str) -> Result<(), String> {
+    const MAX: usize = 64;
+    let ok = !name.is_empty()
+        && name.len() <= MAX
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} name {name:?} must be 1 to {MAX} characters of [A-Za-z0-9._-], not starting with '.'"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(check_name("pool", "p1").is_ok());
+        assert!(check_name("pool", "a.b-c_d").is_ok());
+        for bad in ["", ".", "..", "a/b", "a b", "x;y", "é", &"x".repeat(65)] {
+            assert!(check_name("pool", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn dirs_are_private_per_submission() {
+        let a = WorkerDirs::new(Path::new("/s/pools"), "p", Uuid::from_u128(1));
+        let b = WorkerDirs::new(Path::new("/s/pools"), "p", Uuid::from_u128(2));
+        for (x, y) in a.all().iter().zip(b.all()) {
+            assert_ne!(*x, y);
+        }
+        assert!(a.evidence.starts_with("/s/pools/p/workers/"));
+    }
+}

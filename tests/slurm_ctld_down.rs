@@ -1,0 +1,109 @@
+//! With slurmctld stopped, every query is `Unknown` within its timeout (never `Gone`),
+//! and actions report an unknown outcome. Then slurmctld is started again.
+//!
+//! Isolated from every other real-cluster test: its own test binary (cargo runs test
+//! binaries one after another) *and* the exclusive side of the machine-wide cluster
+//! lock that all real-cluster tests take (tests/support), so no other test, thread or
+//! concurrent `cargo test` runs against the cluster while the controller is down.
+//! Run alone with `cargo test --test slurm_ctld_down`.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use dispatch::slurm::{
+    AcctQuery, ActionError, Answer, BatchPayload, BatchRequest, JobId, JobName, JobQuery, Scheduler,
+};
+use support::{cluster_script, exclusive_lock, poll, require_cluster, run_bounded, scheduler};
+
+/// Brings slurmctld back however the test ends.
+struct RestartCtld;
+
+impl Drop for RestartCtld {
+    fn drop(&mut self) {
+        let ok = run_bounded(
+            Command::new(cluster_script()).arg("start"),
+            Duration::from_secs(300),
+        );
+        if !ok {
+            eprintln!("could not restart the cluster: run `tools/slurm-dev-cluster start`");
+        }
+    }
+}
+
+#[tokio::test]
+async fn controller_down_means_unknown_within_the_timeout() {
+    let _lock = exclusive_lock();
+    let s = scheduler(Duration::from_secs(3));
+    require_cluster(&s).await;
+    let script = cluster_script();
+    assert!(
+        script.exists(),
+        "{} missing: the cluster script lives in tools/; from another checkout set \
+         DISPATCH_SLURM_DEV_CLUSTER=/path/to/slurm-dev-cluster",
+        script.display()
+    );
+
+    let _restart = RestartCtld;
+    assert!(
+        run_bounded(
+            Command::new(&script).arg("stop-ctld"),
+            Duration::from_secs(120)
+        ),
+        "{} stop-ctld failed",
+        script.display()
+    );
+
+    // The clients need ~9 s (MessageTimeout=10) to give up by themselves; our 3 s bound
+    // ends each call first. Budget: timeout + 2 s kill grace + slack for a busy machine.
+    let bound = Duration::from_secs(3 + 2 + 3);
+    let job = JobId::new(1).unwrap();
+    let t0 = Instant::now();
+    let a = s.list_jobs(&JobQuery::ids(vec![job])).await;
+    assert!(t0.elapsed() < bound, "{:?}", t0.elapsed());
+    assert!(matches!(a, Answer::Unknown(_)), "{a:?}");
+
+    let t0 = Instant::now();
+    let a = s.show_job(job).await;
+    assert!(t0.elapsed() < bound, "{:?}", t0.elapsed());
+    assert!(matches!(a, Answer::Unknown(_)), "{a:?}");
+
+    assert!(matches!(s.list_steps(job).await, Answer::Unknown(_)));
+    let mine = s.list_jobs(&JobQuery::mine()).await;
+    assert!(
+        mine.is_unknown(),
+        "an empty-looking 'mine' would be a lie: {mine:?}"
+    );
+
+    // sacct talks to slurmdbd, which still answers (rows it has, or nothing); either
+    // way accounting never says Gone.
+    let q = AcctQuery {
+        jobs: vec![job],
+        since: chrono::Local::now().naive_local() - chrono::Duration::hours(1),
+    };
+    assert!(!s.accounting(&q).await.is_gone());
+
+    let req = BatchRequest::new(
+        JobName::new("dispatch-test-down").unwrap(),
+        BatchPayload::Wrap("true".into()),
+    );
+    let t0 = Instant::now();
+    let r = s.submit_batch(&req).await;
+    assert!(t0.elapsed() < bound);
+    assert!(matches!(r, Err(ActionError::Unknown { .. })), "{r:?}");
+    assert!(matches!(
+        s.cancel_job(job).await,
+        Err(ActionError::Unknown { .. })
+    ));
+
+    drop(_restart);
+    let back = poll(Duration::from_secs(60), || async {
+        (!s.list_jobs(&JobQuery::mine()).await.is_unknown()).then_some(())
+    })
+    .await;
+    assert!(
+        back.is_some(),
+        "the cluster did not answer again after `start`"
+    );
+}
