@@ -868,7 +868,7 @@ fn main() {
     json.insert("runs".into(), cfg.runs.into());
     json.insert("started".into(), started.to_rfc3339().into());
     json.insert("all_pass".into(), all_pass.into());
-    println!("BENCH_JSON {}", serde_json::Value::Object(json).to_string());
+    println!("BENCH_JSON {}", serde_json::Value::Object(json));
     drop(scratch);
     if cfg.strict && !all_pass {
         std::process::exit(1);

@@ -537,12 +537,40 @@ mod tests {
                 submission_id: id,
                 proof: "sacct".to_owned(),
             }),
+            Event::SupervisorStarted(crate::worker::events::SupervisorStarted {
+                submission_id: id,
+                job_id: Some(7),
+                step_id: None,
+                node: "n".to_owned(),
+                cpu_set: "0-3".to_owned(),
+                deadline: Micros(99),
+                grace_s: 5,
+                command: vec!["a".to_owned()],
+            }),
+            Event::PayloadStarted(crate::worker::events::PayloadStarted { pid: 1 }),
+            Event::ShutdownSignalled(crate::worker::events::ShutdownSignalled {
+                signal: "TERM".to_owned(),
+                reason: "deadline".to_owned(),
+            }),
+            Event::PayloadExited(crate::worker::events::PayloadExited {
+                code: Some(-1),
+                signal: None,
+                interrupted: true,
+            }),
             Event::Unknown {
                 kind: 999,
                 flags: 0,
                 payload: Vec::new(),
             },
         ]
+    }
+
+    #[test]
+    fn the_tests_cover_every_known_kind() {
+        let mut covered: Vec<u16> = one_of_each().iter().map(Event::kind).collect();
+        covered.retain(|k| *k != 999);
+        let known: Vec<u16> = KNOWN_KINDS.iter().map(|(k, _)| *k).collect();
+        assert_eq!(covered, known);
     }
 
     fn payload(time: i64, actor: &Actor, ev: &Event) -> Vec<u8> {
@@ -566,7 +594,7 @@ mod tests {
         assert_eq!(owned, want, "decode of {p:02x?}");
         let lent = dec
             .decode_ref(seq, kind, flags, p)
-            .map(Clone::clone)
+            .cloned()
             .map_err(|e| e.to_string());
         assert_eq!(lent, want, "decode_ref of {p:02x?}");
     }

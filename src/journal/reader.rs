@@ -355,3 +355,323 @@ pub fn snapshot_now(dir: &Path, loaded: &Loaded) -> Result<std::path::PathBuf, S
     debug_assert_eq!(loaded.state.events, head.last_seq);
     snapshot::write(dir, &covers, &loaded.state)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::event::{Actor, Event};
+    use crate::journal::frame;
+    use crate::journal::segment;
+    use crate::journal::{Options, Writer};
+    use crate::state::pool::{WorkerLaunched, WorkerSubmitIntent, WorkerTerminal};
+
+    /// Enough events for several pipeline batches, over many small segments.
+    const EVENTS: u64 = 2_500;
+
+    fn event(i: u64) -> Event {
+        let id = Uuid::from_u128(u128::from(i / 3));
+        match i % 3 {
+            0 => Event::WorkerSubmitIntent(WorkerSubmitIntent {
+                pool: "p".to_owned(),
+                worker: format!("w{i}"),
+                submission_id: id,
+                cpus: 1,
+                mem_mb: 10,
+                publication_timeout_s: 5,
+                command: vec!["true".to_owned()],
+            }),
+            1 => Event::WorkerLaunched(WorkerLaunched {
+                submission_id: id,
+                srun_pid: i as u32,
+            }),
+            _ => Event::WorkerTerminal(WorkerTerminal {
+                submission_id: id,
+                proof: "done".to_owned(),
+            }),
+        }
+    }
+
+    /// A journal written by three processes (three actors), in batches of varied size.
+    fn build(dir: &Path) {
+        let mut i = 0;
+        for session in 0..3u32 {
+            let actor = Actor {
+                user: "u".to_owned(),
+                host: "h".to_owned(),
+                pid: 100 + session,
+                command: vec!["dispatch".to_owned(), format!("s{session}")],
+            };
+            let opts = Options {
+                max_segment_bytes: 16 << 10,
+            };
+            let w = Writer::open_as(dir, opts, actor).unwrap();
+            let mut size = 1;
+            while i < EVENTS * (u64::from(session) + 1) / 3 {
+                let n = size.min(EVENTS * (u64::from(session) + 1) / 3 - i);
+                w.append((i..i + n).map(event).collect()).unwrap();
+                i += n;
+                size = size * 3 % 97 + 1;
+            }
+        }
+        assert!(segment::list(dir).unwrap().len() > 5);
+    }
+
+    type Summary = (Status, u64, Option<scan::Head>, Option<scan::Damage>);
+
+    fn summary(s: &Scan) -> Summary {
+        (s.status, s.events, s.head.clone(), s.damage.clone())
+    }
+
+    /// Envelopes visited and the outcome, with errors as text (JournalError is not Eq).
+    type Run = (Vec<Envelope>, Result<Summary, String>);
+
+    /// Fails the visit at this seq, when set.
+    fn run(dir: &Path, resume: Option<&Resume>, fail_at: Option<u64>, how: &str) -> Run {
+        let mut seen = Vec::new();
+        let mut visit = |env: &Envelope| {
+            if Some(env.seq) == fail_at {
+                return Err(JournalError::Missing(format!("stop at {}", env.seq).into()));
+            }
+            seen.push(env.clone());
+            Ok(())
+        };
+        let result = match how {
+            "reference" => replay_sequential(dir, resume, |env| visit(&env)),
+            "replay" => replay(dir, resume, |env| visit(&env)),
+            "replay_ref" => replay_ref(dir, resume, &mut visit),
+            "pipelined" | "single" => {
+                let mut decoder = PayloadDecoder::new();
+                replay_frames(dir, resume, how == "pipelined", |seq, kind, flags, p| {
+                    let env = decoder
+                        .decode(seq, kind, flags, p)
+                        .map_err(|e| undecodable(seq, e))?;
+                    visit(&env)
+                })
+            }
+            "pipelined_ref" => {
+                let mut decoder = PayloadDecoder::new();
+                replay_frames(dir, resume, true, |seq, kind, flags, p| {
+                    let env = decoder
+                        .decode_ref(seq, kind, flags, p)
+                        .map_err(|e| undecodable(seq, e))?;
+                    visit(env)
+                })
+            }
+            _ => unreachable!(),
+        };
+        (seen, result.map(|s| summary(&s)).map_err(|e| e.to_string()))
+    }
+
+    /// Every path, from the start and from resume points, with and without a failing visit,
+    /// gives what the single-threaded decode_payload path gives. Returns the reference.
+    fn all_paths_agree(dir: &Path) -> Run {
+        let full = scan::scan(dir, None, |_| true).unwrap();
+        let mut resumes = vec![None];
+        for k in [1, 2, 700, 1500, full.events.saturating_sub(1), full.events] {
+            if k == 0 || k > full.events {
+                continue;
+            }
+            let at = scan::scan(dir, None, |f| f.seq < k).unwrap();
+            let h = at.head.unwrap();
+            resumes.push(Some(Resume {
+                journal_id: h.journal_id,
+                segment_no: h.segment_no,
+                offset: h.segment_len,
+                next_seq: h.last_seq + 1,
+                chain: h.chain,
+                last_frame_offset: h.last_frame_offset.unwrap(),
+            }));
+        }
+        let mut reference = None;
+        for resume in &resumes {
+            for fail_at in [None, Some(1), Some(1030), Some(2000)] {
+                let want = run(dir, resume.as_ref(), fail_at, "reference");
+                for how in [
+                    "replay",
+                    "replay_ref",
+                    "pipelined",
+                    "single",
+                    "pipelined_ref",
+                ] {
+                    let got = run(dir, resume.as_ref(), fail_at, how);
+                    assert_eq!(
+                        got.1, want.1,
+                        "{how}, resume {resume:?}, fail at {fail_at:?}"
+                    );
+                    assert!(got.0 == want.0, "{how}: other envelopes");
+                }
+                if resume.is_none() && fail_at.is_none() {
+                    reference = Some(want);
+                }
+            }
+            // A resumed scan ends where the full one does, whatever it read to get there.
+            if let Some(r) = resume {
+                let part = scan::scan(dir, Some(r), |_| true).unwrap();
+                assert_eq!(
+                    (part.status, &part.head, &part.damage),
+                    (full.status, &full.head, &full.damage)
+                );
+                assert_eq!(part.events + r.next_seq - 1, full.events);
+            }
+        }
+        reference.unwrap()
+    }
+
+    fn segment_path(dir: &Path, i: usize) -> std::path::PathBuf {
+        segment::list(dir).unwrap()[i].1.clone()
+    }
+
+    fn last_segment(dir: &Path) -> std::path::PathBuf {
+        segment::list(dir).unwrap().pop().unwrap().1
+    }
+
+    /// Offsets of the frames in a segment file.
+    fn frames(path: &Path) -> Vec<(usize, usize)> {
+        let b = std::fs::read(path).unwrap();
+        let mut at = segment::SEGMENT_HEADER_LEN;
+        let mut out = Vec::new();
+        while let Ok(f) = frame::decode(&b[at..]) {
+            out.push((at, f.len()));
+            at += f.len();
+        }
+        out
+    }
+
+    fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
+        let mut b = std::fs::read(path).unwrap();
+        f(&mut b);
+        std::fs::write(path, b).unwrap();
+    }
+
+    fn fresh() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        build(dir.path());
+        dir
+    }
+
+    #[test]
+    fn clean_journal() {
+        let dir = fresh();
+        let (seen, result) = all_paths_agree(dir.path());
+        let (status, events, ..) = result.unwrap();
+        assert_eq!((status, events), (Status::Clean, EVENTS + 1));
+        assert_eq!(seen.len() as u64, EVENTS + 1);
+    }
+
+    #[test]
+    fn torn_tails() {
+        for cut in [1, 7, 30] {
+            let dir = fresh();
+            let last = last_segment(dir.path());
+            let len = std::fs::metadata(&last).unwrap().len();
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&last)
+                .unwrap()
+                .set_len(len - cut)
+                .unwrap();
+            let (_, result) = all_paths_agree(dir.path());
+            assert_eq!(result.unwrap().0, Status::TornTail, "cut {cut}");
+        }
+        for tail in [vec![0u8; 300], b"garbage after the last frame".to_vec()] {
+            let dir = fresh();
+            edit(&last_segment(dir.path()), |b| b.extend_from_slice(&tail));
+            let (_, result) = all_paths_agree(dir.path());
+            assert_eq!(result.unwrap().0, Status::TornTail);
+        }
+    }
+
+    #[test]
+    fn corrupt_journals() {
+        // A flipped byte in a segment that is not the last.
+        let dir = fresh();
+        let seg = segment_path(dir.path(), 2);
+        let (at, len) = frames(&seg)[3];
+        edit(&seg, |b| b[at + len / 2] ^= 0x40);
+        assert_eq!(all_paths_agree(dir.path()).1.unwrap().0, Status::Corrupt);
+
+        // In the last segment, with valid frames after it.
+        let dir = fresh();
+        let seg = last_segment(dir.path());
+        let (at, _) = frames(&seg)[1];
+        edit(&seg, |b| b[at + 30] ^= 0x01);
+        assert_eq!(all_paths_agree(dir.path()).1.unwrap().0, Status::Corrupt);
+
+        // A damaged segment header, and a missing segment.
+        let dir = fresh();
+        edit(&segment_path(dir.path(), 3), |b| b[40] ^= 0x01);
+        assert_eq!(all_paths_agree(dir.path()).1.unwrap().0, Status::Corrupt);
+        let dir = fresh();
+        std::fs::remove_file(segment_path(dir.path(), 4)).unwrap();
+        assert_eq!(all_paths_agree(dir.path()).1.unwrap().0, Status::Corrupt);
+    }
+
+    #[test]
+    fn damaged_header_of_the_segment_resumed_in() {
+        let dir = fresh();
+        let seg = segment_path(dir.path(), 2);
+        let (at, len) = frames(&seg)[2];
+        let no = segment::parse_file_name(seg.file_name().unwrap().to_str().unwrap()).unwrap();
+        let before = scan::scan(dir.path(), None, |_| true).unwrap();
+        let at_frame = scan::scan(dir.path(), None, |f| {
+            f.seq
+                < segment::SegmentHeader::decode(&std::fs::read(&seg).unwrap())
+                    .unwrap()
+                    .first_seq
+                    + 2
+        })
+        .unwrap();
+        let h = at_frame.head.unwrap();
+        assert_eq!((h.segment_no, h.segment_len), (no, (at + len) as u64));
+        let resume = Resume {
+            journal_id: h.journal_id,
+            segment_no: h.segment_no,
+            offset: h.segment_len,
+            next_seq: h.last_seq + 1,
+            chain: h.chain,
+            last_frame_offset: h.last_frame_offset.unwrap(),
+        };
+        assert_eq!(before.status, Status::Clean);
+        edit(&seg, |b| b[5] ^= 0x01);
+        let file_len = std::fs::metadata(&seg).unwrap().len();
+        let got = scan::scan(dir.path(), Some(&resume), |_| true).unwrap();
+        let damage = got.damage.unwrap();
+        // As when the whole file was read: the header's damage spans the whole file.
+        assert_eq!(got.status, Status::Corrupt);
+        assert_eq!((damage.offset, damage.bytes), (0, file_len));
+        let want = run(dir.path(), Some(&resume), None, "reference");
+        assert_eq!(run(dir.path(), Some(&resume), None, "pipelined"), want);
+    }
+
+    #[test]
+    fn tampered_journal() {
+        // Change a payload byte and fix both CRCs: only the chain can tell.
+        let dir = fresh();
+        let seg = segment_path(dir.path(), 3);
+        let (at, len) = frames(&seg)[4];
+        edit(&seg, |b| {
+            let f = &mut b[at..at + len];
+            f[frame::HEADER_LEN + 3] ^= 0x01;
+            let crc = crc32fast::hash(&f[..len - 4]);
+            f[len - 4..].copy_from_slice(&crc.to_le_bytes());
+        });
+        assert_eq!(all_paths_agree(dir.path()).1.unwrap().0, Status::Tampered);
+    }
+
+    #[test]
+    fn undecodable_payload_behind_a_valid_chain() {
+        let dir = fresh();
+        let s = scan::scan(dir.path(), None, |_| true).unwrap();
+        let h = s.head.unwrap();
+        let mut buf = Vec::new();
+        frame::encode(&mut buf, &h.chain, h.last_seq + 1, 111, 0, b"\x94\x01\xc4");
+        edit(&h.segment_path, |b| b.extend_from_slice(&buf));
+        let (seen, result) = all_paths_agree(dir.path());
+        assert!(result.unwrap_err().contains("does not decode"));
+        assert_eq!(seen.len() as u64, h.last_seq);
+    }
+}

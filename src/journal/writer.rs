@@ -644,3 +644,73 @@ pub(crate) fn cut_torn_tail(
         reason: damage.reason.clone(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::pool::WorkerLaunched;
+
+    fn event(i: u32) -> Event {
+        Event::WorkerLaunched(WorkerLaunched {
+            submission_id: Uuid::from_u128(u128::from(i)),
+            srun_pid: i,
+        })
+    }
+
+    fn actor() -> Actor {
+        Actor {
+            user: "u".to_owned(),
+            host: "h".to_owned(),
+            pid: 1,
+            command: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_lone_appender_gets_one_commit_per_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
+        let before = w.stats();
+        for i in 0..20 {
+            let c = w.append_one(event(i)).unwrap();
+            assert_eq!(c.seq, 2 + u64::from(i));
+        }
+        let after = w.stats();
+        assert_eq!(
+            (after.events - before.events, after.syncs - before.syncs),
+            (20, 20)
+        );
+    }
+
+    /// Appenders that stop at different times: the leader's wait for them must end (by the
+    /// gap rule) and every append must be committed exactly once, in each thread's order.
+    #[test]
+    fn appenders_that_leave_do_not_stall_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
+        let committed: Vec<Vec<u64>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8u32)
+                .map(|t| {
+                    let w = &w;
+                    s.spawn(move || {
+                        (0..(t * 5 + 1))
+                            .map(|i| w.append_one(event(t * 100 + i)).unwrap().seq)
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for mine in &committed {
+            assert!(mine.windows(2).all(|p| p[0] < p[1]));
+        }
+        let mut all: Vec<u64> = committed.into_iter().flatten().collect();
+        all.sort_unstable();
+        let n = all.len() as u64;
+        assert_eq!(all, (2..2 + n).collect::<Vec<_>>());
+        // The writer's own Genesis event is seq 1.
+        assert_eq!(w.stats().events, n + 1);
+        let q = w.lock_queue();
+        assert!(q.pending.is_empty() && !q.leader_active && !q.gathering);
+    }
+}
