@@ -666,7 +666,10 @@ fn replay_run(dir: &Path, expect_events: u64) -> ReplayRun {
     journal::reader::replay_sequential(dir, None, |env| Ok(reference.apply(&env)?))
         .expect("sequential replay");
     let sequential_secs = t.elapsed().as_secs_f64();
-    assert_eq!(reference, state, "the previous path folds to the same state");
+    assert_eq!(
+        reference, state,
+        "the previous path folds to the same state"
+    );
     ReplayRun {
         load_secs,
         replay_secs,
@@ -760,12 +763,7 @@ fn main() {
     );
     let multi = summary(&groups.iter().map(|r| r.multi_rate).collect::<Vec<_>>());
     let single = summary(&groups.iter().map(|r| r.single_rate).collect::<Vec<_>>());
-    let per_sync = summary(
-        &groups
-            .iter()
-            .map(|r| r.events_per_sync)
-            .collect::<Vec<_>>(),
-    );
+    let per_sync = summary(&groups.iter().map(|r| r.events_per_sync).collect::<Vec<_>>());
     let ceiling = summary(
         &groups
             .iter()

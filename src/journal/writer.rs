@@ -22,6 +22,62 @@ use crate::failpoint;
 
 /// Name of the lock file inside the journal directory.
 pub const LOCK_FILE: &str = "LOCK";
+/// Random (version 4) event ids for a whole commit from one getrandom(2) call. `Uuid::new_v4`
+/// makes one call per id: 16 system calls on the critical path of a 16-way group commit, and a
+/// million for a million-event batch.
+#[derive(Default)]
+struct RandomIds {
+    bytes: Vec<u8>,
+    used: usize,
+}
+
+impl RandomIds {
+    /// Make `n` ids ready, with fresh randomness.
+    fn refill(&mut self, n: usize) {
+        self.bytes.clear();
+        self.bytes.resize(n * 16, 0);
+        self.used = 0;
+        if fill_random(&mut self.bytes).is_err() {
+            // `next` then falls back to `Uuid::new_v4`, which has its own sources.
+            self.bytes.clear();
+        }
+    }
+
+    fn next(&mut self) -> Uuid {
+        match self.bytes.get(self.used..self.used + 16) {
+            Some(b) => {
+                self.used += 16;
+                uuid::Builder::from_random_bytes(b.try_into().expect("16 bytes")).into_uuid()
+            }
+            None => Uuid::new_v4(),
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn fill_random(buf: &mut [u8]) -> std::io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        let rest = &mut buf[at..];
+        // SAFETY: getrandom writes at most `rest.len()` bytes into `rest`.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        at += n as usize;
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn fill_random(_: &mut [u8]) -> std::io::Result<()> {
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
 /// A counter that threads wait on to change, with a ring that wakes all of them in one go.
 #[derive(Default)]
 struct Bell {
@@ -135,6 +191,7 @@ struct Core {
     stats: Stats,
     buf: Vec<u8>,
     payload: Vec<u8>,
+    ids: RandomIds,
 }
 
 struct Request {
@@ -466,6 +523,7 @@ impl Core {
             stats: Stats::default(),
             buf: Vec::with_capacity(64 << 10),
             payload: Vec::with_capacity(4 << 10),
+            ids: RandomIds::default(),
         }
     }
 
@@ -489,6 +547,7 @@ impl Core {
         let mut next_seq = self.next_seq;
         let mut chain = self.chain;
         self.buf.clear();
+        self.ids.refill(batch.iter().map(|r| r.events.len()).sum());
         let mut written = Ok(());
         for request in batch {
             match self.frame_request(actor, &request.events, next_seq, chain) {
@@ -551,7 +610,7 @@ impl Core {
         for (i, ev) in events.iter().enumerate() {
             let seq = first_seq + i as u64;
             let time = Micros::now();
-            let id = Uuid::new_v4();
+            let id = self.ids.next();
             self.payload.clear();
             event::encode_payload(&mut self.payload, time, &id, actor, ev)?;
             if self.payload.len() > frame::MAX_PAYLOAD {
@@ -724,6 +783,21 @@ mod tests {
             host: "h".to_owned(),
             pid: 1,
             command: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn event_ids_are_distinct_random_v4_uuids() {
+        let mut ids = RandomIds::default();
+        let mut seen = std::collections::HashSet::new();
+        for n in [1, 16, 300, 0, 5] {
+            ids.refill(n);
+            for _ in 0..n + 2 {
+                let id = ids.next();
+                assert_eq!(id.get_version(), Some(uuid::Version::Random));
+                assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
+                assert!(seen.insert(id), "{id} repeated");
+            }
         }
     }
 
