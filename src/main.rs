@@ -23,6 +23,11 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(f) => {
             eprintln!("dispatch: {}", f.message);
+            if cli.json {
+                // Scripts reading --json still get exactly one document.
+                let doc = serde_json::json!({"error": {"exit_code": f.code, "message": f.message}});
+                println!("{doc}");
+            }
             f.code
         }
     };
@@ -39,14 +44,44 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
             let ctx = context(state_dir()?)?;
             block_on(cli::pool::run(cmd, &ctx, cli.json))
         }
+        Command::Submit(args) => {
+            let config_path =
+                dispatch::config::resolve(cli.config.as_deref(), &env).ok_or_else(|| {
+                    exit::Failure::new(
+                        exit::USAGE,
+                        "no config file: set --config, DISPATCH_CONFIG or HOME",
+                    )
+                })?;
+            let config = dispatch::config::Config::load(&config_path)
+                .map_err(|e| exit::Failure::new(exit::USAGE, e.to_string()))?;
+            let ctx = context(state_dir()?)?;
+            block_on(cli::pool::run_submit(
+                args,
+                &ctx,
+                &config,
+                &config_path,
+                cli.json,
+            ))
+        }
         Command::Reconcile => {
             let ctx = context(state_dir()?)?;
             block_on(cli::pool::run_reconcile(&ctx, cli.json))
         }
+        Command::Session(cmd) => {
+            let (config, path) = load_config(cli, &env)?;
+            let dir = state_dir()?;
+            cli::session::run(cmd, &session_context(cli, &dir, &config, &path))
+        }
+        Command::Sessions => {
+            let (config, path) = load_config(cli, &env)?;
+            let dir = state_dir()?;
+            cli::session::run_report(&session_context(cli, &dir, &config, &path))
+        }
     }
 }
 
-fn context(state_dir: std::path::PathBuf) -> Result<Ctx<CliScheduler>, exit::Failure> {
+/// The Slurm driver's settings; `DISPATCH_SLURM_TIMEOUT` (seconds) bounds one call.
+fn slurm_config() -> CliConfig {
     let mut config = CliConfig::default();
     if let Some(secs) = std::env::var("DISPATCH_SLURM_TIMEOUT")
         .ok()
@@ -54,6 +89,11 @@ fn context(state_dir: std::path::PathBuf) -> Result<Ctx<CliScheduler>, exit::Fai
     {
         config.timeout = Duration::from_secs(secs.clamp(1, 3600));
     }
+    config
+}
+
+fn context(state_dir: std::path::PathBuf) -> Result<Ctx<CliScheduler>, exit::Failure> {
+    let config = slurm_config();
     let exe = std::env::current_exe().map_err(|e| {
         exit::Failure::new(
             exit::FAILED,
@@ -78,6 +118,34 @@ fn block_on<F: std::future::Future<Output = Result<u8, exit::Failure>>>(
             exit::Failure::new(exit::FAILED, format!("cannot start the async runtime: {e}"))
         })?;
     rt.block_on(f)
+}
+
+fn session_context<'a>(
+    cli: &Cli,
+    state_dir: &'a std::path::Path,
+    config: &'a dispatch::config::Config,
+    config_path: &'a std::path::Path,
+) -> cli::session::Context<'a> {
+    cli::session::Context {
+        state_dir,
+        config,
+        config_path,
+        json: cli.json,
+        slurm: slurm_config(),
+    }
+}
+
+/// A missing file means defaults; a malformed one is a usage error naming file, line and key.
+fn load_config(
+    cli: &Cli,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(dispatch::config::Config, std::path::PathBuf), exit::Failure> {
+    use dispatch::config::{resolve, Config};
+    let Some(path) = resolve(cli.config.as_deref(), env) else {
+        return Ok((Config::default(), "<defaults>".into()));
+    };
+    let config = Config::load(&path).map_err(|e| exit::Failure::new(exit::USAGE, e.to_string()))?;
+    Ok((config, path))
 }
 
 fn init_tracing(verbose: u8, quiet: bool) {

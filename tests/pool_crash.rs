@@ -4,6 +4,7 @@
 //! and nothing was launched twice.
 
 mod real_cluster;
+mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -104,7 +105,7 @@ fn check_invariants(state: &Path, job: u32, pool: &str) {
 
 #[test]
 fn submit_crashes_at_every_boundary() {
-    require_cluster();
+    let _cluster = require_cluster();
     let alloc = Allocation::salloc(
         "dispatch-crash-submit",
         &["-c", "4", "--mem", "2G", "--time", "20"],
@@ -162,7 +163,7 @@ fn submit_crashes_at_every_boundary() {
 
 #[test]
 fn stop_worker_crashes_at_every_boundary() {
-    require_cluster();
+    let _cluster = require_cluster();
     let alloc = Allocation::salloc(
         "dispatch-crash-stop",
         &["-c", "3", "--mem", "1G", "--time", "20"],

@@ -2,6 +2,7 @@
 //! Never skipped: without a cluster these tests fail and say how to start one.
 
 mod real_cluster;
+mod support;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -48,7 +49,7 @@ const PRINT_CPUS_AND_SLEEP: &str = "grep Cpus_allowed_list /proc/self/status; ex
 
 #[test]
 fn a_pool_runs_workers_as_separate_steps_within_its_budget() {
-    require_cluster();
+    let _cluster = require_cluster();
     let alloc = Allocation::salloc(
         "dispatch-pool-budget",
         &["-c", "4", "--mem", "4G", "--time", "20"],
@@ -220,7 +221,7 @@ fn a_pool_runs_workers_as_separate_steps_within_its_budget() {
 
 #[test]
 fn attach_refuses_another_users_job_and_a_finished_job() {
-    require_cluster();
+    let _cluster = require_cluster();
     let other = real_cluster::other_user();
     let theirs = Allocation::salloc_as(
         &other,
@@ -254,7 +255,7 @@ fn attach_refuses_another_users_job_and_a_finished_job() {
 
 #[test]
 fn publication_timeout_is_bounded_and_defaults_to_30() {
-    require_cluster();
+    let _cluster = require_cluster();
     let state = tempfile::tempdir().unwrap();
     for bad in ["0", "301", "abc", "-5"] {
         let r = dispatch(

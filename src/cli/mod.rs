@@ -4,6 +4,7 @@ pub mod exit;
 pub mod journal;
 pub mod output;
 pub mod pool;
+pub mod session;
 pub mod worker;
 
 use std::path::PathBuf;
@@ -44,9 +45,16 @@ pub enum Command {
     /// Worker pools inside an allocation you own
     #[command(subcommand)]
     Pool(pool::PoolCommand),
+    /// Run one worker as its own Slurm job (the ordinary path; the worker owns the allocation)
+    Submit(pool::SubmitArgs),
     /// Replay the journal against Slurm and resolve what can be proven
     Reconcile,
     /// The worker side: commands that run inside a worker's job step
     #[command(subcommand)]
     Worker(worker::WorkerCommand),
+    /// One session (mirror, target) and the one job it holds
+    #[command(subcommand)]
+    Session(session::SessionCommand),
+    /// Report every session job per target, orphans, stale and unknown sessions
+    Sessions,
 }

@@ -229,14 +229,87 @@ pub async fn run_reconcile<S: Scheduler>(ctx: &Ctx<S>, json: bool) -> Result<u8,
             r.unknown.len()
         );
         for x in &r.resolved {
-            println!("  released {}/{}: {}", x.pool, x.worker, x.proof);
+            println!(
+                "  released {}/{}: {}",
+                x.pool.as_deref().unwrap_or("submit"),
+                x.worker,
+                x.proof
+            );
         }
         for x in &r.unknown {
             println!(
                 "  still unknown {}/{} ({}): budget held",
-                x.pool, x.worker, x.state
+                x.pool.as_deref().unwrap_or("submit"),
+                x.worker,
+                x.state
             );
         }
+    }
+    Ok(exit::OK)
+}
+
+fn parse_time(s: &str) -> Result<crate::slurm::SlurmDuration, String> {
+    let d = crate::slurm::SlurmDuration::parse_request(s)
+        .map_err(|e| format!("{e}: give a Slurm time such as 90, 1:30:00 or 1-00:00:00"))?;
+    match d.as_secs() {
+        Some(n) if n > 0 => Ok(d),
+        _ => Err("the time limit must be a finite, positive duration".to_owned()),
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// Target from the config file (partition, account, QOS)
+    #[arg(short = 'T', long)]
+    pub target: Option<String>,
+    /// The job's time limit (Slurm syntax: MM, HH:MM:SS, D-HH:MM:SS)
+    #[arg(long, value_parser = parse_time)]
+    pub time: crate::slurm::SlurmDuration,
+    /// Seconds between SIGTERM and SIGKILL when the worker must stop early
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=300))]
+    pub grace: u32,
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+}
+
+pub async fn run_submit<S: Scheduler>(
+    args: &SubmitArgs,
+    ctx: &Ctx<S>,
+    config: &crate::config::Config,
+    config_path: &std::path::Path,
+    json: bool,
+) -> Result<u8, Failure> {
+    let target = match &args.target {
+        Some(name) => Some(
+            config
+                .target(name, config_path)
+                .map_err(|e| Failure::new(exit::USAGE, e.to_string()))?
+                .clone(),
+        ),
+        None => None,
+    };
+    let req = crate::ops::submit::JobSubmitRequest {
+        target_name: args.target.clone(),
+        target,
+        worker: args.worker.name.clone(),
+        cpus: args.worker.cpus,
+        mem: args.worker.mem,
+        time: args.time,
+        budgets: budgets(args.worker.publication_timeout),
+        grace_s: args.grace,
+        command: args.worker.command.clone(),
+    };
+    let r = crate::ops::submit::submit(ctx, &req).await?;
+    if json {
+        print_json(&r)?;
+    } else {
+        println!(
+            "worker {} submitted as job {} (submission {})",
+            r.worker,
+            r.job_id
+                .map_or_else(|| "unknown".to_owned(), |j| j.to_string()),
+            r.submission_id
+        );
     }
     Ok(exit::OK)
 }

@@ -19,9 +19,10 @@ pub enum WorkerCommand {
         /// Where the worker's own journal and evidence go
         #[arg(long, value_name = "DIR")]
         evidence_dir: PathBuf,
-        /// Early-shutdown deadline, seconds since the Unix epoch: SIGTERM is sent then
-        #[arg(long, value_name = "UNIX_SECONDS")]
-        deadline: i64,
+        /// Early-shutdown deadline: seconds since the Unix epoch, or `+N` for N seconds after
+        /// the supervisor starts (a batch job does not know its start in advance)
+        #[arg(long, value_name = "UNIX_SECONDS|+SECONDS", value_parser = parse_deadline, allow_hyphen_values = false)]
+        deadline: Deadline,
         /// Seconds between SIGTERM and SIGKILL
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=3600))]
         grace: u32,
@@ -29,6 +30,28 @@ pub enum WorkerCommand {
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
     },
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Deadline {
+    At(i64),
+    After(i64),
+}
+
+fn parse_deadline(s: &str) -> Result<Deadline, String> {
+    let bad = || format!("{s:?} is neither seconds since the epoch nor +SECONDS");
+    match s.strip_prefix('+') {
+        Some(n) => n
+            .parse::<u32>()
+            .map(|n| Deadline::After(i64::from(n)))
+            .map_err(|_| bad()),
+        None => s
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .map(Deadline::At)
+            .ok_or_else(bad),
+    }
 }
 
 pub fn run(cmd: &WorkerCommand) -> Result<u8, Failure> {
@@ -43,7 +66,10 @@ pub fn run(cmd: &WorkerCommand) -> Result<u8, Failure> {
             let spec = RunSpec {
                 submission_id: *submission_id,
                 evidence_dir: evidence_dir.clone(),
-                deadline: Micros::from_secs(*deadline),
+                deadline: match deadline {
+                    Deadline::At(t) => Micros::from_secs(*t),
+                    Deadline::After(n) => Micros(Micros::now().0 + n * 1_000_000),
+                },
                 grace_s: *grace,
                 command: command.clone(),
             };

@@ -637,17 +637,21 @@ impl Core {
             return Ok(());
         }
         failpoint::hit("journal-before-write");
+        // Armed, the write goes out in two halves with the failpoint between them; when the
+        // failpoint lets the process live, the second half completes the write.
+        let mut written = 0;
         if failpoint::armed("journal-torn-write") {
-            let half = self.buf.len() / 2;
+            written = self.buf.len() / 2;
             self.file
-                .write_all(&self.buf[..half])
+                .write_all(&self.buf[..written])
                 .map_err(poison_err("write"))?;
             failpoint::hit("journal-torn-write");
         }
         self.file
-            .write_all(&self.buf)
+            .write_all(&self.buf[written..])
             .map_err(poison_err("write"))?;
         self.segment_len += self.buf.len() as u64;
+        self.stats.writes += 1;
         self.buf.clear();
         Ok(())
     }

@@ -42,19 +42,38 @@ pub struct VerifyReport {
     pub kind: Status,
 }
 
-/// Classify the whole journal, decoding every payload. Takes no lock: a reader sees the
-/// journal up to the last complete frame.
+/// Hold a shared lock on the journal's `LOCK` so that no writer is mid-append while we
+/// classify (a half-written frame would look like a torn tail). Best effort: without a lock
+/// file there is no writer to wait for.
+fn wait_for_writers(journal_dir: &Path) -> Option<std::fs::File> {
+    use fs2::FileExt;
+    let file = std::fs::File::open(journal_dir.join(crate::journal::writer::LOCK_FILE)).ok()?;
+    if FileExt::try_lock_shared(&file).is_err() {
+        eprintln!("dispatch: waiting for a running dispatch command to finish writing the journal");
+        FileExt::lock_shared(&file).ok()?;
+    }
+    Some(file)
+}
+
+/// Classify the whole journal, decoding every payload, while no writer appends.
 pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
     if !journal_dir.exists() {
         return Err(JournalError::Missing(journal_dir.to_owned()));
     }
+    let _quiet = wait_for_writers(journal_dir);
     let mut undecodable = None;
+    // The chain of the last frame that decodes: the head to report when one does not.
+    let mut decoded_chain = None;
     let scan = match journal::replay(journal_dir, None, |_| Ok(())) {
         Ok(scan) => scan,
         Err(JournalError::Undecodable { seq, reason }) => {
             undecodable = Some((seq, reason));
             journal::scan::scan(journal_dir, None, |f| {
-                undecodable.as_ref().is_none_or(|(s, _)| f.seq < *s)
+                let before = f.seq < seq;
+                if before {
+                    decoded_chain = Some(f.chain_value());
+                }
+                before
             })
             .map_err(|source| JournalError::Io {
                 path: journal_dir.to_owned(),
@@ -64,24 +83,42 @@ pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
         }
         Err(e) => return Err(e),
     };
-    let Some(head) = &scan.head else {
+    // Damage before the first valid frame (a first segment that is not a journal, or missing)
+    // leaves no head, but it is still damage to report, not an absent journal.
+    if scan.head.is_none() && scan.damage.is_none() {
         return Err(JournalError::Missing(journal_dir.to_owned()));
-    };
+    }
+    let mut events = scan.events;
+    let (mut last_seq, mut head_hex) = scan
+        .head
+        .as_ref()
+        .map_or((0, String::new()), |h| (h.last_seq, hex::encode(h.chain)));
     let (kind, damage) = match (undecodable, scan.damage) {
-        (Some((seq, reason)), _) => (
-            Status::Corrupt,
-            Some(DamageReport {
-                segment: head
-                    .segment_path
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .unwrap_or("?")
-                    .to_owned(),
-                offset: head.segment_len,
-                bytes: 0,
-                reason: format!("event {seq} does not decode: {reason}"),
-            }),
-        ),
+        (Some((seq, reason)), _) => {
+            // The rescan stopped just after the undecodable frame: report the journal as
+            // ending before it, and the damage as that frame.
+            let head = scan.head.as_ref().expect("a decoded frame has a head");
+            let start = head.last_frame_offset.unwrap_or(head.segment_len);
+            events -= 1;
+            last_seq = seq - 1;
+            head_hex = hex::encode(
+                decoded_chain.unwrap_or_else(|| journal::frame::genesis_chain(&head.journal_id)),
+            );
+            (
+                Status::Corrupt,
+                Some(DamageReport {
+                    segment: head
+                        .segment_path
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .unwrap_or("?")
+                        .to_owned(),
+                    offset: start,
+                    bytes: head.segment_len - start,
+                    reason: format!("event {seq} does not decode: {reason}"),
+                }),
+            )
+        }
         (None, d) => (
             scan.status,
             d.map(|d| DamageReport {
@@ -94,9 +131,9 @@ pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
     };
     Ok(VerifyReport {
         status: kind.as_str(),
-        events: scan.events,
-        last_seq: head.last_seq,
-        head: hex::encode(head.chain),
+        events,
+        last_seq,
+        head: head_hex,
         damage,
         kind,
     })

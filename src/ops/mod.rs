@@ -7,3 +7,5 @@ pub mod facts;
 pub mod journal;
 pub mod pool;
 pub mod reconcile;
+pub mod session;
+pub mod submit;

@@ -3,7 +3,6 @@
 //! Each command: lock the journal → load state → ask Slurm → decide (policy) → append the intent
 //! → act → append the outcome. Budget is only released by a proof event.
 
-use std::ffi::OsString;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -18,12 +17,13 @@ use crate::failpoint;
 use crate::journal::Writer;
 use crate::policy::pool::{self as policy, AllocationFacts, Budgets, Refusal, WorkerAsk};
 use crate::slurm::{
-    ActionError, Answer, JobId, JobName, MemoryMb, Scheduler, Signal, StepId, StepKind, StepRequest,
+    Answer, JobId, JobName, MemoryMb, Scheduler, Signal, StepId, StepKind, StepRequest,
 };
 use crate::state::pool::*;
 use crate::state::State;
 use crate::worker::dirs::{check_name, WorkerDirs};
 use crate::worker::report;
+use crate::worker::supervisor;
 
 /// How long `pool submit` looks for the new step before calling the outcome unknown.
 pub const STEP_DISCOVERY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -265,21 +265,14 @@ pub async fn submit<S: Scheduler>(
             dirs.root.display()
         )));
     }
-    let mut command: Vec<OsString> = vec![
-        ctx.exe.clone().into_os_string(),
-        "worker".into(),
-        "run".into(),
-        "--submission-id".into(),
-        submission_id.to_string().into(),
-        "--evidence-dir".into(),
-        dirs.evidence.clone().into_os_string(),
-        "--deadline".into(),
-        deadline.secs().to_string().into(),
-        "--grace".into(),
-        req.grace_s.to_string().into(),
-        "--".into(),
-    ];
-    command.extend(req.command.iter().map(OsString::from));
+    let command = supervisor::command_line(
+        &ctx.exe,
+        submission_id,
+        &dirs.evidence,
+        &deadline.secs().to_string(),
+        req.grace_s,
+        &req.command,
+    );
     let mut step = StepRequest::new(job, step_name_checked, req.cpus, req.mem, command);
     // Without --overlap Slurm gives each worker CPUs no other worker holds, and the step's
     // cpuset confines it to them; with --overlap, workers were seen sharing CPU 0. The budget
@@ -312,36 +305,23 @@ pub async fn submit<S: Scheduler>(
     let launched = ctx.sched.launch_step(&step).await;
     let srun_pid = match launched {
         Ok(l) => l.srun_pid,
-        Err(ActionError::Invalid(e)) => {
+        Err(e) => {
+            let definite = e.nothing_happened();
             writer.append_one(Event::WorkerLaunchFailed(WorkerLaunchFailed {
                 submission_id,
-                definite: true,
+                definite,
                 reason: e.to_string(),
             }))?;
-            return Err(OpError::Failed(format!(
-                "worker {worker}: {e}; nothing was launched"
-            )));
-        }
-        Err(ActionError::Local(e)) => {
-            writer.append_one(Event::WorkerLaunchFailed(WorkerLaunchFailed {
-                submission_id,
-                definite: true,
-                reason: e.clone(),
-            }))?;
-            return Err(OpError::Failed(format!(
-                "worker {worker}: {e}; nothing was launched"
-            )));
-        }
-        Err(ActionError::Unknown { error, .. }) => {
-            writer.append_one(Event::WorkerLaunchFailed(WorkerLaunchFailed {
-                submission_id,
-                definite: false,
-                reason: error.to_string(),
-            }))?;
-            return Err(OpError::Unknown(format!(
-                "worker {worker} (submission {submission_id}): srun gave no answer ({error}); its budget stays held. \
-                 Run `dispatch reconcile` to resolve it"
-            )));
+            return Err(if definite {
+                OpError::Failed(format!(
+                    "worker {worker}: {e}; nothing was launched and its budget is released"
+                ))
+            } else {
+                OpError::Unknown(format!(
+                    "worker {worker} (submission {submission_id}): srun gave no answer ({e}); its budget stays \
+                     held. Run `dispatch reconcile` to resolve it"
+                ))
+            });
         }
     };
     writer.append_one(Event::WorkerLaunched(WorkerLaunched {
@@ -410,6 +390,8 @@ async fn discover_step<S: Scheduler>(
 ) -> Discovery {
     let started = Instant::now();
     let mut last_unknown = None;
+    // A step usually appears within ~50 ms: look often at first, then back off.
+    let mut pause = Duration::from_millis(20);
     loop {
         match ctx.sched.list_steps(job).await {
             Answer::Live(rows) => {
@@ -446,7 +428,8 @@ async fn discover_step<S: Scheduler>(
         if started.elapsed() > STEP_DISCOVERY_TIMEOUT {
             return Discovery::NotSeen(last_unknown.unwrap_or_else(|| "still pending".to_owned()));
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(POLL);
     }
 }
 

@@ -11,7 +11,9 @@ use crate::event::Event;
 use crate::failpoint;
 use crate::policy::reconcile::{self, AcctStep, PoolObservation, WorkerObservation};
 use crate::slurm::{AcctQuery, Answer, JobId, JobQuery, Scheduler, StepKind};
+use crate::state::jobs::{JobSubmitted, JobTerminal, JobWorkerState};
 use crate::state::pool::{WorkerStepObserved, WorkerTerminal};
+use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
 use crate::worker::report;
 
@@ -25,15 +27,18 @@ pub struct ReconcileReport {
 
 #[derive(Debug, Serialize)]
 pub struct Resolved {
-    pub pool: String,
+    /// `None` for a one-job-per-worker submission (`dispatch submit`).
+    pub pool: Option<String>,
     pub worker: String,
     pub submission_id: String,
     pub proof: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
 pub struct Unresolved {
-    pub pool: String,
+    pub pool: Option<String>,
     pub worker: String,
     pub submission_id: String,
     pub state: &'static str,
@@ -62,7 +67,10 @@ pub async fn reconcile<S: Scheduler>(
         unknown: Vec::new(),
         slurm_calls: 0,
     };
+    reconcile_jobs(ctx, &writer, state, &mut report).await?;
     if pools.is_empty() {
+        drop(writer);
+        report.slurm_calls = ctx.sched.call_counts().since(&calls_before).total();
         return Ok(report);
     }
     let jobs: Vec<JobId> = pools
@@ -201,10 +209,11 @@ pub async fn reconcile<S: Scheduler>(
                         proof: proof.clone(),
                     }))?;
                     report.resolved.push(Resolved {
-                        pool: pool.name.clone(),
+                        pool: Some(pool.name.clone()),
                         worker: w.name.clone(),
                         submission_id: w.submission_id.to_string(),
                         proof,
+                        job_id: None,
                     });
                 }
                 None => {
@@ -217,7 +226,7 @@ pub async fn reconcile<S: Scheduler>(
                     )?;
                     if v.observe_step.is_none() && w.step_id.is_none() {
                         report.unknown.push(Unresolved {
-                            pool: pool.name.clone(),
+                            pool: Some(pool.name.clone()),
                             worker: w.name.clone(),
                             submission_id: w.submission_id.to_string(),
                             state: w.state.as_str(),
@@ -231,4 +240,100 @@ pub async fn reconcile<S: Scheduler>(
     snapshot_quietly(&ctx.journal_dir());
     report.slurm_calls = ctx.sched.call_counts().since(&calls_before).total();
     Ok(report)
+}
+
+/// The one-job-per-worker submissions: at most two listings (the known ids, and the user's
+/// jobs for submissions whose sbatch gave no answer), however many there are.
+async fn reconcile_jobs<S: Scheduler>(
+    ctx: &Ctx<S>,
+    writer: &crate::journal::Writer,
+    state: &State,
+    report: &mut ReconcileReport,
+) -> Result<(), OpError> {
+    let active: Vec<_> = state.jobs.active.values().collect();
+    if active.is_empty() {
+        return Ok(());
+    }
+    let known: Vec<JobId> = active
+        .iter()
+        .filter_map(|j| j.job_id.and_then(job_of))
+        .collect();
+    let by_id = if known.is_empty() {
+        None
+    } else {
+        Some(ctx.sched.list_jobs(&JobQuery::ids(known)).await)
+    };
+    let lost = active.iter().any(|j| j.job_id.is_none());
+    let mine = if lost {
+        Some(ctx.sched.list_jobs(&JobQuery::mine()).await)
+    } else {
+        None
+    };
+    for j in active {
+        report.observed += 1;
+        let resolved = |proof: String, job_id: Option<u64>| Resolved {
+            pool: None,
+            worker: j.worker.clone(),
+            submission_id: j.submission_id.to_string(),
+            proof,
+            job_id,
+        };
+        match (j.job_id, &by_id, &mine) {
+            (Some(id), Some(listing), _) => {
+                let Some(job) = job_of(id) else { continue };
+                let proof = match listing.job(job) {
+                    Answer::Gone => Some(format!("job {job} is no longer known to squeue")),
+                    Answer::Live(row) if row.state.is_terminal() => {
+                        Some(format!("squeue shows job {job} {}", row.state))
+                    }
+                    _ => None,
+                };
+                if let Some(proof) = proof {
+                    writer.append_one(Event::JobTerminal(JobTerminal {
+                        submission_id: j.submission_id,
+                        proof: proof.clone(),
+                    }))?;
+                    report.resolved.push(resolved(proof, Some(id)));
+                }
+            }
+            (None, _, Some(Answer::Live(rows))) => {
+                // Newest first: the job this submission made, if it made one.
+                let found = rows
+                    .iter()
+                    .filter(|r| r.name == j.worker)
+                    .filter_map(|r| r.plain_id())
+                    .max_by_key(|id| id.get());
+                match found {
+                    Some(job) => {
+                        writer.append_one(Event::JobSubmitted(JobSubmitted {
+                            submission_id: j.submission_id,
+                            job_id: u64::from(job.get()),
+                            how: "name".to_owned(),
+                        }))?;
+                        report.resolved.push(resolved(
+                            format!("found job {job} by its name {:?}", j.worker),
+                            Some(u64::from(job.get())),
+                        ));
+                    }
+                    None => report.unknown.push(Unresolved {
+                        pool: None,
+                        worker: j.worker.clone(),
+                        submission_id: j.submission_id.to_string(),
+                        state: j.state.as_str(),
+                    }),
+                }
+            }
+            _ => {
+                if j.state == JobWorkerState::Unknown || j.job_id.is_none() {
+                    report.unknown.push(Unresolved {
+                        pool: None,
+                        worker: j.worker.clone(),
+                        submission_id: j.submission_id.to_string(),
+                        state: j.state.as_str(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
 }

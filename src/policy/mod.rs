@@ -2,3 +2,4 @@
 
 pub mod pool;
 pub mod reconcile;
+pub mod session;

@@ -88,6 +88,8 @@ pub enum Refusal {
         left_s: i64,
         need_s: i64,
     },
+    #[error("a time limit of {time_s} s is shorter than the {need_s} s a worker needs (publication, native state and cleanup budgets plus a minimum run); ask for more --time")]
+    TimeLimitTooShort { time_s: u64, need_s: i64 },
     #[error("job {job_id} reports no {what}; cannot check its lifetime")]
     NoTimes { job_id: u64, what: &'static str },
     #[error(

@@ -45,6 +45,12 @@ pub enum ActionError {
 }
 
 impl ActionError {
+    /// True when the action was refused before any Slurm command ran: nothing happened, so
+    /// whatever was reserved for it may be released.
+    pub fn nothing_happened(&self) -> bool {
+        matches!(self, ActionError::Invalid(_) | ActionError::Local(_))
+    }
+
     fn unknown(error: SlurmError) -> ActionError {
         ActionError::Unknown {
             error,

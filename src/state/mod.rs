@@ -1,6 +1,8 @@
 //! Reducers: all state is a fold of the journal's events. Pure: no I/O, no clock.
 
+pub mod jobs;
 pub mod pool;
+pub mod session;
 
 use std::collections::VecDeque;
 
@@ -23,6 +25,8 @@ pub struct State {
     /// Events of kinds this version does not know, which it was allowed to skip.
     pub skipped_unknown: u64,
     pub pools: pool::Pools,
+    pub sessions: session::Sessions,
+    pub jobs: jobs::Jobs,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,6 +68,20 @@ impl State {
             Event::WorkerStopIntent(e) => self.pools.stop_intent(e),
             Event::WorkerExited(e) => self.pools.exited(e),
             Event::WorkerTerminal(e) => self.pools.terminal(e),
+            Event::SessionLaunchIntent(e) => self.sessions.launch_intent(env.time, e),
+            Event::SessionJobSubmitted(e) => self.sessions.job_submitted(env.time, e),
+            Event::SessionSubmitFailed(e) => self.sessions.submit_failed(e),
+            Event::SessionNodeResolved(e) => self.sessions.node_resolved(e),
+            Event::SessionAdopted(e) => self.sessions.adopted(env.time, e),
+            Event::SessionCancelIntent(e) => self.sessions.cancel_intent(e),
+            Event::SessionCancelFailed(e) => self.sessions.cancel_failed(e),
+            Event::SessionReleased(e) => self.sessions.released(e),
+            Event::SessionDetached(e) => self.sessions.detached(e),
+            Event::SessionCleared(e) => self.sessions.cleared(e),
+            Event::JobSubmitIntent(e) => self.jobs.intent(env.time, e),
+            Event::JobSubmitted(e) => self.jobs.submitted(e),
+            Event::JobSubmitFailed(e) => self.jobs.failed(e),
+            Event::JobTerminal(e) => self.jobs.terminal(e),
             // The worker's own journal: the coordinator reads these through `worker::report`.
             Event::SupervisorStarted(_)
             | Event::PayloadStarted(_)

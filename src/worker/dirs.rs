@@ -32,6 +32,22 @@ impl WorkerDirs {
         }
     }
 
+    /// The directories of a one-job-per-worker submission (`dispatch submit`).
+    pub fn for_job(jobs_dir: &Path, submission_id: Uuid) -> WorkerDirs {
+        Self::at(jobs_dir.join(submission_id.to_string()))
+    }
+
+    fn at(root: PathBuf) -> WorkerDirs {
+        WorkerDirs {
+            checkout: root.join("checkout"),
+            runtime: root.join("runtime"),
+            cache: root.join("cache"),
+            state: root.join("state"),
+            evidence: root.join("evidence"),
+            root,
+        }
+    }
+
     pub fn all(&self) -> [&Path; 5] {
         [
             &self.checkout,

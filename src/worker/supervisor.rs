@@ -27,6 +27,34 @@ pub struct RunSpec {
     pub command: Vec<String>,
 }
 
+/// The argv that starts the supervisor around `payload`: what `pool submit` runs in a step and
+/// `dispatch submit` in a batch job. `deadline` is seconds since the epoch, or `+N` after start.
+pub fn command_line(
+    exe: &Path,
+    submission_id: Uuid,
+    evidence_dir: &Path,
+    deadline: &str,
+    grace_s: u32,
+    payload: &[String],
+) -> Vec<std::ffi::OsString> {
+    let mut argv: Vec<std::ffi::OsString> = vec![
+        exe.into(),
+        "worker".into(),
+        "run".into(),
+        "--submission-id".into(),
+        submission_id.to_string().into(),
+        "--evidence-dir".into(),
+        evidence_dir.into(),
+        "--deadline".into(),
+        deadline.into(),
+        "--grace".into(),
+        grace_s.to_string().into(),
+        "--".into(),
+    ];
+    argv.extend(payload.iter().map(Into::into));
+    argv
+}
+
 pub fn journal_dir(evidence_dir: &Path) -> PathBuf {
     evidence_dir.join("journal")
 }

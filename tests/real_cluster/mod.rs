@@ -7,8 +7,11 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-/// Fail (never skip) when the cluster does not answer.
-pub fn require_cluster() {
+/// Hold the shared real-cluster lock (see `tests/support`) and fail, never skip, when the
+/// cluster does not answer. Keep the returned guard for the whole test.
+#[must_use]
+pub fn require_cluster() -> crate::support::ClusterLock {
+    let lock = crate::support::shared_lock();
     let out = Command::new("sinfo").args(["-h", "-o", "%T"]).output();
     match out {
         Ok(o) if o.status.success() && !o.stdout.is_empty() => {}
@@ -18,6 +21,7 @@ pub fn require_cluster() {
         ),
         Err(e) => panic!("Slurm is not installed ({e}); run `tools/slurm-dev-cluster start` first"),
     }
+    lock
 }
 
 pub struct Run {

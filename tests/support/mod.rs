@@ -184,3 +184,5 @@ pub fn alive(pid: u32) -> bool {
         Err(_) => false,
     }
 }
+
+pub mod scripted;

@@ -1,0 +1,183 @@
+//! Pool benchmarks (`cargo bench --bench pool`), each reported against a limit measured in the
+//! same run:
+//! - `pool submit` on the real dev cluster vs the bare step launch it wraps
+//!   (`srun --jobid=J -n1 -c1 --mem=10M true`), medians over several runs;
+//! - `reconcile` with 1, 10 and 100 workers (fake Slurm): Slurm calls and wall time.
+//!
+//! Needs the dev cluster (`tools/slurm-dev-cluster start`). `DISPATCH_BENCH_QUICK=1` does
+//! fewer rounds.
+
+#[path = "../tests/synthetic/mod.rs"]
+mod synthetic;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn median(mut xs: Vec<Duration>) -> Duration {
+    xs.sort();
+    xs[xs.len() / 2]
+}
+
+fn run_ok(cmd: &mut Command) -> Duration {
+    let t = Instant::now();
+    let out = cmd.output().expect("spawn");
+    let took = t.elapsed();
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        cmd,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    took
+}
+
+fn dispatch(state: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dispatch"));
+    c.arg("--state-dir").arg(state);
+    c
+}
+
+struct Salloc(u32);
+
+impl Drop for Salloc {
+    fn drop(&mut self) {
+        let _ = Command::new("scancel").arg(self.0.to_string()).status();
+    }
+}
+
+fn salloc() -> Salloc {
+    let out = Command::new("salloc")
+        .args([
+            "--no-shell",
+            "--immediate=60",
+            "-J",
+            "dispatch-bench-pool",
+            "-c",
+            "2",
+            "--mem",
+            "1G",
+            "--time",
+            "20",
+        ])
+        .output()
+        .expect("salloc: start the dev cluster with tools/slurm-dev-cluster start");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let id = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("salloc: Granted job allocation "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("salloc failed: {stderr}"));
+    Salloc(id)
+}
+
+fn submit_overhead(rounds: usize) -> (Duration, Duration) {
+    let alloc = salloc();
+    let state = tempfile::tempdir().unwrap();
+    run_ok(dispatch(state.path()).args(["pool", "attach", "b", "--job", &alloc.0.to_string()]));
+    let job = alloc.0.to_string();
+    let mut raw = Vec::new();
+    let mut submit = Vec::new();
+    for i in 0..rounds {
+        raw.push(run_ok(Command::new("srun").args([
+            "--jobid",
+            &job,
+            "-n1",
+            "-c1",
+            "--mem=10M",
+            "true",
+        ])));
+        submit.push(run_ok(dispatch(state.path()).args([
+            "pool",
+            "submit",
+            "b",
+            "--cpus",
+            "1",
+            "--mem",
+            "10M",
+            "--name",
+            &format!("w{i}"),
+            "--",
+            "true",
+        ])));
+        // Release the finished worker so that the budget never refuses.
+        run_ok(dispatch(state.path()).args(["reconcile"]));
+    }
+    (median(raw), median(submit))
+}
+
+fn reconcile_cost(n: u32) -> (u64, Duration) {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    synthetic::write_pool_journal(&state, n, |_| true);
+    let scenario = serde_json::json!({"squeue": [
+        {"match": ["--steps"], "stdout": synthetic::step_rows(0..n)},
+        {"match": [format!("--jobs={}", synthetic::JOB)], "stdout": synthetic::job_row()},
+    ]});
+    std::fs::write(tmp.path().join("s.json"), scenario.to_string()).unwrap();
+    let t = Instant::now();
+    let out = dispatch(&state)
+        .args(["reconcile", "--json"])
+        .env(
+            "PATH",
+            format!("{}:/usr/bin:/bin", synthetic::fake_bin().display()),
+        )
+        .env("FAKE_SLURM_SCENARIO", tmp.path().join("s.json"))
+        .output()
+        .unwrap();
+    let took = t.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    (r["slurm_calls"].as_u64().unwrap(), took)
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let quick = std::env::var_os("DISPATCH_BENCH_QUICK").is_some();
+    let rounds = if quick { 3 } else { 15 };
+    let (raw, submit) = submit_overhead(rounds);
+    let ratio = submit.as_secs_f64() / raw.as_secs_f64();
+    println!("pool submit vs bare srun step launch (median of {rounds}, real cluster):");
+    println!(
+        "  srun true: {:.1} ms   dispatch pool submit: {:.1} ms   ratio {:.2}x   overhead {:+.1} ms",
+        raw.as_secs_f64() * 1e3,
+        submit.as_secs_f64() * 1e3,
+        ratio,
+        (submit.as_secs_f64() - raw.as_secs_f64()) * 1e3
+    );
+    println!("reconcile (fake Slurm): Slurm calls and wall time by number of workers:");
+    let mut summary = Vec::new();
+    for n in [1, 10, 100] {
+        let (calls, took) = reconcile_cost(n);
+        println!(
+            "  {n:>4} workers: {calls} calls, {:.1} ms",
+            took.as_secs_f64() * 1e3
+        );
+        summary.push(
+            serde_json::json!({"workers": n, "slurm_calls": calls, "ms": took.as_secs_f64() * 1e3}),
+        );
+    }
+    let flat = summary
+        .windows(2)
+        .all(|w| w[0]["slurm_calls"] == w[1]["slurm_calls"]);
+    println!(
+        "  calls constant in the number of workers: {}",
+        if flat { "PASS" } else { "FAIL" }
+    );
+    println!(
+        "{}",
+        serde_json::json!({
+            "bench": "pool",
+            "submit_ms": submit.as_secs_f64() * 1e3,
+            "srun_ms": raw.as_secs_f64() * 1e3,
+            "submit_over_srun": ratio,
+            "reconcile": summary,
+        })
+    );
+}

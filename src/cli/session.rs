@@ -1,0 +1,461 @@
+//! `dispatch session launch|release|renew|attach` and `dispatch sessions`: arguments,
+//! rendering, the release prompt and the exec of `srun --pty`.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+
+use super::exit::{self, Failure};
+use super::output::print_json;
+use crate::config::Config;
+use crate::ops::session::launch::{launch, LaunchAction, LaunchReport, LaunchRequest};
+use crate::ops::session::release::{self, ReleaseAction};
+use crate::ops::session::renew::{renew, RenewSettings};
+use crate::ops::session::{attach, command_for, report, Env, SessionError, Waits};
+use crate::policy::session::renew::{Backoff, DEFAULT_DRAIN_MINUTES};
+use crate::policy::session::report::Report;
+use crate::slurm::{CliConfig, CliScheduler, JobId, SlurmCommand};
+use crate::state::session::SessionKey;
+
+#[derive(Debug, Args)]
+pub struct SessionArgs {
+    /// The mirror (any name; it becomes the job name's token)
+    pub mirror: String,
+    /// The configured target to run on
+    #[arg(short = 'T', long = "target", value_name = "TARGET")]
+    pub target: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Reuse the session's job, else adopt a live job of this target by name, else submit one
+    Launch {
+        #[command(flatten)]
+        session: SessionArgs,
+        /// Do not attach afterwards
+        #[arg(long)]
+        detached: bool,
+        /// Seconds to wait for the job to run
+        #[arg(long, value_name = "SECS", default_value_t = 600,
+              value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        wait: u64,
+        /// What the job runs (confined) or what attach runs (salloc targets)
+        #[arg(last = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Cancel the session's job, or only detach when another session holds it too
+    Release {
+        #[command(flatten)]
+        session: SessionArgs,
+        /// Do not ask
+        #[arg(long)]
+        force: bool,
+    },
+    /// Keep the session's job alive: relaunch while it drains or when it is lost
+    Renew {
+        #[command(flatten)]
+        session: SessionArgs,
+        /// One check (and at most one relaunch), then exit
+        #[arg(long)]
+        once: bool,
+        /// Start the replacement when the job has this many minutes left
+        #[arg(long, value_name = "N", default_value_t = DEFAULT_DRAIN_MINUTES,
+              value_parser = clap::value_parser!(u64).range(0..=100_000))]
+        drain_minutes: u64,
+        /// Seconds between checks
+        #[arg(long, value_name = "SECS", default_value_t = 60,
+              value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        poll_interval: u64,
+        /// Seconds to wait for a replacement to run
+        #[arg(long, value_name = "SECS", default_value_t = 600,
+              value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        wait: u64,
+    },
+    /// Open a terminal in the session's job: srun --jobid=J --overlap --pty CMD
+    Attach {
+        #[command(flatten)]
+        session: SessionArgs,
+        /// What to run (default: the session's command for salloc targets, else $SHELL -l)
+        #[arg(last = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+}
+
+impl From<SessionError> for Failure {
+    fn from(e: SessionError) -> Failure {
+        match e {
+            SessionError::Usage(_) | SessionError::Config(_) => {
+                Failure::new(exit::USAGE, e.to_string())
+            }
+            SessionError::Refused(m) => Failure::new(exit::REFUSED, m),
+            SessionError::Failed(m) => Failure::new(exit::FAILED, m),
+            SessionError::Unknown(m) => Failure::new(exit::UNKNOWN, m),
+            SessionError::Journal(j) => j.into(),
+            SessionError::StateDir(s) => s.into(),
+        }
+    }
+}
+
+/// What the session commands need from `main`.
+pub struct Context<'a> {
+    pub state_dir: &'a Path,
+    pub config: &'a Config,
+    pub config_path: &'a Path,
+    pub json: bool,
+    pub slurm: CliConfig,
+}
+
+/// Default waits, with `--wait` as the budget for the job to run.
+fn waits_for(secs: u64) -> Waits {
+    Waits {
+        run_budget: Duration::from_secs(secs),
+        ..Waits::default()
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(exit::FAILED, format!("cannot start the runtime: {e}")))
+}
+
+fn warn(notes: &[String]) {
+    for n in notes {
+        eprintln!("dispatch: warning: {n}");
+    }
+}
+
+fn is_terminal() -> bool {
+    // SAFETY: isatty only inspects the descriptor.
+    unsafe { libc::isatty(0) == 1 && libc::isatty(1) == 1 }
+}
+
+/// Replace this process with `srun ARGS`; returns only if the exec failed.
+fn exec_srun(argv: &[std::ffi::OsString]) -> Failure {
+    use std::os::unix::process::CommandExt;
+    let runner = crate::slurm::runner::Runner::new(CliConfig::default());
+    let program = match runner.resolve(SlurmCommand::Srun) {
+        Ok(p) => p,
+        Err(e) => return Failure::new(exit::FAILED, e.to_string()),
+    };
+    let err = std::process::Command::new(&program).args(argv).exec();
+    Failure::new(
+        exit::FAILED,
+        format!("cannot exec {}: {err}", program.display()),
+    )
+}
+
+pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
+    let slurm = CliScheduler::new(ctx.slurm.clone());
+    let env = |waits: Waits| Env {
+        config: ctx.config,
+        config_path: ctx.config_path,
+        state_dir: ctx.state_dir,
+        slurm: &slurm,
+        waits,
+    };
+    let rt = runtime()?;
+    match cmd {
+        SessionCommand::Launch {
+            session,
+            detached,
+            wait,
+            command,
+        } => {
+            let waits = waits_for(*wait);
+            let req = LaunchRequest {
+                mirror: session.mirror.clone(),
+                target: session.target.clone(),
+                detached: *detached,
+                command: command.clone(),
+                replacing: None,
+                require_running: false,
+            };
+            let report = rt.block_on(launch(&env(waits), &req))?;
+            warn(&report.notes);
+            render_launch(&report, ctx.json)?;
+            if *detached {
+                return Ok(exit::OK);
+            }
+            let key = SessionKey::new(&report.mirror, &report.target);
+            if ctx.json || !is_terminal() {
+                eprintln!(
+                    "dispatch: no terminal{}; attach with `{}`",
+                    if ctx.json { " (--json)" } else { "" },
+                    command_for("attach", &key)
+                );
+                return Ok(exit::OK);
+            }
+            let attach_cmd = if !report.confined && !report.command.is_empty() {
+                report.command.clone()
+            } else {
+                attach::default_command(std::env::var("SHELL").ok())
+            };
+            Err(exec_srun(&attach::srun_argv(report.job(), &attach_cmd)))
+        }
+        SessionCommand::Release { session, force } => {
+            let env = env(Waits::default());
+            let plan = release::plan(&env, &session.mirror, &session.target)?;
+            if plan.job.is_none() && !plan.may_exist {
+                return render_release_nothing(&plan.key, ctx.json);
+            }
+            if !force {
+                let question = match plan.job {
+                    Some(job) => release_question(&plan, job),
+                    None => format!(
+                        "An earlier submission for session {} may have created a job. Look it \
+                         up by name and cancel it if it is there?",
+                        plan.key
+                    ),
+                };
+                if !confirm(&question) {
+                    eprintln!("Aborted.");
+                    if ctx.json {
+                        print_json(&serde_json::json!({
+                            "mirror": plan.key.mirror, "target": plan.key.target,
+                            "action": "aborted", "job_id": plan.job.map(JobId::get),
+                            "holders": [], "proof": null,
+                        }))?;
+                    }
+                    return Ok(exit::OK);
+                }
+            }
+            let r = rt.block_on(release::release(
+                &env,
+                &session.mirror,
+                &session.target,
+                plan.job,
+            ))?;
+            warn(&r.notes);
+            if ctx.json {
+                print_json(&r)?;
+            } else {
+                match (r.action, r.job_id) {
+                    (ReleaseAction::Detached, Some(j)) => println!(
+                        "Detached session {} from Slurm job {j}; the job stays alive for: {}.",
+                        plan.key,
+                        r.holders.join(", ")
+                    ),
+                    (ReleaseAction::Released, Some(j)) => println!(
+                        "Released Slurm job {j} of session {} ({}).",
+                        plan.key,
+                        r.proof.as_deref().unwrap_or("")
+                    ),
+                    _ => println!("No job found for session {}. Nothing to release.", plan.key),
+                }
+            }
+            Ok(exit::OK)
+        }
+        SessionCommand::Renew {
+            session,
+            once,
+            drain_minutes,
+            poll_interval,
+            wait,
+        } => {
+            let waits = waits_for(*wait);
+            let settings = RenewSettings {
+                drain_minutes: *drain_minutes,
+                poll: Duration::from_secs(*poll_interval),
+                max_iterations: once.then_some(1),
+                backoff: Backoff::default(),
+            };
+            let mut progress = |line: String| eprintln!("dispatch: {line}");
+            let r = rt.block_on(renew(
+                &env(waits),
+                &session.mirror,
+                &session.target,
+                &settings,
+                &mut progress,
+            ))?;
+            if ctx.json {
+                print_json(&r)?;
+            } else {
+                println!(
+                    "session {}--{} holds job {} after {} check(s); relaunched {:?}, cancelled {:?}",
+                    r.mirror, r.target, r.job_id, r.iterations, r.relaunched, r.cancelled
+                );
+            }
+            Ok(exit::OK)
+        }
+        SessionCommand::Attach { session, command } => {
+            let plan = rt.block_on(attach::plan(
+                &env(Waits::default()),
+                &session.mirror,
+                &session.target,
+                command,
+                std::env::var("SHELL").ok(),
+            ))?;
+            if !is_terminal() {
+                return Err(Failure::new(
+                    exit::FAILED,
+                    format!(
+                        "attach needs a terminal; from one, it runs: srun {}",
+                        plan.argv
+                            .iter()
+                            .map(|a| a.to_string_lossy().into_owned())
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    ),
+                ));
+            }
+            Err(exec_srun(&plan.argv))
+        }
+    }
+}
+
+fn release_question(plan: &release::ReleasePlan, job: JobId) -> String {
+    if plan.holders.is_empty() {
+        format!(
+            "Cancel Slurm job {job} on {} for session {}?",
+            plan.node.as_deref().unwrap_or("<unknown node>"),
+            plan.key
+        )
+    } else {
+        let holders: Vec<String> = plan.holders.iter().map(SessionKey::to_string).collect();
+        format!(
+            "Slurm job {job} of session {} is shared with {}. Detach {} but keep the job alive \
+             for the others?",
+            plan.key,
+            holders.join(", "),
+            plan.key
+        )
+    }
+}
+
+/// Ask on stderr; only `y`/`yes` is yes. End of input or an empty answer is No.
+fn confirm(question: &str) -> bool {
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    match std::io::stdin().lock().read_line(&mut line) {
+        Ok(_) => matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes"),
+        Err(_) => false,
+    }
+}
+
+fn render_release_nothing(key: &SessionKey, json: bool) -> Result<u8, Failure> {
+    if json {
+        print_json(&serde_json::json!({
+            "mirror": key.mirror, "target": key.target, "action": "nothing",
+            "job_id": null, "holders": [], "proof": null,
+        }))?;
+    } else {
+        println!("No Slurm job recorded for session {key}. Nothing to release.");
+    }
+    Ok(exit::OK)
+}
+
+fn render_launch(r: &LaunchReport, json: bool) -> Result<(), Failure> {
+    if json {
+        return print_json(r);
+    }
+    let verb = match r.action {
+        LaunchAction::Submitted => "submitted",
+        LaunchAction::Reused => "reusing",
+        LaunchAction::Adopted => "adopted",
+    };
+    println!(
+        "{verb} Slurm job {} for session {}--{}: {}{}",
+        r.job_id,
+        r.mirror,
+        r.target,
+        r.state,
+        r.node
+            .as_deref()
+            .map(|n| format!(" on {n}"))
+            .unwrap_or_default()
+    );
+    Ok(())
+}
+
+/// `dispatch sessions`.
+pub fn run_report(ctx: &Context) -> Result<u8, Failure> {
+    let slurm = CliScheduler::new(ctx.slurm.clone());
+    let env = Env {
+        config: ctx.config,
+        config_path: ctx.config_path,
+        state_dir: ctx.state_dir,
+        slurm: &slurm,
+        waits: Waits::default(),
+    };
+    let r = runtime()?.block_on(report::sessions(&env))?;
+    if ctx.json {
+        print_json(&r)?;
+    } else {
+        print!("{}", render_report(&r));
+    }
+    // A report built on a failed or partial listing may miss jobs: the outcome is unknown.
+    Ok(if r.errors.is_empty() {
+        exit::OK
+    } else {
+        exit::UNKNOWN
+    })
+}
+
+pub fn render_report(r: &Report) -> String {
+    let mut out = String::new();
+    let row = |e: &crate::policy::session::report::JobEntry| {
+        let mut s = format!(
+            "  {:<20} {:>10}  {:<11} {:>11}  {:<10}",
+            e.mirror.as_deref().unwrap_or(&e.token),
+            e.id,
+            e.state,
+            e.time_left.as_deref().unwrap_or("-"),
+            e.node.as_deref().unwrap_or("-"),
+        );
+        if !e.flags.is_empty() {
+            s.push_str(&format!("  ! {}", e.flags.join(", ")));
+        }
+        s.push('\n');
+        s
+    };
+    let mut any = false;
+    for g in r.targets.iter().filter(|g| !g.jobs.is_empty()) {
+        any = true;
+        out.push_str(&format!("{}   {}\n", g.target, g.signature));
+        for e in &g.jobs {
+            out.push_str(&row(e));
+        }
+    }
+    if !r.unmatched.is_empty() {
+        any = true;
+        out.push_str("jobs matching no configured target\n");
+        for e in &r.unmatched {
+            out.push_str(&row(e));
+        }
+    }
+    if !any {
+        out.push_str("No dispatch session jobs found.\n");
+    }
+    if !r.stale.is_empty() {
+        out.push_str("stale sessions (the job is gone; the record is not):\n");
+        for s in &r.stale {
+            let key = SessionKey::new(&s.mirror, &s.target);
+            out.push_str(&format!(
+                "  {}  -> {}   {}\n",
+                s.session,
+                s.job_id.map_or("-".into(), |j| j.to_string()),
+                command_for("release", &key)
+            ));
+        }
+    }
+    if !r.unknown.is_empty() {
+        out.push_str("sessions whose job cannot be told (never called stale):\n");
+        for s in &r.unknown {
+            out.push_str(&format!(
+                "  {}  -> {}   {}\n",
+                s.session,
+                s.job_id.map_or("-".into(), |j| j.to_string()),
+                s.reason.as_deref().unwrap_or("")
+            ));
+        }
+    }
+    for e in &r.errors {
+        out.push_str(&format!("! {e}\n"));
+    }
+    out
+}

@@ -1,0 +1,324 @@
+//! `dispatch session launch|release|renew|attach` and `dispatch sessions`.
+//!
+//! Every Slurm effect is bracketed: a durable intent event, the effect, an outcome event.
+//! Commands on one mirror are serialized by a lock on its token (every session that can hold
+//! a job of that name shares it), so two launches cannot both decide to submit.
+
+pub mod attach;
+pub mod launch;
+pub mod release;
+pub mod renew;
+pub mod report;
+mod script;
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fs2::FileExt;
+
+use crate::config::{sanitize_token, Config, ConfigError, Target};
+use crate::event::Event;
+use crate::journal::{self, Committed, JournalError, Options, Writer};
+use crate::policy::session::{listing_of, plan_adoption, Adoption, Listing, Passed, Pins};
+use crate::slurm::{JobId, JobName, JobQuery, Scheduler};
+use crate::state::session::{Session, SessionKey};
+use crate::state::State;
+use crate::statedir::StateDirError;
+
+/// Sessions a journal may hold at once; a launch of a new session past it is refused.
+pub const MAX_SESSIONS: usize = 10_000;
+
+/// How long to wait, and how often to look.
+#[derive(Clone, Copy, Debug)]
+pub struct Waits {
+    /// First pause between polls; it doubles up to `poll_max`.
+    pub poll_first: Duration,
+    pub poll_max: Duration,
+    /// How long a launch waits for its job to be RUNNING.
+    pub run_budget: Duration,
+    /// How long a release waits for squeue to show the cancelled job gone.
+    pub gone_budget: Duration,
+    /// Consecutive failed polls after which a launch stops and reports the outcome unknown.
+    pub unknown_polls: u32,
+}
+
+impl Default for Waits {
+    fn default() -> Self {
+        Waits {
+            poll_first: Duration::from_millis(250),
+            poll_max: Duration::from_secs(15),
+            run_budget: Duration::from_secs(600),
+            gone_budget: Duration::from_secs(30),
+            unknown_polls: 3,
+        }
+    }
+}
+
+/// What every session command works with.
+pub struct Env<'a, S> {
+    pub config: &'a Config,
+    pub config_path: &'a Path,
+    pub state_dir: &'a Path,
+    pub slurm: &'a S,
+    pub waits: Waits,
+}
+
+/// Why a session command did not finish; each maps to one exit code (CLI.md).
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// A bad argument or configuration; nothing was done (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A safety check said no; nothing was done (exit 3).
+    #[error("{0}")]
+    Refused(String),
+    /// Failed, and nothing is left unknown (exit 1).
+    #[error("{0}")]
+    Failed(String),
+    /// The outcome of an effect is not known; the intent is recorded (exit 4).
+    #[error("{0}")]
+    Unknown(String),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error(transparent)]
+    StateDir(#[from] StateDirError),
+}
+
+/// A (mirror, target) pair checked against the configuration, before any Slurm call.
+pub struct Resolved<'a> {
+    pub key: SessionKey,
+    pub target: &'a Target,
+    pub token: String,
+    pub job_name: JobName,
+}
+
+impl<S> Env<'_, S> {
+    pub fn resolve(&self, mirror: &str, target: &str) -> Result<Resolved<'_>, SessionError> {
+        if mirror.is_empty() {
+            return Err(SessionError::Usage("the mirror name is empty".into()));
+        }
+        let t = self.config.target(target, self.config_path)?;
+        let token = sanitize_token(mirror);
+        // The config refuses two configured mirrors with one token; a mirror given on the
+        // command line must not slip past that (sucoder's ephemeral-mirror hole).
+        if let Some(other) = self
+            .config
+            .mirrors
+            .keys()
+            .find(|m| m.as_str() != mirror && sanitize_token(m) == token)
+        {
+            return Err(SessionError::Refused(format!(
+                "mirror {mirror:?} has the token {token:?}, like the configured mirror {other:?}: \
+                 their jobs would share the name {}{token}. Use {other:?} or rename one",
+                self.config.job_name_prefix
+            )));
+        }
+        let name = self.config.job_name(mirror);
+        let job_name = JobName::new(name.clone())
+            .map_err(|e| SessionError::Usage(format!("job name {name:?}: {e}")))?;
+        Ok(Resolved {
+            key: SessionKey::new(mirror, target),
+            target: t,
+            token,
+            job_name,
+        })
+    }
+
+    /// Every configured target with its pins, in name order.
+    pub fn targets(&self) -> impl Iterator<Item = (&str, Pins<'_>)> + Clone {
+        self.config
+            .targets
+            .iter()
+            .map(|(n, t)| (n.as_str(), Pins::of(t)))
+    }
+
+    pub fn journal_dir(&self) -> PathBuf {
+        crate::statedir::journal_dir(self.state_dir)
+    }
+}
+
+/// The journal as the session commands use it: state loaded once, each append durable before
+/// it returns. The writer (and its lock) is held only for the append itself, so a launch that
+/// polls for minutes does not stop other commands from writing.
+pub struct Book {
+    dir: PathBuf,
+}
+
+impl Book {
+    /// Create the state directory and journal if missing, and load the state.
+    pub fn open(state_dir: &Path) -> Result<(Book, State), SessionError> {
+        crate::statedir::prepare(state_dir)?;
+        let dir = crate::statedir::journal_dir(state_dir);
+        drop(Writer::open(&dir, Options::default())?);
+        let loaded = journal::load(&dir)?;
+        // Snapshots only accelerate loading: a failure is a warning.
+        if let Err(e) = journal::reader::snapshot_if_due(&dir, &loaded) {
+            tracing::warn!("snapshot not written (optional): {e}");
+        }
+        Ok((Book { dir }, loaded.state))
+    }
+
+    pub fn append(&self, event: Event) -> Result<Committed, JournalError> {
+        Writer::open(&self.dir, Options::default())?.append_one(event)
+    }
+}
+
+/// Read the state without writing: a missing journal is an empty state.
+pub fn read_state(state_dir: &Path) -> Result<State, SessionError> {
+    crate::statedir::check_owner(state_dir)?;
+    let dir = crate::statedir::journal_dir(state_dir);
+    match journal::load(&dir) {
+        Ok(l) => Ok(l.state),
+        Err(JournalError::Missing(_)) => Ok(State::default()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// An exclusive lock on one mirror's token, held while a command decides and acts.
+pub struct TokenLock {
+    _file: File,
+}
+
+impl TokenLock {
+    pub fn take(state_dir: &Path, token: &str) -> Result<TokenLock, SessionError> {
+        let dir = state_dir.join("sessions").join("locks");
+        journal::writer::create_private_dir(&dir)?;
+        let path = dir.join(format!("{token}.lock"));
+        let io = |source| {
+            SessionError::Journal(JournalError::Io {
+                path: path.clone(),
+                what: "lock session".into(),
+                source,
+            })
+        };
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io)?;
+        if file.try_lock_exclusive().is_err() {
+            tracing::warn!(
+                "another dispatch command is working on mirror token {token:?}; waiting for it"
+            );
+            file.lock_exclusive().map_err(io)?;
+        }
+        Ok(TokenLock { _file: file })
+    }
+}
+
+/// The session, if the state has it.
+pub fn session<'s>(state: &'s State, key: &SessionKey) -> Option<&'s Session> {
+    state.sessions.get(key)
+}
+
+/// Another session (another mirror) already known under this token: their jobs would share a
+/// name and adopt each other's.
+pub fn token_clash(state: &State, r: &Resolved) -> Result<(), SessionError> {
+    if let Some(other) = state
+        .sessions
+        .sessions
+        .keys()
+        .find(|k| k.mirror != r.key.mirror && sanitize_token(&k.mirror) == r.token)
+    {
+        return Err(SessionError::Refused(format!(
+            "mirror {:?} has the token {:?}, like mirror {:?} of session {other}: their jobs \
+             would share the name {}. Release that session first, or use its mirror name",
+            r.key.mirror, r.token, other.mirror, r.job_name
+        )));
+    }
+    Ok(())
+}
+
+/// The result of `squeue --me --name=<job name>` for one launch.
+pub struct NameProbe {
+    pub plan: Option<Adoption>,
+    /// Why the probe gave nothing usable, if it did not.
+    pub failed: Option<String>,
+    pub notes: Vec<String>,
+}
+
+/// Probe by name and decide what to adopt. Never fails: a failed probe is reported and the
+/// caller decides whether that may block.
+pub async fn name_probe<S: Scheduler>(
+    env: &Env<'_, S>,
+    r: &Resolved<'_>,
+    exclude: &[JobId],
+) -> NameProbe {
+    let answer = env
+        .slurm
+        .list_jobs(&JobQuery::mine_named(r.job_name.clone()))
+        .await;
+    let mut probe = NameProbe {
+        plan: None,
+        failed: None,
+        notes: Vec::new(),
+    };
+    let rows = match listing_of(answer) {
+        Listing::Answered { rows, bad_lines } => {
+            if !bad_lines.is_empty() {
+                probe.failed = Some(format!(
+                    "squeue printed lines dispatch could not parse: {bad_lines:?}"
+                ));
+            }
+            // squeue --name matches exactly, but a listing is only trusted as far as it goes.
+            rows.into_iter()
+                .filter(|row| row.name == r.job_name.as_str())
+                .collect::<Vec<_>>()
+        }
+        Listing::Failed(e) => {
+            probe.failed = Some(e);
+            return probe;
+        }
+    };
+    let plan = plan_adoption(&rows, &r.key.target, env.targets(), exclude);
+    for seen in plan.passed() {
+        let placed = [
+            Some(seen.partition.as_str()),
+            seen.account.as_deref(),
+            seen.qos.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("/");
+        let note = match seen.passed.as_ref() {
+            Some(Passed::OtherTarget(other)) => format!(
+                "mirror {:?} also has Slurm job {} ({}) on {placed} -- a different target ({}); \
+                 it does not block a job for {}",
+                r.key.mirror,
+                seen.id,
+                seen.state,
+                other.as_deref().unwrap_or("no configured target claims it"),
+                r.key.target
+            ),
+            Some(Passed::NotPlain) => format!(
+                "Slurm job {} ({}) is named {} but is not a plain job id; never adopted",
+                seen.id, seen.state, r.job_name
+            ),
+            Some(Passed::OlderMatch) => format!(
+                "more than one live job matches {}: {} ({}) is not adopted; \
+                 `dispatch sessions` lists it, `scancel {}` removes it",
+                r.key, seen.id, seen.state, seen.id
+            ),
+            Some(Passed::Excluded) | Some(Passed::Ended) | None => continue,
+        };
+        probe.notes.push(note);
+    }
+    probe.plan = Some(plan);
+    probe
+}
+
+/// `dispatch session … MIRROR -T TARGET`, for messages.
+pub fn command_for(verb: &str, key: &SessionKey) -> String {
+    format!(
+        "dispatch session {verb} {} -T {}",
+        script::shell_quote(&key.mirror),
+        script::shell_quote(&key.target)
+    )
+}

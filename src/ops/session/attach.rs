@@ -1,0 +1,92 @@
+//! `dispatch session attach`: the argv of `srun --jobid=J --overlap --pty CMD` for a session
+//! whose job runs. The CLI execs it; nothing is written.
+
+use std::ffi::OsString;
+
+use super::{command_for, read_state, session, Env, SessionError};
+use crate::policy::session::{probe_of, Probe};
+use crate::slurm::{JobId, JobQuery, JobState, Scheduler};
+
+#[derive(Clone, Debug)]
+pub struct AttachPlan {
+    pub job: JobId,
+    pub node: Option<String>,
+    /// Arguments to `srun` (without the program).
+    pub argv: Vec<OsString>,
+}
+
+/// `--jobid=J --overlap --pty CMD...`
+pub fn srun_argv(job: JobId, command: &[String]) -> Vec<OsString> {
+    let mut argv: Vec<OsString> = vec![
+        format!("--jobid={job}").into(),
+        "--overlap".into(),
+        "--pty".into(),
+    ];
+    argv.extend(command.iter().map(OsString::from));
+    argv
+}
+
+/// The shell to attach with when no command is given: `$SHELL -l`, else `bash -l`.
+pub fn default_command(shell: Option<String>) -> Vec<String> {
+    vec![
+        shell
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "bash".into()),
+        "-l".into(),
+    ]
+}
+
+/// Check that the session's job runs and say what to exec. An empty `command` means the
+/// unconfined session's own command, else a login shell.
+pub async fn plan<S: Scheduler>(
+    env: &Env<'_, S>,
+    mirror: &str,
+    target: &str,
+    command: &[String],
+    shell: Option<String>,
+) -> Result<AttachPlan, SessionError> {
+    let r = env.resolve(mirror, target)?;
+    let state = read_state(env.state_dir)?;
+    let s = session(&state, &r.key);
+    let Some(job) = s.and_then(|s| s.job_id()) else {
+        return Err(SessionError::Failed(format!(
+            "no Slurm job recorded for session {}. Run `{}`",
+            r.key,
+            command_for("launch", &r.key)
+        )));
+    };
+    let command = if !command.is_empty() {
+        command.to_vec()
+    } else {
+        match s.filter(|s| !s.confined && !s.command.is_empty()) {
+            Some(s) => s.command.clone(),
+            None => default_command(shell),
+        }
+    };
+    match probe_of(&env.slurm.list_jobs(&JobQuery::ids(vec![job])).await, job) {
+        Probe::Live {
+            state: JobState::Running,
+            node,
+        } => Ok(AttachPlan {
+            job,
+            node,
+            argv: srun_argv(job, &command),
+        }),
+        Probe::Live { state, .. } => Err(SessionError::Failed(format!(
+            "Slurm job {job} of session {} is {state}, not running yet; attach once it starts",
+            r.key
+        ))),
+        Probe::Gone { state } => Err(SessionError::Failed(format!(
+            "Slurm job {job} of session {} is {} -- the allocation has ended. `{}` clears the \
+             record; `{}` starts a new one",
+            r.key,
+            state.map_or("gone".into(), |s| s.to_string()),
+            command_for("release", &r.key),
+            command_for("launch", &r.key)
+        ))),
+        Probe::Unknown(e) => Err(SessionError::Unknown(format!(
+            "could not check Slurm job {job} of session {}: {e}. Nothing was done; retry",
+            r.key
+        ))),
+    }
+}

@@ -1,0 +1,475 @@
+//! `dispatch session launch`: reuse the recorded job, else adopt a live job of this target
+//! found by name, else submit one. Never two jobs for one session.
+
+use std::time::Instant;
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::{
+    command_for, name_probe, script, session, token_clash, Book, Env, Resolved, SessionError,
+    TokenLock, MAX_SESSIONS,
+};
+use crate::event::Event;
+use crate::failpoint;
+use crate::policy::session::{poll_of, probe_of, Poll, Probe};
+use crate::slurm::{
+    AcctQuery, ActionError, AllocRequest, BatchPayload, BatchRequest, JobId, JobQuery, JobState,
+    MemoryMb, Placement, Scheduler, SlurmDuration,
+};
+use crate::state::session::{
+    SessionAdopted, SessionCleared, SessionJobSubmitted, SessionLaunchIntent, SessionNodeResolved,
+    SessionSubmitFailed,
+};
+
+/// sucoder's default when a target gives no time.
+pub const DEFAULT_TIME: &str = "02:00:00";
+
+#[derive(Clone, Debug, Default)]
+pub struct LaunchRequest {
+    pub mirror: String,
+    pub target: String,
+    /// Do not attach afterwards; a job that is not RUNNING is then fine to reuse.
+    pub detached: bool,
+    pub command: Vec<String>,
+    /// The job this launch replaces (renew): never reused, never adopted.
+    pub replacing: Option<JobId>,
+    /// Wait until the job runs even when it was reused or adopted (renew).
+    pub require_running: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LaunchAction {
+    Submitted,
+    Reused,
+    Adopted,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LaunchReport {
+    pub mirror: String,
+    pub target: String,
+    pub job_id: u32,
+    pub action: LaunchAction,
+    pub node: Option<String>,
+    pub state: String,
+    /// Warnings for stderr (other targets' jobs, several matches, a failed name probe).
+    #[serde(skip)]
+    pub notes: Vec<String>,
+    #[serde(skip)]
+    pub confined: bool,
+    #[serde(skip)]
+    pub command: Vec<String>,
+}
+
+impl LaunchReport {
+    pub fn job(&self) -> JobId {
+        JobId::new(self.job_id).expect("reports carry real job ids")
+    }
+}
+
+/// The sbatch/salloc placement of a target, checked before any Slurm call.
+pub fn placement(env: &Env<'_, impl Sized>, r: &Resolved) -> Result<Placement, SessionError> {
+    let t = r.target;
+    let bad = |key: &str, value: &str, e: String| {
+        SessionError::Config(crate::config::ConfigError::Malformed {
+            path: env.config_path.to_owned(),
+            message: format!("targets.{}.{key} = {value:?}: {e}", r.key.target),
+        })
+    };
+    let time_text = t.time.as_deref().unwrap_or(DEFAULT_TIME);
+    let time = SlurmDuration::parse_request(time_text)
+        .map_err(|e| bad("time", time_text, e.to_string()))?;
+    let mem = t
+        .mem
+        .as_deref()
+        .map(|m| MemoryMb::parse(m).map_err(|e| bad("mem", m, e.to_string())))
+        .transpose()?;
+    let p = Placement {
+        partition: Some(t.partition.clone()),
+        account: Some(t.account.clone()),
+        qos: t.qos.clone(),
+        time: Some(time),
+        nodes: None,
+        cpus_per_task: t.cpus_per_task,
+        mem,
+    };
+    // Build one argv now so a value Slurm would misread fails here, not after the intent.
+    let mut probe = AllocRequest::new(r.job_name.clone());
+    probe.placement = p.clone();
+    probe
+        .argv()
+        .map_err(|e| bad("(placement)", "", e.to_string()))?;
+    Ok(p)
+}
+
+struct Launch<'e, 'a, S> {
+    env: &'e Env<'a, S>,
+    r: Resolved<'e>,
+    book: Book,
+    req: &'e LaunchRequest,
+    notes: Vec<String>,
+}
+
+pub async fn launch<S: Scheduler>(
+    env: &Env<'_, S>,
+    req: &LaunchRequest,
+) -> Result<LaunchReport, SessionError> {
+    let r = env.resolve(&req.mirror, &req.target)?;
+    let placement = placement(env, &r)?;
+    let _lock = TokenLock::take(env.state_dir, &r.token)?;
+    let (book, state) = Book::open(env.state_dir)?;
+    token_clash(&state, &r)?;
+    let existing = session(&state, &r.key).cloned();
+    if existing.is_none() && state.sessions.sessions.len() >= MAX_SESSIONS {
+        return Err(SessionError::Refused(format!(
+            "the journal already holds {MAX_SESSIONS} sessions; release some with \
+             `dispatch session release` before starting {}",
+            r.key
+        )));
+    }
+    let mut l = Launch {
+        env,
+        r,
+        book,
+        req,
+        notes: Vec::new(),
+    };
+    let mut exclude: Vec<JobId> = req.replacing.into_iter().collect();
+
+    // Step 1: the job the record names.
+    if let Some(job) = existing.as_ref().and_then(|s| s.job_id()) {
+        if !exclude.contains(&job) {
+            match l.probe(job).await {
+                Probe::Live { state, node } => {
+                    return l.settle(job, LaunchAction::Reused, state, node).await;
+                }
+                Probe::Gone { state } => {
+                    l.append(Event::SessionCleared(SessionCleared {
+                        session: l.r.key.clone(),
+                        job_id: job,
+                        reason: gone_reason(state.as_ref()),
+                    }))?;
+                    exclude.push(job);
+                }
+                Probe::Unknown(e) => {
+                    return Err(SessionError::Unknown(format!(
+                        "could not verify Slurm job {job} of session {}: {e}. Nothing was \
+                         submitted. Retry, or `{}` to cancel it",
+                        l.r.key,
+                        command_for("release", &l.r.key)
+                    )));
+                }
+            }
+        }
+    }
+
+    // Step 2: a live job of this target, found by name.
+    let may_exist = existing.as_ref().is_some_and(|s| s.may_have_unknown_job());
+    let probe = name_probe(env, &l.r, &exclude).await;
+    l.notes.extend(probe.notes);
+    if let Some(seen) = probe.plan.as_ref().and_then(|p| p.adopted()) {
+        let job = seen.job_id.expect("only plain ids are adopted");
+        l.append(Event::SessionAdopted(SessionAdopted {
+            session: l.r.key.clone(),
+            job_id: job,
+            how: "name_probe".into(),
+            state: seen.state.to_string(),
+            partition: seen.partition.clone(),
+            account: seen.account.clone(),
+            qos: seen.qos.clone(),
+            replacing: req.replacing,
+        }))?;
+        failpoint::hit("session-after-adopt");
+        return l
+            .settle(
+                job,
+                LaunchAction::Adopted,
+                seen.state.clone(),
+                seen.node.clone(),
+            )
+            .await;
+    }
+    if let Some(why) = probe.failed {
+        if may_exist {
+            // The record knows a job may exist that only this probe could find: submitting now
+            // could make a second one. This is the record-keyed rule of step 1, not the
+            // fail-open safety net.
+            return Err(SessionError::Unknown(format!(
+                "an earlier submission for {} may have created a job, and the name probe that \
+                 would find it failed ({why}). Nothing was submitted. Retry `{}`, or find it \
+                 with `squeue --me --name={}`",
+                l.r.key,
+                command_for("launch", &l.r.key),
+                l.r.job_name
+            )));
+        }
+        l.notes.push(format!(
+            "the name probe failed ({why}); a failed probe does not block, submitting"
+        ));
+    }
+
+    // Step 3: submit.
+    l.submit(placement).await
+}
+
+fn gone_reason(state: Option<&JobState>) -> String {
+    match state {
+        Some(s) => format!("squeue: {s}"),
+        None => "squeue: no such job".into(),
+    }
+}
+
+impl<S: Scheduler> Launch<'_, '_, S> {
+    fn append(&self, event: Event) -> Result<(), SessionError> {
+        self.book.append(event)?;
+        Ok(())
+    }
+
+    async fn probe(&self, job: JobId) -> Probe {
+        probe_of(
+            &self.env.slurm.list_jobs(&JobQuery::ids(vec![job])).await,
+            job,
+        )
+    }
+
+    fn report(
+        self,
+        job: JobId,
+        action: LaunchAction,
+        state: JobState,
+        node: Option<String>,
+    ) -> LaunchReport {
+        LaunchReport {
+            mirror: self.r.key.mirror.clone(),
+            target: self.r.key.target.clone(),
+            job_id: job.get(),
+            action,
+            node,
+            state: state.to_string(),
+            notes: self.notes,
+            confined: self.r.target.confined,
+            command: self.req.command.clone(),
+        }
+    }
+
+    /// A reused or adopted job: record its node, and refuse to attach to one that does not run.
+    async fn settle(
+        self,
+        job: JobId,
+        action: LaunchAction,
+        state: JobState,
+        node: Option<String>,
+    ) -> Result<LaunchReport, SessionError> {
+        if self.req.require_running && node.is_none() {
+            let (state, node) = self.wait_running(job).await?;
+            return Ok(self.report(job, action, state, Some(node)));
+        }
+        if let Some(n) = &node {
+            self.record_node(job, n)?;
+        }
+        if !self.req.detached && state != JobState::Running {
+            return Err(SessionError::Failed(format!(
+                "Slurm job {job} of session {} is {state} (queued, not yet running); nothing \
+                 was submitted. Attach once it starts: `{}`",
+                self.r.key,
+                command_for("attach", &self.r.key)
+            )));
+        }
+        Ok(self.report(job, action, state, node))
+    }
+
+    fn record_node(&self, job: JobId, node: &str) -> Result<(), SessionError> {
+        self.append(Event::SessionNodeResolved(SessionNodeResolved {
+            session: self.r.key.clone(),
+            job_id: job,
+            node: node.to_owned(),
+        }))
+    }
+
+    async fn submit(self, placement: Placement) -> Result<LaunchReport, SessionError> {
+        let key = self.r.key.clone();
+        let confined = self.r.target.confined;
+        let submission_id = Uuid::new_v4();
+        let (script_path, log) = script::paths(self.env.state_dir, &self.r.token, &key.target);
+        if confined {
+            let workdir = self
+                .env
+                .config
+                .mirrors
+                .get(&key.mirror)
+                .and_then(|m| m.path.as_deref());
+            let body = script::body(&key, workdir, &self.req.command);
+            script::stage(&script_path, &log, &body)?;
+        }
+        self.append(Event::SessionLaunchIntent(SessionLaunchIntent {
+            session: key.clone(),
+            submission_id,
+            job_name: self.r.job_name.to_string(),
+            confined,
+            command: self.req.command.clone(),
+            replacing: self.req.replacing,
+        }))?;
+        failpoint::hit("session-after-launch-intent");
+        let result = if confined {
+            let mut req = BatchRequest::new(
+                self.r.job_name.clone(),
+                BatchPayload::Script {
+                    path: script_path,
+                    args: Vec::new(),
+                },
+            );
+            req.placement = placement;
+            req.output = Some(log);
+            req.extra = vec!["--no-requeue".into()];
+            self.env.slurm.submit_batch(&req).await.map(|s| s.job_id)
+        } else {
+            let mut req = AllocRequest::new(self.r.job_name.clone());
+            req.placement = placement;
+            // salloc then gives up (and cancels its own queued job) within the launch's wait.
+            req.immediate_secs = Some(self.env.waits.run_budget.as_secs().clamp(1, 3600) as u32);
+            self.env.slurm.allocate(&req).await.map(|a| a.job_id)
+        };
+        failpoint::hit("session-after-submit");
+        let program = if confined { "sbatch" } else { "salloc" };
+        let job = match result {
+            Ok(job) => job,
+            Err(e) => return Err(self.submit_failed(submission_id, program, e)),
+        };
+        if let Err(e) = self.append(Event::SessionJobSubmitted(SessionJobSubmitted {
+            session: key.clone(),
+            submission_id,
+            job_id: job,
+        })) {
+            return Err(SessionError::Unknown(format!(
+                "{program} created Slurm job {job} for {key}, but recording it failed: {e}. \
+                 The next `{}` finds it by name; to remove it instead: `scancel {job}`",
+                command_for("launch", &key)
+            )));
+        }
+        failpoint::hit("session-after-job-recorded");
+        let (state, node) = self.wait_running(job).await?;
+        Ok(self.report(job, LaunchAction::Submitted, state, Some(node)))
+    }
+
+    fn submit_failed(&self, submission_id: Uuid, program: &str, e: ActionError) -> SessionError {
+        let key = &self.r.key;
+        let (may_exist, job_hint, reason) = match &e {
+            ActionError::Unknown { error, job_hint } => (true, *job_hint, error.to_string()),
+            ActionError::Invalid(_) | ActionError::Local(_) => (false, None, e.to_string()),
+        };
+        let event = Event::SessionSubmitFailed(SessionSubmitFailed {
+            session: key.clone(),
+            submission_id,
+            may_exist,
+            job_hint,
+            reason: reason.clone(),
+        });
+        if let Err(j) = self.append(event) {
+            return SessionError::Unknown(format!(
+                "{program} failed ({reason}) and recording that failed too ({j}); a job MAY \
+                 have been submitted: `squeue --me --name={}`",
+                self.r.job_name
+            ));
+        }
+        if may_exist {
+            let hint = job_hint
+                .map(|j| format!(" (Slurm mentioned job {j})"))
+                .unwrap_or_default();
+            SessionError::Unknown(format!(
+                "{program} failed for {key}: {reason}. A job MAY have been submitted{hint}: the \
+                 next `{}` finds it by name and adopts it; `dispatch sessions` lists it; \
+                 `scancel --me --name={}` removes it",
+                command_for("launch", key),
+                self.r.job_name
+            ))
+        } else {
+            SessionError::Failed(format!(
+                "{program} was not run for {key}: {reason}. No job was submitted"
+            ))
+        }
+    }
+
+    /// Poll until the job runs on a node, within the budget. The id is already durable.
+    async fn wait_running(&self, job: JobId) -> Result<(JobState, String), SessionError> {
+        let waits = self.env.waits;
+        let started = Instant::now();
+        let mut pause = waits.poll_first;
+        let mut unknown_in_a_row = 0;
+        let mut last = JobState::Pending;
+        let key = &self.r.key;
+        loop {
+            let answer = self.env.slurm.list_jobs(&JobQuery::ids(vec![job])).await;
+            match poll_of(&answer, job) {
+                Poll::Running(node) => {
+                    self.record_node(job, &node)?;
+                    return Ok((JobState::Running, node));
+                }
+                Poll::Waiting(state) => {
+                    unknown_in_a_row = 0;
+                    last = state;
+                }
+                Poll::Ended(state) => {
+                    let state = match state {
+                        Some(s) => s.to_string(),
+                        None => self.accounting_state(job).await,
+                    };
+                    return Err(SessionError::Failed(format!(
+                        "Slurm job {job} of {key} ended before it ran on a node (sacct state: \
+                         {state}). It stays recorded; its output: {}. `{}` submits a new one",
+                        self.log_hint(job),
+                        command_for("launch", key)
+                    )));
+                }
+                Poll::Unknown(e) => {
+                    unknown_in_a_row += 1;
+                    if unknown_in_a_row >= waits.unknown_polls {
+                        return Err(SessionError::Unknown(format!(
+                            "could not poll Slurm job {job} of {key}: {e}. It is recorded: \
+                             `{}` once it runs, or `{}` to cancel it",
+                            command_for("attach", key),
+                            command_for("release", key)
+                        )));
+                    }
+                }
+            }
+            if started.elapsed() >= waits.run_budget {
+                return Err(SessionError::Failed(format!(
+                    "Slurm job {job} of {key} still {last} after ~{} s. It is recorded: `{}` \
+                     once it runs, or `{}` to cancel it",
+                    waits.run_budget.as_secs(),
+                    command_for("attach", key),
+                    command_for("release", key)
+                )));
+            }
+            tokio::time::sleep(pause.min(waits.run_budget.saturating_sub(started.elapsed()))).await;
+            pause = (pause * 2).min(waits.poll_max);
+        }
+    }
+
+    async fn accounting_state(&self, job: JobId) -> String {
+        let since = chrono::Local::now().naive_local() - chrono::Duration::days(2);
+        let answer = self
+            .env
+            .slurm
+            .accounting(&AcctQuery {
+                jobs: vec![job],
+                since,
+            })
+            .await;
+        answer
+            .live()
+            .and_then(|rows| rows.into_iter().find(|r| r.job_id() == Some(job)))
+            .map(|r| r.state.to_string())
+            .unwrap_or_else(|| "?".into())
+    }
+
+    fn log_hint(&self, job: JobId) -> String {
+        if !self.r.target.confined {
+            return "(salloc jobs keep no log)".into();
+        }
+        let (_, log) = script::paths(self.env.state_dir, &self.r.token, &self.r.key.target);
+        log.to_string_lossy().replace("%j", &job.to_string())
+    }
+}

@@ -1,0 +1,275 @@
+//! `dispatch session release`: detach when another session holds the same job, otherwise
+//! cancel it, and forget it only once scancel succeeded.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::{command_for, name_probe, session, Book, Env, SessionError, TokenLock};
+use crate::event::Event;
+use crate::failpoint;
+use crate::policy::session::{probe_of, Probe};
+use crate::slurm::{ActionError, JobId, JobQuery, Scheduler};
+use crate::state::session::{
+    SessionAdopted, SessionCancelFailed, SessionCancelIntent, SessionDetached, SessionKey,
+    SessionReleased, SessionSubmitFailed,
+};
+use crate::state::State;
+
+/// What a release would do, for the prompt.
+#[derive(Clone, Debug)]
+pub struct ReleasePlan {
+    pub key: SessionKey,
+    pub job: Option<JobId>,
+    pub node: Option<String>,
+    /// Other sessions holding the same job: release then only detaches.
+    pub holders: Vec<SessionKey>,
+    /// A submission may have created a job the record cannot name; release looks it up by
+    /// name first.
+    pub may_exist: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReleaseAction {
+    Nothing,
+    Detached,
+    Released,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ReleaseReport {
+    pub mirror: String,
+    pub target: String,
+    pub action: ReleaseAction,
+    pub job_id: Option<u32>,
+    pub holders: Vec<String>,
+    /// What showed the job ended (or that it is not confirmed yet).
+    pub proof: Option<String>,
+    #[serde(skip)]
+    pub notes: Vec<String>,
+}
+
+fn plan_of(state: &State, key: SessionKey) -> ReleasePlan {
+    let s = session(state, &key);
+    let job = s.and_then(|s| s.job_id());
+    ReleasePlan {
+        holders: job
+            .map(|j| state.sessions.holders(j, Some(&key)))
+            .unwrap_or_default(),
+        node: s.and_then(|s| s.job.as_ref()).and_then(|j| j.node.clone()),
+        may_exist: s.is_some_and(|s| s.may_have_unknown_job()),
+        job,
+        key,
+    }
+}
+
+/// Read-only: what `release` would do now.
+pub fn plan<S>(env: &Env<'_, S>, mirror: &str, target: &str) -> Result<ReleasePlan, SessionError> {
+    let r = env.resolve(mirror, target)?;
+    let state = super::read_state(env.state_dir)?;
+    Ok(plan_of(&state, r.key))
+}
+
+/// Release. `expected` is the job the user agreed to (from [`plan`]); if the session holds
+/// another by now, nothing is done.
+pub async fn release<S: Scheduler>(
+    env: &Env<'_, S>,
+    mirror: &str,
+    target: &str,
+    expected: Option<JobId>,
+) -> Result<ReleaseReport, SessionError> {
+    let r = env.resolve(mirror, target)?;
+    let _lock = TokenLock::take(env.state_dir, &r.token)?;
+    let (book, state) = Book::open(env.state_dir)?;
+    let mut plan = plan_of(&state, r.key.clone());
+    let mut notes = Vec::new();
+    if plan.job != expected {
+        return Err(SessionError::Failed(format!(
+            "session {} changed while you were asked (it now holds {}); nothing was done. \
+             Run `{}` again",
+            r.key,
+            plan.job.map_or("no job".into(), |j| format!("job {j}")),
+            command_for("release", &r.key)
+        )));
+    }
+    if plan.job.is_none() && plan.may_exist {
+        // Resolve the ambiguous submission by name, as a launch would, before saying "nothing".
+        let probe = name_probe(env, &r, &[]).await;
+        notes.extend(probe.notes);
+        match (probe.plan.as_ref().and_then(|p| p.adopted()), probe.failed) {
+            (Some(seen), _) => {
+                let job = seen.job_id.expect("only plain ids are adopted");
+                book.append(Event::SessionAdopted(SessionAdopted {
+                    session: r.key.clone(),
+                    job_id: job,
+                    how: "name_probe".into(),
+                    state: seen.state.to_string(),
+                    partition: seen.partition.clone(),
+                    account: seen.account.clone(),
+                    qos: seen.qos.clone(),
+                    replacing: None,
+                }))?;
+                notes.push(format!(
+                    "found job {job} of an earlier ambiguous submission by name; releasing it"
+                ));
+                plan.job = Some(job);
+                plan.holders = state.sessions.holders(job, Some(&r.key));
+            }
+            (None, Some(why)) => {
+                return Err(SessionError::Unknown(format!(
+                    "an earlier submission for {} may have created a job, and the name probe \
+                     failed ({why}); nothing was done. Retry, or `squeue --me --name={}`",
+                    r.key, r.job_name
+                )));
+            }
+            (None, None) => {
+                let sub = session(&state, &r.key).and_then(|s| s.submission.clone());
+                if let Some(sub) = sub {
+                    book.append(Event::SessionSubmitFailed(SessionSubmitFailed {
+                        session: r.key.clone(),
+                        submission_id: sub.submission_id,
+                        may_exist: false,
+                        job_hint: sub.job_hint,
+                        reason: "the name probe found no job of this target".into(),
+                    }))?;
+                }
+            }
+        }
+    }
+    let Some(job) = plan.job else {
+        return Ok(ReleaseReport {
+            mirror: r.key.mirror,
+            target: r.key.target,
+            action: ReleaseAction::Nothing,
+            job_id: None,
+            holders: Vec::new(),
+            proof: None,
+            notes,
+        });
+    };
+    let holders: Vec<String> = plan.holders.iter().map(SessionKey::to_string).collect();
+    if !holders.is_empty() {
+        book.append(Event::SessionDetached(SessionDetached {
+            session: r.key.clone(),
+            job_id: job,
+            holders: holders.clone(),
+        }))?;
+        return Ok(ReleaseReport {
+            mirror: r.key.mirror,
+            target: r.key.target,
+            action: ReleaseAction::Detached,
+            job_id: Some(job.get()),
+            holders,
+            proof: None,
+            notes,
+        });
+    }
+    let cancelled = cancel(env, &book, &r.key, job).await?;
+    notes.extend(cancelled.notes);
+    Ok(ReleaseReport {
+        mirror: r.key.mirror,
+        target: r.key.target,
+        action: ReleaseAction::Released,
+        job_id: Some(job.get()),
+        holders,
+        proof: Some(cancelled.proof),
+        notes,
+    })
+}
+
+pub struct Cancelled {
+    pub proof: String,
+    pub notes: Vec<String>,
+}
+
+/// `scancel J`, bracketed, then a bounded wait for squeue to show it gone. The session forgets
+/// the job only when scancel succeeded; a failure leaves the record as it was.
+pub async fn cancel<S: Scheduler>(
+    env: &Env<'_, S>,
+    book: &Book,
+    key: &SessionKey,
+    job: JobId,
+) -> Result<Cancelled, SessionError> {
+    book.append(Event::SessionCancelIntent(SessionCancelIntent {
+        session: key.clone(),
+        job_id: job,
+    }))?;
+    failpoint::hit("session-after-cancel-intent");
+    let result = env.slurm.cancel_job(job).await;
+    failpoint::hit("session-after-cancel");
+    let failed = |definite: bool, reason: String| SessionCancelFailed {
+        session: key.clone(),
+        job_id: job,
+        definite,
+        reason,
+    };
+    let retry = command_for("release", key);
+    let report = match result {
+        Ok(report) if report.status.success() => report,
+        Ok(report) => {
+            let reason = format!(
+                "scancel returned {}: {}",
+                report.status,
+                report.stderr.trim()
+            );
+            book.append(Event::SessionCancelFailed(failed(true, reason.clone())))?;
+            return Err(SessionError::Failed(format!(
+                "{reason}. Session {key} still holds job {job}; retry `{retry}`"
+            )));
+        }
+        Err(ActionError::Unknown { error, .. }) => {
+            let reason = error.to_string();
+            book.append(Event::SessionCancelFailed(failed(false, reason.clone())))?;
+            return Err(SessionError::Unknown(format!(
+                "scancel {job} gave no answer ({reason}); the job may or may not be cancelled. \
+                 Session {key} still holds it; retry `{retry}`"
+            )));
+        }
+        Err(e) => {
+            let reason = e.to_string();
+            book.append(Event::SessionCancelFailed(failed(true, reason.clone())))?;
+            return Err(SessionError::Failed(format!(
+                "scancel {job} was not run: {reason}. Session {key} still holds it"
+            )));
+        }
+    };
+    let mut notes = Vec::new();
+    if !report.stderr.trim().is_empty() {
+        notes.push(format!("scancel: {}", report.stderr.trim()));
+    }
+    let proof = prove_gone(env, job).await;
+    if proof.starts_with("unconfirmed") {
+        notes.push(format!(
+            "job {job} accepted the cancel but is not shown gone yet ({proof}); \
+             `dispatch sessions` lists it until it is"
+        ));
+    }
+    book.append(Event::SessionReleased(SessionReleased {
+        session: key.clone(),
+        job_id: job,
+        proof: proof.clone(),
+    }))?;
+    Ok(Cancelled { proof, notes })
+}
+
+async fn prove_gone<S: Scheduler>(env: &Env<'_, S>, job: JobId) -> String {
+    let started = Instant::now();
+    let mut pause = env.waits.poll_first;
+    loop {
+        let last = match probe_of(&env.slurm.list_jobs(&JobQuery::ids(vec![job])).await, job) {
+            Probe::Gone { state: Some(s) } => return format!("squeue: {s}"),
+            Probe::Gone { state: None } => return "squeue: no such job".into(),
+            Probe::Live { state, .. } => format!("still {state}"),
+            Probe::Unknown(e) => format!("squeue failed: {e}"),
+        };
+        if started.elapsed() >= env.waits.gone_budget {
+            return format!(
+                "unconfirmed after {} s: {last}",
+                env.waits.gone_budget.as_secs()
+            );
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(env.waits.poll_max);
+    }
+}

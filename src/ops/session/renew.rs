@@ -1,0 +1,160 @@
+//! `dispatch session renew`: keep a session's job alive across its time limit. Hold while the
+//! job is fine (or its state is unknown), start a replacement while it drains, start a new one
+//! when it is lost; cancel the old job only after the new one runs.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::launch::{launch, LaunchRequest};
+use super::release::cancel;
+use super::{command_for, read_state, session, Book, Env, SessionError, TokenLock};
+use crate::policy::session::renew::{decide, Action, Backoff};
+use crate::policy::session::{probe_of, Probe};
+use crate::slurm::{JobId, JobQuery, Scheduler};
+
+#[derive(Clone, Debug)]
+pub struct RenewSettings {
+    pub drain_minutes: u64,
+    pub poll: Duration,
+    /// `--once` is 1.
+    pub max_iterations: Option<u64>,
+    pub backoff: Backoff,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RenewReport {
+    pub mirror: String,
+    pub target: String,
+    /// The job the session holds at the end.
+    pub job_id: u32,
+    pub iterations: u64,
+    pub relaunched: Vec<u32>,
+    pub cancelled: Vec<u32>,
+    pub failed_relaunches: u64,
+}
+
+pub async fn renew<S: Scheduler>(
+    env: &Env<'_, S>,
+    mirror: &str,
+    target: &str,
+    settings: &RenewSettings,
+    progress: &mut dyn FnMut(String),
+) -> Result<RenewReport, SessionError> {
+    let r = env.resolve(mirror, target)?;
+    let key = r.key.clone();
+    let state = read_state(env.state_dir)?;
+    let Some(mut job) = session(&state, &key).and_then(|s| s.job_id()) else {
+        return Err(SessionError::Failed(format!(
+            "no live session {key} to renew: start one with `{}`",
+            command_for("launch", &key)
+        )));
+    };
+    let command = session(&state, &key)
+        .map(|s| s.command.clone())
+        .unwrap_or_default();
+    let mut report = RenewReport {
+        mirror: key.mirror.clone(),
+        target: key.target.clone(),
+        job_id: job.get(),
+        ..RenewReport::default()
+    };
+    let mut backoff = settings.backoff.clone();
+    loop {
+        if settings
+            .max_iterations
+            .is_some_and(|m| report.iterations >= m)
+        {
+            break;
+        }
+        report.iterations += 1;
+        let answer = env.slurm.list_jobs(&JobQuery::ids(vec![job])).await;
+        let left = answer
+            .job(job)
+            .live()
+            .and_then(|row| row.time_left.as_secs());
+        let probe = probe_of(&answer, job);
+        let action = decide(&probe, left, settings.drain_minutes);
+        let last = settings.max_iterations == Some(report.iterations);
+        let pause = match action {
+            Action::Hold => {
+                if let Probe::Unknown(e) = &probe {
+                    progress(format!("job {job}: state unknown ({e}); holding"));
+                } else {
+                    backoff.reset();
+                }
+                settings.poll
+            }
+            Action::RelaunchDraining | Action::RelaunchLost => {
+                let draining = action == Action::RelaunchDraining;
+                progress(if draining {
+                    format!(
+                        "job {job} ends within {} min; starting its replacement",
+                        settings.drain_minutes
+                    )
+                } else {
+                    format!("job {job} is gone; starting a new one")
+                });
+                let req = LaunchRequest {
+                    mirror: key.mirror.clone(),
+                    target: key.target.clone(),
+                    detached: true,
+                    command: command.clone(),
+                    replacing: draining.then_some(job),
+                    require_running: true,
+                };
+                match launch(env, &req).await {
+                    Ok(new) if new.job() == job => {
+                        return Err(SessionError::Failed(format!(
+                            "the relaunch of {key} returned job {job}, the job it replaces; \
+                             nothing was cancelled"
+                        )));
+                    }
+                    Ok(new) => {
+                        let new_job = new.job();
+                        report.relaunched.push(new_job.get());
+                        progress(format!("{key}: job {new_job} runs ({:?})", new.action));
+                        if draining {
+                            match cancel_old(env, &r.token, &key, job).await {
+                                Ok(()) => report.cancelled.push(job.get()),
+                                Err(e) => progress(format!(
+                                    "cancelling the replaced job {job} failed: {e}; \
+                                     `dispatch sessions` flags it, `scancel {job}` removes it"
+                                )),
+                            }
+                        }
+                        job = new_job;
+                        report.job_id = job.get();
+                        backoff.reset();
+                        settings.poll
+                    }
+                    Err(e) => {
+                        report.failed_relaunches += 1;
+                        let delay = backoff.next_delay();
+                        progress(format!(
+                            "relaunch of {key} failed: {e}; keeping job {job}, retrying in {} s",
+                            delay.as_secs()
+                        ));
+                        delay
+                    }
+                }
+            }
+        };
+        if last {
+            break;
+        }
+        tokio::time::sleep(pause).await;
+    }
+    Ok(report)
+}
+
+async fn cancel_old<S: Scheduler>(
+    env: &Env<'_, S>,
+    token: &str,
+    key: &crate::state::session::SessionKey,
+    job: JobId,
+) -> Result<(), SessionError> {
+    let _lock = TokenLock::take(env.state_dir, token)?;
+    let (book, _) = Book::open(env.state_dir)?;
+    cancel(env, &book, key, job).await.map(|_| ())
+}

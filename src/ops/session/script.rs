@@ -1,0 +1,122 @@
+//! The batch script a confined session's sbatch runs, and the shell quoting it needs.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::journal::JournalError;
+use crate::state::session::SessionKey;
+
+/// One shell word that the shell reads back as exactly `s`.
+pub fn shell_quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:@%+,".contains(c));
+    if plain {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// What the job runs: the command, or (without one) a keeper that holds the allocation until
+/// its time limit or `session release`, for `session attach` to step into.
+pub fn body(key: &SessionKey, workdir: Option<&Path>, command: &[String]) -> String {
+    let mut s = String::from("#!/bin/bash\n");
+    s.push_str(&format!(
+        "# dispatch session {} (mirror {}, target {}); written by dispatch on each submit\n",
+        key,
+        shell_quote(&key.mirror),
+        shell_quote(&key.target)
+    ));
+    s.push_str("set -u\n");
+    if let Some(dir) = workdir {
+        let d = shell_quote(&dir.to_string_lossy());
+        s.push_str(&format!(
+            "cd {d} || {{ echo \"DISPATCH: cd {d} failed\" >&2; exit 1; }}\n"
+        ));
+    }
+    if command.is_empty() {
+        s.push_str("exec sleep infinity\n");
+    } else {
+        let words: Vec<String> = command.iter().map(|w| shell_quote(w)).collect();
+        s.push_str(&format!("exec {}\n", words.join(" ")));
+    }
+    s
+}
+
+/// Paths of a session's script and Slurm log (`%j` is Slurm's, left literal).
+pub fn paths(state_dir: &Path, token: &str, target: &str) -> (PathBuf, PathBuf) {
+    let dir = state_dir.join("sessions");
+    let target = crate::config::sanitize_token(target);
+    (
+        dir.join("scripts")
+            .join(format!("job-{token}--{target}.sh")),
+        dir.join("logs").join(format!("job-{token}-%j.out")),
+    )
+}
+
+/// Write the script atomically (temp file, fsync, rename), owner-only and executable, and
+/// create the log directory. A failure here happens before any job exists.
+pub fn stage(script: &Path, log: &Path, body: &str) -> Result<(), JournalError> {
+    let io = |path: &Path, what: &str| {
+        let path = path.to_owned();
+        let what = what.to_owned();
+        move |source| JournalError::Io { path, what, source }
+    };
+    for dir in [script.parent(), log.parent()].into_iter().flatten() {
+        crate::journal::writer::create_private_dir(dir)?;
+    }
+    let tmp = script.with_extension(format!("sh.tmp-{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o700)
+            .open(&tmp)
+            .map_err(io(&tmp, "write batch script"))?;
+        f.write_all(body.as_bytes())
+            .and_then(|()| f.sync_all())
+            .map_err(io(&tmp, "write batch script"))?;
+        std::fs::rename(&tmp, script).map_err(io(script, "install batch script"))
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("sleep"), "sleep");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("$(id)"), "'$(id)'");
+    }
+
+    #[test]
+    fn the_script_runs_the_command_word_for_word() {
+        let key = SessionKey::new("K Agg", "htc");
+        let b = body(
+            &key,
+            Some(Path::new("/src/k agg")),
+            &["python3".into(), "-c".into(), "print('hi')".into()],
+        );
+        assert!(b.starts_with("#!/bin/bash\n"), "{b}");
+        assert!(b.contains("cd '/src/k agg' ||"), "{b}");
+        assert!(
+            b.ends_with("exec python3 -c 'print('\\''hi'\\'')'\n"),
+            "{b}"
+        );
+        assert!(body(&key, None, &[]).ends_with("exec sleep infinity\n"));
+        let (script, log) = paths(Path::new("/s"), "K_Agg", "a/b");
+        assert_eq!(script, Path::new("/s/sessions/scripts/job-K_Agg--a_b.sh"));
+        assert_eq!(log, Path::new("/s/sessions/logs/job-K_Agg-%j.out"));
+    }
+}

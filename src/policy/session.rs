@@ -1,0 +1,574 @@
+//! Pure decisions for sessions: which target a job belongs to, what a probe proved, which
+//! job (if any) a launch adopts, and what renew does next. No I/O, no clock.
+
+pub mod renew;
+pub mod report;
+
+use crate::slurm::squeue::parse_jobs;
+use crate::slurm::{Answer, JobId, JobRow, JobState, SlurmError};
+
+/// Bad squeue lines kept for a report; the rest are counted.
+pub const BAD_LINES_KEPT: usize = 20;
+
+/// What a target pins. `None` pins nothing (the field neither counts nor disqualifies).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pins<'a> {
+    pub partition: Option<&'a str>,
+    pub account: Option<&'a str>,
+    pub qos: Option<&'a str>,
+}
+
+impl<'a> Pins<'a> {
+    pub fn of(t: &'a crate::config::Target) -> Pins<'a> {
+        let set = |s: &'a str| (!s.is_empty()).then_some(s);
+        Pins {
+            partition: set(&t.partition),
+            account: set(&t.account),
+            qos: t.qos.as_deref().and_then(set),
+        }
+    }
+
+    /// `partition / account / qos`, the parts that are set.
+    pub fn signature(&self) -> String {
+        let parts: Vec<&str> = [self.partition, self.account, self.qos]
+            .into_iter()
+            .flatten()
+            .collect();
+        if parts.is_empty() {
+            "(scheduler defaults)".to_owned()
+        } else {
+            parts.join(" / ")
+        }
+    }
+}
+
+/// Where a job runs, as squeue shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placed<'a> {
+    pub partition: &'a str,
+    pub account: Option<&'a str>,
+    pub qos: Option<&'a str>,
+}
+
+impl<'a> Placed<'a> {
+    pub fn of(row: &'a JobRow) -> Placed<'a> {
+        Placed {
+            partition: &row.partition,
+            account: row.account.as_deref(),
+            qos: row.qos.as_deref(),
+        }
+    }
+}
+
+/// How many of the target's pins the job matches; `None` if a pin disagrees. Slurm stores
+/// account and QOS names in lower case, so those compare without case (the notes' hazard 9:
+/// a mixed-case config would otherwise never match); partitions compare exactly.
+fn score(job: &Placed, pins: &Pins) -> Option<u32> {
+    let mut score = 0;
+    if let Some(p) = pins.partition {
+        if job.partition != p {
+            return None;
+        }
+        score += 1;
+    }
+    for (pin, got) in [(pins.account, job.account), (pins.qos, job.qos)] {
+        if let Some(pin) = pin {
+            if !got.is_some_and(|g| g.eq_ignore_ascii_case(pin)) {
+                return None;
+            }
+            score += 1;
+        }
+    }
+    Some(score)
+}
+
+/// The target a job belongs to: the one whose pins all match and that pins the most. A tie
+/// at the top, or a best score of 0 (a target pinning nothing), gives `None`: a job shown
+/// under no target beats a job filed under the wrong one.
+pub fn match_target<'t>(
+    job: &Placed,
+    targets: impl IntoIterator<Item = (&'t str, Pins<'t>)>,
+) -> Option<&'t str> {
+    let mut best: Option<(u32, &'t str)> = None;
+    let mut tie = false;
+    for (name, pins) in targets {
+        let Some(s) = score(job, &pins).filter(|s| *s > 0) else {
+            continue;
+        };
+        match best {
+            Some((b, _)) if s < b => {}
+            Some((b, _)) if s == b => tie = true,
+            _ => {
+                best = Some((s, name));
+                tie = false;
+            }
+        }
+    }
+    if tie {
+        None
+    } else {
+        best.map(|(_, n)| n)
+    }
+}
+
+/// A listing of jobs (`squeue --me [--name=N]`), with the lines no parser understood.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Listing {
+    Answered {
+        rows: Vec<JobRow>,
+        bad_lines: Vec<String>,
+    },
+    Failed(String),
+}
+
+/// The strict parser refuses a whole answer for one bad line, which is right for a by-id
+/// query. A listing by name or of all our jobs keeps the rows it understands (a parsed row is
+/// proof that job exists) and reports the other lines, which callers must treat as a listing
+/// that may be missing jobs.
+pub fn listing_of(answer: Answer<Vec<JobRow>>) -> Listing {
+    match answer {
+        Answer::Live(rows) => Listing::Answered {
+            rows,
+            bad_lines: Vec::new(),
+        },
+        Answer::Gone => Listing::Answered {
+            rows: Vec::new(),
+            bad_lines: Vec::new(),
+        },
+        Answer::Unknown(SlurmError::Unparsable { stdout, .. }) => {
+            let mut rows = Vec::new();
+            let mut bad_lines = Vec::new();
+            let mut dropped = 0usize;
+            for line in stdout.lines().filter(|l| !l.trim().is_empty()) {
+                match parse_jobs(line) {
+                    Ok(r) => rows.extend(r),
+                    Err(_) if bad_lines.len() < BAD_LINES_KEPT => bad_lines.push(line.to_owned()),
+                    Err(_) => dropped += 1,
+                }
+            }
+            if dropped > 0 {
+                bad_lines.push(format!("… and {dropped} more lines"));
+            }
+            Listing::Answered { rows, bad_lines }
+        }
+        Answer::Unknown(e) => Listing::Failed(e.to_string()),
+    }
+}
+
+/// Is a job in this state still there? Anything not proven over counts as live: the state
+/// words Slurm prints while a job holds (or may again hold) resources, and words we do not
+/// know. COMPLETING is live too: its processes may still run.
+pub fn is_live(state: &JobState) -> bool {
+    !state.is_terminal()
+}
+
+/// What a probe of one recorded job proved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Probe {
+    Live {
+        state: JobState,
+        /// Only for RUNNING jobs: a state word is never taken for a node.
+        node: Option<String>,
+    },
+    /// Proven gone: a successful empty answer, "Invalid job id", or a terminal state.
+    Gone { state: Option<JobState> },
+    /// Slurm did not answer usably; never read as gone.
+    Unknown(String),
+}
+
+pub fn probe_of(answer: &Answer<Vec<JobRow>>, job: JobId) -> Probe {
+    match answer.job(job) {
+        Answer::Live(row) if is_live(&row.state) => Probe::Live {
+            node: running_node(row),
+            state: row.state.clone(),
+        },
+        Answer::Live(row) => Probe::Gone {
+            state: Some(row.state.clone()),
+        },
+        Answer::Gone => Probe::Gone { state: None },
+        Answer::Unknown(e) => Probe::Unknown(e.to_string()),
+    }
+}
+
+/// The node of a RUNNING job, if squeue printed one.
+pub fn running_node(row: &JobRow) -> Option<String> {
+    (row.state == JobState::Running)
+        .then(|| row.node_list.clone())
+        .flatten()
+        .filter(|n| !n.trim().is_empty())
+}
+
+/// Why a name-probe row was not adopted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Passed {
+    /// An array element, het component or anything but a plain job id.
+    NotPlain,
+    /// The job this launch already proved gone, or the one it replaces.
+    Excluded,
+    Ended,
+    /// Another target's job (or nobody's: `None` when no target or several claim it).
+    OtherTarget(Option<String>),
+    /// Matches this target, but a newer job was adopted.
+    OlderMatch,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    /// As squeue printed it (`4242`, `4242_3`).
+    pub id: String,
+    pub job_id: Option<JobId>,
+    pub state: JobState,
+    pub partition: String,
+    pub account: Option<String>,
+    pub qos: Option<String>,
+    /// The node of a RUNNING job.
+    pub node: Option<String>,
+    pub passed: Option<Passed>,
+}
+
+/// What the name probe's rows mean for a launch on `this` target.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Adoption {
+    /// Index into `seen` of the job to adopt.
+    pub adopt: Option<usize>,
+    /// Every row, newest first, with why it was passed over.
+    pub seen: Vec<Seen>,
+}
+
+impl Adoption {
+    pub fn adopted(&self) -> Option<&Seen> {
+        self.adopt.map(|i| &self.seen[i])
+    }
+
+    pub fn passed(&self) -> impl Iterator<Item = &Seen> {
+        self.seen.iter().filter(|s| s.passed.is_some())
+    }
+}
+
+/// Choose the job to adopt among the name probe's rows: the newest live plain job that
+/// belongs to `this` target and is not excluded.
+pub fn plan_adoption<'t>(
+    rows: &[JobRow],
+    this: &str,
+    targets: impl IntoIterator<Item = (&'t str, Pins<'t>)> + Clone,
+    exclude: &[JobId],
+) -> Adoption {
+    let mut sorted: Vec<&JobRow> = rows.iter().collect();
+    // Newest first; rows without a plain id sort by their own job id, they are never adopted.
+    sorted.sort_by_key(|r| std::cmp::Reverse(r.plain_id().unwrap_or(r.job_id)));
+    let mut plan = Adoption::default();
+    for row in sorted {
+        let placed = Placed::of(row);
+        let passed = match row.plain_id() {
+            None => Some(Passed::NotPlain),
+            Some(j) if exclude.contains(&j) => Some(Passed::Excluded),
+            Some(_) if !is_live(&row.state) => Some(Passed::Ended),
+            Some(_) => match match_target(&placed, targets.clone()) {
+                Some(t) if t == this => {
+                    if plan.adopt.is_some() {
+                        Some(Passed::OlderMatch)
+                    } else {
+                        None
+                    }
+                }
+                other => Some(Passed::OtherTarget(other.map(str::to_owned))),
+            },
+        };
+        if passed.is_none() {
+            plan.adopt = Some(plan.seen.len());
+        }
+        plan.seen.push(Seen {
+            id: row.id.to_string(),
+            job_id: row.plain_id(),
+            state: row.state.clone(),
+            partition: row.partition.clone(),
+            account: row.account.clone(),
+            qos: row.qos.clone(),
+            node: running_node(row),
+            passed,
+        });
+    }
+    plan
+}
+
+/// One poll of a freshly submitted job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Poll {
+    Running(String),
+    /// Live but not (yet) running on a known node: wait.
+    Waiting(JobState),
+    Ended(Option<JobState>),
+    Unknown(String),
+}
+
+pub fn poll_of(answer: &Answer<Vec<JobRow>>, job: JobId) -> Poll {
+    match probe_of(answer, job) {
+        Probe::Live {
+            node: Some(node), ..
+        } => Poll::Running(node),
+        Probe::Live { state, .. } => Poll::Waiting(state),
+        Probe::Gone { state } => Poll::Ended(state),
+        Probe::Unknown(e) => Poll::Unknown(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slurm::squeue::parse_jobs;
+
+    fn pins<'a>(p: Option<&'a str>, a: Option<&'a str>, q: Option<&'a str>) -> Pins<'a> {
+        Pins {
+            partition: p,
+            account: a,
+            qos: q,
+        }
+    }
+
+    fn job<'a>(p: &'a str, a: &'a str, q: &'a str) -> Placed<'a> {
+        Placed {
+            partition: p,
+            account: Some(a),
+            qos: Some(q),
+        }
+    }
+
+    /// Behaviour 59: the exact three-field target wins over another account.
+    #[test]
+    fn matches_by_partition_account_qos() {
+        let targets = [
+            (
+                "savio-htc",
+                pins(Some("savio4_htc"), Some("fc_jevons"), Some("savio_normal")),
+            ),
+            (
+                "carleton-htc",
+                pins(
+                    Some("savio4_htc"),
+                    Some("co_carleton"),
+                    Some("carleton_htc4_normal"),
+                ),
+            ),
+        ];
+        let j = job("savio4_htc", "co_carleton", "carleton_htc4_normal");
+        assert_eq!(match_target(&j, targets), Some("carleton-htc"));
+    }
+
+    /// Behaviour 60: most specific wins; a tie and a pins-nothing target claim nothing.
+    #[test]
+    fn most_specific_wins_ties_and_empty_pins_claim_nothing() {
+        let j = job("savio4_htc", "co_carleton", "carleton_htc4_normal");
+        let broad = ("broad", pins(Some("savio4_htc"), None, None));
+        let exact = (
+            "exact",
+            pins(
+                Some("savio4_htc"),
+                Some("co_carleton"),
+                Some("carleton_htc4_normal"),
+            ),
+        );
+        assert_eq!(match_target(&j, [broad, exact]), Some("exact"));
+        assert_eq!(match_target(&j, [exact, broad]), Some("exact"));
+        let a = ("a", pins(Some("savio4_htc"), Some("co_carleton"), None));
+        let b = ("b", pins(Some("savio4_htc"), Some("co_carleton"), None));
+        assert_eq!(match_target(&j, [a, b]), None);
+        assert_eq!(match_target(&j, [("none", pins(None, None, None))]), None);
+        assert_eq!(match_target(&j, []), None);
+        // A tie below the best does not matter.
+        assert_eq!(match_target(&j, [a, b, exact]), Some("exact"));
+        // A pin that disagrees disqualifies.
+        let other_qos = ("o", pins(Some("savio4_htc"), None, Some("normal")));
+        assert_eq!(match_target(&j, [other_qos]), None);
+    }
+
+    #[test]
+    fn account_and_qos_compare_without_case_partition_exactly() {
+        let j = job("Debug", "dev", "normal");
+        assert_eq!(
+            match_target(
+                &j,
+                [("t", pins(Some("Debug"), Some("DEV"), Some("Normal")))]
+            ),
+            Some("t")
+        );
+        assert_eq!(
+            match_target(&j, [("t", pins(Some("debug"), Some("dev"), None))]),
+            None
+        );
+        let no_account = Placed {
+            partition: "Debug",
+            account: None,
+            qos: None,
+        };
+        assert_eq!(
+            match_target(&no_account, [("t", pins(Some("Debug"), Some("dev"), None))]),
+            None
+        );
+    }
+
+    fn row(id: &str, own: u32, state: &str, p: &str, a: &str, q: &str) -> String {
+        format!("{id}|{own}|{state}|{p}|{a}|{q}|u|1|1|vm|9:58|10:00|N/A|N/A|None|sucoder-sample\n")
+    }
+
+    /// A row on target T's placement.
+    fn on_t(id: &str, own: u32, state: &str) -> String {
+        row(
+            id,
+            own,
+            state,
+            "savio4_htc",
+            "co_carleton",
+            "carleton_htc4_normal",
+        )
+    }
+
+    fn rows(text: &str) -> Vec<JobRow> {
+        parse_jobs(text).unwrap()
+    }
+
+    const T: (&str, Pins<'static>) = (
+        "T",
+        Pins {
+            partition: Some("savio4_htc"),
+            account: Some("co_carleton"),
+            qos: Some("carleton_htc4_normal"),
+        },
+    );
+
+    /// Behaviours 26, 27, 29: array elements never, newest first, the gone id skipped.
+    #[test]
+    fn adoption_plan() {
+        let text = [
+            on_t("4242_3", 4250, "RUNNING"),
+            on_t("39000001", 39000001, "RUNNING"),
+            on_t("39000077", 39000077, "PENDING"),
+            row("4242", 4242, "RUNNING", "savio3", "fc_jevons", "normal"),
+        ]
+        .concat();
+        let plan = plan_adoption(&rows(&text), "T", [T], &[]);
+        let adopted = plan.adopted().unwrap();
+        assert_eq!(adopted.job_id, JobId::new(39000077));
+        let passed: Vec<_> = plan
+            .passed()
+            .map(|s| (s.id.as_str(), s.passed.clone().unwrap()))
+            .collect();
+        assert_eq!(
+            passed,
+            [
+                ("39000001", Passed::OlderMatch),
+                ("4242_3", Passed::NotPlain),
+                ("4242", Passed::OtherTarget(None)),
+            ]
+        );
+        let excluded = plan_adoption(&rows(&text), "T", [T], &[JobId::new(39000077).unwrap()]);
+        assert_eq!(excluded.adopted().unwrap().job_id, JobId::new(39000001));
+        let only_array = rows(&on_t("4242_3", 4250, "RUNNING"));
+        assert_eq!(plan_adoption(&only_array, "T", [T], &[]).adopt, None);
+        let ended = rows(&on_t("5", 5, "COMPLETED"));
+        let plan = plan_adoption(&ended, "T", [T], &[]);
+        assert_eq!(plan.adopt, None);
+        assert_eq!(plan.seen[0].passed, Some(Passed::Ended));
+    }
+
+    #[test]
+    fn another_targets_job_is_named() {
+        let other = (
+            "other",
+            Pins {
+                partition: Some("savio3"),
+                account: Some("fc_jevons"),
+                qos: None,
+            },
+        );
+        let plan = plan_adoption(
+            &rows(&row(
+                "4242",
+                4242,
+                "RUNNING",
+                "savio3",
+                "fc_jevons",
+                "normal",
+            )),
+            "T",
+            [T, other],
+            &[],
+        );
+        assert_eq!(
+            plan.seen[0].passed,
+            Some(Passed::OtherTarget(Some("other".into())))
+        );
+    }
+
+    #[test]
+    fn listings_keep_the_rows_they_understand() {
+        let good = "5|5|RUNNING|p|a|q|u|1|1|n|9:58|10:00|N/A|N/A|None|sucoder-x";
+        let unparsable = Answer::Unknown(SlurmError::Unparsable {
+            command: crate::slurm::SlurmCommand::Squeue,
+            source: crate::slurm::ParseError::new(
+                crate::slurm::error::Parsed::SqueueJobRow,
+                "x",
+                "y",
+            ),
+            stdout: format!("{good}\n4242|4242|RUNNING|p|a|q\n\ngarbage\n"),
+            stderr: String::new(),
+        });
+        match listing_of(unparsable) {
+            Listing::Answered { rows, bad_lines } => {
+                assert_eq!(rows.len(), 1);
+                assert_eq!(bad_lines, ["4242|4242|RUNNING|p|a|q", "garbage"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            listing_of(Answer::Gone),
+            Listing::Answered {
+                rows: vec![],
+                bad_lines: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn probes_and_polls() {
+        let j = JobId::new(7).unwrap();
+        let live = |state: &str, node: &str| {
+            Answer::Live(rows(&format!(
+                "7|7|{state}|p|a|q|u|1|1|{node}|9:58|10:00|N/A|N/A|None|n\n"
+            )))
+        };
+        assert_eq!(
+            poll_of(&live("RUNNING", "n0007"), j),
+            Poll::Running("n0007".into())
+        );
+        // A state word is never a node; a pending job has no node.
+        assert_eq!(
+            poll_of(&live("PENDING", ""), j),
+            Poll::Waiting(JobState::Pending)
+        );
+        assert_eq!(
+            poll_of(&live("CONFIGURING", "n1"), j),
+            Poll::Waiting(JobState::Configuring)
+        );
+        assert_eq!(
+            poll_of(&live("FAILED", "n1"), j),
+            Poll::Ended(Some(JobState::Failed))
+        );
+        assert_eq!(poll_of(&Answer::Gone, j), Poll::Ended(None));
+        for s in ["SUSPENDED", "CONFIGURING", "COMPLETING", "PENDING", "WEIRD"] {
+            assert!(
+                matches!(probe_of(&live(s, ""), j), Probe::Live { .. }),
+                "{s} is live"
+            );
+        }
+        let unknown: Answer<Vec<JobRow>> = Answer::Unknown(crate::slurm::SlurmError::Spawn {
+            command: crate::slurm::SlurmCommand::Squeue,
+            message: "ssh: connect timeout".into(),
+        });
+        assert!(matches!(probe_of(&unknown, j), Probe::Unknown(_)));
+        // Another job's row does not prove anything live about this one.
+        let other = Answer::Live(rows(
+            "8|8|RUNNING|p|a|q|u|1|1|n|9:58|10:00|N/A|N/A|None|n\n",
+        ));
+        assert_eq!(probe_of(&other, j), Probe::Gone { state: None });
+    }
+}

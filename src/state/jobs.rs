@@ -1,0 +1,132 @@
+//! The ordinary path: one Slurm job per worker (`dispatch submit`). The worker owns its whole
+//! allocation. Same budget rule as pools: an intent holds until a definite failure or a proof
+//! that the job is over.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::event::Micros;
+
+/// Finished job workers the reduced state remembers (the journal keeps them all).
+pub const FINISHED_JOBS_KEPT: usize = 256;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSubmitIntent {
+    pub submission_id: Uuid,
+    pub worker: String,
+    pub target: Option<String>,
+    pub cpus: u32,
+    pub mem_mb: u64,
+    pub time_s: u64,
+    pub publication_timeout_s: u32,
+    pub command: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSubmitted {
+    pub submission_id: Uuid,
+    pub job_id: u64,
+    /// `sbatch` (its own answer) or `name` (found by job name after an ambiguous submit).
+    pub how: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSubmitFailed {
+    pub submission_id: Uuid,
+    /// sbatch answered and refused: nothing exists. Otherwise a job may exist.
+    pub definite: bool,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobTerminal {
+    pub submission_id: Uuid,
+    pub proof: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobWorkerState {
+    Submitted,
+    /// sbatch gave no answer: a job may exist.
+    Unknown,
+    Queued,
+    Released,
+    Failed,
+}
+
+impl JobWorkerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobWorkerState::Submitted => "submitted",
+            JobWorkerState::Unknown => "unknown",
+            JobWorkerState::Queued => "queued",
+            JobWorkerState::Released => "released",
+            JobWorkerState::Failed => "failed",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobWorker {
+    pub worker: String,
+    pub submission_id: Uuid,
+    pub job_id: Option<u64>,
+    pub state: JobWorkerState,
+    pub cpus: u32,
+    pub mem_mb: u64,
+    pub submitted_at: Micros,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Jobs {
+    pub active: BTreeMap<Uuid, JobWorker>,
+    pub finished: VecDeque<JobWorker>,
+}
+
+impl Jobs {
+    pub fn intent(&mut self, time: Micros, e: &JobSubmitIntent) {
+        self.active.insert(
+            e.submission_id,
+            JobWorker {
+                worker: e.worker.clone(),
+                submission_id: e.submission_id,
+                job_id: None,
+                state: JobWorkerState::Submitted,
+                cpus: e.cpus,
+                mem_mb: e.mem_mb,
+                submitted_at: time,
+            },
+        );
+    }
+
+    pub fn submitted(&mut self, e: &JobSubmitted) {
+        if let Some(j) = self.active.get_mut(&e.submission_id) {
+            j.job_id = Some(e.job_id);
+            j.state = JobWorkerState::Queued;
+        }
+    }
+
+    pub fn failed(&mut self, e: &JobSubmitFailed) {
+        if e.definite {
+            self.finish(&e.submission_id, JobWorkerState::Failed);
+        } else if let Some(j) = self.active.get_mut(&e.submission_id) {
+            j.state = JobWorkerState::Unknown;
+        }
+    }
+
+    pub fn terminal(&mut self, e: &JobTerminal) {
+        self.finish(&e.submission_id, JobWorkerState::Released);
+    }
+
+    fn finish(&mut self, id: &Uuid, state: JobWorkerState) {
+        if let Some(mut j) = self.active.remove(id) {
+            j.state = state;
+            if self.finished.len() == FINISHED_JOBS_KEPT {
+                self.finished.pop_front();
+            }
+            self.finished.push_back(j);
+        }
+    }
+}

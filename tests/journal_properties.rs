@@ -1,0 +1,795 @@
+//! Properties of the journal's codecs, classifier and repair, over generated events and bytes.
+//!
+//! Every property prints its quickcheck seed (shown only when it fails); set
+//! `JOURNAL_QC_SEED` to replay one, `QUICKCHECK_TESTS` to run more cases.
+
+mod common;
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use common::*;
+use dispatch::event::{
+    self, Actor, Envelope, Event, Genesis, Micros, Recovered, Sha256Digest, FLAG_MUST_UNDERSTAND,
+    KNOWN_KINDS,
+};
+use dispatch::journal::scan::Status;
+use dispatch::journal::segment::{self, SegmentHeader, SEGMENT_HEADER_LEN};
+use dispatch::journal::{self, frame, snapshot, JournalError, Options, Writer};
+use dispatch::ops::journal as ops;
+use dispatch::state::jobs::*;
+use dispatch::state::pool::*;
+use dispatch::state::session::*;
+use dispatch::state::{ReduceError, State};
+use dispatch::worker::events::{
+    PayloadExited, PayloadStarted, ShutdownSignalled, SupervisorStarted,
+};
+use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult, Testable};
+use uuid::Uuid;
+
+fn check<A: Testable>(default_tests: u64, prop: A) {
+    let seed = std::env::var("JOURNAL_QC_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("quickcheck seed {seed} (JOURNAL_QC_SEED={seed} replays it)");
+    let mut qc = QuickCheck::new().rng(Gen::from_size_and_seed(40, seed));
+    if std::env::var_os("QUICKCHECK_TESTS").is_none() {
+        qc = qc.tests(default_tests);
+    }
+    qc.quickcheck(prop);
+}
+
+// ---- generators -------------------------------------------------------------------------
+
+fn uuid(g: &mut Gen) -> Uuid {
+    Uuid::from_u128(u128::arbitrary(g))
+}
+
+fn micros(g: &mut Gen) -> Micros {
+    Micros(i64::arbitrary(g))
+}
+
+fn text(g: &mut Gen) -> String {
+    String::arbitrary(g)
+}
+
+fn actor(g: &mut Gen) -> Actor {
+    Actor {
+        user: text(g),
+        host: text(g),
+        pid: u32::arbitrary(g),
+        command: Vec::arbitrary(g),
+    }
+}
+
+fn allocation(g: &mut Gen) -> Allocation {
+    Allocation {
+        job_id: u64::arbitrary(g),
+        node: text(g),
+        user: text(g),
+        start_time: micros(g),
+        end_time: micros(g),
+        cpus: u32::arbitrary(g),
+        mem_mb: u64::arbitrary(g),
+        partition: text(g),
+        account: text(g),
+        qos: text(g),
+    }
+}
+
+/// A body for each known kind. A kind added to `event.rs` without a generator here fails
+/// `generators_cover_every_known_kind`.
+fn known_event(code: u16, g: &mut Gen) -> Event {
+    match code {
+        1 => Event::Genesis(Genesis {
+            journal_id: uuid(g),
+            format_version: u16::arbitrary(g),
+        }),
+        2 => Event::Recovered(Recovered {
+            segment: text(g),
+            offset: u64::arbitrary(g),
+            length: u64::arbitrary(g),
+            sha256: Sha256Digest(std::array::from_fn(|_| u8::arbitrary(g))),
+            saved_as: text(g),
+            reason: text(g),
+        }),
+        100 => Event::PoolAttached(PoolAttached {
+            pool: text(g),
+            allocation: allocation(g),
+        }),
+        101 => Event::PoolDetached(PoolDetached { pool: text(g) }),
+        110 => Event::WorkerSubmitIntent(WorkerSubmitIntent {
+            pool: text(g),
+            worker: text(g),
+            submission_id: uuid(g),
+            cpus: u32::arbitrary(g),
+            mem_mb: u64::arbitrary(g),
+            publication_timeout_s: u32::arbitrary(g),
+            command: Vec::arbitrary(g),
+        }),
+        111 => Event::WorkerLaunched(WorkerLaunched {
+            submission_id: uuid(g),
+            srun_pid: u32::arbitrary(g),
+        }),
+        112 => Event::WorkerLaunchFailed(WorkerLaunchFailed {
+            submission_id: uuid(g),
+            definite: bool::arbitrary(g),
+            reason: text(g),
+        }),
+        113 => Event::WorkerStepObserved(WorkerStepObserved {
+            submission_id: uuid(g),
+            step_id: u32::arbitrary(g),
+        }),
+        114 => Event::WorkerStopIntent(WorkerStopIntent {
+            submission_id: uuid(g),
+            grace_s: u32::arbitrary(g),
+        }),
+        115 => Event::WorkerExited(WorkerExited {
+            submission_id: uuid(g),
+            code: Option::arbitrary(g),
+            signal: Option::arbitrary(g),
+        }),
+        116 => Event::WorkerTerminal(WorkerTerminal {
+            submission_id: uuid(g),
+            proof: text(g),
+        }),
+        120 => Event::JobSubmitIntent(JobSubmitIntent {
+            submission_id: uuid(g),
+            worker: text(g),
+            target: Option::arbitrary(g),
+            cpus: u32::arbitrary(g),
+            mem_mb: u64::arbitrary(g),
+            time_s: u64::arbitrary(g),
+            publication_timeout_s: u32::arbitrary(g),
+            command: Vec::arbitrary(g),
+        }),
+        121 => Event::JobSubmitted(JobSubmitted {
+            submission_id: uuid(g),
+            job_id: u64::arbitrary(g),
+            how: text(g),
+        }),
+        122 => Event::JobSubmitFailed(JobSubmitFailed {
+            submission_id: uuid(g),
+            definite: bool::arbitrary(g),
+            reason: text(g),
+        }),
+        123 => Event::JobTerminal(JobTerminal {
+            submission_id: uuid(g),
+            proof: text(g),
+        }),
+        150 => Event::SupervisorStarted(SupervisorStarted {
+            submission_id: uuid(g),
+            job_id: Option::arbitrary(g),
+            step_id: Option::arbitrary(g),
+            node: text(g),
+            cpu_set: text(g),
+            deadline: micros(g),
+            grace_s: u32::arbitrary(g),
+            command: Vec::arbitrary(g),
+        }),
+        151 => Event::PayloadStarted(PayloadStarted {
+            pid: u32::arbitrary(g),
+        }),
+        152 => Event::ShutdownSignalled(ShutdownSignalled {
+            signal: text(g),
+            reason: text(g),
+        }),
+        153 => Event::PayloadExited(PayloadExited {
+            code: Option::arbitrary(g),
+            signal: Option::arbitrary(g),
+            interrupted: bool::arbitrary(g),
+        }),
+        200 => Event::SessionLaunchIntent(SessionLaunchIntent {
+            session: session_key(g),
+            submission_id: uuid(g),
+            job_name: text(g),
+            confined: bool::arbitrary(g),
+            command: Vec::arbitrary(g),
+            replacing: opt_job(g),
+        }),
+        201 => Event::SessionJobSubmitted(SessionJobSubmitted {
+            session: session_key(g),
+            submission_id: uuid(g),
+            job_id: job(g),
+        }),
+        202 => Event::SessionSubmitFailed(SessionSubmitFailed {
+            session: session_key(g),
+            submission_id: uuid(g),
+            may_exist: bool::arbitrary(g),
+            job_hint: opt_job(g),
+            reason: text(g),
+        }),
+        203 => Event::SessionNodeResolved(SessionNodeResolved {
+            session: session_key(g),
+            job_id: job(g),
+            node: text(g),
+        }),
+        204 => Event::SessionAdopted(SessionAdopted {
+            session: session_key(g),
+            job_id: job(g),
+            how: text(g),
+            state: text(g),
+            partition: text(g),
+            account: Option::arbitrary(g),
+            qos: Option::arbitrary(g),
+            replacing: opt_job(g),
+        }),
+        205 => Event::SessionCancelIntent(SessionCancelIntent {
+            session: session_key(g),
+            job_id: job(g),
+        }),
+        206 => Event::SessionCancelFailed(SessionCancelFailed {
+            session: session_key(g),
+            job_id: job(g),
+            definite: bool::arbitrary(g),
+            reason: text(g),
+        }),
+        207 => Event::SessionReleased(SessionReleased {
+            session: session_key(g),
+            job_id: job(g),
+            proof: text(g),
+        }),
+        208 => Event::SessionDetached(SessionDetached {
+            session: session_key(g),
+            job_id: job(g),
+            holders: Vec::arbitrary(g),
+        }),
+        209 => Event::SessionCleared(SessionCleared {
+            session: session_key(g),
+            job_id: job(g),
+            reason: text(g),
+        }),
+        other => panic!("no generator for event kind {other}"),
+    }
+}
+
+fn session_key(g: &mut Gen) -> SessionKey {
+    SessionKey {
+        mirror: text(g),
+        target: text(g),
+    }
+}
+
+fn job(g: &mut Gen) -> dispatch::slurm::JobId {
+    dispatch::slurm::JobId::new(u32::arbitrary(g).max(1)).expect("non-zero")
+}
+
+fn opt_job(g: &mut Gen) -> Option<dispatch::slurm::JobId> {
+    bool::arbitrary(g).then(|| job(g))
+}
+
+/// An event of a kind this dispatch does not know, as a newer dispatch would write it: the
+/// usual `[time, id, actor, body]` payload with a body of any shape.
+fn unknown_event(g: &mut Gen, must_understand: bool, time: Micros, id: Uuid, a: &Actor) -> Event {
+    let kind = loop {
+        let k = u16::arbitrary(g);
+        if KNOWN_KINDS.iter().all(|(c, _)| *c != k) {
+            break k;
+        }
+    };
+    let other_flags = u16::arbitrary(g) & !FLAG_MUST_UNDERSTAND;
+    let flags = other_flags
+        | if must_understand {
+            FLAG_MUST_UNDERSTAND
+        } else {
+            0
+        };
+    let body: (String, Vec<u64>, Option<bool>, Vec<Vec<u8>>) = Arbitrary::arbitrary(g);
+    let payload = rmp_serde::to_vec(&(time, id, a, body)).unwrap();
+    Event::Unknown {
+        kind,
+        flags,
+        payload,
+    }
+}
+
+/// An envelope's worth of event: its body plus the time, id and actor it is encoded with.
+#[derive(Clone, Debug)]
+struct AnyEnvelope {
+    time: Micros,
+    id: Uuid,
+    actor: Actor,
+    event: Event,
+}
+
+impl Arbitrary for AnyEnvelope {
+    fn arbitrary(g: &mut Gen) -> Self {
+        let (time, id, actor) = (micros(g), uuid(g), actor(g));
+        let pick = usize::arbitrary(g) % (KNOWN_KINDS.len() + 2);
+        let event = match pick.checked_sub(KNOWN_KINDS.len()) {
+            None => known_event(KNOWN_KINDS[pick].0, g),
+            Some(n) => unknown_event(g, n == 0, time, id, &actor),
+        };
+        AnyEnvelope {
+            time,
+            id,
+            actor,
+            event,
+        }
+    }
+}
+
+fn is_unknown(e: &Event) -> bool {
+    matches!(e, Event::Unknown { .. })
+}
+
+// ---- codec round trips ------------------------------------------------------------------
+
+#[test]
+fn generators_cover_every_known_kind() {
+    let mut g = Gen::new(10);
+    for &(code, name) in KNOWN_KINDS {
+        let e = known_event(code, &mut g);
+        assert_eq!((e.kind(), e.kind_name()), (code, name));
+    }
+    for must in [false, true] {
+        let a = actor(&mut g);
+        let e = unknown_event(&mut g, must, Micros(0), Uuid::nil(), &a);
+        assert_eq!(e.flags() & FLAG_MUST_UNDERSTAND != 0, must);
+        assert_eq!(e.kind_name(), "Unknown");
+    }
+}
+
+#[test]
+fn every_event_survives_the_payload_codec() {
+    fn prop(seq: u64, e: AnyEnvelope) -> TestResult {
+        let mut buf = Vec::new();
+        event::encode_payload(&mut buf, e.time, &e.id, &e.actor, &e.event).unwrap();
+        let got = event::decode_payload(seq, e.event.kind(), e.event.flags(), &buf).unwrap();
+        let want = Envelope {
+            seq,
+            time: e.time,
+            id: e.id,
+            actor: e.actor,
+            event: e.event,
+        };
+        TestResult::from_bool(got == want)
+    }
+    check(500, prop as fn(u64, AnyEnvelope) -> TestResult);
+}
+
+#[test]
+fn every_event_survives_a_real_journal() {
+    fn prop(events: Vec<AnyEnvelope>, split: u8) -> TestResult {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("j");
+        let w = Writer::open(&dir, Options::default()).unwrap();
+        let events: Vec<Event> = events.into_iter().map(|e| e.event).collect();
+        // Some events alone, the rest in one batch: both ways of framing.
+        let alone = (split as usize).min(events.len());
+        let mut committed = Vec::new();
+        for e in &events[..alone] {
+            committed.push(w.append_one(e.clone()).unwrap());
+        }
+        committed.extend(w.append(events[alone..].to_vec()).unwrap());
+        drop(w);
+        let me = Actor::current();
+        let mut replayed = Vec::new();
+        let scan = journal::replay(&dir, None, |env| {
+            replayed.push(env);
+            Ok(())
+        })
+        .unwrap();
+        if scan.status != Status::Clean || replayed.len() != events.len() + 1 {
+            return TestResult::error(format!("{scan:?}"));
+        }
+        for ((env, want), c) in replayed[1..].iter().zip(&events).zip(&committed) {
+            if env.event != *want || env.seq != c.seq {
+                return TestResult::error(format!("{env:?} is not {want:?} at {}", c.seq));
+            }
+            // An unknown event carries its own envelope fields; a known one gets the writer's.
+            if !is_unknown(want) && (env.id, env.time, &env.actor) != (c.id, c.time, &me) {
+                return TestResult::error(format!("envelope of seq {} differs", c.seq));
+            }
+        }
+        TestResult::passed()
+    }
+    check(40, prop as fn(Vec<AnyEnvelope>, u8) -> TestResult);
+}
+
+#[test]
+fn frames_survive_their_codec_and_any_single_flip_is_caught() {
+    fn prop(seq: u64, kind: u16, flags: u16, payload: Vec<u8>, at: usize) -> bool {
+        let prev = frame::genesis_chain(&[3; 16]);
+        let mut buf = Vec::new();
+        let chain = frame::encode(&mut buf, &prev, seq, kind, flags, &payload);
+        let f = frame::decode(&buf).unwrap();
+        let same = (f.seq, f.kind, f.flags, f.payload, f.chain_value(), f.len())
+            == (seq, kind, flags, &payload[..], chain, buf.len());
+        let mut flipped = buf.clone();
+        let at = at % buf.len();
+        flipped[at] ^= 1 << (at % 8);
+        same && frame::decode(&flipped).is_err()
+    }
+    check(500, prop as fn(u64, u16, u16, Vec<u8>, usize) -> bool);
+}
+
+// ---- decoders never panic ---------------------------------------------------------------
+
+/// Bytes that are mostly random but sometimes start like the real thing, so decoders get past
+/// their first check more often than pure noise would let them.
+#[derive(Clone, Debug)]
+struct Noise(Vec<u8>);
+
+impl Arbitrary for Noise {
+    fn arbitrary(g: &mut Gen) -> Self {
+        let mut b: Vec<u8> = Vec::arbitrary(g);
+        match u8::arbitrary(g) % 4 {
+            0 => {
+                let mut v = frame::FRAME_MAGIC.to_le_bytes().to_vec();
+                v.append(&mut b);
+                b = v;
+            }
+            1 => {
+                let mut v = segment::SEGMENT_MAGIC.to_vec();
+                v.append(&mut b);
+                b = v;
+            }
+            2 => {
+                let mut v = snapshot::SNAPSHOT_MAGIC.to_vec();
+                v.append(&mut b);
+                b = v;
+            }
+            _ => {}
+        }
+        Noise(b)
+    }
+
+    fn shrink(&self) -> Box<dyn Iterator<Item = Self>> {
+        Box::new(self.0.shrink().map(Noise))
+    }
+}
+
+#[test]
+fn decoders_take_any_bytes_without_panicking() {
+    fn prop(n: Noise, kind_pick: usize, flags: u16) -> bool {
+        let b = &n.0;
+        let _ = frame::decode(b);
+        let _ = SegmentHeader::decode(b);
+        let _ = snapshot::decode(b);
+        let kind = KNOWN_KINDS
+            .get(kind_pick % (KNOWN_KINDS.len() + 1))
+            .map_or(0xBEEF, |k| k.0);
+        let _ = event::decode_payload(1, kind, flags, b);
+        true
+    }
+    check(2000, prop as fn(Noise, usize, u16) -> bool);
+}
+
+/// Noise behind valid CRCs, so that what follows the checksum check is exercised too: the
+/// header fields of a segment, the length and state of a snapshot, the payload of a frame.
+#[test]
+fn decoders_take_any_bytes_behind_valid_crcs() {
+    fn prop(mut header: Vec<u8>, body: Vec<u8>, seq: u64, kind: u16) -> bool {
+        header.resize(SEGMENT_HEADER_LEN, 0);
+        header[..8].copy_from_slice(segment::SEGMENT_MAGIC);
+        let crc = crc32fast::hash(&header[..92]);
+        header[92..96].copy_from_slice(&crc.to_le_bytes());
+        let _ = SegmentHeader::decode(&header);
+
+        let mut snap = header.clone();
+        snap[..8].copy_from_slice(snapshot::SNAPSHOT_MAGIC);
+        snap[8..10].copy_from_slice(&snapshot::SNAPSHOT_VERSION.to_le_bytes());
+        snap[88..92].copy_from_slice(&(body.len() as u32).to_le_bytes());
+        let crc = crc32fast::hash(&snap[..92]);
+        snap[92..96].copy_from_slice(&crc.to_le_bytes());
+        snap.extend_from_slice(&body);
+        let crc = crc32fast::hash(&snap);
+        snap.extend_from_slice(&crc.to_le_bytes());
+        let _ = snapshot::decode(&snap);
+
+        let mut f = Vec::new();
+        frame::encode(&mut f, &[0; 32], seq, kind, 0, &body);
+        frame::decode(&f).is_ok() && {
+            let _ = event::decode_payload(seq, kind, 0, &body);
+            true
+        }
+    }
+    check(1000, prop as fn(Vec<u8>, Vec<u8>, u64, u16) -> bool);
+}
+
+#[test]
+fn deeply_nested_payloads_decode_or_fail_without_crashing() {
+    // rmp-serde caps nesting at 1024 levels. An unoptimised build spends about 2 KiB of stack
+    // per level skipping an unknown body (a release build under 128 KiB in all), so the check
+    // runs on a thread with the main thread's 8 MiB rather than the test harness's 2 MiB.
+    let t = std::thread::Builder::new().stack_size(8 << 20).spawn(|| {
+        for depth in [1_000usize, 1_023, 1_024, 1_100, 100_000] {
+            let mut nested = vec![0x91u8; depth]; // fixarray of one element, nested
+            nested.push(0xc0);
+            for &(kind, _) in KNOWN_KINDS.iter().chain(&[(0xBEEF, "unknown")]) {
+                assert!(event::decode_payload(1, kind, 0, &nested).is_err());
+            }
+            // The same nesting as the body of an otherwise valid envelope.
+            let mut p = rmp_serde::to_vec(&(Micros(0), Uuid::nil(), Actor::current())).unwrap();
+            p[0] += 1; // a fixarray of three becomes one of four: the body follows
+            p.extend_from_slice(&nested);
+            for &(kind, _) in KNOWN_KINDS {
+                assert!(
+                    event::decode_payload(1, kind, 0, &p).is_err(),
+                    "kind {kind}"
+                );
+            }
+            let unknown = event::decode_payload(1, 0xBEEF, 0, &p);
+            // The envelope is one level of the cap's 1024: only well below it may succeed.
+            if depth <= 1_000 {
+                assert!(unknown.is_ok(), "depth {depth}: {unknown:?}");
+            } else if depth >= 1_024 {
+                assert!(unknown.is_err(), "depth {depth}");
+            }
+        }
+    });
+    t.unwrap().join().unwrap();
+}
+
+// ---- the classifier ---------------------------------------------------------------------
+
+/// A clean single-segment journal, built once: Genesis plus some pool events.
+fn base_segment() -> &'static Vec<u8> {
+    static BASE: OnceLock<Vec<u8>> = OnceLock::new();
+    BASE.get_or_init(|| {
+        let tmp = tempfile::tempdir().unwrap();
+        build_journal(tmp.path(), 12, Options::default());
+        std::fs::read(segment_path(tmp.path(), 1)).unwrap()
+    })
+}
+
+fn classify(dir: &Path) -> dispatch::journal::Scan {
+    let scan = scan_dir(dir);
+    // Every entry point must survive the same bytes.
+    let _ = ops::verify(dir);
+    let _ = journal::load(dir);
+    scan
+}
+
+#[test]
+fn the_classifier_takes_any_segment_file_without_panicking() {
+    fn prop(n: Noise, keep_frames: u8) -> TestResult {
+        let base = base_segment();
+        let fr = frames(base);
+        let tmp = tempfile::tempdir().unwrap();
+        // Alone, as the whole file.
+        let alone = materialize(tmp.path(), "alone", &[(segment::file_name(1), n.0.clone())]);
+        let scan = classify(&alone);
+        if scan.status == Status::Clean && !n.0.is_empty() {
+            return TestResult::error("noise classified clean");
+        }
+        let before = snapshot_files(&alone);
+        if Writer::open(&alone, Options::default()).is_ok() {
+            return TestResult::error("a writer accepted noise as a journal");
+        }
+        let after: Vec<_> = snapshot_files(&alone)
+            .into_iter()
+            .filter(|(n, _)| n != "LOCK")
+            .collect();
+        if after != before {
+            return TestResult::error("noise was overwritten");
+        }
+
+        // After a valid header and some valid frames: a garbage tail.
+        let keep = fr[(keep_frames as usize) % fr.len()].end;
+        let mut bytes = base[..keep].to_vec();
+        bytes.extend_from_slice(&n.0);
+        let tail = materialize(tmp.path(), "tail", &[(segment::file_name(1), bytes)]);
+        let scan = classify(&tail);
+        let want = if n.0.is_empty() {
+            Status::Clean
+        } else {
+            Status::TornTail
+        };
+        if scan.status != want {
+            return TestResult::error(format!("garbage tail: {:?} {:?}", scan.status, scan.damage));
+        }
+        if want == Status::TornTail {
+            let w = Writer::open(&tail, Options::default()).unwrap();
+            let rec = w.opened().repaired.clone().unwrap();
+            drop(w);
+            let after = std::fs::read(segment_path(&tail, 1)).unwrap();
+            if rec.offset != keep as u64 || after[..keep] != base[..keep] {
+                return TestResult::error("repair did not keep the valid prefix");
+            }
+        }
+        TestResult::passed()
+    }
+    check(300, prop as fn(Noise, u8) -> TestResult);
+}
+
+/// A journal from generated events, possibly over several segments, with its frame layout.
+struct Built {
+    _tmp: tempfile::TempDir,
+    segments: Vec<(String, Vec<u8>)>,
+    envelopes: Vec<Envelope>,
+}
+
+fn build(events: &[AnyEnvelope], max_segment_bytes: u64) -> Built {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("j");
+    let w = Writer::open(&dir, Options { max_segment_bytes }).unwrap();
+    let evs: Vec<Event> = events.iter().map(|e| e.event.clone()).collect();
+    w.append(evs).unwrap();
+    drop(w);
+    let mut envelopes = Vec::new();
+    journal::replay(&dir, None, |e| {
+        envelopes.push(e);
+        Ok(())
+    })
+    .unwrap();
+    let segments = snapshot_files(&dir)
+        .into_iter()
+        .filter(|(n, _)| segment::parse_file_name(n).is_some())
+        .collect();
+    Built {
+        _tmp: tmp,
+        segments,
+        envelopes,
+    }
+}
+
+#[test]
+fn any_single_truncation_is_clean_or_torn_and_repair_keeps_whole_frames() {
+    fn prop(events: Vec<AnyEnvelope>, small: bool, cut: usize) -> TestResult {
+        let built = build(&events, if small { 600 } else { 64 << 20 });
+        // Cut points: anywhere after a segment header. A header is never torn: a segment is
+        // written under a temporary name, fsynced, then renamed into place.
+        let mut points = Vec::new();
+        for (i, (_, b)) in built.segments.iter().enumerate() {
+            points.extend((SEGMENT_HEADER_LEN..=b.len()).map(|at| (i, at)));
+        }
+        let (seg, at) = points[cut % points.len()];
+        let mut files: Vec<_> = built.segments[..=seg].to_vec();
+        let original = files[seg].1.clone();
+        files[seg].1.truncate(at);
+
+        let fr = frames_upto(&original, at);
+        let boundary = fr.last().map_or(SEGMENT_HEADER_LEN, |r| r.end);
+        let kept_frames: usize = built.segments[..seg]
+            .iter()
+            .map(|(_, b)| frames(b).len())
+            .sum::<usize>()
+            + fr.len();
+
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = materialize(tmp.path(), "cut", &files);
+        let scan = scan_dir(&dir);
+        let want = if at == boundary {
+            Status::Clean
+        } else {
+            Status::TornTail
+        };
+        if scan.status != want || scan.events != kept_frames as u64 {
+            return TestResult::error(format!(
+                "cut {seg}:{at}: {:?} {:?}, {} events, want {want:?} {kept_frames}",
+                scan.status, scan.damage, scan.events
+            ));
+        }
+        let w = Writer::open(&dir, Options::default()).unwrap();
+        let repaired = w.opened().repaired.clone();
+        drop(w);
+        if repaired.is_some() != (want == Status::TornTail) {
+            return TestResult::error("repair without a torn tail, or no repair of one");
+        }
+        let after = std::fs::read(dir.join(&files[seg].0)).unwrap();
+        if after.len() < boundary || after[..boundary] != original[..boundary] {
+            return TestResult::error("repair did not keep the whole frames");
+        }
+        let mut replayed = Vec::new();
+        let scan = journal::replay(&dir, None, |e| {
+            replayed.push(e);
+            Ok(())
+        })
+        .unwrap();
+        // Cut before Genesis was whole, the journal is empty again and gets a new Genesis
+        // (the same journal id, from the header), ahead of any Recovered record.
+        let regenesis = kept_frames == 0;
+        let want_len = kept_frames + usize::from(regenesis) + usize::from(repaired.is_some());
+        if scan.status != Status::Clean
+            || replayed.len() != want_len
+            || replayed[..kept_frames] != built.envelopes[..kept_frames]
+        {
+            return TestResult::error(format!(
+                "replay after repair is not the prefix: {} events, want {want_len}",
+                replayed.len()
+            ));
+        }
+        if regenesis && replayed[0].event != built.envelopes[0].event {
+            return TestResult::error("the new Genesis differs from the lost one");
+        }
+        if let Some(rec) = repaired {
+            if replayed.last().unwrap().event != Event::Recovered(rec) {
+                return TestResult::error("the last event is not the Recovered record");
+            }
+        }
+        TestResult::passed()
+    }
+    check(60, prop as fn(Vec<AnyEnvelope>, bool, usize) -> TestResult);
+}
+
+/// The whole frames of a clean segment that end at or before `at`.
+fn frames_upto(bytes: &[u8], at: usize) -> Vec<std::ops::Range<usize>> {
+    frames(bytes).into_iter().filter(|r| r.end <= at).collect()
+}
+
+// ---- the unknown-kind rule --------------------------------------------------------------
+
+fn env(seq: u64, event: Event) -> Envelope {
+    Envelope {
+        seq,
+        time: Micros(seq as i64),
+        id: Uuid::from_u128(seq as u128),
+        actor: Actor::current(),
+        event,
+    }
+}
+
+#[test]
+fn reducers_skip_unknown_kinds_unless_they_must_understand_them() {
+    fn prop(kind_seed: u16, other_flags: u16) -> TestResult {
+        let mut g = Gen::from_size_and_seed(10, u64::from(kind_seed));
+        let a = Actor::current();
+        let skip = unknown_event(&mut g, false, Micros(1), Uuid::nil(), &a);
+        let Event::Unknown { kind, payload, .. } = skip.clone() else {
+            unreachable!()
+        };
+        let mut state = State::default();
+        let genesis = Event::Genesis(Genesis {
+            journal_id: Uuid::nil(),
+            format_version: 1,
+        });
+        state.apply(&env(1, genesis)).unwrap();
+        state.apply(&env(2, skip)).unwrap();
+        if (state.events, state.skipped_unknown) != (2, 1) {
+            return TestResult::error("an unknown kind without the flag is skipped and counted");
+        }
+        let flags = (other_flags & !FLAG_MUST_UNDERSTAND) | FLAG_MUST_UNDERSTAND;
+        let must = Event::Unknown {
+            kind,
+            flags,
+            payload,
+        };
+        let before = state.clone();
+        let r = state.apply(&env(3, must));
+        if r != Err(ReduceError::MustUnderstand { seq: 3, kind }) || state != before {
+            return TestResult::error(format!("{r:?}: a must-understand kind is refused"));
+        }
+        TestResult::passed()
+    }
+    check(200, prop as fn(u16, u16) -> TestResult);
+}
+
+#[test]
+fn loading_a_journal_stops_at_a_must_understand_unknown_kind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("j");
+    let a = Actor::current();
+    let mut g = Gen::new(10);
+    {
+        let w = Writer::open(&dir, Options::default()).unwrap();
+        w.append_one(pool_event(0)).unwrap();
+        w.append_one(unknown_event(&mut g, false, Micros(1), Uuid::nil(), &a))
+            .unwrap();
+    }
+    let loaded = journal::load(&dir).unwrap();
+    assert_eq!((loaded.state.events, loaded.state.skipped_unknown), (3, 1));
+    assert!(loaded.state.pools.pools.contains_key("p"));
+
+    let must = unknown_event(&mut g, true, Micros(2), Uuid::nil(), &a);
+    let kind = must.kind();
+    Writer::open(&dir, Options::default())
+        .unwrap()
+        .append_one(must)
+        .unwrap();
+    match journal::load(&dir) {
+        Err(JournalError::Reduce(ReduceError::MustUnderstand { seq: 4, kind: k })) => {
+            assert_eq!(k, kind)
+        }
+        other => panic!("{other:?}"),
+    }
+    // The journal itself is fine: an older reader is what cannot go on.
+    assert_eq!(ops::verify(&dir).unwrap().status, "clean");
+}

@@ -1,0 +1,101 @@
+//! `dispatch reconcile` costs the same number of Slurm calls for 1, 10 or 100 workers: one job
+//! listing, one step listing per pool, at most one accounting query.
+
+mod synthetic;
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{json, Value};
+use synthetic::{fake_bin, job_row, step_rows, write_pool_journal as journal_with_workers, JOB};
+
+fn reconcile(state: &Path, scenario: &Value) -> Value {
+    let dir = state.parent().unwrap();
+    std::fs::write(dir.join("scenario.json"), scenario.to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dispatch"))
+        .arg("--state-dir")
+        .arg(state)
+        .args(["reconcile", "--json"])
+        .env("PATH", format!("{}:/usr/bin:/bin", fake_bin().display()))
+        .env("FAKE_SLURM_SCENARIO", dir.join("scenario.json"))
+        .env("FAKE_SLURM_LOG", dir.join("calls.jsonl"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn the_number_of_slurm_calls_does_not_grow_with_workers() {
+    let mut calls = Vec::new();
+    for n in [1u32, 10, 100] {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = tmp.path().join("state");
+        journal_with_workers(&state, n, |_| true);
+        let r = reconcile(
+            &state,
+            &json!({"squeue": [
+                {"match": ["--steps"], "stdout": step_rows(0..n)},
+                {"match": [format!("--jobs={JOB}")], "stdout": job_row()},
+            ]}),
+        );
+        assert_eq!(r["observed"], n, "{r}");
+        assert_eq!(
+            r["resolved"],
+            json!([]),
+            "running workers were released: {r}"
+        );
+        calls.push(r["slurm_calls"].as_u64().unwrap());
+    }
+    assert_eq!(
+        calls,
+        vec![2, 2, 2],
+        "one job listing and one step listing, whatever the count"
+    );
+}
+
+#[test]
+fn unsettled_workers_cost_one_accounting_query_in_all() {
+    let mut calls = Vec::new();
+    for n in [1u32, 10, 100] {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = tmp.path().join("state");
+        // Never seen in a step: only accounting can tell.
+        journal_with_workers(&state, n, |_| false);
+        let r = reconcile(
+            &state,
+            &json!({
+                "squeue": [
+                    {"match": ["--steps"], "stdout": ""},
+                    {"match": [format!("--jobs={JOB}")], "stdout": job_row()},
+                ],
+                "sacct": [{"stdout": ""}],
+            }),
+        );
+        assert_eq!(r["unknown"].as_array().unwrap().len(), n as usize, "{r}");
+        calls.push(r["slurm_calls"].as_u64().unwrap());
+    }
+    assert_eq!(calls, vec![3, 3, 3]);
+}
+
+#[test]
+fn half_finished_workers_are_released_with_the_same_calls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    journal_with_workers(&state, 100, |_| true);
+    // Only the even steps still run.
+    let rows = step_rows((0..100u32).filter(|i| i % 2 == 0));
+    let r = reconcile(
+        &state,
+        &json!({"squeue": [
+            {"match": ["--steps"], "stdout": rows},
+            {"match": [format!("--jobs={JOB}")], "stdout": job_row()},
+        ]}),
+    );
+    assert_eq!(r["resolved"].as_array().unwrap().len(), 50, "{r}");
+    assert_eq!(r["slurm_calls"], 2);
+}

@@ -1,0 +1,1194 @@
+//! The in-scope given/when/then behaviours of `sucoder-behaviours.md` §9 for sessions, against
+//! a scripted Slurm that records the exact argv of every call, in order, and what the journal
+//! held at that moment. Test names carry the behaviour number.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use dispatch::config::Config;
+use dispatch::ops::session::launch::{launch, LaunchAction, LaunchRequest};
+use dispatch::ops::session::release::{release, ReleaseAction};
+use dispatch::ops::session::renew::{renew, RenewSettings};
+use dispatch::ops::session::{attach, read_state, report, SessionError};
+use dispatch::policy::session::renew::Backoff;
+use dispatch::slurm::{Answer, JobId};
+use dispatch::state::session::SessionKey;
+use support::scripted::*;
+
+const T: (&str, &str, &str) = ("savio4_htc", "co_carleton", "carleton_htc4_normal");
+const OTHER: (&str, &str, &str) = ("savio3", "fc_jevons", "normal");
+const NAME: &str = "sucoder-sample";
+
+const CONFIG: &str = r#"
+[targets.T]
+partition = "savio4_htc"
+account = "co_carleton"
+qos = "carleton_htc4_normal"
+time = "3-00:00:00"
+confined = true
+
+[targets.plain]
+partition = "savio4_htc"
+account = "co_carleton"
+time = "3-00:00:00"
+confined = true
+
+[targets.full]
+partition = "savio4_htc"
+account = "co_carleton"
+qos = "q"
+cpus_per_task = 4
+mem = "16G"
+confined = true
+
+[targets.U]
+partition = "savio3"
+account = "fc_jevons"
+qos = "normal"
+time = "01:00:00"
+confined = false
+
+[mirrors.sample]
+"#;
+
+struct World {
+    _tmp: tempfile::TempDir,
+    state: PathBuf,
+    config: Config,
+    slurm: Scripted,
+}
+
+impl World {
+    fn new() -> World {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = tmp.path().join("state");
+        let config = Config::parse(CONFIG, Path::new("/test/config.toml")).unwrap();
+        let slurm = Scripted::new(&state);
+        World {
+            _tmp: tmp,
+            state,
+            config,
+            slurm,
+        }
+    }
+
+    fn q(&self) -> std::sync::MutexGuard<'_, Queues> {
+        self.slurm.q.lock().unwrap()
+    }
+
+    async fn launch(&self, target: &str, detached: bool) -> Result<LaunchAction, SessionError> {
+        self.launch_req(LaunchRequest {
+            mirror: "sample".into(),
+            target: target.into(),
+            detached,
+            ..LaunchRequest::default()
+        })
+        .await
+        .map(|r| r.action)
+    }
+
+    async fn launch_req(
+        &self,
+        req: LaunchRequest,
+    ) -> Result<dispatch::ops::session::launch::LaunchReport, SessionError> {
+        let env = env(&self.config, &self.state, &self.slurm);
+        launch(&env, &req).await
+    }
+
+    /// The session's recorded (job, node).
+    fn record(&self, target: &str) -> (Option<u32>, Option<String>) {
+        let state = read_state(&self.state).unwrap();
+        let s = state.sessions.get(&SessionKey::new("sample", target));
+        (
+            s.and_then(|s| s.job_id()).map(JobId::get),
+            s.and_then(|s| s.job.as_ref()).and_then(|j| j.node.clone()),
+        )
+    }
+
+    /// Give the session (sample, target) job `n` by a launch that adopts it.
+    async fn seed(&self, target: &str, n: u32, placement: (&str, &str, &str)) {
+        self.q()
+            .by_name
+            .push_back(live(&row(&n.to_string(), "RUNNING", "n1", placement, NAME)));
+        assert_eq!(
+            self.launch(target, true).await.unwrap(),
+            LaunchAction::Adopted
+        );
+        self.slurm.assert_drained();
+        self.slurm.reset();
+    }
+
+    fn log(&self) -> String {
+        self.state
+            .join("sessions/logs/job-sample-%j.out")
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+impl Scripted {
+    fn reset(&self) {
+        // Forget the calls of the set-up, keep the queues (which must be empty).
+        self.assert_drained();
+        self.clear_calls();
+    }
+}
+
+fn err_text(r: Result<impl std::fmt::Debug, SessionError>) -> (String, &'static str) {
+    let e = r.expect_err("expected an error");
+    let kind = match &e {
+        SessionError::Failed(_) => "failed",
+        SessionError::Unknown(_) => "unknown",
+        SessionError::Refused(_) => "refused",
+        SessionError::Usage(_) | SessionError::Config(_) => "usage",
+        _ => "other",
+    };
+    (e.to_string(), kind)
+}
+
+// ---------------------------------------------------------------- sanitization and argv
+
+/// 1, 2, 3: one token everywhere; the same `--job-name` for sbatch and salloc.
+#[tokio::test]
+async fn b01_b03_job_name_is_the_same_for_sbatch_and_salloc() {
+    let w = World::new();
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(11));
+    w.q()
+        .by_id
+        .push_back(live(&row("11", "RUNNING", "n1", T, NAME)));
+    w.launch("T", true).await.unwrap();
+    w.q().by_name.push_back(gone());
+    w.q().salloc.push_back(Ok(dispatch::slurm::Allocated {
+        job_id: JobId::new(12).unwrap(),
+    }));
+    w.q()
+        .by_id
+        .push_back(live(&row("12", "RUNNING", "n2", OTHER, NAME)));
+    w.launch("U", true).await.unwrap();
+    let argvs = w.slurm.argvs();
+    let sbatch = argvs.iter().find(|a| a[0] == "sbatch").unwrap();
+    let salloc = argvs.iter().find(|a| a[0] == "salloc").unwrap();
+    assert_eq!(sbatch[2], "--job-name=sucoder-sample");
+    assert_eq!(salloc[2], "--job-name=sucoder-sample", "{salloc:?}");
+    assert_eq!(
+        salloc,
+        &[
+            "salloc",
+            "--no-shell",
+            "--job-name=sucoder-sample",
+            "--partition=savio3",
+            "--account=fc_jevons",
+            "--qos=normal",
+            "--time=01:00:00",
+            "--immediate=1",
+        ]
+    );
+}
+
+/// 2: names with spaces, slashes, quotes and non-ASCII become safe tokens in the job name.
+#[tokio::test]
+async fn b02_hostile_mirror_names_become_safe_tokens() {
+    let w = World::new();
+    for (mirror, name) in [
+        ("K Agg/x", "sucoder-K_Agg_x"),
+        ("it's \"q\"", "sucoder-it_s__q_"),
+        ("café", "sucoder-caf_"),
+        ("x;rm -rf /", "sucoder-x_rm_-rf__"),
+    ] {
+        w.q().by_name.push_back(gone());
+        w.q().sbatch.push_back(submitted(5));
+        w.q()
+            .by_id
+            .push_back(live(&row("5", "RUNNING", "n1", T, name)));
+        let env = env(&w.config, &w.state, &w.slurm);
+        launch(
+            &env,
+            &LaunchRequest {
+                mirror: mirror.into(),
+                target: "T".into(),
+                detached: true,
+                ..LaunchRequest::default()
+            },
+        )
+        .await
+        .unwrap();
+        let argvs = w.slurm.argvs();
+        let sbatch = argvs.iter().rev().find(|a| a[0] == "sbatch").unwrap();
+        assert_eq!(sbatch[2], format!("--job-name={name}"), "{mirror:?}");
+        let probe = argvs
+            .iter()
+            .rev()
+            .find(|a| a.len() == 5 && a[3] == "--me")
+            .unwrap();
+        assert_eq!(probe[4], format!("--name={name}"));
+        // Release so that the next mirror's job id 5 is not held twice.
+        w.q().scancel.push_back(scancel(0, "", 5));
+        w.q().by_id.push_back(gone());
+        release(&env, mirror, "T", JobId::new(5)).await.unwrap();
+    }
+}
+
+/// 4, 5: the exact sbatch argv, with and without qos/cpus/mem (the script last).
+#[tokio::test]
+async fn b04_b05_sbatch_argv() {
+    let w = World::new();
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(7));
+    w.q()
+        .by_id
+        .push_back(live(&row("7", "RUNNING", "n1", T, NAME)));
+    w.launch("plain", true).await.unwrap();
+    let script = w.state.join("sessions/scripts/job-sample--plain.sh");
+    assert_eq!(
+        w.slurm.argvs()[1],
+        [
+            "sbatch".to_owned(),
+            "--parsable".into(),
+            "--job-name=sucoder-sample".into(),
+            "--partition=savio4_htc".into(),
+            "--account=co_carleton".into(),
+            "--time=3-00:00:00".into(),
+            format!("--output={}", w.log()),
+            "--no-requeue".into(),
+            script.to_string_lossy().into_owned(),
+        ]
+    );
+    let body = std::fs::read_to_string(&script).unwrap();
+    assert!(body.ends_with("exec sleep infinity\n"), "{body}");
+
+    let w = World::new();
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(8));
+    w.q().by_id.push_back(live(&row(
+        "8",
+        "RUNNING",
+        "n1",
+        ("savio4_htc", "co_carleton", "q"),
+        NAME,
+    )));
+    w.launch_req(LaunchRequest {
+        mirror: "sample".into(),
+        target: "full".into(),
+        detached: true,
+        command: vec!["agent".into(), "--model".into(), "x y".into()],
+        ..LaunchRequest::default()
+    })
+    .await
+    .unwrap();
+    let script = w.state.join("sessions/scripts/job-sample--full.sh");
+    assert_eq!(
+        w.slurm.argvs()[1],
+        [
+            "sbatch".to_owned(),
+            "--parsable".into(),
+            "--job-name=sucoder-sample".into(),
+            "--partition=savio4_htc".into(),
+            "--account=co_carleton".into(),
+            "--qos=q".into(),
+            "--time=02:00:00".into(),
+            "--cpus-per-task=4".into(),
+            "--mem=16384M".into(),
+            format!("--output={}", w.log()),
+            "--no-requeue".into(),
+            script.to_string_lossy().into_owned(),
+        ]
+    );
+    let body = std::fs::read_to_string(&script).unwrap();
+    assert!(body.ends_with("exec agent --model 'x y'\n"), "{body}");
+}
+
+/// 6: the attach argv; never a `new-session` fallback.
+#[test]
+fn b06_attach_argv() {
+    let argv = attach::srun_argv(JobId::new(42).unwrap(), &["bash".into(), "-l".into()]);
+    let argv: Vec<_> = argv.iter().map(|a| a.to_str().unwrap()).collect();
+    assert_eq!(argv, ["--jobid=42", "--overlap", "--pty", "bash", "-l"]);
+    assert_eq!(attach::default_command(None), ["bash", "-l"]);
+    assert_eq!(
+        attach::default_command(Some("/bin/zsh".into())),
+        ["/bin/zsh", "-l"]
+    );
+}
+
+// ---------------------------------------------------------------- sbatch / salloc output
+
+/// 9: an sbatch answer that does not parse: no id is recorded, the failure says a job may
+/// exist and how to find it, and the next launch's name probe resolves it.
+#[tokio::test]
+async fn b09_unparsable_sbatch_records_may_exist_and_the_next_launch_adopts() {
+    let w = World::new();
+    w.q().by_name.push_back(gone());
+    w.q()
+        .sbatch
+        .push_back(Err(action_unknown("sbatch: error: nonsense", None)));
+    let (msg, kind) = err_text(w.launch("T", true).await);
+    assert_eq!(kind, "unknown");
+    assert!(
+        msg.contains("MAY have been submitted")
+            && msg.contains("scancel --me --name=sucoder-sample"),
+        "{msg}"
+    );
+    let kinds = session_kinds(&w.state.join("journal"));
+    assert_eq!(kinds, ["SessionLaunchIntent", "SessionSubmitFailed"]);
+    assert_eq!(w.record("T").0, None);
+    // The next launch finds the job by name.
+    w.q()
+        .by_name
+        .push_back(live(&row("77", "RUNNING", "n1", T, NAME)));
+    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Adopted);
+    assert_eq!(w.record("T").0, Some(77));
+    assert!(!read_state(&w.state)
+        .unwrap()
+        .sessions
+        .get(&SessionKey::new("sample", "T"))
+        .unwrap()
+        .may_have_unknown_job());
+    w.slurm.assert_drained();
+}
+
+/// 10: salloc without "Granted job allocation": exit 4 (may exist), nothing recorded as a job.
+#[tokio::test]
+async fn b10_salloc_without_grant_records_no_job() {
+    let w = World::new();
+    w.q().by_name.push_back(gone());
+    w.q()
+        .salloc
+        .push_back(Err(action_unknown("salloc: error: no", Some(102))));
+    let (msg, kind) = err_text(w.launch("U", true).await);
+    assert_eq!(kind, "unknown");
+    assert!(msg.contains("Slurm mentioned job 102"), "{msg}");
+    assert_eq!(w.record("U").0, None);
+}
+
+// ---------------------------------------------------------------- confined launch
+
+/// 11: no record, empty name probe: name probe, sbatch, poll, in that order; the record ends
+/// with the id and the polled node.
+#[tokio::test]
+async fn b11_fresh_launch_calls_in_order() {
+    let w = World::new();
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(4242));
+    w.q()
+        .by_id
+        .push_back(live(&row("4242", "RUNNING", "n0007", T, NAME)));
+    assert_eq!(w.launch("T", false).await.unwrap(), LaunchAction::Submitted);
+    assert_eq!(
+        w.slurm.argvs(),
+        [name_probe(), w.slurm.argvs()[1].clone(), by_id(4242)]
+    );
+    assert_eq!(w.slurm.argvs()[1][0], "sbatch");
+    assert_eq!(w.record("T"), (Some(4242), Some("n0007".into())));
+    w.slurm.assert_drained();
+}
+
+/// 12, 16: the id is durable before the first poll; a poll that keeps failing is "outcome
+/// unknown, it is recorded", and nothing is cancelled.
+#[tokio::test]
+async fn b12_b16_id_is_durable_before_the_first_poll() {
+    let w = World::new();
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(6789));
+    for _ in 0..3 {
+        w.q().by_id.push_back(unknown("ssh: connect timeout"));
+    }
+    let (msg, kind) = err_text(w.launch("T", true).await);
+    assert_eq!(kind, "unknown");
+    assert!(
+        msg.contains("could not poll Slurm job 6789") && msg.contains("It is recorded"),
+        "{msg}"
+    );
+    let calls = w.slurm.calls();
+    let first_poll = calls.iter().find(|c| c.argv == by_id(6789)).unwrap();
+    assert_eq!(
+        first_poll.journal,
+        ["SessionLaunchIntent", "SessionJobSubmitted"],
+        "the id was written before the first poll"
+    );
+    let sbatch = calls.iter().find(|c| c.argv[0] == "sbatch").unwrap();
+    assert_eq!(
+        sbatch.journal,
+        ["SessionLaunchIntent"],
+        "the intent precedes sbatch"
+    );
+    assert!(!w.slurm.called("scancel"));
+    assert_eq!(w.record("T"), (Some(6789), None));
+}
+
+/// 13: PENDING, then RUNNING on a node: the node is recorded.
+#[tokio::test]
+async fn b13_pending_then_running() {
+    let w = World::new();
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(5));
+    w.q()
+        .by_id
+        .push_back(live(&row("5", "PENDING", "", T, NAME)));
+    w.q()
+        .by_id
+        .push_back(live(&row("5", "RUNNING", "n0007.savio4", T, NAME)));
+    w.launch("T", true).await.unwrap();
+    assert_eq!(w.record("T"), (Some(5), Some("n0007.savio4".into())));
+}
+
+/// 14: the job ends before it runs: "ended before" with sacct's state; the id stays
+/// recorded; no scancel.
+#[tokio::test]
+async fn b14_job_ends_before_it_runs() {
+    let w = World::new();
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(5));
+    w.q().by_id.push_back(gone());
+    let sacct = "5|5|FAILED|1:0|0:0|2026-11-29T16:00:00|2026-11-29T16:00:01|2026-11-29T16:00:02|00:00:01|01:00:00|n1|1|100M|savio4_htc|co_carleton|normal|u|sucoder-sample\n";
+    w.q().sacct.push_back(Answer::Live(
+        dispatch::slurm::sacct::parse_rows(sacct).unwrap_or_else(|e| panic!("{e}")),
+    ));
+    let (msg, kind) = err_text(w.launch("T", true).await);
+    assert_eq!(kind, "failed");
+    assert!(
+        msg.contains("ended before") && msg.contains("FAILED"),
+        "{msg}"
+    );
+    assert!(msg.contains("job-sample-5.out"), "{msg}");
+    assert_eq!(w.record("T").0, Some(5));
+    assert!(!w.slurm.called("scancel"));
+    // A terminal state in squeue itself needs no sacct.
+    let w = World::new();
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(6));
+    w.q()
+        .by_id
+        .push_back(live(&row("6", "FAILED", "n1", T, NAME)));
+    let (msg, _) = err_text(w.launch("T", true).await);
+    assert!(
+        msg.contains("ended before") && msg.contains("FAILED"),
+        "{msg}"
+    );
+    w.slurm.assert_drained();
+}
+
+/// 15: still PENDING when the budget is spent; the state word is never stored as a node.
+#[tokio::test]
+async fn b15_still_pending_after_the_budget() {
+    let w = World::new();
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(5));
+    for _ in 0..1000 {
+        w.q()
+            .by_id
+            .push_back(live(&row("5", "PENDING", "", T, NAME)));
+    }
+    let (msg, kind) = err_text(w.launch("T", true).await);
+    assert_eq!(kind, "failed");
+    assert!(
+        msg.contains("still PENDING") && msg.contains("It is recorded"),
+        "{msg}"
+    );
+    assert_eq!(w.record("T"), (Some(5), None));
+}
+
+/// 17: the recorded job runs: no sbatch, reused.
+#[tokio::test]
+async fn b17_recorded_running_job_is_reused() {
+    let w = World::new();
+    w.seed("T", 4242, T).await;
+    w.q()
+        .by_id
+        .push_back(live(&row("4242", "RUNNING", "n1", T, NAME)));
+    assert_eq!(w.launch("T", false).await.unwrap(), LaunchAction::Reused);
+    assert_eq!(w.slurm.argvs(), [by_id(4242)]);
+}
+
+/// 18: SUSPENDED, CONFIGURING, COMPLETING count as live for a detached launch.
+#[tokio::test]
+async fn b18_other_live_states_are_reused_detached() {
+    for state in ["SUSPENDED", "CONFIGURING", "COMPLETING"] {
+        let w = World::new();
+        w.seed("T", 4242, T).await;
+        w.q()
+            .by_id
+            .push_back(live(&row("4242", state, "", T, NAME)));
+        assert_eq!(
+            w.launch("T", true).await.unwrap(),
+            LaunchAction::Reused,
+            "{state}"
+        );
+        assert!(!w.slurm.called("sbatch"));
+    }
+}
+
+/// 19: a PENDING recorded job and an interactive launch: refused, no sbatch.
+#[tokio::test]
+async fn b19_pending_interactive_is_refused() {
+    let w = World::new();
+    w.seed("T", 4242, T).await;
+    w.q()
+        .by_id
+        .push_back(live(&row("4242", "PENDING", "", T, NAME)));
+    let (msg, kind) = err_text(w.launch("T", false).await);
+    assert_eq!(kind, "failed");
+    assert!(
+        msg.contains("queued, not yet running") && msg.contains("4242"),
+        "{msg}"
+    );
+    assert!(!w.slurm.called("sbatch"));
+}
+
+/// 20: the record probe fails: fail closed with exit 4, no sbatch, record unchanged.
+#[tokio::test]
+async fn b20_record_probe_failure_fails_closed() {
+    let w = World::new();
+    w.seed("T", 4242, T).await;
+    let before = session_kinds(&w.state.join("journal"));
+    w.q().by_id.push_back(unknown("ssh: connect timeout"));
+    let (msg, kind) = err_text(w.launch("T", true).await);
+    assert_eq!(kind, "unknown");
+    assert!(msg.contains("could not verify Slurm job 4242"), "{msg}");
+    assert_eq!(w.slurm.programs(), ["squeue"], "no name probe, no sbatch");
+    assert_eq!(session_kinds(&w.state.join("journal")), before);
+}
+
+/// 21: the recorded job is gone and the name probe is empty: sbatch, the new id recorded.
+#[tokio::test]
+async fn b21_gone_record_then_submit() {
+    let w = World::new();
+    w.seed("T", 4242, T).await;
+    w.q().by_id.push_back(gone());
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(5000));
+    w.q()
+        .by_id
+        .push_back(live(&row("5000", "RUNNING", "n1", T, NAME)));
+    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Submitted);
+    assert_eq!(w.record("T").0, Some(5000));
+    assert!(session_kinds(&w.state.join("journal")).contains(&"SessionCleared".to_owned()));
+}
+
+/// 22, 23: a lost record (no state at all) and a matching live job: adopted, no sbatch, and
+/// the adoption is durable before anything else is done with the job.
+#[tokio::test]
+async fn b22_lost_record_adopts_by_name() {
+    let w = World::new();
+    w.q()
+        .by_name
+        .push_back(live(&row("4242", "RUNNING", "n1", T, NAME)));
+    assert_eq!(w.launch("T", false).await.unwrap(), LaunchAction::Adopted);
+    assert_eq!(w.slurm.argvs(), [name_probe()]);
+    assert_eq!(w.record("T"), (Some(4242), Some("n1".into())));
+    assert_eq!(
+        session_kinds(&w.state.join("journal")),
+        ["SessionAdopted", "SessionNodeResolved"]
+    );
+}
+
+/// 24: a job of the same name on another target is reported and does not block.
+#[tokio::test]
+async fn b24_other_targets_job_does_not_block() {
+    let w = World::new();
+    w.q()
+        .by_name
+        .push_back(live(&row("4242", "RUNNING", "n1", OTHER, NAME)));
+    w.q().sbatch.push_back(submitted(5000));
+    w.q()
+        .by_id
+        .push_back(live(&row("5000", "RUNNING", "n1", T, NAME)));
+    let r = w
+        .launch_req(LaunchRequest {
+            mirror: "sample".into(),
+            target: "T".into(),
+            detached: true,
+            ..LaunchRequest::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!((r.action, r.job_id), (LaunchAction::Submitted, 5000));
+    let note = r.notes.join("\n");
+    assert!(
+        note.contains("4242") && note.contains("different target (U)"),
+        "{note}"
+    );
+}
+
+/// 25: a failed name probe does not block (fail open) and says so.
+#[tokio::test]
+async fn b25_failed_name_probe_fails_open() {
+    let w = World::new();
+    w.q()
+        .by_name
+        .push_back(unknown("slurm_load_jobs error: Socket timed out"));
+    w.q().sbatch.push_back(submitted(5000));
+    w.q()
+        .by_id
+        .push_back(live(&row("5000", "RUNNING", "n1", T, NAME)));
+    let r = w
+        .launch_req(LaunchRequest {
+            mirror: "sample".into(),
+            target: "T".into(),
+            detached: true,
+            ..LaunchRequest::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.action, LaunchAction::Submitted);
+    assert!(
+        r.notes.join(" ").contains("name probe failed"),
+        "{:?}",
+        r.notes
+    );
+}
+
+/// Departure from sucoder: when the record says an earlier submission may have created a job,
+/// a failed name probe blocks (exit 4): submitting could make the second job.
+#[tokio::test]
+async fn b25b_failed_probe_blocks_when_a_job_may_exist() {
+    let w = World::new();
+    w.q().by_name.push_back(gone());
+    w.q()
+        .sbatch
+        .push_back(Err(action_unknown("Socket timed out", None)));
+    err_text(w.launch("T", true).await);
+    w.q()
+        .by_name
+        .push_back(unknown("slurm_load_jobs error: Socket timed out"));
+    let (msg, kind) = err_text(w.launch("T", true).await);
+    assert_eq!(kind, "unknown");
+    assert!(msg.contains("may have created a job"), "{msg}");
+    assert_eq!(w.slurm.programs(), ["squeue", "sbatch", "squeue"]);
+}
+
+/// 26: an array element of the same name is never adopted (neither 4242 nor 42423).
+#[tokio::test]
+async fn b26_array_element_is_not_adopted() {
+    let w = World::new();
+    w.q()
+        .by_name
+        .push_back(live(&row("4242_3", "RUNNING", "n1", T, NAME)));
+    w.q().sbatch.push_back(submitted(5000));
+    w.q()
+        .by_id
+        .push_back(live(&row("5000", "RUNNING", "n1", T, NAME)));
+    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Submitted);
+    assert_eq!(w.record("T").0, Some(5000));
+}
+
+/// 27: two matching jobs: the newest is adopted and the other is reported.
+#[tokio::test]
+async fn b27_newest_of_two_matches_is_adopted() {
+    let w = World::new();
+    let text =
+        row("39000001", "RUNNING", "n1", T, NAME) + &row("39000077", "RUNNING", "n2", T, NAME);
+    w.q().by_name.push_back(live(&text));
+    let r = w
+        .launch_req(LaunchRequest {
+            mirror: "sample".into(),
+            target: "T".into(),
+            detached: true,
+            ..LaunchRequest::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!((r.action, r.job_id), (LaunchAction::Adopted, 39000077));
+    assert!(
+        r.notes.join(" ").contains("more than one live job matches"),
+        "{:?}",
+        r.notes
+    );
+    assert!(r.notes.join(" ").contains("39000001"));
+}
+
+/// 28: malformed lines are ignored; a good line beside them is still adopted.
+#[tokio::test]
+async fn b28_malformed_lines_are_ignored() {
+    let w = World::new();
+    w.q()
+        .by_name
+        .push_back(unparsable("4242|RUNNING|savio4_htc|co_carleton\nabc|x\n"));
+    w.q().sbatch.push_back(submitted(5000));
+    w.q()
+        .by_id
+        .push_back(live(&row("5000", "RUNNING", "n1", T, NAME)));
+    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Submitted);
+    let w = World::new();
+    let text = format!("garbage\n{}", row("4242", "RUNNING", "n1", T, NAME));
+    w.q().by_name.push_back(unparsable(&text));
+    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Adopted);
+    assert_eq!(w.record("T").0, Some(4242));
+}
+
+/// 29: the id the record probe just proved gone is skipped by the name probe.
+#[tokio::test]
+async fn b29_the_gone_id_is_not_adopted_again() {
+    let w = World::new();
+    w.seed("T", 4242, T).await;
+    w.q().by_id.push_back(gone());
+    w.q()
+        .by_name
+        .push_back(live(&row("4242", "RUNNING", "n1", T, NAME)));
+    w.q().sbatch.push_back(submitted(5000));
+    w.q()
+        .by_id
+        .push_back(live(&row("5000", "RUNNING", "n1", T, NAME)));
+    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Submitted);
+    assert_eq!(w.record("T").0, Some(5000));
+}
+
+/// 30: sbatch exits non-zero: "A job MAY have been submitted"; no job id recorded.
+#[tokio::test]
+async fn b30_failed_sbatch_says_a_job_may_exist() {
+    let w = World::new();
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(Err(action_unknown(
+        "sbatch: error: Batch job submission failed: Socket timed out",
+        None,
+    )));
+    let (msg, _) = err_text(w.launch("T", true).await);
+    assert!(msg.contains("A job MAY have been submitted"), "{msg}");
+    assert_eq!(w.record("T").0, None);
+    assert!(!session_kinds(&w.state.join("journal")).contains(&"SessionJobSubmitted".to_owned()));
+}
+
+/// 31: recording the id fails after sbatch returned it: the error names the job and
+/// `scancel <id>`, and says the next launch finds it.
+#[tokio::test]
+async fn b31_unrecorded_id_names_the_job_and_scancel() {
+    let w = World::new();
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(8899));
+    // Break the journal mid-file the moment sbatch returns: the writer then refuses.
+    w.slurm
+        .after("sbatch", |journal| corrupt_first_frame(Path::new(journal)));
+    let (msg, kind) = err_text(w.launch("T", true).await);
+    assert_eq!(kind, "unknown");
+    assert!(
+        msg.contains("8899") && msg.contains("scancel 8899"),
+        "{msg}"
+    );
+}
+
+fn corrupt_first_frame(journal: &Path) {
+    let seg = journal.join("segment-00000001.djl");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[96 + 30] ^= 0xff;
+    std::fs::write(&seg, bytes).unwrap();
+}
+
+// ---------------------------------------------------------------- unconfined (salloc)
+
+/// 35, 39: a recorded salloc job without a node is resolved by the record probe; no salloc.
+#[tokio::test]
+async fn b35_recorded_job_without_node_gets_its_node() {
+    let w = World::new();
+    w.q().by_name.push_back(gone());
+    w.q().salloc.push_back(Ok(dispatch::slurm::Allocated {
+        job_id: JobId::new(777).unwrap(),
+    }));
+    w.q().by_id.push_back(unknown("x"));
+    w.q().by_id.push_back(unknown("x"));
+    w.q().by_id.push_back(unknown("x"));
+    err_text(w.launch("U", true).await);
+    assert_eq!(
+        w.record("U"),
+        (Some(777), None),
+        "40: the id persisted, the node not"
+    );
+    w.slurm.reset();
+    w.q()
+        .by_id
+        .push_back(live(&row("777", "RUNNING", "n0101.savio3", OTHER, NAME)));
+    assert_eq!(w.launch("U", true).await.unwrap(), LaunchAction::Reused);
+    assert_eq!(w.record("U"), (Some(777), Some("n0101.savio3".into())));
+    assert!(!w.slurm.called("salloc"));
+}
+
+/// 36, 38: the recorded salloc job: unknown blocks (exit 4), gone clears and allocates.
+#[tokio::test]
+async fn b36_b38_unconfined_record_probe() {
+    let w = World::new();
+    w.seed("U", 777, OTHER).await;
+    w.q().by_id.push_back(unknown("ssh: connect"));
+    let (_, kind) = err_text(w.launch("U", true).await);
+    assert_eq!(kind, "unknown");
+    assert!(!w.slurm.called("salloc"));
+    assert_eq!(w.record("U").0, Some(777));
+    w.q().by_id.push_back(gone());
+    w.q().by_name.push_back(gone());
+    w.q().salloc.push_back(Ok(dispatch::slurm::Allocated {
+        job_id: JobId::new(778).unwrap(),
+    }));
+    w.q()
+        .by_id
+        .push_back(live(&row("778", "RUNNING", "n1", OTHER, NAME)));
+    assert_eq!(w.launch("U", true).await.unwrap(), LaunchAction::Submitted);
+    assert_eq!(w.record("U").0, Some(778));
+}
+
+// ---------------------------------------------------------------- release
+
+/// 43: nothing recorded: nothing to release, no Slurm call.
+#[tokio::test]
+async fn b43_nothing_to_release() {
+    let w = World::new();
+    let env = env(&w.config, &w.state, &w.slurm);
+    let r = release(&env, "sample", "T", None).await.unwrap();
+    assert_eq!(r.action, ReleaseAction::Nothing);
+    assert!(w.slurm.calls().is_empty());
+}
+
+/// 44, 48: one scancel, then proof that it is gone; the record is cleared; scancel's stderr
+/// is passed on.
+#[tokio::test]
+async fn b44_b48_release_cancels_and_proves() {
+    let w = World::new();
+    w.seed("T", 4242, T).await;
+    w.q()
+        .scancel
+        .push_back(scancel(0, "scancel: error: Invalid job id specified", 4242));
+    w.q()
+        .by_id
+        .push_back(live(&row("4242", "COMPLETING", "n1", T, NAME)));
+    w.q()
+        .by_id
+        .push_back(live(&row("4242", "CANCELLED", "n1", T, NAME)));
+    let env = env(&w.config, &w.state, &w.slurm);
+    let r = release(&env, "sample", "T", JobId::new(4242))
+        .await
+        .unwrap();
+    assert_eq!(r.action, ReleaseAction::Released);
+    assert_eq!(r.proof.as_deref(), Some("squeue: CANCELLED"));
+    assert!(r.notes.join(" ").contains("Invalid job id specified"));
+    assert_eq!(
+        w.slurm.argvs(),
+        [
+            vec!["scancel".to_owned(), "4242".into()],
+            by_id(4242),
+            by_id(4242)
+        ]
+    );
+    assert_eq!(w.record("T").0, None);
+    let calls = w.slurm.calls();
+    assert_eq!(calls[0].journal.last().unwrap(), "SessionCancelIntent");
+}
+
+/// 45: scancel fails: exit 1 and the record unchanged; no answer at all: exit 4.
+#[tokio::test]
+async fn b45_failed_scancel_keeps_the_record() {
+    let w = World::new();
+    w.seed("T", 4242, T).await;
+    w.q()
+        .scancel
+        .push_back(scancel(1, "scancel: error: Access/permission denied", 4242));
+    let env = env(&w.config, &w.state, &w.slurm);
+    let (msg, kind) = err_text(release(&env, "sample", "T", JobId::new(4242)).await);
+    assert_eq!(kind, "failed");
+    assert!(msg.contains("scancel returned exit 1"), "{msg}");
+    assert_eq!(w.record("T").0, Some(4242));
+    w.q()
+        .scancel
+        .push_back(Err(action_unknown("timed out", None)));
+    let (_, kind) = err_text(release(&env, "sample", "T", JobId::new(4242)).await);
+    assert_eq!(kind, "unknown");
+    assert_eq!(w.record("T").0, Some(4242));
+}
+
+/// 46: two sessions hold one job: releasing one only detaches it; no scancel.
+#[tokio::test]
+async fn b46_shared_job_is_only_detached() {
+    let w = World::new();
+    w.seed("T", 12345, T).await;
+    w.seed("plain", 12345, ("savio4_htc", "co_carleton", "other_qos"))
+        .await;
+    let env = env(&w.config, &w.state, &w.slurm);
+    let r = release(&env, "sample", "plain", JobId::new(12345))
+        .await
+        .unwrap();
+    assert_eq!(r.action, ReleaseAction::Detached);
+    assert_eq!(r.holders, ["sample--T"]);
+    assert!(
+        w.slurm.calls().is_empty(),
+        "no scancel, no Slurm call at all"
+    );
+    assert_eq!(w.record("plain").0, None);
+    assert_eq!(w.record("T").0, Some(12345));
+}
+
+/// A release that was agreed for one job does nothing if the session holds another by now.
+#[tokio::test]
+async fn release_refuses_a_changed_session() {
+    let w = World::new();
+    w.seed("T", 4242, T).await;
+    let env = env(&w.config, &w.state, &w.slurm);
+    let (_, kind) = err_text(release(&env, "sample", "T", JobId::new(1)).await);
+    assert_eq!(kind, "failed");
+    assert!(w.slurm.calls().is_empty());
+}
+
+// ---------------------------------------------------------------- attach
+
+/// 49, 51, 52: attach runs srun for a running job, refuses without a job (no Slurm call) and
+/// for an ended job (record unchanged).
+#[tokio::test]
+async fn b49_b51_b52_attach() {
+    let w = World::new();
+    let env = env(&w.config, &w.state, &w.slurm);
+    let (msg, _) = err_text(attach::plan(&env, "sample", "T", &[], None).await);
+    assert!(msg.contains("no Slurm job recorded"), "{msg}");
+    assert!(w.slurm.calls().is_empty());
+    w.seed("T", 42, T).await;
+    w.q()
+        .by_id
+        .push_back(live(&row("42", "RUNNING", "n1", T, NAME)));
+    let plan = attach::plan(&env, "sample", "T", &["htop".into()], None)
+        .await
+        .unwrap();
+    let argv: Vec<_> = plan.argv.iter().map(|a| a.to_str().unwrap()).collect();
+    assert_eq!(argv, ["--jobid=42", "--overlap", "--pty", "htop"]);
+    w.q().by_id.push_back(gone());
+    let (msg, _) = err_text(attach::plan(&env, "sample", "T", &[], None).await);
+    assert!(msg.contains("the allocation has ended"), "{msg}");
+    assert_eq!(w.record("T").0, Some(42));
+}
+
+// ---------------------------------------------------------------- records
+
+/// 53: (mirror, target) pairs are independent sessions.
+#[tokio::test]
+async fn b53_sessions_per_target_are_independent() {
+    let w = World::new();
+    w.seed("T", 1, T).await;
+    w.seed("U", 2, OTHER).await;
+    assert_eq!((w.record("T").0, w.record("U").0), (Some(1), Some(2)));
+}
+
+// ---------------------------------------------------------------- sessions report
+
+/// 61, 62, 66: the report asks `squeue --me` once and folds it with the journal.
+#[tokio::test]
+async fn b61_b62_report_asks_once() {
+    let w = World::new();
+    w.seed("T", 1, T).await;
+    w.seed("U", 2, OTHER).await;
+    let text = row("1", "RUNNING", "n1", T, NAME) + &row("3", "RUNNING", "n1", T, "sucoder-ghost");
+    w.q().mine.push_back(live(&text));
+    let env = env(&w.config, &w.state, &w.slurm);
+    let r = report::sessions(&env).await.unwrap();
+    assert_eq!(
+        w.slurm.argvs(),
+        [["squeue", "--noheader", FORMAT, "--me"]
+            .map(String::from)
+            .to_vec()]
+    );
+    let t = r.targets.iter().find(|g| g.target == "T").unwrap();
+    let ids: Vec<_> = t.jobs.iter().map(|j| (j.job_id, j.flags.clone())).collect();
+    assert_eq!(ids, [(1, vec![]), (3, vec!["no session record"])]);
+    assert_eq!(r.stale.len(), 1);
+    assert_eq!(r.stale[0].job_id, Some(2));
+    w.q()
+        .mine
+        .push_back(unknown("Unable to contact slurm controller"));
+    let r = report::sessions(&env).await.unwrap();
+    assert!(r.stale.is_empty());
+    assert_eq!(r.unknown.len(), 2);
+}
+
+// ---------------------------------------------------------------- renew
+
+fn settings(iterations: u64) -> RenewSettings {
+    RenewSettings {
+        drain_minutes: 20,
+        poll: std::time::Duration::from_millis(1),
+        max_iterations: Some(iterations),
+        backoff: Backoff::new(
+            std::time::Duration::from_secs(1),
+            std::time::Duration::from_secs(1),
+        ),
+    }
+}
+
+fn short(id: &str, state: &str, left: &str) -> String {
+    format!("{id}|{id}|{state}|savio4_htc|co_carleton|carleton_htc4_normal|u|1|1|n1|{left}|2:00:00|N/A|N/A|None|{NAME}\n")
+}
+
+/// 69, 75: a draining job: its replacement is submitted (the old job, the only one with the
+/// name, is not adopted), the old one is cancelled only after the new one runs; then hold.
+#[tokio::test]
+async fn b69_b75_drain_relaunches_then_cancels_the_old_job() {
+    let w = World::new();
+    w.seed("T", 111, T).await;
+    w.q()
+        .by_id
+        .push_back(live(&short("111", "RUNNING", "10:00")));
+    w.q()
+        .by_name
+        .push_back(live(&short("111", "RUNNING", "10:00")));
+    w.q().sbatch.push_back(submitted(222));
+    w.q()
+        .by_id
+        .push_back(live(&short("222", "PENDING", "2:00:00")));
+    w.q()
+        .by_id
+        .push_back(live(&short("222", "RUNNING", "2:00:00")));
+    w.q().scancel.push_back(scancel(0, "", 111));
+    w.q().by_id.push_back(gone());
+    w.q()
+        .by_id
+        .push_back(live(&short("222", "RUNNING", "10:00:00")));
+    let env = env(&w.config, &w.state, &w.slurm);
+    let r = renew(&env, "sample", "T", &settings(2), &mut |_| {})
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.job_id, r.relaunched.clone(), r.cancelled.clone()),
+        (222, vec![222], vec![111])
+    );
+    let argvs = w.slurm.argvs();
+    let probes: Vec<_> = argvs
+        .iter()
+        .filter(|a| a.len() == 5 && a[4].starts_with("--jobs="))
+        .map(|a| a[4].clone())
+        .collect();
+    assert_eq!(
+        probes,
+        [
+            "--jobs=111",
+            "--jobs=222",
+            "--jobs=222",
+            "--jobs=111",
+            "--jobs=222"
+        ]
+    );
+    let programs = w.slurm.programs();
+    let scancel_at = programs.iter().position(|p| p == "scancel").unwrap();
+    let running_at = argvs.iter().position(|a| a == &by_id(222)).unwrap() + 1;
+    assert!(
+        running_at < scancel_at,
+        "the old job is cancelled after the new one runs"
+    );
+    assert_eq!(argvs[scancel_at], ["scancel", "111"]);
+    assert_eq!(w.record("T").0, Some(222));
+    w.slurm.assert_drained();
+}
+
+/// 70: a lost job: relaunch, no scancel.
+#[tokio::test]
+async fn b70_lost_job_is_relaunched_without_cancel() {
+    let w = World::new();
+    w.seed("T", 111, T).await;
+    w.q().by_id.push_back(gone());
+    w.q().by_id.push_back(gone());
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(333));
+    w.q()
+        .by_id
+        .push_back(live(&short("333", "RUNNING", "2:00:00")));
+    let env = env(&w.config, &w.state, &w.slurm);
+    let r = renew(&env, "sample", "T", &settings(1), &mut |_| {})
+        .await
+        .unwrap();
+    assert_eq!(r.job_id, 333);
+    assert!(!w.slurm.called("scancel"));
+    w.slurm.assert_drained();
+}
+
+/// 71, 72: a failing probe holds (no relaunch); a failing relaunch keeps the old id.
+#[tokio::test]
+async fn b71_b72_blips_hold_and_failed_relaunches_keep_the_job() {
+    let w = World::new();
+    w.seed("T", 111, T).await;
+    w.q().by_id.push_back(unknown("Socket timed out"));
+    let env = env(&w.config, &w.state, &w.slurm);
+    let r = renew(&env, "sample", "T", &settings(1), &mut |_| {})
+        .await
+        .unwrap();
+    assert_eq!((r.job_id, r.relaunched.len()), (111, 0));
+    assert_eq!(w.slurm.programs(), ["squeue"]);
+    w.q()
+        .by_id
+        .push_back(live(&short("111", "RUNNING", "5:00")));
+    w.q().by_name.push_back(gone());
+    w.q()
+        .sbatch
+        .push_back(Err(dispatch::slurm::ActionError::Local("no".into())));
+    let r = renew(&env, "sample", "T", &settings(1), &mut |_| {})
+        .await
+        .unwrap();
+    assert_eq!((r.job_id, r.failed_relaunches), (111, 1));
+    assert!(!w.slurm.called("scancel"));
+    assert_eq!(w.record("T").0, Some(111));
+}
+
+// ---------------------------------------------------------------- bad input
+
+/// Unknown target, missing partition/account, malformed config: a clear error before any
+/// Slurm call and before the state directory is made.
+#[tokio::test]
+async fn bad_input_fails_before_any_slurm_call() {
+    let w = World::new();
+    let (msg, kind) = err_text(w.launch("nope", true).await);
+    assert_eq!(kind, "usage");
+    assert!(
+        msg.contains("no target \"nope\"") && msg.contains("T, U, full, plain"),
+        "{msg}"
+    );
+    for bad in [
+        "[targets.x]\npartition = \"p\"\n",
+        "[targets.x]\naccount = \"a\"\n",
+        "[targets.x]\npartition = \"\"\naccount = \"a\"\n",
+        "[targets.x\n",
+    ] {
+        assert!(Config::parse(bad, Path::new("c.toml")).is_err(), "{bad}");
+    }
+    let mut config = w.config.clone();
+    config.targets.get_mut("T").unwrap().time = Some("soon".into());
+    let env = env(&config, &w.state, &w.slurm);
+    let req = LaunchRequest {
+        mirror: "sample".into(),
+        target: "T".into(),
+        ..LaunchRequest::default()
+    };
+    let (msg, kind) = err_text(launch(&env, &req).await);
+    assert_eq!(kind, "usage");
+    assert!(msg.contains("targets.T.time"), "{msg}");
+    let (_, kind) = err_text(
+        launch(
+            &env,
+            &LaunchRequest {
+                mirror: String::new(),
+                target: "U".into(),
+                ..LaunchRequest::default()
+            },
+        )
+        .await,
+    );
+    assert_eq!(kind, "usage");
+    assert!(w.slurm.calls().is_empty());
+    assert!(!w.state.exists(), "nothing was created");
+}
+
+/// A mirror named on the command line with a configured mirror's token is refused (exit 3).
+#[tokio::test]
+async fn token_twins_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = Config::parse(
+        "[targets.T]\npartition = \"p\"\naccount = \"a\"\n[mirrors.\"K Agg\"]\n",
+        Path::new("c.toml"),
+    )
+    .unwrap();
+    let slurm = Scripted::new(tmp.path());
+    let env = env(&config, tmp.path(), &slurm);
+    let (msg, kind) = err_text(
+        launch(
+            &env,
+            &LaunchRequest {
+                mirror: "K/Agg".into(),
+                target: "T".into(),
+                ..LaunchRequest::default()
+            },
+        )
+        .await,
+    );
+    assert_eq!(kind, "refused");
+    assert!(msg.contains("K Agg"), "{msg}");
+    assert!(slurm.calls().is_empty());
+}

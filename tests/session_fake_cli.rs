@@ -1,0 +1,548 @@
+//! `dispatch session …` and `dispatch sessions` end to end: the real binary against the fake
+//! Slurm executables (`tools/fake-slurm`), asserting the exact argv of every Slurm call and
+//! their order from the fake's call log.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::{json, Value};
+use support::scripted::{by_id, name_probe, row};
+
+const T: (&str, &str, &str) = ("savio4_htc", "co_carleton", "carleton_htc4_normal");
+const OTHER: (&str, &str, &str) = ("savio3", "fc_jevons", "normal");
+const NAME: &str = "sucoder-sample";
+
+const CONFIG: &str = r#"
+[targets.T]
+partition = "savio4_htc"
+account = "co_carleton"
+qos = "carleton_htc4_normal"
+time = "3-00:00:00"
+confined = true
+
+[targets.U]
+partition = "savio3"
+account = "fc_jevons"
+qos = "normal"
+time = "01:00:00"
+confined = false
+
+[mirrors.sample]
+"#;
+
+struct Fake {
+    tmp: tempfile::TempDir,
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Fake {
+    fn new(scenario: Value) -> Fake {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("config.toml"), CONFIG).unwrap();
+        let f = Fake { tmp };
+        f.scenario(scenario);
+        f
+    }
+
+    /// Replace the scenario (and reset the use counts), keeping the log and the state.
+    fn scenario(&self, scenario: Value) {
+        std::fs::write(self.path("scenario.json"), scenario.to_string()).unwrap();
+        let _ = std::fs::remove_file(self.path("counts.json"));
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.tmp.path().join(name)
+    }
+
+    fn state(&self) -> PathBuf {
+        self.path("state")
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/fake-slurm/bin");
+        let mut c = Command::new(env!("CARGO_BIN_EXE_dispatch"));
+        c.arg("--state-dir")
+            .arg(self.state())
+            .arg("--config")
+            .arg(self.path("config.toml"))
+            .args(args)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("FAKE_SLURM_SCENARIO", self.path("scenario.json"))
+            .env("FAKE_SLURM_LOG", self.path("calls.jsonl"))
+            .env("FAKE_SLURM_STATE", self.path("counts.json"))
+            .env_remove("DISPATCH_FAILPOINTS")
+            .env_remove("DISPATCH_SLURM_TIMEOUT");
+        c
+    }
+
+    fn run_with(&self, mut c: Command, stdin: &str) -> Run {
+        use std::io::Write;
+        let mut child = c
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        self.run_with(self.command(args), "")
+    }
+
+    /// Every Slurm call so far: the program, then its argv.
+    fn calls(&self) -> Vec<Vec<String>> {
+        std::fs::read_to_string(self.path("calls.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                let mut argv = vec![v["cmd"].as_str().unwrap().to_owned()];
+                argv.extend(
+                    v["argv"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|a| a.as_str().unwrap().to_owned()),
+                );
+                argv
+            })
+            .collect()
+    }
+
+    fn programs(&self) -> Vec<String> {
+        self.calls().into_iter().map(|c| c[0].clone()).collect()
+    }
+
+    fn clear_calls(&self) {
+        let _ = std::fs::remove_file(self.path("calls.jsonl"));
+    }
+}
+
+fn json_of(r: &Run) -> Value {
+    serde_json::from_str(r.stdout.trim())
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}): {:?} / {}", r.stdout, r.stderr))
+}
+
+const LAUNCH_T: &[&str] = &[
+    "--json",
+    "session",
+    "launch",
+    "sample",
+    "-T",
+    "T",
+    "--detached",
+];
+
+fn running(id: u32, placement: (&str, &str, &str)) -> String {
+    row(&id.to_string(), "RUNNING", "n0007", placement, NAME)
+}
+
+/// 11: a fresh confined launch: name probe, sbatch, poll, exactly, in order; one JSON document
+/// with the keys CLI.md gives.
+#[test]
+fn fresh_launch_argv_and_order() {
+    let f = Fake::new(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--jobs=4242"], "stdout": running(4242, T)},
+        ],
+        "sbatch": [{"stdout": "4242\n"}],
+    }));
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = json_of(&r);
+    assert_eq!(
+        j,
+        json!({"mirror": "sample", "target": "T", "job_id": 4242, "action": "submitted",
+               "node": "n0007", "state": "RUNNING"})
+    );
+    let state = f.state();
+    let script = state.join("sessions/scripts/job-sample--T.sh");
+    let log = state.join("sessions/logs/job-sample-%j.out");
+    assert_eq!(
+        f.calls(),
+        [
+            name_probe(),
+            vec![
+                "sbatch".to_owned(),
+                "--parsable".into(),
+                "--job-name=sucoder-sample".into(),
+                "--partition=savio4_htc".into(),
+                "--account=co_carleton".into(),
+                "--qos=carleton_htc4_normal".into(),
+                "--time=3-00:00:00".into(),
+                format!("--output={}", log.display()),
+                "--no-requeue".into(),
+                script.to_string_lossy().into_owned(),
+            ],
+            by_id(4242),
+        ]
+    );
+}
+
+/// 22 + the real-world issue 19: the whole state directory is lost; the next launch finds the
+/// live job by name and adopts it. No sbatch. (Mutation check: disabling the name probe makes
+/// this test fail.)
+#[test]
+fn lost_state_adopts_by_name() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": running(4242, T)}],
+        "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
+    }));
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json_of(&r)["action"], "adopted");
+    assert_eq!(json_of(&r)["job_id"], 4242);
+    assert_eq!(f.calls(), [name_probe()]);
+    assert!(!f.programs().contains(&"sbatch".to_owned()));
+}
+
+/// 24: a job of this name on another target is reported and not adopted: a second job is
+/// submitted for this target. (Mutation check: adopting regardless of target fails here.)
+#[test]
+fn other_targets_job_is_not_adopted() {
+    let f = Fake::new(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": running(4242, OTHER)},
+            {"match": ["--jobs=5000"], "stdout": running(5000, T)},
+        ],
+        "sbatch": [{"stdout": "5000\n"}],
+    }));
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json_of(&r)["action"], "submitted");
+    assert_eq!(json_of(&r)["job_id"], 5000);
+    assert!(
+        r.stderr.contains("4242") && r.stderr.contains("different target (U)"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(f.programs(), ["squeue", "sbatch", "squeue"]);
+}
+
+/// 3: an unconfined (salloc) launch carries the same job name. (Mutation check: dropping the
+/// salloc job name fails here.)
+#[test]
+fn salloc_carries_the_job_name() {
+    let f = Fake::new(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--jobs=77"], "stdout": running(77, OTHER)},
+        ],
+        "salloc": [{"stderr": "salloc: Granted job allocation 77\n"}],
+    }));
+    let r = f.run(&[
+        "--json",
+        "session",
+        "launch",
+        "sample",
+        "-T",
+        "U",
+        "--detached",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        f.calls()[1],
+        [
+            "salloc",
+            "--no-shell",
+            "--job-name=sucoder-sample",
+            "--partition=savio3",
+            "--account=fc_jevons",
+            "--qos=normal",
+            "--time=01:00:00",
+            "--immediate=600",
+        ]
+    );
+    // And the next launch, with the state lost, finds the allocation by that name.
+    std::fs::remove_dir_all(f.state()).unwrap();
+    f.clear_calls();
+    f.scenario(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": running(77, OTHER)}],
+    }));
+    let r = f.run(&[
+        "--json",
+        "session",
+        "launch",
+        "sample",
+        "-T",
+        "U",
+        "--detached",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json_of(&r)["action"], "adopted");
+    assert_eq!(f.calls(), [name_probe()]);
+}
+
+/// 30 + DESIGN: sbatch accepted the job but its answer never came (timeout): exit 4, the
+/// intent is recorded as "may exist", and the next launch adopts the job by name. Never a
+/// second sbatch.
+#[test]
+fn accepted_then_silent_sbatch_is_resolved_by_name() {
+    let f = Fake::new(json!({}));
+    let accepted = f.path("accepted.jsonl");
+    f.scenario(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": ""}],
+        "sbatch": [{"touch": accepted.to_string_lossy(), "hang": 30}],
+    }));
+    let mut c = f.command(LAUNCH_T);
+    c.env("DISPATCH_SLURM_TIMEOUT", "1");
+    let r = f.run_with(c, "");
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("A job MAY have been submitted"),
+        "{}",
+        r.stderr
+    );
+    assert!(accepted.exists(), "the fake accepted the job");
+    f.clear_calls();
+    f.scenario(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": running(9001, T)}],
+    }));
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json_of(&r)["action"], "adopted");
+    assert_eq!(json_of(&r)["job_id"], 9001);
+    assert_eq!(f.programs(), ["squeue"], "no second sbatch");
+}
+
+/// Crash between the submit intent and the recorded id (failpoint): the next launch finds the
+/// job by name and adopts it.
+#[test]
+fn crash_after_submit_then_adopt() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": ""}],
+        "sbatch": [{"stdout": "31337\n"}],
+    }));
+    let mut c = f.command(LAUNCH_T);
+    c.env("DISPATCH_FAILPOINTS", "session-after-submit=abort");
+    let r = f.run_with(c, "");
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("failpoint session-after-submit"),
+        "{}",
+        r.stderr
+    );
+    let sessions = f.run(&["--json", "sessions"]);
+    let unknown = &json_of(&sessions)["unknown"];
+    assert_eq!(unknown[0]["session"], "sample--T", "{unknown}");
+    f.clear_calls();
+    f.scenario(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": running(31337, T)}],
+    }));
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json_of(&r)["action"], "adopted");
+    assert_eq!(json_of(&r)["job_id"], 31337);
+    assert_eq!(f.programs(), ["squeue"]);
+}
+
+/// 47: release without --force asks, and an empty answer means No.
+#[test]
+fn release_prompt_defaults_to_no() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": running(4242, T)}],
+    }));
+    assert_eq!(f.run(LAUNCH_T).code, 0);
+    f.clear_calls();
+    let r = f.run_with(
+        f.command(&["session", "release", "sample", "-T", "T"]),
+        "\n",
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("Cancel Slurm job 4242 on n0007") && r.stderr.contains("[y/N]"));
+    assert!(r.stderr.contains("Aborted."), "{}", r.stderr);
+    assert!(f.calls().is_empty(), "no Slurm call: {:?}", f.calls());
+}
+
+/// 44, 45: release --force: scancel, then proof by squeue; a failing scancel exits 1 and
+/// keeps the record.
+#[test]
+fn release_force_cancels_and_proves() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": running(4242, T)}],
+    }));
+    assert_eq!(f.run(LAUNCH_T).code, 0);
+    f.clear_calls();
+    f.scenario(json!({
+        "scancel": [{"times": 1, "stderr": "scancel: error: Kill job error on job id 4242: Access/permission denied\n", "exit": 1}],
+    }));
+    let r = f.run(&["session", "release", "sample", "-T", "T", "--force"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("scancel returned exit 1"), "{}", r.stderr);
+    f.clear_calls();
+    f.scenario(json!({
+        "scancel": [{"stdout": ""}],
+        "squeue": [{"match": ["--jobs=4242"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)}],
+    }));
+    let r = f.run(&[
+        "--json", "session", "release", "sample", "-T", "T", "--force",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        json_of(&r),
+        json!({"mirror": "sample", "target": "T", "action": "released", "job_id": 4242,
+               "holders": [], "proof": "squeue: CANCELLED"})
+    );
+    assert_eq!(
+        f.calls(),
+        [vec!["scancel".to_owned(), "4242".into()], by_id(4242)]
+    );
+    let r = f.run(&["session", "release", "sample", "-T", "T", "--force"]);
+    assert_eq!(r.code, 0);
+    assert!(r.stdout.contains("Nothing to release."), "{}", r.stdout);
+}
+
+/// 49: attach from a terminal execs `srun --jobid=J --overlap --pty CMD`.
+#[test]
+fn attach_execs_srun_with_a_pty() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": running(42, T)}],
+    }));
+    assert_eq!(f.run(LAUNCH_T).code, 0);
+    f.clear_calls();
+    f.scenario(json!({
+        "squeue": [{"match": ["--jobs=42"], "stdout": running(42, T)}],
+        "srun": [{"stdout": "attached\n"}],
+    }));
+    // Without a terminal: a clear refusal, no srun.
+    let r = f.run(&[
+        "session", "attach", "sample", "-T", "T", "--", "htop", "-d", "5",
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("needs a terminal"), "{}", r.stderr);
+    // With one (script(1) gives it a pty).
+    let inner = f.command(&[
+        "session", "attach", "sample", "-T", "T", "--", "htop", "-d", "5",
+    ]);
+    let line = std::iter::once(inner.get_program())
+        .chain(inner.get_args())
+        .map(|a| shell_word(&a.to_string_lossy()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut c = Command::new("script");
+    c.args(["-qec", &line, "/dev/null"]);
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    let r = f.run_with(c, "");
+    assert_eq!(r.code, 0, "{} {}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("attached"), "{}", r.stdout);
+    let calls = f.calls();
+    assert_eq!(
+        calls.last().unwrap(),
+        &[
+            "srun",
+            "--jobid=42",
+            "--overlap",
+            "--pty",
+            "htop",
+            "-d",
+            "5"
+        ]
+    );
+}
+
+fn shell_word(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Bad input: an unknown target or a malformed config fails before any Slurm call (exit 2).
+#[test]
+fn bad_input_makes_no_slurm_call() {
+    let f = Fake::new(json!({}));
+    let r = f.run(&["session", "launch", "sample", "-T", "nope", "--detached"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("no target \"nope\""), "{}", r.stderr);
+    std::fs::write(f.path("config.toml"), "[targets.x]\npartition = \"p\"\n").unwrap();
+    let r = f.run(&["session", "launch", "sample", "-T", "x", "--detached"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("config.toml") && r.stderr.contains("account"),
+        "{}",
+        r.stderr
+    );
+    assert!(f.calls().is_empty());
+    assert!(!f.state().exists());
+}
+
+/// 57–66: the report as JSON, with one document and the keys CLI.md gives; a failed listing
+/// exits 4 and never calls a session stale.
+#[test]
+fn sessions_report_json() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": running(42, T)}],
+    }));
+    assert_eq!(f.run(LAUNCH_T).code, 0);
+    let listing = running(42, T)
+        + &row("43", "RUNNING", "n1", T, "sucoder-ghost")
+        + &row("44", "RUNNING", "n1", T, "someone-else");
+    f.scenario(
+        json!({"squeue": [{"match": ["--me"], "absent": ["--name=.*"], "stdout": listing}]}),
+    );
+    let r = f.run(&["--json", "sessions"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = json_of(&r);
+    for key in ["targets", "unmatched", "stale", "unknown", "errors"] {
+        assert!(j.get(key).is_some(), "{key} missing: {j}");
+    }
+    let t = j["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["target"] == "T")
+        .unwrap();
+    let jobs = t["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2);
+    for key in [
+        "job_id",
+        "mirror",
+        "state",
+        "time_left",
+        "node",
+        "session",
+        "flags",
+    ] {
+        assert!(jobs[0].get(key).is_some(), "{key} missing: {}", jobs[0]);
+    }
+    assert_eq!(jobs[0]["session"], "sample--T");
+    assert_eq!(jobs[1]["flags"], json!(["no session record"]));
+    f.scenario(json!({"squeue": [{"fixture": "notes-squeue-ctld-down"}]}));
+    let r = f.run(&["--json", "sessions"]);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    let j = json_of(&r);
+    assert_eq!(j["stale"], json!([]));
+    assert!(
+        j["errors"][0].as_str().unwrap().contains("squeue failed"),
+        "{j}"
+    );
+    assert_eq!(j["unknown"][0]["job_id"], 42);
+    let human = f.run(&["sessions"]);
+    assert!(
+        human.stdout.contains("never called stale") && human.stdout.contains("! squeue failed"),
+        "{}",
+        human.stdout
+    );
+}

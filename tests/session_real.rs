@@ -1,0 +1,589 @@
+//! Sessions against the real single-node Slurm cluster (`tools/slurm-dev-cluster start`).
+//! Never skipped: without a cluster these tests fail and say how to start one. Every test uses
+//! its own job name prefix (test name and pid) and cancels, by id, every job carrying it.
+
+mod real_cluster;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use real_cluster::{json, require_cluster, Run};
+use serde_json::Value;
+
+/// Jobs of one test: all named with its prefix. Dropping it cancels each by id.
+struct Session {
+    _lock: support::ClusterLock,
+    tmp: tempfile::TempDir,
+    prefix: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Job {
+    id: String,
+    state: String,
+    partition: String,
+    account: String,
+    qos: String,
+}
+
+impl Session {
+    fn new(test: &str, targets: &str) -> Session {
+        let lock = require_cluster();
+        let prefix = format!("dt-{test}-{}-", std::process::id());
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(
+            tmp.path().join("config.toml"),
+            format!("job_name_prefix = \"{prefix}\"\n{targets}"),
+        )
+        .unwrap();
+        Session {
+            _lock: lock,
+            tmp,
+            prefix,
+        }
+    }
+
+    fn state(&self) -> PathBuf {
+        self.tmp.path().join("state")
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        self.run_env(args, &[])
+    }
+
+    fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let config = self.tmp.path().join("config.toml");
+        let mut all = vec!["--config", config.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let mut c = real_cluster::dispatch_cmd(&self.state(), &all);
+        c.envs(env.iter().copied());
+        let out = c.output().expect("run dispatch");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// `session launch MIRROR -T TARGET --detached --json`, which must succeed.
+    fn launch(&self, mirror: &str, target: &str) -> Value {
+        let r = self.run(&[
+            "--json",
+            "session",
+            "launch",
+            mirror,
+            "-T",
+            target,
+            "--detached",
+        ]);
+        assert_eq!(r.code, 0, "launch {mirror} on {target}: {}", r.stderr);
+        json(&r.stdout)
+    }
+
+    fn name(&self, token: &str) -> String {
+        format!("{}{token}", self.prefix)
+    }
+
+    /// Live jobs (not finished) whose name is exactly `name`.
+    fn jobs(&self, name: &str) -> Vec<Job> {
+        let out = Command::new("squeue")
+            .args([
+                "--me",
+                "-h",
+                "-o",
+                "%i|%T|%P|%a|%q",
+                &format!("--name={name}"),
+            ])
+            .output()
+            .expect("squeue");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split('|').collect();
+                Job {
+                    id: f[0].into(),
+                    state: f[1].into(),
+                    partition: f[2].into(),
+                    account: f[3].into(),
+                    qos: f[4].into(),
+                }
+            })
+            .filter(|j| j.state != "COMPLETING")
+            .collect()
+    }
+
+    fn wait_gone(&self, id: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = Command::new("squeue")
+                .args(["-h", "-o", "%T", "-j", id])
+                .output()
+                .expect("squeue");
+            let state = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            if state.is_empty() || state == "CANCELLED" || state == "COMPLETED" {
+                return;
+            }
+            assert!(Instant::now() < deadline, "job {id} is still {state}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let out = Command::new("squeue")
+            .args(["--me", "-h", "-o", "%A|%j"])
+            .output();
+        let Ok(out) = out else { return };
+        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once('|'))
+            .filter(|(_, name)| name.starts_with(&self.prefix))
+            .map(|(id, _)| id.to_owned())
+            .collect();
+        if !ids.is_empty() {
+            support::run_bounded(Command::new("scancel").args(&ids), Duration::from_secs(30));
+        }
+    }
+}
+
+const TARGETS: &str = r#"
+[targets.dbg]
+partition = "debug"
+account = "dev"
+time = "00:10:00"
+mem = "100M"
+confined = true
+
+[targets.bat]
+partition = "batch"
+account = "dev"
+time = "00:10:00"
+mem = "100M"
+confined = true
+
+[targets.oth]
+partition = "debug"
+account = "other"
+time = "00:10:00"
+mem = "100M"
+confined = true
+
+[targets.hiq]
+partition = "debug"
+account = "dev"
+qos = "high"
+time = "00:10:00"
+mem = "100M"
+confined = true
+
+[targets.alloc]
+partition = "batch"
+account = "other"
+qos = "high"
+time = "00:10:00"
+mem = "100M"
+confined = false
+"#;
+
+fn move_away(state: &Path) {
+    let lost = state.with_extension("lost");
+    std::fs::rename(state, &lost).unwrap();
+    std::fs::remove_dir_all(&lost).unwrap();
+}
+
+/// A launch creates exactly one job named `<prefix><token>`; losing the whole state directory
+/// and launching again adopts that job (still exactly one); release cancels it and squeue
+/// proves it gone.
+#[test]
+fn launch_lose_state_adopt_release() {
+    let s = Session::new("adopt", TARGETS);
+    let name = s.name("my_mirror_x");
+    let first = s.launch("my mirror/x", "dbg");
+    assert_eq!(first["action"], "submitted");
+    let id = first["job_id"].as_u64().unwrap().to_string();
+    let jobs = s.jobs(&name);
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(
+        (
+            jobs[0].id.as_str(),
+            jobs[0].state.as_str(),
+            jobs[0].partition.as_str()
+        ),
+        (id.as_str(), "RUNNING", "debug")
+    );
+    assert!(first["node"].as_str().is_some(), "{first}");
+
+    move_away(&s.state());
+    let again = s.launch("my mirror/x", "dbg");
+    assert_eq!(again["action"], "adopted", "{again}");
+    assert_eq!(again["job_id"].as_u64().unwrap().to_string(), id);
+    assert_eq!(s.jobs(&name).len(), 1, "still exactly one job");
+    let reused = s.launch("my mirror/x", "dbg");
+    assert_eq!(reused["action"], "reused");
+
+    let r = s.run(&[
+        "--json",
+        "session",
+        "release",
+        "my mirror/x",
+        "-T",
+        "dbg",
+        "--force",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let rel = json(&r.stdout);
+    assert_eq!(rel["action"], "released");
+    assert!(
+        rel["proof"].as_str().unwrap().starts_with("squeue:"),
+        "{rel}"
+    );
+    s.wait_gone(&id);
+    assert!(s.jobs(&name).is_empty());
+}
+
+/// A target with a different partition, account or QOS does not adopt (and is not blocked
+/// by) the first job: each allocates its own, with its own placement.
+#[test]
+fn other_targets_allocate_their_own_job() {
+    let s = Session::new("targets", TARGETS);
+    let name = s.name("m");
+    let base = s.launch("m", "dbg");
+    assert_eq!(base["action"], "submitted");
+    for (target, placement) in [
+        ("bat", ("batch", "dev", "normal")),
+        ("oth", ("debug", "other", "normal")),
+        ("hiq", ("debug", "dev", "high")),
+    ] {
+        move_away(&s.state());
+        let r = s.run(&[
+            "--json",
+            "session",
+            "launch",
+            "m",
+            "-T",
+            target,
+            "--detached",
+        ]);
+        assert_eq!(r.code, 0, "{target}: {}", r.stderr);
+        let j = json(&r.stdout);
+        assert_eq!(j["action"], "submitted", "{target}: {j}");
+        assert!(
+            r.stderr.contains("a different target"),
+            "{target}: {}",
+            r.stderr
+        );
+        let id = j["job_id"].as_u64().unwrap().to_string();
+        let job = s.jobs(&name).into_iter().find(|j| j.id == id).unwrap();
+        assert_eq!(
+            (
+                job.partition.as_str(),
+                job.account.as_str(),
+                job.qos.as_str()
+            ),
+            placement,
+            "{target}"
+        );
+    }
+    assert_eq!(s.jobs(&name).len(), 4);
+    // And the first target still finds its own job by name, not another target's.
+    move_away(&s.state());
+    let again = s.launch("m", "dbg");
+    assert_eq!(again["action"], "adopted");
+    assert_eq!(again["job_id"], base["job_id"]);
+}
+
+/// An array job with the session's name is never adopted.
+#[test]
+fn array_job_with_the_name_is_not_adopted() {
+    let s = Session::new("array", TARGETS);
+    let name = s.name("arr");
+    let out = Command::new("sbatch")
+        .args([
+            "--parsable",
+            "--array=1-2",
+            "-J",
+            &name,
+            "-p",
+            "debug",
+            "-A",
+            "dev",
+            "--mem=50M",
+            "-t",
+            "5",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "sleep 300",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let array = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !s
+        .jobs(&name)
+        .iter()
+        .any(|j| j.id.contains('_') && j.state == "RUNNING")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "array {array} never ran: {:?}",
+            s.jobs(&name)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let j = s.launch("arr", "dbg");
+    assert_eq!(j["action"], "submitted", "{j}");
+    let id = j["job_id"].as_u64().unwrap().to_string();
+    assert!(!id.starts_with(&array), "not an element of array {array}");
+    let plain: Vec<_> = s
+        .jobs(&name)
+        .into_iter()
+        .filter(|j| !j.id.contains('_'))
+        .collect();
+    assert_eq!(plain.len(), 1, "{plain:?}");
+}
+
+/// Two sessions holding one job: releasing one only detaches it; the job stays.
+#[test]
+fn shared_job_release_only_detaches() {
+    let s = Session::new(
+        "shared",
+        r#"
+[targets.wide]
+partition = "debug"
+account = "dev"
+time = "00:10:00"
+mem = "100M"
+confined = true
+
+[targets.exact]
+partition = "debug"
+account = "dev"
+qos = "normal"
+time = "00:10:00"
+mem = "100M"
+confined = true
+"#,
+    );
+    let name = s.name("sh");
+    let a = s.launch("sh", "wide");
+    assert_eq!(a["action"], "submitted");
+    // The job's placement (debug/dev/normal) is the exact target's: it adopts it.
+    let b = s.launch("sh", "exact");
+    assert_eq!(b["action"], "adopted");
+    assert_eq!(a["job_id"], b["job_id"]);
+    let r = s.run(&[
+        "--json", "session", "release", "sh", "-T", "wide", "--force",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let rel = json(&r.stdout);
+    assert_eq!(rel["action"], "detached", "{rel}");
+    assert_eq!(rel["holders"], serde_json::json!(["sh--exact"]));
+    let jobs = s.jobs(&name);
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].state, "RUNNING");
+    let r = s.run(&[
+        "--json", "session", "release", "sh", "-T", "exact", "--force",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json(&r.stdout)["action"], "released");
+}
+
+/// A crash between the submit intent and the recorded id (the process aborts right after
+/// sbatch returned): the next launch finds the job by name and adopts it. Never two jobs.
+#[test]
+fn crash_between_intent_and_id_adopts() {
+    let s = Session::new("crash", TARGETS);
+    for (mirror, point, then) in [
+        ("c1", "session-after-submit", "adopted"),
+        // Aborted before sbatch ran: there is no job, so the next launch submits one.
+        ("c2", "session-after-launch-intent", "submitted"),
+    ] {
+        let name = s.name(mirror);
+        let r = s.run_env(
+            &[
+                "--json",
+                "session",
+                "launch",
+                mirror,
+                "-T",
+                "dbg",
+                "--detached",
+            ],
+            &[("DISPATCH_FAILPOINTS", &format!("{point}=abort"))],
+        );
+        assert_ne!(r.code, 0, "{point}");
+        assert!(r.stderr.contains(point), "{}", r.stderr);
+        let j = s.launch(mirror, "dbg");
+        assert_eq!(j["action"], then, "{point}: {j}");
+        let jobs = s.jobs(&name);
+        assert_eq!(jobs.len(), 1, "{point}: {jobs:?}");
+        assert_eq!(j["job_id"].as_u64().unwrap().to_string(), jobs[0].id);
+    }
+}
+
+/// salloc targets: the allocation carries the name and is found again after the state is
+/// lost.
+#[test]
+fn salloc_session_is_named_and_adopted() {
+    let s = Session::new("salloc", TARGETS);
+    let name = s.name("u");
+    let j = s.launch("u", "alloc");
+    assert_eq!(j["action"], "submitted");
+    let jobs = s.jobs(&name);
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(
+        (
+            jobs[0].partition.as_str(),
+            jobs[0].account.as_str(),
+            jobs[0].qos.as_str()
+        ),
+        ("batch", "other", "high")
+    );
+    move_away(&s.state());
+    let again = s.launch("u", "alloc");
+    assert_eq!(again["action"], "adopted");
+    assert_eq!(again["job_id"], j["job_id"]);
+}
+
+/// The report: jobs per target, an orphan (a live job no session names), and a stale session
+/// (its job cancelled behind dispatch's back).
+#[test]
+fn sessions_report_orphans_and_stale() {
+    let s = Session::new("report", TARGETS);
+    let kept = s.launch("kept", "dbg");
+    let doomed = s.launch("doomed", "bat");
+    let orphan = Command::new("sbatch")
+        .args([
+            "--parsable",
+            "-J",
+            &s.name("orphan"),
+            "-p",
+            "debug",
+            "-A",
+            "dev",
+            "--mem=50M",
+            "-t",
+            "5",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "sleep 300",
+        ])
+        .output()
+        .unwrap();
+    assert!(orphan.status.success());
+    let orphan_id: u64 = String::from_utf8_lossy(&orphan.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    let doomed_id = doomed["job_id"].as_u64().unwrap().to_string();
+    assert!(Command::new("scancel")
+        .arg(&doomed_id)
+        .status()
+        .unwrap()
+        .success());
+    s.wait_gone(&doomed_id);
+    let r = s.run(&["--json", "sessions"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = json(&r.stdout);
+    let dbg = j["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["target"] == "dbg")
+        .unwrap();
+    let ids: Vec<u64> = dbg["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["job_id"].as_u64().unwrap())
+        .collect();
+    assert!(ids.contains(&kept["job_id"].as_u64().unwrap()), "{j}");
+    assert!(ids.contains(&orphan_id), "{j}");
+    let orphan_entry = dbg["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["job_id"] == orphan_id)
+        .unwrap();
+    assert_eq!(
+        orphan_entry["flags"],
+        serde_json::json!(["no session record"])
+    );
+    assert_eq!(orphan_entry["session"], Value::Null);
+    let stale = j["stale"].as_array().unwrap();
+    assert_eq!(stale.len(), 1, "{j}");
+    assert_eq!(stale[0]["session"], "doomed--bat");
+    assert_eq!(stale[0]["job_id"].as_u64().unwrap().to_string(), doomed_id);
+    let human = s.run(&["sessions"]);
+    assert!(
+        human.stdout.contains("stale sessions")
+            && human
+                .stdout
+                .contains("dispatch session release doomed -T bat"),
+        "{}",
+        human.stdout
+    );
+    // Releasing the stale session clears it (scancel of a gone job succeeds).
+    let r = s.run(&["session", "release", "doomed", "-T", "bat", "--force"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = json(&s.run(&["--json", "sessions"]).stdout);
+    assert_eq!(j["stale"], serde_json::json!([]));
+}
+
+/// Renew --once on a job far from its end holds; with a drain window larger than the time
+/// left it starts the replacement, waits for it to run, then cancels the old job.
+#[test]
+fn renew_drains_into_a_new_job() {
+    let s = Session::new("renew", TARGETS);
+    let name = s.name("r");
+    let first = s.launch("r", "dbg");
+    let old = first["job_id"].as_u64().unwrap().to_string();
+    let r = s.run(&[
+        "--json",
+        "session",
+        "renew",
+        "r",
+        "-T",
+        "dbg",
+        "--once",
+        "--drain-minutes",
+        "1",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json(&r.stdout)["relaunched"], serde_json::json!([]));
+    let r = s.run(&[
+        "--json",
+        "session",
+        "renew",
+        "r",
+        "-T",
+        "dbg",
+        "--once",
+        "--drain-minutes",
+        "60",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = json(&r.stdout);
+    let new = j["job_id"].as_u64().unwrap().to_string();
+    assert_ne!(new, old);
+    assert_eq!(j["cancelled"][0].as_u64().unwrap().to_string(), old);
+    s.wait_gone(&old);
+    let jobs = s.jobs(&name);
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0].id, new);
+}

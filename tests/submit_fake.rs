@@ -1,0 +1,312 @@
+//! `dispatch submit` and `dispatch reconcile` against the fake Slurm: an sbatch that was
+//! accepted but never answered keeps its budget, and reconcile finds the job by name.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+fn fake_bin() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/fake-slurm/bin")
+}
+
+struct Fake {
+    dir: tempfile::TempDir,
+}
+
+impl Fake {
+    fn new() -> Fake {
+        Fake {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn scenario(&self, scenario: Value) {
+        std::fs::write(self.dir.path().join("scenario.json"), scenario.to_string()).unwrap();
+        let _ = std::fs::remove_file(self.dir.path().join("scenario.json.state"));
+    }
+
+    fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    fn dispatch(&self, args: &[&str]) -> (i32, String, String) {
+        let path = format!("{}:/usr/bin:/bin", fake_bin().display());
+        let out = Command::new(env!("CARGO_BIN_EXE_dispatch"))
+            .arg("--state-dir")
+            .arg(self.state())
+            .args(args)
+            .env("PATH", path)
+            .env("FAKE_SLURM_SCENARIO", self.dir.path().join("scenario.json"))
+            .env("FAKE_SLURM_LOG", self.dir.path().join("calls.jsonl"))
+            .env("DISPATCH_SLURM_TIMEOUT", "2")
+            .env_remove("DISPATCH_FAILPOINTS")
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// (command, argv) of every Slurm call, in order.
+    fn calls(&self) -> Vec<(String, Vec<String>)> {
+        std::fs::read_to_string(self.dir.path().join("calls.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                let argv = v["argv"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a.as_str().unwrap().to_owned())
+                    .collect();
+                (v["cmd"].as_str().unwrap().to_owned(), argv)
+            })
+            .collect()
+    }
+
+    fn events(&self) -> Vec<Value> {
+        let (code, out, err) = self.dispatch(&["journal", "dump", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        out.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+fn squeue_row(id: u32, state: &str, name: &str) -> String {
+    format!("{id}|{id}|{state}|debug|dev|normal|root|1|1|vm|4:00|5:00|2026-11-29T17:00:00|2026-11-29T17:05:00|None|{name}\n")
+}
+
+#[test]
+fn an_sbatch_without_answer_keeps_its_budget_until_reconcile_finds_the_job_by_name() {
+    let fake = Fake::new();
+    let accepted = fake.dir.path().join("accepted.jsonl");
+    fake.scenario(json!({
+        "sbatch": [{"touch": accepted, "hang": 30}],
+        "squeue": [{"match": ["--me"], "stdout": squeue_row(42, "RUNNING", "lost-worker")}],
+    }));
+    let (code, out, err) = fake.dispatch(&[
+        "submit",
+        "--cpus",
+        "2",
+        "--mem",
+        "1G",
+        "--time",
+        "10",
+        "--name",
+        "lost-worker",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "echo $(id); rm -rf /",
+        "arg with spaces",
+    ]);
+    assert_eq!(code, 4, "an unanswered sbatch is an unknown outcome: {err}");
+    assert!(err.contains("dispatch reconcile"), "{err}");
+    assert_eq!(
+        serde_json::from_str::<Value>(out.trim()).unwrap()["error"]["exit_code"],
+        4
+    );
+    assert!(accepted.exists(), "the fake never accepted the job");
+
+    // The exact argv: one element per argument, the command passed through untouched.
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    let (cmd, argv) = &calls[0];
+    assert_eq!(cmd, "sbatch");
+    assert_eq!(
+        &argv[..2],
+        &["--parsable".to_owned(), "--job-name=lost-worker".to_owned()]
+    );
+    for flag in [
+        "--time=00:10:00",
+        "--nodes=1",
+        "--cpus-per-task=2",
+        "--mem=1024M",
+        "--no-requeue",
+    ] {
+        assert!(
+            argv.contains(&flag.to_owned()),
+            "{flag} missing from {argv:?}"
+        );
+    }
+    let tail: Vec<&str> = argv
+        .iter()
+        .rev()
+        .take(4)
+        .rev()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        tail,
+        ["sh", "-c", "echo $(id); rm -rf /", "arg with spaces"]
+    );
+    assert!(argv.iter().any(|a| a.ends_with("/batch.sh")), "{argv:?}");
+
+    let events = fake.events();
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["Genesis", "JobSubmitIntent", "JobSubmitFailed"]);
+    assert_eq!(events[2]["event"]["definite"], false, "the job may exist");
+
+    // Reconcile asks Slurm by name and adopts the job.
+    let (code, out, err) = fake.dispatch(&["reconcile", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["resolved"][0]["job_id"], 42, "{r}");
+    assert_eq!(r["slurm_calls"], 1);
+    let found = fake
+        .events()
+        .into_iter()
+        .find(|e| e["kind"] == "JobSubmitted")
+        .expect("JobSubmitted");
+    assert_eq!(found["event"]["how"], "name");
+    assert_eq!(found["event"]["job_id"], 42);
+    let squeue = &fake.calls()[1];
+    assert_eq!(squeue.0, "squeue");
+    assert!(squeue.1.contains(&"--me".to_owned()), "{squeue:?}");
+}
+
+#[test]
+fn garbage_from_sbatch_is_unknown_and_a_failed_query_changes_nothing() {
+    let fake = Fake::new();
+    fake.scenario(json!({
+        "sbatch": [{"stdout": "Submitted batch job probably\n"}],
+        "squeue": [{"fixture": "notes-squeue-ctld-down"}],
+    }));
+    let (code, _, err) = fake.dispatch(&[
+        "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", "g", "--", "true",
+    ]);
+    assert_eq!(code, 4, "{err}");
+    assert!(
+        err.contains("probably"),
+        "the raw answer is not shown: {err}"
+    );
+    let before = fake.events().len();
+    let (code, out, err) = fake.dispatch(&["reconcile", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["resolved"], json!([]), "{r}");
+    assert_eq!(r["unknown"][0]["worker"], "g");
+    assert_eq!(fake.events().len(), before, "a failed query wrote events");
+}
+
+#[test]
+fn a_job_gone_from_squeue_is_released() {
+    let fake = Fake::new();
+    fake.scenario(json!({
+        "sbatch": [{"stdout": "77\n"}],
+        "squeue": [{"match": ["--jobs=77"], "stdout": ""}],
+    }));
+    let (code, out, err) = fake.dispatch(&[
+        "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", "d", "--json", "--",
+        "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        serde_json::from_str::<Value>(out.trim()).unwrap()["job_id"],
+        77
+    );
+    let (code, out, _) = fake.dispatch(&["reconcile", "--json"]);
+    assert_eq!(code, 0);
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["resolved"][0]["job_id"], 77, "{r}");
+    assert!(fake.events().iter().any(|e| e["kind"] == "JobTerminal"));
+}
+
+#[test]
+fn a_time_limit_shorter_than_the_shutdown_window_is_refused_before_anything() {
+    let fake = Fake::new();
+    fake.scenario(json!({}));
+    let (code, _, err) = fake.dispatch(&[
+        "submit", "--cpus", "1", "--mem", "100M", "--time", "1", "--", "true",
+    ]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("--time"), "{err}");
+    assert!(fake.calls().is_empty());
+    for bad in ["0", "301"] {
+        let (code, _, err) = fake.dispatch(&[
+            "submit",
+            "--cpus",
+            "1",
+            "--mem",
+            "100M",
+            "--time",
+            "10",
+            "--publication-timeout",
+            bad,
+            "--",
+            "true",
+        ]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("1..=300"), "{err}");
+    }
+}
+
+#[test]
+fn submit_crashes_at_every_boundary_leave_nothing_lost_or_doubled() {
+    for fp in [
+        "submit-after-intent",
+        "submit-before-sbatch",
+        "submit-after-sbatch",
+    ] {
+        let fake = Fake::new();
+        // Slurm knows a job named "crashy" only if sbatch ran before the crash.
+        let listed = if fp == "submit-after-sbatch" {
+            squeue_row(55, "RUNNING", "crashy")
+        } else {
+            String::new()
+        };
+        fake.scenario(json!({
+            "sbatch": [{"stdout": "55\n"}],
+            "squeue": [
+                {"match": ["--me"], "stdout": listed},
+                {"match": ["--jobs=55"], "stdout": squeue_row(55, "RUNNING", "crashy")},
+            ],
+        }));
+        let path = format!("{}:/usr/bin:/bin", fake_bin().display());
+        let out = Command::new(env!("CARGO_BIN_EXE_dispatch"))
+            .arg("--state-dir")
+            .arg(fake.state())
+            .args([
+                "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", "crashy", "--",
+                "true",
+            ])
+            .env("PATH", path)
+            .env("FAKE_SLURM_SCENARIO", fake.dir.path().join("scenario.json"))
+            .env("FAKE_SLURM_LOG", fake.dir.path().join("calls.jsonl"))
+            .env("DISPATCH_FAILPOINTS", format!("{fp}=abort"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), None, "{fp} did not fire");
+        let (code, out, err) = fake.dispatch(&["reconcile", "--json"]);
+        assert_eq!(code, 0, "{fp}: {err}");
+        let r: Value = serde_json::from_str(out.trim()).unwrap();
+        let sbatches = fake.calls().iter().filter(|(c, _)| c == "sbatch").count();
+        assert!(sbatches <= 1, "{fp}: submitted twice");
+        let events = fake.events();
+        let submitted = events
+            .iter()
+            .filter(|e| e["kind"] == "JobSubmitted")
+            .count();
+        if fp == "submit-after-sbatch" {
+            // The job exists: reconcile found it by name, exactly once.
+            assert_eq!(submitted, 1, "{fp}: {r}");
+            assert_eq!(r["resolved"][0]["job_id"], 55);
+        } else {
+            // Nothing was submitted: nothing is found, and the intent stays unknown.
+            assert_eq!(submitted, 0, "{fp}: {r}");
+            assert_eq!(sbatches, 0, "{fp}");
+            assert_eq!(r["unknown"][0]["worker"], "crashy", "{fp}: {r}");
+        }
+        // The intent still holds budget unless a proof arrived: nothing is ever silently freed.
+        assert!(
+            !events.iter().any(|e| e["kind"] == "JobTerminal"),
+            "{fp}: released without proof"
+        );
+    }
+}
