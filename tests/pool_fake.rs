@@ -1,0 +1,197 @@
+//! `pool attach/submit` against the fake Slurm, for what a real controller will not do on
+//! demand: a live-metadata refusal that clears on the one re-inspection, an allocation replaced
+//! under the same id, a step Slurm refuses to create, a controller that does not answer.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use chrono::{Duration, Local};
+use serde_json::{json, Value};
+
+fn fake_bin() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/fake-slurm/bin")
+}
+
+/// A fixed start time per process: the allocation's incarnation must not drift between calls.
+fn started(ago_s: i64) -> chrono::DateTime<Local> {
+    static BASE: std::sync::OnceLock<chrono::DateTime<Local>> = std::sync::OnceLock::new();
+    *BASE.get_or_init(Local::now) - Duration::seconds(ago_s)
+}
+
+/// `scontrol --oneliner show job 901` for a running 4-CPU, 4 GB allocation owned by root.
+fn show_job(start_ago_s: i64, end_in_s: i64) -> String {
+    let fmt = |t: chrono::DateTime<Local>| t.format("%Y-%m-%dT%H:%M:%S").to_string();
+    format!(
+        "JobId=901 JobName=alloc UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=1 Nice=0 Account=dev \
+         QOS=normal JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=0 Reboot=0 \
+         ExitCode=0:0 RunTime=00:01:00 TimeLimit=01:00:00 TimeMin=N/A SubmitTime={s} EligibleTime={s} \
+         AccrueTime=Unknown StartTime={s} EndTime={e} Deadline=N/A Partition=debug AllocNode:Sid=vm:1 \
+         ReqNodeList=(null) ExcNodeList=(null) NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=4 NumTasks=1 \
+         CPUs/Task=4 ReqB:S:C:T=0:0:*:* TRES=cpu=4,mem=4G,node=1,billing=4 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* \
+         CoreSpec=* MinCPUsNode=4 MinMemoryNode=4G MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 \
+         OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=(null) WorkDir=/root Power=\n",
+        s = fmt(started(start_ago_s)),
+        e = fmt(Local::now() + Duration::seconds(end_in_s)),
+    )
+}
+
+struct Fake {
+    dir: tempfile::TempDir,
+}
+
+impl Fake {
+    fn new() -> Fake {
+        Fake {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn scenario(&self, s: Value) {
+        std::fs::write(self.dir.path().join("s.json"), s.to_string()).unwrap();
+        let _ = std::fs::remove_file(self.dir.path().join("s.json.state"));
+        let _ = std::fs::remove_file(self.dir.path().join("calls.jsonl"));
+    }
+
+    fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_dispatch"))
+            .arg("--state-dir")
+            .arg(self.dir.path().join("state"))
+            .args(args)
+            .env("PATH", format!("{}:/usr/bin:/bin", fake_bin().display()))
+            .env("FAKE_SLURM_SCENARIO", self.dir.path().join("s.json"))
+            .env("FAKE_SLURM_LOG", self.dir.path().join("calls.jsonl"))
+            .env("DISPATCH_SLURM_TIMEOUT", "2")
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn programs(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join("calls.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["cmd"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect()
+    }
+
+    fn kinds(&self) -> Vec<String> {
+        let (_, out, _) = self.run(&["journal", "dump", "--json"]);
+        out.lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["kind"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect()
+    }
+
+    fn attached(start_ago_s: i64) -> Fake {
+        let fake = Fake::new();
+        fake.scenario(json!({"scontrol": [{"stdout": show_job(start_ago_s, 3600)}]}));
+        let (code, _, err) = fake.run(&["pool", "attach", "p", "--job", "901"]);
+        assert_eq!(code, 0, "{err}");
+        fake
+    }
+}
+
+const SUBMIT: &[&str] = &[
+    "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--name", "w", "--json", "--", "true",
+];
+
+#[test]
+fn a_refusal_that_clears_on_the_one_reinspection_lets_the_worker_through() {
+    let fake = Fake::attached(60);
+    // Same incarnation (start time), first read says 100 s left (too short), the second an hour.
+    fake.scenario(json!({
+        "scontrol": [
+            {"times": 1, "stdout": show_job(60, 100)},
+            {"stdout": show_job(60, 3600)},
+        ],
+        "srun": [{"hang": 3}],
+        "squeue": [{"match": ["--steps"], "stdout": "901.0|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.w\n"}],
+    }));
+    let (code, out, err) = fake.run(SUBMIT);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["step_id"], "901.0");
+    let programs = fake.programs();
+    assert_eq!(
+        programs.iter().filter(|p| *p == "scontrol").count(),
+        2,
+        "{programs:?}"
+    );
+    assert_eq!(programs[..3], ["scontrol", "scontrol", "srun"]);
+}
+
+#[test]
+fn a_refusal_that_holds_on_reinspection_refuses_with_nothing_launched() {
+    let fake = Fake::attached(60);
+    fake.scenario(json!({"scontrol": [{"stdout": show_job(60, 100)}]}));
+    let before = fake.kinds().len();
+    let (code, _, err) = fake.run(SUBMIT);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("100 s left") || err.contains("s left"),
+        "{err}"
+    );
+    assert_eq!(
+        fake.programs(),
+        ["scontrol", "scontrol"],
+        "exactly one complete re-inspection"
+    );
+    assert_eq!(fake.kinds().len(), before, "a refusal wrote events");
+}
+
+#[test]
+fn an_allocation_replaced_under_the_same_id_is_refused_without_reinspection() {
+    let fake = Fake::attached(60);
+    fake.scenario(json!({"scontrol": [{"stdout": show_job(5, 3600)}]}));
+    let (code, _, err) = fake.run(SUBMIT);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("not the allocation"), "{err}");
+    assert_eq!(fake.programs(), ["scontrol"]);
+}
+
+#[test]
+fn a_step_slurm_refuses_to_create_releases_its_budget() {
+    let fake = Fake::attached(60);
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"stderr": "srun: error: Unable to create step for job 901: More processors requested than permitted\n", "exit": 1}],
+        "squeue": [{"match": ["--steps"], "stdout": ""}],
+    }));
+    let (code, _, err) = fake.run(SUBMIT);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("More processors requested"), "{err}");
+    let kinds = fake.kinds();
+    assert_eq!(
+        kinds[kinds.len() - 3..],
+        ["WorkerSubmitIntent", "WorkerLaunched", "WorkerLaunchFailed"]
+    );
+    let (_, out, _) = fake.run(&["pool", "status", "--json"]);
+    let st: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(st["pools"][0]["reserved"]["cpus"], 0, "{st}");
+    assert_eq!(st["pools"][0]["workers"][0]["state"], "failed");
+}
+
+#[test]
+fn a_controller_that_does_not_answer_changes_nothing() {
+    let fake = Fake::attached(60);
+    fake.scenario(json!({"scontrol": [{"delay": 30}]}));
+    let before = fake.kinds().len();
+    let (code, _, err) = fake.run(SUBMIT);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("nothing was done"), "{err}");
+    assert_eq!(fake.kinds().len(), before);
+    assert!(!fake.programs().contains(&"srun".to_owned()));
+}
