@@ -304,6 +304,8 @@ impl Writer {
                 if let Some(damage) = &torn {
                     opened.repaired =
                         Some(cut_torn_tail(&head.segment_path, head.segment_len, damage)?);
+                } else {
+                    opened.repaired = unrecorded_repair(&head.segment_path, head.segment_len)?;
                 }
                 let file = OpenOptions::new()
                     .append(true)
@@ -435,9 +437,25 @@ impl Writer {
                 .map(|r| (r.ticket, Arc::clone(&r.slot)))
                 .collect();
             let started = Instant::now();
-            let outcomes = {
+            // A panic while committing must not leave the other appenders waiting for a leader
+            // that is gone: they get an error, the writer is poisoned, then the panic goes on.
+            let committed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let mut core = self.lock_core();
                 core.commit(&self.dir, &self.opts, &self.actor, batch)
+            }));
+            let (outcomes, panicked) = match committed {
+                Ok(outcomes) => (outcomes, None),
+                Err(payload) => {
+                    let why = "a journal commit panicked; nothing more is written by this process";
+                    self.lock_core()
+                        .poisoned
+                        .get_or_insert_with(|| why.to_owned());
+                    let failed = slots
+                        .iter()
+                        .map(|(t, _)| (*t, Err(JournalError::Poisoned(why.to_owned()))))
+                        .collect();
+                    (failed, Some(payload))
+                }
             };
             let took = started.elapsed();
             let mut q = self.lock_queue();
@@ -456,6 +474,9 @@ impl Writer {
             // (one of which takes the lead). Waking them one by one let each preempt the
             // leader in turn; on this 2-vCPU VM that alone added ~40 µs to every commit cycle.
             self.answered.ring();
+            if let Some(payload) = panicked {
+                std::panic::resume_unwind(payload);
+            }
         }
     }
 
@@ -552,7 +573,7 @@ impl Core {
         for request in batch {
             match self.frame_request(actor, &request.events, next_seq, chain) {
                 Err(e) => outcomes.push((request.ticket, Err(e))),
-                Ok((frames, committed, new_chain)) => {
+                Ok((frames, ends, committed, new_chain)) => {
                     if written.is_ok()
                         && self.segment_len + (self.buf.len() + frames.len()) as u64
                             > opts.max_segment_bytes
@@ -563,9 +584,18 @@ impl Core {
                             .flush_and_sync()
                             .and_then(|()| self.rotate(dir, next_seq, chain));
                     }
-                    self.buf.extend_from_slice(&frames);
-                    if written.is_ok() && self.buf.len() >= MAX_WRITE_BYTES {
-                        written = self.flush();
+                    // No single write exceeds MAX_WRITE_BYTES (the torn-tail classifier relies
+                    // on it): flush at frame boundaries, however large the request.
+                    let mut start = 0;
+                    for end in ends {
+                        if written.is_ok()
+                            && !self.buf.is_empty()
+                            && self.buf.len() + (end - start) > MAX_WRITE_BYTES
+                        {
+                            written = self.flush();
+                        }
+                        self.buf.extend_from_slice(&frames[start..end]);
+                        start = end;
                     }
                     next_seq += committed.len() as u64;
                     chain = new_chain;
@@ -604,8 +634,9 @@ impl Core {
         events: &[Event],
         first_seq: u64,
         mut chain: Chain,
-    ) -> Result<(Vec<u8>, Vec<Committed>, Chain), JournalError> {
+    ) -> Result<(Vec<u8>, Vec<usize>, Vec<Committed>, Chain), JournalError> {
         let mut frames = Vec::new();
+        let mut ends = Vec::with_capacity(events.len());
         let mut committed = Vec::with_capacity(events.len());
         for (i, ev) in events.iter().enumerate() {
             let seq = first_seq + i as u64;
@@ -627,9 +658,10 @@ impl Core {
                 ev.flags(),
                 &self.payload,
             );
+            ends.push(frames.len());
             committed.push(Committed { seq, id, time });
         }
-        Ok((frames, committed, chain))
+        Ok((frames, ends, committed, chain))
     }
 
     fn flush(&mut self) -> Result<(), JournalError> {
@@ -718,6 +750,39 @@ fn create_segment(
     Ok((file, header.len() as u64))
 }
 
+/// A repair that cut the tail and then stopped before appending its `Recovered` event leaves the
+/// saved tail `<segment>.torn-<len>-…` with `len` equal to the segment's length (a recorded
+/// repair appends after the cut, so the segment grows past it). Returns the event to append.
+fn unrecorded_repair(segment: &Path, len: u64) -> Result<Option<Recovered>, JournalError> {
+    let dir = segment.parent().expect("segments live in a directory");
+    let name = segment
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("segment");
+    let prefix = format!("{name}.torn-{len}-");
+    let entries = std::fs::read_dir(dir).map_err(io_err(dir, "list journal directory"))?;
+    for entry in entries {
+        let entry = entry.map_err(io_err(dir, "list journal directory"))?;
+        let Some(saved_as) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        if !saved_as.starts_with(&prefix) {
+            continue;
+        }
+        let tail = std::fs::read(entry.path()).map_err(io_err(&entry.path(), "read saved tail"))?;
+        return Ok(Some(Recovered {
+            segment: name.to_owned(),
+            offset: len,
+            length: tail.len() as u64,
+            sha256: event::Sha256Digest(Sha256::digest(&tail).into()),
+            saved_as,
+            reason: "recorded by a later open: the repair that cut this tail stopped before recording it"
+                .to_owned(),
+        }));
+    }
+    Ok(None)
+}
+
 /// Cut the torn tail of `segment` at `valid_len`: keep the cut bytes in a file beside it, then
 /// truncate and fsync. Returns the `Recovered` event to append.
 pub(crate) fn cut_torn_tail(
@@ -803,6 +868,32 @@ mod tests {
                 assert!(seen.insert(id), "{id} repeated");
             }
         }
+    }
+
+    #[test]
+    fn no_single_write_exceeds_the_cap_however_large_the_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
+        let before = w.stats();
+        // 12 events of ~900 KB: ~10.8 MB in one request, more than one 8 MiB write holds.
+        let big: Vec<Event> = (0..12)
+            .map(|i| {
+                Event::PoolDetached(crate::state::pool::PoolDetached {
+                    pool: format!("{i}{}", "x".repeat(900_000)),
+                })
+            })
+            .collect();
+        w.append(big).unwrap();
+        let after = w.stats();
+        assert_eq!(after.syncs - before.syncs, 1, "still one commit");
+        assert!(after.writes - before.writes >= 2, "{after:?}");
+        let len = std::fs::metadata(dir.path().join(segment::file_name(1)))
+            .unwrap()
+            .len();
+        assert!(len > MAX_WRITE_BYTES as u64);
+        drop(w);
+        let scan = scan::scan(dir.path(), None, |_| true).unwrap();
+        assert_eq!((scan.status, scan.events), (Status::Clean, 13));
     }
 
     #[test]
