@@ -194,6 +194,9 @@ struct Core {
     ids: RandomIds,
 }
 
+/// One request's frames: the bytes, where each frame ends, what each commits, the new chain.
+type Framed = (Vec<u8>, Vec<usize>, Vec<Committed>, Chain);
+
 struct Request {
     ticket: u64,
     events: Vec<Event>,
@@ -634,7 +637,7 @@ impl Core {
         events: &[Event],
         first_seq: u64,
         mut chain: Chain,
-    ) -> Result<(Vec<u8>, Vec<usize>, Vec<Committed>, Chain), JournalError> {
+    ) -> Result<Framed, JournalError> {
         let mut frames = Vec::new();
         let mut ends = Vec::with_capacity(events.len());
         let mut committed = Vec::with_capacity(events.len());
