@@ -305,6 +305,7 @@ event_kinds! {
     121 => JobSubmitted(crate::state::jobs::JobSubmitted), must_understand;
     122 => JobSubmitFailed(crate::state::jobs::JobSubmitFailed), must_understand;
     123 => JobTerminal(crate::state::jobs::JobTerminal), must_understand;
+    124 => JobStopIntent(crate::state::jobs::JobStopIntent);
     150 => SupervisorStarted(crate::worker::events::SupervisorStarted);
     151 => PayloadStarted(crate::worker::events::PayloadStarted);
     152 => ShutdownSignalled(crate::worker::events::ShutdownSignalled);

@@ -82,6 +82,7 @@ impl State {
             Event::JobSubmitted(e) => self.jobs.submitted(e),
             Event::JobSubmitFailed(e) => self.jobs.failed(e),
             Event::JobTerminal(e) => self.jobs.terminal(e),
+            Event::JobStopIntent(e) => self.jobs.stop_intent(e),
             // The worker's own journal: the coordinator reads these through `worker::report`.
             Event::SupervisorStarted(_)
             | Event::PayloadStarted(_)
