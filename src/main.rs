@@ -67,6 +67,10 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
                 cli.json,
             ))
         }
+        Command::Stop { worker, grace } => {
+            let ctx = context(state_dir()?)?;
+            block_on(cli::pool::run_stop(worker, *grace, &ctx, cli.json))
+        }
         Command::Reconcile => {
             let ctx = context(state_dir()?)?;
             block_on(cli::pool::run_reconcile(&ctx, cli.json))

@@ -388,3 +388,46 @@ fn event_count(dir: &Path) -> u64 {
     }
     ops::verify(dir).unwrap().events
 }
+
+#[test]
+fn a_repair_that_stops_before_recording_is_recorded_by_the_next_opener() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    let mut rng = Rng::from_env("JOURNAL_REPAIR_SEED");
+    let (_, _) = run_one(&dir, rng.next(), 20, "journal-torn-write=abort@6");
+    assert_eq!(assert_crash_consistent(&dir, "torn"), "torn_tail");
+
+    // `journal repair` cuts the tail, then dies before its Recovered event reaches the disk.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dispatch"))
+        .arg("--state-dir")
+        .arg(tmp.path())
+        .args(["journal", "repair"])
+        .env("DISPATCH_FAILPOINTS", "journal-before-write=abort")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), None, "the failpoint did not fire");
+    assert_eq!(
+        ops::verify(&dir).unwrap().status,
+        "clean",
+        "the cut happened"
+    );
+    assert!(journal::load(&dir).unwrap().state.recoveries.is_empty());
+
+    // The next writer finds the saved tail at the segment's end and records the repair.
+    let (_, ok) = run_one(&dir, rng.next(), 3, "");
+    assert!(ok);
+    let recoveries = journal::load(&dir).unwrap().state.recoveries;
+    assert_eq!(recoveries.len(), 1, "{recoveries:?}");
+    assert!(
+        recoveries[0].reason.contains("later open"),
+        "{:?}",
+        recoveries[0]
+    );
+    let saved = std::fs::read(dir.join(&recoveries[0].saved_as)).unwrap();
+    assert_eq!(saved.len() as u64, recoveries[0].length);
+
+    // Recorded once: more opens add nothing.
+    let (_, ok) = run_one(&dir, rng.next(), 3, "");
+    assert!(ok);
+    assert_eq!(journal::load(&dir).unwrap().state.recoveries.len(), 1);
+}

@@ -200,6 +200,10 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
             submission_id: uuid(g),
             proof: text(g),
         }),
+        124 => Event::JobStopIntent(JobStopIntent {
+            submission_id: uuid(g),
+            grace_s: u32::arbitrary(g),
+        }),
         150 => Event::SupervisorStarted(SupervisorStarted {
             submission_id: uuid(g),
             job_id: Option::arbitrary(g),

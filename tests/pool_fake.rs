@@ -198,3 +198,40 @@ fn a_controller_that_does_not_answer_changes_nothing() {
     assert_eq!(fake.kinds().len(), before);
     assert!(!fake.programs().contains(&"srun".to_owned()));
 }
+
+#[test]
+fn native_state_and_cleanup_budgets_are_separate_settings_that_widen_the_shutdown_window() {
+    let fake = Fake::attached(60);
+    fake.scenario(json!({"scontrol": [{"stdout": show_job(60, 3600)}]}));
+    // 30 s publication + 3500 s native state + 15 s cleanup + 60 s minimum run > 3600 s left.
+    let (code, _, err) = fake.run(&[
+        "pool",
+        "submit",
+        "p",
+        "--cpus",
+        "1",
+        "--mem",
+        "100M",
+        "--native-state-budget",
+        "3500",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("s left"), "{err}");
+    let (code, _, err) = fake.run(&[
+        "pool",
+        "submit",
+        "p",
+        "--cpus",
+        "1",
+        "--mem",
+        "100M",
+        "--cleanup-budget",
+        "3601",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("0..=3600"), "{err}");
+}

@@ -294,3 +294,52 @@ fn publication_timeout_is_bounded_and_defaults_to_30() {
         .expect("a submission intent");
     assert_eq!(intent["event"]["publication_timeout_s"], 30);
 }
+
+#[test]
+fn a_submitted_worker_owns_its_job_and_stopping_it_ends_the_job() {
+    let _cluster = require_cluster();
+    let state = tempfile::tempdir().unwrap();
+    let sd = state.path();
+    let name = format!("dispatch-submit-{}", std::process::id());
+    let r = dispatch(
+        sd,
+        &[
+            "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", &name, "--json",
+            "--", "sleep", "300",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let job = json(&r.stdout)["job_id"].as_u64().unwrap() as u32;
+    // Cancelled on the way out even if an assertion fails.
+    let _guard = Allocation { id: job };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while real_cluster::job_state(job) != "RUNNING" {
+        assert!(std::time::Instant::now() < deadline, "job {job} never ran");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let stopped = dispatch(sd, &["stop", &name, "--grace", "2", "--json"]);
+    assert_eq!(stopped.code, 0, "{}", stopped.stderr);
+    let s = json(&stopped.stdout);
+    assert_eq!(s["state"], "released");
+    assert_eq!(s["job_id"], job);
+    assert!(
+        !matches!(real_cluster::job_state(job).as_str(), "RUNNING" | "PENDING"),
+        "job {job} still runs"
+    );
+    let dump = dispatch(sd, &["journal", "dump", "--json"]);
+    let kinds: Vec<String> = dump
+        .stdout
+        .lines()
+        .map(|l| json(l)["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Genesis",
+            "JobSubmitIntent",
+            "JobSubmitted",
+            "JobStopIntent",
+            "JobTerminal"
+        ]
+    );
+}

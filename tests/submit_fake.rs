@@ -310,3 +310,55 @@ fn submit_crashes_at_every_boundary_leave_nothing_lost_or_doubled() {
         );
     }
 }
+
+#[test]
+fn stop_crashes_leave_the_budget_held_until_reconcile_proves_the_job_over() {
+    for (fp, after_crash) in [("stop-after-intent", "RUNNING"), ("stop-after-cancel", "")] {
+        let fake = Fake::new();
+        fake.scenario(json!({
+            "sbatch": [{"stdout": "66\n"}],
+            "scancel": [{"stdout": ""}],
+            "squeue": [{"match": ["--jobs=66"], "stdout": squeue_row(66, "RUNNING", "s")}],
+        }));
+        let (code, _, err) = fake.dispatch(&[
+            "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", "s", "--", "true",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let path = format!("{}:/usr/bin:/bin", fake_bin().display());
+        let out = Command::new(env!("CARGO_BIN_EXE_dispatch"))
+            .arg("--state-dir")
+            .arg(fake.state())
+            .args(["stop", "s", "--grace", "0"])
+            .env("PATH", path)
+            .env("FAKE_SLURM_SCENARIO", fake.dir.path().join("scenario.json"))
+            .env("FAKE_SLURM_LOG", fake.dir.path().join("calls.jsonl"))
+            .env("DISPATCH_FAILPOINTS", format!("{fp}=abort"))
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            None,
+            "{fp} did not fire: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = if after_crash.is_empty() {
+            String::new()
+        } else {
+            squeue_row(66, after_crash, "s")
+        };
+        fake.scenario(json!({"squeue": [{"match": ["--jobs=66"], "stdout": stdout}]}));
+        let (code, out, err) = fake.dispatch(&["reconcile", "--json"]);
+        assert_eq!(code, 0, "{fp}: {err}");
+        let r: Value = serde_json::from_str(out.trim()).unwrap();
+        let released = fake.events().iter().any(|e| e["kind"] == "JobTerminal");
+        if after_crash == "RUNNING" {
+            assert!(!released, "{fp}: released a running job: {r}");
+        } else {
+            assert!(
+                released,
+                "{fp}: a job gone from squeue was not released: {r}"
+            );
+            assert_eq!(r["resolved"][0]["job_id"], 66);
+        }
+    }
+}

@@ -51,6 +51,13 @@ pub enum Command {
     Pool(pool::PoolCommand),
     /// Run one worker as its own Slurm job (the ordinary path; the worker owns the allocation)
     Submit(pool::SubmitArgs),
+    /// Stop a worker started by `dispatch submit`: TERM, the grace, then cancel its job
+    Stop {
+        worker: String,
+        /// Seconds between SIGTERM and the final cancel
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
+        grace: u64,
+    },
     /// Replay the journal against Slurm and resolve what can be proven
     Reconcile,
     /// The worker side: commands that run inside a worker's job step

@@ -39,9 +39,31 @@ pub struct WorkerArgs {
     #[arg(long, default_value_t = PUBLICATION_TIMEOUT_DEFAULT_S,
           value_parser = clap::value_parser!(u32).range(1..=300))]
     pub publication_timeout: u32,
+    /// Seconds kept for hashing and sealing the worker's native state after it stops
+    #[arg(long, default_value_t = Budgets::DEFAULT_NATIVE_STATE_S,
+          value_parser = clap::value_parser!(u32).range(0..=3600))]
+    pub native_state_budget: u32,
+    /// Seconds kept for removing the worker's runtime, cache and checkout
+    #[arg(long, default_value_t = Budgets::DEFAULT_CLEANUP_S,
+          value_parser = clap::value_parser!(u32).range(0..=3600))]
+    pub cleanup_budget: u32,
     /// The payload's command and arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+impl WorkerArgs {
+    /// The worker's time budgets: publication, native state and cleanup are separate settings;
+    /// together they are the early-shutdown window before the allocation's end.
+    pub fn budgets(&self) -> Budgets {
+        Budgets {
+            publication_timeout_s: self.publication_timeout,
+            native_state_s: self.native_state_budget,
+            cleanup_s: self.cleanup_budget,
+            grace_s: 0,
+            min_run_s: Budgets::DEFAULT_MIN_RUN_S,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -104,10 +126,6 @@ impl From<OpError> for Failure {
     }
 }
 
-pub fn budgets(publication_timeout: u32) -> Budgets {
-    Budgets::with_publication_timeout(publication_timeout)
-}
-
 pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> Result<u8, Failure> {
     match cmd {
         PoolCommand::Attach { pool, job } => {
@@ -143,7 +161,7 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
                 worker: worker.name.clone(),
                 cpus: worker.cpus,
                 mem: worker.mem,
-                budgets: budgets(worker.publication_timeout).with_grace(*grace),
+                budgets: worker.budgets().with_grace(*grace),
                 grace_s: *grace,
                 command: worker.command.clone(),
                 source: source.clone(),
@@ -341,7 +359,7 @@ pub async fn run_submit<S: Scheduler>(
         cpus: args.worker.cpus,
         mem: args.worker.mem,
         time: args.time,
-        budgets: budgets(args.worker.publication_timeout).with_grace(args.grace),
+        budgets: args.worker.budgets().with_grace(args.grace),
         grace_s: args.grace,
         command: args.worker.command.clone(),
     };
@@ -355,6 +373,26 @@ pub async fn run_submit<S: Scheduler>(
             r.job_id
                 .map_or_else(|| "unknown".to_owned(), |j| j.to_string()),
             r.submission_id
+        );
+    }
+    Ok(exit::OK)
+}
+
+pub async fn run_stop<S: Scheduler>(
+    worker: &str,
+    grace: u64,
+    ctx: &Ctx<S>,
+    json: bool,
+) -> Result<u8, Failure> {
+    let r = crate::ops::submit::stop(ctx, worker, Duration::from_secs(grace)).await?;
+    if json {
+        print_json(&r)?;
+    } else {
+        println!(
+            "worker {} (job {}) stopped: {}",
+            r.worker,
+            r.job_id,
+            r.proof.as_deref().unwrap_or("not proven yet")
         );
     }
     Ok(exit::OK)

@@ -58,11 +58,11 @@ pub struct RunArgs {
     publication_timeout: u32,
     /// Seconds for writer quiescence and native-state hashing
     #[arg(long, default_value_t = Budgets::DEFAULT_NATIVE_STATE_S,
-          value_parser = clap::value_parser!(u32).range(1..=3600))]
+          value_parser = clap::value_parser!(u32).range(0..=3600))]
     native_state_budget: u32,
     /// Seconds for cleanup
     #[arg(long, default_value_t = Budgets::DEFAULT_CLEANUP_S,
-          value_parser = clap::value_parser!(u32).range(1..=3600))]
+          value_parser = clap::value_parser!(u32).range(0..=3600))]
     cleanup_budget: u32,
     /// File names in the native-state directory that are append-only logs (`*` and `?`)
     #[arg(long, default_value = DEFAULT_APPEND_ONLY_GLOB)]

@@ -146,16 +146,32 @@ pub fn decode(bytes: &[u8]) -> Result<(Covers, State), String> {
 /// Does the journal in `dir` hold, at the place the snapshot names, the frame it covers?
 pub fn matches_journal(dir: &Path, covers: &Covers) -> Result<(), String> {
     let path = dir.join(segment::file_name(covers.segment_no));
-    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let header = segment::SegmentHeader::decode(&bytes).map_err(|f| f.describe())?;
+    let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+    // Only the segment header and the one frame are read: the segment can be 64 MiB, and
+    // reading it whole would cost more than the rest of a load through the snapshot.
+    let file = std::fs::File::open(&path).map_err(cannot)?;
+    let len = file.metadata().map_err(cannot)?.len();
+    let head = read_upto(&file, 0, segment::SEGMENT_HEADER_LEN as u64, len).map_err(cannot)?;
+    let header = segment::SegmentHeader::decode(&head).map_err(|f| f.describe())?;
     if header.journal_id != covers.journal_id {
         return Err("snapshot belongs to another journal".to_owned());
     }
-    let at = covers.frame_offset as usize;
-    if at < segment::SEGMENT_HEADER_LEN || at >= bytes.len() {
+    let at = covers.frame_offset;
+    if at < segment::SEGMENT_HEADER_LEN as u64 || at >= len {
         return Err("snapshot points outside its segment".to_owned());
     }
-    let f = frame::decode(&bytes[at..]).map_err(|fault| fault.describe())?;
+    // The frame's own header says how long it is; `frame::decode` looks at no byte past that
+    // length, so reading up to it (or to the end of the file) decides exactly as the whole
+    // rest of the segment would.
+    let frame_head = read_upto(&file, at, frame::HEADER_LEN as u64, len).map_err(cannot)?;
+    let claimed = frame_head
+        .get(4..8)
+        .map_or(0, |b| {
+            u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize
+        })
+        .min(frame::MAX_PAYLOAD);
+    let bytes = read_upto(&file, at, (claimed + frame::OVERHEAD) as u64, len).map_err(cannot)?;
+    let f = frame::decode(&bytes).map_err(|fault| fault.describe())?;
     if f.seq != covers.seq || f.chain != covers.chain {
         return Err(format!(
             "the frame at the snapshot's offset is seq {} with another chain",
@@ -163,6 +179,15 @@ pub fn matches_journal(dir: &Path, covers: &Covers) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Up to `want` bytes of `file` from `at`, fewer where the file (of length `len`) ends.
+fn read_upto(file: &std::fs::File, at: u64, want: u64, len: u64) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let n = want.min(len.saturating_sub(at)) as usize;
+    let mut buf = vec![0u8; n];
+    file.read_exact_at(&mut buf, at)?;
+    Ok(buf)
 }
 
 /// Write a snapshot atomically: temp file, fsync, rename, fsync the directory.
@@ -197,4 +222,105 @@ pub fn write(dir: &Path, covers: &Covers, state: &State) -> Result<PathBuf, Stri
         }
     }
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Actor, Event};
+    use crate::journal::{scan, Options, Writer};
+    use crate::state::pool::PoolDetached;
+
+    /// `matches_journal` as it was, reading the whole segment: the reference.
+    fn matches_reading_everything(dir: &Path, covers: &Covers) -> Result<(), String> {
+        let path = dir.join(segment::file_name(covers.segment_no));
+        let bytes =
+            std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let header = segment::SegmentHeader::decode(&bytes).map_err(|f| f.describe())?;
+        if header.journal_id != covers.journal_id {
+            return Err("snapshot belongs to another journal".to_owned());
+        }
+        let at = covers.frame_offset as usize;
+        if at < segment::SEGMENT_HEADER_LEN || at >= bytes.len() {
+            return Err("snapshot points outside its segment".to_owned());
+        }
+        let f = frame::decode(&bytes[at..]).map_err(|fault| fault.describe())?;
+        if f.seq != covers.seq || f.chain != covers.chain {
+            return Err(format!(
+                "the frame at the snapshot's offset is seq {} with another chain",
+                f.seq
+            ));
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn matches_journal_decides_as_reading_the_whole_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let actor = Actor {
+            user: "u".to_owned(),
+            host: "h".to_owned(),
+            pid: 1,
+            command: Vec::new(),
+        };
+        let w = Writer::open_as(dir.path(), Options::default(), actor).unwrap();
+        let events = (0..40)
+            .map(|i| {
+                Event::PoolDetached(PoolDetached {
+                    pool: "x".repeat(i * 7),
+                })
+            })
+            .collect();
+        w.append(events).unwrap();
+        drop(w);
+        let mut frames = Vec::new();
+        let s = scan::scan(dir.path(), None, |f| {
+            frames.push((f.seq, f.chain_value()));
+            true
+        })
+        .unwrap();
+        let head = s.head.unwrap();
+        let path = head.segment_path.clone();
+        let full_len = std::fs::metadata(&path).unwrap().len();
+        let mut offsets = vec![0, 95, 96, full_len - 1, full_len, full_len + 10];
+        let mut at = segment::SEGMENT_HEADER_LEN as u64;
+        let bytes = std::fs::read(&path).unwrap();
+        while let Ok(f) = frame::decode(&bytes[at as usize..]) {
+            offsets.extend([at, at + 1, at + 4]);
+            at += f.len() as u64;
+        }
+        let check = |dir: &Path| {
+            for &offset in &offsets {
+                for &(seq, chain) in [frames[0], frames[5], frames[40]].iter() {
+                    for journal_id in [head.journal_id, [0; 16]] {
+                        let covers = Covers {
+                            journal_id,
+                            seq,
+                            chain,
+                            segment_no: head.segment_no,
+                            frame_offset: offset,
+                        };
+                        assert_eq!(
+                            matches_journal(dir, &covers),
+                            matches_reading_everything(dir, &covers),
+                            "{covers:?}"
+                        );
+                    }
+                }
+            }
+        };
+        check(dir.path());
+        // Cut inside the last frame, then inside the header.
+        for len in [full_len - 3, full_len - 200, 60, 0] {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_len(len)
+                .unwrap();
+            check(dir.path());
+        }
+        std::fs::remove_file(&path).unwrap();
+        check(dir.path());
+    }
 }

@@ -192,3 +192,113 @@ pub async fn submit<S: Scheduler>(
         job_id: Some(job_id),
     })
 }
+
+#[derive(Debug, Serialize)]
+pub struct JobStopReport {
+    pub worker: String,
+    pub submission_id: String,
+    pub job_id: u64,
+    pub state: &'static str,
+    pub proof: Option<String>,
+}
+
+/// Is job `job` over? Proof only: gone from a successful query by id, or a terminal state.
+async fn job_proven_over<S: Scheduler>(ctx: &Ctx<S>, job: crate::slurm::JobId) -> Option<String> {
+    match ctx
+        .sched
+        .list_jobs(&crate::slurm::JobQuery::ids(vec![job]))
+        .await
+        .job(job)
+    {
+        crate::slurm::Answer::Gone => Some(format!("job {job} is no longer known to squeue")),
+        crate::slurm::Answer::Live(row) if row.state.is_terminal() => {
+            Some(format!("squeue shows job {job} {}", row.state))
+        }
+        _ => None,
+    }
+}
+
+/// `dispatch stop WORKER`: the worker owns its allocation, so stopping it ends its job: SIGTERM
+/// to the batch step (the supervisor passes it on), the grace, then `scancel J`. Its budget
+/// returns once the job is proven over.
+pub async fn stop<S: Scheduler>(
+    ctx: &Ctx<S>,
+    worker: &str,
+    grace: std::time::Duration,
+) -> Result<JobStopReport, OpError> {
+    use crate::slurm::{JobId, Signal, StepId, StepKind};
+    use std::time::Instant;
+    const POLL: std::time::Duration = std::time::Duration::from_millis(250);
+    const PROOF_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+    let (writer, loaded) = ctx.lock_and_load()?;
+    let j = loaded
+        .state
+        .jobs
+        .active
+        .values()
+        .find(|j| j.worker == worker)
+        .ok_or_else(|| {
+            OpError::Failed(format!(
+                "no submitted worker {worker:?} holds budget; `dispatch reconcile --json` lists what is known"
+            ))
+        })?;
+    let submission_id = j.submission_id;
+    let Some(job_id) = j.job_id else {
+        return Err(OpError::Unknown(format!(
+            "worker {worker} has no known job yet (its sbatch gave no answer); its budget stays held. \
+             Run `dispatch reconcile` to find the job by name, then stop it again"
+        )));
+    };
+    let job = u32::try_from(job_id)
+        .ok()
+        .and_then(JobId::new)
+        .ok_or_else(|| {
+            OpError::Failed(format!("recorded job id {job_id} is not a Slurm job id"))
+        })?;
+    writer.append_one(Event::JobStopIntent(JobStopIntent {
+        submission_id,
+        grace_s: grace.as_secs() as u32,
+    }))?;
+    failpoint::hit("stop-after-intent");
+    if let Err(e) = ctx
+        .sched
+        .signal_step(StepId::new(job, StepKind::Batch), Signal::Term)
+        .await
+    {
+        tracing::warn!("scancel --signal=TERM {job}.batch: {e}");
+    }
+    let mut proof = None;
+    let until = Instant::now() + grace;
+    while proof.is_none() && Instant::now() < until {
+        tokio::time::sleep(POLL.min(grace)).await;
+        proof = job_proven_over(ctx, job).await;
+    }
+    if proof.is_none() {
+        if let Err(e) = ctx.sched.cancel_job(job).await {
+            tracing::warn!("scancel {job}: {e}");
+        }
+        failpoint::hit("stop-after-cancel");
+        let until = Instant::now() + PROOF_TIMEOUT;
+        while proof.is_none() && Instant::now() < until {
+            tokio::time::sleep(POLL).await;
+            proof = job_proven_over(ctx, job).await;
+        }
+    }
+    let Some(proof) = proof else {
+        return Err(OpError::Unknown(format!(
+            "job {job} of worker {worker} was cancelled but is not yet proven over; its budget stays held. \
+             Run `dispatch reconcile` to resolve it"
+        )));
+    };
+    writer.append_one(Event::JobTerminal(JobTerminal {
+        submission_id,
+        proof: proof.clone(),
+    }))?;
+    Ok(JobStopReport {
+        worker: worker.to_owned(),
+        submission_id: submission_id.to_string(),
+        job_id,
+        state: JobWorkerState::Released.as_str(),
+        proof: Some(proof),
+    })
+}

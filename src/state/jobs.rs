@@ -40,6 +40,13 @@ pub struct JobSubmitFailed {
     pub reason: String,
 }
 
+/// `dispatch stop` is about to signal the job, then cancel it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobStopIntent {
+    pub submission_id: Uuid,
+    pub grace_s: u32,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobTerminal {
     pub submission_id: Uuid,
@@ -52,6 +59,7 @@ pub enum JobWorkerState {
     /// sbatch gave no answer: a job may exist.
     Unknown,
     Queued,
+    Stopping,
     Released,
     Failed,
 }
@@ -62,6 +70,7 @@ impl JobWorkerState {
             JobWorkerState::Submitted => "submitted",
             JobWorkerState::Unknown => "unknown",
             JobWorkerState::Queued => "queued",
+            JobWorkerState::Stopping => "stopping",
             JobWorkerState::Released => "released",
             JobWorkerState::Failed => "failed",
         }
@@ -113,6 +122,12 @@ impl Jobs {
             self.finish(&e.submission_id, JobWorkerState::Failed);
         } else if let Some(j) = self.active.get_mut(&e.submission_id) {
             j.state = JobWorkerState::Unknown;
+        }
+    }
+
+    pub fn stop_intent(&mut self, e: &JobStopIntent) {
+        if let Some(j) = self.active.get_mut(&e.submission_id) {
+            j.state = JobWorkerState::Stopping;
         }
     }
 

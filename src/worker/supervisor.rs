@@ -259,6 +259,11 @@ fn prepare(journal: &Writer, n: &NodeSpec) -> Result<Option<Refused>, JournalErr
     Ok(None)
 }
 
+/// A budget of 0 (allowed on the command line: it narrows the early-shutdown window) still
+/// gets this long: hashing and cleanup usually take well under it, and skipping them outright
+/// would leave the state unrecorded and the directories behind.
+const MIN_STEP_BUDGET_S: u32 = 1;
+
 /// How long cloning and verifying the checkout may take.
 const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(1800);
 
@@ -394,7 +399,7 @@ fn settle_and_publish(
         ));
     };
     let started = Instant::now();
-    let budget = Duration::from_secs(u64::from(n.native_state_s));
+    let budget = Duration::from_secs(u64::from(n.native_state_s.max(MIN_STEP_BUDGET_S)));
     // Half the native-state budget for writers to let go; hashing may use the rest.
     let quiet = settle::wait_quiet(
         &[
@@ -514,7 +519,8 @@ pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
             keep: plan.keep.iter().map(|r| r.to_string()).collect(),
         }))?;
         failpoint::hit("supervisor-before-cleanup");
-        let deadline = Instant::now() + Duration::from_secs(u64::from(n.cleanup_s));
+        let deadline =
+            Instant::now() + Duration::from_secs(u64::from(n.cleanup_s.max(MIN_STEP_BUDGET_S)));
         let done = cleanup::run(&n.dirs, &plan, class, &reason, deadline);
         journal.append_one(Event::CleanedUp(done))?;
     }
