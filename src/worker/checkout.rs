@@ -117,3 +117,86 @@ pub fn prepare(
     rec.took_ms = started.elapsed().as_millis() as u64;
     (rec, result)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Sha256Digest;
+    use crate::state::asset::{AssetKind, AssetRecord};
+    use std::time::Duration;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let far = Instant::now() + Duration::from_secs(30);
+        let mut all = vec!["-c", "user.name=t", "-c", "user.email=t@example.org"];
+        all.extend_from_slice(args);
+        git::line(Some(dir), &all, far).unwrap()
+    }
+
+    /// A one-commit repository bundled the way a source asset is: `HEAD` only.
+    fn source(root: &Path) -> (LocalAsset, String) {
+        let repo = root.join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q"]);
+        std::fs::write(repo.join("f"), "x\n").unwrap();
+        git(&repo, &["add", "f"]);
+        git(&repo, &["commit", "-qm", "one"]);
+        let head = git(&repo, &["rev-parse", "HEAD"]);
+        let bundle = root.join("s.bundle");
+        git(
+            &repo,
+            &["bundle", "create", "-q", bundle.to_str().unwrap(), "HEAD"],
+        );
+        let asset = LocalAsset {
+            record: AssetRecord {
+                name: "s".into(),
+                kind: AssetKind::Source,
+                sha256: Sha256Digest([0; 32]),
+                bytes: 0,
+                file: "assets/s.bundle".into(),
+                commit: Some(head.clone()),
+                tree_files: Some(1),
+                tree_bytes: Some(2),
+            },
+            path: bundle,
+        };
+        (asset, head)
+    }
+
+    #[test]
+    fn a_checkout_is_an_independent_verified_copy() {
+        let d = tempfile::tempdir().unwrap();
+        let (asset, head) = source(d.path());
+        let checkout = d.path().join("checkout");
+        std::fs::create_dir(&checkout).unwrap();
+        let far = Instant::now() + Duration::from_secs(60);
+        let (rec, verdict) = prepare(&asset, &checkout, far);
+        assert_eq!(verdict, Ok(()), "{rec:?}");
+        assert!(rec.ok && rec.fsck_ok && !rec.alternates && !rec.shares_asset_inode);
+        assert_eq!(
+            (rec.head.as_str(), rec.hardlinked_files),
+            (head.as_str(), 0)
+        );
+        assert!(rec.object_files > 0);
+        assert_eq!(
+            git(&checkout, &["remote"]),
+            "",
+            "the checkout points at the asset"
+        );
+
+        // Only ever into an empty directory.
+        let (rec, verdict) = prepare(&asset, &checkout, far);
+        assert!(verdict.unwrap_err().contains("already holds files"));
+        assert!(!rec.ok);
+    }
+
+    #[test]
+    fn a_bundle_of_another_commit_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut asset, _) = source(d.path());
+        asset.record.commit = Some("0".repeat(40));
+        let checkout = d.path().join("checkout");
+        std::fs::create_dir(&checkout).unwrap();
+        let (_, verdict) = prepare(&asset, &checkout, Instant::now() + Duration::from_secs(60));
+        assert!(verdict.unwrap_err().contains("not at the pinned commit"));
+    }
+}
