@@ -150,41 +150,6 @@ fn finished(dirs: &WorkerDirs, bound: Duration) -> WorkerReport {
     last.unwrap()
 }
 
-/// The CPU ids Slurm gave job `job` (`scontrol -d show job`).
-fn job_cpu_ids(job: u32) -> BTreeSet<u32> {
-    let out = std::process::Command::new("scontrol")
-        .args(["-d", "show", "job", &job.to_string()])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let ids = text
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("CPU_IDs="))
-        .unwrap_or_else(|| panic!("no CPU_IDs for job {job}: {text}"));
-    cpus_in(ids)
-}
-
-/// An allocation whose CPUs are distinct real CPUs. The dev cluster declares more CPUs than
-/// the machine has (8 on 2), and Slurm's CPU ids land on real CPUs modulo their number: a job
-/// given ids 1 and 3 has one real CPU, so no two of its steps can have disjoint CPU sets,
-/// whatever dispatch does. Such allocations are held (so the next one is placed elsewhere)
-/// until one fits, then all released.
-fn salloc_on_distinct_cpus(tag: &str, args: &[&str]) -> Allocation {
-    // SAFETY: sysconf has no preconditions.
-    let real = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u32;
-    let mut held = Vec::new();
-    for _ in 0..6 {
-        let a = Allocation::salloc(&support::unique_name(tag), args);
-        let ids = job_cpu_ids(a.id);
-        let distinct: BTreeSet<u32> = ids.iter().map(|i| i % real).collect();
-        if distinct.len() == ids.len() {
-            return a;
-        }
-        held.push(a);
-    }
-    panic!("no allocation on distinct real CPUs after 6 tries (the node is too busy)");
-}
-
 /// (device, inode, links) of every file below `dir`.
 fn inodes(dir: &Path) -> Vec<(u64, u64, u64)> {
     let mut out = Vec::new();
@@ -259,7 +224,11 @@ fn two_workers_from_one_source_asset_own_their_copies_and_both_publish() {
     let tmp = tempfile::tempdir().unwrap();
     let sd = &tmp.path().join("state");
     let (src, img, repo) = add_assets(sd, tmp.path());
-    let alloc = salloc_on_distinct_cpus("node-two", &["-c", "2", "--mem", "1G", "--time", "10"]);
+    let alloc = real_cluster::salloc_on_distinct_cpus(
+        "node-two",
+        &["-c", "2", "--mem", "1G", "--time", "10"],
+        2,
+    );
     attach(sd, "p", &alloc);
     let go = tmp.path().join("go");
     let go = go.to_str().unwrap();

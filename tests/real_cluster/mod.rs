@@ -176,3 +176,38 @@ pub fn cpus_in(list: &str) -> BTreeSet<u32> {
     }
     set
 }
+
+/// The CPU ids Slurm gave job `job` (`scontrol -d show job`).
+pub fn job_cpu_ids(job: u32) -> BTreeSet<u32> {
+    let out = Command::new("scontrol")
+        .args(["-d", "show", "job", &job.to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ids = text
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("CPU_IDs="))
+        .unwrap_or_else(|| panic!("no CPU_IDs for job {job}: {text}"));
+    cpus_in(ids)
+}
+
+/// An allocation whose `first` lowest CPU ids are distinct real CPUs (the ids its first steps
+/// get). The dev cluster declares more CPUs than the machine has (8 on 2), and Slurm's CPU ids
+/// land on real CPUs modulo their number: a job given ids 1 and 3 has one real CPU, so no two
+/// of its steps can have disjoint CPU sets, whatever dispatch does. Such allocations are held
+/// (so the next one is placed elsewhere) until one fits, then released.
+pub fn salloc_on_distinct_cpus(tag: &str, args: &[&str], first: usize) -> Allocation {
+    // SAFETY: sysconf has no preconditions.
+    let real = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u32;
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        let a = Allocation::salloc(&crate::support::unique_name(tag), args);
+        let lowest: Vec<u32> = job_cpu_ids(a.id).into_iter().take(first).collect();
+        let distinct: BTreeSet<u32> = lowest.iter().map(|i| i % real).collect();
+        if distinct.len() == lowest.len() {
+            return a;
+        }
+        held.push(a);
+    }
+    panic!("no allocation on distinct real CPUs after 6 tries (the node is too busy)");
+}
