@@ -2,15 +2,11 @@
 //! demand: a live-metadata refusal that clears on the one re-inspection, an allocation replaced
 //! under the same id, a step Slurm refuses to create, a controller that does not answer.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod fake_cli;
 
 use chrono::{Duration, Local};
+use fake_cli::Fake;
 use serde_json::{json, Value};
-
-fn fake_bin() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/fake-slurm/bin")
-}
 
 /// A fixed start time per process: the allocation's incarnation must not drift between calls.
 fn started(ago_s: i64) -> chrono::DateTime<Local> {
@@ -35,66 +31,12 @@ fn show_job(start_ago_s: i64, end_in_s: i64) -> String {
     )
 }
 
-struct Fake {
-    dir: tempfile::TempDir,
+/// A fake cluster where pool `p` is attached to job 901, started `start_ago_s` ago.
+trait Attached {
+    fn attached(start_ago_s: i64) -> Fake;
 }
 
-impl Fake {
-    fn new() -> Fake {
-        Fake {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn scenario(&self, s: Value) {
-        std::fs::write(self.dir.path().join("s.json"), s.to_string()).unwrap();
-        let _ = std::fs::remove_file(self.dir.path().join("s.json.state"));
-        let _ = std::fs::remove_file(self.dir.path().join("calls.jsonl"));
-    }
-
-    fn run(&self, args: &[&str]) -> (i32, String, String) {
-        let out = Command::new(env!("CARGO_BIN_EXE_dispatch"))
-            .arg("--state-dir")
-            .arg(self.dir.path().join("state"))
-            .args(args)
-            .env("PATH", format!("{}:/usr/bin:/bin", fake_bin().display()))
-            .env("FAKE_SLURM_SCENARIO", self.dir.path().join("s.json"))
-            .env("FAKE_SLURM_LOG", self.dir.path().join("calls.jsonl"))
-            .env("DISPATCH_SLURM_TIMEOUT", "2")
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    fn programs(&self) -> Vec<String> {
-        std::fs::read_to_string(self.dir.path().join("calls.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| {
-                serde_json::from_str::<Value>(l).unwrap()["cmd"]
-                    .as_str()
-                    .unwrap()
-                    .to_owned()
-            })
-            .collect()
-    }
-
-    fn kinds(&self) -> Vec<String> {
-        let (_, out, _) = self.run(&["journal", "dump", "--json"]);
-        out.lines()
-            .map(|l| {
-                serde_json::from_str::<Value>(l).unwrap()["kind"]
-                    .as_str()
-                    .unwrap()
-                    .to_owned()
-            })
-            .collect()
-    }
-
+impl Attached for Fake {
     fn attached(start_ago_s: i64) -> Fake {
         let fake = Fake::new();
         fake.scenario(json!({"scontrol": [{"stdout": show_job(start_ago_s, 3600)}]}));

@@ -1,81 +1,10 @@
 //! `dispatch submit` and `dispatch reconcile` against the fake Slurm: an sbatch that was
 //! accepted but never answered keeps its budget, and reconcile finds the job by name.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod fake_cli;
 
+use fake_cli::Fake;
 use serde_json::{json, Value};
-
-fn fake_bin() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/fake-slurm/bin")
-}
-
-struct Fake {
-    dir: tempfile::TempDir,
-}
-
-impl Fake {
-    fn new() -> Fake {
-        Fake {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn scenario(&self, scenario: Value) {
-        std::fs::write(self.dir.path().join("scenario.json"), scenario.to_string()).unwrap();
-        let _ = std::fs::remove_file(self.dir.path().join("scenario.json.state"));
-    }
-
-    fn state(&self) -> PathBuf {
-        self.dir.path().join("state")
-    }
-
-    fn dispatch(&self, args: &[&str]) -> (i32, String, String) {
-        let path = format!("{}:/usr/bin:/bin", fake_bin().display());
-        let out = Command::new(env!("CARGO_BIN_EXE_dispatch"))
-            .arg("--state-dir")
-            .arg(self.state())
-            .args(args)
-            .env("PATH", path)
-            .env("FAKE_SLURM_SCENARIO", self.dir.path().join("scenario.json"))
-            .env("FAKE_SLURM_LOG", self.dir.path().join("calls.jsonl"))
-            .env("DISPATCH_SLURM_TIMEOUT", "2")
-            .env_remove("DISPATCH_FAILPOINTS")
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    /// (command, argv) of every Slurm call, in order.
-    fn calls(&self) -> Vec<(String, Vec<String>)> {
-        std::fs::read_to_string(self.dir.path().join("calls.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| {
-                let v: Value = serde_json::from_str(l).unwrap();
-                let argv = v["argv"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|a| a.as_str().unwrap().to_owned())
-                    .collect();
-                (v["cmd"].as_str().unwrap().to_owned(), argv)
-            })
-            .collect()
-    }
-
-    fn events(&self) -> Vec<Value> {
-        let (code, out, err) = self.dispatch(&["journal", "dump", "--json"]);
-        assert_eq!(code, 0, "{err}");
-        out.lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-}
 
 fn squeue_row(id: u32, state: &str, name: &str) -> String {
     format!("{id}|{id}|{state}|debug|dev|normal|root|1|1|vm|4:00|5:00|2026-11-29T17:00:00|2026-11-29T17:05:00|None|{name}\n")
@@ -89,7 +18,7 @@ fn an_sbatch_without_answer_keeps_its_budget_until_reconcile_finds_the_job_by_na
         "sbatch": [{"touch": accepted, "hang": 30}],
         "squeue": [{"match": ["--me"], "stdout": squeue_row(42, "RUNNING", "lost-worker")}],
     }));
-    let (code, out, err) = fake.dispatch(&[
+    let (code, out, err) = fake.run(&[
         "submit",
         "--cpus",
         "2",
@@ -154,7 +83,7 @@ fn an_sbatch_without_answer_keeps_its_budget_until_reconcile_finds_the_job_by_na
     assert_eq!(events[2]["event"]["definite"], false, "the job may exist");
 
     // Reconcile asks Slurm by name and adopts the job.
-    let (code, out, err) = fake.dispatch(&["reconcile", "--json"]);
+    let (code, out, err) = fake.run(&["reconcile", "--json"]);
     assert_eq!(code, 0, "{err}");
     let r: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(r["resolved"][0]["job_id"], 42, "{r}");
@@ -178,7 +107,7 @@ fn garbage_from_sbatch_is_unknown_and_a_failed_query_changes_nothing() {
         "sbatch": [{"stdout": "Submitted batch job probably\n"}],
         "squeue": [{"fixture": "notes-squeue-ctld-down"}],
     }));
-    let (code, _, err) = fake.dispatch(&[
+    let (code, _, err) = fake.run(&[
         "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", "g", "--", "true",
     ]);
     assert_eq!(code, 4, "{err}");
@@ -187,7 +116,7 @@ fn garbage_from_sbatch_is_unknown_and_a_failed_query_changes_nothing() {
         "the raw answer is not shown: {err}"
     );
     let before = fake.events().len();
-    let (code, out, err) = fake.dispatch(&["reconcile", "--json"]);
+    let (code, out, err) = fake.run(&["reconcile", "--json"]);
     assert_eq!(code, 0, "{err}");
     let r: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(r["resolved"], json!([]), "{r}");
@@ -202,7 +131,7 @@ fn a_job_gone_from_squeue_is_released() {
         "sbatch": [{"stdout": "77\n"}],
         "squeue": [{"match": ["--jobs=77"], "stdout": ""}],
     }));
-    let (code, out, err) = fake.dispatch(&[
+    let (code, out, err) = fake.run(&[
         "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", "d", "--json", "--",
         "true",
     ]);
@@ -211,7 +140,7 @@ fn a_job_gone_from_squeue_is_released() {
         serde_json::from_str::<Value>(out.trim()).unwrap()["job_id"],
         77
     );
-    let (code, out, _) = fake.dispatch(&["reconcile", "--json"]);
+    let (code, out, _) = fake.run(&["reconcile", "--json"]);
     assert_eq!(code, 0);
     let r: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(r["resolved"][0]["job_id"], 77, "{r}");
@@ -222,14 +151,14 @@ fn a_job_gone_from_squeue_is_released() {
 fn a_time_limit_shorter_than_the_shutdown_window_is_refused_before_anything() {
     let fake = Fake::new();
     fake.scenario(json!({}));
-    let (code, _, err) = fake.dispatch(&[
+    let (code, _, err) = fake.run(&[
         "submit", "--cpus", "1", "--mem", "100M", "--time", "1", "--", "true",
     ]);
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("--time"), "{err}");
     assert!(fake.calls().is_empty());
     for bad in ["0", "301"] {
-        let (code, _, err) = fake.dispatch(&[
+        let (code, _, err) = fake.run(&[
             "submit",
             "--cpus",
             "1",
@@ -268,22 +197,14 @@ fn submit_crashes_at_every_boundary_leave_nothing_lost_or_doubled() {
                 {"match": ["--jobs=55"], "stdout": squeue_row(55, "RUNNING", "crashy")},
             ],
         }));
-        let path = format!("{}:/usr/bin:/bin", fake_bin().display());
-        let out = Command::new(env!("CARGO_BIN_EXE_dispatch"))
-            .arg("--state-dir")
-            .arg(fake.state())
-            .args([
+        fake.crash(
+            fp,
+            &[
                 "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", "crashy", "--",
                 "true",
-            ])
-            .env("PATH", path)
-            .env("FAKE_SLURM_SCENARIO", fake.dir.path().join("scenario.json"))
-            .env("FAKE_SLURM_LOG", fake.dir.path().join("calls.jsonl"))
-            .env("DISPATCH_FAILPOINTS", format!("{fp}=abort"))
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), None, "{fp} did not fire");
-        let (code, out, err) = fake.dispatch(&["reconcile", "--json"]);
+            ],
+        );
+        let (code, out, err) = fake.run(&["reconcile", "--json"]);
         assert_eq!(code, 0, "{fp}: {err}");
         let r: Value = serde_json::from_str(out.trim()).unwrap();
         let sbatches = fake.calls().iter().filter(|(c, _)| c == "sbatch").count();
@@ -320,34 +241,18 @@ fn stop_crashes_leave_the_budget_held_until_reconcile_proves_the_job_over() {
             "scancel": [{"stdout": ""}],
             "squeue": [{"match": ["--jobs=66"], "stdout": squeue_row(66, "RUNNING", "s")}],
         }));
-        let (code, _, err) = fake.dispatch(&[
+        let (code, _, err) = fake.run(&[
             "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", "s", "--", "true",
         ]);
         assert_eq!(code, 0, "{err}");
-        let path = format!("{}:/usr/bin:/bin", fake_bin().display());
-        let out = Command::new(env!("CARGO_BIN_EXE_dispatch"))
-            .arg("--state-dir")
-            .arg(fake.state())
-            .args(["stop", "s", "--grace", "0"])
-            .env("PATH", path)
-            .env("FAKE_SLURM_SCENARIO", fake.dir.path().join("scenario.json"))
-            .env("FAKE_SLURM_LOG", fake.dir.path().join("calls.jsonl"))
-            .env("DISPATCH_FAILPOINTS", format!("{fp}=abort"))
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            None,
-            "{fp} did not fire: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        fake.crash(fp, &["stop", "s", "--grace", "0"]);
         let stdout = if after_crash.is_empty() {
             String::new()
         } else {
             squeue_row(66, after_crash, "s")
         };
         fake.scenario(json!({"squeue": [{"match": ["--jobs=66"], "stdout": stdout}]}));
-        let (code, out, err) = fake.dispatch(&["reconcile", "--json"]);
+        let (code, out, err) = fake.run(&["reconcile", "--json"]);
         assert_eq!(code, 0, "{fp}: {err}");
         let r: Value = serde_json::from_str(out.trim()).unwrap();
         let released = fake.events().iter().any(|e| e["kind"] == "JobTerminal");

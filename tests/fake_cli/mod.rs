@@ -1,0 +1,117 @@
+//! The dispatch binary run against the fake Slurm (`tools/fake-slurm`), with its own state dir
+//! and scenario. Shared by `tests/pool_fake.rs` and `tests/submit_fake.rs`.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+pub fn fake_bin() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/fake-slurm/bin")
+}
+
+pub struct Fake {
+    pub dir: tempfile::TempDir,
+}
+
+impl Fake {
+    pub fn new() -> Fake {
+        Fake {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// Replace the scenario; its use counts and the call log start afresh.
+    pub fn scenario(&self, scenario: Value) {
+        std::fs::write(self.dir.path().join("scenario.json"), scenario.to_string()).unwrap();
+        let _ = std::fs::remove_file(self.dir.path().join("scenario.json.state"));
+        self.forget_calls();
+    }
+
+    pub fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// dispatch with the fake first on its PATH (and a 2 s Slurm timeout).
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_dispatch"));
+        c.arg("--state-dir")
+            .arg(self.state())
+            .args(args)
+            .env("PATH", format!("{}:/usr/bin:/bin", fake_bin().display()))
+            .env("FAKE_SLURM_SCENARIO", self.dir.path().join("scenario.json"))
+            .env("FAKE_SLURM_LOG", self.dir.path().join("calls.jsonl"))
+            .env("DISPATCH_SLURM_TIMEOUT", "2")
+            .env_remove("DISPATCH_FAILPOINTS");
+        c
+    }
+
+    /// (exit code, stdout, stderr); exit code -1 when killed by a signal.
+    pub fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let out = self.command(args).output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Run with `failpoint=abort` armed and check that it fired.
+    pub fn crash(&self, failpoint: &str, args: &[&str]) {
+        let out = self
+            .command(args)
+            .env("DISPATCH_FAILPOINTS", format!("{failpoint}=abort"))
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            None,
+            "{failpoint} did not fire: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// (command, argv) of every Slurm call, in order.
+    pub fn calls(&self) -> Vec<(String, Vec<String>)> {
+        std::fs::read_to_string(self.dir.path().join("calls.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                let argv = v["argv"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a.as_str().unwrap().to_owned())
+                    .collect();
+                (v["cmd"].as_str().unwrap().to_owned(), argv)
+            })
+            .collect()
+    }
+
+    pub fn programs(&self) -> Vec<String> {
+        self.calls().into_iter().map(|(c, _)| c).collect()
+    }
+
+    pub fn forget_calls(&self) {
+        let _ = std::fs::remove_file(self.dir.path().join("calls.jsonl"));
+    }
+
+    /// The journal as `journal dump --json` shows it.
+    pub fn events(&self) -> Vec<Value> {
+        let (code, out, err) = self.run(&["journal", "dump", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        out.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    pub fn kinds(&self) -> Vec<String> {
+        self.events()
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap().to_owned())
+            .collect()
+    }
+}
