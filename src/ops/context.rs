@@ -79,3 +79,25 @@ pub fn micros_to_local(t: Micros) -> NaiveDateTime {
         .map(|dt| dt.naive_local())
         .unwrap_or_default()
 }
+
+/// How long a stop waits, after its final cancel, for proof that the thing is over.
+pub const STOP_PROOF_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Ask `prove` every quarter second (or `within`, if shorter) until it gives a proof or `within`
+/// has passed. Used by the stops: TERM, then proof within the grace; else cancel, then proof
+/// within [`STOP_PROOF_TIMEOUT`].
+pub async fn await_proof<F, Fut>(within: std::time::Duration, mut prove: F) -> Option<String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<String>>,
+{
+    const POLL: std::time::Duration = std::time::Duration::from_millis(250);
+    let until = std::time::Instant::now() + within;
+    while std::time::Instant::now() < until {
+        tokio::time::sleep(POLL.min(within)).await;
+        if let Some(proof) = prove().await {
+            return Some(proof);
+        }
+    }
+    None
+}

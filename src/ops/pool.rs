@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::context::{snapshot_quietly, Ctx};
+use super::context::{await_proof, snapshot_quietly, Ctx, STOP_PROOF_TIMEOUT};
 use super::error::OpError;
 use super::facts::allocation_facts;
 use crate::event::{Event, Micros};
@@ -29,8 +29,6 @@ use crate::worker::{publish, report, supervisor};
 
 /// How long `pool submit` looks for the new step before calling the outcome unknown.
 pub const STEP_DISCOVERY_TIMEOUT: Duration = Duration::from_secs(20);
-/// How long `pool stop-worker` waits, after the final cancel, for proof that the step ended.
-pub const STOP_PROOF_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(250);
 
 fn job_id(alloc: &Allocation) -> Result<JobId, OpError> {
@@ -560,22 +558,13 @@ pub async fn stop_worker<S: Scheduler>(
         tracing::warn!("scancel --signal=TERM {step}: {e}");
     }
     failpoint::hit("pool-stop-after-term");
-    let mut proof = None;
-    let until = Instant::now() + grace;
-    while proof.is_none() && Instant::now() < until {
-        tokio::time::sleep(POLL.min(grace)).await;
-        proof = step_proven_over(ctx, step).await;
-    }
+    let mut proof = await_proof(grace, || step_proven_over(ctx, step)).await;
     if proof.is_none() {
         if let Err(e) = ctx.sched.cancel_step(step).await {
             tracing::warn!("scancel {step}: {e}");
         }
         failpoint::hit("pool-stop-after-cancel");
-        let until = Instant::now() + STOP_PROOF_TIMEOUT;
-        while proof.is_none() && Instant::now() < until {
-            tokio::time::sleep(POLL).await;
-            proof = step_proven_over(ctx, step).await;
-        }
+        proof = await_proof(STOP_PROOF_TIMEOUT, || step_proven_over(ctx, step)).await;
     }
     let mut report = StopReport {
         pool: pool.to_owned(),

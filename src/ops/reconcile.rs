@@ -128,17 +128,19 @@ pub async fn reconcile<S: Scheduler>(
                 }
             })
             .collect();
-        let mut verdicts: Vec<_> = pool
-            .active
-            .values()
-            .zip(&own)
-            .map(|(w, o)| {
-                (
-                    w,
-                    reconcile::verdict(w, &step_name(&pool.name, &w.name), &obs, o),
-                )
-            })
-            .collect();
+        let judge = |obs: &PoolObservation| -> Vec<_> {
+            pool.active
+                .values()
+                .zip(&own)
+                .map(|(w, o)| {
+                    (
+                        w,
+                        reconcile::verdict(w, &step_name(&pool.name, &w.name), obs, o),
+                    )
+                })
+                .collect()
+        };
+        let mut verdicts = judge(&obs);
         // Accounting only when the cheap listings left something unproven; one query serves
         // every pool.
         let unsettled = verdicts
@@ -173,17 +175,7 @@ pub async fn reconcile<S: Scheduler>(
                         })
                         .collect(),
                 );
-                verdicts = pool
-                    .active
-                    .values()
-                    .zip(&own)
-                    .map(|(w, o)| {
-                        (
-                            w,
-                            reconcile::verdict(w, &step_name(&pool.name, &w.name), &obs, o),
-                        )
-                    })
-                    .collect();
+                verdicts = judge(&obs);
             }
         }
         for (w, v) in verdicts {

@@ -7,7 +7,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::context::{snapshot_quietly, Ctx};
+use super::context::{await_proof, snapshot_quietly, Ctx, STOP_PROOF_TIMEOUT};
 use super::error::OpError;
 use crate::config::Target;
 use crate::event::Event;
@@ -227,9 +227,6 @@ pub async fn stop<S: Scheduler>(
     grace: std::time::Duration,
 ) -> Result<JobStopReport, OpError> {
     use crate::slurm::{JobId, Signal, StepId, StepKind};
-    use std::time::Instant;
-    const POLL: std::time::Duration = std::time::Duration::from_millis(250);
-    const PROOF_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
     let (writer, loaded) = ctx.lock_and_load()?;
     let j = loaded
         .state
@@ -267,22 +264,13 @@ pub async fn stop<S: Scheduler>(
     {
         tracing::warn!("scancel --signal=TERM {job}.batch: {e}");
     }
-    let mut proof = None;
-    let until = Instant::now() + grace;
-    while proof.is_none() && Instant::now() < until {
-        tokio::time::sleep(POLL.min(grace)).await;
-        proof = job_proven_over(ctx, job).await;
-    }
+    let mut proof = await_proof(grace, || job_proven_over(ctx, job)).await;
     if proof.is_none() {
         if let Err(e) = ctx.sched.cancel_job(job).await {
             tracing::warn!("scancel {job}: {e}");
         }
         failpoint::hit("stop-after-cancel");
-        let until = Instant::now() + PROOF_TIMEOUT;
-        while proof.is_none() && Instant::now() < until {
-            tokio::time::sleep(POLL).await;
-            proof = job_proven_over(ctx, job).await;
-        }
+        proof = await_proof(STOP_PROOF_TIMEOUT, || job_proven_over(ctx, job)).await;
     }
     let Some(proof) = proof else {
         return Err(OpError::Unknown(format!(
