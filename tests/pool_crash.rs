@@ -101,6 +101,9 @@ fn check_invariants(state: &Path, job: u32, pool: &str) {
     );
     let v = json(&dispatch(state, &["journal", "verify", "--json"]).stdout);
     assert!(matches!(v["status"].as_str(), Some("clean")), "{v}");
+    // And the whole history keeps the rules: no effect without intent, no double release.
+    let audit = dispatch(state, &["audit", "--json"]);
+    assert_eq!(audit.code, 0, "{}", audit.stdout);
 }
 
 #[test]

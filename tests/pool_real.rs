@@ -203,6 +203,9 @@ fn a_pool_runs_workers_as_separate_steps_within_its_budget() {
     assert_eq!(real_cluster::job_state(alloc.id), "RUNNING");
     let v = dispatch(sd, &["journal", "verify", "--json"]);
     assert_eq!(json(&v.stdout)["status"], "clean");
+    let audit = dispatch(sd, &["audit", "--json"]);
+    assert_eq!(audit.code, 0, "{}", audit.stdout);
+    assert_eq!(json(&audit.stdout)["rules"]["held"], 0);
 }
 
 #[test]

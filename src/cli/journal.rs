@@ -141,3 +141,59 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
         }
     }
 }
+
+pub fn run_audit(state_dir: &Path, json: bool) -> Result<u8, Failure> {
+    crate::statedir::check_owner(state_dir)?;
+    let r = crate::ops::audit::audit(state_dir)?;
+    if json {
+        print_json(&r)?;
+    } else {
+        println!(
+            "audit: {} ({} events, journal {}, head {})",
+            r.status, r.journal.events, r.journal.status, r.journal.head
+        );
+        if let Some(e) = &r.reducers.error {
+            println!("  reducers stopped: {e}");
+        }
+        if let Some(f) = &r.rules {
+            println!(
+                "  rules: {} violation(s); {} submission(s) still hold budget",
+                f.violation_count, f.held
+            );
+            for v in &f.violations {
+                println!("    seq {} {}: {} ({})", v.seq, v.kind, v.rule, v.detail);
+            }
+        }
+        if let Some(s) = &r.snapshot {
+            match (s.seq, s.agrees) {
+                (Some(seq), true) => {
+                    println!("  snapshot at seq {seq} agrees with the full replay")
+                }
+                (Some(seq), false) => {
+                    println!("  snapshot at seq {seq} DISAGREES with the full replay")
+                }
+                (None, _) => println!(
+                    "  no snapshot used{}",
+                    s.rejected
+                        .as_deref()
+                        .map(|r| format!(" ({r})"))
+                        .unwrap_or_default()
+                ),
+            }
+        }
+        println!(
+            "  evidence: {} published director{} checked, {} failed",
+            r.evidence.checked,
+            if r.evidence.checked == 1 { "y" } else { "ies" },
+            r.evidence.failed.len()
+        );
+        for f in &r.evidence.failed {
+            println!("    {}: {}", f.dir, f.problems.join("; "));
+        }
+    }
+    Ok(match r.status {
+        "ok" => exit::OK,
+        "damaged" => exit::DAMAGED,
+        _ => exit::FAILED,
+    })
+}

@@ -58,6 +58,9 @@ pub enum Command {
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
         grace: u64,
     },
+    /// Offline audit: chain, reducer replay, the no-effect-without-intent and release-once
+    /// rules, snapshot agreement, published evidence. Exit 0 ok, 1 violations, 5 damaged
+    Audit,
     /// Replay the journal against Slurm and resolve what can be proven
     Reconcile,
     /// The worker side: commands that run inside a worker's job step

@@ -1,6 +1,7 @@
 //! Pure decisions: they take state, observations and time as arguments and return a verdict.
 
 pub mod asset;
+pub mod audit;
 pub mod manifest;
 pub mod node;
 pub mod pool;

@@ -1,0 +1,382 @@
+//! The audit's rules over the event sequence. Pure: it is fed envelopes in seq order and says
+//! which rule each offending event breaks.
+//!
+//! Rules:
+//! - `effect-without-intent`: an outcome (launch, step, stop, exit, release, report) for a
+//!   submission whose intent was never journaled before it;
+//! - `released-twice`: a budget released (terminal proof, or a definite failure) a second time;
+//! - `release-without-proof`: a terminal event with an empty proof;
+//! - `duplicate-intent`: a submission id used by two intents;
+//! - `intent-outside-pool`: a worker intent for a pool that is not attached at that moment;
+//! - `attach-twice` / `detach-holding`: a pool attached again while attached, or detached while
+//!   a worker in it still holds budget.
+
+use std::collections::{HashMap, HashSet};
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::event::{Envelope, Event};
+use crate::state::session::{SessionJobSubmitted, SessionSubmitFailed};
+
+/// Violations kept in full; beyond this only the count grows.
+pub const MAX_VIOLATIONS_KEPT: usize = 1000;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    pub seq: u64,
+    pub kind: &'static str,
+    pub rule: &'static str,
+    pub detail: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Budget {
+    Held,
+    Released { seq: u64 },
+}
+
+/// One entry per submission and per attached pool: the audit's memory grows with those, not
+/// with the number of events.
+#[derive(Debug, Default)]
+pub struct Auditor {
+    workers: HashMap<Uuid, (String, Budget)>,
+    jobs: HashMap<Uuid, Budget>,
+    session_submissions: HashSet<Uuid>,
+    pools: HashMap<String, usize>,
+    violations: Vec<Violation>,
+    violation_count: u64,
+    events: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Findings {
+    pub events: u64,
+    pub violation_count: u64,
+    pub violations: Vec<Violation>,
+    /// Submissions whose budget is still held at the end (not a violation: unknown outcomes
+    /// keep their budget by design).
+    pub held: u64,
+}
+
+impl Auditor {
+    fn flag(&mut self, env: &Envelope, rule: &'static str, detail: String) {
+        self.violation_count += 1;
+        if self.violations.len() < MAX_VIOLATIONS_KEPT {
+            self.violations.push(Violation {
+                seq: env.seq,
+                kind: env.event.kind_name(),
+                rule,
+                detail,
+            });
+        }
+    }
+
+    fn worker_effect(&mut self, env: &Envelope, id: Uuid) -> Option<Budget> {
+        match self.workers.get(&id) {
+            Some((_, b)) => Some(*b),
+            None => {
+                self.flag(
+                    env,
+                    "effect-without-intent",
+                    format!("no WorkerSubmitIntent for {id} before it"),
+                );
+                None
+            }
+        }
+    }
+
+    /// An outcome that needs the intent but releases nothing.
+    fn touch_worker(&mut self, env: &Envelope, id: Uuid) {
+        let _ = self.worker_effect(env, id);
+    }
+
+    fn release_worker(&mut self, env: &Envelope, id: Uuid) {
+        match self.worker_effect(env, id) {
+            Some(Budget::Released { seq }) => self.flag(
+                env,
+                "released-twice",
+                format!("submission {id} was already released at seq {seq}"),
+            ),
+            Some(Budget::Held) => {
+                if let Some((pool, b)) = self.workers.get_mut(&id) {
+                    *b = Budget::Released { seq: env.seq };
+                    let pool = pool.clone();
+                    if let Some(n) = self.pools.get_mut(&pool) {
+                        *n = n.saturating_sub(1);
+                    }
+                }
+            }
+            None => {}
+        }
+    }
+
+    fn job_effect(&mut self, env: &Envelope, id: Uuid, releases: bool) {
+        match self.jobs.get(&id).copied() {
+            None => self.flag(
+                env,
+                "effect-without-intent",
+                format!("no JobSubmitIntent for {id} before it"),
+            ),
+            Some(Budget::Released { seq }) if releases => self.flag(
+                env,
+                "released-twice",
+                format!("submission {id} was already released at seq {seq}"),
+            ),
+            Some(_) if releases => {
+                self.jobs.insert(id, Budget::Released { seq: env.seq });
+            }
+            Some(_) => {}
+        }
+    }
+
+    pub fn observe(&mut self, env: &Envelope) {
+        self.events += 1;
+        match &env.event {
+            Event::PoolAttached(e) => {
+                if self.pools.contains_key(&e.pool) {
+                    self.flag(
+                        env,
+                        "attach-twice",
+                        format!("pool {:?} is already attached", e.pool),
+                    );
+                }
+                self.pools.insert(e.pool.clone(), 0);
+            }
+            Event::PoolDetached(e) => match self.pools.remove(&e.pool) {
+                Some(0) => {}
+                Some(n) => self.flag(
+                    env,
+                    "detach-holding",
+                    format!("pool {:?} still had {n} worker(s) holding budget", e.pool),
+                ),
+                None => self.flag(
+                    env,
+                    "effect-without-intent",
+                    format!("pool {:?} was not attached", e.pool),
+                ),
+            },
+            Event::WorkerSubmitIntent(e) => {
+                if self.workers.contains_key(&e.submission_id)
+                    || self.jobs.contains_key(&e.submission_id)
+                {
+                    self.flag(
+                        env,
+                        "duplicate-intent",
+                        format!("submission id {} used again", e.submission_id),
+                    );
+                    return;
+                }
+                match self.pools.get_mut(&e.pool) {
+                    Some(n) => *n += 1,
+                    None => {
+                        self.flag(
+                            env,
+                            "intent-outside-pool",
+                            format!("pool {:?} is not attached", e.pool),
+                        );
+                        return;
+                    }
+                }
+                self.workers
+                    .insert(e.submission_id, (e.pool.clone(), Budget::Held));
+            }
+            Event::WorkerLaunched(e) => self.touch_worker(env, e.submission_id),
+            Event::WorkerStepObserved(e) => self.touch_worker(env, e.submission_id),
+            Event::WorkerStopIntent(e) => self.touch_worker(env, e.submission_id),
+            Event::WorkerExited(e) => self.touch_worker(env, e.submission_id),
+            Event::WorkerAssetsBound(e) => self.touch_worker(env, e.submission_id),
+            Event::WorkerReportIngested(e) => self.touch_worker(env, e.submission_id),
+            Event::WorkerJournalDamaged(e) => self.touch_worker(env, e.submission_id),
+            Event::WorkerLaunchFailed(e) => {
+                if e.definite {
+                    self.release_worker(env, e.submission_id);
+                } else {
+                    self.touch_worker(env, e.submission_id);
+                }
+            }
+            Event::WorkerTerminal(e) => {
+                if e.proof.trim().is_empty() {
+                    self.flag(
+                        env,
+                        "release-without-proof",
+                        format!("submission {} released with no proof", e.submission_id),
+                    );
+                }
+                self.release_worker(env, e.submission_id);
+            }
+            Event::JobSubmitIntent(e) => {
+                if self.jobs.contains_key(&e.submission_id)
+                    || self.workers.contains_key(&e.submission_id)
+                {
+                    self.flag(
+                        env,
+                        "duplicate-intent",
+                        format!("submission id {} used again", e.submission_id),
+                    );
+                } else {
+                    self.jobs.insert(e.submission_id, Budget::Held);
+                }
+            }
+            Event::JobSubmitted(e) => self.job_effect(env, e.submission_id, false),
+            Event::JobStopIntent(e) => self.job_effect(env, e.submission_id, false),
+            Event::JobSubmitFailed(e) => self.job_effect(env, e.submission_id, e.definite),
+            Event::JobTerminal(e) => {
+                if e.proof.trim().is_empty() {
+                    self.flag(
+                        env,
+                        "release-without-proof",
+                        format!("submission {} released with no proof", e.submission_id),
+                    );
+                }
+                self.job_effect(env, e.submission_id, true);
+            }
+            Event::SessionLaunchIntent(e) => {
+                self.session_submissions.insert(e.submission_id);
+            }
+            Event::SessionJobSubmitted(SessionJobSubmitted { submission_id, .. })
+            | Event::SessionSubmitFailed(SessionSubmitFailed { submission_id, .. })
+                if !self.session_submissions.contains(submission_id) =>
+            {
+                self.flag(
+                    env,
+                    "effect-without-intent",
+                    format!("no SessionLaunchIntent for {submission_id} before it"),
+                );
+            }
+            _ => {}
+        }
+    }
+
+    pub fn finish(self) -> Findings {
+        let held = self
+            .workers
+            .values()
+            .filter(|(_, b)| *b == Budget::Held)
+            .count()
+            + self.jobs.values().filter(|b| **b == Budget::Held).count();
+        Findings {
+            events: self.events,
+            violation_count: self.violation_count,
+            violations: self.violations,
+            held: held as u64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Actor, Micros};
+    use crate::state::pool::*;
+
+    fn run(events: Vec<Event>) -> Findings {
+        let mut a = Auditor::default();
+        for (i, event) in events.into_iter().enumerate() {
+            a.observe(&Envelope {
+                seq: i as u64 + 1,
+                time: Micros(0),
+                id: Uuid::nil(),
+                actor: Actor {
+                    user: "u".into(),
+                    host: "h".into(),
+                    pid: 1,
+                    command: vec![],
+                },
+                event,
+            });
+        }
+        a.finish()
+    }
+
+    fn attach() -> Event {
+        Event::PoolAttached(PoolAttached {
+            pool: "p".into(),
+            allocation: Allocation {
+                job_id: 1,
+                node: "n".into(),
+                user: "u".into(),
+                start_time: Micros(0),
+                end_time: Micros(1),
+                cpus: 4,
+                mem_mb: 4,
+                partition: "d".into(),
+                account: "a".into(),
+                qos: "q".into(),
+            },
+        })
+    }
+
+    fn intent(id: u128) -> Event {
+        Event::WorkerSubmitIntent(WorkerSubmitIntent {
+            pool: "p".into(),
+            worker: "w".into(),
+            submission_id: Uuid::from_u128(id),
+            cpus: 1,
+            mem_mb: 1,
+            publication_timeout_s: 30,
+            command: vec![],
+        })
+    }
+
+    fn terminal(id: u128, proof: &str) -> Event {
+        Event::WorkerTerminal(WorkerTerminal {
+            submission_id: Uuid::from_u128(id),
+            proof: proof.into(),
+        })
+    }
+
+    fn rules(f: &Findings) -> Vec<&'static str> {
+        f.violations.iter().map(|v| v.rule).collect()
+    }
+
+    #[test]
+    fn a_well_formed_history_has_no_violation() {
+        let f = run(vec![
+            attach(),
+            intent(1),
+            Event::WorkerLaunched(WorkerLaunched {
+                submission_id: Uuid::from_u128(1),
+                srun_pid: 2,
+            }),
+            terminal(1, "absent from listing"),
+            intent(2),
+            Event::PoolDetached(PoolDetached { pool: "q".into() }),
+        ]);
+        // Detaching an unknown pool is the only problem.
+        assert_eq!(rules(&f), ["effect-without-intent"]);
+        assert_eq!(f.held, 1);
+    }
+
+    #[test]
+    fn each_rule_is_caught() {
+        let f = run(vec![
+            Event::WorkerLaunched(WorkerLaunched {
+                submission_id: Uuid::from_u128(9),
+                srun_pid: 2,
+            }),
+            intent(1),
+            attach(),
+            intent(2),
+            intent(2),
+            terminal(2, ""),
+            terminal(2, "again"),
+            intent(3),
+            Event::PoolDetached(PoolDetached { pool: "p".into() }),
+            attach(),
+            attach(),
+        ]);
+        assert_eq!(
+            rules(&f),
+            [
+                "effect-without-intent",
+                "intent-outside-pool",
+                "duplicate-intent",
+                "release-without-proof",
+                "released-twice",
+                "detach-holding",
+                "attach-twice",
+            ]
+        );
+    }
+}
