@@ -71,6 +71,7 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
             let ctx = context(state_dir()?)?;
             block_on(cli::pool::run_stop(worker, *grace, &ctx, cli.json))
         }
+        Command::Inspect { worker } => cli::journal::run_inspect(&state_dir()?, worker, cli.json),
         Command::Audit => cli::journal::run_audit(&state_dir()?, cli.json),
         Command::Reconcile => {
             let ctx = context(state_dir()?)?;

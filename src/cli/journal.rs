@@ -197,3 +197,48 @@ pub fn run_audit(state_dir: &Path, json: bool) -> Result<u8, Failure> {
         _ => exit::FAILED,
     })
 }
+
+pub fn run_inspect(state_dir: &Path, key: &str, json: bool) -> Result<u8, Failure> {
+    use crate::ops::inspect::{inspect, InspectError};
+    crate::statedir::check_owner(state_dir)?;
+    let r = match inspect(state_dir, key) {
+        Ok(r) => r,
+        Err(InspectError::NotFound(_)) => {
+            return Err(Failure::new(
+                exit::FAILED,
+                format!("{}", InspectError::NotFound(key.to_owned())),
+            ))
+        }
+        Err(InspectError::Journal(e)) => return Err(e.into()),
+    };
+    if json {
+        print_json(&r)?;
+        return Ok(exit::OK);
+    }
+    println!(
+        "worker {} ({}), submission {}: {}",
+        r.worker,
+        r.pool
+            .as_deref()
+            .map_or("dispatch submit".to_owned(), |p| format!("pool {p}")),
+        r.submission_id,
+        r.state
+    );
+    println!("coordinator journal:");
+    for e in &r.timeline {
+        println!("  {:>8} {} {:<22} {}", e.seq, e.time, e.kind, e.event);
+    }
+    match &r.worker_journal {
+        None => println!("worker journal: none (the supervisor never started)"),
+        Some(w) => {
+            println!("worker journal {} ({}):", w.path, w.status);
+            for e in &w.events {
+                println!("  {:>8} {} {:<22} {}", e.seq, e.time, e.kind, e.event);
+            }
+            if let Some(d) = &w.damage {
+                println!("  damage: {d}");
+            }
+        }
+    }
+    Ok(exit::OK)
+}

@@ -61,6 +61,9 @@ pub enum Command {
     /// Offline audit: chain, reducer replay, the no-effect-without-intent and release-once
     /// rules, snapshot agreement, published evidence. Exit 0 ok, 1 violations, 5 damaged
     Audit,
+    /// Forensic view of one worker (by name or submission id): its timeline, the last event
+    /// about it, and its own journal up to any damage. Offline: no Slurm call, nothing written
+    Inspect { worker: String },
     /// Replay the journal against Slurm and resolve what can be proven
     Reconcile,
     /// The worker side: commands that run inside a worker's job step

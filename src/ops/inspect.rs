@@ -1,0 +1,186 @@
+//! `dispatch inspect WORKER`: the forensic view of one worker, offline. Its timeline in the
+//! coordinator's journal, the last event recorded about it, and what its own journal says (up
+//! to any damage, which is shown, never repaired). No Slurm call, nothing written.
+
+use std::path::Path;
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::event::Envelope;
+use crate::journal::{self, JournalError, Status};
+use crate::state::State;
+use crate::worker::dirs::WorkerDirs;
+
+/// Timeline entries kept per journal; a worker with more shows the newest ones.
+pub const MAX_TIMELINE: usize = 10_000;
+
+#[derive(Debug, Serialize)]
+pub struct InspectReport {
+    pub worker: String,
+    pub submission_id: String,
+    /// The pool, or `None` for a `dispatch submit` worker.
+    pub pool: Option<String>,
+    /// As the reducers have it now.
+    pub state: String,
+    pub timeline: Vec<Entry>,
+    pub last_event: Option<Entry>,
+    pub worker_journal: Option<WorkerJournal>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Entry {
+    pub seq: u64,
+    pub time: String,
+    pub kind: &'static str,
+    pub event: serde_json::Value,
+}
+
+impl Entry {
+    fn of(env: &Envelope) -> Entry {
+        Entry {
+            seq: env.seq,
+            time: env.time.to_rfc3339(),
+            kind: env.event.kind_name(),
+            event: env.event.body_json(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct WorkerJournal {
+    pub path: String,
+    /// `clean`, `torn_tail` (the supervisor died mid-write), `corrupt` or `tampered`.
+    pub status: &'static str,
+    pub head: Option<String>,
+    pub damage: Option<String>,
+    pub events: Vec<Entry>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error("no worker {0:?} in the journal (by name or submission id); `dispatch pool status` and `dispatch reconcile --json` list them")]
+    NotFound(String),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+}
+
+struct Found {
+    worker: String,
+    submission_id: Uuid,
+    pool: Option<String>,
+    state: String,
+}
+
+/// The newest worker named `key`, or the one with that submission id, active or finished.
+fn find(state: &State, key: &str) -> Option<Found> {
+    let id = Uuid::parse_str(key).ok();
+    let matches = |name: &str, sid: Uuid| id == Some(sid) || name == key;
+    for pool in state.pools.pools.values() {
+        let newest = pool
+            .active
+            .values()
+            .chain(pool.finished.iter().rev())
+            .find(|w| matches(&w.name, w.submission_id));
+        if let Some(w) = newest {
+            return Some(Found {
+                worker: w.name.clone(),
+                submission_id: w.submission_id,
+                pool: Some(pool.name.clone()),
+                state: w.state.as_str().to_owned(),
+            });
+        }
+    }
+    state
+        .jobs
+        .active
+        .values()
+        .chain(state.jobs.finished.iter().rev())
+        .find(|j| matches(&j.worker, j.submission_id))
+        .map(|j| Found {
+            worker: j.worker.clone(),
+            submission_id: j.submission_id,
+            pool: None,
+            state: j.state.as_str().to_owned(),
+        })
+}
+
+fn about(env: &Envelope, id: &str) -> bool {
+    env.event
+        .body_json()
+        .get("submission_id")
+        .and_then(|v| v.as_str())
+        == Some(id)
+}
+
+fn keep(timeline: &mut Vec<Entry>, e: Entry) {
+    if timeline.len() == MAX_TIMELINE {
+        timeline.remove(0);
+    }
+    timeline.push(e);
+}
+
+pub fn inspect(state_dir: &Path, key: &str) -> Result<InspectReport, InspectError> {
+    let journal_dir = crate::statedir::journal_dir(state_dir);
+    let loaded = journal::load(&journal_dir)?;
+    let found = find(&loaded.state, key).ok_or_else(|| InspectError::NotFound(key.to_owned()))?;
+    let id = found.submission_id.to_string();
+    let mut timeline = Vec::new();
+    journal::replay(&journal_dir, None, |env| {
+        if about(&env, &id) {
+            keep(&mut timeline, Entry::of(&env));
+        }
+        Ok(())
+    })?;
+    let dirs = match &found.pool {
+        Some(pool) => WorkerDirs::new(&state_dir.join("pools"), pool, found.submission_id),
+        None => WorkerDirs::for_job(&state_dir.join("jobs"), found.submission_id),
+    };
+    let worker_journal =
+        read_worker_journal(&crate::worker::supervisor::journal_dir(&dirs.evidence))?;
+    Ok(InspectReport {
+        worker: found.worker,
+        submission_id: id,
+        pool: found.pool,
+        state: found.state,
+        last_event: timeline.last().cloned(),
+        timeline,
+        worker_journal,
+    })
+}
+
+/// The worker's own journal up to its first damage, with the damage described.
+fn read_worker_journal(dir: &Path) -> Result<Option<WorkerJournal>, JournalError> {
+    if journal::segment::list(dir).map_or(true, |s| s.is_empty()) {
+        return Ok(None);
+    }
+    let mut events = Vec::new();
+    let (status, head, damage) = match journal::replay(dir, None, |env| {
+        keep(&mut events, Entry::of(&env));
+        Ok(())
+    }) {
+        Ok(scan) => (
+            scan.status,
+            scan.head.map(|h| hex::encode(h.chain)),
+            scan.damage.map(|d| {
+                format!(
+                    "{} at {} offset {} ({} bytes)",
+                    d.reason, d.segment, d.offset, d.bytes
+                )
+            }),
+        ),
+        Err(JournalError::Undecodable { seq, reason }) => (
+            Status::Corrupt,
+            None,
+            Some(format!("event {seq} does not decode: {reason}")),
+        ),
+        Err(e) => return Err(e),
+    };
+    Ok(Some(WorkerJournal {
+        path: dir.display().to_string(),
+        status: status.as_str(),
+        head,
+        damage,
+        events,
+    }))
+}

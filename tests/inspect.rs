@@ -1,0 +1,111 @@
+//! `dispatch inspect`: a worker's timeline from the coordinator's journal and its own journal,
+//! up to any damage, found by name or submission id.
+
+mod synthetic;
+
+use std::path::Path;
+use std::process::Command;
+
+use dispatch::event::Event;
+use dispatch::journal::{Options, Writer};
+use dispatch::worker::dirs::WorkerDirs;
+use dispatch::worker::events::{PayloadExited, PayloadStarted};
+use serde_json::Value;
+use uuid::Uuid;
+
+fn inspect(state: &Path, key: &str) -> (i32, Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_dispatch"))
+        .arg("--state-dir")
+        .arg(state)
+        .args(["inspect", key, "--json"])
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        serde_json::from_slice(&out.stdout).unwrap(),
+    )
+}
+
+#[test]
+fn a_workers_timeline_and_its_own_journal_up_to_the_damage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    synthetic::write_pool_journal(&state, 3, |_| true);
+    // Worker w1 (submission 2) wrote its own journal; then one of its frames was damaged.
+    let id = Uuid::from_u128(2);
+    let dirs = WorkerDirs::new(&state.join("pools"), "p", id);
+    let wj = dispatch::worker::supervisor::journal_dir(&dirs.evidence);
+    let w = Writer::open(&wj, Options::default()).unwrap();
+    w.append_one(Event::PayloadStarted(PayloadStarted { pid: 42 }))
+        .unwrap();
+    w.append_one(Event::PayloadExited(PayloadExited {
+        code: Some(3),
+        signal: None,
+        interrupted: false,
+    }))
+    .unwrap();
+    w.append_one(Event::PayloadStarted(PayloadStarted { pid: 43 }))
+        .unwrap();
+    drop(w);
+    let seg = wj.join(dispatch::journal::segment::file_name(1));
+    let scan = dispatch::journal::scan::scan(&wj, None, |_| true).unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    // Flip a byte in the second-to-last frame: a valid frame follows, so it is corruption.
+    let last = scan.head.unwrap().last_frame_offset.unwrap() as usize;
+    bytes[last - 10] ^= 0x01;
+    std::fs::write(&seg, &bytes).unwrap();
+
+    for key in ["w1", &id.to_string()] {
+        let (code, r) = inspect(&state, key);
+        assert_eq!(code, 0, "{r}");
+        assert_eq!(r["worker"], "w1");
+        assert_eq!(r["pool"], "p");
+        assert_eq!(r["submission_id"], id.to_string());
+        let kinds: Vec<&str> = r["timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            ["WorkerSubmitIntent", "WorkerLaunched", "WorkerStepObserved"]
+        );
+        assert_eq!(r["last_event"]["kind"], "WorkerStepObserved");
+        let wjr = &r["worker_journal"];
+        assert_eq!(wjr["status"], "corrupt", "{wjr}");
+        assert!(
+            wjr["damage"]
+                .as_str()
+                .unwrap()
+                .contains("valid frame follows"),
+            "{wjr}"
+        );
+        // Genesis and the first payload event are before the damage; nothing after it is shown.
+        let seen: Vec<&str> = wjr["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(seen, ["Genesis", "PayloadStarted"]);
+    }
+    // Inspecting wrote nothing: the damaged worker journal is as it was.
+    assert_eq!(std::fs::read(&seg).unwrap(), bytes);
+}
+
+#[test]
+fn an_unknown_worker_is_an_error_that_says_where_to_look() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    synthetic::write_pool_journal(&state, 1, |_| true);
+    let (code, r) = inspect(&state, "nobody");
+    assert_eq!(code, 1);
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("pool status"),
+        "{r}"
+    );
+}
