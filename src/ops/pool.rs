@@ -43,6 +43,14 @@ fn job_id(alloc: &Allocation) -> Result<JobId, OpError> {
         })
 }
 
+/// The number of the step called `name` in a step listing.
+fn numbered_step_named(rows: &[crate::slurm::StepRow], name: &str) -> Option<u32> {
+    rows.iter().find_map(|r| match (r.name == name, r.id.step) {
+        (true, StepKind::Numbered(n)) => Some(n),
+        _ => None,
+    })
+}
+
 pub fn step_name(pool: &str, worker: &str) -> String {
     format!("{pool}.{worker}")
 }
@@ -437,10 +445,7 @@ async fn discover_step<S: Scheduler>(
     loop {
         match ctx.sched.list_steps(job).await {
             Answer::Live(rows) => {
-                if let Some(n) = rows.iter().find_map(|r| match (r.name == name, r.id.step) {
-                    (true, StepKind::Numbered(n)) => Some(n),
-                    _ => None,
-                }) {
+                if let Some(n) = numbered_step_named(&rows, name) {
                     return Discovery::Found(n);
                 }
             }
@@ -530,10 +535,7 @@ pub async fn stop_worker<S: Scheduler>(
         // Not seen at submit time: look once more, by name.
         let name = step_name(pool, worker);
         if let Answer::Live(rows) = ctx.sched.list_steps(job).await {
-            step_no = rows.iter().find_map(|r| match (r.name == name, r.id.step) {
-                (true, StepKind::Numbered(n)) => Some(n),
-                _ => None,
-            });
+            step_no = numbered_step_named(&rows, &name);
             if let Some(n) = step_no {
                 writer.append_one(Event::WorkerStepObserved(WorkerStepObserved {
                     submission_id,

@@ -83,10 +83,7 @@ pub async fn submit<S: Scheduler>(
         .values()
         .any(|j| j.worker == worker)
     {
-        return Err(OpError::Refused(Refusal::DuplicateWorker {
-            pool: "(submit)".to_owned(),
-            worker,
-        }));
+        return Err(OpError::Refused(Refusal::DuplicateJobWorker { worker }));
     }
     let dirs = WorkerDirs::for_job(&jobs_dir(ctx), submission_id);
 

@@ -128,6 +128,8 @@ pub enum Refusal {
         "pool {pool:?} already has a worker named {worker:?} holding budget; choose another name"
     )]
     DuplicateWorker { pool: String, worker: String },
+    #[error("a worker named {worker:?} submitted with `dispatch submit` still holds budget; choose another name or `dispatch stop {worker}`")]
+    DuplicateJobWorker { worker: String },
     #[error("no pool {pool:?}; `dispatch pool status` lists the pools")]
     NoPool { pool: String },
     #[error("pool {pool:?} still has {workers} worker(s) holding budget; stop them first (`dispatch pool stop-worker`)")]

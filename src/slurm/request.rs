@@ -190,6 +190,20 @@ fn flag(name: &str, value: impl fmt::Display) -> OsString {
     OsString::from(format!("--{name}={value}"))
 }
 
+/// `--NAME=PATH` for each path that is set; an empty path is refused.
+fn push_path_flags<const N: usize>(
+    argv: &mut Vec<OsString>,
+    paths: [(&'static str, &Option<PathBuf>); N],
+) -> Result<(), RequestError> {
+    for (name, path) in paths {
+        if let Some(p) = path {
+            check_path(name, p)?;
+            argv.push(path_flag(name, p));
+        }
+    }
+    Ok(())
+}
+
 fn path_flag(name: &str, p: &std::path::Path) -> OsString {
     let mut s = OsString::from(format!("--{name}="));
     s.push(p.as_os_str());
@@ -286,18 +300,14 @@ impl BatchRequest {
     pub fn argv(&self) -> Result<Vec<OsString>, RequestError> {
         let mut argv = vec![OsString::from("--parsable"), flag("job-name", &self.name)];
         self.placement.push_argv(&mut argv)?;
-        if let Some(p) = &self.output {
-            check_path("output", p)?;
-            argv.push(path_flag("output", p));
-        }
-        if let Some(p) = &self.error {
-            check_path("error", p)?;
-            argv.push(path_flag("error", p));
-        }
-        if let Some(p) = &self.chdir {
-            check_path("chdir", p)?;
-            argv.push(path_flag("chdir", p));
-        }
+        push_path_flags(
+            &mut argv,
+            [
+                ("output", &self.output),
+                ("error", &self.error),
+                ("chdir", &self.chdir),
+            ],
+        )?;
         for e in &self.extra {
             check_extra(e)?;
             argv.push(e.into());
@@ -484,18 +494,14 @@ impl StepRequest {
         if let Some(b) = &self.cpu_bind {
             argv.push(flag("cpu-bind", b));
         }
-        if let Some(p) = &self.output {
-            check_path("output", p)?;
-            argv.push(path_flag("output", p));
-        }
-        if let Some(p) = &self.error {
-            check_path("error", p)?;
-            argv.push(path_flag("error", p));
-        }
-        if let Some(p) = &self.chdir {
-            check_path("chdir", p)?;
-            argv.push(path_flag("chdir", p));
-        }
+        push_path_flags(
+            &mut argv,
+            [
+                ("output", &self.output),
+                ("error", &self.error),
+                ("chdir", &self.chdir),
+            ],
+        )?;
         argv.push("--".into());
         argv.extend(self.command.iter().cloned());
         Ok(argv)
