@@ -193,7 +193,42 @@ mem = "100M"
 confined = false
 "#;
 
+/// Lose the whole state directory, once every live job of this test has run for a second: a
+/// batch job whose log directory vanishes before slurmd opens its output fails at start, and
+/// the test would then count one job too few. A job still RUNNING a second in has its output.
 fn move_away(state: &Path) {
+    let prefix = state
+        .parent()
+        .and_then(|tmp| std::fs::read_to_string(tmp.join("config.toml")).ok())
+        .and_then(|c| {
+            c.lines().find_map(|l| {
+                l.strip_prefix("job_name_prefix = \"")
+                    .map(|p| p.trim_end_matches('"').to_owned())
+            })
+        })
+        .expect("the test's config names its job prefix");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = Command::new("squeue")
+            .args(["--me", "-h", "-o", "%i|%T|%M|%j"])
+            .output()
+            .expect("squeue");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let waiting: Vec<&str> = text
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.splitn(4, '|').collect();
+                let (id, state, used, name) = (f.first()?, f.get(1)?, f.get(2)?, f.get(3)?);
+                let started = *state == "RUNNING" && *used != "0:00";
+                (name.starts_with(&prefix) && !started).then_some(*id)
+            })
+            .collect();
+        if out.status.success() && waiting.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "jobs {waiting:?} never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let lost = state.with_extension("lost");
     std::fs::rename(state, &lost).unwrap();
     std::fs::remove_dir_all(&lost).unwrap();
