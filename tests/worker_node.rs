@@ -168,8 +168,17 @@ fn inodes(dir: &Path) -> Vec<(u64, u64, u64)> {
 }
 
 /// `DISPATCH_*=…` lines a payload printed.
+/// The `DISPATCH_*` variables the payload printed, once its stdout has reached the file.
 fn env_lines(dirs: &WorkerDirs) -> Vec<(String, String)> {
-    std::fs::read_to_string(dirs.evidence.join("stdout"))
+    let stdout = dirs.evidence.join("stdout");
+    let printed = || {
+        std::fs::read_to_string(&stdout)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l == "env-printed")
+    };
+    wait_for("the payload's stdout", Duration::from_secs(30), printed);
+    std::fs::read_to_string(&stdout)
         .unwrap_or_default()
         .lines()
         .filter_map(|l| l.split_once('='))
@@ -202,10 +211,13 @@ fn sha256_hex(path: &Path) -> String {
 }
 
 /// Commits, changes and writes state, says it is ready, then waits for `$1` to exist.
+/// Its stdout reaches the evidence file through slurmstepd, later than the `ready` file:
+/// readers wait for the `env-printed` line (see `env_lines`).
 const WORK_THEN_WAIT: &str = r#"
 set -e
 grep Cpus_allowed_list /proc/self/status
 env | grep '^DISPATCH_' | sort
+echo env-printed
 echo "work of $2" >> README
 git -c user.name=w -c user.email=w@example.org commit -qam "work of $2"
 echo "not committed by $2" >> README
