@@ -36,6 +36,8 @@ pub struct Config {
     pub targets: BTreeMap<String, Target>,
     #[serde(default)]
     pub mirrors: BTreeMap<String, Mirror>,
+    /// Where session batch scripts and Slurm logs go (see `session_files_dir`).
+    pub session_files: Option<PathBuf>,
 }
 
 fn default_prefix() -> String {
@@ -48,6 +50,7 @@ impl Default for Config {
             job_name_prefix: default_prefix(),
             targets: BTreeMap::new(),
             mirrors: BTreeMap::new(),
+            session_files: None,
         }
     }
 }
@@ -90,6 +93,29 @@ pub fn resolve(flag: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> Opt
         return Some(PathBuf::from(p).join("dispatch/config.toml"));
     }
     non_empty("HOME").map(|h| PathBuf::from(h).join(".config/dispatch/config.toml"))
+}
+
+/// Where session batch scripts and Slurm logs live: the config's `session_files`, else
+/// `$XDG_CACHE_HOME/dispatch/sessions`, else `~/.cache/dispatch/sessions`, else (no home at
+/// all) `<state-dir>/sessions`. Not inside the state directory by default: a pending job whose
+/// log directory has gone fails when it starts, and a session must survive the loss of its
+/// local record (the next launch adopts its job by name).
+pub fn session_files_dir(
+    config: &Config,
+    state_dir: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> PathBuf {
+    if let Some(p) = &config.session_files {
+        return p.clone();
+    }
+    let non_empty = |k: &str| env(k).filter(|v| !v.is_empty());
+    if let Some(p) = non_empty("XDG_CACHE_HOME") {
+        return PathBuf::from(p).join("dispatch/sessions");
+    }
+    match non_empty("HOME") {
+        Some(h) => PathBuf::from(h).join(".cache/dispatch/sessions"),
+        None => state_dir.join("sessions"),
+    }
 }
 
 /// A token is the mirror name with every character outside `[A-Za-z0-9._-]` replaced by `_`,
@@ -270,5 +296,34 @@ confined = true
         let c = Config::load(Path::new("/nonexistent/dispatch.toml")).unwrap();
         assert_eq!(c, Config::default());
         assert_eq!(c.job_name_prefix, "sucoder-");
+    }
+
+    #[test]
+    fn session_files_stay_out_of_the_state_directory_unless_there_is_no_home() {
+        let env = crate::statedir::fixed_env;
+        let state = Path::new("/s");
+        let mut c = Config::default();
+        let both = env(&[("XDG_CACHE_HOME", "/x"), ("HOME", "/h")]);
+        assert_eq!(
+            session_files_dir(&c, state, &both),
+            Path::new("/x/dispatch/sessions")
+        );
+        assert_eq!(
+            session_files_dir(&c, state, &env(&[("XDG_CACHE_HOME", ""), ("HOME", "/h")])),
+            Path::new("/h/.cache/dispatch/sessions")
+        );
+        assert_eq!(
+            session_files_dir(&c, state, &env(&[])),
+            Path::new("/s/sessions")
+        );
+        c = Config::parse(
+            "session_files = \"/nfs/me/dispatch\"\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        assert_eq!(
+            session_files_dir(&c, state, &both),
+            Path::new("/nfs/me/dispatch")
+        );
     }
 }

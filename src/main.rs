@@ -146,8 +146,10 @@ fn session_context<'a>(
     config: &'a dispatch::config::Config,
     config_path: &'a std::path::Path,
 ) -> cli::session::Context<'a> {
+    let env = |k: &str| std::env::var(k).ok();
     cli::session::Context {
         state_dir,
+        session_files: dispatch::config::session_files_dir(config, state_dir, &env),
         config,
         config_path,
         json: cli.json,

@@ -77,19 +77,25 @@ pub fn prepare(path: &Path) -> Result<(), StateDirError> {
     check_owner(path)
 }
 
+/// An environment of fixed variables, for the resolution tests here and in `config`.
+#[cfg(test)]
+pub(crate) fn fixed_env(
+    vars: &'static [(&'static str, &'static str)],
+) -> impl Fn(&str) -> Option<String> {
+    move |k: &str| {
+        vars.iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn resolution_order() {
-        let env = |vars: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                vars.iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
+        let env = fixed_env;
         let all = env(&[
             ("DISPATCH_STATE_DIR", "/a"),
             ("XDG_STATE_HOME", "/x"),

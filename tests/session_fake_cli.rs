@@ -77,6 +77,7 @@ impl Fake {
             .env("FAKE_SLURM_SCENARIO", self.path("scenario.json"))
             .env("FAKE_SLURM_LOG", self.path("calls.jsonl"))
             .env("FAKE_SLURM_STATE", self.path("counts.json"))
+            .env("XDG_CACHE_HOME", self.path("cache"))
             .env_remove("DISPATCH_FAILPOINTS")
             .env_remove("DISPATCH_SLURM_TIMEOUT");
         c
@@ -175,9 +176,11 @@ fn fresh_launch_argv_and_order() {
         json!({"mirror": "sample", "target": "T", "job_id": 4242, "action": "submitted",
                "node": "n0007", "state": "RUNNING"})
     );
-    let state = f.state();
-    let script = state.join("sessions/scripts/job-sample--T.sh");
-    let log = state.join("sessions/logs/job-sample-%j.out");
+    // Outside the state directory, so that losing the record does not kill a pending job.
+    let files = f.path("cache/dispatch/sessions");
+    let script = files.join("scripts/job-sample--T.sh");
+    let log = files.join("logs/job-sample-%j.out");
+    assert!(!f.state().join("sessions/logs").exists());
     assert_eq!(
         f.calls(),
         [

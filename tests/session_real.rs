@@ -49,6 +49,12 @@ impl Session {
         self.tmp.path().join("state")
     }
 
+    /// The cache home dispatch runs with: session scripts and Slurm logs live under it, out of
+    /// the state directory.
+    fn cache(&self) -> PathBuf {
+        self.tmp.path().join("cache")
+    }
+
     fn run(&self, args: &[&str]) -> Run {
         self.run_env(args, &[])
     }
@@ -58,6 +64,7 @@ impl Session {
         let mut all = vec!["--config", config.to_str().unwrap()];
         all.extend_from_slice(args);
         let mut c = real_cluster::dispatch_cmd(&self.state(), &all);
+        c.env("XDG_CACHE_HOME", self.cache());
         c.envs(env.iter().copied());
         let out = c.output().expect("run dispatch");
         Run {
@@ -193,42 +200,9 @@ mem = "100M"
 confined = false
 "#;
 
-/// Lose the whole state directory, once every live job of this test has run for a second: a
-/// batch job whose log directory vanishes before slurmd opens its output fails at start, and
-/// the test would then count one job too few. A job still RUNNING a second in has its output.
+/// Lose the whole state directory at once, whatever state the test's jobs are in: their
+/// scripts and logs live in the cache home, so not even a pending job notices.
 fn move_away(state: &Path) {
-    let prefix = state
-        .parent()
-        .and_then(|tmp| std::fs::read_to_string(tmp.join("config.toml")).ok())
-        .and_then(|c| {
-            c.lines().find_map(|l| {
-                l.strip_prefix("job_name_prefix = \"")
-                    .map(|p| p.trim_end_matches('"').to_owned())
-            })
-        })
-        .expect("the test's config names its job prefix");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let out = Command::new("squeue")
-            .args(["--me", "-h", "-o", "%i|%T|%M|%j"])
-            .output()
-            .expect("squeue");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let waiting: Vec<&str> = text
-            .lines()
-            .filter_map(|l| {
-                let f: Vec<&str> = l.splitn(4, '|').collect();
-                let (id, state, used, name) = (f.first()?, f.get(1)?, f.get(2)?, f.get(3)?);
-                let started = *state == "RUNNING" && *used != "0:00";
-                (name.starts_with(&prefix) && !started).then_some(*id)
-            })
-            .collect();
-        if out.status.success() && waiting.is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "jobs {waiting:?} never started");
-        std::thread::sleep(Duration::from_millis(100));
-    }
     let lost = state.with_extension("lost");
     std::fs::rename(state, &lost).unwrap();
     std::fs::remove_dir_all(&lost).unwrap();
@@ -282,6 +256,63 @@ fn launch_lose_state_adopt_release() {
     );
     s.wait_gone(&id);
     assert!(s.jobs(&name).is_empty());
+}
+
+/// A job that is still pending when the state directory is lost starts normally later (its
+/// batch script and log are not in the state directory), and the next launch adopts it.
+#[test]
+fn a_pending_job_survives_the_loss_of_the_state_directory() {
+    let s = Session::new("pending", TARGETS);
+    let name = s.name("m");
+    // Every CPU of the node held, so that the session's job waits for resources.
+    let blocker = real_cluster::Allocation::salloc(
+        &s.name("blocker"),
+        &["-c", "8", "--mem", "1G", "--time", "5"],
+    );
+    let r = s.run(&[
+        "--json",
+        "session",
+        "launch",
+        "m",
+        "-T",
+        "dbg",
+        "--detached",
+        "--wait",
+        "2",
+    ]);
+    assert_eq!(
+        r.code, 1,
+        "a launch that cannot run within 2 s: {}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("still PENDING"), "{}", r.stderr);
+    let jobs = s.jobs(&name);
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0].state, "PENDING");
+    let id = jobs[0].id.clone();
+
+    move_away(&s.state());
+    drop(blocker);
+    let again = s.launch("m", "dbg");
+    assert_eq!(again["action"], "adopted", "{again}");
+    assert_eq!(again["job_id"].as_u64().unwrap().to_string(), id);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while s.jobs(&name).iter().any(|j| j.state == "PENDING") {
+        assert!(Instant::now() < deadline, "job {id} never started");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let log = s
+        .cache()
+        .join(format!("dispatch/sessions/logs/job-m-{id}.out"));
+    assert!(log.exists(), "no Slurm log at {}", log.display());
+    // Still running a while later: it did not fail for want of its files.
+    std::thread::sleep(Duration::from_secs(2));
+    let jobs = s.jobs(&name);
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(
+        (jobs[0].id.as_str(), jobs[0].state.as_str()),
+        (id.as_str(), "RUNNING")
+    );
 }
 
 /// A target with a different partition, account or QOS does not adopt (and is not blocked

@@ -2,7 +2,7 @@
 //! rendering, the release prompt and the exec of `srun --pty`.
 
 use std::io::{BufRead, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
@@ -101,6 +101,7 @@ impl From<SessionError> for Failure {
 /// What the session commands need from `main`.
 pub struct Context<'a> {
     pub state_dir: &'a Path,
+    pub session_files: PathBuf,
     pub config: &'a Config,
     pub config_path: &'a Path,
     pub json: bool,
@@ -154,6 +155,7 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
         config: ctx.config,
         config_path: ctx.config_path,
         state_dir: ctx.state_dir,
+        session_files: &ctx.session_files,
         slurm: &slurm,
         waits,
     };
@@ -379,6 +381,7 @@ pub fn run_report(ctx: &Context) -> Result<u8, Failure> {
         config: ctx.config,
         config_path: ctx.config_path,
         state_dir: ctx.state_dir,
+        session_files: &ctx.session_files,
         slurm: &slurm,
         waits: Waits::default(),
     };

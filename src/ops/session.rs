@@ -61,6 +61,8 @@ pub struct Env<'a, S> {
     pub config: &'a Config,
     pub config_path: &'a Path,
     pub state_dir: &'a Path,
+    /// Batch scripts and Slurm logs (`config::session_files_dir`).
+    pub session_files: &'a Path,
     pub slurm: &'a S,
     pub waits: Waits,
 }

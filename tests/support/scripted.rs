@@ -340,6 +340,8 @@ pub fn env<'a>(config: &'a Config, state_dir: &'a Path, slurm: &'a Scripted) -> 
         config,
         config_path: Path::new("/test/config.toml"),
         state_dir,
+        // Leaked: one small path per test world, alive as long as the borrowed state dir.
+        session_files: Box::leak(state_dir.join("sessions").into_boxed_path()),
         slurm,
         waits: fast_waits(),
     }

@@ -292,7 +292,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         let key = self.r.key.clone();
         let confined = self.r.target.confined;
         let submission_id = Uuid::new_v4();
-        let (script_path, log) = script::paths(self.env.state_dir, &self.r.token, &key.target);
+        let (script_path, log) = script::paths(self.env.session_files, &self.r.token, &key.target);
         if confined {
             let workdir = self
                 .env
@@ -469,7 +469,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         if !self.r.target.confined {
             return "(salloc jobs keep no log)".into();
         }
-        let (_, log) = script::paths(self.env.state_dir, &self.r.token, &self.r.key.target);
+        let (_, log) = script::paths(self.env.session_files, &self.r.token, &self.r.key.target);
         log.to_string_lossy().replace("%j", &job.to_string())
     }
 }

@@ -45,9 +45,9 @@ pub fn body(key: &SessionKey, workdir: Option<&Path>, command: &[String]) -> Str
     s
 }
 
-/// Paths of a session's script and Slurm log (`%j` is Slurm's, left literal).
-pub fn paths(state_dir: &Path, token: &str, target: &str) -> (PathBuf, PathBuf) {
-    let dir = state_dir.join("sessions");
+/// Paths of a session's script and Slurm log (`%j` is Slurm's, left literal), under
+/// `config::session_files_dir`.
+pub fn paths(dir: &Path, token: &str, target: &str) -> (PathBuf, PathBuf) {
     let target = crate::config::sanitize_token(target);
     (
         dir.join("scripts")
@@ -115,8 +115,8 @@ mod tests {
             "{b}"
         );
         assert!(body(&key, None, &[]).ends_with("exec sleep infinity\n"));
-        let (script, log) = paths(Path::new("/s"), "K_Agg", "a/b");
-        assert_eq!(script, Path::new("/s/sessions/scripts/job-K_Agg--a_b.sh"));
-        assert_eq!(log, Path::new("/s/sessions/logs/job-K_Agg-%j.out"));
+        let (script, log) = paths(Path::new("/c"), "K_Agg", "a/b");
+        assert_eq!(script, Path::new("/c/scripts/job-K_Agg--a_b.sh"));
+        assert_eq!(log, Path::new("/c/logs/job-K_Agg-%j.out"));
     }
 }
