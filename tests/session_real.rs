@@ -30,7 +30,18 @@ struct Job {
 
 impl Session {
     fn new(test: &str, targets: &str) -> Session {
-        let lock = require_cluster();
+        Session::holding(require_cluster(), test, targets)
+    }
+
+    /// For a test that needs every CPU of the node: no other real-cluster test runs meanwhile.
+    fn alone(test: &str, targets: &str) -> Session {
+        // The shared lock first, which also checks that the cluster answers; the exclusive
+        // one once it is dropped (flock locks of one process on two descriptors conflict).
+        drop(require_cluster());
+        Session::holding(support::exclusive_lock(), test, targets)
+    }
+
+    fn holding(lock: support::ClusterLock, test: &str, targets: &str) -> Session {
         let prefix = format!("dt-{test}-{}-", std::process::id());
         let tmp = tempfile::tempdir().unwrap();
         std::fs::write(
@@ -262,9 +273,23 @@ fn launch_lose_state_adopt_release() {
 /// batch script and log are not in the state directory), and the next launch adopts it.
 #[test]
 fn a_pending_job_survives_the_loss_of_the_state_directory() {
-    let s = Session::new("pending", TARGETS);
+    let s = Session::alone("pending", TARGETS);
     let name = s.name("m");
-    // Every CPU of the node held, so that the session's job waits for resources.
+    // Every CPU of the node held, so that the session's job waits for resources. Jobs other
+    // tests cancelled may still be ending: wait for the node to be free first.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = Command::new("sinfo")
+            .args(["-h", "-o", "%C"])
+            .output()
+            .unwrap();
+        let cpus = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if cpus.starts_with("0/") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "CPUs (A/I/O/T) still {cpus}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let blocker = real_cluster::Allocation::salloc(
         &s.name("blocker"),
         &["-c", "8", "--mem", "1G", "--time", "5"],
