@@ -267,3 +267,62 @@ fn stop_crashes_leave_the_budget_held_until_reconcile_proves_the_job_over() {
         }
     }
 }
+
+/// `submit --source/--image`: an asset that is not recorded is refused before anything is
+/// journaled or submitted; a recorded one is bound to the job in its intent's commit and handed
+/// to the supervisor in the batch job's argv.
+#[test]
+fn a_job_names_its_assets_and_an_unknown_one_is_refused_before_sbatch() {
+    let fake = Fake::new();
+    fake.scenario(json!({"sbatch": [{"stdout": "91\n"}]}));
+    let image = fake.dir.path().join("image.sif");
+    std::fs::write(&image, b"an image").unwrap();
+    let (code, _, err) = fake.run(&["asset", "add-image", "img", image.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let submit = |asset: &str| {
+        fake.run(&[
+            "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", "a", "--image",
+            asset, "--json", "--", "true",
+        ])
+    };
+
+    let before = fake.kinds();
+    let (code, _, err) = submit("no-such-image");
+    assert_eq!(code, 3, "an unknown asset is a refusal: {err}");
+    assert!(err.contains("no-such-image"), "{err}");
+    assert!(fake.calls().is_empty(), "{:?}", fake.calls());
+    assert_eq!(
+        fake.kinds(),
+        before,
+        "a refused submission journaled something"
+    );
+
+    let (code, out, err) = submit("img");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        serde_json::from_str::<Value>(out.trim()).unwrap()["job_id"],
+        91
+    );
+    let events = fake.events();
+    let intent = events
+        .iter()
+        .position(|e| e["kind"] == "JobSubmitIntent")
+        .expect("an intent");
+    let bound = &events[intent + 1];
+    assert_eq!(bound["kind"], "WorkerAssetsBound");
+    assert_eq!(
+        bound["event"]["submission_id"],
+        events[intent]["event"]["submission_id"]
+    );
+    assert_eq!(bound["event"]["assets"][0]["name"], "img");
+    let calls = fake.calls();
+    let (cmd, argv) = &calls[0];
+    assert_eq!(cmd, "sbatch");
+    let at = argv
+        .iter()
+        .position(|a| a == "--asset")
+        .unwrap_or_else(|| panic!("no --asset for the supervisor: {argv:?}"));
+    assert!(argv[at + 1].contains("img"), "{argv:?}");
+    let (code, out, _) = fake.run(&["audit", "--json"]);
+    assert_eq!(code, 0, "{out}");
+}

@@ -793,3 +793,96 @@ fn tampering_with_an_asset_makes_the_receiving_check_refuse_before_the_payload_s
     assert_eq!(r.code, 3, "{}", r.stderr);
     assert!(r.stderr.contains("asset verify"), "{}", r.stderr);
 }
+
+/// `dispatch submit --source --image`: a worker on the one-job-per-worker path gets what a
+/// pool worker gets (verified assets, a private checkout of the pinned commit, the image,
+/// publication, sealed native state), and reconcile releases the job once Slurm shows it over.
+#[test]
+fn a_job_worker_gets_its_assets_and_a_private_checkout_and_publishes() {
+    let _cluster = require_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let sd = &tmp.path().join("state");
+    let (src, img, repo) = add_assets(sd, tmp.path());
+    let script = r#"
+set -e
+test "$DISPATCH_IMAGE" = "$1"
+echo "job work" >> README
+git -c user.name=w -c user.email=w@example.org commit -qam "job work"
+printf '{"step":1}\n' > "$DISPATCH_STATE_DIR/rollout.jsonl"
+"#;
+    let v = ok(
+        dispatch(
+            sd,
+            &[
+                "submit",
+                "--cpus",
+                "1",
+                "--mem",
+                "200M",
+                "--time",
+                "5",
+                "--name",
+                "jw",
+                "--source",
+                "src",
+                "--image",
+                "img",
+                "--json",
+                "--",
+                "sh",
+                "-c",
+                script,
+                "sh",
+                img["file"].as_str().unwrap(),
+            ],
+        ),
+        "submit",
+    );
+    let sid: Uuid = v["submission_id"].as_str().unwrap().parse().unwrap();
+    let job = v["job_id"].as_u64().unwrap();
+    let dirs = WorkerDirs::for_job(&sd.join("jobs"), sid);
+    let r = finished(&dirs, Duration::from_secs(120));
+    assert_eq!(r.finished.as_ref().unwrap().outcome, "completed", "{r:?}");
+    assert!(r.checks.as_ref().unwrap().ok);
+    assert!(r.checkout.as_ref().unwrap().ok);
+    assert_eq!(r.asset_checks.len(), 2);
+    assert!(r.asset_checks.iter().all(|a| a.ok), "{:?}", r.asset_checks);
+    let p = published(&r);
+    let dir = PathBuf::from(&p.dir);
+    assert_eq!(dir, sd.join("jobs/published").join(format!("jw-{sid}")));
+    let manifest = publish::verify_published(&dir).unwrap_or_else(|d| panic!("{d:?}"));
+    assert_eq!(manifest.pinned_commit.as_deref(), src["commit"].as_str());
+    assert_eq!(p.commits, 1);
+    let heads = git(
+        &repo,
+        &[
+            "bundle",
+            "list-heads",
+            dir.join("workspace.bundle").to_str().unwrap(),
+        ],
+    );
+    assert!(
+        heads.contains(manifest.head_commit.as_deref().unwrap()),
+        "{heads}"
+    );
+    assert_eq!(r.cleaned.as_ref().unwrap().state_class, "sealed");
+    assert!(
+        !dirs.checkout.exists(),
+        "the private checkout is left behind"
+    );
+
+    // The job ends with its supervisor; reconcile proves it and releases the budget.
+    wait_for("the job to leave squeue", Duration::from_secs(60), || {
+        real_cluster::job_state(job as u32).is_empty()
+    });
+    let rec = ok(dispatch(sd, &["reconcile", "--json"]), "reconcile");
+    assert_eq!(rec["resolved"][0]["job_id"], job, "{rec}");
+    let dump = dispatch(sd, &["journal", "dump", "--json"]);
+    let events: Vec<Value> = dump.stdout.lines().map(json).collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    let intent = kinds.iter().position(|k| *k == "JobSubmitIntent").unwrap();
+    assert_eq!(kinds[intent + 1], "WorkerAssetsBound", "{kinds:?}");
+    assert!(kinds.contains(&"JobTerminal"), "{kinds:?}");
+    let audit = dispatch(sd, &["audit", "--json"]);
+    assert_eq!(audit.code, 0, "{}", audit.stdout);
+}

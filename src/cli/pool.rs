@@ -66,6 +66,21 @@ impl WorkerArgs {
     }
 }
 
+/// What a worker is given on its node (`pool submit` and `submit` alike).
+#[derive(Debug, Args)]
+pub struct AssetArgs {
+    /// Source asset: the worker gets a private checkout of its pinned commit
+    #[arg(long, value_name = "ASSET")]
+    pub source: Option<String>,
+    /// Image asset: verified on the node and given to the payload as $DISPATCH_IMAGE
+    #[arg(long, value_name = "ASSET")]
+    pub image: Option<String>,
+    /// File names in the native-state directory that are append-only logs, checked to
+    /// end on a record boundary (default: *.jsonl)
+    #[arg(long, value_name = "GLOB")]
+    pub append_only_glob: Option<String>,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum PoolCommand {
     /// Attach a running single-node allocation you own as a pool (never creates or cancels it)
@@ -83,16 +98,8 @@ pub enum PoolCommand {
         /// Seconds between SIGTERM and SIGKILL when the worker must stop early
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=300))]
         grace: u32,
-        /// Source asset: the worker gets a private checkout of its pinned commit
-        #[arg(long, value_name = "ASSET")]
-        source: Option<String>,
-        /// Image asset: verified on the node and given to the payload as $DISPATCH_IMAGE
-        #[arg(long, value_name = "ASSET")]
-        image: Option<String>,
-        /// File names in the native-state directory that are append-only logs, checked to
-        /// end on a record boundary (default: *.jsonl)
-        #[arg(long, value_name = "GLOB")]
-        append_only_glob: Option<String>,
+        #[command(flatten)]
+        assets: AssetArgs,
     },
     /// Show pools, their allocations, reservations and workers (no Slurm call unless --refresh)
     Status {
@@ -152,9 +159,7 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
             pool,
             worker,
             grace,
-            source,
-            image,
-            append_only_glob,
+            assets,
         } => {
             let req = ops::SubmitRequest {
                 pool: pool.clone(),
@@ -164,9 +169,9 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
                 budgets: worker.budgets().with_grace(*grace),
                 grace_s: *grace,
                 command: worker.command.clone(),
-                source: source.clone(),
-                image: image.clone(),
-                append_only_glob: append_only_glob.clone(),
+                source: assets.source.clone(),
+                image: assets.image.clone(),
+                append_only_glob: assets.append_only_glob.clone(),
             };
             let r = ops::submit(ctx, &req).await?;
             for w in &r.warnings {
@@ -334,6 +339,8 @@ pub struct SubmitArgs {
     pub grace: u32,
     #[command(flatten)]
     pub worker: WorkerArgs,
+    #[command(flatten)]
+    pub assets: AssetArgs,
 }
 
 pub async fn run_submit<S: Scheduler>(
@@ -362,6 +369,9 @@ pub async fn run_submit<S: Scheduler>(
         budgets: args.worker.budgets().with_grace(args.grace),
         grace_s: args.grace,
         command: args.worker.command.clone(),
+        source: args.assets.source.clone(),
+        image: args.assets.image.clone(),
+        append_only_glob: args.assets.append_only_glob.clone(),
     };
     let r = crate::ops::submit::submit(ctx, &req).await?;
     if json {

@@ -35,6 +35,45 @@ pub fn assets_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("assets")
 }
 
+/// The assets a worker submission names (pool or job), checked against the journal and
+/// (cheaply) their files, in the order source, image.
+pub fn resolve_for_worker(
+    state: &crate::state::State,
+    state_dir: &Path,
+    source: Option<&str>,
+    image: Option<&str>,
+) -> Result<Vec<AssetRecord>, OpError> {
+    let mut out = Vec::new();
+    for (name, kind) in [(source, AssetKind::Source), (image, AssetKind::Image)] {
+        let Some(name) = name else { continue };
+        let a = policy::check_use(
+            &state.assets,
+            name,
+            kind,
+            |a| match std::fs::symlink_metadata(state_dir.join(&a.record.file)) {
+                Ok(m) if m.is_file() => policy::FileSeen::File { bytes: m.len() },
+                Ok(_) => policy::FileSeen::NotAFile,
+                Err(_) => policy::FileSeen::Missing,
+            },
+        )?;
+        out.push(a.record.clone());
+    }
+    Ok(out)
+}
+
+/// A worker's durable receipt: its intent and, in the same commit, the assets it uses (a
+/// released kind's fields never change, so they are their own event).
+pub fn receipt(intent: Event, submission_id: Uuid, assets: &[AssetRecord]) -> Vec<Event> {
+    let mut events = vec![intent];
+    if !assets.is_empty() {
+        events.push(Event::WorkerAssetsBound(WorkerAssetsBound {
+            submission_id,
+            assets: assets.to_vec(),
+        }));
+    }
+    events
+}
+
 #[derive(Debug, Serialize)]
 pub struct AssetView {
     pub name: String,

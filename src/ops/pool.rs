@@ -15,13 +15,11 @@ use super::facts::allocation_facts;
 use crate::event::{Event, Micros};
 use crate::failpoint;
 use crate::journal::{JournalError, Writer};
-use crate::policy::asset::{self as asset_policy, FileSeen};
 use crate::policy::node as node_policy;
 use crate::policy::pool::{self as policy, AllocationFacts, Budgets, Refusal, WorkerAsk};
 use crate::slurm::{
     Answer, JobId, JobName, MemoryMb, Scheduler, Signal, StepId, StepKind, StepRequest,
 };
-use crate::state::asset::{AssetKind, AssetRecord, WorkerAssetsBound};
 use crate::state::pool::*;
 use crate::state::State;
 use crate::worker::dirs::{check_name, WorkerDirs};
@@ -177,34 +175,6 @@ pub struct SubmitRequest {
     pub append_only_glob: Option<String>,
 }
 
-/// The assets a submission names, checked against the journal and (cheaply) their files.
-fn resolve_assets(
-    state: &State,
-    state_dir: &Path,
-    req: &SubmitRequest,
-) -> Result<Vec<AssetRecord>, OpError> {
-    let mut out = Vec::new();
-    for (name, kind) in [
-        (&req.source, AssetKind::Source),
-        (&req.image, AssetKind::Image),
-    ] {
-        let Some(name) = name else { continue };
-        let a =
-            asset_policy::check_use(
-                &state.assets,
-                name,
-                kind,
-                |a| match std::fs::symlink_metadata(state_dir.join(&a.record.file)) {
-                    Ok(m) if m.is_file() => FileSeen::File { bytes: m.len() },
-                    Ok(_) => FileSeen::NotAFile,
-                    Err(_) => FileSeen::Missing,
-                },
-            )?;
-        out.push(a.record.clone());
-    }
-    Ok(out)
-}
-
 #[derive(Debug, Serialize)]
 pub struct SubmitReport {
     pub pool: String,
@@ -272,7 +242,12 @@ pub async fn submit<S: Scheduler>(
         mem_mb: req.mem.get(),
         budgets,
     };
-    let assets = resolve_assets(&loaded.state, &ctx.state_dir, req)?;
+    let assets = super::asset::resolve_for_worker(
+        &loaded.state,
+        &ctx.state_dir,
+        req.source.as_deref(),
+        req.image.as_deref(),
+    )?;
     inspect_for_submit(ctx, pool, &ask).await?;
     let job = job_id(&pool.allocation)?;
     let name = step_name(&req.pool, &worker);
@@ -283,7 +258,7 @@ pub async fn submit<S: Scheduler>(
 
     // The durable receipt: from here on the worker holds budget. The assets it uses go in the
     // same commit (a released kind's fields never change, so they are their own event).
-    let mut receipt = vec![Event::WorkerSubmitIntent(WorkerSubmitIntent {
+    let intent = Event::WorkerSubmitIntent(WorkerSubmitIntent {
         pool: req.pool.clone(),
         worker: worker.clone(),
         submission_id,
@@ -291,14 +266,8 @@ pub async fn submit<S: Scheduler>(
         mem_mb: req.mem.get(),
         publication_timeout_s: budgets.publication_timeout_s,
         command: req.command.clone(),
-    })];
-    if !assets.is_empty() {
-        receipt.push(Event::WorkerAssetsBound(WorkerAssetsBound {
-            submission_id,
-            assets: assets.clone(),
-        }));
-    }
-    writer.append(receipt)?;
+    });
+    writer.append(super::asset::receipt(intent, submission_id, &assets))?;
     failpoint::hit("pool-submit-after-intent");
     let mut report = SubmitReport {
         pool: req.pool.clone(),

@@ -36,6 +36,11 @@ pub struct JobSubmitRequest {
     pub budgets: Budgets,
     pub grace_s: u32,
     pub command: Vec<String>,
+    /// Names of the source and image assets the worker uses.
+    pub source: Option<String>,
+    pub image: Option<String>,
+    /// File names in the native-state directory that are append-only logs.
+    pub append_only_glob: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -85,9 +90,16 @@ pub async fn submit<S: Scheduler>(
     {
         return Err(OpError::Refused(Refusal::DuplicateJobWorker { worker }));
     }
+    let assets = super::asset::resolve_for_worker(
+        &loaded.state,
+        &ctx.state_dir,
+        req.source.as_deref(),
+        req.image.as_deref(),
+    )?;
     let dirs = WorkerDirs::for_job(&jobs_dir(ctx), submission_id);
 
-    writer.append_one(Event::JobSubmitIntent(JobSubmitIntent {
+    // The durable receipt, with the assets the worker uses in the same commit.
+    let intent = Event::JobSubmitIntent(JobSubmitIntent {
         submission_id,
         worker: worker.clone(),
         target: req.target_name.clone(),
@@ -96,7 +108,8 @@ pub async fn submit<S: Scheduler>(
         time_s,
         publication_timeout_s: budgets.publication_timeout_s,
         command: req.command.clone(),
-    }))?;
+    });
+    writer.append(super::asset::receipt(intent, submission_id, &assets))?;
     failpoint::hit("submit-after-intent");
     let script = dirs.root.join("batch.sh");
     let prepared = dirs.create().and_then(|()| {
@@ -134,8 +147,8 @@ pub async fn submit<S: Scheduler>(
             publish_dir: &publish_dir,
             deadline: format!("+{deadline_after}"),
             budgets,
-            append_only_glob: None,
-            assets: &[],
+            append_only_glob: req.append_only_glob.as_deref(),
+            assets: &assets,
         },
         &req.command,
     );

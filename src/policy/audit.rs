@@ -185,6 +185,9 @@ impl Auditor {
             Event::WorkerStepObserved(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerStopIntent(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerExited(e) => self.touch_worker(env, e.submission_id),
+            Event::WorkerAssetsBound(e) if self.jobs.contains_key(&e.submission_id) => {
+                self.job_effect(env, e.submission_id, false)
+            }
             Event::WorkerAssetsBound(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerReportIngested(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerJournalDamaged(e) => self.touch_worker(env, e.submission_id),

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::event::Micros;
+use crate::state::asset::{AssetRecord, WorkerAssetsBound};
 
 /// Finished job workers the reduced state remembers (the journal keeps them all).
 pub const FINISHED_JOBS_KEPT: usize = 256;
@@ -86,6 +87,8 @@ pub struct JobWorker {
     pub cpus: u32,
     pub mem_mb: u64,
     pub submitted_at: Micros,
+    /// The source and image assets it was given (`WorkerAssetsBound`).
+    pub assets: Vec<AssetRecord>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,6 +109,7 @@ impl Jobs {
                 cpus: e.cpus,
                 mem_mb: e.mem_mb,
                 submitted_at: time,
+                assets: Vec::new(),
             },
         );
     }
@@ -122,6 +126,12 @@ impl Jobs {
             self.finish(&e.submission_id, JobWorkerState::Failed);
         } else if let Some(j) = self.active.get_mut(&e.submission_id) {
             j.state = JobWorkerState::Unknown;
+        }
+    }
+
+    pub fn assets_bound(&mut self, e: &WorkerAssetsBound) {
+        if let Some(j) = self.active.get_mut(&e.submission_id) {
+            j.assets = e.assets.clone();
         }
     }
 

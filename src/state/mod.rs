@@ -88,7 +88,11 @@ impl State {
             Event::AssetAddIntent(e) => self.assets.intent(env.time, e),
             Event::AssetAdded(e) => self.assets.added(e),
             Event::AssetAddFailed(e) => self.assets.failed(e),
-            Event::WorkerAssetsBound(e) => self.pools.assets_bound(e),
+            // One submission id is either a pool worker's or a job's; the other ignores it.
+            Event::WorkerAssetsBound(e) => {
+                self.pools.assets_bound(e);
+                self.jobs.assets_bound(e);
+            }
             Event::WorkerReportIngested(e) => self.pools.report_ingested(e),
             Event::WorkerJournalDamaged(e) => self.pools.journal_damaged(e),
             // The worker's own journal: the coordinator reads these through `worker::report`.
