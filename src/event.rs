@@ -312,6 +312,9 @@ event_kinds! {
     133 => WorkerAssetsBound(crate::state::asset::WorkerAssetsBound), must_understand;
     134 => WorkerReportIngested(crate::state::pool::WorkerReportIngested);
     135 => WorkerJournalDamaged(crate::state::pool::WorkerJournalDamaged);
+    140 => TrialOpened(crate::state::trial::TrialOpened), must_understand;
+    141 => TrialWorkerJoined(crate::state::trial::TrialWorkerJoined), must_understand;
+    142 => TrialJudged(crate::state::trial::TrialJudged), must_understand;
     150 => SupervisorStarted(crate::worker::events::SupervisorStarted);
     151 => PayloadStarted(crate::worker::events::PayloadStarted);
     152 => ShutdownSignalled(crate::worker::events::ShutdownSignalled);

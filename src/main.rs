@@ -82,6 +82,11 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
             let dir = state_dir()?;
             cli::session::run(cmd, &session_context(cli, &dir, &config, &path))
         }
+        Command::Trial(cmd) => {
+            let ctx = context(state_dir()?)?;
+            cli::trial::run(cmd, &ctx, cli.json)
+        }
+        Command::Trials => cli::trial::run_list(&state_dir()?, cli.json),
         Command::Sessions => {
             let (config, path) = load_config(cli, &env)?;
             let dir = state_dir()?;

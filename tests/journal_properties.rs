@@ -21,6 +21,7 @@ use dispatch::state::asset::*;
 use dispatch::state::jobs::*;
 use dispatch::state::pool::*;
 use dispatch::state::session::*;
+use dispatch::state::trial::*;
 use dispatch::state::{ReduceError, State};
 use dispatch::worker::events::*;
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult, Testable};
@@ -263,6 +264,37 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
             submission_id: uuid(g),
             status: text(g),
             reason: text(g),
+        }),
+        140 => Event::TrialOpened(TrialOpened {
+            trial: text(g),
+            pin: Option::arbitrary(g),
+            follows: Option::arbitrary(g),
+            note: text(g),
+        }),
+        141 => Event::TrialWorkerJoined(TrialWorkerJoined {
+            trial: text(g),
+            submission_id: uuid(g),
+        }),
+        142 => Event::TrialJudged(TrialJudged {
+            trial: text(g),
+            verdict: if bool::arbitrary(g) {
+                Verdict::Passed
+            } else {
+                Verdict::Failed
+            },
+            reason: text(g),
+            evidence: few(g, |g| TrialEvidence {
+                submission_id: uuid(g),
+                worker: text(g),
+                state: text(g),
+                outcome: Option::arbitrary(g),
+                published_dir: Option::arbitrary(g),
+                manifest_sha256: if bool::arbitrary(g) {
+                    Some(digest(g))
+                } else {
+                    None
+                },
+            }),
         }),
         154 => Event::SupervisorPlan(SupervisorPlan {
             pool: Option::arbitrary(g),

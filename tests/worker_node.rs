@@ -797,12 +797,18 @@ fn tampering_with_an_asset_makes_the_receiving_check_refuse_before_the_payload_s
 /// `dispatch submit --source --image`: a worker on the one-job-per-worker path gets what a
 /// pool worker gets (verified assets, a private checkout of the pinned commit, the image,
 /// publication, sealed native state), and reconcile releases the job once Slurm shows it over.
+/// It runs as the one worker of an acceptance trial, which then passes on its evidence; the
+/// audit re-checks that evidence offline and reports it once it is changed.
 #[test]
 fn a_job_worker_gets_its_assets_and_a_private_checkout_and_publishes() {
     let _cluster = require_cluster();
     let tmp = tempfile::tempdir().unwrap();
     let sd = &tmp.path().join("state");
     let (src, img, repo) = add_assets(sd, tmp.path());
+    ok(
+        dispatch(sd, &["trial", "open", "accept", "--json"]),
+        "trial open",
+    );
     let script = r#"
 set -e
 test "$DISPATCH_IMAGE" = "$1"
@@ -827,6 +833,8 @@ printf '{"step":1}\n' > "$DISPATCH_STATE_DIR/rollout.jsonl"
                 "src",
                 "--image",
                 "img",
+                "--trial",
+                "accept",
                 "--json",
                 "--",
                 "sh",
@@ -885,4 +893,56 @@ printf '{"step":1}\n' > "$DISPATCH_STATE_DIR/rollout.jsonl"
     assert!(kinds.contains(&"JobTerminal"), "{kinds:?}");
     let audit = dispatch(sd, &["audit", "--json"]);
     assert_eq!(audit.code, 0, "{}", audit.stdout);
+
+    // The trial passes on that evidence, once; the verdict records the manifest's SHA-256.
+    let judged = ok(
+        dispatch(
+            sd,
+            &[
+                "trial",
+                "verdict",
+                "accept",
+                "passed",
+                "--reason",
+                "published",
+                "--json",
+            ],
+        ),
+        "verdict",
+    );
+    let e = &judged["verdict"]["evidence"][0];
+    assert_eq!(e["outcome"], "completed", "{judged}");
+    assert_eq!(e["state"], "released", "{judged}");
+    assert_eq!(e["published_dir"], p.dir.as_str());
+    assert_eq!(
+        e["manifest_sha256"],
+        serde_json::to_value(p.manifest_sha256).unwrap()
+    );
+    let again = dispatch(
+        sd,
+        &["trial", "verdict", "accept", "failed", "--reason", "x"],
+    );
+    assert_eq!(again.code, 3, "{}", again.stderr);
+    assert!(
+        again.stderr.contains("never relabelled"),
+        "{}",
+        again.stderr
+    );
+    let audit = dispatch(sd, &["audit", "--json"]);
+    assert_eq!(audit.code, 0, "{}", audit.stdout);
+    // Evidence changed after the verdict: the audit says which trial rested on it.
+    let patch = dir.join("workspace.patch");
+    std::fs::set_permissions(&patch, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(&patch, "rewritten\n").unwrap();
+    let audit = dispatch(sd, &["audit", "--json"]);
+    assert_eq!(audit.code, 1, "{}", audit.stdout);
+    let report = json(&audit.stdout);
+    let failed = report["evidence"]["failed"].as_array().unwrap();
+    assert!(
+        failed.iter().any(|f| f["dir"]
+            .as_str()
+            .unwrap()
+            .contains("evidence of trial \"accept\"")),
+        "{report}"
+    );
 }

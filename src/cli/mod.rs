@@ -6,6 +6,7 @@ pub mod journal;
 pub mod output;
 pub mod pool;
 pub mod session;
+pub mod trial;
 pub mod worker;
 
 use std::path::PathBuf;
@@ -74,4 +75,9 @@ pub enum Command {
     Session(session::SessionCommand),
     /// Report every session job per target, orphans, stale and unknown sessions
     Sessions,
+    /// Acceptance trials: open one, let workers join it, judge it once with its evidence
+    #[command(subcommand)]
+    Trial(trial::TrialCommand),
+    /// List every trial with its workers and verdict (offline)
+    Trials,
 }

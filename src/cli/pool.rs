@@ -66,9 +66,13 @@ impl WorkerArgs {
     }
 }
 
-/// What a worker is given on its node (`pool submit` and `submit` alike).
+/// What a worker is given on its node, and the trial it belongs to (`pool submit` and
+/// `submit` alike).
 #[derive(Debug, Args)]
-pub struct AssetArgs {
+pub struct SubmitExtras {
+    /// Acceptance trial the worker joins (opened with `dispatch trial open`)
+    #[arg(long, value_name = "TRIAL")]
+    pub trial: Option<String>,
     /// Source asset: the worker gets a private checkout of its pinned commit
     #[arg(long, value_name = "ASSET")]
     pub source: Option<String>,
@@ -99,7 +103,7 @@ pub enum PoolCommand {
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=300))]
         grace: u32,
         #[command(flatten)]
-        assets: AssetArgs,
+        assets: SubmitExtras,
     },
     /// Show pools, their allocations, reservations and workers (no Slurm call unless --refresh)
     Status {
@@ -125,6 +129,7 @@ impl From<OpError> for Failure {
         match e {
             OpError::Refused(r) => Failure::new(exit::REFUSED, r.to_string()),
             OpError::AssetRefused(r) => Failure::new(exit::REFUSED, r.to_string()),
+            OpError::TrialRefused(r) => Failure::new(exit::REFUSED, r.to_string()),
             OpError::Unknown(m) => Failure::new(exit::UNKNOWN, m),
             OpError::Failed(m) => Failure::new(exit::FAILED, m),
             OpError::Usage(m) => Failure::new(exit::USAGE, m),
@@ -172,6 +177,7 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
                 source: assets.source.clone(),
                 image: assets.image.clone(),
                 append_only_glob: assets.append_only_glob.clone(),
+                trial: assets.trial.clone(),
             };
             let r = ops::submit(ctx, &req).await?;
             for w in &r.warnings {
@@ -340,7 +346,7 @@ pub struct SubmitArgs {
     #[command(flatten)]
     pub worker: WorkerArgs,
     #[command(flatten)]
-    pub assets: AssetArgs,
+    pub assets: SubmitExtras,
 }
 
 pub async fn run_submit<S: Scheduler>(
@@ -372,6 +378,7 @@ pub async fn run_submit<S: Scheduler>(
         source: args.assets.source.clone(),
         image: args.assets.image.clone(),
         append_only_glob: args.assets.append_only_glob.clone(),
+        trial: args.assets.trial.clone(),
     };
     let r = crate::ops::submit::submit(ctx, &req).await?;
     if json {

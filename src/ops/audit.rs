@@ -1,13 +1,15 @@
 //! `dispatch audit`: offline. Verifies the chain, replays every reducer from seq 1, checks the
 //! rules of `policy::audit` over the whole history, checks that the newest snapshot agrees with
-//! the replay, and checks published evidence against its manifests. Makes no Slurm call and
+//! the replay, and checks published evidence against its manifests, including the evidence
+//! every trial verdict was given on (its manifests' recorded SHA-256). Makes no Slurm call and
 //! writes nothing.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use super::journal::{verify, VerifyReport};
+use crate::event::{Event, Sha256Digest};
 use crate::journal::{self, JournalError, Status};
 use crate::policy::audit::{Auditor, Findings};
 use crate::state::State;
@@ -66,9 +68,17 @@ pub fn audit(state_dir: &Path) -> Result<AuditReport, JournalError> {
     };
     let mut rules = None;
     let mut snapshot = None;
+    let mut verdict_evidence = Vec::new();
     if !damaged {
         let replay = journal::replay(&journal_dir, None, |env| {
             auditor.observe(&env);
+            if let Event::TrialJudged(j) = &env.event {
+                for e in &j.evidence {
+                    if let (Some(dir), Some(sha)) = (&e.published_dir, e.manifest_sha256) {
+                        verdict_evidence.push((j.trial.clone(), PathBuf::from(dir), sha));
+                    }
+                }
+            }
             state.apply(&env)?;
             reducers.replayed += 1;
             Ok(())
@@ -92,7 +102,8 @@ pub fn audit(state_dir: &Path) -> Result<AuditReport, JournalError> {
             });
         }
     }
-    let evidence = check_evidence(&state_dir.join("pools"));
+    let mut evidence = check_evidence(state_dir);
+    check_verdict_evidence(&mut evidence, &verdict_evidence);
     let clean = !damaged
         && reducers.error.is_none()
         && rules.as_ref().is_some_and(|f| f.violation_count == 0)
@@ -114,17 +125,37 @@ pub fn audit(state_dir: &Path) -> Result<AuditReport, JournalError> {
     })
 }
 
-/// Every `pools/<pool>/published/<worker>-<id>/` against its manifest.
-fn check_evidence(pools_dir: &Path) -> EvidenceCheck {
+/// The evidence a trial verdict rests on, as recorded: each manifest's SHA-256 and the files
+/// it lists. A verdict whose evidence is gone or changed is reported under its trial.
+fn check_verdict_evidence(check: &mut EvidenceCheck, recorded: &[(String, PathBuf, Sha256Digest)]) {
+    for (trial, dir, sha) in recorded {
+        if check.checked as usize >= MAX_PUBLISHED_CHECKED {
+            check.complete = false;
+            return;
+        }
+        check.checked += 1;
+        if let Err(problems) = publish::verify_recorded(dir, sha) {
+            check.failed.push(EvidenceFailure {
+                dir: format!("{} (evidence of trial {trial:?})", dir.display()),
+                problems,
+            });
+        }
+    }
+}
+
+/// Every published directory (`pools/<pool>/published/<worker>-<id>/` and
+/// `jobs/published/<worker>-<id>/`) against its manifest.
+fn check_evidence(state_dir: &Path) -> EvidenceCheck {
     let mut check = EvidenceCheck {
         complete: true,
         ..EvidenceCheck::default()
     };
-    let Ok(pools) = std::fs::read_dir(pools_dir) else {
-        return check;
-    };
-    for pool in pools.flatten() {
-        let Ok(published) = std::fs::read_dir(pool.path().join("published")) else {
+    let mut published_dirs = vec![state_dir.join("jobs/published")];
+    if let Ok(pools) = std::fs::read_dir(state_dir.join("pools")) {
+        published_dirs.extend(pools.flatten().map(|p| p.path().join("published")));
+    }
+    for published in published_dirs {
+        let Ok(published) = std::fs::read_dir(published) else {
             continue;
         };
         for dir in published.flatten() {

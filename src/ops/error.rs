@@ -3,6 +3,7 @@
 use crate::journal::JournalError;
 use crate::policy::asset::AssetRefusal;
 use crate::policy::pool::Refusal;
+use crate::policy::trial::TrialRefusal;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OpError {
@@ -12,6 +13,9 @@ pub enum OpError {
     /// An asset check refused; nothing was done (exit 3).
     #[error("{0}")]
     AssetRefused(#[from] AssetRefusal),
+    /// A trial rule refused; nothing was done (exit 3).
+    #[error("{0}")]
+    TrialRefused(#[from] TrialRefusal),
     /// The intent is recorded, the effect's result is not known (exit 4).
     #[error("{0}")]
     Unknown(String),

@@ -65,15 +65,24 @@ pub enum InspectError {
     Journal(#[from] JournalError),
 }
 
-struct Found {
-    worker: String,
-    submission_id: Uuid,
-    pool: Option<String>,
-    state: String,
+pub(crate) struct Found {
+    pub worker: String,
+    pub submission_id: Uuid,
+    pub pool: Option<String>,
+    pub state: String,
+}
+
+impl Found {
+    pub fn dirs(&self, state_dir: &Path) -> WorkerDirs {
+        match &self.pool {
+            Some(pool) => WorkerDirs::new(&state_dir.join("pools"), pool, self.submission_id),
+            None => WorkerDirs::for_job(&state_dir.join("jobs"), self.submission_id),
+        }
+    }
 }
 
 /// The newest worker named `key`, or the one with that submission id, active or finished.
-fn find(state: &State, key: &str) -> Option<Found> {
+pub(crate) fn find(state: &State, key: &str) -> Option<Found> {
     let id = Uuid::parse_str(key).ok();
     let matches = |name: &str, sid: Uuid| id == Some(sid) || name == key;
     for pool in state.pools.pools.values() {
@@ -132,10 +141,7 @@ pub fn inspect(state_dir: &Path, key: &str) -> Result<InspectReport, InspectErro
         }
         Ok(())
     })?;
-    let dirs = match &found.pool {
-        Some(pool) => WorkerDirs::new(&state_dir.join("pools"), pool, found.submission_id),
-        None => WorkerDirs::for_job(&state_dir.join("jobs"), found.submission_id),
-    };
+    let dirs = found.dirs(state_dir);
     let worker_journal =
         read_worker_journal(&crate::worker::supervisor::journal_dir(&dirs.evidence))?;
     Ok(InspectReport {

@@ -12,3 +12,4 @@ pub mod pool;
 pub mod reconcile;
 pub mod session;
 pub mod submit;
+pub mod trial;

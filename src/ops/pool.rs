@@ -173,6 +173,8 @@ pub struct SubmitRequest {
     pub image: Option<String>,
     /// File names in the native-state directory that are append-only logs.
     pub append_only_glob: Option<String>,
+    /// The acceptance trial the worker joins.
+    pub trial: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -248,6 +250,10 @@ pub async fn submit<S: Scheduler>(
         req.source.as_deref(),
         req.image.as_deref(),
     )?;
+    let joined = match &req.trial {
+        Some(t) => Some(super::trial::join(&loaded.state, t, submission_id)?),
+        None => None,
+    };
     inspect_for_submit(ctx, pool, &ask).await?;
     let job = job_id(&pool.allocation)?;
     let name = step_name(&req.pool, &worker);
@@ -267,7 +273,9 @@ pub async fn submit<S: Scheduler>(
         publication_timeout_s: budgets.publication_timeout_s,
         command: req.command.clone(),
     });
-    writer.append(super::asset::receipt(intent, submission_id, &assets))?;
+    let mut receipt = super::asset::receipt(intent, submission_id, &assets);
+    receipt.extend(joined);
+    writer.append(receipt)?;
     failpoint::hit("pool-submit-after-intent");
     let mut report = SubmitReport {
         pool: req.pool.clone(),

@@ -41,6 +41,8 @@ pub struct JobSubmitRequest {
     pub image: Option<String>,
     /// File names in the native-state directory that are append-only logs.
     pub append_only_glob: Option<String>,
+    /// The acceptance trial the worker joins.
+    pub trial: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -96,6 +98,10 @@ pub async fn submit<S: Scheduler>(
         req.source.as_deref(),
         req.image.as_deref(),
     )?;
+    let joined = match &req.trial {
+        Some(t) => Some(super::trial::join(&loaded.state, t, submission_id)?),
+        None => None,
+    };
     let dirs = WorkerDirs::for_job(&jobs_dir(ctx), submission_id);
 
     // The durable receipt, with the assets the worker uses in the same commit.
@@ -109,7 +115,9 @@ pub async fn submit<S: Scheduler>(
         publication_timeout_s: budgets.publication_timeout_s,
         command: req.command.clone(),
     });
-    writer.append(super::asset::receipt(intent, submission_id, &assets))?;
+    let mut receipt = super::asset::receipt(intent, submission_id, &assets);
+    receipt.extend(joined);
+    writer.append(receipt)?;
     failpoint::hit("submit-after-intent");
     let script = dirs.root.join("batch.sh");
     let prepared = dirs.create().and_then(|()| {

@@ -9,7 +9,13 @@
 //! - `duplicate-intent`: a submission id used by two intents;
 //! - `intent-outside-pool`: a worker intent for a pool that is not attached at that moment;
 //! - `attach-twice` / `detach-holding`: a pool attached again while attached, or detached while
-//!   a worker in it still holds budget.
+//!   a worker in it still holds budget;
+//! - `trial-reopened` / `trial-unknown`: a trial opened twice, or joined or judged without
+//!   being opened;
+//! - `join-after-verdict`: a worker joining a trial that was already judged;
+//! - `verdict-relabelled`: a second verdict for one trial (a verdict is never replaced);
+//! - `passed-without-evidence`: a `passed` verdict with no workers, or with a worker that had
+//!   not ended, had not completed, or had published nothing.
 
 use std::collections::{HashMap, HashSet};
 
@@ -44,6 +50,8 @@ pub struct Auditor {
     jobs: HashMap<Uuid, Budget>,
     session_submissions: HashSet<Uuid>,
     pools: HashMap<String, usize>,
+    /// Per trial: the seq of its verdict, once judged.
+    trials: HashMap<String, Option<u64>>,
     violations: Vec<Violation>,
     violation_count: u64,
     events: u64,
@@ -237,6 +245,42 @@ impl Auditor {
             Event::SessionLaunchIntent(e) => {
                 self.session_submissions.insert(e.submission_id);
             }
+            Event::TrialOpened(e) => {
+                if self.trials.contains_key(&e.trial) {
+                    self.flag(
+                        env,
+                        "trial-reopened",
+                        format!("trial {:?} was already opened", e.trial),
+                    );
+                } else {
+                    self.trials.insert(e.trial.clone(), None);
+                }
+            }
+            Event::TrialWorkerJoined(e) => {
+                match self.trials.get(&e.trial) {
+                    None => self.flag(
+                        env,
+                        "trial-unknown",
+                        format!("trial {:?} was never opened", e.trial),
+                    ),
+                    Some(Some(seq)) => self.flag(
+                        env,
+                        "join-after-verdict",
+                        format!("trial {:?} was judged at seq {seq}", e.trial),
+                    ),
+                    Some(None) => {}
+                }
+                if !self.workers.contains_key(&e.submission_id)
+                    && !self.jobs.contains_key(&e.submission_id)
+                {
+                    self.flag(
+                        env,
+                        "effect-without-intent",
+                        format!("no submission intent for {} before it", e.submission_id),
+                    );
+                }
+            }
+            Event::TrialJudged(e) => self.judged(env, e),
             Event::SessionJobSubmitted(SessionJobSubmitted { submission_id, .. })
             | Event::SessionSubmitFailed(SessionSubmitFailed { submission_id, .. })
                 if !self.session_submissions.contains(submission_id) =>
@@ -248,6 +292,50 @@ impl Auditor {
                 );
             }
             _ => {}
+        }
+    }
+
+    fn judged(&mut self, env: &Envelope, e: &crate::state::trial::TrialJudged) {
+        use crate::state::trial::Verdict;
+        match self.trials.get(&e.trial).copied() {
+            None => {
+                self.flag(
+                    env,
+                    "trial-unknown",
+                    format!("trial {:?} was never opened", e.trial),
+                );
+                return;
+            }
+            Some(Some(seq)) => {
+                self.flag(
+                    env,
+                    "verdict-relabelled",
+                    format!("trial {:?} was already judged at seq {seq}", e.trial),
+                );
+                return;
+            }
+            Some(None) => {
+                self.trials.insert(e.trial.clone(), Some(env.seq));
+            }
+        }
+        if e.verdict == Verdict::Passed {
+            let problems: Vec<String> = e
+                .evidence
+                .iter()
+                .filter_map(|ev| crate::policy::trial::evidence_problem(ev, true))
+                .collect();
+            if e.evidence.is_empty() || !problems.is_empty() {
+                let why = if problems.is_empty() {
+                    "no workers".to_owned()
+                } else {
+                    problems.join("; ")
+                };
+                self.flag(
+                    env,
+                    "passed-without-evidence",
+                    format!("trial {:?} passed with {why}", e.trial),
+                );
+            }
         }
     }
 
@@ -379,6 +467,80 @@ mod tests {
                 "released-twice",
                 "detach-holding",
                 "attach-twice",
+            ]
+        );
+    }
+
+    #[test]
+    fn trial_rules_are_caught() {
+        use crate::event::Sha256Digest;
+        use crate::state::trial::*;
+        let open = |t: &str| {
+            Event::TrialOpened(TrialOpened {
+                trial: t.into(),
+                pin: None,
+                follows: None,
+                note: String::new(),
+            })
+        };
+        let join = |t: &str, id: u128| {
+            Event::TrialWorkerJoined(TrialWorkerJoined {
+                trial: t.into(),
+                submission_id: Uuid::from_u128(id),
+            })
+        };
+        let judge = |t: &str, verdict, state: &str, published: bool| {
+            Event::TrialJudged(TrialJudged {
+                trial: t.into(),
+                verdict,
+                reason: String::new(),
+                evidence: vec![TrialEvidence {
+                    submission_id: Uuid::from_u128(1),
+                    worker: "w".into(),
+                    state: state.into(),
+                    outcome: Some("completed".into()),
+                    published_dir: published.then(|| "/p".into()),
+                    manifest_sha256: published.then_some(Sha256Digest([1; 32])),
+                }],
+            })
+        };
+        let good = run(vec![
+            attach(),
+            open("a"),
+            intent(1),
+            join("a", 1),
+            terminal(1, "gone"),
+            judge("a", Verdict::Passed, "released", true),
+        ]);
+        assert_eq!(rules(&good), Vec::<&str>::new());
+        let bad = run(vec![
+            attach(),
+            open("a"),
+            open("a"),
+            intent(1),
+            join("a", 1),
+            join("nope", 1),
+            join("a", 9),
+            judge("a", Verdict::Failed, "running", false),
+            judge("a", Verdict::Passed, "released", true),
+            join("a", 1),
+            open("b"),
+            judge("b", Verdict::Passed, "running", true),
+            open("c"),
+            judge("c", Verdict::Passed, "released", false),
+            judge("zz", Verdict::Failed, "released", false),
+        ]);
+        assert_eq!(
+            rules(&bad),
+            [
+                "trial-reopened",
+                "trial-unknown",
+                "effect-without-intent",
+                "verdict-relabelled",
+                "join-after-verdict",
+                "passed-without-evidence",
+                "passed-without-evidence",
+                "trial-unknown",
             ]
         );
     }

@@ -7,3 +7,4 @@ pub mod node;
 pub mod pool;
 pub mod reconcile;
 pub mod session;
+pub mod trial;

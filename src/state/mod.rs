@@ -4,6 +4,7 @@ pub mod asset;
 pub mod jobs;
 pub mod pool;
 pub mod session;
+pub mod trial;
 
 use std::collections::VecDeque;
 
@@ -29,6 +30,7 @@ pub struct State {
     pub sessions: session::Sessions,
     pub jobs: jobs::Jobs,
     pub assets: asset::Assets,
+    pub trials: trial::Trials,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -94,6 +96,9 @@ impl State {
                 self.jobs.assets_bound(e);
             }
             Event::WorkerReportIngested(e) => self.pools.report_ingested(e),
+            Event::TrialOpened(e) => self.trials.opened(env.time, e),
+            Event::TrialWorkerJoined(e) => self.trials.joined(e),
+            Event::TrialJudged(e) => self.trials.judged(env.time, e),
             Event::WorkerJournalDamaged(e) => self.pools.journal_damaged(e),
             // The worker's own journal: the coordinator reads these through `worker::report`.
             Event::SupervisorStarted(_)

@@ -387,6 +387,30 @@ pub fn sweep_temps(publish_dir: &Path, worker: &str, submission_id: Uuid) -> usi
         .count()
 }
 
+/// Check published evidence as it was recorded: the manifest's own SHA-256 is `manifest_sha256`,
+/// and the directory matches the manifest (`verify_published`).
+pub fn verify_recorded(dir: &Path, manifest_sha256: &Sha256Digest) -> Result<(), Vec<String>> {
+    let path = dir.join(MANIFEST_NAME);
+    let (sha, _) = files::hash_file(&path, None, |_| {}).map_err(|e| vec![e.to_string()])?;
+    let mut problems = Vec::new();
+    if sha != *manifest_sha256 {
+        problems.push(format!(
+            "{}: SHA-256 {} is not the recorded {}",
+            path.display(),
+            hex::encode(sha.0),
+            hex::encode(manifest_sha256.0)
+        ));
+    }
+    if let Err(more) = verify_published(dir) {
+        problems.extend(more);
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
 /// Check a published directory against its manifest: every file listed, none unlisted, every
 /// size and SHA-256 equal. Returns the manifest, or every difference found.
 pub fn verify_published(dir: &Path) -> Result<Manifest, Vec<String>> {

@@ -1,0 +1,141 @@
+//! `dispatch trial open|verdict|show` and `dispatch trials`.
+
+use clap::Subcommand;
+
+use super::exit::{self, Failure};
+use super::output::print_json;
+use crate::ops::context::Ctx;
+use crate::ops::trial::{self, TrialView};
+use crate::slurm::Scheduler;
+use crate::state::trial::Verdict;
+
+#[derive(Debug, Subcommand)]
+pub enum TrialCommand {
+    /// Open an acceptance trial; workers join it with `--trial NAME` on `pool submit`/`submit`
+    Open {
+        trial: String,
+        /// What is under trial (for example the commit of the code being accepted)
+        #[arg(long)]
+        pin: Option<String>,
+        /// The earlier trial this one follows on from (a failed trial is never relabelled)
+        #[arg(long, value_name = "TRIAL")]
+        follows: Option<String>,
+        #[arg(long, default_value = "")]
+        note: String,
+    },
+    /// Judge a trial once, with the evidence each worker left: `passed` needs every worker
+    /// ended, completed and published with evidence that verifies; `failed` is always allowed
+    Verdict {
+        trial: String,
+        #[arg(value_parser = ["passed", "failed"])]
+        verdict: String,
+        /// Why: what was checked, what went wrong
+        #[arg(long)]
+        reason: String,
+    },
+    /// One trial with the forensic view of each of its workers (offline)
+    Show { trial: String },
+}
+
+fn render(v: &TrialView) -> String {
+    let mut s = format!("trial {} (opened {})", v.trial, v.opened_at);
+    if let Some(pin) = &v.pin {
+        s.push_str(&format!(", pin {pin}"));
+    }
+    if let Some(f) = &v.follows {
+        s.push_str(&format!(", follows {f}"));
+    }
+    match &v.verdict {
+        Some(j) => s.push_str(&format!(": {} at {} ({})", j.verdict, j.at, j.reason)),
+        None => s.push_str(": not judged"),
+    }
+    for w in &v.workers {
+        s.push_str(&format!(
+            "\n  {} {} {}",
+            w.worker.as_deref().unwrap_or("?"),
+            w.submission_id,
+            w.state.as_deref().unwrap_or("forgotten")
+        ));
+    }
+    if let Some(j) = &v.verdict {
+        for e in &j.evidence {
+            s.push_str(&format!(
+                "\n  evidence {}: {} {} {}",
+                e.worker,
+                e.state,
+                e.outcome.as_deref().unwrap_or("-"),
+                e.published_dir.as_deref().unwrap_or("(nothing published)")
+            ));
+        }
+    }
+    s
+}
+
+pub fn run<S: Scheduler>(cmd: &TrialCommand, ctx: &Ctx<S>, json: bool) -> Result<u8, Failure> {
+    let v = match cmd {
+        TrialCommand::Open {
+            trial,
+            pin,
+            follows,
+            note,
+        } => trial::open(
+            ctx,
+            &trial::OpenRequest {
+                trial: trial.clone(),
+                pin: pin.clone(),
+                follows: follows.clone(),
+                note: note.clone(),
+            },
+        )?,
+        TrialCommand::Verdict {
+            trial,
+            verdict,
+            reason,
+        } => {
+            let verdict = Verdict::parse(verdict).expect("clap allows only passed and failed");
+            trial::judge(ctx, trial, verdict, reason)?
+        }
+        TrialCommand::Show { trial } => {
+            crate::statedir::check_owner(&ctx.state_dir)?;
+            let shown = trial::show(&ctx.state_dir, trial)?;
+            if json {
+                print_json(&shown)?;
+            } else {
+                println!("{}", render(&shown.trial));
+                for r in &shown.inspected {
+                    println!(
+                        "\nworker {} ({}): {} events in the coordinator's journal, last {}; own journal {}",
+                        r.worker,
+                        r.state,
+                        r.timeline.len(),
+                        r.last_event.as_ref().map_or("-", |e| e.kind),
+                        r.worker_journal.as_ref().map_or("absent", |j| j.status)
+                    );
+                }
+            }
+            return Ok(exit::OK);
+        }
+    };
+    if json {
+        print_json(&v)?;
+    } else {
+        println!("{}", render(&v));
+    }
+    Ok(exit::OK)
+}
+
+/// `dispatch trials`.
+pub fn run_list(state_dir: &std::path::Path, json: bool) -> Result<u8, Failure> {
+    crate::statedir::check_owner(state_dir)?;
+    let all = trial::list(state_dir)?;
+    if json {
+        print_json(&serde_json::json!({ "trials": all }))?;
+    } else if all.is_empty() {
+        println!("no trials (open one with `dispatch trial open NAME`)");
+    } else {
+        for v in &all {
+            println!("{}", render(v));
+        }
+    }
+    Ok(exit::OK)
+}

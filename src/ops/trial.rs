@@ -1,0 +1,225 @@
+//! `dispatch trial open|verdict|show` and `dispatch trials`: acceptance trials.
+//!
+//! A verdict is journaled with the evidence it rests on: for every worker of the trial, its
+//! state, the outcome its own journal records, and the SHA-256 of its published manifest. A
+//! `passed` verdict is refused unless every worker has ended, completed and published evidence
+//! that still verifies now; `failed` can always be recorded. Neither is ever replaced.
+
+use std::path::Path;
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::context::Ctx;
+use super::error::OpError;
+use super::inspect::{self, InspectReport};
+use crate::event::Event;
+use crate::journal;
+use crate::policy::trial::{self as policy, TrialRefusal};
+use crate::slurm::Scheduler;
+use crate::state::trial::*;
+use crate::state::State;
+use crate::worker::dirs::check_name;
+use crate::worker::publish;
+use crate::worker::report::{self, Publication};
+
+#[derive(Debug, Serialize)]
+pub struct TrialView {
+    pub trial: String,
+    pub opened_at: String,
+    pub pin: Option<String>,
+    pub follows: Option<String>,
+    pub note: String,
+    pub workers: Vec<TrialWorkerView>,
+    pub verdict: Option<VerdictView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TrialWorkerView {
+    pub submission_id: String,
+    /// `None` when the reduced state no longer remembers it (long finished).
+    pub worker: Option<String>,
+    pub pool: Option<String>,
+    pub state: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct VerdictView {
+    pub verdict: &'static str,
+    pub reason: String,
+    pub at: String,
+    pub evidence: Vec<TrialEvidence>,
+}
+
+pub fn view(state: &State, t: &Trial) -> TrialView {
+    TrialView {
+        trial: t.name.clone(),
+        opened_at: t.opened_at.to_rfc3339(),
+        pin: t.pin.clone(),
+        follows: t.follows.clone(),
+        note: t.note.clone(),
+        workers: t
+            .workers
+            .iter()
+            .map(|sid| {
+                let found = inspect::find(state, &sid.to_string());
+                TrialWorkerView {
+                    submission_id: sid.to_string(),
+                    worker: found.as_ref().map(|f| f.worker.clone()),
+                    pool: found.as_ref().and_then(|f| f.pool.clone()),
+                    state: found.map(|f| f.state),
+                }
+            })
+            .collect(),
+        verdict: t.judgement.as_ref().map(|j| VerdictView {
+            verdict: j.verdict.as_str(),
+            reason: j.reason.clone(),
+            at: j.at.to_rfc3339(),
+            evidence: j.evidence.clone(),
+        }),
+    }
+}
+
+pub struct OpenRequest {
+    pub trial: String,
+    pub pin: Option<String>,
+    pub follows: Option<String>,
+    pub note: String,
+}
+
+pub fn open<S: Scheduler>(ctx: &Ctx<S>, req: &OpenRequest) -> Result<TrialView, OpError> {
+    check_name("trial", &req.trial).map_err(OpError::Usage)?;
+    let (writer, loaded) = ctx.lock_and_load()?;
+    policy::check_open(&loaded.state.trials, &req.trial, req.follows.as_deref())
+        .map_err(refused)?;
+    let opened = TrialOpened {
+        trial: req.trial.clone(),
+        pin: req.pin.clone(),
+        follows: req.follows.clone(),
+        note: req.note.clone(),
+    };
+    let committed = writer.append_one(Event::TrialOpened(opened.clone()))?;
+    let mut trials = Trials::default();
+    trials.opened(committed.time, &opened);
+    Ok(view(&loaded.state, &trials.trials[&req.trial]))
+}
+
+/// What one worker of the trial left, and whether its published evidence verifies now.
+fn evidence_of(state_dir: &Path, state: &State, sid: Uuid) -> (TrialEvidence, bool) {
+    let found = inspect::find(state, &sid.to_string());
+    let mut e = TrialEvidence {
+        submission_id: sid,
+        worker: found
+            .as_ref()
+            .map_or_else(|| sid.to_string(), |f| f.worker.clone()),
+        state: found
+            .as_ref()
+            .map_or_else(|| "forgotten".to_owned(), |f| f.state.clone()),
+        outcome: None,
+        published_dir: None,
+        manifest_sha256: None,
+    };
+    let Some(found) = found else {
+        return (e, false);
+    };
+    let Ok(Some(r)) = report::read(&found.dirs(state_dir).evidence) else {
+        return (e, false);
+    };
+    e.outcome = r.finished.map(|f| f.outcome);
+    let mut verifies = false;
+    if let Some(Publication::Published(p)) = r.publication {
+        verifies = publish::verify_recorded(Path::new(&p.dir), &p.manifest_sha256).is_ok();
+        e.published_dir = Some(p.dir);
+        e.manifest_sha256 = Some(p.manifest_sha256);
+    }
+    (e, verifies)
+}
+
+pub fn judge<S: Scheduler>(
+    ctx: &Ctx<S>,
+    trial: &str,
+    verdict: Verdict,
+    reason: &str,
+) -> Result<TrialView, OpError> {
+    let (writer, loaded) = ctx.lock_and_load()?;
+    let state = &loaded.state;
+    let t = state
+        .trials
+        .trials
+        .get(trial)
+        .ok_or_else(|| refused(TrialRefusal::Unknown(trial.to_owned())))?;
+    let mut evidence = Vec::with_capacity(t.workers.len());
+    let mut problems = Vec::new();
+    for sid in &t.workers {
+        let (e, verifies) = evidence_of(&ctx.state_dir, state, *sid);
+        problems.extend(policy::evidence_problem(&e, verifies));
+        evidence.push(e);
+    }
+    policy::check_verdict(t, verdict, &problems).map_err(refused)?;
+    let judged = TrialJudged {
+        trial: trial.to_owned(),
+        verdict,
+        reason: reason.to_owned(),
+        evidence,
+    };
+    let committed = writer.append_one(Event::TrialJudged(judged.clone()))?;
+    let mut t = t.clone();
+    t.judgement = Some(Judgement {
+        verdict,
+        reason: judged.reason,
+        at: committed.time,
+        evidence: judged.evidence,
+    });
+    Ok(view(state, &t))
+}
+
+/// Every trial, oldest name first (offline).
+pub fn list(state_dir: &Path) -> Result<Vec<TrialView>, OpError> {
+    let loaded = journal::load(&crate::statedir::journal_dir(state_dir))?;
+    let s = &loaded.state;
+    Ok(s.trials.trials.values().map(|t| view(s, t)).collect())
+}
+
+#[derive(Debug, Serialize)]
+pub struct TrialShow {
+    #[serde(flatten)]
+    pub trial: TrialView,
+    /// The forensic view of each worker (`dispatch inspect`), where the state still knows it.
+    pub inspected: Vec<InspectReport>,
+}
+
+/// One trial with every worker's timeline and own journal (offline).
+pub fn show(state_dir: &Path, trial: &str) -> Result<TrialShow, OpError> {
+    let loaded = journal::load(&crate::statedir::journal_dir(state_dir))?;
+    let s = &loaded.state;
+    let t = s
+        .trials
+        .trials
+        .get(trial)
+        .ok_or_else(|| refused(TrialRefusal::Unknown(trial.to_owned())))?;
+    let mut inspected = Vec::new();
+    for sid in &t.workers {
+        match inspect::inspect(state_dir, &sid.to_string()) {
+            Ok(r) => inspected.push(r),
+            Err(inspect::InspectError::NotFound(_)) => {}
+            Err(inspect::InspectError::Journal(e)) => return Err(e.into()),
+        }
+    }
+    Ok(TrialShow {
+        trial: view(s, t),
+        inspected,
+    })
+}
+
+/// The trial a new worker joins, checked; the join event goes in its receipt's commit.
+pub fn join(state: &State, trial: &str, submission_id: Uuid) -> Result<Event, OpError> {
+    policy::check_join(&state.trials, trial).map_err(refused)?;
+    Ok(Event::TrialWorkerJoined(TrialWorkerJoined {
+        trial: trial.to_owned(),
+        submission_id,
+    }))
+}
+
+fn refused(r: TrialRefusal) -> OpError {
+    OpError::TrialRefused(r)
+}

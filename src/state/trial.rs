@@ -1,0 +1,184 @@
+//! Trials: named acceptance runs. A trial is opened, workers join it as they are submitted,
+//! and it is judged once: `passed` or `failed`, with the evidence each worker left. A verdict
+//! is never replaced; a later attempt is a new trial that names the one it follows.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::event::{Micros, Sha256Digest};
+
+/// Trials the journal may hold; opening more is refused.
+pub const TRIALS_KEPT: usize = 10_000;
+/// Workers one trial may have; joining more is refused.
+pub const WORKERS_PER_TRIAL: usize = 1024;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrialOpened {
+    pub trial: String,
+    /// What is under trial, for example the commit of the code being accepted.
+    pub pin: Option<String>,
+    /// The earlier trial this one is a follow-on of.
+    pub follows: Option<String>,
+    pub note: String,
+}
+
+/// A worker is part of a trial: written in the same commit as its submission intent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrialWorkerJoined {
+    pub trial: String,
+    pub submission_id: Uuid,
+}
+
+/// What one worker left behind, as the verdict saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrialEvidence {
+    pub submission_id: Uuid,
+    pub worker: String,
+    /// The worker's state in the reduced state when judged (`released`, `running`, …).
+    pub state: String,
+    /// The supervisor's outcome from the worker's own journal (`completed`, …), if it got that far.
+    pub outcome: Option<String>,
+    /// Where its workspace and evidence were published, and the SHA-256 of the manifest there.
+    pub published_dir: Option<String>,
+    pub manifest_sha256: Option<Sha256Digest>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Verdict {
+    Passed,
+    Failed,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Passed => "passed",
+            Verdict::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Verdict> {
+        match s {
+            "passed" => Some(Verdict::Passed),
+            "failed" => Some(Verdict::Failed),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrialJudged {
+    pub trial: String,
+    pub verdict: Verdict,
+    pub reason: String,
+    pub evidence: Vec<TrialEvidence>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Judgement {
+    pub verdict: Verdict,
+    pub reason: String,
+    pub at: Micros,
+    pub evidence: Vec<TrialEvidence>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trial {
+    pub name: String,
+    pub opened_at: Micros,
+    pub pin: Option<String>,
+    pub follows: Option<String>,
+    pub note: String,
+    pub workers: Vec<Uuid>,
+    pub judgement: Option<Judgement>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trials {
+    pub trials: BTreeMap<String, Trial>,
+}
+
+impl Trials {
+    /// The first opening of a name counts; a second one (which the commands refuse and the
+    /// audit flags) changes nothing.
+    pub fn opened(&mut self, time: Micros, e: &TrialOpened) {
+        self.trials.entry(e.trial.clone()).or_insert_with(|| Trial {
+            name: e.trial.clone(),
+            opened_at: time,
+            pin: e.pin.clone(),
+            follows: e.follows.clone(),
+            note: e.note.clone(),
+            workers: Vec::new(),
+            judgement: None,
+        });
+    }
+
+    pub fn joined(&mut self, e: &TrialWorkerJoined) {
+        if let Some(t) = self.trials.get_mut(&e.trial) {
+            if !t.workers.contains(&e.submission_id) {
+                t.workers.push(e.submission_id);
+            }
+        }
+    }
+
+    /// The first verdict stands: a later one never relabels the trial.
+    pub fn judged(&mut self, time: Micros, e: &TrialJudged) {
+        if let Some(t) = self.trials.get_mut(&e.trial) {
+            if t.judgement.is_none() {
+                t.judgement = Some(Judgement {
+                    verdict: e.verdict,
+                    reason: e.reason.clone(),
+                    at: time,
+                    evidence: e.evidence.clone(),
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn judged(trial: &str, verdict: Verdict) -> TrialJudged {
+        TrialJudged {
+            trial: trial.into(),
+            verdict,
+            reason: format!("{verdict:?}"),
+            evidence: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_first_verdict_stands() {
+        let mut t = Trials::default();
+        t.opened(
+            Micros(1),
+            &TrialOpened {
+                trial: "a".into(),
+                pin: None,
+                follows: None,
+                note: String::new(),
+            },
+        );
+        let w = Uuid::from_u128(7);
+        t.joined(&TrialWorkerJoined {
+            trial: "a".into(),
+            submission_id: w,
+        });
+        t.joined(&TrialWorkerJoined {
+            trial: "a".into(),
+            submission_id: w,
+        });
+        t.judged(Micros(2), &judged("a", Verdict::Failed));
+        t.judged(Micros(3), &judged("a", Verdict::Passed));
+        t.judged(Micros(3), &judged("never-opened", Verdict::Passed));
+        let a = &t.trials["a"];
+        assert_eq!(a.workers, [w]);
+        let j = a.judgement.as_ref().unwrap();
+        assert_eq!((j.verdict, j.at), (Verdict::Failed, Micros(2)));
+        assert_eq!(t.trials.len(), 1);
+    }
+}
