@@ -109,3 +109,31 @@ fn an_unknown_worker_is_an_error_that_says_where_to_look() {
         "{r}"
     );
 }
+
+/// Once its pool is detached the reduced state no longer holds the worker; inspect finds it in
+/// the journal, and shows it as ended with its whole timeline.
+#[test]
+fn a_worker_of_a_detached_pool_is_still_found() {
+    use dispatch::state::pool::{PoolDetached, WorkerTerminal};
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    synthetic::write_pool_journal(&state, 2, |_| true);
+    let w = Writer::open(&state.join("journal"), Options::default()).unwrap();
+    let mut events: Vec<Event> = (1..=2u128)
+        .map(|i| {
+            Event::WorkerTerminal(WorkerTerminal {
+                submission_id: Uuid::from_u128(i),
+                proof: "step absent from a successful step listing".into(),
+            })
+        })
+        .collect();
+    events.push(Event::PoolDetached(PoolDetached { pool: "p".into() }));
+    w.append(events).unwrap();
+    drop(w);
+    let (code, r) = inspect(&state, "w1");
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(r["state"], "ended");
+    assert_eq!(r["pool"], "p");
+    assert_eq!(r["submission_id"], Uuid::from_u128(2).to_string());
+    assert_eq!(r["last_event"]["kind"], "WorkerTerminal", "{r}");
+}

@@ -50,12 +50,7 @@ fn render(v: &TrialView) -> String {
         None => s.push_str(": not judged"),
     }
     for w in &v.workers {
-        s.push_str(&format!(
-            "\n  {} {} {}",
-            w.worker.as_deref().unwrap_or("?"),
-            w.submission_id,
-            w.state.as_deref().unwrap_or("forgotten")
-        ));
+        s.push_str(&format!("\n  {} {} {}", w.worker, w.submission_id, w.state));
     }
     if let Some(j) = &v.verdict {
         for e in &j.evidence {

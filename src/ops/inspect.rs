@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::event::Envelope;
+use crate::event::{Envelope, Event};
 use crate::journal::{self, JournalError, Status};
 use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
@@ -129,10 +129,39 @@ fn keep(timeline: &mut Vec<Entry>, e: Entry) {
     timeline.push(e);
 }
 
+/// The newest submission intent named `key` (or with that id) in the whole journal: for a
+/// worker the reduced state has dropped (its pool detached, or long finished), which can only
+/// have ended.
+fn find_in_journal(journal_dir: &Path, key: &str) -> Result<Option<Found>, JournalError> {
+    let id = Uuid::parse_str(key).ok();
+    let mut found = None;
+    journal::replay(journal_dir, None, |env| {
+        let (worker, submission_id, pool) = match &env.event {
+            Event::WorkerSubmitIntent(e) => (&e.worker, e.submission_id, Some(e.pool.clone())),
+            Event::JobSubmitIntent(e) => (&e.worker, e.submission_id, None),
+            _ => return Ok(()),
+        };
+        if id == Some(submission_id) || worker == key {
+            found = Some(Found {
+                worker: worker.clone(),
+                submission_id,
+                pool,
+                state: crate::state::ENDED.to_owned(),
+            });
+        }
+        Ok(())
+    })?;
+    Ok(found)
+}
+
 pub fn inspect(state_dir: &Path, key: &str) -> Result<InspectReport, InspectError> {
     let journal_dir = crate::statedir::journal_dir(state_dir);
     let loaded = journal::load(&journal_dir)?;
-    let found = find(&loaded.state, key).ok_or_else(|| InspectError::NotFound(key.to_owned()))?;
+    let found = match find(&loaded.state, key) {
+        Some(f) => f,
+        None => find_in_journal(&journal_dir, key)?
+            .ok_or_else(|| InspectError::NotFound(key.to_owned()))?,
+    };
     let id = found.submission_id.to_string();
     let mut timeline = Vec::new();
     journal::replay(&journal_dir, None, |env| {

@@ -19,7 +19,7 @@ use crate::policy::trial::{self as policy, TrialRefusal};
 use crate::slurm::Scheduler;
 use crate::state::trial::*;
 use crate::state::State;
-use crate::worker::dirs::check_name;
+use crate::worker::dirs::{check_name, WorkerDirs};
 use crate::worker::publish;
 use crate::worker::report::{self, Publication};
 
@@ -37,10 +37,21 @@ pub struct TrialView {
 #[derive(Debug, Serialize)]
 pub struct TrialWorkerView {
     pub submission_id: String,
-    /// `None` when the reduced state no longer remembers it (long finished).
-    pub worker: Option<String>,
+    pub worker: String,
     pub pool: Option<String>,
-    pub state: Option<String>,
+    /// As the reduced state has it, or `ended` once it no longer holds the worker.
+    pub state: String,
+}
+
+/// A trial worker's state now, and where its files are.
+fn locate(state_dir: &Path, state: &State, w: &TrialWorker) -> (String, WorkerDirs) {
+    let now = inspect::find(state, &w.submission_id.to_string())
+        .map_or_else(|| crate::state::ENDED.to_owned(), |f| f.state);
+    let dirs = match &w.pool {
+        Some(pool) => WorkerDirs::new(&state_dir.join("pools"), pool, w.submission_id),
+        None => WorkerDirs::for_job(&state_dir.join("jobs"), w.submission_id),
+    };
+    (now, dirs)
 }
 
 #[derive(Debug, Serialize)]
@@ -61,14 +72,12 @@ pub fn view(state: &State, t: &Trial) -> TrialView {
         workers: t
             .workers
             .iter()
-            .map(|sid| {
-                let found = inspect::find(state, &sid.to_string());
-                TrialWorkerView {
-                    submission_id: sid.to_string(),
-                    worker: found.as_ref().map(|f| f.worker.clone()),
-                    pool: found.as_ref().and_then(|f| f.pool.clone()),
-                    state: found.map(|f| f.state),
-                }
+            .map(|w| TrialWorkerView {
+                submission_id: w.submission_id.to_string(),
+                worker: w.worker.clone(),
+                pool: w.pool.clone(),
+                state: inspect::find(state, &w.submission_id.to_string())
+                    .map_or_else(|| crate::state::ENDED.to_owned(), |f| f.state),
             })
             .collect(),
         verdict: t.judgement.as_ref().map(|j| VerdictView {
@@ -105,24 +114,17 @@ pub fn open<S: Scheduler>(ctx: &Ctx<S>, req: &OpenRequest) -> Result<TrialView, 
 }
 
 /// What one worker of the trial left, and whether its published evidence verifies now.
-fn evidence_of(state_dir: &Path, state: &State, sid: Uuid) -> (TrialEvidence, bool) {
-    let found = inspect::find(state, &sid.to_string());
+fn evidence_of(state_dir: &Path, state: &State, w: &TrialWorker) -> (TrialEvidence, bool) {
+    let (now, dirs) = locate(state_dir, state, w);
     let mut e = TrialEvidence {
-        submission_id: sid,
-        worker: found
-            .as_ref()
-            .map_or_else(|| sid.to_string(), |f| f.worker.clone()),
-        state: found
-            .as_ref()
-            .map_or_else(|| "forgotten".to_owned(), |f| f.state.clone()),
+        submission_id: w.submission_id,
+        worker: w.worker.clone(),
+        state: now,
         outcome: None,
         published_dir: None,
         manifest_sha256: None,
     };
-    let Some(found) = found else {
-        return (e, false);
-    };
-    let Ok(Some(r)) = report::read(&found.dirs(state_dir).evidence) else {
+    let Ok(Some(r)) = report::read(&dirs.evidence) else {
         return (e, false);
     };
     e.outcome = r.finished.map(|f| f.outcome);
@@ -150,8 +152,8 @@ pub fn judge<S: Scheduler>(
         .ok_or_else(|| refused(TrialRefusal::Unknown(trial.to_owned())))?;
     let mut evidence = Vec::with_capacity(t.workers.len());
     let mut problems = Vec::new();
-    for sid in &t.workers {
-        let (e, verifies) = evidence_of(&ctx.state_dir, state, *sid);
+    for w in &t.workers {
+        let (e, verifies) = evidence_of(&ctx.state_dir, state, w);
         problems.extend(policy::evidence_problem(&e, verifies));
         evidence.push(e);
     }
@@ -198,8 +200,8 @@ pub fn show(state_dir: &Path, trial: &str) -> Result<TrialShow, OpError> {
         .get(trial)
         .ok_or_else(|| refused(TrialRefusal::Unknown(trial.to_owned())))?;
     let mut inspected = Vec::new();
-    for sid in &t.workers {
-        match inspect::inspect(state_dir, &sid.to_string()) {
+    for w in &t.workers {
+        match inspect::inspect(state_dir, &w.submission_id.to_string()) {
             Ok(r) => inspected.push(r),
             Err(inspect::InspectError::NotFound(_)) => {}
             Err(inspect::InspectError::Journal(e)) => return Err(e.into()),

@@ -2,6 +2,7 @@
 //! needs every worker to have ended, completed, and published evidence that still verifies.
 
 use crate::state::trial::{Trial, TrialEvidence, Trials, Verdict, TRIALS_KEPT, WORKERS_PER_TRIAL};
+use crate::state::ENDED;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TrialRefusal {
@@ -68,7 +69,7 @@ pub fn check_join<'a>(trials: &'a Trials, name: &str) -> Result<&'a Trial, Trial
 /// whether its published directory still verifies against its manifest.
 pub fn evidence_problem(e: &TrialEvidence, manifest_ok: bool) -> Option<String> {
     let w = &e.worker;
-    if e.state != "released" {
+    if e.state != "released" && e.state != ENDED {
         Some(format!("worker {w} is {} (not proven ended)", e.state))
     } else if e.outcome.as_deref() != Some("completed") {
         Some(format!(
@@ -198,10 +199,14 @@ mod tests {
             Err(TrialRefusal::NoWorkers("a".into()))
         );
         assert_eq!(check_verdict(&t.trials["a"], Verdict::Failed, &[]), Ok(()));
-        t.joined(&TrialWorkerJoined {
-            trial: "a".into(),
-            submission_id: Uuid::from_u128(1),
-        });
+        t.joined(
+            &TrialWorkerJoined {
+                trial: "a".into(),
+                submission_id: Uuid::from_u128(1),
+            },
+            "w".into(),
+            None,
+        );
         let good = evidence("released", Some("completed"), true);
         assert_eq!(evidence_problem(&good, true), None);
         let cases = [

@@ -13,6 +13,10 @@ use uuid::Uuid;
 
 use crate::event::{Envelope, Event, Micros, Recovered, FLAG_MUST_UNDERSTAND};
 
+/// The state shown for a worker the reduced state no longer holds: it can only have ended, since
+/// a pool is detached only once no worker holds budget and only finished workers are dropped.
+pub const ENDED: &str = "ended";
+
 /// How many repairs the reduced state remembers (the journal keeps them all).
 pub const RECOVERIES_KEPT: usize = 64;
 
@@ -45,6 +49,20 @@ pub enum ReduceError {
 }
 
 impl State {
+    /// The name and pool an active submission was given (its submission id and no pool when
+    /// there is none).
+    fn submitted_as(&self, id: &Uuid) -> (String, Option<String>) {
+        for pool in self.pools.pools.values() {
+            if let Some(w) = pool.active.get(id) {
+                return (w.name.clone(), Some(pool.name.clone()));
+            }
+        }
+        match self.jobs.active.get(id) {
+            Some(j) => (j.worker.clone(), None),
+            None => (id.to_string(), None),
+        }
+    }
+
     pub fn apply(&mut self, env: &Envelope) -> Result<(), ReduceError> {
         if env.seq != self.events + 1 {
             return Err(ReduceError::OutOfOrder {
@@ -97,7 +115,10 @@ impl State {
             }
             Event::WorkerReportIngested(e) => self.pools.report_ingested(e),
             Event::TrialOpened(e) => self.trials.opened(env.time, e),
-            Event::TrialWorkerJoined(e) => self.trials.joined(e),
+            Event::TrialWorkerJoined(e) => {
+                let (worker, pool) = self.submitted_as(&e.submission_id);
+                self.trials.joined(e, worker, pool);
+            }
             Event::TrialJudged(e) => self.trials.judged(env.time, e),
             Event::WorkerJournalDamaged(e) => self.pools.journal_damaged(e),
             // The worker's own journal: the coordinator reads these through `worker::report`.
@@ -133,5 +154,86 @@ impl State {
         self.events = env.seq;
         self.last_time = Some(env.time);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Actor;
+    use crate::state::pool::*;
+    use crate::state::trial::*;
+
+    /// A trial keeps its workers' names and pools, so their files stay findable after the
+    /// pool is detached and the reduced state has dropped it.
+    #[test]
+    fn a_trial_remembers_its_workers_beyond_their_pool() {
+        let sid = Uuid::from_u128(5);
+        let events = vec![
+            Event::PoolAttached(PoolAttached {
+                pool: "p".into(),
+                allocation: Allocation {
+                    job_id: 1,
+                    node: "n".into(),
+                    user: "u".into(),
+                    start_time: Micros(0),
+                    end_time: Micros(1),
+                    cpus: 4,
+                    mem_mb: 100,
+                    partition: "debug".into(),
+                    account: "dev".into(),
+                    qos: "normal".into(),
+                },
+            }),
+            Event::TrialOpened(TrialOpened {
+                trial: "t".into(),
+                pin: None,
+                follows: None,
+                note: String::new(),
+            }),
+            Event::WorkerSubmitIntent(WorkerSubmitIntent {
+                pool: "p".into(),
+                worker: "w".into(),
+                submission_id: sid,
+                cpus: 1,
+                mem_mb: 10,
+                publication_timeout_s: 30,
+                command: vec!["true".into()],
+            }),
+            Event::TrialWorkerJoined(TrialWorkerJoined {
+                trial: "t".into(),
+                submission_id: sid,
+            }),
+            Event::WorkerTerminal(WorkerTerminal {
+                submission_id: sid,
+                proof: "gone".into(),
+            }),
+            Event::PoolDetached(PoolDetached { pool: "p".into() }),
+        ];
+        let mut s = State::default();
+        for (i, event) in events.into_iter().enumerate() {
+            s.apply(&Envelope {
+                seq: i as u64 + 1,
+                time: Micros(i as i64),
+                id: Uuid::nil(),
+                actor: Actor {
+                    user: "u".into(),
+                    host: "h".into(),
+                    pid: 1,
+                    command: vec![],
+                },
+                event,
+            })
+            .unwrap();
+        }
+        assert!(s.pools.pools.is_empty());
+        assert_eq!(
+            s.trials.trials["t"].workers,
+            [TrialWorker {
+                submission_id: sid,
+                worker: "w".into(),
+                pool: Some("p".into())
+            }]
+        );
     }
 }

@@ -84,6 +84,16 @@ pub struct Judgement {
     pub evidence: Vec<TrialEvidence>,
 }
 
+/// A worker of a trial, with what it takes to find its files even after the reduced state has
+/// forgotten it (its pool detached, or it fell out of the finished list).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrialWorker {
+    pub submission_id: Uuid,
+    pub worker: String,
+    /// `None` for a `dispatch submit` worker.
+    pub pool: Option<String>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Trial {
     pub name: String,
@@ -91,7 +101,7 @@ pub struct Trial {
     pub pin: Option<String>,
     pub follows: Option<String>,
     pub note: String,
-    pub workers: Vec<Uuid>,
+    pub workers: Vec<TrialWorker>,
     pub judgement: Option<Judgement>,
 }
 
@@ -115,10 +125,16 @@ impl Trials {
         });
     }
 
-    pub fn joined(&mut self, e: &TrialWorkerJoined) {
+    /// `worker` and `pool` are the joining submission's, as its intent (in the same commit)
+    /// recorded them.
+    pub fn joined(&mut self, e: &TrialWorkerJoined, worker: String, pool: Option<String>) {
         if let Some(t) = self.trials.get_mut(&e.trial) {
-            if !t.workers.contains(&e.submission_id) {
-                t.workers.push(e.submission_id);
+            if !t.workers.iter().any(|w| w.submission_id == e.submission_id) {
+                t.workers.push(TrialWorker {
+                    submission_id: e.submission_id,
+                    worker,
+                    pool,
+                });
             }
         }
     }
@@ -164,19 +180,25 @@ mod tests {
             },
         );
         let w = Uuid::from_u128(7);
-        t.joined(&TrialWorkerJoined {
-            trial: "a".into(),
-            submission_id: w,
-        });
-        t.joined(&TrialWorkerJoined {
-            trial: "a".into(),
-            submission_id: w,
-        });
+        for _ in 0..2 {
+            let e = TrialWorkerJoined {
+                trial: "a".into(),
+                submission_id: w,
+            };
+            t.joined(&e, "w".into(), Some("p".into()));
+        }
         t.judged(Micros(2), &judged("a", Verdict::Failed));
         t.judged(Micros(3), &judged("a", Verdict::Passed));
         t.judged(Micros(3), &judged("never-opened", Verdict::Passed));
         let a = &t.trials["a"];
-        assert_eq!(a.workers, [w]);
+        assert_eq!(
+            a.workers,
+            [TrialWorker {
+                submission_id: w,
+                worker: "w".into(),
+                pool: Some("p".into())
+            }]
+        );
         let j = a.judgement.as_ref().unwrap();
         assert_eq!((j.verdict, j.at), (Verdict::Failed, Micros(2)));
         assert_eq!(t.trials.len(), 1);
