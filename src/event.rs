@@ -494,6 +494,23 @@ pub enum PayloadError {
     Decode(#[from] rmp_serde::decode::Error),
 }
 
+/// The `seq`-th envelope of a test history: fixed actor and id, `seq` as its time.
+#[cfg(test)]
+pub(crate) fn test_envelope(seq: u64, event: Event) -> Envelope {
+    Envelope {
+        seq,
+        time: Micros(seq as i64),
+        id: Uuid::nil(),
+        actor: Actor {
+            user: "u".into(),
+            host: "h".into(),
+            pid: 1,
+            command: vec![],
+        },
+        event,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

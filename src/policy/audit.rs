@@ -358,24 +358,13 @@ impl Auditor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{Actor, Micros};
+    use crate::event::Micros;
     use crate::state::pool::*;
 
     fn run(events: Vec<Event>) -> Findings {
         let mut a = Auditor::default();
         for (i, event) in events.into_iter().enumerate() {
-            a.observe(&Envelope {
-                seq: i as u64 + 1,
-                time: Micros(0),
-                id: Uuid::nil(),
-                actor: Actor {
-                    user: "u".into(),
-                    host: "h".into(),
-                    pid: 1,
-                    command: vec![],
-                },
-                event,
-            });
+            a.observe(&crate::event::test_envelope(i as u64 + 1, event));
         }
         a.finish()
     }

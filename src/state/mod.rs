@@ -160,7 +160,6 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Actor;
     use crate::state::pool::*;
     use crate::state::trial::*;
 
@@ -212,19 +211,8 @@ mod tests {
         ];
         let mut s = State::default();
         for (i, event) in events.into_iter().enumerate() {
-            s.apply(&Envelope {
-                seq: i as u64 + 1,
-                time: Micros(i as i64),
-                id: Uuid::nil(),
-                actor: Actor {
-                    user: "u".into(),
-                    host: "h".into(),
-                    pid: 1,
-                    command: vec![],
-                },
-                event,
-            })
-            .unwrap();
+            s.apply(&crate::event::test_envelope(i as u64 + 1, event))
+                .unwrap();
         }
         assert!(s.pools.pools.is_empty());
         assert_eq!(
