@@ -149,6 +149,11 @@ fn exec_srun(argv: &[std::ffi::OsString]) -> Failure {
     )
 }
 
+/// Progress of long waits: stderr, never stdout (which `--json` keeps for its one document).
+fn progress(line: &str) {
+    eprintln!("dispatch: {line}");
+}
+
 pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
     let slurm = CliScheduler::new(ctx.slurm.clone());
     let env = |waits: Waits| Env {
@@ -158,6 +163,7 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
         session_files: &ctx.session_files,
         slurm: &slurm,
         waits,
+        progress: &progress,
     };
     let rt = runtime()?;
     match cmd {
@@ -384,6 +390,7 @@ pub fn run_report(ctx: &Context) -> Result<u8, Failure> {
         session_files: &ctx.session_files,
         slurm: &slurm,
         waits: Waits::default(),
+        progress: &progress,
     };
     let r = runtime()?.block_on(report::sessions(&env))?;
     if ctx.json {

@@ -65,6 +65,8 @@ pub struct Env<'a, S> {
     pub session_files: &'a Path,
     pub slurm: &'a S,
     pub waits: Waits,
+    /// Where progress lines go during long waits (stderr for the CLI).
+    pub progress: &'a dyn Fn(&str),
 }
 
 /// Why a session command did not finish; each maps to one exit code (CLI.md).

@@ -344,5 +344,6 @@ pub fn env<'a>(config: &'a Config, state_dir: &'a Path, slurm: &'a Scripted) -> 
         session_files: Box::leak(state_dir.join("sessions").into_boxed_path()),
         slurm,
         waits: fast_waits(),
+        progress: &|_| {},
     }
 }

@@ -1,7 +1,7 @@
 //! `dispatch session launch`: reuse the recorded job, else adopt a live job of this target
 //! found by name, else submit one. Never two jobs for one session.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use uuid::Uuid;
@@ -21,6 +21,9 @@ use crate::state::session::{
     SessionAdopted, SessionCleared, SessionJobSubmitted, SessionLaunchIntent, SessionNodeResolved,
     SessionSubmitFailed,
 };
+
+/// How often a wait for a job to run says it is still waiting.
+const PROGRESS_EVERY: Duration = Duration::from_secs(30);
 
 /// sucoder's default when a target gives no time.
 pub const DEFAULT_TIME: &str = "02:00:00";
@@ -391,7 +394,8 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         }
     }
 
-    /// Poll until the job runs on a node, within the budget. The id is already durable.
+    /// Poll until the job runs on a node, within the budget, saying what it waits for. The id
+    /// is already durable.
     async fn wait_running(&self, job: JobId) -> Result<(JobState, String), SessionError> {
         let waits = self.env.waits;
         let started = Instant::now();
@@ -399,15 +403,32 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         let mut unknown_in_a_row = 0;
         let mut last = JobState::Pending;
         let key = &self.r.key;
+        let mut told: Option<(JobState, Instant)> = None;
         loop {
             let answer = self.env.slurm.list_jobs(&JobQuery::ids(vec![job])).await;
             match poll_of(&answer, job) {
                 Poll::Running(node) => {
                     self.record_node(job, &node)?;
+                    if told.is_some() {
+                        (self.env.progress)(&format!("job {job} of {key} runs on {node}"));
+                    }
                     return Ok((JobState::Running, node));
                 }
                 Poll::Waiting(state) => {
                     unknown_in_a_row = 0;
+                    // Say so when the state changes, and every PROGRESS_EVERY while it does not.
+                    let due = told
+                        .as_ref()
+                        .is_none_or(|(s, at)| *s != state || at.elapsed() >= PROGRESS_EVERY);
+                    if due {
+                        (self.env.progress)(&format!(
+                            "job {job} of {key} is {state}; waited {} s of up to {} s (`{}` cancels it)",
+                            started.elapsed().as_secs(),
+                            waits.run_budget.as_secs(),
+                            command_for("release", key)
+                        ));
+                        told = Some((state.clone(), Instant::now()));
+                    }
                     last = state;
                 }
                 Poll::Ended(state) => {
