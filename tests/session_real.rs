@@ -313,7 +313,11 @@ fn a_pending_job_survives_the_loss_of_the_state_directory() {
     assert!(r.stderr.contains("still PENDING"), "{}", r.stderr);
     // While it waited, it said what for and how to give up (on stderr: stdout is for --json).
     assert!(r.stderr.contains("is PENDING; waited"), "{}", r.stderr);
-    assert!(r.stderr.contains("dispatch session release m -T dbg"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("dispatch session release m -T dbg"),
+        "{}",
+        r.stderr
+    );
     let jobs = s.jobs(&name);
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     assert_eq!(jobs[0].state, "PENDING");

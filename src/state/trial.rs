@@ -128,7 +128,12 @@ impl Trials {
     /// `worker` and `pool` are the joining submission's, as its intent (in the same commit)
     /// recorded them.
     pub fn joined(&mut self, e: &TrialWorkerJoined, worker: String, pool: Option<String>) {
-        if let Some(t) = self.trials.get_mut(&e.trial) {
+        // A judged trial's workers are those its verdict saw; a later join changes nothing.
+        if let Some(t) = self
+            .trials
+            .get_mut(&e.trial)
+            .filter(|t| t.judgement.is_none())
+        {
             if !t.workers.iter().any(|w| w.submission_id == e.submission_id) {
                 t.workers.push(TrialWorker {
                     submission_id: e.submission_id,
