@@ -11,11 +11,24 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() {
-                exit::USAGE
-            } else {
-                exit::OK
-            });
+            if !e.use_stderr() {
+                return ExitCode::from(exit::OK); // --help, --version
+            }
+            // A script that asked for --json gets its one document even for a usage error.
+            if std::env::args_os().any(|a| a == "--json") {
+                let message = e.render().to_string();
+                // The first paragraph: the error itself, without usage and help hints.
+                let message = message
+                    .trim_start_matches("error: ")
+                    .split("\n\n")
+                    .next()
+                    .unwrap_or_default()
+                    .trim_end();
+                let doc =
+                    serde_json::json!({"error": {"exit_code": exit::USAGE, "message": message}});
+                println!("{doc}");
+            }
+            return ExitCode::from(exit::USAGE);
         }
     };
     init_tracing(cli.verbose, cli.quiet);

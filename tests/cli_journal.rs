@@ -375,6 +375,17 @@ fn a_state_dir_owned_by_someone_else_is_refused() {
         &["--json", "journal", "verify"],
         &["journal", "dump"],
         &["journal", "repair"],
+        // Every other kind of command refuses it the same way, before any Slurm call.
+        &["pool", "status"],
+        &["reconcile"],
+        &["asset", "list"],
+        &["asset", "add-image", "i", "/etc/hostname"],
+        &["trial", "open", "t"],
+        &["trials"],
+        &["audit"],
+        &[
+            "submit", "--cpus", "1", "--mem", "1G", "--time", "10", "--", "true",
+        ],
     ] {
         let r = dispatch(&state, args);
         assert_eq!(r.code, 3, "{args:?}: {}", r.stderr);

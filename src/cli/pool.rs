@@ -24,6 +24,22 @@ fn parse_mem(s: &str) -> Result<MemoryMb, String> {
     Ok(m)
 }
 
+/// A parser of whole seconds in `lo..=hi`: ASCII digits only (no sign, unit or fraction), and
+/// every refusal states the bounds.
+fn whole_seconds(lo: u32, hi: u32) -> impl Fn(&str) -> Result<u32, String> + Clone + Send + Sync {
+    move |s: &str| {
+        let n = (!s.is_empty() && s.len() <= 10 && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u64>().ok())
+            .flatten();
+        match n {
+            Some(n) if (u64::from(lo)..=u64::from(hi)).contains(&n) => Ok(n as u32),
+            _ => Err(format!(
+                "must be whole seconds from {lo} to {hi}, not {s:?}"
+            )),
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
     /// CPUs reserved for the worker
@@ -36,16 +52,16 @@ pub struct WorkerArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// Seconds the worker has to publish its workspace and evidence (1 to 300)
-    #[arg(long, default_value_t = PUBLICATION_TIMEOUT_DEFAULT_S,
-          value_parser = clap::value_parser!(u32).range(1..=300))]
+    #[arg(long, default_value_t = PUBLICATION_TIMEOUT_DEFAULT_S, allow_hyphen_values = true,
+          value_parser = whole_seconds(1, 300))]
     pub publication_timeout: u32,
     /// Seconds kept for hashing and sealing the worker's native state after it stops
-    #[arg(long, default_value_t = Budgets::DEFAULT_NATIVE_STATE_S,
-          value_parser = clap::value_parser!(u32).range(0..=3600))]
+    #[arg(long, default_value_t = Budgets::DEFAULT_NATIVE_STATE_S, allow_hyphen_values = true,
+          value_parser = whole_seconds(0, 3600))]
     pub native_state_budget: u32,
     /// Seconds kept for removing the worker's runtime, cache and checkout
-    #[arg(long, default_value_t = Budgets::DEFAULT_CLEANUP_S,
-          value_parser = clap::value_parser!(u32).range(0..=3600))]
+    #[arg(long, default_value_t = Budgets::DEFAULT_CLEANUP_S, allow_hyphen_values = true,
+          value_parser = whole_seconds(0, 3600))]
     pub cleanup_budget: u32,
     /// The payload's command and arguments
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -134,6 +150,7 @@ impl From<OpError> for Failure {
             OpError::Failed(m) => Failure::new(exit::FAILED, m),
             OpError::Usage(m) => Failure::new(exit::USAGE, m),
             OpError::Journal(j) => j.into(),
+            OpError::StateDir(s) => s.into(),
         }
     }
 }

@@ -269,7 +269,7 @@ pub fn add<S: Scheduler>(ctx: &Ctx<S>, name: &str, req: &AddRequest) -> Result<A
         Err(OpError::Journal(JournalError::Missing(_))) => {}
         Err(e) => return Err(e),
     }
-    crate::statedir::prepare(&ctx.state_dir).map_err(|e| OpError::Failed(e.to_string()))?;
+    crate::statedir::prepare(&ctx.state_dir)?;
     let dir = assets_dir(&ctx.state_dir);
     crate::journal::writer::create_private_dir(&dir)?;
     sweep_dead_temps(&dir);

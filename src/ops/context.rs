@@ -25,11 +25,7 @@ impl<S: Scheduler> Ctx<S> {
 
     /// Take the journal's writer lock (creating the journal if needed) and load state.
     pub fn lock_and_load(&self) -> Result<(Writer, Loaded), OpError> {
-        crate::statedir::prepare(&self.state_dir).map_err(|e| match e {
-            crate::statedir::StateDirError::Journal(j) => OpError::Journal(j),
-            crate::statedir::StateDirError::NotOwned { .. } => OpError::Failed(e.to_string()),
-            other => OpError::Failed(other.to_string()),
-        })?;
+        crate::statedir::prepare(&self.state_dir)?;
         let writer = Writer::open(&self.journal_dir(), Options::default())?;
         let loaded = journal::load(&self.journal_dir())?;
         Ok((writer, loaded))
@@ -37,8 +33,7 @@ impl<S: Scheduler> Ctx<S> {
 
     /// Load state without the lock (read-only commands).
     pub fn load(&self) -> Result<Loaded, OpError> {
-        crate::statedir::check_owner(&self.state_dir)
-            .map_err(|e| OpError::Failed(e.to_string()))?;
+        crate::statedir::check_owner(&self.state_dir)?;
         Ok(journal::load(&self.journal_dir())?)
     }
 

@@ -27,4 +27,16 @@ pub enum OpError {
     Usage(String),
     #[error(transparent)]
     Journal(#[from] JournalError),
+    /// The state directory cannot be used (not ours: exit 3; unusable: exit 1).
+    #[error(transparent)]
+    StateDir(crate::statedir::StateDirError),
+}
+
+impl From<crate::statedir::StateDirError> for OpError {
+    fn from(e: crate::statedir::StateDirError) -> OpError {
+        match e {
+            crate::statedir::StateDirError::Journal(j) => OpError::Journal(j),
+            other => OpError::StateDir(other),
+        }
+    }
 }
