@@ -924,6 +924,100 @@ async fn release_refuses_a_changed_session() {
     assert!(w.slurm.calls().is_empty());
 }
 
+/// A session that held job 111 and started 222 to replace it (as renew does), with 111 not
+/// yet seen to end: it holds 222 and still records 111 as replaced.
+async fn replaced_111_by_222() -> World {
+    let w = World::new();
+    w.seed("T", 111, T).await;
+    // 111 is excluded from adoption, so the launch submits.
+    w.q()
+        .by_name
+        .push_back(live(&row("111", "RUNNING", "n1", T, NAME)));
+    w.q().sbatch.push_back(submitted(222));
+    w.q()
+        .by_id
+        .push_back(live(&row("222", "RUNNING", "n2", T, NAME)));
+    w.launch_req(LaunchRequest {
+        mirror: "sample".into(),
+        target: "T".into(),
+        detached: true,
+        replacing: JobId::new(111),
+        ..LaunchRequest::default()
+    })
+    .await
+    .unwrap();
+    w
+}
+
+/// The job a renewal replaced, never seen to end (its replacement was still pending, or the
+/// old job's cancel failed), is settled by release: forgotten once squeue shows it gone, and
+/// the session's own job is released as usual. Nothing stays stale.
+#[tokio::test]
+async fn release_settles_the_job_a_renewal_replaced() {
+    let w = replaced_111_by_222().await;
+    let state = read_state(&w.state).unwrap();
+    let s = state.sessions.get(&SessionKey::new("sample", "T")).unwrap();
+    assert_eq!((s.job_id(), s.replaced), (JobId::new(222), JobId::new(111)));
+    w.slurm.assert_drained();
+    w.slurm.reset();
+
+    // 111 has ended meanwhile; 222 runs and is released.
+    w.q().by_id.push_back(gone());
+    w.q().scancel.push_back(scancel(0, "", 222));
+    w.q().by_id.push_back(gone());
+    let env = env(&w.config, &w.state, &w.slurm);
+    let r = release(&env, "sample", "T", JobId::new(222)).await.unwrap();
+    assert_eq!(r.action, ReleaseAction::Released);
+    let old = r.replaced.as_ref().expect("the replaced job is reported");
+    assert_eq!((old.job_id, old.action), (111, "cleared"));
+    let calls: Vec<(String, String)> = w
+        .slurm
+        .argvs()
+        .iter()
+        .map(|a| (a[0].clone(), a.last().unwrap().clone()))
+        .collect();
+    let expected = [
+        ("squeue", "--jobs=111"),
+        ("scancel", "222"),
+        ("squeue", "--jobs=222"),
+    ];
+    assert_eq!(
+        calls,
+        expected.map(|(p, a)| (p.to_owned(), a.to_owned())),
+        "111 is only looked at, 222 is cancelled and proven gone"
+    );
+    w.slurm.assert_drained();
+    let state = read_state(&w.state).unwrap();
+    assert!(
+        state
+            .sessions
+            .get(&SessionKey::new("sample", "T"))
+            .is_none(),
+        "the session still records something"
+    );
+}
+
+/// A replaced job that still runs is cancelled by release, like the session's own.
+#[tokio::test]
+async fn release_cancels_a_replaced_job_that_still_runs() {
+    let w = replaced_111_by_222().await;
+    w.slurm.reset();
+    w.q()
+        .by_id
+        .push_back(live(&row("111", "RUNNING", "n1", T, NAME)));
+    w.q().scancel.push_back(scancel(0, "", 111));
+    w.q().by_id.push_back(gone());
+    w.q().scancel.push_back(scancel(0, "", 222));
+    w.q().by_id.push_back(gone());
+    let env = env(&w.config, &w.state, &w.slurm);
+    let r = release(&env, "sample", "T", JobId::new(222)).await.unwrap();
+    let old = r.replaced.as_ref().unwrap();
+    assert_eq!((old.job_id, old.action), (111, "released"));
+    assert_eq!(r.action, ReleaseAction::Released);
+    w.slurm.assert_drained();
+    assert_eq!(w.record("T").0, None);
+}
+
 // ---------------------------------------------------------------- attach
 
 /// 49, 51, 52: attach runs srun for a running job, refuses without a job (no Slurm call) and

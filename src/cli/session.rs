@@ -207,18 +207,31 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
         SessionCommand::Release { session, force } => {
             let env = env(Waits::default());
             let plan = release::plan(&env, &session.mirror, &session.target)?;
-            if plan.job.is_none() && !plan.may_exist {
+            if plan.job.is_none() && !plan.may_exist && plan.replaced.is_none() {
                 return render_release_nothing(&plan.key, ctx.json);
             }
             if !force {
-                let question = match plan.job {
+                let mut question = match plan.job {
                     Some(job) => release_question(&plan, job),
-                    None => format!(
+                    None if plan.may_exist => format!(
                         "An earlier submission for session {} may have created a job. Look it \
                          up by name and cancel it if it is there?",
                         plan.key
                     ),
+                    None => String::new(),
                 };
+                if let Some(old) = plan.replaced {
+                    question = format!(
+                        "Session {} still records Slurm job {old}, which a renewal replaced and \
+                         never saw end; it is cancelled if it still runs. {question}",
+                        plan.key
+                    )
+                    .trim_end()
+                    .to_owned();
+                    if plan.job.is_none() && !plan.may_exist {
+                        question.push_str(" Go on?");
+                    }
+                }
                 if !confirm(&question) {
                     eprintln!("Aborted.");
                     if ctx.json {
@@ -252,7 +265,16 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
                         plan.key,
                         r.proof.as_deref().unwrap_or("")
                     ),
+                    _ if r.replaced.is_some() => {}
                     _ => println!("No job found for session {}. Nothing to release.", plan.key),
+                }
+                if let Some(o) = &r.replaced {
+                    println!(
+                        "Job {} that a renewal replaced: {} ({}).",
+                        o.job_id,
+                        o.action,
+                        o.proof.as_deref().unwrap_or("")
+                    );
                 }
             }
             Ok(exit::OK)

@@ -422,7 +422,8 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                         .is_none_or(|(s, at)| *s != state || at.elapsed() >= PROGRESS_EVERY);
                     if due {
                         (self.env.progress)(&format!(
-                            "job {job} of {key} is {state}; waited {} s of up to {} s (`{}` cancels it)",
+                            "job {job} of {key} is {state}; waited {} s of up to {} s (the job is \
+                             recorded: interrupt to stop waiting, then `{}` cancels it)",
                             started.elapsed().as_secs(),
                             waits.run_budget.as_secs(),
                             command_for("release", key)

@@ -1,5 +1,6 @@
 //! `dispatch session release`: detach when another session holds the same job, otherwise
-//! cancel it, and forget it only once scancel succeeded.
+//! cancel it, and forget it only once scancel succeeded. A job a renewal replaced and never
+//! saw end is settled too: forgotten once Slurm shows it gone, cancelled while it still runs.
 
 use std::time::Instant;
 
@@ -11,8 +12,8 @@ use crate::failpoint;
 use crate::policy::session::{probe_of, Probe};
 use crate::slurm::{ActionError, JobId, JobQuery, Scheduler};
 use crate::state::session::{
-    SessionAdopted, SessionCancelFailed, SessionCancelIntent, SessionDetached, SessionKey,
-    SessionReleased, SessionSubmitFailed,
+    SessionAdopted, SessionCancelFailed, SessionCancelIntent, SessionCleared, SessionDetached,
+    SessionKey, SessionReleased, SessionSubmitFailed,
 };
 use crate::state::State;
 
@@ -27,6 +28,18 @@ pub struct ReleasePlan {
     /// A submission may have created a job the record cannot name; release looks it up by
     /// name first.
     pub may_exist: bool,
+    /// The job a renewal replaced, still recorded (its end was never seen).
+    pub replaced: Option<JobId>,
+}
+
+/// What release did with the job a renewal replaced.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReplacedOutcome {
+    pub job_id: u32,
+    /// `cleared` (Slurm shows it gone), `released` (cancelled and forgotten), `detached`
+    /// (another session holds it) or `unknown` (it could not be checked; still recorded).
+    pub action: &'static str,
+    pub proof: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -46,6 +59,8 @@ pub struct ReleaseReport {
     pub holders: Vec<String>,
     /// What showed the job ended (or that it is not confirmed yet).
     pub proof: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<ReplacedOutcome>,
     #[serde(skip)]
     pub notes: Vec<String>,
 }
@@ -59,8 +74,55 @@ fn plan_of(state: &State, key: SessionKey) -> ReleasePlan {
             .unwrap_or_default(),
         node: s.and_then(|s| s.job.as_ref()).and_then(|j| j.node.clone()),
         may_exist: s.is_some_and(|s| s.may_have_unknown_job()),
+        replaced: s.and_then(|s| s.replaced),
         job,
         key,
+    }
+}
+
+/// Settle the job a renewal replaced: forget it if Slurm shows it gone, detach from it if
+/// another session holds it, cancel it if it still runs; leave it recorded if Slurm cannot tell.
+async fn settle_replaced<S: Scheduler>(
+    env: &Env<'_, S>,
+    book: &Book,
+    state: &State,
+    key: &SessionKey,
+    job: JobId,
+) -> Result<ReplacedOutcome, SessionError> {
+    let outcome = |action, proof| ReplacedOutcome {
+        job_id: job.get(),
+        action,
+        proof,
+    };
+    let holders: Vec<String> = state
+        .sessions
+        .holders(job, Some(key))
+        .iter()
+        .map(SessionKey::to_string)
+        .collect();
+    if !holders.is_empty() {
+        book.append(Event::SessionDetached(SessionDetached {
+            session: key.clone(),
+            job_id: job,
+            holders,
+        }))?;
+        return Ok(outcome("detached", None));
+    }
+    match probe_of(&env.slurm.list_jobs(&JobQuery::ids(vec![job])).await, job) {
+        Probe::Gone { state } => {
+            let proof = state.map_or("squeue: no such job".into(), |s| format!("squeue: {s}"));
+            book.append(Event::SessionCleared(SessionCleared {
+                session: key.clone(),
+                job_id: job,
+                reason: format!("the job a renewal replaced is gone ({proof})"),
+            }))?;
+            Ok(outcome("cleared", Some(proof)))
+        }
+        Probe::Live { .. } => {
+            let cancelled = cancel(env, book, key, job).await?;
+            Ok(outcome("released", Some(cancelled.proof)))
+        }
+        Probe::Unknown(e) => Ok(outcome("unknown", Some(format!("squeue failed: {e}")))),
     }
 }
 
@@ -93,6 +155,21 @@ pub async fn release<S: Scheduler>(
             command_for("release", &r.key)
         )));
     }
+    let replaced = match plan.replaced {
+        Some(old) => {
+            let o = settle_replaced(env, &book, &state, &r.key, old).await?;
+            if o.action == "unknown" {
+                notes.push(format!(
+                    "could not check job {old}, which a renewal replaced ({}); it stays \
+                     recorded: run `{}` again",
+                    o.proof.as_deref().unwrap_or(""),
+                    command_for("release", &r.key)
+                ));
+            }
+            Some(o)
+        }
+        None => None,
+    };
     if plan.job.is_none() && plan.may_exist {
         // Resolve the ambiguous submission by name, as a launch would, before saying "nothing".
         let probe = name_probe(env, &r, &[]).await;
@@ -145,6 +222,7 @@ pub async fn release<S: Scheduler>(
             job_id: None,
             holders: Vec::new(),
             proof: None,
+            replaced,
             notes,
         });
     };
@@ -162,6 +240,7 @@ pub async fn release<S: Scheduler>(
             job_id: Some(job.get()),
             holders,
             proof: None,
+            replaced,
             notes,
         });
     }
@@ -174,6 +253,7 @@ pub async fn release<S: Scheduler>(
         job_id: Some(job.get()),
         holders,
         proof: Some(cancelled.proof),
+        replaced,
         notes,
     })
 }
