@@ -1018,6 +1018,41 @@ async fn release_cancels_a_replaced_job_that_still_runs() {
     assert_eq!(w.record("T").0, None);
 }
 
+/// A session whose target was since removed from the configuration can still be released
+/// (by job id: no target is needed for that); launching on that target is still refused.
+#[tokio::test]
+async fn a_session_on_a_removed_target_can_still_be_released() {
+    let w = World::new();
+    w.seed("T", 4242, T).await;
+    let without_t = Config::parse(
+        "[targets.plain]\npartition = \"savio4_htc\"\naccount = \"co_carleton\"\n",
+        Path::new("/test/config.toml"),
+    )
+    .unwrap();
+    let env = env(&without_t, &w.state, &w.slurm);
+    w.q().scancel.push_back(scancel(0, "", 4242));
+    w.q().by_id.push_back(gone());
+    let r = release(&env, "sample", "T", JobId::new(4242))
+        .await
+        .unwrap();
+    assert_eq!(r.action, ReleaseAction::Released);
+    w.slurm.assert_drained();
+    assert_eq!(w.record("T").0, None);
+    let (msg, kind) = err_text(release(&env, "sample", "gone-target", None).await);
+    assert_eq!(kind, "usage", "{msg}");
+    assert!(msg.contains("no target \"gone-target\""), "{msg}");
+    let launched = launch(
+        &env,
+        &LaunchRequest {
+            mirror: "sample".into(),
+            target: "T".into(),
+            ..LaunchRequest::default()
+        },
+    )
+    .await;
+    assert!(launched.is_err(), "a launch on a removed target went ahead");
+}
+
 // ---------------------------------------------------------------- attach
 
 /// 49, 51, 52: attach runs srun for a running job, refuses without a job (no Slurm call) and

@@ -98,7 +98,21 @@ pub struct Resolved<'a> {
     pub target: &'a Target,
     pub token: String,
     pub job_name: JobName,
+    /// False for a session the journal records on a target the configuration no longer has
+    /// (see `Env::resolve_recorded`): `target` pins nothing then.
+    pub configured: bool,
 }
+
+/// The target of a recorded session whose target was removed from the configuration.
+static UNCONFIGURED: Target = Target {
+    partition: String::new(),
+    account: String::new(),
+    qos: None,
+    time: None,
+    cpus_per_task: None,
+    mem: None,
+    confined: false,
+};
 
 impl<S> Env<'_, S> {
     pub fn resolve(&self, mirror: &str, target: &str) -> Result<Resolved<'_>, SessionError> {
@@ -129,7 +143,35 @@ impl<S> Env<'_, S> {
             target: t,
             token,
             job_name,
+            configured: true,
         })
+    }
+
+    /// As `resolve`, but a session the journal records stays reachable after its target was
+    /// removed from the configuration, so that it can still be released by job id.
+    pub fn resolve_recorded(
+        &self,
+        mirror: &str,
+        target: &str,
+    ) -> Result<Resolved<'_>, SessionError> {
+        match self.resolve(mirror, target) {
+            Err(SessionError::Config(ConfigError::UnknownTarget { .. })) => {
+                let key = SessionKey::new(mirror, target);
+                if read_state(self.state_dir)?.sessions.get(&key).is_none() {
+                    return self.resolve(mirror, target);
+                }
+                let name = self.config.job_name(mirror);
+                Ok(Resolved {
+                    key,
+                    target: &UNCONFIGURED,
+                    token: sanitize_token(mirror),
+                    job_name: JobName::new(name.clone())
+                        .map_err(|e| SessionError::Usage(format!("job name {name:?}: {e}")))?,
+                    configured: false,
+                })
+            }
+            other => other,
+        }
     }
 
     /// Every configured target with its pins, in name order.

@@ -128,7 +128,7 @@ async fn settle_replaced<S: Scheduler>(
 
 /// Read-only: what `release` would do now.
 pub fn plan<S>(env: &Env<'_, S>, mirror: &str, target: &str) -> Result<ReleasePlan, SessionError> {
-    let r = env.resolve(mirror, target)?;
+    let r = env.resolve_recorded(mirror, target)?;
     let state = super::read_state(env.state_dir)?;
     Ok(plan_of(&state, r.key))
 }
@@ -141,7 +141,7 @@ pub async fn release<S: Scheduler>(
     target: &str,
     expected: Option<JobId>,
 ) -> Result<ReleaseReport, SessionError> {
-    let r = env.resolve(mirror, target)?;
+    let r = env.resolve_recorded(mirror, target)?;
     let _lock = TokenLock::take(env.state_dir, &r.token)?;
     let (book, state) = Book::open(env.state_dir)?;
     let mut plan = plan_of(&state, r.key.clone());
@@ -170,6 +170,16 @@ pub async fn release<S: Scheduler>(
         }
         None => None,
     };
+    if plan.job.is_none() && plan.may_exist && !r.configured {
+        return Err(SessionError::Usage(format!(
+            "an earlier submission for {} may have created a job, and target {:?} is no longer \
+             in {}: put it back to look the job up by name, or `squeue --me --name={}`",
+            r.key,
+            r.key.target,
+            env.config_path.display(),
+            r.job_name
+        )));
+    }
     if plan.job.is_none() && plan.may_exist {
         // Resolve the ambiguous submission by name, as a launch would, before saying "nothing".
         let probe = name_probe(env, &r, &[]).await;
