@@ -64,9 +64,11 @@ pub enum ConfigError {
     },
     #[error("config file {}: {message}", path.display())]
     Malformed { path: PathBuf, message: String },
-    #[error("config file {}: mirrors {first:?} and {second:?} both have the token {token:?}; rename one", path.display())]
+    #[error("config file {}: {at}mirrors {first:?} and {second:?} both have the token {token:?}; rename one", path.display())]
     TokenCollision {
         path: PathBuf,
+        /// `line N: ` where the second mirror's table starts, when it can be found.
+        at: String,
         first: String,
         second: String,
         token: String,
@@ -118,6 +120,36 @@ pub fn session_files_dir(
     }
 }
 
+/// The 1-based line of `key` in the table `table` (`None`: the top level), or of the table's
+/// header when `key` is `None`. Quotes around table name parts are ignored; keys written as
+/// dotted paths or inline tables are not found (the error then names no line).
+fn line_of(text: &str, table: Option<&str>, key: Option<&str>) -> Option<usize> {
+    let mut current: Option<String> = None;
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if let Some(header) = l.strip_prefix('[').and_then(|h| h.split(']').next()) {
+            let parts: Vec<String> = header
+                .split('.')
+                .map(|p| p.trim().trim_matches('"').to_owned())
+                .collect();
+            current = Some(parts.join("."));
+            if key.is_none() && current.as_deref() == table {
+                return Some(i + 1);
+            }
+            continue;
+        }
+        if let Some(key) = key {
+            let is_key = l
+                .strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with('='));
+            if is_key && current.as_deref() == table {
+                return Some(i + 1);
+            }
+        }
+    }
+    None
+}
+
 /// A token is the mirror name with every character outside `[A-Za-z0-9._-]` replaced by `_`,
 /// one per character (per Unicode scalar), nothing trimmed.
 pub fn sanitize_token(name: &str) -> String {
@@ -153,31 +185,44 @@ impl Config {
             path: path.to_owned(),
             message: e.to_string().trim_end().replace('\n', " "),
         })?;
-        config.validate(path)?;
+        config.validate(path, text)?;
         Ok(config)
     }
 
-    fn validate(&self, path: &Path) -> Result<(), ConfigError> {
-        let malformed = |message: String| ConfigError::Malformed {
+    /// Checks TOML cannot express; each error names the file, the line (when it can be found
+    /// in `text`) and the key.
+    fn validate(&self, path: &Path, text: &str) -> Result<(), ConfigError> {
+        let at = |table: Option<&str>, key: Option<&str>| {
+            line_of(text, table, key).map_or_else(String::new, |n| format!("line {n}: "))
+        };
+        let malformed = |at: String, message: String| ConfigError::Malformed {
             path: path.to_owned(),
-            message,
+            message: format!("{at}{message}"),
         };
         if sanitize_token(&self.job_name_prefix) != self.job_name_prefix {
-            return Err(malformed(format!(
-                "job_name_prefix {:?} may only hold [A-Za-z0-9._-]",
-                self.job_name_prefix
-            )));
+            return Err(malformed(
+                at(None, Some("job_name_prefix")),
+                format!(
+                    "job_name_prefix {:?} may only hold [A-Za-z0-9._-]",
+                    self.job_name_prefix
+                ),
+            ));
         }
         for (name, t) in &self.targets {
-            if t.partition.is_empty() || t.account.is_empty() {
-                return Err(malformed(format!(
-                    "targets.{name}: partition and account must not be empty"
-                )));
+            let table = format!("targets.{name}");
+            for (key, value) in [("partition", &t.partition), ("account", &t.account)] {
+                if value.is_empty() {
+                    return Err(malformed(
+                        at(Some(&table), Some(key)),
+                        format!("{table}.{key} must not be empty"),
+                    ));
+                }
             }
             if t.cpus_per_task == Some(0) {
-                return Err(malformed(format!(
-                    "targets.{name}.cpus_per_task must be at least 1"
-                )));
+                return Err(malformed(
+                    at(Some(&table), Some("cpus_per_task")),
+                    format!("{table}.cpus_per_task must be at least 1"),
+                ));
             }
         }
         let mut seen: BTreeMap<String, &str> = BTreeMap::new();
@@ -186,6 +231,7 @@ impl Config {
             if let Some(first) = seen.insert(token.clone(), name) {
                 return Err(ConfigError::TokenCollision {
                     path: path.to_owned(),
+                    at: at(Some(&format!("mirrors.{name}")), None),
                     first: first.to_owned(),
                     second: name.clone(),
                     token,
@@ -325,5 +371,28 @@ confined = true
             session_files_dir(&c, state, &both),
             Path::new("/nfs/me/dispatch")
         );
+    }
+
+    #[test]
+    fn checks_beyond_toml_name_the_line_and_the_key() {
+        let err = |text: &str| {
+            Config::parse(text, Path::new("c.toml"))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err("\njob_name_prefix = \"bad prefix\"\n");
+        assert!(e.contains("c.toml: line 2: job_name_prefix"), "{e}");
+        let e = err("[targets.a]\npartition = \"p\"\naccount = \"\"\n");
+        assert!(
+            e.contains("line 3: targets.a.account must not be empty"),
+            "{e}"
+        );
+        let e = err("[targets.\"my t\"]\npartition = \"p\"\naccount = \"a\"\ncpus_per_task = 0\n");
+        assert!(
+            e.contains("line 4: targets.my t.cpus_per_task must be at least 1"),
+            "{e}"
+        );
+        let e = err("[mirrors.\"K Agg\"]\n\n[mirrors.\"K/Agg\"]\n");
+        assert!(e.contains("c.toml: line 3: mirrors"), "{e}");
     }
 }

@@ -62,15 +62,7 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
             block_on(cli::pool::run(cmd, &ctx, cli.json))
         }
         Command::Submit(args) => {
-            let config_path =
-                dispatch::config::resolve(cli.config.as_deref(), &env).ok_or_else(|| {
-                    exit::Failure::new(
-                        exit::USAGE,
-                        "no config file: set --config, DISPATCH_CONFIG or HOME",
-                    )
-                })?;
-            let config = dispatch::config::Config::load(&config_path)
-                .map_err(|e| exit::Failure::new(exit::USAGE, e.to_string()))?;
+            let (config, config_path) = load_config(cli, &env)?;
             let ctx = context(state_dir()?)?;
             block_on(cli::pool::run_submit(
                 args,
