@@ -175,5 +175,5 @@ fn native_state_and_cleanup_budgets_are_separate_settings_that_widen_the_shutdow
         "true",
     ]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("0..=3600"), "{err}");
+    assert!(err.contains("whole seconds from 0 to 3600"), "{err}");
 }
