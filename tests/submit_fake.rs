@@ -172,7 +172,10 @@ fn a_time_limit_shorter_than_the_shutdown_window_is_refused_before_anything() {
             "true",
         ]);
         assert_eq!(code, 2, "{err}");
-        assert!(err.contains("whole seconds from 1 to 300"), "{bad:?}: {err}");
+        assert!(
+            err.contains("whole seconds from 1 to 300"),
+            "{bad:?}: {err}"
+        );
     }
 }
 
