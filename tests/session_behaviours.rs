@@ -1079,6 +1079,30 @@ async fn b49_b51_b52_attach() {
     assert_eq!(w.record("T").0, Some(42));
 }
 
+/// 52 [recommend]: a job that is not running yet is refused with what to do, and a probe
+/// that fails is an unknown outcome (exit 4) that changes nothing; neither runs srun.
+#[tokio::test]
+async fn attach_refuses_a_pending_job_and_a_failed_probe_changes_nothing() {
+    let w = World::new();
+    w.seed("T", 42, T).await;
+    let env = env(&w.config, &w.state, &w.slurm);
+    w.q()
+        .by_id
+        .push_back(live(&row("42", "PENDING", "", T, NAME)));
+    let (msg, kind) = err_text(attach::plan(&env, "sample", "T", &[], None).await);
+    assert_eq!(kind, "failed", "{msg}");
+    assert!(msg.contains("PENDING, not running yet"), "{msg}");
+    w.q()
+        .by_id
+        .push_back(unknown("slurm_load_jobs error: Socket timed out"));
+    let (msg, kind) = err_text(attach::plan(&env, "sample", "T", &[], None).await);
+    assert_eq!(kind, "unknown", "{msg}");
+    assert!(msg.contains("could not check Slurm job 42"), "{msg}");
+    assert!(!w.slurm.called("srun"));
+    w.slurm.assert_drained();
+    assert_eq!(w.record("T").0, Some(42), "the record is untouched");
+}
+
 // ---------------------------------------------------------------- records
 
 /// 53: (mirror, target) pairs are independent sessions.
