@@ -32,6 +32,7 @@ fn main() -> ExitCode {
         }
     };
     init_tracing(cli.verbose, cli.quiet);
+    cli::output::set_quiet(cli.quiet);
     let code = match run(&cli) {
         Ok(code) => code,
         Err(f) => {

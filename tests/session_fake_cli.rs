@@ -549,3 +549,29 @@ fn sessions_report_json() {
         human.stdout
     );
 }
+
+/// A launch whose job stays pending says so on stderr while it waits, and says nothing but
+/// the error with `-q`; stdout holds only the one JSON document either way.
+#[test]
+fn a_long_wait_reports_progress_unless_quiet() {
+    for quiet in [false, true] {
+        let f = Fake::new(json!({
+            "squeue": [
+                {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+                {"match": ["--jobs=4242"], "stdout": row("4242", "PENDING", "", T, NAME)},
+            ],
+            "sbatch": [{"stdout": "4242\n"}],
+        }));
+        let mut args = LAUNCH_T.to_vec();
+        args.extend_from_slice(&["--wait", "1"]);
+        if quiet {
+            args.push("-q");
+        }
+        let r = f.run(&args);
+        assert_eq!(r.code, 1, "{}", r.stderr);
+        assert!(r.stderr.contains("still PENDING"), "{}", r.stderr);
+        let progress = r.stderr.contains("is PENDING; waited");
+        assert_eq!(progress, !quiet, "quiet={quiet}: {}", r.stderr);
+        assert_eq!(json_of(&r)["error"]["exit_code"], 1);
+    }
+}

@@ -198,7 +198,7 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
             };
             let r = ops::submit(ctx, &req).await?;
             for w in &r.warnings {
-                eprintln!("dispatch: warning: {w}");
+                super::output::note(&format!("warning: {w}"));
             }
             if json {
                 print_json(&r)?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 
 use super::exit::{self, Failure};
-use super::output::print_json;
+use super::output::{note, print_json};
 use crate::config::Config;
 use crate::ops::session::launch::{launch, LaunchAction, LaunchReport, LaunchRequest};
 use crate::ops::session::release::{self, ReleaseAction};
@@ -125,7 +125,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
 
 fn warn(notes: &[String]) {
     for n in notes {
-        eprintln!("dispatch: warning: {n}");
+        note(&format!("warning: {n}"));
     }
 }
 
@@ -151,7 +151,7 @@ fn exec_srun(argv: &[std::ffi::OsString]) -> Failure {
 
 /// Progress of long waits: stderr, never stdout (which `--json` keeps for its one document).
 fn progress(line: &str) {
-    eprintln!("dispatch: {line}");
+    note(line);
 }
 
 pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
@@ -190,11 +190,11 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
             }
             let key = SessionKey::new(&report.mirror, &report.target);
             if ctx.json || !is_terminal() {
-                eprintln!(
-                    "dispatch: no terminal{}; attach with `{}`",
+                note(&format!(
+                    "no terminal{}; attach with `{}`",
                     if ctx.json { " (--json)" } else { "" },
                     command_for("attach", &key)
-                );
+                ));
                 return Ok(exit::OK);
             }
             let attach_cmd = if !report.confined && !report.command.is_empty() {
@@ -293,7 +293,7 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
                 max_iterations: once.then_some(1),
                 backoff: Backoff::default(),
             };
-            let mut progress = |line: String| eprintln!("dispatch: {line}");
+            let mut progress = |line: String| note(&line);
             let r = rt.block_on(renew(
                 &env(waits),
                 &session.mirror,
