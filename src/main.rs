@@ -77,7 +77,17 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
             let ctx = context(state_dir()?)?;
             block_on(cli::pool::run_stop(worker, *grace, &ctx, cli.json))
         }
-        Command::Inspect { worker } => cli::journal::run_inspect(&state_dir()?, worker, cli.json),
+        Command::Inspect {
+            worker: Some(worker),
+            ..
+        } => cli::journal::run_inspect(&state_dir()?, worker, cli.json),
+        Command::Inspect { trial, .. } => {
+            let ctx = context(state_dir()?)?;
+            let show = cli::trial::TrialCommand::Show {
+                trial: trial.clone().expect("clap requires a worker or --trial"),
+            };
+            cli::trial::run(&show, &ctx, cli.json)
+        }
         Command::Audit => cli::journal::run_audit(&state_dir()?, cli.json),
         Command::Reconcile => {
             let ctx = context(state_dir()?)?;

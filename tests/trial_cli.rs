@@ -116,6 +116,7 @@ fn a_trial_is_judged_once_and_passes_only_on_evidence() {
     assert_eq!(trials[1]["workers"][0]["worker"], "w2");
     assert!(trials[1]["verdict"].is_null());
     let shown = ok(&fake, &["trial", "show", "t1", "--json"]);
+    assert_eq!(ok(&fake, &["inspect", "--trial", "t1", "--json"]), shown);
     assert_eq!(shown["inspected"][0]["worker"], "w1");
     assert!(
         shown["inspected"][0]["timeline"].as_array().unwrap().len() >= 2,

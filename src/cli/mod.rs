@@ -63,8 +63,15 @@ pub enum Command {
     /// rules, snapshot agreement, published evidence. Exit 0 ok, 1 violations, 5 damaged
     Audit,
     /// Forensic view of one worker (by name or submission id): its timeline, the last event
-    /// about it, and its own journal up to any damage. Offline: no Slurm call, nothing written
-    Inspect { worker: String },
+    /// about it, and its own journal up to any damage; or, with --trial, of a whole trial and
+    /// each of its workers. Offline: no Slurm call, nothing written
+    #[command(group(clap::ArgGroup::new("what").required(true).args(["worker", "trial"])))]
+    Inspect {
+        worker: Option<String>,
+        /// A trial instead of one worker (as `dispatch trial show`)
+        #[arg(long, value_name = "TRIAL")]
+        trial: Option<String>,
+    },
     /// Replay the journal against Slurm and resolve what can be proven
     Reconcile,
     /// The worker side: commands that run inside a worker's job step
