@@ -1156,6 +1156,7 @@ fn settings(iterations: u64) -> RenewSettings {
             std::time::Duration::from_secs(1),
             std::time::Duration::from_secs(1),
         ),
+        stop: Default::default(),
     }
 }
 
@@ -1344,4 +1345,43 @@ async fn token_twins_are_refused() {
     assert_eq!(kind, "refused");
     assert!(msg.contains("K Agg"), "{msg}");
     assert!(slurm.calls().is_empty());
+}
+
+/// 73: a stop request ends renew between steps (here: during its pause), the job left running
+/// and untouched; a request made before the first step makes no Slurm call at all.
+#[tokio::test]
+async fn renew_stops_between_steps_and_leaves_the_job_running() {
+    let w = World::new();
+    w.seed("T", 111, T).await;
+    let env = env(&w.config, &w.state, &w.slurm);
+    let mut s = settings(1);
+    s.max_iterations = None;
+    s.poll = std::time::Duration::from_secs(30);
+    s.stop.request();
+    let r = renew(&env, "sample", "T", &s, &mut |_| {}).await.unwrap();
+    assert!(r.stopped && r.iterations == 0, "{r:?}");
+    assert!(w.slurm.calls().is_empty());
+
+    let mut s = settings(1);
+    s.max_iterations = None;
+    s.poll = std::time::Duration::from_secs(30);
+    w.q()
+        .by_id
+        .push_back(live(&short("111", "RUNNING", "10:00:00")));
+    let stop = std::sync::Arc::clone(&s.stop);
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        stop.request();
+    });
+    let started = std::time::Instant::now();
+    let r = renew(&env, "sample", "T", &s, &mut |_| {}).await.unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "it slept on"
+    );
+    assert!(r.stopped, "{r:?}");
+    assert_eq!((r.iterations, r.job_id), (1, 111));
+    w.slurm.assert_drained();
+    assert!(!w.slurm.called("scancel"));
+    assert_eq!(w.record("T").0, Some(111));
 }

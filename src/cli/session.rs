@@ -292,15 +292,37 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
                 poll: Duration::from_secs(*poll_interval),
                 max_iterations: once.then_some(1),
                 backoff: Backoff::default(),
+                stop: Default::default(),
             };
             let mut progress = |line: String| note(&line);
-            let r = rt.block_on(renew(
-                &env(waits),
-                &session.mirror,
-                &session.target,
-                &settings,
-                &mut progress,
-            ))?;
+            let stop = std::sync::Arc::clone(&settings.stop);
+            let r = rt.block_on(async {
+                // Ctrl-C: finish the current step, then stop (a relaunch is never cut in two);
+                // a second Ctrl-C quits at once, as without dispatch.
+                tokio::spawn(async move {
+                    while tokio::signal::ctrl_c().await.is_ok() {
+                        if stop.requested() {
+                            std::process::exit(130);
+                        }
+                        note("stopping after the current step (Ctrl-C again quits now); the job is left running");
+                        stop.request();
+                    }
+                });
+                renew(
+                    &env(waits),
+                    &session.mirror,
+                    &session.target,
+                    &settings,
+                    &mut progress,
+                )
+                .await
+            })?;
+            if r.stopped {
+                note(&format!(
+                    "renew stopped; job {} of {}--{} is left running",
+                    r.job_id, r.mirror, r.target
+                ));
+            }
             if ctx.json {
                 print_json(&r)?;
             } else {

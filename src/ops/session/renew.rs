@@ -20,6 +20,27 @@ pub struct RenewSettings {
     /// `--once` is 1.
     pub max_iterations: Option<u64>,
     pub backoff: Backoff,
+    /// Asked to stop (Ctrl-C): renew ends between steps, never in the middle of a relaunch.
+    pub stop: std::sync::Arc<Stop>,
+}
+
+/// A request to stop renewing, honoured at the next step boundary or during a pause.
+#[derive(Debug, Default)]
+pub struct Stop {
+    requested: std::sync::atomic::AtomicBool,
+    wake: tokio::sync::Notify,
+}
+
+impl Stop {
+    pub fn request(&self) {
+        self.requested
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.wake.notify_one();
+    }
+
+    pub fn requested(&self) -> bool {
+        self.requested.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -32,6 +53,8 @@ pub struct RenewReport {
     pub relaunched: Vec<u32>,
     pub cancelled: Vec<u32>,
     pub failed_relaunches: u64,
+    /// Ended by a stop request rather than by `--once`; the job is left running.
+    pub stopped: bool,
 }
 
 pub async fn renew<S: Scheduler>(
@@ -65,6 +88,10 @@ pub async fn renew<S: Scheduler>(
             .max_iterations
             .is_some_and(|m| report.iterations >= m)
         {
+            break;
+        }
+        if settings.stop.requested() {
+            report.stopped = true;
             break;
         }
         report.iterations += 1;
@@ -119,7 +146,8 @@ pub async fn renew<S: Scheduler>(
                                 Ok(()) => report.cancelled.push(job.get()),
                                 Err(e) => progress(format!(
                                     "cancelling the replaced job {job} failed: {e}; \
-                                     `dispatch sessions` flags it, `scancel {job}` removes it"
+                                     `dispatch sessions` flags it, `{}` settles it",
+                                    command_for("release", &key)
                                 )),
                             }
                         }
@@ -143,7 +171,10 @@ pub async fn renew<S: Scheduler>(
         if last {
             break;
         }
-        tokio::time::sleep(pause).await;
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = settings.stop.wake.notified() => {}
+        }
     }
     Ok(report)
 }
