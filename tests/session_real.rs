@@ -333,10 +333,20 @@ fn a_pending_job_survives_the_loss_of_the_state_directory() {
         assert!(Instant::now() < deadline, "job {id} never started");
         std::thread::sleep(Duration::from_millis(200));
     }
+    // slurmd opens the output a moment after squeue shows the job running.
     let log = s
         .cache()
         .join(format!("dispatch/sessions/logs/job-m-{id}.out"));
-    assert!(log.exists(), "no Slurm log at {}", log.display());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !log.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no Slurm log at {}: {:?}",
+            log.display(),
+            s.jobs(&name)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     // Still running a while later: it did not fail for want of its files.
     std::thread::sleep(Duration::from_secs(2));
     let jobs = s.jobs(&name);
