@@ -47,6 +47,10 @@ fn a_trial_is_judged_once_and_passes_only_on_evidence() {
     assert_eq!(t["pin"], "78f43ad");
     assert!(t["verdict"].is_null());
     refused(&fake, &["trial", "open", "t1"], "already exists");
+    let long = "x".repeat(5000);
+    let (code, _, err) = fake.run(&["trial", "open", "t9", "--note", &long]);
+    assert_eq!(code, 2, "an overlong note is a usage error: {err}");
+    assert!(err.contains("at most 4096"), "{err}");
     refused(
         &fake,
         &["trial", "verdict", "t1", "passed", "--reason", "r"],

@@ -96,8 +96,24 @@ pub struct OpenRequest {
     pub note: String,
 }
 
+/// The longest `--note`, `--pin` or `--reason` kept in the journal, in bytes.
+pub const MAX_TEXT: usize = 4096;
+
+fn check_text(what: &str, text: &str) -> Result<(), OpError> {
+    if text.len() > MAX_TEXT {
+        return Err(OpError::Usage(format!(
+            "{what} is {} bytes; at most {MAX_TEXT} are kept (put longer text in a file and \
+             name the file)",
+            text.len()
+        )));
+    }
+    Ok(())
+}
+
 pub fn open<S: Scheduler>(ctx: &Ctx<S>, req: &OpenRequest) -> Result<TrialView, OpError> {
     check_name("trial", &req.trial).map_err(OpError::Usage)?;
+    check_text("--note", &req.note)?;
+    check_text("--pin", req.pin.as_deref().unwrap_or(""))?;
     let (writer, loaded) = ctx.lock_and_load()?;
     policy::check_open(&loaded.state.trials, &req.trial, req.follows.as_deref())
         .map_err(refused)?;
@@ -143,6 +159,7 @@ pub fn judge<S: Scheduler>(
     verdict: Verdict,
     reason: &str,
 ) -> Result<TrialView, OpError> {
+    check_text("--reason", reason)?;
     let (writer, loaded) = ctx.lock_and_load()?;
     let state = &loaded.state;
     let t = state
