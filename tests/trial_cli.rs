@@ -32,6 +32,11 @@ fn submit<'a>(trial: &'a str, name: &'a str) -> Vec<&'a str> {
 fn a_trial_is_judged_once_and_passes_only_on_evidence() {
     let fake = Fake::new();
     fake.scenario(json!({"sbatch": [{"stdout": "51\n"}, {"stdout": "52\n"}]}));
+    assert_eq!(
+        ok(&fake, &["trials", "--json"]),
+        json!({"trials": []}),
+        "no journal yet: no trials"
+    );
     ok(&fake, &["journal", "init", "--json"]);
 
     refused(&fake, &submit("t1", "w0"), "no trial \"t1\"");

@@ -192,9 +192,13 @@ pub fn judge<S: Scheduler>(
     Ok(view(state, &t))
 }
 
-/// Every trial, oldest name first (offline).
+/// Every trial, in name order (offline). No journal yet means no trials.
 pub fn list(state_dir: &Path) -> Result<Vec<TrialView>, OpError> {
-    let loaded = journal::load(&crate::statedir::journal_dir(state_dir))?;
+    let loaded = match journal::load(&crate::statedir::journal_dir(state_dir)) {
+        Ok(l) => l,
+        Err(crate::journal::JournalError::Missing(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
     let s = &loaded.state;
     Ok(s.trials.trials.values().map(|t| view(s, t)).collect())
 }
