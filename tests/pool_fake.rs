@@ -177,3 +177,16 @@ fn native_state_and_cleanup_budgets_are_separate_settings_that_widen_the_shutdow
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("whole seconds from 0 to 3600"), "{err}");
 }
+
+/// Before any journal exists, `pool status` shows no pools (exit 0), makes no Slurm call and
+/// creates nothing.
+#[test]
+fn status_before_any_journal_shows_no_pools() {
+    let fake = Fake::new();
+    fake.scenario(serde_json::json!({}));
+    let (code, out, err) = fake.run(&["pool", "status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), r#"{"pools":[]}"#);
+    assert!(fake.calls().is_empty());
+    assert!(!fake.state().exists(), "status created the state directory");
+}

@@ -217,13 +217,15 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
             if *refresh {
                 reconcile::reconcile(ctx, pool.as_deref()).await?;
             }
-            let loaded = ctx.load()?;
-            let r = ops::status(
-                &loaded.state,
-                Some(&ctx.pools_dir()),
-                pool.as_deref(),
-                ctx.now(),
-            )?;
+            // No journal yet: no pools (as `sessions` and `trials` see it).
+            let state = match ctx.load() {
+                Ok(loaded) => loaded.state,
+                Err(OpError::Journal(crate::journal::JournalError::Missing(_))) => {
+                    crate::state::State::default()
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let r = ops::status(&state, Some(&ctx.pools_dir()), pool.as_deref(), ctx.now())?;
             if json {
                 print_json(&r)?;
             } else if r.pools.is_empty() {
