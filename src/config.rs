@@ -91,8 +91,8 @@ pub fn resolve(flag: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> Opt
     if let Some(p) = non_empty("DISPATCH_CONFIG") {
         return Some(PathBuf::from(p));
     }
-    if let Some(p) = non_empty("XDG_CONFIG_HOME") {
-        return Some(PathBuf::from(p).join("dispatch/config.toml"));
+    if let Some(p) = crate::statedir::xdg_dir(env, "XDG_CONFIG_HOME") {
+        return Some(p.join("dispatch/config.toml"));
     }
     non_empty("HOME").map(|h| PathBuf::from(h).join(".config/dispatch/config.toml"))
 }
@@ -111,8 +111,8 @@ pub fn session_files_dir(
         return p.clone();
     }
     let non_empty = |k: &str| env(k).filter(|v| !v.is_empty());
-    if let Some(p) = non_empty("XDG_CACHE_HOME") {
-        return PathBuf::from(p).join("dispatch/sessions");
+    if let Some(p) = crate::statedir::xdg_dir(env, "XDG_CACHE_HOME") {
+        return p.join("dispatch/sessions");
     }
     match non_empty("HOME") {
         Some(h) => PathBuf::from(h).join(".cache/dispatch/sessions"),
@@ -354,10 +354,12 @@ confined = true
             session_files_dir(&c, state, &both),
             Path::new("/x/dispatch/sessions")
         );
-        assert_eq!(
-            session_files_dir(&c, state, &env(&[("XDG_CACHE_HOME", ""), ("HOME", "/h")])),
-            Path::new("/h/.cache/dispatch/sessions")
-        );
+        // Empty and relative XDG directories are ignored (the XDG spec calls them invalid).
+        let home = Path::new("/h/.cache/dispatch/sessions");
+        let empty = env(&[("XDG_CACHE_HOME", ""), ("HOME", "/h")]);
+        assert_eq!(session_files_dir(&c, state, &empty), home);
+        let relative = env(&[("XDG_CACHE_HOME", "rel/cache"), ("HOME", "/h")]);
+        assert_eq!(session_files_dir(&c, state, &relative), home);
         assert_eq!(
             session_files_dir(&c, state, &env(&[])),
             Path::new("/s/sessions")

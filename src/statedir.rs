@@ -25,6 +25,12 @@ pub enum StateDirError {
     Journal(#[from] JournalError),
 }
 
+/// An XDG base directory variable, if set to an absolute path: the XDG spec says a relative
+/// one is invalid and must be ignored.
+pub fn xdg_dir(env: &dyn Fn(&str) -> Option<String>, var: &str) -> Option<PathBuf> {
+    env(var).map(PathBuf::from).filter(|p| p.is_absolute())
+}
+
 /// `--state-dir`, else `$DISPATCH_STATE_DIR`, else `$XDG_STATE_HOME/dispatch`, else
 /// `~/.local/state/dispatch`.
 pub fn resolve(
@@ -38,8 +44,8 @@ pub fn resolve(
     if let Some(p) = non_empty("DISPATCH_STATE_DIR") {
         return Ok(PathBuf::from(p));
     }
-    if let Some(p) = non_empty("XDG_STATE_HOME") {
-        return Ok(PathBuf::from(p).join("dispatch"));
+    if let Some(p) = xdg_dir(env, "XDG_STATE_HOME") {
+        return Ok(p.join("dispatch"));
     }
     if let Some(home) = non_empty("HOME") {
         return Ok(PathBuf::from(home).join(".local/state/dispatch"));
@@ -112,6 +118,12 @@ mod tests {
             ("HOME", "/h"),
         ]);
         assert_eq!(resolve(None, &xdg).unwrap(), PathBuf::from("/x/dispatch"));
+        let relative = env(&[("XDG_STATE_HOME", "x"), ("HOME", "/h")]);
+        assert_eq!(
+            resolve(None, &relative).unwrap(),
+            PathBuf::from("/h/.local/state/dispatch"),
+            "a relative XDG_STATE_HOME is ignored"
+        );
         let home = env(&[("HOME", "/h")]);
         assert_eq!(
             resolve(None, &home).unwrap(),
