@@ -66,6 +66,17 @@ fn a_refusal_that_clears_on_the_one_reinspection_lets_the_worker_through() {
     assert_eq!(code, 0, "{err}");
     let r: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(r["step_id"], "901.0");
+    // The fake srun runs detached and logs its call when it starts, which on a busy machine
+    // can be after dispatch has returned.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !fake.programs().iter().any(|p| p == "srun") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            fake.programs()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let programs = fake.programs();
     assert_eq!(
         programs.iter().filter(|p| *p == "scontrol").count(),
