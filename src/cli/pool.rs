@@ -69,15 +69,26 @@ pub struct WorkerArgs {
 }
 
 impl WorkerArgs {
-    /// The worker's time budgets: publication, native state and cleanup are separate settings;
-    /// together they are the early-shutdown window before the allocation's end.
-    pub fn budgets(&self) -> Budgets {
-        Budgets {
-            publication_timeout_s: self.publication_timeout,
-            native_state_s: self.native_state_budget,
-            cleanup_s: self.cleanup_budget,
-            grace_s: 0,
-            min_run_s: Budgets::DEFAULT_MIN_RUN_S,
+    /// The worker as the ops take it. Publication, native state, cleanup and the payload's
+    /// grace are separate budgets; together they are the early-shutdown window before the
+    /// allocation's end.
+    pub fn spec(&self, grace_s: u32, extras: &SubmitExtras) -> crate::ops::spec::WorkerSpec {
+        crate::ops::spec::WorkerSpec {
+            worker: self.name.clone(),
+            cpus: self.cpus,
+            mem: self.mem,
+            budgets: Budgets {
+                publication_timeout_s: self.publication_timeout,
+                native_state_s: self.native_state_budget,
+                cleanup_s: self.cleanup_budget,
+                grace_s,
+                min_run_s: Budgets::DEFAULT_MIN_RUN_S,
+            },
+            command: self.command.clone(),
+            source: extras.source.clone(),
+            image: extras.image.clone(),
+            append_only_glob: extras.append_only_glob.clone(),
+            trial: extras.trial.clone(),
         }
     }
 }
@@ -185,16 +196,7 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
         } => {
             let req = ops::SubmitRequest {
                 pool: pool.clone(),
-                worker: worker.name.clone(),
-                cpus: worker.cpus,
-                mem: worker.mem,
-                budgets: worker.budgets().with_grace(*grace),
-                grace_s: *grace,
-                command: worker.command.clone(),
-                source: assets.source.clone(),
-                image: assets.image.clone(),
-                append_only_glob: assets.append_only_glob.clone(),
-                trial: assets.trial.clone(),
+                spec: worker.spec(*grace, assets),
             };
             let r = ops::submit(ctx, &req).await?;
             for w in &r.warnings {
@@ -387,17 +389,8 @@ pub async fn run_submit<S: Scheduler>(
     let req = crate::ops::submit::JobSubmitRequest {
         target_name: args.target.clone(),
         target,
-        worker: args.worker.name.clone(),
-        cpus: args.worker.cpus,
-        mem: args.worker.mem,
         time: args.time,
-        budgets: args.worker.budgets().with_grace(args.grace),
-        grace_s: args.grace,
-        command: args.worker.command.clone(),
-        source: args.assets.source.clone(),
-        image: args.assets.image.clone(),
-        append_only_glob: args.assets.append_only_glob.clone(),
-        trial: args.assets.trial.clone(),
+        spec: args.worker.spec(args.grace, &args.assets),
     };
     let r = crate::ops::submit::submit(ctx, &req).await?;
     if json {

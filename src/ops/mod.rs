@@ -11,5 +11,6 @@ pub mod journal;
 pub mod pool;
 pub mod reconcile;
 pub mod session;
+pub mod spec;
 pub mod submit;
 pub mod trial;

@@ -12,14 +12,13 @@ use uuid::Uuid;
 use super::context::{await_proof, snapshot_quietly, Ctx, STOP_PROOF_TIMEOUT};
 use super::error::OpError;
 use super::facts::allocation_facts;
+use super::spec::WorkerSpec;
 use crate::event::{Event, Micros};
 use crate::failpoint;
 use crate::journal::{JournalError, Writer};
 use crate::policy::node as node_policy;
-use crate::policy::pool::{self as policy, AllocationFacts, Budgets, Refusal, WorkerAsk};
-use crate::slurm::{
-    Answer, JobId, JobName, MemoryMb, Scheduler, Signal, StepId, StepKind, StepRequest,
-};
+use crate::policy::pool::{self as policy, AllocationFacts, Refusal, WorkerAsk};
+use crate::slurm::{Answer, JobId, JobName, Scheduler, Signal, StepId, StepKind, StepRequest};
 use crate::state::pool::*;
 use crate::state::State;
 use crate::worker::dirs::{check_name, WorkerDirs};
@@ -162,19 +161,7 @@ pub fn detach<S: Scheduler>(ctx: &Ctx<S>, pool: &str) -> Result<DetachReport, Op
 #[derive(Clone, Debug)]
 pub struct SubmitRequest {
     pub pool: String,
-    pub worker: Option<String>,
-    pub cpus: u32,
-    pub mem: MemoryMb,
-    pub budgets: Budgets,
-    pub grace_s: u32,
-    pub command: Vec<String>,
-    /// Names of the source and image assets the worker uses.
-    pub source: Option<String>,
-    pub image: Option<String>,
-    /// File names in the native-state directory that are append-only logs.
-    pub append_only_glob: Option<String>,
-    /// The acceptance trial the worker joins.
-    pub trial: Option<String>,
+    pub spec: WorkerSpec,
 }
 
 #[derive(Debug, Serialize)]
@@ -216,17 +203,10 @@ pub async fn submit<S: Scheduler>(
     req: &SubmitRequest,
 ) -> Result<SubmitReport, OpError> {
     check_name("pool", &req.pool).map_err(OpError::Usage)?;
-    if let Some(w) = &req.worker {
-        check_name("worker", w).map_err(OpError::Usage)?;
-    }
-    if req.command.is_empty() {
-        return Err(OpError::Usage("no command given after --".to_owned()));
-    }
+    let spec = &req.spec;
+    spec.check()?;
     let submission_id = Uuid::new_v4();
-    let worker = req
-        .worker
-        .clone()
-        .unwrap_or_else(|| format!("w-{}", &submission_id.simple().to_string()[..8]));
+    let worker = spec.name(submission_id);
     let (writer, loaded) = ctx.lock_and_load()?;
     let pool = loaded
         .state
@@ -236,21 +216,20 @@ pub async fn submit<S: Scheduler>(
         .ok_or_else(|| Refusal::NoPool {
             pool: req.pool.clone(),
         })?;
-    // The payload's grace comes before publication: it is part of the shutdown window.
-    let budgets = req.budgets.with_grace(req.grace_s);
+    let budgets = spec.budgets;
     let ask = WorkerAsk {
         name: worker.clone(),
-        cpus: req.cpus,
-        mem_mb: req.mem.get(),
+        cpus: spec.cpus,
+        mem_mb: spec.mem.get(),
         budgets,
     };
     let assets = super::asset::resolve_for_worker(
         &loaded.state,
         &ctx.state_dir,
-        req.source.as_deref(),
-        req.image.as_deref(),
+        spec.source.as_deref(),
+        spec.image.as_deref(),
     )?;
-    let joined = match &req.trial {
+    let joined = match &spec.trial {
         Some(t) => Some(super::trial::join(&loaded.state, t, submission_id)?),
         None => None,
     };
@@ -268,10 +247,10 @@ pub async fn submit<S: Scheduler>(
         pool: req.pool.clone(),
         worker: worker.clone(),
         submission_id,
-        cpus: req.cpus,
-        mem_mb: req.mem.get(),
+        cpus: spec.cpus,
+        mem_mb: spec.mem.get(),
         publication_timeout_s: budgets.publication_timeout_s,
-        command: req.command.clone(),
+        command: spec.command.clone(),
     });
     let mut receipt = super::asset::receipt(intent, submission_id, &assets);
     receipt.extend(joined);
@@ -311,12 +290,12 @@ pub async fn submit<S: Scheduler>(
             publish_dir: &publish_dir,
             deadline: deadline.secs().to_string(),
             budgets,
-            append_only_glob: req.append_only_glob.as_deref(),
+            append_only_glob: spec.append_only_glob.as_deref(),
             assets: &assets,
         },
-        &req.command,
+        &spec.command,
     );
-    let mut step = StepRequest::new(job, step_name_checked, req.cpus, req.mem, command);
+    let mut step = StepRequest::new(job, step_name_checked, spec.cpus, spec.mem, command);
     // Without --overlap Slurm gives each worker CPUs no other worker holds, and the step's
     // cpuset confines it to them; with --overlap, workers were seen sharing CPU 0. The budget
     // check above keeps the steps from waiting on each other. No --cpu-bind: `cores` made

@@ -9,15 +9,14 @@ use uuid::Uuid;
 
 use super::context::{await_proof, snapshot_quietly, Ctx, STOP_PROOF_TIMEOUT};
 use super::error::OpError;
+use super::spec::WorkerSpec;
 use crate::config::Target;
 use crate::event::Event;
 use crate::failpoint;
-use crate::policy::pool::{Budgets, Refusal};
-use crate::slurm::{
-    BatchPayload, BatchRequest, JobName, MemoryMb, Placement, Scheduler, SlurmDuration,
-};
+use crate::policy::pool::Refusal;
+use crate::slurm::{BatchPayload, BatchRequest, JobName, Placement, Scheduler, SlurmDuration};
 use crate::state::jobs::*;
-use crate::worker::dirs::{check_name, WorkerDirs};
+use crate::worker::dirs::WorkerDirs;
 use crate::worker::supervisor;
 
 /// The batch script: it runs its arguments, unchanged. sbatch passes them through as argv, so
@@ -29,20 +28,8 @@ const BATCH_SCRIPT: &str =
 pub struct JobSubmitRequest {
     pub target_name: Option<String>,
     pub target: Option<Target>,
-    pub worker: Option<String>,
-    pub cpus: u32,
-    pub mem: MemoryMb,
     pub time: SlurmDuration,
-    pub budgets: Budgets,
-    pub grace_s: u32,
-    pub command: Vec<String>,
-    /// Names of the source and image assets the worker uses.
-    pub source: Option<String>,
-    pub image: Option<String>,
-    /// File names in the native-state directory that are append-only logs.
-    pub append_only_glob: Option<String>,
-    /// The acceptance trial the worker joins.
-    pub trial: Option<String>,
+    pub spec: WorkerSpec,
 }
 
 #[derive(Debug, Serialize)]
@@ -60,27 +47,19 @@ pub async fn submit<S: Scheduler>(
     ctx: &Ctx<S>,
     req: &JobSubmitRequest,
 ) -> Result<JobSubmitReport, OpError> {
-    if let Some(w) = &req.worker {
-        check_name("worker", w).map_err(OpError::Usage)?;
-    }
-    if req.command.is_empty() {
-        return Err(OpError::Usage("no command given after --".to_owned()));
-    }
+    let spec = &req.spec;
+    spec.check()?;
     let time_s = req
         .time
         .as_secs()
         .ok_or_else(|| OpError::Usage(format!("--time {} is not a finite duration", req.time)))?;
-    // The payload's grace comes before publication: it is part of the shutdown window.
-    let budgets = req.budgets.with_grace(req.grace_s);
+    let budgets = spec.budgets;
     let need_s = budgets.shutdown_window_s() + i64::from(budgets.min_run_s);
     if (time_s as i64) < need_s {
         return Err(Refusal::TimeLimitTooShort { time_s, need_s }.into());
     }
     let submission_id = Uuid::new_v4();
-    let worker = req
-        .worker
-        .clone()
-        .unwrap_or_else(|| format!("w-{}", &submission_id.simple().to_string()[..8]));
+    let worker = spec.name(submission_id);
     let name = JobName::new(worker.clone()).map_err(|e| OpError::Usage(e.to_string()))?;
     let (writer, loaded) = ctx.lock_and_load()?;
     if loaded
@@ -95,10 +74,10 @@ pub async fn submit<S: Scheduler>(
     let assets = super::asset::resolve_for_worker(
         &loaded.state,
         &ctx.state_dir,
-        req.source.as_deref(),
-        req.image.as_deref(),
+        spec.source.as_deref(),
+        spec.image.as_deref(),
     )?;
-    let joined = match &req.trial {
+    let joined = match &spec.trial {
         Some(t) => Some(super::trial::join(&loaded.state, t, submission_id)?),
         None => None,
     };
@@ -109,11 +88,11 @@ pub async fn submit<S: Scheduler>(
         submission_id,
         worker: worker.clone(),
         target: req.target_name.clone(),
-        cpus: req.cpus,
-        mem_mb: req.mem.get(),
+        cpus: spec.cpus,
+        mem_mb: spec.mem.get(),
         time_s,
         publication_timeout_s: budgets.publication_timeout_s,
-        command: req.command.clone(),
+        command: spec.command.clone(),
     });
     let mut receipt = super::asset::receipt(intent, submission_id, &assets);
     receipt.extend(joined);
@@ -155,10 +134,10 @@ pub async fn submit<S: Scheduler>(
             publish_dir: &publish_dir,
             deadline: format!("+{deadline_after}"),
             budgets,
-            append_only_glob: req.append_only_glob.as_deref(),
+            append_only_glob: spec.append_only_glob.as_deref(),
             assets: &assets,
         },
-        &req.command,
+        &spec.command,
     );
     let target = req.target.as_ref();
     let mut batch = BatchRequest::new(name, BatchPayload::Script { path: script, args });
@@ -168,8 +147,8 @@ pub async fn submit<S: Scheduler>(
         qos: target.and_then(|t| t.qos.clone()),
         time: Some(req.time),
         nodes: Some(1),
-        cpus_per_task: Some(req.cpus),
-        mem: Some(req.mem),
+        cpus_per_task: Some(spec.cpus),
+        mem: Some(spec.mem),
     };
     batch.output = Some(dirs.evidence.join("stdout"));
     batch.error = Some(dirs.evidence.join("stderr"));

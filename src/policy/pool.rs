@@ -37,10 +37,6 @@ impl Budgets {
         }
     }
 
-    pub fn with_grace(self, grace_s: u32) -> Budgets {
-        Budgets { grace_s, ..self }
-    }
-
     /// From the early-shutdown signal to the allocation's end.
     pub fn shutdown_window_s(&self) -> i64 {
         i64::from(self.grace_s)
@@ -427,7 +423,7 @@ mod tests {
             Micros::from_secs(940)
         );
         // The payload's grace comes before publication, so it is part of the window.
-        let b = b.with_grace(10);
+        let b = Budgets { grace_s: 10, ..b };
         assert_eq!(b.shutdown_window_s(), 70);
         assert_eq!(
             early_shutdown_deadline(Micros::from_secs(1000), &b),
