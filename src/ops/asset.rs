@@ -61,19 +61,6 @@ pub fn resolve_for_worker(
     Ok(out)
 }
 
-/// A worker's durable receipt: its intent and, in the same commit, the assets it uses (a
-/// released kind's fields never change, so they are their own event).
-pub fn receipt(intent: Event, submission_id: Uuid, assets: &[AssetRecord]) -> Vec<Event> {
-    let mut events = vec![intent];
-    if !assets.is_empty() {
-        events.push(Event::WorkerAssetsBound(WorkerAssetsBound {
-            submission_id,
-            assets: assets.to_vec(),
-        }));
-    }
-    events
-}
-
 #[derive(Debug, Serialize)]
 pub struct AssetView {
     pub name: String,

@@ -74,10 +74,7 @@ pub(crate) struct Found {
 
 impl Found {
     pub fn dirs(&self, state_dir: &Path) -> WorkerDirs {
-        match &self.pool {
-            Some(pool) => WorkerDirs::new(&state_dir.join("pools"), pool, self.submission_id),
-            None => WorkerDirs::for_job(&state_dir.join("jobs"), self.submission_id),
-        }
+        WorkerDirs::of(state_dir, self.pool.as_deref(), self.submission_id)
     }
 }
 

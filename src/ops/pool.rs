@@ -223,16 +223,7 @@ pub async fn submit<S: Scheduler>(
         mem_mb: spec.mem.get(),
         budgets,
     };
-    let assets = super::asset::resolve_for_worker(
-        &loaded.state,
-        &ctx.state_dir,
-        spec.source.as_deref(),
-        spec.image.as_deref(),
-    )?;
-    let joined = match &spec.trial {
-        Some(t) => Some(super::trial::join(&loaded.state, t, submission_id)?),
-        None => None,
-    };
+    let bound = spec.bind(&loaded.state, &ctx.state_dir, submission_id)?;
     inspect_for_submit(ctx, pool, &ask).await?;
     let job = job_id(&pool.allocation)?;
     let name = step_name(&req.pool, &worker);
@@ -252,9 +243,7 @@ pub async fn submit<S: Scheduler>(
         publication_timeout_s: budgets.publication_timeout_s,
         command: spec.command.clone(),
     });
-    let mut receipt = super::asset::receipt(intent, submission_id, &assets);
-    receipt.extend(joined);
-    writer.append(receipt)?;
+    writer.append(bound.receipt(intent, submission_id))?;
     failpoint::hit("pool-submit-after-intent");
     let mut report = SubmitReport {
         pool: req.pool.clone(),
@@ -291,7 +280,7 @@ pub async fn submit<S: Scheduler>(
             deadline: deadline.secs().to_string(),
             budgets,
             append_only_glob: spec.append_only_glob.as_deref(),
-            assets: &assets,
+            assets: &bound.assets,
         },
         &spec.command,
     );

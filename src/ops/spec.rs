@@ -1,10 +1,15 @@
 //! What a worker is asked to be, for `pool submit` and `submit` alike.
 
+use std::path::Path;
+
 use uuid::Uuid;
 
 use super::error::OpError;
+use crate::event::Event;
 use crate::policy::pool::Budgets;
 use crate::slurm::MemoryMb;
+use crate::state::asset::{AssetRecord, WorkerAssetsBound};
+use crate::state::State;
 use crate::worker::dirs::check_name;
 
 #[derive(Clone, Debug)]
@@ -42,5 +47,50 @@ impl WorkerSpec {
         self.worker
             .clone()
             .unwrap_or_else(|| format!("w-{}", &submission_id.simple().to_string()[..8]))
+    }
+}
+
+/// What a submission carries beyond its intent, checked against the journal under its lock.
+pub struct Bound {
+    /// The source and image assets, in that order.
+    pub assets: Vec<AssetRecord>,
+    joined: Option<Event>,
+}
+
+impl WorkerSpec {
+    /// Resolve the assets and check the trial the worker joins (refusals are exit 3).
+    pub fn bind(
+        &self,
+        state: &State,
+        state_dir: &Path,
+        submission_id: Uuid,
+    ) -> Result<Bound, OpError> {
+        let assets = super::asset::resolve_for_worker(
+            state,
+            state_dir,
+            self.source.as_deref(),
+            self.image.as_deref(),
+        )?;
+        let joined = match &self.trial {
+            Some(t) => Some(super::trial::join(state, t, submission_id)?),
+            None => None,
+        };
+        Ok(Bound { assets, joined })
+    }
+}
+
+impl Bound {
+    /// The worker's durable receipt, one commit: its intent, the assets it uses (a released
+    /// kind's fields never change, so they are their own event) and its trial membership.
+    pub fn receipt(&self, intent: Event, submission_id: Uuid) -> Vec<Event> {
+        let mut events = vec![intent];
+        if !self.assets.is_empty() {
+            events.push(Event::WorkerAssetsBound(WorkerAssetsBound {
+                submission_id,
+                assets: self.assets.clone(),
+            }));
+        }
+        events.extend(self.joined.clone());
+        events
     }
 }

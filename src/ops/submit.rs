@@ -71,16 +71,7 @@ pub async fn submit<S: Scheduler>(
     {
         return Err(OpError::Refused(Refusal::DuplicateJobWorker { worker }));
     }
-    let assets = super::asset::resolve_for_worker(
-        &loaded.state,
-        &ctx.state_dir,
-        spec.source.as_deref(),
-        spec.image.as_deref(),
-    )?;
-    let joined = match &spec.trial {
-        Some(t) => Some(super::trial::join(&loaded.state, t, submission_id)?),
-        None => None,
-    };
+    let bound = spec.bind(&loaded.state, &ctx.state_dir, submission_id)?;
     let dirs = WorkerDirs::for_job(&jobs_dir(ctx), submission_id);
 
     // The durable receipt, with the assets the worker uses in the same commit.
@@ -94,9 +85,7 @@ pub async fn submit<S: Scheduler>(
         publication_timeout_s: budgets.publication_timeout_s,
         command: spec.command.clone(),
     });
-    let mut receipt = super::asset::receipt(intent, submission_id, &assets);
-    receipt.extend(joined);
-    writer.append(receipt)?;
+    writer.append(bound.receipt(intent, submission_id))?;
     failpoint::hit("submit-after-intent");
     let script = dirs.root.join("batch.sh");
     let prepared = dirs.create().and_then(|()| {
@@ -135,7 +124,7 @@ pub async fn submit<S: Scheduler>(
             deadline: format!("+{deadline_after}"),
             budgets,
             append_only_glob: spec.append_only_glob.as_deref(),
-            assets: &assets,
+            assets: &bound.assets,
         },
         &spec.command,
     );

@@ -43,15 +43,10 @@ pub struct TrialWorkerView {
     pub state: String,
 }
 
-/// A trial worker's state now, and where its files are.
-fn locate(state_dir: &Path, state: &State, w: &TrialWorker) -> (String, WorkerDirs) {
-    let now = inspect::find(state, &w.submission_id.to_string())
-        .map_or_else(|| crate::state::ENDED.to_owned(), |f| f.state);
-    let dirs = match &w.pool {
-        Some(pool) => WorkerDirs::new(&state_dir.join("pools"), pool, w.submission_id),
-        None => WorkerDirs::for_job(&state_dir.join("jobs"), w.submission_id),
-    };
-    (now, dirs)
+/// A trial worker's state now: as the reduced state has it, or `ended` once it is dropped.
+fn state_now(state: &State, w: &TrialWorker) -> String {
+    inspect::find(state, &w.submission_id.to_string())
+        .map_or_else(|| crate::state::ENDED.to_owned(), |f| f.state)
 }
 
 #[derive(Debug, Serialize)]
@@ -76,8 +71,7 @@ pub fn view(state: &State, t: &Trial) -> TrialView {
                 submission_id: w.submission_id.to_string(),
                 worker: w.worker.clone(),
                 pool: w.pool.clone(),
-                state: inspect::find(state, &w.submission_id.to_string())
-                    .map_or_else(|| crate::state::ENDED.to_owned(), |f| f.state),
+                state: state_now(state, w),
             })
             .collect(),
         verdict: t.judgement.as_ref().map(|j| VerdictView {
@@ -131,11 +125,11 @@ pub fn open<S: Scheduler>(ctx: &Ctx<S>, req: &OpenRequest) -> Result<TrialView, 
 
 /// What one worker of the trial left, and whether its published evidence verifies now.
 fn evidence_of(state_dir: &Path, state: &State, w: &TrialWorker) -> (TrialEvidence, bool) {
-    let (now, dirs) = locate(state_dir, state, w);
+    let dirs = WorkerDirs::of(state_dir, w.pool.as_deref(), w.submission_id);
     let mut e = TrialEvidence {
         submission_id: w.submission_id,
         worker: w.worker.clone(),
-        state: now,
+        state: state_now(state, w),
         outcome: None,
         published_dir: None,
         manifest_sha256: None,

@@ -26,6 +26,15 @@ impl WorkerDirs {
         )
     }
 
+    /// A worker's directories under the state directory: a pool worker's, or (no pool) a
+    /// `dispatch submit` worker's.
+    pub fn of(state_dir: &Path, pool: Option<&str>, submission_id: Uuid) -> WorkerDirs {
+        match pool {
+            Some(pool) => Self::new(&state_dir.join("pools"), pool, submission_id),
+            None => Self::for_job(&state_dir.join("jobs"), submission_id),
+        }
+    }
+
     /// The directories of a one-job-per-worker submission (`dispatch submit`).
     pub fn for_job(jobs_dir: &Path, submission_id: Uuid) -> WorkerDirs {
         Self::at(jobs_dir.join(submission_id.to_string()))
