@@ -149,11 +149,6 @@ fn exec_srun(argv: &[std::ffi::OsString]) -> Failure {
     )
 }
 
-/// Progress of long waits: stderr, never stdout (which `--json` keeps for its one document).
-fn progress(line: &str) {
-    note(line);
-}
-
 pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
     let slurm = CliScheduler::new(ctx.slurm.clone());
     let env = |waits: Waits| Env {
@@ -163,7 +158,7 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
         session_files: &ctx.session_files,
         slurm: &slurm,
         waits,
-        progress: &progress,
+        progress: &note,
     };
     let rt = runtime()?;
     match cmd {
@@ -434,7 +429,7 @@ pub fn run_report(ctx: &Context) -> Result<u8, Failure> {
         session_files: &ctx.session_files,
         slurm: &slurm,
         waits: Waits::default(),
-        progress: &progress,
+        progress: &note,
     };
     let r = runtime()?.block_on(report::sessions(&env))?;
     if ctx.json {
