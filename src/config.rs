@@ -208,8 +208,33 @@ impl Config {
                 ),
             ));
         }
+        let no_control = |table: Option<&str>, key: &str, value: &str| {
+            let what = match table {
+                Some(t) => format!("{t}.{key}"),
+                None => key.to_owned(),
+            };
+            crate::names::check_no_control(&what, value)
+                .map_err(|m| malformed(at(table, Some(key)), m))
+        };
+        if let Some(dir) = &self.session_files {
+            no_control(None, "session_files", &dir.to_string_lossy())?;
+        }
         for (name, t) in &self.targets {
             let table = format!("targets.{name}");
+            crate::names::check_label("target", name)
+                .map_err(|m| malformed(at(Some(&table), None), m))?;
+            let pins = [
+                ("partition", Some(&t.partition)),
+                ("account", Some(&t.account)),
+                ("qos", t.qos.as_ref()),
+                ("time", t.time.as_ref()),
+                ("mem", t.mem.as_ref()),
+            ];
+            for (key, value) in pins {
+                if let Some(value) = value {
+                    no_control(Some(&table), key, value)?;
+                }
+            }
             for (key, value) in [("partition", &t.partition), ("account", &t.account)] {
                 if value.is_empty() {
                     return Err(malformed(
@@ -226,7 +251,13 @@ impl Config {
             }
         }
         let mut seen: BTreeMap<String, &str> = BTreeMap::new();
-        for name in self.mirrors.keys() {
+        for (name, mirror) in &self.mirrors {
+            let table = format!("mirrors.{name}");
+            crate::names::check_label("mirror", name)
+                .map_err(|m| malformed(at(Some(&table), None), m))?;
+            if let Some(path) = &mirror.path {
+                no_control(Some(&table), "path", &path.to_string_lossy())?;
+            }
             let token = sanitize_token(name);
             if let Some(first) = seen.insert(token.clone(), name) {
                 return Err(ConfigError::TokenCollision {
@@ -396,5 +427,37 @@ confined = true
         );
         let e = err("[mirrors.\"K Agg\"]\n\n[mirrors.\"K/Agg\"]\n");
         assert!(e.contains("c.toml: line 3: mirrors"), "{e}");
+    }
+
+    #[test]
+    fn control_characters_and_option_like_names_are_refused_at_load() {
+        let err = |text: &str| {
+            Config::parse(text, Path::new("c.toml"))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err("[targets.\"t\\ntouch PWNED\"]\npartition = \"p\"\naccount = \"a\"\n");
+        assert!(
+            e.contains("target name \"t\\ntouch PWNED\" contains a control"),
+            "{e}"
+        );
+        let e = err("[targets.\"-t\"]\npartition = \"p\"\naccount = \"a\"\n");
+        assert!(
+            e.contains("line 1: target name \"-t\" starts with '-'"),
+            "{e}"
+        );
+        let e = err("[targets.t]\npartition = \"p\\tq\"\naccount = \"a\"\n");
+        assert!(e.contains("line 2: targets.t.partition"), "{e}");
+        let e = err("[mirrors.m]\npath = \"/src/m\\n$(touch PWNED)\"\n");
+        assert!(e.contains("line 2: mirrors.m.path"), "{e}");
+        let e = err("[mirrors.\"m\\u001b[31m\"]\n");
+        assert!(e.contains("mirror name"), "{e}");
+        let e = err("session_files = \"/c\\r\"\n");
+        assert!(e.contains("line 1: session_files"), "{e}");
+        // Shell metacharacters without control characters are legitimate names: they are only
+        // ever quoted or sanitized.
+        let ok = "[targets.\"t$(id)`x`;'\"]\npartition = \"p\"\naccount = \"a\"\n\
+                  [mirrors.\"m $(id)\"]\npath = \"/src/$(id) 'q'\"\n";
+        Config::parse(ok, Path::new("c.toml")).unwrap();
     }
 }

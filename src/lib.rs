@@ -7,6 +7,7 @@ pub mod config;
 pub mod event;
 pub mod failpoint;
 pub mod journal;
+pub mod names;
 pub mod ops;
 pub mod policy;
 pub mod slurm;

@@ -695,3 +695,113 @@ fn renew_drains_into_a_new_job() {
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     assert_eq!(jobs[0].id, new);
 }
+
+/// Hostile names that are legal labels (shell syntax, quotes, backticks) in the mirror, the
+/// target and the mirror's configured path reach a real batch script: the job runs the
+/// command in the right directory and no value ever runs as code.
+#[test]
+fn hostile_names_never_run_as_code_in_a_real_job() {
+    let marker_dir = tempfile::tempdir().unwrap();
+    let mark = marker_dir.path().join("PWNED");
+    let m = mark.display().to_string();
+    let toml_str = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
+    let target = format!("t$(touch {m})`touch {m}`;'");
+    let configured = format!("m $(touch {m})");
+    let workdir = marker_dir
+        .path()
+        .join(format!("src $(touch {m}) 'q' `touch {m}`"));
+    std::fs::create_dir_all(&workdir).unwrap();
+    let missing = marker_dir.path().join(format!("gone $(touch {m})"));
+    let targets = format!(
+        "[targets.{}]\npartition = \"debug\"\naccount = \"dev\"\ntime = \"00:10:00\"\n\
+         mem = \"100M\"\nconfined = true\n\n[mirrors.{}]\npath = {}\n\n\
+         [mirrors.gone]\npath = {}\n",
+        toml_str(&target),
+        toml_str(&configured),
+        toml_str(&workdir.to_string_lossy()),
+        toml_str(&missing.to_string_lossy())
+    );
+    let s = Session::new("hostile", &targets);
+    let mirrors = [
+        configured.clone(),
+        format!("`touch {m}`"),
+        format!("x;touch {m}"),
+        format!("x' ; touch {m}; '"),
+        format!("x\" ; touch {m}; \""),
+    ];
+    for (i, mirror) in mirrors.iter().enumerate() {
+        let ran = marker_dir.path().join(format!("ran-{i}"));
+        let r = s.run(&[
+            "--json",
+            "session",
+            "launch",
+            mirror,
+            "-T",
+            &target,
+            "--detached",
+            "--",
+            "sh",
+            "-c",
+            "pwd > \"$1\"; exec sleep 300",
+            "sh",
+            ran.to_str().unwrap(),
+        ]);
+        assert_eq!(r.code, 0, "launch {mirror:?}: {}", r.stderr);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::fs::read_to_string(&ran).map_or(true, |t| t.is_empty()) {
+            assert!(
+                Instant::now() < deadline,
+                "{mirror:?}: the job never ran its command"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let pwd = std::fs::read_to_string(&ran).unwrap();
+        if i == 0 {
+            assert_eq!(pwd.trim_end(), workdir.to_str().unwrap(), "{mirror:?}");
+        }
+        let r = s.run(&["session", "release", mirror, "-T", &target, "--force"]);
+        assert_eq!(r.code, 0, "release {mirror:?}: {}", r.stderr);
+        assert!(!mark.exists(), "{mirror:?} on {target:?} ran as code");
+    }
+
+    // A configured directory that does not exist: the job stops at its `cd`, and the message
+    // that names the directory does not run it.
+    let r = s.run(&[
+        "--json",
+        "session",
+        "launch",
+        "gone",
+        "-T",
+        &target,
+        "--detached",
+    ]);
+    let logs = s.cache().join("dispatch/sessions/logs");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let said = loop {
+        let text: String = std::fs::read_dir(&logs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("job-gone-"))
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .collect();
+        if text.contains("DISPATCH: cd") {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the job never reported its failed cd (launch: {} {})",
+            r.code,
+            r.stderr
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        said.contains("$(touch"),
+        "the directory is named as it is: {said}"
+    );
+    assert!(
+        !mark.exists(),
+        "the failed cd's message ran the directory's name as code"
+    );
+}

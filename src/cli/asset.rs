@@ -14,6 +14,7 @@ use crate::slurm::Scheduler;
 pub enum AssetCommand {
     /// Make an immutable source asset: a git bundle of REPO's commit REV and its history
     AddSource {
+        #[arg(value_parser = crate::names::arg::path_name("asset"))]
         name: String,
         repo: PathBuf,
         /// The commit to pin (a branch, tag or commit; default HEAD)
@@ -21,12 +22,19 @@ pub enum AssetCommand {
         rev: Option<String>,
     },
     /// Make an immutable image asset (an Apptainer .sif, say) from a copy of FILE
-    AddImage { name: String, file: PathBuf },
+    AddImage {
+        #[arg(value_parser = crate::names::arg::path_name("asset"))]
+        name: String,
+        file: PathBuf,
+    },
     /// List the assets, with their SHA-256 identities
     List,
     /// Recompute assets' SHA-256 (all, or the NAMEs given): exit 0 when all match, 1 when any
     /// is changed, missing or unreadable
-    Verify { names: Vec<String> },
+    Verify {
+        #[arg(value_parser = crate::names::arg::path_name("asset"))]
+        names: Vec<String>,
+    },
 }
 
 fn print_asset(a: &AssetView) {

@@ -54,6 +54,7 @@ pub enum Command {
     Submit(pool::SubmitArgs),
     /// Stop a worker started by `dispatch submit`: TERM, the grace, then cancel its job
     Stop {
+        #[arg(value_parser = crate::names::arg::path_name("worker"))]
         worker: String,
         /// Seconds between SIGTERM and the final cancel
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
@@ -67,9 +68,10 @@ pub enum Command {
     /// each of its workers. Offline: no Slurm call, nothing written
     #[command(group(clap::ArgGroup::new("what").required(true).args(["worker", "trial"])))]
     Inspect {
+        #[arg(value_parser = crate::names::arg::path_name("worker"))]
         worker: Option<String>,
         /// A trial instead of one worker (as `dispatch trial show`)
-        #[arg(long, value_name = "TRIAL")]
+        #[arg(long, value_name = "TRIAL", value_parser = crate::names::arg::path_name("trial"))]
         trial: Option<String>,
     },
     /// Replay the journal against Slurm and resolve what can be proven

@@ -49,7 +49,7 @@ pub struct WorkerArgs {
     #[arg(long, value_parser = parse_mem)]
     pub mem: MemoryMb,
     /// Worker name (default: w-<8 hex digits of the submission id>)
-    #[arg(long)]
+    #[arg(long, value_parser = crate::names::arg::path_name("worker"))]
     pub name: Option<String>,
     /// Seconds the worker has to publish its workspace and evidence (1 to 300)
     #[arg(long, default_value_t = PUBLICATION_TIMEOUT_DEFAULT_S, allow_hyphen_values = true,
@@ -98,13 +98,13 @@ impl WorkerArgs {
 #[derive(Debug, Args)]
 pub struct SubmitExtras {
     /// Acceptance trial the worker joins (opened with `dispatch trial open`)
-    #[arg(long, value_name = "TRIAL")]
+    #[arg(long, value_name = "TRIAL", value_parser = crate::names::arg::path_name("trial"))]
     pub trial: Option<String>,
     /// Source asset: the worker gets a private checkout of its pinned commit
-    #[arg(long, value_name = "ASSET")]
+    #[arg(long, value_name = "ASSET", value_parser = crate::names::arg::path_name("asset"))]
     pub source: Option<String>,
     /// Image asset: verified on the node and given to the payload as $DISPATCH_IMAGE
-    #[arg(long, value_name = "ASSET")]
+    #[arg(long, value_name = "ASSET", value_parser = crate::names::arg::path_name("asset"))]
     pub image: Option<String>,
     /// File names in the native-state directory that are append-only logs, checked to
     /// end on a record boundary (default: *.jsonl)
@@ -116,6 +116,7 @@ pub struct SubmitExtras {
 pub enum PoolCommand {
     /// Attach a running single-node allocation you own as a pool (never creates or cancels it)
     Attach {
+        #[arg(value_parser = crate::names::arg::path_name("pool"))]
         pool: String,
         /// The allocation's job id
         #[arg(long, value_parser = parse_job_id)]
@@ -123,6 +124,7 @@ pub enum PoolCommand {
     },
     /// Start a worker as its own job step inside the pool's allocation
     Submit {
+        #[arg(value_parser = crate::names::arg::path_name("pool"))]
         pool: String,
         #[command(flatten)]
         worker: WorkerArgs,
@@ -134,6 +136,7 @@ pub enum PoolCommand {
     },
     /// Show pools, their allocations, reservations and workers (no Slurm call unless --refresh)
     Status {
+        #[arg(value_parser = crate::names::arg::path_name("pool"))]
         pool: Option<String>,
         /// Reconcile with Slurm first
         #[arg(long)]
@@ -141,14 +144,19 @@ pub enum PoolCommand {
     },
     /// Stop one worker's step; the allocation and every other worker keep running
     StopWorker {
+        #[arg(value_parser = crate::names::arg::path_name("pool"))]
         pool: String,
+        #[arg(value_parser = crate::names::arg::path_name("worker"))]
         worker: String,
         /// Seconds between SIGTERM and the final cancel
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
         grace: u64,
     },
     /// Forget a pool (refused while any worker holds budget; never cancels the allocation)
-    Detach { pool: String },
+    Detach {
+        #[arg(value_parser = crate::names::arg::path_name("pool"))]
+        pool: String,
+    },
 }
 
 impl From<OpError> for Failure {
@@ -356,7 +364,7 @@ fn parse_time(s: &str) -> Result<crate::slurm::SlurmDuration, String> {
 #[derive(Debug, Args)]
 pub struct SubmitArgs {
     /// Target from the config file (partition, account, QOS)
-    #[arg(short = 'T', long)]
+    #[arg(short = 'T', long, value_parser = crate::names::arg::label("target"))]
     pub target: Option<String>,
     /// The job's time limit (Slurm syntax: MM, HH:MM:SS, D-HH:MM:SS)
     #[arg(long, value_parser = parse_time)]

@@ -21,10 +21,11 @@ use crate::state::session::SessionKey;
 
 #[derive(Debug, Args)]
 pub struct SessionArgs {
-    /// The mirror (any name; it becomes the job name's token)
+    /// The mirror (any name without control characters; it becomes the job name's token)
+    #[arg(value_parser = crate::names::arg::label("mirror"))]
     pub mirror: String,
     /// The configured target to run on
-    #[arg(short = 'T', long = "target", value_name = "TARGET")]
+    #[arg(short = 'T', long = "target", value_name = "TARGET", value_parser = crate::names::arg::label("target"))]
     pub target: String,
 }
 

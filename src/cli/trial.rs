@@ -13,12 +13,13 @@ use crate::state::trial::Verdict;
 pub enum TrialCommand {
     /// Open an acceptance trial; workers join it with `--trial NAME` on `pool submit`/`submit`
     Open {
+        #[arg(value_parser = crate::names::arg::path_name("trial"))]
         trial: String,
         /// What is under trial (for example the commit of the code being accepted)
         #[arg(long)]
         pin: Option<String>,
         /// The earlier trial this one follows on from (a failed trial is never relabelled)
-        #[arg(long, value_name = "TRIAL")]
+        #[arg(long, value_name = "TRIAL", value_parser = crate::names::arg::path_name("trial"))]
         follows: Option<String>,
         #[arg(long, default_value = "")]
         note: String,
@@ -26,6 +27,7 @@ pub enum TrialCommand {
     /// Judge a trial once, with the evidence each worker left: `passed` needs every worker
     /// ended, completed and published with evidence that verifies; `failed` is always allowed
     Verdict {
+        #[arg(value_parser = crate::names::arg::path_name("trial"))]
         trial: String,
         #[arg(value_parser = ["passed", "failed"])]
         verdict: String,
@@ -34,7 +36,10 @@ pub enum TrialCommand {
         reason: String,
     },
     /// One trial with the forensic view of each of its workers (offline)
-    Show { trial: String },
+    Show {
+        #[arg(value_parser = crate::names::arg::path_name("trial"))]
+        trial: String,
+    },
 }
 
 fn render(v: &TrialView) -> String {

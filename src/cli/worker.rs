@@ -39,10 +39,10 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=3600))]
     grace: u32,
     /// The worker's name (names its publication)
-    #[arg(long, default_value = "worker")]
+    #[arg(long, default_value = "worker", value_parser = crate::names::arg::path_name("worker"))]
     worker: String,
     /// The pool the worker belongs to, if any
-    #[arg(long)]
+    #[arg(long, value_parser = crate::names::arg::path_name("pool"))]
     pool: Option<String>,
     /// Where to publish the workspace and evidence (a `<worker>-<submission>` directory is
     /// made in it)

@@ -617,7 +617,11 @@ impl Core {
                 outcomes.extend(accepted.into_iter().map(|(t, c)| (t, Ok(c))));
             }
             Err(e) => {
-                let why = e.to_string();
+                // The reason alone: `Poisoned` says itself that the writer stopped.
+                let why = match e {
+                    JournalError::Poisoned(why) => why,
+                    other => other.to_string(),
+                };
                 self.poisoned = Some(why.clone());
                 outcomes.extend(
                     accepted

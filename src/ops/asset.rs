@@ -20,10 +20,10 @@ use super::error::OpError;
 use crate::event::{Event, Sha256Digest};
 use crate::failpoint;
 use crate::journal::JournalError;
+use crate::names::check_path_name;
 use crate::policy::asset::{self as policy, AssetRefusal};
 use crate::slurm::Scheduler;
 use crate::state::asset::*;
-use crate::worker::dirs::check_name;
 use crate::worker::files::{self, FileError};
 use crate::worker::git::{self, Out};
 
@@ -246,7 +246,7 @@ fn build_source(
 }
 
 pub fn add<S: Scheduler>(ctx: &Ctx<S>, name: &str, req: &AddRequest) -> Result<AssetView, OpError> {
-    check_name("asset", name).map_err(OpError::Usage)?;
+    check_path_name("asset", name).map_err(OpError::Usage)?;
     // A cheap early refusal before building anything; the binding check that counts runs
     // again under the lock.
     match ctx.load() {

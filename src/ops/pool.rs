@@ -16,12 +16,13 @@ use super::spec::WorkerSpec;
 use crate::event::{Event, Micros};
 use crate::failpoint;
 use crate::journal::{JournalError, Writer};
+use crate::names::check_path_name;
 use crate::policy::node as node_policy;
 use crate::policy::pool::{self as policy, AllocationFacts, Refusal, WorkerAsk};
 use crate::slurm::{Answer, JobId, JobName, Scheduler, Signal, StepId, StepKind, StepRequest};
 use crate::state::pool::*;
 use crate::state::State;
-use crate::worker::dirs::{check_name, WorkerDirs};
+use crate::worker::dirs::WorkerDirs;
 use crate::worker::{publish, report, supervisor};
 
 /// How long `pool submit` looks for the new step before calling the outcome unknown.
@@ -123,7 +124,7 @@ pub async fn attach<S: Scheduler>(
     pool: &str,
     job: JobId,
 ) -> Result<AttachReport, OpError> {
-    check_name("pool", pool).map_err(OpError::Usage)?;
+    check_path_name("pool", pool).map_err(OpError::Usage)?;
     let (writer, loaded) = ctx.lock_and_load()?;
     let facts = read_facts(ctx, job).await?;
     let allocation =
@@ -202,7 +203,7 @@ pub async fn submit<S: Scheduler>(
     ctx: &Ctx<S>,
     req: &SubmitRequest,
 ) -> Result<SubmitReport, OpError> {
-    check_name("pool", &req.pool).map_err(OpError::Usage)?;
+    check_path_name("pool", &req.pool).map_err(OpError::Usage)?;
     let spec = &req.spec;
     spec.check()?;
     let submission_id = Uuid::new_v4();

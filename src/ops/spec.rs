@@ -6,11 +6,11 @@ use uuid::Uuid;
 
 use super::error::OpError;
 use crate::event::Event;
+use crate::names::check_path_name;
 use crate::policy::pool::Budgets;
 use crate::slurm::MemoryMb;
 use crate::state::asset::{AssetRecord, WorkerAssetsBound};
 use crate::state::State;
-use crate::worker::dirs::check_name;
 
 #[derive(Clone, Debug)]
 pub struct WorkerSpec {
@@ -34,7 +34,7 @@ impl WorkerSpec {
     /// The checks that need nothing but the request.
     pub fn check(&self) -> Result<(), OpError> {
         if let Some(w) = &self.worker {
-            check_name("worker", w).map_err(OpError::Usage)?;
+            check_path_name("worker", w).map_err(OpError::Usage)?;
         }
         if self.command.is_empty() {
             return Err(OpError::Usage("no command given after --".to_owned()));

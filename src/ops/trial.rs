@@ -15,11 +15,12 @@ use super::error::OpError;
 use super::inspect::{self, InspectReport};
 use crate::event::Event;
 use crate::journal;
+use crate::names::check_path_name;
 use crate::policy::trial::{self as policy, TrialRefusal};
 use crate::slurm::Scheduler;
 use crate::state::trial::*;
 use crate::state::State;
-use crate::worker::dirs::{check_name, WorkerDirs};
+use crate::worker::dirs::WorkerDirs;
 use crate::worker::publish;
 use crate::worker::report::{self, Publication};
 
@@ -105,7 +106,7 @@ fn check_text(what: &str, text: &str) -> Result<(), OpError> {
 }
 
 pub fn open<S: Scheduler>(ctx: &Ctx<S>, req: &OpenRequest) -> Result<TrialView, OpError> {
-    check_name("trial", &req.trial).map_err(OpError::Usage)?;
+    check_path_name("trial", &req.trial).map_err(OpError::Usage)?;
     check_text("--note", &req.note)?;
     check_text("--pin", req.pin.as_deref().unwrap_or(""))?;
     let (writer, loaded) = ctx.lock_and_load()?;

@@ -75,36 +75,9 @@ impl WorkerDirs {
     }
 }
 
-/// Pool and worker names become directory and step names: keep them to a safe alphabet.
-pub fn check_name(what: &str, name: &str) -> Result<(), String> {
-    const MAX: usize = 64;
-    let ok = !name.is_empty()
-        && name.len() <= MAX
-        && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{what} name {name:?} must be 1 to {MAX} characters of [A-Za-z0-9._-], not starting with '.'"
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names() {
-        assert!(check_name("pool", "p1").is_ok());
-        assert!(check_name("pool", "a.b-c_d").is_ok());
-        for bad in ["", ".", "..", "a/b", "a b", "x;y", "é", &"x".repeat(65)] {
-            assert!(check_name("pool", bad).is_err(), "{bad:?}");
-        }
-    }
 
     #[test]
     fn dirs_are_private_per_submission() {

@@ -21,19 +21,24 @@ pub fn shell_quote(s: &str) -> String {
 
 /// What the job runs: the command, or (without one) a keeper that holds the allocation until
 /// its time limit or `session release`, for `session attach` to step into.
+///
+/// No value reaches the script as code: the comment names only the job's token and the
+/// sanitized target (a name's newline would end a comment line), and every other value is one
+/// single-quoted word, including in the message of a failed `cd` (inside double quotes the
+/// shell would expand `$(...)`).
 pub fn body(key: &SessionKey, workdir: Option<&Path>, command: &[String]) -> String {
+    use crate::config::sanitize_token;
     let mut s = String::from("#!/bin/bash\n");
     s.push_str(&format!(
-        "# dispatch session {} (mirror {}, target {}); written by dispatch on each submit\n",
-        key,
-        shell_quote(&key.mirror),
-        shell_quote(&key.target)
+        "# dispatch session {}--{}; written by dispatch on each submit\n",
+        sanitize_token(&key.mirror),
+        sanitize_token(&key.target)
     ));
     s.push_str("set -u\n");
     if let Some(dir) = workdir {
         let d = shell_quote(&dir.to_string_lossy());
         s.push_str(&format!(
-            "cd {d} || {{ echo \"DISPATCH: cd {d} failed\" >&2; exit 1; }}\n"
+            "cd -- {d} || {{ printf 'DISPATCH: cd %s failed\\n' {d} >&2; exit 1; }}\n"
         ));
     }
     if command.is_empty() {
@@ -109,7 +114,7 @@ mod tests {
             &["python3".into(), "-c".into(), "print('hi')".into()],
         );
         assert!(b.starts_with("#!/bin/bash\n"), "{b}");
-        assert!(b.contains("cd '/src/k agg' ||"), "{b}");
+        assert!(b.contains("cd -- '/src/k agg' ||"), "{b}");
         assert!(
             b.ends_with("exec python3 -c 'print('\\''hi'\\'')'\n"),
             "{b}"
@@ -118,5 +123,78 @@ mod tests {
         let (script, log) = paths(Path::new("/c"), "K_Agg", "a/b");
         assert_eq!(script, Path::new("/c/scripts/job-K_Agg--a_b.sh"));
         assert_eq!(log, Path::new("/c/logs/job-K_Agg-%j.out"));
+    }
+
+    /// Values that would run `touch MARK` if any reached the shell as code, in every quoting
+    /// context a script can have (comment, bare word, single and double quotes, backticks).
+    fn hostile(mark: &Path) -> Vec<String> {
+        let m = mark.display();
+        vec![
+            format!("m\ntouch {m}\n#"),
+            format!("m\rtouch {m}\n"),
+            format!("$(touch {m})"),
+            format!("`touch {m}`"),
+            format!("x; touch {m}"),
+            format!("x' ; touch {m}; '"),
+            format!("x\" ; touch {m}; \""),
+            format!("x\\' ; touch {m} #"),
+            format!("-x && touch {m}"),
+            format!("${{IFS}}$(touch {m})"),
+            format!("{}$(touch {m})", "y".repeat(10_000)),
+        ]
+    }
+
+    #[test]
+    fn no_value_in_a_script_ever_runs_as_code() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mark = tmp.path().join("PWNED");
+        let argv_out = tmp.path().join("argv");
+        let mut runs = 0;
+        for value in hostile(&mark) {
+            for place in ["mirror", "target", "workdir", "command"] {
+                let (mirror, target) = match place {
+                    "mirror" => (value.as_str(), "t"),
+                    "target" => ("m", value.as_str()),
+                    _ => ("m", "t"),
+                };
+                let key = SessionKey::new(mirror, target);
+                let workdir = match place {
+                    "workdir" => tmp.path().join(&value),
+                    _ => tmp.path().to_owned(),
+                };
+                // The command prints its arguments NUL-separated, so we see they arrive whole.
+                let printer = format!("printf '%s\\0' \"$@\" > {}", argv_out.display());
+                let mut command = vec!["bash".into(), "-c".into(), printer, "argv0".into()];
+                if place == "command" {
+                    command.push(value.clone());
+                }
+                let script = tmp.path().join("job.sh");
+                std::fs::write(&script, body(&key, Some(&workdir), &command)).unwrap();
+                let _ = std::fs::remove_file(&argv_out);
+                let out = std::process::Command::new("bash")
+                    .arg(&script)
+                    .current_dir(tmp.path())
+                    .output()
+                    .unwrap();
+                runs += 1;
+                assert!(!mark.exists(), "{place} {value:?} ran as code");
+                if place == "workdir" {
+                    // That directory does not exist: the script must stop, saying so.
+                    assert_eq!(out.status.code(), Some(1), "{place} {value:?}");
+                    assert!(String::from_utf8_lossy(&out.stderr).contains("DISPATCH: cd"));
+                    continue;
+                }
+                assert!(out.status.success(), "{place} {value:?}: {out:?}");
+                let seen = std::fs::read(&argv_out).unwrap();
+                // printf applies its format once even without arguments.
+                let want = if place == "command" {
+                    format!("{value}\0")
+                } else {
+                    "\0".to_owned()
+                };
+                assert_eq!(String::from_utf8_lossy(&seen), want, "{place} {value:?}");
+            }
+        }
+        assert_eq!(runs, 44);
     }
 }
