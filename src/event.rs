@@ -334,6 +334,8 @@ event_kinds! {
     166 => CleanupStarted(crate::worker::events::CleanupStarted);
     167 => CleanedUp(crate::worker::events::CleanedUp);
     168 => SupervisorFinished(crate::worker::events::SupervisorFinished);
+    170 => WorkerForgotten(crate::state::overrides::WorkerForgotten), must_understand;
+    171 => SessionForgotten(crate::state::overrides::SessionForgotten), must_understand;
     200 => SessionLaunchIntent(crate::state::session::SessionLaunchIntent), must_understand;
     201 => SessionJobSubmitted(crate::state::session::SessionJobSubmitted), must_understand;
     202 => SessionSubmitFailed(crate::state::session::SessionSubmitFailed), must_understand;

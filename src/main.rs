@@ -98,6 +98,10 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
             let dir = state_dir()?;
             cli::session::run(cmd, &session_context(cli, &dir, &config, &path))
         }
+        Command::Forget(args) => {
+            let ctx = context(state_dir()?)?;
+            cli::forget::run(args, &ctx, cli.json)
+        }
         Command::Trial(cmd) => {
             let ctx = context(state_dir()?)?;
             cli::trial::run(cmd, &ctx, cli.json)

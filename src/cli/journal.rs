@@ -163,6 +163,18 @@ pub fn run_audit(state_dir: &Path, json: bool) -> Result<u8, Failure> {
             for v in &f.violations {
                 println!("    seq {} {}: {} ({})", v.seq, v.kind, v.rule, v.detail);
             }
+            if f.override_count > 0 {
+                println!(
+                    "  operator overrides (decisions, not proof): {}",
+                    f.override_count
+                );
+            }
+            for o in &f.overrides {
+                println!(
+                    "    seq {} {}: {} by {}: {}",
+                    o.seq, o.kind, o.subject, o.user, o.reason
+                );
+            }
         }
         if let Some(s) = &r.snapshot {
             match (s.seq, s.agrees) {

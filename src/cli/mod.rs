@@ -2,6 +2,7 @@
 
 pub mod asset;
 pub mod exit;
+pub mod forget;
 pub mod journal;
 pub mod output;
 pub mod pool;
@@ -76,6 +77,10 @@ pub enum Command {
     },
     /// Replay the journal against Slurm and resolve what can be proven
     Reconcile,
+    /// Give up on a worker or a session that no proof can settle (the controller lost its
+    /// accounting, the cluster was rebuilt): releases its budget, or drops the session's record,
+    /// as an operator decision that `audit` lists as an override, never as proof. Offline
+    Forget(forget::ForgetArgs),
     /// The worker side: commands that run inside a worker's job step
     #[command(subcommand)]
     Worker(worker::WorkerCommand),

@@ -165,6 +165,7 @@ impl From<OpError> for Failure {
             OpError::Refused(r) => Failure::new(exit::REFUSED, r.to_string()),
             OpError::AssetRefused(r) => Failure::new(exit::REFUSED, r.to_string()),
             OpError::TrialRefused(r) => Failure::new(exit::REFUSED, r.to_string()),
+            OpError::ForgetRefused(r) => Failure::new(exit::REFUSED, r.to_string()),
             OpError::Unknown(m) => Failure::new(exit::UNKNOWN, m),
             OpError::Failed(m) => Failure::new(exit::FAILED, m),
             OpError::Usage(m) => Failure::new(exit::USAGE, m),

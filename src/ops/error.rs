@@ -2,6 +2,7 @@
 
 use crate::journal::JournalError;
 use crate::policy::asset::AssetRefusal;
+use crate::policy::forget::ForgetRefusal;
 use crate::policy::pool::Refusal;
 use crate::policy::trial::TrialRefusal;
 
@@ -16,6 +17,9 @@ pub enum OpError {
     /// A trial rule refused; nothing was done (exit 3).
     #[error("{0}")]
     TrialRefused(#[from] TrialRefusal),
+    /// There is nothing (or more than one thing) to forget (exit 3).
+    #[error("{0}")]
+    ForgetRefused(#[from] ForgetRefusal),
     /// The intent is recorded, the effect's result is not known (exit 4).
     #[error("{0}")]
     Unknown(String),

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod context;
 pub mod error;
 pub mod facts;
+pub mod forget;
 pub mod inspect;
 pub mod journal;
 pub mod pool;

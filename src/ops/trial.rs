@@ -18,6 +18,7 @@ use crate::journal;
 use crate::names::check_path_name;
 use crate::policy::trial::{self as policy, TrialRefusal};
 use crate::slurm::Scheduler;
+use crate::state::pool::WorkerState;
 use crate::state::trial::*;
 use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
@@ -46,6 +47,9 @@ pub struct TrialWorkerView {
 
 /// A trial worker's state now: as the reduced state has it, or `ended` once it is dropped.
 fn state_now(state: &State, w: &TrialWorker) -> String {
+    if w.forgotten {
+        return WorkerState::Forgotten.as_str().to_owned();
+    }
     inspect::find(state, &w.submission_id.to_string())
         .map_or_else(|| crate::state::ENDED.to_owned(), |f| f.state)
 }

@@ -16,6 +16,9 @@
 //! - `verdict-relabelled`: a second verdict for one trial (a verdict is never replaced);
 //! - `passed-without-evidence`: a `passed` verdict with no workers, or with a worker that had
 //!   not ended, had not completed, or had published nothing.
+//!
+//! Operator decisions (`dispatch forget`) are no violation, and no proof: each is listed in
+//! `overrides`. A forgotten worker's budget counts as released by that decision.
 
 use std::collections::{HashMap, HashSet};
 
@@ -54,7 +57,20 @@ pub struct Auditor {
     trials: HashMap<String, Option<u64>>,
     violations: Vec<Violation>,
     violation_count: u64,
+    overrides: Vec<Override>,
+    override_count: u64,
     events: u64,
+}
+
+/// An operator decision: something given up without proof.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Override {
+    pub seq: u64,
+    pub kind: &'static str,
+    /// The worker (with its submission id) or the session it gave up.
+    pub subject: String,
+    pub user: String,
+    pub reason: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -65,6 +81,9 @@ pub struct Findings {
     /// Submissions whose budget is still held at the end (not a violation: unknown outcomes
     /// keep their budget by design).
     pub held: u64,
+    /// Every operator decision (kept in full up to `MAX_VIOLATIONS_KEPT`), and their number.
+    pub override_count: u64,
+    pub overrides: Vec<Override>,
 }
 
 impl Auditor {
@@ -76,6 +95,19 @@ impl Auditor {
                 kind: env.event.kind_name(),
                 rule,
                 detail,
+            });
+        }
+    }
+
+    fn overridden(&mut self, env: &Envelope, subject: String, reason: &str) {
+        self.override_count += 1;
+        if self.overrides.len() < MAX_VIOLATIONS_KEPT {
+            self.overrides.push(Override {
+                seq: env.seq,
+                kind: env.event.kind_name(),
+                subject,
+                user: env.actor.user.clone(),
+                reason: reason.to_owned(),
             });
         }
     }
@@ -245,6 +277,18 @@ impl Auditor {
             Event::SessionLaunchIntent(e) => {
                 self.session_submissions.insert(e.submission_id);
             }
+            Event::WorkerForgotten(e) => {
+                let id = e.submission_id;
+                if self.jobs.contains_key(&id) {
+                    self.job_effect(env, id, true);
+                } else {
+                    self.release_worker(env, id);
+                }
+                self.overridden(env, format!("worker {} ({id})", e.worker), &e.reason);
+            }
+            Event::SessionForgotten(e) => {
+                self.overridden(env, format!("session {}", e.session), &e.reason);
+            }
             Event::TrialOpened(e) => {
                 if self.trials.contains_key(&e.trial) {
                     self.flag(
@@ -351,6 +395,8 @@ impl Auditor {
             violation_count: self.violation_count,
             violations: self.violations,
             held: held as u64,
+            override_count: self.override_count,
+            overrides: self.overrides,
         }
     }
 }
@@ -532,5 +578,37 @@ mod tests {
                 "trial-unknown",
             ]
         );
+    }
+
+    #[test]
+    fn a_forgotten_worker_is_an_override_released_once_never_proof() {
+        use crate::state::overrides::WorkerForgotten;
+        let forgot = || {
+            Event::WorkerForgotten(WorkerForgotten {
+                submission_id: Uuid::from_u128(1),
+                worker: "w".into(),
+                state: "unknown".into(),
+                job_id: Some(1),
+                step_id: None,
+                reason: "accounting lost".into(),
+            })
+        };
+        let f = run(vec![attach(), intent(1), forgot()]);
+        assert!(f.violations.is_empty(), "{:?}", f.violations);
+        assert_eq!(f.held, 0);
+        assert_eq!(f.override_count, 1);
+        assert_eq!(
+            f.overrides[0].subject,
+            format!("worker w ({})", Uuid::from_u128(1))
+        );
+        assert_eq!(f.overrides[0].reason, "accounting lost");
+        // A proof after the decision, or a second decision, releases it twice.
+        let f = run(vec![attach(), intent(1), forgot(), terminal(1, "gone")]);
+        assert_eq!(rules(&f), ["released-twice"]);
+        let f = run(vec![attach(), intent(1), forgot(), forgot()]);
+        assert_eq!(rules(&f), ["released-twice"]);
+        // Forgetting what was never submitted has no intent.
+        let f = run(vec![attach(), forgot()]);
+        assert_eq!(rules(&f), ["effect-without-intent"]);
     }
 }

@@ -63,6 +63,8 @@ pub enum JobWorkerState {
     Stopping,
     Released,
     Failed,
+    /// Given up by an operator (`dispatch forget`): budget released without proof.
+    Forgotten,
 }
 
 impl JobWorkerState {
@@ -74,6 +76,7 @@ impl JobWorkerState {
             JobWorkerState::Stopping => "stopping",
             JobWorkerState::Released => "released",
             JobWorkerState::Failed => "failed",
+            JobWorkerState::Forgotten => "forgotten",
         }
     }
 }
@@ -143,6 +146,10 @@ impl Jobs {
 
     pub fn terminal(&mut self, e: &JobTerminal) {
         self.finish(&e.submission_id, JobWorkerState::Released);
+    }
+
+    pub fn forgotten(&mut self, id: &Uuid) {
+        self.finish(id, JobWorkerState::Forgotten);
     }
 
     fn finish(&mut self, id: &Uuid, state: JobWorkerState) {

@@ -2,6 +2,7 @@
 
 pub mod asset;
 pub mod jobs;
+pub mod overrides;
 pub mod pool;
 pub mod session;
 pub mod trial;
@@ -121,6 +122,13 @@ impl State {
             }
             Event::TrialJudged(e) => self.trials.judged(env.time, e),
             Event::WorkerJournalDamaged(e) => self.pools.journal_damaged(e),
+            // One submission id is either a pool worker's or a job's; the other ignores it.
+            Event::WorkerForgotten(e) => {
+                self.pools.forgotten(&e.submission_id);
+                self.jobs.forgotten(&e.submission_id);
+                self.trials.forgotten(&e.submission_id);
+            }
+            Event::SessionForgotten(e) => self.sessions.forgotten(e),
             // The worker's own journal: the coordinator reads these through `worker::report`.
             Event::SupervisorStarted(_)
             | Event::PayloadStarted(_)
@@ -220,7 +228,8 @@ mod tests {
             [TrialWorker {
                 submission_id: sid,
                 worker: "w".into(),
-                pool: Some("p".into())
+                pool: Some("p".into()),
+                forgotten: false,
             }]
         );
     }

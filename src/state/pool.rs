@@ -134,6 +134,8 @@ pub enum WorkerState {
     Exited,
     Released,
     Failed,
+    /// Given up by an operator (`dispatch forget`): budget released without proof.
+    Forgotten,
 }
 
 impl WorkerState {
@@ -147,11 +149,15 @@ impl WorkerState {
             WorkerState::Exited => "exited",
             WorkerState::Released => "released",
             WorkerState::Failed => "failed",
+            WorkerState::Forgotten => "forgotten",
         }
     }
 
     pub fn holds_budget(self) -> bool {
-        !matches!(self, WorkerState::Released | WorkerState::Failed)
+        !matches!(
+            self,
+            WorkerState::Released | WorkerState::Failed | WorkerState::Forgotten
+        )
     }
 }
 
@@ -317,6 +323,10 @@ impl Pools {
 
     pub fn terminal(&mut self, e: &WorkerTerminal) {
         self.finish(&e.submission_id, WorkerState::Released);
+    }
+
+    pub fn forgotten(&mut self, id: &Uuid) {
+        self.finish(id, WorkerState::Forgotten);
     }
 
     fn finish(&mut self, id: &Uuid, state: WorkerState) {

@@ -308,6 +308,11 @@ impl Sessions {
         bind(s, e.job_id, Origin::Adopted, time, e.replacing);
     }
 
+    /// An operator dropped the record: whatever it held is no longer tracked.
+    pub fn forgotten(&mut self, e: &crate::state::overrides::SessionForgotten) {
+        self.sessions.remove(&e.session);
+    }
+
     pub fn cancel_intent(&mut self, e: &SessionCancelIntent) {
         self.update(&e.session, |s| s.cancelling = Some(e.job_id));
     }

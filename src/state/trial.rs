@@ -92,6 +92,10 @@ pub struct TrialWorker {
     pub worker: String,
     /// `None` for a `dispatch submit` worker.
     pub pool: Option<String>,
+    /// Given up by an operator (`dispatch forget`): never proven ended, whatever the reduced
+    /// state says of it later.
+    #[serde(default)]
+    pub forgotten: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,7 +143,17 @@ impl Trials {
                     submission_id: e.submission_id,
                     worker,
                     pool,
+                    forgotten: false,
                 });
+            }
+        }
+    }
+
+    /// Mark a worker given up by an operator in every trial it joined.
+    pub fn forgotten(&mut self, id: &Uuid) {
+        for t in self.trials.values_mut() {
+            for w in t.workers.iter_mut().filter(|w| w.submission_id == *id) {
+                w.forgotten = true;
             }
         }
     }
@@ -201,7 +215,8 @@ mod tests {
             [TrialWorker {
                 submission_id: w,
                 worker: "w".into(),
-                pool: Some("p".into())
+                pool: Some("p".into()),
+                forgotten: false,
             }]
         );
         let j = a.judgement.as_ref().unwrap();

@@ -1,0 +1,90 @@
+//! `dispatch forget`: an operator gives up on a worker or a session that no proof can settle.
+//! Offline: no Slurm call (the cluster it ran on may be gone). Under the lock: decide, append
+//! the decision, done; the report says what may still run and how to stop it.
+
+use serde::Serialize;
+
+use super::context::Ctx;
+use super::error::OpError;
+use crate::event::Event;
+use crate::policy::forget as policy;
+use crate::slurm::Scheduler;
+use crate::state::session::SessionKey;
+
+#[derive(Debug, Serialize)]
+pub struct SessionRef {
+    pub mirror: String,
+    pub target: String,
+}
+
+/// What was given up, and by which event.
+#[derive(Debug, Serialize)]
+pub struct ForgetReport {
+    /// `worker` or `session`.
+    pub forgot: &'static str,
+    pub worker: Option<String>,
+    pub submission_id: Option<String>,
+    pub session: Option<SessionRef>,
+    /// The state it was in, for a worker.
+    pub state: Option<String>,
+    pub job_id: Option<u64>,
+    pub step_id: Option<u32>,
+    pub reason: String,
+    pub seq: u64,
+    /// What may still run, and the command that stops it.
+    pub hint: Option<String>,
+}
+
+fn check_reason(reason: &str) -> Result<(), OpError> {
+    policy::reason_problem(reason).map_or(Ok(()), |m| Err(OpError::Usage(m)))
+}
+
+pub fn forget_worker<S: Scheduler>(
+    ctx: &Ctx<S>,
+    key: &str,
+    reason: &str,
+) -> Result<ForgetReport, OpError> {
+    check_reason(reason)?;
+    let (writer, loaded) = ctx.lock_and_load()?;
+    let decision = policy::plan_worker(&loaded.state, key, reason)?;
+    let committed = writer.append_one(Event::WorkerForgotten(decision.clone()))?;
+    Ok(ForgetReport {
+        forgot: "worker",
+        worker: Some(decision.worker),
+        submission_id: Some(decision.submission_id.to_string()),
+        session: None,
+        state: Some(decision.state),
+        job_id: decision.job_id,
+        step_id: decision.step_id,
+        reason: decision.reason,
+        seq: committed.seq,
+        hint: policy::leftover_hint(decision.job_id, decision.step_id),
+    })
+}
+
+pub fn forget_session<S: Scheduler>(
+    ctx: &Ctx<S>,
+    key: &SessionKey,
+    reason: &str,
+) -> Result<ForgetReport, OpError> {
+    check_reason(reason)?;
+    let (writer, loaded) = ctx.lock_and_load()?;
+    let decision = policy::plan_session(&loaded.state, key, reason)?;
+    let committed = writer.append_one(Event::SessionForgotten(decision.clone()))?;
+    let job = policy::session_job(&decision);
+    Ok(ForgetReport {
+        forgot: "session",
+        worker: None,
+        submission_id: decision.submission_id.map(|id| id.to_string()),
+        session: Some(SessionRef {
+            mirror: key.mirror.clone(),
+            target: key.target.clone(),
+        }),
+        state: None,
+        job_id: job,
+        step_id: None,
+        reason: decision.reason,
+        seq: committed.seq,
+        hint: policy::leftover_hint(job, None),
+    })
+}

@@ -1,0 +1,34 @@
+//! Operator decisions (`dispatch forget`): a worker's budget released, or a session's record
+//! dropped, because the person running dispatch said so, with their reason. A decision is
+//! never proof: the audit lists every one as an override, and nothing reads one as "the job
+//! is over".
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::slurm::JobId;
+use crate::state::session::SessionKey;
+
+/// A pool or `dispatch submit` worker given up: its budget is released without proof.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerForgotten {
+    pub submission_id: Uuid,
+    pub worker: String,
+    /// The state it was in (`unknown`, `running`, ...), as `pool status` named it.
+    pub state: String,
+    /// The job (for `dispatch submit`) or allocation (for a pool) it was known by, if any.
+    pub job_id: Option<u64>,
+    pub step_id: Option<u32>,
+    pub reason: String,
+}
+
+/// A session's record dropped: the job it held or the submission it could not resolve is no
+/// longer dispatch's to track.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionForgotten {
+    pub session: SessionKey,
+    pub job_id: Option<JobId>,
+    /// A submission whose job, if any, was never known.
+    pub submission_id: Option<Uuid>,
+    pub reason: String,
+}
