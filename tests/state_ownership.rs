@@ -83,7 +83,11 @@ fn give_tree_to_nobody(dir: &Path) {
 }
 
 fn mode(path: &Path) -> u32 {
-    std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o7777
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
 }
 
 fn set_mode(path: &Path, mode: u32) {
@@ -197,7 +201,11 @@ fn a_world_writable_state_directory_is_refused_and_stays_world_writable() {
     let t = state_with_journal();
     set_mode(t.path(), 0o777);
     assert_all_refused(t.path(), t.path(), t.path(), "chmod 700 ");
-    assert_eq!(mode(t.path()), 0o777, "dispatch never chmods the user's directory");
+    assert_eq!(
+        mode(t.path()),
+        0o777,
+        "dispatch never chmods the user's directory"
+    );
 
     // A fresh, empty one too: nothing is created in it.
     let fresh = tempfile::tempdir().unwrap();
@@ -228,7 +236,11 @@ fn a_journal_directory_linked_out_of_the_state_directory_is_refused() {
         "the fix replaces the link by its target: {}",
         text(&o)
     );
-    assert_eq!(contents(&target), before, "the link's target was not written");
+    assert_eq!(
+        contents(&target),
+        before,
+        "the link's target was not written"
+    );
 }
 
 #[test]
@@ -263,7 +275,10 @@ fn json_gets_one_error_document() {
     let t = state_with_journal();
     let journal = journal_dir(t.path());
     give_tree_to_nobody(&journal);
-    for args in [&["--json", "trial", "open", "x"][..], &["--json", "journal", "verify"]] {
+    for args in [
+        &["--json", "trial", "open", "x"][..],
+        &["--json", "journal", "verify"],
+    ] {
         let o = dispatch(t.path(), args);
         assert_eq!(o.status.code(), Some(REFUSED), "{}", text(&o));
         let stdout = String::from_utf8(o.stdout.clone()).unwrap();
@@ -274,7 +289,10 @@ fn json_gets_one_error_document() {
         assert_eq!(docs.len(), 1, "exactly one document: {stdout}");
         assert_eq!(docs[0]["error"]["exit_code"], REFUSED);
         let message = docs[0]["error"]["message"].as_str().unwrap();
-        assert!(message.contains(&journal.display().to_string()), "{message}");
+        assert!(
+            message.contains(&journal.display().to_string()),
+            "{message}"
+        );
         assert!(message.contains("chown -R 0 "), "{message}");
     }
 }
@@ -288,7 +306,12 @@ fn the_state_directory_and_what_dispatch_creates_in_it_are_owner_only() {
     assert_eq!(mode(&state), 0o700);
     assert_eq!(mode(&journal_dir(&state)), 0o700);
     for f in contents(&state).keys() {
-        assert_eq!(mode(f) & 0o022, 0, "{} is writable only by its owner", f.display());
+        assert_eq!(
+            mode(f) & 0o022,
+            0,
+            "{} is writable only by its owner",
+            f.display()
+        );
     }
     // And the check passes on them: a second command works.
     let o = dispatch(&state, &["trials"]);
