@@ -5,6 +5,8 @@
 //! These tests run as root (the project's test machine does), and make "another user" by
 //! giving files to uid 65534 (nobody).
 
+mod fake_cli;
+
 use std::collections::BTreeMap;
 use std::os::unix::fs::{chown, symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -317,4 +319,77 @@ fn the_state_directory_and_what_dispatch_creates_in_it_are_owner_only() {
     let o = dispatch(&state, &["trials"]);
     assert!(o.status.success(), "{}", text(&o));
     drop(Writer::open(&journal_dir(&state), Options::default()).unwrap());
+}
+
+/// `dispatch submit` against the fake Slurm with one image asset added.
+fn fake_with_image() -> fake_cli::Fake {
+    let fake = fake_cli::Fake::new();
+    fake.scenario(serde_json::json!({"sbatch": [{"stdout": "91\n"}]}));
+    let image = fake.dir.path().join("image.sif");
+    std::fs::write(&image, b"an image").unwrap();
+    let (code, _, err) = fake.run(&["asset", "add-image", "img", image.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    fake
+}
+
+fn submit_with_image(fake: &fake_cli::Fake) -> (i32, String, String) {
+    fake.run(&[
+        "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", "a", "--image", "img",
+        "--", "true",
+    ])
+}
+
+#[test]
+fn an_asset_file_of_another_user_is_not_handed_to_a_worker() {
+    let fake = fake_with_image();
+    let assets = fake.state().join("assets");
+    let file = std::fs::read_dir(&assets)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    give_to_nobody(&file);
+    let before = fake.kinds();
+    let (code, _, err) = submit_with_image(&fake);
+    assert_eq!(code, REFUSED, "{err}");
+    assert!(err.contains(&file.display().to_string()), "{err}");
+    assert!(err.contains("chown 0 "), "{err}");
+    assert!(fake.calls().is_empty(), "no sbatch: {:?}", fake.calls());
+    assert_eq!(fake.kinds(), before, "nothing journaled");
+}
+
+#[test]
+fn a_job_tree_linked_out_of_the_state_directory_is_refused_before_sbatch() {
+    let fake = fake_with_image();
+    let outside = tempfile::tempdir().unwrap();
+    symlink(outside.path(), fake.state().join("jobs")).unwrap();
+    let journal = journal_dir(&fake.state());
+    let before = contents(&journal);
+    let (code, _, err) = submit_with_image(&fake);
+    assert_eq!(code, REFUSED, "{err}");
+    assert!(err.contains("symbolic link"), "{err}");
+    assert!(fake.calls().is_empty(), "no sbatch: {:?}", fake.calls());
+    assert_eq!(contents(&journal), before, "nothing journaled");
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn a_worker_tree_of_another_user_is_not_read() {
+    let fake = fake_with_image();
+    let jobs = fake.state().join("jobs");
+    std::fs::create_dir(&jobs).unwrap();
+    let (code, _, err) = submit_with_image(&fake);
+    assert_eq!(code, 0, "a clean tree works: {err}");
+    let root = std::fs::read_dir(&jobs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let evidence = root.join("evidence");
+    give_to_nobody(&evidence);
+    let (code, out, err) = fake.run(&["inspect", "a"]);
+    assert_eq!(code, REFUSED, "{out}{err}");
+    assert!(err.contains(&evidence.display().to_string()), "{err}");
 }

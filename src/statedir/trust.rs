@@ -205,7 +205,8 @@ pub fn judge(
     }
 }
 
-fn judge_metadata(path: &Path, m: &std::fs::Metadata, want: Want) -> Result<(), Untrusted> {
+/// [`judge`] what `lstat` returned for `path`, as the caller.
+pub fn judge_metadata(path: &Path, m: &std::fs::Metadata, want: Want) -> Result<(), Untrusted> {
     judge(path, &Observed::of(m), euid(), want, || {
         std::fs::read_link(path).unwrap_or_else(|_| PathBuf::from("?"))
     })
