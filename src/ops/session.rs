@@ -232,6 +232,7 @@ pub struct TokenLock {
 impl TokenLock {
     pub fn take(state_dir: &Path, token: &str) -> Result<TokenLock, SessionError> {
         let dir = state_dir.join("sessions").join("locks");
+        crate::statedir::prepare(state_dir)?;
         crate::statedir::trust::create_below(state_dir, &dir).map_err(StateDirError::from)?;
         let path = dir.join(format!("{token}.lock"));
         crate::statedir::trust::check(&path, crate::statedir::trust::Want::File)
