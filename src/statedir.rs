@@ -1,21 +1,20 @@
-//! Where dispatch keeps its state, and the checks on it.
+//! Where dispatch keeps its state, and the checks on it (`trust`: what below it is used).
 
-use std::os::unix::fs::MetadataExt;
+pub mod trust;
+
 use std::path::{Path, PathBuf};
 
-use crate::journal::writer::create_private_dir;
 use crate::journal::JournalError;
+use trust::{TrustError, Untrusted};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateDirError {
     #[error("no state directory: set --state-dir, DISPATCH_STATE_DIR, XDG_STATE_HOME or HOME")]
     Unresolvable,
-    #[error(
-        "state directory {} is owned by uid {owner}, not by you (uid {me}); dispatch refuses to use it. \
-         Pass --state-dir with a directory of your own",
-        path.display()
-    )]
-    NotOwned { path: PathBuf, owner: u32, me: u32 },
+    /// The state directory, or an entry below it, is another user's, writable by others, or a
+    /// link (exit 3).
+    #[error("{0}")]
+    Untrusted(#[from] Untrusted),
     #[error("state directory {}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -57,30 +56,44 @@ pub fn journal_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("journal")
 }
 
-/// Refuse a state directory owned by someone else. A missing directory passes.
-pub fn check_owner(path: &Path) -> Result<(), StateDirError> {
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    match std::fs::metadata(path) {
-        Ok(m) if m.uid() != me => Err(StateDirError::NotOwned {
-            path: path.to_owned(),
-            owner: m.uid(),
-            me,
-        }),
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(StateDirError::Io {
-            path: path.to_owned(),
-            source,
-        }),
+impl From<TrustError> for StateDirError {
+    fn from(e: TrustError) -> StateDirError {
+        match e {
+            TrustError::Untrusted(u) => StateDirError::Untrusted(u),
+            TrustError::Io { path, source } => StateDirError::Io { path, source },
+        }
     }
 }
 
-/// Check ownership, then create the state directory owner-only if missing.
+/// Refuse a state directory that is another user's or writable by group or others, and any
+/// of the entries dispatch creates directly in it ([`trust::TOP_LEVEL`]) that is a link,
+/// another user's or writable by others: a few `lstat`s, done by every command before it
+/// reads or writes anything. A missing directory passes. What is below those entries is
+/// checked where it is opened (the journal's files by the journal, a worker's tree by
+/// `WorkerDirs`).
+pub fn check(path: &Path) -> Result<(), StateDirError> {
+    if trust::check_root(path)? {
+        for name in trust::TOP_LEVEL {
+            trust::check(&path.join(name), trust::Want::Dir)?;
+        }
+    }
+    Ok(())
+}
+
+/// Check, then create the state directory owner-only if missing (its parents too, as the
+/// user's own directories: they are above what dispatch answers for).
 pub fn prepare(path: &Path) -> Result<(), StateDirError> {
-    check_owner(path)?;
-    create_private_dir(path)?;
-    check_owner(path)
+    use std::os::unix::fs::DirBuilderExt;
+    check(path)?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|source| StateDirError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+    check(path)
 }
 
 /// An environment of fixed variables, for the resolution tests here and in `config`.

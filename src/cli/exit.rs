@@ -37,6 +37,7 @@ impl From<JournalError> for Failure {
         let code = match &e {
             JournalError::Damaged { status, .. } if *status != Status::TornTail => DAMAGED,
             JournalError::Undecodable { .. } => DAMAGED,
+            JournalError::Untrusted(_) => REFUSED,
             _ => FAILED,
         };
         Failure::new(code, e.to_string())
@@ -46,7 +47,7 @@ impl From<JournalError> for Failure {
 impl From<StateDirError> for Failure {
     fn from(e: StateDirError) -> Failure {
         match e {
-            StateDirError::NotOwned { .. } => Failure::new(REFUSED, e.to_string()),
+            StateDirError::Untrusted(_) => Failure::new(REFUSED, e.to_string()),
             StateDirError::Journal(j) => j.into(),
             other => Failure::new(FAILED, other.to_string()),
         }

@@ -48,7 +48,7 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
             Ok(exit::OK)
         }
         JournalCommand::Verify => {
-            crate::statedir::check_owner(state_dir)?;
+            crate::statedir::check(state_dir)?;
             let r = ops::verify(&dir)?;
             if json {
                 print_json(&r)?;
@@ -80,7 +80,7 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
             })
         }
         JournalCommand::Dump { from, to } => {
-            crate::statedir::check_owner(state_dir)?;
+            crate::statedir::check(state_dir)?;
             let from = from.unwrap_or(1);
             let to = to.unwrap_or(u64::MAX);
             if from > to {
@@ -125,7 +125,7 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
             Ok(exit::OK)
         }
         JournalCommand::Repair => {
-            crate::statedir::check_owner(state_dir)?;
+            crate::statedir::check(state_dir)?;
             let r = ops::repair(&dir)?;
             if json {
                 print_json(&r)?;
@@ -143,7 +143,7 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
 }
 
 pub fn run_audit(state_dir: &Path, json: bool) -> Result<u8, Failure> {
-    crate::statedir::check_owner(state_dir)?;
+    crate::statedir::check(state_dir)?;
     let r = crate::ops::audit::audit(state_dir)?;
     if json {
         print_json(&r)?;
@@ -212,7 +212,7 @@ pub fn run_audit(state_dir: &Path, json: bool) -> Result<u8, Failure> {
 
 pub fn run_inspect(state_dir: &Path, key: &str, json: bool) -> Result<u8, Failure> {
     use crate::ops::inspect::{inspect, InspectError};
-    crate::statedir::check_owner(state_dir)?;
+    crate::statedir::check(state_dir)?;
     let r = match inspect(state_dir, key) {
         Ok(r) => r,
         Err(InspectError::NotFound(_)) => {

@@ -96,7 +96,7 @@ pub fn run<S: Scheduler>(cmd: &TrialCommand, ctx: &Ctx<S>, json: bool) -> Result
             trial::judge(ctx, trial, verdict, reason)?
         }
         TrialCommand::Show { trial } => {
-            crate::statedir::check_owner(&ctx.state_dir)?;
+            crate::statedir::check(&ctx.state_dir)?;
             let shown = trial::show(&ctx.state_dir, trial)?;
             if json {
                 print_json(&shown)?;
@@ -126,7 +126,7 @@ pub fn run<S: Scheduler>(cmd: &TrialCommand, ctx: &Ctx<S>, json: bool) -> Result
 
 /// `dispatch trials`.
 pub fn run_list(state_dir: &std::path::Path, json: bool) -> Result<u8, Failure> {
-    crate::statedir::check_owner(state_dir)?;
+    crate::statedir::check(state_dir)?;
     let all = trial::list(state_dir)?;
     if json {
         print_json(&serde_json::json!({ "trials": all }))?;

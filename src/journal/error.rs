@@ -34,6 +34,24 @@ pub enum JournalError {
     Missing(PathBuf),
     #[error("event {seq} has valid CRCs and chain but its payload does not decode: {reason}")]
     Undecodable { seq: u64, reason: String },
+    /// The journal directory or an entry in it is another user's, writable by others, or a
+    /// link: not read, not written (exit 3).
+    #[error(transparent)]
+    Untrusted(#[from] crate::statedir::trust::Untrusted),
     #[error(transparent)]
     Reduce(#[from] crate::state::ReduceError),
+}
+
+impl From<crate::statedir::trust::TrustError> for JournalError {
+    fn from(e: crate::statedir::trust::TrustError) -> JournalError {
+        use crate::statedir::trust::TrustError;
+        match e {
+            TrustError::Untrusted(u) => JournalError::Untrusted(u),
+            TrustError::Io { path, source } => JournalError::Io {
+                path,
+                what: "inspect".to_owned(),
+                source,
+            },
+        }
+    }
 }

@@ -23,6 +23,8 @@ pub fn replay(
     resume: Option<&Resume>,
     mut visit: impl FnMut(Envelope) -> Result<(), JournalError>,
 ) -> Result<Scan, JournalError> {
+    // Every segment is checked (ours, written by nobody else, not a link) before any is read.
+    crate::statedir::trust::check_journal(dir)?;
     let mut decoder = PayloadDecoder::new();
     let pipeline = worth_pipelining(dir, resume);
     replay_frames(dir, resume, pipeline, |seq, kind, flags, payload| {
@@ -36,6 +38,16 @@ pub fn replay(
 /// [`replay`] with each envelope lent to `visit` instead of given: the decoder then reuses
 /// one envelope, and an unchanged actor costs nothing. What folds into state should use this.
 pub fn replay_ref(
+    dir: &Path,
+    resume: Option<&Resume>,
+    visit: impl FnMut(&Envelope) -> Result<(), JournalError>,
+) -> Result<Scan, JournalError> {
+    crate::statedir::trust::check_journal(dir)?;
+    replay_ref_checked(dir, resume, visit)
+}
+
+/// [`replay_ref`] in a journal directory already checked by `trust::check_journal`.
+fn replay_ref_checked(
     dir: &Path,
     resume: Option<&Resume>,
     mut visit: impl FnMut(&Envelope) -> Result<(), JournalError>,
@@ -259,13 +271,15 @@ pub struct Loaded {
 /// Load state through the newest valid snapshot plus the tail. Refuses a corrupt or tampered
 /// journal. A torn tail is read up to the last valid frame (only a writer repairs it).
 pub fn load(dir: &Path) -> Result<Loaded, JournalError> {
+    // Segments and snapshots alike: checked before any is read.
+    crate::statedir::trust::check_journal(dir)?;
     if super::segment::list(dir).map_or(true, |s| s.is_empty()) {
         return Err(JournalError::Missing(dir.to_owned()));
     }
     let mut snapshot_rejected = None;
     let mut start: Option<(Covers, State)> = None;
     if let Some((_, path)) = snapshot::list(dir).ok().and_then(|l| l.into_iter().next()) {
-        let candidate = std::fs::read(&path)
+        let candidate = read_no_follow(&path)
             .map_err(|e| e.to_string())
             .and_then(|b| snapshot::decode(&b))
             .and_then(|(covers, state)| {
@@ -291,7 +305,7 @@ pub fn load(dir: &Path) -> Result<Loaded, JournalError> {
         }
         None => (State::default(), None, None),
     };
-    let scan = replay_ref(dir, resume.as_ref(), |env| Ok(state.apply(env)?))?;
+    let scan = replay_ref_checked(dir, resume.as_ref(), |env| Ok(state.apply(env)?))?;
     if matches!(scan.status, Status::Corrupt | Status::Tampered) {
         return Err(JournalError::Damaged {
             dir: dir.to_owned(),
@@ -319,12 +333,28 @@ fn frame_len_at(dir: &Path, covers: &Covers) -> Result<u64, JournalError> {
         what: "read segment".to_owned(),
         source,
     };
-    let mut f = std::fs::File::open(&path).map_err(io)?;
+    let mut f = open_no_follow(&path).map_err(io)?;
     f.seek(SeekFrom::Start(covers.frame_offset + 4))
         .map_err(io)?;
     let mut len = [0u8; 4];
     f.read_exact(&mut len).map_err(io)?;
     Ok(u64::from(u32::from_le_bytes(len)) + super::frame::OVERHEAD as u64)
+}
+
+/// Open for reading, refusing a link (`ELOOP`) even if one appeared after the check.
+pub(crate) fn open_no_follow(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
+fn read_no_follow(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    open_no_follow(path)?.read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// Write a snapshot of `loaded` if enough events passed since the one it started from.

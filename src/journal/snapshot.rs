@@ -150,7 +150,7 @@ pub fn matches_journal(dir: &Path, covers: &Covers) -> Result<(), String> {
     let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
     // Only the segment header and the one frame are read: the segment can be 64 MiB, and
     // reading it whole would cost more than the rest of a load through the snapshot.
-    let file = std::fs::File::open(&path).map_err(cannot)?;
+    let file = super::reader::open_no_follow(&path).map_err(cannot)?;
     let len = file.metadata().map_err(cannot)?.len();
     let head = read_upto(&file, 0, segment::SEGMENT_HEADER_LEN as u64, len).map_err(cannot)?;
     let header = segment::SegmentHeader::decode(&head).map_err(|f| f.describe())?;

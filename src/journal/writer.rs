@@ -270,6 +270,9 @@ impl Writer {
     }
 
     pub fn open_as(dir: &Path, opts: Options, actor: Actor) -> Result<Writer, JournalError> {
+        // Before anything is created or opened: a journal that another user could have
+        // written, or that a link leads elsewhere, is neither read nor written.
+        crate::statedir::trust::check_journal(dir)?;
         create_private_dir(dir)?;
         let lock_path = dir.join(LOCK_FILE);
         let lock = OpenOptions::new()
@@ -277,6 +280,7 @@ impl Writer {
             .truncate(false)
             .write(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&lock_path)
             .map_err(io_err(&lock_path, "open lock file"))?;
         lock.lock_exclusive().map_err(io_err(&lock_path, "lock"))?;
@@ -312,6 +316,7 @@ impl Writer {
                 }
                 let file = OpenOptions::new()
                     .append(true)
+                    .custom_flags(libc::O_NOFOLLOW)
                     .open(&head.segment_path)
                     .map_err(io_err(&head.segment_path, "open segment"))?;
                 Core::new(
@@ -752,6 +757,7 @@ fn create_segment(
     fsync_dir(dir)?;
     let file = OpenOptions::new()
         .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(&path)
         .map_err(io_err(&path, "open segment"))?;
     Ok((file, header.len() as u64))

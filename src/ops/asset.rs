@@ -56,6 +56,11 @@ pub fn resolve_for_worker(
                 Err(_) => policy::FileSeen::Missing,
             },
         )?;
+        // The file a worker will be handed: ours, written by nobody else, not a link.
+        crate::statedir::trust::check(
+            &state_dir.join(&a.record.file),
+            crate::statedir::trust::Want::File,
+        )?;
         out.push(a.record.clone());
     }
     Ok(out)

@@ -44,3 +44,9 @@ impl From<crate::statedir::StateDirError> for OpError {
         }
     }
 }
+
+impl From<crate::statedir::trust::TrustError> for OpError {
+    fn from(e: crate::statedir::trust::TrustError) -> OpError {
+        crate::statedir::StateDirError::from(e).into()
+    }
+}

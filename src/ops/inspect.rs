@@ -168,6 +168,7 @@ pub fn inspect(state_dir: &Path, key: &str) -> Result<InspectReport, InspectErro
         Ok(())
     })?;
     let dirs = found.dirs(state_dir);
+    dirs.check(state_dir).map_err(JournalError::from)?;
     let worker_journal =
         read_worker_journal(&crate::worker::supervisor::journal_dir(&dirs.evidence))?;
     Ok(InspectReport {

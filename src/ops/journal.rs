@@ -60,6 +60,8 @@ pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
     if !journal_dir.exists() {
         return Err(JournalError::Missing(journal_dir.to_owned()));
     }
+    // Before its LOCK is opened: a link there would lead the lock elsewhere.
+    crate::statedir::trust::check_journal(journal_dir)?;
     let _quiet = wait_for_writers(journal_dir);
     let mut undecodable = None;
     // The chain of the last frame that decodes: the head to report when one does not.

@@ -231,6 +231,8 @@ pub async fn submit<S: Scheduler>(
     let step_name_checked =
         JobName::new(name.clone()).map_err(|e| OpError::Usage(e.to_string()))?;
     let dirs = WorkerDirs::new(&ctx.pools_dir(), &req.pool, submission_id);
+    // Before the receipt: a pool tree that is another user's, or a link, refuses (exit 3).
+    dirs.check(&ctx.state_dir)?;
     let deadline = policy::early_shutdown_deadline(pool.allocation.end_time, &budgets);
 
     // The durable receipt: from here on the worker holds budget. The assets it uses go in the
@@ -254,7 +256,7 @@ pub async fn submit<S: Scheduler>(
         step_id: None,
         warnings: Vec::new(),
     };
-    if let Err(e) = dirs.create() {
+    if let Err(e) = dirs.create(&ctx.state_dir) {
         writer.append_one(Event::WorkerLaunchFailed(WorkerLaunchFailed {
             submission_id,
             definite: true,
@@ -554,6 +556,7 @@ fn read_worker_journal(
     w: &Worker,
 ) -> Result<Option<report::WorkerReport>, JournalError> {
     let dirs = WorkerDirs::new(pools_dir, pool, w.submission_id);
+    dirs.check(pools_dir)?;
     report::read_anchored(&dirs.evidence, w.report.as_ref().map(|r| r.last_seq))
 }
 

@@ -118,7 +118,11 @@ pub async fn reconcile<S: Scheduler>(
             .values()
             .map(|w| {
                 let dirs = WorkerDirs::new(&ctx.pools_dir(), &pool.name, w.submission_id);
-                let r = report::read(&dirs.evidence).ok().flatten();
+                // Evidence only: a tree that is not trusted is not read (status shows why).
+                let trusted = dirs.check(&ctx.pools_dir()).is_ok();
+                let r = trusted
+                    .then(|| report::read(&dirs.evidence).ok().flatten())
+                    .flatten();
                 WorkerObservation {
                     step_from_supervisor: r
                         .as_ref()

@@ -215,7 +215,7 @@ impl Book {
 
 /// Read the state without writing: a missing journal is an empty state.
 pub fn read_state(state_dir: &Path) -> Result<State, SessionError> {
-    crate::statedir::check_owner(state_dir)?;
+    crate::statedir::check(state_dir)?;
     let dir = crate::statedir::journal_dir(state_dir);
     match journal::load(&dir) {
         Ok(l) => Ok(l.state),
@@ -232,8 +232,11 @@ pub struct TokenLock {
 impl TokenLock {
     pub fn take(state_dir: &Path, token: &str) -> Result<TokenLock, SessionError> {
         let dir = state_dir.join("sessions").join("locks");
-        journal::writer::create_private_dir(&dir)?;
+        crate::statedir::prepare(state_dir)?;
+        crate::statedir::trust::create_below(state_dir, &dir).map_err(StateDirError::from)?;
         let path = dir.join(format!("{token}.lock"));
+        crate::statedir::trust::check(&path, crate::statedir::trust::Want::File)
+            .map_err(StateDirError::from)?;
         let io = |source| {
             SessionError::Journal(JournalError::Io {
                 path: path.clone(),
@@ -246,6 +249,7 @@ impl TokenLock {
             .truncate(false)
             .write(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(io)?;
         if file.try_lock_exclusive().is_err() {

@@ -73,6 +73,8 @@ pub async fn submit<S: Scheduler>(
     }
     let bound = spec.bind(&loaded.state, &ctx.state_dir, submission_id)?;
     let dirs = WorkerDirs::for_job(&jobs_dir(ctx), submission_id);
+    // Before the receipt: a job tree that is another user's, or a link, refuses (exit 3).
+    dirs.check(&ctx.state_dir)?;
 
     // The durable receipt, with the assets the worker uses in the same commit.
     let intent = Event::JobSubmitIntent(JobSubmitIntent {
@@ -88,17 +90,21 @@ pub async fn submit<S: Scheduler>(
     writer.append(bound.receipt(intent, submission_id))?;
     failpoint::hit("submit-after-intent");
     let script = dirs.root.join("batch.sh");
-    let prepared = dirs.create().and_then(|()| {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o700)
-            .open(&script)?;
-        f.write_all(BATCH_SCRIPT.as_bytes())?;
-        f.sync_all()
-    });
+    let prepared = dirs
+        .create(&ctx.state_dir)
+        .map_err(std::io::Error::other)
+        .and_then(|()| {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .write(true)
+                .mode(0o700)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&script)?;
+            f.write_all(BATCH_SCRIPT.as_bytes())?;
+            f.sync_all()
+        });
     if let Err(e) = prepared {
         writer.append_one(Event::JobSubmitFailed(JobSubmitFailed {
             submission_id,

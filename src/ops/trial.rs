@@ -139,6 +139,10 @@ fn evidence_of(state_dir: &Path, state: &State, w: &TrialWorker) -> (TrialEviden
         published_dir: None,
         manifest_sha256: None,
     };
+    // A tree that is not trusted leaves no evidence: `passed` is then refused.
+    if dirs.check(state_dir).is_err() {
+        return (e, false);
+    }
     let Ok(Some(r)) = report::read(&dirs.evidence) else {
         return (e, false);
     };

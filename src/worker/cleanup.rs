@@ -123,9 +123,9 @@ mod tests {
     fn removes_only_the_plan_and_never_follows_symlinks() {
         let d = tempfile::tempdir().unwrap();
         let dirs = WorkerDirs::new(d.path(), "p", uuid::Uuid::from_u128(1));
-        dirs.create().unwrap();
+        dirs.create(d.path()).unwrap();
         let sibling = WorkerDirs::new(d.path(), "p", uuid::Uuid::from_u128(2));
-        sibling.create().unwrap();
+        sibling.create(d.path()).unwrap();
         std::fs::write(sibling.cache.join("keep"), b"x").unwrap();
         // The payload replaced its cache with a link to a sibling's cache.
         std::fs::remove_dir(&dirs.cache).unwrap();
@@ -156,7 +156,7 @@ mod tests {
     fn sealed_state_is_read_only() {
         let d = tempfile::tempdir().unwrap();
         let dirs = WorkerDirs::new(d.path(), "p", uuid::Uuid::from_u128(1));
-        dirs.create().unwrap();
+        dirs.create(d.path()).unwrap();
         std::fs::create_dir(dirs.state.join("sub")).unwrap();
         std::fs::write(dirs.state.join("sub/db"), b"state").unwrap();
         let plan = cleanup_plan(true, true);

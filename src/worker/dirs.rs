@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use uuid::Uuid;
 
+use crate::statedir::trust::{self, TrustError};
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerDirs {
     pub root: PathBuf,
@@ -62,16 +64,22 @@ impl WorkerDirs {
         ]
     }
 
-    /// Create them all, owner-only. Existing directories are fine (a retried launch).
-    pub fn create(&self) -> std::io::Result<()> {
-        use std::os::unix::fs::DirBuilderExt;
+    /// Create them all, owner-only, below `trusted` (the state directory, or a directory in
+    /// it already checked): each directory on the way is created or checked one at a time, so
+    /// a link or another user's directory there is refused, never followed. Existing
+    /// directories of ours are fine (a retried launch).
+    pub fn create(&self, trusted: &Path) -> Result<(), TrustError> {
         for dir in self.all() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)?;
+            trust::create_below(trusted, dir)?;
         }
         Ok(())
+    }
+
+    /// Check the directories from below `trusted` down to the evidence directory (whose
+    /// journal the coordinator reads): ours, written by nobody else, no link. A few `lstat`s
+    /// for this one worker; `Ok(false)` when some of them do not exist yet.
+    pub fn check(&self, trusted: &Path) -> Result<bool, TrustError> {
+        trust::check_below(trusted, &self.evidence)
     }
 }
 
@@ -87,5 +95,47 @@ mod tests {
             assert_ne!(*x, y);
         }
         assert!(a.evidence.starts_with("/s/pools/p/workers/"));
+    }
+
+    #[test]
+    fn creation_refuses_another_users_or_a_linked_directory_on_the_way() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let state = t.path();
+        let dirs = WorkerDirs::of(state, Some("p"), Uuid::from_u128(1));
+        assert!(!dirs.check(state).unwrap(), "nothing there yet");
+        dirs.create(state).unwrap();
+        assert!(dirs.check(state).unwrap());
+        for d in dirs.all() {
+            let mode = std::fs::metadata(d).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{}", d.display());
+        }
+
+        // Another user's `workers/` (uid 65534 when the tests run as root).
+        let workers = state.join("pools/p/workers");
+        let other = WorkerDirs::of(state, Some("p"), Uuid::from_u128(2));
+        if trust::euid() == 0 {
+            std::os::unix::fs::chown(&workers, Some(65534), None).unwrap();
+            assert!(other.create(state).is_err());
+            assert!(dirs.check(state).is_err());
+            std::os::unix::fs::chown(&workers, Some(0), None).unwrap();
+        }
+        // A group-writable one.
+        std::fs::set_permissions(&workers, std::fs::Permissions::from_mode(0o770)).unwrap();
+        let err = other.create(state).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("chmod 700 {}", workers.display())),
+            "{err}"
+        );
+        assert!(!other.root.exists(), "nothing was created below it");
+        std::fs::set_permissions(&workers, std::fs::Permissions::from_mode(0o700)).unwrap();
+
+        // A link out of the state directory, as a job tree.
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), state.join("jobs")).unwrap();
+        let job = WorkerDirs::of(state, None, Uuid::from_u128(3));
+        assert!(job.create(state).is_err());
+        assert!(job.check(state).is_err());
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
     }
 }

@@ -5,7 +5,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use fs2::FileExt;
@@ -16,6 +16,7 @@ use super::events::{AssetChecked, ReceivingChecks};
 use super::files;
 use crate::policy::node::{self, DirProbe, Need, OwnerSeen};
 use crate::state::asset::{AssetKind, AssetRecord};
+use crate::statedir::trust;
 
 /// The file in a worker's root that names its submission; its `flock` is held by the live
 /// supervisor for the whole run.
@@ -97,27 +98,15 @@ fn probe_dir(role: &str, path: &Path, root: Option<&Path>, need: Need) -> DirPro
         p.problem = Some(format!("{} cannot be created: {e}", path.display()));
         return p;
     }
+    // The same rule as for everything below the coordinator's state directory: a real
+    // directory, this user's, writable by nobody else.
     match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => {
-            p.problem = Some(format!(
-                "{} is a symbolic link; worker directories must be real directories",
-                path.display()
-            ));
-            return p;
+        Ok(m) => {
+            if let Err(untrusted) = trust::judge_metadata(path, &m, trust::Want::Dir) {
+                p.problem = Some(untrusted.to_string());
+                return p;
+            }
         }
-        Ok(m) if !m.is_dir() => {
-            p.problem = Some(format!("{} is not a directory", path.display()));
-            return p;
-        }
-        Ok(m) if m.uid() != euid() => {
-            p.problem = Some(format!(
-                "{} belongs to uid {}, not to this user",
-                path.display(),
-                m.uid()
-            ));
-            return p;
-        }
-        Ok(_) => {}
         Err(e) => {
             p.problem = Some(format!("{} cannot be inspected: {e}", path.display()));
             return p;
@@ -151,11 +140,6 @@ fn probe_dir(role: &str, path: &Path, root: Option<&Path>, need: Need) -> DirPro
         Err(e) => p.problem = Some(format!("free space of {}: {e}", path.display())),
     }
     p
-}
-
-fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() }
 }
 
 /// Take the worker's root for this submission: create it if missing, and hold its owner lock.

@@ -140,6 +140,7 @@ pub fn read_anchored(
     anchor: Option<u64>,
 ) -> Result<Option<WorkerReport>, JournalError> {
     let dir = super::supervisor::journal_dir(evidence_dir);
+    crate::statedir::trust::check_journal(&dir)?;
     if journal::segment::list(&dir).map_or(true, |s| s.is_empty()) {
         return Ok(None);
     }
