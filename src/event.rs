@@ -306,6 +306,7 @@ event_kinds! {
     122 => JobSubmitFailed(crate::state::jobs::JobSubmitFailed), must_understand;
     123 => JobTerminal(crate::state::jobs::JobTerminal), must_understand;
     124 => JobStopIntent(crate::state::jobs::JobStopIntent);
+    125 => JobNamed(crate::state::jobs::JobNamed), must_understand;
     130 => AssetAddIntent(crate::state::asset::AssetAddIntent), must_understand;
     131 => AssetAdded(crate::state::asset::AssetAdded), must_understand;
     132 => AssetAddFailed(crate::state::asset::AssetAddFailed), must_understand;

@@ -201,3 +201,42 @@ fn status_before_any_journal_shows_no_pools() {
     assert!(fake.calls().is_empty());
     assert!(!fake.state().exists(), "status created the state directory");
 }
+
+/// Issue 10, item 7: squeue and sacct answer exit 0 with nothing while the step still runs (a
+/// lying or misconfigured controller). `stop-worker` must not release the budget, and a submit
+/// that only fits in the budget it still holds is refused.
+#[test]
+fn empty_answers_do_not_prove_a_stopped_step_over() {
+    let fake = Fake::attached(60);
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"hang": 120}],
+        "squeue": [{"match": ["--steps"], "stdout": "901.0|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.w\n"}],
+    }));
+    let (code, out, err) = fake.run(SUBMIT);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        serde_json::from_str::<Value>(out.trim()).unwrap()["step_id"],
+        "901.0"
+    );
+
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "squeue": [{"stdout": ""}],
+        "sacct": [{"stdout": ""}],
+        "scancel": [{"stdout": ""}],
+    }));
+    let (code, _, err) = fake.run(&["pool", "stop-worker", "p", "w", "--grace", "0"]);
+    assert_eq!(code, 4, "an empty answer was taken for proof: {err}");
+    let kinds = fake.kinds();
+    assert!(!kinds.contains(&"WorkerTerminal".to_owned()), "{kinds:?}");
+
+    // The allocation has 4 CPUs and the worker still holds 1.
+    let (code, _, err) = fake.run(&[
+        "pool", "submit", "p", "--cpus", "4", "--mem", "100M", "--name", "w2", "--", "true",
+    ]);
+    assert_eq!(
+        code, 3,
+        "a submit on top of a held budget was accepted: {err}"
+    );
+}

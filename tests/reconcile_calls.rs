@@ -99,3 +99,46 @@ fn half_finished_workers_are_released_with_the_same_calls() {
     assert_eq!(r["resolved"].as_array().unwrap().len(), 50, "{r}");
     assert_eq!(r["slurm_calls"], 2);
 }
+
+/// Issue 10, item 7: a controller that answers every query with exit 0 and nothing (a lying or
+/// misconfigured one, the wrong cluster) proves nothing, while the steps may still run.
+#[test]
+fn empty_answers_alone_release_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    journal_with_workers(&state, 3, |i| i != 2);
+    let r = reconcile(
+        &state,
+        &json!({"squeue": [{"stdout": ""}], "sacct": [{"stdout": ""}]}),
+    );
+    assert_eq!(r["resolved"], json!([]), "an empty answer released: {r}");
+    assert!(
+        !r.to_string().contains("allocation is over"),
+        "an empty listing was taken for the end of the allocation: {r}"
+    );
+}
+
+/// The same listing with the allocation in it: a step seen before and now absent has ended
+/// (the ordinary path keeps resolving).
+#[test]
+fn a_listed_job_without_a_step_seen_before_proves_that_step_over() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    journal_with_workers(&state, 2, |_| true);
+    let r = reconcile(
+        &state,
+        &json!({"squeue": [
+            {"match": ["--steps"], "stdout": ""},
+            {"match": [format!("--jobs={JOB}")], "stdout": job_row()},
+        ]}),
+    );
+    let resolved = r["resolved"].as_array().unwrap();
+    assert_eq!(resolved.len(), 2, "{r}");
+    for x in resolved {
+        let proof = x["proof"].as_str().unwrap();
+        assert!(
+            proof.contains(&format!("job {JOB} is listed")),
+            "the proof names its corroboration: {proof}"
+        );
+    }
+}

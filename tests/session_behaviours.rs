@@ -225,7 +225,7 @@ async fn b02_hostile_mirror_names_become_safe_tokens() {
         assert_eq!(probe[4], format!("--name={name}"));
         // Release so that the next mirror's job id 5 is not held twice.
         w.q().scancel.push_back(scancel(0, "", 5));
-        w.q().by_id.push_back(gone());
+        w.q().by_id.push_back(invalid_id());
         release(&env, mirror, "T", JobId::new(5)).await.unwrap();
     }
 }
@@ -440,7 +440,7 @@ async fn b14_job_ends_before_it_runs() {
     let w = World::new();
     w.q().by_name.push_back(gone());
     w.q().sbatch.push_back(submitted(5));
-    w.q().by_id.push_back(gone());
+    w.q().by_id.push_back(invalid_id());
     let sacct = "5|5|FAILED|1:0|0:0|2026-11-29T16:00:00|2026-11-29T16:00:01|2026-11-29T16:00:02|00:00:01|01:00:00|n1|1|100M|savio4_htc|co_carleton|normal|u|sucoder-sample\n";
     w.q().sacct.push_back(Answer::Live(
         dispatch::slurm::sacct::parse_rows(sacct).unwrap_or_else(|e| panic!("{e}")),
@@ -555,7 +555,7 @@ async fn b20_record_probe_failure_fails_closed() {
 async fn b21_gone_record_then_submit() {
     let w = World::new();
     w.seed("T", 4242, T).await;
-    w.q().by_id.push_back(gone());
+    w.q().by_id.push_back(invalid_id());
     w.q().by_name.push_back(gone());
     w.q().sbatch.push_back(submitted(5000));
     w.q()
@@ -722,7 +722,7 @@ async fn b28_malformed_lines_are_ignored() {
 async fn b29_the_gone_id_is_not_adopted_again() {
     let w = World::new();
     w.seed("T", 4242, T).await;
-    w.q().by_id.push_back(gone());
+    w.q().by_id.push_back(invalid_id());
     w.q()
         .by_name
         .push_back(live(&row("4242", "RUNNING", "n1", T, NAME)));
@@ -812,7 +812,7 @@ async fn b36_b38_unconfined_record_probe() {
     assert_eq!(kind, "unknown");
     assert!(!w.slurm.called("salloc"));
     assert_eq!(w.record("U").0, Some(777));
-    w.q().by_id.push_back(gone());
+    w.q().by_id.push_back(invalid_id());
     w.q().by_name.push_back(gone());
     w.q().salloc.push_back(Ok(dispatch::slurm::Allocated {
         job_id: JobId::new(778).unwrap(),
@@ -962,9 +962,9 @@ async fn release_settles_the_job_a_renewal_replaced() {
     w.slurm.reset();
 
     // 111 has ended meanwhile; 222 runs and is released.
-    w.q().by_id.push_back(gone());
+    w.q().by_id.push_back(invalid_id());
     w.q().scancel.push_back(scancel(0, "", 222));
-    w.q().by_id.push_back(gone());
+    w.q().by_id.push_back(invalid_id());
     let env = env(&w.config, &w.state, &w.slurm);
     let r = release(&env, "sample", "T", JobId::new(222)).await.unwrap();
     assert_eq!(r.action, ReleaseAction::Released);
@@ -1006,9 +1006,9 @@ async fn release_cancels_a_replaced_job_that_still_runs() {
         .by_id
         .push_back(live(&row("111", "RUNNING", "n1", T, NAME)));
     w.q().scancel.push_back(scancel(0, "", 111));
-    w.q().by_id.push_back(gone());
+    w.q().by_id.push_back(invalid_id());
     w.q().scancel.push_back(scancel(0, "", 222));
-    w.q().by_id.push_back(gone());
+    w.q().by_id.push_back(invalid_id());
     let env = env(&w.config, &w.state, &w.slurm);
     let r = release(&env, "sample", "T", JobId::new(222)).await.unwrap();
     let old = r.replaced.as_ref().unwrap();
@@ -1031,7 +1031,7 @@ async fn a_session_on_a_removed_target_can_still_be_released() {
     .unwrap();
     let env = env(&without_t, &w.state, &w.slurm);
     w.q().scancel.push_back(scancel(0, "", 4242));
-    w.q().by_id.push_back(gone());
+    w.q().by_id.push_back(invalid_id());
     let r = release(&env, "sample", "T", JobId::new(4242))
         .await
         .unwrap();
@@ -1073,7 +1073,7 @@ async fn b49_b51_b52_attach() {
         .unwrap();
     let argv: Vec<_> = plan.argv.iter().map(|a| a.to_str().unwrap()).collect();
     assert_eq!(argv, ["--jobid=42", "--overlap", "--pty", "htop"]);
-    w.q().by_id.push_back(gone());
+    w.q().by_id.push_back(invalid_id());
     let (msg, _) = err_text(attach::plan(&env, "sample", "T", &[], None).await);
     assert!(msg.contains("the allocation has ended"), "{msg}");
     assert_eq!(w.record("T").0, Some(42));
@@ -1184,7 +1184,7 @@ async fn b69_b75_drain_relaunches_then_cancels_the_old_job() {
         .by_id
         .push_back(live(&short("222", "RUNNING", "2:00:00")));
     w.q().scancel.push_back(scancel(0, "", 111));
-    w.q().by_id.push_back(gone());
+    w.q().by_id.push_back(invalid_id());
     w.q()
         .by_id
         .push_back(live(&short("222", "RUNNING", "10:00:00")));
@@ -1229,8 +1229,8 @@ async fn b69_b75_drain_relaunches_then_cancels_the_old_job() {
 async fn b70_lost_job_is_relaunched_without_cancel() {
     let w = World::new();
     w.seed("T", 111, T).await;
-    w.q().by_id.push_back(gone());
-    w.q().by_id.push_back(gone());
+    w.q().by_id.push_back(invalid_id());
+    w.q().by_id.push_back(invalid_id());
     w.q().by_name.push_back(gone());
     w.q().sbatch.push_back(submitted(333));
     w.q()

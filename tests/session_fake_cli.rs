@@ -575,3 +575,32 @@ fn a_long_wait_reports_progress_unless_quiet() {
         assert_eq!(json_of(&r)["error"]["exit_code"], 1);
     }
 }
+
+/// Issue 10, item 7: the record names job 4242; squeue now answers exit 0 with nothing (a lying
+/// or misconfigured controller, the wrong cluster) while the job still runs. An empty answer
+/// is not proof that it is gone: the launch exits 4 and submits nothing beside it.
+#[test]
+fn an_empty_answer_about_the_recorded_job_submits_nothing() {
+    let f = Fake::new(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--jobs=4242"], "stdout": running(4242, T)},
+        ],
+        "sbatch": [{"stdout": "4242\n"}],
+    }));
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    f.clear_calls();
+    f.scenario(json!({
+        "squeue": [{"stdout": ""}],
+        "sacct": [{"stdout": ""}],
+        "sbatch": [{"stdout": "4243\n"}],
+    }));
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 4, "{} / {}", r.stdout, r.stderr);
+    assert!(
+        !f.programs().contains(&"sbatch".to_owned()),
+        "a second job was submitted: {:?}",
+        f.calls()
+    );
+}

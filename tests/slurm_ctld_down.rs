@@ -80,6 +80,7 @@ async fn controller_down_means_unknown_within_the_timeout() {
     // way accounting never says Gone.
     let q = AcctQuery {
         jobs: vec![job],
+        names: vec![],
         since: chrono::Local::now().naive_local() - chrono::Duration::hours(1),
     };
     assert!(!s.accounting(&q).await.is_gone());

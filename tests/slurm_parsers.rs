@@ -142,6 +142,7 @@ fn recorded_argv_is_what_the_driver_sends() {
         let since = SlurmTime::parse(since).unwrap().at().unwrap();
         let q = AcctQuery {
             jobs: jobs_arg(&argv),
+            names: vec![],
             since,
         };
         assert_eq!(strs(q.argv().unwrap()), argv[1..], "{}", f.name);

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use dispatch::slurm::{
     AcctQuery, AcctRow, AllocRequest, Answer, BatchPayload, BatchRequest, CliScheduler, ExitCode,
-    JobId, JobName, JobQuery, JobState, MemoryMb, Scheduler, Signal, SlurmCommand, SlurmDuration,
-    SlurmError, StepId, StepRequest, StepRow,
+    JobId, JobName, JobQuery, JobState, Lookup, MemoryMb, Scheduler, Signal, SlurmCommand,
+    SlurmDuration, SlurmError, StepId, StepRequest, StepRow,
 };
 use support::{alive, poll, require_cluster, scheduler, shared_lock, unique_name, JobGuard};
 
@@ -61,8 +61,8 @@ fn since_a_minute_ago() -> chrono::NaiveDateTime {
 async fn wait_ended(s: &CliScheduler, id: JobId) -> Answer<JobState> {
     let end = poll(Duration::from_secs(60), || async {
         match s.list_jobs(&JobQuery::ids(vec![id])).await.job(id) {
-            Answer::Gone => Some(Answer::Gone),
-            Answer::Live(row) if row.state.is_terminal() => Some(Answer::Live(row.state.clone())),
+            Lookup::Gone(p) => Some(Answer::Gone(p)),
+            Lookup::Listed(row) if row.state.is_terminal() => Some(Answer::Live(row.state.clone())),
             _ => None,
         }
     })
@@ -77,6 +77,7 @@ fn step_named<'a>(rows: &'a [StepRow], n: &str) -> Option<&'a StepRow> {
 async fn acct_row(s: &CliScheduler, job: JobId, pick: impl Fn(&AcctRow) -> bool) -> AcctRow {
     let q = AcctQuery {
         jobs: vec![job],
+        names: vec![],
         since: since_a_minute_ago(),
     };
     // sacct lags (seconds after a start, more under load): poll with a bound.
@@ -242,7 +243,7 @@ async fn allocation_with_two_overlapping_steps_cancel_one() {
     s.signal_step(s1, Signal::Term).await.unwrap();
     assert!(poll(Duration::from_secs(30), || async {
         match s.list_steps(job).await {
-            Answer::Gone => Some(()),
+            Answer::Gone(_) => Some(()),
             Answer::Live(rows) => step_named(&rows, &n1).is_none().then_some(()),
             Answer::Unknown(_) => None,
         }
@@ -294,6 +295,7 @@ async fn unknown_job_id_is_gone() {
     // sacct cannot prove absence: it stays unknown.
     let q = AcctQuery {
         jobs: vec![nosuch],
+        names: vec![],
         since: since_a_minute_ago(),
     };
     assert!(matches!(
@@ -371,7 +373,7 @@ async fn launched_step_outlives_the_launching_process() {
     .expect("step of the exited launcher is running");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(alive(pid), "srun client {pid} survived its launcher");
-    assert!(s.list_steps(job).await.step(step).is_live());
+    assert!(s.list_steps(job).await.step(step).live().is_some());
     s.cancel_job(job).await.unwrap();
     assert!(poll(Duration::from_secs(30), || async {
         (!alive(pid)).then_some(())

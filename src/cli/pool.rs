@@ -396,6 +396,7 @@ pub async fn run_submit<S: Scheduler>(
         None => None,
     };
     let req = crate::ops::submit::JobSubmitRequest {
+        job_name_prefix: config.job_name_prefix.clone(),
         target_name: args.target.clone(),
         target,
         time: args.time,

@@ -19,7 +19,10 @@ use crate::journal::{JournalError, Writer};
 use crate::names::check_path_name;
 use crate::policy::node as node_policy;
 use crate::policy::pool::{self as policy, AllocationFacts, Refusal, WorkerAsk};
-use crate::slurm::{Answer, JobId, JobName, Scheduler, Signal, StepId, StepKind, StepRequest};
+use crate::policy::reconcile as reconcile_policy;
+use crate::slurm::{
+    Answer, JobId, JobName, JobQuery, Scheduler, Signal, StepId, StepKind, StepRequest,
+};
 use crate::state::pool::*;
 use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
@@ -69,7 +72,7 @@ async fn read_facts<S: Scheduler>(ctx: &Ctx<S>, job: JobId) -> Result<Allocation
                 .ok_or_else(|| OpError::Failed(format!("scontrol show job {job} answered nothing usable")))?;
             Ok(allocation_facts(d))
         }
-        Answer::Gone => Err(OpError::Refused(Refusal::NotRunning {
+        Answer::Gone(_) => Err(OpError::Refused(Refusal::NotRunning {
             job_id: u64::from(job.get()),
             state: "unknown to Slurm (finished and forgotten, or never existed)".to_owned(),
         })),
@@ -397,7 +400,7 @@ async fn discover_step<S: Scheduler>(
                     return Discovery::Found(n);
                 }
             }
-            Answer::Gone => {}
+            Answer::Gone(_) => {}
             Answer::Unknown(e) => last_unknown = Some(e.to_string()),
         }
         if let Ok(Some(r)) = report::read(&dirs.evidence) {
@@ -454,18 +457,17 @@ fn find_worker<'a>(
     Ok((p, w))
 }
 
-/// Is `step` over? Proof only: absent from a successful listing after it was seen, or a
-/// terminal state in accounting.
+/// Is `step` (seen before) over? Proof only (`policy::reconcile::step_over`): its job listed
+/// beside a step listing without it, the job over (terminal state, "Invalid job id"). An empty
+/// answer alone proves nothing: a lying or misconfigured controller gives one too.
 async fn step_proven_over<S: Scheduler>(ctx: &Ctx<S>, step: StepId) -> Option<String> {
-    match ctx.sched.list_steps(step.job).await {
-        Answer::Live(rows) if !rows.iter().any(|r| r.id == step) => {
-            Some(format!("step {step} absent from a successful step listing"))
-        }
-        Answer::Gone => Some(format!(
-            "step {step} absent from a successful step listing (no steps run)"
-        )),
-        _ => None,
-    }
+    let StepKind::Numbered(n) = step.step else {
+        return None;
+    };
+    let steps = ctx.sched.list_steps(step.job).await;
+    let jobs = ctx.sched.list_jobs(&JobQuery::ids(vec![step.job])).await;
+    let obs = reconcile_policy::observe_pool(step.job, &jobs.job(step.job), Some(&steps));
+    reconcile_policy::step_over(n, true, &obs)
 }
 
 pub async fn stop_worker<S: Scheduler>(

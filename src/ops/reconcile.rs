@@ -1,6 +1,7 @@
 //! `dispatch reconcile`: replay the journal against Slurm, record what is observed, resolve what
 //! can be proven. Costs one job listing, one step listing per pool and at most one accounting
-//! query, however many workers there are. A failed query changes nothing.
+//! query, however many workers there are (plus a by-id look at a job missing from a listing of
+//! several, which alone proves nothing). A failed query, or an empty answer, changes nothing.
 
 use serde::Serialize;
 
@@ -8,10 +9,11 @@ use super::context::{micros_to_local, snapshot_quietly, Ctx};
 use super::error::OpError;
 use super::pool::{ingest_worker_journal, step_name, sweep_publication};
 use crate::event::Event;
+use crate::event::Micros;
 use crate::failpoint;
-use crate::policy::reconcile::{self, AcctStep, PoolObservation, WorkerObservation};
-use crate::slurm::{AcctQuery, Answer, JobId, JobQuery, Scheduler, StepKind};
-use crate::state::jobs::{JobSubmitted, JobTerminal, JobWorkerState};
+use crate::policy::reconcile::{self, JobSeen, Lost, PoolObservation, WorkerObservation};
+use crate::slurm::{AcctQuery, Answer, JobId, JobName, JobQuery, Lookup, Scheduler};
+use crate::state::jobs::{JobSubmitFailed, JobSubmitted, JobTerminal, JobWorker, JobWorkerState};
 use crate::state::pool::{WorkerStepObserved, WorkerTerminal};
 use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
@@ -43,6 +45,10 @@ pub struct Unresolved {
     pub submission_id: String,
     pub state: &'static str,
 }
+
+/// At most this many jobs missing from a listing of several ids are asked about one by one
+/// in one run (each such job is rare: it ended longer than MinJobAge ago).
+const MAX_SINGLE_ID_FOLLOW_UPS: usize = 16;
 
 fn job_of(id: u64) -> Option<JobId> {
     u32::try_from(id).ok().and_then(JobId::new)
@@ -84,35 +90,39 @@ pub async fn reconcile<S: Scheduler>(
         .min()
         .expect("pools is not empty");
     let mut accounting = None;
+    let mut follow_ups = 0;
     for pool in pools {
         let Some(job) = job_of(pool.allocation.job_id) else {
             continue;
         };
-        let mut obs = PoolObservation::default();
-        // squeue by id: a successful answer without the job proves it left the queue.
-        if let Answer::Gone = listing.job(job) {
-            obs.allocation_over = Some(format!("job {job} is no longer in squeue"));
+        // A job missing from a listing of several ids is not proof (past MinJobAge squeue
+        // simply omits it, and so does a controller that answers nothing): ask about it alone,
+        // where "Invalid job id" is an answer.
+        let alone;
+        let mut listed = listing.job(job);
+        if matches!(listed, Lookup::NotListed)
+            && jobs.len() > 1
+            && follow_ups < MAX_SINGLE_ID_FOLLOW_UPS
+        {
+            follow_ups += 1;
+            alone = ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
+            listed = alone.job(job);
         }
-        if obs.allocation_over.is_none() {
-            obs.steps = match ctx.sched.list_steps(job).await {
-                Answer::Live(rows) => Some(
-                    rows.iter()
-                        .filter_map(|r| match r.id.step {
-                            StepKind::Numbered(n) if r.id.job == job => Some((n, r.name.clone())),
-                            _ => None,
-                        })
-                        .collect(),
-                ),
-                Answer::Gone => Some(Vec::new()),
-                Answer::Unknown(e) => {
-                    tracing::warn!(
-                        "step listing of job {job} failed ({e}); pool {} is left as it is",
-                        pool.name
-                    );
-                    None
-                }
-            };
-        }
+        let over = matches!(listed, Lookup::Gone(_))
+            || listed.live().is_some_and(|r| r.state.is_terminal());
+        let steps = if over {
+            None
+        } else {
+            let steps = ctx.sched.list_steps(job).await;
+            if let Answer::Unknown(e) = &steps {
+                tracing::warn!(
+                    "step listing of job {job} failed ({e}); pool {} is left as it is",
+                    pool.name
+                );
+            }
+            Some(steps)
+        };
+        let mut obs = reconcile::observe_pool(job, &listed, steps.as_ref());
         let own: Vec<_> = pool
             .active
             .values()
@@ -154,31 +164,13 @@ pub async fn reconcile<S: Scheduler>(
             if accounting.is_none() {
                 let q = AcctQuery {
                     jobs: jobs.clone(),
+                    names: vec![],
                     since: micros_to_local(since),
                 };
                 accounting = Some(ctx.sched.accounting(&q).await);
             }
             if let Some(Answer::Live(rows)) = &accounting {
-                let job_row = rows
-                    .iter()
-                    .find(|r| r.id_raw.step().is_none() && r.id_raw.job().base() == job);
-                if let Some(j) = job_row.filter(|j| j.state.is_terminal()) {
-                    obs.allocation_over = Some(format!("accounting shows job {job} {}", j.state));
-                }
-                obs.accounting = Some(
-                    rows.iter()
-                        .filter(|r| r.id_raw.job().base() == job)
-                        .filter_map(|r| match r.id_raw.step() {
-                            Some(StepKind::Numbered(n)) => Some(AcctStep {
-                                step: n,
-                                name: r.name.clone(),
-                                state: r.state.to_string(),
-                                terminal: r.state.is_terminal(),
-                            }),
-                            _ => None,
-                        })
-                        .collect(),
-                );
+                reconcile::add_accounting(&mut obs, job, rows);
                 verdicts = judge(&obs);
             }
         }
@@ -241,33 +233,90 @@ pub async fn reconcile<S: Scheduler>(
     Ok(report)
 }
 
-/// The one-job-per-worker submissions: at most two listings (the known ids, and the user's
-/// jobs for submissions whose sbatch gave no answer), however many there are.
+/// The one-job-per-worker submissions: the known ids in one listing, the user's jobs (with
+/// those that ended) for submissions whose sbatch gave no answer, and accounting only for what
+/// those left unproven: one query by id, one by name.
 async fn reconcile_jobs<S: Scheduler>(
     ctx: &Ctx<S>,
     writer: &crate::journal::Writer,
     state: &State,
     report: &mut ReconcileReport,
 ) -> Result<(), OpError> {
-    let active: Vec<_> = state.jobs.active.values().collect();
+    let active: Vec<&JobWorker> = state.jobs.active.values().collect();
     if active.is_empty() {
         return Ok(());
     }
-    let known: Vec<JobId> = active
+    let known: Vec<(&JobWorker, JobId)> = active
         .iter()
-        .filter_map(|j| j.job_id.and_then(job_of))
+        .filter_map(|j| j.job_id.and_then(job_of).map(|id| (*j, id)))
         .collect();
     let by_id = if known.is_empty() {
-        None
+        Answer::Live(Vec::new())
     } else {
-        Some(ctx.sched.list_jobs(&JobQuery::ids(known)).await)
+        let ids = known.iter().map(|(_, id)| *id).collect();
+        ctx.sched.list_jobs(&JobQuery::ids(ids)).await
     };
-    let lost = active.iter().any(|j| j.job_id.is_none());
-    let mine = if lost {
-        Some(ctx.sched.list_jobs(&JobQuery::mine()).await)
+    let lost: Vec<&JobWorker> = active
+        .iter()
+        .filter(|j| j.job_id.is_none())
+        .copied()
+        .collect();
+    let mine = if lost.is_empty() {
+        Answer::Live(Vec::new())
     } else {
-        None
+        ctx.sched
+            .list_jobs(&JobQuery::mine_including_finished())
+            .await
     };
+
+    let unlisted: Vec<(&JobWorker, JobId)> = known
+        .iter()
+        .filter(|(_, id)| matches!(by_id.job(*id), Lookup::NotListed))
+        .copied()
+        .collect();
+    let acct_by_id = match unlisted.iter().map(|(j, _)| j.submitted_at).min() {
+        Some(since) => Some(
+            ctx.sched
+                .accounting(&AcctQuery {
+                    jobs: unlisted.iter().map(|(_, id)| *id).collect(),
+                    names: vec![],
+                    since: micros_to_local(since),
+                })
+                .await,
+        ),
+        None => None,
+    };
+    let unfound: Vec<&JobWorker> = lost
+        .iter()
+        .filter(|j| {
+            mine.as_ref()
+                .live()
+                .is_none_or(|rows| !rows.iter().any(|r| r.name == j.job_name()))
+        })
+        .copied()
+        .collect();
+    let names: Vec<JobName> = unfound
+        .iter()
+        .filter_map(|j| JobName::new(j.job_name()).ok())
+        .collect();
+    let acct_by_name = match unfound.iter().map(|j| j.submitted_at).min() {
+        Some(since) if !names.is_empty() => {
+            let margin = Micros(reconcile::SETTLE_MARGIN.as_micros() as i64);
+            Some(
+                ctx.sched
+                    .accounting(&AcctQuery {
+                        jobs: vec![],
+                        names,
+                        since: micros_to_local(Micros(since.0 - margin.0)),
+                    })
+                    .await,
+            )
+        }
+        _ => None,
+    };
+
+    let now = ctx.now();
+    let mut follow_ups = 0;
     for j in active {
         report.observed += 1;
         let resolved = |proof: String, job_id: Option<u64>| Resolved {
@@ -277,61 +326,79 @@ async fn reconcile_jobs<S: Scheduler>(
             proof,
             job_id,
         };
-        match (j.job_id, &by_id, &mine) {
-            (Some(id), Some(listing), _) => {
-                let Some(job) = job_of(id) else { continue };
-                let proof = match listing.job(job) {
-                    Answer::Gone => Some(format!("job {job} is no longer known to squeue")),
-                    Answer::Live(row) if row.state.is_terminal() => {
-                        Some(format!("squeue shows job {job} {}", row.state))
-                    }
-                    _ => None,
-                };
-                if let Some(proof) = proof {
+        let unresolved = || Unresolved {
+            pool: None,
+            worker: j.worker.clone(),
+            submission_id: j.submission_id.to_string(),
+            state: j.state.as_str(),
+        };
+        if let Some(id) = j.job_id {
+            let Some(job) = job_of(id) else { continue };
+            let rows = acct_by_id.as_ref().and_then(|a| a.as_ref().live());
+            let mut seen = reconcile::job_seen(job, &by_id.job(job), rows.map(Vec::as_slice));
+            if seen == JobSeen::Unproven
+                && known.len() > 1
+                && matches!(by_id.job(job), Lookup::NotListed)
+                && follow_ups < MAX_SINGLE_ID_FOLLOW_UPS
+            {
+                follow_ups += 1;
+                let alone = ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
+                seen = reconcile::job_seen(job, &alone.job(job), None);
+            }
+            match seen {
+                JobSeen::Over(proof) => {
                     writer.append_one(Event::JobTerminal(JobTerminal {
                         submission_id: j.submission_id,
                         proof: proof.clone(),
                     }))?;
                     report.resolved.push(resolved(proof, Some(id)));
                 }
-            }
-            (None, _, Some(Answer::Live(rows))) => {
-                // Newest first: the job this submission made, if it made one.
-                let found = rows
-                    .iter()
-                    .filter(|r| r.name == j.worker)
-                    .filter_map(|r| r.plain_id())
-                    .max_by_key(|id| id.get());
-                match found {
-                    Some(job) => {
-                        writer.append_one(Event::JobSubmitted(JobSubmitted {
-                            submission_id: j.submission_id,
-                            job_id: u64::from(job.get()),
-                            how: "name".to_owned(),
-                        }))?;
-                        report.resolved.push(resolved(
-                            format!("found job {job} by its name {:?}", j.worker),
-                            Some(u64::from(job.get())),
-                        ));
+                JobSeen::Live => {}
+                JobSeen::Unproven => {
+                    if j.state == JobWorkerState::Unknown {
+                        report.unknown.push(unresolved());
                     }
-                    None => report.unknown.push(Unresolved {
-                        pool: None,
-                        worker: j.worker.clone(),
-                        submission_id: j.submission_id.to_string(),
-                        state: j.state.as_str(),
-                    }),
                 }
             }
-            _ => {
-                if j.state == JobWorkerState::Unknown || j.job_id.is_none() {
-                    report.unknown.push(Unresolved {
-                        pool: None,
-                        worker: j.worker.clone(),
-                        submission_id: j.submission_id.to_string(),
-                        state: j.state.as_str(),
-                    });
-                }
+            continue;
+        }
+        let settle = reconcile::settle_delay(j.named.as_ref().map(|n| n.sbatch_limit_s));
+        match reconcile::find_lost(
+            j.job_name(),
+            j.submitted_at,
+            now,
+            settle,
+            &mine,
+            acct_by_name.as_ref(),
+        ) {
+            Lost::Found { job, how, over } => {
+                let job_id = u64::from(job.get());
+                writer.append_one(Event::JobSubmitted(JobSubmitted {
+                    submission_id: j.submission_id,
+                    job_id,
+                    how: "name".to_owned(),
+                }))?;
+                let proof = match over {
+                    Some(over) => {
+                        writer.append_one(Event::JobTerminal(JobTerminal {
+                            submission_id: j.submission_id,
+                            proof: over.clone(),
+                        }))?;
+                        format!("{how}; {over}")
+                    }
+                    None => how,
+                };
+                report.resolved.push(resolved(proof, Some(job_id)));
             }
+            Lost::NeverCreated(proof) => {
+                writer.append_one(Event::JobSubmitFailed(JobSubmitFailed {
+                    submission_id: j.submission_id,
+                    definite: true,
+                    reason: proof.clone(),
+                }))?;
+                report.resolved.push(resolved(proof, None));
+            }
+            Lost::Unknown => report.unknown.push(unresolved()),
         }
     }
     Ok(())

@@ -7,7 +7,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::context::{await_proof, snapshot_quietly, Ctx, STOP_PROOF_TIMEOUT};
+use super::context::{await_proof, micros_to_local, snapshot_quietly, Ctx, STOP_PROOF_TIMEOUT};
 use super::error::OpError;
 use super::spec::WorkerSpec;
 use crate::config::Target;
@@ -26,6 +26,8 @@ const BATCH_SCRIPT: &str =
 
 #[derive(Clone, Debug)]
 pub struct JobSubmitRequest {
+    /// `job_name_prefix` from the config: the start of every job name dispatch submits.
+    pub job_name_prefix: String,
     pub target_name: Option<String>,
     pub target: Option<Target>,
     pub time: SlurmDuration,
@@ -37,6 +39,16 @@ pub struct JobSubmitReport {
     pub worker: String,
     pub submission_id: String,
     pub job_id: Option<u64>,
+}
+
+/// The Slurm job name of one submission: `<prefix><worker>-<first 8 hex digits of the
+/// submission id>`. Unique to the submission, so reconcile's search by name can only find the
+/// job this submission made, and the worker's name can be used again once it is resolved.
+pub fn job_name(prefix: &str, worker: &str, submission_id: Uuid) -> String {
+    format!(
+        "{prefix}{worker}-{}",
+        &submission_id.simple().to_string()[..8]
+    )
 }
 
 pub fn jobs_dir<S: Scheduler>(ctx: &Ctx<S>) -> std::path::PathBuf {
@@ -60,7 +72,8 @@ pub async fn submit<S: Scheduler>(
     }
     let submission_id = Uuid::new_v4();
     let worker = spec.name(submission_id);
-    let name = JobName::new(worker.clone()).map_err(|e| OpError::Usage(e.to_string()))?;
+    let name = JobName::new(job_name(&req.job_name_prefix, &worker, submission_id))
+        .map_err(|e| OpError::Usage(e.to_string()))?;
     let (writer, loaded) = ctx.lock_and_load()?;
     if loaded
         .state
@@ -87,7 +100,14 @@ pub async fn submit<S: Scheduler>(
         publication_timeout_s: budgets.publication_timeout_s,
         command: spec.command.clone(),
     });
-    writer.append(bound.receipt(intent, submission_id))?;
+    let mut receipt = bound.receipt(intent, submission_id);
+    receipt.push(Event::JobNamed(JobNamed {
+        submission_id,
+        job_name: name.as_str().to_owned(),
+        sbatch_limit_s: u32::try_from(ctx.sched.longest_call().as_secs_f64().ceil() as u64)
+            .unwrap_or(u32::MAX),
+    }));
+    writer.append(receipt)?;
     failpoint::hit("submit-after-intent");
     let script = dirs.root.join("batch.sh");
     let prepared = dirs
@@ -135,7 +155,7 @@ pub async fn submit<S: Scheduler>(
         &spec.command,
     );
     let target = req.target.as_ref();
-    let mut batch = BatchRequest::new(name, BatchPayload::Script { path: script, args });
+    let mut batch = BatchRequest::new(name.clone(), BatchPayload::Script { path: script, args });
     batch.placement = Placement {
         partition: target.map(|t| t.partition.clone()),
         account: target.map(|t| t.account.clone()),
@@ -166,7 +186,8 @@ pub async fn submit<S: Scheduler>(
             } else {
                 OpError::Unknown(format!(
                     "worker {worker} (submission {submission_id}): sbatch gave no clear answer ({e}); a job named \
-                     {worker:?} may exist and keeps its budget. Run `dispatch reconcile` to find it by name"
+                     {:?} may exist and keeps its budget. Run `dispatch reconcile` to find it by name",
+                    name.as_str()
                 ))
             });
         }
@@ -194,19 +215,32 @@ pub struct JobStopReport {
     pub proof: Option<String>,
 }
 
-/// Is job `job` over? Proof only: gone from a successful query by id, or a terminal state.
-async fn job_proven_over<S: Scheduler>(ctx: &Ctx<S>, job: crate::slurm::JobId) -> Option<String> {
-    match ctx
-        .sched
-        .list_jobs(&crate::slurm::JobQuery::ids(vec![job]))
-        .await
-        .job(job)
-    {
-        crate::slurm::Answer::Gone => Some(format!("job {job} is no longer known to squeue")),
-        crate::slurm::Answer::Live(row) if row.state.is_terminal() => {
-            Some(format!("squeue shows job {job} {}", row.state))
+/// Is job `job` over? Proof only (`policy::reconcile::job_seen`): a terminal state, or "Invalid
+/// job id" for it; accounting is asked only when squeue answered without the job, which alone
+/// proves nothing (a lying or misconfigured controller answers exit 0 with nothing too).
+async fn job_proven_over<S: Scheduler>(
+    ctx: &Ctx<S>,
+    job: crate::slurm::JobId,
+    since: chrono::NaiveDateTime,
+) -> Option<String> {
+    use crate::policy::reconcile::{job_seen, JobSeen};
+    use crate::slurm::{AcctQuery, JobQuery, Lookup};
+    let listing = ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
+    let listed = listing.job(job);
+    let accounting = match listed {
+        Lookup::NotListed => {
+            let q = AcctQuery {
+                jobs: vec![job],
+                names: vec![],
+                since,
+            };
+            ctx.sched.accounting(&q).await.live()
         }
         _ => None,
+    };
+    match job_seen(job, &listed, accounting.as_deref()) {
+        JobSeen::Over(proof) => Some(proof),
+        JobSeen::Live | JobSeen::Unproven => None,
     }
 }
 
@@ -256,13 +290,14 @@ pub async fn stop<S: Scheduler>(
     {
         tracing::warn!("scancel --signal=TERM {job}.batch: {e}");
     }
-    let mut proof = await_proof(grace, || job_proven_over(ctx, job)).await;
+    let since = micros_to_local(j.submitted_at);
+    let mut proof = await_proof(grace, || job_proven_over(ctx, job, since)).await;
     if proof.is_none() {
         if let Err(e) = ctx.sched.cancel_job(job).await {
             tracing::warn!("scancel {job}: {e}");
         }
         failpoint::hit("stop-after-cancel");
-        proof = await_proof(STOP_PROOF_TIMEOUT, || job_proven_over(ctx, job)).await;
+        proof = await_proof(STOP_PROOF_TIMEOUT, || job_proven_over(ctx, job, since)).await;
     }
     let Some(proof) = proof else {
         return Err(OpError::Unknown(format!(

@@ -263,6 +263,7 @@ impl Auditor {
             }
             Event::JobSubmitted(e) => self.job_effect(env, e.submission_id, false),
             Event::JobStopIntent(e) => self.job_effect(env, e.submission_id, false),
+            Event::JobNamed(e) => self.job_effect(env, e.submission_id, false),
             Event::JobSubmitFailed(e) => self.job_effect(env, e.submission_id, e.definite),
             Event::JobTerminal(e) => {
                 if e.proof.trim().is_empty() {

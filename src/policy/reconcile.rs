@@ -1,12 +1,29 @@
 //! Reconciliation verdicts: what Slurm's answers prove about each worker. Pure.
+//!
+//! The corroboration rule (issue 10): an empty answer is never proof on its own. A lying or
+//! misconfigured controller, or the wrong cluster, answers exit 0 with nothing while the work
+//! still runs. Something is over only when one of these says so, and the proof text names it:
+//! - a terminal state (squeue `--states=all` or sacct) for that job or step;
+//! - "Invalid job id specified" for that one id ([`GoneProof`]);
+//! - for a step that was seen before: its job listed (not terminal) beside a step listing
+//!   without it.
+//!
+//! A job absent from a successful listing is `NotListed`, which is unknown.
 
+use std::time::Duration;
+
+use crate::event::Micros;
+use crate::slurm::{AcctRow, Answer, JobId, JobRow, Lookup, SlurmError, StepKind, StepRow};
 use crate::state::pool::Worker;
 
-/// What one pool's queries said. `None` means the query failed: it proves nothing.
+/// What one pool's queries said. `None` means the query failed or proves nothing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PoolObservation {
-    /// The allocation is proven over (and how), from squeue or sacct.
+    /// The allocation is proven over, and how: a terminal state or "Invalid job id".
     pub allocation_over: Option<String>,
+    /// The allocation is in a successful job listing, not terminal (and how it was listed): a
+    /// step listing beside it is about a job the controller knows.
+    pub allocation_listed: Option<String>,
     /// Running steps (number, name) from a successful step listing.
     pub steps: Option<Vec<(u32, String)>>,
     /// Steps in accounting (number, name, state word, terminal?).
@@ -19,6 +36,93 @@ pub struct AcctStep {
     pub name: String,
     pub state: String,
     pub terminal: bool,
+}
+
+/// What squeue said about allocation `job` (its row in a job listing) and its steps (`None`:
+/// not asked).
+pub fn observe_pool(
+    job: JobId,
+    listed: &Lookup<'_, JobRow>,
+    steps: Option<&Answer<Vec<StepRow>>>,
+) -> PoolObservation {
+    let mut obs = PoolObservation::default();
+    match listed {
+        Lookup::Listed(row) if row.state.is_terminal() => {
+            obs.allocation_over = Some(format!("squeue shows job {job} {}", row.state));
+        }
+        Lookup::Listed(row) => {
+            obs.allocation_listed = Some(format!("job {job} is listed {}", row.state));
+        }
+        Lookup::Gone(proof) => obs.allocation_over = Some(proof.to_string()),
+        Lookup::NotListed | Lookup::Unknown(_) => {}
+    }
+    match steps {
+        Some(Answer::Live(rows)) => {
+            obs.steps = Some(
+                rows.iter()
+                    .filter_map(|r| match r.id.step {
+                        StepKind::Numbered(n) if r.id.job == job => Some((n, r.name.clone())),
+                        _ => None,
+                    })
+                    .collect(),
+            )
+        }
+        Some(Answer::Gone(proof)) => {
+            obs.allocation_over.get_or_insert_with(|| proof.to_string());
+        }
+        Some(Answer::Unknown(_)) | None => {}
+    }
+    obs
+}
+
+/// Add what accounting says about allocation `job`: its own terminal state, and its steps.
+pub fn add_accounting(obs: &mut PoolObservation, job: JobId, rows: &[AcctRow]) {
+    if let Some(over) = accounting_over(job, rows) {
+        obs.allocation_over.get_or_insert(over);
+    }
+    obs.accounting = Some(
+        rows.iter()
+            .filter(|r| r.id_raw.job().base() == job)
+            .filter_map(|r| match r.id_raw.step() {
+                Some(StepKind::Numbered(n)) => Some(AcctStep {
+                    step: n,
+                    name: r.name.clone(),
+                    state: r.state.to_string(),
+                    terminal: r.state.is_terminal(),
+                }),
+                _ => None,
+            })
+            .collect(),
+    );
+}
+
+/// "accounting shows job J STATE" when sacct has job `job`'s own row in a terminal state.
+pub fn accounting_over(job: JobId, rows: &[AcctRow]) -> Option<String> {
+    rows.iter()
+        .find(|r| r.id_raw.step().is_none() && r.id_raw.job().base() == job)
+        .filter(|r| r.state.is_terminal())
+        .map(|r| format!("accounting shows job {job} {}", r.state))
+}
+
+/// Is step `step` (of the pool's allocation) proven over? `seen`: it is known to have existed
+/// (recorded, or the supervisor ran in it), so its absence beside its listed job means it ended.
+pub fn step_over(step: u32, seen: bool, obs: &PoolObservation) -> Option<String> {
+    if let Some(how) = &obs.allocation_over {
+        return Some(format!(
+            "the allocation is over ({how}), so every step in it is"
+        ));
+    }
+    if let (true, Some(listed), Some(rows)) = (seen, &obs.allocation_listed, &obs.steps) {
+        if !rows.iter().any(|(s, _)| *s == step) {
+            return Some(format!(
+                "{listed} and step {step}, seen before, is absent from its step listing"
+            ));
+        }
+    }
+    obs.accounting
+        .as_ref()
+        .and_then(|rows| rows.iter().find(|r| r.step == step && r.terminal))
+        .map(|row| format!("accounting shows step {step} {}", row.state))
 }
 
 /// What the worker's own journal said.
@@ -72,37 +176,151 @@ pub fn verdict(
     if worker.step_id != Some(step) {
         v.observe_step = Some(step);
     }
-    if let Some(rows) = &pool.steps {
-        let running = rows.iter().any(|(s, _)| *s == step);
-        if !running && existed == Some(step) {
-            v.terminal = Some(format!(
-                "step {step} was seen and is absent from a successful step listing"
-            ));
-            return v;
-        }
-        if running {
-            v.running = true;
-            return v;
-        }
-    }
-    if let Some(row) = pool
-        .accounting
+    if pool
+        .steps
         .as_ref()
-        .and_then(|rows| rows.iter().find(|r| r.step == step))
+        .is_some_and(|rows| rows.iter().any(|(s, _)| *s == step))
     {
-        if row.terminal {
-            v.terminal = Some(format!("accounting shows step {step} {}", row.state));
+        v.running = true;
+        return v;
+    }
+    v.terminal = step_over(step, existed == Some(step), pool);
+    v
+}
+
+/// What the answers prove about the job of a `dispatch submit` worker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobSeen {
+    /// Proven over, and how.
+    Over(String),
+    /// Listed in a live state.
+    Live,
+    /// Not listed, and nothing else says it is over: unknown.
+    Unproven,
+}
+
+/// Job `job`'s row in a listing, and what accounting says (if it was asked).
+pub fn job_seen(
+    job: JobId,
+    listed: &Lookup<'_, JobRow>,
+    accounting: Option<&[AcctRow]>,
+) -> JobSeen {
+    match listed {
+        Lookup::Listed(row) if row.state.is_terminal() => {
+            JobSeen::Over(format!("squeue shows job {job} {}", row.state))
+        }
+        Lookup::Listed(_) => JobSeen::Live,
+        Lookup::Gone(proof) => JobSeen::Over(proof.to_string()),
+        Lookup::NotListed | Lookup::Unknown(_) => accounting
+            .and_then(|rows| accounting_over(job, rows))
+            .map_or(JobSeen::Unproven, JobSeen::Over),
+    }
+}
+
+/// How long after its intent a submission whose sbatch gave no answer may still gain a job,
+/// beyond the longest its sbatch call could run: sbatch's own retries, an sbatch orphaned by a
+/// killed dispatch, the controller working through its queue, clock skew.
+pub const SETTLE_MARGIN: Duration = Duration::from_secs(30);
+
+/// sbatch's limit for submissions journaled before `JobNamed` (the driver's default 30 s
+/// timeout plus its 2 s kill grace).
+pub const DEFAULT_SBATCH_LIMIT_S: u32 = 32;
+
+/// How long after the intent a job that was never listed is proven never created.
+pub fn settle_delay(sbatch_limit_s: Option<u32>) -> Duration {
+    Duration::from_secs(u64::from(sbatch_limit_s.unwrap_or(DEFAULT_SBATCH_LIMIT_S))) + SETTLE_MARGIN
+}
+
+/// What the searches by name prove about a submission whose sbatch gave no answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// Its job, found by its name (unique to the submission), and proof it is over if it is.
+    Found {
+        job: JobId,
+        how: String,
+        over: Option<String>,
+    },
+    /// No job of its name in either listing, both answered, long after any sbatch could have
+    /// made one: nothing was created, and its budget can go.
+    NeverCreated(String),
+    Unknown,
+}
+
+/// `squeue`: the user's jobs with `--states=all`; `sacct`: accounting by name since (a margin
+/// before) the intent, if it was asked. sacct's empty answer (`NotInAccounting`) counts as an
+/// answer here: it is corroborated by squeue's and by the settle delay.
+pub fn find_lost(
+    name: &str,
+    intent_at: Micros,
+    now: Micros,
+    settle: Duration,
+    squeue: &Answer<Vec<JobRow>>,
+    sacct: Option<&Answer<Vec<AcctRow>>>,
+) -> Lost {
+    if let Answer::Live(rows) = squeue {
+        let newest = rows
+            .iter()
+            .filter(|r| r.name == name)
+            .filter_map(|r| r.plain_id().map(|id| (id, r)))
+            .max_by_key(|(id, _)| id.get());
+        if let Some((job, row)) = newest {
+            return Lost::Found {
+                job,
+                how: format!("squeue lists job {job} named {name:?} ({})", row.state),
+                over: row
+                    .state
+                    .is_terminal()
+                    .then(|| format!("squeue shows job {job} {}", row.state)),
+            };
         }
     }
-    v
+    let accounting: Option<&[AcctRow]> = match sacct {
+        Some(Answer::Live(rows)) => Some(rows),
+        Some(Answer::Unknown(SlurmError::NotInAccounting { .. })) => Some(&[]),
+        _ => None,
+    };
+    if let Some(rows) = accounting {
+        let newest = rows
+            .iter()
+            .filter(|r| r.id_raw.step().is_none() && r.name == name)
+            .filter_map(|r| r.id_raw.as_plain())
+            .max_by_key(|id| id.get());
+        if let Some(job) = newest {
+            return Lost::Found {
+                job,
+                how: format!("accounting lists job {job} named {name:?}"),
+                over: accounting_over(job, rows),
+            };
+        }
+    }
+    let settled_at = intent_at
+        .0
+        .saturating_add(i64::try_from(settle.as_micros()).unwrap_or(i64::MAX));
+    match (squeue, accounting) {
+        (Answer::Live(_), Some(_)) if now.0 >= settled_at => Lost::NeverCreated(format!(
+            "never created: no job named {name:?} in squeue --states=all nor in accounting since \
+             its intent, {} s after it (longer than its sbatch could run)",
+            settle.as_secs()
+        )),
+        _ => Lost::Unknown,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Micros;
+    use crate::slurm::sacct::parse_rows;
+    use crate::slurm::squeue::{parse_jobs, parse_steps};
+    use crate::slurm::{GoneProof, SlurmCommand};
     use crate::state::pool::WorkerState;
+    use quickcheck::quickcheck;
     use uuid::Uuid;
+
+    const JOB: u32 = 900;
+
+    fn job() -> JobId {
+        JobId::new(JOB).unwrap()
+    }
 
     fn worker(step: Option<u32>) -> Worker {
         Worker {
@@ -121,8 +339,47 @@ mod tests {
         }
     }
 
+    fn job_rows(rows: &[(u32, &str, &str)]) -> Vec<JobRow> {
+        rows.iter()
+            .flat_map(|(id, state, name)| {
+                parse_jobs(&format!(
+                    "{id}|{id}|{state}|debug|dev|normal|root|1|1|vm|9:58|10:00|N/A|N/A|None|{name}\n"
+                ))
+                .unwrap()
+            })
+            .collect()
+    }
+
+    fn step_rows(steps: &[(u32, u32, &str)]) -> Vec<StepRow> {
+        steps
+            .iter()
+            .flat_map(|(j, s, name)| {
+                parse_steps(&format!(
+                    "{j}.{s}|root|0:10|UNLIMITED|2026-11-29T17:00:00|vm|1|{name}\n"
+                ))
+                .unwrap()
+            })
+            .collect()
+    }
+
+    fn acct_rows(rows: &[(&str, &str, &str)]) -> Vec<AcctRow> {
+        rows.iter()
+            .flat_map(|(id, state, name)| {
+                parse_rows(&format!(
+                    "{id}|{id}|{state}|0:0|{}|{name}\n",
+                    "|".repeat(12)
+                ))
+                .unwrap()
+            })
+            .collect()
+    }
+
     fn listing(rows: &[(u32, &str)]) -> Option<Vec<(u32, String)>> {
         Some(rows.iter().map(|(s, n)| (*s, n.to_string())).collect())
+    }
+
+    fn listed() -> Option<String> {
+        Some(format!("job {JOB} is listed RUNNING"))
     }
 
     #[test]
@@ -137,13 +394,32 @@ mod tests {
     }
 
     #[test]
-    fn absence_proves_only_for_a_step_that_existed() {
+    fn absence_proves_only_for_a_step_that_existed_beside_its_listed_job() {
         let obs = PoolObservation {
+            allocation_listed: listed(),
             steps: listing(&[(1, "p.other")]),
             ..Default::default()
         };
         let seen = verdict(&worker(Some(3)), "p.w", &obs, &WorkerObservation::default());
-        assert!(seen.terminal.is_some());
+        assert_eq!(
+            seen.terminal.as_deref(),
+            Some("job 900 is listed RUNNING and step 3, seen before, is absent from its step listing")
+        );
+        let unlisted = PoolObservation {
+            allocation_listed: None,
+            ..obs.clone()
+        };
+        assert_eq!(
+            verdict(
+                &worker(Some(3)),
+                "p.w",
+                &unlisted,
+                &WorkerObservation::default()
+            )
+            .terminal,
+            None,
+            "a step listing without its job listed proves nothing"
+        );
         let never_seen = verdict(&worker(None), "p.w", &obs, &WorkerObservation::default());
         assert_eq!(
             never_seen,
@@ -166,6 +442,7 @@ mod tests {
     #[test]
     fn a_listed_step_is_observed_and_running() {
         let obs = PoolObservation {
+            allocation_listed: listed(),
             steps: listing(&[(5, "p.w")]),
             ..Default::default()
         };
@@ -183,7 +460,6 @@ mod tests {
     #[test]
     fn accounting_proves_a_terminal_state() {
         let acct = |terminal| PoolObservation {
-            steps: None,
             accounting: Some(vec![AcctStep {
                 step: 2,
                 name: "p.w".into(),
@@ -192,14 +468,16 @@ mod tests {
             }]),
             ..Default::default()
         };
-        assert!(verdict(
-            &worker(None),
-            "p.w",
-            &acct(true),
-            &WorkerObservation::default()
-        )
-        .terminal
-        .is_some());
+        assert_eq!(
+            verdict(
+                &worker(None),
+                "p.w",
+                &acct(true),
+                &WorkerObservation::default()
+            )
+            .terminal,
+            Some("accounting shows step 2 CANCELLED".into())
+        );
         let running = verdict(
             &worker(None),
             "p.w",
@@ -217,6 +495,47 @@ mod tests {
     }
 
     #[test]
+    fn what_squeue_says_about_the_allocation() {
+        let steps = Answer::Live(Vec::new());
+        let rows = Answer::Live(job_rows(&[(JOB, "RUNNING", "alloc")]));
+        let obs = observe_pool(job(), &rows.job(job()), Some(&steps));
+        assert_eq!(obs.allocation_listed, listed());
+        assert_eq!(obs.allocation_over, None);
+        let over = Answer::Live(job_rows(&[(JOB, "TIMEOUT", "alloc")]));
+        assert_eq!(
+            observe_pool(job(), &over.job(job()), Some(&steps)).allocation_over,
+            Some("squeue shows job 900 TIMEOUT".into())
+        );
+        let invalid: Answer<Vec<JobRow>> = Answer::Gone(GoneProof::InvalidJobId {
+            command: SlurmCommand::Squeue,
+            job: job(),
+        });
+        assert_eq!(
+            observe_pool(job(), &invalid.job(job()), Some(&steps)).allocation_over,
+            Some("squeue said \"Invalid job id specified\" for job 900".into())
+        );
+        let empty: Answer<Vec<JobRow>> = Answer::Live(Vec::new());
+        assert_eq!(
+            observe_pool(job(), &empty.job(job()), Some(&steps)),
+            PoolObservation {
+                steps: Some(Vec::new()),
+                ..Default::default()
+            },
+            "an empty listing proves nothing about the allocation"
+        );
+        let mut obs = observe_pool(job(), &empty.job(job()), Some(&steps));
+        add_accounting(
+            &mut obs,
+            job(),
+            &acct_rows(&[("900", "CANCELLED by 0", "alloc")]),
+        );
+        assert_eq!(
+            obs.allocation_over,
+            Some("accounting shows job 900 CANCELLED by 0".into())
+        );
+    }
+
+    #[test]
     fn the_end_of_the_allocation_ends_every_step() {
         let obs = PoolObservation {
             allocation_over: Some("sacct: COMPLETED".into()),
@@ -227,5 +546,173 @@ mod tests {
                 .terminal
                 .is_some()
         );
+    }
+
+    #[test]
+    fn a_job_is_over_only_with_a_terminal_state_or_invalid_id() {
+        let empty: Answer<Vec<JobRow>> = Answer::Live(Vec::new());
+        assert_eq!(job_seen(job(), &empty.job(job()), None), JobSeen::Unproven);
+        assert_eq!(
+            job_seen(job(), &empty.job(job()), Some(&[])),
+            JobSeen::Unproven
+        );
+        let done = acct_rows(&[
+            ("900", "COMPLETED", "x"),
+            ("900.batch", "COMPLETED", "batch"),
+        ]);
+        assert_eq!(
+            job_seen(job(), &empty.job(job()), Some(&done)),
+            JobSeen::Over("accounting shows job 900 COMPLETED".into())
+        );
+        let running = Answer::Live(job_rows(&[(JOB, "COMPLETING", "x")]));
+        assert_eq!(
+            job_seen(job(), &running.job(job()), Some(&done)),
+            JobSeen::Live,
+            "squeue's live row wins over accounting"
+        );
+    }
+
+    #[test]
+    fn a_lost_submission_is_found_by_name_or_proven_never_created_after_the_settle_delay() {
+        let settle = settle_delay(Some(3));
+        assert_eq!(settle, Duration::from_secs(33));
+        let at = Micros::from_secs(1000);
+        let later = Micros::from_secs(1034);
+        let soon = Micros::from_secs(1010);
+        let name = "sucoder-w-0123abcd";
+        let sq = Answer::Live(job_rows(&[
+            (41, "COMPLETED", name),
+            (40, "RUNNING", "other"),
+        ]));
+        assert_eq!(
+            find_lost(name, at, soon, settle, &sq, None),
+            Lost::Found {
+                job: JobId::new(41).unwrap(),
+                how: format!("squeue lists job 41 named {name:?} (COMPLETED)"),
+                over: Some("squeue shows job 41 COMPLETED".into()),
+            }
+        );
+        let none: Answer<Vec<JobRow>> = Answer::Live(job_rows(&[(40, "RUNNING", "other")]));
+        let acct = Answer::Live(acct_rows(&[
+            ("52", "FAILED", name),
+            ("52.batch", "FAILED", "batch"),
+        ]));
+        assert_eq!(
+            find_lost(name, at, soon, settle, &none, Some(&acct)),
+            Lost::Found {
+                job: JobId::new(52).unwrap(),
+                how: format!("accounting lists job 52 named {name:?}"),
+                over: Some("accounting shows job 52 FAILED".into()),
+            }
+        );
+        let not_in_acct: Answer<Vec<AcctRow>> = Answer::Unknown(SlurmError::NotInAccounting {
+            command: SlurmCommand::Sacct,
+        });
+        assert_eq!(
+            find_lost(name, at, soon, settle, &none, Some(&not_in_acct)),
+            Lost::Unknown,
+            "an sbatch may still be in flight"
+        );
+        assert!(matches!(
+            find_lost(name, at, later, settle, &none, Some(&not_in_acct)),
+            Lost::NeverCreated(p) if p.contains("never created") && p.contains("33 s")
+        ));
+        assert_eq!(
+            find_lost(name, at, later, settle, &none, None),
+            Lost::Unknown,
+            "squeue alone forgets jobs after MinJobAge"
+        );
+        let down: Answer<Vec<JobRow>> = Answer::Unknown(SlurmError::NotInAccounting {
+            command: SlurmCommand::Squeue,
+        });
+        assert_eq!(
+            find_lost(name, at, later, settle, &down, Some(&not_in_acct)),
+            Lost::Unknown
+        );
+    }
+
+    /// Steps of allocation 900 and of other jobs, from arbitrary numbers.
+    fn arbitrary_steps(steps: &[(bool, u8)]) -> Vec<StepRow> {
+        let rows: Vec<(u32, u32, String)> = steps
+            .iter()
+            .map(|(ours, s)| {
+                (
+                    if *ours { JOB } else { 901 },
+                    u32::from(*s),
+                    format!("p.w{s}"),
+                )
+            })
+            .collect();
+        step_rows(
+            &rows
+                .iter()
+                .map(|(j, s, n)| (*j, *s, n.as_str()))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    quickcheck! {
+        /// Issue 10, item 7: whatever the worker's record and whatever steps are listed, a job
+        /// listing without the allocation (empty, or other jobs only) and accounting without a
+        /// terminal row never prove a step over.
+        fn prop_an_empty_listing_alone_never_proves_gone(
+            recorded: Option<u8>,
+            supervised: Option<u8>,
+            others: Vec<u32>,
+            steps: Vec<(bool, u8)>,
+            acct_steps: Vec<u8>,
+            ask_accounting: bool
+        ) -> bool {
+            let others: Vec<(u32, &str, &str)> = others
+                .iter()
+                .map(|o| (o % 100_000 + 1, "RUNNING", "x"))
+                .filter(|(o, _, _)| *o != JOB)
+                .take(8)
+                .collect();
+            let listing = Answer::Live(job_rows(&others));
+            let step_answer = Answer::Live(arbitrary_steps(&steps));
+            let mut obs = observe_pool(job(), &listing.job(job()), Some(&step_answer));
+            if ask_accounting {
+                let ids: Vec<String> = acct_steps.iter().map(|s| format!("{JOB}.{s}")).collect();
+                let rows: Vec<(&str, &str, &str)> =
+                    ids.iter().map(|id| (id.as_str(), "RUNNING", "p.w")).collect();
+                add_accounting(&mut obs, job(), &acct_rows(&rows));
+            }
+            let w = worker(recorded.map(u32::from));
+            let own = WorkerObservation {
+                step_from_supervisor: supervised.map(u32::from),
+                payload_exited: supervised.is_some(),
+            };
+            let v = verdict(&w, "p.w", &obs, &own);
+            v.terminal.is_none()
+                && job_seen(job(), &listing.job(job()), obs.accounting.as_ref().map(|_| &[][..]))
+                    == JobSeen::Unproven
+        }
+
+        /// A lost submission is never called never-created before its settle delay, nor when a
+        /// listing did not answer.
+        fn prop_never_created_needs_both_answers_and_the_delay(
+            limit: Option<u8>,
+            after_s: u16,
+            squeue_answered: bool,
+            sacct_answered: bool
+        ) -> bool {
+            let settle = settle_delay(limit.map(u32::from));
+            let at = Micros::from_secs(10_000);
+            let now = Micros::from_secs(10_000 + i64::from(after_s));
+            let squeue: Answer<Vec<JobRow>> = if squeue_answered {
+                Answer::Live(Vec::new())
+            } else {
+                Answer::Unknown(SlurmError::NotInAccounting { command: SlurmCommand::Squeue })
+            };
+            let sacct: Option<Answer<Vec<AcctRow>>> = sacct_answered.then_some(
+                Answer::Unknown(SlurmError::NotInAccounting { command: SlurmCommand::Sacct }),
+            );
+            let never = matches!(
+                find_lost("n", at, now, settle, &squeue, sacct.as_ref()),
+                Lost::NeverCreated(_)
+            );
+            never == (squeue_answered && sacct_answered && u64::from(after_s) >= settle.as_secs())
+        }
     }
 }

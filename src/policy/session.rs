@@ -5,7 +5,7 @@ pub mod renew;
 pub mod report;
 
 use crate::slurm::squeue::parse_jobs;
-use crate::slurm::{Answer, JobId, JobRow, JobState, SlurmError};
+use crate::slurm::{Answer, JobId, JobRow, JobState, Lookup, SlurmError};
 
 /// Bad squeue lines kept for a report; the rest are counted.
 pub const BAD_LINES_KEPT: usize = 20;
@@ -131,7 +131,8 @@ pub fn listing_of(answer: Answer<Vec<JobRow>>) -> Listing {
             rows,
             bad_lines: Vec::new(),
         },
-        Answer::Gone => Listing::Answered {
+        // Only a query of one id can say "Invalid job id": no job of that listing exists.
+        Answer::Gone(_) => Listing::Answered {
             rows: Vec::new(),
             bad_lines: Vec::new(),
         },
@@ -170,7 +171,9 @@ pub enum Probe {
         /// Only for RUNNING jobs: a state word is never taken for a node.
         node: Option<String>,
     },
-    /// Proven gone: a successful empty answer, "Invalid job id", or a terminal state.
+    /// Proven gone: a terminal state (`Some`), or "Invalid job id" for it (`None`). An answer
+    /// without the job (exit 0, empty: a lying or misconfigured controller, the wrong cluster)
+    /// is not proof: it is `Unknown`.
     Gone { state: Option<JobState> },
     /// Slurm did not answer usably; never read as gone.
     Unknown(String),
@@ -178,15 +181,19 @@ pub enum Probe {
 
 pub fn probe_of(answer: &Answer<Vec<JobRow>>, job: JobId) -> Probe {
     match answer.job(job) {
-        Answer::Live(row) if is_live(&row.state) => Probe::Live {
+        Lookup::Listed(row) if is_live(&row.state) => Probe::Live {
             node: running_node(row),
             state: row.state.clone(),
         },
-        Answer::Live(row) => Probe::Gone {
+        Lookup::Listed(row) => Probe::Gone {
             state: Some(row.state.clone()),
         },
-        Answer::Gone => Probe::Gone { state: None },
-        Answer::Unknown(e) => Probe::Unknown(e.to_string()),
+        Lookup::Gone(_) => Probe::Gone { state: None },
+        Lookup::NotListed => Probe::Unknown(format!(
+            "squeue answered without job {job}: an empty answer is not proof that it is gone \
+             (check that this is the right cluster: `squeue --states=all --jobs={job}`)"
+        )),
+        Lookup::Unknown(e) => Probe::Unknown(e.to_string()),
     }
 }
 
@@ -520,7 +527,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(
-            listing_of(Answer::Gone),
+            listing_of(Answer::Live(vec![])),
             Listing::Answered {
                 rows: vec![],
                 bad_lines: vec![]
@@ -553,7 +560,15 @@ mod tests {
             poll_of(&live("FAILED", "n1"), j),
             Poll::Ended(Some(JobState::Failed))
         );
-        assert_eq!(poll_of(&Answer::Gone, j), Poll::Ended(None));
+        let invalid = Answer::Gone(crate::slurm::GoneProof::InvalidJobId {
+            command: crate::slurm::SlurmCommand::Squeue,
+            job: j,
+        });
+        assert_eq!(poll_of(&invalid, j), Poll::Ended(None));
+        assert!(
+            matches!(poll_of(&Answer::Live(vec![]), j), Poll::Unknown(_)),
+            "an empty answer is not an end"
+        );
         for s in ["SUSPENDED", "CONFIGURING", "COMPLETING", "PENDING", "WEIRD"] {
             assert!(
                 matches!(probe_of(&live(s, ""), j), Probe::Live { .. }),
@@ -565,10 +580,10 @@ mod tests {
             message: "ssh: connect timeout".into(),
         });
         assert!(matches!(probe_of(&unknown, j), Probe::Unknown(_)));
-        // Another job's row does not prove anything live about this one.
+        // Another job's row proves nothing about this one, live or gone.
         let other = Answer::Live(rows(
             "8|8|RUNNING|p|a|q|u|1|1|n|9:58|10:00|N/A|N/A|None|n\n",
         ));
-        assert_eq!(probe_of(&other, j), Probe::Gone { state: None });
+        assert!(matches!(probe_of(&other, j), Probe::Unknown(_)));
     }
 }

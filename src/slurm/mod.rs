@@ -2,10 +2,11 @@
 //! parsers.
 //!
 //! The rule that matters most: a query never mistakes "I could not tell" for "it is
-//! gone". Every query gives [`Answer::Live`], [`Answer::Gone`] (a successful empty
-//! answer, or "Invalid job id specified" for one specific id) or [`Answer::Unknown`]
-//! (everything else). Only `Gone` or an explicit terminal [`JobState`] may release
-//! anything. See `docs/slurm-boundary.md`.
+//! gone", and never takes an empty answer for proof. Every query gives [`Answer::Live`]
+//! (rows, possibly none), [`Answer::Gone`] ("Invalid job id specified" for one specific id,
+//! with its [`GoneProof`]) or [`Answer::Unknown`] (everything else). Only `Gone`, an explicit
+//! terminal [`JobState`], or a step missing beside its listed job may release anything. See
+//! `docs/slurm-boundary.md`.
 
 pub mod answer;
 pub mod digits;
@@ -24,7 +25,7 @@ pub mod state;
 pub mod submit;
 pub mod timestamp;
 
-pub use answer::Answer;
+pub use answer::{Answer, GoneProof, Lookup};
 pub use duration::SlurmDuration;
 pub use error::{ParseError, Parsed, RequestError, SlurmError};
 pub use exit_code::ExitCode;

@@ -548,6 +548,14 @@ impl JobQuery {
         }
     }
 
+    /// `--me --states=all`: the user's jobs, with those that ended within MinJobAge.
+    pub fn mine_including_finished() -> JobQuery {
+        JobQuery {
+            select: JobSelect::Mine,
+            include_finished: true,
+        }
+    }
+
     /// One specific job id: "Invalid job id specified" then means that job is gone.
     pub fn single_id(&self) -> Option<JobId> {
         match &self.select {
@@ -605,10 +613,13 @@ pub fn show_job_argv(job: JobId) -> Vec<OsString> {
     ]
 }
 
-/// Accounting for some jobs (and their steps) in an explicit window.
+/// Accounting for some jobs (and their steps) in an explicit window: by id, or by name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AcctQuery {
     pub jobs: Vec<JobId>,
+    /// `--name=N1,N2` (job names never hold a comma), used when `jobs` is empty.
+    #[serde(default)]
+    pub names: Vec<JobName>,
     /// `--starttime`: in the cluster's local time. Without it sacct's default window
     /// depends on the flags and the time of day.
     #[serde(with = "crate::slurm::timestamp::naive_text")]
@@ -616,15 +627,22 @@ pub struct AcctQuery {
 }
 
 impl AcctQuery {
-    /// `sacct --parsable2 --noheader --format=F --starttime=T --endtime=now --jobs=L`
+    /// `sacct --parsable2 --noheader --format=F --starttime=T --endtime=now (--jobs=L |
+    /// --name=N1,N2)`
     pub fn argv(&self) -> Result<Vec<OsString>, RequestError> {
+        let select = if self.jobs.is_empty() && !self.names.is_empty() {
+            let names: Vec<&str> = self.names.iter().map(JobName::as_str).collect();
+            flag("name", names.join(","))
+        } else {
+            flag("jobs", id_list(&self.jobs)?)
+        };
         Ok(vec![
             "--parsable2".into(),
             "--noheader".into(),
             flag("format", ACCT_FORMAT),
             flag("starttime", format_slurm_time(self.since)),
             "--endtime=now".into(),
-            flag("jobs", id_list(&self.jobs)?),
+            select,
         ])
     }
 }
@@ -892,6 +910,7 @@ mod tests {
             strs(
                 AcctQuery {
                     jobs: vec![j(9)],
+                    names: vec![],
                     since
                 }
                 .argv()
@@ -905,6 +924,19 @@ mod tests {
                 "--endtime=now",
                 "--jobs=9",
             ]
+        );
+        let by_name = AcctQuery {
+            jobs: vec![],
+            names: vec![name("a b"), name("c")],
+            since,
+        };
+        assert_eq!(
+            strs(by_name.argv().unwrap()).last().unwrap(),
+            "--name=a b,c"
+        );
+        assert_eq!(
+            strs(JobQuery::mine_including_finished().argv().unwrap())[2..],
+            ["--states=all", "--me"]
         );
         let step = StepId::new(j(9), StepKind::Numbered(1));
         assert_eq!(

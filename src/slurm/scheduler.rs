@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::answer::Answer;
+use super::answer::{Answer, GoneProof};
 use super::error::{ParseError, RequestError, SlurmError};
 use super::ids::{JobId, StepId};
 use super::request::{
@@ -114,7 +114,8 @@ pub trait Scheduler: Send + Sync {
     /// squeue by ids, by name (always `--me`), or all of the user's jobs.
     fn list_jobs(&self, query: &JobQuery) -> impl Future<Output = Answer<Vec<JobRow>>> + Send;
 
-    /// The running steps of a job (`squeue --steps`). `Gone` = no running step.
+    /// The running steps of a job (`squeue --steps`); none is `Live(vec![])`, which proves
+    /// nothing about a step unless the job is listed beside it. `Gone`: the job is unknown.
     fn list_steps(&self, job: JobId) -> impl Future<Output = Answer<Vec<StepRow>>> + Send;
 
     /// `scontrol --oneliner show job J` (several records for an array).
@@ -151,6 +152,13 @@ pub trait Scheduler: Send + Sync {
 
     /// Slurm calls made so far, per command.
     fn call_counts(&self) -> CallCounts;
+
+    /// The longest one call may run before the driver gives up on it (timeout and kill
+    /// grace): an sbatch started by a process that died is over, or orphaned, after this.
+    fn longest_call(&self) -> Duration {
+        let d = RunnerConfig::default();
+        d.timeout + d.kill_grace
+    }
 }
 
 /// Configuration of [`CliScheduler`].
@@ -181,7 +189,7 @@ impl CliScheduler {
         &self,
         command: SlurmCommand,
         args: Vec<OsString>,
-        single_id: bool,
+        single_id: Option<JobId>,
         parse: impl FnOnce(&str) -> Result<Vec<T>, ParseError>,
     ) -> Answer<Vec<T>> {
         let out = match self.runner.run(command, &args, self.timeout()).await {
@@ -218,17 +226,20 @@ impl CliScheduler {
     }
 }
 
-/// The Live/Gone/Unknown rule for squeue and scontrol.
+/// The Live/Gone/Unknown rule for squeue and scontrol. An empty successful answer is
+/// `Live` with no rows: it proves nothing by itself.
 fn classify_query<T>(
     command: SlurmCommand,
     out: Output,
-    single_id: bool,
+    single_id: Option<JobId>,
     parse: impl FnOnce(&str) -> Result<Vec<T>, ParseError>,
 ) -> Answer<Vec<T>> {
     if !out.status.success() {
         // Only for one specific id: with several ids the message cannot say which one.
-        if single_id && out.stderr.contains(INVALID_JOB_ID) && out.stdout.trim().is_empty() {
-            return Answer::Gone;
+        if let Some(job) = single_id {
+            if out.stderr.contains(INVALID_JOB_ID) && out.stdout.trim().is_empty() {
+                return Answer::Gone(GoneProof::InvalidJobId { command, job });
+            }
         }
         return Answer::Unknown(SlurmError::Failed {
             command,
@@ -248,7 +259,7 @@ fn classify_query<T>(
     match parse(&out.stdout) {
         Ok(rows) if rows.is_empty() => {
             if out.stdout.trim().is_empty() {
-                Answer::Gone
+                Answer::Live(rows)
             } else {
                 // Non-blank text that yields no rows cannot happen with our parsers;
                 // refuse to call it empty if it ever does.
@@ -399,25 +410,25 @@ impl Scheduler for CliScheduler {
                 })
             }
         };
-        self.query(
-            SlurmCommand::Squeue,
-            args,
-            query.single_id().is_some(),
-            parse_jobs,
-        )
-        .await
+        self.query(SlurmCommand::Squeue, args, query.single_id(), parse_jobs)
+            .await
     }
 
     async fn list_steps(&self, job: JobId) -> Answer<Vec<StepRow>> {
-        self.query(SlurmCommand::Squeue, steps_argv(job), true, parse_steps)
-            .await
+        self.query(
+            SlurmCommand::Squeue,
+            steps_argv(job),
+            Some(job),
+            parse_steps,
+        )
+        .await
     }
 
     async fn show_job(&self, job: JobId) -> Answer<Vec<JobDetails>> {
         self.query(
             SlurmCommand::Scontrol,
             show_job_argv(job),
-            true,
+            Some(job),
             parse_show_job,
         )
         .await
@@ -434,14 +445,15 @@ impl Scheduler for CliScheduler {
             }
         };
         // sacct never says a job does not exist: "Invalid job id" is not its language
-        // and an empty answer may be lag. So no `Gone` here.
+        // and an empty answer may be lag. So no `Gone` here, and no empty `Live` either.
         match self
-            .query(SlurmCommand::Sacct, args, false, parse_rows)
+            .query(SlurmCommand::Sacct, args, None, parse_rows)
             .await
         {
-            Answer::Gone => Answer::Unknown(SlurmError::NotInAccounting {
+            Answer::Live(rows) if rows.is_empty() => Answer::Unknown(SlurmError::NotInAccounting {
                 command: SlurmCommand::Sacct,
             }),
+            Answer::Gone(_) => unreachable!("no single id was given"),
             other => other,
         }
     }
@@ -465,6 +477,10 @@ impl Scheduler for CliScheduler {
     fn call_counts(&self) -> CallCounts {
         self.runner.counts()
     }
+
+    fn longest_call(&self) -> Duration {
+        self.timeout() + self.runner.config().kill_grace
+    }
 }
 
 #[cfg(test)]
@@ -480,36 +496,44 @@ mod tests {
         }
     }
 
-    fn classify(o: Output, single: bool) -> Answer<Vec<JobRow>> {
+    fn classify(o: Output, single: Option<JobId>) -> Answer<Vec<JobRow>> {
         classify_query(SlurmCommand::Squeue, o, single, parse_jobs)
     }
 
     #[test]
     fn the_rule() {
-        assert!(classify(out(0, "", ""), true).is_gone());
-        assert!(classify(out(0, "\n", ""), false).is_gone());
+        let one = JobId::new(7);
+        let empty = |a: Answer<Vec<JobRow>>| matches!(a, Answer::Live(rows) if rows.is_empty());
+        assert!(empty(classify(out(0, "", ""), one)), "empty is not gone");
+        assert!(empty(classify(out(0, "\n", ""), None)));
         let invalid = "slurm_load_jobs error: Invalid job id specified\n";
-        assert!(classify(out(1, "", invalid), true).is_gone());
+        match classify(out(1, "", invalid), one) {
+            Answer::Gone(p) => assert_eq!(
+                p.to_string(),
+                "squeue said \"Invalid job id specified\" for job 7"
+            ),
+            other => panic!("{other:?}"),
+        }
         assert!(
-            classify(out(1, "", invalid), false).is_unknown(),
+            classify(out(1, "", invalid), None).is_unknown(),
             "several ids: which one?"
         );
         let down = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n";
-        assert!(classify(out(1, "", down), true).is_unknown());
-        assert!(classify(out(0, "garbage\n", ""), true).is_unknown());
+        assert!(classify(out(1, "", down), one).is_unknown());
+        assert!(classify(out(0, "garbage\n", ""), one).is_unknown());
         assert!(classify(
             out(
                 0,
                 "",
                 "squeue: error: Invalid job format specification: T\n"
             ),
-            true
+            one
         )
         .is_unknown());
-        assert!(classify(out(1, "", ""), true).is_unknown());
+        assert!(classify(out(1, "", ""), one).is_unknown());
         let row = "1|1|RUNNING|debug|dev|normal|root|1|1|vm|9:58|10:00|N/A|N/A|None|x\n";
-        assert!(classify(out(0, row, ""), true).is_live());
-        match classify(out(0, "garbage\n", ""), true) {
+        assert!(classify(out(0, row, ""), one).is_live());
+        match classify(out(0, "garbage\n", ""), one) {
             Answer::Unknown(SlurmError::Unparsable { stdout, source, .. }) => {
                 assert_eq!(stdout, "garbage\n");
                 assert_eq!(source.raw, "garbage");

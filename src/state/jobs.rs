@@ -41,6 +41,16 @@ pub struct JobSubmitFailed {
     pub reason: String,
 }
 
+/// The Slurm job name a submission's sbatch uses, written in its intent's commit: the name
+/// reconcile searches for when sbatch gave no answer, and the longest that sbatch call could
+/// have run (reconcile waits that long, plus a margin, before it calls a job never created).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobNamed {
+    pub submission_id: Uuid,
+    pub job_name: String,
+    pub sbatch_limit_s: u32,
+}
+
 /// `dispatch stop` is about to signal the job, then cancel it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobStopIntent {
@@ -92,6 +102,16 @@ pub struct JobWorker {
     pub submitted_at: Micros,
     /// The source and image assets it was given (`WorkerAssetsBound`).
     pub assets: Vec<AssetRecord>,
+    /// Its Slurm job name and sbatch's time limit (`JobNamed`); `None` before that event
+    /// existed, when the job was named after the worker.
+    pub named: Option<JobNamed>,
+}
+
+impl JobWorker {
+    /// The name its Slurm job has, if sbatch created one.
+    pub fn job_name(&self) -> &str {
+        self.named.as_ref().map_or(&self.worker, |n| &n.job_name)
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,6 +133,7 @@ impl Jobs {
                 mem_mb: e.mem_mb,
                 submitted_at: time,
                 assets: Vec::new(),
+                named: None,
             },
         );
     }
@@ -135,6 +156,12 @@ impl Jobs {
     pub fn assets_bound(&mut self, e: &WorkerAssetsBound) {
         if let Some(j) = self.active.get_mut(&e.submission_id) {
             j.assets = e.assets.clone();
+        }
+    }
+
+    pub fn named(&mut self, e: &JobNamed) {
+        if let Some(j) = self.active.get_mut(&e.submission_id) {
+            j.named = Some(e.clone());
         }
     }
 

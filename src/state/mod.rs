@@ -106,6 +106,7 @@ impl State {
             Event::JobSubmitFailed(e) => self.jobs.failed(e),
             Event::JobTerminal(e) => self.jobs.terminal(e),
             Event::JobStopIntent(e) => self.jobs.stop_intent(e),
+            Event::JobNamed(e) => self.jobs.named(e),
             Event::AssetAddIntent(e) => self.assets.intent(env.time, e),
             Event::AssetAdded(e) => self.assets.added(e),
             Event::AssetAddFailed(e) => self.assets.failed(e),

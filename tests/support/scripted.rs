@@ -175,7 +175,13 @@ impl Scheduler for Scripted {
         self.record("squeue", argv.clone());
         let mut q = self.q.lock().unwrap();
         match &query.select {
-            JobSelect::Ids(_) => pop(&mut q.by_id, "squeue --jobs", &argv),
+            JobSelect::Ids(_) => match pop(&mut q.by_id, "squeue --jobs", &argv) {
+                Answer::Gone(dispatch::slurm::GoneProof::InvalidJobId { command, .. }) => {
+                    let job = query.single_id().expect("Invalid job id is for one id");
+                    Answer::Gone(dispatch::slurm::GoneProof::InvalidJobId { command, job })
+                }
+                other => other,
+            },
             JobSelect::MineNamed(_) => pop(&mut q.by_name, "squeue --name", &argv),
             JobSelect::Mine => pop(&mut q.mine, "squeue --me", &argv),
         }
@@ -266,8 +272,18 @@ pub fn live(text: &str) -> Rows {
     Answer::Live(parse_jobs(text).unwrap())
 }
 
+/// An answer with no rows (exit 0, empty): proves nothing by itself.
 pub fn gone() -> Rows {
-    Answer::Gone
+    Answer::Live(Vec::new())
+}
+
+/// "Invalid job id specified" for the one id asked (the real cluster's answer about a job
+/// past MinJobAge); `list_jobs` puts the asked id in.
+pub fn invalid_id() -> Rows {
+    Answer::Gone(dispatch::slurm::GoneProof::InvalidJobId {
+        command: SlurmCommand::Squeue,
+        job: dispatch::slurm::JobId::new(1).unwrap(),
+    })
 }
 
 pub fn failed(stderr: &str) -> SlurmError {

@@ -477,6 +477,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             .slurm
             .accounting(&AcctQuery {
                 jobs: vec![job],
+                names: vec![],
                 since,
             })
             .await;

@@ -1,0 +1,175 @@
+//! Issue 10, item 2, on the real dev cluster: a `dispatch submit` whose outcome is unknown is
+//! always resolved by `dispatch reconcile`, and the worker's name can be used again.
+//! - sbatch ran, dispatch crashed before recording the job, and the job finished: found by its
+//!   submission-unique name with `squeue --states=all` (or in accounting past MinJobAge) and
+//!   released with its terminal state.
+//! - dispatch crashed after the intent, before sbatch: once both listings answer without a job
+//!   of that name and the settle delay (sbatch's limit + 30 s; `DISPATCH_SLURM_TIMEOUT=1` at
+//!   submit makes that limit 3 s) has passed, it is proven never created and released.
+
+mod real_cluster;
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use real_cluster::{dispatch, dispatch_cmd, json, require_cluster};
+
+fn crash(state: &Path, failpoint: &str, args: &[&str]) {
+    let out = dispatch_cmd(state, args)
+        .env("DISPATCH_FAILPOINTS", format!("{failpoint}=abort"))
+        .env("DISPATCH_SLURM_TIMEOUT", "1")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        None,
+        "{failpoint} did not fire: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn events(state: &Path) -> Vec<serde_json::Value> {
+    let r = dispatch(state, &["journal", "dump", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    r.stdout.lines().map(json).collect()
+}
+
+fn job_name(state: &Path) -> String {
+    events(state)
+        .iter()
+        .rev()
+        .find(|e| e["kind"] == "JobNamed")
+        .expect("JobNamed")["event"]["job_name"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn submit_args(worker: &str) -> Vec<String> {
+    [
+        "submit", "--cpus", "1", "--mem", "100M", "--time", "5", "--name", worker, "--json", "--",
+        "true",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// `squeue --me --states=all --name=N`: the state of the job of that name, if listed.
+fn squeue_state(name: &str) -> Option<String> {
+    let out = Command::new("squeue")
+        .args(["--me", "--states=all", "--noheader", "--format=%T"])
+        .arg(format!("--name={name}"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .map(|l| l.trim().to_owned())
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn a_finished_job_whose_sbatch_answer_was_lost_is_found_by_name_and_released() {
+    let _cluster = require_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let worker = format!("gone-a-{}", std::process::id());
+    crash(&state, "submit-after-sbatch", &strs(&submit_args(&worker)));
+    let name = job_name(&state);
+    assert!(name.starts_with(&format!("sucoder-{worker}-")), "{name}");
+
+    // The job runs `true` under the supervisor and ends; squeue without --states=all no longer
+    // lists it, which is what left it unknown for ever before.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        match squeue_state(&name).as_deref() {
+            Some("COMPLETED" | "FAILED" | "CANCELLED" | "TIMEOUT") => break,
+            other => assert!(
+                Instant::now() < deadline,
+                "job {name} did not end: {other:?}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    let r = dispatch(&state, &["reconcile", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let report = json(&r.stdout);
+    assert_eq!(report["unknown"], serde_json::json!([]), "{report}");
+    let proof = report["resolved"][0]["proof"].as_str().unwrap();
+    assert!(
+        proof.contains(&format!("named {name:?}")) && proof.contains("squeue shows job"),
+        "{proof}"
+    );
+    let kinds: Vec<String> = events(&state)
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        kinds.ends_with(&["JobSubmitted".to_owned(), "JobTerminal".to_owned()]),
+        "{kinds:?}"
+    );
+
+    // The name is free again.
+    let again = dispatch(&state, &strs(&submit_args(&worker)));
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    let job = json(&again.stdout)["job_id"].as_u64().unwrap();
+    let _ = Command::new("scancel").arg(job.to_string()).status();
+}
+
+#[test]
+fn a_submission_killed_before_sbatch_is_proven_never_created_after_the_settle_delay() {
+    let _cluster = require_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let worker = format!("gone-b-{}", std::process::id());
+    let started = Instant::now();
+    crash(&state, "submit-after-intent", &strs(&submit_args(&worker)));
+    let limit = events(&state)
+        .iter()
+        .find(|e| e["kind"] == "JobNamed")
+        .unwrap()["event"]["sbatch_limit_s"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(limit, 3, "DISPATCH_SLURM_TIMEOUT=1 plus the 2 s kill grace");
+
+    // Within the settle delay an sbatch may still be in flight: unknown, nothing released.
+    let r = dispatch(&state, &["reconcile", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let report = json(&r.stdout);
+    assert_eq!(report["unknown"][0]["worker"], worker.as_str(), "{report}");
+    let refused = dispatch(&state, &strs(&submit_args(&worker)));
+    assert_eq!(
+        refused.code, 3,
+        "the name is still held: {}",
+        refused.stderr
+    );
+
+    let settle = Duration::from_secs(limit + 30);
+    std::thread::sleep(settle.saturating_sub(started.elapsed()) + Duration::from_secs(1));
+    let r = dispatch(&state, &["reconcile", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let report = json(&r.stdout);
+    assert_eq!(report["unknown"], serde_json::json!([]), "{report}");
+    let proof = report["resolved"][0]["proof"].as_str().unwrap();
+    assert!(proof.starts_with("never created"), "{proof}");
+    let failed = events(&state)
+        .into_iter()
+        .find(|e| e["kind"] == "JobSubmitFailed")
+        .expect("JobSubmitFailed");
+    assert_eq!(failed["event"]["definite"], true);
+    assert_eq!(failed["event"]["reason"], proof);
+
+    let again = dispatch(&state, &strs(&submit_args(&worker)));
+    assert_eq!(again.code, 0, "the name is free again: {}", again.stderr);
+    let job = json(&again.stdout)["job_id"].as_u64().unwrap();
+    let _ = Command::new("scancel").arg(job.to_string()).status();
+    let audit = dispatch(&state, &["audit", "--json"]);
+    assert_eq!(audit.code, 0, "{}", audit.stdout);
+}
