@@ -575,3 +575,231 @@ fn a_long_wait_reports_progress_unless_quiet() {
         assert_eq!(json_of(&r)["error"]["exit_code"], 1);
     }
 }
+
+/// The journal's events as `journal dump --json` shows them.
+fn events(f: &Fake) -> Vec<Value> {
+    let r = f.run(&["journal", "dump", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    r.stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// sbatch (target T) and salloc (target U) refusals as the dev cluster printed them, with the
+/// phrase that must be quoted. Account and QOS refusals are not reproducible there (no
+/// association enforcement): Slurm's texts as sites report them.
+const LAUNCH_REFUSALS: &[(&str, &str, &str)] = &[
+    (
+        "T",
+        "real-sbatch-refused-partition",
+        "Invalid partition name specified",
+    ),
+    (
+        "T",
+        "real-sbatch-refused-partition-case",
+        "Invalid partition name specified",
+    ),
+    (
+        "T",
+        "real-sbatch-refused-memory",
+        "Memory specification can not be satisfied",
+    ),
+    (
+        "T",
+        "real-sbatch-refused-feature",
+        "Invalid feature specification",
+    ),
+    (
+        "T",
+        "real-sbatch-refused-node",
+        "Invalid node name specified",
+    ),
+    (
+        "T",
+        "real-sbatch-refused-gres",
+        "Invalid generic resource (gres) specification",
+    ),
+    (
+        "T",
+        "real-sbatch-refused-time-spec",
+        "Invalid --time specification",
+    ),
+    (
+        "U",
+        "real-salloc-refused-partition",
+        "Invalid partition name specified",
+    ),
+    (
+        "U",
+        "real-salloc-refused-partition-case",
+        "Invalid partition name specified",
+    ),
+    (
+        "U",
+        "real-salloc-refused-memory",
+        "Memory specification can not be satisfied",
+    ),
+    (
+        "U",
+        "real-salloc-refused-feature",
+        "Invalid feature specification",
+    ),
+    (
+        "U",
+        "real-salloc-refused-node",
+        "Invalid node name specified",
+    ),
+    (
+        "U",
+        "real-salloc-memory-unsatisfiable",
+        "Memory specification can not be satisfied",
+    ),
+    (
+        "U",
+        "notes-salloc-memory-unsatisfiable",
+        "Memory specification can not be satisfied",
+    ),
+];
+
+fn launch_on(target: &str) -> [&str; 7] {
+    [
+        "--json",
+        "session",
+        "launch",
+        "sample",
+        "-T",
+        target,
+        "--detached",
+    ]
+}
+
+fn submitter(target: &str) -> &'static str {
+    if target == "T" {
+        "sbatch"
+    } else {
+        "salloc"
+    }
+}
+
+/// Exit 1 quoting the phrase; recorded as "no job exists"; the next launch submits at once.
+fn assert_launch_refused(target: &str, response: Value, phrase: &str) {
+    let program = submitter(target);
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": ""}],
+        program: [response],
+    }));
+    let r = f.run(&launch_on(target));
+    assert_eq!(r.code, 1, "{phrase}: {}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!("{phrase:?}")),
+        "{phrase}: {}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("No job was created"), "{}", r.stderr);
+    assert_eq!(json_of(&r)["error"]["exit_code"], 1);
+    let failed = events(&f)
+        .into_iter()
+        .find(|e| e["kind"] == "SessionSubmitFailed")
+        .expect("SessionSubmitFailed");
+    assert_eq!(failed["event"]["may_exist"], false, "{phrase}: {failed}");
+    assert!(
+        failed["event"]["reason"].as_str().unwrap().contains(phrase),
+        "{failed}"
+    );
+    let sessions = json_of(&f.run(&["--json", "sessions"]));
+    assert_eq!(sessions["unknown"], json!([]), "{phrase}: {sessions}");
+    // Nothing may exist, so nothing blocks the next launch: it submits.
+    f.clear_calls();
+    f.scenario(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--jobs=4242"], "stdout": running(4242, T)},
+        ],
+        "sbatch": [{"stdout": "4242\n"}],
+        "salloc": [{"stderr": "salloc: Granted job allocation 4242\n"}],
+    }));
+    let r = f.run(&launch_on(target));
+    assert_eq!(r.code, 0, "{phrase}: {}", r.stderr);
+    assert_eq!(json_of(&r)["action"], "submitted");
+    assert_eq!(f.programs()[1], program);
+}
+
+#[test]
+fn a_recognised_refusal_fails_the_launch_and_leaves_nothing_unknown() {
+    for (target, fixture, phrase) in LAUNCH_REFUSALS {
+        assert_launch_refused(target, json!({"fixture": fixture}), phrase);
+    }
+    for target in ["T", "U"] {
+        let prefix = if target == "T" {
+            "sbatch: error: Batch job submission failed: "
+        } else {
+            "salloc: error: Job submit/allocate failed: "
+        };
+        for phrase in [
+            "Invalid account or account/partition combination specified",
+            "Invalid qos specification",
+        ] {
+            let refusal = json!({"stderr": format!("{prefix}{phrase}\n"), "exit": 1});
+            assert_launch_refused(target, refusal, phrase);
+        }
+    }
+}
+
+#[test]
+fn an_unrecognised_launch_failure_stays_unknown() {
+    for (target, response) in [
+        (
+            "T",
+            json!({"stderr": "sbatch: error: Batch job submission failed: Something new\n", "exit": 1}),
+        ),
+        ("T", json!({"fixture": "real-ctld-down-sbatch"})),
+        (
+            "U",
+            json!({"stderr": "salloc: error: Job submit/allocate failed: Something new\n", "exit": 1}),
+        ),
+        // Queued first, refused after: the queued job may exist.
+        (
+            "U",
+            json!({"stderr": "salloc: Pending job allocation 100\nsalloc: error: Job submit/allocate failed: Invalid partition name specified\n", "exit": 1}),
+        ),
+    ] {
+        let f = Fake::new(json!({
+            "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": ""}],
+            submitter(target): [response.clone()],
+        }));
+        let r = f.run(&launch_on(target));
+        assert_eq!(r.code, 4, "{response}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("A job MAY have been submitted"),
+            "{}",
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn a_submitter_missing_from_path_fails_the_launch_definitely() {
+    for target in ["T", "U"] {
+        let f = Fake::new(json!({
+            "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": ""}],
+        }));
+        let bin = f.path("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let fake_bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/fake-slurm/bin");
+        for p in ["squeue", "scancel", "scontrol", "sacct", "srun"] {
+            std::os::unix::fs::symlink(fake_bin.join(p), bin.join(p)).unwrap();
+        }
+        let mut c = f.command(&launch_on(target));
+        c.env("PATH", &bin);
+        let r = f.run_with(c, "");
+        assert_eq!(r.code, 1, "{target}: {}", r.stderr);
+        assert!(r.stderr.contains("nothing ran"), "{}", r.stderr);
+        assert!(r.stderr.contains(submitter(target)), "{}", r.stderr);
+        let failed = events(&f)
+            .into_iter()
+            .find(|e| e["kind"] == "SessionSubmitFailed")
+            .expect("SessionSubmitFailed");
+        assert_eq!(failed["event"]["may_exist"], false);
+    }
+}

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! 0   8   magic "DISPSNAP"
-//! 8   u16 snapshot format version (2)
+//! 8   u16 snapshot format version (3)
 //! 10  u16 reserved (0)
 //! 12  u32 reserved (0)
 //! 16  16  journal id
@@ -31,8 +31,8 @@ use super::writer::fsync_dir;
 use crate::state::State;
 
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"DISPSNAP";
-/// 2: job workers record their assets.
-pub const SNAPSHOT_VERSION: u16 = 2;
+/// 2: job workers record their assets. 3: and why their submission failed.
+pub const SNAPSHOT_VERSION: u16 = 3;
 const HEADER_LEN: usize = 96;
 /// Snapshots kept on disk; older ones are removed after a new one is in place.
 pub const SNAPSHOTS_KEPT: usize = 2;

@@ -15,7 +15,7 @@ use crate::failpoint;
 use crate::policy::session::{poll_of, probe_of, Poll, Probe};
 use crate::slurm::{
     AcctQuery, ActionError, AllocRequest, BatchPayload, BatchRequest, JobId, JobQuery, JobState,
-    MemoryMb, Placement, Scheduler, SlurmDuration,
+    MemoryMb, Placement, Refusal, Scheduler, SlurmDuration,
 };
 use crate::state::session::{
     SessionAdopted, SessionCleared, SessionJobSubmitted, SessionLaunchIntent, SessionNodeResolved,
@@ -360,7 +360,9 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         let key = &self.r.key;
         let (may_exist, job_hint, reason) = match &e {
             ActionError::Unknown { error, job_hint } => (true, *job_hint, error.to_string()),
-            ActionError::Invalid(_) | ActionError::Local(_) => (false, None, e.to_string()),
+            ActionError::Refused(_) | ActionError::Invalid(_) | ActionError::Local(_) => {
+                (false, None, e.to_string())
+            }
         };
         let event = Event::SessionSubmitFailed(SessionSubmitFailed {
             session: key.clone(),
@@ -386,6 +388,15 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                  `scancel --me --name={}` removes it",
                 command_for("launch", key),
                 self.r.job_name
+            ))
+        } else if let ActionError::Refused(refusal) = &e {
+            let fix = match refusal {
+                Refusal::Said { .. } => "correct the target in the config",
+                Refusal::NotStarted(_) => "put Slurm's client programs on PATH",
+            };
+            SessionError::Failed(format!(
+                "{key}: {reason}. No job was created; {fix}, then `{}`",
+                command_for("launch", key)
             ))
         } else {
             SessionError::Failed(format!(
