@@ -698,18 +698,21 @@ async fn b27_newest_of_two_matches_is_adopted() {
     assert!(r.notes.join(" ").contains("39000001"));
 }
 
-/// 28: malformed lines are ignored; a good line beside them is still adopted.
+/// 28, departure from sucoder: a malformed line of this job name is a job that exists and
+/// cannot be read, so it blocks a submission (exit 4) instead of being ignored; a good line
+/// beside it is still adopted.
 #[tokio::test]
-async fn b28_malformed_lines_are_ignored() {
+async fn b28_malformed_lines_block_a_submission() {
     let w = World::new();
     w.q()
         .by_name
         .push_back(unparsable("4242|RUNNING|savio4_htc|co_carleton\nabc|x\n"));
-    w.q().sbatch.push_back(submitted(5000));
-    w.q()
-        .by_id
-        .push_back(live(&row("5000", "RUNNING", "n1", T, NAME)));
-    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Submitted);
+    let (msg, kind) = err_text(w.launch("T", true).await);
+    assert_eq!(kind, "unknown", "{msg}");
+    assert!(
+        msg.contains("Nothing was submitted") && msg.contains("abc|x"),
+        "{msg}"
+    );
     let w = World::new();
     let text = format!("garbage\n{}", row("4242", "RUNNING", "n1", T, NAME));
     w.q().by_name.push_back(unparsable(&text));

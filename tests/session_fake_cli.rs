@@ -803,3 +803,60 @@ fn a_submitter_missing_from_path_fails_the_launch_definitely() {
         assert_eq!(failed["event"]["may_exist"], false);
     }
 }
+
+/// A row of a job without a time limit, as squeue prints it (`UNLIMITED`, `%e` = `NONE`;
+/// recorded: real-squeue-jobs-unlimited), placed on target T.
+fn unlimited_row(id: u32, end: &str) -> String {
+    let (p, a, q) = T;
+    format!(
+        "{id}|{id}|RUNNING|{p}|{a}|{q}|u|1|1|n0007|UNLIMITED|UNLIMITED|2026-12-01T08:13:03|{end}|None|{NAME}\n"
+    )
+}
+
+/// Item 13: `time = "UNLIMITED"`: the job's `NONE` end time is understood, so a fresh-state
+/// launch adopts it and a recorded one is reused; never another sbatch.
+#[test]
+fn an_unlimited_job_is_adopted_and_reused_not_submitted_again() {
+    let f = Fake::new(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": unlimited_row(4242, "NONE")},
+            {"match": ["--jobs=4242"], "stdout": unlimited_row(4242, "NONE")},
+        ],
+        "sbatch": [{"stdout": "5000\n"}],
+    }));
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json_of(&r)["action"], "adopted");
+    assert_eq!(json_of(&r)["job_id"], 4242);
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json_of(&r)["action"], "reused");
+    assert!(
+        !f.programs().contains(&"sbatch".to_owned()),
+        "{:?}",
+        f.calls()
+    );
+}
+
+/// A row with one field no parser understands is a job of this name that exists: a fresh-state
+/// launch must not read the listing as "no job found" and submit another.
+#[test]
+fn an_unreadable_row_of_this_name_blocks_a_fresh_submission() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": unlimited_row(4242, "someday")}],
+        "sbatch": [{"stdout": "5000\n"}],
+    }));
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("someday"),
+        "the unreadable line is not shown: {}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("Nothing was submitted"), "{}", r.stderr);
+    assert_eq!(
+        f.programs(),
+        ["squeue"],
+        "submitted beside an unreadable job"
+    );
+}

@@ -286,6 +286,9 @@ pub struct NameProbe {
     pub plan: Option<Adoption>,
     /// Why the probe gave nothing usable, if it did not.
     pub failed: Option<String>,
+    /// squeue listed lines for this job name that no parser understood: a job of this name
+    /// exists that the probe cannot read, so it must not be taken for "no job".
+    pub unreadable: Option<Vec<String>>,
     pub notes: Vec<String>,
 }
 
@@ -303,6 +306,7 @@ pub async fn name_probe<S: Scheduler>(
     let mut probe = NameProbe {
         plan: None,
         failed: None,
+        unreadable: None,
         notes: Vec::new(),
     };
     let rows = match listing_of(answer) {
@@ -311,6 +315,7 @@ pub async fn name_probe<S: Scheduler>(
                 probe.failed = Some(format!(
                     "squeue printed lines dispatch could not parse: {bad_lines:?}"
                 ));
+                probe.unreadable = Some(bad_lines);
             }
             // squeue --name matches exactly, but a listing is only trusted as far as it goes.
             rows.into_iter()

@@ -194,6 +194,18 @@ pub async fn launch<S: Scheduler>(
             )
             .await;
     }
+    if let Some(lines) = probe.unreadable {
+        // squeue --name filters by name: each unreadable line is a job of this name. Reading
+        // the listing without it as "no job found" would submit a second job beside it.
+        return Err(SessionError::Unknown(format!(
+            "squeue lists a job named {} that dispatch cannot read ({lines:?}); it may be this \
+             session's. Nothing was submitted. Look with `squeue --me --name={}`; `scancel` it \
+             if it is not wanted, then retry `{}`",
+            l.r.job_name,
+            l.r.job_name,
+            command_for("launch", &l.r.key)
+        )));
+    }
     if let Some(why) = probe.failed {
         if may_exist {
             // The record knows a job may exist that only this probe could find: submitting now
