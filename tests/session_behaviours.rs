@@ -501,10 +501,11 @@ async fn b17_recorded_running_job_is_reused() {
     assert_eq!(w.slurm.argvs(), [by_id(4242)]);
 }
 
-/// 18: SUSPENDED, CONFIGURING, COMPLETING count as live for a detached launch.
+/// 18: SUSPENDED and CONFIGURING count as live for a detached launch. Departure from sucoder:
+/// COMPLETING is ending, never reused (b18b).
 #[tokio::test]
 async fn b18_other_live_states_are_reused_detached() {
-    for state in ["SUSPENDED", "CONFIGURING", "COMPLETING"] {
+    for state in ["SUSPENDED", "CONFIGURING"] {
         let w = World::new();
         w.seed("T", 4242, T).await;
         w.q()
@@ -517,6 +518,24 @@ async fn b18_other_live_states_are_reused_detached() {
         );
         assert!(!w.slurm.called("sbatch"));
     }
+}
+
+/// 18b: a COMPLETING recorded job is waited out (it is gone seconds later), then replaced.
+#[tokio::test]
+async fn b18b_a_completing_job_is_waited_out_then_replaced() {
+    let w = World::new();
+    w.seed("T", 4242, T).await;
+    w.q()
+        .by_id
+        .push_back(live(&row("4242", "COMPLETING", "n1", T, NAME)));
+    w.q().by_id.push_back(gone());
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(5000));
+    w.q()
+        .by_id
+        .push_back(live(&row("5000", "RUNNING", "n1", T, NAME)));
+    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Submitted);
+    assert_eq!(w.record("T").0, Some(5000));
 }
 
 /// 19: a PENDING recorded job and an interactive launch: refused, no sbatch.

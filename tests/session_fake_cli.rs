@@ -860,3 +860,74 @@ fn an_unreadable_row_of_this_name_blocks_a_fresh_submission() {
         "submitted beside an unreadable job"
     );
 }
+
+/// Item 14: the recorded job is COMPLETING: it is ending, so it is neither reused nor a reason
+/// to exit 0; the launch waits (saying so) until it is gone, then submits a new one.
+#[test]
+fn a_completing_recorded_job_is_waited_out_then_replaced() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": running(4242, T)}],
+    }));
+    assert_eq!(f.run(LAUNCH_T).code, 0);
+    f.clear_calls();
+    f.scenario(json!({
+        "squeue": [
+            {"match": ["--jobs=4242"], "times": 1, "stdout": row("4242", "COMPLETING", "n0007", T, NAME)},
+            {"match": ["--jobs=4242"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--jobs=5000"], "stdout": running(5000, T)},
+        ],
+        "sbatch": [{"stdout": "5000\n"}],
+    }));
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json_of(&r)["action"], "submitted", "{}", r.stdout);
+    assert_eq!(json_of(&r)["job_id"], 5000);
+    assert!(
+        r.stderr.contains("COMPLETING"),
+        "no progress said: {}",
+        r.stderr
+    );
+    let calls = f.calls();
+    assert_eq!(calls[..2], [by_id(4242), by_id(4242)], "{calls:?}");
+    assert_eq!(f.programs().iter().filter(|p| *p == "sbatch").count(), 1);
+}
+
+/// Item 14: a COMPLETING job found by name is not adopted: the launch waits until it is gone,
+/// then submits.
+#[test]
+fn a_completing_job_found_by_name_is_not_adopted() {
+    let f = Fake::new(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": row("4242", "COMPLETING", "n0007", T, NAME)},
+            {"match": ["--jobs=4242"], "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--jobs=5000"], "stdout": running(5000, T)},
+        ],
+        "sbatch": [{"stdout": "5000\n"}],
+    }));
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json_of(&r)["action"], "submitted", "{}", r.stdout);
+    assert_eq!(json_of(&r)["job_id"], 5000);
+    assert!(r.stderr.contains("COMPLETING"), "{}", r.stderr);
+}
+
+/// Item 14: a job that stays COMPLETING past the wait: exit 4 saying so, nothing submitted.
+#[test]
+fn a_job_completing_past_the_wait_is_unknown_and_nothing_is_submitted() {
+    let f = Fake::new(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": row("4242", "COMPLETING", "n0007", T, NAME)},
+            {"match": ["--jobs=4242"], "stdout": row("4242", "COMPLETING", "n0007", T, NAME)},
+        ],
+        "sbatch": [{"stdout": "5000\n"}],
+    }));
+    let mut args = LAUNCH_T.to_vec();
+    args.extend_from_slice(&["--wait", "1"]);
+    let r = f.run(&args);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    assert!(r.stderr.contains("still COMPLETING"), "{}", r.stderr);
+    assert!(r.stderr.contains("Nothing was submitted"), "{}", r.stderr);
+    assert!(!f.programs().contains(&"sbatch".to_owned()));
+}

@@ -357,7 +357,8 @@ pub async fn name_probe<S: Scheduler>(
                  `dispatch sessions` lists it, `scancel {}` removes it",
                 r.key, seen.id, seen.state, seen.id
             ),
-            Some(Passed::Excluded) | Some(Passed::Ended) | None => continue,
+            // An ending job is waited for by the launch, which says so itself.
+            Some(Passed::Excluded) | Some(Passed::Ended) | Some(Passed::Ending) | None => continue,
         };
         probe.notes.push(note);
     }

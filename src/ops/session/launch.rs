@@ -12,7 +12,7 @@ use super::{
 };
 use crate::event::Event;
 use crate::failpoint;
-use crate::policy::session::{poll_of, probe_of, Poll, Probe};
+use crate::policy::session::{is_ending, poll_of, probe_of, Poll, Probe};
 use crate::slurm::{
     AcctQuery, ActionError, AllocRequest, BatchPayload, BatchRequest, JobId, JobQuery, JobState,
     MemoryMb, Placement, Refusal, Scheduler, SlurmDuration,
@@ -145,6 +145,15 @@ pub async fn launch<S: Scheduler>(
     if let Some(job) = existing.as_ref().and_then(|s| s.job_id()) {
         if !exclude.contains(&job) {
             match l.probe(job).await {
+                Probe::Live { state, .. } if is_ending(&state) => {
+                    let end = l.wait_ended(job, state).await?;
+                    l.append(Event::SessionCleared(SessionCleared {
+                        session: l.r.key.clone(),
+                        job_id: job,
+                        reason: gone_reason(end.as_ref()),
+                    }))?;
+                    exclude.push(job);
+                }
                 Probe::Live { state, node } => {
                     return l.settle(job, LaunchAction::Reused, state, node).await;
                 }
@@ -225,7 +234,11 @@ pub async fn launch<S: Scheduler>(
         ));
     }
 
-    // Step 3: submit.
+    // Step 3: submit, once this target's ending jobs are gone (never two jobs at once).
+    let ending: Vec<JobId> = probe.plan.iter().flat_map(|p| p.ending()).collect();
+    for job in ending {
+        l.wait_ended(job, JobState::Completing).await?;
+    }
     l.submit(placement).await
 }
 
@@ -414,6 +427,64 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             SessionError::Failed(format!(
                 "{program} was not run for {key}: {reason}. No job was submitted"
             ))
+        }
+    }
+
+    /// Poll an ending (COMPLETING) job until it is proven gone, within the run budget, saying
+    /// so; its final state if squeue still shows one. Nothing is submitted meanwhile.
+    async fn wait_ended(
+        &self,
+        job: JobId,
+        seen: JobState,
+    ) -> Result<Option<JobState>, SessionError> {
+        let waits = self.env.waits;
+        let key = &self.r.key;
+        let started = Instant::now();
+        let mut pause = waits.poll_first;
+        let mut unknown_in_a_row = 0;
+        (self.env.progress)(&format!(
+            "Slurm job {job} of {key} is {seen} (ending): it is not reused; waiting up to {} s \
+             for it to be gone before submitting a new one",
+            waits.run_budget.as_secs()
+        ));
+        let mut told = Instant::now();
+        loop {
+            tokio::time::sleep(pause.min(waits.run_budget.saturating_sub(started.elapsed()))).await;
+            pause = (pause * 2).min(waits.poll_max);
+            match self.probe(job).await {
+                Probe::Gone { state } => return Ok(state),
+                Probe::Live { state, .. } => {
+                    unknown_in_a_row = 0;
+                    if told.elapsed() >= PROGRESS_EVERY {
+                        (self.env.progress)(&format!(
+                            "Slurm job {job} of {key} is {state} (ending); waited {} s of up to \
+                             {} s for it to be gone before submitting a new one",
+                            started.elapsed().as_secs(),
+                            waits.run_budget.as_secs()
+                        ));
+                        told = Instant::now();
+                    }
+                    if started.elapsed() >= waits.run_budget {
+                        return Err(SessionError::Unknown(format!(
+                            "Slurm job {job} of {key} is still {state} after ~{} s. Nothing was \
+                             submitted: a new job now could run beside it. Retry `{}` once \
+                             `squeue -j {job}` no longer lists it",
+                            waits.run_budget.as_secs(),
+                            command_for("launch", key)
+                        )));
+                    }
+                }
+                Probe::Unknown(e) => {
+                    unknown_in_a_row += 1;
+                    if unknown_in_a_row >= waits.unknown_polls {
+                        return Err(SessionError::Unknown(format!(
+                            "could not check whether Slurm job {job} of {key} has ended: {e}. \
+                             Nothing was submitted. Retry `{}`",
+                            command_for("launch", key)
+                        )));
+                    }
+                }
+            }
         }
     }
 
