@@ -133,6 +133,26 @@ impl Fake {
         self.calls().into_iter().map(|c| c[0].clone()).collect()
     }
 
+    /// dispatch run by script(1) on a pty of its own: stdin, stdout and stderr are a terminal
+    /// (all three arrive on our stdout); our stdin is what is typed there.
+    fn in_pty(&self, args: &[&str]) -> Command {
+        let inner = self.command(args);
+        let line = std::iter::once(inner.get_program())
+            .chain(inner.get_args())
+            .map(|a| shell_word(&a.to_string_lossy()))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut c = Command::new("script");
+        c.args(["-qec", &line, "/dev/null"]);
+        for (k, v) in inner.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        c
+    }
+
     fn clear_calls(&self) {
         let _ = std::fs::remove_file(self.path("calls.jsonl"));
     }
@@ -367,13 +387,15 @@ fn release_prompt_defaults_to_no() {
     }));
     assert_eq!(f.run(LAUNCH_T).code, 0);
     f.clear_calls();
-    let r = f.run_with(
-        f.command(&["session", "release", "sample", "-T", "T"]),
-        "\n",
+    // On a terminal (script(1) gives it a pty; what it reads there is our "\n").
+    let r = f.run_with(f.in_pty(&["session", "release", "sample", "-T", "T"]), "\n");
+    assert_eq!(r.code, 0, "{} {}", r.stdout, r.stderr);
+    let said = format!("{}{}", r.stdout, r.stderr);
+    assert!(
+        said.contains("Cancel Slurm job 4242 on n0007") && said.contains("[y/N]"),
+        "{said}"
     );
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stderr.contains("Cancel Slurm job 4242 on n0007") && r.stderr.contains("[y/N]"));
-    assert!(r.stderr.contains("Aborted."), "{}", r.stderr);
+    assert!(said.contains("Aborted."), "{said}");
     assert!(f.calls().is_empty(), "no Slurm call: {:?}", f.calls());
 }
 
@@ -434,22 +456,9 @@ fn attach_execs_srun_with_a_pty() {
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stderr.contains("needs a terminal"), "{}", r.stderr);
     // With one (script(1) gives it a pty).
-    let inner = f.command(&[
+    let c = f.in_pty(&[
         "session", "attach", "sample", "-T", "T", "--", "htop", "-d", "5",
     ]);
-    let line = std::iter::once(inner.get_program())
-        .chain(inner.get_args())
-        .map(|a| shell_word(&a.to_string_lossy()))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let mut c = Command::new("script");
-    c.args(["-qec", &line, "/dev/null"]);
-    for (k, v) in inner.get_envs() {
-        match v {
-            Some(v) => c.env(k, v),
-            None => c.env_remove(k),
-        };
-    }
     let r = f.run_with(c, "");
     assert_eq!(r.code, 0, "{} {}", r.stdout, r.stderr);
     assert!(r.stdout.contains("attached"), "{}", r.stdout);
@@ -930,4 +939,48 @@ fn a_job_completing_past_the_wait_is_unknown_and_nothing_is_submitted() {
     assert!(r.stderr.contains("still COMPLETING"), "{}", r.stderr);
     assert!(r.stderr.contains("Nothing was submitted"), "{}", r.stderr);
     assert!(!f.programs().contains(&"sbatch".to_owned()));
+}
+
+/// Item 15: without a terminal, release cannot ask: it exits 2 saying to pass `--yes`, and
+/// cancels nothing. `--yes` releases.
+#[test]
+fn release_without_a_terminal_needs_yes() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": running(4242, T)}],
+    }));
+    assert_eq!(f.run(LAUNCH_T).code, 0);
+    f.clear_calls();
+    for json_flag in [false, true] {
+        let mut args = vec!["session", "release", "sample", "-T", "T"];
+        if json_flag {
+            args.insert(0, "--json");
+        }
+        let out = f.command(&args).stdin(Stdio::null()).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("--yes"), "{err}");
+        assert!(!err.contains("Aborted"), "{err}");
+        if json_flag {
+            let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(j["error"]["exit_code"], 2, "{j}");
+        }
+        assert!(f.calls().is_empty(), "no Slurm call: {:?}", f.calls());
+    }
+    f.scenario(json!({
+        "scancel": [{"stdout": ""}],
+        "squeue": [{"match": ["--jobs=4242"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)}],
+    }));
+    let out = f
+        .command(&["--json", "session", "release", "sample", "-T", "T", "--yes"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["action"], "released", "{j}");
 }
