@@ -501,10 +501,11 @@ async fn b17_recorded_running_job_is_reused() {
     assert_eq!(w.slurm.argvs(), [by_id(4242)]);
 }
 
-/// 18: SUSPENDED, CONFIGURING, COMPLETING count as live for a detached launch.
+/// 18: SUSPENDED and CONFIGURING count as live for a detached launch. Departure from sucoder:
+/// COMPLETING is ending, never reused (b18b).
 #[tokio::test]
 async fn b18_other_live_states_are_reused_detached() {
-    for state in ["SUSPENDED", "CONFIGURING", "COMPLETING"] {
+    for state in ["SUSPENDED", "CONFIGURING"] {
         let w = World::new();
         w.seed("T", 4242, T).await;
         w.q()
@@ -517,6 +518,24 @@ async fn b18_other_live_states_are_reused_detached() {
         );
         assert!(!w.slurm.called("sbatch"));
     }
+}
+
+/// 18b: a COMPLETING recorded job is waited out (it is gone seconds later), then replaced.
+#[tokio::test]
+async fn b18b_a_completing_job_is_waited_out_then_replaced() {
+    let w = World::new();
+    w.seed("T", 4242, T).await;
+    w.q()
+        .by_id
+        .push_back(live(&row("4242", "COMPLETING", "n1", T, NAME)));
+    w.q().by_id.push_back(invalid_id());
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(5000));
+    w.q()
+        .by_id
+        .push_back(live(&row("5000", "RUNNING", "n1", T, NAME)));
+    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Submitted);
+    assert_eq!(w.record("T").0, Some(5000));
 }
 
 /// 19: a PENDING recorded job and an interactive launch: refused, no sbatch.
@@ -698,18 +717,21 @@ async fn b27_newest_of_two_matches_is_adopted() {
     assert!(r.notes.join(" ").contains("39000001"));
 }
 
-/// 28: malformed lines are ignored; a good line beside them is still adopted.
+/// 28, departure from sucoder: a malformed line of this job name is a job that exists and
+/// cannot be read, so it blocks a submission (exit 4) instead of being ignored; a good line
+/// beside it is still adopted.
 #[tokio::test]
-async fn b28_malformed_lines_are_ignored() {
+async fn b28_malformed_lines_block_a_submission() {
     let w = World::new();
     w.q()
         .by_name
         .push_back(unparsable("4242|RUNNING|savio4_htc|co_carleton\nabc|x\n"));
-    w.q().sbatch.push_back(submitted(5000));
-    w.q()
-        .by_id
-        .push_back(live(&row("5000", "RUNNING", "n1", T, NAME)));
-    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Submitted);
+    let (msg, kind) = err_text(w.launch("T", true).await);
+    assert_eq!(kind, "unknown", "{msg}");
+    assert!(
+        msg.contains("Nothing was submitted") && msg.contains("abc|x"),
+        "{msg}"
+    );
     let w = World::new();
     let text = format!("garbage\n{}", row("4242", "RUNNING", "n1", T, NAME));
     w.q().by_name.push_back(unparsable(&text));

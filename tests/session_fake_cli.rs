@@ -133,6 +133,26 @@ impl Fake {
         self.calls().into_iter().map(|c| c[0].clone()).collect()
     }
 
+    /// dispatch run by script(1) on a pty of its own: stdin, stdout and stderr are a terminal
+    /// (all three arrive on our stdout); our stdin is what is typed there.
+    fn in_pty(&self, args: &[&str]) -> Command {
+        let inner = self.command(args);
+        let line = std::iter::once(inner.get_program())
+            .chain(inner.get_args())
+            .map(|a| shell_word(&a.to_string_lossy()))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut c = Command::new("script");
+        c.args(["-qec", &line, "/dev/null"]);
+        for (k, v) in inner.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        c
+    }
+
     fn clear_calls(&self) {
         let _ = std::fs::remove_file(self.path("calls.jsonl"));
     }
@@ -367,13 +387,15 @@ fn release_prompt_defaults_to_no() {
     }));
     assert_eq!(f.run(LAUNCH_T).code, 0);
     f.clear_calls();
-    let r = f.run_with(
-        f.command(&["session", "release", "sample", "-T", "T"]),
-        "\n",
+    // On a terminal (script(1) gives it a pty; what it reads there is our "\n").
+    let r = f.run_with(f.in_pty(&["session", "release", "sample", "-T", "T"]), "\n");
+    assert_eq!(r.code, 0, "{} {}", r.stdout, r.stderr);
+    let said = format!("{}{}", r.stdout, r.stderr);
+    assert!(
+        said.contains("Cancel Slurm job 4242 on n0007") && said.contains("[y/N]"),
+        "{said}"
     );
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stderr.contains("Cancel Slurm job 4242 on n0007") && r.stderr.contains("[y/N]"));
-    assert!(r.stderr.contains("Aborted."), "{}", r.stderr);
+    assert!(said.contains("Aborted."), "{said}");
     assert!(f.calls().is_empty(), "no Slurm call: {:?}", f.calls());
 }
 
@@ -434,22 +456,9 @@ fn attach_execs_srun_with_a_pty() {
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stderr.contains("needs a terminal"), "{}", r.stderr);
     // With one (script(1) gives it a pty).
-    let inner = f.command(&[
+    let c = f.in_pty(&[
         "session", "attach", "sample", "-T", "T", "--", "htop", "-d", "5",
     ]);
-    let line = std::iter::once(inner.get_program())
-        .chain(inner.get_args())
-        .map(|a| shell_word(&a.to_string_lossy()))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let mut c = Command::new("script");
-    c.args(["-qec", &line, "/dev/null"]);
-    for (k, v) in inner.get_envs() {
-        match v {
-            Some(v) => c.env(k, v),
-            None => c.env_remove(k),
-        };
-    }
     let r = f.run_with(c, "");
     assert_eq!(r.code, 0, "{} {}", r.stdout, r.stderr);
     assert!(r.stdout.contains("attached"), "{}", r.stdout);
@@ -574,6 +583,406 @@ fn a_long_wait_reports_progress_unless_quiet() {
         assert_eq!(progress, !quiet, "quiet={quiet}: {}", r.stderr);
         assert_eq!(json_of(&r)["error"]["exit_code"], 1);
     }
+}
+
+/// The journal's events as `journal dump --json` shows them.
+fn events(f: &Fake) -> Vec<Value> {
+    let r = f.run(&["journal", "dump", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    r.stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// sbatch (target T) and salloc (target U) refusals as the dev cluster printed them, with the
+/// phrase that must be quoted. Account and QOS refusals are not reproducible there (no
+/// association enforcement): Slurm's texts as sites report them.
+const LAUNCH_REFUSALS: &[(&str, &str, &str)] = &[
+    (
+        "T",
+        "real-sbatch-refused-partition",
+        "Invalid partition name specified",
+    ),
+    (
+        "T",
+        "real-sbatch-refused-partition-case",
+        "Invalid partition name specified",
+    ),
+    (
+        "T",
+        "real-sbatch-refused-memory",
+        "Memory specification can not be satisfied",
+    ),
+    (
+        "T",
+        "real-sbatch-refused-feature",
+        "Invalid feature specification",
+    ),
+    (
+        "T",
+        "real-sbatch-refused-node",
+        "Invalid node name specified",
+    ),
+    (
+        "T",
+        "real-sbatch-refused-gres",
+        "Invalid generic resource (gres) specification",
+    ),
+    (
+        "T",
+        "real-sbatch-refused-time-spec",
+        "Invalid --time specification",
+    ),
+    (
+        "U",
+        "real-salloc-refused-partition",
+        "Invalid partition name specified",
+    ),
+    (
+        "U",
+        "real-salloc-refused-partition-case",
+        "Invalid partition name specified",
+    ),
+    (
+        "U",
+        "real-salloc-refused-memory",
+        "Memory specification can not be satisfied",
+    ),
+    (
+        "U",
+        "real-salloc-refused-feature",
+        "Invalid feature specification",
+    ),
+    (
+        "U",
+        "real-salloc-refused-node",
+        "Invalid node name specified",
+    ),
+    (
+        "U",
+        "real-salloc-memory-unsatisfiable",
+        "Memory specification can not be satisfied",
+    ),
+    (
+        "U",
+        "notes-salloc-memory-unsatisfiable",
+        "Memory specification can not be satisfied",
+    ),
+];
+
+fn launch_on(target: &str) -> [&str; 7] {
+    [
+        "--json",
+        "session",
+        "launch",
+        "sample",
+        "-T",
+        target,
+        "--detached",
+    ]
+}
+
+fn submitter(target: &str) -> &'static str {
+    if target == "T" {
+        "sbatch"
+    } else {
+        "salloc"
+    }
+}
+
+/// Exit 1 quoting the phrase; recorded as "no job exists"; the next launch submits at once.
+fn assert_launch_refused(target: &str, response: Value, phrase: &str) {
+    let program = submitter(target);
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": ""}],
+        program: [response],
+    }));
+    let r = f.run(&launch_on(target));
+    assert_eq!(r.code, 1, "{phrase}: {}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!("{phrase:?}")),
+        "{phrase}: {}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("No job was created"), "{}", r.stderr);
+    assert_eq!(json_of(&r)["error"]["exit_code"], 1);
+    let failed = events(&f)
+        .into_iter()
+        .find(|e| e["kind"] == "SessionSubmitFailed")
+        .expect("SessionSubmitFailed");
+    assert_eq!(failed["event"]["may_exist"], false, "{phrase}: {failed}");
+    assert!(
+        failed["event"]["reason"].as_str().unwrap().contains(phrase),
+        "{failed}"
+    );
+    let sessions = json_of(&f.run(&["--json", "sessions"]));
+    assert_eq!(sessions["unknown"], json!([]), "{phrase}: {sessions}");
+    // Nothing may exist, so nothing blocks the next launch: it submits.
+    f.clear_calls();
+    f.scenario(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--jobs=4242"], "stdout": running(4242, T)},
+        ],
+        "sbatch": [{"stdout": "4242\n"}],
+        "salloc": [{"stderr": "salloc: Granted job allocation 4242\n"}],
+    }));
+    let r = f.run(&launch_on(target));
+    assert_eq!(r.code, 0, "{phrase}: {}", r.stderr);
+    assert_eq!(json_of(&r)["action"], "submitted");
+    assert_eq!(f.programs()[1], program);
+}
+
+#[test]
+fn a_recognised_refusal_fails_the_launch_and_leaves_nothing_unknown() {
+    for (target, fixture, phrase) in LAUNCH_REFUSALS {
+        assert_launch_refused(target, json!({"fixture": fixture}), phrase);
+    }
+    for target in ["T", "U"] {
+        let prefix = if target == "T" {
+            "sbatch: error: Batch job submission failed: "
+        } else {
+            "salloc: error: Job submit/allocate failed: "
+        };
+        for phrase in [
+            "Invalid account or account/partition combination specified",
+            "Invalid qos specification",
+        ] {
+            let refusal = json!({"stderr": format!("{prefix}{phrase}\n"), "exit": 1});
+            assert_launch_refused(target, refusal, phrase);
+        }
+    }
+}
+
+#[test]
+fn an_unrecognised_launch_failure_stays_unknown() {
+    for (target, response) in [
+        (
+            "T",
+            json!({"stderr": "sbatch: error: Batch job submission failed: Something new\n", "exit": 1}),
+        ),
+        ("T", json!({"fixture": "real-ctld-down-sbatch"})),
+        (
+            "U",
+            json!({"stderr": "salloc: error: Job submit/allocate failed: Something new\n", "exit": 1}),
+        ),
+        // Queued first, refused after: the queued job may exist.
+        (
+            "U",
+            json!({"stderr": "salloc: Pending job allocation 100\nsalloc: error: Job submit/allocate failed: Invalid partition name specified\n", "exit": 1}),
+        ),
+    ] {
+        let f = Fake::new(json!({
+            "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": ""}],
+            submitter(target): [response.clone()],
+        }));
+        let r = f.run(&launch_on(target));
+        assert_eq!(r.code, 4, "{response}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("A job MAY have been submitted"),
+            "{}",
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn a_submitter_missing_from_path_fails_the_launch_definitely() {
+    for target in ["T", "U"] {
+        let f = Fake::new(json!({
+            "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": ""}],
+        }));
+        let bin = f.path("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let fake_bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/fake-slurm/bin");
+        for p in ["squeue", "scancel", "scontrol", "sacct", "srun"] {
+            std::os::unix::fs::symlink(fake_bin.join(p), bin.join(p)).unwrap();
+        }
+        let mut c = f.command(&launch_on(target));
+        c.env("PATH", &bin);
+        let r = f.run_with(c, "");
+        assert_eq!(r.code, 1, "{target}: {}", r.stderr);
+        assert!(r.stderr.contains("nothing ran"), "{}", r.stderr);
+        assert!(r.stderr.contains(submitter(target)), "{}", r.stderr);
+        let failed = events(&f)
+            .into_iter()
+            .find(|e| e["kind"] == "SessionSubmitFailed")
+            .expect("SessionSubmitFailed");
+        assert_eq!(failed["event"]["may_exist"], false);
+    }
+}
+
+/// A row of a job without a time limit, as squeue prints it (`UNLIMITED`, `%e` = `NONE`;
+/// recorded: real-squeue-jobs-unlimited), placed on target T.
+fn unlimited_row(id: u32, end: &str) -> String {
+    let (p, a, q) = T;
+    format!(
+        "{id}|{id}|RUNNING|{p}|{a}|{q}|u|1|1|n0007|UNLIMITED|UNLIMITED|2026-12-01T08:13:03|{end}|None|{NAME}\n"
+    )
+}
+
+/// Item 13: `time = "UNLIMITED"`: the job's `NONE` end time is understood, so a fresh-state
+/// launch adopts it and a recorded one is reused; never another sbatch.
+#[test]
+fn an_unlimited_job_is_adopted_and_reused_not_submitted_again() {
+    let f = Fake::new(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": unlimited_row(4242, "NONE")},
+            {"match": ["--jobs=4242"], "stdout": unlimited_row(4242, "NONE")},
+        ],
+        "sbatch": [{"stdout": "5000\n"}],
+    }));
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json_of(&r)["action"], "adopted");
+    assert_eq!(json_of(&r)["job_id"], 4242);
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json_of(&r)["action"], "reused");
+    assert!(
+        !f.programs().contains(&"sbatch".to_owned()),
+        "{:?}",
+        f.calls()
+    );
+}
+
+/// A row with one field no parser understands is a job of this name that exists: a fresh-state
+/// launch must not read the listing as "no job found" and submit another.
+#[test]
+fn an_unreadable_row_of_this_name_blocks_a_fresh_submission() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": unlimited_row(4242, "someday")}],
+        "sbatch": [{"stdout": "5000\n"}],
+    }));
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("someday"),
+        "the unreadable line is not shown: {}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("Nothing was submitted"), "{}", r.stderr);
+    assert_eq!(
+        f.programs(),
+        ["squeue"],
+        "submitted beside an unreadable job"
+    );
+}
+
+/// Item 14: the recorded job is COMPLETING: it is ending, so it is neither reused nor a reason
+/// to exit 0; the launch waits (saying so) until it is gone, then submits a new one.
+#[test]
+fn a_completing_recorded_job_is_waited_out_then_replaced() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": running(4242, T)}],
+    }));
+    assert_eq!(f.run(LAUNCH_T).code, 0);
+    f.clear_calls();
+    f.scenario(json!({
+        "squeue": [
+            {"match": ["--jobs=4242"], "times": 1, "stdout": row("4242", "COMPLETING", "n0007", T, NAME)},
+            {"match": ["--jobs=4242"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--jobs=5000"], "stdout": running(5000, T)},
+        ],
+        "sbatch": [{"stdout": "5000\n"}],
+    }));
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json_of(&r)["action"], "submitted", "{}", r.stdout);
+    assert_eq!(json_of(&r)["job_id"], 5000);
+    assert!(
+        r.stderr.contains("COMPLETING"),
+        "no progress said: {}",
+        r.stderr
+    );
+    let calls = f.calls();
+    assert_eq!(calls[..2], [by_id(4242), by_id(4242)], "{calls:?}");
+    assert_eq!(f.programs().iter().filter(|p| *p == "sbatch").count(), 1);
+}
+
+/// Item 14: a COMPLETING job found by name is not adopted: the launch waits until it is gone,
+/// then submits.
+#[test]
+fn a_completing_job_found_by_name_is_not_adopted() {
+    let f = Fake::new(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": row("4242", "COMPLETING", "n0007", T, NAME)},
+            {"match": ["--jobs=4242"], "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--jobs=5000"], "stdout": running(5000, T)},
+        ],
+        "sbatch": [{"stdout": "5000\n"}],
+    }));
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json_of(&r)["action"], "submitted", "{}", r.stdout);
+    assert_eq!(json_of(&r)["job_id"], 5000);
+    assert!(r.stderr.contains("COMPLETING"), "{}", r.stderr);
+}
+
+/// Item 14: a job that stays COMPLETING past the wait: exit 4 saying so, nothing submitted.
+#[test]
+fn a_job_completing_past_the_wait_is_unknown_and_nothing_is_submitted() {
+    let f = Fake::new(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": row("4242", "COMPLETING", "n0007", T, NAME)},
+            {"match": ["--jobs=4242"], "stdout": row("4242", "COMPLETING", "n0007", T, NAME)},
+        ],
+        "sbatch": [{"stdout": "5000\n"}],
+    }));
+    let mut args = LAUNCH_T.to_vec();
+    args.extend_from_slice(&["--wait", "1"]);
+    let r = f.run(&args);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    assert!(r.stderr.contains("still COMPLETING"), "{}", r.stderr);
+    assert!(r.stderr.contains("Nothing was submitted"), "{}", r.stderr);
+    assert!(!f.programs().contains(&"sbatch".to_owned()));
+}
+
+/// Item 15: without a terminal, release cannot ask: it exits 2 saying to pass `--yes`, and
+/// cancels nothing. `--yes` releases.
+#[test]
+fn release_without_a_terminal_needs_yes() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": running(4242, T)}],
+    }));
+    assert_eq!(f.run(LAUNCH_T).code, 0);
+    f.clear_calls();
+    for json_flag in [false, true] {
+        let mut args = vec!["session", "release", "sample", "-T", "T"];
+        if json_flag {
+            args.insert(0, "--json");
+        }
+        let out = f.command(&args).stdin(Stdio::null()).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("--yes"), "{err}");
+        assert!(!err.contains("Aborted"), "{err}");
+        if json_flag {
+            let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(j["error"]["exit_code"], 2, "{j}");
+        }
+        assert!(f.calls().is_empty(), "no Slurm call: {:?}", f.calls());
+    }
+    f.scenario(json!({
+        "scancel": [{"stdout": ""}],
+        "squeue": [{"match": ["--jobs=4242"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)}],
+    }));
+    let out = f
+        .command(&["--json", "session", "release", "sample", "-T", "T", "--yes"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["action"], "released", "{j}");
 }
 
 /// Issue 10, item 7: the record names job 4242; squeue now answers exit 0 with nothing (a lying

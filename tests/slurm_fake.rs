@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use dispatch::slurm::{
     AcctQuery, ActionError, AllocRequest, Answer, BatchPayload, BatchRequest, CliConfig,
-    CliScheduler, JobId, JobName, JobQuery, MemoryMb, ScancelSaid, Scheduler, Signal, SlurmCommand,
-    SlurmDuration, SlurmError, StepId, StepKind, StepRequest,
+    CliScheduler, JobId, JobName, JobQuery, MemoryMb, Refusal, ScancelSaid, Scheduler, Signal,
+    SlurmCommand, SlurmDuration, SlurmError, StepId, StepKind, StepRequest,
 };
 use serde_json::{json, Value};
 
@@ -388,6 +388,70 @@ async fn missing_program_is_unknown() {
 }
 
 #[tokio::test]
+async fn a_submitter_that_cannot_start_created_nothing() {
+    let fake = Fake::new(json!({}));
+    let mut config = fake.config(Duration::from_secs(5));
+    config.search_path = Some("/nonexistent-dir".into());
+    let s = CliScheduler::new(config);
+    let batch = BatchRequest::new(name("x"), BatchPayload::Wrap("true".into()));
+    let step = StepRequest::new(id(8), name("x"), 1, MemoryMb::new(10), vec!["true".into()]);
+    for (command, result) in [
+        (
+            SlurmCommand::Sbatch,
+            s.submit_batch(&batch).await.map(|_| ()),
+        ),
+        (
+            SlurmCommand::Salloc,
+            s.allocate(&AllocRequest::new(name("x"))).await.map(|_| ()),
+        ),
+        (SlurmCommand::Srun, s.launch_step(&step).await.map(|_| ())),
+    ] {
+        match result {
+            Err(e @ ActionError::Refused(Refusal::NotStarted(SlurmError::Spawn { .. }))) => {
+                assert!(e.nothing_happened());
+                assert!(e.to_string().contains("nothing ran"), "{e}");
+            }
+            other => panic!("{command}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn recorded_refusals_are_definite_and_other_failures_unknown() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/slurm");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().into_string().ok())
+        .filter_map(|f| f.strip_suffix(".exit").map(str::to_owned))
+        .filter(|n| n.starts_with("real-sbatch-refused-") || n.starts_with("real-salloc-refused-"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 12, "{names:?}");
+    for n in names
+        .iter()
+        .map(String::as_str)
+        .chain(["real-ctld-down-sbatch"])
+    {
+        let fake = Fake::new(json!({"sbatch": [{"fixture": n}], "salloc": [{"fixture": n}]}));
+        let s = fake.scheduler();
+        let result = if n.contains("salloc") {
+            s.allocate(&AllocRequest::new(name("x"))).await.map(|_| ())
+        } else {
+            let batch = BatchRequest::new(name("x"), BatchPayload::Wrap("true".into()));
+            s.submit_batch(&batch).await.map(|_| ())
+        };
+        match result {
+            Err(ActionError::Refused(Refusal::Said { phrase, stderr, .. })) => {
+                assert!(!n.contains("ctld-down"), "{n}: {phrase}");
+                assert!(stderr.contains(phrase), "{n}");
+            }
+            Err(ActionError::Unknown { .. }) => assert!(n.contains("ctld-down"), "{n}"),
+            other => panic!("{n}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
 async fn live_rows_and_lookup() {
     let fake = Fake::new(json!({"squeue": [{"stdout": ROW}]}));
     let s = fake.scheduler();
@@ -632,9 +696,14 @@ async fn salloc_outcomes() {
         Some(id(104)),
         "the id printed before the timeout is kept"
     );
-    let (e, hint) = action_unknown(s.allocate(&AllocRequest::new(name("nomem"))).await);
-    assert!(matches!(e, SlurmError::Failed { .. }));
-    assert_eq!(hint, None);
+    // The controller's refusal, no job mentioned: definitely nothing was created.
+    match s.allocate(&AllocRequest::new(name("nomem"))).await {
+        Err(e @ ActionError::Refused(Refusal::Said { phrase, .. })) => {
+            assert_eq!(phrase, "Memory specification can not be satisfied");
+            assert!(e.nothing_happened());
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test]

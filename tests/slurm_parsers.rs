@@ -464,3 +464,34 @@ fn controller_down_is_never_a_clean_answer() {
         assert!(!f.stderr.contains("Invalid job id specified"), "{}", f.name);
     }
 }
+
+/// A job with `--time=UNLIMITED` (recorded: one running, one held by `--begin`): squeue prints
+/// `%L`/`%l` `UNLIMITED` and `%e` `NONE`, scontrol `TimeLimit=UNLIMITED EndTime=Unknown`.
+#[test]
+fn unlimited_jobs() {
+    for name in [
+        "real-squeue-jobs-unlimited",
+        "real-squeue-jobs-by-name-unlimited",
+    ] {
+        let rows = parse_jobs(&fixture(name).stdout).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(rows.len(), 2, "{name}");
+        for r in &rows {
+            assert_eq!(r.time_limit, SlurmDuration::Unlimited);
+            assert_eq!(r.time_left, SlurmDuration::Unlimited);
+            assert_eq!(r.end, SlurmTime::None, "{name}: no end time");
+        }
+        assert!(rows.iter().any(|r| r.state == JobState::Running));
+        assert!(rows.iter().any(|r| r.state == JobState::Pending));
+    }
+    let jobs = parse_show_job(&fixture("real-scontrol-show-job-unlimited").stdout).unwrap();
+    assert_eq!(jobs[0].time_limit, Some(SlurmDuration::Unlimited));
+    assert_eq!(jobs[0].end_time, Some(SlurmTime::Unknown));
+}
+
+/// Cancelled while its batch script ignores SIGTERM: COMPLETING for about KillWait (5 s).
+#[test]
+fn completing_job() {
+    let rows = parse_jobs(&fixture("real-squeue-jobs-completing").stdout).unwrap();
+    assert_eq!(rows[0].state, JobState::Completing);
+    assert!(!rows[0].state.is_terminal());
+}

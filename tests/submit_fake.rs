@@ -387,3 +387,162 @@ fn empty_answers_do_not_prove_a_stopped_job_over() {
     assert_eq!(r["resolved"], json!([]), "{r}");
     assert!(!fake.kinds().contains(&"JobTerminal".to_owned()));
 }
+
+/// sbatch's refusals as the real controller printed them (`real-sbatch-refused-*`, recorded
+/// from the dev cluster), each with the phrase dispatch must quote. Account and QOS refusals
+/// cannot be produced on the dev cluster (it does not enforce associations): their lines are
+/// Slurm's own texts as sites report them.
+const SBATCH_REFUSALS: &[(&str, &str)] = &[
+    (
+        "real-sbatch-refused-partition",
+        "Invalid partition name specified",
+    ),
+    (
+        "real-sbatch-refused-partition-case",
+        "Invalid partition name specified",
+    ),
+    (
+        "real-sbatch-refused-memory",
+        "Memory specification can not be satisfied",
+    ),
+    (
+        "real-sbatch-refused-feature",
+        "Invalid feature specification",
+    ),
+    ("real-sbatch-refused-node", "Invalid node name specified"),
+    (
+        "real-sbatch-refused-gres",
+        "Invalid generic resource (gres) specification",
+    ),
+    (
+        "real-sbatch-refused-time-spec",
+        "Invalid --time specification",
+    ),
+    (
+        "notes-sbatch-invalid-partition",
+        "Invalid partition name specified",
+    ),
+];
+
+const SBATCH_REFUSALS_UNRECORDED: &[&str] = &[
+    "Invalid account or account/partition combination specified",
+    "Invalid qos specification",
+];
+
+fn submit_named(fake: &Fake, name: &str) -> (i32, String, String) {
+    fake.run(&[
+        "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", name, "--", "true",
+    ])
+}
+
+/// Exit 1 quoting the phrase, the refusal journaled with sbatch's stderr, the budget released
+/// (reconcile has nothing unknown), `stop` says it failed, and the name is accepted again.
+fn assert_refused_then_free(fake: &Fake, refusal: Value, phrase: &str, stderr: &str) {
+    let mut first = refusal;
+    first["times"] = json!(1);
+    fake.scenario(json!({
+        "sbatch": [first, {"stdout": "77\n"}],
+        "squeue": [{"match": ["--jobs=77"], "stdout": squeue_row(77, "RUNNING", "w")}],
+    }));
+    let (code, _, err) = submit_named(fake, "w");
+    assert_eq!(code, 1, "{phrase}: a definite refusal is a failure: {err}");
+    assert!(
+        err.contains(&format!("{phrase:?}")),
+        "{phrase} not quoted: {err}"
+    );
+    assert!(!err.contains("reconcile"), "{phrase}: {err}");
+    let events = fake.events();
+    let failed = events.last().unwrap();
+    assert_eq!(failed["kind"], "JobSubmitFailed", "{events:?}");
+    assert_eq!(failed["event"]["definite"], true, "{phrase}");
+    let reason = failed["event"]["reason"].as_str().unwrap();
+    let last_line = stderr.trim_end().lines().last().unwrap();
+    assert!(
+        reason.contains(&format!("{last_line:?}").trim_matches('"').to_owned()),
+        "{phrase}: the journal lacks sbatch's stderr: {reason}"
+    );
+
+    let (code, out, err) = fake.run(&["reconcile", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["unknown"], json!([]), "{phrase}: {r}");
+
+    let (code, _, err) = fake.run(&["stop", "w"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("failed at submission"), "{phrase}: {err}");
+    assert!(err.contains(phrase), "{phrase}: {err}");
+    assert!(!err.contains("reconcile"), "{phrase}: {err}");
+
+    let (code, _, err) = submit_named(fake, "w");
+    assert_eq!(code, 0, "{phrase}: the name is not free again: {err}");
+}
+
+#[test]
+fn every_recognised_sbatch_refusal_is_a_definite_failure_that_frees_the_budget() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/slurm");
+    for (fixture, phrase) in SBATCH_REFUSALS {
+        let stderr = std::fs::read_to_string(dir.join(format!("{fixture}.stderr"))).unwrap();
+        assert!(stderr.contains(phrase), "{fixture}");
+        assert_refused_then_free(&Fake::new(), json!({"fixture": fixture}), phrase, &stderr);
+    }
+    for phrase in SBATCH_REFUSALS_UNRECORDED {
+        let stderr = format!("sbatch: error: Batch job submission failed: {phrase}\n");
+        let refusal = json!({"stderr": stderr, "exit": 1});
+        assert_refused_then_free(&Fake::new(), refusal, phrase, &stderr);
+    }
+}
+
+#[test]
+fn an_sbatch_failure_in_other_words_stays_unknown_and_keeps_its_budget() {
+    let refused = "sbatch: error: Batch job submission failed: Invalid partition name specified\n";
+    for response in [
+        json!({"stderr": "sbatch: error: Batch job submission failed: Something new\n", "exit": 1}),
+        json!({"stderr": "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n", "exit": 1}),
+        json!({"fixture": "real-ctld-down-sbatch"}),
+        // The right words, but a job id was printed, or sbatch did not end on its own.
+        json!({"stdout": "77\n", "stderr": refused, "exit": 1}),
+        json!({"stderr": refused, "signal": 9}),
+    ] {
+        let fake = Fake::new();
+        fake.scenario(json!({"sbatch": [response.clone()]}));
+        let (code, _, err) = submit_named(&fake, "u");
+        assert_eq!(code, 4, "{response}: {err}");
+        assert!(err.contains("dispatch reconcile"), "{err}");
+        let events = fake.events();
+        let failed = events.last().unwrap();
+        assert_eq!(failed["kind"], "JobSubmitFailed");
+        assert_eq!(failed["event"]["definite"], false, "{response}");
+        let (code, _, err) = submit_named(&fake, "u");
+        assert_eq!(code, 3, "{response}: the held name was reused: {err}");
+    }
+}
+
+#[test]
+fn sbatch_missing_from_path_is_a_definite_failure() {
+    let fake = Fake::new();
+    fake.scenario(json!({}));
+    // Everything but sbatch: squeue and friends are there, sbatch is not.
+    let bin = fake.dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for p in ["squeue", "scancel", "scontrol", "sacct", "salloc", "srun"] {
+        std::os::unix::fs::symlink(fake_cli::fake_bin().join(p), bin.join(p)).unwrap();
+    }
+    let out = fake
+        .command(&[
+            "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", "nobin", "--",
+            "true",
+        ])
+        .env("PATH", &bin)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("nothing ran"), "{err}");
+    assert!(err.contains("sbatch"), "{err}");
+    let events = fake.events();
+    assert_eq!(events.last().unwrap()["event"]["definite"], true);
+    let (code, out, _) = fake.run(&["reconcile", "--json"]);
+    assert_eq!(code, 0);
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["unknown"], json!([]), "{r}");
+}

@@ -1,7 +1,7 @@
 //! `dispatch session launch|release|renew|attach` and `dispatch sessions`: arguments,
 //! rendering, the release prompt and the exec of `srun --pty`.
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -53,6 +53,9 @@ pub enum SessionCommand {
         /// Do not ask
         #[arg(long)]
         force: bool,
+        /// Answer yes to the question (needed without a terminal, e.g. in scripts)
+        #[arg(long)]
+        yes: bool,
     },
     /// Keep the session's job alive: relaunch while it drains or when it is lost
     Renew {
@@ -200,13 +203,17 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
             };
             Err(exec_srun(&attach::srun_argv(report.job(), &attach_cmd)))
         }
-        SessionCommand::Release { session, force } => {
+        SessionCommand::Release {
+            session,
+            force,
+            yes,
+        } => {
             let env = env(Waits::default());
             let plan = release::plan(&env, &session.mirror, &session.target)?;
             if plan.job.is_none() && !plan.may_exist && plan.replaced.is_none() {
                 return render_release_nothing(&plan.key, ctx.json);
             }
-            if !force {
+            if !force && !yes {
                 let mut question = match plan.job {
                     Some(job) => release_question(&plan, job),
                     None if plan.may_exist => format!(
@@ -227,6 +234,17 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
                     if plan.job.is_none() && !plan.may_exist {
                         question.push_str(" Go on?");
                     }
+                }
+                if !std::io::stdin().is_terminal() {
+                    // End of input is not an answer: a script would get "aborted", exit 0,
+                    // and a job still running.
+                    return Err(Failure::new(
+                        exit::USAGE,
+                        format!(
+                            "session release asks before it acts ({question}), but stdin is \
+                             not a terminal; pass --yes to answer yes without asking"
+                        ),
+                    ));
                 }
                 if !confirm(&question) {
                     eprintln!("Aborted.");

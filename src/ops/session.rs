@@ -290,6 +290,9 @@ pub struct NameProbe {
     pub plan: Option<Adoption>,
     /// Why the probe gave nothing usable, if it did not.
     pub failed: Option<String>,
+    /// squeue listed lines for this job name that no parser understood: a job of this name
+    /// exists that the probe cannot read, so it must not be taken for "no job".
+    pub unreadable: Option<Vec<String>>,
     pub notes: Vec<String>,
 }
 
@@ -307,6 +310,7 @@ pub async fn name_probe<S: Scheduler>(
     let mut probe = NameProbe {
         plan: None,
         failed: None,
+        unreadable: None,
         notes: Vec::new(),
     };
     let rows = match listing_of(answer) {
@@ -315,6 +319,7 @@ pub async fn name_probe<S: Scheduler>(
                 probe.failed = Some(format!(
                     "squeue printed lines dispatch could not parse: {bad_lines:?}"
                 ));
+                probe.unreadable = Some(bad_lines);
             }
             // squeue --name matches exactly, but a listing is only trusted as far as it goes.
             rows.into_iter()
@@ -356,7 +361,8 @@ pub async fn name_probe<S: Scheduler>(
                  `dispatch sessions` lists it, `scancel {}` removes it",
                 r.key, seen.id, seen.state, seen.id
             ),
-            Some(Passed::Excluded) | Some(Passed::Ended) | None => continue,
+            // An ending job is waited for by the launch, which says so itself.
+            Some(Passed::Excluded) | Some(Passed::Ended) | Some(Passed::Ending) | None => continue,
         };
         probe.notes.push(note);
     }

@@ -182,7 +182,10 @@ pub async fn submit<S: Scheduler>(
                 reason: e.to_string(),
             }))?;
             return Err(if definite {
-                OpError::Failed(format!("worker {worker}: {e}; nothing was submitted"))
+                OpError::Failed(format!(
+                    "worker {worker}: {e}; nothing was submitted: its budget is released and the \
+                     name {worker:?} can be used again"
+                ))
             } else {
                 OpError::Unknown(format!(
                     "worker {worker} (submission {submission_id}): sbatch gave no clear answer ({e}); a job named \
@@ -244,6 +247,24 @@ async fn job_proven_over<S: Scheduler>(
     }
 }
 
+/// Why `stop` has nothing to stop: what the journal last knew of a worker of that name.
+fn not_active(jobs: &Jobs, worker: &str) -> OpError {
+    match jobs.last_finished(worker) {
+        Some(j) if j.state == JobWorkerState::Failed => OpError::Failed(format!(
+            "worker {worker} failed at submission and never ran: {}. No job exists and no budget \
+             is held; the name {worker:?} can be used again",
+            j.failure.as_deref().unwrap_or("the submission failed definitely")
+        )),
+        Some(j) => OpError::Failed(format!(
+            "worker {worker} is already over ({}); nothing to stop",
+            j.state.as_str()
+        )),
+        None => OpError::Failed(format!(
+            "no submitted worker {worker:?} holds budget; `dispatch reconcile --json` lists what is known"
+        )),
+    }
+}
+
 /// `dispatch stop WORKER`: the worker owns its allocation, so stopping it ends its job: SIGTERM
 /// to the batch step (the supervisor passes it on), the grace, then `scancel J`. Its budget
 /// returns once the job is proven over.
@@ -254,17 +275,12 @@ pub async fn stop<S: Scheduler>(
 ) -> Result<JobStopReport, OpError> {
     use crate::slurm::{JobId, Signal, StepId, StepKind};
     let (writer, loaded) = ctx.lock_and_load()?;
-    let j = loaded
-        .state
-        .jobs
+    let jobs = &loaded.state.jobs;
+    let j = jobs
         .active
         .values()
         .find(|j| j.worker == worker)
-        .ok_or_else(|| {
-            OpError::Failed(format!(
-                "no submitted worker {worker:?} holds budget; `dispatch reconcile --json` lists what is known"
-            ))
-        })?;
+        .ok_or_else(|| not_active(jobs, worker))?;
     let submission_id = j.submission_id;
     let Some(job_id) = j.job_id else {
         return Err(OpError::Unknown(format!(

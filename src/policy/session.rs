@@ -163,6 +163,12 @@ pub fn is_live(state: &JobState) -> bool {
     !state.is_terminal()
 }
 
+/// Live, but on its way out: a COMPLETING job still holds its node (processes may run) and is
+/// gone seconds later. Never reused or adopted; a launch waits for it to end, then submits.
+pub fn is_ending(state: &JobState) -> bool {
+    *state == JobState::Completing
+}
+
 /// What a probe of one recorded job proved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Probe {
@@ -213,6 +219,8 @@ pub enum Passed {
     /// The job this launch already proved gone, or the one it replaces.
     Excluded,
     Ended,
+    /// This target's job, COMPLETING: it is ending, so a launch waits for it to be gone.
+    Ending,
     /// Another target's job (or nobody's: `None` when no target or several claim it).
     OtherTarget(Option<String>),
     /// Matches this target, but a newer job was adopted.
@@ -250,6 +258,14 @@ impl Adoption {
     pub fn passed(&self) -> impl Iterator<Item = &Seen> {
         self.seen.iter().filter(|s| s.passed.is_some())
     }
+
+    /// This target's jobs that are ending: a new job must wait until they are gone.
+    pub fn ending(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.seen
+            .iter()
+            .filter(|s| s.passed == Some(Passed::Ending))
+            .filter_map(|s| s.job_id)
+    }
 }
 
 /// Choose the job to adopt among the name probe's rows: the newest live plain job that
@@ -272,7 +288,9 @@ pub fn plan_adoption<'t>(
             Some(_) if !is_live(&row.state) => Some(Passed::Ended),
             Some(_) => match match_target(&placed, targets.clone()) {
                 Some(t) if t == this => {
-                    if plan.adopt.is_some() {
+                    if is_ending(&row.state) {
+                        Some(Passed::Ending)
+                    } else if plan.adopt.is_some() {
                         Some(Passed::OlderMatch)
                     } else {
                         None
@@ -441,6 +459,30 @@ mod tests {
             qos: Some("carleton_htc4_normal"),
         },
     );
+
+    /// A COMPLETING job of this target is never adopted: it is ending, and the launch must
+    /// wait for it; an older live one is still adopted.
+    #[test]
+    fn an_ending_job_is_waited_for_not_adopted() {
+        let text = [
+            on_t("5000", 5000, "COMPLETING"),
+            row("4999", 4999, "COMPLETING", "savio3", "fc_jevons", "normal"),
+        ]
+        .concat();
+        let plan = plan_adoption(&rows(&text), "T", [T], &[]);
+        assert_eq!(plan.adopted(), None);
+        assert_eq!(
+            plan.ending().collect::<Vec<_>>(),
+            [JobId::new(5000).unwrap()]
+        );
+        let text = [
+            on_t("5000", 5000, "COMPLETING"),
+            on_t("4242", 4242, "RUNNING"),
+        ]
+        .concat();
+        let plan = plan_adoption(&rows(&text), "T", [T], &[]);
+        assert_eq!(plan.adopted().unwrap().job_id, JobId::new(4242));
+    }
 
     /// Behaviours 26, 27, 29: array elements never, newest first, the gone id skipped.
     #[test]

@@ -7,7 +7,8 @@
 //!   these may ever be read as "the job is gone".
 //!
 //! [`RequestError`] is separate again: a request was refused before any process ran, so
-//! nothing happened at all.
+//! nothing happened at all. [`Refusal`] is the third kind of "nothing happened": Slurm ran
+//! and said no in words we recognise, or its program could not be started at all.
 
 use std::fmt;
 use std::time::Duration;
@@ -189,6 +190,36 @@ impl SlurmError {
 
     pub fn is_timeout(&self) -> bool {
         matches!(self, SlurmError::Timeout { .. })
+    }
+}
+
+/// A submitting command (sbatch, salloc, srun) definitely created nothing: proof enough to
+/// release what was reserved for it.
+#[derive(Debug, Clone, Error)]
+pub enum Refusal {
+    /// It ran, exited non-zero, printed no job id and said one of the phrases of
+    /// `submit::REFUSALS` (the controller's or the client's own refusal), and nothing that
+    /// means the answer was lost in transit.
+    #[error("{command} refused the job: {phrase:?} ({status}; stderr {})", Excerpt(.stderr.trim_end()))]
+    Said {
+        command: SlurmCommand,
+        /// The recognised phrase, as the table spells it.
+        phrase: &'static str,
+        status: ExitInfo,
+        stderr: String,
+    },
+    /// The program was never started (not on PATH, not executable, exec failed): nothing
+    /// ran, so nothing can have been created.
+    #[error("{0}; nothing ran")]
+    NotStarted(SlurmError),
+}
+
+impl Refusal {
+    pub fn command(&self) -> SlurmCommand {
+        match self {
+            Refusal::Said { command, .. } => *command,
+            Refusal::NotStarted(e) => e.command(),
+        }
     }
 }
 

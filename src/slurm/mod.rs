@@ -27,7 +27,7 @@ pub mod timestamp;
 
 pub use answer::{Answer, GoneProof, Lookup};
 pub use duration::SlurmDuration;
-pub use error::{ParseError, Parsed, RequestError, SlurmError};
+pub use error::{ParseError, Parsed, Refusal, RequestError, SlurmError};
 pub use exit_code::ExitCode;
 pub use ids::{JobId, JobRef, SlurmId, StepId, StepKind};
 pub use memory::MemoryMb;

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::answer::{Answer, GoneProof};
-use super::error::{ParseError, RequestError, SlurmError};
+use super::error::{ParseError, Refusal, RequestError, SlurmError};
 use super::ids::{JobId, StepId};
 use super::request::{
     show_job_argv, steps_argv, AcctQuery, AllocRequest, BatchRequest, CancelTarget, JobName,
@@ -20,7 +20,7 @@ use super::runner::{CallCounts, ExitInfo, Output, Runner, RunnerConfig, SlurmCom
 use super::sacct::{parse_rows, AcctRow};
 use super::scontrol::{parse_show_job, JobDetails};
 use super::squeue::{parse_jobs, parse_steps, JobRow, StepRow};
-use super::submit::{parse_salloc, parse_sbatch_parsable, Submitted};
+use super::submit::{parse_salloc, parse_sbatch_parsable, refusal_phrase, Submitted};
 
 /// The phrase Slurm uses when a job id is unknown to the controller.
 pub const INVALID_JOB_ID: &str = "Invalid job id specified";
@@ -35,6 +35,10 @@ pub enum ActionError {
     /// opened): nothing happened.
     #[error("nothing was started: {0}")]
     Local(String),
+    /// Slurm definitely created nothing: it refused in words we recognise, or its program
+    /// could not be started.
+    #[error("{0}")]
+    Refused(Refusal),
     /// Slurm may or may not have acted. `job_hint` is a job id Slurm mentioned before
     /// the answer became unknown (salloc's "Pending job allocation N").
     #[error("outcome unknown: {error}")]
@@ -48,7 +52,10 @@ impl ActionError {
     /// True when the action was refused before any Slurm command ran: nothing happened, so
     /// whatever was reserved for it may be released.
     pub fn nothing_happened(&self) -> bool {
-        matches!(self, ActionError::Invalid(_) | ActionError::Local(_))
+        matches!(
+            self,
+            ActionError::Invalid(_) | ActionError::Local(_) | ActionError::Refused(_)
+        )
     }
 
     fn unknown(error: SlurmError) -> ActionError {
@@ -56,6 +63,43 @@ impl ActionError {
             error,
             job_hint: None,
         }
+    }
+
+    /// A submitting command that could not be run or gave no answer. A program that was never
+    /// started created nothing; everything else (timeout, killed, output cap) may have.
+    fn unanswered(error: SlurmError, job_hint: Option<JobId>) -> ActionError {
+        match error {
+            SlurmError::Spawn { .. } => ActionError::Refused(Refusal::NotStarted(error)),
+            error => ActionError::Unknown { error, job_hint },
+        }
+    }
+}
+
+/// A submitting command's non-zero exit: a definite refusal when it exited on its own and
+/// said so in words of `submit::REFUSALS`, else unknown (even "Socket timed out" may follow
+/// an accepted submission).
+fn failed_submission(command: SlurmCommand, out: Output, job_hint: Option<JobId>) -> ActionError {
+    debug_assert!(!out.status.success());
+    let phrase = match out.status {
+        ExitInfo::Code(_) => refusal_phrase(&out.stdout, &out.stderr),
+        ExitInfo::Signal(_) => None,
+    };
+    match phrase {
+        Some(phrase) if job_hint.is_none() => ActionError::Refused(Refusal::Said {
+            command,
+            phrase,
+            status: out.status,
+            stderr: out.stderr,
+        }),
+        _ => ActionError::Unknown {
+            job_hint,
+            error: SlurmError::Failed {
+                command,
+                status: out.status,
+                stdout: out.stdout,
+                stderr: out.stderr,
+            },
+        },
     }
 }
 
@@ -292,15 +336,9 @@ impl Scheduler for CliScheduler {
             .runner
             .run(SlurmCommand::Sbatch, &args, self.timeout())
             .await
-            .map_err(ActionError::unknown)?;
+            .map_err(|e| ActionError::unanswered(e, None))?;
         if !out.status.success() {
-            // Even "Socket timed out" may follow an accepted submission.
-            return Err(ActionError::unknown(SlurmError::Failed {
-                command: SlurmCommand::Sbatch,
-                status: out.status,
-                stdout: out.stdout,
-                stderr: out.stderr,
-            }));
+            return Err(failed_submission(SlurmCommand::Sbatch, out, None));
         }
         parse_sbatch_parsable(&out.stdout).map_err(|source| {
             ActionError::unknown(SlurmError::Unparsable {
@@ -324,7 +362,7 @@ impl Scheduler for CliScheduler {
                     .stderr()
                     .and_then(|s| parse_salloc(s).ok())
                     .and_then(|r| r.job());
-                return Err(ActionError::Unknown { error, job_hint });
+                return Err(ActionError::unanswered(error, job_hint));
             }
         };
         let report = match parse_salloc(&out.stderr) {
@@ -353,15 +391,7 @@ impl Scheduler for CliScheduler {
                     stderr: out.stderr,
                 },
             }),
-            (false, _) => Err(ActionError::Unknown {
-                job_hint: report.job(),
-                error: SlurmError::Failed {
-                    command: SlurmCommand::Salloc,
-                    status: out.status,
-                    stdout: out.stdout,
-                    stderr: out.stderr,
-                },
-            }),
+            (false, _) => Err(failed_submission(SlurmCommand::Salloc, out, report.job())),
         }
     }
 
@@ -395,7 +425,7 @@ impl Scheduler for CliScheduler {
         };
         let srun_pid = runner
             .spawn_detached(SlurmCommand::Srun, &args, stdout, stderr)
-            .map_err(ActionError::unknown)?;
+            .map_err(|e| ActionError::unanswered(e, None))?;
         Ok(LaunchedStep { srun_pid })
     }
 

@@ -1,4 +1,4 @@
-//! What sbatch and salloc print when they create a job.
+//! What sbatch and salloc print when they create a job, and when they definitely did not.
 
 use serde::{Deserialize, Serialize};
 
@@ -92,6 +92,80 @@ pub fn parse_salloc(stderr: &str) -> Result<SallocReport, ParseError> {
     Ok(report)
 }
 
+/// The words with which Slurm refuses a job it did not create. Each is the whole message of
+/// one stderr line after `PROGRAM: error: ` and an optional `Batch job submission failed: `
+/// (sbatch) or `Job submit/allocate failed: ` (salloc). Recorded from the dev cluster
+/// (Slurm 22.05, `tests/fixtures/slurm/real-{sbatch,salloc}-refused-*`) unless marked.
+/// A message not in this table leaves the outcome unknown: only words we have seen mean
+/// "nothing was created".
+pub const REFUSALS: &[&str] = &[
+    // `--partition=nope`, and a partition in the wrong case (`DEBUG` for `debug`).
+    "Invalid partition name specified",
+    // `--mem=999999G`: the first line names the cause, the second the controller's verdict.
+    "Memory specification can not be satisfied",
+    "Requested node configuration is not available",
+    // `--constraint=nope`
+    "Invalid feature specification",
+    // `--nodelist=nonode`
+    "Invalid node name specified",
+    // `--gres=gpu:1` on a cluster without GRES (the client refuses before sending).
+    "Invalid generic resource (gres) specification",
+    // `--time=bad` (the client's option parser; exit 255).
+    "Invalid --time specification",
+    // Not reproducible here (the dev cluster has AccountingStorageEnforce=none, so it accepts
+    // any account and QOS): Slurm's own texts for ESLURM_INVALID_ACCOUNT and
+    // ESLURM_INVALID_QOS, as sites report them verbatim after `Batch job submission failed: `.
+    "Invalid account or account/partition combination specified",
+    "Invalid qos specification",
+];
+
+/// Words that mean the conversation with the controller broke: whatever else stderr says,
+/// the controller may have acted (a lost reply to an accepted submission looks like this).
+const TRANSPORT: &[&str] = &[
+    "socket timed out",
+    "unable to contact slurm controller",
+    "connection timed out",
+    "connection refused",
+    "connect failure",
+    "zero bytes were transmitted",
+    "communication connection failure",
+    "temporarily unable",
+    "transport endpoint",
+    "insane message length",
+    "resource temporarily unavailable",
+];
+
+const FAILED_PREFIXES: [&str; 2] = [
+    "Batch job submission failed: ",
+    "Job submit/allocate failed: ",
+];
+
+/// The recognised refusal in a failed sbatch/salloc answer, if it is one: a line saying a
+/// phrase of [`REFUSALS`], no job id anywhere (stdout blank, no `Pending`/`Granted job
+/// allocation N`, no `Submitted batch job`), and no word of a broken conversation. The
+/// caller checks that the program exited non-zero on its own (not killed, not timed out).
+pub fn refusal_phrase(stdout: &str, stderr: &str) -> Option<&'static str> {
+    if !stdout.trim().is_empty() || stderr.contains("Submitted batch job") {
+        return None;
+    }
+    if !matches!(parse_salloc(stderr), Ok(r) if r.job().is_none()) {
+        return None;
+    }
+    let lower = stderr.to_lowercase();
+    if TRANSPORT.iter().any(|t| lower.contains(t)) {
+        return None;
+    }
+    stderr.lines().find_map(|line| {
+        let (_, message) = line.split_once(": error: ")?;
+        let message = FAILED_PREFIXES
+            .iter()
+            .find_map(|p| message.strip_prefix(p))
+            .unwrap_or(message)
+            .trim();
+        REFUSALS.iter().copied().find(|r| *r == message)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,10 +239,54 @@ mod tests {
         }
     }
 
+    #[test]
+    fn refusals() {
+        let refused = |stderr: &str| refusal_phrase("", stderr);
+        assert_eq!(
+            refused(
+                "sbatch: error: invalid partition specified: nope\n\
+                 sbatch: error: Batch job submission failed: Invalid partition name specified\n"
+            ),
+            Some("Invalid partition name specified")
+        );
+        assert_eq!(
+            refused(
+                "salloc: error: Memory specification can not be satisfied\n\
+                 salloc: error: Job submit/allocate failed: Requested node configuration is not available\n"
+            ),
+            Some("Memory specification can not be satisfied")
+        );
+        assert_eq!(
+            refused("sbatch: error: Invalid --time specification\n"),
+            Some("Invalid --time specification")
+        );
+        for unknown in [
+            "",
+            "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n",
+            "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)\n",
+            "sbatch: error: Batch job submission failed: Something new\n",
+            // The phrase without the `error:` framing, or with more words after it.
+            "Invalid partition name specified\n",
+            "sbatch: error: Batch job submission failed: Invalid partition name specified, maybe\n",
+            // A job was queued before the refusal: it may exist.
+            "salloc: Pending job allocation 7\nsalloc: error: Job submit/allocate failed: \
+             Invalid partition name specified\n",
+            // A transport failure anywhere makes it unknown.
+            "sbatch: error: Socket timed out on send/recv operation\n\
+             sbatch: error: Batch job submission failed: Invalid partition name specified\n",
+            "sbatch: Submitted batch job 5\nsbatch: error: Invalid node name specified\n",
+        ] {
+            assert_eq!(refused(unknown), None, "{unknown:?}");
+        }
+        let stderr = "sbatch: error: Batch job submission failed: Invalid node name specified\n";
+        assert_eq!(refusal_phrase("77\n", stderr), None, "a job id was printed");
+    }
+
     quickcheck! {
         fn prop_never_panics(s: String) -> bool {
             let _ = parse_sbatch_parsable(&s);
             let _ = parse_salloc(&s);
+            let _ = refusal_phrase(&s, &s);
             true
         }
         fn prop_sbatch_round_trip(n: u32) -> bool {

@@ -17,7 +17,8 @@ pub enum SlurmTime {
     Unknown,
     /// `N/A`.
     NotApplicable,
-    /// `None` (e.g. `SuspendTime=None`).
+    /// `None` (e.g. `SuspendTime=None`), or squeue's `NONE` (`%e` of a job without a time
+    /// limit: it has no end time).
     None,
 }
 
@@ -26,7 +27,7 @@ impl SlurmTime {
         match s {
             "Unknown" => return Ok(SlurmTime::Unknown),
             "N/A" => return Ok(SlurmTime::NotApplicable),
-            "None" => return Ok(SlurmTime::None),
+            "None" | "NONE" => return Ok(SlurmTime::None),
             _ => {}
         }
         let err = |reason: &str| ParseError::new(Parsed::Timestamp, s, reason);
@@ -124,6 +125,8 @@ mod tests {
         assert_eq!(SlurmTime::parse("Unknown"), Ok(SlurmTime::Unknown));
         assert_eq!(SlurmTime::parse("N/A"), Ok(SlurmTime::NotApplicable));
         assert_eq!(SlurmTime::parse("None"), Ok(SlurmTime::None));
+        // squeue's %e of a job without a time limit (recorded: real-squeue-jobs-unlimited).
+        assert_eq!(SlurmTime::parse("NONE"), Ok(SlurmTime::None));
         for s in [
             "",
             "2026-11-29",

@@ -105,6 +105,9 @@ pub struct JobWorker {
     /// Its Slurm job name and sbatch's time limit (`JobNamed`); `None` before that event
     /// existed, when the job was named after the worker.
     pub named: Option<JobNamed>,
+    /// Why its submission failed definitely (`JobSubmitFailed.reason`), once it has.
+    #[serde(default)]
+    pub failure: Option<String>,
 }
 
 impl JobWorker {
@@ -134,6 +137,7 @@ impl Jobs {
                 submitted_at: time,
                 assets: Vec::new(),
                 named: None,
+                failure: None,
             },
         );
     }
@@ -145,8 +149,12 @@ impl Jobs {
         }
     }
 
+    /// A definite failure is the proof that frees the budget: nothing was created.
     pub fn failed(&mut self, e: &JobSubmitFailed) {
         if e.definite {
+            if let Some(j) = self.active.get_mut(&e.submission_id) {
+                j.failure = Some(e.reason.clone());
+            }
             self.finish(&e.submission_id, JobWorkerState::Failed);
         } else if let Some(j) = self.active.get_mut(&e.submission_id) {
             j.state = JobWorkerState::Unknown;
@@ -179,6 +187,11 @@ impl Jobs {
         self.finish(id, JobWorkerState::Forgotten);
     }
 
+    /// The newest finished worker of this name.
+    pub fn last_finished(&self, worker: &str) -> Option<&JobWorker> {
+        self.finished.iter().rev().find(|j| j.worker == worker)
+    }
+
     fn finish(&mut self, id: &Uuid, state: JobWorkerState) {
         if let Some(mut j) = self.active.remove(id) {
             j.state = state;
@@ -187,5 +200,54 @@ impl Jobs {
             }
             self.finished.push_back(j);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn intent(worker: &str) -> JobSubmitIntent {
+        JobSubmitIntent {
+            submission_id: Uuid::new_v4(),
+            worker: worker.to_owned(),
+            target: None,
+            cpus: 1,
+            mem_mb: 100,
+            time_s: 600,
+            publication_timeout_s: 60,
+            command: vec!["true".to_owned()],
+        }
+    }
+
+    #[test]
+    fn a_definite_failure_releases_and_keeps_its_reason() {
+        let mut jobs = Jobs::default();
+        let first = intent("w");
+        jobs.intent(Micros(1), &first);
+        jobs.failed(&JobSubmitFailed {
+            submission_id: first.submission_id,
+            definite: true,
+            reason: "sbatch refused the job: \"Invalid partition name specified\"".to_owned(),
+        });
+        assert!(jobs.active.is_empty(), "the budget is released");
+        let done = jobs.last_finished("w").unwrap();
+        assert_eq!(done.state, JobWorkerState::Failed);
+        assert!(done
+            .failure
+            .as_deref()
+            .unwrap()
+            .contains("Invalid partition"));
+
+        let second = intent("w");
+        jobs.intent(Micros(2), &second);
+        jobs.failed(&JobSubmitFailed {
+            submission_id: second.submission_id,
+            definite: false,
+            reason: "sbatch: no answer".to_owned(),
+        });
+        let held = &jobs.active[&second.submission_id];
+        assert_eq!(held.state, JobWorkerState::Unknown, "no proof, still held");
+        assert_eq!(held.failure, None);
     }
 }

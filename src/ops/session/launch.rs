@@ -12,10 +12,10 @@ use super::{
 };
 use crate::event::Event;
 use crate::failpoint;
-use crate::policy::session::{poll_of, probe_of, Poll, Probe};
+use crate::policy::session::{is_ending, poll_of, probe_of, Poll, Probe};
 use crate::slurm::{
     AcctQuery, ActionError, AllocRequest, BatchPayload, BatchRequest, JobId, JobQuery, JobState,
-    MemoryMb, Placement, Scheduler, SlurmDuration,
+    MemoryMb, Placement, Refusal, Scheduler, SlurmDuration,
 };
 use crate::state::session::{
     SessionAdopted, SessionCleared, SessionJobSubmitted, SessionLaunchIntent, SessionNodeResolved,
@@ -145,6 +145,15 @@ pub async fn launch<S: Scheduler>(
     if let Some(job) = existing.as_ref().and_then(|s| s.job_id()) {
         if !exclude.contains(&job) {
             match l.probe(job).await {
+                Probe::Live { state, .. } if is_ending(&state) => {
+                    let end = l.wait_ended(job, state).await?;
+                    l.append(Event::SessionCleared(SessionCleared {
+                        session: l.r.key.clone(),
+                        job_id: job,
+                        reason: gone_reason(end.as_ref()),
+                    }))?;
+                    exclude.push(job);
+                }
                 Probe::Live { state, node } => {
                     return l.settle(job, LaunchAction::Reused, state, node).await;
                 }
@@ -194,6 +203,18 @@ pub async fn launch<S: Scheduler>(
             )
             .await;
     }
+    if let Some(lines) = probe.unreadable {
+        // squeue --name filters by name: each unreadable line is a job of this name. Reading
+        // the listing without it as "no job found" would submit a second job beside it.
+        return Err(SessionError::Unknown(format!(
+            "squeue lists a job named {} that dispatch cannot read ({lines:?}); it may be this \
+             session's. Nothing was submitted. Look with `squeue --me --name={}`; `scancel` it \
+             if it is not wanted, then retry `{}`",
+            l.r.job_name,
+            l.r.job_name,
+            command_for("launch", &l.r.key)
+        )));
+    }
     if let Some(why) = probe.failed {
         if may_exist {
             // The record knows a job may exist that only this probe could find: submitting now
@@ -213,7 +234,11 @@ pub async fn launch<S: Scheduler>(
         ));
     }
 
-    // Step 3: submit.
+    // Step 3: submit, once this target's ending jobs are gone (never two jobs at once).
+    let ending: Vec<JobId> = probe.plan.iter().flat_map(|p| p.ending()).collect();
+    for job in ending {
+        l.wait_ended(job, JobState::Completing).await?;
+    }
     l.submit(placement).await
 }
 
@@ -360,7 +385,9 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         let key = &self.r.key;
         let (may_exist, job_hint, reason) = match &e {
             ActionError::Unknown { error, job_hint } => (true, *job_hint, error.to_string()),
-            ActionError::Invalid(_) | ActionError::Local(_) => (false, None, e.to_string()),
+            ActionError::Refused(_) | ActionError::Invalid(_) | ActionError::Local(_) => {
+                (false, None, e.to_string())
+            }
         };
         let event = Event::SessionSubmitFailed(SessionSubmitFailed {
             session: key.clone(),
@@ -387,10 +414,77 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                 command_for("launch", key),
                 self.r.job_name
             ))
+        } else if let ActionError::Refused(refusal) = &e {
+            let fix = match refusal {
+                Refusal::Said { .. } => "correct the target in the config",
+                Refusal::NotStarted(_) => "put Slurm's client programs on PATH",
+            };
+            SessionError::Failed(format!(
+                "{key}: {reason}. No job was created; {fix}, then `{}`",
+                command_for("launch", key)
+            ))
         } else {
             SessionError::Failed(format!(
                 "{program} was not run for {key}: {reason}. No job was submitted"
             ))
+        }
+    }
+
+    /// Poll an ending (COMPLETING) job until it is proven gone, within the run budget, saying
+    /// so; its final state if squeue still shows one. Nothing is submitted meanwhile.
+    async fn wait_ended(
+        &self,
+        job: JobId,
+        seen: JobState,
+    ) -> Result<Option<JobState>, SessionError> {
+        let waits = self.env.waits;
+        let key = &self.r.key;
+        let started = Instant::now();
+        let mut pause = waits.poll_first;
+        let mut unknown_in_a_row = 0;
+        (self.env.progress)(&format!(
+            "Slurm job {job} of {key} is {seen} (ending): it is not reused; waiting up to {} s \
+             for it to be gone before submitting a new one",
+            waits.run_budget.as_secs()
+        ));
+        let mut told = Instant::now();
+        loop {
+            tokio::time::sleep(pause.min(waits.run_budget.saturating_sub(started.elapsed()))).await;
+            pause = (pause * 2).min(waits.poll_max);
+            match self.probe(job).await {
+                Probe::Gone { state } => return Ok(state),
+                Probe::Live { state, .. } => {
+                    unknown_in_a_row = 0;
+                    if told.elapsed() >= PROGRESS_EVERY {
+                        (self.env.progress)(&format!(
+                            "Slurm job {job} of {key} is {state} (ending); waited {} s of up to \
+                             {} s for it to be gone before submitting a new one",
+                            started.elapsed().as_secs(),
+                            waits.run_budget.as_secs()
+                        ));
+                        told = Instant::now();
+                    }
+                    if started.elapsed() >= waits.run_budget {
+                        return Err(SessionError::Unknown(format!(
+                            "Slurm job {job} of {key} is still {state} after ~{} s. Nothing was \
+                             submitted: a new job now could run beside it. Retry `{}` once \
+                             `squeue -j {job}` no longer lists it",
+                            waits.run_budget.as_secs(),
+                            command_for("launch", key)
+                        )));
+                    }
+                }
+                Probe::Unknown(e) => {
+                    unknown_in_a_row += 1;
+                    if unknown_in_a_row >= waits.unknown_polls {
+                        return Err(SessionError::Unknown(format!(
+                            "could not check whether Slurm job {job} of {key} has ended: {e}. \
+                             Nothing was submitted. Retry `{}`",
+                            command_for("launch", key)
+                        )));
+                    }
+                }
+            }
         }
     }
 
