@@ -19,6 +19,7 @@ use dispatch::journal::{self, frame, snapshot, JournalError, Options, Writer};
 use dispatch::ops::journal as ops;
 use dispatch::state::asset::*;
 use dispatch::state::jobs::*;
+use dispatch::state::overrides::*;
 use dispatch::state::pool::*;
 use dispatch::state::session::*;
 use dispatch::state::trial::*;
@@ -204,6 +205,29 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
         124 => Event::JobStopIntent(JobStopIntent {
             submission_id: uuid(g),
             grace_s: u32::arbitrary(g),
+        }),
+        125 => Event::JobNamed(JobNamed {
+            submission_id: uuid(g),
+            job_name: text(g),
+            sbatch_limit_s: u32::arbitrary(g),
+        }),
+        170 => Event::WorkerForgotten(WorkerForgotten {
+            submission_id: uuid(g),
+            worker: text(g),
+            state: text(g),
+            job_id: Option::arbitrary(g),
+            step_id: Option::arbitrary(g),
+            reason: text(g),
+        }),
+        171 => Event::SessionForgotten(SessionForgotten {
+            session: session_key(g),
+            job_id: opt_job(g),
+            submission_id: if bool::arbitrary(g) {
+                Some(uuid(g))
+            } else {
+                None
+            },
+            reason: text(g),
         }),
         150 => Event::SupervisorStarted(SupervisorStarted {
             submission_id: uuid(g),
