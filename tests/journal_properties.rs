@@ -1042,3 +1042,188 @@ fn loading_a_journal_stops_at_a_must_understand_unknown_kind() {
     // The journal itself is fine: an older reader is what cannot go on.
     assert_eq!(ops::verify(&dir).unwrap().status, "clean");
 }
+
+// ---- the cost of scanning crafted damage ------------------------------------------------
+
+/// A frame header with a valid header CRC that claims a 1 MiB payload: each one is a
+/// candidate the torn-tail search has to check, and none is followed by a valid frame.
+fn header_claiming_a_full_payload(seq: u64) -> [u8; frame::HEADER_LEN] {
+    let mut h = [0u8; frame::HEADER_LEN];
+    h[0..4].copy_from_slice(&frame::FRAME_MAGIC.to_le_bytes());
+    h[4..8].copy_from_slice(&(frame::MAX_PAYLOAD as u32).to_le_bytes());
+    h[8..16].copy_from_slice(&seq.to_le_bytes());
+    h[16..18].copy_from_slice(&101u16.to_le_bytes());
+    let crc = crc32fast::hash(&h[..20]);
+    h[20..24].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// A clean journal of Genesis + 20 events, followed by `tail` bytes of such headers, one every
+/// `spacing` bytes (the gaps filled with non-zero bytes). Returns the directory and the
+/// length of the clean prefix.
+fn journal_with_crafted_tail(
+    root: &Path,
+    tail: usize,
+    spacing: usize,
+) -> (std::path::PathBuf, u64) {
+    let dir = root.join("j");
+    build_journal(&dir, 20, Options::default());
+    let path = segment_path(&dir, 1);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let clean = bytes.len();
+    let mut at = 0;
+    let mut seq = 22;
+    while at < tail {
+        let h = header_claiming_a_full_payload(seq);
+        let n = h.len().min(tail - at);
+        bytes.extend_from_slice(&h[..n]);
+        bytes.extend(std::iter::repeat_n(
+            0xA5u8,
+            spacing.saturating_sub(n).min(tail - at - n),
+        ));
+        at = bytes.len() - clean;
+        seq += 1;
+    }
+    assert_eq!(bytes.len() - clean, tail);
+    std::fs::write(&path, &bytes).unwrap();
+    (dir, clean as u64)
+}
+
+/// Scans the crafted tail and checks both the verdict the spec gives (a torn tail: the span
+/// is within one write, and no valid frame starts after the damage) and the work done: the
+/// bytes run through CRC-32 are a small multiple of the file's bytes, however many headers
+/// claim a 1 MiB payload. A meter, not a clock, so it cannot flake on a loaded machine.
+fn crafted_tail_is_torn_and_scanned_in_linear_work(spacing: usize) {
+    let tmp = tempfile::tempdir().unwrap();
+    let tail = 8 << 20;
+    let (dir, clean) = journal_with_crafted_tail(tmp.path(), tail, spacing);
+    let file_bytes = std::fs::metadata(segment_path(&dir, 1)).unwrap().len();
+    let before = frame::crc_bytes_on_this_thread();
+    let scan = scan_dir(&dir);
+    let work = frame::crc_bytes_on_this_thread() - before;
+    assert_eq!(scan.status, Status::TornTail, "{:?}", scan.damage);
+    let damage = scan.damage.as_ref().unwrap();
+    assert_eq!((damage.offset, damage.bytes), (clean, tail as u64));
+    let head = scan.head.as_ref().unwrap();
+    assert_eq!((head.last_seq, head.segment_len), (21, clean));
+    assert!(
+        work <= 4 * file_bytes,
+        "the scan ran {work} bytes through CRC-32 for a {file_bytes}-byte file \
+         (headers every {spacing} bytes)"
+    );
+}
+
+#[test]
+fn a_tail_of_sparse_headers_claiming_1_mib_is_scanned_in_linear_work() {
+    crafted_tail_is_torn_and_scanned_in_linear_work(64 << 10);
+}
+
+#[test]
+fn a_tail_of_back_to_back_headers_claiming_1_mib_is_scanned_in_linear_work() {
+    crafted_tail_is_torn_and_scanned_in_linear_work(frame::HEADER_LEN);
+}
+
+/// One way a journal's bytes can be damaged, applied at a generated place.
+#[derive(Clone, Debug)]
+enum Damage {
+    Truncate,
+    Flip,
+    AppendNoise(Vec<u8>),
+    AppendZeros(u16),
+    /// Headers with valid CRCs claiming payloads, as in a crafted tail.
+    AppendClaimingHeaders(u8),
+    /// A copy of an earlier frame: a valid frame (with a stale seq) after the damage.
+    CopyFrame,
+    /// Zero out a stretch in the middle.
+    ZeroSpan(u16),
+}
+
+impl Arbitrary for Damage {
+    fn arbitrary(g: &mut Gen) -> Self {
+        match u8::arbitrary(g) % 7 {
+            0 => Damage::Truncate,
+            1 => Damage::Flip,
+            2 => Damage::AppendNoise(Noise::arbitrary(g).0),
+            3 => Damage::AppendZeros(u16::arbitrary(g) % 2000),
+            4 => Damage::AppendClaimingHeaders(u8::arbitrary(g) % 40),
+            5 => Damage::CopyFrame,
+            _ => Damage::ZeroSpan(u16::arbitrary(g) % 500),
+        }
+    }
+}
+
+#[test]
+fn the_scan_classifies_random_damage_as_the_reference_search_does() {
+    fn prop(
+        events: Vec<AnyEnvelope>,
+        small: bool,
+        damages: Vec<(Damage, usize, usize)>,
+    ) -> TestResult {
+        let built = build(&events, if small { 600 } else { 64 << 20 });
+        let mut files = built.segments.clone();
+        for (damage, pick, at) in damages.iter().take(3) {
+            let seg = pick % files.len();
+            let bytes = &mut files[seg].1;
+            let at = at % (bytes.len() + 1);
+            match damage {
+                Damage::Truncate => bytes.truncate(at.max(SEGMENT_HEADER_LEN)),
+                Damage::Flip if at < bytes.len() => bytes[at] ^= 1 << (pick % 8),
+                Damage::Flip => {}
+                Damage::AppendNoise(n) => bytes.extend_from_slice(n),
+                Damage::AppendZeros(n) => bytes.extend(std::iter::repeat_n(0, *n as usize)),
+                Damage::AppendClaimingHeaders(n) => {
+                    for i in 0..*n as u64 {
+                        let mut h = header_claiming_a_full_payload(i);
+                        let claim = (at as u32).wrapping_mul(i as u32 + 1) % 5000;
+                        h[4..8].copy_from_slice(&claim.to_le_bytes());
+                        let crc = crc32fast::hash(&h[..20]);
+                        h[20..24].copy_from_slice(&crc.to_le_bytes());
+                        bytes.extend_from_slice(&h);
+                        bytes.extend(std::iter::repeat_n(0x5A, at % 97));
+                    }
+                }
+                Damage::CopyFrame => {
+                    if let Some(r) = frames_upto(&built.segments[seg].1, usize::MAX)
+                        .get(at % 7)
+                        .cloned()
+                    {
+                        let copy = built.segments[seg].1[r].to_vec();
+                        bytes.extend_from_slice(&copy);
+                    }
+                }
+                Damage::ZeroSpan(n) => {
+                    let end = (at + *n as usize).min(bytes.len());
+                    bytes[at..end].fill(0);
+                }
+            }
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = materialize(tmp.path(), "damaged", &files);
+        let scan = dispatch::journal::scan::scan(&dir, None, |_| true).unwrap();
+        let reference =
+            dispatch::journal::scan::scan_with_reference_search(&dir, None, |_| true).unwrap();
+        if (scan.status, scan.events, &scan.head, &scan.damage)
+            != (
+                reference.status,
+                reference.events,
+                &reference.head,
+                &reference.damage,
+            )
+        {
+            return TestResult::error(format!(
+                "{damages:?}: scan {:?} {:?} {:?}, reference {:?} {:?} {:?}",
+                scan.status,
+                scan.damage,
+                scan.head,
+                reference.status,
+                reference.damage,
+                reference.head
+            ));
+        }
+        TestResult::passed()
+    }
+    check(
+        200,
+        prop as fn(Vec<AnyEnvelope>, bool, Vec<(Damage, usize, usize)>) -> TestResult,
+    );
+}

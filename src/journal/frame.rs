@@ -12,6 +12,8 @@
 //! 56+L   u32 LE  frame CRC: CRC-32 of bytes 0..56+L
 //! ```
 
+use std::cell::Cell;
+
 use sha2::{Digest, Sha256};
 
 pub const FRAME_MAGIC: u32 = 0x3146_4A44;
@@ -71,6 +73,28 @@ pub fn encode(
     chain
 }
 
+thread_local! {
+    static CRC_BYTES: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Note `n` bytes fed to CRC-32 while reading frames on this thread.
+pub(crate) fn count_crc_bytes(n: usize) {
+    CRC_BYTES.with(|c| c.set(c.get().wrapping_add(n as u64)));
+}
+
+/// CRC-32 of `bytes`, counted in [`crc_bytes_on_this_thread`].
+pub(crate) fn counted_crc(bytes: &[u8]) -> u32 {
+    count_crc_bytes(bytes.len());
+    crc32fast::hash(bytes)
+}
+
+/// How many bytes frame decoding and the damage scan have run through CRC-32 on this thread
+/// so far. A cost meter, not a clock: it lets a test prove that a scan's work is linear in
+/// the bytes it was given, whatever the frame headers in them claim.
+pub fn crc_bytes_on_this_thread() -> u64 {
+    CRC_BYTES.with(Cell::get)
+}
+
 /// A frame whose CRCs are valid. Its seq and chain still have to be checked by the caller.
 #[derive(Clone, Copy, Debug)]
 pub struct FrameRef<'a> {
@@ -122,12 +146,13 @@ impl FrameFault {
     }
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
-/// Decode the frame that starts at `bytes[0]`. Never panics, whatever the bytes.
-pub fn decode(bytes: &[u8]) -> Result<FrameRef<'_>, FrameFault> {
+/// The whole length (60 + L) of the frame that starts at `bytes[0]`, when its header is valid
+/// and `bytes` holds all of it; the frame CRC is left to the caller. Never panics.
+pub(crate) fn check_header(bytes: &[u8]) -> Result<usize, FrameFault> {
     if bytes.len() < 4 {
         return Err(FrameFault::Short);
     }
@@ -137,7 +162,7 @@ pub fn decode(bytes: &[u8]) -> Result<FrameRef<'_>, FrameFault> {
     if bytes.len() < HEADER_LEN {
         return Err(FrameFault::Short);
     }
-    if crc32fast::hash(&bytes[..20]) != u32_at(bytes, 20) {
+    if counted_crc(&bytes[..20]) != u32_at(bytes, 20) {
         return Err(FrameFault::BadHeaderCrc);
     }
     let len = u32_at(bytes, 4);
@@ -148,10 +173,16 @@ pub fn decode(bytes: &[u8]) -> Result<FrameRef<'_>, FrameFault> {
     if bytes.len() < total {
         return Err(FrameFault::Short);
     }
-    if crc32fast::hash(&bytes[..total - 4]) != u32_at(bytes, total - 4) {
+    Ok(total)
+}
+
+/// Decode the frame that starts at `bytes[0]`. Never panics, whatever the bytes.
+pub fn decode(bytes: &[u8]) -> Result<FrameRef<'_>, FrameFault> {
+    let total = check_header(bytes)?;
+    if counted_crc(&bytes[..total - 4]) != u32_at(bytes, total - 4) {
         return Err(FrameFault::BadFrameCrc);
     }
-    let payload_end = HEADER_LEN + len as usize;
+    let payload_end = total - CHAIN_LEN - 4;
     Ok(FrameRef {
         seq: u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")),
         kind: u16::from_le_bytes([bytes[16], bytes[17]]),

@@ -4,7 +4,11 @@
 //! can take a while), hashed, and made read-only. Then, with the lock held: check the name →
 //! `AssetAddIntent` (naming the identity) → rename into `assets/<sha256>.<ext>` →
 //! `AssetAdded`. Because intent and outcome are written under one lock hold, an intent without
-//! outcome found under the lock belongs to a dead process and is marked failed.
+//! outcome found under the lock belongs to a dead process and is marked failed; a name already
+//! bound to the very asset just built means an earlier add finished, and is the answer. So the
+//! same add run again is right wherever a previous one stopped. The temporary files are
+//! held under an `flock` while they may still be used (`TempFiles`); every command that
+//! takes the journal lock removes those nobody holds (`sweep_dead_temps`).
 
 use std::ffi::OsStr;
 use std::io::{BufRead, Write};
@@ -123,26 +127,120 @@ fn file_failed(name: &str) -> impl FnOnce(FileError) -> OpError + '_ {
     move |e| failed(name, e)
 }
 
-/// Temporary files of adds whose process is gone: nothing can finish them.
-fn sweep_dead_temps(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let pid = name
-            .strip_prefix(TMP_PREFIX)
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok());
-        if let Some(pid) = pid {
-            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-                let _ = std::fs::remove_file(e.path());
+/// The temporary files of one add: `.tmp-<pid>-<uuid>` (the file being built),
+/// `….tree` (its tree listing) and `….lock`, on which the add holds an exclusive `flock`
+/// from before the others exist until they are gone. A `.lock` that nobody holds, or that
+/// is missing, proves the add that made them is no longer running, whatever process its pid
+/// now names (the pid is in the name only for people reading the directory).
+struct TempFiles {
+    dir: PathBuf,
+    key: String,
+    /// Held for the lifetime of the add; dropped after the files are removed.
+    lock: std::fs::File,
+    /// The file being built, until it is put in place.
+    building: Option<PathBuf>,
+}
+
+const LOCK_SUFFIX: &str = ".lock";
+
+impl TempFiles {
+    fn create(dir: &Path) -> std::io::Result<TempFiles> {
+        use fs2::FileExt;
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        // A sweep can take a fresh lock file between its creation and our flock (it is not
+        // held yet, so it looks dead): then ours is gone or not ours, and a new name is tried.
+        for _ in 0..8 {
+            let key = format!(
+                "{TMP_PREFIX}{}-{}",
+                std::process::id(),
+                Uuid::new_v4().simple()
+            );
+            let lock_path = dir.join(format!("{key}{LOCK_SUFFIX}"));
+            let lock = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&lock_path)?;
+            if lock.try_lock_exclusive().is_err() {
+                continue;
+            }
+            let (ours, there) = (lock.metadata()?, std::fs::symlink_metadata(&lock_path));
+            if there.is_ok_and(|m| m.ino() == ours.ino() && m.dev() == ours.dev()) {
+                let building = Some(dir.join(&key));
+                return Ok(TempFiles {
+                    dir: dir.to_owned(),
+                    key,
+                    lock,
+                    building,
+                });
             }
         }
+        Err(std::io::Error::other(format!(
+            "temporary files in {} keep disappearing as they are made",
+            dir.display()
+        )))
+    }
+
+    fn path(&self) -> &Path {
+        self.building
+            .as_deref()
+            .expect("the file is still being built")
     }
 }
 
-/// Removes the temporary file unless it was put in place.
+impl Drop for TempFiles {
+    fn drop(&mut self) {
+        if let Some(p) = self.building.take() {
+            let _ = std::fs::remove_file(p);
+        }
+        let _ = std::fs::remove_file(self.dir.join(format!("{}.tree", self.key)));
+        let _ = std::fs::remove_file(self.dir.join(format!("{}{LOCK_SUFFIX}", self.key)));
+        // `self.lock` closes after this, releasing the flock on an unlinked file.
+        let _ = &self.lock;
+    }
+}
+
+/// Remove the temporary files of every add that is no longer running (see [`TempFiles`]):
+/// nothing can finish them. Returns how many files were removed. Best effort: a file that
+/// cannot be judged (its lock cannot be opened) is left.
+pub fn sweep_dead_temps(dir: &Path) -> usize {
+    use fs2::FileExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut groups: std::collections::BTreeMap<String, Vec<PathBuf>> = Default::default();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(TMP_PREFIX) else {
+            continue;
+        };
+        let key = format!("{TMP_PREFIX}{}", rest.split('.').next().unwrap_or_default());
+        groups.entry(key).or_default().push(e.path());
+    }
+    let mut removed = 0;
+    for (key, members) in groups {
+        let lock_path = dir.join(format!("{key}{LOCK_SUFFIX}"));
+        // Held while we remove the others, so a late writer cannot take it meanwhile.
+        let _dead_lock = match std::fs::File::open(&lock_path) {
+            Ok(f) if f.try_lock_exclusive().is_ok() => Some(f),
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(_) => continue,
+        };
+        let mut members = members;
+        // The lock file goes last.
+        members.sort_by_key(|p| *p == lock_path);
+        for p in members {
+            let is_dir = std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir());
+            if !is_dir && std::fs::remove_file(&p).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    removed
+}
+
+/// Removes a file unless it was put in place.
 struct Temp(Option<PathBuf>);
 
 impl Drop for Temp {
@@ -252,25 +350,27 @@ fn build_source(
 
 pub fn add<S: Scheduler>(ctx: &Ctx<S>, name: &str, req: &AddRequest) -> Result<AssetView, OpError> {
     check_path_name("asset", name).map_err(OpError::Usage)?;
+    let wanted = match req {
+        AddRequest::Source { .. } => AssetKind::Source,
+        AddRequest::Image { .. } => AssetKind::Image,
+    };
     // A cheap early refusal before building anything; the binding check that counts runs
     // again under the lock.
     match ctx.load() {
-        Ok(loaded) => {
-            policy::check_add(&loaded.state.assets, name)?;
-        }
+        Ok(loaded) => policy::check_add(&loaded.state.assets, name, wanted)?,
         Err(OpError::Journal(JournalError::Missing(_))) => {}
         Err(e) => return Err(e),
     }
     crate::statedir::prepare(&ctx.state_dir)?;
     let dir = assets_dir(&ctx.state_dir);
     crate::journal::writer::create_private_dir(&dir)?;
-    sweep_dead_temps(&dir);
-    let tmp = dir.join(format!(
-        "{TMP_PREFIX}{}-{}",
-        std::process::id(),
-        Uuid::new_v4().simple()
-    ));
-    let mut guard = Temp(Some(tmp.clone()));
+    let mut temp = TempFiles::create(&dir).map_err(|e| {
+        failed(
+            name,
+            format!("create a temporary file in {}: {e}", dir.display()),
+        )
+    })?;
+    let tmp = temp.path().to_owned();
     let (kind, origin, rev, commit, tree, ext) = match req {
         AddRequest::Source { repo, rev } => {
             let r = rev.clone().unwrap_or_else(|| "HEAD".to_owned());
@@ -308,9 +408,15 @@ pub fn add<S: Scheduler>(ctx: &Ctx<S>, name: &str, req: &AddRequest) -> Result<A
     };
 
     let (writer, loaded) = ctx.lock_and_load()?;
-    let plan = policy::check_add(&loaded.state.assets, name)?;
+    let abandon_pending = match policy::plan_add(&loaded.state.assets, &record)? {
+        policy::AddPlan::AlreadyAdded => {
+            let bound = &loaded.state.assets.by_name[name];
+            return Ok(AssetView::of(&ctx.state_dir, bound));
+        }
+        policy::AddPlan::Bind { abandon_pending } => abandon_pending,
+    };
     let mut events = Vec::new();
-    if plan.abandon_pending {
+    if abandon_pending {
         events.push(Event::AssetAddFailed(AssetAddFailed {
             name: name.to_owned(),
             reason: "the process adding it stopped between its intent and its outcome".to_owned(),
@@ -332,13 +438,14 @@ pub fn add<S: Scheduler>(ctx: &Ctx<S>, name: &str, req: &AddRequest) -> Result<A
         }))?;
         return Err(failed(name, why));
     }
-    guard.0 = None;
+    temp.building = None;
     failpoint::hit("asset-add-before-record");
     writer.append_one(Event::AssetAdded(AssetAdded {
         name: name.to_owned(),
         sha256,
     }))?;
     drop(writer);
+    drop(temp);
     let asset = Asset {
         record,
         origin: origin.display().to_string(),

@@ -27,6 +27,8 @@ impl<S: Scheduler> Ctx<S> {
     pub fn lock_and_load(&self) -> Result<(Writer, Loaded), OpError> {
         crate::statedir::prepare(&self.state_dir)?;
         let writer = Writer::open(&self.journal_dir(), Options::default())?;
+        // Whatever the command, the temporary files of asset adds that were killed go.
+        super::asset::sweep_dead_temps(&super::asset::assets_dir(&self.state_dir));
         let loaded = journal::load(&self.journal_dir())?;
         Ok((writer, loaded))
     }

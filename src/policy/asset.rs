@@ -1,6 +1,6 @@
 //! Decisions about assets: may a name be bound, may a worker use an asset. Pure.
 
-use crate::state::asset::{Asset, AssetKind, AssetState, Assets, ASSETS_KEPT};
+use crate::state::asset::{Asset, AssetKind, AssetRecord, AssetState, Assets, ASSETS_KEPT};
 
 /// Why an asset operation is refused (exit 3). Each says what to do next.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,27 +43,63 @@ pub enum AssetRefusal {
     },
 }
 
-/// What adding a name must do first.
+/// What adding a name must do, decided under the journal lock once the file is built.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AddPlan {
-    /// An earlier add of this name wrote its intent and died: record that it failed.
-    pub abandon_pending: bool,
+pub enum AddPlan {
+    /// Bind the name. `abandon_pending`: an earlier add of it wrote its intent and died, so
+    /// record first that it failed.
+    Bind { abandon_pending: bool },
+    /// The name is already bound to this very asset: an earlier add of it finished (perhaps
+    /// just before its process was killed). Nothing to write; the answer is that asset.
+    AlreadyAdded,
 }
 
-/// May `name` be bound now? Called with the journal lock held, under which every add writes
-/// both its intent and its outcome, so a pending intent seen here belongs to a dead process.
-pub fn check_add(assets: &Assets, name: &str) -> Result<AddPlan, AssetRefusal> {
+/// Is `built` the asset `bound` already is? A source is its pinned commit (a commit id names
+/// its whole history, whatever bytes the bundle around it has); an image is its SHA-256.
+pub fn same_asset(bound: &AssetRecord, built: &AssetRecord) -> bool {
+    bound.kind == built.kind
+        && match bound.kind {
+            AssetKind::Source => bound.commit.is_some() && bound.commit == built.commit,
+            AssetKind::Image => bound.sha256 == built.sha256,
+        }
+}
+
+fn name_taken(a: &Asset) -> AssetRefusal {
+    AssetRefusal::NameTaken {
+        name: a.record.name.clone(),
+        kind: a.record.kind.as_str(),
+        sha256: hex::encode(a.record.sha256.0),
+    }
+}
+
+/// A cheap refusal before anything is built: the name is bound to another kind of asset, or
+/// the table is full. Whether a bound name of the same kind is this very asset is only known
+/// once it is built ([`plan_add`]).
+pub fn check_add(assets: &Assets, name: &str, kind: AssetKind) -> Result<(), AssetRefusal> {
     match assets.by_name.get(name) {
-        Some(a) if a.state == AssetState::Ready => Err(AssetRefusal::NameTaken {
-            name: name.to_owned(),
-            kind: a.record.kind.as_str(),
-            sha256: hex::encode(a.record.sha256.0),
-        }),
-        Some(_) => Ok(AddPlan {
+        Some(a) if a.state == AssetState::Ready && a.record.kind != kind => Err(name_taken(a)),
+        Some(_) => Ok(()),
+        None if assets.by_name.len() >= ASSETS_KEPT => Err(AssetRefusal::Full),
+        None => Ok(()),
+    }
+}
+
+/// May `built` be bound to its name now? Called with the journal lock held, under which every
+/// add writes both its intent and its outcome, so a pending intent seen here belongs to a dead
+/// process: it is abandoned, whatever identity it named (its file may never have appeared).
+/// A name bound to this same asset is a retry of an add that finished: it succeeds, so that
+/// running the same add again is right at every point a previous one may have stopped.
+pub fn plan_add(assets: &Assets, built: &AssetRecord) -> Result<AddPlan, AssetRefusal> {
+    match assets.by_name.get(&built.name) {
+        Some(a) if a.state == AssetState::Ready && same_asset(&a.record, built) => {
+            Ok(AddPlan::AlreadyAdded)
+        }
+        Some(a) if a.state == AssetState::Ready => Err(name_taken(a)),
+        Some(_) => Ok(AddPlan::Bind {
             abandon_pending: true,
         }),
         None if assets.by_name.len() >= ASSETS_KEPT => Err(AssetRefusal::Full),
-        None => Ok(AddPlan {
+        None => Ok(AddPlan::Bind {
             abandon_pending: false,
         }),
     }
@@ -146,24 +182,77 @@ mod tests {
         a
     }
 
+    fn built(name: &str, kind: AssetKind, sha: u8, commit: Option<&str>) -> AssetRecord {
+        AssetRecord {
+            name: name.into(),
+            kind,
+            sha256: Sha256Digest([sha; 32]),
+            bytes: 10,
+            file: "assets/x".into(),
+            commit: commit.map(str::to_owned),
+            tree_files: None,
+            tree_bytes: None,
+        }
+    }
+
     #[test]
-    fn names_bind_once_and_a_dead_add_is_abandoned() {
+    fn names_bind_once_a_dead_add_is_abandoned_and_a_finished_one_is_answered() {
+        let none = Assets::default();
+        let img = built("s", AssetKind::Image, 1, None);
+        assert_eq!(check_add(&none, "s", AssetKind::Image), Ok(()));
         assert_eq!(
-            check_add(&Assets::default(), "s"),
-            Ok(AddPlan {
+            plan_add(&none, &img),
+            Ok(AddPlan::Bind {
                 abandon_pending: false
             })
         );
+        let ready = with("s", AssetKind::Image, true);
+        // The same image again: the add that made it finished.
+        assert_eq!(plan_add(&ready, &img), Ok(AddPlan::AlreadyAdded));
+        // Other contents, or another kind: the name is taken.
         assert!(matches!(
-            check_add(&with("s", AssetKind::Source, true), "s"),
+            plan_add(&ready, &built("s", AssetKind::Image, 2, None)),
             Err(AssetRefusal::NameTaken { .. })
         ));
-        assert_eq!(
-            check_add(&with("s", AssetKind::Source, false), "s"),
-            Ok(AddPlan {
-                abandon_pending: true
-            })
-        );
+        assert!(matches!(
+            check_add(&ready, "s", AssetKind::Source),
+            Err(AssetRefusal::NameTaken { .. })
+        ));
+        assert_eq!(check_add(&ready, "s", AssetKind::Image), Ok(()));
+        // A dead add is abandoned whatever identity its intent named.
+        let pending = with("s", AssetKind::Image, false);
+        for other in [img.clone(), built("s", AssetKind::Source, 9, Some("c"))] {
+            assert_eq!(
+                plan_add(&pending, &other),
+                Ok(AddPlan::Bind {
+                    abandon_pending: true
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn a_source_is_its_commit_and_an_image_its_digest() {
+        let a = built("s", AssetKind::Source, 1, Some("abc"));
+        assert!(same_asset(
+            &a,
+            &built("s", AssetKind::Source, 2, Some("abc"))
+        ));
+        assert!(!same_asset(
+            &a,
+            &built("s", AssetKind::Source, 1, Some("abd"))
+        ));
+        assert!(!same_asset(
+            &built("s", AssetKind::Source, 1, None),
+            &built("s", AssetKind::Source, 1, None)
+        ));
+        assert!(!same_asset(
+            &a,
+            &built("s", AssetKind::Image, 1, Some("abc"))
+        ));
+        let i = built("i", AssetKind::Image, 1, None);
+        assert!(same_asset(&i, &built("i", AssetKind::Image, 1, None)));
+        assert!(!same_asset(&i, &built("i", AssetKind::Image, 3, None)));
     }
 
     #[test]
