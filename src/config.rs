@@ -235,6 +235,30 @@ impl Config {
                     no_control(Some(&table), key, value)?;
                 }
             }
+            // Checked here so a bad value fails at load with its line, not at the first launch.
+            if let Some(time) = &t.time {
+                crate::slurm::SlurmDuration::parse_request(time).map_err(|e| {
+                    malformed(
+                        at(Some(&table), Some("time")),
+                        format!(
+                            "{table}.time = {}: {e}; give a Slurm time such as 90, 1:30:00, \
+                             1-00:00:00 or UNLIMITED",
+                            crate::names::short(time)
+                        ),
+                    )
+                })?;
+            }
+            if let Some(mem) = &t.mem {
+                crate::slurm::MemoryMb::parse(mem).map_err(|e| {
+                    malformed(
+                        at(Some(&table), Some("mem")),
+                        format!(
+                            "{table}.mem = {}: {e}; give a size such as 500M, 4G or 1T",
+                            crate::names::short(mem)
+                        ),
+                    )
+                })?;
+            }
             for (key, value) in [("partition", &t.partition), ("account", &t.account)] {
                 if value.is_empty() {
                     return Err(malformed(
@@ -458,6 +482,25 @@ confined = true
         // ever quoted or sanitized.
         let ok = "[targets.\"t$(id)`x`;'\"]\npartition = \"p\"\naccount = \"a\"\n\
                   [mirrors.\"m $(id)\"]\npath = \"/src/$(id) 'q'\"\n";
+        Config::parse(ok, Path::new("c.toml")).unwrap();
+    }
+
+    #[test]
+    fn time_and_mem_are_checked_at_load_with_their_line() {
+        let err = |text: &str| {
+            Config::parse(text, Path::new("c.toml"))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err("[targets.t]\npartition = \"p\"\naccount = \"a\"\ntime = \"2 hours\"\n");
+        assert!(
+            e.contains("c.toml: line 4: targets.t.time = \"2 hours\""),
+            "{e}"
+        );
+        let e = err("[targets.t]\npartition = \"p\"\naccount = \"a\"\nmem = \"lots\"\n");
+        assert!(e.contains("line 4: targets.t.mem = \"lots\""), "{e}");
+        let ok = "[targets.t]\npartition = \"p\"\naccount = \"a\"\ntime = \"UNLIMITED\"\n\
+                  mem = \"16G\"\n";
         Config::parse(ok, Path::new("c.toml")).unwrap();
     }
 }

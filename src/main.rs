@@ -31,7 +31,7 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
-    init_tracing(cli.verbose, cli.quiet);
+    init_tracing(cli.verbose, cli.quiet, &cli.color);
     cli::output::set_quiet(cli.quiet);
     let code = match run(&cli) {
         Ok(code) => code,
@@ -182,7 +182,8 @@ fn session_context<'a>(
     }
 }
 
-/// A missing file means defaults; a malformed one is a usage error naming file, line and key.
+/// A missing file found by the search means defaults (a missing `--config` file is an error); a
+/// malformed one is a usage error naming file, line and key.
 fn load_config(
     cli: &Cli,
     env: &dyn Fn(&str) -> Option<String>,
@@ -191,11 +192,25 @@ fn load_config(
     let Some(path) = resolve(cli.config.as_deref(), env) else {
         return Ok((Config::default(), "<defaults>".into()));
     };
+    // Only a file dispatch found by itself may be missing: one named on purpose must exist.
+    if cli.config.is_some() && !path.exists() {
+        return Err(exit::Failure::new(
+            exit::USAGE,
+            format!(
+                "config file {} does not exist; create it (see README, \"Sessions and their \
+                 configuration\") or drop --config to use the defaults",
+                path.display()
+            ),
+        ));
+    }
     let config = Config::load(&path).map_err(|e| exit::Failure::new(exit::USAGE, e.to_string()))?;
     Ok((config, path))
 }
 
-fn init_tracing(verbose: u8, quiet: bool) {
+fn init_tracing(verbose: u8, quiet: bool, color: &str) {
+    use std::io::IsTerminal;
+    let env = |k: &str| std::env::var(k).ok();
+    let ansi = cli::use_color(color, &env, std::io::stderr().is_terminal());
     let level = match (quiet, verbose) {
         (true, _) => "error",
         (false, 0) => "warn",
@@ -207,5 +222,6 @@ fn init_tracing(verbose: u8, quiet: bool) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .init();
 }

@@ -339,6 +339,7 @@ fn a_submitted_worker_owns_its_job_and_stopping_it_ends_the_job() {
         [
             "Genesis",
             "JobSubmitIntent",
+            "JobNamed",
             "JobSubmitted",
             "JobStopIntent",
             "JobTerminal"

@@ -54,6 +54,24 @@ impl Cluster {
     }
 
     /// Ids of this test's live jobs named exactly `name`.
+    /// Live jobs of a `dispatch submit` worker: named `<prefix><worker>-<8 hex>`.
+    fn jobs_of_worker(&self, worker: &str) -> Vec<String> {
+        let out = Command::new("squeue")
+            .args(["--me", "-h", "-o", "%A|%T|%j"])
+            .output()
+            .expect("squeue");
+        assert!(out.status.success());
+        let name = format!("{}{worker}-", self.prefix);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.splitn(3, '|').collect();
+                (f.len() == 3 && f[1] != "COMPLETING" && f[2].starts_with(&name))
+                    .then(|| f[0].to_owned())
+            })
+            .collect()
+    }
+
     fn jobs(&self, name: &str) -> Vec<String> {
         let out = Command::new("squeue")
             .args(["--me", "-h", "-o", "%A|%T", &format!("--name={name}")])
@@ -124,7 +142,7 @@ fn submit_refused_by_the_controller_is_a_failure_and_frees_the_name() {
             r.stderr
         );
         assert!(
-            c.jobs(&worker).is_empty(),
+            c.jobs_of_worker(&worker).is_empty(),
             "a refused submission created a job"
         );
         let r = c.run(&["reconcile", "--json"]);
@@ -137,7 +155,7 @@ fn submit_refused_by_the_controller_is_a_failure_and_frees_the_name() {
     }
     let r = submit("ok", "100M");
     assert_eq!(r.code, 0, "the name is not free again: {}", r.stderr);
-    assert_eq!(c.jobs(&worker).len(), 1);
+    assert_eq!(c.jobs_of_worker(&worker).len(), 1);
     let r = c.run(&["stop", &worker, "--grace", "0"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
 }

@@ -909,7 +909,7 @@ fn a_completing_job_found_by_name_is_not_adopted() {
     let f = Fake::new(json!({
         "squeue": [
             {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": row("4242", "COMPLETING", "n0007", T, NAME)},
-            {"match": ["--jobs=4242"], "stdout": ""},
+            {"match": ["--jobs=4242"], "fixture": "notes-squeue-invalid-id"},
             {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
             {"match": ["--jobs=5000"], "stdout": running(5000, T)},
         ],

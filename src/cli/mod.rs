@@ -17,7 +17,7 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(
     name = "dispatch",
-    version,
+    version = env!("DISPATCH_VERSION"),
     about = "Run workers on Slurm clusters without ever losing track of them"
 )]
 pub struct Cli {
@@ -36,6 +36,11 @@ pub struct Cli {
     /// Only errors on stderr
     #[arg(short, long, global = true)]
     pub quiet: bool,
+    /// Colour in diagnostics: auto (only on a terminal, and not with NO_COLOR or TERM=dumb),
+    /// always, never
+    #[arg(long, global = true, value_name = "WHEN", default_value = "auto",
+          value_parser = ["auto", "always", "never"])]
+    pub color: String,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -94,4 +99,40 @@ pub enum Command {
     Trial(trial::TrialCommand),
     /// List every trial with its workers and verdict (offline)
     Trials,
+}
+
+/// Whether diagnostics on stderr may carry colour: `--color`, else only on a terminal, and never
+/// with `NO_COLOR` set (to anything but empty) or `TERM=dumb`.
+pub fn use_color(
+    flag: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    stderr_is_terminal: bool,
+) -> bool {
+    match flag {
+        "always" => true,
+        "never" => false,
+        _ => {
+            stderr_is_terminal
+                && env("NO_COLOR").is_none_or(|v| v.is_empty())
+                && env("TERM").as_deref() != Some("dumb")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn colour_only_where_it_is_wanted() {
+        let none = |_: &str| None;
+        assert!(super::use_color("auto", &none, true));
+        assert!(!super::use_color("auto", &none, false));
+        assert!(super::use_color("always", &none, false));
+        assert!(!super::use_color("never", &none, true));
+        let no_color = |k: &str| (k == "NO_COLOR").then(|| "1".to_owned());
+        assert!(!super::use_color("auto", &no_color, true));
+        let dumb = |k: &str| (k == "TERM").then(|| "dumb".to_owned());
+        assert!(!super::use_color("auto", &dumb, true));
+        let empty = |k: &str| (k == "NO_COLOR").then(String::new);
+        assert!(super::use_color("auto", &empty, true));
+    }
 }
