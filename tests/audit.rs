@@ -110,3 +110,37 @@ fn published_evidence_that_does_not_match_its_manifest_is_found() {
         .unwrap()
         .ends_with("000000000001"));
 }
+
+/// Evidence is only evidence in directories that are ours: a published directory another
+/// user owns (a planted manifest that would verify) is reported, never verified.
+#[test]
+fn published_evidence_in_a_directory_of_another_user_is_not_trusted() {
+    use std::os::unix::fs::{chown, symlink};
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    synthetic::write_pool_journal(&state, 1, |_| true);
+    let published = state.join("pools/p/published");
+    std::fs::create_dir_all(&published).unwrap();
+    // A manifest listing no files verifies: what is planted would pass if it were read.
+    let manifest = r#"{"format":1,"worker":"w0","submission_id":"x","pinned_commit":null,"head_commit":null,"files":[]}"#;
+    let planted = published.join("w0-00000000-0000-0000-0000-000000000001");
+    std::fs::create_dir(&planted).unwrap();
+    std::fs::write(planted.join("MANIFEST.json"), manifest).unwrap();
+    chown(&planted, Some(65534), Some(65534)).unwrap();
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("MANIFEST.json"), manifest).unwrap();
+    symlink(
+        &outside,
+        published.join("w1-00000000-0000-0000-0000-000000000002"),
+    )
+    .unwrap();
+    let (code, r) = audit(&state);
+    assert_eq!(code, 1, "{r}");
+    let failed = r["evidence"]["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 2, "{r}");
+    for f in failed {
+        let problem = f["problems"][0].as_str().unwrap();
+        assert!(problem.starts_with("not trusted as evidence"), "{problem}");
+    }
+}

@@ -359,6 +359,30 @@ fn an_asset_file_of_another_user_is_not_handed_to_a_worker() {
     assert_eq!(fake.kinds(), before, "nothing journaled");
 }
 
+/// `asset verify` does not vouch for another user's file, and `asset add` does not hash
+/// through a file someone else put at the asset's name.
+#[test]
+fn asset_verify_and_add_refuse_a_file_of_another_user() {
+    let fake = fake_with_image();
+    let assets = fake.state().join("assets");
+    let file = std::fs::read_dir(&assets)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "image"))
+        .unwrap();
+    give_to_nobody(&file);
+    let (code, _, err) = fake.run(&["asset", "verify"]);
+    assert_eq!(code, REFUSED, "{err}");
+    assert!(err.contains(&file.display().to_string()), "{err}");
+    assert!(err.contains("chown 0 "), "{err}");
+    // The same image again under another name lands on the same content-named file.
+    let image = fake.dir.path().join("image.sif");
+    let (code, _, err) = fake.run(&["asset", "add-image", "img2", image.to_str().unwrap()]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains(&file.display().to_string()), "{err}");
+}
+
 #[test]
 fn a_job_tree_linked_out_of_the_state_directory_is_refused_before_sbatch() {
     let fake = fake_with_image();

@@ -460,7 +460,10 @@ pub fn add<S: Scheduler>(ctx: &Ctx<S>, name: &str, req: &AddRequest) -> Result<A
 /// same name must already hold these bytes; if it does not, it was damaged and is left alone.
 fn place(tmp: &Path, target: &Path, sha256: &Sha256Digest) -> Result<(), String> {
     match std::fs::symlink_metadata(target) {
-        Ok(_) => {
+        Ok(m) => {
+            // Never hash through a link, nor trust a file someone else put there.
+            crate::statedir::trust::judge_metadata(target, &m, crate::statedir::trust::Want::File)
+                .map_err(|e| e.to_string())?;
             let (existing, _) =
                 files::hash_file(target, None, |_| {}).map_err(|e| e.to_string())?;
             if existing != *sha256 {
@@ -558,6 +561,13 @@ pub fn verify<S: Scheduler>(ctx: &Ctx<S>, names: &[String]) -> Result<VerifyRepo
             Err(_) => v.status = "missing",
             Ok(m) if !m.file_type().is_file() => v.status = "not_a_file",
             Ok(m) => {
+                // Another user's file, or one others may write, is not ours to vouch for.
+                crate::statedir::trust::judge_metadata(
+                    &path,
+                    &m,
+                    crate::statedir::trust::Want::File,
+                )
+                .map_err(crate::statedir::trust::TrustError::from)?;
                 v.read_only = Some(m.permissions().mode() & 0o222 == 0);
                 match files::hash_file(&path, None, |_| {}) {
                     Ok((h, _)) => {

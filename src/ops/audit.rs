@@ -103,7 +103,7 @@ pub fn audit(state_dir: &Path) -> Result<AuditReport, JournalError> {
         }
     }
     let mut evidence = check_evidence(state_dir);
-    check_verdict_evidence(&mut evidence, &verdict_evidence);
+    check_verdict_evidence(&mut evidence, state_dir, &verdict_evidence);
     let clean = !damaged
         && reducers.error.is_none()
         && rules.as_ref().is_some_and(|f| f.violation_count == 0)
@@ -127,20 +127,53 @@ pub fn audit(state_dir: &Path) -> Result<AuditReport, JournalError> {
 
 /// The evidence a trial verdict rests on, as recorded: each manifest's SHA-256 and the files
 /// it lists. A verdict whose evidence is gone or changed is reported under its trial.
-fn check_verdict_evidence(check: &mut EvidenceCheck, recorded: &[(String, PathBuf, Sha256Digest)]) {
+fn check_verdict_evidence(
+    check: &mut EvidenceCheck,
+    state_dir: &Path,
+    recorded: &[(String, PathBuf, Sha256Digest)],
+) {
     for (trial, dir, sha) in recorded {
         if check.checked as usize >= MAX_PUBLISHED_CHECKED {
             check.complete = false;
             return;
         }
         check.checked += 1;
-        if let Err(problems) = publish::verify_recorded(dir, sha) {
+        let problems = match untrusted(state_dir, dir) {
+            Some(problem) => Err(vec![problem]),
+            None => publish::verify_recorded(dir, sha),
+        };
+        if let Err(problems) = problems {
             check.failed.push(EvidenceFailure {
                 dir: format!("{} (evidence of trial {trial:?})", dir.display()),
                 problems,
             });
         }
     }
+}
+
+/// Evidence is only evidence in directories that are ours and nobody else can write: a
+/// published directory (or one on its way down from the state directory) that is another
+/// user's, writable by others, or a link is reported, never verified.
+fn untrusted(state_dir: &Path, dir: &Path) -> Option<String> {
+    // Recorded directories are absolute; the state directory may have been given relative.
+    let (state_dir, dir) = (
+        std::path::absolute(state_dir).ok()?,
+        std::path::absolute(dir).ok()?,
+    );
+    let (state_dir, dir) = (state_dir.as_path(), dir.as_path());
+    let below = dir.strip_prefix(state_dir).ok()?;
+    if below
+        .components()
+        .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return Some(format!(
+            "{} climbs out of the state directory",
+            dir.display()
+        ));
+    }
+    crate::statedir::trust::check_below(state_dir, dir)
+        .err()
+        .map(|e| format!("not trusted as evidence: {e}"))
 }
 
 /// Every published directory (`pools/<pool>/published/<worker>-<id>/` and
@@ -169,6 +202,13 @@ fn check_evidence(state_dir: &Path) -> EvidenceCheck {
                 return check;
             }
             check.checked += 1;
+            if let Some(problem) = untrusted(state_dir, &path) {
+                check.failed.push(EvidenceFailure {
+                    dir: path.display().to_string(),
+                    problems: vec![problem],
+                });
+                continue;
+            }
             if let Err(problems) = publish::verify_published(&path) {
                 check.failed.push(EvidenceFailure {
                     dir: path.display().to_string(),
