@@ -9,25 +9,28 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use dispatch::slurm::{
     AcctQuery, ActionError, Answer, BatchPayload, BatchRequest, JobId, JobName, JobQuery, Scheduler,
 };
-use support::{cluster_script, exclusive_lock, poll, require_cluster, run_bounded, scheduler};
+use support::{
+    cluster_command, cluster_script, cluster_version, exclusive_lock, poll, require_cluster,
+    run_bounded, scheduler,
+};
 
 /// Brings slurmctld back however the test ends.
 struct RestartCtld;
 
 impl Drop for RestartCtld {
     fn drop(&mut self) {
-        let ok = run_bounded(
-            Command::new(cluster_script()).arg("start"),
-            Duration::from_secs(300),
-        );
+        let ok = run_bounded(cluster_command().arg("start"), Duration::from_secs(300));
         if !ok {
-            eprintln!("could not restart the cluster: run `tools/slurm-dev-cluster start`");
+            eprintln!(
+                "could not restart the Slurm {} cluster: run `tools/slurm-dev-cluster --slurm {} start`",
+                cluster_version(),
+                cluster_version()
+            );
         }
     }
 }
@@ -47,10 +50,7 @@ async fn controller_down_means_unknown_within_the_timeout() {
 
     let _restart = RestartCtld;
     assert!(
-        run_bounded(
-            Command::new(&script).arg("stop-ctld"),
-            Duration::from_secs(120)
-        ),
+        run_bounded(cluster_command().arg("stop-ctld"), Duration::from_secs(120)),
         "{} stop-ctld failed",
         script.display()
     );

@@ -25,7 +25,8 @@ use super::memory::MemoryMb;
 use super::state::JobState;
 use super::timestamp::SlurmTime;
 
-/// Keys scontrol 22.05 prints for a job (with `-d` and federation/het extras).
+/// Keys scontrol 22.05 prints for a job (with `-d` and federation/het extras), and the
+/// ones 24.11 prints instead (`ReqTRES`, `AllocTRES` for 22.05's `TRES`).
 const KNOWN_KEYS: &[&str] = &[
     "JobId",
     "ArrayJobId",
@@ -80,6 +81,8 @@ const KNOWN_KEYS: &[&str] = &[
     "CPUs/Task",
     "ReqB:S:C:T",
     "TRES",
+    "ReqTRES",
+    "AllocTRES",
     "Socks/Node",
     "NtasksPerN:B:S:C",
     "CoreSpec",
@@ -190,7 +193,8 @@ pub struct JobDetails {
     pub batch_host: Option<String>,
     pub num_nodes: Option<String>,
     pub num_cpus: Option<u32>,
-    /// Memory from `TRES=...,mem=500M,...`.
+    /// Memory from `TRES=...,mem=500M,...` (22.05); from 24.11's `AllocTRES`, or its
+    /// `ReqTRES` while nothing is allocated (`AllocTRES=(null)`), as 22.05's `TRES` shows.
     pub tres_mem: Option<MemoryMb>,
     pub batch: Option<bool>,
     pub command: Option<String>,
@@ -310,7 +314,10 @@ fn parse_record(line: &str) -> Result<JobDetails, ParseError> {
     };
     let dur = |k: &str| get(k).map(SlurmDuration::parse).transpose().map_err(ctx);
     let time = |k: &str| get(k).map(SlurmTime::parse).transpose().map_err(ctx);
-    let tres_mem = match get("TRES") {
+    let tres = get("TRES")
+        .or_else(|| get("AllocTRES").filter(|v| *v != "(null)" && !v.is_empty()))
+        .or_else(|| get("ReqTRES"));
+    let tres_mem = match tres {
         Some(tres) => tres
             .split(',')
             .find_map(|kv| kv.strip_prefix("mem="))

@@ -4,6 +4,10 @@
 //! ordinary tests, exclusive for the test that stops slurmctld. So the controller is
 //! never stopped under another test, whether the tests run as threads of one binary,
 //! as binaries one after another, or from two `cargo test` runs at once.
+//!
+//! Two dev clusters can run side by side (Slurm 22.05 and 24.11, `tools/slurm-dev-cluster
+//! --slurm 24.11`); the tests use the one whose client commands come first on `PATH`. Each
+//! has its own lock file, so the suites of both may run at once.
 
 #![allow(dead_code)]
 
@@ -15,8 +19,52 @@ use std::time::{Duration, Instant};
 
 use dispatch::slurm::{Answer, CliConfig, CliScheduler, JobId, JobQuery, Scheduler};
 
-pub const LOCK_PATH: &str = "/tmp/dispatch-slurm-dev-cluster-tests.lock";
 const LOCK_WAIT: Duration = Duration::from_secs(600);
+
+/// The Slurm release (`22.05`, `24.11`) of the dev cluster under test:
+/// `DISPATCH_SLURM_DEV_CLUSTER_VERSION`, else what `scontrol --version` on `PATH` says
+/// (`slurm 22.05.8`, `slurm-wlm 24.11.5`), else 22.05.
+pub fn cluster_version() -> String {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION
+        .get_or_init(|| {
+            if let Some(v) = std::env::var_os("DISPATCH_SLURM_DEV_CLUSTER_VERSION") {
+                return v.to_string_lossy().into_owned();
+            }
+            let out = Command::new("scontrol").arg("--version").output();
+            let text = out
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            release_of(&text).unwrap_or_else(|| "22.05".to_owned())
+        })
+        .clone()
+}
+
+/// `slurm-wlm 24.11.5` -> `24.11`.
+fn release_of(version_line: &str) -> Option<String> {
+    let number = version_line.split_whitespace().nth(1)?;
+    let mut parts = number.split('.');
+    let (major, minor) = (parts.next()?, parts.next()?);
+    Some(format!("{major}.{minor}"))
+}
+
+/// The machine-wide lock file of the cluster under test (22.05 keeps the historic name).
+pub fn lock_path() -> String {
+    match cluster_version().as_str() {
+        "22.05" => "/tmp/dispatch-slurm-dev-cluster-tests.lock".to_owned(),
+        v => format!("/tmp/dispatch-slurm-dev-cluster-tests-{v}.lock"),
+    }
+}
+
+/// `tools/slurm-dev-cluster [--slurm VERSION]` for the cluster under test.
+pub fn cluster_command() -> Command {
+    let mut c = Command::new(cluster_script());
+    let v = cluster_version();
+    if v != "22.05" {
+        c.args(["--slurm", &v]);
+    }
+    c
+}
 
 /// The project's cluster script; `DISPATCH_SLURM_DEV_CLUSTER` overrides the path (for a
 /// worktree that does not carry the script yet).
@@ -32,12 +80,13 @@ pub struct ClusterLock {
 }
 
 fn lock(exclusive: bool) -> ClusterLock {
+    let path = lock_path();
     let file = File::options()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(LOCK_PATH)
-        .unwrap_or_else(|e| panic!("cannot open {LOCK_PATH}: {e}"));
+        .open(&path)
+        .unwrap_or_else(|e| panic!("cannot open {path}: {e}"));
     let deadline = Instant::now() + LOCK_WAIT;
     loop {
         // flock(2) via fs2 (std's own is newer than the MSRV); the lock goes with the
@@ -50,7 +99,7 @@ fn lock(exclusive: bool) -> ClusterLock {
         match r {
             Ok(()) => return ClusterLock { _file: file },
             Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
-            Err(e) => panic!("could not lock {LOCK_PATH} within {LOCK_WAIT:?}: {e}"),
+            Err(e) => panic!("could not lock {path} within {LOCK_WAIT:?}: {e}"),
         }
     }
 }
