@@ -646,7 +646,13 @@ fn an_interrupted_worker_keeps_crash_class_state_and_a_clean_one_is_cleaned_up()
     assert_eq!(stopped["state"], "released", "{stopped}");
     let rv = finished(&dv, Duration::from_secs(10));
     assert_eq!(rv.finished.as_ref().unwrap().outcome, "interrupted");
-    assert_eq!(rv.signals[0].reason, "forwarded");
+    // 22.05 (proctrack/cgroup here) signals the step's supervisor, which forwards TERM to the
+    // payload's group; 24.11 here (proctrack/linuxproc) signals every process of the step, so
+    // the payload may die of the TERM before the supervisor forwards it. Either way the
+    // payload was interrupted, and that is what the state class rests on.
+    if let Some(first) = rv.signals.first() {
+        assert_eq!(first.reason, "forwarded", "{:?}", rv.signals);
+    }
     assert!(rv.exited.as_ref().unwrap().interrupted);
     // Crash-class partial state: kept as it was (writable, same bytes), recorded as such.
     let cv = rv.cleaned.as_ref().unwrap();

@@ -368,10 +368,20 @@ fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<Ended, JournalError> 
     };
     // The step is the cleanup boundary: nothing the payload started outlives it.
     signal_group(pgid, libc::SIGKILL);
+    // A stop may reach the payload without us: a Slurm whose process tracking signals every
+    // process of the step (24.11 here, proctrack/linuxproc) TERMs the payload and this
+    // supervisor at once, and a shell payload then exits with a code (its `sleep` died), not
+    // by the signal. The stop we received says it was interrupted all the same. The signal to
+    // us is sent in the same sweep, so a failed exit waits one poll for it before it counts
+    // as the payload's own.
+    if term_sent_at.is_none() && !status.success() && !STOP_REQUESTED.load(Ordering::SeqCst) {
+        std::thread::sleep(POLL);
+    }
+    let stopped = STOP_REQUESTED.load(Ordering::SeqCst);
     let exited = PayloadExited {
         code: status.code(),
         signal: status.signal(),
-        interrupted: term_sent_at.is_some() || status.signal().is_some(),
+        interrupted: term_sent_at.is_some() || status.signal().is_some() || stopped,
     };
     failpoint::hit("supervisor-before-exit-record");
     journal.append_one(Event::PayloadExited(exited.clone()))?;
