@@ -339,6 +339,8 @@ fn a_submitted_worker_owns_its_job_and_stopping_it_ends_the_job() {
         [
             "Genesis",
             "JobSubmitIntent",
+            // In the intent's commit since the submission-unique job name (kind 125).
+            "JobNamed",
             "JobSubmitted",
             "JobStopIntent",
             "JobTerminal"
