@@ -265,6 +265,52 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
             status: text(g),
             reason: text(g),
         }),
+        125 => Event::JobNamed(JobNamed {
+            submission_id: uuid(g),
+            job_name: text(g),
+            sbatch_limit_s: u32::arbitrary(g),
+        }),
+        170 => Event::WorkerForgotten(dispatch::state::overrides::WorkerForgotten {
+            submission_id: uuid(g),
+            worker: text(g),
+            state: text(g),
+            job_id: Option::arbitrary(g),
+            step_id: Option::arbitrary(g),
+            reason: text(g),
+        }),
+        171 => Event::SessionForgotten(dispatch::state::overrides::SessionForgotten {
+            session: session_key(g),
+            job_id: if bool::arbitrary(g) {
+                Some(job(g))
+            } else {
+                None
+            },
+            submission_id: if bool::arbitrary(g) {
+                Some(uuid(g))
+            } else {
+                None
+            },
+            reason: text(g),
+        }),
+        136 => Event::PoolAllocationEnded(PoolAllocationEnded {
+            pool: text(g),
+            job_id: u64::arbitrary(g),
+            proof: text(g),
+        }),
+        137 => Event::WorkerCleanupIntent(WorkerCleanupIntent {
+            submission_id: uuid(g),
+            remove: Vec::arbitrary(g),
+            keep: Vec::arbitrary(g),
+            state_class: text(g),
+            reason: text(g),
+        }),
+        138 => Event::WorkerCleanedUp(WorkerCleanedUp {
+            submission_id: uuid(g),
+            removed: Vec::arbitrary(g),
+            kept: Vec::arbitrary(g),
+            state_class: text(g),
+            errors: Vec::arbitrary(g),
+        }),
         140 => Event::TrialOpened(TrialOpened {
             trial: text(g),
             pin: Option::arbitrary(g),
