@@ -313,6 +313,9 @@ event_kinds! {
     133 => WorkerAssetsBound(crate::state::asset::WorkerAssetsBound), must_understand;
     134 => WorkerReportIngested(crate::state::pool::WorkerReportIngested);
     135 => WorkerJournalDamaged(crate::state::pool::WorkerJournalDamaged);
+    136 => PoolAllocationEnded(crate::state::pool::PoolAllocationEnded);
+    137 => WorkerCleanupIntent(crate::state::pool::WorkerCleanupIntent);
+    138 => WorkerCleanedUp(crate::state::pool::WorkerCleanedUp);
     140 => TrialOpened(crate::state::trial::TrialOpened), must_understand;
     141 => TrialWorkerJoined(crate::state::trial::TrialWorkerJoined), must_understand;
     142 => TrialJudged(crate::state::trial::TrialJudged), must_understand;

@@ -289,6 +289,25 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
             status: text(g),
             reason: text(g),
         }),
+        136 => Event::PoolAllocationEnded(PoolAllocationEnded {
+            pool: text(g),
+            job_id: u64::arbitrary(g),
+            proof: text(g),
+        }),
+        137 => Event::WorkerCleanupIntent(WorkerCleanupIntent {
+            submission_id: uuid(g),
+            remove: Vec::arbitrary(g),
+            keep: Vec::arbitrary(g),
+            state_class: text(g),
+            reason: text(g),
+        }),
+        138 => Event::WorkerCleanedUp(WorkerCleanedUp {
+            submission_id: uuid(g),
+            removed: Vec::arbitrary(g),
+            kept: Vec::arbitrary(g),
+            state_class: text(g),
+            errors: Vec::arbitrary(g),
+        }),
         140 => Event::TrialOpened(TrialOpened {
             trial: text(g),
             pin: Option::arbitrary(g),

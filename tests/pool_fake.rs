@@ -240,3 +240,267 @@ fn empty_answers_do_not_prove_a_stopped_step_over() {
         "a submit on top of a held budget was accepted: {err}"
     );
 }
+
+/// `scontrol show job` for allocation `id` (running, 4 CPUs, an hour left).
+fn show_job_of(id: u32) -> String {
+    show_job(60, 3600).replacen("JobId=901", &format!("JobId={id}"), 1)
+}
+
+/// A job listing row of allocation 901 in `state`.
+fn job_row(state: &str) -> String {
+    format!("901|901|{state}|debug|dev|normal|root|1|4|vm|59:00|1:00:00|2026-11-29T16:12:52|2026-11-29T17:12:52|None|alloc\n")
+}
+
+fn wait_for_kind(fake: &Fake, kind: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !fake.kinds().iter().any(|k| k == kind) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {kind} in the journal"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Issue 11 §2: no command holds the journal lock across a wait. While `stop-worker --grace 15`
+/// waits for its TERM to end the step, `pool attach`, `pool status` and `trial open` on the same
+/// state directory each return at once (the issue measured 42.5 s for an attach).
+#[test]
+fn a_stop_waiting_out_its_grace_blocks_no_other_command() {
+    let fake = Fake::attached(60);
+    let step_row = "901.0|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.w\n";
+    let running = json!({
+        "scontrol": [{"match": ["job", "902"], "stdout": show_job_of(902)}, {"stdout": show_job(60, 3600)}],
+        "srun": [{"hang": 120}],
+        "squeue": [{"match": ["--steps"], "stdout": step_row}, {"stdout": job_row("RUNNING")}],
+        "sacct": [{"stdout": ""}],
+        "scancel": [{"stdout": ""}],
+    });
+    fake.scenario(running.clone());
+    let (code, _, err) = fake.run(SUBMIT);
+    assert_eq!(code, 0, "{err}");
+
+    let mut stop = fake
+        .command(&["pool", "stop-worker", "p", "w", "--grace", "15", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_kind(&fake, "WorkerStopIntent");
+    let mut took = Vec::new();
+    for args in [
+        &["pool", "attach", "q", "--job", "902"][..],
+        &["pool", "status", "--json"][..],
+        &["trial", "open", "t"][..],
+    ] {
+        let started = std::time::Instant::now();
+        let (code, _, err) = fake.run(args);
+        let ms = started.elapsed().as_millis();
+        assert_eq!(code, 0, "{args:?}: {err}");
+        took.push((args[..2].join(" "), ms));
+    }
+    eprintln!("while stop-worker waits its grace: {took:?}");
+    assert!(
+        stop.try_wait().unwrap().is_none(),
+        "stop-worker ended before the other commands ran"
+    );
+    for (what, ms) in &took {
+        // The issue asks for 100 ms; the bound leaves room for a loaded 2-CPU machine and
+        // still fails by an order of magnitude on a lock held for the 15 s grace.
+        assert!(*ms < 2_000, "{what} took {ms} ms while stop-worker waited");
+    }
+    // The step ends: the stop proves it (listed job, step absent) and records the release.
+    let mut over = running;
+    over["squeue"] = json!([{"match": ["--steps"], "stdout": ""}, {"stdout": job_row("RUNNING")}]);
+    fake.scenario(over);
+    let out = stop.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kinds = fake.kinds();
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("WorkerTerminal"),
+        "{kinds:?}"
+    );
+}
+
+/// Issue 11 §2: with the lock released across Slurm calls, the budget is re-read under the
+/// lock before the receipt: 16 submitters racing into a 4-CPU allocation never reserve more.
+#[test]
+fn sixteen_racing_submitters_never_over_reserve() {
+    let fake = Fake::attached(60);
+    let steps: String = (0..16)
+        .map(|i| format!("901.{i}|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.w{i}\n"))
+        .collect();
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"hang": 60}],
+        "squeue": [{"match": ["--steps"], "stdout": steps}],
+    }));
+    let children: Vec<_> = (0..16)
+        .map(|i| {
+            let name = format!("w{i}");
+            fake.command(&[
+                "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--name", &name, "--",
+                "true",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    let codes: Vec<i32> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap().status.code().unwrap_or(-1))
+        .collect();
+    assert_eq!(codes.iter().filter(|c| **c == 0).count(), 4, "{codes:?}");
+    assert_eq!(codes.iter().filter(|c| **c == 3).count(), 12, "{codes:?}");
+    let (_, out, _) = fake.run(&["pool", "status", "--json"]);
+    let st: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(st["pools"][0]["reserved"]["cpus"], 4, "{st}");
+}
+
+/// Issue 10, item 3: an srun that exits without ever making a step. Its exit, the supervisor's
+/// journal (no start), the step listing beside the running job and accounting (the job, no
+/// such step) after the settle delay together prove that the step never ran: the budget goes.
+#[test]
+fn an_srun_that_exits_without_a_step_is_proven_never_to_have_run() {
+    let fake = Fake::attached(60);
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"stderr": "srun: error: Socket timed out on send/recv operation\n", "exit": 1}],
+        "squeue": [{"match": ["--steps"], "stdout": ""}, {"stdout": job_row("RUNNING")}],
+        "sacct": [{"stdout": "901|901|RUNNING|0:0|0:0|2026-11-29T16:12:52|2026-11-29T16:12:52|Unknown|00:01:00|01:00:00|vm|4|4G|debug|dev|normal|root|alloc\n"}],
+    }));
+    let (code, _, err) = fake.run(SUBMIT);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("never ran"), "{err}");
+    let events = fake.events();
+    let failed = events
+        .iter()
+        .rfind(|e| e["kind"] == "WorkerLaunchFailed")
+        .expect("a WorkerLaunchFailed");
+    assert_eq!(failed["event"]["definite"], true, "{failed}");
+    let reason = failed["event"]["reason"].as_str().unwrap();
+    for evidence in ["srun", "supervisor", "accounting", "step listing"] {
+        assert!(
+            reason.contains(evidence),
+            "proof without {evidence}: {reason}"
+        );
+    }
+    let (_, out, _) = fake.run(&["pool", "status", "--json"]);
+    let st: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(st["pools"][0]["reserved"]["cpus"], 0, "{st}");
+}
+
+/// Issue 10, item 3: an srun that hangs without a step proves nothing. `pool submit` says the
+/// outcome is unknown (exit 4, CLI.md), not `running` with no step; the budget stays held and
+/// reconcile lists it as unknown.
+#[test]
+fn an_srun_that_hangs_without_a_step_is_unknown_and_keeps_its_budget() {
+    let fake = Fake::attached(60);
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"hang": 120}],
+        "squeue": [{"match": ["--steps"], "stdout": ""}, {"stdout": job_row("RUNNING")}],
+        "sacct": [{"stdout": "901|901|RUNNING|0:0|0:0|2026-11-29T16:12:52|2026-11-29T16:12:52|Unknown|00:01:00|01:00:00|vm|4|4G|debug|dev|normal|root|alloc\n"}],
+    }));
+    let (code, _, err) = fake.run(SUBMIT);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("dispatch reconcile"), "{err}");
+    let (code, out, err) = fake.run(&["reconcile", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["unknown"][0]["worker"], "w", "{r}");
+    let (_, out, _) = fake.run(&["pool", "status", "--json"]);
+    let st: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(st["pools"][0]["reserved"]["cpus"], 1, "{st}");
+}
+
+/// Issue 10, item 4: once reconcile proves the allocation over, `pool status` shows it ended,
+/// with the proof, and no time left (it showed "172 s left").
+#[test]
+fn a_dead_allocation_is_shown_ended_not_counting_down() {
+    let fake = Fake::attached(60);
+    fake.scenario(json!({"squeue": [{"stdout": job_row("CANCELLED")}]}));
+    let (code, out, err) = fake.run(&["pool", "status", "--refresh", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let st: Value = serde_json::from_str(out.trim()).unwrap();
+    let a = &st["pools"][0]["allocation"];
+    assert_eq!(a["state"], "ended", "{st}");
+    assert!(a.get("seconds_left").is_none(), "{st}");
+    assert!(
+        a["ended_proof"].as_str().unwrap().contains("CANCELLED"),
+        "{st}"
+    );
+    let (_, text, _) = fake.run(&["pool", "status"]);
+    assert!(!text.contains("s left"), "{text}");
+    assert!(text.contains("ended"), "{text}");
+    // Recorded once, and shown without asking Slurm again.
+    fake.scenario(json!({}));
+    let (code, out, _) = fake.run(&["pool", "status", "--json"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("\"ended\""), "{out}");
+    assert_eq!(
+        fake.kinds()
+            .iter()
+            .filter(|k| *k == "PoolAllocationEnded")
+            .count(),
+        1
+    );
+}
+
+/// Issue 10, item 5: a supervisor killed before its cleanup (here: it never wrote a word)
+/// leaves runtime, cache and checkout. Once the step is proven over the coordinator finishes
+/// the cleanup by the same rules (the unpublished checkout stays), writes STATE-CLASS and
+/// journals it, intent before outcome, before the release.
+#[test]
+fn the_coordinator_finishes_a_killed_supervisors_cleanup() {
+    let fake = Fake::attached(60);
+    let step_row = "901.0|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.w\n";
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"hang": 120}],
+        "squeue": [{"match": ["--steps"], "stdout": step_row}],
+    }));
+    let (code, out, err) = fake.run(SUBMIT);
+    assert_eq!(code, 0, "{err}");
+    let id = serde_json::from_str::<Value>(out.trim()).unwrap()["submission_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let root = fake.state().join("pools/p/workers").join(&id);
+    std::fs::write(root.join("cache/blob"), b"c").unwrap();
+    std::fs::write(root.join("runtime/sock"), b"r").unwrap();
+    std::fs::write(root.join("checkout/work"), b"w").unwrap();
+    std::fs::write(root.join("state/db"), b"s").unwrap();
+    // The step is gone beside its listed job.
+    fake.scenario(json!({
+        "squeue": [{"match": ["--steps"], "stdout": ""}, {"stdout": job_row("RUNNING")}],
+        "sacct": [{"stdout": ""}],
+    }));
+    let (code, out, err) = fake.run(&["reconcile", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("absent"), "{out}");
+    assert!(!root.join("runtime").exists() && !root.join("cache").exists());
+    assert_eq!(std::fs::read(root.join("checkout/work")).unwrap(), b"w");
+    assert_eq!(std::fs::read(root.join("state/db")).unwrap(), b"s");
+    let class = std::fs::read_to_string(root.join("STATE-CLASS")).unwrap();
+    assert!(class.starts_with("crash_class_partial\n"), "{class}");
+    let kinds = fake.kinds();
+    let n = kinds.len();
+    assert_eq!(
+        kinds[n - 3..],
+        ["WorkerCleanupIntent", "WorkerCleanedUp", "WorkerTerminal"],
+        "{kinds:?}"
+    );
+    // Run again: nothing more to do, nothing written.
+    let (code, _, _) = fake.run(&["reconcile"]);
+    assert_eq!(code, 0);
+    assert_eq!(fake.kinds().len(), n);
+}

@@ -244,12 +244,16 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
             } else {
                 for p in &r.pools {
                     let a = &p.allocation;
+                    // A dead allocation has no time left: say it ended, and what proved it.
+                    let life = match (&a.ended_proof, a.seconds_left) {
+                        (Some(proof), _) => format!("ended ({proof})"),
+                        (None, left) => format!("{} s left", left.unwrap_or(0)),
+                    };
                     println!(
-                        "pool {}: job {} on {}, {} s left; reserved {}/{} CPUs, {}/{} MB",
+                        "pool {}: job {} on {}, {life}; reserved {}/{} CPUs, {}/{} MB",
                         p.pool,
                         a.job_id,
                         a.node,
-                        a.seconds_left.unwrap_or(0),
                         p.reserved.cpus,
                         p.capacity.cpus,
                         p.reserved.mem_mb,

@@ -33,7 +33,7 @@ use crate::state::State;
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"DISPSNAP";
 /// 2: job workers record their assets. 3: and their job name. 4: and why their submission
 /// failed.
-pub const SNAPSHOT_VERSION: u16 = 4;
+pub const SNAPSHOT_VERSION: u16 = 5;
 const HEADER_LEN: usize = 96;
 /// Snapshots kept on disk; older ones are removed after a new one is in place.
 pub const SNAPSHOTS_KEPT: usize = 2;

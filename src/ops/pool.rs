@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::context::{await_proof, snapshot_quietly, Ctx, STOP_PROOF_TIMEOUT};
+use super::context::{await_proof, micros_to_local, snapshot_quietly, Ctx, STOP_PROOF_TIMEOUT};
 use super::error::OpError;
 use super::facts::allocation_facts;
 use super::spec::WorkerSpec;
@@ -21,12 +21,12 @@ use crate::policy::node as node_policy;
 use crate::policy::pool::{self as policy, AllocationFacts, Refusal, WorkerAsk};
 use crate::policy::reconcile as reconcile_policy;
 use crate::slurm::{
-    Answer, JobId, JobName, JobQuery, Scheduler, Signal, StepId, StepKind, StepRequest,
+    AcctQuery, Answer, JobId, JobName, JobQuery, Scheduler, Signal, StepId, StepKind, StepRequest,
 };
 use crate::state::pool::*;
 use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
-use crate::worker::{publish, report, supervisor};
+use crate::worker::{cleanup, publish, report, supervisor};
 
 /// How long `pool submit` looks for the new step before calling the outcome unknown.
 pub const STEP_DISCOVERY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -102,11 +102,23 @@ pub struct AllocationView {
     pub qos: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seconds_left: Option<i64>,
+    /// `running`, or `ended` once the journal records the allocation proven over (status only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<&'static str>,
+    /// What proved it over (`PoolAllocationEnded`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_proof: Option<String>,
 }
 
 impl AllocationView {
-    fn of(a: &Allocation, now: Option<Micros>) -> AllocationView {
+    fn of(
+        a: &Allocation,
+        now: Option<Micros>,
+        ended: Option<&PoolAllocationEnded>,
+    ) -> AllocationView {
         AllocationView {
+            state: now.map(|_| if ended.is_some() { "ended" } else { "running" }),
+            ended_proof: ended.map(|e| e.proof.clone()),
             job_id: a.job_id,
             node: a.node.clone(),
             user: a.user.clone(),
@@ -117,7 +129,10 @@ impl AllocationView {
             partition: a.partition.clone(),
             account: a.account.clone(),
             qos: a.qos.clone(),
-            seconds_left: now.map(|n| (a.end_time.secs() - n.secs()).max(0)),
+            // An allocation proven over has no time left, whatever its end time said.
+            seconds_left: now
+                .filter(|_| ended.is_none())
+                .map(|n| (a.end_time.secs() - n.secs()).max(0)),
         }
     }
 }
@@ -128,17 +143,54 @@ pub async fn attach<S: Scheduler>(
     job: JobId,
 ) -> Result<AttachReport, OpError> {
     check_path_name("pool", pool).map_err(OpError::Usage)?;
-    let (writer, loaded) = ctx.lock_and_load()?;
+    // The state directory and journal are checked (and made) before Slurm is asked.
+    drop(ctx.lock_and_load()?);
     let facts = read_facts(ctx, job).await?;
-    let allocation =
-        policy::check_attach(&loaded.state.pools, pool, &facts, &ctx.caller, ctx.now())?;
-    writer.append_one(Event::PoolAttached(PoolAttached {
-        pool: pool.to_owned(),
-        allocation: allocation.clone(),
-    }))?;
+    let allocation = locked(ctx, |writer, state| {
+        let allocation = policy::check_attach(&state.pools, pool, &facts, &ctx.caller, ctx.now())?;
+        writer.append_one(Event::PoolAttached(PoolAttached {
+            pool: pool.to_owned(),
+            allocation: allocation.clone(),
+        }))?;
+        Ok(allocation)
+    })?;
     Ok(AttachReport {
         pool: pool.to_owned(),
-        allocation: AllocationView::of(&allocation, None),
+        allocation: AllocationView::of(&allocation, None, None),
+    })
+}
+
+/// Take the journal's writer lock, load the state as it is now, decide and append in `f`, and
+/// release the lock. Nothing in `f` may wait (no Slurm call, no grace, no poll): a command that
+/// waits does so between two of these, and re-checks what it decided when it takes the lock
+/// again (issue 11: another command may have changed the state meanwhile).
+pub(crate) fn locked<S: Scheduler, T>(
+    ctx: &Ctx<S>,
+    f: impl FnOnce(&Writer, &State) -> Result<T, OpError>,
+) -> Result<T, OpError> {
+    let (writer, loaded) = ctx.lock_and_load()?;
+    f(&writer, &loaded.state)
+}
+
+/// The worker `submission_id` of `pool` while it still holds budget.
+pub(crate) fn active_worker<'a>(state: &'a State, pool: &str, id: Uuid) -> Option<&'a Worker> {
+    state.pools.pools.get(pool)?.active.get(&id)
+}
+
+/// Append `events` about worker `id` if it still holds budget (under the lock, as it is now);
+/// once another command settled it, they would say nothing. Whether they were appended.
+fn record<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &str,
+    id: Uuid,
+    events: Vec<Event>,
+) -> Result<bool, OpError> {
+    locked(ctx, |writer, state| {
+        if active_worker(state, pool, id).is_none() {
+            return Ok(false);
+        }
+        writer.append(events)?;
+        Ok(true)
     })
 }
 
@@ -211,7 +263,13 @@ pub async fn submit<S: Scheduler>(
     spec.check()?;
     let submission_id = Uuid::new_v4();
     let worker = spec.name(submission_id);
-    let (writer, loaded) = ctx.lock_and_load()?;
+    // A first look, to refuse early and to know what to ask Slurm; the lock is not held while
+    // it answers. What counts is decided again under the lock, right before the receipt.
+    let loaded = {
+        let (writer, loaded) = ctx.lock_and_load()?;
+        drop(writer);
+        loaded
+    };
     let pool = loaded
         .state
         .pools
@@ -227,19 +285,21 @@ pub async fn submit<S: Scheduler>(
         mem_mb: spec.mem.get(),
         budgets,
     };
-    let bound = spec.bind(&loaded.state, &ctx.state_dir, submission_id)?;
-    inspect_for_submit(ctx, pool, &ask).await?;
-    let job = job_id(&pool.allocation)?;
+    spec.bind(&loaded.state, &ctx.state_dir, submission_id)?;
+    let facts = inspect_for_submit(ctx, pool, &ask).await?;
+    let allocation = pool.allocation.clone();
+    let job = job_id(&allocation)?;
     let name = step_name(&req.pool, &worker);
     let step_name_checked =
         JobName::new(name.clone()).map_err(|e| OpError::Usage(e.to_string()))?;
     let dirs = WorkerDirs::new(&ctx.pools_dir(), &req.pool, submission_id);
     // Before the receipt: a pool tree that is another user's, or a link, refuses (exit 3).
     dirs.check(&ctx.state_dir)?;
-    let deadline = policy::early_shutdown_deadline(pool.allocation.end_time, &budgets);
+    let deadline = policy::early_shutdown_deadline(allocation.end_time, &budgets);
 
-    // The durable receipt: from here on the worker holds budget. The assets it uses go in the
-    // same commit (a released kind's fields never change, so they are their own event).
+    // The durable receipt: from here on the worker holds budget. The budget is read again under
+    // the lock (another submit may have taken it while Slurm answered), and the assets it uses
+    // go in the same commit (a released kind's fields never change, so they are their own event).
     let intent = Event::WorkerSubmitIntent(WorkerSubmitIntent {
         pool: req.pool.clone(),
         worker: worker.clone(),
@@ -249,7 +309,24 @@ pub async fn submit<S: Scheduler>(
         publication_timeout_s: budgets.publication_timeout_s,
         command: spec.command.clone(),
     });
-    writer.append(bound.receipt(intent, submission_id))?;
+    let bound = locked(ctx, |writer, state| {
+        let pool = state
+            .pools
+            .pools
+            .get(&req.pool)
+            .filter(|p| p.allocation == allocation)
+            .ok_or_else(|| {
+                OpError::Failed(format!(
+                    "pool {} was detached or attached to another allocation while this submit asked \
+                     Slurm; nothing was submitted. Check `dispatch pool status` and submit again",
+                    req.pool
+                ))
+            })?;
+        policy::check_submit(pool, &facts, &ask, &ctx.caller, ctx.now())?;
+        let bound = spec.bind(state, &ctx.state_dir, submission_id)?;
+        writer.append(bound.receipt(intent, submission_id))?;
+        Ok(bound)
+    })?;
     failpoint::hit("pool-submit-after-intent");
     let mut report = SubmitReport {
         pool: req.pool.clone(),
@@ -260,14 +337,19 @@ pub async fn submit<S: Scheduler>(
         warnings: Vec::new(),
     };
     if let Err(e) = dirs.create(&ctx.state_dir) {
-        writer.append_one(Event::WorkerLaunchFailed(WorkerLaunchFailed {
+        record(
+            ctx,
+            &req.pool,
             submission_id,
-            definite: true,
-            reason: format!(
-                "cannot create worker directories under {}: {e}",
-                dirs.root.display()
-            ),
-        }))?;
+            vec![Event::WorkerLaunchFailed(WorkerLaunchFailed {
+                submission_id,
+                definite: true,
+                reason: format!(
+                    "cannot create worker directories under {}: {e}",
+                    dirs.root.display()
+                ),
+            })],
+        )?;
         return Err(OpError::Failed(format!(
             "worker {worker}: cannot create its directories under {}: {e}; nothing was launched and its budget is released",
             dirs.root.display()
@@ -304,15 +386,21 @@ pub async fn submit<S: Scheduler>(
     // nothing the coordinator's own environment holds can leak into them.
     failpoint::hit("pool-submit-before-launch");
     let launched = ctx.sched.launch_step(&step).await;
+    let launched_at = Instant::now();
     let srun_pid = match launched {
         Ok(l) => l.srun_pid,
         Err(e) => {
             let definite = e.nothing_happened();
-            writer.append_one(Event::WorkerLaunchFailed(WorkerLaunchFailed {
+            record(
+                ctx,
+                &req.pool,
                 submission_id,
-                definite,
-                reason: e.to_string(),
-            }))?;
+                vec![Event::WorkerLaunchFailed(WorkerLaunchFailed {
+                    submission_id,
+                    definite,
+                    reason: e.to_string(),
+                })],
+            )?;
             return Err(if definite {
                 OpError::Failed(format!(
                     "worker {worker}: {e}; nothing was launched and its budget is released"
@@ -325,39 +413,86 @@ pub async fn submit<S: Scheduler>(
             });
         }
     };
-    writer.append_one(Event::WorkerLaunched(WorkerLaunched {
+    record(
+        ctx,
+        &req.pool,
         submission_id,
-        srun_pid,
-    }))?;
+        vec![Event::WorkerLaunched(WorkerLaunched {
+            submission_id,
+            srun_pid,
+        })],
+    )?;
     failpoint::hit("pool-submit-after-launch");
     report.state = WorkerState::Running.as_str();
 
-    match discover_step(ctx, job, &name, &dirs, srun_pid).await {
+    let search = StepSearch {
+        job,
+        name: &name,
+        dirs: &dirs,
+        srun_pid,
+        launched_at,
+        since: allocation.start_time,
+    };
+    match discover_step(ctx, &search).await {
         Discovery::Found(step_no) => {
-            writer.append_one(Event::WorkerStepObserved(WorkerStepObserved {
-                submission_id,
-                step_id: step_no,
-            }))?;
+            // Unless reconcile recorded it (or settled the worker) meanwhile.
+            locked(ctx, |writer, state| {
+                match active_worker(state, &req.pool, submission_id) {
+                    Some(w) if w.step_id != Some(step_no) => {
+                        writer.append_one(Event::WorkerStepObserved(WorkerStepObserved {
+                            submission_id,
+                            step_id: step_no,
+                        }))?;
+                    }
+                    _ => {}
+                }
+                Ok(())
+            })?;
             report.step_id = Some(format!("{job}.{step_no}"));
         }
         Discovery::CreationFailed(reason) => {
-            writer.append_one(Event::WorkerLaunchFailed(WorkerLaunchFailed {
+            record(
+                ctx,
+                &req.pool,
                 submission_id,
-                definite: true,
-                reason: reason.clone(),
-            }))?;
+                vec![Event::WorkerLaunchFailed(WorkerLaunchFailed {
+                    submission_id,
+                    definite: true,
+                    reason: reason.clone(),
+                })],
+            )?;
             return Err(OpError::Failed(format!(
                 "worker {worker}: Slurm refused to create its step: {reason}; its budget is released"
             )));
         }
+        Discovery::NeverRan(proof) => {
+            record(
+                ctx,
+                &req.pool,
+                submission_id,
+                vec![Event::WorkerLaunchFailed(WorkerLaunchFailed {
+                    submission_id,
+                    definite: true,
+                    reason: proof.clone(),
+                })],
+            )?;
+            return Err(OpError::Failed(format!(
+                "worker {worker}: {proof}; its budget is released. See {}",
+                dirs.evidence.join("srun-client.log").display()
+            )));
+        }
         Discovery::NotSeen(why) => {
-            // Launched, but not yet proven: this is not a failure (the step may be pending).
-            report.warnings.push(format!(
-                "step {name} not seen yet ({why}); `dispatch reconcile` or `dispatch pool status --refresh` will find it"
-            ));
+            // Launched, but neither seen nor proven never to have run: the outcome is unknown
+            // (CLI.md: exit 4), and the budget stays held until reconcile settles it.
+            snapshot_quietly(&ctx.journal_dir());
+            return Err(OpError::Unknown(format!(
+                "worker {worker} (submission {submission_id}): its step {name} was not seen within {} s \
+                 ({why}); the launch outcome is unknown and its budget stays held. Run `dispatch \
+                 reconcile` (or `dispatch pool status --refresh`) to resolve it",
+                STEP_DISCOVERY_TIMEOUT.as_secs()
+            )));
         }
     }
-    drop(writer);
     snapshot_quietly(&ctx.journal_dir());
     Ok(report)
 }
@@ -365,11 +500,13 @@ pub async fn submit<S: Scheduler>(
 enum Discovery {
     Found(u32),
     CreationFailed(String),
+    /// Proven never to have run (`policy::reconcile::step_never_ran`).
+    NeverRan(String),
     NotSeen(String),
 }
 
 /// Is `pid` a running (not zombie) process on this host?
-fn process_alive(pid: u32) -> bool {
+pub(crate) fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state letter follows the last ')' (the command name may contain one).
         Ok(stat) => stat
@@ -380,17 +517,61 @@ fn process_alive(pid: u32) -> bool {
     }
 }
 
-/// Find the step a detached srun created: by name in the step listing, or by the step id the
-/// supervisor recorded (for a step that ended between two listings).
-async fn discover_step<S: Scheduler>(
-    ctx: &Ctx<S>,
+/// How the srun this process started has ended, if it has: its exit status when it is our
+/// child still to be reaped, else whether its pid still runs.
+fn srun_ended(pid: u32) -> Option<String> {
+    let Ok(raw) = libc::pid_t::try_from(pid) else {
+        return None;
+    };
+    let mut status = 0;
+    // SAFETY: waitpid with WNOHANG only reads and writes `status`, which outlives the call.
+    let r = unsafe { libc::waitpid(raw, &mut status, libc::WNOHANG) };
+    if r == raw {
+        return Some(if libc::WIFEXITED(status) {
+            format!("(pid {pid}) exited with code {}", libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            format!(
+                "(pid {pid}) was killed by signal {}",
+                libc::WTERMSIG(status)
+            )
+        } else {
+            format!("(pid {pid}) ended")
+        });
+    }
+    if r == 0 {
+        return None;
+    }
+    // Not (or no longer) our child to reap: its pid tells. A reused pid reads as running,
+    // which proves nothing: the safe side.
+    (!process_alive(pid)).then(|| format!("(pid {pid}) is no longer running"))
+}
+
+/// What `pool submit` looks for after its srun started.
+struct StepSearch<'a> {
     job: JobId,
-    name: &str,
-    dirs: &WorkerDirs,
+    name: &'a str,
+    dirs: &'a WorkerDirs,
     srun_pid: u32,
-) -> Discovery {
-    let started = Instant::now();
+    launched_at: Instant,
+    /// The allocation's start: where accounting is asked from.
+    since: Micros,
+}
+
+/// Find the step a detached srun created: by name in the step listing, or by the step id the
+/// supervisor recorded (for a step that ended between two listings). When the srun has exited
+/// without one, wait out the settle delay and ask whether together the evidence proves that the
+/// step never ran.
+async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> Discovery {
+    let StepSearch {
+        job,
+        name,
+        dirs,
+        srun_pid,
+        launched_at,
+        ..
+    } = *search;
     let mut last_unknown = None;
+    let mut srun_exit: Option<String> = None;
     // A step usually appears within ~50 ms: look often at first, then back off.
     let mut pause = Duration::from_millis(20);
     loop {
@@ -408,26 +589,74 @@ async fn discover_step<S: Scheduler>(
                 return Discovery::Found(step);
             }
         }
-        if !process_alive(srun_pid) {
+        if srun_exit.is_none() {
+            srun_exit = srun_ended(srun_pid);
+        }
+        if let Some(exit) = &srun_exit {
             let log =
                 std::fs::read_to_string(dirs.evidence.join("srun-client.log")).unwrap_or_default();
             if let Some(line) = log.lines().find(|l| l.contains("Unable to create step")) {
                 return Discovery::CreationFailed(line.trim().to_owned());
             }
-            // srun is gone without saying why and no step was seen: one last look above is all
-            // the listing can give; the supervisor's journal may still show up.
-            if started.elapsed() > Duration::from_secs(2) {
-                return Discovery::NotSeen(format!(
-                    "the srun client (pid {srun_pid}) exited; see {}",
-                    dirs.evidence.join("srun-client.log").display()
-                ));
+            if launched_at.elapsed() >= reconcile_policy::NEVER_RAN_SETTLE {
+                return match never_ran(ctx, search, exit).await {
+                    Some(proof) => Discovery::NeverRan(proof),
+                    None => Discovery::NotSeen(format!(
+                        "the srun client {exit} and no step was seen, but that it never ran is \
+                         not proven; see {}",
+                        dirs.evidence.join("srun-client.log").display()
+                    )),
+                };
             }
         }
-        if started.elapsed() > STEP_DISCOVERY_TIMEOUT {
+        if launched_at.elapsed() > STEP_DISCOVERY_TIMEOUT {
             return Discovery::NotSeen(last_unknown.unwrap_or_else(|| "still pending".to_owned()));
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(POLL);
+    }
+}
+
+/// Ask the questions [`reconcile_policy::step_never_ran`] needs: the step listing, the job
+/// listing, accounting, and the supervisor's own journal.
+async fn never_ran<S: Scheduler>(
+    ctx: &Ctx<S>,
+    search: &StepSearch<'_>,
+    srun_exit: &str,
+) -> Option<String> {
+    let job = search.job;
+    let steps = ctx.sched.list_steps(job).await;
+    let jobs = ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
+    let mut obs = reconcile_policy::observe_pool(job, &jobs.job(job), Some(&steps));
+    let acct = ctx
+        .sched
+        .accounting(&AcctQuery {
+            jobs: vec![job],
+            names: vec![],
+            since: micros_to_local(search.since),
+        })
+        .await;
+    if let Answer::Live(rows) = &acct {
+        reconcile_policy::add_accounting(&mut obs, job, rows);
+    }
+    let supervisor_started = supervisor_started(&ctx.pools_dir(), search.dirs);
+    reconcile_policy::step_never_ran(
+        search.name,
+        &reconcile_policy::SrunSeen::Exited(srun_exit.to_owned()),
+        supervisor_started,
+        search.launched_at.elapsed(),
+        &obs,
+    )
+}
+
+/// Did the worker's supervisor record its start? `None` when its journal cannot be read (or
+/// its tree is not trusted): then nothing is known.
+pub(crate) fn supervisor_started(pools_dir: &Path, dirs: &WorkerDirs) -> Option<bool> {
+    dirs.check(pools_dir).ok()?;
+    match report::read(&dirs.evidence) {
+        Ok(None) => Some(false),
+        Ok(Some(r)) => Some(r.started.is_some()),
+        Err(_) => None,
     }
 }
 
@@ -476,8 +705,15 @@ pub async fn stop_worker<S: Scheduler>(
     worker: &str,
     grace: Duration,
 ) -> Result<StopReport, OpError> {
-    let (writer, loaded) = ctx.lock_and_load()?;
-    let (p, w) = find_worker(&loaded.state, pool, worker)?;
+    // Decide what to stop from a first look; every append below takes the lock again and
+    // checks that the worker is still as this stop saw it. The grace and the proof polls
+    // happen with the lock released (issue 11).
+    let state = {
+        let (writer, loaded) = ctx.lock_and_load()?;
+        drop(writer);
+        loaded.state
+    };
+    let (p, w) = find_worker(&state, pool, worker)?;
     let job = job_id(&p.allocation)?;
     let submission_id = w.submission_id;
     let mut step_no = w.step_id;
@@ -487,10 +723,17 @@ pub async fn stop_worker<S: Scheduler>(
         if let Answer::Live(rows) = ctx.sched.list_steps(job).await {
             step_no = numbered_step_named(&rows, &name);
             if let Some(n) = step_no {
-                writer.append_one(Event::WorkerStepObserved(WorkerStepObserved {
-                    submission_id,
-                    step_id: n,
-                }))?;
+                locked(ctx, |writer, state| {
+                    if active_worker(state, pool, submission_id)
+                        .is_some_and(|w| w.step_id.is_none())
+                    {
+                        writer.append_one(Event::WorkerStepObserved(WorkerStepObserved {
+                            submission_id,
+                            step_id: n,
+                        }))?;
+                    }
+                    Ok(())
+                })?;
             }
         }
     }
@@ -501,10 +744,22 @@ pub async fn stop_worker<S: Scheduler>(
         )));
     };
     let step = StepId::new(job, StepKind::Numbered(step_no));
-    writer.append_one(Event::WorkerStopIntent(WorkerStopIntent {
-        submission_id,
-        grace_s: grace.as_secs() as u32,
-    }))?;
+    locked(ctx, |writer, state| {
+        match active_worker(state, pool, submission_id) {
+            Some(w) if w.step_id.is_none_or(|s| s == step_no) => {}
+            _ => {
+                return Err(OpError::Failed(format!(
+                    "worker {worker} changed while this stop looked for its step (another command \
+                     settled it); nothing was signalled. `dispatch pool status {pool}` shows it now"
+                )))
+            }
+        }
+        writer.append_one(Event::WorkerStopIntent(WorkerStopIntent {
+            submission_id,
+            grace_s: grace.as_secs() as u32,
+        }))?;
+        Ok(())
+    })?;
     failpoint::hit("pool-stop-after-intent");
     if let Err(e) = ctx.sched.signal_step(step, Signal::Term).await {
         tracing::warn!("scancel --signal=TERM {step}: {e}");
@@ -532,23 +787,128 @@ pub async fn stop_worker<S: Scheduler>(
              Run `dispatch reconcile` to resolve it"
         )));
     };
-    ingest_worker_journal(
-        &writer,
-        &loaded.state,
-        pool,
-        submission_id,
-        &ctx.pools_dir(),
-        true,
-    )?;
-    writer.append_one(Event::WorkerTerminal(WorkerTerminal {
-        submission_id,
-        proof,
-    }))?;
-    sweep_publication(&ctx.pools_dir(), pool, w);
+    // Released by this stop, or by a reconcile that proved the same meanwhile: either way
+    // it is released.
+    release_proven(ctx, pool, submission_id, &proof, |w| {
+        w.step_id.is_none_or(|s| s == step_no)
+    })?;
     report.state = WorkerState::Released.as_str();
-    drop(writer);
     snapshot_quietly(&ctx.journal_dir());
     Ok(report)
+}
+
+/// Worker `id`'s step is proven over (`proof`): record what its own journal says, finish the
+/// cleanup its supervisor could not, and release its budget (`WorkerTerminal`). Each append
+/// takes the lock and checks the worker still holds budget; files are removed with the lock
+/// released. Whether this call released it (false: another command had).
+pub(crate) fn release_proven<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &str,
+    id: Uuid,
+    proof: &str,
+    still: impl Fn(&Worker) -> bool,
+) -> Result<bool, OpError> {
+    let pools_dir = ctx.pools_dir();
+    let cleanup = locked(ctx, |writer, state| {
+        if !active_worker(state, pool, id).is_some_and(&still) {
+            return Ok(None);
+        }
+        ingest_worker_journal(writer, state, pool, id, &pools_dir, true)?;
+        let w = active_worker(state, pool, id).expect("checked above");
+        let planned = plan_leftover_cleanup(&pools_dir, pool, w);
+        if let Some((intent, _, _)) = &planned {
+            writer.append_one(Event::WorkerCleanupIntent(intent.clone()))?;
+        }
+        Ok(Some(planned))
+    })?;
+    let Some(planned) = cleanup else {
+        return Ok(false);
+    };
+    let done = planned.map(|(intent, plan, dirs)| {
+        let deadline = Instant::now() + LEFTOVER_CLEANUP_BUDGET;
+        let d = cleanup::run(
+            &dirs,
+            &plan,
+            node_policy::StateClass::CrashClassPartial,
+            &intent.reason,
+            deadline,
+        );
+        WorkerCleanedUp {
+            submission_id: id,
+            removed: d.removed,
+            kept: d.kept,
+            state_class: d.state_class,
+            errors: d.errors,
+        }
+    });
+    let finished = locked(ctx, |writer, state| {
+        let Some(w) = active_worker(state, pool, id).filter(|w| still(w)).cloned() else {
+            return Ok(None);
+        };
+        let mut events: Vec<Event> = done.map(Event::WorkerCleanedUp).into_iter().collect();
+        events.push(Event::WorkerTerminal(WorkerTerminal {
+            submission_id: id,
+            proof: proof.to_owned(),
+        }));
+        writer.append(events)?;
+        Ok(Some(w))
+    })?;
+    match finished {
+        Some(w) => {
+            sweep_publication(&pools_dir, pool, &w);
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// How long the coordinator's cleanup of a worker's leftovers may take.
+const LEFTOVER_CLEANUP_BUDGET: Duration = Duration::from_secs(60);
+
+/// What the coordinator's cleanup of `w` (its step proven over) would do, if its supervisor
+/// did not finish its own: the supervisor's rules (`cleanup_plan`) applied to what the
+/// supervisor's journal says. Without a trusted journal the payload may have run and nothing
+/// is known to be published, so the checkout stays. `None`: nothing to do (the supervisor
+/// cleaned up, or this cleanup already ran), or the worker's tree is not trusted (then it is
+/// not touched).
+fn plan_leftover_cleanup(
+    pools_dir: &Path,
+    pool: &str,
+    w: &Worker,
+) -> Option<(WorkerCleanupIntent, node_policy::CleanupPlan, WorkerDirs)> {
+    let dirs = WorkerDirs::new(pools_dir, pool, w.submission_id);
+    dirs.check(pools_dir).ok()?;
+    let r = if w.journal_damage.is_some() {
+        None
+    } else {
+        report::read(&dirs.evidence).ok().flatten()
+    };
+    if r.as_ref().is_some_and(|r| r.cleaned.is_some()) {
+        return None;
+    }
+    let leftovers = [&dirs.runtime, &dirs.cache]
+        .iter()
+        .any(|d| d.symlink_metadata().is_ok());
+    if !leftovers && dirs.root.join(cleanup::STATE_CLASS_FILE).exists() {
+        return None;
+    }
+    let payload_started = r.as_ref().is_none_or(|r| r.payload_pid.is_some());
+    let published = r
+        .as_ref()
+        .is_some_and(|r| matches!(r.publication, Some(report::Publication::Published(_))));
+    let plan = node_policy::cleanup_plan(payload_started, published);
+    let intent = WorkerCleanupIntent {
+        submission_id: w.submission_id,
+        remove: plan.remove.iter().map(|s| s.to_string()).collect(),
+        keep: plan.keep.iter().map(|s| s.to_string()).collect(),
+        state_class: node_policy::StateClass::CrashClassPartial
+            .as_str()
+            .to_owned(),
+        reason: "its supervisor did not finish its cleanup (killed, or never started); \
+                 finished by the coordinator once its step was proven over"
+            .to_owned(),
+    };
+    Some((intent, plan, dirs))
 }
 
 /// The worker's own journal as it is now, with the chain value at the seq last ingested.
@@ -878,7 +1238,7 @@ pub fn status(
             workers.extend(p.finished.iter().map(view));
             PoolView {
                 pool: p.name.clone(),
-                allocation: AllocationView::of(&p.allocation, Some(now)),
+                allocation: AllocationView::of(&p.allocation, Some(now), p.ended.as_ref()),
                 capacity: Resources {
                     cpus: u64::from(p.allocation.cpus),
                     mem_mb: p.allocation.mem_mb,

@@ -7,14 +7,16 @@ use serde::Serialize;
 
 use super::context::{micros_to_local, snapshot_quietly, Ctx};
 use super::error::OpError;
-use super::pool::{ingest_worker_journal, step_name, sweep_publication};
+use super::pool::{
+    active_worker, ingest_worker_journal, locked, process_alive, release_proven, step_name,
+};
 use crate::event::Event;
 use crate::event::Micros;
 use crate::failpoint;
-use crate::policy::reconcile::{self, JobSeen, Lost, PoolObservation, WorkerObservation};
+use crate::policy::reconcile::{self, JobSeen, Lost, PoolObservation, SrunSeen, WorkerObservation};
 use crate::slurm::{AcctQuery, Answer, JobId, JobName, JobQuery, Lookup, Scheduler};
 use crate::state::jobs::{JobSubmitFailed, JobSubmitted, JobTerminal, JobWorker, JobWorkerState};
-use crate::state::pool::{WorkerStepObserved, WorkerTerminal};
+use crate::state::pool::{PoolAllocationEnded, WorkerLaunchFailed, WorkerStepObserved};
 use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
 use crate::worker::report;
@@ -59,13 +61,23 @@ pub async fn reconcile<S: Scheduler>(
     only_pool: Option<&str>,
 ) -> Result<ReconcileReport, OpError> {
     let calls_before = ctx.sched.call_counts();
-    let (writer, loaded) = ctx.lock_and_load()?;
+    // Decided from a first look, with the lock released while Slurm answers (issue 11); each
+    // append takes the lock and checks first that what it is about is still as it was seen.
+    let loaded = {
+        let (writer, loaded) = ctx.lock_and_load()?;
+        drop(writer);
+        loaded
+    };
     let state = &loaded.state;
+    // Idle pools too until their allocation is recorded over, so `pool status` stops counting
+    // down a dead one.
     let pools: Vec<_> = state
         .pools
         .pools
         .values()
-        .filter(|p| !p.active.is_empty() && only_pool.is_none_or(|n| p.name == n))
+        .filter(|p| {
+            (!p.active.is_empty() || p.ended.is_none()) && only_pool.is_none_or(|n| p.name == n)
+        })
         .collect();
     let mut report = ReconcileReport {
         observed: 0,
@@ -73,9 +85,8 @@ pub async fn reconcile<S: Scheduler>(
         unknown: Vec::new(),
         slurm_calls: 0,
     };
-    reconcile_jobs(ctx, &writer, state, &mut report).await?;
+    reconcile_jobs(ctx, state, &mut report).await?;
     if pools.is_empty() {
-        drop(writer);
         report.slurm_calls = ctx.sched.call_counts().since(&calls_before).total();
         return Ok(report);
     }
@@ -123,6 +134,8 @@ pub async fn reconcile<S: Scheduler>(
             Some(steps)
         };
         let mut obs = reconcile::observe_pool(job, &listed, steps.as_ref());
+        let now = ctx.now();
+        let here = crate::event::current_host();
         let own: Vec<_> = pool
             .active
             .values()
@@ -130,15 +143,40 @@ pub async fn reconcile<S: Scheduler>(
                 let dirs = WorkerDirs::new(&ctx.pools_dir(), &pool.name, w.submission_id);
                 // Evidence only: a tree that is not trusted is not read (status shows why).
                 let trusted = dirs.check(&ctx.pools_dir()).is_ok();
-                let r = trusted
-                    .then(|| report::read(&dirs.evidence).ok().flatten())
-                    .flatten();
+                let read = trusted.then(|| report::read(&dirs.evidence));
+                let r = read
+                    .as_ref()
+                    .and_then(|r| r.as_ref().ok())
+                    .and_then(|r| r.as_ref());
+                let supervisor_started = match &read {
+                    Some(Ok(None)) => Some(false),
+                    Some(Ok(Some(r))) => Some(r.started.is_some()),
+                    _ => None,
+                };
+                // The srun's pid means something only on the host that started it.
+                let srun = match &w.srun {
+                    Some(s) if s.host == here => {
+                        if process_alive(s.pid) {
+                            SrunSeen::Running
+                        } else {
+                            SrunSeen::Exited(format!(
+                                "(pid {}) is no longer running on {here}",
+                                s.pid
+                            ))
+                        }
+                    }
+                    _ => SrunSeen::NotKnown,
+                };
                 WorkerObservation {
                     step_from_supervisor: r
-                        .as_ref()
                         .and_then(|r| r.started.as_ref())
                         .and_then(|s| s.step_id),
-                    payload_exited: r.as_ref().is_some_and(|r| r.exited.is_some()),
+                    payload_exited: r.is_some_and(|r| r.exited.is_some()),
+                    supervisor_started,
+                    srun,
+                    since_launch: std::time::Duration::from_micros(
+                        u64::try_from(now.0 - w.submitted_at.0).unwrap_or(0),
+                    ),
                 }
             })
             .collect();
@@ -174,60 +212,92 @@ pub async fn reconcile<S: Scheduler>(
                 verdicts = judge(&obs);
             }
         }
+        if let Some(how) = &obs.allocation_over {
+            let ended = PoolAllocationEnded {
+                pool: pool.name.clone(),
+                job_id: pool.allocation.job_id,
+                proof: how.clone(),
+            };
+            locked(ctx, |writer, now| {
+                let same = now
+                    .pools
+                    .pools
+                    .get(&pool.name)
+                    .is_some_and(|p| p.allocation == pool.allocation && p.ended.is_none());
+                if same {
+                    writer.append_one(Event::PoolAllocationEnded(ended))?;
+                }
+                Ok(())
+            })?;
+        }
         for (w, v) in verdicts {
             report.observed += 1;
+            let id = w.submission_id;
+            // What the verdict was about: the worker still holds budget with the step it had
+            // when Slurm was asked (a step recorded since may be missing from that listing).
+            let unchanged = |now: &State| {
+                active_worker(now, &pool.name, id).is_some_and(|x| x.step_id == w.step_id)
+            };
             if let Some(step_id) = v.observe_step {
-                writer.append_one(Event::WorkerStepObserved(WorkerStepObserved {
-                    submission_id: w.submission_id,
-                    step_id,
-                }))?;
+                locked(ctx, |writer, now| {
+                    if unchanged(now) {
+                        writer.append_one(Event::WorkerStepObserved(WorkerStepObserved {
+                            submission_id: id,
+                            step_id,
+                        }))?;
+                    }
+                    Ok(())
+                })?;
             }
-            match v.terminal {
-                Some(proof) => {
-                    ingest_worker_journal(
-                        &writer,
-                        state,
-                        &pool.name,
-                        w.submission_id,
-                        &ctx.pools_dir(),
-                        true,
-                    )?;
-                    failpoint::hit("reconcile-before-terminal");
-                    writer.append_one(Event::WorkerTerminal(WorkerTerminal {
-                        submission_id: w.submission_id,
-                        proof: proof.clone(),
-                    }))?;
-                    sweep_publication(&ctx.pools_dir(), &pool.name, w);
+            if let Some(proof) = v.terminal {
+                failpoint::hit("reconcile-before-terminal");
+                if release_proven(ctx, &pool.name, id, &proof, |x| x.step_id == w.step_id)? {
                     report.resolved.push(Resolved {
                         pool: Some(pool.name.clone()),
                         worker: w.name.clone(),
-                        submission_id: w.submission_id.to_string(),
+                        submission_id: id.to_string(),
                         proof,
                         job_id: None,
                     });
                 }
-                None => {
-                    ingest_worker_journal(
-                        &writer,
-                        state,
-                        &pool.name,
-                        w.submission_id,
-                        &ctx.pools_dir(),
-                        false,
-                    )?;
-                    if v.observe_step.is_none() && w.step_id.is_none() {
-                        report.unknown.push(Unresolved {
-                            pool: Some(pool.name.clone()),
-                            worker: w.name.clone(),
-                            submission_id: w.submission_id.to_string(),
-                            state: w.state.as_str(),
-                        });
+                continue;
+            }
+            if let Some(proof) = v.never_ran {
+                let failed = locked(ctx, |writer, now| {
+                    if !unchanged(now) || w.step_id.is_some() {
+                        return Ok(false);
                     }
+                    writer.append_one(Event::WorkerLaunchFailed(WorkerLaunchFailed {
+                        submission_id: id,
+                        definite: true,
+                        reason: proof.clone(),
+                    }))?;
+                    Ok(true)
+                })?;
+                if failed {
+                    report.resolved.push(Resolved {
+                        pool: Some(pool.name.clone()),
+                        worker: w.name.clone(),
+                        submission_id: id.to_string(),
+                        proof,
+                        job_id: None,
+                    });
                 }
+                continue;
+            }
+            locked(ctx, |writer, now| {
+                ingest_worker_journal(writer, now, &pool.name, id, &ctx.pools_dir(), false)
+            })?;
+            if v.observe_step.is_none() && w.step_id.is_none() {
+                report.unknown.push(Unresolved {
+                    pool: Some(pool.name.clone()),
+                    worker: w.name.clone(),
+                    submission_id: id.to_string(),
+                    state: w.state.as_str(),
+                });
             }
         }
     }
-    drop(writer);
     snapshot_quietly(&ctx.journal_dir());
     report.slurm_calls = ctx.sched.call_counts().since(&calls_before).total();
     Ok(report)
@@ -238,7 +308,6 @@ pub async fn reconcile<S: Scheduler>(
 /// those left unproven: one query by id, one by name.
 async fn reconcile_jobs<S: Scheduler>(
     ctx: &Ctx<S>,
-    writer: &crate::journal::Writer,
     state: &State,
     report: &mut ReconcileReport,
 ) -> Result<(), OpError> {
@@ -347,10 +416,14 @@ async fn reconcile_jobs<S: Scheduler>(
             }
             match seen {
                 JobSeen::Over(proof) => {
-                    writer.append_one(Event::JobTerminal(JobTerminal {
-                        submission_id: j.submission_id,
-                        proof: proof.clone(),
-                    }))?;
+                    record_job(
+                        ctx,
+                        j,
+                        Event::JobTerminal(JobTerminal {
+                            submission_id: j.submission_id,
+                            proof: proof.clone(),
+                        }),
+                    )?;
                     report.resolved.push(resolved(proof, Some(id)));
                 }
                 JobSeen::Live => {}
@@ -373,17 +446,25 @@ async fn reconcile_jobs<S: Scheduler>(
         ) {
             Lost::Found { job, how, over } => {
                 let job_id = u64::from(job.get());
-                writer.append_one(Event::JobSubmitted(JobSubmitted {
-                    submission_id: j.submission_id,
-                    job_id,
-                    how: "name".to_owned(),
-                }))?;
+                record_job(
+                    ctx,
+                    j,
+                    Event::JobSubmitted(JobSubmitted {
+                        submission_id: j.submission_id,
+                        job_id,
+                        how: "name".to_owned(),
+                    }),
+                )?;
                 let proof = match over {
                     Some(over) => {
-                        writer.append_one(Event::JobTerminal(JobTerminal {
-                            submission_id: j.submission_id,
-                            proof: over.clone(),
-                        }))?;
+                        record_job(
+                            ctx,
+                            j,
+                            Event::JobTerminal(JobTerminal {
+                                submission_id: j.submission_id,
+                                proof: over.clone(),
+                            }),
+                        )?;
                         format!("{how}; {over}")
                     }
                     None => how,
@@ -391,15 +472,35 @@ async fn reconcile_jobs<S: Scheduler>(
                 report.resolved.push(resolved(proof, Some(job_id)));
             }
             Lost::NeverCreated(proof) => {
-                writer.append_one(Event::JobSubmitFailed(JobSubmitFailed {
-                    submission_id: j.submission_id,
-                    definite: true,
-                    reason: proof.clone(),
-                }))?;
+                record_job(
+                    ctx,
+                    j,
+                    Event::JobSubmitFailed(JobSubmitFailed {
+                        submission_id: j.submission_id,
+                        definite: true,
+                        reason: proof.clone(),
+                    }),
+                )?;
                 report.resolved.push(resolved(proof, None));
             }
             Lost::Unknown => report.unknown.push(unresolved()),
         }
     }
     Ok(())
+}
+
+/// Append `event` about job worker `j` under the lock, if it is still as reconcile saw it
+/// (same state and job id): another command may have settled it while Slurm answered.
+fn record_job<S: Scheduler>(ctx: &Ctx<S>, j: &JobWorker, event: Event) -> Result<(), OpError> {
+    locked(ctx, |writer, now| {
+        let same = now
+            .jobs
+            .active
+            .get(&j.submission_id)
+            .is_some_and(|x| x.state == j.state && x.job_id == j.job_id);
+        if same {
+            writer.append_one(event)?;
+        }
+        Ok(())
+    })
 }

@@ -28,6 +28,9 @@ pub struct PoolObservation {
     pub steps: Option<Vec<(u32, String)>>,
     /// Steps in accounting (number, name, state word, terminal?).
     pub accounting: Option<Vec<AcctStep>>,
+    /// Accounting answered with the allocation's own row (its state word): it knows the job,
+    /// so a step missing from it is not lag about the job itself.
+    pub accounting_job: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,6 +83,10 @@ pub fn add_accounting(obs: &mut PoolObservation, job: JobId, rows: &[AcctRow]) {
     if let Some(over) = accounting_over(job, rows) {
         obs.allocation_over.get_or_insert(over);
     }
+    obs.accounting_job = rows
+        .iter()
+        .find(|r| r.id_raw.step().is_none() && r.id_raw.job().base() == job)
+        .map(|r| r.state.to_string());
     obs.accounting = Some(
         rows.iter()
             .filter(|r| r.id_raw.job().base() == job)
@@ -125,12 +132,65 @@ pub fn step_over(step: u32, seen: bool, obs: &PoolObservation) -> Option<String>
         .map(|row| format!("accounting shows step {step} {}", row.state))
 }
 
-/// What the worker's own journal said.
+/// What is known of the srun process `pool submit` started for a worker.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum SrunSeen {
+    /// It has exited (how, as observed: its exit status, or its pid gone on its host).
+    Exited(String),
+    Running,
+    /// Not observable from here (another host, or no srun recorded).
+    #[default]
+    NotKnown,
+}
+
+/// How long after a launch a step that never showed up may still show up in accounting
+/// (slurmdbd lags a start by 4-5 s here; three times that).
+pub const NEVER_RAN_SETTLE: Duration = Duration::from_secs(15);
+
+/// Is a step that was never seen proven never to have run? Only all of these together are
+/// proof, and the proof names each: the srun that would have made it has exited; the
+/// supervisor that would have run in it recorded no start (its journal was read); a step
+/// listing beside the listed, running allocation has no step of its name; accounting answered
+/// with the allocation's own row and no step of its name; and the settle delay has passed since
+/// the launch. Anything less is unknown.
+pub fn step_never_ran(
+    step_name: &str,
+    srun: &SrunSeen,
+    supervisor_started: Option<bool>,
+    since_launch: Duration,
+    obs: &PoolObservation,
+) -> Option<String> {
+    let SrunSeen::Exited(how) = srun else {
+        return None;
+    };
+    if supervisor_started != Some(false) || since_launch < NEVER_RAN_SETTLE {
+        return None;
+    }
+    let listed = obs.allocation_listed.as_ref()?;
+    let steps = obs.steps.as_ref()?;
+    let acct_job = obs.accounting_job.as_ref()?;
+    let acct = obs.accounting.as_ref()?;
+    if steps.iter().any(|(_, n)| n == step_name) || acct.iter().any(|r| r.name == step_name) {
+        return None;
+    }
+    Some(format!(
+        "step {step_name} never ran: the srun that dispatch started {how}; the supervisor's \
+         journal records no start; {listed} and its step listing has no step {step_name}; \
+         accounting lists the job ({acct_job}) and no step {step_name}, {} s after the launch",
+        since_launch.as_secs()
+    ))
+}
+
+/// What the worker's own journal said, and what is known of its srun.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkerObservation {
     /// The step id the supervisor ran in: proof that the step existed.
     pub step_from_supervisor: Option<u32>,
     pub payload_exited: bool,
+    /// `Some(false)`: its journal was read and records no start; `None`: not read.
+    pub supervisor_started: Option<bool>,
+    pub srun: SrunSeen,
+    pub since_launch: Duration,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -141,6 +201,9 @@ pub struct Verdict {
     pub terminal: Option<String>,
     /// The step is in a successful listing right now: nothing more to look up.
     pub running: bool,
+    /// Proof that its step never ran ([`step_never_ran`]): releases its budget as a definite
+    /// launch failure.
+    pub never_ran: Option<String>,
 }
 
 /// Decide what the observations prove about `worker`, whose step is named `step_name`.
@@ -171,6 +234,13 @@ pub fn verdict(
     let existed = worker.step_id.or(own.step_from_supervisor);
     let step = existed.or(listed_by_name).or(acct_by_name.map(|r| r.step));
     let Some(step) = step else {
+        v.never_ran = step_never_ran(
+            step_name,
+            &own.srun,
+            own.supervisor_started,
+            own.since_launch,
+            pool,
+        );
         return v;
     };
     if worker.step_id != Some(step) {
@@ -336,6 +406,7 @@ mod tests {
             assets: Vec::new(),
             report: None,
             journal_damage: None,
+            srun: None,
         }
     }
 
@@ -433,10 +504,70 @@ mod tests {
             &WorkerObservation {
                 step_from_supervisor: Some(4),
                 payload_exited: true,
+                ..Default::default()
             },
         );
         assert_eq!(supervised.observe_step, Some(4));
         assert!(supervised.terminal.is_some());
+    }
+
+    /// Every piece of evidence `step_never_ran` names, present.
+    fn never_ran_evidence() -> (SrunSeen, Option<bool>, Duration, PoolObservation) {
+        let obs = PoolObservation {
+            allocation_listed: listed(),
+            steps: listing(&[(0, "p.other")]),
+            accounting: Some(vec![]),
+            accounting_job: Some("RUNNING".into()),
+            ..Default::default()
+        };
+        (
+            SrunSeen::Exited("(pid 7) exited with code 1".into()),
+            Some(false),
+            NEVER_RAN_SETTLE,
+            obs,
+        )
+    }
+
+    #[test]
+    fn a_step_never_ran_only_when_every_piece_of_evidence_agrees() {
+        let (srun, started, since, obs) = never_ran_evidence();
+        let proof = step_never_ran("p.w", &srun, started, since, &obs).expect("proven");
+        for named in ["srun", "supervisor", "step listing", "accounting", "15 s"] {
+            assert!(proof.contains(named), "{named} missing from {proof}");
+        }
+        // Take any one piece away: not proven.
+        assert_eq!(
+            step_never_ran("p.w", &SrunSeen::Running, started, since, &obs),
+            None
+        );
+        assert_eq!(
+            step_never_ran("p.w", &SrunSeen::NotKnown, started, since, &obs),
+            None
+        );
+        assert_eq!(step_never_ran("p.w", &srun, Some(true), since, &obs), None);
+        assert_eq!(step_never_ran("p.w", &srun, None, since, &obs), None);
+        let early = NEVER_RAN_SETTLE - Duration::from_millis(1);
+        assert_eq!(step_never_ran("p.w", &srun, started, early, &obs), None);
+        let mut o = obs.clone();
+        o.allocation_listed = None;
+        assert_eq!(step_never_ran("p.w", &srun, started, since, &o), None);
+        let mut o = obs.clone();
+        o.steps = None;
+        assert_eq!(step_never_ran("p.w", &srun, started, since, &o), None);
+        let mut o = obs.clone();
+        o.steps = listing(&[(3, "p.w")]);
+        assert_eq!(step_never_ran("p.w", &srun, started, since, &o), None);
+        let mut o = obs.clone();
+        o.accounting_job = None;
+        assert_eq!(step_never_ran("p.w", &srun, started, since, &o), None);
+        let mut o = obs.clone();
+        o.accounting = Some(vec![AcctStep {
+            step: 3,
+            name: "p.w".into(),
+            state: "FAILED".into(),
+            terminal: true,
+        }]);
+        assert_eq!(step_never_ran("p.w", &srun, started, since, &o), None);
     }
 
     #[test]
@@ -452,7 +583,8 @@ mod tests {
             Verdict {
                 observe_step: Some(5),
                 terminal: None,
-                running: true
+                running: true,
+                never_ran: None,
             }
         );
     }
@@ -489,7 +621,8 @@ mod tests {
             Verdict {
                 observe_step: Some(2),
                 terminal: None,
-                running: false
+                running: false,
+                never_ran: None,
             }
         );
     }
@@ -682,6 +815,7 @@ mod tests {
             let own = WorkerObservation {
                 step_from_supervisor: supervised.map(u32::from),
                 payload_exited: supervised.is_some(),
+                ..Default::default()
             };
             let v = verdict(&w, "p.w", &obs, &own);
             v.terminal.is_none()

@@ -85,7 +85,10 @@ impl State {
             Event::PoolAttached(e) => self.pools.attach(env.time, e),
             Event::PoolDetached(e) => self.pools.detach(e),
             Event::WorkerSubmitIntent(e) => self.pools.submit(env.time, e),
-            Event::WorkerLaunched(e) => self.pools.launched(e),
+            Event::WorkerLaunched(e) => self.pools.launched(e, &env.actor.host),
+            Event::PoolAllocationEnded(e) => self.pools.allocation_ended(e),
+            // Audit records: the worker's budget is settled by its own terminal event.
+            Event::WorkerCleanupIntent(_) | Event::WorkerCleanedUp(_) => {}
             Event::WorkerLaunchFailed(e) => self.pools.launch_failed(e),
             Event::WorkerStepObserved(e) => self.pools.step_observed(e),
             Event::WorkerStopIntent(e) => self.pools.stop_intent(e),

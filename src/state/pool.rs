@@ -116,6 +116,39 @@ pub struct WorkerReportIngested {
     pub finished: Option<String>,
 }
 
+/// The pool's allocation is proven over (a terminal state, "Invalid job id"): no step can run
+/// in it again, and `pool status` shows it ended instead of counting down.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolAllocationEnded {
+    pub pool: String,
+    pub job_id: u64,
+    pub proof: String,
+}
+
+/// The coordinator is about to finish a cleanup the worker's supervisor could not (it was
+/// killed, or never started), after the worker's step was proven over. Same rules as the
+/// supervisor's (`policy::node::cleanup_plan`): runtime and cache go, the checkout only once
+/// its work is published.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerCleanupIntent {
+    pub submission_id: Uuid,
+    pub remove: Vec<String>,
+    pub keep: Vec<String>,
+    /// What the `STATE-CLASS` file will say.
+    pub state_class: String,
+    pub reason: String,
+}
+
+/// What the coordinator's cleanup did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerCleanedUp {
+    pub submission_id: Uuid,
+    pub removed: Vec<String>,
+    pub kept: Vec<String>,
+    pub state_class: String,
+    pub errors: Vec<String>,
+}
+
 /// A worker's own journal is damaged or was rewritten: reported, and never trusted again.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerJournalDamaged {
@@ -181,6 +214,16 @@ pub struct Worker {
     /// Set once its journal was found damaged; nothing from it is ingested after that.
     #[serde(default)]
     pub journal_damage: Option<WorkerJournalDamaged>,
+    /// The srun that `pool submit` started for it, and the host it ran on (the only host
+    /// where that pid means anything).
+    #[serde(default)]
+    pub srun: Option<SrunStarted>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SrunStarted {
+    pub pid: u32,
+    pub host: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -192,6 +235,9 @@ pub struct Pool {
     pub active: BTreeMap<Uuid, Worker>,
     /// The most recent finished workers, oldest first, at most [`FINISHED_WORKERS_KEPT`].
     pub finished: VecDeque<Worker>,
+    /// Set once the allocation is proven over.
+    #[serde(default)]
+    pub ended: Option<PoolAllocationEnded>,
 }
 
 impl Pool {
@@ -219,6 +265,7 @@ impl Pools {
                 attached_at: time,
                 active: BTreeMap::new(),
                 finished: VecDeque::new(),
+                ended: None,
             },
         );
     }
@@ -250,6 +297,7 @@ impl Pools {
                 assets: Vec::new(),
                 report: None,
                 journal_damage: None,
+                srun: None,
             },
         );
         self.by_submission.insert(e.submission_id, e.pool.clone());
@@ -260,8 +308,13 @@ impl Pools {
         self.pools.get_mut(pool)?.active.get_mut(id)
     }
 
-    pub fn launched(&mut self, e: &WorkerLaunched) {
+    /// `host`: where the event was written, which is where its srun ran.
+    pub fn launched(&mut self, e: &WorkerLaunched, host: &str) {
         if let Some(w) = self.worker_mut(&e.submission_id) {
+            w.srun = Some(SrunStarted {
+                pid: e.srun_pid,
+                host: host.to_owned(),
+            });
             if w.state == WorkerState::Submitted || w.state == WorkerState::Unknown {
                 w.state = WorkerState::Running;
             }
@@ -318,6 +371,16 @@ impl Pools {
     pub fn journal_damaged(&mut self, e: &WorkerJournalDamaged) {
         if let Some(w) = self.worker_mut(&e.submission_id) {
             w.journal_damage = Some(e.clone());
+        }
+    }
+
+    /// Only about the allocation the pool holds now (a pool re-attached to another job is not
+    /// ended by news about the old one).
+    pub fn allocation_ended(&mut self, e: &PoolAllocationEnded) {
+        if let Some(p) = self.pools.get_mut(&e.pool) {
+            if p.allocation.job_id == e.job_id && p.ended.is_none() {
+                p.ended = Some(e.clone());
+            }
         }
     }
 
