@@ -166,7 +166,7 @@ confined = true
 
 [targets.mema]
 partition = "debug"
-account = "dev"
+account = "other"
 time = "00:10:00"
 mem = "999999G"
 confined = false

@@ -30,7 +30,7 @@ confined = true
 
 [targets.plain]
 partition = "savio4_htc"
-account = "co_carleton"
+account = "co_plain"
 time = "3-00:00:00"
 confined = true
 
@@ -248,7 +248,7 @@ async fn b04_b05_sbatch_argv() {
             "--parsable".into(),
             "--job-name=sucoder-sample".into(),
             "--partition=savio4_htc".into(),
-            "--account=co_carleton".into(),
+            "--account=co_plain".into(),
             "--time=3-00:00:00".into(),
             format!("--output={}", w.log()),
             "--no-requeue".into(),
@@ -919,7 +919,7 @@ async fn b45_failed_scancel_keeps_the_record() {
 async fn b46_shared_job_is_only_detached() {
     let w = World::new();
     w.seed("T", 12345, T).await;
-    w.seed("plain", 12345, ("savio4_htc", "co_carleton", "other_qos"))
+    w.seed("plain", 12345, ("savio4_htc", "co_plain", "other_qos"))
         .await;
     let env = env(&w.config, &w.state, &w.slurm);
     let r = release(&env, "sample", "plain", JobId::new(12345))

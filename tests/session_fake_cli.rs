@@ -1013,3 +1013,44 @@ fn an_empty_answer_about_the_recorded_job_submits_nothing() {
         f.calls()
     );
 }
+
+// ---------------------------------------------------------------- issue 10, items 8-12
+
+/// Item 10: two targets Slurm cannot tell apart (same partition and account, no QOS on one
+/// side) are refused at load: exit 2 naming both, before any Slurm call, for every session
+/// command. A job of one would otherwise be taken for the other's after a lost record.
+#[test]
+fn tied_targets_are_refused_at_load_naming_both() {
+    let f = Fake::new(json!({}));
+    for (second, why) in [
+        ("", "neither pins a qos"),
+        ("qos = \"normal\"\n", "\"a\" pins no qos"),
+    ] {
+        std::fs::write(
+            f.path("config.toml"),
+            format!(
+                "[targets.a]\npartition = \"debug\"\naccount = \"dev\"\n\n\
+                 [targets.b]\npartition = \"debug\"\naccount = \"dev\"\n{second}"
+            ),
+        )
+        .unwrap();
+        for args in [
+            &["session", "launch", "m", "-T", "a", "--detached"][..],
+            &["session", "release", "m", "-T", "b", "--force"],
+            &["sessions"],
+        ] {
+            let r = f.run(args);
+            assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+            assert!(
+                r.stderr
+                    .contains("targets \"a\" and \"b\" cannot be told apart")
+                    && r.stderr.contains(why)
+                    && r.stderr.contains("line 5"),
+                "{}",
+                r.stderr
+            );
+        }
+    }
+    assert!(f.calls().is_empty());
+    assert!(!f.state().exists());
+}
