@@ -226,6 +226,7 @@ async fn b02_hostile_mirror_names_become_safe_tokens() {
         // Release so that the next mirror's job id 5 is not held twice.
         w.q().scancel.push_back(scancel(0, "", 5));
         w.q().by_id.push_back(invalid_id());
+        w.q().by_name.push_back(gone());
         release(&env, mirror, "T", JobId::new(5)).await.unwrap();
     }
 }
@@ -848,14 +849,25 @@ async fn b36_b38_unconfined_record_probe() {
 
 // ---------------------------------------------------------------- release
 
-/// 43: nothing recorded: nothing to release, no Slurm call.
+/// 43, departed from (issue 10 item 8): nothing recorded: release asks Slurm by name, as launch
+/// does, and only a listing without a live job of this target is "nothing to release"; one
+/// that failed is an unknown outcome (exit 4), never a false "nothing".
 #[tokio::test]
 async fn b43_nothing_to_release() {
     let w = World::new();
     let env = env(&w.config, &w.state, &w.slurm);
+    // Another target's job of this name is not this session's.
+    w.q()
+        .by_name
+        .push_back(live(&row("9", "RUNNING", "n1", OTHER, NAME)));
     let r = release(&env, "sample", "T", None).await.unwrap();
     assert_eq!(r.action, ReleaseAction::Nothing);
-    assert!(w.slurm.calls().is_empty());
+    assert_eq!(w.slurm.argvs(), [name_probe()]);
+    w.q().by_name.push_back(unknown("Socket timed out"));
+    let (msg, kind) = err_text(release(&env, "sample", "T", None).await);
+    assert_eq!(kind, "unknown", "{msg}");
+    assert!(!w.slurm.called("scancel"));
+    w.slurm.assert_drained();
 }
 
 /// 44, 48: one scancel, then proof that it is gone; the record is cleared; scancel's stderr
@@ -873,6 +885,7 @@ async fn b44_b48_release_cancels_and_proves() {
     w.q()
         .by_id
         .push_back(live(&row("4242", "CANCELLED", "n1", T, NAME)));
+    w.q().by_name.push_back(gone());
     let env = env(&w.config, &w.state, &w.slurm);
     let r = release(&env, "sample", "T", JobId::new(4242))
         .await
@@ -880,12 +893,14 @@ async fn b44_b48_release_cancels_and_proves() {
     assert_eq!(r.action, ReleaseAction::Released);
     assert_eq!(r.proof.as_deref(), Some("squeue: CANCELLED"));
     assert!(r.notes.join(" ").contains("Invalid job id specified"));
+    // The name probe last: no other live job of this session's name and target is left.
     assert_eq!(
         w.slurm.argvs(),
         [
             vec!["scancel".to_owned(), "4242".into()],
             by_id(4242),
-            by_id(4242)
+            by_id(4242),
+            name_probe()
         ]
     );
     assert_eq!(w.record("T").0, None);
@@ -922,15 +937,20 @@ async fn b46_shared_job_is_only_detached() {
     w.seed("plain", 12345, ("savio4_htc", "co_plain", "other_qos"))
         .await;
     let env = env(&w.config, &w.state, &w.slurm);
+    // The shared job shows up by name, but another session holds it: it is not cancelled.
+    w.q().by_name.push_back(live(&row(
+        "12345",
+        "RUNNING",
+        "n1",
+        ("savio4_htc", "co_plain", "other_qos"),
+        NAME,
+    )));
     let r = release(&env, "sample", "plain", JobId::new(12345))
         .await
         .unwrap();
     assert_eq!(r.action, ReleaseAction::Detached);
     assert_eq!(r.holders, ["sample--T"]);
-    assert!(
-        w.slurm.calls().is_empty(),
-        "no scancel, no Slurm call at all"
-    );
+    assert_eq!(w.slurm.argvs(), [name_probe()], "no scancel");
     assert_eq!(w.record("plain").0, None);
     assert_eq!(w.record("T").0, Some(12345));
 }
@@ -987,6 +1007,7 @@ async fn release_settles_the_job_a_renewal_replaced() {
     w.q().by_id.push_back(invalid_id());
     w.q().scancel.push_back(scancel(0, "", 222));
     w.q().by_id.push_back(invalid_id());
+    w.q().by_name.push_back(gone());
     let env = env(&w.config, &w.state, &w.slurm);
     let r = release(&env, "sample", "T", JobId::new(222)).await.unwrap();
     assert_eq!(r.action, ReleaseAction::Released);
@@ -1002,6 +1023,7 @@ async fn release_settles_the_job_a_renewal_replaced() {
         ("squeue", "--jobs=111"),
         ("scancel", "222"),
         ("squeue", "--jobs=222"),
+        ("squeue", "--name=sucoder-sample"),
     ];
     assert_eq!(
         calls,
@@ -1031,6 +1053,7 @@ async fn release_cancels_a_replaced_job_that_still_runs() {
     w.q().by_id.push_back(invalid_id());
     w.q().scancel.push_back(scancel(0, "", 222));
     w.q().by_id.push_back(invalid_id());
+    w.q().by_name.push_back(gone());
     let env = env(&w.config, &w.state, &w.slurm);
     let r = release(&env, "sample", "T", JobId::new(222)).await.unwrap();
     let old = r.replaced.as_ref().unwrap();
@@ -1083,9 +1106,12 @@ async fn a_session_on_a_removed_target_can_still_be_released() {
 async fn b49_b51_b52_attach() {
     let w = World::new();
     let env = env(&w.config, &w.state, &w.slurm);
+    // Nothing recorded and nothing of this target by name (issue 10 item 8: it asks).
+    w.q().by_name.push_back(gone());
     let (msg, _) = err_text(attach::plan(&env, "sample", "T", &[], None).await);
     assert!(msg.contains("no Slurm job recorded"), "{msg}");
-    assert!(w.slurm.calls().is_empty());
+    assert_eq!(w.slurm.argvs(), [name_probe()]);
+    w.slurm.reset();
     w.seed("T", 42, T).await;
     w.q()
         .by_id

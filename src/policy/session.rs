@@ -259,6 +259,17 @@ impl Adoption {
         self.seen.iter().filter(|s| s.passed.is_some())
     }
 
+    /// Every live plain job of this target that is not excluded: the adopted one, older
+    /// matches and ending ones. What a release must leave none of.
+    pub fn this_targets(&self) -> impl Iterator<Item = &Seen> {
+        self.seen.iter().filter(|s| {
+            matches!(
+                s.passed,
+                None | Some(Passed::OlderMatch) | Some(Passed::Ending)
+            )
+        })
+    }
+
     /// This target's jobs that are ending: a new job must wait until they are gone.
     pub fn ending(&self) -> impl Iterator<Item = JobId> + '_ {
         self.seen

@@ -7,7 +7,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::{
-    command_for, name_probe, script, session, token_clash, Book, Env, Resolved, SessionError,
+    adopt_by_name, command_for, script, session, token_clash, Book, Env, Resolved, SessionError,
     TokenLock, MAX_SESSIONS,
 };
 use crate::event::Event;
@@ -18,7 +18,7 @@ use crate::slurm::{
     MemoryMb, Placement, Refusal, Scheduler, SlurmDuration,
 };
 use crate::state::session::{
-    SessionAdopted, SessionCleared, SessionJobSubmitted, SessionLaunchIntent, SessionNodeResolved,
+    SessionCleared, SessionJobSubmitted, SessionLaunchIntent, SessionNodeResolved,
     SessionSubmitFailed,
 };
 
@@ -179,28 +179,13 @@ pub async fn launch<S: Scheduler>(
 
     // Step 2: a live job of this target, found by name.
     let may_exist = existing.as_ref().is_some_and(|s| s.may_have_unknown_job());
-    let probe = name_probe(env, &l.r, &exclude).await;
-    l.notes.extend(probe.notes);
-    if let Some(seen) = probe.plan.as_ref().and_then(|p| p.adopted()) {
+    let (probe, adopted) = adopt_by_name(env, &l.book, &l.r, &exclude, req.replacing).await?;
+    l.notes.extend(probe.notes.iter().cloned());
+    if let Some(seen) = adopted {
         let job = seen.job_id.expect("only plain ids are adopted");
-        l.append(Event::SessionAdopted(SessionAdopted {
-            session: l.r.key.clone(),
-            job_id: job,
-            how: "name_probe".into(),
-            state: seen.state.to_string(),
-            partition: seen.partition.clone(),
-            account: seen.account.clone(),
-            qos: seen.qos.clone(),
-            replacing: req.replacing,
-        }))?;
         failpoint::hit("session-after-adopt");
         return l
-            .settle(
-                job,
-                LaunchAction::Adopted,
-                seen.state.clone(),
-                seen.node.clone(),
-            )
+            .settle(job, LaunchAction::Adopted, seen.state, seen.node)
             .await;
     }
     if let Some(lines) = probe.unreadable {
