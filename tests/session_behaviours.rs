@@ -349,6 +349,94 @@ async fn b09_unparsable_sbatch_records_may_exist_and_the_next_launch_adopts() {
     w.slurm.assert_drained();
 }
 
+/// Write the intent of a launch that was killed while its sbatch ran (no outcome follows).
+fn interrupted_launch(state: &Path) {
+    let (book, _) = dispatch::ops::session::Book::open(state).unwrap();
+    book.append(dispatch::event::Event::SessionLaunchIntent(
+        dispatch::state::session::SessionLaunchIntent {
+            session: SessionKey::new("sample", "T"),
+            submission_id: uuid::Uuid::new_v4(),
+            job_name: NAME.into(),
+            confined: true,
+            command: vec![],
+            replacing: None,
+        },
+    ))
+    .unwrap();
+}
+
+/// Issue 10 item 11: a launch killed while its sbatch was in flight, relaunched at once. The
+/// orphaned sbatch may still create the job, so the relaunch waits (bounded by the submit
+/// limit and the settle margin) and probes again; it adopts the job when it appears and never
+/// submits beside it.
+#[tokio::test]
+async fn an_interrupted_submission_younger_than_its_limit_is_waited_for() {
+    let w = World::new();
+    interrupted_launch(&w.state);
+    w.q().by_name.push_back(gone());
+    w.q().by_name.push_back(gone());
+    w.q()
+        .by_name
+        .push_back(live(&row("4242", "RUNNING", "n1", T, NAME)));
+    let mut lines = Vec::new();
+    let said = std::sync::Mutex::new(&mut lines);
+    let progress = |l: &str| said.lock().unwrap().push(l.to_owned());
+    let mut env = env(&w.config, &w.state, &w.slurm);
+    env.progress = &progress;
+    let r = launch(
+        &env,
+        &LaunchRequest {
+            mirror: "sample".into(),
+            target: "T".into(),
+            detached: true,
+            ..LaunchRequest::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!((r.action, r.job_id), (LaunchAction::Adopted, 4242));
+    assert!(!w.slurm.called("sbatch"), "{:?}", w.slurm.argvs());
+    let said = lines.join("\n");
+    assert!(
+        said.contains("interrupted") && said.contains("nothing is submitted"),
+        "{said}"
+    );
+}
+
+/// Item 11: when nothing appears within the bound, the relaunch submits, and only after it.
+#[tokio::test]
+async fn an_interrupted_submission_that_created_nothing_is_submitted_after_the_bound() {
+    let w = World::new();
+    interrupted_launch(&w.state);
+    let started = std::time::Instant::now();
+    w.q().by_name_else = Some(gone());
+    w.q().sbatch.push_back(submitted(5));
+    w.q()
+        .by_id
+        .push_back(live(&row("5", "RUNNING", "n1", T, NAME)));
+    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Submitted);
+    let bound = LONGEST_CALL + fast_waits().submit_settle;
+    assert!(started.elapsed() >= bound, "submitted before the bound");
+    let probes = w
+        .slurm
+        .argvs()
+        .iter()
+        .filter(|a| **a == name_probe())
+        .count();
+    assert!(probes >= 2, "it probed again before submitting: {probes}");
+    // An intent older than the bound is not waited for: one probe, then sbatch.
+    let w = World::new();
+    interrupted_launch(&w.state);
+    std::thread::sleep(bound);
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(6));
+    w.q()
+        .by_id
+        .push_back(live(&row("6", "RUNNING", "n1", T, NAME)));
+    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Submitted);
+    assert_eq!(w.slurm.programs(), ["squeue", "sbatch", "squeue"]);
+}
+
 /// 10: salloc without "Granted job allocation": exit 4 (may exist), nothing recorded as a job.
 #[tokio::test]
 async fn b10_salloc_without_grant_records_no_job() {

@@ -70,14 +70,19 @@ impl Session {
         self.run_env(args, &[])
     }
 
-    fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+    /// dispatch with this test's config, state directory and cache home.
+    fn command(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
         let config = self.tmp.path().join("config.toml");
         let mut all = vec!["--config", config.to_str().unwrap()];
         all.extend_from_slice(args);
         let mut c = real_cluster::dispatch_cmd(&self.state(), &all);
         c.env("XDG_CACHE_HOME", self.cache());
         c.envs(env.iter().copied());
-        let out = c.output().expect("run dispatch");
+        c
+    }
+
+    fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let out = self.command(args, env).output().expect("run dispatch");
         Run {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -87,15 +92,22 @@ impl Session {
 
     /// `session launch MIRROR -T TARGET --detached --json`, which must succeed.
     fn launch(&self, mirror: &str, target: &str) -> Value {
-        let r = self.run(&[
-            "--json",
-            "session",
-            "launch",
-            mirror,
-            "-T",
-            target,
-            "--detached",
-        ]);
+        self.launch_env(mirror, target, &[])
+    }
+
+    fn launch_env(&self, mirror: &str, target: &str, env: &[(&str, &str)]) -> Value {
+        let r = self.run_env(
+            &[
+                "--json",
+                "session",
+                "launch",
+                mirror,
+                "-T",
+                target,
+                "--detached",
+            ],
+            env,
+        );
         assert_eq!(r.code, 0, "launch {mirror} on {target}: {}", r.stderr);
         json(&r.stdout)
     }
@@ -537,11 +549,74 @@ fn crash_between_intent_and_id_adopts() {
         );
         assert_ne!(r.code, 0, "{point}");
         assert!(r.stderr.contains(point), "{}", r.stderr);
-        let j = s.launch(mirror, "dbg");
+        // The relaunch cannot tell an sbatch that never ran from one still running: it waits
+        // out the submit limit (5 s here, + 2 s grace + 30 s margin) before submitting.
+        let j = s.launch_env(mirror, "dbg", &[("DISPATCH_SLURM_TIMEOUT", "5")]);
         assert_eq!(j["action"], then, "{point}: {j}");
         let jobs = s.jobs(&name);
         assert_eq!(jobs.len(), 1, "{point}: {jobs:?}");
         assert_eq!(j["job_id"].as_u64().unwrap().to_string(), jobs[0].id);
+    }
+}
+
+/// A shim in front of a real client that waits `secs` before running it (a slow submitter).
+fn slow_shim(dir: &Path, program: &str, secs: u32) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join(program);
+    std::fs::write(
+        &path,
+        format!("#!/bin/sh\nsleep {secs}\nexec /usr/bin/{program} \"$@\"\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// Issue 10 item 11: dispatch is killed (SIGKILL) while its sbatch is in flight (a shim makes
+/// sbatch take 4 s) and relaunched at once. The orphaned sbatch creates its job after the
+/// relaunch started; the relaunch waits for it (bounded) and adopts it. Five rounds, exactly
+/// one job each.
+#[test]
+fn killed_with_sbatch_in_flight_then_relaunched_at_once_gives_one_job() {
+    let s = Session::new("inflight", TARGETS);
+    let path = slow_shim(&s.tmp.path().join("shim"), "sbatch", 4);
+    let timeout = [("DISPATCH_SLURM_TIMEOUT", "10")];
+    for round in 0..5 {
+        let mirror = format!("f{round}");
+        let args = [
+            "--json",
+            "session",
+            "launch",
+            &mirror,
+            "-T",
+            "dbg",
+            "--detached",
+        ];
+        let mut first = s
+            .command(&args, &[("PATH", path.as_str()), timeout[0]])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let spawned = Instant::now();
+        std::thread::sleep(Duration::from_millis(1500));
+        first.kill().unwrap();
+        first.wait().unwrap();
+        let j = s.launch_env(&mirror, "dbg", &timeout);
+        // Count only once the orphaned sbatch has surely run.
+        std::thread::sleep(Duration::from_secs(7).saturating_sub(spawned.elapsed()));
+        let jobs = s.jobs(&s.name(&mirror));
+        assert_eq!(jobs.len(), 1, "round {round}: {jobs:?}");
+        assert_eq!(j["action"], "adopted", "round {round}: {j}");
+        assert_eq!(jobs.len(), 1, "round {round}: {jobs:?}");
+        assert_eq!(j["job_id"].as_u64().unwrap().to_string(), jobs[0].id);
+        let r = s.run(&["session", "release", &mirror, "-T", "dbg", "--force"]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
     }
 }
 

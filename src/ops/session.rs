@@ -43,6 +43,9 @@ pub struct Waits {
     pub gone_budget: Duration,
     /// Consecutive failed polls after which a launch stops and reports the outcome unknown.
     pub unknown_polls: u32,
+    /// Beyond the longest submit call, how long an interrupted submission may still gain a
+    /// job (`policy::reconcile::SETTLE_MARGIN`).
+    pub submit_settle: Duration,
 }
 
 impl Default for Waits {
@@ -53,6 +56,7 @@ impl Default for Waits {
             run_budget: Duration::from_secs(600),
             gone_budget: Duration::from_secs(30),
             unknown_polls: 3,
+            submit_settle: crate::policy::reconcile::SETTLE_MARGIN,
         }
     }
 }
