@@ -72,12 +72,19 @@ impl Session {
 
     /// dispatch with this test's config, state directory and cache home.
     fn command(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let mut c = self.command_in(&self.state(), args);
+        c.envs(env.iter().copied());
+        c
+    }
+
+    /// As `command`, with another state directory (another machine's, another
+    /// `$XDG_STATE_HOME`): the token lock does not reach across the two.
+    fn command_in(&self, state: &Path, args: &[&str]) -> Command {
         let config = self.tmp.path().join("config.toml");
         let mut all = vec!["--config", config.to_str().unwrap()];
         all.extend_from_slice(args);
-        let mut c = real_cluster::dispatch_cmd(&self.state(), &all);
+        let mut c = real_cluster::dispatch_cmd(state, &all);
         c.env("XDG_CACHE_HOME", self.cache());
-        c.envs(env.iter().copied());
         c
     }
 
@@ -96,18 +103,7 @@ impl Session {
     }
 
     fn launch_env(&self, mirror: &str, target: &str, env: &[(&str, &str)]) -> Value {
-        let r = self.run_env(
-            &[
-                "--json",
-                "session",
-                "launch",
-                mirror,
-                "-T",
-                target,
-                "--detached",
-            ],
-            env,
-        );
+        let r = self.run_env(&detached_launch(mirror, target), env);
         assert_eq!(r.code, 0, "launch {mirror} on {target}: {}", r.stderr);
         json(&r.stdout)
     }
@@ -559,6 +555,19 @@ fn crash_between_intent_and_id_adopts() {
     }
 }
 
+/// `--json session launch MIRROR -T TARGET --detached`.
+fn detached_launch<'a>(mirror: &'a str, target: &'a str) -> [&'a str; 7] {
+    [
+        "--json",
+        "session",
+        "launch",
+        mirror,
+        "-T",
+        target,
+        "--detached",
+    ]
+}
+
 /// A shim in front of a real client that waits `secs` before running it (a slow submitter).
 fn slow_shim(dir: &Path, program: &str, secs: u32) -> String {
     use std::os::unix::fs::PermissionsExt;
@@ -588,15 +597,7 @@ fn killed_with_sbatch_in_flight_then_relaunched_at_once_gives_one_job() {
     let timeout = [("DISPATCH_SLURM_TIMEOUT", "10")];
     for round in 0..5 {
         let mirror = format!("f{round}");
-        let args = [
-            "--json",
-            "session",
-            "launch",
-            &mirror,
-            "-T",
-            "dbg",
-            "--detached",
-        ];
+        let args = detached_launch(&mirror, "dbg");
         let mut first = s
             .command(&args, &[("PATH", path.as_str()), timeout[0]])
             .stdout(std::process::Stdio::null())
@@ -618,6 +619,46 @@ fn killed_with_sbatch_in_flight_then_relaunched_at_once_gives_one_job() {
         let r = s.run(&["session", "release", &mirror, "-T", "dbg", "--force"]);
         assert_eq!(r.code, 0, "{}", r.stderr);
     }
+}
+
+/// Issue 10 item 12 (NOT FIXED YET, hence ignored): two state directories launch the same
+/// session at once; the token lock only works inside one, so both probe, find nothing and
+/// submit. Wanted: exactly one job each round and both launches report it (Slurm as the
+/// arbiter: submit held, probe by name, the younger cancels itself and adopts the older).
+#[test]
+#[ignore = "issue 10 item 12 is not fixed: two state directories racing still give two jobs"]
+fn two_state_directories_racing_give_one_job() {
+    let s = Session::new("race", TARGETS);
+    let other = s.tmp.path().join("state-b");
+    let mut doubled = Vec::new();
+    for round in 0..20 {
+        let mirror = format!("r{round}");
+        let args = detached_launch(&mirror, "dbg");
+        let spawn = |state: &Path| {
+            s.command_in(state, &args)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (spawn(&s.state()), spawn(&other));
+        let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+        let id = |o: &std::process::Output| {
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            json(&String::from_utf8_lossy(&o.stdout))["job_id"].clone()
+        };
+        let (ja, jb) = (id(&a), id(&b));
+        let jobs = s.jobs(&s.name(&mirror));
+        if jobs.len() != 1 || ja != jb {
+            doubled.push((round, ja, jb, jobs.len()));
+        }
+        let ids: Vec<String> = jobs.into_iter().map(|j| j.id).collect();
+        support::run_bounded(Command::new("scancel").args(&ids), Duration::from_secs(30));
+    }
+    assert!(
+        doubled.is_empty(),
+        "rounds with two jobs (round, a, b, live): {doubled:?}"
+    );
 }
 
 /// salloc targets: the allocation carries the name and is found again after the state is
