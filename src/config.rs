@@ -73,6 +73,19 @@ pub enum ConfigError {
         second: String,
         token: String,
     },
+    /// Two targets whose jobs Slurm shows alike (`Config::tied_targets`): after a lost record
+    /// a launch on one could not tell its own job from the other's and would submit a second.
+    #[error("config file {}: {at}targets {pair} cannot be told apart: {why}. A job of one \
+             would be taken for the other's (a lost record would then give a second job). Pin a \
+             distinct qos in both, or another partition or account", path.display())]
+    TiedTargets {
+        path: PathBuf,
+        /// `line N: ` where the second target's table starts, when it can be found.
+        at: String,
+        /// `"a" and "b"`.
+        pair: String,
+        why: String,
+    },
     #[error("no target {name:?} in {}; configured targets: {known}", path.display())]
     UnknownTarget {
         name: String,
@@ -274,6 +287,14 @@ impl Config {
                 ));
             }
         }
+        if let Some((first, second, why)) = self.tied_targets() {
+            return Err(ConfigError::TiedTargets {
+                path: path.to_owned(),
+                at: at(Some(&format!("targets.{second}")), None),
+                pair: format!("{first:?} and {second:?}"),
+                why,
+            });
+        }
         let mut seen: BTreeMap<String, &str> = BTreeMap::new();
         for (name, mirror) in &self.mirrors {
             let table = format!("mirrors.{name}");
@@ -294,6 +315,49 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// The first pair of targets (in name order) whose jobs Slurm shows alike, with why.
+    ///
+    /// The rule: same partition (compared exactly, as Slurm does), same account (without
+    /// case: Slurm stores it in lower case), and a QOS that may be the same: equal pins
+    /// (without case), or no QOS pinned on either side. A job submitted without `--qos` gets
+    /// its association's default QOS, which this file cannot know and an administrator can
+    /// change at any time, so a missing pin may equal any QOS. Sessions find their job by
+    /// name and tell targets apart by partition, account and QOS (`policy::session::
+    /// match_target`); two such targets would claim each other's jobs or neither.
+    pub fn tied_targets(&self) -> Option<(&str, &str, String)> {
+        let targets: Vec<(&String, &Target)> = self.targets.iter().collect();
+        for (i, (a_name, a)) in targets.iter().enumerate() {
+            for (b_name, b) in &targets[i + 1..] {
+                if a.partition != b.partition || !a.account.eq_ignore_ascii_case(&b.account) {
+                    continue;
+                }
+                let qos = match (&a.qos, &b.qos) {
+                    (Some(x), Some(y)) if x.eq_ignore_ascii_case(y) => {
+                        format!("both pin qos {x:?}")
+                    }
+                    (Some(_), Some(_)) => continue,
+                    (None, None) => "neither pins a qos".to_owned(),
+                    (None, Some(q)) | (Some(q), None) => {
+                        let bare = if a.qos.is_none() { a_name } else { b_name };
+                        format!(
+                            "{bare:?} pins no qos, so its jobs get the account's default QOS, \
+                             which may be {q:?}"
+                        )
+                    }
+                };
+                return Some((
+                    a_name.as_str(),
+                    b_name.as_str(),
+                    format!(
+                        "both pin partition {:?} and account {:?}, and {qos}",
+                        a.partition, a.account
+                    ),
+                ));
+            }
+        }
+        None
     }
 
     pub fn target(&self, name: &str, path: &Path) -> Result<&Target, ConfigError> {
@@ -390,6 +454,52 @@ confined = true
             matches!(e, ConfigError::TokenCollision { ref token, .. } if token == "K_Agg"),
             "{e}"
         );
+    }
+
+    /// Issue 10 item 10: targets Slurm cannot tell apart (same partition and account, and the
+    /// same QOS or no QOS on either side) are refused at load, naming both.
+    #[test]
+    fn targets_slurm_cannot_tell_apart_are_refused_naming_both() {
+        let t = |name: &str, p: &str, a: &str, q: Option<&str>| {
+            let qos = q.map_or(String::new(), |q| format!("qos = \"{q}\"\n"));
+            format!("[targets.{name}]\npartition = \"{p}\"\naccount = \"{a}\"\n{qos}")
+        };
+        let tied = |a: String, b: String| {
+            let e = Config::parse(&(a + &b), Path::new("c.toml")).unwrap_err();
+            assert!(matches!(e, ConfigError::TiedTargets { .. }), "{e}");
+            e.to_string()
+        };
+        // Identical pins, no QOS.
+        let e = tied(t("a", "debug", "dev", None), t("b", "debug", "dev", None));
+        assert!(e.contains("targets \"a\" and \"b\""), "{e}");
+        assert!(e.contains("c.toml"), "{e}");
+        // No QOS against the (default) QOS, and against any other: a job submitted without
+        // --qos gets the association's default, which the config cannot know.
+        let e = tied(
+            t("a", "debug", "dev", None),
+            t("b", "debug", "dev", Some("normal")),
+        );
+        assert!(e.contains("\"a\" pins no qos"), "{e}");
+        tied(
+            t("a", "debug", "dev", Some("high")),
+            t("b", "debug", "dev", None),
+        );
+        // Account and QOS compare without case, as Slurm stores them.
+        tied(
+            t("a", "debug", "DEV", Some("Normal")),
+            t("b", "debug", "dev", Some("normal")),
+        );
+        // Told apart: another partition (exact), another account, two distinct QOS pins.
+        for (a, b) in [
+            (t("a", "debug", "dev", None), t("b", "Debug", "dev", None)),
+            (t("a", "debug", "dev", None), t("b", "debug", "other", None)),
+            (
+                t("a", "debug", "dev", Some("normal")),
+                t("b", "debug", "dev", Some("high")),
+            ),
+        ] {
+            Config::parse(&(a + &b), Path::new("c.toml")).unwrap();
+        }
     }
 
     #[test]

@@ -184,7 +184,7 @@ confined = true
 
 [targets.mema]
 partition = "debug"
-account = "dev"
+account = "other"
 time = "00:10:00"
 mem = "999999G"
 confined = false
@@ -220,7 +220,8 @@ fn session_launch_refused_by_the_controller_is_a_failure() {
         r.stdout
     );
     // The same session, its target corrected: submitted at once.
-    c.config(&SESSION_TARGETS.replace("\"nope\"", "\"debug\""));
+    // batch, not debug: debug/dev with no QOS is memb's, and two such targets are refused.
+    c.config(&SESSION_TARGETS.replace("\"nope\"", "\"batch\""));
     let r = c.run(&[
         "--json",
         "session",

@@ -30,7 +30,7 @@ confined = true
 
 [targets.plain]
 partition = "savio4_htc"
-account = "co_carleton"
+account = "co_plain"
 time = "3-00:00:00"
 confined = true
 
@@ -226,6 +226,7 @@ async fn b02_hostile_mirror_names_become_safe_tokens() {
         // Release so that the next mirror's job id 5 is not held twice.
         w.q().scancel.push_back(scancel(0, "", 5));
         w.q().by_id.push_back(invalid_id());
+        w.q().by_name.push_back(gone());
         release(&env, mirror, "T", JobId::new(5)).await.unwrap();
     }
 }
@@ -248,7 +249,7 @@ async fn b04_b05_sbatch_argv() {
             "--parsable".into(),
             "--job-name=sucoder-sample".into(),
             "--partition=savio4_htc".into(),
-            "--account=co_carleton".into(),
+            "--account=co_plain".into(),
             "--time=3-00:00:00".into(),
             format!("--output={}", w.log()),
             "--no-requeue".into(),
@@ -346,6 +347,94 @@ async fn b09_unparsable_sbatch_records_may_exist_and_the_next_launch_adopts() {
         .unwrap()
         .may_have_unknown_job());
     w.slurm.assert_drained();
+}
+
+/// Write the intent of a launch that was killed while its sbatch ran (no outcome follows).
+fn interrupted_launch(state: &Path) {
+    let (book, _) = dispatch::ops::session::Book::open(state).unwrap();
+    book.append(dispatch::event::Event::SessionLaunchIntent(
+        dispatch::state::session::SessionLaunchIntent {
+            session: SessionKey::new("sample", "T"),
+            submission_id: uuid::Uuid::new_v4(),
+            job_name: NAME.into(),
+            confined: true,
+            command: vec![],
+            replacing: None,
+        },
+    ))
+    .unwrap();
+}
+
+/// Issue 10 item 11: a launch killed while its sbatch was in flight, relaunched at once. The
+/// orphaned sbatch may still create the job, so the relaunch waits (bounded by the submit
+/// limit and the settle margin) and probes again; it adopts the job when it appears and never
+/// submits beside it.
+#[tokio::test]
+async fn an_interrupted_submission_younger_than_its_limit_is_waited_for() {
+    let w = World::new();
+    interrupted_launch(&w.state);
+    w.q().by_name.push_back(gone());
+    w.q().by_name.push_back(gone());
+    w.q()
+        .by_name
+        .push_back(live(&row("4242", "RUNNING", "n1", T, NAME)));
+    let mut lines = Vec::new();
+    let said = std::sync::Mutex::new(&mut lines);
+    let progress = |l: &str| said.lock().unwrap().push(l.to_owned());
+    let mut env = env(&w.config, &w.state, &w.slurm);
+    env.progress = &progress;
+    let r = launch(
+        &env,
+        &LaunchRequest {
+            mirror: "sample".into(),
+            target: "T".into(),
+            detached: true,
+            ..LaunchRequest::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!((r.action, r.job_id), (LaunchAction::Adopted, 4242));
+    assert!(!w.slurm.called("sbatch"), "{:?}", w.slurm.argvs());
+    let said = lines.join("\n");
+    assert!(
+        said.contains("interrupted") && said.contains("nothing is submitted"),
+        "{said}"
+    );
+}
+
+/// Item 11: when nothing appears within the bound, the relaunch submits, and only after it.
+#[tokio::test]
+async fn an_interrupted_submission_that_created_nothing_is_submitted_after_the_bound() {
+    let w = World::new();
+    interrupted_launch(&w.state);
+    let started = std::time::Instant::now();
+    w.q().by_name_else = Some(gone());
+    w.q().sbatch.push_back(submitted(5));
+    w.q()
+        .by_id
+        .push_back(live(&row("5", "RUNNING", "n1", T, NAME)));
+    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Submitted);
+    let bound = LONGEST_CALL + fast_waits().submit_settle;
+    assert!(started.elapsed() >= bound, "submitted before the bound");
+    let probes = w
+        .slurm
+        .argvs()
+        .iter()
+        .filter(|a| **a == name_probe())
+        .count();
+    assert!(probes >= 2, "it probed again before submitting: {probes}");
+    // An intent older than the bound is not waited for: one probe, then sbatch.
+    let w = World::new();
+    interrupted_launch(&w.state);
+    std::thread::sleep(bound);
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(6));
+    w.q()
+        .by_id
+        .push_back(live(&row("6", "RUNNING", "n1", T, NAME)));
+    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Submitted);
+    assert_eq!(w.slurm.programs(), ["squeue", "sbatch", "squeue"]);
 }
 
 /// 10: salloc without "Granted job allocation": exit 4 (may exist), nothing recorded as a job.
@@ -848,14 +937,25 @@ async fn b36_b38_unconfined_record_probe() {
 
 // ---------------------------------------------------------------- release
 
-/// 43: nothing recorded: nothing to release, no Slurm call.
+/// 43, departed from (issue 10 item 8): nothing recorded: release asks Slurm by name, as launch
+/// does, and only a listing without a live job of this target is "nothing to release"; one
+/// that failed is an unknown outcome (exit 4), never a false "nothing".
 #[tokio::test]
 async fn b43_nothing_to_release() {
     let w = World::new();
     let env = env(&w.config, &w.state, &w.slurm);
+    // Another target's job of this name is not this session's.
+    w.q()
+        .by_name
+        .push_back(live(&row("9", "RUNNING", "n1", OTHER, NAME)));
     let r = release(&env, "sample", "T", None).await.unwrap();
     assert_eq!(r.action, ReleaseAction::Nothing);
-    assert!(w.slurm.calls().is_empty());
+    assert_eq!(w.slurm.argvs(), [name_probe()]);
+    w.q().by_name.push_back(unknown("Socket timed out"));
+    let (msg, kind) = err_text(release(&env, "sample", "T", None).await);
+    assert_eq!(kind, "unknown", "{msg}");
+    assert!(!w.slurm.called("scancel"));
+    w.slurm.assert_drained();
 }
 
 /// 44, 48: one scancel, then proof that it is gone; the record is cleared; scancel's stderr
@@ -873,6 +973,7 @@ async fn b44_b48_release_cancels_and_proves() {
     w.q()
         .by_id
         .push_back(live(&row("4242", "CANCELLED", "n1", T, NAME)));
+    w.q().by_name.push_back(gone());
     let env = env(&w.config, &w.state, &w.slurm);
     let r = release(&env, "sample", "T", JobId::new(4242))
         .await
@@ -880,12 +981,14 @@ async fn b44_b48_release_cancels_and_proves() {
     assert_eq!(r.action, ReleaseAction::Released);
     assert_eq!(r.proof.as_deref(), Some("squeue: CANCELLED"));
     assert!(r.notes.join(" ").contains("Invalid job id specified"));
+    // The name probe last: no other live job of this session's name and target is left.
     assert_eq!(
         w.slurm.argvs(),
         [
             vec!["scancel".to_owned(), "4242".into()],
             by_id(4242),
-            by_id(4242)
+            by_id(4242),
+            name_probe()
         ]
     );
     assert_eq!(w.record("T").0, None);
@@ -919,18 +1022,23 @@ async fn b45_failed_scancel_keeps_the_record() {
 async fn b46_shared_job_is_only_detached() {
     let w = World::new();
     w.seed("T", 12345, T).await;
-    w.seed("plain", 12345, ("savio4_htc", "co_carleton", "other_qos"))
+    w.seed("plain", 12345, ("savio4_htc", "co_plain", "other_qos"))
         .await;
     let env = env(&w.config, &w.state, &w.slurm);
+    // The shared job shows up by name, but another session holds it: it is not cancelled.
+    w.q().by_name.push_back(live(&row(
+        "12345",
+        "RUNNING",
+        "n1",
+        ("savio4_htc", "co_plain", "other_qos"),
+        NAME,
+    )));
     let r = release(&env, "sample", "plain", JobId::new(12345))
         .await
         .unwrap();
     assert_eq!(r.action, ReleaseAction::Detached);
     assert_eq!(r.holders, ["sample--T"]);
-    assert!(
-        w.slurm.calls().is_empty(),
-        "no scancel, no Slurm call at all"
-    );
+    assert_eq!(w.slurm.argvs(), [name_probe()], "no scancel");
     assert_eq!(w.record("plain").0, None);
     assert_eq!(w.record("T").0, Some(12345));
 }
@@ -987,6 +1095,7 @@ async fn release_settles_the_job_a_renewal_replaced() {
     w.q().by_id.push_back(invalid_id());
     w.q().scancel.push_back(scancel(0, "", 222));
     w.q().by_id.push_back(invalid_id());
+    w.q().by_name.push_back(gone());
     let env = env(&w.config, &w.state, &w.slurm);
     let r = release(&env, "sample", "T", JobId::new(222)).await.unwrap();
     assert_eq!(r.action, ReleaseAction::Released);
@@ -1002,6 +1111,7 @@ async fn release_settles_the_job_a_renewal_replaced() {
         ("squeue", "--jobs=111"),
         ("scancel", "222"),
         ("squeue", "--jobs=222"),
+        ("squeue", "--name=sucoder-sample"),
     ];
     assert_eq!(
         calls,
@@ -1031,6 +1141,7 @@ async fn release_cancels_a_replaced_job_that_still_runs() {
     w.q().by_id.push_back(invalid_id());
     w.q().scancel.push_back(scancel(0, "", 222));
     w.q().by_id.push_back(invalid_id());
+    w.q().by_name.push_back(gone());
     let env = env(&w.config, &w.state, &w.slurm);
     let r = release(&env, "sample", "T", JobId::new(222)).await.unwrap();
     let old = r.replaced.as_ref().unwrap();
@@ -1083,9 +1194,12 @@ async fn a_session_on_a_removed_target_can_still_be_released() {
 async fn b49_b51_b52_attach() {
     let w = World::new();
     let env = env(&w.config, &w.state, &w.slurm);
+    // Nothing recorded and nothing of this target by name (issue 10 item 8: it asks).
+    w.q().by_name.push_back(gone());
     let (msg, _) = err_text(attach::plan(&env, "sample", "T", &[], None).await);
     assert!(msg.contains("no Slurm job recorded"), "{msg}");
-    assert!(w.slurm.calls().is_empty());
+    assert_eq!(w.slurm.argvs(), [name_probe()]);
+    w.slurm.reset();
     w.seed("T", 42, T).await;
     w.q()
         .by_id

@@ -417,7 +417,10 @@ fn release_force_cancels_and_proves() {
     f.clear_calls();
     f.scenario(json!({
         "scancel": [{"stdout": ""}],
-        "squeue": [{"match": ["--jobs=4242"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)}],
+        "squeue": [
+            {"match": ["--jobs=4242"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+        ],
     }));
     let r = f.run(&[
         "--json", "session", "release", "sample", "-T", "T", "--force",
@@ -430,7 +433,11 @@ fn release_force_cancels_and_proves() {
     );
     assert_eq!(
         f.calls(),
-        [vec!["scancel".to_owned(), "4242".into()], by_id(4242)]
+        [
+            vec!["scancel".to_owned(), "4242".into()],
+            by_id(4242),
+            name_probe()
+        ]
     );
     let r = f.run(&["session", "release", "sample", "-T", "T", "--force"]);
     assert_eq!(r.code, 0);
@@ -909,7 +916,7 @@ fn a_completing_job_found_by_name_is_not_adopted() {
     let f = Fake::new(json!({
         "squeue": [
             {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": row("4242", "COMPLETING", "n0007", T, NAME)},
-            {"match": ["--jobs=4242"], "fixture": "notes-squeue-invalid-id"},
+            {"match": ["--jobs=4242"], "stdout": row("4242", "COMPLETED", "n0007", T, NAME)},
             {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
             {"match": ["--jobs=5000"], "stdout": running(5000, T)},
         ],
@@ -968,7 +975,10 @@ fn release_without_a_terminal_needs_yes() {
     }
     f.scenario(json!({
         "scancel": [{"stdout": ""}],
-        "squeue": [{"match": ["--jobs=4242"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)}],
+        "squeue": [
+            {"match": ["--jobs=4242"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+        ],
     }));
     let out = f
         .command(&["--json", "session", "release", "sample", "-T", "T", "--yes"])
@@ -1011,5 +1021,181 @@ fn an_empty_answer_about_the_recorded_job_submits_nothing() {
         !f.programs().contains(&"sbatch".to_owned()),
         "a second job was submitted: {:?}",
         f.calls()
+    );
+}
+
+// ---------------------------------------------------------------- issue 10, items 8-12
+
+/// Item 10: two targets Slurm cannot tell apart (same partition and account, no QOS on one
+/// side) are refused at load: exit 2 naming both, before any Slurm call, for every session
+/// command. A job of one would otherwise be taken for the other's after a lost record.
+#[test]
+fn tied_targets_are_refused_at_load_naming_both() {
+    let f = Fake::new(json!({}));
+    for (second, why) in [
+        ("", "neither pins a qos"),
+        ("qos = \"normal\"\n", "\"a\" pins no qos"),
+    ] {
+        std::fs::write(
+            f.path("config.toml"),
+            format!(
+                "[targets.a]\npartition = \"debug\"\naccount = \"dev\"\n\n\
+                 [targets.b]\npartition = \"debug\"\naccount = \"dev\"\n{second}"
+            ),
+        )
+        .unwrap();
+        for args in [
+            &["session", "launch", "m", "-T", "a", "--detached"][..],
+            &["session", "release", "m", "-T", "b", "--force"],
+            &["sessions"],
+        ] {
+            let r = f.run(args);
+            assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+            assert!(
+                r.stderr
+                    .contains("targets \"a\" and \"b\" cannot be told apart")
+                    && r.stderr.contains(why)
+                    && r.stderr.contains("line 5"),
+                "{}",
+                r.stderr
+            );
+        }
+    }
+    assert!(f.calls().is_empty());
+    assert!(!f.state().exists());
+}
+
+/// Item 8: with the state directory lost, every session command asks Slurm by name, as launch
+/// does, and reaches the live job: release cancels it and proves no job of this session is
+/// left; attach attaches to it; renew renews it.
+#[test]
+fn a_lost_record_heals_through_release_attach_and_renew() {
+    // release --force
+    let f = Fake::new(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": running(4242, T)},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--jobs=4242"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)},
+        ],
+        "scancel": [{"stdout": ""}],
+    }));
+    let r = f.run(&[
+        "--json", "session", "release", "sample", "-T", "T", "--force",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = json_of(&r);
+    assert_eq!(
+        (&j["action"], &j["job_id"]),
+        (&json!("released"), &json!(4242)),
+        "{j}"
+    );
+    assert_eq!(
+        f.calls(),
+        [
+            name_probe(),
+            vec!["scancel".to_owned(), "4242".into()],
+            by_id(4242),
+            name_probe()
+        ]
+    );
+
+    // attach: without a terminal it says what it would run, which names the live job.
+    let f = Fake::new(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": running(42, T)},
+            {"match": ["--jobs=42"], "stdout": running(42, T)},
+        ],
+    }));
+    let r = f.run(&["session", "attach", "sample", "-T", "T", "--", "htop"]);
+    assert!(
+        r.stderr.contains("srun --jobid=42 --overlap --pty htop"),
+        "{} / {}",
+        r.code,
+        r.stderr
+    );
+    assert_eq!(f.calls()[0], name_probe());
+
+    // renew --once: the adopted job has time left, so renew holds it.
+    let f = Fake::new(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": running(4242, T)},
+            {"match": ["--jobs=4242"], "stdout": running(4242, T)},
+        ],
+    }));
+    let r = f.run(&[
+        "--json",
+        "session",
+        "renew",
+        "sample",
+        "-T",
+        "T",
+        "--once",
+        "--drain-minutes",
+        "5",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = json_of(&r);
+    assert_eq!(
+        (&j["job_id"], &j["relaunched"]),
+        (&json!(4242), &json!([])),
+        "{j}"
+    );
+    assert!(!f.programs().contains(&"sbatch".to_owned()));
+}
+
+/// Item 9: a record restored from an old copy names job 100, which has ended, while a newer
+/// job of the same session (200) runs. Release cancels the recorded job and then, by name,
+/// every live job of this session's name and target: it never answers success while one runs.
+#[test]
+fn release_of_a_restored_record_also_cancels_the_live_job_of_the_session() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": running(100, T)}],
+    }));
+    assert_eq!(f.run(LAUNCH_T).code, 0);
+    f.clear_calls();
+    f.scenario(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": running(200, T)},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--jobs=100"], "stdout": row("100", "COMPLETED", "n0007", T, NAME)},
+            {"match": ["--jobs=200"], "stdout": row("200", "CANCELLED", "n0007", T, NAME)},
+        ],
+        "scancel": [{"stdout": ""}],
+    }));
+    let r = f.run(&[
+        "--json", "session", "release", "sample", "-T", "T", "--force",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = json_of(&r);
+    assert_eq!(j["job_id"], 100, "{j}");
+    assert_eq!(
+        j["also_released"],
+        json!([{"job_id": 200, "proof": "squeue: CANCELLED"}]),
+        "{j}"
+    );
+    let calls = f.calls();
+    assert!(
+        calls.contains(&vec!["scancel".to_owned(), "200".into()]),
+        "the live job of the session was left running: {calls:?}"
+    );
+    assert_eq!(calls.last().unwrap(), &name_probe(), "{calls:?}");
+    // Had the name probe failed, release could not prove that nothing runs: exit 4.
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": running(100, T)}],
+    }));
+    assert_eq!(f.run(LAUNCH_T).code, 0);
+    f.scenario(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "stderr": "slurm_load_jobs error: Socket timed out\n", "exit": 1},
+            {"match": ["--jobs=100"], "stdout": row("100", "CANCELLED", "n0007", T, NAME)},
+        ],
+        "scancel": [{"stdout": ""}],
+    }));
+    let r = f.run(&["session", "release", "sample", "-T", "T", "--force"]);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("squeue --me --name=sucoder-sample"),
+        "{}",
+        r.stderr
     );
 }

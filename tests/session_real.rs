@@ -70,14 +70,26 @@ impl Session {
         self.run_env(args, &[])
     }
 
-    fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+    /// dispatch with this test's config, state directory and cache home.
+    fn command(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let mut c = self.command_in(&self.state(), args);
+        c.envs(env.iter().copied());
+        c
+    }
+
+    /// As `command`, with another state directory (another machine's, another
+    /// `$XDG_STATE_HOME`): the token lock does not reach across the two.
+    fn command_in(&self, state: &Path, args: &[&str]) -> Command {
         let config = self.tmp.path().join("config.toml");
         let mut all = vec!["--config", config.to_str().unwrap()];
         all.extend_from_slice(args);
-        let mut c = real_cluster::dispatch_cmd(&self.state(), &all);
+        let mut c = real_cluster::dispatch_cmd(state, &all);
         c.env("XDG_CACHE_HOME", self.cache());
-        c.envs(env.iter().copied());
-        let out = c.output().expect("run dispatch");
+        c
+    }
+
+    fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let out = self.command(args, env).output().expect("run dispatch");
         Run {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -87,15 +99,11 @@ impl Session {
 
     /// `session launch MIRROR -T TARGET --detached --json`, which must succeed.
     fn launch(&self, mirror: &str, target: &str) -> Value {
-        let r = self.run(&[
-            "--json",
-            "session",
-            "launch",
-            mirror,
-            "-T",
-            target,
-            "--detached",
-        ]);
+        self.launch_env(mirror, target, &[])
+    }
+
+    fn launch_env(&self, mirror: &str, target: &str, env: &[(&str, &str)]) -> Value {
+        let r = self.run_env(&detached_launch(mirror, target), env);
         assert_eq!(r.code, 0, "launch {mirror} on {target}: {}", r.stderr);
         json(&r.stdout)
     }
@@ -176,6 +184,7 @@ const TARGETS: &str = r#"
 [targets.dbg]
 partition = "debug"
 account = "dev"
+qos = "normal"
 time = "00:10:00"
 mem = "100M"
 confined = true
@@ -465,10 +474,14 @@ fn array_job_with_the_name_is_not_adopted() {
 }
 
 /// Two sessions holding one job: releasing one only detaches it; the job stays.
+/// Item 10: a target pinning no QOS beside one pinning the default QOS (debug/dev/normal) on
+/// the same partition and account: Slurm shows their jobs alike, so after a lost record a
+/// launch on one took the other's job for a different target's and submitted a second. Such a
+/// configuration is refused at load (exit 2, both named) and no job is created.
 #[test]
-fn shared_job_release_only_detaches() {
+fn targets_slurm_cannot_tell_apart_are_refused() {
     let s = Session::new(
-        "shared",
+        "tied",
         r#"
 [targets.wide]
 partition = "debug"
@@ -486,28 +499,25 @@ mem = "100M"
 confined = true
 "#,
     );
-    let name = s.name("sh");
-    let a = s.launch("sh", "wide");
-    assert_eq!(a["action"], "submitted");
-    // The job's placement (debug/dev/normal) is the exact target's: it adopts it.
-    let b = s.launch("sh", "exact");
-    assert_eq!(b["action"], "adopted");
-    assert_eq!(a["job_id"], b["job_id"]);
-    let r = s.run(&[
-        "--json", "session", "release", "sh", "-T", "wide", "--force",
-    ]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    let rel = json(&r.stdout);
-    assert_eq!(rel["action"], "detached", "{rel}");
-    assert_eq!(rel["holders"], serde_json::json!(["sh--exact"]));
-    let jobs = s.jobs(&name);
-    assert_eq!(jobs.len(), 1);
-    assert_eq!(jobs[0].state, "RUNNING");
-    let r = s.run(&[
-        "--json", "session", "release", "sh", "-T", "exact", "--force",
-    ]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(json(&r.stdout)["action"], "released");
+    for target in ["wide", "exact"] {
+        let r = s.run(&[
+            "--json",
+            "session",
+            "launch",
+            "sh",
+            "-T",
+            target,
+            "--detached",
+        ]);
+        assert_eq!(r.code, 2, "{}", r.stderr);
+        assert!(
+            r.stderr
+                .contains("targets \"exact\" and \"wide\" cannot be told apart"),
+            "{}",
+            r.stderr
+        );
+    }
+    assert!(s.jobs(&s.name("sh")).is_empty());
 }
 
 /// A crash between the submit intent and the recorded id (the process aborts right after
@@ -535,12 +545,120 @@ fn crash_between_intent_and_id_adopts() {
         );
         assert_ne!(r.code, 0, "{point}");
         assert!(r.stderr.contains(point), "{}", r.stderr);
-        let j = s.launch(mirror, "dbg");
+        // The relaunch cannot tell an sbatch that never ran from one still running: it waits
+        // out the submit limit (5 s here, + 2 s grace + 30 s margin) before submitting.
+        let j = s.launch_env(mirror, "dbg", &[("DISPATCH_SLURM_TIMEOUT", "5")]);
         assert_eq!(j["action"], then, "{point}: {j}");
         let jobs = s.jobs(&name);
         assert_eq!(jobs.len(), 1, "{point}: {jobs:?}");
         assert_eq!(j["job_id"].as_u64().unwrap().to_string(), jobs[0].id);
     }
+}
+
+/// `--json session launch MIRROR -T TARGET --detached`.
+fn detached_launch<'a>(mirror: &'a str, target: &'a str) -> [&'a str; 7] {
+    [
+        "--json",
+        "session",
+        "launch",
+        mirror,
+        "-T",
+        target,
+        "--detached",
+    ]
+}
+
+/// A shim in front of a real client that waits `secs` before running it (a slow submitter).
+fn slow_shim(dir: &Path, program: &str, secs: u32) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join(program);
+    std::fs::write(
+        &path,
+        format!("#!/bin/sh\nsleep {secs}\nexec /usr/bin/{program} \"$@\"\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// Issue 10 item 11: dispatch is killed (SIGKILL) while its sbatch is in flight (a shim makes
+/// sbatch take 4 s) and relaunched at once. The orphaned sbatch creates its job after the
+/// relaunch started; the relaunch waits for it (bounded) and adopts it. Five rounds, exactly
+/// one job each.
+#[test]
+fn killed_with_sbatch_in_flight_then_relaunched_at_once_gives_one_job() {
+    let s = Session::new("inflight", TARGETS);
+    let path = slow_shim(&s.tmp.path().join("shim"), "sbatch", 4);
+    let timeout = [("DISPATCH_SLURM_TIMEOUT", "10")];
+    for round in 0..5 {
+        let mirror = format!("f{round}");
+        let args = detached_launch(&mirror, "dbg");
+        let mut first = s
+            .command(&args, &[("PATH", path.as_str()), timeout[0]])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let spawned = Instant::now();
+        std::thread::sleep(Duration::from_millis(1500));
+        first.kill().unwrap();
+        first.wait().unwrap();
+        let j = s.launch_env(&mirror, "dbg", &timeout);
+        // Count only once the orphaned sbatch has surely run.
+        std::thread::sleep(Duration::from_secs(7).saturating_sub(spawned.elapsed()));
+        let jobs = s.jobs(&s.name(&mirror));
+        assert_eq!(jobs.len(), 1, "round {round}: {jobs:?}");
+        assert_eq!(j["action"], "adopted", "round {round}: {j}");
+        assert_eq!(jobs.len(), 1, "round {round}: {jobs:?}");
+        assert_eq!(j["job_id"].as_u64().unwrap().to_string(), jobs[0].id);
+        let r = s.run(&["session", "release", &mirror, "-T", "dbg", "--force"]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    }
+}
+
+/// Issue 10 item 12 (NOT FIXED YET, hence ignored): two state directories launch the same
+/// session at once; the token lock only works inside one, so both probe, find nothing and
+/// submit. Wanted: exactly one job each round and both launches report it (Slurm as the
+/// arbiter: submit held, probe by name, the younger cancels itself and adopts the older).
+#[test]
+#[ignore = "issue 10 item 12 is not fixed: two state directories racing still give two jobs"]
+fn two_state_directories_racing_give_one_job() {
+    let s = Session::new("race", TARGETS);
+    let other = s.tmp.path().join("state-b");
+    let mut doubled = Vec::new();
+    for round in 0..20 {
+        let mirror = format!("r{round}");
+        let args = detached_launch(&mirror, "dbg");
+        let spawn = |state: &Path| {
+            s.command_in(state, &args)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (spawn(&s.state()), spawn(&other));
+        let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+        let id = |o: &std::process::Output| {
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            json(&String::from_utf8_lossy(&o.stdout))["job_id"].clone()
+        };
+        let (ja, jb) = (id(&a), id(&b));
+        let jobs = s.jobs(&s.name(&mirror));
+        if jobs.len() != 1 || ja != jb {
+            doubled.push((round, ja, jb, jobs.len()));
+        }
+        let ids: Vec<String> = jobs.into_iter().map(|j| j.id).collect();
+        support::run_bounded(Command::new("scancel").args(&ids), Duration::from_secs(30));
+    }
+    assert!(
+        doubled.is_empty(),
+        "rounds with two jobs (round, a, b, live): {doubled:?}"
+    );
 }
 
 /// salloc targets: the allocation carries the name and is found again after the state is

@@ -210,9 +210,6 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
         } => {
             let env = env(Waits::default());
             let plan = release::plan(&env, &session.mirror, &session.target)?;
-            if plan.job.is_none() && !plan.may_exist && plan.replaced.is_none() {
-                return render_release_nothing(&plan.key, ctx.json);
-            }
             if !force && !yes {
                 let mut question = match plan.job {
                     Some(job) => release_question(&plan, job),
@@ -221,7 +218,12 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
                          up by name and cancel it if it is there?",
                         plan.key
                     ),
-                    None => String::new(),
+                    None => format!(
+                        "No Slurm job is recorded for session {}. Look for one by name \
+                         (`squeue --me --name={}`) and cancel any live job of this target?",
+                        plan.key,
+                        ctx.config.job_name(&plan.key.mirror)
+                    ),
                 };
                 if let Some(old) = plan.replaced {
                     question = format!(
@@ -231,9 +233,6 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
                     )
                     .trim_end()
                     .to_owned();
-                    if plan.job.is_none() && !plan.may_exist {
-                        question.push_str(" Go on?");
-                    }
                 }
                 if !std::io::stdin().is_terminal() {
                     // End of input is not an answer: a script would get "aborted", exit 0,
@@ -279,8 +278,14 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
                         plan.key,
                         r.proof.as_deref().unwrap_or("")
                     ),
-                    _ if r.replaced.is_some() => {}
+                    _ if r.replaced.is_some() || !r.also_released.is_empty() => {}
                     _ => println!("No job found for session {}. Nothing to release.", plan.key),
+                }
+                for a in &r.also_released {
+                    println!(
+                        "Also released Slurm job {} of session {}, found by name ({}).",
+                        a.job_id, plan.key, a.proof
+                    );
                 }
                 if let Some(o) = &r.replaced {
                     println!(
@@ -401,18 +406,6 @@ fn confirm(question: &str) -> bool {
         Ok(_) => matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes"),
         Err(_) => false,
     }
-}
-
-fn render_release_nothing(key: &SessionKey, json: bool) -> Result<u8, Failure> {
-    if json {
-        print_json(&serde_json::json!({
-            "mirror": key.mirror, "target": key.target, "action": "nothing",
-            "job_id": null, "holders": [], "proof": null,
-        }))?;
-    } else {
-        println!("No Slurm job recorded for session {key}. Nothing to release.");
-    }
-    Ok(exit::OK)
 }
 
 fn render_launch(r: &LaunchReport, json: bool) -> Result<(), Failure> {

@@ -21,8 +21,9 @@ use fs2::FileExt;
 use crate::config::{sanitize_token, Config, ConfigError, Target};
 use crate::event::Event;
 use crate::journal::{self, Committed, JournalError, Options, Writer};
-use crate::policy::session::{listing_of, plan_adoption, Adoption, Listing, Passed, Pins};
+use crate::policy::session::{listing_of, plan_adoption, Adoption, Listing, Passed, Pins, Seen};
 use crate::slurm::{JobId, JobName, JobQuery, Scheduler};
+use crate::state::session::SessionAdopted;
 use crate::state::session::{Session, SessionKey};
 use crate::state::State;
 use crate::statedir::StateDirError;
@@ -42,6 +43,9 @@ pub struct Waits {
     pub gone_budget: Duration,
     /// Consecutive failed polls after which a launch stops and reports the outcome unknown.
     pub unknown_polls: u32,
+    /// Beyond the longest submit call, how long an interrupted submission may still gain a
+    /// job (`policy::reconcile::SETTLE_MARGIN`).
+    pub submit_settle: Duration,
 }
 
 impl Default for Waits {
@@ -52,6 +56,7 @@ impl Default for Waits {
             run_budget: Duration::from_secs(600),
             gone_budget: Duration::from_secs(30),
             unknown_polls: 3,
+            submit_settle: crate::policy::reconcile::SETTLE_MARGIN,
         }
     }
 }
@@ -368,6 +373,48 @@ pub async fn name_probe<S: Scheduler>(
     }
     probe.plan = Some(plan);
     probe
+}
+
+impl NameProbe {
+    /// Why this probe cannot vouch that no job of the session's name and target runs: it
+    /// failed, or it listed lines of this name that no parser understood.
+    pub fn cannot_vouch(&self) -> Option<String> {
+        match (&self.unreadable, &self.failed) {
+            (Some(lines), _) => Some(format!(
+                "squeue lists a job of this name that dispatch cannot read ({lines:?})"
+            )),
+            (None, Some(why)) => Some(format!("the name probe failed ({why})")),
+            (None, None) => None,
+        }
+    }
+}
+
+/// The one way every session command finds its job when the record names none: probe by name
+/// with the target rule (`name_probe`, `plan_adoption`), exactly as launch does, and adopt the
+/// job found (journaled as `SessionAdopted` before the caller acts on it).
+pub async fn adopt_by_name<S: Scheduler>(
+    env: &Env<'_, S>,
+    book: &Book,
+    r: &Resolved<'_>,
+    exclude: &[JobId],
+    replacing: Option<JobId>,
+) -> Result<(NameProbe, Option<Seen>), SessionError> {
+    let probe = name_probe(env, r, exclude).await;
+    let Some(seen) = probe.plan.as_ref().and_then(|p| p.adopted()).cloned() else {
+        return Ok((probe, None));
+    };
+    let job = seen.job_id.expect("only plain ids are adopted");
+    book.append(Event::SessionAdopted(SessionAdopted {
+        session: r.key.clone(),
+        job_id: job,
+        how: "name_probe".into(),
+        state: seen.state.to_string(),
+        partition: seen.partition.clone(),
+        account: seen.account.clone(),
+        qos: seen.qos.clone(),
+        replacing,
+    }))?;
+    Ok((probe, Some(seen)))
 }
 
 /// `dispatch session … MIRROR -T TARGET`, for messages.

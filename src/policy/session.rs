@@ -259,6 +259,17 @@ impl Adoption {
         self.seen.iter().filter(|s| s.passed.is_some())
     }
 
+    /// Every live plain job of this target that is not excluded: the adopted one, older
+    /// matches and ending ones. What a release must leave none of.
+    pub fn this_targets(&self) -> impl Iterator<Item = &Seen> {
+        self.seen.iter().filter(|s| {
+            matches!(
+                s.passed,
+                None | Some(Passed::OlderMatch) | Some(Passed::Ending)
+            )
+        })
+    }
+
     /// This target's jobs that are ending: a new job must wait until they are gone.
     pub fn ending(&self) -> impl Iterator<Item = JobId> + '_ {
         self.seen
@@ -314,6 +325,20 @@ pub fn plan_adoption<'t>(
         });
     }
     plan
+}
+
+/// How much longer a launch must wait for a submission whose intent has no outcome (its
+/// launcher died with sbatch/salloc in flight; the token lock says it is not running any
+/// more) before a name probe that finds nothing proves it created no job: the longest the
+/// submit call could have run, plus the settle margin, from the intent. `None`: no wait.
+pub fn in_flight_wait(
+    intent_at: crate::event::Micros,
+    now: crate::event::Micros,
+    bound: std::time::Duration,
+) -> Option<std::time::Duration> {
+    let age_us = now.0.saturating_sub(intent_at.0).max(0) as u128;
+    let left = bound.as_micros().saturating_sub(age_us);
+    (left > 0).then(|| std::time::Duration::from_micros(left.min(u64::MAX as u128) as u64))
 }
 
 /// One poll of a freshly submitted job.
@@ -545,6 +570,25 @@ mod tests {
         assert_eq!(
             plan.seen[0].passed,
             Some(Passed::OtherTarget(Some("other".into())))
+        );
+    }
+
+    #[test]
+    fn an_interrupted_submission_is_waited_for_until_its_bound() {
+        use crate::event::Micros;
+        use std::time::Duration;
+        let bound = Duration::from_secs(62);
+        let at = Micros::from_secs(1000);
+        assert_eq!(
+            in_flight_wait(at, Micros::from_secs(1002), bound),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(in_flight_wait(at, Micros::from_secs(1062), bound), None);
+        assert_eq!(in_flight_wait(at, Micros::from_secs(2000), bound), None);
+        // A clock that went back: the whole bound, never more.
+        assert_eq!(
+            in_flight_wait(at, Micros::from_secs(900), bound),
+            Some(bound)
         );
     }
 

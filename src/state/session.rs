@@ -80,7 +80,8 @@ pub struct SessionNodeResolved {
 pub struct SessionAdopted {
     pub session: SessionKey,
     pub job_id: JobId,
-    /// How it was found: `name_probe`.
+    /// How it was found: `name_probe`, or `release_sweep` (a release found it by name after
+    /// the recorded job, and cancels it next).
     pub how: String,
     pub state: String,
     pub partition: String,

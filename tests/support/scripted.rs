@@ -34,6 +34,9 @@ pub struct Call {
 pub struct Queues {
     pub by_id: VecDeque<Rows>,
     pub by_name: VecDeque<Rows>,
+    /// The answer of every name probe once `by_name` is used up (a wait that probes a number
+    /// of times that depends on the clock); `None`: such a call panics.
+    pub by_name_else: Option<Rows>,
     pub mine: VecDeque<Rows>,
     pub sbatch: VecDeque<Result<Submitted, ActionError>>,
     pub salloc: VecDeque<Result<Allocated, ActionError>>,
@@ -182,7 +185,10 @@ impl Scheduler for Scripted {
                 }
                 other => other,
             },
-            JobSelect::MineNamed(_) => pop(&mut q.by_name, "squeue --name", &argv),
+            JobSelect::MineNamed(_) => match (q.by_name.is_empty(), &q.by_name_else) {
+                (true, Some(rest)) => rest.clone(),
+                _ => pop(&mut q.by_name, "squeue --name", &argv),
+            },
             JobSelect::Mine => pop(&mut q.mine, "squeue --me", &argv),
         }
     }
@@ -225,6 +231,12 @@ impl Scheduler for Scripted {
 
     fn call_counts(&self) -> CallCounts {
         CallCounts::default()
+    }
+
+    /// Short, so that a wait for an interrupted submission (its limit plus the settle margin
+    /// of `fast_waits`) lasts a tenth of a second.
+    fn longest_call(&self) -> Duration {
+        LONGEST_CALL
     }
 }
 
@@ -341,6 +353,9 @@ pub fn scancel(code: i32, stderr: &str, n: u32) -> Result<CancelReport, ActionEr
 
 // ---- environment
 
+/// What the scripted Slurm says its longest call may take.
+pub const LONGEST_CALL: Duration = Duration::from_millis(40);
+
 pub fn fast_waits() -> Waits {
     Waits {
         poll_first: Duration::from_millis(1),
@@ -348,6 +363,7 @@ pub fn fast_waits() -> Waits {
         run_budget: Duration::from_millis(300),
         gone_budget: Duration::from_millis(30),
         unknown_polls: 3,
+        submit_settle: Duration::from_millis(60),
     }
 }
 

@@ -3,7 +3,9 @@
 
 use std::ffi::OsString;
 
-use super::{command_for, read_state, session, Env, SessionError};
+use super::{
+    adopt_by_name, command_for, read_state, session, Book, Env, Resolved, SessionError, TokenLock,
+};
 use crate::policy::session::{probe_of, Probe};
 use crate::slurm::{JobId, JobQuery, JobState, Scheduler};
 
@@ -48,12 +50,9 @@ pub async fn plan<S: Scheduler>(
     let r = env.resolve(mirror, target)?;
     let state = read_state(env.state_dir)?;
     let s = session(&state, &r.key);
-    let Some(job) = s.and_then(|s| s.job_id()) else {
-        return Err(SessionError::Failed(format!(
-            "no Slurm job recorded for session {}. Run `{}`",
-            r.key,
-            command_for("launch", &r.key)
-        )));
+    let job = match s.and_then(|s| s.job_id()) {
+        Some(job) => job,
+        None => find_by_name(env, &r).await?,
     };
     let command = if !command.is_empty() {
         command.to_vec()
@@ -87,6 +86,36 @@ pub async fn plan<S: Scheduler>(
         Probe::Unknown(e) => Err(SessionError::Unknown(format!(
             "could not check Slurm job {job} of session {}: {e}. Nothing was done; retry",
             r.key
+        ))),
+    }
+}
+
+/// No job recorded (a lost state directory): find the session's live job by name, as launch
+/// would, and record it; the attach then goes on as for a recorded job.
+async fn find_by_name<S: Scheduler>(
+    env: &Env<'_, S>,
+    r: &Resolved<'_>,
+) -> Result<JobId, SessionError> {
+    let _lock = TokenLock::take(env.state_dir, &r.token)?;
+    let (book, state) = Book::open(env.state_dir)?;
+    if let Some(job) = session(&state, &r.key).and_then(|s| s.job_id()) {
+        // Recorded meanwhile by a command that held the lock.
+        return Ok(job);
+    }
+    let (probe, adopted) = adopt_by_name(env, &book, r, &[], None).await?;
+    match (adopted, probe.cannot_vouch()) {
+        (Some(seen), _) => Ok(seen.job_id.expect("only plain ids are adopted")),
+        (None, Some(why)) => Err(SessionError::Unknown(format!(
+            "no Slurm job is recorded for session {}, and {why}; nothing was done. Retry, or \
+             look with `squeue --me --name={}`",
+            r.key, r.job_name
+        ))),
+        (None, None) => Err(SessionError::Failed(format!(
+            "no Slurm job recorded for session {}, and none of its target runs under the name {}. \
+             Run `{}`",
+            r.key,
+            r.job_name,
+            command_for("launch", &r.key)
         ))),
     }
 }

@@ -7,23 +7,27 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::{
-    command_for, name_probe, script, session, token_clash, Book, Env, Resolved, SessionError,
+    adopt_by_name, command_for, script, session, token_clash, Book, Env, Resolved, SessionError,
     TokenLock, MAX_SESSIONS,
 };
 use crate::event::Event;
+use crate::event::Micros;
 use crate::failpoint;
-use crate::policy::session::{is_ending, poll_of, probe_of, Poll, Probe};
+use crate::policy::session::{in_flight_wait, is_ending, poll_of, probe_of, Poll, Probe, Seen};
 use crate::slurm::{
     AcctQuery, ActionError, AllocRequest, BatchPayload, BatchRequest, JobId, JobQuery, JobState,
     MemoryMb, Placement, Refusal, Scheduler, SlurmDuration,
 };
 use crate::state::session::{
-    SessionAdopted, SessionCleared, SessionJobSubmitted, SessionLaunchIntent, SessionNodeResolved,
+    SessionCleared, SessionJobSubmitted, SessionLaunchIntent, SessionNodeResolved,
     SessionSubmitFailed,
 };
 
 /// How often a wait for a job to run says it is still waiting.
 const PROGRESS_EVERY: Duration = Duration::from_secs(30);
+
+/// The longest pause between name probes while an interrupted submission may still appear.
+const IN_FLIGHT_POLL_MAX: Duration = Duration::from_secs(2);
 
 /// sucoder's default when a target gives no time.
 pub const DEFAULT_TIME: &str = "02:00:00";
@@ -177,30 +181,29 @@ pub async fn launch<S: Scheduler>(
         }
     }
 
-    // Step 2: a live job of this target, found by name.
+    // Step 2: a live job of this target, found by name. A submission whose launcher died with
+    // sbatch/salloc in flight may still create its job (an orphaned sbatch): wait for it
+    // within its bound, probing, before a probe that finds nothing may lead to a submit.
+    if let Some(sub) = existing
+        .as_ref()
+        .and_then(|s| s.submission.as_ref())
+        .filter(|sub| sub.failure.is_none())
+    {
+        if let Some(seen) = l.wait_in_flight(sub.since, &exclude).await? {
+            let job = seen.job_id.expect("only plain ids are adopted");
+            return l
+                .settle(job, LaunchAction::Adopted, seen.state, seen.node)
+                .await;
+        }
+    }
     let may_exist = existing.as_ref().is_some_and(|s| s.may_have_unknown_job());
-    let probe = name_probe(env, &l.r, &exclude).await;
-    l.notes.extend(probe.notes);
-    if let Some(seen) = probe.plan.as_ref().and_then(|p| p.adopted()) {
+    let (probe, adopted) = adopt_by_name(env, &l.book, &l.r, &exclude, req.replacing).await?;
+    l.notes.extend(probe.notes.iter().cloned());
+    if let Some(seen) = adopted {
         let job = seen.job_id.expect("only plain ids are adopted");
-        l.append(Event::SessionAdopted(SessionAdopted {
-            session: l.r.key.clone(),
-            job_id: job,
-            how: "name_probe".into(),
-            state: seen.state.to_string(),
-            partition: seen.partition.clone(),
-            account: seen.account.clone(),
-            qos: seen.qos.clone(),
-            replacing: req.replacing,
-        }))?;
         failpoint::hit("session-after-adopt");
         return l
-            .settle(
-                job,
-                LaunchAction::Adopted,
-                seen.state.clone(),
-                seen.node.clone(),
-            )
+            .settle(job, LaunchAction::Adopted, seen.state, seen.node)
             .await;
     }
     if let Some(lines) = probe.unreadable {
@@ -428,6 +431,58 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                 "{program} was not run for {key}: {reason}. No job was submitted"
             ))
         }
+    }
+
+    /// Probe by name until the interrupted submission's bound has passed, adopting its job if
+    /// it appears; `None` once the bound is over with nothing found (step 2 probes once more).
+    async fn wait_in_flight(
+        &mut self,
+        intent_at: Micros,
+        exclude: &[JobId],
+    ) -> Result<Option<Seen>, SessionError> {
+        let bound = self.env.slurm.longest_call() + self.env.waits.submit_settle;
+        let Some(left) = in_flight_wait(intent_at, Micros::now(), bound) else {
+            return Ok(None);
+        };
+        let key = self.r.key.clone();
+        let program = if self.r.target.confined {
+            "sbatch"
+        } else {
+            "salloc"
+        };
+        (self.env.progress)(&format!(
+            "an earlier launch of {key} was interrupted while {program} ran ({} s ago); its job \
+             may still appear, so nothing is submitted for up to {} s while dispatch looks for \
+             it by name",
+            bound.saturating_sub(left).as_secs(),
+            left.as_secs_f64().ceil() as u64
+        ));
+        let started = Instant::now();
+        let mut told = Instant::now();
+        let mut pause = self.env.waits.poll_first;
+        while in_flight_wait(intent_at, Micros::now(), bound).is_some() {
+            let (probe, adopted) =
+                adopt_by_name(self.env, &self.book, &self.r, exclude, self.req.replacing).await?;
+            if let Some(seen) = adopted {
+                self.notes.extend(probe.notes);
+                let job = seen.job_id.expect("only plain ids are adopted");
+                (self.env.progress)(&format!(
+                    "found job {job} of the interrupted launch of {key}; adopting it"
+                ));
+                return Ok(Some(seen));
+            }
+            if told.elapsed() >= PROGRESS_EVERY {
+                (self.env.progress)(&format!(
+                    "still no job of the interrupted launch of {key} after {} s; waiting",
+                    started.elapsed().as_secs()
+                ));
+                told = Instant::now();
+            }
+            let left = in_flight_wait(intent_at, Micros::now(), bound).unwrap_or_default();
+            tokio::time::sleep(pause.min(left)).await;
+            pause = (pause * 2).min(IN_FLIGHT_POLL_MAX);
+        }
+        Ok(None)
     }
 
     /// Poll an ending (COMPLETING) job until it is proven gone, within the run budget, saying

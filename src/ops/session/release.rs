@@ -6,10 +6,12 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::{command_for, name_probe, session, Book, Env, SessionError, TokenLock};
+use super::{
+    adopt_by_name, command_for, name_probe, session, Book, Env, Resolved, SessionError, TokenLock,
+};
 use crate::event::Event;
 use crate::failpoint;
-use crate::policy::session::{probe_of, Probe};
+use crate::policy::session::{probe_of, Probe, Seen};
 use crate::slurm::{ActionError, JobId, JobQuery, Scheduler};
 use crate::state::session::{
     SessionAdopted, SessionCancelFailed, SessionCancelIntent, SessionCleared, SessionDetached,
@@ -61,8 +63,18 @@ pub struct ReleaseReport {
     pub proof: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replaced: Option<ReplacedOutcome>,
+    /// Other live jobs of this session's name and target, found by name after the recorded
+    /// one and cancelled (a record restored from an older copy, another state directory).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also_released: Vec<AlsoReleased>,
     #[serde(skip)]
     pub notes: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct AlsoReleased {
+    pub job_id: u32,
+    pub proof: String,
 }
 
 fn plan_of(state: &State, key: SessionKey) -> ReleasePlan {
@@ -180,34 +192,28 @@ pub async fn release<S: Scheduler>(
             r.job_name
         )));
     }
-    if plan.job.is_none() && plan.may_exist {
-        // Resolve the ambiguous submission by name, as a launch would, before saying "nothing".
-        let probe = name_probe(env, &r, &[]).await;
-        notes.extend(probe.notes);
-        match (probe.plan.as_ref().and_then(|p| p.adopted()), probe.failed) {
+    if plan.job.is_none() && r.configured {
+        // No record of a job (never launched here, a lost or restored state directory, an
+        // ambiguous submission): ask Slurm by name, as a launch would, before saying "nothing".
+        let (probe, adopted) = adopt_by_name(env, &book, &r, &[], None).await?;
+        notes.extend(probe.notes.iter().cloned());
+        match (adopted, probe.cannot_vouch()) {
             (Some(seen), _) => {
                 let job = seen.job_id.expect("only plain ids are adopted");
-                book.append(Event::SessionAdopted(SessionAdopted {
-                    session: r.key.clone(),
-                    job_id: job,
-                    how: "name_probe".into(),
-                    state: seen.state.to_string(),
-                    partition: seen.partition.clone(),
-                    account: seen.account.clone(),
-                    qos: seen.qos.clone(),
-                    replacing: None,
-                }))?;
                 notes.push(format!(
-                    "found job {job} of an earlier ambiguous submission by name; releasing it"
+                    "no job was recorded for {}; found job {job} of it by name, releasing it",
+                    r.key
                 ));
                 plan.job = Some(job);
                 plan.holders = state.sessions.holders(job, Some(&r.key));
             }
             (None, Some(why)) => {
                 return Err(SessionError::Unknown(format!(
-                    "an earlier submission for {} may have created a job, and the name probe \
-                     failed ({why}); nothing was done. Retry, or `squeue --me --name={}`",
-                    r.key, r.job_name
+                    "no job is recorded for {}, and {why}; nothing was done. Retry `{}`, or \
+                     look with `squeue --me --name={}`",
+                    r.key,
+                    command_for("release", &r.key),
+                    r.job_name
                 )));
             }
             (None, None) => {
@@ -224,48 +230,145 @@ pub async fn release<S: Scheduler>(
             }
         }
     }
-    let Some(job) = plan.job else {
-        return Ok(ReleaseReport {
-            mirror: r.key.mirror,
-            target: r.key.target,
-            action: ReleaseAction::Nothing,
-            job_id: None,
-            holders: Vec::new(),
-            proof: None,
-            replaced,
-            notes,
-        });
-    };
-    let holders: Vec<String> = plan.holders.iter().map(SessionKey::to_string).collect();
-    if !holders.is_empty() {
-        book.append(Event::SessionDetached(SessionDetached {
-            session: r.key.clone(),
-            job_id: job,
-            holders: holders.clone(),
-        }))?;
-        return Ok(ReleaseReport {
-            mirror: r.key.mirror,
-            target: r.key.target,
-            action: ReleaseAction::Detached,
-            job_id: Some(job.get()),
-            holders,
-            proof: None,
-            replaced,
-            notes,
-        });
-    }
-    let cancelled = cancel(env, &book, &r.key, job).await?;
-    notes.extend(cancelled.notes);
-    Ok(ReleaseReport {
-        mirror: r.key.mirror,
-        target: r.key.target,
-        action: ReleaseAction::Released,
-        job_id: Some(job.get()),
-        holders,
-        proof: Some(cancelled.proof),
+    let mut report = ReleaseReport {
+        mirror: r.key.mirror.clone(),
+        target: r.key.target.clone(),
+        action: ReleaseAction::Nothing,
+        job_id: plan.job.map(JobId::get),
+        holders: Vec::new(),
+        proof: None,
         replaced,
+        also_released: Vec::new(),
         notes,
-    })
+    };
+    // Jobs the sweep leaves alone: those proven gone or cancelled here, and those other
+    // sessions hold (detached, not cancelled).
+    let mut settled: Vec<JobId> = report
+        .replaced
+        .iter()
+        .filter_map(|o| JobId::new(o.job_id))
+        .collect();
+    if let Some(job) = plan.job {
+        settled.push(job);
+        let holders: Vec<String> = plan.holders.iter().map(SessionKey::to_string).collect();
+        if holders.is_empty() {
+            let cancelled = cancel(env, &book, &r.key, job).await?;
+            report.notes.extend(cancelled.notes);
+            report.action = ReleaseAction::Released;
+            report.proof = Some(cancelled.proof);
+        } else {
+            book.append(Event::SessionDetached(SessionDetached {
+                session: r.key.clone(),
+                job_id: job,
+                holders: holders.clone(),
+            }))?;
+            report.action = ReleaseAction::Detached;
+            report.holders = holders;
+        }
+    }
+    if r.configured && plan.job.is_some() {
+        sweep(env, &book, &state, &r, &mut settled, &mut report).await?;
+    } else if !r.configured {
+        report.notes.push(format!(
+            "target {:?} is no longer configured, so no other job of {} could be looked up by \
+             name: `squeue --me --name={}`",
+            r.key.target, r.key, r.job_name
+        ));
+    }
+    Ok(report)
+}
+
+/// Rounds of the sweep: each cancels what the last probe showed; past them, jobs of this
+/// session keep appearing (something else keeps submitting) and release says so.
+const SWEEP_ROUNDS: usize = 3;
+
+/// After the recorded job: every live job of this session's name and target that no other
+/// session holds is adopted and cancelled, until a name probe shows none (the success of a
+/// release is that proof). A probe that cannot vouch for that is an unknown outcome.
+async fn sweep<S: Scheduler>(
+    env: &Env<'_, S>,
+    book: &Book,
+    state: &State,
+    r: &Resolved<'_>,
+    settled: &mut Vec<JobId>,
+    report: &mut ReleaseReport,
+) -> Result<(), SessionError> {
+    for _ in 0..SWEEP_ROUNDS {
+        let mut exclude = settled.clone();
+        exclude.extend(
+            state
+                .sessions
+                .sessions
+                .values()
+                .filter(|s| s.key != r.key)
+                .filter_map(|s| s.job_id()),
+        );
+        let probe = name_probe(env, r, &exclude).await;
+        if let Some(why) = probe.cannot_vouch() {
+            return Err(SessionError::Unknown(format!(
+                "{} of {}; but {why}, so it is not known whether another job of this session \
+                 still runs. Retry `{}`, or look with `squeue --me --name={}`",
+                released_what(report),
+                r.key,
+                command_for("release", &r.key),
+                r.job_name
+            )));
+        }
+        let live: Vec<Seen> = probe
+            .plan
+            .iter()
+            .flat_map(|p| p.this_targets())
+            .cloned()
+            .collect();
+        if live.is_empty() {
+            return Ok(());
+        }
+        for seen in live {
+            let job = seen.job_id.expect("this target's jobs are plain");
+            book.append(Event::SessionAdopted(SessionAdopted {
+                session: r.key.clone(),
+                job_id: job,
+                how: "release_sweep".into(),
+                state: seen.state.to_string(),
+                partition: seen.partition.clone(),
+                account: seen.account.clone(),
+                qos: seen.qos.clone(),
+                replacing: None,
+            }))?;
+            report.notes.push(format!(
+                "job {job} ({}) of {} also runs under this session's name and target \
+                 (a record restored from an older copy, or another state directory); cancelling it",
+                seen.state, r.key
+            ));
+            let cancelled = cancel(env, book, &r.key, job).await?;
+            report.notes.extend(cancelled.notes);
+            settled.push(job);
+            report.also_released.push(AlsoReleased {
+                job_id: job.get(),
+                proof: cancelled.proof,
+            });
+            if report.action == ReleaseAction::Nothing {
+                report.action = ReleaseAction::Released;
+            }
+        }
+    }
+    Err(SessionError::Failed(format!(
+        "{} of {}; but after {SWEEP_ROUNDS} rounds new jobs of this session's name and target \
+         keep appearing (is another dispatch launching it?): `squeue --me --name={}`",
+        released_what(report),
+        r.key,
+        r.job_name
+    )))
+}
+
+fn released_what(report: &ReleaseReport) -> String {
+    let mut jobs: Vec<u32> = report.job_id.into_iter().collect();
+    jobs.extend(report.also_released.iter().map(|a| a.job_id));
+    match (report.action, jobs.is_empty()) {
+        (_, true) => "nothing was released".into(),
+        (ReleaseAction::Detached, _) => format!("detached from job {}", report.job_id.unwrap_or(0)),
+        _ => format!("released job(s) {jobs:?}"),
+    }
 }
 
 pub struct Cancelled {

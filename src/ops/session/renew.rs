@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::launch::{launch, LaunchRequest};
 use super::release::cancel;
-use super::{command_for, read_state, session, Book, Env, SessionError, TokenLock};
+use super::{adopt_by_name, command_for, read_state, session, Book, Env, SessionError, TokenLock};
 use crate::policy::session::renew::{decide, Action, Backoff};
 use crate::policy::session::{probe_of, Probe};
 use crate::slurm::{JobId, JobQuery, Scheduler};
@@ -66,12 +66,45 @@ pub async fn renew<S: Scheduler>(
 ) -> Result<RenewReport, SessionError> {
     let r = env.resolve(mirror, target)?;
     let key = r.key.clone();
-    let state = read_state(env.state_dir)?;
-    let Some(mut job) = session(&state, &key).and_then(|s| s.job_id()) else {
-        return Err(SessionError::Failed(format!(
-            "no live session {key} to renew: start one with `{}`",
-            command_for("launch", &key)
-        )));
+    let mut state = read_state(env.state_dir)?;
+    let mut job = match session(&state, &key).and_then(|s| s.job_id()) {
+        Some(job) => job,
+        None => {
+            // No job recorded (a lost state directory): find it by name, as launch would.
+            let _lock = TokenLock::take(env.state_dir, &r.token)?;
+            let (book, now) = Book::open(env.state_dir)?;
+            state = now;
+            match session(&state, &key).and_then(|s| s.job_id()) {
+                Some(job) => job,
+                None => {
+                    let (probe, adopted) = adopt_by_name(env, &book, &r, &[], None).await?;
+                    match (adopted, probe.cannot_vouch()) {
+                        (Some(seen), _) => {
+                            progress(format!(
+                                "no job was recorded for {key}; found job {} by name",
+                                seen.id
+                            ));
+                            seen.job_id.expect("only plain ids are adopted")
+                        }
+                        (None, Some(why)) => {
+                            return Err(SessionError::Unknown(format!(
+                                "no job is recorded for {key}, and {why}; nothing was done. \
+                                 Retry, or look with `squeue --me --name={}`",
+                                r.job_name
+                            )))
+                        }
+                        (None, None) => {
+                            return Err(SessionError::Failed(format!(
+                                "no live session {key} to renew (nothing recorded, and no job \
+                                 of its target named {}): start one with `{}`",
+                                r.job_name,
+                                command_for("launch", &key)
+                            )))
+                        }
+                    }
+                }
+            }
+        }
     };
     let command = session(&state, &key)
         .map(|s| s.command.clone())
