@@ -26,7 +26,7 @@ fn main() -> ExitCode {
                     .trim_end();
                 let doc =
                     serde_json::json!({"error": {"exit_code": exit::USAGE, "message": message}});
-                println!("{doc}");
+                dispatch::outln!("{doc}");
             }
             return ExitCode::from(exit::USAGE);
         }
@@ -40,7 +40,7 @@ fn main() -> ExitCode {
             if cli.json {
                 // Scripts reading --json still get exactly one document.
                 let doc = serde_json::json!({"error": {"exit_code": f.code, "message": f.message}});
-                println!("{doc}");
+                dispatch::outln!("{doc}");
             }
             f.code
         }

@@ -2,6 +2,7 @@
 //! unless asked for with `--color always`; `NO_COLOR` wins over a terminal), and a
 //! `--version` that names the commit it was built from, and config files checked at load.
 
+mod common;
 mod fake_cli;
 
 use fake_cli::Fake;
@@ -97,4 +98,30 @@ fn a_bad_time_in_the_config_fails_at_load_with_its_line() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("line 4: targets.t.time"), "{stderr}");
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_the_command_quietly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let journal = state.join("journal");
+    std::fs::create_dir_all(&journal).unwrap();
+    // Far more than a pipe holds, so the dump is still writing when `head` leaves.
+    common::build_journal(&journal, 5_000, dispatch::journal::Options::default());
+    for args in ["journal dump", "--json journal dump", "pool status"] {
+        let script = format!(
+            "{} --state-dir {} {args} 2>{}/err | head -n 1 >/dev/null; echo ${{PIPESTATUS[0]}}",
+            env!("CARGO_BIN_EXE_dispatch"),
+            state.display(),
+            tmp.path().display()
+        );
+        let out = std::process::Command::new("bash")
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        let code = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let err = std::fs::read_to_string(tmp.path().join("err")).unwrap();
+        assert_eq!(code, "0", "{args}: exit {code}: {err}");
+        assert!(!err.contains("panicked"), "{args}: {err}");
+    }
 }

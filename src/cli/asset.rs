@@ -38,7 +38,7 @@ pub enum AssetCommand {
 }
 
 fn print_asset(a: &AssetView) {
-    println!(
+    crate::outln!(
         "{:<20} {:<6} {:<8} {} {:>12} bytes{}",
         a.name,
         a.kind,
@@ -78,7 +78,7 @@ pub fn run<S: Scheduler>(cmd: &AssetCommand, ctx: &Ctx<S>, json: bool) -> Result
             if json {
                 print_json(&r)?;
             } else if r.assets.is_empty() {
-                println!("no assets; add one with `dispatch asset add-source` or `add-image`");
+                crate::outln!("no assets; add one with `dispatch asset add-source` or `add-image`");
             } else {
                 r.assets.iter().for_each(print_asset);
             }
@@ -90,7 +90,7 @@ pub fn run<S: Scheduler>(cmd: &AssetCommand, ctx: &Ctx<S>, json: bool) -> Result
                 print_json(&r)?;
             } else {
                 for v in &r.assets {
-                    println!("{:<20} {:<10} {}", v.name, v.status, v.file);
+                    crate::outln!("{:<20} {:<10} {}", v.name, v.status, v.file);
                 }
             }
             if r.ok {

@@ -65,7 +65,7 @@ pub fn run<S: Scheduler>(args: &ForgetArgs, ctx: &Ctx<S>, json: bool) -> Result<
     if json {
         print_json(&report)?;
     } else {
-        println!("{}", render(&report));
+        crate::outln!("{}", render(&report));
     }
     Ok(super::exit::OK)
 }

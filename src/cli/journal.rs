@@ -6,7 +6,7 @@ use std::path::Path;
 use clap::Subcommand;
 
 use super::exit::{self, Failure};
-use super::output::print_json;
+use super::output::{self, print_json};
 use crate::ops::journal as ops;
 
 #[derive(Debug, Subcommand)]
@@ -37,9 +37,9 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
             if json {
                 print_json(&r)?;
             } else if r.created {
-                println!("created journal {} in {}", r.journal_id, r.path.display());
+                crate::outln!("created journal {} in {}", r.journal_id, r.path.display());
             } else {
-                println!(
+                crate::outln!(
                     "journal {} already exists in {}",
                     r.journal_id,
                     r.path.display()
@@ -53,20 +53,26 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
             if json {
                 print_json(&r)?;
             } else {
-                println!(
+                crate::outln!(
                     "{}: {} events, last seq {}, head {}",
-                    r.status, r.events, r.last_seq, r.head
+                    r.status,
+                    r.events,
+                    r.last_seq,
+                    r.head
                 );
                 if let Some(d) = &r.damage {
-                    println!(
+                    crate::outln!(
                         "damage: {} at {} offset {} ({} bytes)",
-                        d.reason, d.segment, d.offset, d.bytes
+                        d.reason,
+                        d.segment,
+                        d.offset,
+                        d.bytes
                     );
                     match r.kind {
                         crate::journal::Status::TornTail => {
-                            println!("next: `dispatch journal repair` cuts the torn tail (any write does it too)")
+                            crate::outln!("next: `dispatch journal repair` cuts the torn tail (any write does it too)")
                         }
-                        _ => println!(
+                        _ => crate::outln!(
                             "next: dispatch refuses to write; keep a copy of {} and inspect the damage",
                             dir.display()
                         ),
@@ -91,9 +97,10 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
             }
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             let scan = ops::dump(&dir, from, to, |env| {
-                if json {
-                    serde_json::to_writer(&mut out, &ops::DumpLine::from_envelope(env))?;
-                    writeln!(out)
+                let written = if json {
+                    serde_json::to_writer(&mut out, &ops::DumpLine::from_envelope(env))
+                        .map_err(std::io::Error::from)
+                        .and_then(|()| writeln!(out))
                 } else {
                     writeln!(
                         out,
@@ -103,10 +110,15 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
                         env.event.kind_name(),
                         env.event.body_json()
                     )
+                };
+                if let Err(e) = written {
+                    output::stdout_failed(e);
                 }
+                Ok(())
             })?;
-            out.flush()
-                .map_err(|e| Failure::new(exit::FAILED, e.to_string()))?;
+            if let Err(e) = out.flush() {
+                output::stdout_failed(e);
+            }
             if let Some(d) = scan.damage {
                 eprintln!(
                     "dispatch: the journal is {} at {} offset {}: {}; events after it are not shown. \
@@ -130,12 +142,16 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
             if json {
                 print_json(&r)?;
             } else if let Some(rec) = &r.recovered {
-                println!(
+                crate::outln!(
                     "cut {} bytes at {} offset {} ({}); kept them in {}",
-                    rec.length, rec.segment, rec.offset, rec.reason, rec.saved_as
+                    rec.length,
+                    rec.segment,
+                    rec.offset,
+                    rec.reason,
+                    rec.saved_as
                 );
             } else {
-                println!("the journal is clean; nothing to repair");
+                crate::outln!("the journal is clean; nothing to repair");
             }
             Ok(exit::OK)
         }
@@ -148,43 +164,51 @@ pub fn run_audit(state_dir: &Path, json: bool) -> Result<u8, Failure> {
     if json {
         print_json(&r)?;
     } else {
-        println!(
+        crate::outln!(
             "audit: {} ({} events, journal {}, head {})",
-            r.status, r.journal.events, r.journal.status, r.journal.head
+            r.status,
+            r.journal.events,
+            r.journal.status,
+            r.journal.head
         );
         if let Some(e) = &r.reducers.error {
-            println!("  reducers stopped: {e}");
+            crate::outln!("  reducers stopped: {e}");
         }
         if let Some(f) = &r.rules {
-            println!(
+            crate::outln!(
                 "  rules: {} violation(s); {} submission(s) still hold budget",
-                f.violation_count, f.held
+                f.violation_count,
+                f.held
             );
             for v in &f.violations {
-                println!("    seq {} {}: {} ({})", v.seq, v.kind, v.rule, v.detail);
+                crate::outln!("    seq {} {}: {} ({})", v.seq, v.kind, v.rule, v.detail);
             }
             if f.override_count > 0 {
-                println!(
+                crate::outln!(
                     "  operator overrides (decisions, not proof): {}",
                     f.override_count
                 );
             }
             for o in &f.overrides {
-                println!(
+                crate::outln!(
                     "    seq {} {}: {} by {}: {}",
-                    o.seq, o.kind, o.subject, o.user, o.reason
+                    o.seq,
+                    o.kind,
+                    o.subject,
+                    o.user,
+                    o.reason
                 );
             }
         }
         if let Some(s) = &r.snapshot {
             match (s.seq, s.agrees) {
                 (Some(seq), true) => {
-                    println!("  snapshot at seq {seq} agrees with the full replay")
+                    crate::outln!("  snapshot at seq {seq} agrees with the full replay")
                 }
                 (Some(seq), false) => {
-                    println!("  snapshot at seq {seq} DISAGREES with the full replay")
+                    crate::outln!("  snapshot at seq {seq} DISAGREES with the full replay")
                 }
-                (None, _) => println!(
+                (None, _) => crate::outln!(
                     "  no snapshot used{}",
                     s.rejected
                         .as_deref()
@@ -193,14 +217,14 @@ pub fn run_audit(state_dir: &Path, json: bool) -> Result<u8, Failure> {
                 ),
             }
         }
-        println!(
+        crate::outln!(
             "  evidence: {} published director{} checked, {} failed",
             r.evidence.checked,
             if r.evidence.checked == 1 { "y" } else { "ies" },
             r.evidence.failed.len()
         );
         for f in &r.evidence.failed {
-            println!("    {}: {}", f.dir, f.problems.join("; "));
+            crate::outln!("    {}: {}", f.dir, f.problems.join("; "));
         }
     }
     Ok(match r.status {
@@ -227,7 +251,7 @@ pub fn run_inspect(state_dir: &Path, key: &str, json: bool) -> Result<u8, Failur
         print_json(&r)?;
         return Ok(exit::OK);
     }
-    println!(
+    crate::outln!(
         "worker {} ({}), submission {}: {}",
         r.worker,
         r.pool
@@ -236,19 +260,19 @@ pub fn run_inspect(state_dir: &Path, key: &str, json: bool) -> Result<u8, Failur
         r.submission_id,
         r.state
     );
-    println!("coordinator journal:");
+    crate::outln!("coordinator journal:");
     for e in &r.timeline {
-        println!("  {:>8} {} {:<22} {}", e.seq, e.time, e.kind, e.event);
+        crate::outln!("  {:>8} {} {:<22} {}", e.seq, e.time, e.kind, e.event);
     }
     match &r.worker_journal {
-        None => println!("worker journal: none (the supervisor never started)"),
+        None => crate::outln!("worker journal: none (the supervisor never started)"),
         Some(w) => {
-            println!("worker journal {} ({}):", w.path, w.status);
+            crate::outln!("worker journal {} ({}):", w.path, w.status);
             for e in &w.events {
-                println!("  {:>8} {} {:<22} {}", e.seq, e.time, e.kind, e.event);
+                crate::outln!("  {:>8} {} {:<22} {}", e.seq, e.time, e.kind, e.event);
             }
             if let Some(d) = &w.damage {
-                println!("  damage: {d}");
+                crate::outln!("  damage: {d}");
             }
         }
     }

@@ -21,7 +21,53 @@ pub fn note(line: &str) {
 /// Print exactly one JSON document on stdout.
 pub fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
     let mut out = std::io::stdout().lock();
-    serde_json::to_writer(&mut out, value)
-        .map_err(|e| Failure::new(exit::FAILED, e.to_string()))?;
-    writeln!(out).map_err(|e| Failure::new(exit::FAILED, e.to_string()))
+    match serde_json::to_writer(&mut out, value) {
+        Err(e) if e.is_io() => stdout_failed(e.into()),
+        Err(e) => return Err(Failure::new(exit::FAILED, e.to_string())),
+        Ok(()) => {}
+    }
+    if let Err(e) = writeln!(out) {
+        stdout_failed(e);
+    }
+    Ok(())
+}
+
+/// Write to stdout what `print!` would; see [`outln!`](crate::outln).
+pub fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
+    let mut out = std::io::stdout().lock();
+    let written = out.write_fmt(args).and_then(|()| {
+        if newline {
+            out.write_all(b"\n")
+        } else {
+            Ok(())
+        }
+    });
+    if let Err(e) = written {
+        stdout_failed(e);
+    }
+}
+
+/// Output is written once the command's work is recorded, so a reader that went away
+/// (`dispatch pool status | head`) ends the command quietly with success, as `cat` would;
+/// any other write error is said on stderr and exits 1.
+pub fn stdout_failed(e: std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(i32::from(exit::OK));
+    }
+    eprintln!("dispatch: cannot write to stdout: {e}");
+    std::process::exit(i32::from(exit::FAILED));
+}
+
+/// `println!` for command output: a closed stdout ends the command quietly instead of
+/// panicking (exit 101).
+#[macro_export]
+macro_rules! outln {
+    () => { $crate::cli::output::write_out(format_args!(""), true) };
+    ($($arg:tt)*) => { $crate::cli::output::write_out(format_args!($($arg)*), true) };
+}
+
+/// `print!` for command output; see [`outln!`].
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::cli::output::write_out(format_args!($($arg)*), false) };
 }

@@ -183,7 +183,7 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
                 print_json(&r)?;
             } else {
                 let a = &r.allocation;
-                println!(
+                crate::outln!(
                     "attached job {} on {} as pool {}: {} CPUs, {} MB, until {} ({}/{}/{})",
                     a.job_id,
                     a.node,
@@ -214,7 +214,7 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
             if json {
                 print_json(&r)?;
             } else {
-                println!(
+                crate::outln!(
                     "worker {} submitted to pool {} (submission {}): {}, step {}",
                     r.worker,
                     r.pool,
@@ -240,7 +240,7 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
             if json {
                 print_json(&r)?;
             } else if r.pools.is_empty() {
-                println!("no pools; attach one with `dispatch pool attach POOL --job JOBID`");
+                crate::outln!("no pools; attach one with `dispatch pool attach POOL --job JOBID`");
             } else {
                 for p in &r.pools {
                     let a = &p.allocation;
@@ -249,7 +249,7 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
                         (Some(proof), _) => format!("ended ({proof})"),
                         (None, left) => format!("{} s left", left.unwrap_or(0)),
                     };
-                    println!(
+                    crate::outln!(
                         "pool {}: job {} on {}, {life}; reserved {}/{} CPUs, {}/{} MB",
                         p.pool,
                         a.job_id,
@@ -260,7 +260,7 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
                         p.capacity.mem_mb
                     );
                     for w in &p.workers {
-                        println!(
+                        crate::outln!(
                             "  {:<20} {:<10} step {:<10} {} CPUs {} MB  {}",
                             w.name,
                             w.state,
@@ -271,10 +271,10 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
                         );
                         let n = &w.node;
                         if let Some(r) = &n.refusal {
-                            println!("      refused before the payload started: {r}");
+                            crate::outln!("      refused before the payload started: {r}");
                         }
                         if let Some(p) = &n.publication {
-                            println!(
+                            crate::outln!(
                                 "      publication {}{}",
                                 p.outcome,
                                 p.dir
@@ -284,10 +284,10 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
                             );
                         }
                         if let Some(c) = &n.state_class {
-                            println!("      native state {c}");
+                            crate::outln!("      native state {c}");
                         }
                         if let Some(j) = n.worker_journal.as_ref().filter(|j| j.reason.is_some()) {
-                            println!(
+                            crate::outln!(
                                 "      worker journal {}: {}; not trusted",
                                 j.status,
                                 j.reason.as_deref().unwrap_or_default()
@@ -306,7 +306,7 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
             if json {
                 print_json(&r)?;
             } else {
-                println!(
+                crate::outln!(
                     "worker {} stopped: {}",
                     r.worker,
                     r.proof.as_deref().unwrap_or("not proven yet")
@@ -318,7 +318,7 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
             if json {
                 print_json(&r)?;
             } else {
-                println!("pool {} detached; job {} is untouched", r.pool, r.job_id);
+                crate::outln!("pool {} detached; job {} is untouched", r.pool, r.job_id);
             }
         }
     }
@@ -330,7 +330,7 @@ pub async fn run_reconcile<S: Scheduler>(ctx: &Ctx<S>, json: bool) -> Result<u8,
     if json {
         print_json(&r)?;
     } else {
-        println!(
+        crate::outln!(
             "observed {} worker(s) with {} Slurm call(s); resolved {}, unknown {}",
             r.observed,
             r.slurm_calls,
@@ -338,7 +338,7 @@ pub async fn run_reconcile<S: Scheduler>(ctx: &Ctx<S>, json: bool) -> Result<u8,
             r.unknown.len()
         );
         for x in &r.resolved {
-            println!(
+            crate::outln!(
                 "  released {}/{}: {}",
                 x.pool.as_deref().unwrap_or("submit"),
                 x.worker,
@@ -346,7 +346,7 @@ pub async fn run_reconcile<S: Scheduler>(ctx: &Ctx<S>, json: bool) -> Result<u8,
             );
         }
         for x in &r.unknown {
-            println!(
+            crate::outln!(
                 "  still unknown {}/{} ({}): budget held",
                 x.pool.as_deref().unwrap_or("submit"),
                 x.worker,
@@ -410,7 +410,7 @@ pub async fn run_submit<S: Scheduler>(
     if json {
         print_json(&r)?;
     } else {
-        println!(
+        crate::outln!(
             "worker {} submitted as job {} (submission {})",
             r.worker,
             r.job_id
@@ -431,7 +431,7 @@ pub async fn run_stop<S: Scheduler>(
     if json {
         print_json(&r)?;
     } else {
-        println!(
+        crate::outln!(
             "worker {} (job {}) stopped: {}",
             r.worker,
             r.job_id,

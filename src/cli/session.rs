@@ -268,27 +268,31 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
                 print_json(&r)?;
             } else {
                 match (r.action, r.job_id) {
-                    (ReleaseAction::Detached, Some(j)) => println!(
+                    (ReleaseAction::Detached, Some(j)) => crate::outln!(
                         "Detached session {} from Slurm job {j}; the job stays alive for: {}.",
                         plan.key,
                         r.holders.join(", ")
                     ),
-                    (ReleaseAction::Released, Some(j)) => println!(
+                    (ReleaseAction::Released, Some(j)) => crate::outln!(
                         "Released Slurm job {j} of session {} ({}).",
                         plan.key,
                         r.proof.as_deref().unwrap_or("")
                     ),
                     _ if r.replaced.is_some() || !r.also_released.is_empty() => {}
-                    _ => println!("No job found for session {}. Nothing to release.", plan.key),
+                    _ => {
+                        crate::outln!("No job found for session {}. Nothing to release.", plan.key)
+                    }
                 }
                 for a in &r.also_released {
-                    println!(
+                    crate::outln!(
                         "Also released Slurm job {} of session {}, found by name ({}).",
-                        a.job_id, plan.key, a.proof
+                        a.job_id,
+                        plan.key,
+                        a.proof
                     );
                 }
                 if let Some(o) = &r.replaced {
-                    println!(
+                    crate::outln!(
                         "Job {} that a renewal replaced: {} ({}).",
                         o.job_id,
                         o.action,
@@ -345,7 +349,7 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
             if ctx.json {
                 print_json(&r)?;
             } else {
-                println!(
+                crate::outln!(
                     "session {}--{} holds job {} after {} check(s); relaunched {:?}, cancelled {:?}",
                     r.mirror, r.target, r.job_id, r.iterations, r.relaunched, r.cancelled
                 );
@@ -417,7 +421,7 @@ fn render_launch(r: &LaunchReport, json: bool) -> Result<(), Failure> {
         LaunchAction::Reused => "reusing",
         LaunchAction::Adopted => "adopted",
     };
-    println!(
+    crate::outln!(
         "{verb} Slurm job {} for session {}--{}: {}{}",
         r.job_id,
         r.mirror,
@@ -447,7 +451,7 @@ pub fn run_report(ctx: &Context) -> Result<u8, Failure> {
     if ctx.json {
         print_json(&r)?;
     } else {
-        print!("{}", render_report(&r));
+        crate::out!("{}", render_report(&r));
     }
     // A report built on a failed or partial listing may miss jobs: the outcome is unknown.
     Ok(if r.errors.is_empty() {

@@ -101,9 +101,9 @@ pub fn run<S: Scheduler>(cmd: &TrialCommand, ctx: &Ctx<S>, json: bool) -> Result
             if json {
                 print_json(&shown)?;
             } else {
-                println!("{}", render(&shown.trial));
+                crate::outln!("{}", render(&shown.trial));
                 for r in &shown.inspected {
-                    println!(
+                    crate::outln!(
                         "\nworker {} ({}): {} events in the coordinator's journal, last {}; own journal {}",
                         r.worker,
                         r.state,
@@ -119,7 +119,7 @@ pub fn run<S: Scheduler>(cmd: &TrialCommand, ctx: &Ctx<S>, json: bool) -> Result
     if json {
         print_json(&v)?;
     } else {
-        println!("{}", render(&v));
+        crate::outln!("{}", render(&v));
     }
     Ok(exit::OK)
 }
@@ -131,10 +131,10 @@ pub fn run_list(state_dir: &std::path::Path, json: bool) -> Result<u8, Failure> 
     if json {
         print_json(&serde_json::json!({ "trials": all }))?;
     } else if all.is_empty() {
-        println!("no trials (open one with `dispatch trial open NAME`)");
+        crate::outln!("no trials (open one with `dispatch trial open NAME`)");
     } else {
         for v in &all {
-            println!("{}", render(v));
+            crate::outln!("{}", render(v));
         }
     }
     Ok(exit::OK)
