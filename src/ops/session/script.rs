@@ -63,7 +63,10 @@ pub fn paths(dir: &Path, token: &str, target: &str) -> (PathBuf, PathBuf) {
 
 /// Write the script atomically (temp file, fsync, rename), owner-only and executable, and
 /// create the log directory. A failure here happens before any job exists.
-pub fn stage(script: &Path, log: &Path, body: &str) -> Result<(), JournalError> {
+///
+/// Both directories must be ours and writable by nobody else (exit 3 otherwise): whoever can
+/// write in `scripts/` could swap the script Slurm runs as us.
+pub fn stage(script: &Path, log: &Path, body: &str) -> Result<(), super::SessionError> {
     let io = |path: &Path, what: &str| {
         let path = path.to_owned();
         let what = what.to_owned();
@@ -71,6 +74,8 @@ pub fn stage(script: &Path, log: &Path, body: &str) -> Result<(), JournalError> 
     };
     for dir in [script.parent(), log.parent()].into_iter().flatten() {
         crate::journal::writer::create_private_dir(dir)?;
+        crate::statedir::trust::check(dir, crate::statedir::trust::Want::Dir)
+            .map_err(|e| super::SessionError::StateDir(e.into()))?;
     }
     let tmp = script.with_extension(format!("sh.tmp-{}", std::process::id()));
     let result = (|| {
@@ -79,12 +84,14 @@ pub fn stage(script: &Path, log: &Path, body: &str) -> Result<(), JournalError> 
             .create(true)
             .truncate(true)
             .mode(0o700)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)
             .map_err(io(&tmp, "write batch script"))?;
         f.write_all(body.as_bytes())
             .and_then(|()| f.sync_all())
             .map_err(io(&tmp, "write batch script"))?;
-        std::fs::rename(&tmp, script).map_err(io(script, "install batch script"))
+        std::fs::rename(&tmp, script).map_err(io(script, "install batch script"))?;
+        Ok(())
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -196,5 +203,20 @@ mod tests {
             }
         }
         assert_eq!(runs, 44);
+    }
+
+    #[test]
+    fn a_script_directory_others_can_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let (script, log) = paths(tmp.path(), "m", "t");
+        stage(&script, &log, "#!/bin/bash\n").unwrap();
+        let scripts = script.parent().unwrap();
+        std::fs::set_permissions(scripts, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = stage(&script, &log, "#!/bin/bash\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&scripts.display().to_string()), "{e}");
+        assert!(e.contains("chmod 700"), "{e}");
     }
 }
