@@ -186,7 +186,7 @@ impl Writer {
             .map_err(io_err(&lock_path, "open lock file"))?;
         lock.lock_exclusive().map_err(io_err(&lock_path, "lock"))?;
 
-        let scan = scan::scan(dir, None, |_| true).map_err(io_err(dir, "read journal"))?;
+        let scan = scan::classify(dir, None, |_| true).map_err(io_err(dir, "read journal"))?;
         let mut opened = Opened::default();
         let mut torn = None;
         match scan.status {
