@@ -86,10 +86,36 @@ pub struct Options {
     pub max_segment_bytes: u64,
 }
 
+/// The environment variable that sets the segment size (bytes), for tests and operators who
+/// want multi-segment journals without writing 64 MiB.
+pub const SEGMENT_BYTES_ENV: &str = "DISPATCH_SEGMENT_BYTES";
+/// The smallest segment size the setting accepts: a header and a few frames.
+pub const MIN_SEGMENT_BYTES: u64 = 4096;
+
+impl Options {
+    /// The segment size `DISPATCH_SEGMENT_BYTES` asks for, raised to [`MIN_SEGMENT_BYTES`];
+    /// the default when it is unset or not a number (which is warned about).
+    pub fn segment_bytes_from(value: Option<&str>) -> u64 {
+        match value.map(str::trim) {
+            None | Some("") => DEFAULT_MAX_SEGMENT_BYTES,
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) => n.max(MIN_SEGMENT_BYTES),
+                Err(_) => {
+                    tracing::warn!(
+                        "{SEGMENT_BYTES_ENV}={v:?} is not a byte count; segments stay at {DEFAULT_MAX_SEGMENT_BYTES} bytes"
+                    );
+                    DEFAULT_MAX_SEGMENT_BYTES
+                }
+            },
+        }
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
+        let value = std::env::var(SEGMENT_BYTES_ENV).ok();
         Options {
-            max_segment_bytes: DEFAULT_MAX_SEGMENT_BYTES,
+            max_segment_bytes: Options::segment_bytes_from(value.as_deref()),
         }
     }
 }
@@ -617,6 +643,21 @@ mod tests {
             pid: 1,
             command: Vec::new(),
         }
+    }
+
+    #[test]
+    fn the_segment_size_setting_has_a_floor_and_ignores_nonsense() {
+        assert_eq!(Options::segment_bytes_from(None), DEFAULT_MAX_SEGMENT_BYTES);
+        assert_eq!(
+            Options::segment_bytes_from(Some("")),
+            DEFAULT_MAX_SEGMENT_BYTES
+        );
+        assert_eq!(Options::segment_bytes_from(Some("1")), MIN_SEGMENT_BYTES);
+        assert_eq!(Options::segment_bytes_from(Some(" 10000 ")), 10_000);
+        assert_eq!(
+            Options::segment_bytes_from(Some("64M")),
+            DEFAULT_MAX_SEGMENT_BYTES
+        );
     }
 
     #[test]
