@@ -14,6 +14,7 @@ use fs2::FileExt;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use super::checkpoint;
 use super::error::JournalError;
 use super::frame::{self, Chain};
 use super::scan::{self, Status, MAX_WRITE_BYTES};
@@ -150,6 +151,8 @@ struct Core {
     chain: Chain,
     segment_no: u64,
     segment_len: u64,
+    /// Where the last frame of the current segment starts, once it has one.
+    last_frame_offset: Option<u64>,
     poisoned: Option<String>,
     stats: Stats,
     buf: Vec<u8>,
@@ -196,7 +199,23 @@ impl Writer {
         Self::open_as(dir, opts, Actor::current())
     }
 
+    /// [`Writer::open`] that classifies the whole journal, whatever the checkpoint says: for
+    /// `journal repair` and `journal init`, which an operator runs to learn the journal's
+    /// state, so that damage anywhere (not only where a crash can leave it) refuses them.
+    pub fn open_checking_everything(dir: &Path, opts: Options) -> Result<Writer, JournalError> {
+        Self::open_with(dir, opts, Actor::current(), false)
+    }
+
     pub fn open_as(dir: &Path, opts: Options, actor: Actor) -> Result<Writer, JournalError> {
+        Self::open_with(dir, opts, actor, true)
+    }
+
+    fn open_with(
+        dir: &Path,
+        opts: Options,
+        actor: Actor,
+        use_checkpoint: bool,
+    ) -> Result<Writer, JournalError> {
         // Before anything is created or opened: a journal that another user could have
         // written, or that a link leads elsewhere, is neither read nor written.
         crate::statedir::trust::check_journal(dir)?;
@@ -212,7 +231,19 @@ impl Writer {
             .map_err(io_err(&lock_path, "open lock file"))?;
         lock.lock_exclusive().map_err(io_err(&lock_path, "lock"))?;
 
-        let scan = scan::classify(dir, None, |_| true).map_err(io_err(dir, "read journal"))?;
+        // What a crash can have damaged is after the last point a writer verified and
+        // recorded (§7.2): from there the tail is classified as a full scan would classify it.
+        // Without a checkpoint that holds, the whole journal is.
+        let trusted = match use_checkpoint.then(|| checkpoint::trusted_point(dir)) {
+            None => None,
+            Some(Ok(point)) => Some(point),
+            Some(Err(why)) => {
+                tracing::debug!("journal checkpoint not used: {why}");
+                None
+            }
+        };
+        let scan =
+            scan::classify(dir, trusted.as_ref(), |_| true).map_err(io_err(dir, "read journal"))?;
         let mut opened = Opened::default();
         let mut torn = None;
         match scan.status {
@@ -232,7 +263,7 @@ impl Writer {
                 let journal_id = *Uuid::new_v4().as_bytes();
                 let chain = frame::genesis_chain(&journal_id);
                 let (file, len) = create_segment(dir, journal_id, 1, 1, chain)?;
-                Core::new(file, journal_id, 1, chain, 1, len)
+                Core::new(file, journal_id, 1, chain, 1, len, None)
             }
             Some(head) => {
                 if let Some(damage) = &torn {
@@ -253,6 +284,7 @@ impl Writer {
                     head.chain,
                     head.segment_no,
                     head.segment_len,
+                    head.last_frame_offset,
                 )
             }
         };
@@ -341,6 +373,7 @@ impl Core {
         chain: Chain,
         segment_no: u64,
         segment_len: u64,
+        last_frame_offset: Option<u64>,
     ) -> Core {
         Core {
             file,
@@ -349,6 +382,7 @@ impl Core {
             chain,
             segment_no,
             segment_len,
+            last_frame_offset,
             poisoned: None,
             stats: Stats::default(),
             buf: Vec::with_capacity(64 << 10),
@@ -377,11 +411,14 @@ impl Core {
         {
             written = self.rotate(dir, self.next_seq, self.chain);
         }
+        let segment_start = self.segment_len;
+        let last_start = ends.len().checked_sub(2).map_or(0, |i| ends[i]);
         if written.is_ok() {
             written = self.write_frames(&ends).and_then(|()| self.sync());
         }
         match written {
             Ok(()) => {
+                self.last_frame_offset = Some(segment_start + last_start as u64);
                 self.stats.events += committed.len() as u64;
                 self.next_seq += committed.len() as u64;
                 self.chain = new_chain;
@@ -492,7 +529,30 @@ impl Core {
         self.file = file;
         self.segment_no += 1;
         self.segment_len = len;
+        self.last_frame_offset = None;
         Ok(())
+    }
+}
+
+impl Drop for Writer {
+    /// Record where the journal ends, for the next writer's open (§7.2). Best effort: a
+    /// checkpoint that is missing or stale only makes that open check more.
+    fn drop(&mut self) {
+        let core = self.lock_core();
+        let (Some(last_frame_offset), None) = (core.last_frame_offset, &core.poisoned) else {
+            return;
+        };
+        let c = checkpoint::Checkpoint {
+            journal_id: core.journal_id,
+            segment_no: core.segment_no,
+            segment_len: core.segment_len,
+            last_seq: core.next_seq - 1,
+            last_frame_offset,
+            chain: core.chain,
+        };
+        if let Err(e) = checkpoint::write(&self.dir, &c) {
+            tracing::warn!("journal checkpoint not written (optional): {e}");
+        }
     }
 }
 

@@ -15,7 +15,7 @@ pub struct InitReport {
 }
 
 pub fn init(journal_dir: &Path) -> Result<InitReport, JournalError> {
-    let w = Writer::open(journal_dir, Options::default())?;
+    let w = Writer::open_checking_everything(journal_dir, Options::default())?;
     Ok(InitReport {
         journal_id: w.journal_id().to_string(),
         path: journal_dir.to_owned(),
@@ -151,7 +151,7 @@ pub fn repair(journal_dir: &Path) -> Result<RepairReport, JournalError> {
     if !journal_dir.exists() {
         return Err(JournalError::Missing(journal_dir.to_owned()));
     }
-    let w = Writer::open(journal_dir, Options::default())?;
+    let w = Writer::open_checking_everything(journal_dir, Options::default())?;
     let recovered = w.opened().repaired.clone();
     Ok(RepairReport {
         status: if recovered.is_some() {
