@@ -100,10 +100,46 @@ fn submit_overhead(rounds: usize) -> (Duration, Duration) {
             "--",
             "true",
         ])));
-        // Release the finished worker so that the budget never refuses.
-        run_ok(dispatch(state.path()).args(["reconcile"]));
+        // Release the finished worker so that the budget never refuses. The step may still
+        // be running (or not yet gone from squeue) when submit returns, so one reconcile is
+        // not enough: reconcile until it records the worker's end, within a bound.
+        reconcile_until_released(state.path(), &format!("w{i}"));
     }
     (median(raw), median(submit))
+}
+
+/// How long a finished `true` step may take to be proven gone.
+const RELEASE_WITHIN: Duration = Duration::from_secs(60);
+
+/// Run `dispatch reconcile` until one run resolves `worker` (records its terminal proof, which
+/// frees its budget). Panics after [`RELEASE_WITHIN`]: a bench that cannot release its workers
+/// would measure refusals.
+fn reconcile_until_released(state: &Path, worker: &str) {
+    let until = Instant::now() + RELEASE_WITHIN;
+    loop {
+        let out = dispatch(state)
+            .args(["reconcile", "--json"])
+            .output()
+            .expect("spawn");
+        assert!(
+            out.status.success(),
+            "reconcile: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+        let resolved = r["resolved"].as_array().into_iter().flatten();
+        if resolved
+            .into_iter()
+            .any(|w| w["worker"].as_str() == Some(worker))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "worker {worker} not released within {RELEASE_WITHIN:?}: {r}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 fn reconcile_cost(n: u32) -> (u64, Duration) {

@@ -430,3 +430,39 @@ fn commands_on_a_missing_journal_fail_without_creating_it() {
         assert!(!state.exists(), "{args:?} created the state directory");
     }
 }
+
+/// `DISPATCH_SEGMENT_BYTES` sets the segment size, so that a multi-segment journal takes a
+/// few commands, not thousands; below its floor (4096) it is raised to the floor.
+#[test]
+fn the_segment_size_setting_reaches_segment_2_in_a_few_commands() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let mut commands = 0;
+    while !segment_path(&state.join("journal"), 2).exists() {
+        assert!(commands < 40, "still one segment after {commands} commands");
+        let out = Command::new(BIN)
+            .arg("--state-dir")
+            .arg(&state)
+            .args(["trial", "open", &format!("t{commands}")])
+            .env_remove("DISPATCH_FAILPOINTS")
+            .env("DISPATCH_SEGMENT_BYTES", "1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        commands += 1;
+    }
+    let first = std::fs::metadata(segment_path(&state.join("journal"), 1))
+        .unwrap()
+        .len();
+    // Raised to the floor: it rolled over just before passing 4096 bytes, not at 1.
+    assert!((3000..=4096).contains(&first), "segment 1 is {first} bytes");
+    let r = dispatch(&state, &["journal", "verify", "--json"]);
+    assert_eq!(
+        (r.code, one_json(&r)["status"].as_str()),
+        (0, Some("clean"))
+    );
+}

@@ -218,3 +218,36 @@ fn assert_rejected_with_events(dir: &Path, reason: &str, events: u64) {
     assert_eq!(loaded.scan.events, events);
     assert_eq!(loaded.state, full_replay(dir));
 }
+
+/// Every writing command, offline ones included (`trial open` talks to no Slurm), writes a
+/// snapshot once the tail since the newest one passes `SNAPSHOT_EVERY` events.
+#[test]
+fn an_offline_writing_command_writes_a_snapshot_past_the_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let dir = state.join("journal");
+    let w = Writer::open(&dir, Options::default()).unwrap();
+    let n = journal::reader::SNAPSHOT_EVERY as usize + 5;
+    for chunk in (0..n).collect::<Vec<_>>().chunks(2_000) {
+        w.append(chunk.iter().map(|&i| pool_event(i)).collect())
+            .unwrap();
+    }
+    drop(w);
+    assert!(snapshot::list(&dir).unwrap().is_empty());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dispatch"))
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["trial", "open", "t1"])
+        .env_remove("DISPATCH_FAILPOINTS")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let snaps = snapshot::list(&dir).unwrap();
+    assert_eq!(snaps.len(), 1, "a snapshot after the command");
+    let loaded = journal::load(&dir).unwrap();
+    assert!(loaded.snapshot_seq.is_some_and(|s| s > n as u64));
+}

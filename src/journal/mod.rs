@@ -1,6 +1,7 @@
 //! The journal: a crash-safe, CRC-framed, hash-chained, append-only event log.
 //! `journal-format.md` at the top of the repository is the byte-exact specification.
 
+pub mod checkpoint;
 mod error;
 pub mod frame;
 pub mod reader;

@@ -27,12 +27,30 @@ pub fn replay(
     crate::statedir::trust::check_journal(dir)?;
     let mut decoder = PayloadDecoder::new();
     let pipeline = worth_pipelining(dir, resume);
-    replay_frames(dir, resume, pipeline, |seq, kind, flags, payload| {
+    let replayed = replay_frames(dir, resume, pipeline, |seq, kind, flags, payload| {
         let env = decoder
             .decode(seq, kind, flags, payload)
             .map_err(|e| undecodable(seq, e))?;
         visit(env)
-    })
+    });
+    classified(dir, resume, replayed)
+}
+
+/// A payload the visitor could not decode is damage: the verdict, its offset and the head
+/// before it are the classifier's ([`scan::classify`]), as for any other damage.
+fn classified(
+    dir: &Path,
+    resume: Option<&Resume>,
+    replayed: Result<Scan, JournalError>,
+) -> Result<Scan, JournalError> {
+    match replayed {
+        Err(JournalError::Undecodable { .. }) => {
+            let scan = scan::classify(dir, resume, |_| true).map_err(io_error(dir))?;
+            debug_assert_eq!(scan.status, Status::Corrupt, "the classifier agrees");
+            Ok(scan)
+        }
+        other => other,
+    }
 }
 
 /// [`replay`] with each envelope lent to `visit` instead of given: the decoder then reuses
@@ -54,12 +72,13 @@ fn replay_ref_checked(
 ) -> Result<Scan, JournalError> {
     let mut decoder = PayloadDecoder::new();
     let pipeline = worth_pipelining(dir, resume);
-    replay_frames(dir, resume, pipeline, |seq, kind, flags, payload| {
+    let replayed = replay_frames(dir, resume, pipeline, |seq, kind, flags, payload| {
         let env = decoder
             .decode_ref(seq, kind, flags, payload)
             .map_err(|e| undecodable(seq, e))?;
         visit(env)
-    })
+    });
+    classified(dir, resume, replayed)
 }
 
 /// Every valid frame's seq, kind, flags and payload, in order, to `on_frame`: on two threads
@@ -125,10 +144,7 @@ pub fn replay_sequential(
         }
     })
     .map_err(io_error(dir))?;
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(scan),
-    }
+    classified(dir, resume, failure.map_or(Ok(scan), Err))
 }
 
 /// Below this many bytes to read, a second thread costs more than it saves.
@@ -475,21 +491,24 @@ mod tests {
             "replay_ref" => replay_ref(dir, resume, &mut visit),
             "pipelined" | "single" => {
                 let mut decoder = PayloadDecoder::new();
-                replay_frames(dir, resume, how == "pipelined", |seq, kind, flags, p| {
-                    let env = decoder
-                        .decode(seq, kind, flags, p)
-                        .map_err(|e| undecodable(seq, e))?;
-                    visit(&env)
-                })
+                let replayed =
+                    replay_frames(dir, resume, how == "pipelined", |seq, kind, flags, p| {
+                        let env = decoder
+                            .decode(seq, kind, flags, p)
+                            .map_err(|e| undecodable(seq, e))?;
+                        visit(&env)
+                    });
+                classified(dir, resume, replayed)
             }
             "pipelined_ref" => {
                 let mut decoder = PayloadDecoder::new();
-                replay_frames(dir, resume, true, |seq, kind, flags, p| {
+                let replayed = replay_frames(dir, resume, true, |seq, kind, flags, p| {
                     let env = decoder
                         .decode_ref(seq, kind, flags, p)
                         .map_err(|e| undecodable(seq, e))?;
                     visit(env)
-                })
+                });
+                classified(dir, resume, replayed)
             }
             _ => unreachable!(),
         };
@@ -719,7 +738,14 @@ mod tests {
         frame::encode(&mut buf, &h.chain, h.last_seq + 1, 111, 0, b"\x94\x01\xc4");
         edit(&h.segment_path, |b| b.extend_from_slice(&buf));
         let (seen, result) = all_paths_agree(dir.path());
-        assert!(result.unwrap_err().contains("does not decode"));
+        let (status, events, ..) = result.unwrap();
+        assert_eq!((status, events), (Status::Corrupt, h.last_seq));
         assert_eq!(seen.len() as u64, h.last_seq);
+        let classified = scan::classify(dir.path(), None, |_| true).unwrap();
+        assert!(classified
+            .damage
+            .unwrap()
+            .reason
+            .contains("does not decode"));
     }
 }

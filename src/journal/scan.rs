@@ -102,6 +102,81 @@ fn damaged(
 /// How the search for a valid frame after damage is done.
 type FindValidFrame = fn(&[u8]) -> Option<usize>;
 
+/// Whether each valid frame's payload is decoded too (§8 of journal-format.md: a frame whose
+/// payload does not decode is damage like any other, and it is `corrupt`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Payloads {
+    /// Decoded by the scan: the classifier.
+    Decode,
+    /// Left to the visitor, which decodes them anyway (replay); a visitor that cannot decode
+    /// one asks [`classify`] for the verdict.
+    Visitor,
+}
+
+/// The one classifier of a journal: every command that says what state a journal is in
+/// (`journal verify`, `journal repair`, `journal dump`, `audit`, the writer's open, `load`)
+/// takes its verdict from this function. It is [`scan`] with every payload decoded (§6,
+/// strictly: see `event::decode_payload`), so that a frame whose CRCs and chain hold but whose
+/// payload does not decode is `corrupt`, reported at that frame's offset, with the head at the
+/// frame before it.
+pub fn classify(
+    dir: &Path,
+    resume: Option<&Resume>,
+    visit: impl FnMut(&FrameRef<'_>) -> bool,
+) -> std::io::Result<Scan> {
+    scan_using(dir, resume, visit, find_valid_frame, Payloads::Decode)
+}
+
+/// [`classify`] with the search for a valid frame after damage done the obvious way: the
+/// reference the properties compare against.
+#[doc(hidden)]
+pub fn classify_with_reference_search(
+    dir: &Path,
+    resume: Option<&Resume>,
+    visit: impl FnMut(&FrameRef<'_>) -> bool,
+) -> std::io::Result<Scan> {
+    scan_using(
+        dir,
+        resume,
+        visit,
+        reference_find_valid_frame,
+        Payloads::Decode,
+    )
+}
+
+/// Why a valid frame's payload is damage, if it is: it does not decode as its kind's body
+/// (§6), or it is the first frame of the journal and not a `Genesis` of this journal (§6.1).
+fn payload_fault(f: &FrameRef<'_>, journal_id: &[u8; 16], payloads: Payloads) -> Option<String> {
+    if f.seq == 1 {
+        if f.kind != GENESIS_KIND {
+            return Some(format!(
+                "the first event is kind {}, not Genesis (kind {GENESIS_KIND})",
+                f.kind
+            ));
+        }
+        return match crate::event::decode_payload(f.seq, f.kind, f.flags, f.payload) {
+            Ok(env) => match env.event {
+                crate::event::Event::Genesis(g) if g.journal_id.as_bytes() == journal_id => None,
+                crate::event::Event::Genesis(g) => Some(format!(
+                    "the Genesis event names journal {}, not the segment header's {}",
+                    g.journal_id,
+                    uuid::Uuid::from_bytes(*journal_id)
+                )),
+                _ => unreachable!("kind 1 decodes to Genesis"),
+            },
+            Err(e) => Some(format!("event 1 does not decode: {e}")),
+        };
+    }
+    if payloads == Payloads::Visitor {
+        return None;
+    }
+    crate::event::decode_payload(f.seq, f.kind, f.flags, f.payload)
+        .err()
+        .map(|e| format!("event {} does not decode: {e}", f.seq))
+}
+
+const GENESIS_KIND: u16 = 1;
+
 /// Scan the journal in `dir`, calling `visit` for each valid frame in order.
 /// `visit` may stop the scan early by returning `false`.
 ///
@@ -112,7 +187,7 @@ pub fn scan(
     resume: Option<&Resume>,
     visit: impl FnMut(&FrameRef<'_>) -> bool,
 ) -> std::io::Result<Scan> {
-    scan_using(dir, resume, visit, find_valid_frame)
+    scan_using(dir, resume, visit, find_valid_frame, Payloads::Visitor)
 }
 
 /// [`scan`] with the search for a valid frame after damage done the obvious way
@@ -124,7 +199,13 @@ pub fn scan_with_reference_search(
     resume: Option<&Resume>,
     visit: impl FnMut(&FrameRef<'_>) -> bool,
 ) -> std::io::Result<Scan> {
-    scan_using(dir, resume, visit, reference_find_valid_frame)
+    scan_using(
+        dir,
+        resume,
+        visit,
+        reference_find_valid_frame,
+        Payloads::Visitor,
+    )
 }
 
 fn scan_using(
@@ -132,6 +213,7 @@ fn scan_using(
     resume: Option<&Resume>,
     mut visit: impl FnMut(&FrameRef<'_>) -> bool,
     find: FindValidFrame,
+    payloads: Payloads,
 ) -> std::io::Result<Scan> {
     let segments = segment::list(dir)?;
     let mut scan = Scan {
@@ -240,6 +322,8 @@ fn scan_using(
                             ),
                             f.len() as u64,
                         ))
+                    } else if let Some(why) = payload_fault(&f, &header.journal_id, payloads) {
+                        Err((Status::Corrupt, why, f.len() as u64))
                     } else {
                         Ok(f)
                     }

@@ -1,18 +1,20 @@
-//! The journal writer: exclusive lock, one write plus fdatasync per commit, group commit,
-//! segment rotation, torn-tail repair on open, and poisoning on any write or sync error.
+//! The journal writer: exclusive lock, one write plus fdatasync per commit, segment rotation,
+//! torn-tail repair on open, and poisoning on any write or sync error.
+//!
+//! One appender at a time: no command shares a writer between threads, so there is no group
+//! commit (it was ~300 lines of queueing that only a bench used).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::ThreadId;
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, MutexGuard};
 
 use fs2::FileExt;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use super::checkpoint;
 use super::error::JournalError;
 use super::frame::{self, Chain};
 use super::scan::{self, Status, MAX_WRITE_BYTES};
@@ -23,8 +25,7 @@ use crate::failpoint;
 /// Name of the lock file inside the journal directory.
 pub const LOCK_FILE: &str = "LOCK";
 /// Random (version 4) event ids for a whole commit from one getrandom(2) call. `Uuid::new_v4`
-/// makes one call per id: 16 system calls on the critical path of a 16-way group commit, and a
-/// million for a million-event batch.
+/// makes one call per id: a million for a million-event batch.
 #[derive(Default)]
 struct RandomIds {
     bytes: Vec<u8>,
@@ -78,69 +79,6 @@ fn fill_random(_: &mut [u8]) -> std::io::Result<()> {
     Err(std::io::ErrorKind::Unsupported.into())
 }
 
-/// A counter that threads wait on to change, with a ring that wakes all of them in one go.
-#[derive(Default)]
-struct Bell {
-    rung: std::sync::atomic::AtomicU32,
-    #[cfg(not(target_os = "linux"))]
-    lock: Mutex<()>,
-    #[cfg(not(target_os = "linux"))]
-    cv: Condvar,
-}
-
-impl Bell {
-    fn rung(&self) -> u32 {
-        self.rung.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Returns once the bell has rung since `rung()` returned `seen`, or spuriously.
-    #[cfg(target_os = "linux")]
-    fn wait(&self, seen: u32) {
-        // SAFETY: FUTEX_WAIT reads the aligned u32 behind the atomic, which `self` keeps alive
-        // for the call, and sleeps only while it still equals `seen`; no timeout.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.rung.as_ptr(),
-                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-                seen,
-                std::ptr::null::<libc::timespec>(),
-            );
-        }
-    }
-
-    #[cfg(target_os = "linux")]
-    fn ring(&self) {
-        self.rung.fetch_add(1, std::sync::atomic::Ordering::Release);
-        // SAFETY: FUTEX_WAKE only uses the address as a key; it does not dereference it.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.rung.as_ptr(),
-                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                i32::MAX,
-            );
-        }
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn wait(&self, seen: u32) {
-        let g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        if self.rung() == seen {
-            drop(self.cv.wait(g));
-        }
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn ring(&self) {
-        let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.rung.fetch_add(1, std::sync::atomic::Ordering::Release);
-        self.cv.notify_all();
-    }
-}
-
-/// The longest a group-commit leader waits for appenders it just answered to come back.
-const MAX_GATHER: Duration = Duration::from_millis(2);
 /// Segments roll over once they would grow past this many bytes.
 pub const DEFAULT_MAX_SEGMENT_BYTES: u64 = 64 << 20;
 
@@ -149,10 +87,36 @@ pub struct Options {
     pub max_segment_bytes: u64,
 }
 
+/// The environment variable that sets the segment size (bytes), for tests and operators who
+/// want multi-segment journals without writing 64 MiB.
+pub const SEGMENT_BYTES_ENV: &str = "DISPATCH_SEGMENT_BYTES";
+/// The smallest segment size the setting accepts: a header and a few frames.
+pub const MIN_SEGMENT_BYTES: u64 = 4096;
+
+impl Options {
+    /// The segment size `DISPATCH_SEGMENT_BYTES` asks for, raised to [`MIN_SEGMENT_BYTES`];
+    /// the default when it is unset or not a number (which is warned about).
+    pub fn segment_bytes_from(value: Option<&str>) -> u64 {
+        match value.map(str::trim) {
+            None | Some("") => DEFAULT_MAX_SEGMENT_BYTES,
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) => n.max(MIN_SEGMENT_BYTES),
+                Err(_) => {
+                    tracing::warn!(
+                        "{SEGMENT_BYTES_ENV}={v:?} is not a byte count; segments stay at {DEFAULT_MAX_SEGMENT_BYTES} bytes"
+                    );
+                    DEFAULT_MAX_SEGMENT_BYTES
+                }
+            },
+        }
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
+        let value = std::env::var(SEGMENT_BYTES_ENV).ok();
         Options {
-            max_segment_bytes: DEFAULT_MAX_SEGMENT_BYTES,
+            max_segment_bytes: Options::segment_bytes_from(value.as_deref()),
         }
     }
 }
@@ -164,7 +128,7 @@ pub struct Opened {
     pub repaired: Option<Recovered>,
 }
 
-/// Counters since the writer opened: how well group commit is doing.
+/// Counters since the writer opened: events, write(2) calls and fdatasync(2) calls.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     pub events: u64,
@@ -187,6 +151,8 @@ struct Core {
     chain: Chain,
     segment_no: u64,
     segment_len: u64,
+    /// Where the last frame of the current segment starts, once it has one.
+    last_frame_offset: Option<u64>,
     poisoned: Option<String>,
     stats: Stats,
     buf: Vec<u8>,
@@ -194,50 +160,14 @@ struct Core {
     ids: RandomIds,
 }
 
-/// One request's frames: the bytes, where each frame ends, what each commits, the new chain.
-type Framed = (Vec<u8>, Vec<usize>, Vec<Committed>, Chain);
-
-struct Request {
-    ticket: u64,
-    events: Vec<Event>,
-    slot: Arc<Slot>,
-}
-
-type Outcome = Result<Vec<Committed>, JournalError>;
-
-/// Where the leader leaves one request's outcome. Per request rather than one shared list:
-/// the answered threads then collect their results without queueing on a shared lock.
-struct Slot {
-    outcome: Mutex<Option<Outcome>>,
-    thread: ThreadId,
-}
-
-#[derive(Default)]
-struct Queue {
-    next_ticket: u64,
-    pending: Vec<Request>,
-    leader_active: bool,
-    /// Threads the last commit answered that have not appended since. While any is still on
-    /// its way back, a new leader waits a little for it (see `gather`).
-    returning: Vec<ThreadId>,
-    /// How long the last commit's write and fdatasync took: the scale of that wait.
-    last_commit: Duration,
-    /// A leader is waiting in `gather`: arrivals must signal `arrived`.
-    gathering: bool,
-}
-
 /// The one writer of a journal. Holds the directory's exclusive lock until dropped.
-/// Shareable between threads: concurrent appends are committed together (group commit).
+/// Appends from several threads are serialised (each is its own commit).
 pub struct Writer {
     dir: PathBuf,
     opts: Options,
     actor: Actor,
     opened: Opened,
     core: Mutex<Core>,
-    queue: Mutex<Queue>,
-    arrived: Condvar,
-    /// Rung when a commit's outcomes are in their slots and leadership is free again.
-    answered: Bell,
     _lock: File,
 }
 
@@ -269,7 +199,23 @@ impl Writer {
         Self::open_as(dir, opts, Actor::current())
     }
 
+    /// [`Writer::open`] that classifies the whole journal, whatever the checkpoint says: for
+    /// `journal repair` and `journal init`, which an operator runs to learn the journal's
+    /// state, so that damage anywhere (not only where a crash can leave it) refuses them.
+    pub fn open_checking_everything(dir: &Path, opts: Options) -> Result<Writer, JournalError> {
+        Self::open_with(dir, opts, Actor::current(), false)
+    }
+
     pub fn open_as(dir: &Path, opts: Options, actor: Actor) -> Result<Writer, JournalError> {
+        Self::open_with(dir, opts, actor, true)
+    }
+
+    fn open_with(
+        dir: &Path,
+        opts: Options,
+        actor: Actor,
+        use_checkpoint: bool,
+    ) -> Result<Writer, JournalError> {
         // Before anything is created or opened: a journal that another user could have
         // written, or that a link leads elsewhere, is neither read nor written.
         crate::statedir::trust::check_journal(dir)?;
@@ -285,7 +231,19 @@ impl Writer {
             .map_err(io_err(&lock_path, "open lock file"))?;
         lock.lock_exclusive().map_err(io_err(&lock_path, "lock"))?;
 
-        let scan = scan::scan(dir, None, |_| true).map_err(io_err(dir, "read journal"))?;
+        // What a crash can have damaged is after the last point a writer verified and
+        // recorded (§7.2): from there the tail is classified as a full scan would classify it.
+        // Without a checkpoint that holds, the whole journal is.
+        let trusted = match use_checkpoint.then(|| checkpoint::trusted_point(dir)) {
+            None => None,
+            Some(Ok(point)) => Some(point),
+            Some(Err(why)) => {
+                tracing::debug!("journal checkpoint not used: {why}");
+                None
+            }
+        };
+        let scan =
+            scan::classify(dir, trusted.as_ref(), |_| true).map_err(io_err(dir, "read journal"))?;
         let mut opened = Opened::default();
         let mut torn = None;
         match scan.status {
@@ -305,7 +263,7 @@ impl Writer {
                 let journal_id = *Uuid::new_v4().as_bytes();
                 let chain = frame::genesis_chain(&journal_id);
                 let (file, len) = create_segment(dir, journal_id, 1, 1, chain)?;
-                Core::new(file, journal_id, 1, chain, 1, len)
+                Core::new(file, journal_id, 1, chain, 1, len, None)
             }
             Some(head) => {
                 if let Some(damage) = &torn {
@@ -326,6 +284,7 @@ impl Writer {
                     head.chain,
                     head.segment_no,
                     head.segment_len,
+                    head.last_frame_offset,
                 )
             }
         };
@@ -337,9 +296,6 @@ impl Writer {
             actor,
             opened,
             core: Mutex::new(core),
-            queue: Mutex::new(Queue::default()),
-            arrived: Condvar::new(),
-            answered: Bell::default(),
             _lock: lock,
         };
         if needs_genesis {
@@ -393,137 +349,14 @@ impl Writer {
     }
 
     /// Append events durably: when this returns `Ok`, they are written and fdatasynced, in order,
-    /// with consecutive seqs. Concurrent callers share one write and one fdatasync.
+    /// with consecutive seqs, in one commit.
     pub fn append(&self, events: Vec<Event>) -> Result<Vec<Committed>, JournalError> {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let me = std::thread::current().id();
-        let slot = Arc::new(Slot {
-            outcome: Mutex::new(None),
-            thread: me,
-        });
-        {
-            let mut q = self.lock_queue();
-            let ticket = q.next_ticket;
-            q.next_ticket += 1;
-            q.pending.push(Request {
-                ticket,
-                events,
-                slot: Arc::clone(&slot),
-            });
-            if let Some(i) = q.returning.iter().position(|t| *t == me) {
-                q.returning.swap_remove(i);
-                if q.gathering && q.returning.is_empty() {
-                    self.arrived.notify_one();
-                }
-            }
-        }
-        loop {
-            // Read before looking, so that a ring after the look is not missed.
-            let rung = self.answered.rung();
-            if let Some(outcome) = slot
-                .outcome
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take()
-            {
-                return outcome;
-            }
-            let mut q = self.lock_queue();
-            if q.leader_active {
-                drop(q);
-                self.answered.wait(rung);
-                continue;
-            }
-            q.leader_active = true;
-            q = self.gather(q);
-            let batch = std::mem::take(&mut q.pending);
-            drop(q);
-            let slots: Vec<(u64, Arc<Slot>)> = batch
-                .iter()
-                .map(|r| (r.ticket, Arc::clone(&r.slot)))
-                .collect();
-            let started = Instant::now();
-            // A panic while committing must not leave the other appenders waiting for a leader
-            // that is gone: they get an error, the writer is poisoned, then the panic goes on.
-            let committed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let mut core = self.lock_core();
-                core.commit(&self.dir, &self.opts, &self.actor, batch)
-            }));
-            let (outcomes, panicked) = match committed {
-                Ok(outcomes) => (outcomes, None),
-                Err(payload) => {
-                    let why = "a journal commit panicked; nothing more is written by this process";
-                    self.lock_core()
-                        .poisoned
-                        .get_or_insert_with(|| why.to_owned());
-                    let failed = slots
-                        .iter()
-                        .map(|(t, _)| (*t, Err(JournalError::Poisoned(why.to_owned()))))
-                        .collect();
-                    (failed, Some(payload))
-                }
-            };
-            let took = started.elapsed();
-            let mut q = self.lock_queue();
-            q.returning = slots.iter().map(|(_, s)| s.thread).collect();
-            q.last_commit = took;
-            q.leader_active = false;
-            drop(q);
-            for (ticket, outcome) in outcomes {
-                let (_, s) = slots
-                    .iter()
-                    .find(|(t, _)| *t == ticket)
-                    .expect("one outcome per request");
-                *s.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
-            }
-            // One wake for all: the answered threads, and those that arrived during the commit
-            // (one of which takes the lead). Waking them one by one let each preempt the
-            // leader in turn; on this 2-vCPU VM that alone added ~40 µs to every commit cycle.
-            self.answered.ring();
-            if let Some(payload) = panicked {
-                std::panic::resume_unwind(payload);
-            }
-        }
-    }
-
-    fn lock_queue(&self) -> MutexGuard<'_, Queue> {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Before taking the batch, give the threads the last commit just answered a moment to
-    /// append again. Without this, N busy appenders split into two alternating groups (those
-    /// answered by commit k queue up behind those that arrived during it), so each fdatasync
-    /// carries about N/2 events instead of N. The wait is bounded by the last commit's
-    /// duration and ends early as soon as all of them are back, or when none arrives for a
-    /// quarter of it; a lone appender (answered and already back) never waits.
-    fn gather<'a>(&'a self, mut q: MutexGuard<'a, Queue>) -> MutexGuard<'a, Queue> {
-        if q.returning.is_empty() {
-            return q;
-        }
-        let limit = q.last_commit.min(MAX_GATHER);
-        let gap = limit / 4;
-        let start = Instant::now();
-        q.gathering = true;
-        let mut seen = q.pending.len();
-        while !q.returning.is_empty() {
-            let elapsed = start.elapsed();
-            if elapsed >= limit {
-                break;
-            }
-            q = self
-                .arrived
-                .wait_timeout(q, gap.min(limit - elapsed))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-            if q.pending.len() == seen {
-                break;
-            }
-            seen = q.pending.len();
-        }
-        q.gathering = false;
-        q
+        let mut core = self.lock_core();
+        // A panic while committing leaves the mutex poisoned; `lock_core` then refuses.
+        core.commit(&self.dir, &self.opts, &self.actor, &events)
     }
 
     pub fn append_one(&self, event: Event) -> Result<Committed, JournalError> {
@@ -540,6 +373,7 @@ impl Core {
         chain: Chain,
         segment_no: u64,
         segment_len: u64,
+        last_frame_offset: Option<u64>,
     ) -> Core {
         Core {
             file,
@@ -548,6 +382,7 @@ impl Core {
             chain,
             segment_no,
             segment_len,
+            last_frame_offset,
             poisoned: None,
             stats: Stats::default(),
             buf: Vec::with_capacity(64 << 10),
@@ -561,65 +396,33 @@ impl Core {
         dir: &Path,
         opts: &Options,
         actor: &Actor,
-        batch: Vec<Request>,
-    ) -> Vec<(u64, Outcome)> {
+        events: &[Event],
+    ) -> Result<Vec<Committed>, JournalError> {
         if let Some(why) = &self.poisoned {
-            let why = why.clone();
-            return batch
-                .into_iter()
-                .map(|r| (r.ticket, Err(JournalError::Poisoned(why.clone()))))
-                .collect();
+            return Err(JournalError::Poisoned(why.clone()));
         }
-        let mut outcomes = Vec::with_capacity(batch.len());
-        let mut accepted: Vec<(u64, Vec<Committed>)> = Vec::with_capacity(batch.len());
-        // Frames are built against a provisional head, committed to `self` only after fdatasync.
-        let mut next_seq = self.next_seq;
-        let mut chain = self.chain;
-        self.buf.clear();
-        self.ids.refill(batch.iter().map(|r| r.events.len()).sum());
+        self.ids.refill(events.len());
+        // Frames are built against the current head, which moves only after fdatasync.
+        let (ends, committed, new_chain) =
+            self.frame_events(actor, events, self.next_seq, self.chain)?;
         let mut written = Ok(());
-        for request in batch {
-            match self.frame_request(actor, &request.events, next_seq, chain) {
-                Err(e) => outcomes.push((request.ticket, Err(e))),
-                Ok((frames, ends, committed, new_chain)) => {
-                    if written.is_ok()
-                        && self.segment_len + (self.buf.len() + frames.len()) as u64
-                            > opts.max_segment_bytes
-                        && self.segment_len + self.buf.len() as u64
-                            > segment::SEGMENT_HEADER_LEN as u64
-                    {
-                        written = self
-                            .flush_and_sync()
-                            .and_then(|()| self.rotate(dir, next_seq, chain));
-                    }
-                    // No single write exceeds MAX_WRITE_BYTES (the torn-tail classifier relies
-                    // on it): flush at frame boundaries, however large the request.
-                    let mut start = 0;
-                    for end in ends {
-                        if written.is_ok()
-                            && !self.buf.is_empty()
-                            && self.buf.len() + (end - start) > MAX_WRITE_BYTES
-                        {
-                            written = self.flush();
-                        }
-                        self.buf.extend_from_slice(&frames[start..end]);
-                        start = end;
-                    }
-                    next_seq += committed.len() as u64;
-                    chain = new_chain;
-                    accepted.push((request.ticket, committed));
-                }
-            }
+        if self.segment_len + self.buf.len() as u64 > opts.max_segment_bytes
+            && self.segment_len > segment::SEGMENT_HEADER_LEN as u64
+        {
+            written = self.rotate(dir, self.next_seq, self.chain);
         }
+        let segment_start = self.segment_len;
+        let last_start = ends.len().checked_sub(2).map_or(0, |i| ends[i]);
         if written.is_ok() {
-            written = self.flush_and_sync();
+            written = self.write_frames(&ends).and_then(|()| self.sync());
         }
         match written {
             Ok(()) => {
-                self.stats.events += next_seq - self.next_seq;
-                self.next_seq = next_seq;
-                self.chain = chain;
-                outcomes.extend(accepted.into_iter().map(|(t, c)| (t, Ok(c))));
+                self.last_frame_offset = Some(segment_start + last_start as u64);
+                self.stats.events += committed.len() as u64;
+                self.next_seq += committed.len() as u64;
+                self.chain = new_chain;
+                Ok(committed)
             }
             Err(e) => {
                 // The reason alone: `Poisoned` says itself that the writer stopped.
@@ -628,26 +431,21 @@ impl Core {
                     other => other.to_string(),
                 };
                 self.poisoned = Some(why.clone());
-                outcomes.extend(
-                    accepted
-                        .into_iter()
-                        .map(|(t, _)| (t, Err(JournalError::Poisoned(why.clone())))),
-                );
+                Err(JournalError::Poisoned(why))
             }
         }
-        outcomes
     }
 
-    /// Encode one request's events as frames. Either all of them fit the payload cap or none
-    /// is framed.
-    fn frame_request(
+    /// Encode the events as consecutive frames into `buf`, returning where each frame ends.
+    /// Either all of them fit the payload cap or `buf` holds nothing to write.
+    fn frame_events(
         &mut self,
         actor: &Actor,
         events: &[Event],
         first_seq: u64,
         mut chain: Chain,
-    ) -> Result<Framed, JournalError> {
-        let mut frames = Vec::new();
+    ) -> Result<(Vec<usize>, Vec<Committed>, Chain), JournalError> {
+        self.buf.clear();
         let mut ends = Vec::with_capacity(events.len());
         let mut committed = Vec::with_capacity(events.len());
         for (i, ev) in events.iter().enumerate() {
@@ -657,51 +455,67 @@ impl Core {
             self.payload.clear();
             event::encode_payload(&mut self.payload, time, &id, actor, ev)?;
             if self.payload.len() > frame::MAX_PAYLOAD {
+                self.buf.clear();
                 return Err(JournalError::PayloadTooLarge {
                     kind: ev.kind_name(),
                     bytes: self.payload.len(),
                 });
             }
             chain = frame::encode(
-                &mut frames,
+                &mut self.buf,
                 &chain,
                 seq,
                 ev.kind(),
                 ev.flags(),
                 &self.payload,
             );
-            ends.push(frames.len());
+            ends.push(self.buf.len());
             committed.push(Committed { seq, id, time });
         }
-        Ok((frames, ends, committed, chain))
+        Ok((ends, committed, chain))
     }
 
-    fn flush(&mut self) -> Result<(), JournalError> {
-        if self.buf.is_empty() {
-            return Ok(());
+    /// Write `buf` (frames ending at `ends`) in as few `write`s as the cap allows: no single
+    /// write exceeds [`MAX_WRITE_BYTES`] (the torn-tail classifier relies on it), and each
+    /// ends on a frame boundary.
+    fn write_frames(&mut self, ends: &[usize]) -> Result<(), JournalError> {
+        let mut start = 0;
+        let mut prev_end = 0;
+        for &end in ends {
+            if prev_end > start && end - start > MAX_WRITE_BYTES {
+                self.write_span(start, prev_end)?;
+                start = prev_end;
+            }
+            prev_end = end;
         }
-        failpoint::hit("journal-before-write");
-        // Armed, the write goes out in two halves with the failpoint between them; when the
-        // failpoint lets the process live, the second half completes the write.
-        let mut written = 0;
-        if failpoint::armed("journal-torn-write") {
-            written = self.buf.len() / 2;
-            self.file
-                .write_all(&self.buf[..written])
-                .map_err(poison_err("write"))?;
-            failpoint::hit("journal-torn-write");
+        if prev_end > start {
+            self.write_span(start, prev_end)?;
         }
-        self.file
-            .write_all(&self.buf[written..])
-            .map_err(poison_err("write"))?;
-        self.segment_len += self.buf.len() as u64;
-        self.stats.writes += 1;
         self.buf.clear();
         Ok(())
     }
 
-    fn flush_and_sync(&mut self) -> Result<(), JournalError> {
-        self.flush()?;
+    fn write_span(&mut self, from: usize, to: usize) -> Result<(), JournalError> {
+        failpoint::hit("journal-before-write");
+        // Armed, the write goes out in two halves with the failpoint between them; when the
+        // failpoint lets the process live, the second half completes the write.
+        let mut at = from;
+        if failpoint::armed("journal-torn-write") {
+            at = from + (to - from) / 2;
+            self.file
+                .write_all(&self.buf[from..at])
+                .map_err(poison_err("write"))?;
+            failpoint::hit("journal-torn-write");
+        }
+        self.file
+            .write_all(&self.buf[at..to])
+            .map_err(poison_err("write"))?;
+        self.segment_len += (to - from) as u64;
+        self.stats.writes += 1;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), JournalError> {
         failpoint::hit("journal-before-sync");
         self.file.sync_data().map_err(poison_err("fdatasync"))?;
         self.stats.syncs += 1;
@@ -715,7 +529,30 @@ impl Core {
         self.file = file;
         self.segment_no += 1;
         self.segment_len = len;
+        self.last_frame_offset = None;
         Ok(())
+    }
+}
+
+impl Drop for Writer {
+    /// Record where the journal ends, for the next writer's open (§7.2). Best effort: a
+    /// checkpoint that is missing or stale only makes that open check more.
+    fn drop(&mut self) {
+        let core = self.lock_core();
+        let (Some(last_frame_offset), None) = (core.last_frame_offset, &core.poisoned) else {
+            return;
+        };
+        let c = checkpoint::Checkpoint {
+            journal_id: core.journal_id,
+            segment_no: core.segment_no,
+            segment_len: core.segment_len,
+            last_seq: core.next_seq - 1,
+            last_frame_offset,
+            chain: core.chain,
+        };
+        if let Err(e) = checkpoint::write(&self.dir, &c) {
+            tracing::warn!("journal checkpoint not written (optional): {e}");
+        }
     }
 }
 
@@ -869,6 +706,21 @@ mod tests {
     }
 
     #[test]
+    fn the_segment_size_setting_has_a_floor_and_ignores_nonsense() {
+        assert_eq!(Options::segment_bytes_from(None), DEFAULT_MAX_SEGMENT_BYTES);
+        assert_eq!(
+            Options::segment_bytes_from(Some("")),
+            DEFAULT_MAX_SEGMENT_BYTES
+        );
+        assert_eq!(Options::segment_bytes_from(Some("1")), MIN_SEGMENT_BYTES);
+        assert_eq!(Options::segment_bytes_from(Some(" 10000 ")), 10_000);
+        assert_eq!(
+            Options::segment_bytes_from(Some("64M")),
+            DEFAULT_MAX_SEGMENT_BYTES
+        );
+    }
+
+    #[test]
     fn event_ids_are_distinct_random_v4_uuids() {
         let mut ids = RandomIds::default();
         let mut seen = std::collections::HashSet::new();
@@ -925,35 +777,25 @@ mod tests {
         );
     }
 
-    /// Appenders that stop at different times: the leader's wait for them must end (by the
-    /// gap rule) and every append must be committed exactly once, in each thread's order.
     #[test]
-    fn appenders_that_leave_do_not_stall_the_rest() {
+    fn an_oversized_event_refuses_its_whole_append_and_writes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
-        let committed: Vec<Vec<u64>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..8u32)
-                .map(|t| {
-                    let w = &w;
-                    s.spawn(move || {
-                        (0..(t * 5 + 1))
-                            .map(|i| w.append_one(event(t * 100 + i)).unwrap().seq)
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        let huge = Event::PoolDetached(crate::state::pool::PoolDetached {
+            pool: "x".repeat(frame::MAX_PAYLOAD),
         });
-        for mine in &committed {
-            assert!(mine.windows(2).all(|p| p[0] < p[1]));
-        }
-        let mut all: Vec<u64> = committed.into_iter().flatten().collect();
-        all.sort_unstable();
-        let n = all.len() as u64;
-        assert_eq!(all, (2..2 + n).collect::<Vec<_>>());
-        // The writer's own Genesis event is seq 1.
-        assert_eq!(w.stats().events, n + 1);
-        let q = w.lock_queue();
-        assert!(q.pending.is_empty() && !q.leader_active && !q.gathering);
+        let seg = dir.path().join(segment::file_name(1));
+        let len = std::fs::metadata(&seg).unwrap().len();
+        let r = w.append(vec![event(1), huge]);
+        assert!(
+            matches!(r, Err(JournalError::PayloadTooLarge { .. })),
+            "{r:?}"
+        );
+        assert_eq!(std::fs::metadata(&seg).unwrap().len(), len);
+        // Not poisoned: the next append goes through with the next seq.
+        assert_eq!(w.append_one(event(2)).unwrap().seq, 2);
+        drop(w);
+        let scan = scan::scan(dir.path(), None, |_| true).unwrap();
+        assert_eq!((scan.status, scan.events), (Status::Clean, 2));
     }
 }

@@ -30,6 +30,11 @@ impl<S: Scheduler> Ctx<S> {
         // Whatever the command, the temporary files of asset adds that were killed go.
         super::asset::sweep_dead_temps(&super::asset::assets_dir(&self.state_dir));
         let loaded = journal::load(&self.journal_dir())?;
+        // Every writing command, offline ones included, keeps the replay tail bounded: past
+        // `SNAPSHOT_EVERY` events since the newest snapshot it writes one (optional work).
+        if let Err(e) = journal::reader::snapshot_if_due(&self.journal_dir(), &loaded) {
+            tracing::warn!("snapshot not written (optional): {e}");
+        }
         Ok((writer, loaded))
     }
 

@@ -15,7 +15,7 @@ pub struct InitReport {
 }
 
 pub fn init(journal_dir: &Path) -> Result<InitReport, JournalError> {
-    let w = Writer::open(journal_dir, Options::default())?;
+    let w = Writer::open_checking_everything(journal_dir, Options::default())?;
     Ok(InitReport {
         journal_id: w.journal_id().to_string(),
         path: journal_dir.to_owned(),
@@ -55,7 +55,8 @@ fn wait_for_writers(journal_dir: &Path) -> Option<std::fs::File> {
     Some(file)
 }
 
-/// Classify the whole journal, decoding every payload, while no writer appends.
+/// Classify the whole journal, decoding every payload, while no writer appends: the verdict of
+/// [`journal::scan::classify`], the one classifier every command shares.
 pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
     if !journal_dir.exists() {
         return Err(JournalError::Missing(journal_dir.to_owned()));
@@ -63,81 +64,34 @@ pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
     // Before its LOCK is opened: a link there would lead the lock elsewhere.
     crate::statedir::trust::check_journal(journal_dir)?;
     let _quiet = wait_for_writers(journal_dir);
-    let mut undecodable = None;
-    // The chain of the last frame that decodes: the head to report when one does not.
-    let mut decoded_chain = None;
-    let scan = match journal::replay(journal_dir, None, |_| Ok(())) {
-        Ok(scan) => scan,
-        Err(JournalError::Undecodable { seq, reason }) => {
-            undecodable = Some((seq, reason));
-            journal::scan::scan(journal_dir, None, |f| {
-                let before = f.seq < seq;
-                if before {
-                    decoded_chain = Some(f.chain_value());
-                }
-                before
-            })
-            .map_err(|source| JournalError::Io {
-                path: journal_dir.to_owned(),
-                what: "read journal".to_owned(),
-                source,
-            })?
+    let scan = journal::scan::classify(journal_dir, None, |_| true).map_err(|source| {
+        JournalError::Io {
+            path: journal_dir.to_owned(),
+            what: "read journal".to_owned(),
+            source,
         }
-        Err(e) => return Err(e),
-    };
+    })?;
     // Damage before the first valid frame (a first segment that is not a journal, or missing)
     // leaves no head, but it is still damage to report, not an absent journal.
     if scan.head.is_none() && scan.damage.is_none() {
         return Err(JournalError::Missing(journal_dir.to_owned()));
     }
-    let mut events = scan.events;
-    let (mut last_seq, mut head_hex) = scan
+    let (last_seq, head) = scan
         .head
         .as_ref()
         .map_or((0, String::new()), |h| (h.last_seq, hex::encode(h.chain)));
-    let (kind, damage) = match (undecodable, scan.damage) {
-        (Some((seq, reason)), _) => {
-            // The rescan stopped just after the undecodable frame: report the journal as
-            // ending before it, and the damage as that frame.
-            let head = scan.head.as_ref().expect("a decoded frame has a head");
-            let start = head.last_frame_offset.unwrap_or(head.segment_len);
-            events -= 1;
-            last_seq = seq - 1;
-            head_hex = hex::encode(
-                decoded_chain.unwrap_or_else(|| journal::frame::genesis_chain(&head.journal_id)),
-            );
-            (
-                Status::Corrupt,
-                Some(DamageReport {
-                    segment: head
-                        .segment_path
-                        .file_name()
-                        .and_then(|n| n.to_str())
-                        .unwrap_or("?")
-                        .to_owned(),
-                    offset: start,
-                    bytes: head.segment_len - start,
-                    reason: format!("event {seq} does not decode: {reason}"),
-                }),
-            )
-        }
-        (None, d) => (
-            scan.status,
-            d.map(|d| DamageReport {
-                segment: d.segment,
-                offset: d.offset,
-                bytes: d.bytes,
-                reason: d.reason,
-            }),
-        ),
-    };
     Ok(VerifyReport {
-        status: kind.as_str(),
-        events,
+        status: scan.status.as_str(),
+        events: scan.events,
         last_seq,
-        head: head_hex,
-        damage,
-        kind,
+        head,
+        damage: scan.damage.map(|d| DamageReport {
+            segment: d.segment,
+            offset: d.offset,
+            bytes: d.bytes,
+            reason: d.reason,
+        }),
+        kind: scan.status,
     })
 }
 
@@ -197,7 +151,7 @@ pub fn repair(journal_dir: &Path) -> Result<RepairReport, JournalError> {
     if !journal_dir.exists() {
         return Err(JournalError::Missing(journal_dir.to_owned()));
     }
-    let w = Writer::open(journal_dir, Options::default())?;
+    let w = Writer::open_checking_everything(journal_dir, Options::default())?;
     let recovered = w.opened().repaired.clone();
     Ok(RepairReport {
         status: if recovered.is_some() {
