@@ -108,7 +108,7 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
                         env.seq,
                         env.time.to_rfc3339(),
                         env.event.kind_name(),
-                        env.event.body_json()
+                        ops::dump_body(&env.event)
                     )
                 };
                 if let Err(e) = written {
