@@ -181,23 +181,26 @@ const GENESIS_KIND: u16 = 1;
 /// and in every mode (so that `load`, which decodes on another thread, and [`classify`] agree):
 /// no undefined flag bit is set, and the payload is exactly one MessagePack value.
 fn frame_rule_fault(f: &FrameRef<'_>) -> Option<String> {
-    let undefined = f.flags & !crate::event::FLAG_MUST_UNDERSTAND;
+    rule_fault(f.seq, f.flags, f.payload)
+}
+
+/// [`frame_rule_fault`] on a frame's parts: the writer asks it too, so that it never writes a
+/// frame a reader would call corrupt.
+pub(crate) fn rule_fault(seq: u64, flags: u16, payload: &[u8]) -> Option<String> {
+    let undefined = flags & !crate::event::FLAG_MUST_UNDERSTAND;
     if undefined != 0 {
         return Some(format!(
-            "event {} sets undefined frame flag bits {undefined:#06x}",
-            f.seq
+            "event {seq} sets undefined frame flag bits {undefined:#06x}"
         ));
     }
-    match msgpack_value_len(f.payload) {
-        Some(n) if n == f.payload.len() => None,
+    match msgpack_value_len(payload) {
+        Some(n) if n == payload.len() => None,
         Some(n) => Some(format!(
-            "event {} does not decode: {} bytes after its MessagePack value",
-            f.seq,
-            f.payload.len() - n
+            "event {seq} does not decode: {} bytes after its MessagePack value",
+            payload.len() - n
         )),
         None => Some(format!(
-            "event {} does not decode: its payload is not a MessagePack value",
-            f.seq
+            "event {seq} does not decode: its payload is not a MessagePack value"
         )),
     }
 }
