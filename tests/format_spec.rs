@@ -347,3 +347,53 @@ fn bin_where_str_is_specified_reads_as_the_string_it_holds() {
     assert_eq!(r.damage.unwrap().offset, FRAME2 as u64);
     assert!(journal::load(&dir).is_err());
 }
+
+/// §10.1's damage examples, each made from the worked example, read as the spec says.
+#[test]
+fn the_damage_examples_read_as_the_spec_says() {
+    let genesis = "753b98c9";
+    let frame1 = "bf93b22b";
+    let mut flipped = FIXTURE.to_vec();
+    flipped[0xA0] ^= 0x01;
+    let mut tampered = FIXTURE.to_vec();
+    tampered[0x14D] = b'2';
+    let n = tampered.len();
+    let crc = crc32fast::hash(&tampered[FRAME2..n - 4]);
+    tampered[n - 4..].copy_from_slice(&crc.to_le_bytes());
+    let cases: [(&str, Vec<u8>, &str, u64, u64, u64, &str); 4] = [
+        (
+            "cut at 0x160",
+            FIXTURE[..0x160].to_vec(),
+            "torn_tail",
+            0xF1,
+            0x6F,
+            1,
+            frame1,
+        ),
+        (
+            "zeros",
+            [FIXTURE, &[0; 40]].concat(),
+            "torn_tail",
+            0x172,
+            40,
+            2,
+            "b447ca24",
+        ),
+        ("bit 0 of 0xA0", flipped, "corrupt", 0x60, 0x91, 0, genesis),
+        ("p1 → p2", tampered, "tampered", 0xF1, 0x81, 1, frame1),
+    ];
+    for (what, bytes, status, offset, span, last_seq, head) in cases {
+        let r = verdict(&bytes);
+        let d = r.damage.as_ref().unwrap();
+        assert_eq!(
+            (r.status, d.offset, d.bytes, r.last_seq),
+            (status, offset, span, last_seq),
+            "{what}: {}",
+            d.reason
+        );
+        assert!(r.head.starts_with(head), "{what}: {}", r.head);
+        let row =
+            format!("| {what} | `{status}` | `{offset:03X}` | {span} | {last_seq} | `{head}…` |");
+        assert!(SPEC.contains(&row), "journal-format.md §10.1 lacks `{row}`");
+    }
+}
