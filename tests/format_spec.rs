@@ -360,7 +360,17 @@ fn the_damage_examples_read_as_the_spec_says() {
     let n = tampered.len();
     let crc = crc32fast::hash(&tampered[FRAME2..n - 4]);
     tampered[n - 4..].copy_from_slice(&crc.to_le_bytes());
-    let cases: [(&str, Vec<u8>, &str, u64, u64, u64, &str); 4] = [
+    // (change, bytes, status, damage offset, damage bytes, last seq, head prefix)
+    type Example = (
+        &'static str,
+        Vec<u8>,
+        &'static str,
+        u64,
+        u64,
+        u64,
+        &'static str,
+    );
+    let cases: [Example; 4] = [
         (
             "cut at 0x160",
             FIXTURE[..0x160].to_vec(),
