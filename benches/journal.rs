@@ -5,6 +5,10 @@
 //! `cargo bench --bench journal -- --quick` (or `DISPATCH_BENCH_QUICK=1`) is a smoke run with
 //! smaller counts; its replay figures are not comparable with the 1M-event target.
 //! `--strict` makes the process exit 1 when a target is missed.
+//! Section 5 runs the `dispatch` binary (this profile's build) as a whole process at 1 M events
+//! (in both modes) against the same command at 100 events: `trial open`, `trials`, `pool
+//! status`. `journal verify` is not among them: it must read every byte, so it scales with the
+//! journal by design.
 //! `DISPATCH_BENCH_DIR=/path` puts the scratch journals there (default: the system temp dir).
 //!
 //! Why ratios: this is a shared VM whose fdatasync latency and CPU speed drift by 30–50 %

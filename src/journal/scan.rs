@@ -851,7 +851,7 @@ mod tests {
                 (3, -1.0),
             ]))
             .unwrap(),
-            rmp_serde::to_vec(&serde_bytes_like(70_000)).unwrap(),
+            rmp_serde::to_vec(&vec!["y".repeat(70_000)]).unwrap(),
         ];
         for v in values {
             assert_eq!(msgpack_value_len(&v), Some(v.len()));
@@ -866,10 +866,6 @@ mod tests {
             None,
             "an array claiming more elements than bytes"
         );
-    }
-
-    fn serde_bytes_like(n: usize) -> Vec<String> {
-        vec!["y".repeat(n)]
     }
 
     #[test]
