@@ -58,9 +58,8 @@ fn wait_for_writers(journal_dir: &Path) -> Option<std::fs::File> {
 /// Classify the whole journal, decoding every payload, while no writer appends: the verdict of
 /// [`journal::scan::classify`], the one classifier every command shares.
 pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
+    // Trust is checked before its LOCK is opened: a link there would lead the lock elsewhere.
     require_segments(journal_dir)?;
-    // Before its LOCK is opened: a link there would lead the lock elsewhere.
-    crate::statedir::trust::check_journal(journal_dir)?;
     let _quiet = wait_for_writers(journal_dir);
     let scan = journal::scan::classify(journal_dir, None, |_| true).map_err(|source| {
         JournalError::Io {
@@ -131,8 +130,13 @@ pub fn dump_body(event: &crate::event::Event) -> serde_json::Value {
 }
 
 /// A journal directory without a segment holds no journal, whatever else is in it: every
-/// command answers it as it answers a missing directory (journal-format.md §8).
+/// command answers it as it answers a missing directory (journal-format.md §8). A directory
+/// that is not ours is refused before its listing is believed.
 fn require_segments(journal_dir: &Path) -> Result<(), JournalError> {
+    if !journal_dir.exists() {
+        return Err(JournalError::Missing(journal_dir.to_owned()));
+    }
+    crate::statedir::trust::check_journal(journal_dir)?;
     let empty = journal::segment::list(journal_dir).map_or(true, |s| s.is_empty());
     if empty {
         return Err(JournalError::Missing(journal_dir.to_owned()));
