@@ -17,7 +17,7 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(
     name = "dispatch",
-    version = env!("DISPATCH_VERSION"),
+    version = env!("VERSION_WITH_COMMIT"),
     about = "Run workers on Slurm clusters without ever losing track of them"
 )]
 pub struct Cli {
