@@ -4,7 +4,7 @@
 //! → act → append the outcome. Budget is only released by a proof event.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 use uuid::Uuid;
@@ -389,7 +389,8 @@ async fn discover_step<S: Scheduler>(
     dirs: &WorkerDirs,
     srun_pid: u32,
 ) -> Discovery {
-    let started = Instant::now();
+    // The runtime's clock (see `await_proof`): a paused test runtime runs this poll at once.
+    let started = tokio::time::Instant::now();
     let mut last_unknown = None;
     // A step usually appears within ~50 ms: look often at first, then back off.
     let mut pause = Duration::from_millis(20);
