@@ -177,6 +177,13 @@ pub async fn reconcile<S: Scheduler>(
                     since_launch: std::time::Duration::from_micros(
                         u64::try_from(now.0 - w.submitted_at.0).unwrap_or(0),
                     ),
+                    others_steps: pool
+                        .active
+                        .values()
+                        .filter(|x| x.submission_id != w.submission_id)
+                        .chain(pool.finished.iter())
+                        .filter_map(|x| x.step_id)
+                        .collect(),
                 }
             })
             .collect();
