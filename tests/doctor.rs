@@ -223,6 +223,28 @@ fn a_silent_controller_fails_and_accounting_off_and_an_untested_release_only_war
     let (code, out, _) = fake.run(&["doctor", "--json"]);
     assert_eq!(code, 0, "{out}");
     assert_eq!(doc(&out)["ready"], true);
+
+    // A target whose partition reads as a flag is never sent to Slurm, and fails.
+    let config = fake.dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[targets.odd]\npartition = \"--all\"\naccount = \"a\"\n",
+    )
+    .unwrap();
+    fake.forget_calls();
+    let mut cmd = fake.command(&["--config", config.to_str().unwrap(), "doctor", "--json"]);
+    cmd.env_remove("DISPATCH_CONFIG");
+    let (code, out, _) = run(cmd);
+    let r = doc(&out);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(status(&r, "target odd"), "fail");
+    let calls = fake.calls();
+    assert!(
+        calls
+            .iter()
+            .all(|(_, argv)| !argv.iter().any(|a| a == "--all")),
+        "{calls:?}"
+    );
 }
 
 #[test]

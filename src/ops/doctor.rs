@@ -213,6 +213,14 @@ fn listed(probe: &Probe, line_has: impl Fn(&str) -> bool, accounting_on: bool) -
     }
 }
 
+/// A partition, account or QOS name Slurm could hold: one word, not an option. Anything else is
+/// never sent to Slurm (it would be read as a flag) and cannot exist.
+fn single_word(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('-')
+        && !name.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
 async fn target_seen(
     runner: &Runner,
     name: &str,
@@ -220,6 +228,42 @@ async fn target_seen(
     user: &str,
     accounting_on: bool,
 ) -> TargetSeen {
+    if ![
+        Some(&target.partition),
+        Some(&target.account),
+        target.qos.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .all(|n| single_word(n))
+    {
+        let no = || Known::No;
+        return TargetSeen {
+            target: name.to_owned(),
+            partition: target.partition.clone(),
+            partition_known: if single_word(&target.partition) {
+                Known::Unknown("not checked".into())
+            } else {
+                no()
+            },
+            account: target.account.clone(),
+            account_known: if single_word(&target.account) {
+                Known::Unknown("not checked".into())
+            } else {
+                no()
+            },
+            qos: target.qos.as_ref().map(|q| {
+                (
+                    q.clone(),
+                    if single_word(q) {
+                        Known::Unknown("not checked".into())
+                    } else {
+                        no()
+                    },
+                )
+            }),
+        };
+    }
     let partition_known = match probe(
         runner,
         SlurmCommand::Scontrol,
