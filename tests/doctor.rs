@@ -156,8 +156,24 @@ fn on_node_runs_a_step_that_sees_the_binary_the_state_directory_and_git() {
         .unwrap()
         .starts_with("ran on "));
     assert_eq!(status(&r, "node: state directory"), "ok", "{r:#}");
+    assert!(
+        check(&r, "node: state directory")["seen"]
+            .as_str()
+            .unwrap()
+            .contains("is this host's"),
+        "{r:#}"
+    );
     assert_eq!(status(&r, "node: flock"), "ok", "{r:#}");
     assert_eq!(status(&r, "node: git"), "ok", "{r:#}");
+    assert_eq!(
+        status(&r, "state file system"),
+        "ok",
+        "whatever the file system, the node was shown to see it: {r:#}"
+    );
+    assert!(
+        std::fs::read_dir(&state).unwrap().next().is_none(),
+        "the marker and the flock test files are removed"
+    );
 
     // A state directory the node cannot see (here: one that does not exist anywhere yet).
     let missing = dir.path().join("not-yet");
@@ -275,6 +291,37 @@ fn without_slurm_on_path_every_check_says_what_to_do() {
         "the state directory is checked without Slurm"
     );
     every_finding_says_what_to_do(&r);
+}
+
+/// The probe as the node runs it: a directory of the right path without the host's marker is
+/// another directory (a node-local /tmp, say), and fails.
+#[test]
+fn the_node_probe_tells_another_directory_of_the_same_path_from_the_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = owner_only_dir(dir.path(), "state");
+    let probe = |marker: &str| {
+        let mut c = doctor(
+            &state,
+            &dir.path().join("none.toml"),
+            &["--node-probe", "--json"],
+        );
+        c.args(["--marker", marker]);
+        let (code, out, _) = run(c);
+        (code, doc(&out))
+    };
+    let (code, r) = probe("0123abcd");
+    assert_eq!(code, 1, "{r:#}");
+    let sd = check(&r, "node: state directory");
+    assert_eq!(sd["status"], "fail", "{sd}");
+    assert!(
+        sd["seen"].as_str().unwrap().contains("another directory"),
+        "{sd}"
+    );
+
+    std::fs::write(state.join(".doctor-marker-0123abcd"), "0123abcd").unwrap();
+    let (code, r) = probe("0123abcd");
+    assert_eq!(code, 0, "{r:#}");
+    assert_eq!(status(&r, "node: state directory"), "ok");
 }
 
 #[test]

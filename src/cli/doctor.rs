@@ -25,6 +25,9 @@ pub struct DoctorArgs {
     /// Internal: the checks `--on-node` runs on the compute node
     #[arg(long, hide = true, conflicts_with_all = ["on_node", "target"])]
     pub node_probe: bool,
+    /// Internal: the marker the host left in the state directory, for the node to find
+    #[arg(long, hide = true, requires = "node_probe", value_parser = crate::names::arg::path_name("marker"))]
+    pub marker: Option<String>,
 }
 
 /// The config as `dispatch doctor` sees it: a file that does not parse is a finding here, not a
@@ -57,7 +60,7 @@ pub struct Context<'a> {
 pub async fn run(args: &DoctorArgs, ctx: Context<'_>) -> Result<u8, Failure> {
     let state_dir = std::path::absolute(&ctx.state_dir).unwrap_or(ctx.state_dir.clone());
     let report = if args.node_probe {
-        doctor::node_probe(&state_dir).await
+        doctor::node_probe(&state_dir, args.marker.as_deref()).await
     } else {
         let env = |k: &str| std::env::var(k).ok();
         let config = load_config(ctx.config_flag, &env);

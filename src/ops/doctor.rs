@@ -155,7 +155,7 @@ async fn local_checks(state_dir: &Path, search_path: Option<&std::ffi::OsStr>) -
 
 /// What `doctor --node-probe` reports from the compute node: the state directory seen there,
 /// flock there, and git there.
-pub async fn node_probe(state_dir: &Path) -> Report {
+pub async fn node_probe(state_dir: &Path, marker: Option<&str>) -> Report {
     let host = hostname();
     let mut checks = vec![Check {
         name: "node".to_owned(),
@@ -170,7 +170,10 @@ pub async fn node_probe(state_dir: &Path) -> Report {
         todo: None,
     }];
     let seen = state_dir_seen(state_dir);
-    checks.push(verdict::node_state_dir(state_dir, &seen));
+    let same = marker.map(|nonce| {
+        std::fs::read_to_string(state_dir.join(marker_name(nonce))).is_ok_and(|t| t == nonce)
+    });
+    checks.push(verdict::node_state_dir(state_dir, &seen, same));
     if matches!(seen, StateDirSeen::Present(_)) {
         let mut lock = verdict::flock(&flock_test(state_dir));
         lock.name = "node: flock".to_owned();
@@ -388,13 +391,47 @@ pub async fn run(opts: &Options) -> Report {
     }
 
     if opts.on_node {
-        checks.extend(on_node(&runner, opts).await);
+        let (node_checks, node_saw_ours) = on_node(&runner, opts).await;
+        if node_saw_ours {
+            checks = checks
+                .into_iter()
+                .map(verdict::file_system_seen_from_node)
+                .collect();
+        }
+        checks.extend(node_checks);
     }
     Report::of(checks)
 }
 
-/// One short job step that runs this binary's `doctor --node-probe` on a compute node.
-async fn on_node(runner: &Runner, opts: &Options) -> Vec<Check> {
+/// The file the host leaves in its state directory for the node probe to find.
+fn marker_name(nonce: &str) -> String {
+    format!(".doctor-marker-{nonce}")
+}
+
+/// Write the marker, owner-only, never over an existing file; `None` when there is no state
+/// directory to write it in (the probe then only says whether the path exists there).
+fn write_marker(state_dir: &Path) -> Option<(PathBuf, String)> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if !state_dir.is_dir() {
+        return None;
+    }
+    let nonce = uuid::Uuid::new_v4().simple().to_string();
+    let path = state_dir.join(marker_name(&nonce));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .ok()?;
+    f.write_all(nonce.as_bytes()).ok()?;
+    f.sync_all().ok()?;
+    Some((path, nonce))
+}
+
+/// One short job step that runs this binary's `doctor --node-probe` on a compute node; also
+/// whether the node read the marker this host left (it sees this very directory).
+async fn on_node(runner: &Runner, opts: &Options) -> (Vec<Check>, bool) {
     let mut args: Vec<OsString> = [
         "-N1",
         "-n1",
@@ -418,28 +455,41 @@ async fn on_node(runner: &Runner, opts: &Options) -> Vec<Check> {
     args.push(opts.exe.clone().into_os_string());
     args.extend(["doctor", "--node-probe", "--json", "--state-dir"].map(OsString::from));
     args.push(opts.state_dir.clone().into_os_string());
+    let marker = write_marker(&opts.state_dir);
+    if let Some((_, nonce)) = &marker {
+        args.push("--marker".into());
+        args.push(nonce.into());
+    }
     let exe = opts.exe.display().to_string();
-    let out = match runner
+    let answer = runner
         .run(SlurmCommand::Srun, &args, NODE_PROBE_TIMEOUT)
-        .await
-    {
+        .await;
+    if let Some((path, _)) = &marker {
+        let _ = std::fs::remove_file(path);
+    }
+    let out = match answer {
         Ok(out) => out,
         Err(e) => {
-            return vec![verdict::node_unreached(
-                &Probe::NoAnswer(e.to_string()),
-                &exe,
-            )]
+            let unreached = verdict::node_unreached(&Probe::NoAnswer(e.to_string()), &exe);
+            return (vec![unreached], false);
         }
     };
     match serde_json::from_str::<Report>(out.stdout.trim()) {
-        Ok(report) => report.checks,
-        Err(_) => vec![verdict::node_unreached(
-            &Probe::Exited {
+        Ok(report) => {
+            let saw_ours = marker.is_some()
+                && report
+                    .checks
+                    .iter()
+                    .any(|c| c.name == verdict::NODE_STATE_DIR && c.status == verdict::Status::Ok);
+            (report.checks, saw_ours)
+        }
+        Err(_) => {
+            let said = Probe::Exited {
                 success: out.status.success(),
                 stdout: out.stdout,
                 stderr: out.stderr,
-            },
-            &exe,
-        )],
+            };
+            (vec![verdict::node_unreached(&said, &exe)], false)
+        }
     }
 }

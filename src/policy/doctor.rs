@@ -321,6 +321,18 @@ pub fn file_system(magic: Result<u64, String>) -> Check {
     }
 }
 
+/// A local file system the compute node was shown to see (the node read the host's marker):
+/// the node is this host, or the directory is exported after all. Nothing to warn about then.
+pub fn file_system_seen_from_node(check: Check) -> Check {
+    match check.status {
+        Status::Warn if check.seen.ends_with("(a local file system)") => Check::ok(
+            check.name,
+            format!("{}, but the compute node sees it", check.seen),
+        ),
+        _ => check,
+    }
+}
+
 /// The flock test: a first exclusive lock taken, a second one on another open of the same file
 /// refused while the first is held.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -492,10 +504,35 @@ pub fn node_unreached(probe: &Probe, exe: &str) -> Check {
     Check::fail("node", format!("srun: {said}"), todo)
 }
 
-/// The node saw a state directory different from, or no state directory like, this host's.
-pub fn node_state_dir(path: &std::path::Path, seen_on_node: &StateDirSeen) -> Check {
-    let name = "node: state directory";
+pub const NODE_STATE_DIR: &str = "node: state directory";
+
+/// The node saw this host's state directory, another directory of the same path, or none.
+/// `same`: whether the marker this host wrote there was read on the node (`None`: no marker,
+/// the host has no state directory yet).
+pub fn node_state_dir(
+    path: &std::path::Path,
+    seen_on_node: &StateDirSeen,
+    same: Option<bool>,
+) -> Check {
+    let name = NODE_STATE_DIR;
     match seen_on_node {
+        StateDirSeen::Present(_) if same == Some(false) => Check::fail(
+            name,
+            format!(
+                "{} exists on the node but is another directory: the marker written on this \
+                 host is not there",
+                path.display()
+            ),
+            "workers write their evidence there from the node: use a state directory on a \
+             file system the compute nodes mount at the same path (not /tmp or local scratch)",
+        ),
+        StateDirSeen::Present(_) if same == Some(true) => Check::ok(
+            name,
+            format!(
+                "{} is visible and is this host's (its marker was read on the node)",
+                path.display()
+            ),
+        ),
         StateDirSeen::Present(_) => Check::ok(name, format!("{} is visible", path.display())),
         StateDirSeen::Missing => Check::fail(
             name,
@@ -604,6 +641,14 @@ mod tests {
         assert_eq!(file_system(Ok(0x6969)).status, Status::Ok);
         assert_eq!(file_system(Ok(0xEF53)).status, Status::Warn);
         assert!(file_system(Ok(0x1234)).seen.contains("0x1234"));
+        let seen = file_system_seen_from_node(file_system(Ok(0xEF53)));
+        assert_eq!(seen.status, Status::Ok);
+        let unknown = file_system_seen_from_node(file_system(Ok(0x1234)));
+        assert_eq!(
+            unknown.status,
+            Status::Warn,
+            "only a named local file system is settled"
+        );
     }
 
     #[test]
