@@ -107,6 +107,15 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
             cli::trial::run(cmd, &ctx, cli.json)
         }
         Command::Trials => cli::trial::run_list(&state_dir()?, cli.json),
+        Command::Doctor(args) => block_on(cli::doctor::run(
+            args,
+            cli::doctor::Context {
+                state_dir: state_dir()?,
+                config_flag: cli.config.as_deref(),
+                slurm: slurm_config(),
+                json: cli.json,
+            },
+        )),
         Command::Sessions => {
             let (config, path) = load_config(cli, &env)?;
             let dir = state_dir()?;

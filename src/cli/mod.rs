@@ -1,6 +1,7 @@
 //! Command-line definitions, rendering and exit codes. No I/O beyond stdout/stderr.
 
 pub mod asset;
+pub mod doctor;
 pub mod exit;
 pub mod forget;
 pub mod journal;
@@ -99,6 +100,10 @@ pub enum Command {
     Trial(trial::TrialCommand),
     /// List every trial with its workers and verdict (offline)
     Trials,
+    /// Check that this host and cluster are ready: Slurm's commands, controller and
+    /// accounting, the state directory (owner, mode, file system, flock), the config's targets,
+    /// and with --on-node what a compute node sees. Exit 0 ready, 1 something failed
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Whether diagnostics on stderr may carry colour: `--color`, else only on a terminal, and never
