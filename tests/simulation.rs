@@ -874,11 +874,9 @@ fn seeded_simulation() {
 /// CANCELLED" (the old one) releases the new worker while its step 100.3 is about to run.
 /// Fixed: `verdict` no longer takes a step other workers of the pool hold or held
 /// (`WorkerObservation::others_steps`; unit test `an_earlier_workers_step_of_the_same_name_is_not_this_ones`).
-/// The seed still fails, now on the model: its srun for a step left pending has a pid that is
-/// never alive, which the never-ran rule reads as an exited srun (a real srun waits for its
-/// pending step). Ignored until the model's srun lives as long as its pending step.
+/// (The model's srun of a created step is alive now, as a real one waiting for its pending
+/// step is: it was a pid no process had, which the never-ran rule read as an exited srun.)
 #[test]
-#[ignore = "the model's srun of a pending step is never alive (see the doc comment)"]
 fn reused_pool_worker_names() {
     quiet_crashes();
     let opts = Opts {

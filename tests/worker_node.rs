@@ -562,7 +562,10 @@ fn a_publication_that_overruns_is_timed_out_and_leaves_nothing_half_published() 
         "p",
         "slow",
         &["--source", "src", "--publication-timeout", "1"],
-        &[("DISPATCH_FAILPOINTS", "supervisor-publish-copy=sleep:1500")],
+        &[(
+            "DISPATCH_FAILPOINTS",
+            "worker:supervisor-publish-copy=sleep:1500",
+        )],
         "echo 'work' >> README; echo 'state' > \"$DISPATCH_STATE_DIR/db\"",
         &[],
     );

@@ -47,8 +47,16 @@ pub const NODE: &str = "simnode";
 pub const MIN_JOB_AGE_S: i64 = 300;
 /// The model's clock at the start of every seed: a whole second, the same for every run.
 pub const EPOCH_US: i64 = 1_900_000_000 * 1_000_000;
-/// A pid no process has (above Linux's pid_max): the model's srun clients are never alive.
+/// A pid no process has (above Linux's pid_max): the srun client of a step that was refused,
+/// which has exited.
 pub const DEAD_PID: u32 = 1 << 30;
+
+/// The srun client of a step that was created stays alive as long as the step can still run
+/// (a real srun waits for its pending step): the model gives it this test process's pid,
+/// which is alive and not dispatch's child, so dispatch never reads it as exited.
+fn live_srun_pid() -> u32 {
+    std::process::id()
+}
 
 /// splitmix64: small, seedable, good enough for choosing faults.
 #[derive(Clone, Debug)]
@@ -848,7 +856,9 @@ impl World {
             self.counts.accepted_then_unknown += 1;
             return Err(unknown_action(SlurmCommand::Srun));
         }
-        Ok(LaunchedStep { srun_pid: DEAD_PID })
+        Ok(LaunchedStep {
+            srun_pid: live_srun_pid(),
+        })
     }
 
     fn cancel(&mut self, target: CancelTarget) -> Result<CancelReport, ActionError> {
