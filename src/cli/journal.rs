@@ -241,7 +241,7 @@ pub fn run_inspect(state_dir: &Path, key: &str, json: bool) -> Result<u8, Failur
         Ok(r) => r,
         Err(InspectError::NotFound(_)) => {
             return Err(Failure::new(
-                exit::FAILED,
+                exit::REFUSED,
                 format!("{}", InspectError::NotFound(key.to_owned())),
             ))
         }

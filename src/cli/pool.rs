@@ -166,6 +166,7 @@ impl From<OpError> for Failure {
             OpError::AssetRefused(r) => Failure::new(exit::REFUSED, r.to_string()),
             OpError::TrialRefused(r) => Failure::new(exit::REFUSED, r.to_string()),
             OpError::ForgetRefused(r) => Failure::new(exit::REFUSED, r.to_string()),
+            OpError::NotFound(m) => Failure::new(exit::REFUSED, m),
             OpError::Unknown(m) => Failure::new(exit::UNKNOWN, m),
             OpError::Failed(m) => Failure::new(exit::FAILED, m),
             OpError::Usage(m) => Failure::new(exit::USAGE, m),
