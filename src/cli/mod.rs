@@ -7,6 +7,7 @@ pub mod journal;
 pub mod output;
 pub mod pool;
 pub mod session;
+pub mod shell;
 pub mod trial;
 pub mod worker;
 
@@ -18,7 +19,12 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "dispatch",
     version = env!("DISPATCH_VERSION"),
-    about = "Run workers on Slurm clusters without ever losing track of them"
+    about = "Run workers on Slurm clusters without ever losing track of them",
+    // Each command's help lists these apart from its own options.
+    next_help_heading = "Global options",
+    after_help = "The contract (commands, flags, JSON keys, exit codes): docs/cli.md.\n\
+        Exit codes: 0 done, 1 failed, 2 usage, 3 refused or not found, 4 outcome unknown, \
+        5 journal damaged"
 )]
 pub struct Cli {
     /// State directory (default: $DISPATCH_STATE_DIR, $XDG_STATE_HOME/dispatch, ~/.local/state/dispatch)
@@ -99,6 +105,24 @@ pub enum Command {
     Trial(trial::TrialCommand),
     /// List every trial with its workers and verdict (offline)
     Trials,
+    /// Print a shell completion script on stdout
+    #[command(after_help = "Examples:\n  \
+        source <(dispatch completions bash)\n  \
+        dispatch completions zsh > ~/.zfunc/_dispatch\n  \
+        dispatch completions fish > ~/.config/fish/completions/dispatch.fish")]
+    Completions {
+        #[arg(value_enum)]
+        shell: shell::Shell,
+    },
+    /// Write man pages: dispatch.1 and one dispatch-COMMAND.1 per command into DIR, or
+    /// dispatch.1 on stdout without DIR
+    #[command(after_help = "Examples:\n  \
+        dispatch man | man -l -\n  \
+        dispatch man ~/.local/share/man/man1")]
+    Man {
+        /// Directory for the pages (created if missing)
+        dir: Option<PathBuf>,
+    },
 }
 
 /// Whether diagnostics on stderr may carry colour: `--color`, else only on a terminal, and never

@@ -134,8 +134,8 @@ fn warn(notes: &[String]) {
 }
 
 fn is_terminal() -> bool {
-    // SAFETY: isatty only inspects the descriptor.
-    unsafe { libc::isatty(0) == 1 && libc::isatty(1) == 1 }
+    use std::io::IsTerminal;
+    std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
 }
 
 /// Replace this process with `srun ARGS`; returns only if the exec failed.
