@@ -326,3 +326,59 @@ fn man_pages_cover_every_command() {
     assert_eq!(stdout.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&stdout.stdout).contains(".TH dispatch"));
 }
+
+/// A shell line's words up to the first pipe, redirection, `||` or comment (quotes honoured,
+/// `$(…)` kept as one word): enough for the examples in `--help`.
+fn shell_words(line: &str) -> Vec<String> {
+    let (mut words, mut word, mut quote, mut depth) = (Vec::new(), String::new(), None, 0);
+    for c in line.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.push(c),
+            (None, '"' | '\'') => quote = Some(c),
+            (None, '(') => {
+                depth += 1;
+                word.push(c)
+            }
+            (None, ')') => {
+                depth -= 1;
+                word.push(c)
+            }
+            (None, ' ') if depth == 0 => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            (None, '|' | '>' | '#') if depth == 0 => break,
+            (None, c) => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}
+
+/// The examples are real: each `dispatch …` line in every command's help parses.
+#[test]
+fn every_help_example_parses() {
+    let mut checked = 0;
+    for (path, cmd) in command_paths() {
+        let help = cmd
+            .get_after_help()
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        for line in help
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("dispatch "))
+        {
+            let words = shell_words(line);
+            if let Err(e) = Cli::try_parse_from(&words) {
+                panic!("{path}: the example `{line}` does not parse ({words:?}): {e}");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 40, "only {checked} examples");
+}

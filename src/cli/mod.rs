@@ -63,9 +63,16 @@ pub enum Command {
     #[command(subcommand)]
     Pool(pool::PoolCommand),
     /// Run one worker as its own Slurm job (the ordinary path; the worker owns the allocation)
+    #[command(after_help = "Examples:\n  \
+        dispatch submit -T savio-htc --cpus 4 --mem 16G --time 2:00:00 --name w1 -- ./run.sh\n  \
+        dispatch submit --cpus 1 --mem 2G --time 30 --source src --trial t1 -- make test")]
     Submit(pool::SubmitArgs),
     /// Stop a worker started by `dispatch submit`: TERM, the grace, then cancel its job
+    #[command(after_help = "Examples:\n  \
+        dispatch stop w1\n  \
+        dispatch stop w1 --grace 60 --json")]
     Stop {
+        /// The worker, by name or submission id
         #[arg(value_parser = crate::names::arg::path_name("worker"))]
         worker: String,
         /// Seconds between SIGTERM and the final cancel
@@ -74,12 +81,20 @@ pub enum Command {
     },
     /// Offline audit: chain, reducer replay, the no-effect-without-intent and release-once
     /// rules, snapshot agreement, published evidence. Exit 0 ok, 1 violations, 5 damaged
+    #[command(after_help = "Examples:\n  \
+        dispatch audit\n  \
+        dispatch audit --json | jq .rules.violations")]
     Audit,
     /// Forensic view of one worker (by name or submission id): its timeline, the last event
     /// about it, and its own journal up to any damage; or, with --trial, of a whole trial and
     /// each of its workers. Offline: no Slurm call, nothing written
     #[command(group(clap::ArgGroup::new("what").required(true).args(["worker", "trial"])))]
+    #[command(after_help = "Examples:\n  \
+        dispatch inspect w1\n  \
+        dispatch inspect 0b5e7c1e-8a1f-4a55-9f6e-0d4b8e2a9c11 --json\n  \
+        dispatch inspect --trial t1")]
     Inspect {
+        /// The worker, by name or submission id
         #[arg(value_parser = crate::names::arg::path_name("worker"))]
         worker: Option<String>,
         /// A trial instead of one worker (as `dispatch trial show`)
@@ -87,10 +102,16 @@ pub enum Command {
         trial: Option<String>,
     },
     /// Replay the journal against Slurm and resolve what can be proven
+    #[command(after_help = "Examples:\n  \
+        dispatch reconcile\n  \
+        dispatch reconcile --json | jq .unknown")]
     Reconcile,
     /// Give up on a worker or a session that no proof can settle (the controller lost its
     /// accounting, the cluster was rebuilt): releases its budget, or drops the session's record,
     /// as an operator decision that `audit` lists as an override, never as proof. Offline
+    #[command(after_help = "Examples:\n  \
+        dispatch forget w1 --reason \"cluster rebuilt; job 4242 gone from accounting\"\n  \
+        dispatch forget --session mymirror -T savio-htc --reason \"controller lost the job\"")]
     Forget(forget::ForgetArgs),
     /// The worker side: commands that run inside a worker's job step
     #[command(subcommand)]
@@ -99,11 +120,17 @@ pub enum Command {
     #[command(subcommand)]
     Session(session::SessionCommand),
     /// Report every session job per target, orphans, stale and unknown sessions
+    #[command(after_help = "Examples:\n  \
+        dispatch sessions\n  \
+        dispatch sessions --json | jq .stale")]
     Sessions,
     /// Acceptance trials: open one, let workers join it, judge it once with its evidence
     #[command(subcommand)]
     Trial(trial::TrialCommand),
     /// List every trial with its workers and verdict (offline)
+    #[command(after_help = "Examples:\n  \
+        dispatch trials\n  \
+        dispatch trials --json")]
     Trials,
     /// Print a shell completion script on stdout
     #[command(after_help = "Examples:\n  \
@@ -111,6 +138,7 @@ pub enum Command {
         dispatch completions zsh > ~/.zfunc/_dispatch\n  \
         dispatch completions fish > ~/.config/fish/completions/dispatch.fish")]
     Completions {
+        /// The shell to complete in
         #[arg(value_enum)]
         shell: shell::Shell,
     },
