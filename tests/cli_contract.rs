@@ -116,24 +116,28 @@ fn contract() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md")).unwrap()
 }
 
-/// The section of docs/cli.md under the heading `### <path>`, up to the next heading.
+/// The section of docs/cli.md under the heading `## <path>` (a command group) or
+/// `### <path>`, up to the next heading.
 fn section<'a>(doc: &'a str, path: &str) -> Option<&'a str> {
-    let heading = format!("\n### `{path}`\n");
-    let start = doc.find(&heading)? + heading.len();
+    let (start, heading) = ["##", "###"].iter().find_map(|level| {
+        let heading = format!("\n{level} `{path}`\n");
+        doc.find(&heading).map(|at| (at, heading))
+    })?;
+    let start = start + heading.len();
     let len = doc[start..].find("\n#").unwrap_or(doc.len() - start);
     Some(&doc[start..start + len])
 }
 
 fn long_flags(cmd: &clap::Command) -> Vec<String> {
     cmd.get_arguments()
-        .filter(|a| !a.is_global_set())
+        .filter(|a| !a.is_global_set() && !a.is_hide_set())
         .filter_map(|a| a.get_long())
         .filter(|l| !matches!(*l, "help" | "version"))
         .map(|l| format!("--{l}"))
         .collect()
 }
 
-/// docs/cli.md has a `### \`dispatch …\`` section for every command, naming each of its
+/// docs/cli.md has a `## \`dispatch …\`` (group) or `###` section for every command, naming each of its
 /// positionals and long flags; the global flags are in its "Global options".
 #[test]
 fn the_contract_documents_every_command_positional_and_flag() {

@@ -1,4 +1,6 @@
 //! Command-line definitions, rendering and exit codes. No I/O beyond stdout/stderr.
+//! The names, flags, JSON keys and exit codes defined here are a contract: docs/cli.md, kept
+//! complete by tests/cli_contract.rs (add, never rename).
 
 pub mod asset;
 pub mod exit;
