@@ -106,6 +106,8 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
             let ctx = context(state_dir()?)?;
             cli::trial::run(cmd, &ctx, cli.json)
         }
+        Command::Completions { shell } => cli::shell::completions(*shell),
+        Command::Man { dir } => cli::shell::man(dir.as_deref()),
         Command::Trials => cli::trial::run_list(&state_dir()?, cli.json),
         Command::Doctor(args) => block_on(cli::doctor::run(
             args,

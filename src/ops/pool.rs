@@ -680,7 +680,7 @@ fn find_worker<'a>(
         pool: pool.to_owned(),
     })?;
     let w = p.active.values().find(|w| w.name == worker).ok_or_else(|| {
-        OpError::Failed(format!(
+        OpError::NotFound(format!(
             "pool {pool:?} has no worker {worker:?} holding budget; `dispatch pool status {pool}` lists them"
         ))
     })?;
