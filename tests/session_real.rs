@@ -573,9 +573,17 @@ fn slow_shim(dir: &Path, program: &str, secs: u32) -> String {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir).unwrap();
     let path = dir.join(program);
+    // The client the tests run against (22.05's in /usr/bin, or 24.11's wrappers first on
+    // PATH), never a fixed path: a shim of the other cluster's client submits elsewhere.
+    let real = std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .map(|d| Path::new(d).join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("no {program} on PATH"));
     std::fs::write(
         &path,
-        format!("#!/bin/sh\nsleep {secs}\nexec /usr/bin/{program} \"$@\"\n"),
+        format!("#!/bin/sh\nsleep {secs}\nexec {} \"$@\"\n", real.display()),
     )
     .unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
