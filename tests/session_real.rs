@@ -164,19 +164,7 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let out = Command::new("squeue")
-            .args(["--me", "-h", "-o", "%A|%j"])
-            .output();
-        let Ok(out) = out else { return };
-        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.split_once('|'))
-            .filter(|(_, name)| name.starts_with(&self.prefix))
-            .map(|(id, _)| id.to_owned())
-            .collect();
-        if !ids.is_empty() {
-            support::run_bounded(Command::new("scancel").args(&ids), Duration::from_secs(30));
-        }
+        real_cluster::cancel_jobs_named(&self.prefix);
     }
 }
 
