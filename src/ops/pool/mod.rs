@@ -13,6 +13,7 @@ mod status;
 mod stop;
 mod submit;
 
+pub(crate) use crate::ops::context::locked;
 pub use attach::{attach, detach, AllocationView, AttachReport, DetachReport};
 pub(crate) use ingest::{ingest_worker_journal, sweep_publication};
 pub use status::{
@@ -29,7 +30,6 @@ use std::path::Path;
 use uuid::Uuid;
 
 use crate::event::Event;
-use crate::journal::Writer;
 use crate::ops::context::Ctx;
 use crate::ops::error::OpError;
 use crate::ops::facts::allocation_facts;
@@ -86,18 +86,6 @@ async fn read_facts<S: Scheduler>(ctx: &Ctx<S>, job: JobId) -> Result<Allocation
             "cannot read job {job} from Slurm ({e}); nothing was done. Try again when `scontrol show job {job}` answers"
         ))),
     }
-}
-
-/// Take the journal's writer lock, load the state as it is now, decide and append in `f`, and
-/// release the lock. Nothing in `f` may wait (no Slurm call, no grace, no poll): a command that
-/// waits does so between two of these, and re-checks what it decided when it takes the lock
-/// again (issue 11: another command may have changed the state meanwhile).
-pub(crate) fn locked<S: Scheduler, T>(
-    ctx: &Ctx<S>,
-    f: impl FnOnce(&Writer, &State) -> Result<T, OpError>,
-) -> Result<T, OpError> {
-    let (writer, loaded) = ctx.lock_and_load()?;
-    f(&writer, &loaded.state)
 }
 
 /// The worker `submission_id` of `pool` while it still holds budget.

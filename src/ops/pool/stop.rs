@@ -13,7 +13,10 @@ use super::{
 };
 use crate::event::Event;
 use crate::failpoint;
-use crate::ops::context::{await_proof, snapshot_quietly, Ctx, STOP_PROOF_TIMEOUT};
+use crate::ops::context::{
+    await_proof, grace_seconds, request_grace, snapshot_quietly, Ctx, STOP_PROOF_TIMEOUT,
+    STOP_WRAP_UP,
+};
 use crate::ops::error::OpError;
 use crate::policy::node as node_policy;
 use crate::policy::pool::Refusal;
@@ -72,6 +75,7 @@ pub async fn stop_worker<S: Scheduler>(
     // Decide what to stop from a first look; every append below takes the lock again and
     // checks that the worker is still as this stop saw it. The grace and the proof polls
     // happen with the lock released (issue 11).
+    let grace_s = grace_seconds(grace);
     let state = {
         let (writer, loaded) = ctx.lock_and_load()?;
         drop(writer);
@@ -120,16 +124,18 @@ pub async fn stop_worker<S: Scheduler>(
         }
         writer.append_one(Event::WorkerStopIntent(WorkerStopIntent {
             submission_id,
-            grace_s: grace.as_secs() as u32,
+            grace_s,
         }))?;
         Ok(())
     })?;
     failpoint::hit("pool-stop-after-intent");
+    let dirs = WorkerDirs::new(&ctx.pools_dir(), pool, submission_id);
+    request_grace(&ctx.state_dir, &dirs, grace_s);
     if let Err(e) = ctx.sched.signal_step(step, Signal::Term).await {
         tracing::warn!("scancel --signal=TERM {step}: {e}");
     }
     failpoint::hit("pool-stop-after-term");
-    let mut proof = await_proof(grace, || step_proven_over(ctx, step)).await;
+    let mut proof = await_proof(grace + STOP_WRAP_UP, || step_proven_over(ctx, step)).await;
     if proof.is_none() {
         if let Err(e) = ctx.sched.cancel_step(step).await {
             tracing::warn!("scancel {step}: {e}");
