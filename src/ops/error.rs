@@ -43,7 +43,6 @@ pub enum OpError {
 impl From<crate::statedir::StateDirError> for OpError {
     fn from(e: crate::statedir::StateDirError) -> OpError {
         match e {
-            crate::statedir::StateDirError::Journal(j) => OpError::Journal(j),
             other => OpError::StateDir(other),
         }
     }
