@@ -42,9 +42,7 @@ pub enum OpError {
 
 impl From<crate::statedir::StateDirError> for OpError {
     fn from(e: crate::statedir::StateDirError) -> OpError {
-        match e {
-            other => OpError::StateDir(other),
-        }
+        OpError::StateDir(e)
     }
 }
 
