@@ -2,7 +2,7 @@
 //! within capacity, only proof releases budget, and replay is deterministic.
 
 use dispatch::event::{Actor, Envelope, Event, Micros};
-use dispatch::policy::pool::{self, AllocationFacts, Budgets, WorkerAsk};
+use dispatch::policy::pool::{self, AllocationFacts, Budgets, Nodes, WorkerAsk};
 use dispatch::state::pool::*;
 use dispatch::state::State;
 use quickcheck::{Arbitrary, Gen, QuickCheck};
@@ -61,7 +61,7 @@ fn facts(a: &Allocation) -> AllocationFacts {
         job_id: a.job_id,
         state: "RUNNING".into(),
         user: a.user.clone(),
-        nodes: vec![a.node.clone()],
+        nodes: Nodes::One(a.node.clone()),
         start_time: Some(a.start_time),
         end_time: Some(a.end_time),
         cpus: a.cpus,
@@ -96,7 +96,7 @@ fn journal_of(ops: &[Op]) -> Vec<Event> {
                     job_id: next_job,
                     state: "RUNNING".into(),
                     user: "ana".into(),
-                    nodes: vec!["vm".into()],
+                    nodes: Nodes::One("vm".into()),
                     start_time: Some(Micros::from_secs(NOW - 10)),
                     end_time: Some(Micros::from_secs(NOW + 3600)),
                     cpus: cpus.into(),

@@ -51,6 +51,25 @@ pub fn early_shutdown_deadline(allocation_end: Micros, budgets: &Budgets) -> Mic
     Micros(allocation_end.0 - budgets.shutdown_window_s() * 1_000_000)
 }
 
+/// Where an allocation runs, as far as a pool cares: one node, by name, or not one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Nodes {
+    /// Slurm names no node (not placed yet, or a `(null)` list).
+    Unplaced,
+    One(String),
+    /// More than one; Slurm's node list as it gave it (`n[1-2]`).
+    Several(String),
+}
+
+impl Nodes {
+    pub fn one(&self) -> Option<&str> {
+        match self {
+            Nodes::One(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
 /// What `scontrol show job` says about an allocation, reduced to what placement needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AllocationFacts {
@@ -58,7 +77,7 @@ pub struct AllocationFacts {
     /// The job state word, e.g. `RUNNING`.
     pub state: String,
     pub user: String,
-    pub nodes: Vec<String>,
+    pub nodes: Nodes,
     pub start_time: Option<Micros>,
     pub end_time: Option<Micros>,
     pub cpus: u32,
@@ -81,8 +100,10 @@ pub enum Refusal {
         owner: String,
         caller: String,
     },
-    #[error("job {job_id} spans {nodes} nodes; a pool needs a single-node allocation")]
-    MultiNode { job_id: u64, nodes: usize },
+    #[error("job {job_id} spans several nodes ({nodes}); a pool needs a single-node allocation")]
+    MultiNode { job_id: u64, nodes: String },
+    #[error("job {job_id} runs on no node Slurm names; attach it once `scontrol show job {job_id}` shows its node")]
+    NoNode { job_id: u64 },
     #[error("job {job_id} is already attached as pool {pool:?}; use that pool or `dispatch pool detach {pool}` first")]
     AlreadyAttached { job_id: u64, pool: String },
     #[error("pool {pool:?} already exists (job {job_id}); detach it first or choose another name")]
@@ -149,11 +170,15 @@ fn check_live(f: &AllocationFacts, caller: &str, now: Micros, need_s: i64) -> Re
             caller: caller.to_owned(),
         });
     }
-    if f.nodes.len() != 1 {
-        return Err(Refusal::MultiNode {
-            job_id: f.job_id,
-            nodes: f.nodes.len(),
-        });
+    match &f.nodes {
+        Nodes::One(_) => {}
+        Nodes::Unplaced => return Err(Refusal::NoNode { job_id: f.job_id }),
+        Nodes::Several(list) => {
+            return Err(Refusal::MultiNode {
+                job_id: f.job_id,
+                nodes: list.clone(),
+            })
+        }
     }
     if f.start_time.is_none() {
         return Err(Refusal::NoTimes {
@@ -203,7 +228,7 @@ pub fn check_attach(
     check_live(facts, caller, now, MIN_ATTACH_LIFETIME_S)?;
     Ok(Allocation {
         job_id: facts.job_id,
-        node: facts.nodes[0].clone(),
+        node: facts.nodes.one().expect("checked by check_live").to_owned(),
         user: facts.user.clone(),
         start_time: facts.start_time.expect("checked by check_live"),
         end_time: facts.end_time.expect("checked by check_live"),
@@ -247,12 +272,13 @@ pub fn check_submit(
     }
     let need_s = ask.budgets.shutdown_window_s() + i64::from(ask.budgets.min_run_s);
     check_live(facts, caller, now, need_s)?;
-    if facts.nodes[0] != pool.allocation.node {
+    let node = facts.nodes.one().expect("checked by check_live");
+    if node != pool.allocation.node {
         return Err(Refusal::IncarnationChanged {
             pool: pool.name.clone(),
             job_id: pool.allocation.job_id,
             recorded: format!("node {}", pool.allocation.node),
-            observed: format!("node {}", facts.nodes[0]),
+            observed: format!("node {node}"),
         });
     }
     if pool.active.values().any(|w| w.name == ask.name) {
@@ -306,7 +332,7 @@ mod tests {
             job_id: 42,
             state: "RUNNING".into(),
             user: "ana".into(),
-            nodes: vec!["vm".into()],
+            nodes: Nodes::One("vm".into()),
             start_time: Some(Micros::from_secs(NOW - 60)),
             end_time: Some(Micros::from_secs(NOW + 3600)),
             cpus: 4,
@@ -362,8 +388,12 @@ mod tests {
             Refusal::NotOwned { .. }
         ));
         assert!(matches!(
-            with(|f| f.nodes.push("vm2".into())),
-            Refusal::MultiNode { nodes: 2, .. }
+            with(|f| f.nodes = Nodes::Several("vm[1-2]".into())),
+            Refusal::MultiNode { nodes, .. } if nodes == "vm[1-2]"
+        ));
+        assert!(matches!(
+            with(|f| f.nodes = Nodes::Unplaced),
+            Refusal::NoNode { .. }
         ));
         assert!(matches!(
             with(|f| f.end_time = Some(Micros::from_secs(NOW + 30))),
