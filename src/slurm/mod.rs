@@ -32,7 +32,7 @@ pub use exit_code::ExitCode;
 pub use ids::{JobId, JobRef, SlurmId, StepId, StepKind};
 pub use memory::MemoryMb;
 pub use request::{
-    AcctQuery, AllocRequest, BatchPayload, BatchRequest, CancelTarget, CpuBind, JobName, JobQuery,
+    AcctQuery, AllocRequest, BatchPayload, BatchRequest, CancelTarget, JobName, JobQuery,
     JobSelect, Placement, Signal, StepRequest,
 };
 pub use runner::{CallCounts, ExitInfo, SlurmCommand};

@@ -365,48 +365,6 @@ impl AllocRequest {
     }
 }
 
-/// `--cpu-bind=` values.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum CpuBind {
-    None,
-    Cores,
-    Threads,
-    Sockets,
-    Rank,
-    MapCpu(Vec<u32>),
-    MaskCpu(Vec<u64>),
-}
-
-impl fmt::Display for CpuBind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CpuBind::None => f.write_str("none"),
-            CpuBind::Cores => f.write_str("cores"),
-            CpuBind::Threads => f.write_str("threads"),
-            CpuBind::Sockets => f.write_str("sockets"),
-            CpuBind::Rank => f.write_str("rank"),
-            CpuBind::MapCpu(ids) => {
-                f.write_str("map_cpu:")?;
-                join(f, ids.iter().map(|i| i.to_string()))
-            }
-            CpuBind::MaskCpu(masks) => {
-                f.write_str("mask_cpu:")?;
-                join(f, masks.iter().map(|m| format!("0x{m:x}")))
-            }
-        }
-    }
-}
-
-fn join(f: &mut fmt::Formatter<'_>, items: impl Iterator<Item = String>) -> fmt::Result {
-    for (i, s) in items.enumerate() {
-        if i > 0 {
-            f.write_str(",")?;
-        }
-        f.write_str(&s)?;
-    }
-    Ok(())
-}
-
 /// A step inside an existing allocation, started detached.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepRequest {
@@ -414,7 +372,6 @@ pub struct StepRequest {
     pub name: JobName,
     pub cpus: u32,
     pub mem: MemoryMb,
-    pub cpu_bind: Option<CpuBind>,
     /// `--overlap`: share CPUs and memory with other steps. Without it Slurm gives the step
     /// CPUs no other non-overlapping step holds (disjoint CPU sets), and the step waits while
     /// they are taken.
@@ -443,7 +400,6 @@ impl StepRequest {
             name,
             cpus,
             mem,
-            cpu_bind: None,
             overlap: true,
             output: None,
             error: None,
@@ -455,7 +411,7 @@ impl StepRequest {
     }
 
     /// `srun --jobid=J [--overlap] --job-name=N --ntasks=1 --cpus-per-task=C --mem=MM
-    /// [--cpu-bind=B] [--output=F] [--error=F] [--chdir=D] -- CMD [ARGS...]`
+    /// [--output=F] [--error=F] [--chdir=D] -- CMD [ARGS...]`
     pub fn argv(&self) -> Result<Vec<OsString>, RequestError> {
         if self.command.is_empty() || self.command[0].is_empty() {
             return Err(RequestError::EmptyCommand);
@@ -491,9 +447,6 @@ impl StepRequest {
             flag("cpus-per-task", positive("cpus", self.cpus)?),
             flag("mem", self.mem.to_slurm_arg()),
         ]);
-        if let Some(b) = &self.cpu_bind {
-            argv.push(flag("cpu-bind", b));
-        }
         push_path_flags(
             &mut argv,
             [
@@ -851,7 +804,6 @@ mod tests {
             MemoryMb::new(100),
             vec!["sleep".into(), "60".into()],
         );
-        r.cpu_bind = Some(CpuBind::MaskCpu(vec![1, 2]));
         r.output = Some("/tmp/w1.out".into());
         assert_eq!(
             strs(r.argv().unwrap()),
@@ -862,7 +814,6 @@ mod tests {
                 "--ntasks=1",
                 "--cpus-per-task=2",
                 "--mem=100M",
-                "--cpu-bind=mask_cpu:0x1,0x2",
                 "--output=/tmp/w1.out",
                 "--",
                 "sleep",
@@ -871,7 +822,6 @@ mod tests {
         );
         r.command.clear();
         assert_eq!(r.argv(), Err(RequestError::EmptyCommand));
-        assert_eq!(CpuBind::MapCpu(vec![0, 3]).to_string(), "map_cpu:0,3");
     }
 
     #[test]

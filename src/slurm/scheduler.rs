@@ -149,7 +149,8 @@ pub trait Scheduler: Send + Sync {
         req: &AllocRequest,
     ) -> impl Future<Output = Result<Allocated, ActionError>> + Send;
 
-    /// `srun --jobid=J --overlap ... -- CMD`, detached so it outlives this process.
+    /// `srun --jobid=J [--overlap] ... -- CMD`, detached so it outlives this process (pool
+    /// workers run without `--overlap`: each step gets CPUs no other step holds).
     fn launch_step(
         &self,
         req: &StepRequest,
