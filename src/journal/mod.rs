@@ -3,8 +3,10 @@
 
 pub mod checkpoint;
 mod error;
+pub mod files;
 pub mod frame;
 pub mod reader;
+mod repair;
 pub mod scan;
 pub mod segment;
 pub mod snapshot;

@@ -24,9 +24,9 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use super::files::fsync_dir;
 use super::frame::{self, Chain};
 use super::segment;
-use super::writer::fsync_dir;
 use crate::state::State;
 
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"DISPSNAP";

@@ -363,7 +363,7 @@ pub fn add<S: Scheduler>(ctx: &Ctx<S>, name: &str, req: &AddRequest) -> Result<A
     }
     crate::statedir::prepare(&ctx.state_dir)?;
     let dir = assets_dir(&ctx.state_dir);
-    crate::journal::writer::create_private_dir(&dir)?;
+    crate::journal::files::create_private_dir(&dir)?;
     let mut temp = TempFiles::create(&dir).map_err(|e| {
         failed(
             name,

@@ -73,7 +73,7 @@ pub fn stage(script: &Path, log: &Path, body: &str) -> Result<(), super::Session
         move |source| JournalError::Io { path, what, source }
     };
     for dir in [script.parent(), log.parent()].into_iter().flatten() {
-        crate::journal::writer::create_private_dir(dir)?;
+        crate::journal::files::create_private_dir(dir)?;
         crate::statedir::trust::check(dir, crate::statedir::trust::Want::Dir)
             .map_err(|e| super::SessionError::StateDir(e.into()))?;
     }

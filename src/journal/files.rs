@@ -1,0 +1,29 @@
+//! The journal's file helpers: owner-only directories, directory fsync, and I/O errors that
+//! name their path.
+
+use std::fs::File;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::Path;
+
+use super::error::JournalError;
+
+pub(crate) fn io_err(path: &Path, what: &str) -> impl FnOnce(std::io::Error) -> JournalError {
+    let path = path.to_owned();
+    let what = what.to_owned();
+    move |source| JournalError::Io { path, what, source }
+}
+
+/// Create `dir` (and parents) with owner-only permissions if missing.
+pub fn create_private_dir(dir: &Path) -> Result<(), JournalError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io_err(dir, "create directory"))
+}
+
+pub fn fsync_dir(dir: &Path) -> Result<(), JournalError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(dir, "fsync directory"))
+}
