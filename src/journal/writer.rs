@@ -94,6 +94,13 @@ pub const SEGMENT_BYTES_ENV: &str = "DISPATCH_SEGMENT_BYTES";
 /// The smallest segment size the setting accepts: a header and a few frames.
 pub const MIN_SEGMENT_BYTES: u64 = 4096;
 
+// How the size limits relate, checked when the crate compiles: a segment holds its header and
+// at least one frame of any size (the writer rotates only a segment that has a frame), a
+// commit's one write holds at least one whole frame, and the default segment holds a write.
+const _: () = assert!(MIN_SEGMENT_BYTES as usize > segment::SEGMENT_HEADER_LEN);
+const _: () = assert!(frame::MAX_PAYLOAD + frame::OVERHEAD <= MAX_WRITE_BYTES);
+const _: () = assert!(DEFAULT_MAX_SEGMENT_BYTES as usize >= MAX_WRITE_BYTES);
+
 impl Options {
     /// The segment size `DISPATCH_SEGMENT_BYTES` asks for, raised to [`MIN_SEGMENT_BYTES`];
     /// the default when it is unset or not a number (which is warned about).
@@ -398,6 +405,20 @@ impl Core {
         }
         match written {
             Ok(()) => {
+                // What a reader will check of these frames, checked before the caller is told.
+                assert_eq!(committed.len(), events.len(), "one frame per event");
+                assert_eq!(ends.len(), events.len(), "one frame end per event");
+                assert!(
+                    ends.windows(2).all(|w| w[0] < w[1]),
+                    "frames are laid end to end"
+                );
+                assert!(
+                    committed
+                        .iter()
+                        .enumerate()
+                        .all(|(i, c)| c.seq == self.next_seq + i as u64),
+                    "seqs run on from the head by one"
+                );
                 self.last_frame_offset = Some(segment_start + last_start as u64);
                 self.stats.events += committed.len() as u64;
                 self.next_seq += committed.len() as u64;
