@@ -10,6 +10,8 @@ pub mod journal;
 pub mod output;
 pub mod pool;
 pub mod replay;
+pub mod report;
+pub mod report_html;
 pub mod session;
 pub mod shell;
 pub mod trial;
@@ -110,6 +112,13 @@ pub enum Command {
         #[arg(long, value_name = "SEQ|TIME", value_parser = replay::at_arg)]
         at: Option<crate::state::replay::Cut>,
     },
+    /// A picture of what happened to a trial, a pool or a worker: a timeline per worker, the
+    /// budget over time, the evidence and what the audit says. Offline
+    #[command(after_help = "Examples:\n  \
+        dispatch report --trial t1 --html t1.html\n  \
+        dispatch report --pool p --json | jq .audit.findings\n  \
+        dispatch report --worker w1 --html w1.html")]
+    Report(report::ReportArgs),
     /// Replay the journal against Slurm and resolve what can be proven
     #[command(after_help = "Examples:\n  \
         dispatch reconcile\n  \

@@ -9,5 +9,6 @@ pub mod manifest;
 pub mod node;
 pub mod pool;
 pub mod reconcile;
+pub mod report;
 pub mod session;
 pub mod trial;
