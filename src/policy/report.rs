@@ -753,3 +753,193 @@ impl Builder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{test_envelope, Sha256Digest};
+    use crate::state::pool::*;
+    use crate::state::trial::*;
+    use crate::worker::events::*;
+
+    fn allocation() -> Allocation {
+        Allocation {
+            job_id: 9,
+            node: "n".into(),
+            user: "u".into(),
+            start_time: Micros(0),
+            end_time: Micros(1_000_000_000),
+            cpus: 4,
+            mem_mb: 1000,
+            partition: "debug".into(),
+            account: "dev".into(),
+            qos: "normal".into(),
+        }
+    }
+
+    /// A trial whose worker joined after its intent (as `pool submit` writes it), in a pool
+    /// that another, unrelated worker also uses.
+    fn journal(sid: Uuid, other: Uuid) -> Vec<Envelope> {
+        let intent = |id, worker: &str| {
+            Event::WorkerSubmitIntent(WorkerSubmitIntent {
+                pool: "p".into(),
+                worker: worker.into(),
+                submission_id: id,
+                cpus: 1,
+                mem_mb: 100,
+                publication_timeout_s: 30,
+                command: vec![],
+            })
+        };
+        [
+            Event::PoolAttached(PoolAttached {
+                pool: "p".into(),
+                allocation: allocation(),
+            }),
+            Event::TrialOpened(TrialOpened {
+                trial: "t".into(),
+                pin: None,
+                follows: None,
+                note: String::new(),
+            }),
+            intent(other, "x"),
+            intent(sid, "w"),
+            Event::TrialWorkerJoined(TrialWorkerJoined {
+                trial: "t".into(),
+                submission_id: sid,
+            }),
+            Event::WorkerLaunched(WorkerLaunched {
+                submission_id: sid,
+                srun_pid: 1,
+            }),
+            Event::WorkerTerminal(WorkerTerminal {
+                submission_id: sid,
+                proof: "gone".into(),
+            }),
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| test_envelope(i as u64 + 1, e))
+        .collect()
+    }
+
+    #[test]
+    fn a_trial_covers_its_workers_their_pool_and_their_own_journals() {
+        let (sid, other) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let events = journal(sid, other);
+        let mut selector = Selector::new(Subject::Trial("t".into()));
+        events.iter().for_each(|e| selector.offer(e));
+        let selected = selector.finish().unwrap();
+        assert_eq!(selected.ids, [sid]);
+        assert_eq!(selected.pools.iter().collect::<Vec<_>>(), ["p"]);
+        let mut b = Builder::new(selected);
+        for e in &events {
+            b.offer(e).unwrap();
+        }
+        assert_eq!(b.workers(), [(sid, "w".to_owned(), Some("p".to_owned()))]);
+        let own = |seq, event| {
+            let mut env = test_envelope(seq, event);
+            env.time = Micros(5 + seq as i64);
+            env
+        };
+        b.offer_worker(
+            sid,
+            "w",
+            &own(
+                1,
+                Event::SupervisorStarted(SupervisorStarted {
+                    submission_id: sid,
+                    job_id: Some(9),
+                    step_id: Some(0),
+                    node: "n".into(),
+                    cpu_set: "0".into(),
+                    deadline: Micros(777),
+                    grace_s: 0,
+                    command: vec![],
+                }),
+            ),
+        );
+        b.offer_worker(sid, "w", &own(2, Event::PayloadStarted(PayloadStarted { pid: 3 })));
+        b.offer_worker(
+            sid,
+            "w",
+            &own(
+                3,
+                Event::Published(Published {
+                    dir: "/d".into(),
+                    manifest_sha256: Sha256Digest([7; 32]),
+                    files: 1,
+                    bytes: 1,
+                    commits: 0,
+                    patch_bytes: 0,
+                    took_ms: 1,
+                }),
+            ),
+        );
+        let audit = AuditInput {
+            status: "violations".into(),
+            violations: vec![
+                crate::policy::audit::Violation {
+                    seq: 7,
+                    kind: "WorkerTerminal",
+                    rule: "r",
+                    detail: "about w".into(),
+                },
+                crate::policy::audit::Violation {
+                    seq: 3,
+                    kind: "WorkerSubmitIntent",
+                    rule: "r",
+                    detail: "about x".into(),
+                },
+            ],
+            ..AuditInput::default()
+        };
+        let r = b.finish(audit, None);
+        let w = &r.workers[0];
+        let marks: Vec<_> = w.marks.iter().map(|m| (m.what, m.source)).collect();
+        assert_eq!(
+            marks,
+            [
+                ("submitted", "coordinator"),
+                ("launched", "coordinator"),
+                ("released", "coordinator"),
+                ("running", "worker"),
+                ("published", "worker"),
+            ]
+        );
+        assert_eq!(w.shutdown_deadline_us, Some(777));
+        assert_eq!(w.shutdown_deadline_source, Some("worker_journal"));
+        assert_eq!(w.allocation_end_us, Some(1_000_000_000));
+        // Events about the trial, its worker and its pool; not the other worker's intent.
+        let seqs: Vec<_> = r
+            .events
+            .iter()
+            .filter(|e| e.source == "coordinator")
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seqs, [1, 2, 4, 5, 6, 7]);
+        assert_eq!(r.events.len(), 9, "and the worker's own three");
+        // The budget of its pool, including the unrelated worker it shared it with.
+        let cpus: Vec<_> = r.budget[0].points.iter().map(|p| p.cpus).collect();
+        assert_eq!(cpus, [0, 1, 2, 1]);
+        let findings: Vec<_> = r.audit.findings.iter().map(|f| f.seq).collect();
+        assert_eq!(findings, [Some(7)], "only what concerns the trial");
+    }
+
+    #[test]
+    fn a_subject_the_journal_never_named_is_not_found() {
+        let events = journal(Uuid::from_u128(1), Uuid::from_u128(2));
+        for subject in [
+            Subject::Trial("nope".into()),
+            Subject::Pool("nope".into()),
+            Subject::Worker("nope".into()),
+        ] {
+            let mut s = Selector::new(subject);
+            events.iter().for_each(|e| s.offer(e));
+            assert!(s.finish().is_none());
+        }
+        let mut s = Selector::new(Subject::Worker(Uuid::from_u128(2).to_string()));
+        events.iter().for_each(|e| s.offer(e));
+        assert_eq!(s.finish().unwrap().ids, [Uuid::from_u128(2)]);
+    }
+}
