@@ -163,6 +163,16 @@ fn dump_filters_and_together() {
     assert_eq!(since.last().unwrap()["kind"], "TrialJudged");
     assert!(lines(&["--until", "2001-01-01 00:00"]).is_empty());
     assert!(lines(&["--pool", "p"]).is_empty(), "no pool, no events");
+    // Without --json: one readable line per event, short, and the same events.
+    let (code, text, err) = fake.run(&["journal", "dump", "--worker", "w1"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(text.lines().count(), w1.len(), "{text}");
+    for (line, e) in text.lines().zip(&w1) {
+        assert!(line.chars().count() < 400, "{line}");
+        assert!(line.contains(e["kind"].as_str().unwrap()), "{line}");
+        assert!(line.contains(&format!("submission_id={sid}")), "{line}");
+        assert!(!line.contains("{\""), "not raw JSON: {line}");
+    }
     for bad in [
         &["--kind", "Nope"][..],
         &["--since", "12"],

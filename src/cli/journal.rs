@@ -146,11 +146,11 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
                 } else {
                     writeln!(
                         out,
-                        "{:>8} {} {:<20} {}",
+                        "{:>8} {} {:<22} {}",
                         env.seq,
-                        env.time.to_rfc3339(),
+                        short_time(&env.time.to_rfc3339()),
                         env.event.kind_name(),
-                        ops::dump_body(&env.event)
+                        readable(&ops::dump_body(&env.event))
                     )
                 };
                 if let Err(e) = written {
@@ -321,14 +321,26 @@ pub fn run_inspect(
     );
     crate::outln!("coordinator journal:");
     for e in &r.timeline {
-        crate::outln!("  {:>8} {} {:<22} {}", e.seq, e.time, e.kind, e.event);
+        crate::outln!(
+            "  {:>8} {} {:<22} {}",
+            e.seq,
+            short_time(&e.time),
+            e.kind,
+            readable(&e.event)
+        );
     }
     match &r.worker_journal {
         None => crate::outln!("worker journal: none (the supervisor never started)"),
         Some(w) => {
             crate::outln!("worker journal {} ({}):", w.path, w.status);
             for e in &w.events {
-                crate::outln!("  {:>8} {} {:<22} {}", e.seq, e.time, e.kind, e.event);
+                crate::outln!(
+                    "  {:>8} {} {:<22} {}",
+                    e.seq,
+                    short_time(&e.time),
+                    e.kind,
+                    readable(&e.event)
+                );
             }
             if let Some(d) = &w.damage {
                 crate::outln!("  damage: {d}");
@@ -336,4 +348,73 @@ pub fn run_inspect(
         }
     }
     Ok(exit::OK)
+}
+
+/// Characters of one value a readable event line shows; `--json` has the whole event.
+pub const READABLE_VALUE_CHARS: usize = 64;
+
+/// `2026-12-01T10:30:00.123456Z` as `2026-12-01 10:30:00.123Z`: milliseconds are enough to
+/// read by; `--json` keeps the microseconds.
+fn short_time(rfc3339: &str) -> String {
+    match (rfc3339.get(..10), rfc3339.get(11..23)) {
+        (Some(day), Some(clock)) if rfc3339.ends_with('Z') => format!("{day} {clock}Z"),
+        _ => rfc3339.to_owned(),
+    }
+}
+
+/// An event's body as one readable line: `key=value` pairs, a plain string bare, anything else
+/// as compact JSON, each value cut at [`READABLE_VALUE_CHARS`] (with `…`).
+fn readable(body: &serde_json::Value) -> String {
+    let cut = |text: String| {
+        if text.chars().count() <= READABLE_VALUE_CHARS {
+            return text;
+        }
+        let mut s: String = text.chars().take(READABLE_VALUE_CHARS - 1).collect();
+        s.push('…');
+        s
+    };
+    let value = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s)
+            if !s.is_empty()
+                && s.chars()
+                    .all(|c| !c.is_whitespace() && !c.is_control() && c != '"') =>
+        {
+            cut(s.clone())
+        }
+        other => cut(other.to_string()),
+    };
+    match body {
+        serde_json::Value::Object(map) => map
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| format!("{k}={}", value(v)))
+            .collect::<Vec<_>>()
+            .join(" "),
+        other => value(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn an_event_reads_as_one_short_line() {
+        let body = json!({
+            "pool": "p", "worker": "w 1", "cpus": 2, "step": null,
+            "command": ["python", "train.py"], "note": "x".repeat(500),
+        });
+        let line = super::readable(&body);
+        assert_eq!(
+            line,
+            format!(
+                "command=[\"python\",\"train.py\"] cpus=2 note={}… pool=p worker=\"w 1\"",
+                "x".repeat(63)
+            )
+        );
+        assert_eq!(
+            super::short_time("2026-12-01T10:30:00.123456Z"),
+            "2026-12-01 10:30:00.123Z"
+        );
+    }
 }

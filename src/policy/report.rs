@@ -859,7 +859,11 @@ mod tests {
                 }),
             ),
         );
-        b.offer_worker(sid, "w", &own(2, Event::PayloadStarted(PayloadStarted { pid: 3 })));
+        b.offer_worker(
+            sid,
+            "w",
+            &own(2, Event::PayloadStarted(PayloadStarted { pid: 3 })),
+        );
         b.offer_worker(
             sid,
             "w",
