@@ -321,26 +321,14 @@ pub fn run_inspect(
     );
     crate::outln!("coordinator journal:");
     for e in &r.timeline {
-        crate::outln!(
-            "  {:>8} {} {:<22} {}",
-            e.seq,
-            short_time(&e.time),
-            e.kind,
-            readable(&e.event)
-        );
+        print_entry(e);
     }
     match &r.worker_journal {
         None => crate::outln!("worker journal: none (the supervisor never started)"),
         Some(w) => {
             crate::outln!("worker journal {} ({}):", w.path, w.status);
             for e in &w.events {
-                crate::outln!(
-                    "  {:>8} {} {:<22} {}",
-                    e.seq,
-                    short_time(&e.time),
-                    e.kind,
-                    readable(&e.event)
-                );
+                print_entry(e);
             }
             if let Some(d) = &w.damage {
                 crate::outln!("  damage: {d}");
@@ -348,6 +336,17 @@ pub fn run_inspect(
         }
     }
     Ok(exit::OK)
+}
+
+/// One event of `inspect`'s timelines as a readable line.
+fn print_entry(e: &crate::ops::inspect::Entry) {
+    crate::outln!(
+        "  {:>8} {} {:<22} {}",
+        e.seq,
+        short_time(&e.time),
+        e.kind,
+        readable(&e.event)
+    );
 }
 
 /// Characters of one value a readable event line shows; `--json` has the whole event.
