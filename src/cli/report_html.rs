@@ -151,11 +151,23 @@ pub fn render(r: &Report) -> String {
         .text(&subject)
         .raw("</h1><p class=\"meta\">")
         .num(r.workers.len())
-        .raw(" worker(s), ")
-        .num(r.events.len())
-        .raw(" event(s) about it of ")
+        .raw(" worker(s); ")
+        .num(
+            r.events
+                .iter()
+                .filter(|e| e.source == "coordinator")
+                .count(),
+        )
+        .raw(" of the coordinator journal's ")
         .num(r.journal_events)
-        .raw(" in the journal");
+        .raw(" event(s) are about it, and ")
+        .num(
+            r.events
+                .iter()
+                .filter(|e| e.source != "coordinator")
+                .count(),
+        )
+        .raw(" of its workers' own journals");
     if let Some((from, to)) = &r.span {
         p.raw("; from ").text(from).raw(" to ").text(to);
     }

@@ -632,6 +632,10 @@ impl Builder {
             let track = self.tracks.remove(id).unwrap_or_default();
             let mut marks = track.marks;
             marks.sort_by_key(|m| m.time_us);
+            // Both journals may record one milestone (the step seen, the payload started):
+            // the first time it happened is the one drawn; the event table keeps both.
+            let mut drawn = HashSet::new();
+            marks.retain(|m| drawn.insert(m.what));
             let head = if self.verdict.is_some() {
                 track.at_verdict.as_ref()
             } else {
