@@ -79,15 +79,16 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
         }
         Command::Inspect {
             worker: Some(worker),
+            at,
             ..
-        } => cli::journal::run_inspect(&state_dir()?, worker, cli.json),
-        Command::Inspect { trial, .. } => {
-            let ctx = context(state_dir()?)?;
-            let show = cli::trial::TrialCommand::Show {
-                trial: trial.clone().expect("clap requires a worker or --trial"),
-            };
-            cli::trial::run(&show, &ctx, cli.json)
-        }
+        } => cli::journal::run_inspect(&state_dir()?, worker, *at, cli.json),
+        Command::Inspect { trial, at, .. } => cli::trial::run_show(
+            &state_dir()?,
+            trial.as_deref().expect("clap requires a worker or --trial"),
+            *at,
+            cli.json,
+        ),
+        Command::Report(args) => cli::report::run(args, &state_dir()?, cli.json),
         Command::Audit => cli::journal::run_audit(&state_dir()?, cli.json),
         Command::Reconcile => {
             let ctx = context(state_dir()?)?;
@@ -108,7 +109,7 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
         }
         Command::Completions { shell } => cli::shell::completions(*shell),
         Command::Man { dir } => cli::shell::man(dir.as_deref()),
-        Command::Trials => cli::trial::run_list(&state_dir()?, cli.json),
+        Command::Trials { at } => cli::trial::run_list(&state_dir()?, *at, cli.json),
         Command::Doctor(args) => block_on(cli::doctor::run(
             args,
             cli::doctor::Context {
@@ -118,7 +119,10 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
                 json: cli.json,
             },
         )),
-        Command::Sessions => {
+        Command::Sessions { at: Some(cut) } => {
+            cli::replay::run_sessions(&state_dir()?, *cut, cli.json)
+        }
+        Command::Sessions { at: None } => {
             let (config, path) = load_config(cli, &env)?;
             let dir = state_dir()?;
             cli::session::run_report(&session_context(cli, &dir, &config, &path))

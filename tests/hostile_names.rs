@@ -26,6 +26,11 @@ fn commands() -> Vec<(&'static str, Vec<&'static str>)> {
         (path, vec!["trial", "show", "{}"]),
         (path, vec!["inspect", "{}"]),
         (path, vec!["inspect", "--trial={}"]),
+        (path, vec!["report", "--trial={}"]),
+        (path, vec!["report", "--pool={}"]),
+        (path, vec!["report", "--worker={}"]),
+        (path, vec!["journal", "dump", "--worker={}"]),
+        (path, vec!["journal", "dump", "--pool={}"]),
         (path, vec!["stop", "{}"]),
         (path, vec!["pool", "attach", "{}", "--job", "1"]),
         (

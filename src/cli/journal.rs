@@ -24,7 +24,8 @@ pub enum JournalCommand {
     /// Print events (JSON Lines with --json)
     #[command(after_help = "Examples:\n  \
         dispatch journal dump --from 100 --to 120\n  \
-        dispatch journal dump --json | jq -c 'select(.kind == \"WorkerSubmitted\")'")]
+        dispatch journal dump --json | jq -c 'select(.kind == \"WorkerSubmitIntent\")'\n  \
+        dispatch journal dump --worker w1 --kind WorkerExited --since \"2026-12-01 10:00\"")]
     Dump {
         /// First seq to print
         #[arg(long, value_name = "SEQ", value_parser = clap::value_parser!(u64).range(1..))]
@@ -32,6 +33,21 @@ pub enum JournalCommand {
         /// Last seq to print
         #[arg(long, value_name = "SEQ", value_parser = clap::value_parser!(u64).range(1..))]
         to: Option<u64>,
+        /// Only events about this worker (by name or submission id)
+        #[arg(long, value_parser = crate::names::arg::path_name("worker"))]
+        worker: Option<String>,
+        /// Only events about this pool or its workers
+        #[arg(long, value_parser = crate::names::arg::path_name("pool"))]
+        pool: Option<String>,
+        /// Only events of this kind (repeatable: any of them), as dump prints kinds
+        #[arg(long, value_name = "KIND", value_parser = crate::policy::journal_filter::known_kind)]
+        kind: Vec<String>,
+        /// Only events recorded at or after TIME (RFC 3339, or YYYY-MM-DD HH:MM[:SS] local)
+        #[arg(long, value_name = "TIME", value_parser = super::replay::time_arg)]
+        since: Option<crate::event::Micros>,
+        /// Only events recorded at or before TIME
+        #[arg(long, value_name = "TIME", value_parser = super::replay::time_arg)]
+        until: Option<crate::event::Micros>,
     },
     /// Cut a torn tail (kept aside as a file) and record a Recovered event
     #[command(after_help = "Examples:\n  \
@@ -96,7 +112,22 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
                 _ => exit::DAMAGED,
             })
         }
-        JournalCommand::Dump { from, to } => {
+        JournalCommand::Dump {
+            from,
+            to,
+            worker,
+            pool,
+            kind,
+            since,
+            until,
+        } => {
+            let mut filter = crate::policy::journal_filter::Filter::new(
+                worker.clone(),
+                pool.clone(),
+                kind.clone(),
+                *since,
+                *until,
+            );
             crate::statedir::check(state_dir)?;
             let from = from.unwrap_or(1);
             let to = to.unwrap_or(u64::MAX);
@@ -107,7 +138,7 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
                 ));
             }
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            let scan = ops::dump(&dir, from, to, |env| {
+            let scan = ops::dump_filtered(&dir, from, to, &mut filter, |env| {
                 let written = if json {
                     serde_json::to_writer(&mut out, &ops::DumpLine::from_envelope(env))
                         .map_err(std::io::Error::from)
@@ -115,11 +146,11 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
                 } else {
                     writeln!(
                         out,
-                        "{:>8} {} {:<20} {}",
+                        "{:>8} {} {:<22} {}",
                         env.seq,
-                        env.time.to_rfc3339(),
+                        short_time(&env.time.to_rfc3339()),
                         env.event.kind_name(),
-                        ops::dump_body(&env.event)
+                        readable(&ops::dump_body(&env.event))
                     )
                 };
                 if let Err(e) = written {
@@ -245,10 +276,23 @@ pub fn run_audit(state_dir: &Path, json: bool) -> Result<u8, Failure> {
     })
 }
 
-pub fn run_inspect(state_dir: &Path, key: &str, json: bool) -> Result<u8, Failure> {
-    use crate::ops::inspect::{inspect, InspectError};
+/// `dispatch inspect WORKER [--at SEQ|TIME]`.
+pub fn run_inspect(
+    state_dir: &Path,
+    key: &str,
+    at: Option<crate::state::replay::Cut>,
+    json: bool,
+) -> Result<u8, Failure> {
+    use crate::ops::inspect::{inspect, inspect_at, InspectError};
     crate::statedir::check(state_dir)?;
-    let r = match inspect(state_dir, key) {
+    let at = at
+        .map(|cut| super::replay::state_at(state_dir, cut))
+        .transpose()?;
+    let inspected = match &at {
+        Some(at) => inspect_at(state_dir, key, at),
+        None => inspect(state_dir, key),
+    };
+    let r = match inspected {
         Ok(r) => r,
         Err(InspectError::NotFound(_)) => {
             return Err(Failure::new(
@@ -258,9 +302,13 @@ pub fn run_inspect(state_dir: &Path, key: &str, json: bool) -> Result<u8, Failur
         }
         Err(InspectError::Journal(e)) => return Err(e.into()),
     };
+    let point = at.as_ref().map(|a| a.point());
     if json {
-        print_json(&r)?;
+        print_json(&super::replay::with_at(point, &r))?;
         return Ok(exit::OK);
+    }
+    if let Some(p) = &point {
+        crate::outln!("{}", super::replay::heading(p));
     }
     crate::outln!(
         "worker {} ({}), submission {}: {}",
@@ -273,14 +321,14 @@ pub fn run_inspect(state_dir: &Path, key: &str, json: bool) -> Result<u8, Failur
     );
     crate::outln!("coordinator journal:");
     for e in &r.timeline {
-        crate::outln!("  {:>8} {} {:<22} {}", e.seq, e.time, e.kind, e.event);
+        print_entry(e);
     }
     match &r.worker_journal {
         None => crate::outln!("worker journal: none (the supervisor never started)"),
         Some(w) => {
             crate::outln!("worker journal {} ({}):", w.path, w.status);
             for e in &w.events {
-                crate::outln!("  {:>8} {} {:<22} {}", e.seq, e.time, e.kind, e.event);
+                print_entry(e);
             }
             if let Some(d) = &w.damage {
                 crate::outln!("  damage: {d}");
@@ -288,4 +336,84 @@ pub fn run_inspect(state_dir: &Path, key: &str, json: bool) -> Result<u8, Failur
         }
     }
     Ok(exit::OK)
+}
+
+/// One event of `inspect`'s timelines as a readable line.
+fn print_entry(e: &crate::ops::inspect::Entry) {
+    crate::outln!(
+        "  {:>8} {} {:<22} {}",
+        e.seq,
+        short_time(&e.time),
+        e.kind,
+        readable(&e.event)
+    );
+}
+
+/// Characters of one value a readable event line shows; `--json` has the whole event.
+pub const READABLE_VALUE_CHARS: usize = 64;
+
+/// `2026-12-01T10:30:00.123456Z` as `2026-12-01 10:30:00.123Z`: milliseconds are enough to
+/// read by; `--json` keeps the microseconds.
+fn short_time(rfc3339: &str) -> String {
+    match (rfc3339.get(..10), rfc3339.get(11..23)) {
+        (Some(day), Some(clock)) if rfc3339.ends_with('Z') => format!("{day} {clock}Z"),
+        _ => rfc3339.to_owned(),
+    }
+}
+
+/// An event's body as one readable line: `key=value` pairs, a plain string bare, anything else
+/// as compact JSON, each value cut at [`READABLE_VALUE_CHARS`] (with `…`).
+fn readable(body: &serde_json::Value) -> String {
+    let cut = |text: String| {
+        if text.chars().count() <= READABLE_VALUE_CHARS {
+            return text;
+        }
+        let mut s: String = text.chars().take(READABLE_VALUE_CHARS - 1).collect();
+        s.push('…');
+        s
+    };
+    let value = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s)
+            if !s.is_empty()
+                && s.chars()
+                    .all(|c| !c.is_whitespace() && !c.is_control() && c != '"') =>
+        {
+            cut(s.clone())
+        }
+        other => cut(other.to_string()),
+    };
+    match body {
+        serde_json::Value::Object(map) => map
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| format!("{k}={}", value(v)))
+            .collect::<Vec<_>>()
+            .join(" "),
+        other => value(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn an_event_reads_as_one_short_line() {
+        let body = json!({
+            "pool": "p", "worker": "w 1", "cpus": 2, "step": null,
+            "command": ["python", "train.py"], "note": "x".repeat(500),
+        });
+        let line = super::readable(&body);
+        assert_eq!(
+            line,
+            format!(
+                "command=[\"python\",\"train.py\"] cpus=2 note={}… pool=p worker=\"w 1\"",
+                "x".repeat(63)
+            )
+        );
+        assert_eq!(
+            super::short_time("2026-12-01T10:30:00.123456Z"),
+            "2026-12-01 10:30:00.123Z"
+        );
+    }
 }

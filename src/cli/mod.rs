@@ -9,6 +9,9 @@ pub mod forget;
 pub mod journal;
 pub mod output;
 pub mod pool;
+pub mod replay;
+pub mod report;
+pub mod report_html;
 pub mod session;
 pub mod shell;
 pub mod trial;
@@ -96,7 +99,9 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         dispatch inspect w1\n  \
         dispatch inspect 0b5e7c1e-8a1f-4a55-9f6e-0d4b8e2a9c11 --json\n  \
-        dispatch inspect --trial t1")]
+        dispatch inspect --trial t1\n  \
+        dispatch inspect w1 --at 120\n  \
+        dispatch inspect w1 --at \"2026-12-01 10:30\"")]
     Inspect {
         /// The worker, by name or submission id
         #[arg(value_parser = crate::names::arg::path_name("worker"))]
@@ -104,7 +109,17 @@ pub enum Command {
         /// A trial instead of one worker (as `dispatch trial show`)
         #[arg(long, value_name = "TRIAL", value_parser = crate::names::arg::path_name("trial"))]
         trial: Option<String>,
+        /// As it was after event SEQ, or at TIME (RFC 3339, or YYYY-MM-DD HH:MM[:SS] local)
+        #[arg(long, value_name = "SEQ|TIME", value_parser = replay::at_arg)]
+        at: Option<crate::state::replay::Cut>,
     },
+    /// A picture of what happened to a trial, a pool or a worker: a timeline per worker, the
+    /// budget over time, the evidence and what the audit says. Offline
+    #[command(after_help = "Examples:\n  \
+        dispatch report --trial t1 --html t1.html\n  \
+        dispatch report --pool p --json | jq .audit.findings\n  \
+        dispatch report --worker w1 --html w1.html")]
+    Report(report::ReportArgs),
     /// Replay the journal against Slurm and resolve what can be proven
     #[command(after_help = "Examples:\n  \
         dispatch reconcile\n  \
@@ -126,16 +141,27 @@ pub enum Command {
     /// Report every session job per target, orphans, stale and unknown sessions
     #[command(after_help = "Examples:\n  \
         dispatch sessions\n  \
-        dispatch sessions --json | jq .stale")]
-    Sessions,
+        dispatch sessions --json | jq .stale\n  \
+        dispatch sessions --at 2026-12-01T10:30:00Z")]
+    Sessions {
+        /// The session records as they were after event SEQ, or at TIME (RFC 3339, or
+        /// YYYY-MM-DD HH:MM[:SS] local), from the journal alone: no Slurm call
+        #[arg(long, value_name = "SEQ|TIME", value_parser = replay::at_arg)]
+        at: Option<crate::state::replay::Cut>,
+    },
     /// Acceptance trials: open one, let workers join it, judge it once with its evidence
     #[command(subcommand)]
     Trial(trial::TrialCommand),
     /// List every trial with its workers and verdict (offline)
     #[command(after_help = "Examples:\n  \
         dispatch trials\n  \
-        dispatch trials --json")]
-    Trials,
+        dispatch trials --json\n  \
+        dispatch trials --at 120")]
+    Trials {
+        /// As they were after event SEQ, or at TIME (RFC 3339, or YYYY-MM-DD HH:MM[:SS] local)
+        #[arg(long, value_name = "SEQ|TIME", value_parser = replay::at_arg)]
+        at: Option<crate::state::replay::Cut>,
+    },
     /// Check that this host and cluster are ready: Slurm's commands, controller and
     /// accounting, the state directory (owner, mode, file system, flock), the config's targets,
     /// and with --on-node what a compute node sees. Exit 0 ready, 1 something failed

@@ -145,7 +145,8 @@ pub enum PoolCommand {
     /// Show pools, their allocations, reservations and workers (no Slurm call unless --refresh)
     #[command(after_help = "Examples:\n  \
         dispatch pool status\n  \
-        dispatch pool status p --refresh --json")]
+        dispatch pool status p --refresh --json\n  \
+        dispatch pool status p --at 120")]
     Status {
         /// One pool (default: every pool)
         #[arg(value_parser = crate::names::arg::path_name("pool"))]
@@ -153,6 +154,11 @@ pub enum PoolCommand {
         /// Reconcile with Slurm first
         #[arg(long)]
         refresh: bool,
+        /// As it was after event SEQ, or at TIME (RFC 3339, or YYYY-MM-DD HH:MM[:SS] local),
+        /// from the journal alone: no Slurm call, no worker journal read
+        #[arg(long, value_name = "SEQ|TIME", conflicts_with = "refresh",
+              value_parser = super::replay::at_arg)]
+        at: Option<crate::state::replay::Cut>,
     },
     /// Stop one worker's step; the allocation and every other worker keep running
     #[command(after_help = "Examples:\n  \
@@ -246,21 +252,33 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
                 );
             }
         }
-        PoolCommand::Status { pool, refresh } => {
+        PoolCommand::Status { pool, refresh, at } => {
             if *refresh {
                 reconcile::reconcile(ctx, pool.as_deref()).await?;
             }
-            // No journal yet: no pools (as `sessions` and `trials` see it).
-            let state = match ctx.load() {
-                Ok(loaded) => loaded.state,
-                Err(OpError::Journal(crate::journal::JournalError::Missing(_))) => {
-                    crate::state::State::default()
+            // With --at, the state after the cut and its time, and no worker journal read.
+            let (state, now, pools_dir, point) = match at {
+                Some(cut) => {
+                    let at = super::replay::state_at(&ctx.state_dir, *cut)?;
+                    let point = at.point();
+                    (at.state, at.now, None, Some(point))
                 }
-                Err(e) => return Err(e.into()),
+                // No journal yet: no pools (as `sessions` and `trials` see it).
+                None => match ctx.load() {
+                    Ok(loaded) => (loaded.state, ctx.now(), Some(ctx.pools_dir()), None),
+                    Err(OpError::Journal(crate::journal::JournalError::Missing(_))) => {
+                        let pools_dir = Some(ctx.pools_dir());
+                        (crate::state::State::default(), ctx.now(), pools_dir, None)
+                    }
+                    Err(e) => return Err(e.into()),
+                },
             };
-            let r = ops::status(&state, Some(&ctx.pools_dir()), pool.as_deref(), ctx.now())?;
+            let r = ops::status(&state, pools_dir.as_deref(), pool.as_deref(), now)?;
+            if let (false, Some(p)) = (json, &point) {
+                crate::outln!("{}", super::replay::heading(p));
+            }
             if json {
-                print_json(&r)?;
+                print_json(&super::replay::with_at(point, &r))?;
             } else if r.pools.is_empty() {
                 crate::outln!("no pools; attach one with `dispatch pool attach POOL --job JOBID`");
             } else {

@@ -108,26 +108,7 @@ pub fn run<S: Scheduler>(cmd: &TrialCommand, ctx: &Ctx<S>, json: bool) -> Result
             let verdict = Verdict::parse(verdict).expect("clap allows only passed and failed");
             trial::judge(ctx, trial, verdict, reason)?
         }
-        TrialCommand::Show { trial } => {
-            crate::statedir::check(&ctx.state_dir)?;
-            let shown = trial::show(&ctx.state_dir, trial)?;
-            if json {
-                print_json(&shown)?;
-            } else {
-                crate::outln!("{}", render(&shown.trial));
-                for r in &shown.inspected {
-                    crate::outln!(
-                        "\nworker {} ({}): {} events in the coordinator's journal, last {}; own journal {}",
-                        r.worker,
-                        r.state,
-                        r.timeline.len(),
-                        r.last_event.as_ref().map_or("-", |e| e.kind),
-                        r.worker_journal.as_ref().map_or("absent", |j| j.status)
-                    );
-                }
-            }
-            return Ok(exit::OK);
-        }
+        TrialCommand::Show { trial } => return run_show(&ctx.state_dir, trial, None, json),
     };
     if json {
         print_json(&v)?;
@@ -137,12 +118,63 @@ pub fn run<S: Scheduler>(cmd: &TrialCommand, ctx: &Ctx<S>, json: bool) -> Result
     Ok(exit::OK)
 }
 
-/// `dispatch trials`.
-pub fn run_list(state_dir: &std::path::Path, json: bool) -> Result<u8, Failure> {
+/// `dispatch trial show` and `dispatch inspect --trial [--at SEQ|TIME]` (offline).
+pub fn run_show(
+    state_dir: &std::path::Path,
+    trial: &str,
+    at: Option<crate::state::replay::Cut>,
+    json: bool,
+) -> Result<u8, Failure> {
     crate::statedir::check(state_dir)?;
-    let all = trial::list(state_dir)?;
+    let at = at
+        .map(|cut| super::replay::state_at(state_dir, cut))
+        .transpose()?;
+    let shown = match &at {
+        Some(at) => trial::show_at(state_dir, trial, at)?,
+        None => trial::show(state_dir, trial)?,
+    };
+    let point = at.as_ref().map(|a| a.point());
     if json {
-        print_json(&serde_json::json!({ "trials": all }))?;
+        print_json(&super::replay::with_at(point, &shown))?;
+        return Ok(exit::OK);
+    }
+    if let Some(p) = &point {
+        crate::outln!("{}", super::replay::heading(p));
+    }
+    crate::outln!("{}", render(&shown.trial));
+    for r in &shown.inspected {
+        crate::outln!(
+            "\nworker {} ({}): {} events in the coordinator's journal, last {}; own journal {}",
+            r.worker,
+            r.state,
+            r.timeline.len(),
+            r.last_event.as_ref().map_or("-", |e| e.kind),
+            r.worker_journal.as_ref().map_or("absent", |j| j.status)
+        );
+    }
+    Ok(exit::OK)
+}
+
+/// `dispatch trials [--at SEQ|TIME]`.
+pub fn run_list(
+    state_dir: &std::path::Path,
+    at: Option<crate::state::replay::Cut>,
+    json: bool,
+) -> Result<u8, Failure> {
+    crate::statedir::check(state_dir)?;
+    let (all, point) = match at {
+        Some(cut) => {
+            let at = super::replay::state_at(state_dir, cut)?;
+            (trial::list_at(&at), Some(at.point()))
+        }
+        None => (trial::list(state_dir)?, None),
+    };
+    if let (false, Some(p)) = (json, &point) {
+        crate::outln!("{}", super::replay::heading(p));
+    }
+    if json {
+        let doc = serde_json::json!({ "trials": all });
+        print_json(&super::replay::with_at(point, &doc))?;
     } else if all.is_empty() {
         crate::outln!("no trials (open one with `dispatch trial open NAME`)");
     } else {

@@ -129,10 +129,17 @@ fn keep(timeline: &mut Vec<Entry>, e: Entry) {
 /// The newest submission intent named `key` (or with that id) in the whole journal: for a
 /// worker the reduced state has dropped (its pool detached, or long finished), which can only
 /// have ended.
-fn find_in_journal(journal_dir: &Path, key: &str) -> Result<Option<Found>, JournalError> {
+fn find_in_journal(
+    journal_dir: &Path,
+    key: &str,
+    last_seq: u64,
+) -> Result<Option<Found>, JournalError> {
     let id = Uuid::parse_str(key).ok();
     let mut found = None;
     journal::replay(journal_dir, None, |env| {
+        if env.seq > last_seq {
+            return Ok(());
+        }
         let (worker, submission_id, pool) = match &env.event {
             Event::WorkerSubmitIntent(e) => (&e.worker, e.submission_id, Some(e.pool.clone())),
             Event::JobSubmitIntent(e) => (&e.worker, e.submission_id, None),
@@ -154,23 +161,46 @@ fn find_in_journal(journal_dir: &Path, key: &str) -> Result<Option<Found>, Journ
 pub fn inspect(state_dir: &Path, key: &str) -> Result<InspectReport, InspectError> {
     let journal_dir = crate::statedir::journal_dir(state_dir);
     let loaded = journal::load(&journal_dir)?;
-    let found = match find(&loaded.state, key) {
+    inspect_in(state_dir, key, &loaded.state, None)
+}
+
+/// [`inspect`] as it was at a replay's cut (`--at`): `state` is the state after it, and
+/// neither journal shows an event past it (the worker's own by its time, `now`).
+pub fn inspect_at(
+    state_dir: &Path,
+    key: &str,
+    at: &crate::state::replay::At,
+) -> Result<InspectReport, InspectError> {
+    inspect_in(state_dir, key, &at.state, Some((at.seq, at.now)))
+}
+
+fn inspect_in(
+    state_dir: &Path,
+    key: &str,
+    state: &State,
+    until: Option<(u64, crate::event::Micros)>,
+) -> Result<InspectReport, InspectError> {
+    let journal_dir = crate::statedir::journal_dir(state_dir);
+    let last_seq = until.map_or(u64::MAX, |(seq, _)| seq);
+    let found = match find(state, key) {
         Some(f) => f,
-        None => find_in_journal(&journal_dir, key)?
+        None => find_in_journal(&journal_dir, key, last_seq)?
             .ok_or_else(|| InspectError::NotFound(key.to_owned()))?,
     };
     let id = found.submission_id.to_string();
     let mut timeline = Vec::new();
     journal::replay(&journal_dir, None, |env| {
-        if about(&env, &id) {
+        if env.seq <= last_seq && about(&env, &id) {
             keep(&mut timeline, Entry::of(&env));
         }
         Ok(())
     })?;
     let dirs = found.dirs(state_dir);
     dirs.check(state_dir).map_err(JournalError::from)?;
-    let worker_journal =
-        read_worker_journal(&crate::worker::supervisor::journal_dir(&dirs.evidence))?;
+    let worker_journal = read_worker_journal(
+        &crate::worker::supervisor::journal_dir(&dirs.evidence),
+        until.map(|(_, now)| now),
+    )?;
     Ok(InspectReport {
         worker: found.worker,
         submission_id: id,
@@ -182,14 +212,20 @@ pub fn inspect(state_dir: &Path, key: &str) -> Result<InspectReport, InspectErro
     })
 }
 
-/// The worker's own journal up to its first damage, with the damage described.
-fn read_worker_journal(dir: &Path) -> Result<Option<WorkerJournal>, JournalError> {
+/// The worker's own journal up to its first damage, with the damage described; with `until`,
+/// only its events recorded at or before that time.
+fn read_worker_journal(
+    dir: &Path,
+    until: Option<crate::event::Micros>,
+) -> Result<Option<WorkerJournal>, JournalError> {
     if journal::segment::list(dir).map_or(true, |s| s.is_empty()) {
         return Ok(None);
     }
     let mut events = Vec::new();
     let (status, head, damage) = match journal::replay(dir, None, |env| {
-        keep(&mut events, Entry::of(&env));
+        if until.is_none_or(|t| env.time <= t) {
+            keep(&mut events, Entry::of(&env));
+        }
         Ok(())
     }) {
         Ok(scan) => (

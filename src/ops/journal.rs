@@ -149,11 +149,24 @@ pub fn dump(
     journal_dir: &Path,
     from: u64,
     to: u64,
+    out: impl FnMut(&Envelope) -> std::io::Result<()>,
+) -> Result<journal::Scan, JournalError> {
+    let mut everything = crate::policy::journal_filter::Filter::default();
+    dump_filtered(journal_dir, from, to, &mut everything, out)
+}
+
+/// [`dump`] of the events `filter` admits. The filter sees every event, those outside
+/// `from..=to` too: it learns submissions from their intents.
+pub fn dump_filtered(
+    journal_dir: &Path,
+    from: u64,
+    to: u64,
+    filter: &mut crate::policy::journal_filter::Filter,
     mut out: impl FnMut(&Envelope) -> std::io::Result<()>,
 ) -> Result<journal::Scan, JournalError> {
     require_segments(journal_dir)?;
     journal::replay(journal_dir, None, |env| {
-        if env.seq >= from && env.seq <= to {
+        if filter.admits(&env) && env.seq >= from && env.seq <= to {
             out(&env).map_err(|source| JournalError::Io {
                 path: PathBuf::from("<stdout>"),
                 what: "write".to_owned(),

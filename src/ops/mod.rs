@@ -12,6 +12,8 @@ pub mod inspect;
 pub mod journal;
 pub mod pool;
 pub mod reconcile;
+pub mod replay;
+pub mod report;
 pub mod session;
 pub mod spec;
 pub mod submit;

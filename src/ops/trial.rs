@@ -214,10 +214,33 @@ pub struct TrialShow {
     pub inspected: Vec<InspectReport>,
 }
 
+/// Every trial as it was at a replay's cut (`--at`).
+pub fn list_at(at: &crate::state::replay::At) -> Vec<TrialView> {
+    let s = &at.state;
+    s.trials.trials.values().map(|t| view(s, t)).collect()
+}
+
 /// One trial with every worker's timeline and own journal (offline).
 pub fn show(state_dir: &Path, trial: &str) -> Result<TrialShow, OpError> {
     let loaded = journal::load(&crate::statedir::journal_dir(state_dir))?;
-    let s = &loaded.state;
+    show_in(state_dir, trial, &loaded.state, None)
+}
+
+/// [`show`] as it was at a replay's cut (`--at`).
+pub fn show_at(
+    state_dir: &Path,
+    trial: &str,
+    at: &crate::state::replay::At,
+) -> Result<TrialShow, OpError> {
+    show_in(state_dir, trial, &at.state, Some(at))
+}
+
+fn show_in(
+    state_dir: &Path,
+    trial: &str,
+    s: &State,
+    at: Option<&crate::state::replay::At>,
+) -> Result<TrialShow, OpError> {
     let t = s
         .trials
         .trials
@@ -225,7 +248,12 @@ pub fn show(state_dir: &Path, trial: &str) -> Result<TrialShow, OpError> {
         .ok_or_else(|| refused(TrialRefusal::Unknown(trial.to_owned())))?;
     let mut inspected = Vec::new();
     for w in &t.workers {
-        match inspect::inspect(state_dir, &w.submission_id.to_string()) {
+        let key = w.submission_id.to_string();
+        let one = match at {
+            Some(at) => inspect::inspect_at(state_dir, &key, at),
+            None => inspect::inspect(state_dir, &key),
+        };
+        match one {
             Ok(r) => inspected.push(r),
             Err(inspect::InspectError::NotFound(_)) => {}
             Err(inspect::InspectError::Journal(e)) => return Err(e.into()),

@@ -4,6 +4,7 @@ pub mod asset;
 pub mod jobs;
 pub mod overrides;
 pub mod pool;
+pub mod replay;
 pub mod session;
 pub mod trial;
 

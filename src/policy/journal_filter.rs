@@ -1,0 +1,184 @@
+//! `journal dump`'s filters (`--worker`, `--pool`, `--kind`, `--since`, `--until`), AND-ed.
+//! Pure and streaming: an event about a submission names it only by id, so the filter learns
+//! each submission's name and pool from its intent, which always comes first.
+
+use std::collections::HashSet;
+
+use crate::event::{Envelope, Event, Micros};
+
+/// At most this many submission ids are remembered per filter (one per matching intent).
+pub const MAX_TRACKED: usize = 1_000_000;
+
+#[derive(Debug, Default)]
+pub struct Filter {
+    /// A worker by name or submission id.
+    pub worker: Option<String>,
+    pub pool: Option<String>,
+    /// Kind names (as `journal dump` prints them); empty: every kind.
+    pub kinds: Vec<String>,
+    pub since: Option<Micros>,
+    pub until: Option<Micros>,
+    of_worker: HashSet<String>,
+    of_pool: HashSet<String>,
+}
+
+impl Filter {
+    pub fn new(
+        worker: Option<String>,
+        pool: Option<String>,
+        kinds: Vec<String>,
+        since: Option<Micros>,
+        until: Option<Micros>,
+    ) -> Filter {
+        Filter {
+            worker,
+            pool,
+            kinds,
+            since,
+            until,
+            ..Filter::default()
+        }
+    }
+
+    /// Whether `env` passes every filter given. Call it on every event in seq order.
+    pub fn admits(&mut self, env: &Envelope) -> bool {
+        if self.worker.is_none() && self.pool.is_none() {
+            return self.admits_kind_and_time(env);
+        }
+        let body = env.event.body_json();
+        let field = |k: &str| body.get(k).and_then(|v| v.as_str()).map(str::to_owned);
+        let sid = field("submission_id");
+        if let (Some(id), Some((worker, pool))) = (&sid, submitted(&env.event)) {
+            let remember = |set: &mut HashSet<String>| {
+                if set.len() < MAX_TRACKED {
+                    set.insert(id.clone());
+                }
+            };
+            if self.worker.as_deref() == Some(worker) {
+                remember(&mut self.of_worker);
+            }
+            if pool.is_some() && self.pool.as_deref() == pool {
+                remember(&mut self.of_pool);
+            }
+        }
+        let worker_ok = self.worker.as_deref().is_none_or(|w| {
+            sid.as_deref() == Some(w) || sid.as_ref().is_some_and(|s| self.of_worker.contains(s))
+        });
+        let pool_ok = self.pool.as_deref().is_none_or(|p| {
+            field("pool").as_deref() == Some(p)
+                || sid.as_ref().is_some_and(|s| self.of_pool.contains(s))
+        });
+        worker_ok && pool_ok && self.admits_kind_and_time(env)
+    }
+
+    fn admits_kind_and_time(&self, env: &Envelope) -> bool {
+        (self.kinds.is_empty() || self.kinds.iter().any(|k| k == env.event.kind_name()))
+            && self.since.is_none_or(|t| env.time >= t)
+            && self.until.is_none_or(|t| env.time <= t)
+    }
+}
+
+/// The worker name and pool (none for `dispatch submit`) a submission intent gives.
+fn submitted(event: &Event) -> Option<(&str, Option<&str>)> {
+    match event {
+        Event::WorkerSubmitIntent(e) => Some((&e.worker, Some(&e.pool))),
+        Event::JobSubmitIntent(e) => Some((&e.worker, None)),
+        _ => None,
+    }
+}
+
+/// `--kind`'s check: a kind name this dispatch knows.
+pub fn known_kind(name: &str) -> Result<String, String> {
+    crate::event::KNOWN_KINDS
+        .iter()
+        .find(|(_, n)| *n == name)
+        .map(|(_, n)| (*n).to_owned())
+        .ok_or_else(|| {
+            format!("no event kind {name:?}; kinds are as `journal dump` prints them (WorkerSubmitIntent, PoolAttached, …; docs/cli.md)")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::test_envelope;
+    use crate::state::pool::*;
+    use uuid::Uuid;
+
+    fn history() -> Vec<Envelope> {
+        let sid = |n| Uuid::from_u128(n);
+        let intent = |pool: &str, worker: &str, n| {
+            Event::WorkerSubmitIntent(WorkerSubmitIntent {
+                pool: pool.into(),
+                worker: worker.into(),
+                submission_id: sid(n),
+                cpus: 1,
+                mem_mb: 1,
+                publication_timeout_s: 30,
+                command: vec![],
+            })
+        };
+        let launched = |n| {
+            Event::WorkerLaunched(WorkerLaunched {
+                submission_id: sid(n),
+                srun_pid: 1,
+            })
+        };
+        [
+            Event::PoolDetached(PoolDetached { pool: "p".into() }),
+            intent("p", "w1", 1),
+            intent("q", "w2", 2),
+            launched(1),
+            launched(2),
+            intent("q", "w1", 3),
+            launched(3),
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| test_envelope(i as u64 + 1, e))
+        .collect()
+    }
+
+    fn seqs(mut f: Filter) -> Vec<u64> {
+        history()
+            .iter()
+            .filter(|e| f.admits(e))
+            .map(|e| e.seq)
+            .collect()
+    }
+
+    #[test]
+    fn filters_learn_submissions_and_and_together() {
+        let some = |s: &str| Some(s.to_owned());
+        assert_eq!(
+            seqs(Filter::new(some("w1"), None, vec![], None, None)),
+            [2, 4, 6, 7]
+        );
+        assert_eq!(
+            seqs(Filter::new(None, some("p"), vec![], None, None)),
+            [1, 2, 4]
+        );
+        assert_eq!(
+            seqs(Filter::new(some("w1"), some("q"), vec![], None, None)),
+            [6, 7]
+        );
+        let launched = vec!["WorkerLaunched".to_owned()];
+        assert_eq!(
+            seqs(Filter::new(some("w1"), None, launched.clone(), None, None)),
+            [4, 7]
+        );
+        // test_envelope's time is its seq, in microseconds.
+        let (since, until) = (Some(Micros(3)), Some(Micros(6)));
+        assert_eq!(
+            seqs(Filter::new(None, None, launched, since, until)),
+            [4, 5]
+        );
+        let by_id = Uuid::from_u128(2).to_string();
+        assert_eq!(
+            seqs(Filter::new(Some(by_id), None, vec![], None, None)),
+            [3, 5]
+        );
+        assert!(known_kind("WorkerLaunched").is_ok());
+        assert!(known_kind("workerlaunched").is_err());
+    }
+}
