@@ -271,6 +271,11 @@ pub fn run_inspect(state_dir: &Path, key: &str, json: bool) -> Result<u8, Failur
         r.submission_id,
         r.state
     );
+    crate::outln!(
+        "output: {} (stderr: {}; `dispatch logs`)",
+        r.stdout,
+        r.stderr
+    );
     crate::outln!("coordinator journal:");
     for e in &r.timeline {
         crate::outln!("  {:>8} {} {:<22} {}", e.seq, e.time, e.kind, e.event);

@@ -7,6 +7,7 @@ pub mod doctor;
 pub mod exit;
 pub mod forget;
 pub mod journal;
+pub mod logs;
 pub mod output;
 pub mod pool;
 pub mod session;
@@ -104,6 +105,13 @@ pub enum Command {
         #[arg(long, value_name = "TRIAL", value_parser = crate::names::arg::path_name("trial"))]
         trial: Option<String>,
     },
+    /// Print a worker's stdout (or --stderr); with -f, follow it until the worker ends.
+    /// Pool and `submit` workers alike; offline (files only, no Slurm call)
+    #[command(after_help = "Examples:\n  \
+        dispatch logs w1\n  \
+        dispatch logs w1 --pool p --stderr\n  \
+        dispatch logs 0b5e7c1e -f")]
+    Logs(logs::LogsArgs),
     /// Replay the journal against Slurm and resolve what can be proven
     #[command(after_help = "Examples:\n  \
         dispatch reconcile\n  \

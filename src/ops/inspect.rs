@@ -26,6 +26,9 @@ pub struct InspectReport {
     pub timeline: Vec<Entry>,
     pub last_event: Option<Entry>,
     pub worker_journal: Option<WorkerJournal>,
+    /// Its output files (`dispatch logs` prints them).
+    pub stdout: String,
+    pub stderr: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -171,7 +174,10 @@ pub fn inspect(state_dir: &Path, key: &str) -> Result<InspectReport, InspectErro
     dirs.check(state_dir).map_err(JournalError::from)?;
     let worker_journal =
         read_worker_journal(&crate::worker::supervisor::journal_dir(&dirs.evidence))?;
+    let logs = super::logs::LogPaths::of(&dirs);
     Ok(InspectReport {
+        stdout: logs.stdout,
+        stderr: logs.stderr,
         worker: found.worker,
         submission_id: id,
         pool: found.pool,

@@ -10,6 +10,7 @@ pub mod facts;
 pub mod forget;
 pub mod inspect;
 pub mod journal;
+pub mod logs;
 pub mod pool;
 pub mod reconcile;
 pub mod session;

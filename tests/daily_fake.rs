@@ -1,0 +1,256 @@
+//! The daily loop against the fake Slurm (issue 14): `dispatch logs` for pool and `submit`
+//! workers (ambiguous names, following until the worker ends), `dispatch jobs`, `--watch`, and
+//! the human tables at 80 columns.
+
+mod fake_cli;
+
+use std::io::Read;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use fake_cli::Fake;
+use serde_json::{json, Value};
+
+/// `scontrol --oneliner show job ID`: a running 4-CPU, 4 GB allocation owned by root that
+/// started a minute ago (a fixed start per process: the incarnation must not drift).
+fn show_job(id: u32) -> String {
+    static BASE: std::sync::OnceLock<chrono::DateTime<chrono::Local>> = std::sync::OnceLock::new();
+    let start = *BASE.get_or_init(chrono::Local::now) - chrono::Duration::seconds(60);
+    let fmt = |t: chrono::DateTime<chrono::Local>| t.format("%Y-%m-%dT%H:%M:%S").to_string();
+    format!(
+        "JobId={id} JobName=alloc UserId=root(0) GroupId=root(0) Account=dev QOS=normal \
+         JobState=RUNNING Reason=None RunTime=00:01:00 TimeLimit=01:00:00 SubmitTime={s} \
+         StartTime={s} EndTime={e} Partition=debug NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=4 \
+         NumTasks=1 CPUs/Task=4 TRES=cpu=4,mem=4G,node=1,billing=4 MinMemoryNode=4G\n",
+        s = fmt(start),
+        e = fmt(chrono::Local::now() + chrono::Duration::seconds(3600)),
+    )
+}
+
+fn attach(fake: &Fake, pool: &str, job: u32) {
+    fake.scenario(json!({"scontrol": [{"stdout": show_job(job)}]}));
+    let (code, _, err) = fake.run(&["pool", "attach", pool, "--job", &job.to_string()]);
+    assert_eq!(code, 0, "{err}");
+}
+
+/// Submit worker `name` to `pool` (attached to `job`); its srun hangs, its step is listed.
+/// Returns the submission id.
+fn pool_worker(fake: &Fake, pool: &str, job: u32, name: &str) -> String {
+    let step = format!("{job}.0|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|{pool}.{name}\n");
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(job)}],
+        "srun": [{"hang": 120}],
+        "squeue": [{"match": ["--steps"], "stdout": step}],
+    }));
+    let (code, out, err) = fake.run(&[
+        "pool", "submit", pool, "--cpus", "1", "--mem", "100M", "--name", name, "--json", "--",
+        "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str::<Value>(out.trim()).unwrap()["submission_id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Submit `dispatch submit` worker `name` as job `job`. Returns the submission id.
+fn job_worker(fake: &Fake, name: &str, job: u32) -> String {
+    fake.scenario(json!({"sbatch": [{"stdout": format!("{job}\n")}]}));
+    let (code, out, err) = fake.run(&[
+        "submit", "--cpus", "2", "--mem", "1G", "--time", "10", "--name", name, "--json", "--",
+        "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str::<Value>(out.trim()).unwrap()["submission_id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn evidence(fake: &Fake, pool: Option<&str>, id: &str) -> std::path::PathBuf {
+    match pool {
+        Some(p) => fake.state().join("pools").join(p).join("workers").join(id),
+        None => fake.state().join("jobs").join(id),
+    }
+    .join("evidence")
+}
+
+#[test]
+fn logs_prints_a_pool_workers_and_a_submit_workers_output_offline() {
+    let fake = Fake::new();
+    attach(&fake, "p", 901);
+    let pooled = pool_worker(&fake, "p", 901, "w");
+    let batch = job_worker(&fake, "b", 43);
+    std::fs::write(
+        evidence(&fake, Some("p"), &pooled).join("stdout"),
+        "hello\n",
+    )
+    .unwrap();
+    std::fs::write(evidence(&fake, Some("p"), &pooled).join("stderr"), "oops\n").unwrap();
+    std::fs::write(evidence(&fake, None, &batch).join("stdout"), "batch out\n").unwrap();
+    fake.scenario(json!({}));
+
+    let (code, out, err) = fake.run(&["logs", "w"]);
+    assert_eq!((code, out.as_str()), (0, "hello\n"), "{err}");
+    let (code, out, err) = fake.run(&["logs", "w", "--stderr"]);
+    assert_eq!((code, out.as_str()), (0, "oops\n"), "{err}");
+    let (code, out, err) = fake.run(&["logs", "b"]);
+    assert_eq!((code, out.as_str()), (0, "batch out\n"), "{err}");
+    // By submission id and by its short form.
+    let (code, out, _) = fake.run(&["logs", &batch]);
+    assert_eq!((code, out.as_str()), (0, "batch out\n"));
+    let (code, out, _) = fake.run(&["logs", &pooled[..8]]);
+    assert_eq!((code, out.as_str()), (0, "hello\n"));
+    // No stderr file yet: nothing on stdout, a note, exit 0.
+    let (code, out, err) = fake.run(&["logs", "b", "--stderr"]);
+    assert_eq!((code, out.as_str()), (0, ""));
+    assert!(err.contains("no stderr yet"), "{err}");
+
+    let (code, out, _) = fake.run(&["--json", "logs", "w"]);
+    assert_eq!(code, 0);
+    let doc: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(doc["text"], "hello\n");
+    assert_eq!(doc["pool"], "p");
+    assert_eq!(doc["submission_id"], pooled.as_str());
+    assert_eq!(doc["exists"], true);
+
+    // pool status and inspect say where the files are.
+    let (_, out, _) = fake.run(&["--json", "pool", "status"]);
+    let status: Value = serde_json::from_str(out.trim()).unwrap();
+    let w = &status["pools"][0]["workers"][0];
+    assert_eq!(
+        w["stdout"],
+        evidence(&fake, Some("p"), &pooled)
+            .join("stdout")
+            .display()
+            .to_string()
+    );
+    assert!(w["stderr"].as_str().unwrap().ends_with("/evidence/stderr"));
+    let (_, out, _) = fake.run(&["--json", "inspect", "b"]);
+    let inspected: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        inspected["stdout"],
+        evidence(&fake, None, &batch)
+            .join("stdout")
+            .display()
+            .to_string()
+    );
+
+    assert!(
+        fake.calls().is_empty(),
+        "logs is offline: {:?}",
+        fake.calls()
+    );
+}
+
+#[test]
+fn an_ambiguous_worker_name_is_a_usage_error_naming_the_choices() {
+    let fake = Fake::new();
+    attach(&fake, "p", 901);
+    attach(&fake, "q", 902);
+    let in_p = pool_worker(&fake, "p", 901, "w");
+    let in_q = pool_worker(&fake, "q", 902, "w");
+    std::fs::write(evidence(&fake, Some("p"), &in_p).join("stdout"), "from p\n").unwrap();
+    std::fs::write(evidence(&fake, Some("q"), &in_q).join("stdout"), "from q\n").unwrap();
+
+    let (code, out, err) = fake.run(&["logs", "w"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(out.is_empty());
+    for needle in ["--pool", "pool p", "pool q", in_p.as_str(), in_q.as_str()] {
+        assert!(err.contains(needle), "{needle:?} missing from {err}");
+    }
+    let (code, out, _) = fake.run(&["logs", "w", "--pool", "q"]);
+    assert_eq!((code, out.as_str()), (0, "from q\n"));
+
+    // The name used again in one pool: --pool is not enough, the submission id is.
+    let (code, _, err) = fake.run(&["forget", &in_p, "--reason", "test: free the name"]);
+    assert_eq!(code, 0, "{err}");
+    let again = pool_worker(&fake, "p", 901, "w");
+    let (code, _, err) = fake.run(&["logs", "w", "--pool", "p"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("submission id"), "{err}");
+    assert!(err.contains(&again) && err.contains(&in_p), "{err}");
+    let (code, out, _) = fake.run(&["logs", &in_p]);
+    assert_eq!((code, out.as_str()), (0, "from p\n"));
+
+    let (code, _, err) = fake.run(&["logs", "nope"]);
+    assert_eq!(code, 3, "not found: {err}");
+    assert!(err.contains("dispatch pool status"), "{err}");
+}
+
+/// Read what `child` prints until `want` has appeared, within `within`.
+fn read_until(out: &mut impl Read, seen: &mut String, want: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    let mut buf = [0u8; 4096];
+    while !seen.contains(want) {
+        assert!(
+            Instant::now() < deadline,
+            "{want:?} never came; saw {seen:?}"
+        );
+        let n = out.read(&mut buf).unwrap();
+        assert!(n > 0, "output closed before {want:?}; saw {seen:?}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+}
+
+#[test]
+fn logs_follow_prints_what_the_worker_writes_until_it_ends() {
+    let fake = Fake::new();
+    attach(&fake, "p", 901);
+    let id = pool_worker(&fake, "p", 901, "w");
+    let stdout = evidence(&fake, Some("p"), &id).join("stdout");
+    fake.scenario(json!({}));
+    let mut child = fake
+        .command(&["logs", "w", "-f"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut seen = String::new();
+    // The file does not exist yet: the follower waits for it.
+    std::thread::sleep(Duration::from_millis(700));
+    std::fs::write(&stdout, "first\n").unwrap();
+    read_until(&mut out, &mut seen, "first\n", Duration::from_secs(10));
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&stdout)
+        .unwrap();
+    f.write_all(b"second\n").unwrap();
+    read_until(&mut out, &mut seen, "second\n", Duration::from_secs(10));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "ended while the worker runs"
+    );
+
+    // The coordinator's state has it over (here: an operator forgot it); what was written
+    // just before is printed too, then the follower ends by itself.
+    f.write_all(b"last words\n").unwrap();
+    let (code, _, err) = fake.run(&["forget", "w", "--reason", "test: end the worker"]);
+    assert_eq!(code, 0, "{err}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "logs -f did not end");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    out.read_to_string(&mut seen).unwrap();
+    assert!(status.success(), "{status:?}");
+    assert_eq!(seen, "first\nsecond\nlast words\n");
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(err.contains("ended"), "{err}");
+    assert!(
+        fake.calls().is_empty(),
+        "following is offline: {:?}",
+        fake.calls()
+    );
+}
