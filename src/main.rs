@@ -89,6 +89,10 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
             cli::trial::run(&show, &ctx, cli.json)
         }
         Command::Logs(args) => cli::logs::run(args, &state_dir()?, cli.json),
+        Command::Jobs(args) => {
+            let ctx = context(state_dir()?)?;
+            block_on(cli::jobs::run(args, &ctx, cli.json))
+        }
         Command::Audit => cli::journal::run_audit(&state_dir()?, cli.json),
         Command::Reconcile => {
             let ctx = context(state_dir()?)?;

@@ -175,7 +175,7 @@ fn an_ambiguous_worker_name_is_a_usage_error_naming_the_choices() {
 
     let (code, _, err) = fake.run(&["logs", "nope"]);
     assert_eq!(code, 3, "not found: {err}");
-    assert!(err.contains("dispatch pool status"), "{err}");
+    assert!(err.contains("dispatch jobs"), "{err}");
 }
 
 /// Read what `child` prints until `want` has appeared, within `within`.
@@ -253,4 +253,96 @@ fn logs_follow_prints_what_the_worker_writes_until_it_ends() {
         "following is offline: {:?}",
         fake.calls()
     );
+}
+
+fn squeue_row(id: u32, state: &str, node: &str, reason: &str) -> String {
+    format!("{id}|{id}|{state}|debug|dev|normal|root|1|2|{node}|4:00|10:00|2026-11-29T17:00:00|2026-11-29T17:10:00|{reason}|job\n")
+}
+
+fn json_of(fake: &Fake, args: &[&str]) -> Value {
+    let (code, out, err) = fake.run(args);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{args:?}: {out:?}: {e}"))
+}
+
+#[test]
+fn jobs_lists_every_submit_worker_and_refresh_asks_only_about_them() {
+    let fake = Fake::new();
+    let (code, out, err) = fake.run(&["jobs"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("no jobs"), "{out}");
+    assert_eq!(
+        json_of(&fake, &["--json", "jobs"]),
+        json!({"jobs": [], "refresh": null})
+    );
+
+    attach(&fake, "p", 901);
+    let queued = job_worker(&fake, "b", 43);
+    fake.scenario(json!({"sbatch": [{
+        "stderr": "sbatch: error: Batch job submission failed: Invalid partition name specified\n",
+        "exit": 1,
+    }]}));
+    let (code, _, _) = fake.run(&[
+        "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", "bad", "--", "true",
+    ]);
+    assert_eq!(code, 1);
+
+    // Offline: from the journal alone.
+    fake.scenario(json!({}));
+    let r = json_of(&fake, &["--json", "jobs"]);
+    assert!(fake.calls().is_empty(), "{:?}", fake.calls());
+    let jobs = r["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2, "{r}");
+    assert_eq!(jobs[0]["worker"], "b");
+    assert_eq!(jobs[0]["submission_id"], queued.as_str());
+    assert_eq!(jobs[0]["job_id"], 43);
+    assert_eq!(jobs[0]["state"], "queued");
+    assert_eq!(jobs[0]["active"], true);
+    assert_eq!(jobs[0]["slurm_state"], Value::Null);
+    assert!(jobs[0]["stdout"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("/jobs/{queued}/evidence/stdout")));
+    assert_eq!(jobs[1]["worker"], "bad");
+    assert_eq!(jobs[1]["state"], "failed");
+    assert_eq!(jobs[1]["active"], false);
+    assert!(jobs[1]["failure"]
+        .as_str()
+        .unwrap()
+        .contains("Invalid partition"));
+
+    // --refresh: reconcile's own listing of the known job ids, nothing about the pool; what
+    // it showed is in the report.
+    fake.scenario(json!({"squeue": [{"match": ["--jobs=43"], "stdout": squeue_row(43, "RUNNING", "vm", "None")}]}));
+    let r = json_of(&fake, &["--json", "jobs", "--refresh"]);
+    assert_eq!(r["jobs"][0]["slurm_state"], "RUNNING", "{r}");
+    assert_eq!(r["jobs"][0]["node"], "vm");
+    assert_eq!(
+        r["jobs"][0]["state"], "queued",
+        "a live job is not a recorded change"
+    );
+    assert_eq!(r["refresh"]["slurm_calls"], 1);
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert!(
+        !calls[0]
+            .1
+            .iter()
+            .any(|a| a.contains("901") || a == "--steps"),
+        "{calls:?}"
+    );
+
+    // A pending job says why.
+    fake.scenario(json!({"squeue": [{"match": ["--jobs=43"], "stdout": squeue_row(43, "PENDING", "", "Priority")}]}));
+    let (code, out, err) = fake.run(&["jobs", "--refresh"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("PENDING (Priority)"), "{out}");
+
+    // What the refresh proves is recorded, as reconcile records it.
+    fake.scenario(json!({"squeue": [{"match": ["--jobs=43"], "stdout": squeue_row(43, "COMPLETED", "vm", "None")}]}));
+    let r = json_of(&fake, &["--json", "jobs", "--refresh"]);
+    assert_eq!(r["refresh"]["resolved"], 1, "{r}");
+    assert_eq!(r["jobs"][0]["state"], "released", "{r}");
+    assert_eq!(r["jobs"][0]["active"], false);
+    assert!(fake.kinds().iter().any(|k| k == "JobTerminal"));
 }

@@ -6,12 +6,14 @@ pub mod asset;
 pub mod doctor;
 pub mod exit;
 pub mod forget;
+pub mod jobs;
 pub mod journal;
 pub mod logs;
 pub mod output;
 pub mod pool;
 pub mod session;
 pub mod shell;
+pub mod table;
 pub mod trial;
 pub mod worker;
 
@@ -112,6 +114,12 @@ pub enum Command {
         dispatch logs w1 --pool p --stderr\n  \
         dispatch logs 0b5e7c1e -f")]
     Logs(logs::LogsArgs),
+    /// List every worker started with `dispatch submit`, active and finished (no Slurm call
+    /// unless --refresh)
+    #[command(after_help = "Examples:\n  \
+        dispatch jobs\n  \
+        dispatch jobs --refresh --json | jq '.jobs[] | select(.active)'")]
+    Jobs(jobs::JobsArgs),
     /// Replay the journal against Slurm and resolve what can be proven
     #[command(after_help = "Examples:\n  \
         dispatch reconcile\n  \

@@ -170,7 +170,7 @@ pub fn resolve(
     match found.len() {
         0 => Err(OpError::NotFound(format!(
             "no worker {key:?}{} (by name or submission id); `dispatch pool status` lists pool \
-             workers",
+             workers, `dispatch jobs` those started as their own jobs",
             pool.map(|p| format!(" in pool {p:?}")).unwrap_or_default()
         ))),
         1 => Ok(found.remove(0)),

@@ -9,6 +9,7 @@ pub mod error;
 pub mod facts;
 pub mod forget;
 pub mod inspect;
+pub mod jobs;
 pub mod journal;
 pub mod logs;
 pub mod pool;
