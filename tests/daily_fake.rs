@@ -346,3 +346,101 @@ fn jobs_lists_every_submit_worker_and_refresh_asks_only_about_them() {
     assert_eq!(r["jobs"][0]["active"], false);
     assert!(fake.kinds().iter().any(|k| k == "JobTerminal"));
 }
+
+/// Read one line from a child's stdout within `within` (the reader runs on its own thread).
+fn lines_of(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn wait_exit(child: &mut std::process::Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "did not end within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn watch_prints_one_json_document_per_look_and_ends_quietly_on_ctrl_c() {
+    let fake = Fake::new();
+    attach(&fake, "p", 901);
+    fake.scenario(json!({}));
+    let mut child = fake
+        .command(&["--json", "pool", "status", "--watch", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(&mut child);
+    for _ in 0..2 {
+        let line = lines.recv_timeout(Duration::from_secs(10)).unwrap();
+        let doc: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+        assert_eq!(doc["pools"][0]["pool"], "p", "{doc}");
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = wait_exit(&mut child, Duration::from_secs(5));
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(err.is_empty(), "Ctrl-C ends it quietly: {err}");
+    assert!(fake.calls().is_empty(), "no --refresh, no Slurm call");
+}
+
+#[test]
+fn watch_with_refresh_asks_slurm_at_most_every_five_seconds() {
+    let fake = Fake::new();
+    job_worker(&fake, "b", 43);
+    fake.scenario(json!({"squeue": [{"match": ["--jobs=43"], "stdout": squeue_row(43, "RUNNING", "vm", "None")}]}));
+    let mut child = fake
+        .command(&["--json", "jobs", "--refresh", "--watch", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(&mut child);
+    let first = lines.recv_timeout(Duration::from_secs(10)).unwrap();
+    let at = Instant::now();
+    let second = lines.recv_timeout(Duration::from_secs(15)).unwrap();
+    let gap = at.elapsed();
+    assert!(gap >= Duration::from_millis(4500), "looks {gap:?} apart");
+    for line in [first, second] {
+        let doc: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(doc["jobs"][0]["slurm_state"], "RUNNING", "{doc}");
+    }
+    // Closing its stdout ends it (at its next look), with success.
+    drop(lines);
+    let status = wait_exit(&mut child, Duration::from_secs(15));
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(
+        err.contains("every 5 s"),
+        "the raised interval is said: {err}"
+    );
+    let squeues = fake.programs().iter().filter(|p| *p == "squeue").count();
+    assert!((2..=4).contains(&squeues), "{squeues} squeue calls");
+}

@@ -17,6 +17,11 @@ pub struct JobsArgs {
     /// Full submission ids and uncut cells (rows may pass 80 columns)
     #[arg(long)]
     pub wide: bool,
+    /// Look again every SECS seconds (default 5; at least 5 with --refresh) until Ctrl-C:
+    /// redrawn on a terminal, one JSON document per look with --json
+    #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "5",
+          value_parser = super::watch::parse_secs)]
+    pub watch: Option<u64>,
 }
 
 /// The state, or none before any journal exists (as `pool status` sees it).
@@ -30,7 +35,7 @@ pub fn load_or_empty<S: Scheduler>(ctx: &Ctx<S>) -> Result<crate::state::State, 
     }
 }
 
-/// One look: the report and its human rendering.
+/// One look: refreshed first when asked.
 pub async fn look<S: Scheduler>(
     args: &JobsArgs,
     ctx: &Ctx<S>,
@@ -49,6 +54,18 @@ pub async fn look<S: Scheduler>(
 }
 
 pub async fn run<S: Scheduler>(args: &JobsArgs, ctx: &Ctx<S>, json: bool) -> Result<u8, Failure> {
+    if let Some(secs) = args.watch {
+        let every = super::watch::interval(secs, args.refresh);
+        return super::watch::watch(every, json, "dispatch jobs", || async move {
+            let r = look(args, ctx).await?;
+            if json {
+                super::watch::json_line(&r)
+            } else {
+                Ok(super::table::jobs(&r, args.wide))
+            }
+        })
+        .await;
+    }
     let r = look(args, ctx).await?;
     if json {
         print_json(&r)?;

@@ -11,10 +11,12 @@ pub mod journal;
 pub mod logs;
 pub mod output;
 pub mod pool;
+pub mod pool_status;
 pub mod session;
 pub mod shell;
 pub mod table;
 pub mod trial;
+pub mod watch;
 pub mod worker;
 
 use std::path::PathBuf;

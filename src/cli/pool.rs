@@ -145,7 +145,8 @@ pub enum PoolCommand {
     /// Show pools, their allocations, reservations and workers (no Slurm call unless --refresh)
     #[command(after_help = "Examples:\n  \
         dispatch pool status\n  \
-        dispatch pool status p --refresh --json")]
+        dispatch pool status p --refresh --json\n  \
+        dispatch pool status --refresh --watch 30")]
     Status {
         /// One pool (default: every pool)
         #[arg(value_parser = crate::names::arg::path_name("pool"))]
@@ -153,6 +154,14 @@ pub enum PoolCommand {
         /// Reconcile with Slurm first
         #[arg(long)]
         refresh: bool,
+        /// Full submission ids and uncut cells (rows may pass 80 columns)
+        #[arg(long)]
+        wide: bool,
+        /// Look again every SECS seconds (default 5; at least 5 with --refresh) until Ctrl-C:
+        /// redrawn on a terminal, one JSON document per look with --json
+        #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "5",
+              value_parser = super::watch::parse_secs)]
+        watch: Option<u64>,
     },
     /// Stop one worker's step; the allocation and every other worker keep running
     #[command(after_help = "Examples:\n  \
@@ -245,78 +254,19 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
                 );
             }
         }
-        PoolCommand::Status { pool, refresh } => {
-            if *refresh {
-                reconcile::reconcile(ctx, pool.as_deref()).await?;
-            }
-            // No journal yet: no pools (as `sessions` and `trials` see it).
-            let state = match ctx.load() {
-                Ok(loaded) => loaded.state,
-                Err(OpError::Journal(crate::journal::JournalError::Missing(_))) => {
-                    crate::state::State::default()
-                }
-                Err(e) => return Err(e.into()),
+        PoolCommand::Status {
+            pool,
+            refresh,
+            wide,
+            watch,
+        } => {
+            let args = super::pool_status::StatusArgs {
+                pool: pool.as_deref(),
+                refresh: *refresh,
+                wide: *wide,
+                watch: *watch,
             };
-            let r = ops::status(&state, Some(&ctx.pools_dir()), pool.as_deref(), ctx.now())?;
-            if json {
-                print_json(&r)?;
-            } else if r.pools.is_empty() {
-                crate::outln!("no pools; attach one with `dispatch pool attach POOL --job JOBID`");
-            } else {
-                for p in &r.pools {
-                    let a = &p.allocation;
-                    // A dead allocation has no time left: say it ended, and what proved it.
-                    let life = match (&a.ended_proof, a.seconds_left) {
-                        (Some(proof), _) => format!("ended ({proof})"),
-                        (None, left) => format!("{} s left", left.unwrap_or(0)),
-                    };
-                    crate::outln!(
-                        "pool {}: job {} on {}, {life}; reserved {}/{} CPUs, {}/{} MB",
-                        p.pool,
-                        a.job_id,
-                        a.node,
-                        p.reserved.cpus,
-                        p.capacity.cpus,
-                        p.reserved.mem_mb,
-                        p.capacity.mem_mb
-                    );
-                    for w in &p.workers {
-                        crate::outln!(
-                            "  {:<20} {:<10} step {:<10} {} CPUs {} MB  {}",
-                            w.name,
-                            w.state,
-                            w.step_id.as_deref().unwrap_or("-"),
-                            w.cpus,
-                            w.mem_mb,
-                            w.submission_id
-                        );
-                        let n = &w.node;
-                        if let Some(r) = &n.refusal {
-                            crate::outln!("      refused before the payload started: {r}");
-                        }
-                        if let Some(p) = &n.publication {
-                            crate::outln!(
-                                "      publication {}{}",
-                                p.outcome,
-                                p.dir
-                                    .as_deref()
-                                    .map(|d| format!(" in {d}"))
-                                    .unwrap_or_default()
-                            );
-                        }
-                        if let Some(c) = &n.state_class {
-                            crate::outln!("      native state {c}");
-                        }
-                        if let Some(j) = n.worker_journal.as_ref().filter(|j| j.reason.is_some()) {
-                            crate::outln!(
-                                "      worker journal {}: {}; not trusted",
-                                j.status,
-                                j.reason.as_deref().unwrap_or_default()
-                            );
-                        }
-                    }
-                }
-            }
+            return super::pool_status::run(&args, ctx, json).await;
         }
         PoolCommand::StopWorker {
             pool,
