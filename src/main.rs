@@ -123,10 +123,10 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
                 json: cli.json,
             },
         )),
-        Command::Sessions => {
+        Command::Sessions { wide } => {
             let (config, path) = load_config(cli, &env)?;
             let dir = state_dir()?;
-            cli::session::run_report(&session_context(cli, &dir, &config, &path))
+            cli::session::run_report(&session_context(cli, &dir, &config, &path), *wide)
         }
     }
 }

@@ -144,7 +144,11 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         dispatch sessions\n  \
         dispatch sessions --json | jq .stale")]
-    Sessions,
+    Sessions {
+        /// Uncut cells (rows may pass 80 columns)
+        #[arg(long)]
+        wide: bool,
+    },
     /// Acceptance trials: open one, let workers join it, judge it once with its evidence
     #[command(subcommand)]
     Trial(trial::TrialCommand),

@@ -9,11 +9,11 @@ use crate::policy::session::report::{JobEntry, Report};
 /// The width rows are made to fit without `--wide`.
 pub const WIDTH: usize = 80;
 
-/// Columns of one table; cells are cut to fit from the `flexible` column first.
+/// Columns of one table; cells of the `flexible` columns are cut to fit.
 pub struct Table {
     headers: Vec<&'static str>,
     rows: Vec<Vec<String>>,
-    /// Columns that may be cut, in the order they give up width.
+    /// Columns that may be cut to fit.
     flexible: Vec<usize>,
 }
 
@@ -50,13 +50,20 @@ impl Table {
             .collect();
         if let Some(width) = width {
             let total = |w: &[usize]| indent + w.iter().sum::<usize>() + 2 * (n - 1);
-            for &i in &self.flexible {
-                let over = total(&w).saturating_sub(width);
-                if over == 0 {
-                    break;
+            // One character at a time from the widest flexible column above its floor, so
+            // long cells share the cut (ties: the earlier in `flexible`).
+            let floor = |i: usize| MIN_FLEXIBLE.max(chars(self.headers[i]));
+            while total(&w) > width {
+                let widest = self
+                    .flexible
+                    .iter()
+                    .copied()
+                    .filter(|&i| w[i] > floor(i))
+                    .max_by_key(|&i| (w[i], std::cmp::Reverse(i)));
+                match widest {
+                    Some(i) => w[i] -= 1,
+                    None => break,
                 }
-                let floor = MIN_FLEXIBLE.max(chars(self.headers[i])).min(w[i]);
-                w[i] -= over.min(w[i] - floor);
             }
         }
         let mut out = String::new();
@@ -356,14 +363,11 @@ pub fn sessions(r: &Report, wide: bool, release_hint: &dyn Fn(&str, &str) -> Str
         out.push_str("stale sessions (the job is gone; the record is not):\n");
         for s in &r.stale {
             let job = s.job_id.map_or("-".into(), |j| j.to_string());
-            out.push_str(&note_line(
-                2,
-                &format!(
-                    "{} -> {job}  {}",
-                    s.session,
-                    release_hint(&s.mirror, &s.target)
-                ),
-                width(wide),
+            // Never cut: the command is there to be copied.
+            out.push_str(&format!(
+                "  {} -> {job}  {}\n",
+                s.session,
+                release_hint(&s.mirror, &s.target)
             ));
         }
     }
@@ -424,5 +428,229 @@ mod tests {
         assert!(text.contains("running") && text.contains("queued"));
         let wide = t.render(0, None);
         assert!(wide.contains(&"a".repeat(70)) && !wide.contains('…'));
+    }
+
+    /// The reports the golden output is drawn from: every column, long names, a cut note.
+    fn samples() -> (StatusReport, JobsReport, Report) {
+        use crate::ops::jobs::{JobView, RefreshView};
+        use crate::ops::pool::{
+            AllocationView, NodeView, PoolView, PublicationView, Resources, WorkerView,
+        };
+        let alloc = |job: u64, left: Option<i64>, ended: Option<&str>| AllocationView {
+            job_id: job,
+            node: "n0042.savio4".into(),
+            user: "me".into(),
+            start_time: "2026-12-01T10:00:00".into(),
+            end_time: "2026-12-01T12:00:00".into(),
+            cpus: 4,
+            mem_mb: 4096,
+            partition: "savio4_htc".into(),
+            account: "fc_x".into(),
+            qos: "normal".into(),
+            seconds_left: left,
+            state: Some(if ended.is_some() { "ended" } else { "running" }),
+            ended_proof: ended.map(str::to_owned),
+        };
+        let worker = |name: &str, id: &str, state: &'static str, step: Option<&str>| WorkerView {
+            name: name.into(),
+            submission_id: id.into(),
+            state,
+            cpus: 1,
+            mem_mb: 100,
+            step_id: step.map(str::to_owned),
+            exit_code: None,
+            exit_signal: None,
+            stdout: None,
+            stderr: None,
+            node: NodeView::default(),
+        };
+        let mut published = worker(
+            "nightly-regression-suite-with-a-long-name",
+            "9f3b2a10-0000-4000-8000-000000000002",
+            "released",
+            Some("901.1"),
+        );
+        published.mem_mb = 1536;
+        published.node.publication = Some(PublicationView {
+            outcome: "published".into(),
+            dir: Some(
+                "/global/scratch/users/me/dispatch/pools/p/published/nightly-regression-suite-with-a-long-name-9f3b2a10".into(),
+            ),
+            manifest_sha256: None,
+            took_ms: Some(12),
+        });
+        published.node.state_class = Some("sealed".into());
+        let status = StatusReport {
+            pools: vec![
+                PoolView {
+                    pool: "p".into(),
+                    allocation: alloc(901, Some(3540), None),
+                    capacity: Resources {
+                        cpus: 4,
+                        mem_mb: 4096,
+                    },
+                    reserved: Resources {
+                        cpus: 1,
+                        mem_mb: 100,
+                    },
+                    workers: vec![
+                        worker(
+                            "w1",
+                            "0b5e7c1e-8a1f-4a55-9f6e-0d4b8e2a9c11",
+                            "running",
+                            Some("901.0"),
+                        ),
+                        published,
+                    ],
+                },
+                PoolView {
+                    pool: "gpu".into(),
+                    allocation: alloc(902, None, Some("squeue shows job 902 CANCELLED")),
+                    capacity: Resources {
+                        cpus: 1,
+                        mem_mb: 512,
+                    },
+                    reserved: Resources { cpus: 0, mem_mb: 0 },
+                    workers: vec![],
+                },
+            ],
+        };
+        let job = |worker: &str, id: &str, job: Option<u64>, state: &'static str| JobView {
+            worker: worker.into(),
+            submission_id: id.into(),
+            job_id: job,
+            job_name: format!("sucoder-{worker}"),
+            state,
+            active: true,
+            cpus: 2,
+            mem_mb: 2048,
+            submitted_at: "2026-12-01T09:30:00.000000Z".into(),
+            failure: None,
+            slurm_state: None,
+            reason: None,
+            node: None,
+            stdout: String::new(),
+            stderr: String::new(),
+        };
+        let mut pending = job(
+            "b",
+            "d19f3671-0000-4000-8000-000000000003",
+            Some(43),
+            "queued",
+        );
+        pending.slurm_state = Some("PENDING".into());
+        pending.reason = Some("QOSMaxJobsPerUserLimit".into());
+        let mut running = job(
+            "train-resnet-on-the-big-dataset",
+            "77aa0000-0000-4000-8000-000000000004",
+            Some(44),
+            "queued",
+        );
+        running.cpus = 1;
+        running.slurm_state = Some("RUNNING".into());
+        running.reason = Some("None".into());
+        let mut failed = job(
+            "bad",
+            "8eeca6fd-0000-4000-8000-000000000005",
+            None,
+            "failed",
+        );
+        failed.active = false;
+        failed.failure = Some(
+            "sbatch refused the job: \"sbatch: error: Batch job submission failed: Invalid partition name specified\"".into(),
+        );
+        let jobs = JobsReport {
+            jobs: vec![pending, running, failed],
+            refresh: Some(RefreshView {
+                resolved: 0,
+                unknown: 0,
+                slurm_calls: 1,
+            }),
+        };
+        let entry =
+            |id: u32, mirror: Option<&str>, state: &str, flags: Vec<&'static str>| JobEntry {
+                job_id: id,
+                id: id.to_string(),
+                mirror: mirror.map(str::to_owned),
+                token: "tok123".into(),
+                state: state.into(),
+                time_left: Some("11:59:00".into()),
+                node: Some("n0042.savio4".into()),
+                session: None,
+                sessions: vec![],
+                flags,
+            };
+        let sessions = Report {
+            targets: vec![crate::policy::session::report::TargetGroup {
+                target: "savio-htc".into(),
+                signature: "savio4_htc/fc_x/normal".into(),
+                jobs: vec![
+                    entry(4242, Some("sample"), "RUNNING", vec![]),
+                    entry(
+                        4243,
+                        Some("sample"),
+                        "RUNNING",
+                        vec![crate::policy::session::report::FLAG_REPLACED],
+                    ),
+                ],
+            }],
+            unmatched: vec![entry(4250, None, "PENDING", vec!["no session record"])],
+            stale: vec![crate::policy::session::report::SessionLine {
+                session: "doomed--savio-htc".into(),
+                mirror: "doomed".into(),
+                target: "savio-htc".into(),
+                job_id: Some(4100),
+                reason: None,
+            }],
+            unknown: vec![],
+            errors: vec![],
+        };
+        (status, jobs, sessions)
+    }
+
+    fn drawn(wide: bool) -> String {
+        let (status, jobs, sessions) = samples();
+        let release = |m: &str, t: &str| format!("`dispatch session release {m} -T {t}`");
+        format!(
+            "$ dispatch pool status\n{}\n$ dispatch jobs --refresh\n{}\n$ dispatch sessions\n{}",
+            pool_status(&status, wide),
+            self::jobs(&jobs, wide),
+            self::sessions(&sessions, wide, &release)
+        )
+        // The submission time is shown in local time: the golden file holds a placeholder.
+        .replace(&submitted("2026-12-01T09:30:00.000000Z"), "MM-DD HH:MM")
+    }
+
+    /// The golden output at 80 columns (tests/golden/tables-80.txt; `UPDATE_GOLDEN=1`
+    /// rewrites it): every row fits, and it is exactly what was reviewed.
+    #[test]
+    fn tables_match_the_golden_output_at_80_columns() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/tables-80.txt");
+        let text = drawn(false);
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(path, &text).unwrap();
+        }
+        for line in text
+            .lines()
+            .filter(|l| !l.contains("dispatch session release"))
+        {
+            assert!(
+                line.chars().count() <= WIDTH,
+                "{} columns: {line:?}",
+                line.chars().count()
+            );
+        }
+        assert!(!text.contains("1 CPUs"), "{text}");
+        assert_eq!(text, std::fs::read_to_string(path).unwrap());
+        let wide = drawn(true);
+        assert!(
+            wide.contains("0b5e7c1e-8a1f-4a55-9f6e-0d4b8e2a9c11"),
+            "{wide}"
+        );
+        assert!(
+            wide.contains("nightly-regression-suite-with-a-long-name-9f3b2a10"),
+            "{wide}"
+        );
+        assert!(!wide.contains('…'), "{wide}");
     }
 }
