@@ -444,3 +444,48 @@ fn watch_with_refresh_asks_slurm_at_most_every_five_seconds() {
     let squeues = fake.programs().iter().filter(|p| *p == "squeue").count();
     assert!((2..=4).contains(&squeues), "{squeues} squeue calls");
 }
+
+/// `session launch` says why its job waits, as squeue's `%r` names it, and says it again
+/// when the reason changes.
+#[test]
+fn session_launch_progress_names_the_pending_reason() {
+    let fake = Fake::new();
+    let config = fake.dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[targets.T]\npartition = \"debug\"\naccount = \"dev\"\nqos = \"normal\"\n\
+         time = \"01:00:00\"\nconfined = true\n\n[mirrors.sample]\n",
+    )
+    .unwrap();
+    let pending = |reason: &str| {
+        format!("4242|4242|PENDING|debug|dev|normal|u|1|1||1:00:00|1:00:00|N/A|N/A|{reason}|sucoder-sample\n")
+    };
+    fake.scenario(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--jobs=4242"], "times": 1, "stdout": pending("Priority")},
+            {"match": ["--jobs=4242"], "stdout": pending("QOSMaxJobsPerUserLimit")},
+        ],
+        "sbatch": [{"stdout": "4242\n"}],
+    }));
+    let out = fake
+        .command(&[
+            "--config",
+            config.to_str().unwrap(),
+            "session",
+            "launch",
+            "sample",
+            "-T",
+            "T",
+            "--detached",
+            "--wait",
+            "2",
+        ])
+        .env("XDG_CACHE_HOME", fake.dir.path().join("cache"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("is PENDING (Priority)"), "{err}");
+    assert!(err.contains("is PENDING (QOSMaxJobsPerUserLimit)"), "{err}");
+}
