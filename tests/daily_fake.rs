@@ -489,3 +489,27 @@ fn session_launch_progress_names_the_pending_reason() {
     assert!(err.contains("is PENDING (Priority)"), "{err}");
     assert!(err.contains("is PENDING (QOSMaxJobsPerUserLimit)"), "{err}");
 }
+
+/// On a terminal (`script` gives it one) every look clears the screen and redraws it whole;
+/// Ctrl-C (SIGINT, here from `timeout`) ends it with success.
+#[test]
+fn watch_on_a_terminal_clears_and_redraws() {
+    let fake = Fake::new();
+    attach(&fake, "p", 901);
+    let inner = format!(
+        "timeout --preserve-status -s INT 3 {} --state-dir {} pool status --watch 1",
+        env!("CARGO_BIN_EXE_dispatch"),
+        fake.state().display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-q", "-e", "-c", &inner, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("script (util-linux) gives the command a terminal");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text:?}");
+    let redraws = text.matches("\x1b[H\x1b[2J").count();
+    assert!(redraws >= 2, "{redraws} redraws: {text:?}");
+    assert!(text.contains("every 1 s: dispatch pool status"), "{text:?}");
+    assert_eq!(text.matches("POOL  JOB").count(), redraws, "{text:?}");
+}
