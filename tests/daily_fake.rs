@@ -178,6 +178,27 @@ fn an_ambiguous_worker_name_is_a_usage_error_naming_the_choices() {
     assert!(err.contains("dispatch jobs"), "{err}");
 }
 
+/// dispatch with stdout and stderr piped, running on.
+fn spawn(fake: &Fake, args: &[&str]) -> std::process::Child {
+    fake.command(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// All a (finished) child wrote on stderr.
+fn stderr_of(child: &mut std::process::Child) -> String {
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    err
+}
+
 /// Read what `child` prints until `want` has appeared, within `within`.
 fn read_until(out: &mut impl Read, seen: &mut String, want: &str, within: Duration) {
     let deadline = Instant::now() + within;
@@ -200,12 +221,7 @@ fn logs_follow_prints_what_the_worker_writes_until_it_ends() {
     let id = pool_worker(&fake, "p", 901, "w");
     let stdout = evidence(&fake, Some("p"), &id).join("stdout");
     fake.scenario(json!({}));
-    let mut child = fake
-        .command(&["logs", "w", "-f"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn(&fake, &["logs", "w", "-f"]);
     let mut out = child.stdout.take().unwrap();
     let mut seen = String::new();
     // The file does not exist yet: the follower waits for it.
@@ -229,24 +245,11 @@ fn logs_follow_prints_what_the_worker_writes_until_it_ends() {
     f.write_all(b"last words\n").unwrap();
     let (code, _, err) = fake.run(&["forget", "w", "--reason", "test: end the worker"]);
     assert_eq!(code, 0, "{err}");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "logs -f did not end");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = wait_exit(&mut child, Duration::from_secs(15));
     out.read_to_string(&mut seen).unwrap();
     assert!(status.success(), "{status:?}");
     assert_eq!(seen, "first\nsecond\nlast words\n");
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = stderr_of(&mut child);
     assert!(err.contains("ended"), "{err}");
     assert!(
         fake.calls().is_empty(),
@@ -379,12 +382,7 @@ fn watch_prints_one_json_document_per_look_and_ends_quietly_on_ctrl_c() {
     let fake = Fake::new();
     attach(&fake, "p", 901);
     fake.scenario(json!({}));
-    let mut child = fake
-        .command(&["--json", "pool", "status", "--watch", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn(&fake, &["--json", "pool", "status", "--watch", "1"]);
     let lines = lines_of(&mut child);
     for _ in 0..2 {
         let line = lines.recv_timeout(Duration::from_secs(10)).unwrap();
@@ -394,13 +392,7 @@ fn watch_prints_one_json_document_per_look_and_ends_quietly_on_ctrl_c() {
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = wait_exit(&mut child, Duration::from_secs(5));
     assert_eq!(status.code(), Some(0), "{status:?}");
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = stderr_of(&mut child);
     assert!(err.is_empty(), "Ctrl-C ends it quietly: {err}");
     assert!(fake.calls().is_empty(), "no --refresh, no Slurm call");
 }
@@ -410,12 +402,7 @@ fn watch_with_refresh_asks_slurm_at_most_every_five_seconds() {
     let fake = Fake::new();
     job_worker(&fake, "b", 43);
     fake.scenario(json!({"squeue": [{"match": ["--jobs=43"], "stdout": squeue_row(43, "RUNNING", "vm", "None")}]}));
-    let mut child = fake
-        .command(&["--json", "jobs", "--refresh", "--watch", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn(&fake, &["--json", "jobs", "--refresh", "--watch", "1"]);
     let lines = lines_of(&mut child);
     let first = lines.recv_timeout(Duration::from_secs(10)).unwrap();
     let at = Instant::now();
@@ -430,13 +417,7 @@ fn watch_with_refresh_asks_slurm_at_most_every_five_seconds() {
     drop(lines);
     let status = wait_exit(&mut child, Duration::from_secs(15));
     assert_eq!(status.code(), Some(0), "{status:?}");
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = stderr_of(&mut child);
     assert!(
         err.contains("every 5 s"),
         "the raised interval is said: {err}"

@@ -2,8 +2,7 @@
 
 use clap::Args;
 
-use super::exit::{self, Failure};
-use super::output::print_json;
+use super::exit::Failure;
 use crate::ops::context::Ctx;
 use crate::ops::error::OpError;
 use crate::slurm::Scheduler;
@@ -54,23 +53,16 @@ pub async fn look<S: Scheduler>(
 }
 
 pub async fn run<S: Scheduler>(args: &JobsArgs, ctx: &Ctx<S>, json: bool) -> Result<u8, Failure> {
-    if let Some(secs) = args.watch {
-        let every = super::watch::interval(secs, args.refresh);
-        return super::watch::watch(every, json, "dispatch jobs", || async move {
-            let r = look(args, ctx).await?;
-            if json {
-                super::watch::json_line(&r)
-            } else {
-                Ok(super::table::jobs(&r, args.wide))
-            }
-        })
-        .await;
-    }
-    let r = look(args, ctx).await?;
-    if json {
-        print_json(&r)?;
-    } else {
-        crate::out!("{}", super::table::jobs(&r, args.wide));
-    }
-    Ok(exit::OK)
+    let show = super::watch::Show {
+        watch: args.watch,
+        refresh: args.refresh,
+        json,
+        title: "dispatch jobs",
+    };
+    super::watch::show(
+        show,
+        || look(args, ctx),
+        |r| super::table::jobs(r, args.wide),
+    )
+    .await
 }

@@ -1,7 +1,6 @@
 //! `dispatch pool status [POOL] [--refresh] [--wide] [--watch [SECS]]`: one look, or many.
 
-use super::exit::{self, Failure};
-use super::output::print_json;
+use super::exit::Failure;
 use crate::ops::context::Ctx;
 use crate::ops::{pool as ops, reconcile};
 use crate::slurm::Scheduler;
@@ -37,27 +36,20 @@ pub async fn run<S: Scheduler>(
     ctx: &Ctx<S>,
     json: bool,
 ) -> Result<u8, Failure> {
-    if let Some(secs) = a.watch {
-        let every = super::watch::interval(secs, a.refresh);
-        let title = match a.pool {
-            Some(p) => format!("dispatch pool status {p}"),
-            None => "dispatch pool status".to_owned(),
-        };
-        return super::watch::watch(every, json, &title, || async move {
-            let r = look(a, ctx).await?;
-            if json {
-                super::watch::json_line(&r)
-            } else {
-                Ok(super::table::pool_status(&r, a.wide))
-            }
-        })
-        .await;
-    }
-    let r = look(a, ctx).await?;
-    if json {
-        print_json(&r)?;
-    } else {
-        crate::out!("{}", super::table::pool_status(&r, a.wide));
-    }
-    Ok(exit::OK)
+    let title = match a.pool {
+        Some(p) => format!("dispatch pool status {p}"),
+        None => "dispatch pool status".to_owned(),
+    };
+    let show = super::watch::Show {
+        watch: a.watch,
+        refresh: a.refresh,
+        json,
+        title: &title,
+    };
+    super::watch::show(
+        show,
+        || look(a, ctx),
+        |r| super::table::pool_status(r, a.wide),
+    )
+    .await
 }

@@ -95,6 +95,51 @@ where
     }
 }
 
+/// What a listing command (`pool status`, `jobs`) was asked for around its look.
+pub struct Show<'a> {
+    pub watch: Option<u64>,
+    pub refresh: bool,
+    pub json: bool,
+    pub title: &'a str,
+}
+
+/// Print one look (`render`ed, or its one JSON document), or with `--watch` look again and
+/// again as [`watch`] does.
+pub async fn show<R, F, Fut>(
+    s: Show<'_>,
+    mut look: F,
+    render: impl Fn(&R) -> String,
+) -> Result<u8, Failure>
+where
+    R: serde::Serialize,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<R, Failure>>,
+{
+    let Some(secs) = s.watch else {
+        let r = look().await?;
+        if s.json {
+            super::output::print_json(&r)?;
+        } else {
+            crate::out!("{}", render(&r));
+        }
+        return Ok(exit::OK);
+    };
+    let json = s.json;
+    let render = &render;
+    watch(interval(secs, s.refresh), json, s.title, || {
+        let next = look();
+        async move {
+            let r = next.await?;
+            if json {
+                json_line(&r)
+            } else {
+                Ok(render(&r))
+            }
+        }
+    })
+    .await
+}
+
 /// One line of JSON for a look.
 pub fn json_line(value: &impl serde::Serialize) -> Result<String, Failure> {
     serde_json::to_string(value).map_err(|e| Failure::new(exit::FAILED, e.to_string()))
