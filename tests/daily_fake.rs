@@ -256,6 +256,22 @@ fn logs_follow_prints_what_the_worker_writes_until_it_ends() {
         "following is offline: {:?}",
         fake.calls()
     );
+
+    // Following a worker that has ended prints what there is and ends; with --json, one line
+    // per chunk and a last one that says why it ended.
+    let (code, out, err) = fake.run(&["--json", "logs", "w", "-f"]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert_eq!(lines[0]["offset"], 0);
+    assert_eq!(lines[0]["text"], "first\nsecond\nlast words\n");
+    assert!(
+        lines[1]["ended"].as_str().unwrap().contains("forgotten"),
+        "{out}"
+    );
 }
 
 fn squeue_row(id: u32, state: &str, node: &str, reason: &str) -> String {
