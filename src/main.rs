@@ -89,6 +89,11 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
             cli.json,
         ),
         Command::Report(args) => cli::report::run(args, &state_dir()?, cli.json),
+        Command::Logs(args) => cli::logs::run(args, &state_dir()?, cli.json),
+        Command::Jobs(args) => {
+            let ctx = context(state_dir()?)?;
+            block_on(cli::jobs::run(args, &ctx, cli.json))
+        }
         Command::Audit => cli::journal::run_audit(&state_dir()?, cli.json),
         Command::Reconcile => {
             let ctx = context(state_dir()?)?;
@@ -119,13 +124,13 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
                 json: cli.json,
             },
         )),
-        Command::Sessions { at: Some(cut) } => {
+        Command::Sessions { at: Some(cut), .. } => {
             cli::replay::run_sessions(&state_dir()?, *cut, cli.json)
         }
-        Command::Sessions { at: None } => {
+        Command::Sessions { at: None, wide } => {
             let (config, path) = load_config(cli, &env)?;
             let dir = state_dir()?;
-            cli::session::run_report(&session_context(cli, &dir, &config, &path))
+            cli::session::run_report(&session_context(cli, &dir, &config, &path), *wide)
         }
     }
 }

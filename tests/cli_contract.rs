@@ -62,6 +62,7 @@ fn a_name_that_does_not_exist_is_exit_3_everywhere() {
     assert_eq!(code, 0, "{err}");
     let cases: &[&[&str]] = &[
         &["inspect", "nope"],
+        &["logs", "nope"],
         &["inspect", "--trial", "nope"],
         &["stop", "nope"],
         &["pool", "status", "nope"],

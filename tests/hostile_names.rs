@@ -100,6 +100,8 @@ fn commands() -> Vec<(&'static str, Vec<&'static str>)> {
             ],
         ),
         (path, vec!["pool", "status", "{}"]),
+        (path, vec!["logs", "{}"]),
+        (path, vec!["logs", "w", "--pool={}"]),
         (path, vec!["pool", "stop-worker", "{}", "w"]),
         (path, vec!["pool", "stop-worker", "p", "{}"]),
         (path, vec!["pool", "detach", "{}"]),

@@ -319,6 +319,11 @@ pub fn run_inspect(
         r.submission_id,
         r.state
     );
+    crate::outln!(
+        "output: {} (stderr: {}; `dispatch logs`)",
+        r.stdout,
+        r.stderr
+    );
     crate::outln!("coordinator journal:");
     for e in &r.timeline {
         print_entry(e);

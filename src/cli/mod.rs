@@ -6,15 +6,20 @@ pub mod asset;
 pub mod doctor;
 pub mod exit;
 pub mod forget;
+pub mod jobs;
 pub mod journal;
+pub mod logs;
 pub mod output;
 pub mod pool;
+pub mod pool_status;
 pub mod replay;
 pub mod report;
 pub mod report_html;
 pub mod session;
 pub mod shell;
+pub mod table;
 pub mod trial;
+pub mod watch;
 pub mod worker;
 
 use std::path::PathBuf;
@@ -120,6 +125,19 @@ pub enum Command {
         dispatch report --pool p --json | jq .audit.findings\n  \
         dispatch report --worker w1 --html w1.html")]
     Report(report::ReportArgs),
+    /// Print a worker's stdout (or --stderr); with -f, follow it until the worker ends.
+    /// Pool and `submit` workers alike; offline (files only, no Slurm call)
+    #[command(after_help = "Examples:\n  \
+        dispatch logs w1\n  \
+        dispatch logs w1 --pool p --stderr\n  \
+        dispatch logs 0b5e7c1e -f")]
+    Logs(logs::LogsArgs),
+    /// List every worker started with `dispatch submit`, active and finished (no Slurm call
+    /// unless --refresh)
+    #[command(after_help = "Examples:\n  \
+        dispatch jobs\n  \
+        dispatch jobs --refresh --json | jq '.jobs[] | select(.active)'")]
+    Jobs(jobs::JobsArgs),
     /// Replay the journal against Slurm and resolve what can be proven
     #[command(after_help = "Examples:\n  \
         dispatch reconcile\n  \
@@ -148,6 +166,9 @@ pub enum Command {
         /// YYYY-MM-DD HH:MM[:SS] local), from the journal alone: no Slurm call
         #[arg(long, value_name = "SEQ|TIME", value_parser = replay::at_arg)]
         at: Option<crate::state::replay::Cut>,
+        /// Uncut cells (rows may pass 80 columns)
+        #[arg(long)]
+        wide: bool,
     },
     /// Acceptance trials: open one, let workers join it, judge it once with its evidence
     #[command(subcommand)]

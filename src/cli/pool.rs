@@ -146,7 +146,8 @@ pub enum PoolCommand {
     #[command(after_help = "Examples:\n  \
         dispatch pool status\n  \
         dispatch pool status p --refresh --json\n  \
-        dispatch pool status p --at 120")]
+        dispatch pool status p --at 120\n  \
+        dispatch pool status --refresh --watch 30")]
     Status {
         /// One pool (default: every pool)
         #[arg(value_parser = crate::names::arg::path_name("pool"))]
@@ -156,9 +157,17 @@ pub enum PoolCommand {
         refresh: bool,
         /// As it was after event SEQ, or at TIME (RFC 3339, or YYYY-MM-DD HH:MM[:SS] local),
         /// from the journal alone: no Slurm call, no worker journal read
-        #[arg(long, value_name = "SEQ|TIME", conflicts_with = "refresh",
+        #[arg(long, value_name = "SEQ|TIME", conflicts_with_all = ["refresh", "watch"],
               value_parser = super::replay::at_arg)]
         at: Option<crate::state::replay::Cut>,
+        /// Full submission ids and uncut cells (rows may pass 80 columns)
+        #[arg(long)]
+        wide: bool,
+        /// Look again every SECS seconds (default 5; at least 5 with --refresh) until Ctrl-C:
+        /// redrawn on a terminal, one JSON document per look with --json
+        #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "5",
+              value_parser = super::watch::parse_secs)]
+        watch: Option<u64>,
     },
     /// Stop one worker's step; the allocation and every other worker keep running
     #[command(after_help = "Examples:\n  \
@@ -252,90 +261,21 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
                 );
             }
         }
-        PoolCommand::Status { pool, refresh, at } => {
-            if *refresh {
-                reconcile::reconcile(ctx, pool.as_deref()).await?;
-            }
-            // With --at, the state after the cut and its time, and no worker journal read.
-            let (state, now, pools_dir, point) = match at {
-                Some(cut) => {
-                    let at = super::replay::state_at(&ctx.state_dir, *cut)?;
-                    let point = at.point();
-                    (at.state, at.now, None, Some(point))
-                }
-                // No journal yet: no pools (as `sessions` and `trials` see it).
-                None => match ctx.load() {
-                    Ok(loaded) => (loaded.state, ctx.now(), Some(ctx.pools_dir()), None),
-                    Err(OpError::Journal(crate::journal::JournalError::Missing(_))) => {
-                        let pools_dir = Some(ctx.pools_dir());
-                        (crate::state::State::default(), ctx.now(), pools_dir, None)
-                    }
-                    Err(e) => return Err(e.into()),
-                },
+        PoolCommand::Status {
+            pool,
+            refresh,
+            at,
+            wide,
+            watch,
+        } => {
+            let args = super::pool_status::StatusArgs {
+                pool: pool.as_deref(),
+                refresh: *refresh,
+                at: *at,
+                wide: *wide,
+                watch: *watch,
             };
-            let r = ops::status(&state, pools_dir.as_deref(), pool.as_deref(), now)?;
-            if let (false, Some(p)) = (json, &point) {
-                crate::outln!("{}", super::replay::heading(p));
-            }
-            if json {
-                print_json(&super::replay::with_at(point, &r))?;
-            } else if r.pools.is_empty() {
-                crate::outln!("no pools; attach one with `dispatch pool attach POOL --job JOBID`");
-            } else {
-                for p in &r.pools {
-                    let a = &p.allocation;
-                    // A dead allocation has no time left: say it ended, and what proved it.
-                    let life = match (&a.ended_proof, a.seconds_left) {
-                        (Some(proof), _) => format!("ended ({proof})"),
-                        (None, left) => format!("{} s left", left.unwrap_or(0)),
-                    };
-                    crate::outln!(
-                        "pool {}: job {} on {}, {life}; reserved {}/{} CPUs, {}/{} MB",
-                        p.pool,
-                        a.job_id,
-                        a.node,
-                        p.reserved.cpus,
-                        p.capacity.cpus,
-                        p.reserved.mem_mb,
-                        p.capacity.mem_mb
-                    );
-                    for w in &p.workers {
-                        crate::outln!(
-                            "  {:<20} {:<10} step {:<10} {} CPUs {} MB  {}",
-                            w.name,
-                            w.state,
-                            w.step_id.as_deref().unwrap_or("-"),
-                            w.cpus,
-                            w.mem_mb,
-                            w.submission_id
-                        );
-                        let n = &w.node;
-                        if let Some(r) = &n.refusal {
-                            crate::outln!("      refused before the payload started: {r}");
-                        }
-                        if let Some(p) = &n.publication {
-                            crate::outln!(
-                                "      publication {}{}",
-                                p.outcome,
-                                p.dir
-                                    .as_deref()
-                                    .map(|d| format!(" in {d}"))
-                                    .unwrap_or_default()
-                            );
-                        }
-                        if let Some(c) = &n.state_class {
-                            crate::outln!("      native state {c}");
-                        }
-                        if let Some(j) = n.worker_journal.as_ref().filter(|j| j.reason.is_some()) {
-                            crate::outln!(
-                                "      worker journal {}: {}; not trusted",
-                                j.status,
-                                j.reason.as_deref().unwrap_or_default()
-                            );
-                        }
-                    }
-                }
-            }
+            return super::pool_status::run(&args, ctx, json).await;
         }
         PoolCommand::StopWorker {
             pool,

@@ -15,7 +15,6 @@ use crate::ops::session::release::{self, ReleaseAction};
 use crate::ops::session::renew::{renew, RenewSettings};
 use crate::ops::session::{attach, command_for, report, Env, SessionError, Waits};
 use crate::policy::session::renew::{Backoff, DEFAULT_DRAIN_MINUTES};
-use crate::policy::session::report::Report;
 use crate::slurm::{CliConfig, CliScheduler, JobId, SlurmCommand};
 use crate::state::session::SessionKey;
 
@@ -448,7 +447,7 @@ fn render_launch(r: &LaunchReport, json: bool) -> Result<(), Failure> {
 }
 
 /// `dispatch sessions`.
-pub fn run_report(ctx: &Context) -> Result<u8, Failure> {
+pub fn run_report(ctx: &Context, wide: bool) -> Result<u8, Failure> {
     let slurm = CliScheduler::new(ctx.slurm.clone());
     let env = Env {
         config: ctx.config,
@@ -463,7 +462,9 @@ pub fn run_report(ctx: &Context) -> Result<u8, Failure> {
     if ctx.json {
         print_json(&r)?;
     } else {
-        crate::out!("{}", render_report(&r));
+        let release =
+            |mirror: &str, target: &str| command_for("release", &SessionKey::new(mirror, target));
+        crate::out!("{}", super::table::sessions(&r, wide, &release));
     }
     // A report built on a failed or partial listing may miss jobs: the outcome is unknown.
     Ok(if r.errors.is_empty() {
@@ -471,68 +472,4 @@ pub fn run_report(ctx: &Context) -> Result<u8, Failure> {
     } else {
         exit::UNKNOWN
     })
-}
-
-pub fn render_report(r: &Report) -> String {
-    let mut out = String::new();
-    let row = |e: &crate::policy::session::report::JobEntry| {
-        let mut s = format!(
-            "  {:<20} {:>10}  {:<11} {:>11}  {:<10}",
-            e.mirror.as_deref().unwrap_or(&e.token),
-            e.id,
-            e.state,
-            e.time_left.as_deref().unwrap_or("-"),
-            e.node.as_deref().unwrap_or("-"),
-        );
-        if !e.flags.is_empty() {
-            s.push_str(&format!("  ! {}", e.flags.join(", ")));
-        }
-        s.push('\n');
-        s
-    };
-    let mut any = false;
-    for g in r.targets.iter().filter(|g| !g.jobs.is_empty()) {
-        any = true;
-        out.push_str(&format!("{}   {}\n", g.target, g.signature));
-        for e in &g.jobs {
-            out.push_str(&row(e));
-        }
-    }
-    if !r.unmatched.is_empty() {
-        any = true;
-        out.push_str("jobs matching no configured target\n");
-        for e in &r.unmatched {
-            out.push_str(&row(e));
-        }
-    }
-    if !any {
-        out.push_str("No dispatch session jobs found.\n");
-    }
-    if !r.stale.is_empty() {
-        out.push_str("stale sessions (the job is gone; the record is not):\n");
-        for s in &r.stale {
-            let key = SessionKey::new(&s.mirror, &s.target);
-            out.push_str(&format!(
-                "  {}  -> {}   {}\n",
-                s.session,
-                s.job_id.map_or("-".into(), |j| j.to_string()),
-                command_for("release", &key)
-            ));
-        }
-    }
-    if !r.unknown.is_empty() {
-        out.push_str("sessions whose job cannot be told (never called stale):\n");
-        for s in &r.unknown {
-            out.push_str(&format!(
-                "  {}  -> {}   {}\n",
-                s.session,
-                s.job_id.map_or("-".into(), |j| j.to_string()),
-                s.reason.as_deref().unwrap_or("")
-            ));
-        }
-    }
-    for e in &r.errors {
-        out.push_str(&format!("! {e}\n"));
-    }
-    out
 }

@@ -26,6 +26,9 @@ pub struct InspectReport {
     pub timeline: Vec<Entry>,
     pub last_event: Option<Entry>,
     pub worker_journal: Option<WorkerJournal>,
+    /// Its output files (`dispatch logs` prints them).
+    pub stdout: String,
+    pub stderr: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -201,7 +204,10 @@ fn inspect_in(
         &crate::worker::supervisor::journal_dir(&dirs.evidence),
         until.map(|(_, now)| now),
     )?;
+    let logs = super::logs::LogPaths::of(&dirs);
     Ok(InspectReport {
+        stdout: logs.stdout,
+        stderr: logs.stderr,
         worker: found.worker,
         submission_id: id,
         pool: found.pool,

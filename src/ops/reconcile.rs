@@ -21,12 +21,27 @@ use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
 use crate::worker::report;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct ReconcileReport {
     pub observed: u64,
     pub resolved: Vec<Resolved>,
     pub unknown: Vec<Unresolved>,
     pub slurm_calls: u64,
+    /// What this run's job listing showed of each `dispatch submit` worker's job that it
+    /// listed (its Slurm state and reason now): an observation, not a recorded fact.
+    pub listed: Vec<ListedJob>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ListedJob {
+    pub submission_id: String,
+    pub job_id: u64,
+    /// Slurm's state word (`PENDING`, `RUNNING`, …).
+    pub state: String,
+    /// Slurm's reason (`%r`: `Priority`, `Resources`, `None`, …).
+    pub reason: String,
+    /// The node list, once it has one.
+    pub node: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -79,12 +94,7 @@ pub async fn reconcile<S: Scheduler>(
             (!p.active.is_empty() || p.ended.is_none()) && only_pool.is_none_or(|n| p.name == n)
         })
         .collect();
-    let mut report = ReconcileReport {
-        observed: 0,
-        resolved: Vec::new(),
-        unknown: Vec::new(),
-        slurm_calls: 0,
-    };
+    let mut report = ReconcileReport::default();
     reconcile_jobs(ctx, state, &mut report).await?;
     if pools.is_empty() {
         report.slurm_calls = ctx.sched.call_counts().since(&calls_before).total();
@@ -317,6 +327,21 @@ pub async fn reconcile<S: Scheduler>(
 /// The one-job-per-worker submissions: the known ids in one listing, the user's jobs (with
 /// those that ended) for submissions whose sbatch gave no answer, and accounting only for what
 /// those left unproven: one query by id, one by name.
+/// Reconcile the `dispatch submit` workers only (`dispatch jobs --refresh`): the same path as
+/// [`reconcile`] takes for them, without asking about any pool.
+pub async fn reconcile_jobs_only<S: Scheduler>(ctx: &Ctx<S>) -> Result<ReconcileReport, OpError> {
+    let calls_before = ctx.sched.call_counts();
+    let loaded = {
+        let (writer, loaded) = ctx.lock_and_load()?;
+        drop(writer);
+        loaded
+    };
+    let mut report = ReconcileReport::default();
+    reconcile_jobs(ctx, &loaded.state, &mut report).await?;
+    report.slurm_calls = ctx.sched.call_counts().since(&calls_before).total();
+    Ok(report)
+}
+
 async fn reconcile_jobs<S: Scheduler>(
     ctx: &Ctx<S>,
     state: &State,
@@ -349,6 +374,17 @@ async fn reconcile_jobs<S: Scheduler>(
             .await
     };
 
+    for (j, id) in &known {
+        if let Some(row) = by_id.job(*id).live() {
+            report.listed.push(ListedJob {
+                submission_id: j.submission_id.to_string(),
+                job_id: u64::from(id.get()),
+                state: row.state.to_string(),
+                reason: row.reason.clone(),
+                node: row.node_list.clone(),
+            });
+        }
+    }
     let unlisted: Vec<(&JobWorker, JobId)> = known
         .iter()
         .filter(|(_, id)| matches!(by_id.job(*id), Lookup::NotListed))

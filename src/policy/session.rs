@@ -362,10 +362,37 @@ pub fn poll_of(answer: &Answer<Vec<JobRow>>, job: JobId) -> Poll {
     }
 }
 
+/// Why Slurm keeps job `job` waiting, as the answer's row says (squeue `%r`: `Priority`,
+/// `Resources`, `QOSMaxJobsPerUserLimit`, …); `None` without a row or with no reason (`None`).
+pub fn waiting_reason(answer: &Answer<Vec<JobRow>>, job: JobId) -> Option<String> {
+    let row = answer.job(job).live()?;
+    let reason = row.reason.trim();
+    (!reason.is_empty() && reason != "None").then(|| reason.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::slurm::squeue::parse_jobs;
+
+    #[test]
+    fn the_waiting_reason_is_the_rows_unless_it_has_none() {
+        let job = JobId::new(4242).unwrap();
+        let answer = |reason: &str| {
+            Answer::Live(
+                parse_jobs(&format!(
+                    "4242|4242|PENDING|debug|dev|normal|u|1|1||1:00:00|1:00:00|N/A|N/A|{reason}|n\n"
+                ))
+                .unwrap(),
+            )
+        };
+        assert_eq!(
+            waiting_reason(&answer("QOSMaxJobsPerUserLimit"), job).as_deref(),
+            Some("QOSMaxJobsPerUserLimit")
+        );
+        assert_eq!(waiting_reason(&answer("None"), job), None);
+        assert_eq!(waiting_reason(&Answer::Live(Vec::new()), job), None);
+    }
 
     fn pins<'a>(p: Option<&'a str>, a: Option<&'a str>, q: Option<&'a str>) -> Pins<'a> {
         Pins {

@@ -46,6 +46,9 @@ pub struct WorkerView {
     pub step_id: Option<String>,
     pub exit_code: Option<i32>,
     pub exit_signal: Option<i32>,
+    /// Its output files (`dispatch logs` prints them); null without the state directory.
+    pub stdout: Option<String>,
+    pub stderr: Option<String>,
     #[serde(flatten)]
     pub node: NodeView,
 }
@@ -192,6 +195,13 @@ fn node_view(pools_dir: Option<&Path>, pool: &str, w: &Worker) -> NodeView {
 
 impl WorkerView {
     fn of(job: u64, pools_dir: Option<&Path>, pool: &str, w: &Worker) -> WorkerView {
+        let logs = pools_dir.map(|d| {
+            crate::ops::logs::LogPaths::of(&crate::worker::dirs::WorkerDirs::new(
+                d,
+                pool,
+                w.submission_id,
+            ))
+        });
         WorkerView {
             name: w.name.clone(),
             submission_id: w.submission_id.to_string(),
@@ -201,6 +211,8 @@ impl WorkerView {
             step_id: w.step_id.map(|s| format!("{job}.{s}")),
             exit_code: w.exit_code,
             exit_signal: w.exit_signal,
+            stdout: logs.as_ref().map(|l| l.stdout.clone()),
+            stderr: logs.map(|l| l.stderr),
             node: node_view(pools_dir, pool, w),
         }
     }

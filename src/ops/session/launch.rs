@@ -552,7 +552,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         let mut unknown_in_a_row = 0;
         let mut last = JobState::Pending;
         let key = &self.r.key;
-        let mut told: Option<(JobState, Instant)> = None;
+        let mut told: Option<(JobState, Option<String>, Instant)> = None;
         loop {
             let answer = self.env.slurm.list_jobs(&JobQuery::ids(vec![job])).await;
             match poll_of(&answer, job) {
@@ -565,19 +565,25 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                 }
                 Poll::Waiting(state) => {
                     unknown_in_a_row = 0;
-                    // Say so when the state changes, and every PROGRESS_EVERY while it does not.
-                    let due = told
-                        .as_ref()
-                        .is_none_or(|(s, at)| *s != state || at.elapsed() >= PROGRESS_EVERY);
+                    // Say so, with Slurm's reason, when either changes, and every
+                    // PROGRESS_EVERY while they do not.
+                    let reason = crate::policy::session::waiting_reason(&answer, job);
+                    let due = told.as_ref().is_none_or(|(s, r, at)| {
+                        *s != state || *r != reason || at.elapsed() >= PROGRESS_EVERY
+                    });
                     if due {
                         (self.env.progress)(&format!(
-                            "job {job} of {key} is {state}; waited {} s of up to {} s (the job is \
-                             recorded: interrupt to stop waiting, then `{}` cancels it)",
+                            "job {job} of {key} is {state}{}; waited {} s of up to {} s (the job \
+                             is recorded: interrupt to stop waiting, then `{}` cancels it)",
+                            reason
+                                .as_deref()
+                                .map(|r| format!(" ({r})"))
+                                .unwrap_or_default(),
                             started.elapsed().as_secs(),
                             waits.run_budget.as_secs(),
                             command_for("release", key)
                         ));
-                        told = Some((state.clone(), Instant::now()));
+                        told = Some((state.clone(), reason, Instant::now()));
                     }
                     last = state;
                 }

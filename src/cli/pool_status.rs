@@ -1,0 +1,70 @@
+//! `dispatch pool status [POOL] [--refresh] [--wide] [--watch [SECS]] [--at SEQ|TIME]`: one
+//! look, many, or one of the past.
+
+use super::exit::Failure;
+use crate::ops::context::Ctx;
+use crate::ops::{pool as ops, reconcile};
+use crate::slurm::Scheduler;
+
+/// What `pool status` was asked for.
+pub struct StatusArgs<'a> {
+    pub pool: Option<&'a str>,
+    pub refresh: bool,
+    /// As it was at this cut of the journal (no Slurm call, no worker journal read).
+    pub at: Option<crate::state::replay::Cut>,
+    pub wide: bool,
+    pub watch: Option<u64>,
+}
+
+/// One look: reconciled first with `--refresh`, then state and each worker's own journal.
+async fn look<S: Scheduler>(
+    a: &StatusArgs<'_>,
+    ctx: &Ctx<S>,
+) -> Result<ops::StatusReport, Failure> {
+    if a.refresh {
+        reconcile::reconcile(ctx, a.pool).await?;
+    }
+    // No journal yet: no pools (as `sessions` and `trials` see it).
+    let state = super::jobs::load_or_empty(ctx)?;
+    Ok(ops::status(
+        &state,
+        Some(&ctx.pools_dir()),
+        a.pool,
+        ctx.now(),
+    )?)
+}
+
+pub async fn run<S: Scheduler>(
+    a: &StatusArgs<'_>,
+    ctx: &Ctx<S>,
+    json: bool,
+) -> Result<u8, Failure> {
+    if let Some(cut) = a.at {
+        let at = super::replay::state_at(&ctx.state_dir, cut)?;
+        let point = at.point();
+        let r = ops::status(&at.state, None, a.pool, at.now)?;
+        if json {
+            super::output::print_json(&super::replay::with_at(Some(point), &r))?;
+        } else {
+            crate::outln!("{}", super::replay::heading(&point));
+            crate::out!("{}", super::table::pool_status(&r, a.wide));
+        }
+        return Ok(super::exit::OK);
+    }
+    let title = match a.pool {
+        Some(p) => format!("dispatch pool status {p}"),
+        None => "dispatch pool status".to_owned(),
+    };
+    let show = super::watch::Show {
+        watch: a.watch,
+        refresh: a.refresh,
+        json,
+        title: &title,
+    };
+    super::watch::show(
+        show,
+        || look(a, ctx),
+        |r| super::table::pool_status(r, a.wide),
+    )
+    .await
+}

@@ -1,0 +1,657 @@
+//! Human output of the listings (`pool status`, `jobs`, `sessions`): a header row, rows that fit
+//! [`WIDTH`] columns (short ids, long cells cut with `…`), `--wide` for full ids and uncut
+//! cells. Not stable (docs/cli.md): scripts read `--json`. Pure: every function returns text.
+
+use crate::ops::jobs::JobsReport;
+use crate::ops::pool::StatusReport;
+use crate::policy::session::report::{JobEntry, Report};
+
+/// The width rows are made to fit without `--wide`.
+pub const WIDTH: usize = 80;
+
+/// Columns of one table; cells of the `flexible` columns are cut to fit.
+pub struct Table {
+    headers: Vec<&'static str>,
+    rows: Vec<Vec<String>>,
+    /// Columns that may be cut to fit.
+    flexible: Vec<usize>,
+}
+
+/// The shortest a flexible column is cut to.
+const MIN_FLEXIBLE: usize = 6;
+
+impl Table {
+    pub fn new(headers: &[&'static str], flexible: &[usize]) -> Table {
+        Table {
+            headers: headers.to_vec(),
+            rows: Vec::new(),
+            flexible: flexible.to_vec(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        assert_eq!(cells.len(), self.headers.len(), "one cell per column");
+        self.rows.push(cells);
+    }
+
+    /// The table, each line indented by `indent` spaces and at most `width` characters long
+    /// (unless `width` is `None`: `--wide`).
+    pub fn render(&self, indent: usize, width: Option<usize>) -> String {
+        let n = self.headers.len();
+        let mut w: Vec<usize> = (0..n)
+            .map(|i| {
+                self.rows
+                    .iter()
+                    .map(|r| chars(&r[i]))
+                    .chain([chars(self.headers[i])])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        if let Some(width) = width {
+            let total = |w: &[usize]| indent + w.iter().sum::<usize>() + 2 * (n - 1);
+            // One character at a time from the widest flexible column above its floor, so
+            // long cells share the cut (ties: the earlier in `flexible`).
+            let floor = |i: usize| MIN_FLEXIBLE.max(chars(self.headers[i]));
+            while total(&w) > width {
+                let widest = self
+                    .flexible
+                    .iter()
+                    .copied()
+                    .filter(|&i| w[i] > floor(i))
+                    .max_by_key(|&i| (w[i], std::cmp::Reverse(i)));
+                match widest {
+                    Some(i) => w[i] -= 1,
+                    None => break,
+                }
+            }
+        }
+        let mut out = String::new();
+        let line = |cells: Vec<&str>, out: &mut String| {
+            let mut s = " ".repeat(indent);
+            for (i, c) in cells.iter().enumerate() {
+                if i > 0 {
+                    s.push_str("  ");
+                }
+                s.push_str(&pad(&cut(c, w[i]), w[i]));
+            }
+            out.push_str(s.trim_end());
+            out.push('\n');
+        };
+        line(self.headers.clone(), &mut out);
+        for r in &self.rows {
+            line(r.iter().map(String::as_str).collect(), &mut out);
+        }
+        out
+    }
+}
+
+fn chars(s: &str) -> usize {
+    s.chars().count()
+}
+
+/// `s` cut to `width` characters, its end replaced by `…` when cut.
+pub fn cut(s: &str, width: usize) -> String {
+    if chars(s) <= width {
+        return s.to_owned();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    let mut t: String = s.chars().take(width - 1).collect();
+    t.push('…');
+    t
+}
+
+fn pad(s: &str, width: usize) -> String {
+    format!("{s}{}", " ".repeat(width.saturating_sub(chars(s))))
+}
+
+/// A line of free text under a row, cut to the width (unless `--wide`).
+fn note_line(indent: usize, text: &str, width: Option<usize>) -> String {
+    let text = match width {
+        Some(w) => cut(text, w.saturating_sub(indent)),
+        None => text.to_owned(),
+    };
+    format!("{}{text}\n", " ".repeat(indent))
+}
+
+/// `1 CPU`, `4 CPUs`.
+pub fn count(n: u64, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+/// Megabytes as people read them: `512 MB`, `4 GB`, `1.5 GB`.
+pub fn mem(mb: u64) -> String {
+    if mb < 1024 {
+        format!("{mb} MB")
+    } else if mb % 1024 == 0 {
+        format!("{} GB", mb / 1024)
+    } else {
+        format!("{:.1} GB", mb as f64 / 1024.0)
+    }
+}
+
+/// Seconds as the two largest units: `45s`, `12m 5s`, `3h 20m`, `2d 4h`.
+pub fn secs(s: i64) -> String {
+    let s = s.max(0);
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        3600..86400 => format!("{}h {}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d {}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// The first 8 hex digits of a UUID (what `dispatch logs` and `inspect` accept), or all of it
+/// with `--wide`.
+pub fn id(uuid: &str, wide: bool) -> String {
+    if wide {
+        uuid.to_owned()
+    } else {
+        uuid.chars().take(8).collect()
+    }
+}
+
+fn width(wide: bool) -> Option<usize> {
+    (!wide).then_some(WIDTH)
+}
+
+/// `pool status`: one table of pools, then one of their workers with what each worker's own
+/// journal says under its row.
+pub fn pool_status(r: &StatusReport, wide: bool) -> String {
+    if r.pools.is_empty() {
+        return "no pools; attach one with `dispatch pool attach POOL --job JOBID`\n".to_owned();
+    }
+    let mut pools = Table::new(
+        &["POOL", "JOB", "NODE", "STATE", "LEFT", "CPUS", "MEM"],
+        &[0, 2],
+    );
+    for p in &r.pools {
+        let a = &p.allocation;
+        let (state, left) = match (&a.ended_proof, a.seconds_left) {
+            (Some(_), _) => ("ended", "-".to_owned()),
+            (None, left) => ("running", secs(left.unwrap_or(0))),
+        };
+        pools.row(vec![
+            p.pool.clone(),
+            a.job_id.to_string(),
+            a.node.clone(),
+            state.to_owned(),
+            left,
+            format!("{}/{}", p.reserved.cpus, count(p.capacity.cpus, "CPU")),
+            format!("{}/{}", mem(p.reserved.mem_mb), mem(p.capacity.mem_mb)),
+        ]);
+    }
+    let mut out = pools.render(0, width(wide));
+    for p in r
+        .pools
+        .iter()
+        .filter(|p| p.allocation.ended_proof.is_some())
+    {
+        let proof = p.allocation.ended_proof.as_deref().unwrap_or_default();
+        out.push_str(&note_line(
+            0,
+            &format!("pool {} ended: {proof}", p.pool),
+            width(wide),
+        ));
+    }
+    if r.pools.iter().all(|p| p.workers.is_empty()) {
+        return out;
+    }
+    out.push('\n');
+    let mut workers = Table::new(
+        &["POOL", "WORKER", "ID", "STATE", "STEP", "CPUS", "MEM"],
+        &[1, 0],
+    );
+    // The lines under each row, by row index, since the table is drawn as a whole; each says
+    // whether it may be cut (a path may not: it is there to be copied).
+    let mut details: Vec<Vec<(String, bool)>> = Vec::new();
+    for p in &r.pools {
+        for w in &p.workers {
+            workers.row(vec![
+                p.pool.clone(),
+                w.name.clone(),
+                id(&w.submission_id, wide),
+                w.state.to_owned(),
+                w.step_id.clone().unwrap_or_else(|| "-".to_owned()),
+                count(u64::from(w.cpus), "CPU"),
+                mem(w.mem_mb),
+            ]);
+            let n = &w.node;
+            let mut d = Vec::new();
+            if let Some(r) = &n.refusal {
+                d.push((format!("refused before the payload started: {r}"), true));
+            }
+            if let Some(p) = &n.publication {
+                let dir = p.dir.as_deref().map(|d| format!(" in {d}"));
+                d.push((
+                    format!("publication {}{}", p.outcome, dir.unwrap_or_default()),
+                    false,
+                ));
+            }
+            if let Some(c) = &n.state_class {
+                d.push((format!("native state {c}"), true));
+            }
+            if let Some(j) = n.worker_journal.as_ref().filter(|j| j.reason.is_some()) {
+                d.push((
+                    format!(
+                        "worker journal {}: {}; not trusted",
+                        j.status,
+                        j.reason.as_deref().unwrap_or_default()
+                    ),
+                    true,
+                ));
+            }
+            details.push(d);
+        }
+    }
+    let drawn = workers.render(0, width(wide));
+    let mut lines = drawn.lines();
+    out.push_str(lines.next().unwrap_or_default());
+    out.push('\n');
+    for (row, d) in lines.zip(&details) {
+        out.push_str(row);
+        out.push('\n');
+        for (text, may_cut) in d {
+            let width = if *may_cut { width(wide) } else { None };
+            out.push_str(&note_line(4, text, width));
+        }
+    }
+    out
+}
+
+/// `dispatch jobs`: one row per `dispatch submit` worker; the SLURM column only after
+/// `--refresh` (what its listing showed now).
+pub fn jobs(r: &JobsReport, wide: bool) -> String {
+    if r.jobs.is_empty() {
+        return "no jobs; start a worker as its own job with `dispatch submit`\n".to_owned();
+    }
+    let refreshed = r.refresh.is_some();
+    let mut headers = vec!["WORKER", "ID", "JOB", "STATE"];
+    if refreshed {
+        headers.push("SLURM");
+    }
+    headers.extend(["CPUS", "MEM", "SUBMITTED"]);
+    let mut t = Table::new(&headers, &[0, 4]);
+    for j in &r.jobs {
+        let mut row = vec![
+            j.worker.clone(),
+            id(&j.submission_id, wide),
+            j.job_id.map_or_else(|| "-".to_owned(), |n| n.to_string()),
+            j.state.to_owned(),
+        ];
+        if refreshed {
+            row.push(match (&j.slurm_state, &j.reason) {
+                (Some(s), Some(why)) if why != "None" => format!("{s} ({why})"),
+                (Some(s), _) => s.clone(),
+                (None, _) => "-".to_owned(),
+            });
+        }
+        row.extend([
+            count(u64::from(j.cpus), "CPU"),
+            mem(j.mem_mb),
+            submitted(&j.submitted_at),
+        ]);
+        t.row(row);
+    }
+    let mut out = t.render(0, width(wide));
+    for j in &r.jobs {
+        if let Some(f) = &j.failure {
+            out.push_str(&note_line(
+                0,
+                &format!("{} failed: {f}", j.worker),
+                width(wide),
+            ));
+        }
+    }
+    if let Some(x) = &r.refresh {
+        out.push_str(&format!(
+            "refreshed with {}: resolved {}, unknown {}\n",
+            count(x.slurm_calls, "Slurm call"),
+            x.resolved,
+            x.unknown
+        ));
+    }
+    out
+}
+
+/// An RFC 3339 time as `MM-DD HH:MM` in local time (`--json` has the full time).
+fn submitted(rfc3339: &str) -> String {
+    chrono::DateTime::parse_from_rfc3339(rfc3339)
+        .map(|t| {
+            t.with_timezone(&chrono::Local)
+                .format("%m-%d %H:%M")
+                .to_string()
+        })
+        .unwrap_or_else(|_| rfc3339.to_owned())
+}
+
+/// `dispatch sessions`: every session job with its target, then stale and unknown sessions.
+pub fn sessions(r: &Report, wide: bool, release_hint: &dyn Fn(&str, &str) -> String) -> String {
+    let mut t = Table::new(
+        &["TARGET", "MIRROR", "JOB", "STATE", "LEFT", "NODE", "FLAGS"],
+        &[6, 1, 0, 5],
+    );
+    let row = |target: &str, e: &JobEntry| {
+        vec![
+            target.to_owned(),
+            e.mirror.clone().unwrap_or_else(|| e.token.clone()),
+            e.id.clone(),
+            e.state.clone(),
+            e.time_left.clone().unwrap_or_else(|| "-".to_owned()),
+            e.node.clone().unwrap_or_else(|| "-".to_owned()),
+            e.flags.join(","),
+        ]
+    };
+    for g in &r.targets {
+        for e in &g.jobs {
+            t.row(row(&g.target, e));
+        }
+    }
+    for e in &r.unmatched {
+        t.row(row("(none)", e));
+    }
+    let mut out = if r.targets.iter().all(|g| g.jobs.is_empty()) && r.unmatched.is_empty() {
+        "No dispatch session jobs found.\n".to_owned()
+    } else {
+        t.render(0, width(wide))
+    };
+    if !r.stale.is_empty() {
+        out.push_str("stale sessions (the job is gone; the record is not):\n");
+        for s in &r.stale {
+            let job = s.job_id.map_or("-".into(), |j| j.to_string());
+            // Never cut: the command is there to be copied.
+            out.push_str(&format!(
+                "  {} -> {job}  {}\n",
+                s.session,
+                release_hint(&s.mirror, &s.target)
+            ));
+        }
+    }
+    if !r.unknown.is_empty() {
+        out.push_str("sessions whose job cannot be told (never called stale):\n");
+        for s in &r.unknown {
+            let job = s.job_id.map_or("-".into(), |j| j.to_string());
+            out.push_str(&note_line(
+                2,
+                &format!(
+                    "{} -> {job}  {}",
+                    s.session,
+                    s.reason.as_deref().unwrap_or("")
+                ),
+                width(wide),
+            ));
+        }
+    }
+    for e in &r.errors {
+        out.push_str(&format!("! {e}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_sizes_read_as_people_write_them() {
+        assert_eq!(count(1, "CPU"), "1 CPU");
+        assert_eq!(count(0, "CPU"), "0 CPUs");
+        assert_eq!(count(4, "CPU"), "4 CPUs");
+        assert_eq!(mem(100), "100 MB");
+        assert_eq!(mem(4096), "4 GB");
+        assert_eq!(mem(1536), "1.5 GB");
+        assert_eq!(secs(-3), "0s");
+        assert_eq!(secs(59), "59s");
+        assert_eq!(secs(3599), "59m 59s");
+        assert_eq!(secs(3600 * 5 + 120), "5h 2m");
+        assert_eq!(secs(86400 * 2 + 3600), "2d 1h");
+        assert_eq!(
+            id("0b5e7c1e-8a1f-4a55-9f6e-0d4b8e2a9c11", false),
+            "0b5e7c1e"
+        );
+    }
+
+    #[test]
+    fn a_table_fits_its_width_by_cutting_the_flexible_columns() {
+        let mut t = Table::new(&["NAME", "STATE", "NOTE"], &[0, 2]);
+        t.row(vec!["a".repeat(70), "running".into(), "b".repeat(30)]);
+        t.row(vec!["short".into(), "queued".into(), "-".into()]);
+        let text = t.render(0, Some(WIDTH));
+        for line in text.lines() {
+            assert!(line.chars().count() <= WIDTH, "{line:?}");
+        }
+        assert!(text.lines().nth(1).unwrap().contains('…'));
+        assert!(text.contains("running") && text.contains("queued"));
+        let wide = t.render(0, None);
+        assert!(wide.contains(&"a".repeat(70)) && !wide.contains('…'));
+    }
+
+    /// The reports the golden output is drawn from: every column, long names, a cut note.
+    fn samples() -> (StatusReport, JobsReport, Report) {
+        use crate::ops::jobs::{JobView, RefreshView};
+        use crate::ops::pool::{
+            AllocationView, NodeView, PoolView, PublicationView, Resources, WorkerView,
+        };
+        let alloc = |job: u64, left: Option<i64>, ended: Option<&str>| AllocationView {
+            job_id: job,
+            node: "n0042.savio4".into(),
+            user: "me".into(),
+            start_time: "2026-12-01T10:00:00".into(),
+            end_time: "2026-12-01T12:00:00".into(),
+            cpus: 4,
+            mem_mb: 4096,
+            partition: "savio4_htc".into(),
+            account: "fc_x".into(),
+            qos: "normal".into(),
+            seconds_left: left,
+            state: Some(if ended.is_some() { "ended" } else { "running" }),
+            ended_proof: ended.map(str::to_owned),
+        };
+        let worker = |name: &str, id: &str, state: &'static str, step: Option<&str>| WorkerView {
+            name: name.into(),
+            submission_id: id.into(),
+            state,
+            cpus: 1,
+            mem_mb: 100,
+            step_id: step.map(str::to_owned),
+            exit_code: None,
+            exit_signal: None,
+            stdout: None,
+            stderr: None,
+            node: NodeView::default(),
+        };
+        let mut published = worker(
+            "nightly-regression-suite-with-a-long-name",
+            "9f3b2a10-0000-4000-8000-000000000002",
+            "released",
+            Some("901.1"),
+        );
+        published.mem_mb = 1536;
+        published.node.publication = Some(PublicationView {
+            outcome: "published".into(),
+            dir: Some(
+                "/global/scratch/users/me/dispatch/pools/p/published/nightly-regression-suite-with-a-long-name-9f3b2a10".into(),
+            ),
+            manifest_sha256: None,
+            took_ms: Some(12),
+        });
+        published.node.state_class = Some("sealed".into());
+        let status = StatusReport {
+            pools: vec![
+                PoolView {
+                    pool: "p".into(),
+                    allocation: alloc(901, Some(3540), None),
+                    capacity: Resources {
+                        cpus: 4,
+                        mem_mb: 4096,
+                    },
+                    reserved: Resources {
+                        cpus: 1,
+                        mem_mb: 100,
+                    },
+                    workers: vec![
+                        worker(
+                            "w1",
+                            "0b5e7c1e-8a1f-4a55-9f6e-0d4b8e2a9c11",
+                            "running",
+                            Some("901.0"),
+                        ),
+                        published,
+                    ],
+                },
+                PoolView {
+                    pool: "gpu".into(),
+                    allocation: alloc(902, None, Some("squeue shows job 902 CANCELLED")),
+                    capacity: Resources {
+                        cpus: 1,
+                        mem_mb: 512,
+                    },
+                    reserved: Resources { cpus: 0, mem_mb: 0 },
+                    workers: vec![],
+                },
+            ],
+        };
+        let job = |worker: &str, id: &str, job: Option<u64>, state: &'static str| JobView {
+            worker: worker.into(),
+            submission_id: id.into(),
+            job_id: job,
+            job_name: format!("sucoder-{worker}"),
+            state,
+            active: true,
+            cpus: 2,
+            mem_mb: 2048,
+            submitted_at: "2026-12-01T09:30:00.000000Z".into(),
+            failure: None,
+            slurm_state: None,
+            reason: None,
+            node: None,
+            stdout: String::new(),
+            stderr: String::new(),
+        };
+        let mut pending = job(
+            "b",
+            "d19f3671-0000-4000-8000-000000000003",
+            Some(43),
+            "queued",
+        );
+        pending.slurm_state = Some("PENDING".into());
+        pending.reason = Some("QOSMaxJobsPerUserLimit".into());
+        let mut running = job(
+            "train-resnet-on-the-big-dataset",
+            "77aa0000-0000-4000-8000-000000000004",
+            Some(44),
+            "queued",
+        );
+        running.cpus = 1;
+        running.slurm_state = Some("RUNNING".into());
+        running.reason = Some("None".into());
+        let mut failed = job(
+            "bad",
+            "8eeca6fd-0000-4000-8000-000000000005",
+            None,
+            "failed",
+        );
+        failed.active = false;
+        failed.failure = Some(
+            "sbatch refused the job: \"sbatch: error: Batch job submission failed: Invalid partition name specified\"".into(),
+        );
+        let jobs = JobsReport {
+            jobs: vec![pending, running, failed],
+            refresh: Some(RefreshView {
+                resolved: 0,
+                unknown: 0,
+                slurm_calls: 1,
+            }),
+        };
+        let entry =
+            |id: u32, mirror: Option<&str>, state: &str, flags: Vec<&'static str>| JobEntry {
+                job_id: id,
+                id: id.to_string(),
+                mirror: mirror.map(str::to_owned),
+                token: "tok123".into(),
+                state: state.into(),
+                time_left: Some("11:59:00".into()),
+                node: Some("n0042.savio4".into()),
+                session: None,
+                sessions: vec![],
+                flags,
+            };
+        let sessions = Report {
+            targets: vec![crate::policy::session::report::TargetGroup {
+                target: "savio-htc".into(),
+                signature: "savio4_htc/fc_x/normal".into(),
+                jobs: vec![
+                    entry(4242, Some("sample"), "RUNNING", vec![]),
+                    entry(
+                        4243,
+                        Some("sample"),
+                        "RUNNING",
+                        vec![crate::policy::session::report::FLAG_REPLACED],
+                    ),
+                ],
+            }],
+            unmatched: vec![entry(4250, None, "PENDING", vec!["no session record"])],
+            stale: vec![crate::policy::session::report::SessionLine {
+                session: "doomed--savio-htc".into(),
+                mirror: "doomed".into(),
+                target: "savio-htc".into(),
+                job_id: Some(4100),
+                reason: None,
+            }],
+            unknown: vec![],
+            errors: vec![],
+        };
+        (status, jobs, sessions)
+    }
+
+    fn drawn(wide: bool) -> String {
+        let (status, jobs, sessions) = samples();
+        let release = |m: &str, t: &str| format!("`dispatch session release {m} -T {t}`");
+        format!(
+            "$ dispatch pool status\n{}\n$ dispatch jobs --refresh\n{}\n$ dispatch sessions\n{}",
+            pool_status(&status, wide),
+            self::jobs(&jobs, wide),
+            self::sessions(&sessions, wide, &release)
+        )
+        // The submission time is shown in local time: the golden file holds a placeholder.
+        .replace(&submitted("2026-12-01T09:30:00.000000Z"), "MM-DD HH:MM")
+    }
+
+    /// The golden output at 80 columns (tests/golden/tables-80.txt; `UPDATE_GOLDEN=1`
+    /// rewrites it): every row fits, and it is exactly what was reviewed.
+    #[test]
+    fn tables_match_the_golden_output_at_80_columns() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/tables-80.txt");
+        let text = drawn(false);
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(path, &text).unwrap();
+        }
+        // Only a command or a path to copy may pass the width.
+        let copied = |l: &&str| l.contains("dispatch session release") || l.contains(" in /");
+        for line in text.lines().filter(|l| !copied(l)) {
+            assert!(
+                line.chars().count() <= WIDTH,
+                "{} columns: {line:?}",
+                line.chars().count()
+            );
+        }
+        assert!(!text.contains("1 CPUs"), "{text}");
+        assert_eq!(text, std::fs::read_to_string(path).unwrap());
+        let wide = drawn(true);
+        assert!(
+            wide.contains("0b5e7c1e-8a1f-4a55-9f6e-0d4b8e2a9c11"),
+            "{wide}"
+        );
+        assert!(
+            wide.contains("nightly-regression-suite-with-a-long-name-9f3b2a10"),
+            "{wide}"
+        );
+        assert!(!wide.contains('…'), "{wide}");
+    }
+}

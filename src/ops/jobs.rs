@@ -1,0 +1,107 @@
+//! `dispatch jobs`: every worker started with `dispatch submit`, from state (no Slurm call),
+//! or after `reconcile_jobs_only` with what its listing showed of each job now.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::logs::LogPaths;
+use super::reconcile::ListedJob;
+use crate::state::jobs::JobWorker;
+use crate::state::State;
+use crate::worker::dirs::WorkerDirs;
+
+#[derive(Debug, Serialize)]
+pub struct JobsReport {
+    pub jobs: Vec<JobView>,
+    /// With `--refresh`: what the refresh resolved and how many Slurm calls it made.
+    pub refresh: Option<RefreshView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RefreshView {
+    pub resolved: usize,
+    pub unknown: usize,
+    pub slurm_calls: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct JobView {
+    pub worker: String,
+    pub submission_id: String,
+    pub job_id: Option<u64>,
+    pub job_name: String,
+    /// As recorded: `submitted`, `unknown`, `queued`, `stopping`, `released`, `failed`,
+    /// `forgotten`.
+    pub state: &'static str,
+    /// Whether it still holds budget (not yet proven over).
+    pub active: bool,
+    pub cpus: u32,
+    pub mem_mb: u64,
+    pub submitted_at: String,
+    pub failure: Option<String>,
+    /// Slurm's state of its job in this refresh's listing (`PENDING`, `RUNNING`, …); null
+    /// without `--refresh` or when the listing did not show it.
+    pub slurm_state: Option<String>,
+    /// Slurm's reason in that listing (`Priority`, `Resources`, `None`, …).
+    pub reason: Option<String>,
+    pub node: Option<String>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl JobView {
+    fn of(state_dir: &Path, j: &JobWorker, active: bool, listed: &[ListedJob]) -> JobView {
+        let id = j.submission_id.to_string();
+        let seen = listed.iter().find(|l| l.submission_id == id);
+        let logs = LogPaths::of(&WorkerDirs::of(state_dir, None, j.submission_id));
+        JobView {
+            worker: j.worker.clone(),
+            submission_id: id,
+            job_id: j.job_id,
+            job_name: j.job_name().to_owned(),
+            state: j.state.as_str(),
+            active,
+            cpus: j.cpus,
+            mem_mb: j.mem_mb,
+            submitted_at: j.submitted_at.to_rfc3339(),
+            failure: j.failure.clone(),
+            slurm_state: seen.map(|l| l.state.clone()),
+            reason: seen.map(|l| l.reason.clone()),
+            node: seen.and_then(|l| l.node.clone()),
+            stdout: logs.stdout,
+            stderr: logs.stderr,
+        }
+    }
+}
+
+/// Active workers first (oldest first), then the finished ones the state keeps, newest first.
+pub fn jobs(
+    state: &State,
+    state_dir: &Path,
+    refresh: Option<&super::reconcile::ReconcileReport>,
+) -> JobsReport {
+    let listed = refresh.map_or(&[][..], |r| r.listed.as_slice());
+    let mut active: Vec<&JobWorker> = state.jobs.active.values().collect();
+    active.sort_by_key(|j| j.submitted_at);
+    let mut jobs: Vec<JobView> = active
+        .into_iter()
+        .map(|j| JobView::of(state_dir, j, true, listed))
+        .collect();
+    jobs.extend(
+        state
+            .jobs
+            .finished
+            .iter()
+            .rev()
+            .map(|j| JobView::of(state_dir, j, false, listed)),
+    );
+    JobsReport {
+        jobs,
+        refresh: refresh.map(|r| RefreshView {
+            resolved: r.resolved.len(),
+            unknown: r.unknown.len(),
+            slurm_calls: r.slurm_calls,
+        }),
+    }
+}
