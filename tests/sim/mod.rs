@@ -241,8 +241,6 @@ pub struct World {
     mark: Option<tokio::time::Instant>,
     /// How often each call content was seen (keys the per-call RNG).
     asked: BTreeMap<String, u64>,
-    /// Accounting may have lost a job while squeue lies empty (off by default: see above).
-    pub lost_accounting_in_blackout: bool,
     /// Nothing ends by itself (limits, payloads): for the liveness check, where only what
     /// dispatch does may change the world.
     pub frozen: bool,
@@ -316,7 +314,6 @@ impl World {
             clock: EPOCH_US,
             mark: None,
             asked: BTreeMap::new(),
-            lost_accounting_in_blackout: false,
             frozen: false,
             rng: Rng::new(seed),
             faults: Faults {
@@ -653,10 +650,10 @@ impl World {
                     .into(),
             });
         }
-        // Lost accounting during a blackout makes both of the never-created proof's listings
-        // empty; reconcile then releases a job that exists (see `tests/simulation.rs`). Only
-        // with SIM_LOST_ACCOUNTING_IN_BLACKOUT=1.
-        let faults_on = self.faults.on && (!self.blackout(now) || self.lost_accounting_in_blackout);
+        // A job accounting lost stays lost while faults are on, a blackout included: then
+        // squeue lies empty and sacct lacks the job, both at once (the case that once made
+        // reconcile prove a live job "never created": seed 298).
+        let faults_on = self.faults.on;
         let mut text = String::new();
         for j in self.jobs.values() {
             let wanted = if q.jobs.is_empty() {
