@@ -13,18 +13,18 @@
 //! (S4) after the faults stop, two releases of every session resolve everything: they
 //!      succeed, nothing of the session is left queued or running, and its record holds
 //!      nothing unknown. (One is not always enough: a release that cancels the recorded job
-//!      leaves an interrupted renewal's in-flight submission recorded, seed 429; the second,
+//!      leaves an interrupted renewal's in-flight submission recorded; the second,
 //!      finding no job recorded, settles it by name.)
 //!
 //! Known gaps in `src/ops/session/`, counted in the summary instead of failing the run (they
 //! fail with SIM_STRICT_SESSIONS=1), until fixed there:
 //! 1. `session_gap`: release and launch take a blackout's empty `squeue --name` answer for
-//!    "no job": release answers success while the job runs (seed 18), and records that the
-//!    in-doubt submission made nothing, so a later launch submits beside it.
+//!    "no job": release answers success while the job runs (seed 168), and records that the
+//!    in-doubt submission made nothing, so a later launch submits beside it (seed 37).
 //! 2. `renew_gap`: `renew --once` exits 0 naming a job that is not live, after a failed
-//!    relaunch (seed 78) or holding on a probe that proved nothing (seed 217).
+//!    relaunch (seed 72) or holding on a probe that proved nothing (seed 16).
 //! 3. `failed_probe_gap`: with no record (lost), a launch whose name probe *failed* submits
-//!    anyway ("a failed probe does not block"), beside the live job (seed 172).
+//!    anyway ("a failed probe does not block"), beside the live job (seed 246).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
