@@ -332,6 +332,9 @@ pub async fn run_reconcile<S: Scheduler>(ctx: &Ctx<S>, json: bool) -> Result<u8,
                 x.worker,
                 x.state
             );
+            if let Some(why) = &x.why {
+                crate::outln!("    {why}");
+            }
         }
     }
     Ok(exit::OK)

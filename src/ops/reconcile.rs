@@ -61,6 +61,10 @@ pub struct Unresolved {
     pub worker: String,
     pub submission_id: String,
     pub state: &'static str,
+    /// What would settle it, when reconcile knows (only a proof missing that an ordinary
+    /// later event supplies, or `dispatch forget`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 /// At most this many jobs missing from a listing of several ids are asked about one by one
@@ -315,6 +319,7 @@ pub async fn reconcile<S: Scheduler>(
                     worker: w.name.clone(),
                     submission_id: id.to_string(),
                     state: w.state.as_str(),
+                    why: None,
                 });
             }
         }
@@ -447,6 +452,7 @@ async fn reconcile_jobs<S: Scheduler>(
             worker: j.worker.clone(),
             submission_id: j.submission_id.to_string(),
             state: j.state.as_str(),
+            why: None,
         };
         if let Some(id) = j.job_id {
             let Some(job) = job_of(id) else { continue };
@@ -483,11 +489,16 @@ async fn reconcile_jobs<S: Scheduler>(
             continue;
         }
         let settle = reconcile::settle_delay(j.named.as_ref().map(|n| n.sbatch_limit_s));
+        let watermark = reconcile::watermark(
+            reconcile::settled_at(j.submitted_at, settle),
+            recorded_job_ids(state),
+        );
         match reconcile::find_lost(
             j.job_name(),
             j.submitted_at,
             now,
             settle,
+            watermark,
             &mine,
             acct_by_name.as_ref(),
         ) {
@@ -526,10 +537,31 @@ async fn reconcile_jobs<S: Scheduler>(
                 )?;
                 report.resolved.push(resolved(proof, None));
             }
-            Lost::Unknown => report.unknown.push(unresolved()),
+            Lost::Unknown(why) => report.unknown.push(Unresolved {
+                why: why.map(|why| {
+                    format!(
+                        "{why}; it resolves once a job submitted later (any `dispatch submit`) \
+                         is listed beside it, or the operator gives it up: `dispatch forget {} \
+                         --reason TEXT`",
+                        j.worker
+                    )
+                }),
+                ..unresolved()
+            }),
         }
     }
     Ok(())
+}
+
+/// The `dispatch submit` jobs whose ids are known, with the time of their intent (the
+/// watermark's candidates): active ones and the finished ones the state remembers.
+fn recorded_job_ids(state: &State) -> impl Iterator<Item = (Micros, u64)> + '_ {
+    state
+        .jobs
+        .active
+        .values()
+        .chain(state.jobs.finished.iter())
+        .filter_map(|j| j.job_id.map(|id| (j.submitted_at, id)))
 }
 
 /// Append `event` about job worker `j` under the lock, if it is still as reconcile saw it

@@ -330,19 +330,57 @@ pub enum Lost {
         over: Option<String>,
     },
     /// No job of its name in either listing, both answered, long after any sbatch could have
-    /// made one: nothing was created, and its budget can go.
+    /// made one, and the squeue answer is shown to be the controller's view after that (it
+    /// lists a job given out later): nothing was created, and its budget can go.
     NeverCreated(String),
-    Unknown,
+    /// Not proven either way; `Some(why)` when only the watermark was missing (the listings
+    /// answered without its name, past the settle delay): what would settle it.
+    Unknown(Option<String>),
+}
+
+/// The lowest job id known to have been given out after `settled_at`: the ids of jobs whose
+/// intent was journaled at or after it (`recorded`: intent time and job id). Its sbatch ran
+/// after its intent, so the controller gave that id after any sbatch of a submission settled
+/// by then could have been answered, and Slurm job ids grow with each submission on one
+/// controller: every job such a submission could have made has a lower id.
+pub fn watermark(
+    settled_at: Micros,
+    recorded: impl IntoIterator<Item = (Micros, u64)>,
+) -> Option<JobId> {
+    recorded
+        .into_iter()
+        .filter(|(at, _)| at.0 >= settled_at.0)
+        .filter_map(|(_, id)| u32::try_from(id).ok().and_then(JobId::new))
+        .min_by_key(|id| id.get())
+}
+
+/// When a submission with intent at `intent_at` can have no sbatch in flight any more.
+pub fn settled_at(intent_at: Micros, settle: Duration) -> Micros {
+    Micros(
+        intent_at
+            .0
+            .saturating_add(i64::try_from(settle.as_micros()).unwrap_or(i64::MAX)),
+    )
 }
 
 /// `squeue`: the user's jobs with `--states=all`; `sacct`: accounting by name since (a margin
-/// before) the intent, if it was asked. sacct's empty answer (`NotInAccounting`) counts as an
-/// answer here: it is corroborated by squeue's and by the settle delay.
+/// before) the intent, if it was asked; `watermark`: [`watermark`] at [`settled_at`].
+///
+/// Absence by name is never proof alone: a controller in a blackout answers squeue with exit 0
+/// and nothing, and accounting may have lost the job, so two empty answers can sit beside a
+/// running job (the simulation's seed 298). It proves "never created" only when the squeue
+/// answer that lacks the name lists a job at or above the watermark: that answer is then the
+/// controller's own current view (not an empty or stale one), taken after any job of this
+/// submission would have existed, and `--states=all` lists every live job of the user, so no
+/// job of this name is live. sacct's empty answer (`NotInAccounting`) counts as an answer: it
+/// only tells "never created" from "ended longer than MinJobAge ago", and either frees nothing
+/// that runs.
 pub fn find_lost(
     name: &str,
     intent_at: Micros,
     now: Micros,
     settle: Duration,
+    watermark: Option<JobId>,
     squeue: &Answer<Vec<JobRow>>,
     sacct: Option<&Answer<Vec<AcctRow>>>,
 ) -> Lost {
@@ -382,16 +420,32 @@ pub fn find_lost(
             };
         }
     }
-    let settled_at = intent_at
-        .0
-        .saturating_add(i64::try_from(settle.as_micros()).unwrap_or(i64::MAX));
-    match (squeue, accounting) {
-        (Answer::Live(_), Some(_)) if now.0 >= settled_at => Lost::NeverCreated(format!(
-            "never created: no job named {name:?} in squeue --states=all nor in accounting since \
-             its intent, {} s after it (longer than its sbatch could run)",
-            settle.as_secs()
+    let (Answer::Live(rows), Some(_)) = (squeue, accounting) else {
+        return Lost::Unknown(None);
+    };
+    if now.0 < settled_at(intent_at, settle).0 {
+        return Lost::Unknown(None);
+    }
+    let absent = format!(
+        "no job named {name:?} in squeue --states=all nor in accounting since its intent, {} s \
+         after it (longer than its sbatch could run)",
+        settle.as_secs()
+    );
+    let Some(mark) = watermark else {
+        return Lost::Unknown(Some(format!(
+            "{absent}, but that proves nothing alone (an empty or stale answer looks the same) \
+             and no job submitted after that is known to compare the listing against"
+        )));
+    };
+    match rows.iter().map(|r| r.job_id).max_by_key(|id| id.get()) {
+        Some(newest) if newest.get() >= mark.get() => Lost::NeverCreated(format!(
+            "never created: {absent}; the same squeue answer lists job {newest}, given out after \
+             that (job {mark} was), so it is the controller's current view"
         )),
-        _ => Lost::Unknown,
+        _ => Lost::Unknown(Some(format!(
+            "{absent}, but that proves nothing alone (an empty or stale answer looks the same) \
+             and the listing shows no job from job {mark} on, which was submitted after that"
+        ))),
     }
 }
 
@@ -732,12 +786,13 @@ mod tests {
         let later = Micros::from_secs(1034);
         let soon = Micros::from_secs(1010);
         let name = "sucoder-w-0123abcd";
+        let mark = JobId::new(40);
         let sq = Answer::Live(job_rows(&[
             (41, "COMPLETED", name),
             (40, "RUNNING", "other"),
         ]));
         assert_eq!(
-            find_lost(name, at, soon, settle, &sq, None),
+            find_lost(name, at, soon, settle, mark, &sq, None),
             Lost::Found {
                 job: JobId::new(41).unwrap(),
                 how: format!("squeue lists job 41 named {name:?} (COMPLETED)"),
@@ -750,7 +805,7 @@ mod tests {
             ("52.batch", "FAILED", "batch"),
         ]));
         assert_eq!(
-            find_lost(name, at, soon, settle, &none, Some(&acct)),
+            find_lost(name, at, soon, settle, mark, &none, Some(&acct)),
             Lost::Found {
                 job: JobId::new(52).unwrap(),
                 how: format!("accounting lists job 52 named {name:?}"),
@@ -761,25 +816,26 @@ mod tests {
             command: SlurmCommand::Sacct,
         });
         assert_eq!(
-            find_lost(name, at, soon, settle, &none, Some(&not_in_acct)),
-            Lost::Unknown,
+            find_lost(name, at, soon, settle, mark, &none, Some(&not_in_acct)),
+            Lost::Unknown(None),
             "an sbatch may still be in flight"
         );
         assert!(matches!(
-            find_lost(name, at, later, settle, &none, Some(&not_in_acct)),
+            find_lost(name, at, later, settle, mark, &none, Some(&not_in_acct)),
             Lost::NeverCreated(p) if p.contains("never created") && p.contains("33 s")
+                && p.contains("lists job 40")
         ));
         assert_eq!(
-            find_lost(name, at, later, settle, &none, None),
-            Lost::Unknown,
+            find_lost(name, at, later, settle, mark, &none, None),
+            Lost::Unknown(None),
             "squeue alone forgets jobs after MinJobAge"
         );
         let down: Answer<Vec<JobRow>> = Answer::Unknown(SlurmError::NotInAccounting {
             command: SlurmCommand::Squeue,
         });
         assert_eq!(
-            find_lost(name, at, later, settle, &down, Some(&not_in_acct)),
-            Lost::Unknown
+            find_lost(name, at, later, settle, mark, &down, Some(&not_in_acct)),
+            Lost::Unknown(None)
         );
     }
 
@@ -854,7 +910,7 @@ mod tests {
             let at = Micros::from_secs(10_000);
             let now = Micros::from_secs(10_000 + i64::from(after_s));
             let squeue: Answer<Vec<JobRow>> = if squeue_answered {
-                Answer::Live(Vec::new())
+                Answer::Live(job_rows(&[(7, "PENDING", "later")]))
             } else {
                 Answer::Unknown(SlurmError::NotInAccounting { command: SlurmCommand::Squeue })
             };
@@ -862,10 +918,42 @@ mod tests {
                 Answer::Unknown(SlurmError::NotInAccounting { command: SlurmCommand::Sacct }),
             );
             let never = matches!(
-                find_lost("n", at, now, settle, &squeue, sacct.as_ref()),
+                find_lost("n", at, now, settle, JobId::new(7), &squeue, sacct.as_ref()),
                 Lost::NeverCreated(_)
             );
             never == (squeue_answered && sacct_answered && u64::from(after_s) >= settle.as_secs())
+        }
+    }
+
+    quickcheck! {
+        /// Whatever the listing and the watermark: "never created" only when the listing shows
+        /// a job at or above the watermark, and then whenever it does (past the delay, both
+        /// answered, the name absent).
+        fn prop_never_created_needs_a_listed_job_at_the_watermark(
+            listed: Vec<u16>,
+            mark: Option<u16>
+        ) -> bool {
+            let rows: Vec<(u32, &str, &str)> = listed
+                .iter()
+                .map(|id| (u32::from(*id) + 1, "RUNNING", "other"))
+                .take(16)
+                .collect();
+            let squeue = Answer::Live(job_rows(&rows));
+            let sacct: Answer<Vec<AcctRow>> =
+                Answer::Unknown(SlurmError::NotInAccounting { command: SlurmCommand::Sacct });
+            let mark = mark.and_then(|m| JobId::new(u32::from(m) + 1));
+            let lost = find_lost(
+                "n",
+                Micros::from_secs(0),
+                Micros::from_secs(1000),
+                settle_delay(None),
+                mark,
+                &squeue,
+                Some(&sacct),
+            );
+            let covered = mark.is_some_and(|m| rows.iter().any(|(id, _, _)| *id >= m.get()));
+            matches!(lost, Lost::NeverCreated(_)) == covered
+                && (covered || matches!(lost, Lost::Unknown(Some(_))))
         }
     }
 
@@ -898,5 +986,64 @@ mod tests {
             v.terminal.is_some(),
             "without the history the name decides: {v:?}"
         );
+    }
+
+    /// Found by the simulation (seed 298): sbatch's answer lost, the job running; a blackout
+    /// answers squeue with nothing while accounting has lost the job. Two empty answers past
+    /// the settle delay are not proof; only a listing that shows a job given out later is.
+    #[test]
+    fn two_empty_answers_do_not_prove_never_created_without_a_newer_job_listed() {
+        let settle = settle_delay(Some(3));
+        let at = Micros::from_secs(1000);
+        let later = Micros::from_secs(2000);
+        let name = "sim-w3-1a8c23db";
+        let empty: Answer<Vec<JobRow>> = Answer::Live(Vec::new());
+        let not_in_acct: Answer<Vec<AcctRow>> = Answer::Unknown(SlurmError::NotInAccounting {
+            command: SlurmCommand::Sacct,
+        });
+        let acct = Some(&not_in_acct);
+        let unknown_why = |lost: Lost| match lost {
+            Lost::Unknown(Some(why)) => why,
+            other => panic!("not unknown with a reason: {other:?}"),
+        };
+        let why = unknown_why(find_lost(name, at, later, settle, None, &empty, acct));
+        assert!(why.contains("proves nothing alone"), "{why}");
+        let mark = JobId::new(120);
+        let why = unknown_why(find_lost(name, at, later, settle, mark, &empty, acct));
+        assert!(why.contains("from job 120 on"), "{why}");
+        let older = Answer::Live(job_rows(&[(119, "RUNNING", "other")]));
+        unknown_why(find_lost(name, at, later, settle, mark, &older, acct));
+        let newer = Answer::Live(job_rows(&[(119, "RUNNING", "a"), (121, "PENDING", "b")]));
+        assert!(matches!(
+            find_lost(name, at, later, settle, mark, &newer, acct),
+            Lost::NeverCreated(p) if p.contains("lists job 121") && p.contains("job 120")
+        ));
+        assert_eq!(
+            find_lost(
+                name,
+                at,
+                Micros::from_secs(1010),
+                settle,
+                mark,
+                &newer,
+                acct
+            ),
+            Lost::Unknown(None),
+            "within the settle delay nothing is said"
+        );
+    }
+
+    #[test]
+    fn the_watermark_is_the_lowest_id_given_out_after_the_settle_point() {
+        let settled = Micros::from_secs(100);
+        let recorded = [
+            (Micros::from_secs(99), 50u64),
+            (Micros::from_secs(100), 70),
+            (Micros::from_secs(300), 60),
+            (Micros::from_secs(400), u64::from(u32::MAX) + 1),
+        ];
+        assert_eq!(watermark(settled, recorded), JobId::new(60));
+        assert_eq!(watermark(Micros::from_secs(500), recorded), None);
+        assert_eq!(watermark(settled, []), None);
     }
 }

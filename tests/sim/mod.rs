@@ -22,6 +22,8 @@
 
 #![allow(dead_code)]
 
+pub mod sessions;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
@@ -36,8 +38,8 @@ use dispatch::slurm::squeue::{parse_jobs, parse_steps};
 use dispatch::slurm::{
     AcctQuery, AcctRow, ActionError, AllocRequest, Allocated, Answer, BatchPayload, BatchRequest,
     CallCounts, CancelReport, CancelTarget, GoneProof, JobDetails, JobId, JobName, JobQuery,
-    JobRow, JobSelect, LaunchedStep, Refusal, ScancelSaid, Scheduler, Signal, SlurmCommand,
-    SlurmError, StepId, StepKind, StepRequest, StepRow, Submitted,
+    JobRow, JobSelect, LaunchedStep, Placement, Refusal, ScancelSaid, Scheduler, Signal,
+    SlurmCommand, SlurmError, StepId, StepKind, StepRequest, StepRow, Submitted,
 };
 use uuid::Uuid;
 
@@ -164,9 +166,47 @@ pub struct SimJob {
     pub acct_lag: i64,
     /// Accounting has lost this job while faults are on.
     pub acct_lost: bool,
+    /// Where it was placed (what a session's target rule reads).
+    pub partition: String,
+    pub account: String,
+    pub qos: String,
+    /// A session job (sbatch of a session script, or salloc): made while another live job of
+    /// the same name and placement existed, and by which command.
+    pub beside: Option<u32>,
+    pub made_by: &'static str,
 }
 
 impl SimJob {
+    /// An allocation granted at `now` (salloc's, or one the user made), running until its
+    /// limit or a cancel, on the default placement. `size`: CPUs, memory (MB), limit (s).
+    fn allocation(id: u32, name: String, size: (u32, u64, i64), now: i64, lag: i64) -> SimJob {
+        let (cpus, mem_mb, limit_s) = size;
+        SimJob {
+            id,
+            name,
+            batch: false,
+            submission: None,
+            cpus,
+            mem_mb,
+            limit_s,
+            submitted: now,
+            start: Some(now),
+            runs_at: now,
+            runs_for: None,
+            stubborn: false,
+            phase: Phase::Running,
+            steps: BTreeMap::new(),
+            next_step: 0,
+            acct_lag: lag,
+            acct_lost: false,
+            partition: "debug".into(),
+            account: "acct".into(),
+            qos: "normal".into(),
+            beside: None,
+            made_by: "the user",
+        }
+    }
+
     pub fn live(&self) -> bool {
         self.phase.live()
     }
@@ -230,6 +270,13 @@ pub struct FaultCounts {
     pub steps_refused: u64,
     pub lost_accounting: u64,
     pub empty_lies: u64,
+    /// Session violations resting on a blackout's empty name listing (the known gap).
+    pub session_gap: u64,
+    /// A launch that, with no record, submitted beside a live job after its name probe
+    /// failed (known gap 3: a failed probe does not block).
+    pub failed_probe_gap: u64,
+    /// `renew --once` answering exit 0 over a lost job after a failed relaunch (known gap 2).
+    pub renew_gap: u64,
     pub calls: u64,
 }
 
@@ -241,8 +288,6 @@ pub struct World {
     mark: Option<tokio::time::Instant>,
     /// How often each call content was seen (keys the per-call RNG).
     asked: BTreeMap<String, u64>,
-    /// Accounting may have lost a job while squeue lies empty (off by default: see above).
-    pub lost_accounting_in_blackout: bool,
     /// Nothing ends by itself (limits, payloads): for the liveness check, where only what
     /// dispatch does may change the world.
     pub frozen: bool,
@@ -251,6 +296,12 @@ pub struct World {
     pub counts: FaultCounts,
     pub jobs: BTreeMap<u32, SimJob>,
     next_job: u32,
+    /// The dispatch command running now (set by the driver), for the jobs it makes.
+    pub command: &'static str,
+    /// Job names whose last by-name listing was a blackout's empty lie.
+    pub lied_about: std::collections::BTreeSet<String>,
+    /// Job names whose last by-name listing failed.
+    pub probe_failed: std::collections::BTreeSet<String>,
 }
 
 pub struct SimSlurm {
@@ -316,7 +367,6 @@ impl World {
             clock: EPOCH_US,
             mark: None,
             asked: BTreeMap::new(),
-            lost_accounting_in_blackout: false,
             frozen: false,
             rng: Rng::new(seed),
             faults: Faults {
@@ -333,6 +383,9 @@ impl World {
             counts: FaultCounts::default(),
             jobs: BTreeMap::new(),
             next_job: 100,
+            command: "",
+            lied_about: Default::default(),
+            probe_failed: Default::default(),
         }
     }
 
@@ -345,6 +398,11 @@ impl World {
         self.clock += by.as_micros() as i64;
         Micros::pin_this_threads_clock(Some(Micros(self.clock)));
         self.tick();
+    }
+
+    /// The id the next job will get.
+    pub fn next_job_id(&self) -> u32 {
+        self.next_job
     }
 
     /// A new command (a new process): its runtime's clock starts afresh.
@@ -450,28 +508,8 @@ impl World {
         let id = self.next_job;
         self.next_job += 1;
         let lag = self.rng.range(0, 20) as i64 * 1_000_000;
-        self.jobs.insert(
-            id,
-            SimJob {
-                id,
-                name: format!("alloc{id}"),
-                batch: false,
-                submission: None,
-                cpus,
-                mem_mb,
-                limit_s,
-                submitted: now,
-                start: Some(now),
-                runs_at: now,
-                runs_for: None,
-                stubborn: false,
-                phase: Phase::Running,
-                steps: BTreeMap::new(),
-                next_step: 0,
-                acct_lag: lag,
-                acct_lost: false,
-            },
-        );
+        let job = SimJob::allocation(id, format!("alloc{id}"), (cpus, mem_mb, limit_s), now, lag);
+        self.jobs.insert(id, job);
         JobId::new(id).unwrap()
     }
 
@@ -500,8 +538,11 @@ impl World {
             .map_or(j.limit_s, |s| j.limit_s - (now - s) / 1_000_000);
         let node = if j.start.is_some() { NODE } else { "" };
         format!(
-            "{id}|{id}|{state}|debug|acct|normal|{USER}|1|{cpus}|{node}|{left}|{limit}|{start}|N/A|None|{name}\n",
+            "{id}|{id}|{state}|{part}|{acct}|{qos}|{USER}|1|{cpus}|{node}|{left}|{limit}|{start}|N/A|None|{name}\n",
             id = j.id,
+            part = j.partition,
+            acct = j.account,
+            qos = j.qos,
             state = j.phase.text(),
             cpus = j.cpus,
             left = hms(left),
@@ -517,14 +558,28 @@ impl World {
             JobSelect::Mine => format!("squeue mine {}", q.include_finished),
         };
         let now = self.call(key);
+        let named = match &q.select {
+            JobSelect::MineNamed(n) => Some(n.as_str().to_owned()),
+            _ => None,
+        };
+        if let Some(n) = &named {
+            self.lied_about.remove(n);
+            self.probe_failed.remove(n);
+        }
         if self.fault(self.faults.query_unknown) {
             self.counts.unknown_answers += 1;
+            if let Some(n) = named {
+                self.probe_failed.insert(n);
+            }
             return Answer::Unknown(squeue_failed(
                 "slurm_load_jobs error: Socket timed out on send/recv operation",
             ));
         }
         if self.blackout(now) {
             self.counts.empty_lies += 1;
+            if let JobSelect::MineNamed(n) = &q.select {
+                self.lied_about.insert(n.as_str().to_owned());
+            }
             return Answer::Live(Vec::new());
         }
         let visible = |j: &&SimJob| !j.forgotten(now) && (q.include_finished || j.live());
@@ -619,10 +674,10 @@ impl World {
             slurm_time(s + j.limit_s * 1_000_000)
         });
         let line = format!(
-            "JobId={id} JobName={name} UserId={USER}(1000) GroupId={USER}(1000) Account=acct \
-             QOS=normal JobState={state} Reason=None ExitCode=0:0 RunTime=00:00:01 \
+            "JobId={id} JobName={name} UserId={USER}(1000) GroupId={USER}(1000) Account={acct} \
+             QOS={qos} JobState={state} Reason=None ExitCode=0:0 RunTime=00:00:01 \
              TimeLimit={limit} SubmitTime={submit} StartTime={start} EndTime={end} \
-             Partition=debug NodeList={NODE} BatchHost={NODE} NumNodes=1 NumCPUs={cpus} \
+             Partition={part} NodeList={NODE} BatchHost={NODE} NumNodes=1 NumCPUs={cpus} \
              TRES=cpu={cpus},mem={mem}M,node=1 BatchFlag={batch}\n",
             id = j.id,
             name = j.name,
@@ -632,6 +687,9 @@ impl World {
             cpus = j.cpus,
             mem = j.mem_mb,
             batch = u8::from(j.batch),
+            acct = j.account,
+            qos = j.qos,
+            part = j.partition,
         );
         Answer::Live(parse_show_job(&line).expect("the model prints a record the parser reads"))
     }
@@ -653,10 +711,10 @@ impl World {
                     .into(),
             });
         }
-        // Lost accounting during a blackout makes both of the never-created proof's listings
-        // empty; reconcile then releases a job that exists (see `tests/simulation.rs`). Only
-        // with SIM_LOST_ACCOUNTING_IN_BLACKOUT=1.
-        let faults_on = self.faults.on && (!self.blackout(now) || self.lost_accounting_in_blackout);
+        // A job accounting lost stays lost while faults are on, a blackout included: then
+        // squeue lies empty and sacct lacks the job, both at once (the case that once made
+        // reconcile prove a live job "never created": seed 298).
+        let faults_on = self.faults.on;
         let mut text = String::new();
         for j in self.jobs.values() {
             let wanted = if q.jobs.is_empty() {
@@ -683,8 +741,11 @@ impl World {
             };
             let _ = writeln!(
                 text,
-                "{id}|{id}|{state}|0:0|0:0|{submit}|Unknown|Unknown||||{cpus}|{mem}M|debug|acct|normal|{USER}|{name}",
+                "{id}|{id}|{state}|0:0|0:0|{submit}|Unknown|Unknown||||{cpus}|{mem}M|{part}|{acct}|{qos}|{USER}|{name}",
                 id = j.id,
+                part = j.partition,
+                acct = j.account,
+                qos = j.qos,
                 submit = slurm_time(j.submitted),
                 cpus = j.cpus,
                 mem = j.mem_mb,
@@ -718,30 +779,50 @@ impl World {
 
     fn refusal(&mut self, command: SlurmCommand) -> ActionError {
         self.counts.refusals += 1;
+        let (program, failed) = match command {
+            SlurmCommand::Salloc => ("salloc", "Job submit/allocate failed"),
+            _ => ("sbatch", "Batch job submission failed"),
+        };
         ActionError::Refused(Refusal::Said {
             command,
-            phrase: "Batch job submission failed",
+            phrase: "Invalid account or account/partition combination specified",
             status: ExitInfo::Code(1),
-            stderr: "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified\n".into(),
+            stderr: format!(
+                "{program}: error: {failed}: Invalid account or account/partition combination specified\n"
+            ),
         })
     }
 
-    fn submit_batch(&mut self, req: &BatchRequest) -> Result<Submitted, ActionError> {
-        self.call(format!("sbatch {}", self.next_job));
+    /// The faults of a submitting call (`sbatch`, `salloc`) before it creates anything: a
+    /// refusal, or an unknown answer with nothing accepted. Else the new job's id, and whether
+    /// its answer will be lost after it exists.
+    fn accept(&mut self, command: SlurmCommand) -> Result<(u32, bool), ActionError> {
+        let program = if command == SlurmCommand::Salloc {
+            "salloc"
+        } else {
+            "sbatch"
+        };
+        self.call(format!("{program} {}", self.next_job));
         if self.fault(self.faults.refusal) {
-            return Err(self.refusal(SlurmCommand::Sbatch));
+            return Err(self.refusal(command));
         }
         if self.fault(self.faults.action_unknown_before) {
             self.counts.unknown_not_accepted += 1;
-            return Err(unknown_action(SlurmCommand::Sbatch));
+            return Err(unknown_action(command));
         }
         let lost_answer = self.fault(self.faults.action_unknown_after);
-        let now = now_us();
         let id = self.next_job;
         self.next_job += 1;
+        Ok((id, lost_answer))
+    }
+
+    fn submit_batch(&mut self, req: &BatchRequest) -> Result<Submitted, ActionError> {
+        let (id, lost_answer) = self.accept(SlurmCommand::Sbatch)?;
+        let now = now_us();
         let BatchPayload::Script { args, .. } = &req.payload else {
             panic!("dispatch submits scripts");
         };
+        let beside = self.beside(req.name.as_str(), &req.placement);
         let limit_s = req
             .placement
             .time
@@ -769,6 +850,11 @@ impl World {
             next_step: 0,
             acct_lag: self.rng.range(0, 20) as i64 * 1_000_000,
             acct_lost,
+            partition: req.placement.partition.clone().unwrap_or("debug".into()),
+            account: req.placement.account.clone().unwrap_or("acct".into()),
+            qos: req.placement.qos.clone().unwrap_or("normal".into()),
+            beside,
+            made_by: self.command,
         };
         self.jobs.insert(id, job);
         self.tick();
@@ -779,6 +865,59 @@ impl World {
         Ok(Submitted {
             job_id: JobId::new(id).unwrap(),
             cluster: None,
+        })
+    }
+
+    /// The live job of this name and placement that a new one would run beside.
+    fn beside(&self, name: &str, p: &Placement) -> Option<u32> {
+        let part = p.partition.as_deref().unwrap_or("debug");
+        let acct = p.account.as_deref().unwrap_or("acct");
+        let qos = p.qos.as_deref().unwrap_or("normal");
+        self.jobs
+            .values()
+            .find(|j| {
+                j.live()
+                    && !matches!(j.phase, Phase::Completing { .. })
+                    && j.name == name
+                    && j.partition == part
+                    && j.account.eq_ignore_ascii_case(acct)
+                    && j.qos.eq_ignore_ascii_case(qos)
+            })
+            .map(|j| j.id)
+    }
+
+    /// salloc: the allocation is granted at once (the model's cluster has room) and runs until
+    /// its limit or a cancel; faults as for sbatch (a lost answer after the job exists).
+    fn allocate(&mut self, req: &AllocRequest) -> Result<Allocated, ActionError> {
+        let (id, lost_answer) = self.accept(SlurmCommand::Salloc)?;
+        let now = now_us();
+        let limit_s = req
+            .placement
+            .time
+            .and_then(|t| t.as_secs())
+            .map_or(3600, |s| s as i64);
+        let beside = self.beside(req.name.as_str(), &req.placement);
+        let size = (
+            req.placement.cpus_per_task.unwrap_or(1),
+            req.placement.mem.map_or(1000, |m| m.get()),
+            limit_s,
+        );
+        let lag = self.rng.range(0, 20) as i64 * 1_000_000;
+        let job = SimJob {
+            partition: req.placement.partition.clone().unwrap_or("debug".into()),
+            account: req.placement.account.clone().unwrap_or("acct".into()),
+            qos: req.placement.qos.clone().unwrap_or("normal".into()),
+            beside,
+            made_by: self.command,
+            ..SimJob::allocation(id, req.name.as_str().to_owned(), size, now, lag)
+        };
+        self.jobs.insert(id, job);
+        if lost_answer {
+            self.counts.accepted_then_unknown += 1;
+            return Err(unknown_action(SlurmCommand::Salloc));
+        }
+        Ok(Allocated {
+            job_id: JobId::new(id).unwrap(),
         })
     }
 
@@ -947,8 +1086,9 @@ impl Scheduler for SimSlurm {
         debug(req.name.as_str(), self.world().submit_batch(req))
     }
 
-    async fn allocate(&self, _req: &AllocRequest) -> Result<Allocated, ActionError> {
-        panic!("the simulation's commands never salloc");
+    async fn allocate(&self, req: &AllocRequest) -> Result<Allocated, ActionError> {
+        req.argv()?;
+        debug(req.name.as_str(), self.world().allocate(req))
     }
 
     async fn launch_step(&self, req: &StepRequest) -> Result<LaunchedStep, ActionError> {
