@@ -626,7 +626,6 @@ fn killed_with_sbatch_in_flight_then_relaunched_at_once_gives_one_job() {
 /// submit. Wanted: exactly one job each round and both launches report it (Slurm as the
 /// arbiter: submit held, probe by name, the younger cancels itself and adopts the older).
 #[test]
-#[ignore = "issue 10 item 12 is not fixed: two state directories racing still give two jobs"]
 fn two_state_directories_racing_give_one_job() {
     let s = Session::new("race", TARGETS);
     let other = s.tmp.path().join("state-b");

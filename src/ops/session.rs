@@ -367,7 +367,12 @@ pub async fn name_probe<S: Scheduler>(
                 r.key, seen.id, seen.state, seen.id
             ),
             // An ending job is waited for by the launch, which says so itself.
-            Some(Passed::Excluded) | Some(Passed::Ended) | Some(Passed::Ending) | None => continue,
+            // A younger held job is a racing launch's, which yields it itself.
+            Some(Passed::Excluded)
+            | Some(Passed::Ended)
+            | Some(Passed::Ending)
+            | Some(Passed::HeldYounger)
+            | None => continue,
         };
         probe.notes.push(note);
     }

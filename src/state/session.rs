@@ -133,6 +133,28 @@ pub struct SessionCleared {
     pub reason: String,
 }
 
+/// A launch that submitted `job_id` held (`--hold`) decided, from a name probe, which job of
+/// its target to keep: `winner == job_id`: release it; otherwise cancel it (it never ran)
+/// and adopt `winner`, the oldest live job of the target (a racing launch's). The intent of
+/// the `scontrol release` or `scancel` that follows; the binding comes from other events.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionHoldDecided {
+    pub session: SessionKey,
+    pub job_id: JobId,
+    pub winner: JobId,
+}
+
+/// The outcome of a `SessionHoldDecided`'s call on `job_id`: `action` is `released`
+/// (`scontrol release`) or `cancelled` (`scancel`); `ok`: the command succeeded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionHoldSettled {
+    pub session: SessionKey,
+    pub job_id: JobId,
+    pub action: String,
+    pub ok: bool,
+    pub reason: String,
+}
+
 /// How the session came to hold its job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Origin {

@@ -42,6 +42,14 @@ pub struct Queues {
     pub salloc: VecDeque<Result<Allocated, ActionError>>,
     pub scancel: VecDeque<Result<CancelReport, ActionError>>,
     pub sacct: VecDeque<Answer<Vec<AcctRow>>>,
+    /// Answers of `scontrol release`; when empty (and `manual_hold` is off) it succeeds.
+    pub release: VecDeque<Result<(), ActionError>>,
+    /// Off (the default): the name probe right after an `sbatch --hold` is answered with the
+    /// held job alone (so the launch releases it) and a release succeeds, so a test of
+    /// anything else scripts neither. On: both come from the queues like every other call.
+    pub manual_hold: bool,
+    /// The automatic answer for the next name probe (set by a held sbatch).
+    held_probe: Option<Rows>,
 }
 
 type Hook = Box<dyn Fn(&str) + Send + Sync>;
@@ -124,7 +132,9 @@ impl Scripted {
                 && q.sbatch.is_empty()
                 && q.salloc.is_empty()
                 && q.scancel.is_empty()
-                && q.sacct.is_empty(),
+                && q.sacct.is_empty()
+                && q.release.is_empty()
+                && q.held_probe.is_none(),
             "scripted answers left unused; calls were {:?}",
             self.argvs()
         );
@@ -156,7 +166,25 @@ impl Scheduler for Scripted {
     async fn submit_batch(&self, req: &BatchRequest) -> Result<Submitted, ActionError> {
         let argv = strs(req.argv()?);
         self.record("sbatch", argv.clone());
-        let r = pop(&mut self.q.lock().unwrap().sbatch, "sbatch", &argv);
+        let mut q = self.q.lock().unwrap();
+        let r = pop(&mut q.sbatch, "sbatch", &argv);
+        if let (Ok(s), false, true) = (&r, q.manual_hold, argv.iter().any(|a| a == "--hold")) {
+            let p = &req.placement;
+            let text = row(
+                &s.job_id.to_string(),
+                "PENDING",
+                "",
+                (
+                    p.partition.as_deref().unwrap_or(""),
+                    p.account.as_deref().unwrap_or(""),
+                    p.qos.as_deref().unwrap_or("normal"),
+                ),
+                req.name.as_str(),
+            )
+            .replace("|None|", "|JobHeldUser|");
+            q.held_probe = Some(live(&text));
+        }
+        drop(q);
         self.run_hooks("sbatch");
         r
     }
@@ -185,6 +213,7 @@ impl Scheduler for Scripted {
                 }
                 other => other,
             },
+            JobSelect::MineNamed(_) if q.held_probe.is_some() => q.held_probe.take().unwrap(),
             JobSelect::MineNamed(_) => match (q.by_name.is_empty(), &q.by_name_else) {
                 (true, Some(rest)) => rest.clone(),
                 _ => pop(&mut q.by_name, "squeue --name", &argv),
@@ -211,6 +240,16 @@ impl Scheduler for Scripted {
         let argv = strs(CancelTarget::Job(job).argv());
         self.record("scancel", argv.clone());
         pop(&mut self.q.lock().unwrap().scancel, "scancel", &argv)
+    }
+
+    async fn release_job(&self, job: JobId) -> Result<(), ActionError> {
+        let argv = vec!["release".to_owned(), job.to_string()];
+        self.record("scontrol", argv.clone());
+        let mut q = self.q.lock().unwrap();
+        if q.release.is_empty() && !q.manual_hold {
+            return Ok(());
+        }
+        pop(&mut q.release, "scontrol release", &argv)
     }
 
     async fn cancel_step(&self, step: StepId) -> Result<CancelReport, ActionError> {

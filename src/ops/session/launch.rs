@@ -13,14 +13,17 @@ use super::{
 use crate::event::Event;
 use crate::event::Micros;
 use crate::failpoint;
-use crate::policy::session::{in_flight_wait, is_ending, poll_of, probe_of, Poll, Probe, Seen};
+use crate::policy::session::{
+    arbitrate, in_flight_wait, is_ending, is_held, listing_of, poll_of, probe_of, Arbitration,
+    Listing, Poll, Probe, Seen,
+};
 use crate::slurm::{
     AcctQuery, ActionError, AllocRequest, BatchPayload, BatchRequest, JobId, JobQuery, JobState,
     MemoryMb, Placement, Refusal, Scheduler, SlurmDuration,
 };
 use crate::state::session::{
-    SessionCleared, SessionJobSubmitted, SessionLaunchIntent, SessionNodeResolved,
-    SessionSubmitFailed,
+    SessionAdopted, SessionCleared, SessionHoldDecided, SessionHoldSettled, SessionJobSubmitted,
+    SessionLaunchIntent, SessionNodeResolved, SessionSubmitFailed,
 };
 
 /// How often a wait for a job to run says it is still waiting.
@@ -148,7 +151,8 @@ pub async fn launch<S: Scheduler>(
     // Step 1: the job the record names.
     if let Some(job) = existing.as_ref().and_then(|s| s.job_id()) {
         if !exclude.contains(&job) {
-            match l.probe(job).await {
+            let (probe, held) = l.probe_held(job).await;
+            match probe {
                 Probe::Live { state, .. } if is_ending(&state) => {
                     let end = l.wait_ended(job, state).await?;
                     l.append(Event::SessionCleared(SessionCleared {
@@ -159,7 +163,7 @@ pub async fn launch<S: Scheduler>(
                     exclude.push(job);
                 }
                 Probe::Live { state, node } => {
-                    return l.settle(job, LaunchAction::Reused, state, node).await;
+                    return l.settle(job, LaunchAction::Reused, state, node, held).await;
                 }
                 Probe::Gone { state } => {
                     l.append(Event::SessionCleared(SessionCleared {
@@ -192,7 +196,7 @@ pub async fn launch<S: Scheduler>(
         if let Some(seen) = l.wait_in_flight(sub.since, &exclude).await? {
             let job = seen.job_id.expect("only plain ids are adopted");
             return l
-                .settle(job, LaunchAction::Adopted, seen.state, seen.node)
+                .settle(job, LaunchAction::Adopted, seen.state, seen.node, seen.held)
                 .await;
         }
     }
@@ -203,7 +207,7 @@ pub async fn launch<S: Scheduler>(
         let job = seen.job_id.expect("only plain ids are adopted");
         failpoint::hit("session-after-adopt");
         return l
-            .settle(job, LaunchAction::Adopted, seen.state, seen.node)
+            .settle(job, LaunchAction::Adopted, seen.state, seen.node, seen.held)
             .await;
     }
     if let Some(lines) = probe.unreadable {
@@ -285,14 +289,28 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         }
     }
 
+    /// `squeue --jobs=J`: what it proved, and whether the job is held (a racing launch's
+    /// job whose launcher died before releasing it, or ours from an interrupted launch).
+    async fn probe_held(&self, job: JobId) -> (Probe, bool) {
+        let answer = self.env.slurm.list_jobs(&JobQuery::ids(vec![job])).await;
+        let held = matches!(&answer, crate::slurm::Answer::Live(rows) if rows.iter().any(|r| r.plain_id() == Some(job) && is_held(r)));
+        (probe_of(&answer, job), held)
+    }
+
     /// A reused or adopted job: record its node, and refuse to attach to one that does not run.
+    /// A held one is released first: it is the oldest of its target (a younger held job is
+    /// never adopted), so whoever held it would release it too.
     async fn settle(
-        self,
+        mut self,
         job: JobId,
         action: LaunchAction,
         state: JobState,
         node: Option<String>,
+        held: bool,
     ) -> Result<LaunchReport, SessionError> {
+        if held {
+            self.release_held(job).await?;
+        }
         if self.req.require_running && node.is_none() {
             let (state, node) = self.wait_running(job).await?;
             return Ok(self.report(job, action, state, Some(node)));
@@ -319,7 +337,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         }))
     }
 
-    async fn submit(self, placement: Placement) -> Result<LaunchReport, SessionError> {
+    async fn submit(mut self, placement: Placement) -> Result<LaunchReport, SessionError> {
         let key = self.r.key.clone();
         let confined = self.r.target.confined;
         let submission_id = Uuid::new_v4();
@@ -353,7 +371,9 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             );
             req.placement = placement;
             req.output = Some(log);
-            req.extra = vec!["--no-requeue".into()];
+            // Held until the name probe below shows no older job of this target: a launch
+            // from another state directory (which this token lock cannot see) may race.
+            req.extra = vec!["--no-requeue".into(), "--hold".into()];
             self.env.slurm.submit_batch(&req).await.map(|s| s.job_id)
         } else {
             let mut req = AllocRequest::new(self.r.job_name.clone());
@@ -380,8 +400,161 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             )));
         }
         failpoint::hit("session-after-job-recorded");
+        let (job, action) = if confined {
+            self.decide_hold(job).await?
+        } else {
+            (job, LaunchAction::Submitted)
+        };
         let (state, node) = self.wait_running(job).await?;
-        Ok(self.report(job, LaunchAction::Submitted, state, Some(node)))
+        Ok(self.report(job, action, state, Some(node)))
+    }
+
+    /// Slurm as the arbiter between launches of one session from different state directories:
+    /// our job was submitted held; the oldest live job of the target is kept. Ours: release
+    /// it. Another: cancel ours (it never ran) and adopt that one. A probe that cannot see
+    /// ours after a few tries releases it (a failed probe does not block, as before a submit).
+    async fn decide_hold(&mut self, ours: JobId) -> Result<(JobId, LaunchAction), SessionError> {
+        let exclude: Vec<JobId> = self.req.replacing.into_iter().collect();
+        let mut pause = self.env.waits.poll_first;
+        for attempt in 1..=self.env.waits.unknown_polls.max(1) {
+            let answer = self
+                .env
+                .slurm
+                .list_jobs(&JobQuery::mine_named(self.r.job_name.clone()))
+                .await;
+            let (rows, why) = match listing_of(answer) {
+                Listing::Answered { rows, bad_lines } if bad_lines.is_empty() => (rows, None),
+                Listing::Answered { rows, bad_lines } => {
+                    (rows, Some(format!("unreadable lines {bad_lines:?}")))
+                }
+                Listing::Failed(e) => (Vec::new(), Some(e)),
+            };
+            let rows: Vec<_> = rows
+                .into_iter()
+                .filter(|row| row.name == self.r.job_name.as_str())
+                .collect();
+            let decision = match why {
+                Some(_) => Arbitration::NotListed,
+                None => arbitrate(
+                    &rows,
+                    &self.r.key.target,
+                    self.env.targets(),
+                    &exclude,
+                    ours,
+                ),
+            };
+            match decision {
+                Arbitration::Release => {
+                    self.release_held(ours).await?;
+                    return Ok((ours, LaunchAction::Submitted));
+                }
+                Arbitration::Yield(winner) => {
+                    let row = rows
+                        .iter()
+                        .find(|r| r.plain_id() == Some(winner))
+                        .expect("the winner is one of the rows")
+                        .clone();
+                    self.yield_to(ours, &row).await?;
+                    return Ok((winner, LaunchAction::Adopted));
+                }
+                Arbitration::NotListed if attempt < self.env.waits.unknown_polls => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(self.env.waits.poll_max);
+                }
+                Arbitration::NotListed => {
+                    self.notes.push(format!(
+                        "the name probe after submitting job {ours} held did not show it ({}); \
+                         released it without knowing whether a racing launch made another",
+                        why.unwrap_or_else(|| "not listed".into())
+                    ));
+                }
+            }
+        }
+        self.release_held(ours).await?;
+        Ok((ours, LaunchAction::Submitted))
+    }
+
+    /// `scontrol release J`, bracketed by `SessionHoldDecided`/`SessionHoldSettled`.
+    async fn release_held(&mut self, job: JobId) -> Result<(), SessionError> {
+        let key = self.r.key.clone();
+        self.append(Event::SessionHoldDecided(SessionHoldDecided {
+            session: key.clone(),
+            job_id: job,
+            winner: job,
+        }))?;
+        failpoint::hit("session-after-hold-decided");
+        let result = self.env.slurm.release_job(job).await;
+        self.append(Event::SessionHoldSettled(SessionHoldSettled {
+            session: key.clone(),
+            job_id: job,
+            action: "released".into(),
+            ok: result.is_ok(),
+            reason: result.as_ref().err().map(|e| e.to_string()).unwrap_or_default(),
+        }))?;
+        result.map_err(|e| {
+            SessionError::Unknown(format!(
+                "Slurm job {job} of {key} was submitted held and releasing it failed: {e}. It is \
+                 recorded; `scontrol release {job}` lets it run (or `{}` releases it), `{}` \
+                 cancels it",
+                command_for("launch", &key),
+                command_for("release", &key)
+            ))
+        })
+    }
+
+    /// An older live job of this target exists (a racing launch's): cancel ours, which never
+    /// ran, and adopt that one, releasing it if its launcher has not yet.
+    async fn yield_to(
+        &mut self,
+        ours: JobId,
+        winner: &crate::slurm::JobRow,
+    ) -> Result<(), SessionError> {
+        let key = self.r.key.clone();
+        let w = winner.plain_id().expect("contenders have plain ids");
+        self.append(Event::SessionHoldDecided(SessionHoldDecided {
+            session: key.clone(),
+            job_id: ours,
+            winner: w,
+        }))?;
+        let result = self.env.slurm.cancel_job(ours).await;
+        let (ok, reason) = match &result {
+            Ok(r) if r.said == crate::slurm::ScancelSaid::Accepted => (true, String::new()),
+            Ok(r) => (false, format!("scancel said {:?}: {}", r.said, r.stderr.trim())),
+            Err(e) => (false, e.to_string()),
+        };
+        self.append(Event::SessionHoldSettled(SessionHoldSettled {
+            session: key.clone(),
+            job_id: ours,
+            action: "cancelled".into(),
+            ok,
+            reason: reason.clone(),
+        }))?;
+        if !ok {
+            self.notes.push(format!(
+                "job {ours} (held, never ran) yielded to the older job {w}, but cancelling it \
+                 failed ({reason}); `scancel {ours}` removes it"
+            ));
+        }
+        self.append(Event::SessionAdopted(SessionAdopted {
+            session: key.clone(),
+            job_id: w,
+            how: "arbiter".into(),
+            state: winner.state.to_string(),
+            partition: winner.partition.clone(),
+            account: winner.account.clone(),
+            qos: winner.qos.clone(),
+            replacing: self.req.replacing,
+        }))?;
+        (self.env.progress)(&format!(
+            "another launch of {key} submitted job {w} first; adopting it (job {ours} was \
+             cancelled before it ran)"
+        ));
+        if is_held(winner) {
+            if let Err(e) = self.release_held(w).await {
+                self.notes.push(e.to_string());
+            }
+        }
+        Ok(())
     }
 
     fn submit_failed(&self, submission_id: Uuid, program: &str, e: ActionError) -> SessionError {
