@@ -253,6 +253,7 @@ async fn b04_b05_sbatch_argv() {
             "--time=3-00:00:00".into(),
             format!("--output={}", w.log()),
             "--no-requeue".into(),
+            "--hold".into(),
             script.to_string_lossy().into_owned(),
         ]
     );
@@ -293,6 +294,7 @@ async fn b04_b05_sbatch_argv() {
             "--mem=16384M".into(),
             format!("--output={}", w.log()),
             "--no-requeue".into(),
+            "--hold".into(),
             script.to_string_lossy().into_owned(),
         ]
     );
@@ -434,7 +436,10 @@ async fn an_interrupted_submission_that_created_nothing_is_submitted_after_the_b
         .by_id
         .push_back(live(&row("6", "RUNNING", "n1", T, NAME)));
     assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Submitted);
-    assert_eq!(w.slurm.programs(), ["squeue", "sbatch", "squeue"]);
+    assert_eq!(
+        w.slurm.programs(),
+        ["squeue", "sbatch", "squeue", "scontrol", "squeue"]
+    );
 }
 
 /// 10: salloc without "Granted job allocation": exit 4 (may exist), nothing recorded as a job.
@@ -466,7 +471,13 @@ async fn b11_fresh_launch_calls_in_order() {
     assert_eq!(w.launch("T", false).await.unwrap(), LaunchAction::Submitted);
     assert_eq!(
         w.slurm.argvs(),
-        [name_probe(), w.slurm.argvs()[1].clone(), by_id(4242)]
+        [
+            name_probe(),
+            w.slurm.argvs()[1].clone(),
+            name_probe(),
+            vec!["scontrol".into(), "release".into(), "4242".into()],
+            by_id(4242)
+        ]
     );
     assert_eq!(w.slurm.argvs()[1][0], "sbatch");
     assert_eq!(w.record("T"), (Some(4242), Some("n0007".into())));
@@ -490,11 +501,21 @@ async fn b12_b16_id_is_durable_before_the_first_poll() {
         "{msg}"
     );
     let calls = w.slurm.calls();
+    assert_eq!(
+        calls[2].journal,
+        ["SessionLaunchIntent", "SessionJobSubmitted"],
+        "the id was written before the probe that decides the hold"
+    );
     let first_poll = calls.iter().find(|c| c.argv == by_id(6789)).unwrap();
     assert_eq!(
         first_poll.journal,
-        ["SessionLaunchIntent", "SessionJobSubmitted"],
-        "the id was written before the first poll"
+        [
+            "SessionLaunchIntent",
+            "SessionJobSubmitted",
+            "SessionHoldDecided",
+            "SessionHoldSettled"
+        ],
+        "the id and the release were written before the first poll"
     );
     let sbatch = calls.iter().find(|c| c.argv[0] == "sbatch").unwrap();
     assert_eq!(
@@ -1520,4 +1541,33 @@ async fn renew_stops_between_steps_and_leaves_the_job_running() {
     w.slurm.assert_drained();
     assert!(!w.slurm.called("scancel"));
     assert_eq!(w.record("T").0, Some(111));
+}
+
+/// Issue 10 item 12: a launch from another state directory submitted job 899 first; ours (900)
+/// was submitted held, so it yields: cancelled before it ran, 899 adopted (and released, its
+/// launcher may have died), one job.
+#[tokio::test]
+async fn a_younger_held_job_yields_to_the_older_racer() {
+    let w = World::new();
+    w.q().manual_hold = true;
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(900));
+    let held = |id: &str| row(id, "PENDING", "", T, NAME).replace("|None|", "|JobHeldUser|");
+    w.q()
+        .by_name
+        .push_back(live(&format!("{}{}", held("899"), held("900"))));
+    w.q().scancel.push_back(scancel(0, "", 900));
+    w.q().release.push_back(Ok(()));
+    w.q()
+        .by_id
+        .push_back(live(&row("899", "RUNNING", "n1", T, NAME)));
+    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Adopted);
+    assert_eq!(
+        w.slurm.programs(),
+        ["squeue", "sbatch", "squeue", "scancel", "scontrol", "squeue"]
+    );
+    assert_eq!(w.slurm.argvs()[3], ["scancel", "900"]);
+    assert_eq!(w.slurm.argvs()[4], ["scontrol", "release", "899"]);
+    assert_eq!(w.record("T"), (Some(899), Some("n1".into())));
+    w.slurm.assert_drained();
 }

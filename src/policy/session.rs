@@ -377,7 +377,9 @@ pub fn arbitrate<'t>(
     exclude: &[JobId],
     ours: JobId,
 ) -> Arbitration {
-    let listed = rows.iter().any(|r| r.plain_id() == Some(ours) && is_live(&r.state));
+    let listed = rows
+        .iter()
+        .any(|r| r.plain_id() == Some(ours) && is_live(&r.state));
     match oldest_contender(rows, this, targets, exclude) {
         _ if !listed => Arbitration::NotListed,
         Some(oldest) if oldest != ours => Arbitration::Yield(oldest),

@@ -13,8 +13,8 @@ use super::answer::{Answer, GoneProof};
 use super::error::{ParseError, Refusal, RequestError, SlurmError};
 use super::ids::{JobId, StepId};
 use super::request::{
-    release_argv, show_job_argv, steps_argv, AcctQuery, AllocRequest, BatchRequest, CancelTarget, JobName,
-    JobQuery, Signal, StepRequest,
+    release_argv, show_job_argv, steps_argv, AcctQuery, AllocRequest, BatchRequest, CancelTarget,
+    JobName, JobQuery, Signal, StepRequest,
 };
 use super::runner::{CallCounts, ExitInfo, Output, Runner, RunnerConfig, SlurmCommand};
 use super::sacct::{parse_rows, AcctRow};

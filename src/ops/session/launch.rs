@@ -489,7 +489,11 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             job_id: job,
             action: "released".into(),
             ok: result.is_ok(),
-            reason: result.as_ref().err().map(|e| e.to_string()).unwrap_or_default(),
+            reason: result
+                .as_ref()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default(),
         }))?;
         result.map_err(|e| {
             SessionError::Unknown(format!(
@@ -519,7 +523,10 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         let result = self.env.slurm.cancel_job(ours).await;
         let (ok, reason) = match &result {
             Ok(r) if r.said == crate::slurm::ScancelSaid::Accepted => (true, String::new()),
-            Ok(r) => (false, format!("scancel said {:?}: {}", r.said, r.stderr.trim())),
+            Ok(r) => (
+                false,
+                format!("scancel said {:?}: {}", r.said, r.stderr.trim()),
+            ),
             Err(e) => (false, e.to_string()),
         };
         self.append(Event::SessionHoldSettled(SessionHoldSettled {
