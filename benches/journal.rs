@@ -5,6 +5,10 @@
 //! `cargo bench --bench journal -- --quick` (or `DISPATCH_BENCH_QUICK=1`) is a smoke run with
 //! smaller counts; its replay figures are not comparable with the 1M-event target.
 //! `--strict` makes the process exit 1 when a target is missed.
+//! Section 5 runs the `dispatch` binary (this profile's build) as a whole process at 1 M events
+//! (in both modes) against the same command at 100 events: `trial open`, `trials`, `pool
+//! status`. `journal verify` is not among them: it must read every byte, so it scales with the
+//! journal by design.
 //! `DISPATCH_BENCH_DIR=/path` puts the scratch journals there (default: the system temp dir).
 //!
 //! Why ratios: this is a shared VM whose fdatasync latency and CPU speed drift by 30–50 %
@@ -40,6 +44,12 @@ struct Config {
     journal_events: u64,
     /// Events appended after the snapshot, so that it sits near (not at) the head.
     tail_after_snapshot: usize,
+    /// Events in the large journal the whole-process command rows run against (1 M in both
+    /// modes: the targets are set for it), and in the small one they are compared with.
+    command_events: u64,
+    command_small_events: u64,
+    /// Alternating small/large runs per command.
+    command_runs: usize,
     scratch: PathBuf,
 }
 
@@ -60,6 +70,9 @@ impl Config {
                 single_appends: 300,
                 journal_events: 200_000,
                 tail_after_snapshot: 500,
+                command_events: 1_000_000,
+                command_small_events: 100,
+                command_runs: 9,
                 scratch,
             }
         } else {
@@ -70,6 +83,9 @@ impl Config {
                 single_appends: 1_500,
                 journal_events: 1_000_000,
                 tail_after_snapshot: 1_000,
+                command_events: 1_000_000,
+                command_small_events: 100,
+                command_runs: 21,
                 scratch,
             }
         }
@@ -437,20 +453,22 @@ struct Built {
     secs: f64,
 }
 
-fn build_journal(cfg: &Config, scratch: &mut Scratch) -> Built {
+/// A journal of `events` events (Genesis included) in `<state dir>/journal`, so that the
+/// `dispatch` binary can run against it.
+fn build_journal(events: u64, scratch: &mut Scratch) -> Built {
     const BATCH: usize = 4_096;
     // Each writer session is one process with its own actor; the actor changes at each.
     const SESSIONS: usize = 6;
-    let dir = scratch.fresh("replay");
+    let dir = scratch.fresh("state").join("journal");
     let t = Instant::now();
     let mut gen = EventGen::new(0x5eed_0003);
-    let per_session = cfg.journal_events.div_ceil(SESSIONS as u64);
+    let per_session = events.div_ceil(SESSIONS as u64);
     let mut written = 0u64;
     for s in 0..SESSIONS {
         let w = Writer::open_as(&dir, Options::default(), actor(s)).expect("open writer");
         // The writer itself appends a Genesis event into an empty journal.
         written = w.next_seq() - 1;
-        let end = (per_session * (s as u64 + 1)).min(cfg.journal_events);
+        let end = (per_session * (s as u64 + 1)).min(events);
         while written < end {
             let n = (end - written).min(BATCH as u64) as usize;
             w.append(gen.take(n)).expect("append batch");
@@ -589,7 +607,7 @@ fn main() {
 
     // 1. Single durable append.
     eprintln!(
-        "[1/4] single durable append: {} appends per run, interleaved with raw write+fdatasync",
+        "[1/5] single durable append: {} appends per run, interleaved with raw write+fdatasync",
         cfg.single_appends
     );
     let mut gen = EventGen::new(0x5eed_0001);
@@ -631,10 +649,10 @@ fn main() {
 
     // 2. Replay.
     eprintln!(
-        "[2/4] building a {}-event journal through Writer::append batches",
+        "[2/5] building a {}-event journal through Writer::append batches",
         cfg.journal_events
     );
-    let built = build_journal(&cfg, &mut scratch);
+    let built = build_journal(cfg.journal_events, &mut scratch);
     eprintln!(
         "      {} events, {} segments, {:.1} MB ({:.0} B/frame avg incl. segment headers), built in {:.2} s ({:.0} ev/s)",
         built.events,
@@ -740,7 +758,7 @@ fn main() {
 
     // 3. Load through a snapshot near the head.
     eprintln!(
-        "[3/4] snapshot load: snapshot at seq {}, then {} more events",
+        "[3/5] snapshot load: snapshot at seq {}, then {} more events",
         built.events, cfg.tail_after_snapshot
     );
     let full = journal::load(&built.dir).expect("load");
@@ -823,7 +841,7 @@ fn main() {
     // 4. A crafted torn tail: 8 MiB of back-to-back frame headers, each with a valid header
     // CRC and each claiming a 1 MiB payload. The scan must cost about what reading and
     // CRC-ing the file once costs, however many candidates the headers make.
-    eprintln!("[4/4] crafted torn tail: 8 MiB of headers each claiming a 1 MiB payload");
+    eprintln!("[4/5] crafted torn tail: 8 MiB of headers each claiming a 1 MiB payload");
     let crafted = crafted_tail_journal(&mut scratch);
     let crafted_bytes = std::fs::metadata(last_segment(&crafted))
         .expect("stat")
@@ -865,6 +883,60 @@ fn main() {
         }),
     );
 
+    // 5. Whole commands: the release binary at 1 M events against the same binary at 100.
+    let large = if built.events == cfg.command_events {
+        built.dir.clone()
+    } else {
+        eprintln!(
+            "[5/5] building a {}-event journal for the command rows",
+            cfg.command_events
+        );
+        build_journal(cfg.command_events, &mut scratch).dir
+    };
+    let small = build_journal(cfg.command_small_events, &mut scratch).dir;
+    for dir in [&large, &small] {
+        prepare_for_commands(dir);
+    }
+    eprintln!(
+        "[5/5] commands: {} alternating runs each at {} and {} events (snapshot at the head, CHECKPOINT)",
+        cfg.command_runs, cfg.command_events, cfg.command_small_events
+    );
+    let commands: [(&str, &[&str], f64); 3] = [
+        ("`trial open` (writes)", &["trial", "open"], 2.0),
+        ("`trials` (reads)", &["trials", "--json"], 3.0),
+        ("`pool status` (reads)", &["pool", "status", "--json"], 3.0),
+    ];
+    let mut command_json = serde_json::Map::new();
+    for (name, args, target) in commands {
+        let (large_ms, small_ms) = command_runs(&cfg, &large, &small, args);
+        let ratio = summary(
+            &large_ms
+                .iter()
+                .zip(&small_ms)
+                .map(|(l, s)| l / s)
+                .collect::<Vec<_>>(),
+        );
+        let (l, s) = (summary(&large_ms), summary(&small_ms));
+        let pass = ratio.median <= target;
+        rows.push(Row {
+            name: format!("{name} at {}k ev", cfg.command_events / 1000),
+            measured: format!("{} ms", l.show(1)),
+            limit: format!("{} ms at {} ev", s.show(1), cfg.command_small_events),
+            ratio,
+            target: format!("≤ {target:.0}×"),
+            pass: Some(pass),
+        });
+        command_json.insert(
+            args.join(" "),
+            serde_json::json!({
+                "large_ms": l.json(), "small_ms": s.json(), "ratio": ratio.json(),
+                "target_max": target, "pass": pass,
+                "large_events": cfg.command_events, "small_events": cfg.command_small_events,
+            }),
+        );
+    }
+    json.insert("commands".into(), command_json.into());
+
     // Output.
     println!();
     println!(
@@ -895,6 +967,11 @@ fn main() {
         "(replay: ratio of times against a raw read+CRC of the same {:.0} MB; snapshot: against a \
          read+CRC of the snapshot file and the journal tail after it)",
         built.bytes as f64 / 1e6
+    );
+    println!(
+        "(commands: the whole `dispatch` process, wall time, against the same command on a \
+         {}-event journal in the same run; `journal verify` is left out: it must read every byte)",
+        cfg.command_small_events
     );
     if cfg.quick {
         println!("(quick mode: a smaller journal and fewer runs than the targets are set for)");
@@ -938,6 +1015,64 @@ fn crafted_tail_journal(scratch: &mut Scratch) -> PathBuf {
     }
     std::fs::write(&seg, &bytes).expect("write segment");
     dir
+}
+
+/// Leave a journal as commands find it in use: a snapshot of its head beside it and the
+/// CHECKPOINT its last writer left on close.
+fn prepare_for_commands(dir: &Path) {
+    let full = journal::load(dir).expect("load");
+    if full.snapshot_seq != full.scan.head.as_ref().map(|h| h.last_seq) {
+        journal::reader::snapshot_now(dir, &full).expect("write snapshot");
+    }
+    drop(Writer::open(dir, Options::default()).expect("open writer"));
+    assert!(
+        dir.join("CHECKPOINT").exists(),
+        "a closing writer leaves a checkpoint"
+    );
+    let loaded = journal::load(dir).expect("load");
+    assert_eq!(
+        loaded.snapshot_seq,
+        loaded.scan.head.as_ref().map(|h| h.last_seq),
+        "the snapshot is at the head"
+    );
+}
+
+/// Wall time of the `dispatch` process (ms) for `args` against the large and the small
+/// journal, alternating run by run so that both see the same machine weather. `trial open`
+/// gets a fresh trial name each run.
+fn command_runs(cfg: &Config, large: &Path, small: &Path, args: &[&str]) -> (Vec<f64>, Vec<f64>) {
+    let run = |journal_dir: &Path, trial: &str| -> f64 {
+        let state = journal_dir.parent().expect("journal is in a state dir");
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dispatch"));
+        cmd.arg("--state-dir").arg(state).args(args);
+        if args[0] == "trial" {
+            cmd.arg(trial);
+        }
+        cmd.env_remove("DISPATCH_FAILPOINTS")
+            .env_remove("DISPATCH_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        let t = Instant::now();
+        let out = cmd.output().expect("run dispatch");
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        assert!(
+            out.status.success(),
+            "dispatch {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ms
+    };
+    // One untimed run of each: page cache and the binary warm.
+    run(large, "bench-warm");
+    run(small, "bench-warm");
+    let mut large_ms = Vec::new();
+    let mut small_ms = Vec::new();
+    for i in 0..cfg.command_runs {
+        let trial = format!("bench-{i}");
+        large_ms.push(run(large, &trial));
+        small_ms.push(run(small, &trial));
+    }
+    (large_ms, small_ms)
 }
 
 fn scale(s: Summary, k: f64) -> Summary {

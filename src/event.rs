@@ -15,6 +15,10 @@ use uuid::Uuid;
 /// Frame flag: a reader that does not know this kind must not reduce state past it.
 pub const FLAG_MUST_UNDERSTAND: u16 = 0x0001;
 
+thread_local! {
+    static PINNED_CLOCK: std::cell::Cell<Option<i64>> = const { std::cell::Cell::new(None) };
+}
+
 /// Microseconds since the Unix epoch, UTC. An integer, not RFC 3339 text: it costs ~10 ns to
 /// decode instead of ~200 ns (machine-limits.md §4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -22,8 +26,19 @@ pub const FLAG_MUST_UNDERSTAND: u16 = 0x0001;
 pub struct Micros(pub i64);
 
 impl Micros {
+    /// The wall clock, or the time [`Micros::pin_this_threads_clock`] set on this thread.
     pub fn now() -> Micros {
-        Micros(chrono::Utc::now().timestamp_micros())
+        PINNED_CLOCK
+            .with(std::cell::Cell::get)
+            .map_or_else(|| Micros(chrono::Utc::now().timestamp_micros()), Micros)
+    }
+
+    /// Stop this thread's wall clock at `at` (`None`: the real one again). For in-process tests
+    /// that run on virtual time, so that wall-clock delays (sbatch's settle delay, an
+    /// allocation's lifetime) pass without waiting and every run of a seed sees the same times
+    /// (`tests/simulation.rs`); nothing else calls it.
+    pub fn pin_this_threads_clock(at: Option<Micros>) {
+        PINNED_CLOCK.with(|c| c.set(at.map(|m| m.0)));
     }
 
     pub fn from_secs(secs: i64) -> Micros {

@@ -106,7 +106,18 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
             let ctx = context(state_dir()?)?;
             cli::trial::run(cmd, &ctx, cli.json)
         }
+        Command::Completions { shell } => cli::shell::completions(*shell),
+        Command::Man { dir } => cli::shell::man(dir.as_deref()),
         Command::Trials => cli::trial::run_list(&state_dir()?, cli.json),
+        Command::Doctor(args) => block_on(cli::doctor::run(
+            args,
+            cli::doctor::Context {
+                state_dir: state_dir()?,
+                config_flag: cli.config.as_deref(),
+                slurm: slurm_config(),
+                json: cli.json,
+            },
+        )),
         Command::Sessions => {
             let (config, path) = load_config(cli, &env)?;
             let dir = state_dir()?;

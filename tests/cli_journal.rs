@@ -466,3 +466,82 @@ fn the_segment_size_setting_reaches_segment_2_in_a_few_commands() {
         (0, Some("clean"))
     );
 }
+
+/// journal-format.md §8: a journal directory with no segment holds no journal, whatever else is
+/// in it, and every command says so as it does for a missing directory: the commands that need
+/// a journal fail (exit 1, "no journal", naming `journal init`), the listings show nothing.
+#[test]
+fn a_journal_directory_without_a_segment_is_no_journal_to_every_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = state_with_events(tmp.path(), 3);
+    let dir = journal_dir(&state);
+    std::fs::remove_file(seg(&state)).unwrap();
+    let _ = std::fs::remove_file(dir.join("CHECKPOINT"));
+    for args in [
+        &["journal", "verify"][..],
+        &["--json", "journal", "verify"],
+        &["journal", "dump"],
+        &["--json", "journal", "dump"],
+        &["journal", "repair"],
+    ] {
+        let r = dispatch(&state, args);
+        assert_eq!(r.code, 1, "{args:?}: {}", r.stderr);
+        // With --json the error is the one document on stdout; without, it is on stderr.
+        let said = if args[0] == "--json" {
+            one_json(&r)["error"]["message"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        } else {
+            assert!(r.stdout.is_empty(), "{args:?}: {}", r.stdout);
+            r.stderr.clone()
+        };
+        assert!(said.contains("no journal"), "{args:?}: {said}");
+        assert!(said.contains("journal init"), "{args:?}: {said}");
+    }
+    assert!(
+        dispatch::journal::segment::list(&dir).unwrap().is_empty(),
+        "repair created no journal"
+    );
+    let r = dispatch(&state, &["--json", "trials"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(one_json(&r), serde_json::json!({"trials": []}));
+}
+
+/// §6.3: `journal dump` shows a kind it does not know by its number and frame flags.
+#[test]
+fn dump_shows_an_unknown_kind_by_number_and_flags() {
+    use dispatch::event::{Actor, Event, Micros};
+    let tmp = tempfile::tempdir().unwrap();
+    let state = state_with_events(tmp.path(), 1);
+    let payload =
+        rmp_serde::to_vec(&(Micros(1), uuid::Uuid::nil(), Actor::current(), (7u8,))).unwrap();
+    let w = dispatch::journal::Writer::open(&journal_dir(&state), Default::default()).unwrap();
+    for flags in [0u16, 1] {
+        w.append_one(Event::Unknown {
+            kind: 999,
+            flags,
+            payload: payload.clone(),
+        })
+        .unwrap();
+    }
+    drop(w);
+    let r = dispatch(&state, &["--json", "journal", "dump", "--from", "3"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let lines: Vec<Value> = r
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    for (line, flags) in lines.iter().zip([0, 1]) {
+        assert_eq!(line["kind"], "Unknown");
+        assert_eq!(line["event"]["kind"], 999);
+        assert_eq!(line["event"]["flags"], flags);
+        assert_eq!(line["event"]["payload_hex"], hex::encode(&payload));
+    }
+    let r = dispatch(&state, &["journal", "dump", "--from", "3"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("\"kind\":999"), "{}", r.stdout);
+    assert!(r.stdout.contains("\"flags\":1"), "{}", r.stdout);
+}

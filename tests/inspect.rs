@@ -100,7 +100,10 @@ fn an_unknown_worker_is_an_error_that_says_where_to_look() {
     let state = tmp.path().join("state");
     synthetic::write_pool_journal(&state, 1, |_| true);
     let (code, r) = inspect(&state, "nobody");
-    assert_eq!(code, 1);
+    assert_eq!(
+        code, 3,
+        "not found is exit 3, as for every command (docs/cli.md)"
+    );
     assert!(
         r["error"]["message"]
             .as_str()

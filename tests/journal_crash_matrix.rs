@@ -429,8 +429,10 @@ fn an_undecodable_payload_under_valid_crcs_and_chain_is_corrupt_at_its_frame() {
     b[fr[k].start + frame::HEADER_LEN..fr[k].end - 36].fill(0xc1);
     rechain_from(&mut b, &fr, k);
     let dir = materialize(tmp.path(), "undecodable", &seg1(b));
-    // The frame layer cannot see it; only decoding the payload can.
-    assert_eq!(scan_dir(&dir).status, Status::Clean);
+    // The frame walk sees it in every mode, decoding or not: a payload that is not one
+    // MessagePack value breaks §6's one-value rule, which the scan checks itself so that
+    // `load` (decoding on another thread) and `verify` agree.
+    assert_eq!(scan_dir(&dir).status, Status::Corrupt);
     let v = ops::verify(&dir).unwrap();
     assert_eq!(v.kind, Status::Corrupt);
     let d = v.damage.unwrap();

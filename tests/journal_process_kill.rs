@@ -431,3 +431,85 @@ fn a_repair_that_stops_before_recording_is_recorded_by_the_next_opener() {
     assert!(ok);
     assert_eq!(journal::load(&dir).unwrap().state.recoveries.len(), 1);
 }
+
+/// A `dispatch` process killed at `journal-checkpoint-before-rename` (its event committed, its
+/// new CHECKPOINT in a temporary file, the old one in place): the next command opens from the
+/// stale checkpoint, sees the killed command's event, and leaves a clean journal.
+#[test]
+fn a_command_killed_before_its_checkpoint_rename_leaves_a_journal_the_next_one_opens() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let dir = state.join("journal");
+    let run = |args: &[&str], failpoints: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dispatch"));
+        cmd.arg("--state-dir")
+            .arg(&state)
+            .args(args)
+            .env_remove(dispatch::failpoint::ENV)
+            .env_remove("DISPATCH_LOG");
+        if let Some(f) = failpoints {
+            cmd.env(dispatch::failpoint::ENV, f);
+        }
+        cmd.output().expect("run dispatch")
+    };
+    let ok = |out: std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    ok(run(&["trial", "open", "first"], None));
+    let stale = std::fs::read(dir.join("CHECKPOINT")).expect("a closing writer leaves one");
+
+    let killed = run(
+        &["trial", "open", "second"],
+        Some("journal-checkpoint-before-rename=abort"),
+    );
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        killed.status.signal(),
+        Some(libc::SIGABRT),
+        "killed at the failpoint: {}",
+        String::from_utf8_lossy(&killed.stderr)
+    );
+    assert_eq!(
+        std::fs::read(dir.join("CHECKPOINT")).unwrap(),
+        stale,
+        "the old checkpoint is still in place"
+    );
+    let temps: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("CHECKPOINT.tmp-"))
+        .collect();
+    assert_eq!(
+        temps.len(),
+        1,
+        "the new checkpoint was left in its temporary file"
+    );
+    assert_eq!(ops::verify(&dir).unwrap().status, "clean");
+
+    // The next command opens (from the stale checkpoint: a longer tail to check) and writes.
+    ok(run(&["trial", "open", "third"], None));
+    let listed = ok(run(&["--json", "trials"], None));
+    let trials: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let names: Vec<&str> = trials["trials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["trial"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["first", "second", "third"],
+        "the killed command's event is kept"
+    );
+    assert_eq!(ops::verify(&dir).unwrap().status, "clean");
+    assert_ne!(
+        std::fs::read(dir.join("CHECKPOINT")).unwrap(),
+        stale,
+        "the next writer's close replaced the stale checkpoint"
+    );
+}

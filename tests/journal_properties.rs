@@ -553,13 +553,13 @@ fn unknown_event(g: &mut Gen, must_understand: bool, time: Micros, id: Uuid, a: 
             break k;
         }
     };
-    let other_flags = u16::arbitrary(g) & !FLAG_MUST_UNDERSTAND;
-    let flags = other_flags
-        | if must_understand {
-            FLAG_MUST_UNDERSTAND
-        } else {
-            0
-        };
+    // Bit 0 is the only flag format version 1 defines; a newer dispatch that needs another
+    // changes the format version (journal-format.md §4).
+    let flags = if must_understand {
+        FLAG_MUST_UNDERSTAND
+    } else {
+        0
+    };
     let body: (String, Vec<u64>, Option<bool>, Vec<Vec<u8>>) = Arbitrary::arbitrary(g);
     let payload = rmp_serde::to_vec(&(time, id, a, body)).unwrap();
     Event::Unknown {

@@ -251,3 +251,21 @@ fn an_offline_writing_command_writes_a_snapshot_past_the_bound() {
     let loaded = journal::load(&dir).unwrap();
     assert!(loaded.snapshot_seq.is_some_and(|s| s > n as u64));
 }
+
+/// journal-format.md §9, the rules a reader checks without knowing the state layout: reserved
+/// bytes are 0, and the file name's seq is the seq the header covers.
+#[test]
+fn a_snapshot_with_reserved_bytes_set_or_a_name_its_header_denies_is_rejected() {
+    for at in 10..16 {
+        let tmp = tempfile::tempdir().unwrap();
+        let (dir, snap) = journal_with_snapshot(tmp.path(), "j");
+        rewrite_header(&snap, at..at + 1, &[1]);
+        assert_rejected(&dir, "reserved bytes", &format!("reserved byte {at}"));
+    }
+    // The newest snapshot by name is the one tried; one renamed to look newer is not used.
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, snap) = journal_with_snapshot(tmp.path(), "j");
+    let later = dir.join(snapshot::file_name(1 + (BEFORE + AFTER) as u64));
+    std::fs::rename(&snap, &later).unwrap();
+    assert_rejected(&dir, "named for seq", "renamed to a later seq");
+}

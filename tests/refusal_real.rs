@@ -7,7 +7,6 @@ mod support;
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
 
 use real_cluster::{json, require_cluster, Run};
 use serde_json::Value;
@@ -88,21 +87,7 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let Ok(out) = Command::new("squeue")
-            .args(["--me", "-h", "-o", "%A|%j"])
-            .output()
-        else {
-            return;
-        };
-        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.split_once('|'))
-            .filter(|(_, name)| name.starts_with(&self.prefix))
-            .map(|(id, _)| id.to_owned())
-            .collect();
-        if !ids.is_empty() {
-            support::run_bounded(Command::new("scancel").args(&ids), Duration::from_secs(30));
-        }
+        real_cluster::cancel_jobs_named(&self.prefix);
     }
 }
 

@@ -899,11 +899,15 @@ async fn b31_unrecorded_id_names_the_job_and_scancel() {
     );
 }
 
+/// Mid-file damage that the next writer finds: a writer that opens from its checkpoint checks
+/// only the tail after it (journal-format.md §7.2), so the checkpoint goes too, and the open
+/// classifies the whole journal.
 fn corrupt_first_frame(journal: &Path) {
     let seg = journal.join("segment-00000001.djl");
     let mut bytes = std::fs::read(&seg).unwrap();
     bytes[96 + 30] ^= 0xff;
     std::fs::write(&seg, bytes).unwrap();
+    let _ = std::fs::remove_file(journal.join("CHECKPOINT"));
 }
 
 // ---------------------------------------------------------------- unconfined (salloc)

@@ -164,19 +164,7 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let out = Command::new("squeue")
-            .args(["--me", "-h", "-o", "%A|%j"])
-            .output();
-        let Ok(out) = out else { return };
-        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.split_once('|'))
-            .filter(|(_, name)| name.starts_with(&self.prefix))
-            .map(|(id, _)| id.to_owned())
-            .collect();
-        if !ids.is_empty() {
-            support::run_bounded(Command::new("scancel").args(&ids), Duration::from_secs(30));
-        }
+        real_cluster::cancel_jobs_named(&self.prefix);
     }
 }
 
@@ -573,9 +561,17 @@ fn slow_shim(dir: &Path, program: &str, secs: u32) -> String {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir).unwrap();
     let path = dir.join(program);
+    // The client the tests run against (22.05's in /usr/bin, or 24.11's wrappers first on
+    // PATH), never a fixed path: a shim of the other cluster's client submits elsewhere.
+    let real = std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .map(|d| Path::new(d).join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("no {program} on PATH"));
     std::fs::write(
         &path,
-        format!("#!/bin/sh\nsleep {secs}\nexec /usr/bin/{program} \"$@\"\n"),
+        format!("#!/bin/sh\nsleep {secs}\nexec {} \"$@\"\n", real.display()),
     )
     .unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -621,10 +617,10 @@ fn killed_with_sbatch_in_flight_then_relaunched_at_once_gives_one_job() {
     }
 }
 
-/// Issue 10 item 12 (NOT FIXED YET, hence ignored): two state directories launch the same
-/// session at once; the token lock only works inside one, so both probe, find nothing and
-/// submit. Wanted: exactly one job each round and both launches report it (Slurm as the
-/// arbiter: submit held, probe by name, the younger cancels itself and adopts the older).
+/// Issue 10 item 12: two state directories launch the same session at once; the token lock
+/// only works inside one, so both probe, find nothing and submit. Slurm arbitrates: each
+/// submits held, probes by name, and the younger cancels itself and adopts the older, so each
+/// round has exactly one job and both launches report it.
 #[test]
 fn two_state_directories_racing_give_one_job() {
     let s = Session::new("race", TARGETS);

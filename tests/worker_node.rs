@@ -329,7 +329,11 @@ fn two_workers_from_one_source_asset_own_their_copies_and_both_publish() {
             .map(|(_, v)| v.clone())
             .collect()
     };
-    assert!(values(&e1).is_disjoint(&values(&e2)));
+    let shared: Vec<String> = values(&e1).intersection(&values(&e2)).cloned().collect();
+    assert!(
+        shared.is_empty(),
+        "both workers were given {shared:?}: {e1:?} {e2:?}"
+    );
 
     std::fs::write(go, "").unwrap();
     let (r1, r2) = (
@@ -558,7 +562,10 @@ fn a_publication_that_overruns_is_timed_out_and_leaves_nothing_half_published() 
         "p",
         "slow",
         &["--source", "src", "--publication-timeout", "1"],
-        &[("DISPATCH_FAILPOINTS", "supervisor-publish-copy=sleep:1500")],
+        &[(
+            "DISPATCH_FAILPOINTS",
+            "worker:supervisor-publish-copy=sleep:1500",
+        )],
         "echo 'work' >> README; echo 'state' > \"$DISPATCH_STATE_DIR/db\"",
         &[],
     );

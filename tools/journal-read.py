@@ -6,8 +6,9 @@ Usage: journal-read.py JOURNAL_DIR
 Walks the segments, checks every header, frame CRC, seq and the SHA-256 chain, and prints one
 JSON document: {"status", "events", "last_seq", "head", "kinds"} where status is "clean",
 "damaged" (with "reason", "segment", "offset") and kinds counts frames per kind code. It does
-not tell a torn tail from corruption (that needs the look-ahead of §8); it exists to prove that
-the format can be read without dispatch's code. Standard library only.
+not tell a torn tail from corruption (that needs the look-ahead of §8) and does not decode
+payloads past checking that each is exactly one MessagePack value; it exists to prove that the
+format can be read without dispatch's code. Standard library only.
 """
 
 import hashlib
@@ -26,6 +27,50 @@ MAX_PAYLOAD = 1 << 20
 
 def crc(data):
     return zlib.crc32(data) & 0xFFFFFFFF
+
+
+def msgpack_value_len(b):
+    """Length of the one MessagePack value b starts with, or None (spec section 6)."""
+    at, pending = 0, 1
+    fixed = {0xCA: 4, 0xCE: 4, 0xD2: 4, 0xCB: 8, 0xCF: 8, 0xD3: 8, 0xCC: 1, 0xD0: 1,
+             0xCD: 2, 0xD1: 2, 0xD4: 2, 0xD5: 3, 0xD6: 5, 0xD7: 9, 0xD8: 17}
+    sized = {0xC4: (1, 0), 0xD9: (1, 0), 0xC5: (2, 0), 0xDA: (2, 0), 0xC6: (4, 0),
+             0xDB: (4, 0), 0xC7: (1, 1), 0xC8: (2, 1), 0xC9: (4, 1)}
+    counted = {0xDC: (2, 1), 0xDD: (4, 1), 0xDE: (2, 2), 0xDF: (4, 2)}
+    while pending:
+        pending -= 1
+        if at >= len(b):
+            return None
+        m = b[at]
+        at += 1
+        children = 0
+        if m <= 0x7F or m >= 0xE0 or m in (0xC0, 0xC2, 0xC3):
+            skip = 0
+        elif 0x80 <= m <= 0x8F:
+            skip, children = 0, 2 * (m & 0x0F)
+        elif 0x90 <= m <= 0x9F:
+            skip, children = 0, m & 0x0F
+        elif 0xA0 <= m <= 0xBF:
+            skip = m & 0x1F
+        elif m in fixed:
+            skip = fixed[m]
+        elif m in sized:
+            width, ext = sized[m]
+            if at + width > len(b):
+                return None
+            skip = width + ext + int.from_bytes(b[at:at + width], "big")
+        elif m in counted:
+            width, per = counted[m]
+            if at + width > len(b):
+                return None
+            skip, children = width, per * int.from_bytes(b[at:at + width], "big")
+        else:
+            return None  # 0xC1, never used
+        at += skip
+        pending += children
+        if at > len(b) or pending > len(b) - at:
+            return None
+    return at
 
 
 def read(journal_dir):
@@ -48,11 +93,17 @@ def read(journal_dir):
     expect_seq = 1
     for index, (number, name) in enumerate(names):
         data = open(os.path.join(journal_dir, name), "rb").read()
-        if len(data) < HEADER_LEN or data[:8] != SEGMENT_MAGIC:
+        if len(data) < 10 or data[:8] != SEGMENT_MAGIC:
+            return damaged(name, 0, "not a segment")
+        if struct.unpack_from("<H", data, 8)[0] > 1:
+            return damaged(name, 0, "newer format version: upgrade")
+        if len(data) < HEADER_LEN:
             return damaged(name, 0, "not a segment")
         if crc(data[:92]) != struct.unpack_from("<I", data, 92)[0]:
             return damaged(name, 0, "segment header CRC")
-        version, header_len = struct.unpack_from("<HH", data, 8)
+        version, header_len, header_flags = struct.unpack_from("<HHI", data, 8)
+        if header_flags != 0 or data[88:92] != bytes(4):
+            return damaged(name, 0, "segment header flags or reserved bytes")
         seg_id = data[16:32]
         seg_no, first_seq = struct.unpack_from("<QQ", data, 32)
         prev_chain = data[48:80]
@@ -83,6 +134,10 @@ def read(journal_dir):
             chain = hashlib.sha256(chain + header + payload).digest()
             if chain != stored_chain:
                 return damaged(name, offset, "chain mismatch")
+            if flags & ~0x0001:
+                return damaged(name, offset, "undefined frame flag bits")
+            if msgpack_value_len(payload) != len(payload):
+                return damaged(name, offset, "payload is not exactly one MessagePack value")
             report["kinds"][str(kind)] = report["kinds"].get(str(kind), 0) + 1
             report["events"] += 1
             report["last_seq"] = seq

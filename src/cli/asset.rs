@@ -13,25 +13,41 @@ use crate::slurm::Scheduler;
 #[derive(Debug, Subcommand)]
 pub enum AssetCommand {
     /// Make an immutable source asset: a git bundle of REPO's commit REV and its history
+    #[command(after_help = "Examples:\n  \
+        dispatch asset add-source src ~/code/project\n  \
+        dispatch asset add-source src-v2 ~/code/project --rev v2.0")]
     AddSource {
+        /// The asset's name (bound once to its contents)
         #[arg(value_parser = crate::names::arg::path_name("asset"))]
         name: String,
+        /// The git repository to bundle (not modified)
         repo: PathBuf,
         /// The commit to pin (a branch, tag or commit; default HEAD)
         #[arg(long)]
         rev: Option<String>,
     },
     /// Make an immutable image asset (an Apptainer .sif, say) from a copy of FILE
+    #[command(after_help = "Examples:\n  \
+        dispatch asset add-image py311 ~/images/python-3.11.sif")]
     AddImage {
+        /// The asset's name (bound once to its contents)
         #[arg(value_parser = crate::names::arg::path_name("asset"))]
         name: String,
+        /// The image file to copy
         file: PathBuf,
     },
     /// List the assets, with their SHA-256 identities
+    #[command(after_help = "Examples:\n  \
+        dispatch asset list\n  \
+        dispatch asset list --json | jq -r '.assets[].name'")]
     List,
     /// Recompute assets' SHA-256 (all, or the NAMEs given): exit 0 when all match, 1 when any
     /// is changed, missing or unreadable
+    #[command(after_help = "Examples:\n  \
+        dispatch asset verify\n  \
+        dispatch asset verify src py311")]
     Verify {
+        /// Assets to check (default: every asset)
         #[arg(value_parser = crate::names::arg::path_name("asset"))]
         names: Vec<String>,
     },

@@ -1,4 +1,5 @@
-//! Exit codes, as the README and CLI.md document them.
+//! Exit codes: one meaning each across commands, as docs/cli.md ("Exit codes") defines them
+//! (the contract; README repeats the table). A name that does not exist is REFUSED.
 
 use crate::journal::{JournalError, Status};
 use crate::statedir::StateDirError;
@@ -9,7 +10,7 @@ pub const OK: u8 = 0;
 pub const FAILED: u8 = 1;
 /// Usage error; nothing was done.
 pub const USAGE: u8 = 2;
-/// Refused by a safety check; nothing was done.
+/// Refused by a safety check, or the named thing does not exist; nothing was done.
 pub const REFUSED: u8 = 3;
 /// Outcome unknown: the intent is recorded, the effect's result is not.
 pub const UNKNOWN: u8 = 4;

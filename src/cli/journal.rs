@@ -12,10 +12,19 @@ use crate::ops::journal as ops;
 #[derive(Debug, Subcommand)]
 pub enum JournalCommand {
     /// Create the state directory and the journal if absent (idempotent)
+    #[command(after_help = "Examples:\n  \
+        dispatch journal init\n  \
+        dispatch --state-dir /scratch/me/dispatch journal init --json")]
     Init,
     /// Classify the journal: exit 0 clean, 1 torn tail (repairable), 5 corrupt or tampered
+    #[command(after_help = "Examples:\n  \
+        dispatch journal verify\n  \
+        dispatch journal verify --json | jq .status")]
     Verify,
     /// Print events (JSON Lines with --json)
+    #[command(after_help = "Examples:\n  \
+        dispatch journal dump --from 100 --to 120\n  \
+        dispatch journal dump --json | jq -c 'select(.kind == \"WorkerSubmitted\")'")]
     Dump {
         /// First seq to print
         #[arg(long, value_name = "SEQ", value_parser = clap::value_parser!(u64).range(1..))]
@@ -25,6 +34,8 @@ pub enum JournalCommand {
         to: Option<u64>,
     },
     /// Cut a torn tail (kept aside as a file) and record a Recovered event
+    #[command(after_help = "Examples:\n  \
+        dispatch journal verify || dispatch journal repair")]
     Repair,
 }
 
@@ -108,7 +119,7 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
                         env.seq,
                         env.time.to_rfc3339(),
                         env.event.kind_name(),
-                        env.event.body_json()
+                        ops::dump_body(&env.event)
                     )
                 };
                 if let Err(e) = written {
@@ -241,7 +252,7 @@ pub fn run_inspect(state_dir: &Path, key: &str, json: bool) -> Result<u8, Failur
         Ok(r) => r,
         Err(InspectError::NotFound(_)) => {
             return Err(Failure::new(
-                exit::FAILED,
+                exit::REFUSED,
                 format!("{}", InspectError::NotFound(key.to_owned())),
             ))
         }

@@ -1,12 +1,16 @@
 //! Command-line definitions, rendering and exit codes. No I/O beyond stdout/stderr.
+//! The names, flags, JSON keys and exit codes defined here are a contract: docs/cli.md, kept
+//! complete by tests/cli_contract.rs (add, never rename).
 
 pub mod asset;
+pub mod doctor;
 pub mod exit;
 pub mod forget;
 pub mod journal;
 pub mod output;
 pub mod pool;
 pub mod session;
+pub mod shell;
 pub mod trial;
 pub mod worker;
 
@@ -17,8 +21,13 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(
     name = "dispatch",
-    version = env!("DISPATCH_VERSION"),
-    about = "Run workers on Slurm clusters without ever losing track of them"
+    version = env!("VERSION_WITH_COMMIT"),
+    about = "Run workers on Slurm clusters without ever losing track of them",
+    // Each command's help lists these apart from its own options.
+    next_help_heading = "Global options",
+    after_help = "The contract (commands, flags, JSON keys, exit codes): docs/cli.md.\n\
+        Exit codes: 0 done, 1 failed, 2 usage, 3 refused or not found, 4 outcome unknown, \
+        5 journal damaged"
 )]
 pub struct Cli {
     /// State directory (default: $DISPATCH_STATE_DIR, $XDG_STATE_HOME/dispatch, ~/.local/state/dispatch)
@@ -57,9 +66,16 @@ pub enum Command {
     #[command(subcommand)]
     Pool(pool::PoolCommand),
     /// Run one worker as its own Slurm job (the ordinary path; the worker owns the allocation)
+    #[command(after_help = "Examples:\n  \
+        dispatch submit -T savio-htc --cpus 4 --mem 16G --time 2:00:00 --name w1 -- ./run.sh\n  \
+        dispatch submit --cpus 1 --mem 2G --time 30 --source src --trial t1 -- make test")]
     Submit(pool::SubmitArgs),
     /// Stop a worker started by `dispatch submit`: TERM, the grace, then cancel its job
+    #[command(after_help = "Examples:\n  \
+        dispatch stop w1\n  \
+        dispatch stop w1 --grace 60 --json")]
     Stop {
+        /// The worker, by name or submission id
         #[arg(value_parser = crate::names::arg::path_name("worker"))]
         worker: String,
         /// Seconds between SIGTERM and the final cancel
@@ -68,12 +84,20 @@ pub enum Command {
     },
     /// Offline audit: chain, reducer replay, the no-effect-without-intent and release-once
     /// rules, snapshot agreement, published evidence. Exit 0 ok, 1 violations, 5 damaged
+    #[command(after_help = "Examples:\n  \
+        dispatch audit\n  \
+        dispatch audit --json | jq .rules.violations")]
     Audit,
     /// Forensic view of one worker (by name or submission id): its timeline, the last event
     /// about it, and its own journal up to any damage; or, with --trial, of a whole trial and
     /// each of its workers. Offline: no Slurm call, nothing written
     #[command(group(clap::ArgGroup::new("what").required(true).args(["worker", "trial"])))]
+    #[command(after_help = "Examples:\n  \
+        dispatch inspect w1\n  \
+        dispatch inspect 0b5e7c1e-8a1f-4a55-9f6e-0d4b8e2a9c11 --json\n  \
+        dispatch inspect --trial t1")]
     Inspect {
+        /// The worker, by name or submission id
         #[arg(value_parser = crate::names::arg::path_name("worker"))]
         worker: Option<String>,
         /// A trial instead of one worker (as `dispatch trial show`)
@@ -81,10 +105,16 @@ pub enum Command {
         trial: Option<String>,
     },
     /// Replay the journal against Slurm and resolve what can be proven
+    #[command(after_help = "Examples:\n  \
+        dispatch reconcile\n  \
+        dispatch reconcile --json | jq .unknown")]
     Reconcile,
     /// Give up on a worker or a session that no proof can settle (the controller lost its
     /// accounting, the cluster was rebuilt): releases its budget, or drops the session's record,
     /// as an operator decision that `audit` lists as an override, never as proof. Offline
+    #[command(after_help = "Examples:\n  \
+        dispatch forget w1 --reason \"cluster rebuilt; job 4242 gone from accounting\"\n  \
+        dispatch forget --session mymirror -T savio-htc --reason \"controller lost the job\"")]
     Forget(forget::ForgetArgs),
     /// The worker side: commands that run inside a worker's job step
     #[command(subcommand)]
@@ -93,12 +123,44 @@ pub enum Command {
     #[command(subcommand)]
     Session(session::SessionCommand),
     /// Report every session job per target, orphans, stale and unknown sessions
+    #[command(after_help = "Examples:\n  \
+        dispatch sessions\n  \
+        dispatch sessions --json | jq .stale")]
     Sessions,
     /// Acceptance trials: open one, let workers join it, judge it once with its evidence
     #[command(subcommand)]
     Trial(trial::TrialCommand),
     /// List every trial with its workers and verdict (offline)
+    #[command(after_help = "Examples:\n  \
+        dispatch trials\n  \
+        dispatch trials --json")]
     Trials,
+    /// Check that this host and cluster are ready: Slurm's commands, controller and
+    /// accounting, the state directory (owner, mode, file system, flock), the config's targets,
+    /// and with --on-node what a compute node sees. Exit 0 ready, 1 something failed
+    #[command(after_help = "Examples:\n  \
+        dispatch doctor\n  \
+        dispatch doctor --on-node -T savio-htc --json")]
+    Doctor(doctor::DoctorArgs),
+    /// Print a shell completion script on stdout
+    #[command(after_help = "Examples:\n  \
+        source <(dispatch completions bash)\n  \
+        dispatch completions zsh > ~/.zfunc/_dispatch\n  \
+        dispatch completions fish > ~/.config/fish/completions/dispatch.fish")]
+    Completions {
+        /// The shell to complete in
+        #[arg(value_enum)]
+        shell: shell::Shell,
+    },
+    /// Write man pages: dispatch.1 and one dispatch-COMMAND.1 per command into DIR, or
+    /// dispatch.1 on stdout without DIR
+    #[command(after_help = "Examples:\n  \
+        dispatch man | man -l -\n  \
+        dispatch man ~/.local/share/man/man1")]
+    Man {
+        /// Directory for the pages (created if missing)
+        dir: Option<PathBuf>,
+    },
 }
 
 /// Whether diagnostics on stderr may carry colour: `--color`, else only on a terminal, and never

@@ -115,7 +115,11 @@ pub struct SubmitExtras {
 #[derive(Debug, Subcommand)]
 pub enum PoolCommand {
     /// Attach a running single-node allocation you own as a pool (never creates or cancels it)
+    #[command(after_help = "Examples:\n  \
+        salloc -N1 -c8 --mem=16G --no-shell   # prints the job id, say 4242\n  \
+        dispatch pool attach p --job 4242")]
     Attach {
+        /// The pool's name
         #[arg(value_parser = crate::names::arg::path_name("pool"))]
         pool: String,
         /// The allocation's job id
@@ -123,7 +127,11 @@ pub enum PoolCommand {
         job: JobId,
     },
     /// Start a worker as its own job step inside the pool's allocation
+    #[command(after_help = "Examples:\n  \
+        dispatch pool submit p --cpus 2 --mem 4G --name w1 -- ./run.sh\n  \
+        dispatch pool submit p --cpus 1 --mem 2G --source src --image py311 --trial t1 -- make test")]
     Submit {
+        /// The pool's name
         #[arg(value_parser = crate::names::arg::path_name("pool"))]
         pool: String,
         #[command(flatten)]
@@ -135,7 +143,11 @@ pub enum PoolCommand {
         assets: SubmitExtras,
     },
     /// Show pools, their allocations, reservations and workers (no Slurm call unless --refresh)
+    #[command(after_help = "Examples:\n  \
+        dispatch pool status\n  \
+        dispatch pool status p --refresh --json")]
     Status {
+        /// One pool (default: every pool)
         #[arg(value_parser = crate::names::arg::path_name("pool"))]
         pool: Option<String>,
         /// Reconcile with Slurm first
@@ -143,9 +155,14 @@ pub enum PoolCommand {
         refresh: bool,
     },
     /// Stop one worker's step; the allocation and every other worker keep running
+    #[command(after_help = "Examples:\n  \
+        dispatch pool stop-worker p w1\n  \
+        dispatch pool stop-worker p w1 --grace 60")]
     StopWorker {
+        /// The pool's name
         #[arg(value_parser = crate::names::arg::path_name("pool"))]
         pool: String,
+        /// The worker's name in that pool
         #[arg(value_parser = crate::names::arg::path_name("worker"))]
         worker: String,
         /// Seconds between SIGTERM and the final cancel
@@ -153,7 +170,10 @@ pub enum PoolCommand {
         grace: u64,
     },
     /// Forget a pool (refused while any worker holds budget; never cancels the allocation)
+    #[command(after_help = "Examples:\n  \
+        dispatch pool detach p")]
     Detach {
+        /// The pool's name
         #[arg(value_parser = crate::names::arg::path_name("pool"))]
         pool: String,
     },
@@ -166,6 +186,7 @@ impl From<OpError> for Failure {
             OpError::AssetRefused(r) => Failure::new(exit::REFUSED, r.to_string()),
             OpError::TrialRefused(r) => Failure::new(exit::REFUSED, r.to_string()),
             OpError::ForgetRefused(r) => Failure::new(exit::REFUSED, r.to_string()),
+            OpError::NotFound(m) => Failure::new(exit::REFUSED, m),
             OpError::Unknown(m) => Failure::new(exit::UNKNOWN, m),
             OpError::Failed(m) => Failure::new(exit::FAILED, m),
             OpError::Usage(m) => Failure::new(exit::USAGE, m),

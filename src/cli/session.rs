@@ -32,6 +32,9 @@ pub struct SessionArgs {
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
     /// Reuse the session's job, else adopt a live job of this target by name, else submit one
+    #[command(after_help = "Examples:\n  \
+        dispatch session launch mymirror -T savio-htc\n  \
+        dispatch session launch mymirror -T savio-htc --detached -- ./serve.sh")]
     Launch {
         #[command(flatten)]
         session: SessionArgs,
@@ -47,6 +50,9 @@ pub enum SessionCommand {
         command: Vec<String>,
     },
     /// Cancel the session's job, or only detach when another session holds it too
+    #[command(after_help = "Examples:\n  \
+        dispatch session release mymirror -T savio-htc\n  \
+        dispatch session release mymirror -T savio-htc --yes --json")]
     Release {
         #[command(flatten)]
         session: SessionArgs,
@@ -58,6 +64,9 @@ pub enum SessionCommand {
         yes: bool,
     },
     /// Keep the session's job alive: relaunch while it drains or when it is lost
+    #[command(after_help = "Examples:\n  \
+        dispatch session renew mymirror -T savio-htc\n  \
+        dispatch session renew mymirror -T savio-htc --once --drain-minutes 30")]
     Renew {
         #[command(flatten)]
         session: SessionArgs,
@@ -78,6 +87,9 @@ pub enum SessionCommand {
         wait: u64,
     },
     /// Open a terminal in the session's job: srun --jobid=J --overlap --pty CMD
+    #[command(after_help = "Examples:\n  \
+        dispatch session attach mymirror -T savio-htc\n  \
+        dispatch session attach mymirror -T savio-htc -- htop")]
     Attach {
         #[command(flatten)]
         session: SessionArgs,
@@ -134,8 +146,8 @@ fn warn(notes: &[String]) {
 }
 
 fn is_terminal() -> bool {
-    // SAFETY: isatty only inspects the descriptor.
-    unsafe { libc::isatty(0) == 1 && libc::isatty(1) == 1 }
+    use std::io::IsTerminal;
+    std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
 }
 
 /// Replace this process with `srun ARGS`; returns only if the exec failed.

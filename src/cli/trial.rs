@@ -12,7 +12,11 @@ use crate::state::trial::Verdict;
 #[derive(Debug, Subcommand)]
 pub enum TrialCommand {
     /// Open an acceptance trial; workers join it with `--trial NAME` on `pool submit`/`submit`
+    #[command(after_help = "Examples:\n  \
+        dispatch trial open t1 --pin 78f43ad --note \"native build\"\n  \
+        dispatch trial open t2 --follows t1")]
     Open {
+        /// The trial's name
         #[arg(value_parser = crate::names::arg::path_name("trial"))]
         trial: String,
         /// What is under trial (for example the commit of the code being accepted)
@@ -26,9 +30,14 @@ pub enum TrialCommand {
     },
     /// Judge a trial once, with the evidence each worker left: `passed` needs every worker
     /// ended, completed and published with evidence that verifies; `failed` is always allowed
+    #[command(after_help = "Examples:\n  \
+        dispatch trial verdict t1 passed --reason \"all workers green\"\n  \
+        dispatch trial verdict t1 failed --reason \"w2 timed out\"")]
     Verdict {
+        /// The trial's name
         #[arg(value_parser = crate::names::arg::path_name("trial"))]
         trial: String,
+        /// passed or failed
         #[arg(value_parser = ["passed", "failed"])]
         verdict: String,
         /// Why: what was checked, what went wrong
@@ -36,7 +45,11 @@ pub enum TrialCommand {
         reason: String,
     },
     /// One trial with the forensic view of each of its workers (offline)
+    #[command(after_help = "Examples:\n  \
+        dispatch trial show t1\n  \
+        dispatch trial show t1 --json")]
     Show {
+        /// The trial's name
         #[arg(value_parser = crate::names::arg::path_name("trial"))]
         trial: String,
     },

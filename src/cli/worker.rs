@@ -16,6 +16,9 @@ use crate::worker::supervisor::{self, NodeSpec, RunSpec};
 #[derive(Debug, Subcommand)]
 pub enum WorkerCommand {
     /// Run a payload under supervision (used inside a worker's job step)
+    #[command(after_help = "Examples:\n  \
+        # started by pool submit and submit inside the job step; by hand, for a test:\n  \
+        dispatch worker run --submission-id 0b5e7c1e-8a1f-4a55-9f6e-0d4b8e2a9c11 --evidence-dir /tmp/ev --deadline +600 -- ./run.sh")]
     Run(RunArgs),
 }
 

@@ -28,6 +28,9 @@ pub enum JournalError {
         super::frame::MAX_PAYLOAD
     )]
     PayloadTooLarge { kind: &'static str, bytes: usize },
+    /// A frame a reader would call corrupt (journal-format.md §4, §6): refused before writing.
+    #[error("a {kind} event is not written: {reason}")]
+    Unwritable { kind: &'static str, reason: String },
     #[error(transparent)]
     Payload(#[from] PayloadError),
     #[error("no journal in {}: run `dispatch journal init`", .0.display())]

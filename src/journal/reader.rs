@@ -294,11 +294,12 @@ pub fn load(dir: &Path) -> Result<Loaded, JournalError> {
     }
     let mut snapshot_rejected = None;
     let mut start: Option<(Covers, State)> = None;
-    if let Some((_, path)) = snapshot::list(dir).ok().and_then(|l| l.into_iter().next()) {
+    if let Some((name_seq, path)) = snapshot::list(dir).ok().and_then(|l| l.into_iter().next()) {
         let candidate = read_no_follow(&path)
             .map_err(|e| e.to_string())
             .and_then(|b| snapshot::decode(&b))
             .and_then(|(covers, state)| {
+                snapshot::check_name(name_seq, &covers)?;
                 snapshot::matches_journal(dir, &covers).map(|()| (covers, state))
             });
         match candidate {

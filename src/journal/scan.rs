@@ -177,6 +177,91 @@ fn payload_fault(f: &FrameRef<'_>, journal_id: &[u8; 16], payloads: Payloads) ->
 
 const GENESIS_KIND: u16 = 1;
 
+/// The rules of §4 and §6 a reader checks on every valid frame, whatever it knows of its kind
+/// and in every mode (so that `load`, which decodes on another thread, and [`classify`] agree):
+/// no undefined flag bit is set, and the payload is exactly one MessagePack value.
+fn frame_rule_fault(f: &FrameRef<'_>) -> Option<String> {
+    rule_fault(f.seq, f.flags, f.payload)
+}
+
+/// [`frame_rule_fault`] on a frame's parts: the writer asks it too, so that it never writes a
+/// frame a reader would call corrupt.
+pub(crate) fn rule_fault(seq: u64, flags: u16, payload: &[u8]) -> Option<String> {
+    let undefined = flags & !crate::event::FLAG_MUST_UNDERSTAND;
+    if undefined != 0 {
+        return Some(format!(
+            "event {seq} sets undefined frame flag bits {undefined:#06x}"
+        ));
+    }
+    match msgpack_value_len(payload) {
+        Some(n) if n == payload.len() => None,
+        Some(n) => Some(format!(
+            "event {seq} does not decode: {} bytes after its MessagePack value",
+            payload.len() - n
+        )),
+        None => Some(format!(
+            "event {seq} does not decode: its payload is not a MessagePack value"
+        )),
+    }
+}
+
+/// The length of the one MessagePack value `b` starts with, if it holds a whole one. Iterative
+/// (a count of values still to skip), so nesting costs no stack; each value takes at least one
+/// byte, so a count above the bytes left is not a value.
+fn msgpack_value_len(b: &[u8]) -> Option<usize> {
+    let mut at = 0usize;
+    let mut pending = 1usize;
+    let be = |at: usize, n: usize| -> Option<usize> {
+        let bytes = b.get(at..at + n)?;
+        Some(
+            bytes
+                .iter()
+                .fold(0usize, |acc, &x| acc << 8 | usize::from(x)),
+        )
+    };
+    while pending > 0 {
+        pending -= 1;
+        let marker = *b.get(at)?;
+        at += 1;
+        // (bytes of length field, then: payload bytes per unit, children per unit, extra bytes)
+        let (skip, children) = match marker {
+            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0),
+            0x80..=0x8f => (0, 2 * usize::from(marker & 0x0f)),
+            0x90..=0x9f => (0, usize::from(marker & 0x0f)),
+            0xa0..=0xbf => (usize::from(marker & 0x1f), 0),
+            0xc1 => return None,
+            0xc4 | 0xd9 => (be(at, 1)? + 1, 0),
+            0xc5 | 0xda => (be(at, 2)? + 2, 0),
+            0xc6 | 0xdb => (be(at, 4)? + 4, 0),
+            0xc7 => (be(at, 1)? + 2, 0),
+            0xc8 => (be(at, 2)? + 3, 0),
+            0xc9 => (be(at, 4)? + 5, 0),
+            0xca | 0xce | 0xd2 => (4, 0),
+            0xcb | 0xcf | 0xd3 => (8, 0),
+            0xcc | 0xd0 => (1, 0),
+            0xcd | 0xd1 => (2, 0),
+            0xd4 => (2, 0),
+            0xd5 => (3, 0),
+            0xd6 => (5, 0),
+            0xd7 => (9, 0),
+            0xd8 => (17, 0),
+            0xdc => (2, be(at, 2)?),
+            0xdd => (4, be(at, 4)?),
+            0xde => (2, 2 * be(at, 2)?),
+            0xdf => (4, 2 * be(at, 4)?),
+        };
+        at = at.checked_add(skip)?;
+        if at > b.len() {
+            return None;
+        }
+        pending = pending.checked_add(children)?;
+        if pending > b.len() - at {
+            return None;
+        }
+    }
+    Some(at)
+}
+
 /// Scan the journal in `dir`, calling `visit` for each valid frame in order.
 /// `visit` may stop the scan early by returning `false`.
 ///
@@ -322,6 +407,8 @@ fn scan_using(
                             ),
                             f.len() as u64,
                         ))
+                    } else if let Some(why) = frame_rule_fault(&f) {
+                        Err((Status::Corrupt, why, f.len() as u64))
                     } else if let Some(why) = payload_fault(&f, &header.journal_id, payloads) {
                         Err((Status::Corrupt, why, f.len() as u64))
                     } else {
@@ -752,6 +839,33 @@ mod tests {
                 x as u8
             })
             .collect()
+    }
+
+    #[test]
+    fn a_messagepack_value_is_measured_whole_and_alone() {
+        let values = [
+            rmp_serde::to_vec(&(1u64, "ana", vec![0u8; 40], (Some(-3i64), u64::MAX))).unwrap(),
+            rmp_serde::to_vec(&vec!["x".repeat(300); 70]).unwrap(),
+            rmp_serde::to_vec(&std::collections::BTreeMap::from([
+                (1u8, 2.5f64),
+                (3, -1.0),
+            ]))
+            .unwrap(),
+            rmp_serde::to_vec(&vec!["y".repeat(70_000)]).unwrap(),
+        ];
+        for v in values {
+            assert_eq!(msgpack_value_len(&v), Some(v.len()));
+            let mut longer = v.clone();
+            longer.push(0xc0);
+            assert_eq!(msgpack_value_len(&longer), Some(v.len()), "a trailing nil");
+            assert_eq!(msgpack_value_len(&v[..v.len() - 1]), None, "cut short");
+        }
+        assert_eq!(msgpack_value_len(&[0xc1]), None, "the unused marker");
+        assert_eq!(
+            msgpack_value_len(&[0xdd, 0xff, 0xff, 0xff, 0xff]),
+            None,
+            "an array claiming more elements than bytes"
+        );
     }
 
     #[test]

@@ -39,6 +39,12 @@ pub enum HeaderFault {
     BadCrc,
     /// Written by a newer dispatch: readable only by that version.
     NewerVersion(u16),
+    /// Version 0: no dispatch ever wrote it.
+    NoSuchVersion(u16),
+    /// Version 1 headers are 96 bytes; any other length is damage.
+    BadLength(u16),
+    /// Flags or reserved bytes that version 1 defines as 0 are not.
+    NonZero(&'static str),
 }
 
 impl HeaderFault {
@@ -50,6 +56,15 @@ impl HeaderFault {
             HeaderFault::NewerVersion(v) => format!(
                 "segment has format version {v}; this dispatch reads version {FORMAT_VERSION}: upgrade dispatch"
             ),
+            HeaderFault::NoSuchVersion(v) => {
+                format!("segment header has format version {v}, which does not exist")
+            }
+            HeaderFault::BadLength(n) => format!(
+                "segment header claims {n} bytes; a version {FORMAT_VERSION} header is {SEGMENT_HEADER_LEN}"
+            ),
+            HeaderFault::NonZero(field) => {
+                format!("segment header {field} are not 0 (version {FORMAT_VERSION} defines none)")
+            }
         }
     }
 }
@@ -77,6 +92,14 @@ impl SegmentHeader {
         if &bytes[0..8] != SEGMENT_MAGIC {
             return Err(HeaderFault::BadMagic);
         }
+        // A newer version may lay its header out differently (even where its CRC is), so the
+        // version is read before anything else is believed (journal-format.md §3).
+        if bytes.len() >= 10 {
+            let format_version = u16::from_le_bytes([bytes[8], bytes[9]]);
+            if format_version > FORMAT_VERSION {
+                return Err(HeaderFault::NewerVersion(format_version));
+            }
+        }
         if bytes.len() < SEGMENT_HEADER_LEN {
             return Err(HeaderFault::Short);
         }
@@ -85,8 +108,18 @@ impl SegmentHeader {
             return Err(HeaderFault::BadCrc);
         }
         let format_version = u16::from_le_bytes([bytes[8], bytes[9]]);
-        if format_version > FORMAT_VERSION {
-            return Err(HeaderFault::NewerVersion(format_version));
+        if format_version != FORMAT_VERSION {
+            return Err(HeaderFault::NoSuchVersion(format_version));
+        }
+        let header_len = u16::from_le_bytes([bytes[10], bytes[11]]);
+        if usize::from(header_len) != SEGMENT_HEADER_LEN {
+            return Err(HeaderFault::BadLength(header_len));
+        }
+        if bytes[12..16] != [0; 4] {
+            return Err(HeaderFault::NonZero("flags"));
+        }
+        if bytes[88..92] != [0; 4] {
+            return Err(HeaderFault::NonZero("reserved bytes"));
         }
         let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
         let mut journal_id = [0u8; 16];

@@ -6,9 +6,8 @@
 //!
 //! ```text
 //! 0   8   magic "DISPSNAP"
-//! 8   u16 snapshot format version (3)
-//! 10  u16 reserved (0)
-//! 12  u32 reserved (0)
+//! 8   u16 snapshot format version (5)
+//! 10  6   reserved (0)
 //! 16  16  journal id
 //! 32  u64 seq covered (the last event folded into the state)
 //! 40  32  chain value of that event's frame
@@ -116,6 +115,9 @@ pub fn decode(bytes: &[u8]) -> Result<(Covers, State), String> {
             "snapshot version {version} is not {SNAPSHOT_VERSION}"
         ));
     }
+    if bytes[10..16] != [0; 6] {
+        return Err("snapshot reserved bytes are not 0".to_owned());
+    }
     let n = u32_at(88) as usize;
     if bytes.len() != HEADER_LEN + n + 4 {
         return Err("snapshot length does not match its header".to_owned());
@@ -143,6 +145,18 @@ pub fn decode(bytes: &[u8]) -> Result<(Covers, State), String> {
         ));
     }
     Ok((covers, state))
+}
+
+/// Does the snapshot's file name (`snapshot-<S>.dsnap`) name the seq its header covers? A
+/// snapshot renamed to look newer than it is would otherwise be tried first.
+pub fn check_name(name_seq: u64, covers: &Covers) -> Result<(), String> {
+    if name_seq != covers.seq {
+        return Err(format!(
+            "the file is named for seq {name_seq} but its header covers seq {}",
+            covers.seq
+        ));
+    }
+    Ok(())
 }
 
 /// Does the journal in `dir` hold, at the place the snapshot names, the frame it covers?

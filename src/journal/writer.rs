@@ -461,6 +461,14 @@ impl Core {
                     bytes: self.payload.len(),
                 });
             }
+            // Only an `Unknown` event (its payload and flags given whole) can break a rule.
+            if let Some(reason) = super::scan::rule_fault(seq, ev.flags(), &self.payload) {
+                self.buf.clear();
+                return Err(JournalError::Unwritable {
+                    kind: ev.kind_name(),
+                    reason,
+                });
+            }
             chain = frame::encode(
                 &mut self.buf,
                 &chain,
@@ -794,6 +802,38 @@ mod tests {
         assert_eq!(std::fs::metadata(&seg).unwrap().len(), len);
         // Not poisoned: the next append goes through with the next seq.
         assert_eq!(w.append_one(event(2)).unwrap().seq, 2);
+        drop(w);
+        let scan = scan::scan(dir.path(), None, |_| true).unwrap();
+        assert_eq!((scan.status, scan.events), (Status::Clean, 2));
+    }
+
+    #[test]
+    fn a_frame_a_reader_would_call_corrupt_is_never_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
+        let seg = dir.path().join(segment::file_name(1));
+        let len = std::fs::metadata(&seg).unwrap().len();
+        let whole = rmp_serde::to_vec(&(Micros(1), uuid::Uuid::nil(), actor(), (1u8,))).unwrap();
+        let mut trailing = whole.clone();
+        trailing.push(0xc0);
+        for (flags, payload) in [(0x0002, whole.clone()), (0, trailing)] {
+            let r = w.append(vec![
+                event(1),
+                Event::Unknown {
+                    kind: 999,
+                    flags,
+                    payload,
+                },
+            ]);
+            assert!(matches!(r, Err(JournalError::Unwritable { .. })), "{r:?}");
+            assert_eq!(std::fs::metadata(&seg).unwrap().len(), len);
+        }
+        let ok = Event::Unknown {
+            kind: 999,
+            flags: 1,
+            payload: whole,
+        };
+        assert_eq!(w.append_one(ok).unwrap().seq, 2);
         drop(w);
         let scan = scan::scan(dir.path(), None, |_| true).unwrap();
         assert_eq!((scan.status, scan.events), (Status::Clean, 2));

@@ -94,8 +94,10 @@ where
     Fut: std::future::Future<Output = Option<String>>,
 {
     const POLL: std::time::Duration = std::time::Duration::from_millis(250);
-    let until = std::time::Instant::now() + within;
-    while std::time::Instant::now() < until {
+    // The runtime's clock, not std's: the same in production, and a test runtime with paused
+    // time (tests/simulation.rs) runs these waits without waiting.
+    let until = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < until {
         tokio::time::sleep(POLL.min(within)).await;
         if let Some(proof) = prove().await {
             return Some(proof);

@@ -20,6 +20,10 @@ pub enum OpError {
     /// There is nothing (or more than one thing) to forget (exit 3).
     #[error("{0}")]
     ForgetRefused(#[from] ForgetRefusal),
+    /// The named thing (a worker, a pool's worker) does not exist; nothing was done (exit 3,
+    /// as every "not found": docs/cli.md, "Exit codes").
+    #[error("{0}")]
+    NotFound(String),
     /// The intent is recorded, the effect's result is not known (exit 4).
     #[error("{0}")]
     Unknown(String),

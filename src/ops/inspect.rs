@@ -59,7 +59,7 @@ pub struct WorkerJournal {
 
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
-    #[error("no worker {0:?} in the journal (by name or submission id); `dispatch pool status` and `dispatch reconcile --json` list them")]
+    #[error("no worker {0:?} in the journal (by name or submission id); `dispatch pool status` lists pool workers, `dispatch journal dump` every submission")]
     NotFound(String),
     #[error(transparent)]
     Journal(#[from] JournalError),

@@ -58,11 +58,8 @@ fn wait_for_writers(journal_dir: &Path) -> Option<std::fs::File> {
 /// Classify the whole journal, decoding every payload, while no writer appends: the verdict of
 /// [`journal::scan::classify`], the one classifier every command shares.
 pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
-    if !journal_dir.exists() {
-        return Err(JournalError::Missing(journal_dir.to_owned()));
-    }
-    // Before its LOCK is opened: a link there would lead the lock elsewhere.
-    crate::statedir::trust::check_journal(journal_dir)?;
+    // Trust is checked before its LOCK is opened: a link there would lead the lock elsewhere.
+    require_segments(journal_dir)?;
     let _quiet = wait_for_writers(journal_dir);
     let scan = journal::scan::classify(journal_dir, None, |_| true).map_err(|source| {
         JournalError::Io {
@@ -113,9 +110,38 @@ impl DumpLine {
             id: env.id.to_string(),
             actor: env.actor.clone(),
             kind: env.event.kind_name(),
-            event: env.event.body_json(),
+            event: dump_body(&env.event),
         }
     }
+}
+
+/// An event's body for `journal dump`. A kind this dispatch does not know shows its kind
+/// number and frame flags beside its payload (journal-format.md §6.3): the name alone,
+/// `Unknown`, would not say which kind it is or whether it had to be understood.
+pub fn dump_body(event: &crate::event::Event) -> serde_json::Value {
+    let mut body = event.body_json();
+    if let (crate::event::Event::Unknown { kind, flags, .. }, Some(map)) =
+        (event, body.as_object_mut())
+    {
+        map.insert("kind".to_owned(), (*kind).into());
+        map.insert("flags".to_owned(), (*flags).into());
+    }
+    body
+}
+
+/// A journal directory without a segment holds no journal, whatever else is in it: every
+/// command answers it as it answers a missing directory (journal-format.md §8). A directory
+/// that is not ours is refused before its listing is believed.
+fn require_segments(journal_dir: &Path) -> Result<(), JournalError> {
+    if !journal_dir.exists() {
+        return Err(JournalError::Missing(journal_dir.to_owned()));
+    }
+    crate::statedir::trust::check_journal(journal_dir)?;
+    let empty = journal::segment::list(journal_dir).map_or(true, |s| s.is_empty());
+    if empty {
+        return Err(JournalError::Missing(journal_dir.to_owned()));
+    }
+    Ok(())
 }
 
 /// Stream the events with `from <= seq <= to` to `out`. Stops at damage and returns the scan.
@@ -125,9 +151,7 @@ pub fn dump(
     to: u64,
     mut out: impl FnMut(&Envelope) -> std::io::Result<()>,
 ) -> Result<journal::Scan, JournalError> {
-    if !journal_dir.exists() {
-        return Err(JournalError::Missing(journal_dir.to_owned()));
-    }
+    require_segments(journal_dir)?;
     journal::replay(journal_dir, None, |env| {
         if env.seq >= from && env.seq <= to {
             out(&env).map_err(|source| JournalError::Io {
@@ -148,9 +172,7 @@ pub struct RepairReport {
 
 /// Open for write, which cuts a torn tail and records it; refuses corrupt or tampered journals.
 pub fn repair(journal_dir: &Path) -> Result<RepairReport, JournalError> {
-    if !journal_dir.exists() {
-        return Err(JournalError::Missing(journal_dir.to_owned()));
-    }
+    require_segments(journal_dir)?;
     let w = Writer::open_checking_everything(journal_dir, Options::default())?;
     let recovered = w.opened().repaired.clone();
     Ok(RepairReport {

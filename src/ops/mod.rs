@@ -4,6 +4,7 @@
 pub mod asset;
 pub mod audit;
 pub mod context;
+pub mod doctor;
 pub mod error;
 pub mod facts;
 pub mod forget;

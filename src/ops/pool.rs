@@ -4,7 +4,7 @@
 //! → act → append the outcome. Budget is only released by a proof event.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 use uuid::Uuid;
@@ -386,7 +386,7 @@ pub async fn submit<S: Scheduler>(
     // nothing the coordinator's own environment holds can leak into them.
     failpoint::hit("pool-submit-before-launch");
     let launched = ctx.sched.launch_step(&step).await;
-    let launched_at = Instant::now();
+    let launched_at = tokio::time::Instant::now();
     let srun_pid = match launched {
         Ok(l) => l.srun_pid,
         Err(e) => {
@@ -552,7 +552,8 @@ struct StepSearch<'a> {
     name: &'a str,
     dirs: &'a WorkerDirs,
     srun_pid: u32,
-    launched_at: Instant,
+    /// The runtime's clock (see `await_proof`): a paused test runtime runs the poll at once.
+    launched_at: tokio::time::Instant,
     /// The allocation's start: where accounting is asked from.
     since: Micros,
 }
@@ -679,7 +680,7 @@ fn find_worker<'a>(
         pool: pool.to_owned(),
     })?;
     let w = p.active.values().find(|w| w.name == worker).ok_or_else(|| {
-        OpError::Failed(format!(
+        OpError::NotFound(format!(
             "pool {pool:?} has no worker {worker:?} holding budget; `dispatch pool status {pool}` lists them"
         ))
     })?;
@@ -825,7 +826,7 @@ pub(crate) fn release_proven<S: Scheduler>(
         return Ok(false);
     };
     let done = planned.map(|(intent, plan, dirs)| {
-        let deadline = Instant::now() + LEFTOVER_CLEANUP_BUDGET;
+        let deadline = std::time::Instant::now() + LEFTOVER_CLEANUP_BUDGET;
         let d = cleanup::run(
             &dirs,
             &plan,

@@ -177,6 +177,13 @@ pub async fn reconcile<S: Scheduler>(
                     since_launch: std::time::Duration::from_micros(
                         u64::try_from(now.0 - w.submitted_at.0).unwrap_or(0),
                     ),
+                    others_steps: pool
+                        .active
+                        .values()
+                        .filter(|x| x.submission_id != w.submission_id)
+                        .chain(pool.finished.iter())
+                        .filter_map(|x| x.step_id)
+                        .collect(),
                 }
             })
             .collect();
@@ -251,7 +258,11 @@ pub async fn reconcile<S: Scheduler>(
             }
             if let Some(proof) = v.terminal {
                 failpoint::hit("reconcile-before-terminal");
-                if release_proven(ctx, &pool.name, id, &proof, |x| x.step_id == w.step_id)? {
+                // The step this run may just have recorded counts as the one it saw.
+                let seen = |x: &crate::state::pool::Worker| {
+                    x.step_id == w.step_id || (x.step_id.is_some() && x.step_id == v.observe_step)
+                };
+                if release_proven(ctx, &pool.name, id, &proof, seen)? {
                     report.resolved.push(Resolved {
                         pool: Some(pool.name.clone()),
                         worker: w.name.clone(),
@@ -446,27 +457,23 @@ async fn reconcile_jobs<S: Scheduler>(
         ) {
             Lost::Found { job, how, over } => {
                 let job_id = u64::from(job.get());
-                record_job(
-                    ctx,
-                    j,
-                    Event::JobSubmitted(JobSubmitted {
+                let mut events = vec![Event::JobSubmitted(JobSubmitted {
+                    submission_id: j.submission_id,
+                    job_id,
+                    how: "name".to_owned(),
+                })];
+                // One commit: the job found, and (when it has ended) its release. Checked as
+                // one against the state reconcile saw; a second look would see the first
+                // event and take the worker for changed.
+                if let Some(over) = &over {
+                    events.push(Event::JobTerminal(JobTerminal {
                         submission_id: j.submission_id,
-                        job_id,
-                        how: "name".to_owned(),
-                    }),
-                )?;
+                        proof: over.clone(),
+                    }));
+                }
+                record_job_events(ctx, j, events)?;
                 let proof = match over {
-                    Some(over) => {
-                        record_job(
-                            ctx,
-                            j,
-                            Event::JobTerminal(JobTerminal {
-                                submission_id: j.submission_id,
-                                proof: over.clone(),
-                            }),
-                        )?;
-                        format!("{how}; {over}")
-                    }
+                    Some(over) => format!("{how}; {over}"),
                     None => how,
                 };
                 report.resolved.push(resolved(proof, Some(job_id)));
@@ -492,6 +499,15 @@ async fn reconcile_jobs<S: Scheduler>(
 /// Append `event` about job worker `j` under the lock, if it is still as reconcile saw it
 /// (same state and job id): another command may have settled it while Slurm answered.
 fn record_job<S: Scheduler>(ctx: &Ctx<S>, j: &JobWorker, event: Event) -> Result<(), OpError> {
+    record_job_events(ctx, j, vec![event])
+}
+
+/// [`record_job`] for events that go in one commit.
+fn record_job_events<S: Scheduler>(
+    ctx: &Ctx<S>,
+    j: &JobWorker,
+    events: Vec<Event>,
+) -> Result<(), OpError> {
     locked(ctx, |writer, now| {
         let same = now
             .jobs
@@ -499,7 +515,7 @@ fn record_job<S: Scheduler>(ctx: &Ctx<S>, j: &JobWorker, event: Event) -> Result
             .get(&j.submission_id)
             .is_some_and(|x| x.state == j.state && x.job_id == j.job_id);
         if same {
-            writer.append_one(event)?;
+            writer.append(events)?;
         }
         Ok(())
     })

@@ -259,8 +259,10 @@ fn not_active(jobs: &Jobs, worker: &str) -> OpError {
             "worker {worker} is already over ({}); nothing to stop",
             j.state.as_str()
         )),
-        None => OpError::Failed(format!(
-            "no submitted worker {worker:?} holds budget; `dispatch reconcile --json` lists what is known"
+        None => OpError::NotFound(format!(
+            "no worker {worker:?} started by dispatch submit holds budget; `dispatch inspect {worker}` shows \
+             what the journal knows of that name (a pool's worker is stopped with \
+             `dispatch pool stop-worker POOL {worker}`)"
         )),
     }
 }

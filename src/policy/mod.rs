@@ -2,6 +2,7 @@
 
 pub mod asset;
 pub mod audit;
+pub mod doctor;
 pub mod forget;
 pub mod manifest;
 pub mod node;

@@ -191,6 +191,10 @@ pub struct WorkerObservation {
     pub supervisor_started: Option<bool>,
     pub srun: SrunSeen,
     pub since_launch: Duration,
+    /// Steps other workers of the pool hold or held (active or remembered as finished): a
+    /// step of this worker's name among them is an earlier worker's of the same name, never
+    /// this one's.
+    pub others_steps: Vec<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -206,6 +210,19 @@ pub struct Verdict {
     pub never_ran: Option<String>,
 }
 
+/// `pool` without the steps in `others`: a name is not unique across a pool's history (a
+/// worker name is free again once its worker is released).
+fn without_steps(pool: &PoolObservation, others: &[u32]) -> PoolObservation {
+    let mut mine = pool.clone();
+    if let Some(steps) = mine.steps.as_mut() {
+        steps.retain(|(s, _)| !others.contains(s));
+    }
+    if let Some(rows) = mine.accounting.as_mut() {
+        rows.retain(|r| !others.contains(&r.step));
+    }
+    mine
+}
+
 /// Decide what the observations prove about `worker`, whose step is named `step_name`.
 pub fn verdict(
     worker: &Worker,
@@ -214,6 +231,8 @@ pub fn verdict(
     own: &WorkerObservation,
 ) -> Verdict {
     debug_assert!(worker.state.holds_budget());
+    let mine = without_steps(pool, &own.others_steps);
+    let pool = &mine;
     let mut v = Verdict::default();
     if let Some(how) = &pool.allocation_over {
         v.terminal = Some(format!(
@@ -848,5 +867,36 @@ mod tests {
             );
             never == (squeue_answered && sacct_answered && u64::from(after_s) >= settle.as_secs())
         }
+    }
+
+    /// Found by the simulation (SIM_REUSE_NAMES=1 SIM_SEED=95): a worker name used again once
+    /// its worker was released; the earlier worker's cancelled step in accounting is not the
+    /// new worker's, whose step is still pending.
+    #[test]
+    fn an_earlier_workers_step_of_the_same_name_is_not_this_ones() {
+        let obs = PoolObservation {
+            allocation_listed: listed(),
+            steps: listing(&[]),
+            accounting: Some(vec![AcctStep {
+                step: 1,
+                name: "p.w".into(),
+                state: "CANCELLED".into(),
+                terminal: true,
+            }]),
+            accounting_job: Some("RUNNING".into()),
+            ..Default::default()
+        };
+        let own = WorkerObservation {
+            others_steps: vec![1],
+            ..Default::default()
+        };
+        let v = verdict(&worker(None), "p.w", &obs, &own);
+        assert_eq!(v.terminal, None, "{v:?}");
+        assert_eq!(v.observe_step, None, "{v:?}");
+        let v = verdict(&worker(None), "p.w", &obs, &WorkerObservation::default());
+        assert!(
+            v.terminal.is_some(),
+            "without the history the name decides: {v:?}"
+        );
     }
 }

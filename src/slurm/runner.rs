@@ -279,6 +279,14 @@ impl Runner {
                 cmd.env_remove(&key);
             }
         }
+        // This process's failpoints are its own; a worker step or batch job (whose supervisor
+        // reads the variable) gets only the items aimed at it (`worker:`, prefix stripped).
+        cmd.env_remove(crate::failpoint::ENV);
+        if matches!(command, SlurmCommand::Srun | SlurmCommand::Sbatch) {
+            if let Some(spec) = crate::failpoint::worker_spec() {
+                cmd.env(crate::failpoint::ENV, spec);
+            }
+        }
         if let Some(p) = &self.config.search_path {
             cmd.env("PATH", p);
         }

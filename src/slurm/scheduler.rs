@@ -177,7 +177,15 @@ pub trait Scheduler: Send + Sync {
 
     /// `scontrol release J`: a job submitted with `--hold` may now be scheduled. Exit 0 is
     /// the only success; anything else is unknown (a query shows whether it is still held).
-    fn release_job(&self, job: JobId) -> impl Future<Output = Result<(), ActionError>> + Send;
+    /// A scheduler whose callers never submit held (the pool simulation) keeps this default,
+    /// which releases nothing and says so.
+    fn release_job(&self, job: JobId) -> impl Future<Output = Result<(), ActionError>> + Send {
+        async move {
+            Err(ActionError::Local(format!(
+                "this scheduler cannot release held job {job}"
+            )))
+        }
+    }
 
     /// `scancel J.S`: that step only; the allocation and other steps keep running.
     fn cancel_step(

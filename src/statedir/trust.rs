@@ -298,7 +298,13 @@ pub fn check_journal(dir: &Path) -> Result<bool, TrustError> {
         let entry = entry.map_err(io(dir))?;
         let path = entry.path();
         // `DirEntry::metadata` does not follow a link.
-        let m = entry.metadata().map_err(io(&path))?;
+        let m = match entry.metadata() {
+            Ok(m) => m,
+            // Gone since the listing (the writer renamed its checkpoint's temporary file, or
+            // a repair moved a tail aside): nothing left to trust or refuse.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io(&path)(e)),
+        };
         judge_metadata(&path, &m, Want::File)?;
     }
     Ok(true)

@@ -128,22 +128,18 @@ pub fn journal_dir(evidence_dir: &Path) -> PathBuf {
     evidence_dir.join("journal")
 }
 
-static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn request_stop(_signal: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    STOP_REQUESTED.store(true, Ordering::SeqCst);
-}
+/// Set by SIGTERM, SIGINT or SIGHUP (signal-hook's handler only stores to it, which is
+/// async-signal-safe); the supervision loop polls it.
+static STOP_REQUESTED: std::sync::LazyLock<std::sync::Arc<AtomicBool>> =
+    std::sync::LazyLock::new(|| std::sync::Arc::new(AtomicBool::new(false)));
 
 fn install_stop_handlers() {
     for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-        // SAFETY: the handler only performs an atomic store; the sigaction struct is zeroed
-        // and then fully initialised for the fields the kernel reads.
-        unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = request_stop as extern "C" fn(libc::c_int) as usize;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(signal, &action, std::ptr::null_mut());
+        if let Err(e) = signal_hook::flag::register(signal, std::sync::Arc::clone(&STOP_REQUESTED))
+        {
+            tracing::warn!(
+                "cannot handle signal {signal}: {e}; it will end the supervisor at once"
+            );
         }
     }
 }

@@ -211,3 +211,23 @@ pub fn salloc_on_distinct_cpus(tag: &str, args: &[&str], first: usize) -> Alloca
     }
     panic!("no allocation on distinct real CPUs after 6 tries (the node is too busy)");
 }
+
+/// Cancel, by id, every job of mine whose name starts with `prefix` (a test's own jobs, at
+/// the end of the test, whatever state they are in).
+pub fn cancel_jobs_named(prefix: &str) {
+    let Ok(out) = Command::new("squeue")
+        .args(["--me", "-h", "-o", "%A|%j"])
+        .output()
+    else {
+        return;
+    };
+    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('|'))
+        .filter(|(_, name)| name.starts_with(prefix))
+        .map(|(id, _)| id.to_owned())
+        .collect();
+    if !ids.is_empty() {
+        crate::support::run_bounded(Command::new("scancel").args(&ids), Duration::from_secs(30));
+    }
+}

@@ -1,0 +1,388 @@
+//! The CLI contract (`docs/cli.md`) checked against the binary: every command and flag is
+//! documented, the documentation names nothing that does not exist, "not found" is one exit
+//! code everywhere, hints name commands that parse, and completions and man pages cover every
+//! command.
+
+mod fake_cli;
+
+use clap::{CommandFactory, Parser};
+use dispatch::cli::Cli;
+use fake_cli::Fake;
+use serde_json::json;
+
+/// Every `dispatch …` command line quoted in backticks in `text`.
+fn quoted_commands(text: &str) -> Vec<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| s.starts_with("dispatch "))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A hint is only useful if the command it names exists: it must parse (placeholders such as
+/// POOL parse as values).
+fn assert_hints_parse(args: &[&str], message: &str) {
+    let hints = quoted_commands(message);
+    assert!(
+        !hints.is_empty(),
+        "{args:?}: no command in the hint: {message}"
+    );
+    for hint in hints {
+        let argv: Vec<&str> = hint.split_whitespace().collect();
+        if let Err(e) = Cli::try_parse_from(&argv) {
+            panic!("{args:?} hints at `{hint}`, which does not parse: {e}");
+        }
+    }
+}
+
+fn show_job() -> String {
+    let t = |secs: i64| {
+        (chrono::Local::now() + chrono::Duration::seconds(secs))
+            .format("%Y-%m-%dT%H:%M:%S")
+            .to_string()
+    };
+    format!(
+        "JobId=901 JobName=alloc UserId=root(0) GroupId=root(0) Account=dev QOS=normal \
+         JobState=RUNNING Reason=None RunTime=00:01:00 TimeLimit=01:00:00 SubmitTime={s} \
+         StartTime={s} EndTime={e} Partition=debug NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=4 \
+         NumTasks=1 CPUs/Task=4 TRES=cpu=4,mem=4G,node=1,billing=4 MinMemoryNode=4G\n",
+        s = t(-60),
+        e = t(3600),
+    )
+}
+
+/// "Not found" is exit 3 for every command that names something the state does not hold
+/// (refused: nothing was done, nothing journaled), and its hint names a command that exists.
+#[test]
+fn a_name_that_does_not_exist_is_exit_3_everywhere() {
+    let fake = Fake::new();
+    fake.scenario(json!({"scontrol": [{"stdout": show_job()}]}));
+    let (code, _, err) = fake.run(&["pool", "attach", "p", "--job", "901"]);
+    assert_eq!(code, 0, "{err}");
+    let cases: &[&[&str]] = &[
+        &["inspect", "nope"],
+        &["inspect", "--trial", "nope"],
+        &["stop", "nope"],
+        &["pool", "status", "nope"],
+        &["pool", "stop-worker", "nope", "w"],
+        &["pool", "stop-worker", "p", "nope"],
+        &["pool", "detach", "nope"],
+        &[
+            "pool", "submit", "nope", "--cpus", "1", "--mem", "1M", "--", "true",
+        ],
+        &["trial", "show", "nope"],
+        &["trial", "verdict", "nope", "failed", "--reason", "x"],
+        &["asset", "verify", "nope"],
+        &["forget", "nope", "--reason", "x"],
+    ];
+    for args in cases {
+        let before = fake.kinds();
+        let (code, out, err) = fake.run(args);
+        assert_eq!(code, 3, "{args:?}: not found must be exit 3: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert!(
+            !err.contains("reconcile --json"),
+            "{args:?}: reconcile does not list what is known: {err}"
+        );
+        assert_hints_parse(args, &err);
+        assert_eq!(fake.kinds(), before, "{args:?} journaled something");
+        let with_json = [&["--json"], *args].concat();
+        let (code, out, _) = fake.run(&with_json);
+        assert_eq!(code, 3, "{with_json:?}");
+        let doc: serde_json::Value = serde_json::from_str(out.trim())
+            .unwrap_or_else(|e| panic!("{with_json:?}: one JSON document, not {out:?}: {e}"));
+        assert_eq!(doc["error"]["exit_code"], 3, "{with_json:?}: {out}");
+    }
+}
+
+/// Every command path below `dispatch` (without clap's `help`), with its clap command.
+fn command_paths() -> Vec<(String, clap::Command)> {
+    fn walk(prefix: &str, cmd: &clap::Command, out: &mut Vec<(String, clap::Command)>) {
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            let path = format!("{prefix} {}", sub.get_name());
+            out.push((path.clone(), sub.clone()));
+            walk(&path, sub, out);
+        }
+    }
+    let mut out = Vec::new();
+    let mut root = Cli::command();
+    root.build();
+    walk("dispatch", &root, &mut out);
+    out
+}
+
+fn contract() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md")).unwrap()
+}
+
+/// The section of docs/cli.md under the heading `## <path>` (a command group) or
+/// `### <path>`, up to the next heading.
+fn section<'a>(doc: &'a str, path: &str) -> Option<&'a str> {
+    let (start, heading) = ["##", "###"].iter().find_map(|level| {
+        let heading = format!("\n{level} `{path}`\n");
+        doc.find(&heading).map(|at| (at, heading))
+    })?;
+    let start = start + heading.len();
+    let len = doc[start..].find("\n#").unwrap_or(doc.len() - start);
+    Some(&doc[start..start + len])
+}
+
+fn long_flags(cmd: &clap::Command) -> Vec<String> {
+    cmd.get_arguments()
+        .filter(|a| !a.is_global_set() && !a.is_hide_set())
+        .filter_map(|a| a.get_long())
+        .filter(|l| !matches!(*l, "help" | "version"))
+        .map(|l| format!("--{l}"))
+        .collect()
+}
+
+/// docs/cli.md has a `## \`dispatch …\`` (group) or `###` section for every command, naming each of its
+/// positionals and long flags; the global flags are in its "Global options".
+#[test]
+fn the_contract_documents_every_command_positional_and_flag() {
+    let doc = contract();
+    let global = doc
+        .split("\n## Global options\n")
+        .nth(1)
+        .expect("docs/cli.md has a \"## Global options\" section");
+    let global = &global[..global.find("\n## ").unwrap_or(global.len())];
+    for flag in long_flags(&Cli::command()) {
+        assert!(
+            global.contains(&format!("`{flag}")),
+            "global {flag} undocumented"
+        );
+    }
+    let mut missing = Vec::new();
+    for (path, cmd) in command_paths() {
+        let Some(text) = section(&doc, &path) else {
+            missing.push(format!("no section `### \\`{path}\\``"));
+            continue;
+        };
+        for flag in long_flags(&cmd) {
+            if !text.contains(&flag) {
+                missing.push(format!("{path}: {flag}"));
+            }
+        }
+        for positional in cmd.get_positionals() {
+            let name = positional
+                .get_value_names()
+                .and_then(|v| v.first().map(|n| n.to_string()))
+                .unwrap_or_else(|| positional.get_id().as_str().to_uppercase());
+            if !text.contains(&name) {
+                missing.push(format!("{path}: positional {name}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/cli.md lacks:\n{}",
+        missing.join("\n")
+    );
+}
+
+/// docs/cli.md names no command the binary lacks: every `### \`dispatch …\`` heading is a
+/// command path.
+#[test]
+fn the_contract_names_no_command_that_does_not_exist() {
+    let paths: Vec<String> = command_paths().into_iter().map(|(p, _)| p).collect();
+    let doc = contract();
+    for line in doc.lines().filter(|l| l.starts_with('#')) {
+        let Some(rest) = line
+            .trim_start_matches('#')
+            .trim()
+            .strip_prefix("`dispatch")
+        else {
+            continue;
+        };
+        let path = format!("dispatch{}", rest.trim_end_matches('`'));
+        assert!(
+            paths.contains(&path),
+            "docs/cli.md documents `{path}`, which the binary does not have"
+        );
+    }
+}
+
+/// Every command's `--help` shows examples and says what each positional is.
+#[test]
+fn every_command_help_has_examples_and_described_positionals() {
+    let mut lacking = Vec::new();
+    for (path, cmd) in command_paths() {
+        if cmd.has_subcommands() {
+            continue;
+        }
+        let examples = cmd
+            .get_after_help()
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        if !examples.contains("Examples:") || !examples.contains(&path) {
+            lacking.push(format!("{path}: no examples using it"));
+        }
+        for p in cmd.get_positionals() {
+            if p.get_help().is_none() {
+                lacking.push(format!("{path}: positional {} undescribed", p.get_id()));
+            }
+        }
+    }
+    assert!(lacking.is_empty(), "{}", lacking.join("\n"));
+}
+
+fn dispatch(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_dispatch"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The top-level subcommand names (what a completion must offer after `dispatch`).
+fn top_level_names() -> Vec<String> {
+    Cli::command()
+        .get_subcommands()
+        .map(|s| s.get_name().to_owned())
+        .filter(|n| n != "help")
+        .collect()
+}
+
+#[test]
+fn bash_completion_registers_dispatch() {
+    let out = dispatch(&["completions", "bash"]);
+    assert_eq!(out.status.code(), Some(0));
+    let script = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(script.path(), &out.stdout).unwrap();
+    let probe = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source {} && complete -p dispatch",
+            script.path().display()
+        ))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&probe.stdout);
+    assert!(probe.status.success(), "{said} {:?}", probe.stderr);
+    assert!(said.contains("dispatch"), "{said}");
+    // Completing `dispatch ` offers every command.
+    let words = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source {} && COMP_WORDS=(dispatch '') COMP_CWORD=1 COMP_LINE='dispatch ' \
+             COMP_POINT=9 && _dispatch dispatch '' dispatch && printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            script.path().display()
+        ))
+        .output()
+        .unwrap();
+    let offered = String::from_utf8_lossy(&words.stdout);
+    for name in top_level_names() {
+        assert!(
+            offered.lines().any(|l| l == name),
+            "bash does not offer {name}: {offered}"
+        );
+    }
+}
+
+#[test]
+fn zsh_and_fish_completions_name_every_command() {
+    for shell in ["zsh", "fish"] {
+        let out = dispatch(&["completions", shell]);
+        assert_eq!(out.status.code(), Some(0), "{shell}");
+        let script = String::from_utf8(out.stdout).unwrap();
+        for (path, _) in command_paths() {
+            let name = path.rsplit(' ').next().unwrap();
+            assert!(script.contains(name), "{shell} completion lacks {path}");
+        }
+    }
+    let out = dispatch(&["completions", "tcsh"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+}
+
+#[test]
+fn man_pages_cover_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dispatch(&["man", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", out.stderr);
+    for (path, _) in command_paths() {
+        let page = dir.path().join(format!("{}.1", path.replace(' ', "-")));
+        let roff = std::fs::read_to_string(&page)
+            .unwrap_or_else(|e| panic!("no man page {}: {e}", page.display()));
+        assert!(roff.contains(".TH"), "{} is not roff", page.display());
+    }
+    let top = std::fs::read_to_string(dir.path().join("dispatch.1")).unwrap();
+    for name in top_level_names() {
+        assert!(top.contains(&name), "dispatch.1 does not list {name}");
+    }
+    // man itself renders it, where man is installed.
+    if let Ok(rendered) = std::process::Command::new("man")
+        .arg("-l")
+        .arg(dir.path().join("dispatch-pool-submit.1"))
+        .env("MANPAGER", "cat")
+        .env("MANWIDTH", "80")
+        .output()
+    {
+        if rendered.status.success() {
+            let text = String::from_utf8_lossy(&rendered.stdout);
+            assert!(text.contains("--cpus"), "{text}");
+        }
+    }
+    let stdout = dispatch(&["man"]);
+    assert_eq!(stdout.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&stdout.stdout).contains(".TH dispatch"));
+}
+
+/// A shell line's words up to the first pipe, redirection, `||` or comment (quotes honoured,
+/// `$(…)` kept as one word): enough for the examples in `--help`.
+fn shell_words(line: &str) -> Vec<String> {
+    let (mut words, mut word, mut quote, mut depth) = (Vec::new(), String::new(), None, 0);
+    for c in line.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.push(c),
+            (None, '"' | '\'') => quote = Some(c),
+            (None, '(') => {
+                depth += 1;
+                word.push(c)
+            }
+            (None, ')') => {
+                depth -= 1;
+                word.push(c)
+            }
+            (None, ' ') if depth == 0 => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            (None, '|' | '>' | '#') if depth == 0 => break,
+            (None, c) => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}
+
+/// The examples are real: each `dispatch …` line in every command's help parses.
+#[test]
+fn every_help_example_parses() {
+    let mut checked = 0;
+    for (path, cmd) in command_paths() {
+        let help = cmd
+            .get_after_help()
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        for line in help
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("dispatch "))
+        {
+            let words = shell_words(line);
+            if let Err(e) = Cli::try_parse_from(&words) {
+                panic!("{path}: the example `{line}` does not parse ({words:?}): {e}");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 40, "only {checked} examples");
+}
