@@ -170,18 +170,15 @@ impl Scheduler for Scripted {
         let r = pop(&mut q.sbatch, "sbatch", &argv);
         if let (Ok(s), false, true) = (&r, q.manual_hold, argv.iter().any(|a| a == "--hold")) {
             let p = &req.placement;
-            let text = row(
-                &s.job_id.to_string(),
-                "PENDING",
-                "",
+            let text = held_row(
+                s.job_id.get(),
                 (
                     p.partition.as_deref().unwrap_or(""),
                     p.account.as_deref().unwrap_or(""),
                     p.qos.as_deref().unwrap_or("normal"),
                 ),
                 req.name.as_str(),
-            )
-            .replace("|None|", "|JobHeldUser|");
+            );
             q.held_probe = Some(live(&text));
         }
         drop(q);
@@ -317,6 +314,17 @@ pub fn row(id: &str, state: &str, node: &str, placement: (&str, &str, &str), nam
     };
     let (p, a, q) = placement;
     format!("{id}|{own}|{state}|{p}|{a}|{q}|u|1|1|{node}|1:00:00|2:00:00|N/A|N/A|None|{name}\n")
+}
+
+/// The squeue row of job `n` as `sbatch --hold` leaves it: PENDING, reason `JobHeldUser`
+/// (verified on the 22.05 dev cluster, 2026-12-01).
+pub fn held_row(n: u32, placement: (&str, &str, &str), name: &str) -> String {
+    row(&n.to_string(), "PENDING", "", placement, name).replace("|None|", "|JobHeldUser|")
+}
+
+/// The argv of `scontrol release N`.
+pub fn release(n: u32) -> Vec<String> {
+    vec!["scontrol".into(), "release".into(), n.to_string()]
 }
 
 pub fn live(text: &str) -> Rows {

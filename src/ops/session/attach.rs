@@ -1,10 +1,12 @@
 //! `dispatch session attach`: the argv of `srun --jobid=J --overlap --pty CMD` for a session
-//! whose job runs. The CLI execs it; nothing is written.
+//! whose job runs. The CLI execs it. Nothing is written, except to heal: a lost record is
+//! found by name, and a job its dead launch left held is settled (`hold`).
 
 use std::ffi::OsString;
 
 use super::{
-    adopt_by_name, command_for, read_state, session, Book, Env, Resolved, SessionError, TokenLock,
+    adopt_by_name, command_for, hold, read_state, session, Book, Env, Resolved, SessionError,
+    TokenLock,
 };
 use crate::policy::session::{probe_of, Probe};
 use crate::slurm::{JobId, JobQuery, JobState, Scheduler};
@@ -62,7 +64,15 @@ pub async fn plan<S: Scheduler>(
             None => default_command(shell),
         }
     };
-    match probe_of(&env.slurm.list_jobs(&JobQuery::ids(vec![job])).await, job) {
+    let (job, probe) = match hold::probe_held(env, job).await {
+        (Probe::Live { .. }, true) => {
+            let kept = settle_hold(env, &r, job).await?;
+            let answer = env.slurm.list_jobs(&JobQuery::ids(vec![kept])).await;
+            (kept, probe_of(&answer, kept))
+        }
+        (probe, _) => (job, probe),
+    };
+    match probe {
         Probe::Live {
             state: JobState::Running,
             node,
@@ -88,6 +98,27 @@ pub async fn plan<S: Scheduler>(
             r.key
         ))),
     }
+}
+
+/// The session's job is held: the launch that submitted it died before it settled the hold
+/// (`hold`). Settle it now, as that launch would have, so that it can run; the job kept.
+async fn settle_hold<S: Scheduler>(
+    env: &Env<'_, S>,
+    r: &Resolved<'_>,
+    job: JobId,
+) -> Result<JobId, SessionError> {
+    let _lock = TokenLock::take(env.state_dir, &r.token)?;
+    let (book, state) = Book::open(env.state_dir)?;
+    match session(&state, &r.key).and_then(|s| s.job_id()) {
+        // A command that held the lock settled it meanwhile.
+        Some(recorded) if recorded != job => return Ok(recorded),
+        _ => {}
+    }
+    let kept = hold::settle(env, &book, r, job, None).await?;
+    for note in &kept.notes {
+        (env.progress)(note);
+    }
+    Ok(kept.job)
 }
 
 /// No job recorded (a lost state directory): find the session's live job by name, as launch

@@ -7,23 +7,20 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::{
-    adopt_by_name, command_for, script, session, token_clash, Book, Env, Resolved, SessionError,
-    TokenLock, MAX_SESSIONS,
+    adopt_by_name, command_for, hold, script, session, token_clash, Book, Env, Resolved,
+    SessionError, TokenLock, MAX_SESSIONS,
 };
 use crate::event::Event;
 use crate::event::Micros;
 use crate::failpoint;
-use crate::policy::session::{
-    arbitrate, in_flight_wait, is_ending, is_held, listing_of, poll_of, probe_of, Arbitration,
-    Listing, Poll, Probe, Seen,
-};
+use crate::policy::session::{in_flight_wait, is_ending, poll_of, probe_of, Poll, Probe, Seen};
 use crate::slurm::{
     AcctQuery, ActionError, AllocRequest, BatchPayload, BatchRequest, JobId, JobQuery, JobState,
     MemoryMb, Placement, Refusal, Scheduler, SlurmDuration,
 };
 use crate::state::session::{
-    SessionAdopted, SessionCleared, SessionHoldDecided, SessionHoldSettled, SessionJobSubmitted,
-    SessionLaunchIntent, SessionNodeResolved, SessionSubmitFailed,
+    SessionCleared, SessionJobSubmitted, SessionLaunchIntent, SessionNodeResolved,
+    SessionSubmitFailed,
 };
 
 /// How often a wait for a job to run says it is still waiting.
@@ -151,8 +148,21 @@ pub async fn launch<S: Scheduler>(
     // Step 1: the job the record names.
     if let Some(job) = existing.as_ref().and_then(|s| s.job_id()) {
         if !exclude.contains(&job) {
-            let (probe, held) = l.probe_held(job).await;
+            let (probe, held) = hold::probe_held(env, job).await;
             match probe {
+                // Its launch died before settling the hold (and nobody else settles it): as
+                // that launch would have, keep the oldest live job of the target.
+                Probe::Live { .. } if held => {
+                    let kept = hold::settle(env, &l.book, &l.r, job, req.replacing).await?;
+                    l.notes.extend(kept.notes);
+                    let action = match kept.yielded {
+                        true => LaunchAction::Adopted,
+                        false => LaunchAction::Reused,
+                    };
+                    return l
+                        .settle(kept.job, action, kept.state, kept.node, false)
+                        .await;
+                }
                 Probe::Live { state, .. } if is_ending(&state) => {
                     let end = l.wait_ended(job, state).await?;
                     l.append(Event::SessionCleared(SessionCleared {
@@ -289,19 +299,11 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         }
     }
 
-    /// `squeue --jobs=J`: what it proved, and whether the job is held (a racing launch's
-    /// job whose launcher died before releasing it, or ours from an interrupted launch).
-    async fn probe_held(&self, job: JobId) -> (Probe, bool) {
-        let answer = self.env.slurm.list_jobs(&JobQuery::ids(vec![job])).await;
-        let held = matches!(&answer, crate::slurm::Answer::Live(rows) if rows.iter().any(|r| r.plain_id() == Some(job) && is_held(r)));
-        (probe_of(&answer, job), held)
-    }
-
     /// A reused or adopted job: record its node, and refuse to attach to one that does not run.
     /// A held one is released first: it is the oldest of its target (a younger held job is
     /// never adopted), so whoever held it would release it too.
     async fn settle(
-        mut self,
+        self,
         job: JobId,
         action: LaunchAction,
         state: JobState,
@@ -309,7 +311,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         held: bool,
     ) -> Result<LaunchReport, SessionError> {
         if held {
-            self.release_held(job).await?;
+            hold::release(self.env, &self.book, &self.r, job).await?;
         }
         if self.req.require_running && node.is_none() {
             let (state, node) = self.wait_running(job).await?;
@@ -401,167 +403,17 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         }
         failpoint::hit("session-after-job-recorded");
         let (job, action) = if confined {
-            self.decide_hold(job).await?
+            let kept = hold::settle(self.env, &self.book, &self.r, job, self.req.replacing).await?;
+            self.notes.extend(kept.notes);
+            match kept.yielded {
+                true => (kept.job, LaunchAction::Adopted),
+                false => (kept.job, LaunchAction::Submitted),
+            }
         } else {
             (job, LaunchAction::Submitted)
         };
         let (state, node) = self.wait_running(job).await?;
         Ok(self.report(job, action, state, Some(node)))
-    }
-
-    /// Slurm as the arbiter between launches of one session from different state directories:
-    /// our job was submitted held; the oldest live job of the target is kept. Ours: release
-    /// it. Another: cancel ours (it never ran) and adopt that one. A probe that cannot see
-    /// ours after a few tries releases it (a failed probe does not block, as before a submit).
-    async fn decide_hold(&mut self, ours: JobId) -> Result<(JobId, LaunchAction), SessionError> {
-        let exclude: Vec<JobId> = self.req.replacing.into_iter().collect();
-        let mut pause = self.env.waits.poll_first;
-        for attempt in 1..=self.env.waits.unknown_polls.max(1) {
-            let answer = self
-                .env
-                .slurm
-                .list_jobs(&JobQuery::mine_named(self.r.job_name.clone()))
-                .await;
-            let (rows, why) = match listing_of(answer) {
-                Listing::Answered { rows, bad_lines } if bad_lines.is_empty() => (rows, None),
-                Listing::Answered { rows, bad_lines } => {
-                    (rows, Some(format!("unreadable lines {bad_lines:?}")))
-                }
-                Listing::Failed(e) => (Vec::new(), Some(e)),
-            };
-            let rows: Vec<_> = rows
-                .into_iter()
-                .filter(|row| row.name == self.r.job_name.as_str())
-                .collect();
-            let decision = match why {
-                Some(_) => Arbitration::NotListed,
-                None => arbitrate(
-                    &rows,
-                    &self.r.key.target,
-                    self.env.targets(),
-                    &exclude,
-                    ours,
-                ),
-            };
-            match decision {
-                Arbitration::Release => {
-                    self.release_held(ours).await?;
-                    return Ok((ours, LaunchAction::Submitted));
-                }
-                Arbitration::Yield(winner) => {
-                    let row = rows
-                        .iter()
-                        .find(|r| r.plain_id() == Some(winner))
-                        .expect("the winner is one of the rows")
-                        .clone();
-                    self.yield_to(ours, &row).await?;
-                    return Ok((winner, LaunchAction::Adopted));
-                }
-                Arbitration::NotListed if attempt < self.env.waits.unknown_polls => {
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(self.env.waits.poll_max);
-                }
-                Arbitration::NotListed => {
-                    self.notes.push(format!(
-                        "the name probe after submitting job {ours} held did not show it ({}); \
-                         released it without knowing whether a racing launch made another",
-                        why.unwrap_or_else(|| "not listed".into())
-                    ));
-                }
-            }
-        }
-        self.release_held(ours).await?;
-        Ok((ours, LaunchAction::Submitted))
-    }
-
-    /// `scontrol release J`, bracketed by `SessionHoldDecided`/`SessionHoldSettled`.
-    async fn release_held(&mut self, job: JobId) -> Result<(), SessionError> {
-        let key = self.r.key.clone();
-        self.append(Event::SessionHoldDecided(SessionHoldDecided {
-            session: key.clone(),
-            job_id: job,
-            winner: job,
-        }))?;
-        failpoint::hit("session-after-hold-decided");
-        let result = self.env.slurm.release_job(job).await;
-        self.append(Event::SessionHoldSettled(SessionHoldSettled {
-            session: key.clone(),
-            job_id: job,
-            action: "released".into(),
-            ok: result.is_ok(),
-            reason: result
-                .as_ref()
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default(),
-        }))?;
-        result.map_err(|e| {
-            SessionError::Unknown(format!(
-                "Slurm job {job} of {key} was submitted held and releasing it failed: {e}. It is \
-                 recorded; `scontrol release {job}` lets it run (or `{}` releases it), `{}` \
-                 cancels it",
-                command_for("launch", &key),
-                command_for("release", &key)
-            ))
-        })
-    }
-
-    /// An older live job of this target exists (a racing launch's): cancel ours, which never
-    /// ran, and adopt that one, releasing it if its launcher has not yet.
-    async fn yield_to(
-        &mut self,
-        ours: JobId,
-        winner: &crate::slurm::JobRow,
-    ) -> Result<(), SessionError> {
-        let key = self.r.key.clone();
-        let w = winner.plain_id().expect("contenders have plain ids");
-        self.append(Event::SessionHoldDecided(SessionHoldDecided {
-            session: key.clone(),
-            job_id: ours,
-            winner: w,
-        }))?;
-        let result = self.env.slurm.cancel_job(ours).await;
-        let (ok, reason) = match &result {
-            Ok(r) if r.said == crate::slurm::ScancelSaid::Accepted => (true, String::new()),
-            Ok(r) => (
-                false,
-                format!("scancel said {:?}: {}", r.said, r.stderr.trim()),
-            ),
-            Err(e) => (false, e.to_string()),
-        };
-        self.append(Event::SessionHoldSettled(SessionHoldSettled {
-            session: key.clone(),
-            job_id: ours,
-            action: "cancelled".into(),
-            ok,
-            reason: reason.clone(),
-        }))?;
-        if !ok {
-            self.notes.push(format!(
-                "job {ours} (held, never ran) yielded to the older job {w}, but cancelling it \
-                 failed ({reason}); `scancel {ours}` removes it"
-            ));
-        }
-        self.append(Event::SessionAdopted(SessionAdopted {
-            session: key.clone(),
-            job_id: w,
-            how: "arbiter".into(),
-            state: winner.state.to_string(),
-            partition: winner.partition.clone(),
-            account: winner.account.clone(),
-            qos: winner.qos.clone(),
-            replacing: self.req.replacing,
-        }))?;
-        (self.env.progress)(&format!(
-            "another launch of {key} submitted job {w} first; adopting it (job {ours} was \
-             cancelled before it ran)"
-        ));
-        if is_held(winner) {
-            if let Err(e) = self.release_held(w).await {
-                self.notes.push(e.to_string());
-            }
-        }
-        Ok(())
     }
 
     fn submit_failed(&self, submission_id: Uuid, program: &str, e: ActionError) -> SessionError {
