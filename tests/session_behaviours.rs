@@ -1575,3 +1575,38 @@ async fn a_younger_held_job_yields_to_the_older_racer() {
     assert_eq!(w.record("T"), (Some(899), Some("n1".into())));
     w.slurm.assert_drained();
 }
+
+/// Issue 10 item 12: the name probe after a held sbatch fails every time. Releasing blind
+/// could run our job beside an older racer's, so the job stays held and recorded (exit 4,
+/// saying the next launch settles it); the next launch does: one job, released.
+#[tokio::test]
+async fn a_held_job_the_probe_cannot_list_stays_held_until_the_next_launch() {
+    let w = World::new();
+    w.q().manual_hold = true;
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(900));
+    for _ in 0..3 {
+        w.q().by_name.push_back(unknown(
+            "squeue: error: slurm_receive_msg: Socket timed out",
+        ));
+    }
+    let (text, kind) = err_text(w.launch("T", true).await);
+    assert_eq!(kind, "unknown", "{text}");
+    assert!(
+        text.contains("900") && text.contains("stays held") && text.contains("session launch"),
+        "{text}"
+    );
+    assert!(!w.slurm.called("scontrol"), "released blind");
+    assert_eq!(w.record("T").0, Some(900));
+    w.slurm.assert_drained();
+    w.slurm.clear_calls();
+
+    let held = || live(&held_row(900, T, NAME));
+    w.q().by_id.push_back(held());
+    w.q().by_name.push_back(held());
+    w.q().release.push_back(Ok(()));
+    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Reused);
+    assert_eq!(w.slurm.programs(), ["squeue", "squeue", "scontrol"]);
+    assert_eq!(w.slurm.argvs()[2], ["scontrol", "release", "900"]);
+    w.slurm.assert_drained();
+}
