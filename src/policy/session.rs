@@ -732,4 +732,74 @@ mod tests {
         ));
         assert!(matches!(probe_of(&other, j), Probe::Unknown(_)));
     }
+
+    /// What the racers list: up to 6 jobs of the session's name with distinct ids from a small
+    /// range, each on T or another target, in a random state, held or not.
+    #[derive(Clone, Debug)]
+    struct RacersView(Vec<(u32, &'static str, bool, bool)>);
+
+    impl quickcheck::Arbitrary for RacersView {
+        fn arbitrary(g: &mut quickcheck::Gen) -> Self {
+            let states = ["PENDING", "RUNNING", "COMPLETING", "CANCELLED", "SUSPENDED"];
+            let n = usize::arbitrary(g) % 7;
+            let mut ids: Vec<u32> = (0..n).map(|_| 100 + u32::arbitrary(g) % 20).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            let jobs = ids
+                .into_iter()
+                .map(|id| {
+                    let state = *g.choose(&states).unwrap();
+                    (id, state, bool::arbitrary(g), bool::arbitrary(g))
+                })
+                .collect();
+            RacersView(jobs)
+        }
+    }
+
+    impl RacersView {
+        fn rows(&self) -> Vec<JobRow> {
+            let text: String = self
+                .0
+                .iter()
+                .map(|&(id, state, on_this, held)| {
+                    let id = id.to_string();
+                    let line = match on_this {
+                        true => on_t(&id, 0, state),
+                        false => row(&id, 0, state, "savio3", "fc_jevons", "normal"),
+                    };
+                    let line = line.replacen(&format!("{id}|0|"), &format!("{id}|{id}|"), 1);
+                    match held && state == "PENDING" {
+                        true => line.replace("|None|", "|JobHeldUser|"),
+                        false => line,
+                    }
+                })
+                .collect();
+            rows(&text)
+        }
+    }
+
+    quickcheck::quickcheck! {
+        /// Issue 10 item 12: every racer of target T whose job is live keeps the same job, the
+        /// oldest live job of T; a racer whose own job is not listed live decides nothing; and
+        /// a name probe never adopts a held job younger than that one.
+        fn racers_that_see_the_same_jobs_keep_the_same_one(view: RacersView) -> bool {
+            let rows = view.rows();
+            let on_t = |r: &JobRow| match_target(&Placed::of(r), [T]) == Some("T");
+            let contends = |r: &JobRow| is_live(&r.state) && !is_ending(&r.state) && on_t(r);
+            let oldest = rows.iter().filter(|r| contends(r)).filter_map(|r| r.plain_id()).min();
+            let agree = rows.iter().all(|r| {
+                let ours = r.plain_id().unwrap();
+                let contends = contends(r);
+                match arbitrate(&rows, "T", [T], &[], ours) {
+                    Arbitration::Release => !contends || oldest == Some(ours),
+                    Arbitration::Yield(w) => w != ours && (!contends || oldest == Some(w)),
+                    Arbitration::NotListed => !is_live(&r.state),
+                }
+            });
+            let adopted = plan_adoption(&rows, "T", [T], &[]).adopted().cloned();
+            let no_younger_held = adopted
+                .is_none_or(|a| !a.held || oldest.is_none_or(|o| a.job_id.unwrap() <= o));
+            agree && no_younger_held
+        }
+    }
 }
