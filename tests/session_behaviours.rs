@@ -1576,6 +1576,51 @@ async fn a_younger_held_job_yields_to_the_older_racer() {
     w.slurm.assert_drained();
 }
 
+/// Leave the session's job 900 recorded and held: its launch could not list it after the held
+/// sbatch (the state a launch killed before settling its hold leaves too).
+async fn leave_900_held(w: &World) {
+    w.q().manual_hold = true;
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(900));
+    for _ in 0..3 {
+        w.q()
+            .by_name
+            .push_back(unknown("squeue: error: Socket timed out"));
+    }
+    assert_eq!(err_text(w.launch("T", true).await).1, "unknown");
+    w.slurm.assert_drained();
+    w.slurm.clear_calls();
+}
+
+/// Issue 10 item 12: renew over a session whose job its launch left held would hold forever
+/// (a held job is PENDING, "fine"); it settles the hold first, as launch and attach do.
+#[tokio::test]
+async fn renew_settles_a_job_left_held() {
+    let w = World::new();
+    leave_900_held(&w).await;
+    let held = || live(&held_row(900, T, NAME));
+    w.q().by_id.push_back(held());
+    w.q().by_name.push_back(held());
+    w.q().release.push_back(Ok(()));
+    w.q()
+        .by_id
+        .push_back(live(&row("900", "RUNNING", "n1", T, NAME)));
+    let env = env(&w.config, &w.state, &w.slurm);
+    let r = renew(&env, "sample", "T", &settings(1), &mut |_| {})
+        .await
+        .unwrap();
+    assert_eq!(r.job_id, 900, "{r:?}");
+    assert!(
+        w.slurm
+            .argvs()
+            .contains(&vec!["scontrol".into(), "release".into(), "900".into()]),
+        "{:?}",
+        w.slurm.argvs()
+    );
+    assert!(!w.slurm.called("sbatch"));
+    w.slurm.assert_drained();
+}
+
 /// Issue 10 item 12: the name probe after a held sbatch fails every time. Releasing blind
 /// could run our job beside an older racer's, so the job stays held and recorded (exit 4,
 /// saying the next launch settles it); the next launch does: one job, released.

@@ -66,7 +66,7 @@ pub async fn plan<S: Scheduler>(
     };
     let (job, probe) = match hold::probe_held(env, job).await {
         (Probe::Live { .. }, true) => {
-            let kept = settle_hold(env, &r, job).await?;
+            let kept = hold::settle_recorded(env, &r, job).await?;
             let answer = env.slurm.list_jobs(&JobQuery::ids(vec![kept])).await;
             (kept, probe_of(&answer, kept))
         }
@@ -98,27 +98,6 @@ pub async fn plan<S: Scheduler>(
             r.key
         ))),
     }
-}
-
-/// The session's job is held: the launch that submitted it died before it settled the hold
-/// (`hold`). Settle it now, as that launch would have, so that it can run; the job kept.
-async fn settle_hold<S: Scheduler>(
-    env: &Env<'_, S>,
-    r: &Resolved<'_>,
-    job: JobId,
-) -> Result<JobId, SessionError> {
-    let _lock = TokenLock::take(env.state_dir, &r.token)?;
-    let (book, state) = Book::open(env.state_dir)?;
-    match session(&state, &r.key).and_then(|s| s.job_id()) {
-        // A command that held the lock settled it meanwhile.
-        Some(recorded) if recorded != job => return Ok(recorded),
-        _ => {}
-    }
-    let kept = hold::settle(env, &book, r, job, None).await?;
-    for note in &kept.notes {
-        (env.progress)(note);
-    }
-    Ok(kept.job)
 }
 
 /// No job recorded (a lost state directory): find the session's live job by name, as launch

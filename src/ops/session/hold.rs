@@ -8,7 +8,7 @@
 //! and recorded (or findable by name): the next launch or attach of the session settles it
 //! here the same way, so a held job is never left held and never released beside an older one.
 
-use super::{command_for, Book, Env, Resolved, SessionError};
+use super::{command_for, session, Book, Env, Resolved, SessionError, TokenLock};
 use crate::event::Event;
 use crate::failpoint;
 use crate::policy::session::{
@@ -107,6 +107,28 @@ pub async fn settle<S: Scheduler>(
         command_for("launch", &r.key),
         command_for("release", &r.key)
     )))
+}
+
+/// `job`, the session's recorded job, is held and no launch is settling it (the one that
+/// submitted it died): settle it now, as that launch would have, under the token lock (for
+/// attach and renew, which run without it). The job the session keeps.
+pub async fn settle_recorded<S: Scheduler>(
+    env: &Env<'_, S>,
+    r: &Resolved<'_>,
+    job: JobId,
+) -> Result<JobId, SessionError> {
+    let _lock = TokenLock::take(env.state_dir, &r.token)?;
+    let (book, state) = Book::open(env.state_dir)?;
+    match session(&state, &r.key).and_then(|s| s.job_id()) {
+        // A command that held the lock settled it meanwhile.
+        Some(recorded) if recorded != job => return Ok(recorded),
+        _ => {}
+    }
+    let kept = settle(env, &book, r, job, None).await?;
+    for note in &kept.notes {
+        (env.progress)(note);
+    }
+    Ok(kept.job)
 }
 
 /// `scontrol release J`, bracketed by `SessionHoldDecided` (winner J) and
