@@ -147,17 +147,8 @@ pub async fn release<S: Scheduler>(
     }))?;
     failpoint::hit("session-after-hold-decided");
     let result = env.slurm.release_job(job).await;
-    book.append(Event::SessionHoldSettled(SessionHoldSettled {
-        session: key.clone(),
-        job_id: job,
-        action: "released".into(),
-        ok: result.is_ok(),
-        reason: result
-            .as_ref()
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default(),
-    }))?;
+    let failure = result.as_ref().err().map(|e| e.to_string());
+    record_settled(book, r, job, "released", failure)?;
     result.map_err(|e| {
         SessionError::Unknown(format!(
             "Slurm job {job} of {key} was submitted held and releasing it failed: {e}. It is \
@@ -188,23 +179,14 @@ async fn yield_to<S: Scheduler>(
     }))?;
     failpoint::hit("session-after-yield-decided");
     let result = env.slurm.cancel_job(ours).await;
-    let (ok, reason) = match &result {
-        Ok(c) if c.said == ScancelSaid::Accepted => (true, String::new()),
-        Ok(c) => (
-            false,
-            format!("scancel said {:?}: {}", c.said, c.stderr.trim()),
-        ),
-        Err(e) => (false, e.to_string()),
+    let failure = match &result {
+        Ok(c) if c.said == ScancelSaid::Accepted => None,
+        Ok(c) => Some(format!("scancel said {:?}: {}", c.said, c.stderr.trim())),
+        Err(e) => Some(e.to_string()),
     };
-    book.append(Event::SessionHoldSettled(SessionHoldSettled {
-        session: key.clone(),
-        job_id: ours,
-        action: "cancelled".into(),
-        ok,
-        reason: reason.clone(),
-    }))?;
+    record_settled(book, r, ours, "cancelled", failure.clone())?;
     let mut notes = Vec::new();
-    if !ok {
+    if let Some(reason) = failure {
         // Still held, so it cannot run; the session holds the winner from here on.
         notes.push(format!(
             "job {ours} (held, never ran) yielded to the older job {w}, but cancelling it \
@@ -237,4 +219,23 @@ async fn yield_to<S: Scheduler>(
         node: running_node(winner),
         notes,
     })
+}
+
+/// `SessionHoldSettled`: the outcome of the call on held `job` (`failure`: why it did not
+/// succeed).
+fn record_settled(
+    book: &Book,
+    r: &Resolved<'_>,
+    job: JobId,
+    action: &str,
+    failure: Option<String>,
+) -> Result<(), SessionError> {
+    book.append(Event::SessionHoldSettled(SessionHoldSettled {
+        session: r.key.clone(),
+        job_id: job,
+        action: action.into(),
+        ok: failure.is_none(),
+        reason: failure.unwrap_or_default(),
+    }))?;
+    Ok(())
 }
