@@ -5,8 +5,9 @@
 //! Job ids grow with submission, so every racer picks the same job.
 //!
 //! A launch that dies between the held sbatch and the release or cancel leaves its job held
-//! and recorded (or findable by name): the next launch or attach of the session settles it
-//! here the same way, so a held job is never left held and never released beside an older one.
+//! and recorded (or findable by name): the next launch, attach or renew of the session
+//! settles it here the same way, so a held job is never left held and never released beside
+//! an older one.
 
 use super::{command_for, session, Book, Env, Resolved, SessionError, TokenLock};
 use crate::event::Event;
