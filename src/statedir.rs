@@ -4,7 +4,6 @@ pub mod trust;
 
 use std::path::{Path, PathBuf};
 
-use crate::journal::JournalError;
 use trust::{TrustError, Untrusted};
 
 #[derive(Debug, thiserror::Error)]
@@ -20,8 +19,6 @@ pub enum StateDirError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error(transparent)]
-    Journal(#[from] JournalError),
 }
 
 /// An XDG base directory variable, if set to an absolute path: the XDG spec says a relative

@@ -186,25 +186,34 @@ fn stop_worker_crashes_at_every_boundary() {
     .enumerate()
     {
         let name = format!("w{i}");
-        // A payload that ignores SIGTERM, so that the final cancel is needed.
-        let r = dispatch(
-            sd,
-            &[
-                "pool",
-                "submit",
-                "s",
-                "--cpus",
-                "1",
-                "--mem",
-                "100M",
-                "--name",
-                &name,
-                "--json",
-                "--",
-                "sh",
-                "-c",
-                "trap '' TERM; touch \"$DISPATCH_EVIDENCE_DIR/ready\"; sleep 300",
-            ],
+        // A payload that ignores SIGTERM, and a supervisor that lingers after killing it at the
+        // stop's grace, so that the final cancel is needed.
+        let r = real_cluster::run(
+            dispatch_cmd(
+                sd,
+                &[
+                    "pool",
+                    "submit",
+                    "s",
+                    "--cpus",
+                    "1",
+                    "--mem",
+                    "100M",
+                    "--name",
+                    &name,
+                    "--json",
+                    "--",
+                    "sh",
+                    "-c",
+                    "trap '' TERM; touch \"$DISPATCH_EVIDENCE_DIR/ready\"; sleep 300",
+                ],
+            )
+            .env(
+                "DISPATCH_FAILPOINTS",
+                "worker:supervisor-before-exit-record=sleep:120000",
+            )
+            .output()
+            .unwrap(),
         );
         assert_eq!(r.code, 0, "{}", r.stderr);
         // Stop only once the payload ignores SIGTERM, or the TERM could beat the trap.

@@ -346,3 +346,80 @@ fn a_submitted_worker_owns_its_job_and_stopping_it_ends_the_job() {
         ]
     );
 }
+
+/// Issue 11: `stop-worker --grace S` gives the payload S seconds between TERM and KILL, whatever
+/// grace the worker was submitted with (its supervisor's own default used to win: KILL came
+/// 10 s after TERM for a `--grace 15` stop). The payload here ignores TERM, so only the KILL
+/// ends it, and the stop cannot prove the step over before it.
+#[test]
+fn a_stop_gives_the_payload_the_grace_the_stop_asked_for() {
+    let _cluster = require_cluster();
+    let alloc = Allocation::salloc(
+        "dispatch-pool-grace",
+        &["-c", "1", "--mem", "200M", "--time", "5"],
+    );
+    let state = tempfile::tempdir().unwrap();
+    let sd = state.path();
+    let attached = dispatch(sd, &["pool", "attach", "p", "--job", &alloc.id.to_string()]);
+    assert_eq!(attached.code, 0, "{}", attached.stderr);
+    let submitted = dispatch(
+        sd,
+        &[
+            "pool",
+            "submit",
+            "p",
+            "--name",
+            "g",
+            "--cpus",
+            "1",
+            "--mem",
+            "100M",
+            "--grace",
+            "1",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "trap '' TERM; echo ready; sleep 60 & wait; sleep 60",
+        ],
+    );
+    assert_eq!(submitted.code, 0, "{}", submitted.stderr);
+    let id = json(&submitted.stdout)["submission_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let stdout = sd.join("pools/p/workers").join(&id).join("evidence/stdout");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&stdout)
+        .unwrap_or_default()
+        .contains("ready")
+    {
+        assert!(Instant::now() < deadline, "the payload never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let t0 = Instant::now();
+    let stopped = dispatch(
+        sd,
+        &["pool", "stop-worker", "p", "g", "--grace", "4", "--json"],
+    );
+    let took = t0.elapsed();
+    assert_eq!(stopped.code, 0, "{}", stopped.stderr);
+    assert_eq!(json(&stopped.stdout)["state"], "released");
+    let evidence = sd.join("pools/p/workers").join(&id).join("evidence");
+    let r = dispatch::worker::report::read(&evidence)
+        .unwrap()
+        .expect("the worker's journal");
+    let sigs: Vec<_> = r
+        .signals
+        .iter()
+        .map(|s| (s.signal.as_str(), s.reason.as_str()))
+        .collect();
+    assert_eq!(sigs, vec![("TERM", "forwarded"), ("KILL", "grace")]);
+    assert!(
+        took >= Duration::from_millis(3_900),
+        "the payload was killed before the stop's 4 s grace: the stop took {took:?}"
+    );
+    let audit = dispatch(sd, &["audit", "--json"]);
+    assert_eq!(json(&audit.stdout)["rules"]["held"], 0, "{}", audit.stdout);
+}

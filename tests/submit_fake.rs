@@ -546,3 +546,60 @@ fn sbatch_missing_from_path_is_a_definite_failure() {
     let r: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(r["unknown"], json!([]), "{r}");
 }
+
+/// Issue 11 §2: `dispatch stop` holds no journal lock while it waits out its grace: another
+/// command on the same state directory returns at once, and the stop still records the
+/// release once the job is proven over.
+#[test]
+fn a_stop_waiting_out_its_grace_blocks_no_other_command() {
+    let fake = Fake::new();
+    fake.scenario(json!({"sbatch": [{"stdout": "68\n"}]}));
+    let (code, _, err) = fake.run(&[
+        "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", "g", "--", "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    fake.scenario(json!({
+        "scancel": [{"stdout": ""}],
+        "squeue": [{"match": ["--jobs=68"], "stdout": squeue_row(68, "RUNNING", "g")}],
+    }));
+    let mut stop = fake
+        .command(&["stop", "g", "--grace", "15", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !fake.events().iter().any(|e| e["kind"] == "JobStopIntent") {
+        assert!(std::time::Instant::now() < deadline, "no JobStopIntent");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let started = std::time::Instant::now();
+    let (code, _, err) = fake.run(&["trial", "open", "t"]);
+    let took = started.elapsed();
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        stop.try_wait().unwrap().is_none(),
+        "the stop ended before the other command ran"
+    );
+    // The bound leaves room for a loaded 2-CPU machine; a lock held for the 15 s grace fails it.
+    assert!(
+        took.as_millis() < 2_000,
+        "trial open took {took:?} while stop waited"
+    );
+    fake.scenario(json!({
+        "scancel": [{"stdout": ""}],
+        "squeue": [{"match": ["--jobs=68"], "stdout": squeue_row(68, "COMPLETED", "g")}],
+    }));
+    let out = stop.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        fake.events().last().unwrap()["kind"],
+        "JobTerminal",
+        "the release was not recorded"
+    );
+}

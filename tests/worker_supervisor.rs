@@ -444,3 +444,53 @@ fn pool_status_reads_worker_journals_and_never_trusts_a_rewritten_one() {
         r.ingested(sid, false).published_dir.unwrap().as_str()
     );
 }
+
+/// The supervisor aborted at each of its boundaries (no source asset, so no checkout): its
+/// journal always reads back whole (at most a torn tail, which reading recovers), the payload
+/// ran exactly when the point comes after its start, nothing is ever published under its final
+/// name unless the point comes after the rename, and what the coordinator would ingest calls
+/// the native state crash-class, never sealed.
+#[test]
+fn a_supervisor_killed_at_any_point_leaves_a_journal_that_says_how_far_it_got() {
+    for (point, payload_ran, published) in [
+        ("supervisor-before-asset-check", false, false),
+        ("supervisor-before-spawn", false, false),
+        ("supervisor-before-exit-record", true, false),
+        ("supervisor-publish-after-intent", true, false),
+        ("supervisor-before-cleanup", true, true),
+    ] {
+        let root = tempfile::tempdir().unwrap();
+        let st = node_supervisor(
+            root.path(),
+            &["sh", "-c", "echo ran > \"$DISPATCH_EVIDENCE_DIR/ran\""],
+        )
+        .env("DISPATCH_FAILPOINTS", format!("{point}=abort"))
+        .status()
+        .unwrap();
+        assert_eq!(st.code(), None, "{point}: the failpoint did not fire");
+        let d = node_dirs(root.path());
+        assert_eq!(d.evidence.join("ran").exists(), payload_ran, "{point}");
+        let r = report::read(&d.evidence)
+            .unwrap_or_else(|e| panic!("{point}: the worker journal does not read: {e}"))
+            .expect("a worker journal");
+        assert_eq!(r.payload_pid.is_some(), payload_ran, "{point}");
+        let exit_recorded = matches!(
+            point,
+            "supervisor-publish-after-intent" | "supervisor-before-cleanup"
+        );
+        assert_eq!(r.exited.is_some(), exit_recorded, "{point}");
+        let finals: Vec<String> = std::fs::read_dir(root.path().join("published"))
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| !n.starts_with(".tmp-"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(!finals.is_empty(), published, "{point}: {finals:?}");
+        let sid: uuid::Uuid = SID.parse().unwrap();
+        let class = r.ingested(sid, true).state_class;
+        assert_ne!(class.as_deref(), Some("sealed"), "{point}");
+        assert!(r.cleaned.is_none(), "{point}: cleanup recorded");
+    }
+}

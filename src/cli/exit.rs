@@ -49,7 +49,6 @@ impl From<StateDirError> for Failure {
     fn from(e: StateDirError) -> Failure {
         match e {
             StateDirError::Untrusted(_) => Failure::new(REFUSED, e.to_string()),
-            StateDirError::Journal(j) => j.into(),
             other => Failure::new(FAILED, other.to_string()),
         }
     }

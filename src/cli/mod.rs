@@ -78,7 +78,8 @@ pub enum Command {
         /// The worker, by name or submission id
         #[arg(value_parser = crate::names::arg::path_name("worker"))]
         worker: String,
-        /// Seconds between SIGTERM and the final cancel
+        /// Seconds the payload has between SIGTERM and SIGKILL (its supervisor kills it; the
+        /// step is cancelled if it has not ended 10 s after that)
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
         grace: u64,
     },

@@ -8,6 +8,7 @@ use super::error::OpError;
 use crate::event::Micros;
 use crate::journal::{self, Loaded, Options, Writer};
 use crate::slurm::Scheduler;
+use crate::state::State;
 
 pub struct Ctx<S: Scheduler> {
     pub state_dir: PathBuf,
@@ -82,6 +83,38 @@ pub fn micros_to_local(t: Micros) -> NaiveDateTime {
         .unwrap_or_default()
 }
 
+/// How long a stop waits after the grace it gave the payload before it cancels: the supervisor
+/// needs a moment to kill a payload that ignored the TERM, record how it ended and clean up.
+/// A step that ends sooner is proven over sooner; only a step that does not end waits it out.
+pub const STOP_WRAP_UP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A stop's grace in whole seconds, as its intent records it (the CLI bounds it to
+/// [`crate::worker::stop_request::MAX_GRACE_S`]).
+pub fn grace_seconds(grace: std::time::Duration) -> u32 {
+    let s = u32::try_from(grace.as_secs()).unwrap_or(u32::MAX);
+    s.min(crate::worker::stop_request::MAX_GRACE_S)
+}
+
+/// Tell the worker's supervisor the grace this stop gives its payload (`worker::stop_request`),
+/// once the stop intent recorded it and before the TERM. A tree that is not ours is never
+/// written to; then, or when the write fails, the supervisor keeps the grace it was started
+/// with, which is said here.
+pub fn request_grace(state_dir: &Path, dirs: &crate::worker::dirs::WorkerDirs, grace_s: u32) {
+    let written = dirs
+        .check(state_dir)
+        .map_err(|e| e.to_string())
+        .and_then(|_| {
+            crate::worker::stop_request::write(&dirs.root, grace_s).map_err(|e| e.to_string())
+        });
+    if let Err(e) = written {
+        tracing::warn!(
+            "cannot tell the worker's supervisor the stop's grace ({e}) in {}; it keeps the grace \
+             it was submitted with",
+            dirs.root.display()
+        );
+    }
+}
+
 /// How long a stop waits, after its final cancel, for proof that the thing is over.
 pub const STOP_PROOF_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -104,4 +137,16 @@ where
         }
     }
     None
+}
+
+/// Take the journal's writer lock, load the state as it is now, decide and append in `f`, and
+/// release the lock. Nothing in `f` may wait (no Slurm call, no grace, no poll): a command that
+/// waits does so between two of these, and re-checks what it decided when it takes the lock
+/// again (issue 11: another command may have changed the state meanwhile).
+pub(crate) fn locked<S: Scheduler, T>(
+    ctx: &Ctx<S>,
+    f: impl FnOnce(&Writer, &State) -> Result<T, OpError>,
+) -> Result<T, OpError> {
+    let (writer, loaded) = ctx.lock_and_load()?;
+    f(&writer, &loaded.state)
 }

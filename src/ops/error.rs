@@ -42,10 +42,7 @@ pub enum OpError {
 
 impl From<crate::statedir::StateDirError> for OpError {
     fn from(e: crate::statedir::StateDirError) -> OpError {
-        match e {
-            crate::statedir::StateDirError::Journal(j) => OpError::Journal(j),
-            other => OpError::StateDir(other),
-        }
+        OpError::StateDir(e)
     }
 }
 

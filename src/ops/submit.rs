@@ -7,7 +7,10 @@ use std::os::unix::fs::OpenOptionsExt;
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::context::{await_proof, micros_to_local, snapshot_quietly, Ctx, STOP_PROOF_TIMEOUT};
+use super::context::{
+    await_proof, grace_seconds, locked, micros_to_local, request_grace, snapshot_quietly, Ctx,
+    STOP_PROOF_TIMEOUT, STOP_WRAP_UP,
+};
 use super::error::OpError;
 use super::spec::WorkerSpec;
 use crate::config::Target;
@@ -276,31 +279,40 @@ pub async fn stop<S: Scheduler>(
     grace: std::time::Duration,
 ) -> Result<JobStopReport, OpError> {
     use crate::slurm::{JobId, Signal, StepId, StepKind};
-    let (writer, loaded) = ctx.lock_and_load()?;
-    let jobs = &loaded.state.jobs;
-    let j = jobs
-        .active
-        .values()
-        .find(|j| j.worker == worker)
-        .ok_or_else(|| not_active(jobs, worker))?;
-    let submission_id = j.submission_id;
-    let Some(job_id) = j.job_id else {
-        return Err(OpError::Unknown(format!(
-            "worker {worker} has no known job yet (its sbatch gave no answer); its budget stays held. \
-             Run `dispatch reconcile` to find the job by name, then stop it again"
-        )));
-    };
+    let grace_s = grace_seconds(grace);
+    // Decide under the lock and record the intent; the grace and the proof polls happen with
+    // the lock released, and the release re-checks the worker (issue 11).
+    let (submission_id, job_id, submitted_at) = locked(ctx, |writer, state| {
+        let jobs = &state.jobs;
+        let j = jobs
+            .active
+            .values()
+            .find(|j| j.worker == worker)
+            .ok_or_else(|| not_active(jobs, worker))?;
+        let Some(job_id) = j.job_id else {
+            return Err(OpError::Unknown(format!(
+                "worker {worker} has no known job yet (its sbatch gave no answer); its budget stays held. \
+                 Run `dispatch reconcile` to find the job by name, then stop it again"
+            )));
+        };
+        writer.append_one(Event::JobStopIntent(JobStopIntent {
+            submission_id: j.submission_id,
+            grace_s,
+        }))?;
+        Ok((j.submission_id, job_id, j.submitted_at))
+    })?;
     let job = u32::try_from(job_id)
         .ok()
         .and_then(JobId::new)
         .ok_or_else(|| {
             OpError::Failed(format!("recorded job id {job_id} is not a Slurm job id"))
         })?;
-    writer.append_one(Event::JobStopIntent(JobStopIntent {
-        submission_id,
-        grace_s: grace.as_secs() as u32,
-    }))?;
     failpoint::hit("stop-after-intent");
+    request_grace(
+        &ctx.state_dir,
+        &WorkerDirs::of(&ctx.state_dir, None, submission_id),
+        grace_s,
+    );
     if let Err(e) = ctx
         .sched
         .signal_step(StepId::new(job, StepKind::Batch), Signal::Term)
@@ -308,8 +320,8 @@ pub async fn stop<S: Scheduler>(
     {
         tracing::warn!("scancel --signal=TERM {job}.batch: {e}");
     }
-    let since = micros_to_local(j.submitted_at);
-    let mut proof = await_proof(grace, || job_proven_over(ctx, job, since)).await;
+    let since = micros_to_local(submitted_at);
+    let mut proof = await_proof(grace + STOP_WRAP_UP, || job_proven_over(ctx, job, since)).await;
     if proof.is_none() {
         if let Err(e) = ctx.sched.cancel_job(job).await {
             tracing::warn!("scancel {job}: {e}");
@@ -323,10 +335,16 @@ pub async fn stop<S: Scheduler>(
              Run `dispatch reconcile` to resolve it"
         )));
     };
-    writer.append_one(Event::JobTerminal(JobTerminal {
-        submission_id,
-        proof: proof.clone(),
-    }))?;
+    // Released by this stop, or by a reconcile that proved the same meanwhile.
+    locked(ctx, |writer, state| {
+        if state.jobs.active.contains_key(&submission_id) {
+            writer.append_one(Event::JobTerminal(JobTerminal {
+                submission_id,
+                proof: proof.clone(),
+            }))?;
+        }
+        Ok(())
+    })?;
     Ok(JobStopReport {
         worker: worker.to_owned(),
         submission_id: submission_id.to_string(),

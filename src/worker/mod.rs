@@ -10,4 +10,5 @@ pub mod preflight;
 pub mod publish;
 pub mod report;
 pub mod settle;
+pub mod stop_request;
 pub mod supervisor;

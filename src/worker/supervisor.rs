@@ -323,6 +323,7 @@ fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<Ended, JournalError> 
     journal.append_one(Event::PayloadStarted(PayloadStarted { pid: pgid }))?;
 
     let mut term_sent_at: Option<Micros> = None;
+    let mut grace_s = spec.grace_s;
     let mut kill_sent = false;
     let status = loop {
         match child.try_wait() {
@@ -341,6 +342,17 @@ fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<Ended, JournalError> 
             None => {
                 let stop = STOP_REQUESTED.load(Ordering::SeqCst);
                 if stop || now >= spec.deadline {
+                    if stop {
+                        // A stop names its own grace (`stop_request`); read before the TERM
+                        // goes on, as the stop wrote it before sending it.
+                        if let Some(asked) = spec
+                            .node
+                            .as_ref()
+                            .and_then(|n| super::stop_request::read(&n.dirs.root))
+                        {
+                            grace_s = asked;
+                        }
+                    }
                     signal_group(pgid, libc::SIGTERM);
                     term_sent_at = Some(now);
                     let reason = if stop { "forwarded" } else { "deadline" };
@@ -350,7 +362,7 @@ fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<Ended, JournalError> 
                     }))?;
                 }
             }
-            Some(at) if !kill_sent && now.0 - at.0 >= i64::from(spec.grace_s) * 1_000_000 => {
+            Some(at) if !kill_sent && now.0 - at.0 >= i64::from(grace_s) * 1_000_000 => {
                 signal_group(pgid, libc::SIGKILL);
                 kill_sent = true;
                 journal.append_one(Event::ShutdownSignalled(ShutdownSignalled {

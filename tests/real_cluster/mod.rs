@@ -31,7 +31,7 @@ pub struct Run {
     pub stderr: String,
 }
 
-fn run(out: Output) -> Run {
+pub fn run(out: Output) -> Run {
     Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -1,0 +1,111 @@
+//! `dispatch pool attach|submit|status|stop-worker|detach`.
+//!
+//! Each command: lock the journal → load state → ask Slurm → decide (policy) → append the intent
+//! → act → append the outcome. Budget is only released by a proof event.
+//!
+//! One file per command: `attach` (attach, detach), `submit`, `stop` (stop-worker and the
+//! release of a worker proven over), `ingest` (what a worker's own journal says), `status`.
+//! This file holds what they share: the journal-lock helpers and the allocation's identity.
+
+mod attach;
+mod ingest;
+mod status;
+mod stop;
+mod submit;
+
+pub(crate) use crate::ops::context::locked;
+pub use attach::{attach, detach, AllocationView, AttachReport, DetachReport};
+pub(crate) use ingest::{ingest_worker_journal, sweep_publication};
+pub use status::{
+    status, status_of, AssetUseView, NodeView, PoolView, PublicationView, Resources, StatusReport,
+    WorkerJournalView, WorkerView,
+};
+pub(crate) use stop::release_proven;
+pub use stop::{stop_worker, StopReport};
+pub(crate) use submit::process_alive;
+pub use submit::{submit, SubmitReport, SubmitRequest, STEP_DISCOVERY_TIMEOUT};
+
+use std::path::Path;
+
+use uuid::Uuid;
+
+use crate::event::Event;
+use crate::ops::context::Ctx;
+use crate::ops::error::OpError;
+use crate::ops::facts::allocation_facts;
+use crate::policy::pool::{AllocationFacts, Refusal};
+use crate::slurm::{Answer, JobId, Scheduler, StepKind};
+use crate::state::pool::*;
+use crate::state::State;
+
+fn job_id(alloc: &Allocation) -> Result<JobId, OpError> {
+    u32::try_from(alloc.job_id)
+        .ok()
+        .and_then(JobId::new)
+        .ok_or_else(|| {
+            OpError::Failed(format!(
+                "recorded job id {} is not a Slurm job id",
+                alloc.job_id
+            ))
+        })
+}
+
+/// The number of the step called `name` in a step listing.
+fn numbered_step_named(rows: &[crate::slurm::StepRow], name: &str) -> Option<u32> {
+    rows.iter().find_map(|r| match (r.name == name, r.id.step) {
+        (true, StepKind::Numbered(n)) => Some(n),
+        _ => None,
+    })
+}
+
+pub fn step_name(pool: &str, worker: &str) -> String {
+    format!("{pool}.{worker}")
+}
+
+/// Where a pool's workers publish their workspace and evidence.
+pub fn published_dir(pools_dir: &Path, pool: &str) -> std::path::PathBuf {
+    pools_dir.join(pool).join("published")
+}
+
+/// Ask Slurm about an allocation. Gone becomes facts that every check refuses.
+async fn read_facts<S: Scheduler>(ctx: &Ctx<S>, job: JobId) -> Result<AllocationFacts, OpError> {
+    match ctx.sched.show_job(job).await {
+        Answer::Live(details) => {
+            let d = details
+                .iter()
+                .find(|d| d.job_id == job && d.array_job_id.is_none())
+                .or(details.first())
+                .ok_or_else(|| OpError::Failed(format!("scontrol show job {job} answered nothing usable")))?;
+            Ok(allocation_facts(d))
+        }
+        Answer::Gone(_) => Err(OpError::Refused(Refusal::NotRunning {
+            job_id: u64::from(job.get()),
+            state: "unknown to Slurm (finished and forgotten, or never existed)".to_owned(),
+        })),
+        Answer::Unknown(e) => Err(OpError::Failed(format!(
+            "cannot read job {job} from Slurm ({e}); nothing was done. Try again when `scontrol show job {job}` answers"
+        ))),
+    }
+}
+
+/// The worker `submission_id` of `pool` while it still holds budget.
+pub(crate) fn active_worker<'a>(state: &'a State, pool: &str, id: Uuid) -> Option<&'a Worker> {
+    state.pools.pools.get(pool)?.active.get(&id)
+}
+
+/// Append `events` about worker `id` if it still holds budget (under the lock, as it is now);
+/// once another command settled it, they would say nothing. Whether they were appended.
+fn record<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &str,
+    id: Uuid,
+    events: Vec<Event>,
+) -> Result<bool, OpError> {
+    locked(ctx, |writer, state| {
+        if active_worker(state, pool, id).is_none() {
+            return Ok(false);
+        }
+        writer.append(events)?;
+        Ok(true)
+    })
+}

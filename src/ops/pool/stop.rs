@@ -1,0 +1,282 @@
+//! `dispatch pool stop-worker`, and the release of a worker whose step is proven over (shared
+//! with reconcile): its journal ingested, its leftovers cleaned, its budget released.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::{
+    active_worker, ingest_worker_journal, job_id, locked, numbered_step_named, step_name,
+    sweep_publication,
+};
+use crate::event::Event;
+use crate::failpoint;
+use crate::ops::context::{
+    await_proof, grace_seconds, request_grace, snapshot_quietly, Ctx, STOP_PROOF_TIMEOUT,
+    STOP_WRAP_UP,
+};
+use crate::ops::error::OpError;
+use crate::policy::node as node_policy;
+use crate::policy::pool::Refusal;
+use crate::policy::reconcile as reconcile_policy;
+use crate::slurm::{Answer, JobQuery, Scheduler, Signal, StepId, StepKind};
+use crate::state::pool::*;
+use crate::state::State;
+use crate::worker::dirs::WorkerDirs;
+use crate::worker::{cleanup, report};
+
+#[derive(Debug, Serialize)]
+pub struct StopReport {
+    pub pool: String,
+    pub worker: String,
+    pub submission_id: String,
+    pub step_id: Option<String>,
+    pub state: &'static str,
+    pub proof: Option<String>,
+}
+
+fn find_worker<'a>(
+    state: &'a State,
+    pool: &str,
+    worker: &str,
+) -> Result<(&'a Pool, &'a Worker), OpError> {
+    let p = state.pools.pools.get(pool).ok_or_else(|| Refusal::NoPool {
+        pool: pool.to_owned(),
+    })?;
+    let w = p.active.values().find(|w| w.name == worker).ok_or_else(|| {
+        OpError::NotFound(format!(
+            "pool {pool:?} has no worker {worker:?} holding budget; `dispatch pool status {pool}` lists them"
+        ))
+    })?;
+    Ok((p, w))
+}
+
+/// Is `step` (seen before) over? Proof only (`policy::reconcile::step_over`): its job listed
+/// beside a step listing without it, the job over (terminal state, "Invalid job id"). An empty
+/// answer alone proves nothing: a lying or misconfigured controller gives one too.
+async fn step_proven_over<S: Scheduler>(ctx: &Ctx<S>, step: StepId) -> Option<String> {
+    let StepKind::Numbered(n) = step.step else {
+        return None;
+    };
+    let steps = ctx.sched.list_steps(step.job).await;
+    let jobs = ctx.sched.list_jobs(&JobQuery::ids(vec![step.job])).await;
+    let obs = reconcile_policy::observe_pool(step.job, &jobs.job(step.job), Some(&steps));
+    reconcile_policy::step_over(n, true, &obs)
+}
+
+pub async fn stop_worker<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &str,
+    worker: &str,
+    grace: Duration,
+) -> Result<StopReport, OpError> {
+    // Decide what to stop from a first look; every append below takes the lock again and
+    // checks that the worker is still as this stop saw it. The grace and the proof polls
+    // happen with the lock released (issue 11).
+    let grace_s = grace_seconds(grace);
+    let state = {
+        let (writer, loaded) = ctx.lock_and_load()?;
+        drop(writer);
+        loaded.state
+    };
+    let (p, w) = find_worker(&state, pool, worker)?;
+    let job = job_id(&p.allocation)?;
+    let submission_id = w.submission_id;
+    let mut step_no = w.step_id;
+    if step_no.is_none() {
+        // Not seen at submit time: look once more, by name.
+        let name = step_name(pool, worker);
+        if let Answer::Live(rows) = ctx.sched.list_steps(job).await {
+            step_no = numbered_step_named(&rows, &name);
+            if let Some(n) = step_no {
+                locked(ctx, |writer, state| {
+                    if active_worker(state, pool, submission_id)
+                        .is_some_and(|w| w.step_id.is_none())
+                    {
+                        writer.append_one(Event::WorkerStepObserved(WorkerStepObserved {
+                            submission_id,
+                            step_id: n,
+                        }))?;
+                    }
+                    Ok(())
+                })?;
+            }
+        }
+    }
+    let Some(step_no) = step_no else {
+        return Err(OpError::Unknown(format!(
+            "worker {worker} has no known step yet, so there is nothing to cancel safely; its budget stays held. \
+             Run `dispatch reconcile`, then stop it again"
+        )));
+    };
+    let step = StepId::new(job, StepKind::Numbered(step_no));
+    locked(ctx, |writer, state| {
+        match active_worker(state, pool, submission_id) {
+            Some(w) if w.step_id.is_none_or(|s| s == step_no) => {}
+            _ => {
+                return Err(OpError::Failed(format!(
+                    "worker {worker} changed while this stop looked for its step (another command \
+                     settled it); nothing was signalled. `dispatch pool status {pool}` shows it now"
+                )))
+            }
+        }
+        writer.append_one(Event::WorkerStopIntent(WorkerStopIntent {
+            submission_id,
+            grace_s,
+        }))?;
+        Ok(())
+    })?;
+    failpoint::hit("pool-stop-after-intent");
+    let dirs = WorkerDirs::new(&ctx.pools_dir(), pool, submission_id);
+    request_grace(&ctx.state_dir, &dirs, grace_s);
+    if let Err(e) = ctx.sched.signal_step(step, Signal::Term).await {
+        tracing::warn!("scancel --signal=TERM {step}: {e}");
+    }
+    failpoint::hit("pool-stop-after-term");
+    let mut proof = await_proof(grace + STOP_WRAP_UP, || step_proven_over(ctx, step)).await;
+    if proof.is_none() {
+        if let Err(e) = ctx.sched.cancel_step(step).await {
+            tracing::warn!("scancel {step}: {e}");
+        }
+        failpoint::hit("pool-stop-after-cancel");
+        proof = await_proof(STOP_PROOF_TIMEOUT, || step_proven_over(ctx, step)).await;
+    }
+    let mut report = StopReport {
+        pool: pool.to_owned(),
+        worker: worker.to_owned(),
+        submission_id: submission_id.to_string(),
+        step_id: Some(step.to_string()),
+        state: WorkerState::Stopping.as_str(),
+        proof: proof.clone(),
+    };
+    let Some(proof) = proof else {
+        return Err(OpError::Unknown(format!(
+            "step {step} of worker {worker} was cancelled but is not yet proven over; its budget stays held. \
+             Run `dispatch reconcile` to resolve it"
+        )));
+    };
+    // Released by this stop, or by a reconcile that proved the same meanwhile: either way
+    // it is released.
+    release_proven(ctx, pool, submission_id, &proof, |w| {
+        w.step_id.is_none_or(|s| s == step_no)
+    })?;
+    report.state = WorkerState::Released.as_str();
+    snapshot_quietly(&ctx.journal_dir());
+    Ok(report)
+}
+
+/// Worker `id`'s step is proven over (`proof`): record what its own journal says, finish the
+/// cleanup its supervisor could not, and release its budget (`WorkerTerminal`). Each append
+/// takes the lock and checks the worker still holds budget; files are removed with the lock
+/// released. Whether this call released it (false: another command had).
+pub(crate) fn release_proven<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &str,
+    id: Uuid,
+    proof: &str,
+    still: impl Fn(&Worker) -> bool,
+) -> Result<bool, OpError> {
+    let pools_dir = ctx.pools_dir();
+    let cleanup = locked(ctx, |writer, state| {
+        if !active_worker(state, pool, id).is_some_and(&still) {
+            return Ok(None);
+        }
+        ingest_worker_journal(writer, state, pool, id, &pools_dir, true)?;
+        let w = active_worker(state, pool, id).expect("checked above");
+        let planned = plan_leftover_cleanup(&pools_dir, pool, w);
+        if let Some((intent, _, _)) = &planned {
+            writer.append_one(Event::WorkerCleanupIntent(intent.clone()))?;
+        }
+        Ok(Some(planned))
+    })?;
+    let Some(planned) = cleanup else {
+        return Ok(false);
+    };
+    let done = planned.map(|(intent, plan, dirs)| {
+        let deadline = std::time::Instant::now() + LEFTOVER_CLEANUP_BUDGET;
+        let d = cleanup::run(
+            &dirs,
+            &plan,
+            node_policy::StateClass::CrashClassPartial,
+            &intent.reason,
+            deadline,
+        );
+        WorkerCleanedUp {
+            submission_id: id,
+            removed: d.removed,
+            kept: d.kept,
+            state_class: d.state_class,
+            errors: d.errors,
+        }
+    });
+    let finished = locked(ctx, |writer, state| {
+        let Some(w) = active_worker(state, pool, id).filter(|w| still(w)).cloned() else {
+            return Ok(None);
+        };
+        let mut events: Vec<Event> = done.map(Event::WorkerCleanedUp).into_iter().collect();
+        events.push(Event::WorkerTerminal(WorkerTerminal {
+            submission_id: id,
+            proof: proof.to_owned(),
+        }));
+        writer.append(events)?;
+        Ok(Some(w))
+    })?;
+    match finished {
+        Some(w) => {
+            sweep_publication(&pools_dir, pool, &w);
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// How long the coordinator's cleanup of a worker's leftovers may take.
+const LEFTOVER_CLEANUP_BUDGET: Duration = Duration::from_secs(60);
+
+/// What the coordinator's cleanup of `w` (its step proven over) would do, if its supervisor
+/// did not finish its own: the supervisor's rules (`cleanup_plan`) applied to what the
+/// supervisor's journal says. Without a trusted journal the payload may have run and nothing
+/// is known to be published, so the checkout stays. `None`: nothing to do (the supervisor
+/// cleaned up, or this cleanup already ran), or the worker's tree is not trusted (then it is
+/// not touched).
+fn plan_leftover_cleanup(
+    pools_dir: &Path,
+    pool: &str,
+    w: &Worker,
+) -> Option<(WorkerCleanupIntent, node_policy::CleanupPlan, WorkerDirs)> {
+    let dirs = WorkerDirs::new(pools_dir, pool, w.submission_id);
+    dirs.check(pools_dir).ok()?;
+    let r = if w.journal_damage.is_some() {
+        None
+    } else {
+        report::read(&dirs.evidence).ok().flatten()
+    };
+    if r.as_ref().is_some_and(|r| r.cleaned.is_some()) {
+        return None;
+    }
+    let leftovers = [&dirs.runtime, &dirs.cache]
+        .iter()
+        .any(|d| d.symlink_metadata().is_ok());
+    if !leftovers && dirs.root.join(cleanup::STATE_CLASS_FILE).exists() {
+        return None;
+    }
+    let payload_started = r.as_ref().is_none_or(|r| r.payload_pid.is_some());
+    let published = r
+        .as_ref()
+        .is_some_and(|r| matches!(r.publication, Some(report::Publication::Published(_))));
+    let plan = node_policy::cleanup_plan(payload_started, published);
+    let intent = WorkerCleanupIntent {
+        submission_id: w.submission_id,
+        remove: plan.remove.iter().map(|s| s.to_string()).collect(),
+        keep: plan.keep.iter().map(|s| s.to_string()).collect(),
+        state_class: node_policy::StateClass::CrashClassPartial
+            .as_str()
+            .to_owned(),
+        reason: "its supervisor did not finish its cleanup (killed, or never started); \
+                 finished by the coordinator once its step was proven over"
+            .to_owned(),
+    };
+    Some((intent, plan, dirs))
+}

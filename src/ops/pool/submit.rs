@@ -1,0 +1,476 @@
+//! `dispatch pool submit`: the receipt, the detached srun, and the search for the step it made.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::{
+    active_worker, job_id, locked, numbered_step_named, published_dir, read_facts, record,
+    step_name,
+};
+use crate::event::{Event, Micros};
+use crate::failpoint;
+use crate::names::check_path_name;
+use crate::ops::context::{micros_to_local, snapshot_quietly, Ctx};
+use crate::ops::error::OpError;
+use crate::ops::spec::WorkerSpec;
+use crate::policy::pool::{self as policy, AllocationFacts, Refusal, WorkerAsk};
+use crate::policy::reconcile as reconcile_policy;
+use crate::slurm::{AcctQuery, Answer, JobId, JobName, JobQuery, Scheduler, StepRequest};
+use crate::state::pool::*;
+use crate::worker::dirs::WorkerDirs;
+use crate::worker::{report, supervisor};
+
+/// How long `pool submit` looks for the new step before calling the outcome unknown.
+pub const STEP_DISCOVERY_TIMEOUT: Duration = Duration::from_secs(20);
+const POLL: Duration = Duration::from_millis(250);
+
+/// What `pool submit` was asked to run.
+#[derive(Clone, Debug)]
+pub struct SubmitRequest {
+    pub pool: String,
+    pub spec: WorkerSpec,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SubmitReport {
+    pub pool: String,
+    pub worker: String,
+    pub submission_id: String,
+    pub state: &'static str,
+    pub step_id: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// Check the live allocation; after a refusal by an allocation of the same incarnation, read it
+/// again and run every check once more before refusing.
+async fn inspect_for_submit<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &Pool,
+    ask: &WorkerAsk,
+) -> Result<AllocationFacts, OpError> {
+    let job = job_id(&pool.allocation)?;
+    let facts = read_facts(ctx, job).await?;
+    let first = policy::check_submit(pool, &facts, ask, &ctx.caller, ctx.now());
+    match first {
+        Ok(()) => Ok(facts),
+        Err(Refusal::IncarnationChanged { .. }) => Err(first.unwrap_err().into()),
+        Err(refusal) if facts.start_time == Some(pool.allocation.start_time) => {
+            tracing::info!("live metadata refused ({refusal}); re-inspecting once");
+            let again = read_facts(ctx, job).await?;
+            policy::check_submit(pool, &again, ask, &ctx.caller, ctx.now())?;
+            Ok(again)
+        }
+        Err(refusal) => Err(refusal.into()),
+    }
+}
+
+pub async fn submit<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &SubmitRequest,
+) -> Result<SubmitReport, OpError> {
+    check_path_name("pool", &req.pool).map_err(OpError::Usage)?;
+    let spec = &req.spec;
+    spec.check()?;
+    let submission_id = Uuid::new_v4();
+    let worker = spec.name(submission_id);
+    // A first look, to refuse early and to know what to ask Slurm; the lock is not held while
+    // it answers. What counts is decided again under the lock, right before the receipt.
+    let loaded = {
+        let (writer, loaded) = ctx.lock_and_load()?;
+        drop(writer);
+        loaded
+    };
+    let pool = loaded
+        .state
+        .pools
+        .pools
+        .get(&req.pool)
+        .ok_or_else(|| Refusal::NoPool {
+            pool: req.pool.clone(),
+        })?;
+    let budgets = spec.budgets;
+    let ask = WorkerAsk {
+        name: worker.clone(),
+        cpus: spec.cpus,
+        mem_mb: spec.mem.get(),
+        budgets,
+    };
+    spec.bind(&loaded.state, &ctx.state_dir, submission_id)?;
+    let facts = inspect_for_submit(ctx, pool, &ask).await?;
+    let allocation = pool.allocation.clone();
+    let job = job_id(&allocation)?;
+    let name = step_name(&req.pool, &worker);
+    let step_name_checked =
+        JobName::new(name.clone()).map_err(|e| OpError::Usage(e.to_string()))?;
+    let dirs = WorkerDirs::new(&ctx.pools_dir(), &req.pool, submission_id);
+    // Before the receipt: a pool tree that is another user's, or a link, refuses (exit 3).
+    dirs.check(&ctx.state_dir)?;
+    let deadline = policy::early_shutdown_deadline(allocation.end_time, &budgets);
+
+    // The durable receipt: from here on the worker holds budget. The budget is read again under
+    // the lock (another submit may have taken it while Slurm answered), and the assets it uses
+    // go in the same commit (a released kind's fields never change, so they are their own event).
+    let intent = Event::WorkerSubmitIntent(WorkerSubmitIntent {
+        pool: req.pool.clone(),
+        worker: worker.clone(),
+        submission_id,
+        cpus: spec.cpus,
+        mem_mb: spec.mem.get(),
+        publication_timeout_s: budgets.publication_timeout_s,
+        command: spec.command.clone(),
+    });
+    let bound = locked(ctx, |writer, state| {
+        let pool = state
+            .pools
+            .pools
+            .get(&req.pool)
+            .filter(|p| p.allocation == allocation)
+            .ok_or_else(|| {
+                OpError::Failed(format!(
+                    "pool {} was detached or attached to another allocation while this submit asked \
+                     Slurm; nothing was submitted. Check `dispatch pool status` and submit again",
+                    req.pool
+                ))
+            })?;
+        policy::check_submit(pool, &facts, &ask, &ctx.caller, ctx.now())?;
+        let bound = spec.bind(state, &ctx.state_dir, submission_id)?;
+        writer.append(bound.receipt(intent, submission_id))?;
+        Ok(bound)
+    })?;
+    failpoint::hit("pool-submit-after-intent");
+    let mut report = SubmitReport {
+        pool: req.pool.clone(),
+        worker: worker.clone(),
+        submission_id: submission_id.to_string(),
+        state: WorkerState::Submitted.as_str(),
+        step_id: None,
+        warnings: Vec::new(),
+    };
+    if let Err(e) = dirs.create(&ctx.state_dir) {
+        record(
+            ctx,
+            &req.pool,
+            submission_id,
+            vec![Event::WorkerLaunchFailed(WorkerLaunchFailed {
+                submission_id,
+                definite: true,
+                reason: format!(
+                    "cannot create worker directories under {}: {e}",
+                    dirs.root.display()
+                ),
+            })],
+        )?;
+        return Err(OpError::Failed(format!(
+            "worker {worker}: cannot create its directories under {}: {e}; nothing was launched and its budget is released",
+            dirs.root.display()
+        )));
+    }
+    let publish_dir = published_dir(&ctx.pools_dir(), &req.pool);
+    let command = supervisor::command_line(
+        &ctx.exe,
+        &ctx.state_dir,
+        &supervisor::SupervisorArgs {
+            submission_id,
+            worker: &worker,
+            pool: Some(&req.pool),
+            dirs: &dirs,
+            publish_dir: &publish_dir,
+            deadline: deadline.secs().to_string(),
+            budgets,
+            append_only_glob: spec.append_only_glob.as_deref(),
+            assets: &bound.assets,
+        },
+        &spec.command,
+    );
+    let mut step = StepRequest::new(job, step_name_checked, spec.cpus, spec.mem, command);
+    // Without --overlap Slurm gives each worker CPUs no other worker holds, and the step's
+    // cpuset confines it to them; with --overlap, workers were seen sharing CPU 0. The budget
+    // check above keeps the steps from waiting on each other. No --cpu-bind: `cores` made
+    // Slurm 22.05 fail to lay out a 3-CPU task on a node declaring more CPUs than it has.
+    step.overlap = false;
+    step.output = Some(dirs.evidence.join("stdout"));
+    step.error = Some(dirs.evidence.join("stderr"));
+    step.chdir = Some(dirs.checkout.clone());
+    step.client_log = Some(dirs.evidence.join("srun-client.log"));
+    // The supervisor sets the worker's DISPATCH_* variables for the payload: one place, and
+    // nothing the coordinator's own environment holds can leak into them.
+    failpoint::hit("pool-submit-before-launch");
+    let launched = ctx.sched.launch_step(&step).await;
+    let launched_at = tokio::time::Instant::now();
+    let srun_pid = match launched {
+        Ok(l) => l.srun_pid,
+        Err(e) => {
+            let definite = e.nothing_happened();
+            record(
+                ctx,
+                &req.pool,
+                submission_id,
+                vec![Event::WorkerLaunchFailed(WorkerLaunchFailed {
+                    submission_id,
+                    definite,
+                    reason: e.to_string(),
+                })],
+            )?;
+            return Err(if definite {
+                OpError::Failed(format!(
+                    "worker {worker}: {e}; nothing was launched and its budget is released"
+                ))
+            } else {
+                OpError::Unknown(format!(
+                    "worker {worker} (submission {submission_id}): srun gave no answer ({e}); its budget stays \
+                     held. Run `dispatch reconcile` to resolve it"
+                ))
+            });
+        }
+    };
+    record(
+        ctx,
+        &req.pool,
+        submission_id,
+        vec![Event::WorkerLaunched(WorkerLaunched {
+            submission_id,
+            srun_pid,
+        })],
+    )?;
+    failpoint::hit("pool-submit-after-launch");
+    report.state = WorkerState::Running.as_str();
+
+    let search = StepSearch {
+        job,
+        name: &name,
+        dirs: &dirs,
+        srun_pid,
+        launched_at,
+        since: allocation.start_time,
+    };
+    match discover_step(ctx, &search).await {
+        Discovery::Found(step_no) => {
+            // Unless reconcile recorded it (or settled the worker) meanwhile.
+            locked(ctx, |writer, state| {
+                match active_worker(state, &req.pool, submission_id) {
+                    Some(w) if w.step_id != Some(step_no) => {
+                        writer.append_one(Event::WorkerStepObserved(WorkerStepObserved {
+                            submission_id,
+                            step_id: step_no,
+                        }))?;
+                    }
+                    _ => {}
+                }
+                Ok(())
+            })?;
+            report.step_id = Some(format!("{job}.{step_no}"));
+        }
+        Discovery::CreationFailed(reason) => {
+            record(
+                ctx,
+                &req.pool,
+                submission_id,
+                vec![Event::WorkerLaunchFailed(WorkerLaunchFailed {
+                    submission_id,
+                    definite: true,
+                    reason: reason.clone(),
+                })],
+            )?;
+            return Err(OpError::Failed(format!(
+                "worker {worker}: Slurm refused to create its step: {reason}; its budget is released"
+            )));
+        }
+        Discovery::NeverRan(proof) => {
+            record(
+                ctx,
+                &req.pool,
+                submission_id,
+                vec![Event::WorkerLaunchFailed(WorkerLaunchFailed {
+                    submission_id,
+                    definite: true,
+                    reason: proof.clone(),
+                })],
+            )?;
+            return Err(OpError::Failed(format!(
+                "worker {worker}: {proof}; its budget is released. See {}",
+                dirs.evidence.join("srun-client.log").display()
+            )));
+        }
+        Discovery::NotSeen(why) => {
+            // Launched, but neither seen nor proven never to have run: the outcome is unknown
+            // (CLI.md: exit 4), and the budget stays held until reconcile settles it.
+            snapshot_quietly(&ctx.journal_dir());
+            return Err(OpError::Unknown(format!(
+                "worker {worker} (submission {submission_id}): its step {name} was not seen within {} s \
+                 ({why}); the launch outcome is unknown and its budget stays held. Run `dispatch \
+                 reconcile` (or `dispatch pool status --refresh`) to resolve it",
+                STEP_DISCOVERY_TIMEOUT.as_secs()
+            )));
+        }
+    }
+    snapshot_quietly(&ctx.journal_dir());
+    Ok(report)
+}
+
+enum Discovery {
+    Found(u32),
+    CreationFailed(String),
+    /// Proven never to have run (`policy::reconcile::step_never_ran`).
+    NeverRan(String),
+    NotSeen(String),
+}
+
+/// Is `pid` a running (not zombie) process on this host?
+pub(crate) fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state letter follows the last ')' (the command name may contain one).
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| state != 'Z' && state != 'X'),
+        Err(_) => false,
+    }
+}
+
+/// How the srun this process started has ended, if it has: its exit status when it is our
+/// child still to be reaped, else whether its pid still runs.
+fn srun_ended(pid: u32) -> Option<String> {
+    let Ok(raw) = libc::pid_t::try_from(pid) else {
+        return None;
+    };
+    let mut status = 0;
+    // SAFETY: waitpid with WNOHANG only reads and writes `status`, which outlives the call.
+    let r = unsafe { libc::waitpid(raw, &mut status, libc::WNOHANG) };
+    if r == raw {
+        return Some(if libc::WIFEXITED(status) {
+            format!("(pid {pid}) exited with code {}", libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            format!(
+                "(pid {pid}) was killed by signal {}",
+                libc::WTERMSIG(status)
+            )
+        } else {
+            format!("(pid {pid}) ended")
+        });
+    }
+    if r == 0 {
+        return None;
+    }
+    // Not (or no longer) our child to reap: its pid tells. A reused pid reads as running,
+    // which proves nothing: the safe side.
+    (!process_alive(pid)).then(|| format!("(pid {pid}) is no longer running"))
+}
+
+/// What `pool submit` looks for after its srun started.
+struct StepSearch<'a> {
+    job: JobId,
+    name: &'a str,
+    dirs: &'a WorkerDirs,
+    srun_pid: u32,
+    /// The runtime's clock (see `await_proof`): a paused test runtime runs the poll at once.
+    launched_at: tokio::time::Instant,
+    /// The allocation's start: where accounting is asked from.
+    since: Micros,
+}
+
+/// Find the step a detached srun created: by name in the step listing, or by the step id the
+/// supervisor recorded (for a step that ended between two listings). When the srun has exited
+/// without one, wait out the settle delay and ask whether together the evidence proves that the
+/// step never ran.
+async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> Discovery {
+    let StepSearch {
+        job,
+        name,
+        dirs,
+        srun_pid,
+        launched_at,
+        ..
+    } = *search;
+    let mut last_unknown = None;
+    let mut srun_exit: Option<String> = None;
+    // A step usually appears within ~50 ms: look often at first, then back off.
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match ctx.sched.list_steps(job).await {
+            Answer::Live(rows) => {
+                if let Some(n) = numbered_step_named(&rows, name) {
+                    return Discovery::Found(n);
+                }
+            }
+            Answer::Gone(_) => {}
+            Answer::Unknown(e) => last_unknown = Some(e.to_string()),
+        }
+        if let Ok(Some(r)) = report::read(&dirs.evidence) {
+            if let Some(step) = r.started.and_then(|s| s.step_id) {
+                return Discovery::Found(step);
+            }
+        }
+        if srun_exit.is_none() {
+            srun_exit = srun_ended(srun_pid);
+        }
+        if let Some(exit) = &srun_exit {
+            let log =
+                std::fs::read_to_string(dirs.evidence.join("srun-client.log")).unwrap_or_default();
+            if let Some(line) = log.lines().find(|l| l.contains("Unable to create step")) {
+                return Discovery::CreationFailed(line.trim().to_owned());
+            }
+            if launched_at.elapsed() >= reconcile_policy::NEVER_RAN_SETTLE {
+                return match never_ran(ctx, search, exit).await {
+                    Some(proof) => Discovery::NeverRan(proof),
+                    None => Discovery::NotSeen(format!(
+                        "the srun client {exit} and no step was seen, but that it never ran is \
+                         not proven; see {}",
+                        dirs.evidence.join("srun-client.log").display()
+                    )),
+                };
+            }
+        }
+        if launched_at.elapsed() > STEP_DISCOVERY_TIMEOUT {
+            return Discovery::NotSeen(last_unknown.unwrap_or_else(|| "still pending".to_owned()));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(POLL);
+    }
+}
+
+/// Ask the questions [`reconcile_policy::step_never_ran`] needs: the step listing, the job
+/// listing, accounting, and the supervisor's own journal.
+async fn never_ran<S: Scheduler>(
+    ctx: &Ctx<S>,
+    search: &StepSearch<'_>,
+    srun_exit: &str,
+) -> Option<String> {
+    let job = search.job;
+    let steps = ctx.sched.list_steps(job).await;
+    let jobs = ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
+    let mut obs = reconcile_policy::observe_pool(job, &jobs.job(job), Some(&steps));
+    let acct = ctx
+        .sched
+        .accounting(&AcctQuery {
+            jobs: vec![job],
+            names: vec![],
+            since: micros_to_local(search.since),
+        })
+        .await;
+    if let Answer::Live(rows) = &acct {
+        reconcile_policy::add_accounting(&mut obs, job, rows);
+    }
+    let supervisor_started = supervisor_started(&ctx.pools_dir(), search.dirs);
+    reconcile_policy::step_never_ran(
+        search.name,
+        &reconcile_policy::SrunSeen::Exited(srun_exit.to_owned()),
+        supervisor_started,
+        search.launched_at.elapsed(),
+        &obs,
+    )
+}
+
+/// Did the worker's supervisor record its start? `None` when its journal cannot be read (or
+/// its tree is not trusted): then nothing is known.
+pub(crate) fn supervisor_started(pools_dir: &Path, dirs: &WorkerDirs) -> Option<bool> {
+    dirs.check(pools_dir).ok()?;
+    match report::read(&dirs.evidence) {
+        Ok(None) => Some(false),
+        Ok(Some(r)) => Some(r.started.is_some()),
+        Err(_) => None,
+    }
+}
