@@ -365,6 +365,8 @@ event_kinds! {
     207 => SessionReleased(crate::state::session::SessionReleased), must_understand;
     208 => SessionDetached(crate::state::session::SessionDetached), must_understand;
     209 => SessionCleared(crate::state::session::SessionCleared), must_understand;
+    210 => SessionHoldDecided(crate::state::session::SessionHoldDecided);
+    211 => SessionHoldSettled(crate::state::session::SessionHoldSettled);
 }
 
 /// Nesting depth left to an element of the payload array: [`decode_payload`] starts at

@@ -513,6 +513,18 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
             job_id: job(g),
             reason: text(g),
         }),
+        210 => Event::SessionHoldDecided(SessionHoldDecided {
+            session: session_key(g),
+            job_id: job(g),
+            winner: job(g),
+        }),
+        211 => Event::SessionHoldSettled(SessionHoldSettled {
+            session: session_key(g),
+            job_id: job(g),
+            action: text(g),
+            ok: bool::arbitrary(g),
+            reason: text(g),
+        }),
         other => panic!("no generator for event kind {other}"),
     }
 }

@@ -253,6 +253,7 @@ async fn b04_b05_sbatch_argv() {
             "--time=3-00:00:00".into(),
             format!("--output={}", w.log()),
             "--no-requeue".into(),
+            "--hold".into(),
             script.to_string_lossy().into_owned(),
         ]
     );
@@ -293,6 +294,7 @@ async fn b04_b05_sbatch_argv() {
             "--mem=16384M".into(),
             format!("--output={}", w.log()),
             "--no-requeue".into(),
+            "--hold".into(),
             script.to_string_lossy().into_owned(),
         ]
     );
@@ -434,7 +436,10 @@ async fn an_interrupted_submission_that_created_nothing_is_submitted_after_the_b
         .by_id
         .push_back(live(&row("6", "RUNNING", "n1", T, NAME)));
     assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Submitted);
-    assert_eq!(w.slurm.programs(), ["squeue", "sbatch", "squeue"]);
+    assert_eq!(
+        w.slurm.programs(),
+        ["squeue", "sbatch", "squeue", "scontrol", "squeue"]
+    );
 }
 
 /// 10: salloc without "Granted job allocation": exit 4 (may exist), nothing recorded as a job.
@@ -466,7 +471,13 @@ async fn b11_fresh_launch_calls_in_order() {
     assert_eq!(w.launch("T", false).await.unwrap(), LaunchAction::Submitted);
     assert_eq!(
         w.slurm.argvs(),
-        [name_probe(), w.slurm.argvs()[1].clone(), by_id(4242)]
+        [
+            name_probe(),
+            w.slurm.argvs()[1].clone(),
+            name_probe(),
+            vec!["scontrol".into(), "release".into(), "4242".into()],
+            by_id(4242)
+        ]
     );
     assert_eq!(w.slurm.argvs()[1][0], "sbatch");
     assert_eq!(w.record("T"), (Some(4242), Some("n0007".into())));
@@ -490,11 +501,21 @@ async fn b12_b16_id_is_durable_before_the_first_poll() {
         "{msg}"
     );
     let calls = w.slurm.calls();
+    assert_eq!(
+        calls[2].journal,
+        ["SessionLaunchIntent", "SessionJobSubmitted"],
+        "the id was written before the probe that decides the hold"
+    );
     let first_poll = calls.iter().find(|c| c.argv == by_id(6789)).unwrap();
     assert_eq!(
         first_poll.journal,
-        ["SessionLaunchIntent", "SessionJobSubmitted"],
-        "the id was written before the first poll"
+        [
+            "SessionLaunchIntent",
+            "SessionJobSubmitted",
+            "SessionHoldDecided",
+            "SessionHoldSettled"
+        ],
+        "the id and the release were written before the first poll"
     );
     let sbatch = calls.iter().find(|c| c.argv[0] == "sbatch").unwrap();
     assert_eq!(
@@ -1524,4 +1545,113 @@ async fn renew_stops_between_steps_and_leaves_the_job_running() {
     w.slurm.assert_drained();
     assert!(!w.slurm.called("scancel"));
     assert_eq!(w.record("T").0, Some(111));
+}
+
+/// Issue 10 item 12: a launch from another state directory submitted job 899 first; ours (900)
+/// was submitted held, so it yields: cancelled before it ran, 899 adopted (and released, its
+/// launcher may have died), one job.
+#[tokio::test]
+async fn a_younger_held_job_yields_to_the_older_racer() {
+    let w = World::new();
+    w.q().manual_hold = true;
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(900));
+    let held = |id: &str| row(id, "PENDING", "", T, NAME).replace("|None|", "|JobHeldUser|");
+    w.q()
+        .by_name
+        .push_back(live(&format!("{}{}", held("899"), held("900"))));
+    w.q().scancel.push_back(scancel(0, "", 900));
+    w.q().release.push_back(Ok(()));
+    w.q()
+        .by_id
+        .push_back(live(&row("899", "RUNNING", "n1", T, NAME)));
+    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Adopted);
+    assert_eq!(
+        w.slurm.programs(),
+        ["squeue", "sbatch", "squeue", "scancel", "scontrol", "squeue"]
+    );
+    assert_eq!(w.slurm.argvs()[3], ["scancel", "900"]);
+    assert_eq!(w.slurm.argvs()[4], ["scontrol", "release", "899"]);
+    assert_eq!(w.record("T"), (Some(899), Some("n1".into())));
+    w.slurm.assert_drained();
+}
+
+/// Leave the session's job 900 recorded and held: its launch could not list it after the held
+/// sbatch (the state a launch killed before settling its hold leaves too).
+async fn leave_900_held(w: &World) {
+    w.q().manual_hold = true;
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(900));
+    for _ in 0..3 {
+        w.q()
+            .by_name
+            .push_back(unknown("squeue: error: Socket timed out"));
+    }
+    assert_eq!(err_text(w.launch("T", true).await).1, "unknown");
+    w.slurm.assert_drained();
+    w.slurm.clear_calls();
+}
+
+/// Issue 10 item 12: renew over a session whose job its launch left held would hold forever
+/// (a held job is PENDING, "fine"); it settles the hold first, as launch and attach do.
+#[tokio::test]
+async fn renew_settles_a_job_left_held() {
+    let w = World::new();
+    leave_900_held(&w).await;
+    let held = || live(&held_row(900, T, NAME));
+    w.q().by_id.push_back(held());
+    w.q().by_name.push_back(held());
+    w.q().release.push_back(Ok(()));
+    w.q()
+        .by_id
+        .push_back(live(&row("900", "RUNNING", "n1", T, NAME)));
+    let env = env(&w.config, &w.state, &w.slurm);
+    let r = renew(&env, "sample", "T", &settings(1), &mut |_| {})
+        .await
+        .unwrap();
+    assert_eq!(r.job_id, 900, "{r:?}");
+    assert!(
+        w.slurm
+            .argvs()
+            .contains(&vec!["scontrol".into(), "release".into(), "900".into()]),
+        "{:?}",
+        w.slurm.argvs()
+    );
+    assert!(!w.slurm.called("sbatch"));
+    w.slurm.assert_drained();
+}
+
+/// Issue 10 item 12: the name probe after a held sbatch fails every time. Releasing blind
+/// could run our job beside an older racer's, so the job stays held and recorded (exit 4,
+/// saying the next launch settles it); the next launch does: one job, released.
+#[tokio::test]
+async fn a_held_job_the_probe_cannot_list_stays_held_until_the_next_launch() {
+    let w = World::new();
+    w.q().manual_hold = true;
+    w.q().by_name.push_back(gone());
+    w.q().sbatch.push_back(submitted(900));
+    for _ in 0..3 {
+        w.q().by_name.push_back(unknown(
+            "squeue: error: slurm_receive_msg: Socket timed out",
+        ));
+    }
+    let (text, kind) = err_text(w.launch("T", true).await);
+    assert_eq!(kind, "unknown", "{text}");
+    assert!(
+        text.contains("900") && text.contains("stays held") && text.contains("session launch"),
+        "{text}"
+    );
+    assert!(!w.slurm.called("scontrol"), "released blind");
+    assert_eq!(w.record("T").0, Some(900));
+    w.slurm.assert_drained();
+    w.slurm.clear_calls();
+
+    let held = || live(&held_row(900, T, NAME));
+    w.q().by_id.push_back(held());
+    w.q().by_name.push_back(held());
+    w.q().release.push_back(Ok(()));
+    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Reused);
+    assert_eq!(w.slurm.programs(), ["squeue", "squeue", "scontrol"]);
+    assert_eq!(w.slurm.argvs()[2], ["scontrol", "release", "900"]);
+    w.slurm.assert_drained();
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
-use support::scripted::{by_id, name_probe, row};
+use support::scripted::{by_id, held_row, name_probe, release, row};
 
 const T: (&str, &str, &str) = ("savio4_htc", "co_carleton", "carleton_htc4_normal");
 const OTHER: (&str, &str, &str) = ("savio3", "fc_jevons", "normal");
@@ -177,13 +177,15 @@ fn running(id: u32, placement: (&str, &str, &str)) -> String {
     row(&id.to_string(), "RUNNING", "n0007", placement, NAME)
 }
 
-/// 11: a fresh confined launch: name probe, sbatch, poll, exactly, in order; one JSON document
-/// with the keys CLI.md gives.
+/// 11: a fresh confined launch: name probe, sbatch held, name probe (ours is the only job of
+/// the target: nobody raced us), release, poll, exactly, in order; one JSON document with the
+/// keys CLI.md gives.
 #[test]
 fn fresh_launch_argv_and_order() {
     let f = Fake::new(json!({
         "squeue": [
-            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": held_row(4242, T, NAME)},
             {"match": ["--jobs=4242"], "stdout": running(4242, T)},
         ],
         "sbatch": [{"stdout": "4242\n"}],
@@ -215,8 +217,11 @@ fn fresh_launch_argv_and_order() {
                 "--time=3-00:00:00".into(),
                 format!("--output={}", log.display()),
                 "--no-requeue".into(),
+                "--hold".into(),
                 script.to_string_lossy().into_owned(),
             ],
+            name_probe(),
+            release(4242),
             by_id(4242),
         ]
     );
@@ -245,7 +250,9 @@ fn lost_state_adopts_by_name() {
 fn other_targets_job_is_not_adopted() {
     let f = Fake::new(json!({
         "squeue": [
-            {"match": ["--me", "--name=sucoder-sample"], "stdout": running(4242, OTHER)},
+            {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": running(4242, OTHER)},
+            {"match": ["--me", "--name=sucoder-sample"],
+             "stdout": running(4242, OTHER) + &held_row(5000, T, NAME)},
             {"match": ["--jobs=5000"], "stdout": running(5000, T)},
         ],
         "sbatch": [{"stdout": "5000\n"}],
@@ -259,7 +266,12 @@ fn other_targets_job_is_not_adopted() {
         "{}",
         r.stderr
     );
-    assert_eq!(f.programs(), ["squeue", "sbatch", "squeue"]);
+    // The other target's older job does not contend: ours is released, not cancelled.
+    assert_eq!(
+        f.programs(),
+        ["squeue", "sbatch", "squeue", "scontrol", "squeue"]
+    );
+    assert_eq!(f.calls()[3], release(5000));
 }
 
 /// 3: an unconfined (salloc) launch carries the same job name. (Mutation check: dropping the
@@ -377,6 +389,121 @@ fn crash_after_submit_then_adopt() {
     assert_eq!(json_of(&r)["action"], "adopted");
     assert_eq!(json_of(&r)["job_id"], 31337);
     assert_eq!(f.programs(), ["squeue"]);
+}
+
+/// Run `session launch` on target T aborting at `point`, after an sbatch that made job 31337
+/// (held): the launch died between the held submission and its release or cancel.
+fn crash_holding_31337(f: &Fake, point: &str) {
+    let mut c = f.command(LAUNCH_T);
+    c.env("DISPATCH_FAILPOINTS", format!("{point}=abort"));
+    let r = f.run_with(c, "");
+    assert_ne!(r.code, 0, "{point}");
+    assert!(
+        r.stderr.contains(&format!("failpoint {point}")),
+        "{}",
+        r.stderr
+    );
+    f.clear_calls();
+}
+
+/// The scenario of a crashed launch's next command: its job 31337 is still held, job 31330
+/// (another state directory's launch, older) runs if `racer`.
+fn after_crash(racer: bool) -> Value {
+    let mut listed = String::new();
+    if racer {
+        listed.push_str(&running(31330, T));
+    }
+    listed.push_str(&held_row(31337, T, NAME));
+    json!({
+        "squeue": [
+            {"match": ["--jobs=31337"], "times": 1, "stdout": held_row(31337, T, NAME)},
+            {"match": ["--jobs=31337"], "stdout": row("31337", "PENDING", "", T, NAME)},
+            {"match": ["--jobs=31330"], "stdout": running(31330, T)},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": listed},
+        ],
+        "scancel": [{"argv": ["31337"], "stdout": ""}],
+        "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
+    })
+}
+
+fn first_launch_holds_31337() -> Value {
+    json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": held_row(31337, T, NAME)},
+        ],
+        "sbatch": [{"stdout": "31337\n"}],
+    })
+}
+
+/// Issue 10 item 12, crash safety: a launch died with its held job recorded and undecided
+/// (or decided to yield, scancel not run), and meanwhile another state directory's launch
+/// made the older job 31330. The next launch arbitrates the held job as the dead one would
+/// have: 31337 is cancelled (never released: two jobs), 31330 adopted.
+#[test]
+fn crash_while_held_then_relaunch_yields_to_an_older_racer() {
+    for point in ["session-after-job-recorded", "session-after-yield-decided"] {
+        let f = Fake::new(first_launch_holds_31337());
+        if point == "session-after-yield-decided" {
+            // The dead launch saw 31330 already.
+            f.scenario(json!({
+                "squeue": [
+                    {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": ""},
+                    {"match": ["--me", "--name=sucoder-sample"],
+                     "stdout": running(31330, T) + &held_row(31337, T, NAME)},
+                ],
+                "sbatch": [{"stdout": "31337\n"}],
+            }));
+        }
+        crash_holding_31337(&f, point);
+        f.scenario(after_crash(true));
+        let r = f.run(LAUNCH_T);
+        assert_eq!(r.code, 0, "{point}: {}", r.stderr);
+        assert_eq!(json_of(&r)["action"], "adopted", "{point}");
+        assert_eq!(json_of(&r)["job_id"], 31330, "{point}");
+        let calls = f.calls();
+        assert!(
+            calls.contains(&vec!["scancel".into(), "31337".into()]),
+            "{point}: {calls:?}"
+        );
+        assert!(!calls.contains(&release(31337)), "{point}: {calls:?}");
+        assert!(!f.programs().contains(&"sbatch".to_owned()), "{point}");
+    }
+}
+
+/// The same crash with no racer, or right before the release: the next launch releases the
+/// held job and reuses it (never leaves it held, never submits another).
+#[test]
+fn crash_while_held_then_relaunch_releases_it() {
+    for point in ["session-after-job-recorded", "session-after-hold-decided"] {
+        let f = Fake::new(first_launch_holds_31337());
+        crash_holding_31337(&f, point);
+        f.scenario(after_crash(false));
+        let r = f.run(LAUNCH_T);
+        assert_eq!(r.code, 0, "{point}: {}", r.stderr);
+        assert_eq!(json_of(&r)["job_id"], 31337, "{point}");
+        assert_eq!(json_of(&r)["action"], "reused", "{point}");
+        assert!(
+            f.calls().contains(&release(31337)),
+            "{point}: {:?}",
+            f.calls()
+        );
+        assert!(!f.programs().contains(&"sbatch".to_owned()), "{point}");
+        assert!(!f.programs().contains(&"scancel".to_owned()), "{point}");
+    }
+}
+
+/// An attach after such a crash settles the held job too (it would otherwise never run):
+/// released, and the attach says it is pending.
+#[test]
+fn attach_after_a_crash_while_held_releases_the_job() {
+    let f = Fake::new(first_launch_holds_31337());
+    crash_holding_31337(&f, "session-after-job-recorded");
+    f.scenario(after_crash(false));
+    let r = f.run(&["session", "attach", "sample", "-T", "T"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("PENDING"), "{}", r.stderr);
+    assert!(f.calls().contains(&release(31337)), "{:?}", f.calls());
 }
 
 /// 47: release without --force asks, and an empty answer means No.
@@ -573,7 +700,8 @@ fn a_long_wait_reports_progress_unless_quiet() {
     for quiet in [false, true] {
         let f = Fake::new(json!({
             "squeue": [
-                {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+                {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": held_row(4242, T, NAME)},
                 {"match": ["--jobs=4242"], "stdout": row("4242", "PENDING", "", T, NAME)},
             ],
             "sbatch": [{"stdout": "4242\n"}],
@@ -729,7 +857,8 @@ fn assert_launch_refused(target: &str, response: Value, phrase: &str) {
     f.clear_calls();
     f.scenario(json!({
         "squeue": [
-            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": held_row(4242, T, NAME)},
             {"match": ["--jobs=4242"], "stdout": running(4242, T)},
         ],
         "sbatch": [{"stdout": "4242\n"}],
@@ -890,7 +1019,8 @@ fn a_completing_recorded_job_is_waited_out_then_replaced() {
         "squeue": [
             {"match": ["--jobs=4242"], "times": 1, "stdout": row("4242", "COMPLETING", "n0007", T, NAME)},
             {"match": ["--jobs=4242"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)},
-            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": held_row(5000, T, NAME)},
             {"match": ["--jobs=5000"], "stdout": running(5000, T)},
         ],
         "sbatch": [{"stdout": "5000\n"}],
@@ -917,7 +1047,7 @@ fn a_completing_job_found_by_name_is_not_adopted() {
         "squeue": [
             {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": row("4242", "COMPLETING", "n0007", T, NAME)},
             {"match": ["--jobs=4242"], "stdout": row("4242", "COMPLETED", "n0007", T, NAME)},
-            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": held_row(5000, T, NAME)},
             {"match": ["--jobs=5000"], "stdout": running(5000, T)},
         ],
         "sbatch": [{"stdout": "5000\n"}],
@@ -1002,7 +1132,8 @@ fn release_without_a_terminal_needs_yes() {
 fn an_empty_answer_about_the_recorded_job_submits_nothing() {
     let f = Fake::new(json!({
         "squeue": [
-            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": held_row(4242, T, NAME)},
             {"match": ["--jobs=4242"], "stdout": running(4242, T)},
         ],
         "sbatch": [{"stdout": "4242\n"}],

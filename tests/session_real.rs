@@ -617,6 +617,134 @@ fn killed_with_sbatch_in_flight_then_relaunched_at_once_gives_one_job() {
     }
 }
 
+/// Issue 10 item 12: two state directories launch the same session at once; the token lock
+/// only works inside one, so both probe, find nothing and submit. Slurm arbitrates: each
+/// submits held, probes by name, and the younger cancels itself and adopts the older, so each
+/// round has exactly one job and both launches report it.
+#[test]
+fn two_state_directories_racing_give_one_job() {
+    let s = Session::new("race", TARGETS);
+    let other = s.tmp.path().join("state-b");
+    let mut doubled = Vec::new();
+    for round in 0..20 {
+        let mirror = format!("r{round}");
+        let args = detached_launch(&mirror, "dbg");
+        let spawn = |state: &Path| {
+            s.command_in(state, &args)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (spawn(&s.state()), spawn(&other));
+        let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+        let id = |o: &std::process::Output| {
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            json(&String::from_utf8_lossy(&o.stdout))["job_id"].clone()
+        };
+        let (ja, jb) = (id(&a), id(&b));
+        let jobs = s.jobs(&s.name(&mirror));
+        if jobs.len() != 1 || ja != jb {
+            doubled.push((round, ja, jb, jobs.len()));
+        }
+        let ids: Vec<String> = jobs.into_iter().map(|j| j.id).collect();
+        support::run_bounded(Command::new("scancel").args(&ids), Duration::from_secs(30));
+    }
+    assert!(
+        doubled.is_empty(),
+        "rounds with two jobs (round, a, b, live): {doubled:?}"
+    );
+}
+
+/// Issue 10 item 12, crash safety: a launch killed between its held sbatch and the release or
+/// scancel leaves its job held (it cannot run); the next launch settles it as the dead one
+/// would have. Alone: released and reused. Beside an older job of another state directory's
+/// launch (made while the dying launch slept after its intent, past its first name probe):
+/// cancelled, the older one adopted. Never held on, never two jobs.
+#[test]
+fn a_launch_killed_while_holding_is_settled_by_the_next_launch() {
+    let s = Session::new("held", TARGETS);
+    let other = s.tmp.path().join("state-b");
+    let racing = "session-after-launch-intent=sleep:4000";
+    for (mirror, points, racer) in [
+        ("h1", "session-after-job-recorded=abort".to_owned(), false),
+        ("h2", "session-after-hold-decided=abort".to_owned(), false),
+        (
+            "h3",
+            format!("{racing},session-after-yield-decided=abort"),
+            true,
+        ),
+        (
+            "h4",
+            format!("{racing},session-after-job-recorded=abort"),
+            true,
+        ),
+    ] {
+        let name = s.name(mirror);
+        let args = detached_launch(mirror, "dbg");
+        let dying = s
+            .command_in(&s.state(), &args)
+            .env("DISPATCH_FAILPOINTS", &points)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let older = racer.then(|| {
+            std::thread::sleep(Duration::from_secs(1));
+            let out = s.command_in(&other, &args).output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            json(&stdout)["job_id"].as_u64().unwrap().to_string()
+        });
+        let out = dying.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains("failpoint"),
+            "{points}: {stderr}"
+        );
+        let held: Vec<Job> = s
+            .jobs(&name)
+            .into_iter()
+            .filter(|j| reason(&j.id) == "JobHeldUser")
+            .collect();
+        assert_eq!(held.len(), 1, "{points}: the dead launch's job is held");
+        let j = s.launch(mirror, "dbg");
+        let jobs = s.jobs(&name);
+        assert_eq!(jobs.len(), 1, "{points}: {jobs:?}");
+        assert_eq!(
+            j["job_id"].as_u64().unwrap().to_string(),
+            jobs[0].id,
+            "{points}"
+        );
+        assert_ne!(reason(&jobs[0].id), "JobHeldUser", "{points}: left held");
+        match older {
+            Some(older) => {
+                assert_eq!(jobs[0].id, older, "{points}");
+                assert_eq!(j["action"], "adopted", "{points}");
+                s.wait_gone(&held[0].id);
+            }
+            None => {
+                assert_eq!(jobs[0].id, held[0].id, "{points}");
+                assert_eq!(j["action"], "reused", "{points}");
+            }
+        }
+        real_cluster::cancel_jobs_named(&name);
+    }
+}
+
+/// squeue's reason for job `id` (`JobHeldUser` while held), empty once it is gone.
+fn reason(id: &str) -> String {
+    let out = Command::new("squeue")
+        .args(["-h", "-o", "%r", "-j", id])
+        .output()
+        .expect("squeue");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 /// salloc targets: the allocation carries the name and is found again after the state is
 /// lost.
 #[test]

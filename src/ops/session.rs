@@ -5,6 +5,7 @@
 //! a job of that name shares it), so two launches cannot both decide to submit.
 
 pub mod attach;
+pub mod hold;
 pub mod launch;
 pub mod release;
 pub mod renew;
@@ -367,7 +368,12 @@ pub async fn name_probe<S: Scheduler>(
                 r.key, seen.id, seen.state, seen.id
             ),
             // An ending job is waited for by the launch, which says so itself.
-            Some(Passed::Excluded) | Some(Passed::Ended) | Some(Passed::Ending) | None => continue,
+            // A younger held job is a racing launch's, which yields it itself.
+            Some(Passed::Excluded)
+            | Some(Passed::Ended)
+            | Some(Passed::Ending)
+            | Some(Passed::HeldYounger)
+            | None => continue,
         };
         probe.notes.push(note);
     }

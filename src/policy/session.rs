@@ -225,6 +225,9 @@ pub enum Passed {
     OtherTarget(Option<String>),
     /// Matches this target, but a newer job was adopted.
     OlderMatch,
+    /// This target's job, held (`sbatch --hold`: a racing launch has not decided yet) and
+    /// younger than another live job of this target: the racer yields it, so never adopted.
+    HeldYounger,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -238,6 +241,8 @@ pub struct Seen {
     pub qos: Option<String>,
     /// The node of a RUNNING job.
     pub node: Option<String>,
+    /// PENDING because a user held it (`--hold`): it runs only once released.
+    pub held: bool,
     pub passed: Option<Passed>,
 }
 
@@ -265,7 +270,7 @@ impl Adoption {
         self.seen.iter().filter(|s| {
             matches!(
                 s.passed,
-                None | Some(Passed::OlderMatch) | Some(Passed::Ending)
+                None | Some(Passed::OlderMatch) | Some(Passed::Ending) | Some(Passed::HeldYounger)
             )
         })
     }
@@ -287,6 +292,7 @@ pub fn plan_adoption<'t>(
     targets: impl IntoIterator<Item = (&'t str, Pins<'t>)> + Clone,
     exclude: &[JobId],
 ) -> Adoption {
+    let oldest = oldest_contender(rows, this, targets.clone(), exclude);
     let mut sorted: Vec<&JobRow> = rows.iter().collect();
     // Newest first; rows without a plain id sort by their own job id, they are never adopted.
     sorted.sort_by_key(|r| std::cmp::Reverse(r.plain_id().unwrap_or(r.job_id)));
@@ -297,10 +303,12 @@ pub fn plan_adoption<'t>(
             None => Some(Passed::NotPlain),
             Some(j) if exclude.contains(&j) => Some(Passed::Excluded),
             Some(_) if !is_live(&row.state) => Some(Passed::Ended),
-            Some(_) => match match_target(&placed, targets.clone()) {
+            Some(j) => match match_target(&placed, targets.clone()) {
                 Some(t) if t == this => {
                     if is_ending(&row.state) {
                         Some(Passed::Ending)
+                    } else if is_held(row) && oldest.is_some_and(|o| o < j) {
+                        Some(Passed::HeldYounger)
                     } else if plan.adopt.is_some() {
                         Some(Passed::OlderMatch)
                     } else {
@@ -321,10 +329,62 @@ pub fn plan_adoption<'t>(
             account: row.account.clone(),
             qos: row.qos.clone(),
             node: running_node(row),
+            held: is_held(row),
             passed,
         });
     }
     plan
+}
+
+/// PENDING because a user held it: `squeue` gives the reason `JobHeldUser`.
+pub fn is_held(row: &JobRow) -> bool {
+    row.state == JobState::Pending && row.reason.starts_with("JobHeld")
+}
+
+/// The oldest live, not ending, plain job of `this` target among the rows, `exclude` left
+/// out: the one every racing launch of this target keeps (Slurm's job ids grow with
+/// submission, so a launch that sees its own job as the oldest knows any later one yields).
+pub fn oldest_contender<'t>(
+    rows: &[JobRow],
+    this: &str,
+    targets: impl IntoIterator<Item = (&'t str, Pins<'t>)> + Clone,
+    exclude: &[JobId],
+) -> Option<JobId> {
+    rows.iter()
+        .filter(|r| is_live(&r.state) && !is_ending(&r.state))
+        .filter_map(|r| r.plain_id().map(|j| (j, r)))
+        .filter(|(j, _)| !exclude.contains(j))
+        .filter(|(_, r)| match_target(&Placed::of(r), targets.clone()) == Some(this))
+        .map(|(j, _)| j)
+        .min()
+}
+
+/// What a launch does with the job it submitted held, once the name probe has listed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Arbitration {
+    /// Ours is the oldest contender: release it.
+    Release,
+    /// An older contender exists: cancel ours (it never ran) and adopt that one.
+    Yield(JobId),
+    /// The probe does not list ours (yet): it cannot decide.
+    NotListed,
+}
+
+pub fn arbitrate<'t>(
+    rows: &[JobRow],
+    this: &str,
+    targets: impl IntoIterator<Item = (&'t str, Pins<'t>)> + Clone,
+    exclude: &[JobId],
+    ours: JobId,
+) -> Arbitration {
+    let listed = rows
+        .iter()
+        .any(|r| r.plain_id() == Some(ours) && is_live(&r.state));
+    match oldest_contender(rows, this, targets, exclude) {
+        _ if !listed => Arbitration::NotListed,
+        Some(oldest) if oldest != ours => Arbitration::Yield(oldest),
+        _ => Arbitration::Release,
+    }
 }
 
 /// How much longer a launch must wait for a submission whose intent has no outcome (its
@@ -698,5 +758,75 @@ mod tests {
             "8|8|RUNNING|p|a|q|u|1|1|n|9:58|10:00|N/A|N/A|None|n\n",
         ));
         assert!(matches!(probe_of(&other, j), Probe::Unknown(_)));
+    }
+
+    /// What the racers list: up to 6 jobs of the session's name with distinct ids from a small
+    /// range, each on T or another target, in a random state, held or not.
+    #[derive(Clone, Debug)]
+    struct RacersView(Vec<(u32, &'static str, bool, bool)>);
+
+    impl quickcheck::Arbitrary for RacersView {
+        fn arbitrary(g: &mut quickcheck::Gen) -> Self {
+            let states = ["PENDING", "RUNNING", "COMPLETING", "CANCELLED", "SUSPENDED"];
+            let n = usize::arbitrary(g) % 7;
+            let mut ids: Vec<u32> = (0..n).map(|_| 100 + u32::arbitrary(g) % 20).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            let jobs = ids
+                .into_iter()
+                .map(|id| {
+                    let state = *g.choose(&states).unwrap();
+                    (id, state, bool::arbitrary(g), bool::arbitrary(g))
+                })
+                .collect();
+            RacersView(jobs)
+        }
+    }
+
+    impl RacersView {
+        fn rows(&self) -> Vec<JobRow> {
+            let text: String = self
+                .0
+                .iter()
+                .map(|&(id, state, on_this, held)| {
+                    let id = id.to_string();
+                    let line = match on_this {
+                        true => on_t(&id, 0, state),
+                        false => row(&id, 0, state, "savio3", "fc_jevons", "normal"),
+                    };
+                    let line = line.replacen(&format!("{id}|0|"), &format!("{id}|{id}|"), 1);
+                    match held && state == "PENDING" {
+                        true => line.replace("|None|", "|JobHeldUser|"),
+                        false => line,
+                    }
+                })
+                .collect();
+            rows(&text)
+        }
+    }
+
+    quickcheck::quickcheck! {
+        /// Issue 10 item 12: every racer of target T whose job is live keeps the same job, the
+        /// oldest live job of T; a racer whose own job is not listed live decides nothing; and
+        /// a name probe never adopts a held job younger than that one.
+        fn racers_that_see_the_same_jobs_keep_the_same_one(view: RacersView) -> bool {
+            let rows = view.rows();
+            let on_t = |r: &JobRow| match_target(&Placed::of(r), [T]) == Some("T");
+            let contends = |r: &JobRow| is_live(&r.state) && !is_ending(&r.state) && on_t(r);
+            let oldest = rows.iter().filter(|r| contends(r)).filter_map(|r| r.plain_id()).min();
+            let agree = rows.iter().all(|r| {
+                let ours = r.plain_id().unwrap();
+                let contends = contends(r);
+                match arbitrate(&rows, "T", [T], &[], ours) {
+                    Arbitration::Release => !contends || oldest == Some(ours),
+                    Arbitration::Yield(w) => w != ours && (!contends || oldest == Some(w)),
+                    Arbitration::NotListed => !is_live(&r.state),
+                }
+            });
+            let adopted = plan_adoption(&rows, "T", [T], &[]).adopted().cloned();
+            let no_younger_held = adopted
+                .is_none_or(|a| !a.held || oldest.is_none_or(|o| a.job_id.unwrap() <= o));
+            agree && no_younger_held
+        }
     }
 }

@@ -557,6 +557,11 @@ pub fn steps_argv(job: JobId) -> Vec<OsString> {
 }
 
 /// `scontrol --oneliner show job J`
+/// `scontrol release J`: let a job submitted with `--hold` be scheduled.
+pub fn release_argv(job: JobId) -> Vec<OsString> {
+    vec!["release".into(), job.to_string().into()]
+}
+
 pub fn show_job_argv(job: JobId) -> Vec<OsString> {
     vec![
         "--oneliner".into(),
@@ -848,6 +853,7 @@ mod tests {
         assert_eq!(JobQuery::ids(vec![]).argv(), Err(RequestError::NoJobIds));
         assert_eq!(JobQuery::ids(vec![j(3)]).single_id(), Some(j(3)));
         assert_eq!(JobQuery::ids(vec![j(3), j(4)]).single_id(), None);
+        assert_eq!(strs(release_argv(j(5))), ["release", "5"]);
         assert_eq!(
             strs(show_job_argv(j(5))),
             ["--oneliner", "show", "job", "5"]

@@ -13,8 +13,8 @@ use super::answer::{Answer, GoneProof};
 use super::error::{ParseError, Refusal, RequestError, SlurmError};
 use super::ids::{JobId, StepId};
 use super::request::{
-    show_job_argv, steps_argv, AcctQuery, AllocRequest, BatchRequest, CancelTarget, JobName,
-    JobQuery, Signal, StepRequest,
+    release_argv, show_job_argv, steps_argv, AcctQuery, AllocRequest, BatchRequest, CancelTarget,
+    JobName, JobQuery, Signal, StepRequest,
 };
 use super::runner::{CallCounts, ExitInfo, Output, Runner, RunnerConfig, SlurmCommand};
 use super::sacct::{parse_rows, AcctRow};
@@ -175,6 +175,18 @@ pub trait Scheduler: Send + Sync {
         &self,
         job: JobId,
     ) -> impl Future<Output = Result<CancelReport, ActionError>> + Send;
+
+    /// `scontrol release J`: a job submitted with `--hold` may now be scheduled. Exit 0 is
+    /// the only success; anything else is unknown (a query shows whether it is still held).
+    /// A scheduler whose callers never submit held (the pool simulation) keeps this default,
+    /// which releases nothing and says so.
+    fn release_job(&self, job: JobId) -> impl Future<Output = Result<(), ActionError>> + Send {
+        async move {
+            Err(ActionError::Local(format!(
+                "this scheduler cannot release held job {job}"
+            )))
+        }
+    }
 
     /// `scancel J.S`: that step only; the allocation and other steps keep running.
     fn cancel_step(
@@ -491,6 +503,23 @@ impl Scheduler for CliScheduler {
 
     async fn cancel_job(&self, job: JobId) -> Result<CancelReport, ActionError> {
         self.cancel(CancelTarget::Job(job)).await
+    }
+
+    async fn release_job(&self, job: JobId) -> Result<(), ActionError> {
+        let out = self
+            .runner
+            .run(SlurmCommand::Scontrol, &release_argv(job), self.timeout())
+            .await
+            .map_err(ActionError::unknown)?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(ActionError::unknown(SlurmError::Failed {
+            command: SlurmCommand::Scontrol,
+            status: out.status,
+            stdout: out.stdout,
+            stderr: out.stderr,
+        }))
     }
 
     async fn cancel_step(&self, step: StepId) -> Result<CancelReport, ActionError> {

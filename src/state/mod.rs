@@ -105,6 +105,8 @@ impl State {
             Event::SessionReleased(e) => self.sessions.released(e),
             Event::SessionDetached(e) => self.sessions.detached(e),
             Event::SessionCleared(e) => self.sessions.cleared(e),
+            // Journaled for the audit; the job kept is bound by SessionJobSubmitted/Adopted.
+            Event::SessionHoldDecided(_) | Event::SessionHoldSettled(_) => {}
             Event::JobSubmitIntent(e) => self.jobs.intent(env.time, e),
             Event::JobSubmitted(e) => self.jobs.submitted(e),
             Event::JobSubmitFailed(e) => self.jobs.failed(e),

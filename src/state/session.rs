@@ -133,6 +133,28 @@ pub struct SessionCleared {
     pub reason: String,
 }
 
+/// A launch that submitted `job_id` held (`--hold`) decided, from a name probe, which job of
+/// its target to keep: `winner == job_id`: release it; otherwise cancel it (it never ran)
+/// and adopt `winner`, the oldest live job of the target (a racing launch's). The intent of
+/// the `scontrol release` or `scancel` that follows; the binding comes from other events.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionHoldDecided {
+    pub session: SessionKey,
+    pub job_id: JobId,
+    pub winner: JobId,
+}
+
+/// The outcome of a `SessionHoldDecided`'s call on `job_id`: `action` is `released`
+/// (`scontrol release`) or `cancelled` (`scancel`); `ok`: the command succeeded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionHoldSettled {
+    pub session: SessionKey,
+    pub job_id: JobId,
+    pub action: String,
+    pub ok: bool,
+    pub reason: String,
+}
+
 /// How the session came to hold its job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Origin {
@@ -529,5 +551,39 @@ mod tests {
         });
         let a = s.get(&key("a")).unwrap();
         assert_eq!((a.job_id(), a.replaced), (Some(id(222)), None));
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// journal-format.md gives these two bodies byte for byte.
+    #[test]
+    fn hold_bodies_are_the_bytes_journal_format_gives() {
+        let session = SessionKey::new("sample", "T");
+        let decided = SessionHoldDecided {
+            session: session.clone(),
+            job_id: id(900),
+            winner: id(899),
+        };
+        assert_eq!(
+            hex(&rmp_serde::to_vec(&decided).unwrap()),
+            "93 92 a6 73 61 6d 70 6c 65 a1 54 cd 03 84 cd 03 83"
+        );
+        let settled = SessionHoldSettled {
+            session,
+            job_id: id(900),
+            action: "cancelled".into(),
+            ok: true,
+            reason: String::new(),
+        };
+        assert_eq!(
+            hex(&rmp_serde::to_vec(&settled).unwrap()),
+            "95 92 a6 73 61 6d 70 6c 65 a1 54 cd 03 84 a9 63 61 6e 63 65 6c 6c 65 64 c3 a0"
+        );
     }
 }

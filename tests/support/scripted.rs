@@ -42,6 +42,14 @@ pub struct Queues {
     pub salloc: VecDeque<Result<Allocated, ActionError>>,
     pub scancel: VecDeque<Result<CancelReport, ActionError>>,
     pub sacct: VecDeque<Answer<Vec<AcctRow>>>,
+    /// Answers of `scontrol release`; when empty (and `manual_hold` is off) it succeeds.
+    pub release: VecDeque<Result<(), ActionError>>,
+    /// Off (the default): the name probe right after an `sbatch --hold` is answered with the
+    /// held job alone (so the launch releases it) and a release succeeds, so a test of
+    /// anything else scripts neither. On: both come from the queues like every other call.
+    pub manual_hold: bool,
+    /// The automatic answer for the next name probe (set by a held sbatch).
+    held_probe: Option<Rows>,
 }
 
 type Hook = Box<dyn Fn(&str) + Send + Sync>;
@@ -124,7 +132,9 @@ impl Scripted {
                 && q.sbatch.is_empty()
                 && q.salloc.is_empty()
                 && q.scancel.is_empty()
-                && q.sacct.is_empty(),
+                && q.sacct.is_empty()
+                && q.release.is_empty()
+                && q.held_probe.is_none(),
             "scripted answers left unused; calls were {:?}",
             self.argvs()
         );
@@ -156,7 +166,22 @@ impl Scheduler for Scripted {
     async fn submit_batch(&self, req: &BatchRequest) -> Result<Submitted, ActionError> {
         let argv = strs(req.argv()?);
         self.record("sbatch", argv.clone());
-        let r = pop(&mut self.q.lock().unwrap().sbatch, "sbatch", &argv);
+        let mut q = self.q.lock().unwrap();
+        let r = pop(&mut q.sbatch, "sbatch", &argv);
+        if let (Ok(s), false, true) = (&r, q.manual_hold, argv.iter().any(|a| a == "--hold")) {
+            let p = &req.placement;
+            let text = held_row(
+                s.job_id.get(),
+                (
+                    p.partition.as_deref().unwrap_or(""),
+                    p.account.as_deref().unwrap_or(""),
+                    p.qos.as_deref().unwrap_or("normal"),
+                ),
+                req.name.as_str(),
+            );
+            q.held_probe = Some(live(&text));
+        }
+        drop(q);
         self.run_hooks("sbatch");
         r
     }
@@ -185,6 +210,7 @@ impl Scheduler for Scripted {
                 }
                 other => other,
             },
+            JobSelect::MineNamed(_) if q.held_probe.is_some() => q.held_probe.take().unwrap(),
             JobSelect::MineNamed(_) => match (q.by_name.is_empty(), &q.by_name_else) {
                 (true, Some(rest)) => rest.clone(),
                 _ => pop(&mut q.by_name, "squeue --name", &argv),
@@ -211,6 +237,16 @@ impl Scheduler for Scripted {
         let argv = strs(CancelTarget::Job(job).argv());
         self.record("scancel", argv.clone());
         pop(&mut self.q.lock().unwrap().scancel, "scancel", &argv)
+    }
+
+    async fn release_job(&self, job: JobId) -> Result<(), ActionError> {
+        let argv = vec!["release".to_owned(), job.to_string()];
+        self.record("scontrol", argv.clone());
+        let mut q = self.q.lock().unwrap();
+        if q.release.is_empty() && !q.manual_hold {
+            return Ok(());
+        }
+        pop(&mut q.release, "scontrol release", &argv)
     }
 
     async fn cancel_step(&self, step: StepId) -> Result<CancelReport, ActionError> {
@@ -278,6 +314,17 @@ pub fn row(id: &str, state: &str, node: &str, placement: (&str, &str, &str), nam
     };
     let (p, a, q) = placement;
     format!("{id}|{own}|{state}|{p}|{a}|{q}|u|1|1|{node}|1:00:00|2:00:00|N/A|N/A|None|{name}\n")
+}
+
+/// The squeue row of job `n` as `sbatch --hold` leaves it: PENDING, reason `JobHeldUser`
+/// (verified on the 22.05 dev cluster, 2026-12-01).
+pub fn held_row(n: u32, placement: (&str, &str, &str), name: &str) -> String {
+    row(&n.to_string(), "PENDING", "", placement, name).replace("|None|", "|JobHeldUser|")
+}
+
+/// The argv of `scontrol release N`.
+pub fn release(n: u32) -> Vec<String> {
+    vec!["scontrol".into(), "release".into(), n.to_string()]
 }
 
 pub fn live(text: &str) -> Rows {

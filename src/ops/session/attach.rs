@@ -1,10 +1,12 @@
 //! `dispatch session attach`: the argv of `srun --jobid=J --overlap --pty CMD` for a session
-//! whose job runs. The CLI execs it; nothing is written.
+//! whose job runs. The CLI execs it. Nothing is written, except to heal: a lost record is
+//! found by name, and a job its dead launch left held is settled (`hold`).
 
 use std::ffi::OsString;
 
 use super::{
-    adopt_by_name, command_for, read_state, session, Book, Env, Resolved, SessionError, TokenLock,
+    adopt_by_name, command_for, hold, read_state, session, Book, Env, Resolved, SessionError,
+    TokenLock,
 };
 use crate::policy::session::{probe_of, Probe};
 use crate::slurm::{JobId, JobQuery, JobState, Scheduler};
@@ -62,7 +64,15 @@ pub async fn plan<S: Scheduler>(
             None => default_command(shell),
         }
     };
-    match probe_of(&env.slurm.list_jobs(&JobQuery::ids(vec![job])).await, job) {
+    let (job, probe) = match hold::probe_held(env, job).await {
+        (Probe::Live { .. }, true) => {
+            let kept = hold::settle_recorded(env, &r, job).await?;
+            let answer = env.slurm.list_jobs(&JobQuery::ids(vec![kept])).await;
+            (kept, probe_of(&answer, kept))
+        }
+        (probe, _) => (job, probe),
+    };
+    match probe {
         Probe::Live {
             state: JobState::Running,
             node,

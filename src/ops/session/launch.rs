@@ -7,8 +7,8 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::{
-    adopt_by_name, command_for, script, session, token_clash, Book, Env, Resolved, SessionError,
-    TokenLock, MAX_SESSIONS,
+    adopt_by_name, command_for, hold, script, session, token_clash, Book, Env, Resolved,
+    SessionError, TokenLock, MAX_SESSIONS,
 };
 use crate::event::Event;
 use crate::event::Micros;
@@ -148,7 +148,21 @@ pub async fn launch<S: Scheduler>(
     // Step 1: the job the record names.
     if let Some(job) = existing.as_ref().and_then(|s| s.job_id()) {
         if !exclude.contains(&job) {
-            match l.probe(job).await {
+            let (probe, held) = hold::probe_held(env, job).await;
+            match probe {
+                // Its launch died before settling the hold (and nobody else settles it): as
+                // that launch would have, keep the oldest live job of the target.
+                Probe::Live { .. } if held => {
+                    let kept = hold::settle(env, &l.book, &l.r, job, req.replacing).await?;
+                    l.notes.extend(kept.notes);
+                    let action = match kept.yielded {
+                        true => LaunchAction::Adopted,
+                        false => LaunchAction::Reused,
+                    };
+                    return l
+                        .settle(kept.job, action, kept.state, kept.node, false)
+                        .await;
+                }
                 Probe::Live { state, .. } if is_ending(&state) => {
                     let end = l.wait_ended(job, state).await?;
                     l.append(Event::SessionCleared(SessionCleared {
@@ -159,7 +173,7 @@ pub async fn launch<S: Scheduler>(
                     exclude.push(job);
                 }
                 Probe::Live { state, node } => {
-                    return l.settle(job, LaunchAction::Reused, state, node).await;
+                    return l.settle(job, LaunchAction::Reused, state, node, held).await;
                 }
                 Probe::Gone { state } => {
                     l.append(Event::SessionCleared(SessionCleared {
@@ -192,7 +206,7 @@ pub async fn launch<S: Scheduler>(
         if let Some(seen) = l.wait_in_flight(sub.since, &exclude).await? {
             let job = seen.job_id.expect("only plain ids are adopted");
             return l
-                .settle(job, LaunchAction::Adopted, seen.state, seen.node)
+                .settle(job, LaunchAction::Adopted, seen.state, seen.node, seen.held)
                 .await;
         }
     }
@@ -203,7 +217,7 @@ pub async fn launch<S: Scheduler>(
         let job = seen.job_id.expect("only plain ids are adopted");
         failpoint::hit("session-after-adopt");
         return l
-            .settle(job, LaunchAction::Adopted, seen.state, seen.node)
+            .settle(job, LaunchAction::Adopted, seen.state, seen.node, seen.held)
             .await;
     }
     if let Some(lines) = probe.unreadable {
@@ -286,13 +300,19 @@ impl<S: Scheduler> Launch<'_, '_, S> {
     }
 
     /// A reused or adopted job: record its node, and refuse to attach to one that does not run.
+    /// A held one is released first: it is the oldest of its target (a younger held job is
+    /// never adopted), so whoever held it would release it too.
     async fn settle(
         self,
         job: JobId,
         action: LaunchAction,
         state: JobState,
         node: Option<String>,
+        held: bool,
     ) -> Result<LaunchReport, SessionError> {
+        if held {
+            hold::release(self.env, &self.book, &self.r, job).await?;
+        }
         if self.req.require_running && node.is_none() {
             let (state, node) = self.wait_running(job).await?;
             return Ok(self.report(job, action, state, Some(node)));
@@ -319,7 +339,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         }))
     }
 
-    async fn submit(self, placement: Placement) -> Result<LaunchReport, SessionError> {
+    async fn submit(mut self, placement: Placement) -> Result<LaunchReport, SessionError> {
         let key = self.r.key.clone();
         let confined = self.r.target.confined;
         let submission_id = Uuid::new_v4();
@@ -353,7 +373,9 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             );
             req.placement = placement;
             req.output = Some(log);
-            req.extra = vec!["--no-requeue".into()];
+            // Held until the name probe below shows no older job of this target: a launch
+            // from another state directory (which this token lock cannot see) may race.
+            req.extra = vec!["--no-requeue".into(), "--hold".into()];
             self.env.slurm.submit_batch(&req).await.map(|s| s.job_id)
         } else {
             let mut req = AllocRequest::new(self.r.job_name.clone());
@@ -380,8 +402,18 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             )));
         }
         failpoint::hit("session-after-job-recorded");
+        let (job, action) = if confined {
+            let kept = hold::settle(self.env, &self.book, &self.r, job, self.req.replacing).await?;
+            self.notes.extend(kept.notes);
+            match kept.yielded {
+                true => (kept.job, LaunchAction::Adopted),
+                false => (kept.job, LaunchAction::Submitted),
+            }
+        } else {
+            (job, LaunchAction::Submitted)
+        };
         let (state, node) = self.wait_running(job).await?;
-        Ok(self.report(job, LaunchAction::Submitted, state, Some(node)))
+        Ok(self.report(job, action, state, Some(node)))
     }
 
     fn submit_failed(&self, submission_id: Uuid, program: &str, e: ActionError) -> SessionError {

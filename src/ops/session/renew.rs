@@ -8,9 +8,11 @@ use serde::Serialize;
 
 use super::launch::{launch, LaunchRequest};
 use super::release::cancel;
-use super::{adopt_by_name, command_for, read_state, session, Book, Env, SessionError, TokenLock};
+use super::{
+    adopt_by_name, command_for, hold, read_state, session, Book, Env, SessionError, TokenLock,
+};
 use crate::policy::session::renew::{decide, Action, Backoff};
-use crate::policy::session::{probe_of, Probe};
+use crate::policy::session::{is_held, probe_of, Probe};
 use crate::slurm::{JobId, JobQuery, Scheduler};
 
 #[derive(Clone, Debug)]
@@ -128,7 +130,14 @@ pub async fn renew<S: Scheduler>(
             break;
         }
         report.iterations += 1;
-        let answer = env.slurm.list_jobs(&JobQuery::ids(vec![job])).await;
+        let mut answer = env.slurm.list_jobs(&JobQuery::ids(vec![job])).await;
+        if answer.job(job).live().is_some_and(is_held) {
+            // Held by a launch that died before settling it: it would never run (and a
+            // held PENDING job looks fine to `decide`).
+            job = hold::settle_recorded(env, &r, job).await?;
+            report.job_id = job.get();
+            answer = env.slurm.list_jobs(&JobQuery::ids(vec![job])).await;
+        }
         let left = answer
             .job(job)
             .live()

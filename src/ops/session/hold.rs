@@ -1,0 +1,242 @@
+//! Slurm as the arbiter between launches of one session from different state directories
+//! (whose token locks cannot see each other): a confined launch submits its job held
+//! (`sbatch --hold`), lists the jobs of its name, and keeps the oldest live job of its target.
+//! Its own: `scontrol release`. Another's: `scancel` its own (it never ran) and adopt that one.
+//! Job ids grow with submission, so every racer picks the same job.
+//!
+//! A launch that dies between the held sbatch and the release or cancel leaves its job held
+//! and recorded (or findable by name): the next launch, attach or renew of the session
+//! settles it here the same way, so a held job is never left held and never released beside
+//! an older one.
+
+use super::{command_for, session, Book, Env, Resolved, SessionError, TokenLock};
+use crate::event::Event;
+use crate::failpoint;
+use crate::policy::session::{
+    arbitrate, is_held, listing_of, probe_of, running_node, Arbitration, Listing, Probe,
+};
+use crate::slurm::{Answer, JobId, JobQuery, JobRow, JobState, ScancelSaid, Scheduler};
+use crate::state::session::{SessionAdopted, SessionHoldDecided, SessionHoldSettled};
+
+/// The job a session keeps after its held job was settled.
+#[derive(Debug)]
+pub struct Settled {
+    pub job: JobId,
+    /// True when `job` is another launch's (older) job, adopted; ours was cancelled.
+    pub yielded: bool,
+    /// `job`'s state and node as the arbitrating listing showed them (ours: PENDING).
+    pub state: JobState,
+    pub node: Option<String>,
+    /// Warnings for stderr.
+    pub notes: Vec<String>,
+}
+
+/// `squeue --jobs=J`: the answer's proof, and whether J is held (a racing launch's job
+/// whose launcher has not released it yet, or ours from an interrupted launch).
+pub async fn probe_held<S: Scheduler>(env: &Env<'_, S>, job: JobId) -> (Probe, bool) {
+    let answer = env.slurm.list_jobs(&JobQuery::ids(vec![job])).await;
+    let held = matches!(&answer, Answer::Live(rows)
+        if rows.iter().any(|r| r.plain_id() == Some(job) && is_held(r)));
+    (probe_of(&answer, job), held)
+}
+
+/// Settle `ours`, a held job the session records: list the jobs of its name (a few tries)
+/// and keep the oldest live job of the target. A listing that cannot show `ours` decides
+/// nothing: `ours` stays held and recorded, and the error says the next command settles it
+/// (releasing it blind could run it beside an older racer's job).
+pub async fn settle<S: Scheduler>(
+    env: &Env<'_, S>,
+    book: &Book,
+    r: &Resolved<'_>,
+    ours: JobId,
+    replacing: Option<JobId>,
+) -> Result<Settled, SessionError> {
+    let exclude: Vec<JobId> = replacing.into_iter().collect();
+    let mut pause = env.waits.poll_first;
+    let mut why = String::new();
+    let attempts = env.waits.unknown_polls.max(1);
+    for attempt in 1..=attempts {
+        let answer = env
+            .slurm
+            .list_jobs(&JobQuery::mine_named(r.job_name.clone()))
+            .await;
+        let listed = match listing_of(answer) {
+            Listing::Answered { rows, bad_lines } if bad_lines.is_empty() => Ok(rows
+                .into_iter()
+                .filter(|row| row.name == r.job_name.as_str())
+                .collect::<Vec<JobRow>>()),
+            // An unreadable line of this name may be an older racer's job.
+            Listing::Answered { bad_lines, .. } => {
+                Err(format!("squeue printed unreadable lines {bad_lines:?}"))
+            }
+            Listing::Failed(e) => Err(e),
+        };
+        match listed.map(|rows| {
+            let decision = arbitrate(&rows, &r.key.target, env.targets(), &exclude, ours);
+            (rows, decision)
+        }) {
+            Ok((_, Arbitration::Release)) => {
+                release(env, book, r, ours).await?;
+                return Ok(Settled {
+                    job: ours,
+                    yielded: false,
+                    state: JobState::Pending,
+                    node: None,
+                    notes: Vec::new(),
+                });
+            }
+            Ok((rows, Arbitration::Yield(winner))) => {
+                let row = rows
+                    .iter()
+                    .find(|row| row.plain_id() == Some(winner))
+                    .expect("the winner is one of the rows");
+                return yield_to(env, book, r, ours, row, replacing).await;
+            }
+            Ok((_, Arbitration::NotListed)) => why = "squeue does not list it".into(),
+            Err(e) => why = e,
+        }
+        if attempt < attempts {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(env.waits.poll_max);
+        }
+    }
+    Err(SessionError::Unknown(format!(
+        "Slurm job {ours} of {} was submitted held, and the name probe that decides whether a \
+         launch from another state directory made an older job failed ({why}). It stays held \
+         and recorded: retry `{}`, which settles it (or `{}` cancels it)",
+        r.key,
+        command_for("launch", &r.key),
+        command_for("release", &r.key)
+    )))
+}
+
+/// `job`, the session's recorded job, is held and no launch is settling it (the one that
+/// submitted it died): settle it now, as that launch would have, under the token lock (for
+/// attach and renew, which run without it). The job the session keeps.
+pub async fn settle_recorded<S: Scheduler>(
+    env: &Env<'_, S>,
+    r: &Resolved<'_>,
+    job: JobId,
+) -> Result<JobId, SessionError> {
+    let _lock = TokenLock::take(env.state_dir, &r.token)?;
+    let (book, state) = Book::open(env.state_dir)?;
+    match session(&state, &r.key).and_then(|s| s.job_id()) {
+        // A command that held the lock settled it meanwhile.
+        Some(recorded) if recorded != job => return Ok(recorded),
+        _ => {}
+    }
+    let kept = settle(env, &book, r, job, None).await?;
+    for note in &kept.notes {
+        (env.progress)(note);
+    }
+    Ok(kept.job)
+}
+
+/// `scontrol release J`, bracketed by `SessionHoldDecided` (winner J) and
+/// `SessionHoldSettled`.
+pub async fn release<S: Scheduler>(
+    env: &Env<'_, S>,
+    book: &Book,
+    r: &Resolved<'_>,
+    job: JobId,
+) -> Result<(), SessionError> {
+    let key = &r.key;
+    book.append(Event::SessionHoldDecided(SessionHoldDecided {
+        session: key.clone(),
+        job_id: job,
+        winner: job,
+    }))?;
+    failpoint::hit("session-after-hold-decided");
+    let result = env.slurm.release_job(job).await;
+    let failure = result.as_ref().err().map(|e| e.to_string());
+    record_settled(book, r, job, "released", failure)?;
+    result.map_err(|e| {
+        SessionError::Unknown(format!(
+            "Slurm job {job} of {key} was submitted held and releasing it failed: {e}. It is \
+             recorded; `{}` settles it again (or `scontrol release {job}` lets it run), `{}` \
+             cancels it",
+            command_for("launch", key),
+            command_for("release", key)
+        ))
+    })
+}
+
+/// An older live job of this target exists (a racing launch's): cancel ours, which never
+/// ran, and adopt that one, releasing it if its launcher has not yet.
+async fn yield_to<S: Scheduler>(
+    env: &Env<'_, S>,
+    book: &Book,
+    r: &Resolved<'_>,
+    ours: JobId,
+    winner: &JobRow,
+    replacing: Option<JobId>,
+) -> Result<Settled, SessionError> {
+    let key = &r.key;
+    let w = winner.plain_id().expect("contenders have plain ids");
+    book.append(Event::SessionHoldDecided(SessionHoldDecided {
+        session: key.clone(),
+        job_id: ours,
+        winner: w,
+    }))?;
+    failpoint::hit("session-after-yield-decided");
+    let result = env.slurm.cancel_job(ours).await;
+    let failure = match &result {
+        Ok(c) if c.said == ScancelSaid::Accepted => None,
+        Ok(c) => Some(format!("scancel said {:?}: {}", c.said, c.stderr.trim())),
+        Err(e) => Some(e.to_string()),
+    };
+    record_settled(book, r, ours, "cancelled", failure.clone())?;
+    let mut notes = Vec::new();
+    if let Some(reason) = failure {
+        // Still held, so it cannot run; the session holds the winner from here on.
+        notes.push(format!(
+            "job {ours} (held, never ran) yielded to the older job {w}, but cancelling it \
+             failed ({reason}); `scancel {ours}` removes it"
+        ));
+    }
+    book.append(Event::SessionAdopted(SessionAdopted {
+        session: key.clone(),
+        job_id: w,
+        how: "arbiter".into(),
+        state: winner.state.to_string(),
+        partition: winner.partition.clone(),
+        account: winner.account.clone(),
+        qos: winner.qos.clone(),
+        replacing,
+    }))?;
+    (env.progress)(&format!(
+        "another launch of {key} submitted job {w} first; adopting it (job {ours} was \
+         cancelled before it ran)"
+    ));
+    if is_held(winner) {
+        if let Err(e) = release(env, book, r, w).await {
+            notes.push(e.to_string());
+        }
+    }
+    Ok(Settled {
+        job: w,
+        yielded: true,
+        state: winner.state.clone(),
+        node: running_node(winner),
+        notes,
+    })
+}
+
+/// `SessionHoldSettled`: the outcome of the call on held `job` (`failure`: why it did not
+/// succeed).
+fn record_settled(
+    book: &Book,
+    r: &Resolved<'_>,
+    job: JobId,
+    action: &str,
+    failure: Option<String>,
+) -> Result<(), SessionError> {
+    book.append(Event::SessionHoldSettled(SessionHoldSettled {
+        session: r.key.clone(),
+        job_id: job,
+        action: action.into(),
+        ok: failure.is_none(),
+        reason: failure.unwrap_or_default(),
+    }))?;
+    Ok(())
+}
