@@ -349,12 +349,7 @@ impl Sessions {
     }
 
     pub fn released(&mut self, e: &SessionReleased) {
-        self.update(&e.session, |s| {
-            if s.cancelling == Some(e.job_id) {
-                s.cancelling = None;
-            }
-            forget(s, e.job_id);
-        });
+        self.update(&e.session, |s| forget(s, e.job_id));
     }
 
     pub fn detached(&mut self, e: &SessionDetached) {
@@ -379,9 +374,15 @@ fn bind(s: &mut Session, job_id: JobId, origin: Origin, since: Micros, replacing
     }
 }
 
+/// The session no longer tracks `job_id` (released, proven gone, or another session's now): a
+/// cancel of it that was still in doubt is settled with it, or the record would hold it for
+/// ever with no job left to release.
 fn forget(s: &mut Session, job_id: JobId) {
     if s.job_id() == Some(job_id) {
         s.job = None;
+    }
+    if s.cancelling == Some(job_id) {
+        s.cancelling = None;
     }
     if s.replaced == Some(job_id) {
         s.replaced = None;
@@ -461,6 +462,37 @@ mod tests {
         s.launch_intent(Micros(1), &intent("a", 1, None));
         s.submit_failed(&failed(false));
         assert!(s.get(&key("a")).is_none(), "nothing held, nothing kept");
+    }
+
+    /// Simulation seed 708 (with held launches): a release crashed after its scancel, then a
+    /// launch proved the job gone (`SessionCleared`). The cancel still in doubt was never
+    /// settled, so every later release answered success over a record that held it for ever.
+    #[test]
+    fn a_job_proven_gone_settles_the_cancel_still_in_doubt() {
+        let mut s = Sessions::default();
+        s.adopted(
+            Micros(1),
+            &SessionAdopted {
+                session: key("a"),
+                job_id: id(1),
+                how: "name_probe".into(),
+                state: "RUNNING".into(),
+                partition: "p".into(),
+                account: None,
+                qos: None,
+                replacing: None,
+            },
+        );
+        s.cancel_intent(&SessionCancelIntent {
+            session: key("a"),
+            job_id: id(1),
+        });
+        s.cleared(&SessionCleared {
+            session: key("a"),
+            job_id: id(1),
+            reason: "gone".into(),
+        });
+        assert!(s.get(&key("a")).is_none(), "{:?}", s.get(&key("a")));
     }
 
     #[test]

@@ -174,6 +174,8 @@ pub struct SimJob {
     /// the same name and placement existed, and by which command.
     pub beside: Option<u32>,
     pub made_by: &'static str,
+    /// Submitted with `--hold`: pending (reason `JobHeldUser`) until `scontrol release`.
+    pub held: bool,
 }
 
 impl SimJob {
@@ -204,6 +206,7 @@ impl SimJob {
             qos: "normal".into(),
             beside: None,
             made_by: "the user",
+            held: false,
         }
     }
 
@@ -430,7 +433,7 @@ impl World {
             if !j.live() {
                 continue;
             }
-            if j.phase == Phase::Pending && now >= j.runs_at {
+            if j.phase == Phase::Pending && !j.held && now >= j.runs_at {
                 j.phase = Phase::Running;
                 j.start = Some(now);
             }
@@ -538,12 +541,17 @@ impl World {
             .map_or(j.limit_s, |s| j.limit_s - (now - s) / 1_000_000);
         let node = if j.start.is_some() { NODE } else { "" };
         format!(
-            "{id}|{id}|{state}|{part}|{acct}|{qos}|{USER}|1|{cpus}|{node}|{left}|{limit}|{start}|N/A|None|{name}\n",
+            "{id}|{id}|{state}|{part}|{acct}|{qos}|{USER}|1|{cpus}|{node}|{left}|{limit}|{start}|N/A|{reason}|{name}\n",
             id = j.id,
             part = j.partition,
             acct = j.account,
             qos = j.qos,
             state = j.phase.text(),
+            reason = if j.held && j.phase == Phase::Pending {
+                "JobHeldUser"
+            } else {
+                "None"
+            },
             cpus = j.cpus,
             left = hms(left),
             limit = hms(j.limit_s),
@@ -855,6 +863,7 @@ impl World {
             qos: req.placement.qos.clone().unwrap_or("normal".into()),
             beside,
             made_by: self.command,
+            held: req.extra.iter().any(|e| e == "--hold"),
         };
         self.jobs.insert(id, job);
         self.tick();
@@ -1000,6 +1009,24 @@ impl World {
         })
     }
 
+    /// `scontrol release J`: a held pending job may start; like scancel, an answer can be lost
+    /// after the controller acted, or before.
+    fn release(&mut self, job: JobId) -> Result<(), ActionError> {
+        self.call(format!("release {job}"));
+        let acted_before_unknown = self.rng.chance(50);
+        let unknown = self.fault(self.faults.query_unknown);
+        if !unknown || acted_before_unknown {
+            if let Some(j) = self.jobs.get_mut(&job.get()) {
+                j.held = false;
+            }
+        }
+        if unknown {
+            self.counts.unknown_answers += 1;
+            return Err(unknown_action(SlurmCommand::Scontrol));
+        }
+        Ok(())
+    }
+
     fn cancel(&mut self, target: CancelTarget) -> Result<CancelReport, ActionError> {
         let key = match &target {
             CancelTarget::MineNamed(n) => format!("scancel name {}", self.name_key(n.as_str())),
@@ -1110,6 +1137,10 @@ impl Scheduler for SimSlurm {
 
     async fn accounting(&self, query: &AcctQuery) -> Answer<Vec<AcctRow>> {
         debug(format!("{:?}", query), self.world().accounting(query))
+    }
+
+    async fn release_job(&self, job: JobId) -> Result<(), ActionError> {
+        debug("release", self.world().release(job))
     }
 
     async fn cancel_job(&self, job: JobId) -> Result<CancelReport, ActionError> {

@@ -71,6 +71,8 @@ pub const SESSION_POINTS: &[&str] = &[
     "session-after-adopt",
     "session-after-cancel-intent",
     "session-after-cancel",
+    "session-after-hold-decided",
+    "session-after-yield-decided",
 ];
 
 #[derive(Clone, Debug)]
