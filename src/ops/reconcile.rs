@@ -8,7 +8,8 @@ use serde::Serialize;
 use super::context::{micros_to_local, snapshot_quietly, Ctx};
 use super::error::OpError;
 use super::pool::{
-    active_worker, ingest_worker_journal, locked, process_alive, release_proven, step_name,
+    active_worker, ingest_worker_journal, locked, process_alive, reconcile_creation,
+    release_proven, step_name, CreationReconciled,
 };
 use crate::event::Event;
 use crate::event::Micros;
@@ -27,6 +28,9 @@ pub struct ReconcileReport {
     pub resolved: Vec<Resolved>,
     pub unknown: Vec<Unresolved>,
     pub slurm_calls: u64,
+    /// `pool create`s in flight that this run looked at (their job found by name, attached,
+    /// or proven over).
+    pub creations: Vec<CreationReconciled>,
 }
 
 #[derive(Debug, Serialize)]
@@ -84,8 +88,15 @@ pub async fn reconcile<S: Scheduler>(
         resolved: Vec::new(),
         unknown: Vec::new(),
         slurm_calls: 0,
+        creations: Vec::new(),
     };
     reconcile_jobs(ctx, state, &mut report).await?;
+    for c in state.pools.creations.values() {
+        if only_pool.is_none_or(|n| c.intent.pool == n) {
+            report.creations.push(reconcile_creation(ctx, c).await);
+        }
+    }
+    // A creation attached just now is a pool this run does not list: the next one does.
     if pools.is_empty() {
         report.slurm_calls = ctx.sched.call_counts().since(&calls_before).total();
         return Ok(report);

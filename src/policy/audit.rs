@@ -26,6 +26,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::event::{Envelope, Event};
+use crate::state::pool::{PoolCreateFailed, PoolCreateJob, PoolOwned};
 use crate::state::session::{SessionJobSubmitted, SessionSubmitFailed};
 
 /// Violations kept in full; beyond this only the count grows.
@@ -53,6 +54,9 @@ pub struct Auditor {
     jobs: HashMap<Uuid, Budget>,
     session_submissions: HashSet<Uuid>,
     pools: HashMap<String, usize>,
+    /// `pool create`s seen (their ids), and pools whose release began.
+    creations: HashSet<Uuid>,
+    releasing: HashSet<String>,
     /// Per trial: the seq of its verdict, once judged.
     trials: HashMap<String, Option<u64>>,
     violations: Vec<Violation>,
@@ -274,6 +278,53 @@ impl Auditor {
                     );
                 }
                 self.job_effect(env, e.submission_id, true);
+            }
+            Event::PoolCreateIntent(e) => {
+                self.creations.insert(e.creation_id);
+            }
+            Event::PoolCreateJob(PoolCreateJob { creation_id, .. })
+            | Event::PoolCreateFailed(PoolCreateFailed { creation_id, .. })
+            | Event::PoolOwned(PoolOwned { creation_id, .. })
+                if !self.creations.contains(creation_id) =>
+            {
+                self.flag(
+                    env,
+                    "effect-without-intent",
+                    format!("no PoolCreateIntent for creation {creation_id} before it"),
+                );
+            }
+            Event::PoolReleaseIntent(e) => {
+                if !self.pools.contains_key(&e.pool) {
+                    self.flag(
+                        env,
+                        "effect-without-intent",
+                        format!("pool {:?} was not attached", e.pool),
+                    );
+                }
+                self.releasing.insert(e.pool.clone());
+            }
+            Event::PoolReleased(e) => {
+                if !self.releasing.remove(&e.pool) {
+                    self.flag(
+                        env,
+                        "effect-without-intent",
+                        format!("no PoolReleaseIntent for pool {:?} before it", e.pool),
+                    );
+                }
+                if e.proof.trim().is_empty() {
+                    self.flag(
+                        env,
+                        "release-without-proof",
+                        format!("pool {:?} released with no proof", e.pool),
+                    );
+                }
+                if let Some(n) = self.pools.remove(&e.pool).filter(|n| *n > 0) {
+                    self.flag(
+                        env,
+                        "detach-holding",
+                        format!("pool {:?} still had {n} worker(s) holding budget", e.pool),
+                    );
+                }
             }
             Event::SessionLaunchIntent(e) => {
                 self.session_submissions.insert(e.submission_id);

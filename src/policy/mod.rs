@@ -7,6 +7,7 @@ pub mod forget;
 pub mod manifest;
 pub mod node;
 pub mod pool;
+pub mod pool_create;
 pub mod reconcile;
 pub mod session;
 pub mod trial;
