@@ -527,6 +527,75 @@ mod tests {
     }
 
     #[test]
+    fn a_created_pool_is_released_only_after_its_intent_with_proof_and_no_worker_held() {
+        let id = Uuid::from_u128(9);
+        let created = |job_id| {
+            vec![
+                Event::PoolCreateIntent(PoolCreateIntent {
+                    pool: "p".into(),
+                    creation_id: id,
+                    job_name: "x-pool-p-00000009".into(),
+                    salloc_limit_s: 40,
+                    cpus: 4,
+                    mem_mb: 4,
+                    time_s: 600,
+                    partition: None,
+                    account: None,
+                    qos: None,
+                    nodelist: None,
+                }),
+                Event::PoolCreateJob(PoolCreateJob {
+                    pool: "p".into(),
+                    creation_id: id,
+                    job_id,
+                    how: "salloc".into(),
+                }),
+                attach(),
+                Event::PoolOwned(PoolOwned {
+                    pool: "p".into(),
+                    creation_id: id,
+                    job_id,
+                }),
+            ]
+        };
+        let released = |proof: &str| {
+            Event::PoolReleased(PoolReleased {
+                pool: "p".into(),
+                job_id: 1,
+                proof: proof.into(),
+            })
+        };
+        let intent_to_release = Event::PoolReleaseIntent(PoolReleaseIntent {
+            pool: "p".into(),
+            job_id: 1,
+        });
+        let mut good = created(1);
+        good.extend([
+            intent_to_release.clone(),
+            released("squeue shows job 1 CANCELLED"),
+        ]);
+        assert_eq!(rules(&run(good)), Vec::<&str>::new());
+
+        let mut no_intent = created(1);
+        no_intent.push(released("squeue shows job 1 CANCELLED"));
+        assert_eq!(rules(&run(no_intent)), ["effect-without-intent"]);
+
+        let mut holding = created(1);
+        holding.extend([intent(1), intent_to_release, released(" ")]);
+        assert_eq!(
+            rules(&run(holding)),
+            ["release-without-proof", "detach-holding"]
+        );
+
+        let orphan = vec![Event::PoolOwned(PoolOwned {
+            pool: "p".into(),
+            creation_id: id,
+            job_id: 1,
+        })];
+        assert_eq!(rules(&run(orphan)), ["effect-without-intent"]);
+    }
+
+    #[test]
     fn each_rule_is_caught() {
         let f = run(vec![
             Event::WorkerLaunched(WorkerLaunched {

@@ -568,3 +568,114 @@ impl Pools {
         debug_assert!(pool.finished.len() <= FINISHED_WORKERS_KEPT);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn intent(id: u128) -> PoolCreateIntent {
+        PoolCreateIntent {
+            pool: "p".into(),
+            creation_id: Uuid::from_u128(id),
+            job_name: format!("x-pool-p-{id:08x}"),
+            salloc_limit_s: 40,
+            cpus: 2,
+            mem_mb: 100,
+            time_s: 600,
+            partition: None,
+            account: None,
+            qos: None,
+            nodelist: None,
+        }
+    }
+
+    fn attached(job_id: u64) -> PoolAttached {
+        PoolAttached {
+            pool: "p".into(),
+            allocation: Allocation {
+                job_id,
+                node: "vm".into(),
+                user: "u".into(),
+                start_time: Micros(1),
+                end_time: Micros(2),
+                cpus: 2,
+                mem_mb: 100,
+                partition: "d".into(),
+                account: "a".into(),
+                qos: "q".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_creation_lives_until_its_pool_or_a_definite_failure_and_others_change_nothing() {
+        let mut pools = Pools::default();
+        pools.create_intent(Micros(5), &intent(1));
+        let other = Uuid::from_u128(2);
+        pools.create_job(&PoolCreateJob {
+            pool: "p".into(),
+            creation_id: other,
+            job_id: 9,
+            how: "name".into(),
+        });
+        assert_eq!(pools.creations["p"].job_id, None, "another creation's job");
+        pools.create_failed(&PoolCreateFailed {
+            pool: "p".into(),
+            creation_id: other,
+            definite: true,
+            reason: "x".into(),
+        });
+        assert!(
+            pools.creations.contains_key("p"),
+            "another creation's failure"
+        );
+        pools.create_failed(&PoolCreateFailed {
+            pool: "p".into(),
+            creation_id: Uuid::from_u128(1),
+            definite: false,
+            reason: "salloc timed out".into(),
+        });
+        assert_eq!(
+            pools.creations["p"].failure.as_deref(),
+            Some("salloc timed out"),
+            "an unclear failure keeps the creation: a job may exist"
+        );
+        pools.create_job(&PoolCreateJob {
+            pool: "p".into(),
+            creation_id: Uuid::from_u128(1),
+            job_id: 7,
+            how: "name".into(),
+        });
+        pools.attach(Micros(6), &attached(7));
+        pools.owned(&PoolOwned {
+            pool: "p".into(),
+            creation_id: Uuid::from_u128(1),
+            job_id: 7,
+        });
+        assert!(pools.creations.is_empty());
+        assert_eq!(pools.pools["p"].created, Some(Uuid::from_u128(1)));
+        // Release news about another allocation changes nothing.
+        pools.release_intent(&PoolReleaseIntent {
+            pool: "p".into(),
+            job_id: 8,
+        });
+        assert!(!pools.pools["p"].releasing);
+        pools.release_intent(&PoolReleaseIntent {
+            pool: "p".into(),
+            job_id: 7,
+        });
+        assert!(pools.pools["p"].releasing);
+        pools.released(&PoolReleased {
+            pool: "p".into(),
+            job_id: 8,
+            proof: "x".into(),
+        });
+        assert!(pools.pools.contains_key("p"));
+        pools.released(&PoolReleased {
+            pool: "p".into(),
+            job_id: 7,
+            proof: "squeue shows job 7 CANCELLED".into(),
+        });
+        assert!(pools.pools.is_empty());
+    }
+}
