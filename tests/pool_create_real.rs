@@ -110,13 +110,23 @@ fn create_args<'a>(pool: &'a str, cpus: &'a str, mem: &'a str) -> Vec<&'a str> {
     ]
 }
 
+/// One test of this file at a time: each needs node CPUs the others would hold.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn unique(tag: &str) -> String {
     format!("{tag}{}", std::process::id() % 100_000)
 }
 
 #[test]
 fn a_created_pool_runs_eight_workers_and_its_release_leaves_nothing() {
+    let _one = one_at_a_time();
     let _cluster = require_cluster();
+    // The whole node: no other real-cluster test may hold a CPU meanwhile.
+    drop(_cluster);
+    let _cluster = support::exclusive_lock();
     let pool = unique("cap");
     let _cleanup = Cleanup(names_of(&pool));
     let st = State::new();
@@ -172,6 +182,7 @@ fn a_created_pool_runs_eight_workers_and_its_release_leaves_nothing() {
 
 #[test]
 fn nodelist_gets_the_named_node_or_fails_at_once_with_slurms_words() {
+    let _one = one_at_a_time();
     let _cluster = require_cluster();
     let pool = unique("nl");
     let _cleanup = Cleanup(names_of(&pool));
@@ -205,6 +216,7 @@ fn nodelist_gets_the_named_node_or_fails_at_once_with_slurms_words() {
 
 #[test]
 fn an_attached_pool_is_never_released() {
+    let _one = one_at_a_time();
     let _cluster = require_cluster();
     let alloc = real_cluster::Allocation::salloc(
         "dispatch-pc-attached",
@@ -240,6 +252,7 @@ fn one_reachable_or_none(st: &State, pool: &str) {
 
 #[test]
 fn a_create_killed_at_any_point_is_settled_by_the_next_create_or_reconcile() {
+    let _one = one_at_a_time();
     let _cluster = require_cluster();
     // (failpoint, what runs next)
     let cases = [
@@ -253,10 +266,11 @@ fn a_create_killed_at_any_point_is_settled_by_the_next_create_or_reconcile() {
         let pool = unique(&format!("cr{i}x"));
         let _cleanup = Cleanup(names_of(&pool));
         let st = State::new();
-        let mut args = create_args(&pool, "1", "100M");
+        let args = create_args(&pool, "1", "100M");
+        let mut crashed = args.clone();
         // A short wait keeps the never-created proof (salloc's limit + 30 s) short.
-        args[10] = "2";
-        st.crash(failpoint, &args);
+        crashed[10] = "2";
+        st.crash(failpoint, &crashed);
         one_reachable_or_none(&st, &pool);
         let crashed_jobs = live_jobs_of(&pool);
         match next {
@@ -293,6 +307,7 @@ fn a_create_killed_at_any_point_is_settled_by_the_next_create_or_reconcile() {
 
 #[test]
 fn a_release_killed_at_any_point_is_finished_by_the_next_release() {
+    let _one = one_at_a_time();
     let _cluster = require_cluster();
     for (i, failpoint) in [
         "pool-release-after-intent",

@@ -34,6 +34,9 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(15);
 const POLL_EVERY: Duration = Duration::from_secs(2);
 /// Failed polls in a row after which a wait gives up (outcome unknown).
 const UNKNOWN_POLLS: u32 = 5;
+/// How long a job salloc named before giving up gets to show its end (salloc cancels it
+/// before it exits; squeue shows it `CANCELLED` within a poll here).
+const HINT_SETTLE: Duration = Duration::from_secs(6);
 
 /// Where progress lines go (stderr in the CLI).
 pub type Progress<'a> = &'a (dyn Fn(&str) + Send + Sync);
@@ -152,18 +155,55 @@ pub async fn create<S: Scheduler>(
     failpoint::hit("pool-create-after-intent");
     let answer = allocate_with_progress(ctx, &alloc, pool, progress).await;
     failpoint::hit("pool-create-after-salloc");
-    let job = match answer {
-        Ok(a) => a.job_id,
-        Err(e) => return Err(salloc_failed(ctx, &intent, e, progress).await),
+    let (job, unclear) = match answer {
+        Ok(a) => (a.job_id, None),
+        // salloc printed its job's id before its answer broke off (`--immediate` ran out, or
+        // it was killed): the allocation may exist, so that job is followed to its end or its
+        // start instead of being guessed either way.
+        Err(ActionError::Unknown {
+            error,
+            job_hint: Some(job),
+        }) => {
+            let reason = format!("outcome unknown: {error}");
+            ctx_append_if_same(
+                ctx,
+                &intent,
+                vec![Event::PoolCreateFailed(PoolCreateFailed {
+                    pool: pool.to_owned(),
+                    creation_id,
+                    definite: false,
+                    reason: reason.clone(),
+                })],
+            )?;
+            (job, Some(reason))
+        }
+        Err(e) => return Err(salloc_failed(ctx, &intent, e)),
     };
-    record_job(ctx, &intent, job, "salloc")?;
+    record_job(
+        ctx,
+        &intent,
+        job,
+        if unclear.is_some() {
+            "salloc-pending"
+        } else {
+            "salloc"
+        },
+    )?;
     failpoint::hit("pool-create-after-job");
+    // A job salloc gave up on is cancelled by salloc itself: a few seconds show it over.
+    let deadline = deadline.max(Instant::now() + HINT_SETTLE);
     match attach_created(ctx, &intent, job, deadline, progress).await? {
         Settled::Attached(allocation) => Ok(report(pool, "created", name.as_str(), &allocation)),
-        Settled::Ended(proof) => Err(OpError::Failed(format!(
-            "allocation {job} of pool {pool} ended before it could be attached ({proof}); \
-             nothing is left of it. Run `dispatch pool create {pool}` again"
-        ))),
+        Settled::Ended(proof) => Err(OpError::Failed(match unclear {
+            Some(reason) => format!(
+                "pool {pool}: salloc did not get allocation {job} within the wait ({reason}); \
+                 {proof}, so nothing is left. Wait longer (--wait) or ask for less"
+            ),
+            None => format!(
+                "allocation {job} of pool {pool} ended before it could be attached ({proof}); \
+                 nothing is left of it. Run `dispatch pool create {pool}` again"
+            ),
+        })),
         Settled::Waiting { job, state, reason } => {
             Err(still_waiting(pool, job, &state, &reason, req.wait))
         }
@@ -220,14 +260,10 @@ async fn allocate_with_progress<S: Scheduler>(
     }
 }
 
-/// salloc did not grant the allocation: a definite refusal is exit 1 with Slurm's words; an
-/// answer cut off is recorded as such, and the job it may have made is looked for.
-async fn salloc_failed<S: Scheduler>(
-    ctx: &Ctx<S>,
-    intent: &PoolCreateIntent,
-    e: ActionError,
-    progress: Progress<'_>,
-) -> OpError {
+/// salloc did not grant the allocation and named no job: a definite refusal is exit 1 with
+/// Slurm's words; an answer cut off is recorded as such (exit 4), and the job it may have made
+/// is found by name later.
+fn salloc_failed<S: Scheduler>(ctx: &Ctx<S>, intent: &PoolCreateIntent, e: ActionError) -> OpError {
     let pool = &intent.pool;
     let definite = e.nothing_happened();
     let failed = Event::PoolCreateFailed(PoolCreateFailed {
@@ -243,35 +279,6 @@ async fn salloc_failed<S: Scheduler>(
         return OpError::Failed(format!(
             "pool {pool}: {e}. No allocation was created; correct the request and run \
              `dispatch pool create {pool}` again"
-        ));
-    }
-    // salloc mentioned its job before the answer broke off (`--immediate` ran out, or it was
-    // killed): follow that id to its end.
-    let hint = match &e {
-        ActionError::Unknown { job_hint, .. } => *job_hint,
-        _ => None,
-    };
-    if let Some(job) = hint {
-        if let Err(j) = record_job(ctx, intent, job, "salloc-pending") {
-            return j;
-        }
-        if let Some(proof) = await_proof(STOP_PROOF_TIMEOUT, || job_over(ctx, job)).await {
-            match ctx_append_if_same(
-                ctx,
-                intent,
-                vec![definite_failure(intent, format!("{e}; {proof}"))],
-            ) {
-                Ok(()) => {
-                    return OpError::Failed(format!(
-                        "pool {pool}: salloc did not get allocation {job} within the wait ({e}); \
-                         {proof}, so nothing is left. Wait longer (--wait) or ask for less"
-                    ))
-                }
-                Err(j) => return j,
-            }
-        }
-        progress(&format!(
-            "allocation {job} of pool {pool} is not proven over"
         ));
     }
     OpError::Unknown(format!(
