@@ -351,9 +351,25 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
                 Err(e) => return Err(e.into()),
             };
             let r = ops::status(&state, Some(&ctx.pools_dir()), pool.as_deref(), ctx.now())?;
+            if !json {
+                // A creation in flight may hold an allocation: never let it look like nothing.
+                for c in &r.creating {
+                    crate::outln!(
+                        "pool {} being created since {}: job {} ({}); `dispatch pool create {}` \
+                         adopts it, `dispatch pool release {}` cancels it",
+                        c.pool,
+                        c.since,
+                        c.job_id
+                            .map_or_else(|| "not known yet".to_owned(), |j| j.to_string()),
+                        c.job_name,
+                        c.pool,
+                        c.pool
+                    );
+                }
+            }
             if json {
                 print_json(&r)?;
-            } else if r.pools.is_empty() {
+            } else if r.pools.is_empty() && r.creating.is_empty() {
                 crate::outln!("no pools; attach one with `dispatch pool attach POOL --job JOBID`");
             } else {
                 for p in &r.pools {
@@ -532,6 +548,15 @@ pub async fn run_reconcile<S: Scheduler>(ctx: &Ctx<S>, json: bool) -> Result<u8,
                 x.pool.as_deref().unwrap_or("submit"),
                 x.worker,
                 x.state
+            );
+        }
+        for c in &r.creations {
+            crate::outln!(
+                "  pool create {} ({}): {}: {}",
+                c.pool,
+                c.job_name,
+                c.outcome,
+                c.detail
             );
         }
     }
