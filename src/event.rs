@@ -309,6 +309,12 @@ event_kinds! {
     2 => Recovered(Recovered);
     100 => PoolAttached(crate::state::pool::PoolAttached), must_understand;
     101 => PoolDetached(crate::state::pool::PoolDetached), must_understand;
+    102 => PoolCreateIntent(crate::state::pool::PoolCreateIntent), must_understand;
+    103 => PoolCreateJob(crate::state::pool::PoolCreateJob), must_understand;
+    104 => PoolCreateFailed(crate::state::pool::PoolCreateFailed), must_understand;
+    105 => PoolOwned(crate::state::pool::PoolOwned), must_understand;
+    106 => PoolReleaseIntent(crate::state::pool::PoolReleaseIntent), must_understand;
+    107 => PoolReleased(crate::state::pool::PoolReleased), must_understand;
     110 => WorkerSubmitIntent(crate::state::pool::WorkerSubmitIntent), must_understand;
     111 => WorkerLaunched(crate::state::pool::WorkerLaunched), must_understand;
     112 => WorkerLaunchFailed(crate::state::pool::WorkerLaunchFailed), must_understand;

@@ -58,6 +58,17 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
             let ctx = context(state_dir()?)?;
             cli::asset::run(cmd, &ctx, cli.json)
         }
+        Command::Pool(cli::pool::PoolCommand::Create(args)) => {
+            let (config, config_path) = load_config(cli, &env)?;
+            let ctx = context(state_dir()?)?;
+            block_on(cli::pool::run_create(
+                args,
+                &ctx,
+                &config,
+                &config_path,
+                cli.json,
+            ))
+        }
         Command::Pool(cmd) => {
             let ctx = context(state_dir()?)?;
             block_on(cli::pool::run(cmd, &ctx, cli.json))

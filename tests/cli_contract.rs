@@ -69,6 +69,7 @@ fn a_name_that_does_not_exist_is_exit_3_everywhere() {
         &["pool", "stop-worker", "nope", "w"],
         &["pool", "stop-worker", "p", "nope"],
         &["pool", "detach", "nope"],
+        &["pool", "release", "nope"],
         &[
             "pool", "submit", "nope", "--cpus", "1", "--mem", "1M", "--", "true",
         ],

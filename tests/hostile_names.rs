@@ -105,6 +105,13 @@ fn commands() -> Vec<(&'static str, Vec<&'static str>)> {
         (path, vec!["pool", "stop-worker", "{}", "w"]),
         (path, vec!["pool", "stop-worker", "p", "{}"]),
         (path, vec!["pool", "detach", "{}"]),
+        (path, vec!["pool", "release", "{}"]),
+        (
+            path,
+            vec![
+                "pool", "create", "{}", "--cpus", "1", "--mem", "1M", "--time", "5",
+            ],
+        ),
         (
             path,
             vec![
@@ -238,6 +245,21 @@ fn commands() -> Vec<(&'static str, Vec<&'static str>)> {
         ),
         (label, vec!["session", "attach", "{}", "-T", "t"]),
         (label, vec!["session", "attach", "m", "--target={}"]),
+        (
+            label,
+            vec![
+                "pool",
+                "create",
+                "p",
+                "--cpus",
+                "1",
+                "--mem",
+                "1M",
+                "--time",
+                "5",
+                "--partition={}",
+            ],
+        ),
     ]
 }
 

@@ -197,7 +197,7 @@ fn status_before_any_journal_shows_no_pools() {
     fake.scenario(serde_json::json!({}));
     let (code, out, err) = fake.run(&["pool", "status", "--json"]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(out.trim(), r#"{"pools":[]}"#);
+    assert_eq!(out.trim(), r#"{"pools":[],"creating":[]}"#);
     assert!(fake.calls().is_empty());
     assert!(!fake.state().exists(), "status created the state directory");
 }

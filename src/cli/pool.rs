@@ -112,8 +112,67 @@ pub struct SubmitExtras {
     pub append_only_glob: Option<String>,
 }
 
+/// A Slurm node name: letters, digits, `.`, `_`, `-` (one node, not a host list).
+fn parse_node(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && !s.starts_with('-');
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "{:?} is not one node name (letters, digits, '.', '_', '-'; a pool is one node)",
+            crate::names::short(s)
+        ))
+    }
+}
+
+/// What `pool create` asks Slurm for.
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// The pool's name
+    #[arg(value_parser = crate::names::arg::path_name("pool"))]
+    pub pool: String,
+    /// CPUs of the allocation (the pool's capacity)
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub cpus: u32,
+    /// Memory of the allocation (500M, 4G, 1T; a bare number is MB)
+    #[arg(long, value_parser = parse_mem)]
+    pub mem: MemoryMb,
+    /// The allocation's time limit (Slurm syntax: MM, HH:MM:SS, D-HH:MM:SS)
+    #[arg(long, value_parser = parse_time)]
+    pub time: crate::slurm::SlurmDuration,
+    /// Target from the config file (partition, account, QOS)
+    #[arg(short = 'T', long, value_parser = crate::names::arg::label("target"),
+          conflicts_with_all = ["partition", "account", "qos"])]
+    pub target: Option<String>,
+    /// Partition (instead of a target)
+    #[arg(long, value_parser = crate::names::arg::label("partition"))]
+    pub partition: Option<String>,
+    /// Account (instead of a target)
+    #[arg(long, value_parser = crate::names::arg::label("account"))]
+    pub account: Option<String>,
+    /// QOS (instead of a target)
+    #[arg(long, value_parser = crate::names::arg::label("qos"))]
+    pub qos: Option<String>,
+    /// The node to allocate; Slurm's refusal (no such node) fails at once
+    #[arg(long, value_name = "NODE", value_parser = parse_node)]
+    pub nodelist: Option<String>,
+    /// Seconds to wait for the allocation to be granted and run (salloc --immediate)
+    #[arg(long, default_value_t = 600, value_parser = whole_seconds(1, 86_400))]
+    pub wait: u32,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum PoolCommand {
+    /// Create an allocation (salloc --no-shell) that dispatch owns, and attach it as a pool
+    #[command(after_help = "Examples:\n  \
+        dispatch pool create p --cpus 8 --mem 8G --time 1:00:00 -T savio-htc\n  \
+        dispatch pool create p --cpus 4 --mem 4G --time 30:00 --partition debug --nodelist vm\n  \
+        dispatch pool release p   # stops its workers and cancels the allocation")]
+    Create(CreateArgs),
     /// Attach a running single-node allocation you own as a pool (never creates or cancels it)
     #[command(after_help = "Examples:\n  \
         salloc -N1 -c8 --mem=16G --no-shell   # prints the job id, say 4242\n  \
@@ -185,6 +244,18 @@ pub enum PoolCommand {
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
         grace: u64,
     },
+    /// End a pool dispatch created: stop every worker with proof, cancel the allocation, prove it gone
+    #[command(after_help = "Examples:\n  \
+        dispatch pool release p\n  \
+        dispatch pool release p --grace 60 --json")]
+    Release {
+        /// The pool's name
+        #[arg(value_parser = crate::names::arg::path_name("pool"))]
+        pool: String,
+        /// Seconds between each worker's SIGTERM and its final cancel
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
+        grace: u64,
+    },
     /// Forget a pool (refused while any worker holds budget; never cancels the allocation)
     #[command(after_help = "Examples:\n  \
         dispatch pool detach p")]
@@ -214,6 +285,28 @@ impl From<OpError> for Failure {
 
 pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> Result<u8, Failure> {
     match cmd {
+        PoolCommand::Create(_) => {
+            return Err(Failure::new(
+                exit::FAILED,
+                "pool create needs the config: run it through `dispatch pool create`".to_owned(),
+            ))
+        }
+        PoolCommand::Release { pool, grace } => {
+            let note = |m: &str| super::output::note(m);
+            let r = ops::release(ctx, pool, Duration::from_secs(*grace), &note).await?;
+            if json {
+                print_json(&r)?;
+            } else {
+                crate::outln!(
+                    "pool {} released: allocation {} gone ({}); {} worker(s) released",
+                    r.pool,
+                    r.job_id
+                        .map_or_else(|| "none was made".to_owned(), |j| j.to_string()),
+                    r.proof,
+                    r.workers.len()
+                );
+            }
+        }
         PoolCommand::Attach { pool, job } => {
             let r = ops::attach(ctx, pool, *job).await?;
             if json {
@@ -305,6 +398,68 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
     Ok(exit::OK)
 }
 
+/// `dispatch pool create`: the placement comes from a config target or the flags.
+pub async fn run_create<S: Scheduler>(
+    args: &CreateArgs,
+    ctx: &Ctx<S>,
+    config: &crate::config::Config,
+    config_path: &std::path::Path,
+    json: bool,
+) -> Result<u8, Failure> {
+    let (partition, account, qos) = match &args.target {
+        Some(name) => {
+            let t = config
+                .target(name, config_path)
+                .map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
+            (
+                Some(t.partition.clone()),
+                Some(t.account.clone()),
+                t.qos.clone(),
+            )
+        }
+        None => (
+            args.partition.clone(),
+            args.account.clone(),
+            args.qos.clone(),
+        ),
+    };
+    let req = ops::CreateRequest {
+        pool: args.pool.clone(),
+        job_name_prefix: config.job_name_prefix.clone(),
+        cpus: args.cpus,
+        mem: args.mem,
+        time: args.time,
+        partition,
+        account,
+        qos,
+        nodelist: args.nodelist.clone(),
+        wait: Duration::from_secs(u64::from(args.wait)),
+    };
+    let note = |m: &str| super::output::note(m);
+    let r = ops::create(ctx, &req, &note).await?;
+    if json {
+        print_json(&r)?;
+    } else {
+        let a = &r.allocation;
+        crate::outln!(
+            "{} job {} on {} as pool {}: {} CPUs, {} MB, until {} ({}/{}/{}); dispatch's to \
+             cancel: `dispatch pool release {}`",
+            r.action,
+            a.job_id,
+            a.node,
+            r.pool,
+            a.cpus,
+            a.mem_mb,
+            a.end_time,
+            a.partition,
+            a.account,
+            a.qos,
+            r.pool
+        );
+    }
+    Ok(exit::OK)
+}
+
 pub async fn run_reconcile<S: Scheduler>(ctx: &Ctx<S>, json: bool) -> Result<u8, Failure> {
     let r = reconcile::reconcile(ctx, None).await?;
     if json {
@@ -335,6 +490,15 @@ pub async fn run_reconcile<S: Scheduler>(ctx: &Ctx<S>, json: bool) -> Result<u8,
             if let Some(why) = &x.why {
                 crate::outln!("    {why}");
             }
+        }
+        for c in &r.creations {
+            crate::outln!(
+                "  pool create {} ({}): {}: {}",
+                c.pool,
+                c.job_name,
+                c.outcome,
+                c.detail
+            );
         }
     }
     Ok(exit::OK)

@@ -164,12 +164,41 @@ fn width(wide: bool) -> Option<usize> {
 /// `pool status`: one table of pools, then one of their workers with what each worker's own
 /// journal says under its row.
 pub fn pool_status(r: &StatusReport, wide: bool) -> String {
+    // A creation in flight may hold an allocation: never let it look like nothing.
+    let mut creating = String::new();
+    for c in &r.creating {
+        let job = c
+            .job_id
+            .map_or_else(|| "not known yet".to_owned(), |j| j.to_string());
+        creating.push_str(&note_line(
+            0,
+            &format!(
+                "pool {}: being created since {} (job {job}, {})",
+                c.pool, c.since, c.job_name
+            ),
+            width(wide),
+        ));
+        // Commands are there to be copied: never cut.
+        creating.push_str(&note_line(
+            4,
+            &format!(
+                "`dispatch pool create {}` adopts it; `dispatch pool release {}` cancels it",
+                c.pool, c.pool
+            ),
+            None,
+        ));
+    }
     if r.pools.is_empty() {
+        if !creating.is_empty() {
+            return creating;
+        }
         return "no pools; attach one with `dispatch pool attach POOL --job JOBID`\n".to_owned();
     }
     let mut pools = Table::new(
-        &["POOL", "JOB", "NODE", "STATE", "LEFT", "CPUS", "MEM"],
-        &[0, 2],
+        &[
+            "POOL", "OWNER", "JOB", "NODE", "STATE", "LEFT", "CPUS", "MEM",
+        ],
+        &[0, 3],
     );
     for p in &r.pools {
         let a = &p.allocation;
@@ -179,6 +208,11 @@ pub fn pool_status(r: &StatusReport, wide: bool) -> String {
         };
         pools.row(vec![
             p.pool.clone(),
+            if p.releasing {
+                "releasing".to_owned()
+            } else {
+                p.owner.to_owned()
+            },
             a.job_id.to_string(),
             a.node.clone(),
             state.to_owned(),
@@ -187,7 +221,8 @@ pub fn pool_status(r: &StatusReport, wide: bool) -> String {
             format!("{}/{}", mem(p.reserved.mem_mb), mem(p.capacity.mem_mb)),
         ]);
     }
-    let mut out = pools.render(0, width(wide));
+    let mut out = creating;
+    out.push_str(&pools.render(0, width(wide)));
     for p in r
         .pools
         .iter()
@@ -436,7 +471,8 @@ mod tests {
     fn samples() -> (StatusReport, JobsReport, Report) {
         use crate::ops::jobs::{JobView, RefreshView};
         use crate::ops::pool::{
-            AllocationView, NodeView, PoolView, PublicationView, Resources, WorkerView,
+            AllocationView, CreatingView, NodeView, PoolView, PublicationView, Resources,
+            WorkerView,
         };
         let alloc = |job: u64, left: Option<i64>, ended: Option<&str>| AllocationView {
             job_id: job,
@@ -486,6 +522,8 @@ mod tests {
             pools: vec![
                 PoolView {
                     pool: "p".into(),
+                    owner: "attached",
+                    releasing: false,
                     allocation: alloc(901, Some(3540), None),
                     capacity: Resources {
                         cpus: 4,
@@ -507,6 +545,8 @@ mod tests {
                 },
                 PoolView {
                     pool: "gpu".into(),
+                    owner: "created",
+                    releasing: true,
                     allocation: alloc(902, None, Some("squeue shows job 902 CANCELLED")),
                     capacity: Resources {
                         cpus: 1,
@@ -516,6 +556,13 @@ mod tests {
                     workers: vec![],
                 },
             ],
+            creating: vec![CreatingView {
+                pool: "big".into(),
+                job_name: "sucoder-pool-big-1a2b3c4d".into(),
+                job_id: None,
+                since: "2026-12-01T10:05:00".into(),
+                failure: None,
+            }],
         };
         let job = |worker: &str, id: &str, job: Option<u64>, state: &'static str| JobView {
             worker: worker.into(),

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! 0   8   magic "DISPSNAP"
-//! 8   u16 snapshot format version (5)
+//! 8   u16 snapshot format version (6)
 //! 10  6   reserved (0)
 //! 16  16  journal id
 //! 32  u64 seq covered (the last event folded into the state)
@@ -31,8 +31,9 @@ use crate::state::State;
 
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"DISPSNAP";
 /// 2: job workers record their assets. 3: and their job name. 4: and why their submission
-/// failed.
-pub const SNAPSHOT_VERSION: u16 = 5;
+/// failed. 5: pools record their allocation's end and workers their srun. 6: pools record
+/// creations in flight, who owns the allocation, and a release begun.
+pub const SNAPSHOT_VERSION: u16 = 7;
 const HEADER_LEN: usize = 96;
 /// Snapshots kept on disk; older ones are removed after a new one is in place.
 pub const SNAPSHOTS_KEPT: usize = 2;
@@ -338,5 +339,28 @@ mod tests {
         }
         std::fs::remove_file(&path).unwrap();
         check(dir.path());
+    }
+
+    /// A snapshot written by an older version (whose `State` had another shape) is ignored,
+    /// never misread as today's, even with every CRC right.
+    #[test]
+    fn a_snapshot_of_an_older_version_is_ignored() {
+        let covers = Covers {
+            journal_id: [1; 16],
+            seq: 0,
+            chain: [0; 32],
+            segment_no: 1,
+            frame_offset: 96,
+        };
+        let mut bytes = encode(&covers, &State::default()).unwrap();
+        assert!(decode(&bytes).is_ok());
+        bytes[8..10].copy_from_slice(&(SNAPSHOT_VERSION - 1).to_le_bytes());
+        let h = crc32fast::hash(&bytes[..92]);
+        bytes[92..96].copy_from_slice(&h.to_le_bytes());
+        let n = bytes.len() - 4;
+        let c = crc32fast::hash(&bytes[..n]);
+        bytes[n..].copy_from_slice(&c.to_le_bytes());
+        let e = decode(&bytes).unwrap_err();
+        assert!(e.contains("snapshot version 5 is not 6"), "{e}");
     }
 }

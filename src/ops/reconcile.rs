@@ -8,7 +8,8 @@ use serde::Serialize;
 use super::context::{micros_to_local, snapshot_quietly, Ctx};
 use super::error::OpError;
 use super::pool::{
-    active_worker, ingest_worker_journal, locked, process_alive, release_proven, step_name,
+    active_worker, ingest_worker_journal, locked, process_alive, reconcile_creation,
+    release_proven, step_name, CreationReconciled,
 };
 use crate::event::Event;
 use crate::event::Micros;
@@ -30,6 +31,9 @@ pub struct ReconcileReport {
     /// What this run's job listing showed of each `dispatch submit` worker's job that it
     /// listed (its Slurm state and reason now): an observation, not a recorded fact.
     pub listed: Vec<ListedJob>,
+    /// `pool create`s in flight that this run looked at (their job found by name, attached,
+    /// or proven over).
+    pub creations: Vec<CreationReconciled>,
 }
 
 #[derive(Debug, Serialize)]
@@ -100,6 +104,12 @@ pub async fn reconcile<S: Scheduler>(
         .collect();
     let mut report = ReconcileReport::default();
     reconcile_jobs(ctx, state, &mut report).await?;
+    for c in state.pools.creations.values() {
+        if only_pool.is_none_or(|n| c.intent.pool == n) {
+            report.creations.push(reconcile_creation(ctx, c).await);
+        }
+    }
+    // A creation attached just now is a pool this run does not list: the next one does.
     if pools.is_empty() {
         report.slurm_calls = ctx.sched.call_counts().since(&calls_before).total();
         return Ok(report);
@@ -555,7 +565,7 @@ async fn reconcile_jobs<S: Scheduler>(
 
 /// The `dispatch submit` jobs whose ids are known, with the time of their intent (the
 /// watermark's candidates): active ones and the finished ones the state remembers.
-fn recorded_job_ids(state: &State) -> impl Iterator<Item = (Micros, u64)> + '_ {
+pub(crate) fn recorded_job_ids(state: &State) -> impl Iterator<Item = (Micros, u64)> + '_ {
     state
         .jobs
         .active

@@ -26,6 +26,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::event::{Envelope, Event};
+use crate::state::pool::{PoolCreateFailed, PoolCreateJob, PoolOwned};
 use crate::state::session::{SessionJobSubmitted, SessionSubmitFailed};
 
 /// Violations kept in full; beyond this only the count grows.
@@ -53,6 +54,9 @@ pub struct Auditor {
     jobs: HashMap<Uuid, Budget>,
     session_submissions: HashSet<Uuid>,
     pools: HashMap<String, usize>,
+    /// `pool create`s seen (their ids), and pools whose release began.
+    creations: HashSet<Uuid>,
+    releasing: HashSet<String>,
     /// Per trial: the seq of its verdict, once judged.
     trials: HashMap<String, Option<u64>>,
     violations: Vec<Violation>,
@@ -275,6 +279,53 @@ impl Auditor {
                 }
                 self.job_effect(env, e.submission_id, true);
             }
+            Event::PoolCreateIntent(e) => {
+                self.creations.insert(e.creation_id);
+            }
+            Event::PoolCreateJob(PoolCreateJob { creation_id, .. })
+            | Event::PoolCreateFailed(PoolCreateFailed { creation_id, .. })
+            | Event::PoolOwned(PoolOwned { creation_id, .. })
+                if !self.creations.contains(creation_id) =>
+            {
+                self.flag(
+                    env,
+                    "effect-without-intent",
+                    format!("no PoolCreateIntent for creation {creation_id} before it"),
+                );
+            }
+            Event::PoolReleaseIntent(e) => {
+                if !self.pools.contains_key(&e.pool) {
+                    self.flag(
+                        env,
+                        "effect-without-intent",
+                        format!("pool {:?} was not attached", e.pool),
+                    );
+                }
+                self.releasing.insert(e.pool.clone());
+            }
+            Event::PoolReleased(e) => {
+                if !self.releasing.remove(&e.pool) {
+                    self.flag(
+                        env,
+                        "effect-without-intent",
+                        format!("no PoolReleaseIntent for pool {:?} before it", e.pool),
+                    );
+                }
+                if e.proof.trim().is_empty() {
+                    self.flag(
+                        env,
+                        "release-without-proof",
+                        format!("pool {:?} released with no proof", e.pool),
+                    );
+                }
+                if let Some(n) = self.pools.remove(&e.pool).filter(|n| *n > 0) {
+                    self.flag(
+                        env,
+                        "detach-holding",
+                        format!("pool {:?} still had {n} worker(s) holding budget", e.pool),
+                    );
+                }
+            }
             Event::SessionLaunchIntent(e) => {
                 self.session_submissions.insert(e.submission_id);
             }
@@ -473,6 +524,75 @@ mod tests {
         // Detaching an unknown pool is the only problem.
         assert_eq!(rules(&f), ["effect-without-intent"]);
         assert_eq!(f.held, 1);
+    }
+
+    #[test]
+    fn a_created_pool_is_released_only_after_its_intent_with_proof_and_no_worker_held() {
+        let id = Uuid::from_u128(9);
+        let created = |job_id| {
+            vec![
+                Event::PoolCreateIntent(PoolCreateIntent {
+                    pool: "p".into(),
+                    creation_id: id,
+                    job_name: "x-pool-p-00000009".into(),
+                    salloc_limit_s: 40,
+                    cpus: 4,
+                    mem_mb: 4,
+                    time_s: 600,
+                    partition: None,
+                    account: None,
+                    qos: None,
+                    nodelist: None,
+                }),
+                Event::PoolCreateJob(PoolCreateJob {
+                    pool: "p".into(),
+                    creation_id: id,
+                    job_id,
+                    how: "salloc".into(),
+                }),
+                attach(),
+                Event::PoolOwned(PoolOwned {
+                    pool: "p".into(),
+                    creation_id: id,
+                    job_id,
+                }),
+            ]
+        };
+        let released = |proof: &str| {
+            Event::PoolReleased(PoolReleased {
+                pool: "p".into(),
+                job_id: 1,
+                proof: proof.into(),
+            })
+        };
+        let intent_to_release = Event::PoolReleaseIntent(PoolReleaseIntent {
+            pool: "p".into(),
+            job_id: 1,
+        });
+        let mut good = created(1);
+        good.extend([
+            intent_to_release.clone(),
+            released("squeue shows job 1 CANCELLED"),
+        ]);
+        assert_eq!(rules(&run(good)), Vec::<&str>::new());
+
+        let mut no_intent = created(1);
+        no_intent.push(released("squeue shows job 1 CANCELLED"));
+        assert_eq!(rules(&run(no_intent)), ["effect-without-intent"]);
+
+        let mut holding = created(1);
+        holding.extend([intent(1), intent_to_release, released(" ")]);
+        assert_eq!(
+            rules(&run(holding)),
+            ["release-without-proof", "detach-holding"]
+        );
+
+        let orphan = vec![Event::PoolOwned(PoolOwned {
+            pool: "p".into(),
+            creation_id: id,
+            job_id: 1,
+        })];
+        assert_eq!(rules(&run(orphan)), ["effect-without-intent"]);
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod journal_filter;
 pub mod manifest;
 pub mod node;
 pub mod pool;
+pub mod pool_create;
 pub mod reconcile;
 pub mod report;
 pub mod session;

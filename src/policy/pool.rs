@@ -151,6 +151,12 @@ pub enum Refusal {
     NoPool { pool: String },
     #[error("pool {pool:?} still has {workers} worker(s) holding budget; stop them first (`dispatch pool stop-worker`)")]
     WorkersHoldBudget { pool: String, workers: usize },
+    #[error("pool {pool:?} is attached to your allocation {job_id}, which dispatch never cancels; `dispatch pool detach {pool}` forgets the pool (then `scancel {job_id}` ends the allocation if you want)")]
+    AttachedNotCreated { pool: String, job_id: u64 },
+    #[error("pool {pool:?} holds allocation {job_id}, which dispatch created and must cancel; `dispatch pool release {pool}` stops its workers and cancels it")]
+    CreatedNotDetached { pool: String, job_id: u64 },
+    #[error("pool {pool:?} is being released (its allocation {job_id} is being cancelled); nothing more is submitted to it. `dispatch pool release {pool}` finishes the release")]
+    Releasing { pool: String, job_id: u64 },
 }
 
 /// The minimum lifetime an allocation must have left to be attached.
@@ -258,6 +264,12 @@ pub fn check_submit(
     caller: &str,
     now: Micros,
 ) -> Result<(), Refusal> {
+    if pool.releasing {
+        return Err(Refusal::Releasing {
+            pool: pool.name.clone(),
+            job_id: pool.allocation.job_id,
+        });
+    }
     if facts.job_id != pool.allocation.job_id
         || facts.start_time != Some(pool.allocation.start_time)
     {
@@ -312,6 +324,13 @@ pub fn check_detach(pools: &Pools, pool: &str) -> Result<(), Refusal> {
     let p = pools.pools.get(pool).ok_or_else(|| Refusal::NoPool {
         pool: pool.to_owned(),
     })?;
+    if p.created.is_some() {
+        // Forgetting it would leave an allocation nothing cancels.
+        return Err(Refusal::CreatedNotDetached {
+            pool: pool.to_owned(),
+            job_id: p.allocation.job_id,
+        });
+    }
     if !p.active.is_empty() {
         return Err(Refusal::WorkersHoldBudget {
             pool: pool.to_owned(),

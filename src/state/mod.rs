@@ -85,6 +85,12 @@ impl State {
             }
             Event::PoolAttached(e) => self.pools.attach(env.time, e),
             Event::PoolDetached(e) => self.pools.detach(e),
+            Event::PoolCreateIntent(e) => self.pools.create_intent(env.time, e),
+            Event::PoolCreateJob(e) => self.pools.create_job(e),
+            Event::PoolCreateFailed(e) => self.pools.create_failed(e),
+            Event::PoolOwned(e) => self.pools.owned(e),
+            Event::PoolReleaseIntent(e) => self.pools.release_intent(e),
+            Event::PoolReleased(e) => self.pools.released(e),
             Event::WorkerSubmitIntent(e) => self.pools.submit(env.time, e),
             Event::WorkerLaunched(e) => self.pools.launched(e, &env.actor.host),
             Event::PoolAllocationEnded(e) => self.pools.allocation_ended(e),

@@ -158,6 +158,86 @@ pub struct WorkerJournalDamaged {
     pub reason: String,
 }
 
+/// The durable receipt of `pool create`, before salloc runs: from here on an allocation named
+/// `job_name` may exist, and the next `pool create` of this pool, `pool release` or
+/// `reconcile` finds it by that name (or proves, after `salloc_limit_s` plus the settle margin,
+/// that none was made).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolCreateIntent {
+    pub pool: String,
+    pub creation_id: Uuid,
+    /// `<job_name_prefix>pool-<pool>-<first 8 hex digits of the creation id>`.
+    pub job_name: String,
+    /// The longest the salloc call can run (its `--immediate` wait, the driver's timeout and
+    /// kill grace).
+    pub salloc_limit_s: u32,
+    pub cpus: u32,
+    pub mem_mb: u64,
+    pub time_s: u64,
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    pub qos: Option<String>,
+    pub nodelist: Option<String>,
+}
+
+/// The job a creation made: salloc's answer (`how` = `salloc`), the id salloc mentioned before
+/// it was cut off (`hint`), or found by its name (`name`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolCreateJob {
+    pub pool: String,
+    pub creation_id: Uuid,
+    pub job_id: u64,
+    pub how: String,
+}
+
+/// A creation that did not end in a pool. `definite`: no allocation of it exists or can appear
+/// (Slurm refused, it was proven never created, its job is proven over); the creation is then
+/// forgotten. Otherwise a job may exist and the creation stays, to be found by name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolCreateFailed {
+    pub pool: String,
+    pub creation_id: Uuid,
+    pub definite: bool,
+    pub reason: String,
+}
+
+/// Written in the commit of the `PoolAttached` of a created pool: its allocation is
+/// dispatch's, to cancel with `pool release`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolOwned {
+    pub pool: String,
+    pub creation_id: Uuid,
+    pub job_id: u64,
+}
+
+/// `pool release` is about to cancel the pool's allocation (its workers are stopped or about
+/// to be released with the allocation's end). No worker is submitted to it from here on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolReleaseIntent {
+    pub pool: String,
+    pub job_id: u64,
+}
+
+/// The created pool's allocation is proven gone and no worker holds budget: the pool is
+/// forgotten.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolReleased {
+    pub pool: String,
+    pub job_id: u64,
+    pub proof: String,
+}
+
+/// A `pool create` that has not ended in a pool or a definite failure: an allocation may exist.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Creation {
+    pub intent: PoolCreateIntent,
+    pub since: Micros,
+    /// Known once salloc answered, or it was found by name.
+    pub job_id: Option<u64>,
+    /// Why it has no job yet although salloc ran (salloc's unclear answer).
+    pub failure: Option<String>,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WorkerState {
     Submitted,
@@ -238,6 +318,13 @@ pub struct Pool {
     /// Set once the allocation is proven over.
     #[serde(default)]
     pub ended: Option<PoolAllocationEnded>,
+    /// The creation that made its allocation: dispatch's to cancel (`pool release`). `None`:
+    /// attached to the user's allocation, which dispatch never cancels.
+    #[serde(default)]
+    pub created: Option<Uuid>,
+    /// `pool release` has begun: nothing more is submitted to it.
+    #[serde(default)]
+    pub releasing: bool,
 }
 
 impl Pool {
@@ -253,6 +340,10 @@ pub struct Pools {
     pub pools: BTreeMap<String, Pool>,
     /// Which pool each active submission belongs to.
     pub by_submission: BTreeMap<Uuid, String>,
+    /// `pool create`s in flight, by pool name (at most one per name: a second create of the
+    /// name adopts the first's allocation).
+    #[serde(default)]
+    pub creations: BTreeMap<String, Creation>,
 }
 
 impl Pools {
@@ -266,8 +357,76 @@ impl Pools {
                 active: BTreeMap::new(),
                 finished: VecDeque::new(),
                 ended: None,
+                created: None,
+                releasing: false,
             },
         );
+    }
+
+    pub fn create_intent(&mut self, time: Micros, e: &PoolCreateIntent) {
+        self.creations.insert(
+            e.pool.clone(),
+            Creation {
+                intent: e.clone(),
+                since: time,
+                job_id: None,
+                failure: None,
+            },
+        );
+    }
+
+    fn creation_mut(&mut self, pool: &str, id: Uuid) -> Option<&mut Creation> {
+        self.creations
+            .get_mut(pool)
+            .filter(|c| c.intent.creation_id == id)
+    }
+
+    pub fn create_job(&mut self, e: &PoolCreateJob) {
+        if let Some(c) = self.creation_mut(&e.pool, e.creation_id) {
+            c.job_id = Some(e.job_id);
+        }
+    }
+
+    pub fn create_failed(&mut self, e: &PoolCreateFailed) {
+        if e.definite {
+            if self.creation_mut(&e.pool, e.creation_id).is_some() {
+                self.creations.remove(&e.pool);
+            }
+        } else if let Some(c) = self.creation_mut(&e.pool, e.creation_id) {
+            c.failure = Some(e.reason.clone());
+        }
+    }
+
+    /// Only about the allocation the pool holds (written with its `PoolAttached`).
+    pub fn owned(&mut self, e: &PoolOwned) {
+        if let Some(p) = self.pools.get_mut(&e.pool) {
+            if p.allocation.job_id == e.job_id {
+                p.created = Some(e.creation_id);
+                if self.creation_mut(&e.pool, e.creation_id).is_some() {
+                    self.creations.remove(&e.pool);
+                }
+            }
+        }
+    }
+
+    pub fn release_intent(&mut self, e: &PoolReleaseIntent) {
+        if let Some(p) = self.pools.get_mut(&e.pool) {
+            if p.allocation.job_id == e.job_id {
+                p.releasing = true;
+            }
+        }
+    }
+
+    pub fn released(&mut self, e: &PoolReleased) {
+        if self
+            .pools
+            .get(&e.pool)
+            .is_some_and(|p| p.allocation.job_id == e.job_id)
+        {
+            self.detach(&PoolDetached {
+                pool: e.pool.clone(),
+            });
+        }
     }
 
     pub fn detach(&mut self, e: &PoolDetached) {
@@ -407,5 +566,116 @@ impl Pools {
             pool.finished.push_back(w);
         }
         debug_assert!(pool.finished.len() <= FINISHED_WORKERS_KEPT);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn intent(id: u128) -> PoolCreateIntent {
+        PoolCreateIntent {
+            pool: "p".into(),
+            creation_id: Uuid::from_u128(id),
+            job_name: format!("x-pool-p-{id:08x}"),
+            salloc_limit_s: 40,
+            cpus: 2,
+            mem_mb: 100,
+            time_s: 600,
+            partition: None,
+            account: None,
+            qos: None,
+            nodelist: None,
+        }
+    }
+
+    fn attached(job_id: u64) -> PoolAttached {
+        PoolAttached {
+            pool: "p".into(),
+            allocation: Allocation {
+                job_id,
+                node: "vm".into(),
+                user: "u".into(),
+                start_time: Micros(1),
+                end_time: Micros(2),
+                cpus: 2,
+                mem_mb: 100,
+                partition: "d".into(),
+                account: "a".into(),
+                qos: "q".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_creation_lives_until_its_pool_or_a_definite_failure_and_others_change_nothing() {
+        let mut pools = Pools::default();
+        pools.create_intent(Micros(5), &intent(1));
+        let other = Uuid::from_u128(2);
+        pools.create_job(&PoolCreateJob {
+            pool: "p".into(),
+            creation_id: other,
+            job_id: 9,
+            how: "name".into(),
+        });
+        assert_eq!(pools.creations["p"].job_id, None, "another creation's job");
+        pools.create_failed(&PoolCreateFailed {
+            pool: "p".into(),
+            creation_id: other,
+            definite: true,
+            reason: "x".into(),
+        });
+        assert!(
+            pools.creations.contains_key("p"),
+            "another creation's failure"
+        );
+        pools.create_failed(&PoolCreateFailed {
+            pool: "p".into(),
+            creation_id: Uuid::from_u128(1),
+            definite: false,
+            reason: "salloc timed out".into(),
+        });
+        assert_eq!(
+            pools.creations["p"].failure.as_deref(),
+            Some("salloc timed out"),
+            "an unclear failure keeps the creation: a job may exist"
+        );
+        pools.create_job(&PoolCreateJob {
+            pool: "p".into(),
+            creation_id: Uuid::from_u128(1),
+            job_id: 7,
+            how: "name".into(),
+        });
+        pools.attach(Micros(6), &attached(7));
+        pools.owned(&PoolOwned {
+            pool: "p".into(),
+            creation_id: Uuid::from_u128(1),
+            job_id: 7,
+        });
+        assert!(pools.creations.is_empty());
+        assert_eq!(pools.pools["p"].created, Some(Uuid::from_u128(1)));
+        // Release news about another allocation changes nothing.
+        pools.release_intent(&PoolReleaseIntent {
+            pool: "p".into(),
+            job_id: 8,
+        });
+        assert!(!pools.pools["p"].releasing);
+        pools.release_intent(&PoolReleaseIntent {
+            pool: "p".into(),
+            job_id: 7,
+        });
+        assert!(pools.pools["p"].releasing);
+        pools.released(&PoolReleased {
+            pool: "p".into(),
+            job_id: 8,
+            proof: "x".into(),
+        });
+        assert!(pools.pools.contains_key("p"));
+        pools.released(&PoolReleased {
+            pool: "p".into(),
+            job_id: 7,
+            proof: "squeue shows job 7 CANCELLED".into(),
+        });
+        assert!(pools.pools.is_empty());
     }
 }

@@ -1,24 +1,30 @@
-//! `dispatch pool attach|submit|status|stop-worker|detach`.
+//! `dispatch pool create|attach|submit|status|stop-worker|release|detach`.
 //!
 //! Each command: lock the journal → load state → ask Slurm → decide (policy) → append the intent
 //! → act → append the outcome. Budget is only released by a proof event.
 //!
-//! One file per command: `attach` (attach, detach), `submit`, `stop` (stop-worker and the
+//! One file per command: `create`, `release`, `attach` (attach, detach), `submit`, `stop` (stop-worker and the
 //! release of a worker proven over), `ingest` (what a worker's own journal says), `status`.
 //! This file holds what they share: the journal-lock helpers and the allocation's identity.
 
 mod attach;
+mod create;
 mod ingest;
+mod release;
 mod status;
 mod stop;
 mod submit;
 
 pub(crate) use crate::ops::context::locked;
 pub use attach::{attach, detach, AllocationView, AttachReport, DetachReport};
+pub(crate) use create::reconcile_creation;
+pub use create::CreationReconciled;
+pub use create::{create, creation_job_name, CreateReport, CreateRequest, Progress};
 pub(crate) use ingest::{ingest_worker_journal, sweep_publication};
+pub use release::{release, ReleaseReport};
 pub use status::{
-    status, status_of, AssetUseView, NodeView, PoolView, PublicationView, Resources, StatusReport,
-    WorkerJournalView, WorkerView,
+    status, status_of, AssetUseView, CreatingView, NodeView, PoolView, PublicationView, Resources,
+    StatusReport, WorkerJournalView, WorkerView,
 };
 pub(crate) use stop::release_proven;
 pub use stop::{stop_worker, StopReport};

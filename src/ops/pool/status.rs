@@ -19,11 +19,29 @@ use super::AllocationView;
 #[derive(Debug, Serialize)]
 pub struct StatusReport {
     pub pools: Vec<PoolView>,
+    /// `pool create`s not yet a pool: an allocation of theirs may exist (`pool create` again
+    /// adopts it, `pool release` cancels it).
+    pub creating: Vec<CreatingView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CreatingView {
+    pub pool: String,
+    pub job_name: String,
+    pub job_id: Option<u64>,
+    pub since: String,
+    /// Why salloc's answer was unclear, if it was.
+    pub failure: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
 pub struct PoolView {
     pub pool: String,
+    /// Who cancels the allocation: `created` (dispatch, with `pool release`) or `attached`
+    /// (the user; dispatch never does).
+    pub owner: &'static str,
+    /// `pool release` has begun.
+    pub releasing: bool,
     pub allocation: AllocationView,
     pub capacity: Resources,
     pub reserved: Resources,
@@ -232,7 +250,7 @@ pub fn status(
     now: Micros,
 ) -> Result<StatusReport, OpError> {
     if let Some(p) = pool {
-        if !state.pools.pools.contains_key(p) {
+        if !state.pools.pools.contains_key(p) && !state.pools.creations.contains_key(p) {
             return Err(Refusal::NoPool { pool: p.to_owned() }.into());
         }
     }
@@ -249,6 +267,12 @@ pub fn status(
             workers.extend(p.finished.iter().map(view));
             PoolView {
                 pool: p.name.clone(),
+                owner: if p.created.is_some() {
+                    "created"
+                } else {
+                    "attached"
+                },
+                releasing: p.releasing,
                 allocation: AllocationView::of(&p.allocation, Some(now), p.ended.as_ref()),
                 capacity: Resources {
                     cpus: u64::from(p.allocation.cpus),
@@ -259,5 +283,18 @@ pub fn status(
             }
         })
         .collect();
-    Ok(StatusReport { pools })
+    let creating = state
+        .pools
+        .creations
+        .values()
+        .filter(|c| pool.is_none_or(|name| c.intent.pool == name))
+        .map(|c| CreatingView {
+            pool: c.intent.pool.clone(),
+            job_name: c.intent.job_name.clone(),
+            job_id: c.job_id,
+            since: c.since.to_rfc3339(),
+            failure: c.failure.clone(),
+        })
+        .collect();
+    Ok(StatusReport { pools, creating })
 }

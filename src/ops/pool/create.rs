@@ -1,0 +1,669 @@
+//! `dispatch pool create`: an allocation dispatch makes and owns. Intent → `salloc --no-shell`
+//! (named uniquely to the creation, `--immediate` = the wait) → its job recorded → wait until
+//! it runs → attached with every check `pool attach` makes, and recorded as dispatch's
+//! (`PoolOwned`, in the commit of its `PoolAttached`). A salloc without an answer leaves the
+//! creation in the journal; the next `pool create` of the name, `pool release` or `reconcile`
+//! finds its job by name, or proves after salloc's limit plus the settle margin that none was
+//! made. Never a second allocation, never one nothing can reach.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::attach::AllocationView;
+use super::{locked, read_facts};
+use crate::event::{Event, Micros};
+use crate::failpoint;
+use crate::names::check_path_name;
+use crate::ops::context::{await_proof, micros_to_local, Ctx, STOP_PROOF_TIMEOUT};
+use crate::ops::error::OpError;
+use crate::ops::submit::job_name;
+use crate::policy::pool::{self as pool_policy, Refusal};
+use crate::policy::pool_create::{self as policy, CreationSeen};
+use crate::policy::reconcile::{self as reconcile_policy, Lost};
+use crate::slurm::{
+    AcctQuery, ActionError, AllocRequest, JobId, JobName, JobQuery, MemoryMb, Placement, Scheduler,
+    SlurmDuration,
+};
+use crate::state::pool::*;
+use crate::state::State;
+
+/// How often a wait says it is still waiting, and the pause between its polls.
+const PROGRESS_EVERY: Duration = Duration::from_secs(15);
+const POLL_EVERY: Duration = Duration::from_secs(2);
+/// Failed polls in a row after which a wait gives up (outcome unknown).
+const UNKNOWN_POLLS: u32 = 5;
+/// How long a job salloc named before giving up gets to show its end (salloc cancels it
+/// before it exits; squeue shows it `CANCELLED` within a poll here).
+const HINT_SETTLE: Duration = Duration::from_secs(6);
+
+/// Where progress lines go (stderr in the CLI).
+pub type Progress<'a> = &'a (dyn Fn(&str) + Send + Sync);
+
+#[derive(Clone, Debug)]
+pub struct CreateRequest {
+    pub pool: String,
+    /// `job_name_prefix` from the config.
+    pub job_name_prefix: String,
+    pub cpus: u32,
+    pub mem: MemoryMb,
+    pub time: SlurmDuration,
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    pub qos: Option<String>,
+    pub nodelist: Option<String>,
+    /// How long salloc may wait for the allocation (`--immediate`), and a found job to run.
+    pub wait: Duration,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CreateReport {
+    pub pool: String,
+    /// `created`: this command's salloc; `adopted`: an earlier create's allocation, found.
+    pub action: &'static str,
+    pub job_name: String,
+    pub owner: &'static str,
+    pub allocation: AllocationView,
+}
+
+/// The Slurm job name of one creation: `<prefix>pool-<pool>-<8 hex digits of its id>`, the
+/// shape of `dispatch submit`'s names (`ops::submit::job_name`).
+pub fn creation_job_name(prefix: &str, pool: &str, id: Uuid) -> String {
+    job_name(prefix, &format!("pool-{pool}"), id)
+}
+
+fn alloc_request(req: &CreateRequest, name: JobName) -> Result<AllocRequest, OpError> {
+    let mut r = AllocRequest::new(name);
+    r.placement = Placement {
+        partition: req.partition.clone(),
+        account: req.account.clone(),
+        qos: req.qos.clone(),
+        time: Some(req.time),
+        nodes: Some(1),
+        cpus_per_task: Some(req.cpus),
+        mem: Some(req.mem),
+    };
+    r.immediate_secs = Some(req.wait.as_secs().clamp(1, 86_400) as u32);
+    if let Some(node) = &req.nodelist {
+        r.extra = vec![format!("--nodelist={node}")];
+    }
+    // Every value Slurm would misread fails here, before the intent.
+    r.argv().map_err(|e| OpError::Usage(e.to_string()))?;
+    Ok(r)
+}
+
+pub async fn create<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &CreateRequest,
+    progress: Progress<'_>,
+) -> Result<CreateReport, OpError> {
+    let pool = req.pool.as_str();
+    check_path_name("pool", pool).map_err(OpError::Usage)?;
+    let time_s = req
+        .time
+        .as_secs()
+        .ok_or_else(|| OpError::Usage(format!("--time {} is not a finite duration", req.time)))?;
+    let deadline = Instant::now() + req.wait;
+    let earlier = {
+        let (writer, loaded) = ctx.lock_and_load()?;
+        drop(writer);
+        policy::check_create(&loaded.state.pools, pool, time_s)?.cloned()
+    };
+    if let Some(c) = earlier {
+        match settle_creation(ctx, &c, deadline, progress).await? {
+            Settled::Attached(allocation) => {
+                return Ok(report(pool, "adopted", &c.intent.job_name, &allocation))
+            }
+            Settled::Ended(proof) => progress(&format!(
+                "the earlier create of pool {pool} left no allocation ({proof}); creating one"
+            )),
+            Settled::Waiting { job, state, reason } => {
+                return Err(still_waiting(pool, job, &state, &reason, req.wait))
+            }
+        }
+    }
+
+    let creation_id = Uuid::new_v4();
+    let name = JobName::new(creation_job_name(&req.job_name_prefix, pool, creation_id))
+        .map_err(|e| OpError::Usage(e.to_string()))?;
+    let alloc = alloc_request(req, name.clone())?;
+    let limit = ctx.sched.longest_call() + req.wait;
+    let intent = PoolCreateIntent {
+        pool: pool.to_owned(),
+        creation_id,
+        job_name: name.as_str().to_owned(),
+        salloc_limit_s: u32::try_from(limit.as_secs_f64().ceil() as u64).unwrap_or(u32::MAX),
+        cpus: req.cpus,
+        mem_mb: req.mem.get(),
+        time_s,
+        partition: req.partition.clone(),
+        account: req.account.clone(),
+        qos: req.qos.clone(),
+        nodelist: req.nodelist.clone(),
+    };
+    locked(ctx, |writer, state| {
+        if policy::check_create(&state.pools, pool, time_s)?.is_some() {
+            return Err(OpError::Failed(format!(
+                "another `dispatch pool create {pool}` started meanwhile; nothing was created. \
+                 Run it again to adopt its allocation"
+            )));
+        }
+        writer.append_one(Event::PoolCreateIntent(intent.clone()))?;
+        Ok(())
+    })?;
+    failpoint::hit("pool-create-after-intent");
+    let answer = allocate_with_progress(ctx, &alloc, pool, progress).await;
+    failpoint::hit("pool-create-after-salloc");
+    let (job, unclear) = match answer {
+        Ok(a) => (a.job_id, None),
+        // salloc printed its job's id before its answer broke off (`--immediate` ran out, or
+        // it was killed): the allocation may exist, so that job is followed to its end or its
+        // start instead of being guessed either way.
+        Err(ActionError::Unknown {
+            error,
+            job_hint: Some(job),
+        }) => {
+            let reason = format!("outcome unknown: {error}");
+            ctx_append_if_same(
+                ctx,
+                &intent,
+                vec![Event::PoolCreateFailed(PoolCreateFailed {
+                    pool: pool.to_owned(),
+                    creation_id,
+                    definite: false,
+                    reason: reason.clone(),
+                })],
+            )?;
+            (job, Some(reason))
+        }
+        Err(e) => return Err(salloc_failed(ctx, &intent, e)),
+    };
+    record_job(
+        ctx,
+        &intent,
+        job,
+        if unclear.is_some() {
+            "salloc-pending"
+        } else {
+            "salloc"
+        },
+    )?;
+    failpoint::hit("pool-create-after-job");
+    // A job salloc gave up on is cancelled by salloc itself: a few seconds show it over.
+    let deadline = deadline.max(Instant::now() + HINT_SETTLE);
+    match attach_created(ctx, &intent, job, deadline, progress).await? {
+        Settled::Attached(allocation) => Ok(report(pool, "created", name.as_str(), &allocation)),
+        Settled::Ended(proof) => Err(OpError::Failed(match unclear {
+            Some(reason) => format!(
+                "pool {pool}: salloc did not get allocation {job} within the wait ({reason}); \
+                 {proof}, so nothing is left. Wait longer (--wait) or ask for less"
+            ),
+            None => format!(
+                "allocation {job} of pool {pool} ended before it could be attached ({proof}); \
+                 nothing is left of it. Run `dispatch pool create {pool}` again"
+            ),
+        })),
+        Settled::Waiting { job, state, reason } => {
+            Err(still_waiting(pool, job, &state, &reason, req.wait))
+        }
+    }
+}
+
+fn report(pool: &str, action: &'static str, name: &str, a: &Allocation) -> CreateReport {
+    CreateReport {
+        pool: pool.to_owned(),
+        action,
+        job_name: name.to_owned(),
+        owner: "created",
+        allocation: AllocationView::of(a, None, None),
+    }
+}
+
+fn still_waiting(pool: &str, job: JobId, state: &str, reason: &str, wait: Duration) -> OpError {
+    OpError::Failed(format!(
+        "allocation {job} of pool {pool} is still {state} ({reason}) after the {} s wait. It is \
+         recorded: `dispatch pool create {pool}` again waits for it, `dispatch pool release \
+         {pool}` cancels it",
+        wait.as_secs()
+    ))
+}
+
+/// salloc blocks while its job is pending: meanwhile, say every [`PROGRESS_EVERY`] what
+/// Slurm says it waits for (squeue's reason).
+async fn allocate_with_progress<S: Scheduler>(
+    ctx: &Ctx<S>,
+    alloc: &AllocRequest,
+    pool: &str,
+    progress: Progress<'_>,
+) -> Result<crate::slurm::Allocated, ActionError> {
+    let salloc = ctx.sched.allocate(alloc);
+    tokio::pin!(salloc);
+    let started = Instant::now();
+    loop {
+        tokio::select! {
+            answer = &mut salloc => return answer,
+            () = tokio::time::sleep(PROGRESS_EVERY) => {
+                let rows = ctx.sched.list_jobs(&JobQuery::mine_named(alloc.name.clone())).await;
+                let said = rows
+                    .live()
+                    .and_then(|rows| rows.into_iter().next())
+                    .map(|r| format!("job {} is {} ({})", r.job_id, r.state, r.reason))
+                    .unwrap_or_else(|| "squeue does not list it yet".to_owned());
+                progress(&format!(
+                    "waiting for the allocation of pool {pool}: {said}; {} s so far (salloc gives \
+                     up and cancels it after --wait)",
+                    started.elapsed().as_secs()
+                ));
+            }
+        }
+    }
+}
+
+/// salloc did not grant the allocation and named no job: a definite refusal is exit 1 with
+/// Slurm's words; an answer cut off is recorded as such (exit 4), and the job it may have made
+/// is found by name later.
+fn salloc_failed<S: Scheduler>(ctx: &Ctx<S>, intent: &PoolCreateIntent, e: ActionError) -> OpError {
+    let pool = &intent.pool;
+    let definite = e.nothing_happened();
+    let failed = Event::PoolCreateFailed(PoolCreateFailed {
+        pool: pool.clone(),
+        creation_id: intent.creation_id,
+        definite,
+        reason: e.to_string(),
+    });
+    if let Err(j) = ctx_append_if_same(ctx, intent, vec![failed]) {
+        return j;
+    }
+    if definite {
+        return OpError::Failed(format!(
+            "pool {pool}: {e}. No allocation was created; correct the request and run \
+             `dispatch pool create {pool}` again"
+        ));
+    }
+    OpError::Unknown(format!(
+        "pool {pool}: salloc gave no clear answer ({e}); an allocation named {:?} may exist. It \
+         is recorded: `dispatch pool create {pool}` or `dispatch reconcile` finds it by name, \
+         `dispatch pool release {pool}` cancels it",
+        intent.job_name
+    ))
+}
+
+fn definite_failure(intent: &PoolCreateIntent, reason: String) -> Event {
+    Event::PoolCreateFailed(PoolCreateFailed {
+        pool: intent.pool.clone(),
+        creation_id: intent.creation_id,
+        definite: true,
+        reason,
+    })
+}
+
+/// The creation of `intent` as the journal holds it now, if it is still in flight.
+fn creation_now<'s>(state: &'s State, intent: &PoolCreateIntent) -> Option<&'s Creation> {
+    state
+        .pools
+        .creations
+        .get(&intent.pool)
+        .filter(|c| c.intent.creation_id == intent.creation_id)
+}
+
+/// Append `events` about creation `intent` if it is still in flight (another command may have
+/// settled it while Slurm answered); else nothing.
+fn ctx_append_if_same<S: Scheduler>(
+    ctx: &Ctx<S>,
+    intent: &PoolCreateIntent,
+    events: Vec<Event>,
+) -> Result<(), OpError> {
+    locked(ctx, |writer, state| {
+        if creation_now(state, intent).is_some() {
+            writer.append(events)?;
+        }
+        Ok(())
+    })
+}
+
+fn record_job<S: Scheduler>(
+    ctx: &Ctx<S>,
+    intent: &PoolCreateIntent,
+    job: JobId,
+    how: &str,
+) -> Result<(), OpError> {
+    locked(ctx, |writer, state| {
+        if creation_now(state, intent).is_some_and(|c| c.job_id.is_none()) {
+            writer.append_one(Event::PoolCreateJob(PoolCreateJob {
+                pool: intent.pool.clone(),
+                creation_id: intent.creation_id,
+                job_id: u64::from(job.get()),
+                how: how.to_owned(),
+            }))?;
+        }
+        Ok(())
+    })
+}
+
+/// Proof that `job` is over: a terminal state or "Invalid job id" for it (never an empty
+/// answer).
+pub(super) async fn job_over<S: Scheduler>(ctx: &Ctx<S>, job: JobId) -> Option<String> {
+    let listed = ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
+    match policy::seen_by_id(job, &listed.job(job), None) {
+        CreationSeen::Over(proof) => Some(proof),
+        _ => None,
+    }
+}
+
+/// How an earlier creation ended up.
+pub(crate) enum Settled {
+    /// Its allocation is now the pool (recorded).
+    Attached(Allocation),
+    /// Nothing of it is left (recorded): a new one may be created.
+    Ended(String),
+    /// Its job does not run yet (recorded, still in flight).
+    Waiting {
+        job: JobId,
+        state: String,
+        reason: String,
+    },
+}
+
+/// Resolve creation `c`: its job (known, or found by name: waiting, until `deadline` or its
+/// salloc's limit plus the settle margin, for an salloc still in flight), attached once it
+/// runs, or proven never made or over. A wait with nothing proven is exit 4.
+pub(crate) async fn settle_creation<S: Scheduler>(
+    ctx: &Ctx<S>,
+    c: &Creation,
+    deadline: Instant,
+    progress: Progress<'_>,
+) -> Result<Settled, OpError> {
+    let job = match c.job_id.and_then(job_of) {
+        Some(job) => job,
+        None => match find_by_name(ctx, c, true, progress).await? {
+            Found::Job(job) => job,
+            Found::Nothing(proof) => return Ok(Settled::Ended(proof)),
+            Found::Unknown(why) => return Err(OpError::Unknown(why)),
+        },
+    };
+    attach_created(ctx, &c.intent, job, deadline, progress).await
+}
+
+fn job_of(id: u64) -> Option<JobId> {
+    u32::try_from(id).ok().and_then(JobId::new)
+}
+
+pub(crate) enum Found {
+    /// Its job (recorded).
+    Job(JobId),
+    /// Proven never made, or made and over (recorded).
+    Nothing(String),
+    Unknown(String),
+}
+
+/// Look for the job of creation `c` by its name: squeue (`--me --states=all`) and, once its
+/// salloc's limit plus the settle margin has passed, accounting. `wait`: poll until found or
+/// settled (a create or release); else look once (reconcile).
+pub(crate) async fn find_by_name<S: Scheduler>(
+    ctx: &Ctx<S>,
+    c: &Creation,
+    wait: bool,
+    progress: Progress<'_>,
+) -> Result<Found, OpError> {
+    let intent = &c.intent;
+    let settle = reconcile_policy::settle_delay(Some(intent.salloc_limit_s));
+    let settled_at = reconcile_policy::settled_at(c.since, settle);
+    let mut told: Option<Instant> = None;
+    loop {
+        let now = ctx.now();
+        // A job given out after the settle point (the same rule as a lost `dispatch submit`):
+        // without one, an answer that lacks the name proves nothing.
+        let watermark = {
+            let (writer, loaded) = ctx.lock_and_load()?;
+            drop(writer);
+            reconcile_policy::watermark(
+                settled_at,
+                crate::ops::reconcile::recorded_job_ids(&loaded.state),
+            )
+        };
+        let mine = ctx
+            .sched
+            .list_jobs(&JobQuery::mine_including_finished())
+            .await;
+        let sacct = if now >= settled_at {
+            let margin = Micros(reconcile_policy::SETTLE_MARGIN.as_micros() as i64);
+            let names = JobName::new(intent.job_name.clone())
+                .ok()
+                .into_iter()
+                .collect();
+            Some(
+                ctx.sched
+                    .accounting(&AcctQuery {
+                        jobs: vec![],
+                        names,
+                        since: micros_to_local(Micros(c.since.0 - margin.0)),
+                    })
+                    .await,
+            )
+        } else {
+            None
+        };
+        match reconcile_policy::find_lost(
+            &intent.job_name,
+            c.since,
+            now,
+            settle,
+            watermark,
+            &mine,
+            sacct.as_ref(),
+        ) {
+            Lost::Found { job, how, over } => {
+                record_job(ctx, intent, job, "name")?;
+                progress(&format!(
+                    "found the allocation of the earlier create of pool {}: {how}",
+                    intent.pool
+                ));
+                if let Some(over) = over {
+                    ctx_append_if_same(ctx, intent, vec![definite_failure(intent, over.clone())])?;
+                    return Ok(Found::Nothing(over));
+                }
+                return Ok(Found::Job(job));
+            }
+            Lost::NeverCreated(proof) => {
+                ctx_append_if_same(ctx, intent, vec![definite_failure(intent, proof.clone())])?;
+                return Ok(Found::Nothing(proof));
+            }
+            Lost::Unknown(_) if wait && now < settled_at => {
+                if told.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY) {
+                    progress(&format!(
+                        "an earlier `dispatch pool create {}` was interrupted while salloc ran; \
+                         its allocation may still appear, so nothing is created for up to {} s \
+                         while dispatch looks for {:?} by name",
+                        intent.pool,
+                        (settled_at.0 - now.0).max(0) / 1_000_000,
+                        intent.job_name
+                    ));
+                    told = Some(Instant::now());
+                }
+                tokio::time::sleep(POLL_EVERY).await;
+            }
+            Lost::Unknown(why) => {
+                return Ok(Found::Unknown(format!(
+                    "an earlier create of pool {} may have made an allocation named {:?}, and \
+                     Slurm's answers do not settle it yet (settled {} s after its intent{}). \
+                     Nothing was created. Retry, or look with `squeue --me --name={}`",
+                    intent.pool,
+                    intent.job_name,
+                    settle.as_secs(),
+                    why.map(|w| format!("; {w}")).unwrap_or_default(),
+                    intent.job_name
+                )))
+            }
+        }
+    }
+}
+
+/// Wait (until `deadline`) for creation `intent`'s `job` to run, then attach it with every
+/// check of `pool attach`, as dispatch's. An allocation that cannot be attached is dispatch's
+/// to cancel: it is cancelled and proven gone, and the refusal returned.
+pub(crate) async fn attach_created<S: Scheduler>(
+    ctx: &Ctx<S>,
+    intent: &PoolCreateIntent,
+    job: JobId,
+    deadline: Instant,
+    progress: Progress<'_>,
+) -> Result<Settled, OpError> {
+    let pool = intent.pool.as_str();
+    let mut unknown = 0;
+    let mut told: Option<(String, Instant)> = None;
+    loop {
+        let listed = ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
+        match policy::seen_by_id(job, &listed.job(job), None) {
+            CreationSeen::Running => break,
+            CreationSeen::Over(proof) => {
+                ctx_append_if_same(ctx, intent, vec![definite_failure(intent, proof.clone())])?;
+                return Ok(Settled::Ended(proof));
+            }
+            CreationSeen::Waiting { state, reason } => {
+                unknown = 0;
+                if Instant::now() >= deadline {
+                    return Ok(Settled::Waiting { job, state, reason });
+                }
+                let said = format!("{state} ({reason})");
+                if told
+                    .as_ref()
+                    .is_none_or(|(s, at)| *s != said || at.elapsed() >= PROGRESS_EVERY)
+                {
+                    progress(&format!(
+                        "allocation {job} of pool {pool} is {said}; waiting (it is recorded: \
+                         `dispatch pool release {pool}` cancels it)"
+                    ));
+                    told = Some((said, Instant::now()));
+                }
+            }
+            CreationSeen::Unknown => {
+                unknown += 1;
+                if unknown >= UNKNOWN_POLLS || Instant::now() >= deadline {
+                    return Err(OpError::Unknown(format!(
+                        "cannot tell whether allocation {job} of pool {pool} runs (squeue: \
+                         {listed:?}); it is recorded: `dispatch pool create {pool}` again \
+                         attaches it, `dispatch pool release {pool}` cancels it"
+                    )));
+                }
+            }
+        }
+        tokio::time::sleep(POLL_EVERY.min(deadline.saturating_duration_since(Instant::now())))
+            .await;
+    }
+    let facts = match read_facts(ctx, job).await {
+        Ok(f) => f,
+        Err(OpError::Refused(r)) => return refused_after_grant(ctx, intent, job, r).await,
+        Err(e) => return Err(e),
+    };
+    let attached = locked(ctx, |writer, state| {
+        if creation_now(state, intent).is_none_or(|c| c.job_id != Some(u64::from(job.get()))) {
+            return Err(OpError::Failed(format!(
+                "the creation of pool {pool} was settled by another command meanwhile; \
+                 `dispatch pool status {pool}` shows it"
+            )));
+        }
+        match pool_policy::check_attach(&state.pools, pool, &facts, &ctx.caller, ctx.now()) {
+            Ok(allocation) => {
+                writer.append(vec![
+                    Event::PoolAttached(PoolAttached {
+                        pool: pool.to_owned(),
+                        allocation: allocation.clone(),
+                    }),
+                    Event::PoolOwned(PoolOwned {
+                        pool: pool.to_owned(),
+                        creation_id: intent.creation_id,
+                        job_id: allocation.job_id,
+                    }),
+                ])?;
+                Ok(Ok(allocation))
+            }
+            Err(r) => Ok(Err(r)),
+        }
+    })?;
+    match attached {
+        Ok(allocation) => Ok(Settled::Attached(allocation)),
+        Err(r) => refused_after_grant(ctx, intent, job, r).await,
+    }
+}
+
+/// A granted allocation that `pool attach` would refuse (too short, another user's, several
+/// nodes): nobody else will use it, so it is cancelled and proven gone.
+async fn refused_after_grant<S: Scheduler>(
+    ctx: &Ctx<S>,
+    intent: &PoolCreateIntent,
+    job: JobId,
+    r: Refusal,
+) -> Result<Settled, OpError> {
+    let pool = &intent.pool;
+    if let Err(e) = ctx.sched.cancel_job(job).await {
+        tracing::warn!("scancel {job}: {e}");
+    }
+    match await_proof(STOP_PROOF_TIMEOUT, || job_over(ctx, job)).await {
+        Some(proof) => {
+            ctx_append_if_same(
+                ctx,
+                intent,
+                vec![definite_failure(
+                    intent,
+                    format!("refused: {r}; cancelled: {proof}"),
+                )],
+            )?;
+            Err(OpError::Refused(r))
+        }
+        None => Err(OpError::Unknown(format!(
+            "allocation {job} cannot be pool {pool} ({r}); it was cancelled but is not proven \
+             gone. `dispatch pool release {pool}` finishes it"
+        ))),
+    }
+}
+
+/// What `reconcile` made of one creation in flight.
+#[derive(Debug, Serialize)]
+pub struct CreationReconciled {
+    pub pool: String,
+    pub job_name: String,
+    /// `attached` (it is the pool now, dispatch's), `ended` (nothing is left of it),
+    /// `waiting` (its job does not run yet) or `unknown`.
+    pub outcome: &'static str,
+    pub detail: String,
+}
+
+/// `reconcile`'s look at creation `c`: its job found by name (once, no wait), attached if it
+/// runs, recorded over if proven so. Never an error: what cannot be settled stays as it is.
+pub(crate) async fn reconcile_creation<S: Scheduler>(
+    ctx: &Ctx<S>,
+    c: &Creation,
+) -> CreationReconciled {
+    let quiet = |_: &str| {};
+    let outcome = |outcome, detail: String| CreationReconciled {
+        pool: c.intent.pool.clone(),
+        job_name: c.intent.job_name.clone(),
+        outcome,
+        detail,
+    };
+    let job = match c.job_id.and_then(job_of) {
+        Some(job) => job,
+        None => match find_by_name(ctx, c, false, &quiet).await {
+            Ok(Found::Job(job)) => job,
+            Ok(Found::Nothing(proof)) => return outcome("ended", proof),
+            Ok(Found::Unknown(why)) => return outcome("unknown", why),
+            Err(e) => return outcome("unknown", e.to_string()),
+        },
+    };
+    match attach_created(ctx, &c.intent, job, Instant::now(), &quiet).await {
+        Ok(Settled::Attached(a)) => outcome(
+            "attached",
+            format!(
+                "allocation {} on {} is pool {}",
+                a.job_id, a.node, c.intent.pool
+            ),
+        ),
+        Ok(Settled::Ended(proof)) => outcome("ended", proof),
+        Ok(Settled::Waiting { job, state, reason }) => {
+            outcome("waiting", format!("allocation {job} is {state} ({reason})"))
+        }
+        Err(OpError::Refused(r)) => outcome("ended", format!("refused and cancelled: {r}")),
+        Err(e) => outcome("unknown", e.to_string()),
+    }
+}

@@ -1,0 +1,247 @@
+//! `dispatch pool release`: the end of a pool dispatch created. `PoolReleaseIntent` (no worker
+//! is submitted from here on) → every worker stopped with proof (`stop_worker`) → `scancel` of
+//! the allocation → proof it is gone → the workers a stop could not settle released with that
+//! proof (no step outlives its allocation) → `PoolReleased` (the pool is forgotten). A pool
+//! attached to the user's allocation is refused (exit 3: `pool detach`). A creation that never
+//! became a pool is cancelled the same way: its job, known or found by name, proven gone.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::create::{find_by_name, job_over, Found, Progress};
+use super::{job_id, locked, stop_worker};
+use crate::event::Event;
+use crate::failpoint;
+use crate::names::check_path_name;
+use crate::ops::context::{await_proof, snapshot_quietly, Ctx, STOP_PROOF_TIMEOUT};
+use crate::ops::error::OpError;
+use crate::policy::pool_create::{self as policy, ReleasePlan};
+use crate::slurm::{JobId, Scheduler};
+use crate::state::pool::*;
+
+#[derive(Debug, Serialize)]
+pub struct ReleaseReport {
+    pub pool: String,
+    /// The allocation cancelled; none when the creation never made one.
+    pub job_id: Option<u64>,
+    /// What proved it gone (or never made).
+    pub proof: String,
+    /// The workers released, each with what proved its step over.
+    pub workers: Vec<ReleasedWorker>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ReleasedWorker {
+    pub worker: String,
+    pub submission_id: String,
+    pub proof: String,
+}
+
+pub async fn release<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &str,
+    grace: Duration,
+    progress: Progress<'_>,
+) -> Result<ReleaseReport, OpError> {
+    check_path_name("pool", pool).map_err(OpError::Usage)?;
+    let state = {
+        let (writer, loaded) = ctx.lock_and_load()?;
+        drop(writer);
+        loaded.state
+    };
+    match policy::check_release(&state.pools, pool)? {
+        ReleasePlan::Creation(c) => release_creation(ctx, c, progress).await,
+        ReleasePlan::Pool(p) => release_pool(ctx, p, grace, progress).await,
+    }
+}
+
+/// A creation that is not a pool yet: cancel its job (found by name if salloc gave no id),
+/// prove it gone, and record the creation over.
+async fn release_creation<S: Scheduler>(
+    ctx: &Ctx<S>,
+    c: &Creation,
+    progress: Progress<'_>,
+) -> Result<ReleaseReport, OpError> {
+    let pool = c.intent.pool.clone();
+    let job = match c
+        .job_id
+        .and_then(|j| u32::try_from(j).ok().and_then(JobId::new))
+    {
+        Some(job) => job,
+        None => match find_by_name(ctx, c, true, progress).await? {
+            Found::Job(job) => job,
+            Found::Nothing(proof) => {
+                return Ok(ReleaseReport {
+                    pool,
+                    job_id: None,
+                    proof,
+                    workers: Vec::new(),
+                })
+            }
+            Found::Unknown(why) => return Err(OpError::Unknown(why)),
+        },
+    };
+    let proof = cancel_and_prove(ctx, &pool, job).await?;
+    locked(ctx, |writer, state| {
+        let same = state
+            .pools
+            .creations
+            .get(&pool)
+            .is_some_and(|x| x.intent.creation_id == c.intent.creation_id);
+        if same {
+            writer.append_one(Event::PoolCreateFailed(PoolCreateFailed {
+                pool: pool.clone(),
+                creation_id: c.intent.creation_id,
+                definite: true,
+                reason: format!("released: {proof}"),
+            }))?;
+        }
+        Ok(())
+    })?;
+    Ok(ReleaseReport {
+        pool,
+        job_id: Some(u64::from(job.get())),
+        proof,
+        workers: Vec::new(),
+    })
+}
+
+/// `scancel J`, then proof that J is over within [`STOP_PROOF_TIMEOUT`].
+async fn cancel_and_prove<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &str,
+    job: JobId,
+) -> Result<String, OpError> {
+    if let Some(proof) = job_over(ctx, job).await {
+        return Ok(proof);
+    }
+    if let Err(e) = ctx.sched.cancel_job(job).await {
+        tracing::warn!("scancel {job}: {e}");
+    }
+    failpoint::hit("pool-release-after-cancel");
+    await_proof(STOP_PROOF_TIMEOUT, || job_over(ctx, job))
+        .await
+        .ok_or_else(|| {
+            OpError::Unknown(format!(
+                "allocation {job} of pool {pool} was cancelled but is not yet proven gone; \
+                 the pool stays recorded. Run `dispatch pool release {pool}` again"
+            ))
+        })
+}
+
+async fn release_pool<S: Scheduler>(
+    ctx: &Ctx<S>,
+    p: &Pool,
+    grace: Duration,
+    progress: Progress<'_>,
+) -> Result<ReleaseReport, OpError> {
+    let pool = p.name.clone();
+    let allocation = p.allocation.clone();
+    let job = job_id(&allocation)?;
+    let same = |state: &crate::state::State| {
+        state
+            .pools
+            .pools
+            .get(&pool)
+            .is_some_and(|x| x.allocation == allocation && x.created.is_some())
+    };
+    locked(ctx, |writer, state| {
+        if !same(state) {
+            return Err(OpError::Failed(format!(
+                "pool {pool} changed while this release looked at it; nothing was done. \
+                 `dispatch pool status {pool}` shows it now"
+            )));
+        }
+        if !state.pools.pools[&pool].releasing {
+            writer.append_one(Event::PoolReleaseIntent(PoolReleaseIntent {
+                pool: pool.clone(),
+                job_id: allocation.job_id,
+            }))?;
+        }
+        Ok(())
+    })?;
+    failpoint::hit("pool-release-after-intent");
+    let mut workers = Vec::new();
+    // Each worker as `stop-worker` stops it: TERM, its grace, cancel, proof, release. One
+    // that cannot be proven stopped is released below with the allocation's end.
+    let holding: Vec<(String, uuid::Uuid)> = p
+        .active
+        .values()
+        .map(|w| (w.name.clone(), w.submission_id))
+        .collect();
+    if p.ended.is_none() {
+        for (name, id) in &holding {
+            progress(&format!("stopping worker {name} of pool {pool}"));
+            match stop_worker(ctx, &pool, name, grace).await {
+                Ok(r) => workers.push(ReleasedWorker {
+                    worker: name.clone(),
+                    submission_id: id.to_string(),
+                    proof: r.proof.unwrap_or_default(),
+                }),
+                Err(e) => progress(&format!(
+                    "worker {name} is not proven stopped ({e}); it is released once the \
+                     allocation is proven gone"
+                )),
+            }
+        }
+    }
+    failpoint::hit("pool-release-after-workers");
+    let proof = match &p.ended {
+        Some(ended) => ended.proof.clone(),
+        None => cancel_and_prove(ctx, &pool, job).await?,
+    };
+    // What the stops did not settle: no step outlives its allocation.
+    let left: Vec<(String, uuid::Uuid)> = {
+        let (writer, loaded) = ctx.lock_and_load()?;
+        drop(writer);
+        loaded
+            .state
+            .pools
+            .pools
+            .get(&pool)
+            .map(|x| {
+                x.active
+                    .values()
+                    .map(|w| (w.name.clone(), w.submission_id))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for (name, id) in left {
+        let why = format!("its allocation {job} is over: {proof}");
+        if super::release_proven(ctx, &pool, id, &why, |_| true)? {
+            workers.push(ReleasedWorker {
+                worker: name,
+                submission_id: id.to_string(),
+                proof: why,
+            });
+        }
+    }
+    failpoint::hit("pool-release-before-record");
+    locked(ctx, |writer, state| {
+        if !same(state) {
+            return Ok(());
+        }
+        let holding = state.pools.pools[&pool].active.len();
+        if holding > 0 {
+            return Err(OpError::Unknown(format!(
+                "{holding} worker(s) of pool {pool} still hold budget after its allocation {job} \
+                 was proven gone; run `dispatch pool release {pool}` again"
+            )));
+        }
+        writer.append_one(Event::PoolReleased(PoolReleased {
+            pool: pool.clone(),
+            job_id: allocation.job_id,
+            proof: proof.clone(),
+        }))?;
+        Ok(())
+    })?;
+    snapshot_quietly(&ctx.journal_dir());
+    Ok(ReleaseReport {
+        pool,
+        job_id: Some(allocation.job_id),
+        proof,
+        workers,
+    })
+}

@@ -1,0 +1,238 @@
+//! Allocations dispatch makes (`pool create`) and cancels (`pool release`): what may be created
+//! or released, and what Slurm's answers say about a creation's job. The rules are the ones
+//! sessions and `dispatch submit` keep: intent before salloc, a job name unique to the
+//! creation, found by that name after a lost answer, proven never created only after salloc's
+//! limit plus the settle margin (`policy::reconcile::find_lost`), and a job over only with a
+//! terminal state or "Invalid job id" (`policy::reconcile::job_seen`).
+
+use crate::policy::pool::{Refusal, MIN_ATTACH_LIFETIME_S};
+use crate::policy::reconcile::{job_seen, JobSeen};
+use crate::slurm::{AcctRow, JobId, JobRow, JobState, Lookup};
+use crate::state::pool::{Creation, Pools};
+
+/// What a created allocation must have beyond the attach minimum: the time from salloc's grant
+/// to the attach, and a worker's first minutes.
+pub const CREATE_MARGIN_S: i64 = 60;
+
+/// May `pool` be created with a time limit of `time_s`? `Some(creation)`: an earlier create of
+/// this name may have made an allocation, which this one must adopt (or prove gone) first.
+pub fn check_create<'p>(
+    pools: &'p Pools,
+    pool: &str,
+    time_s: u64,
+) -> Result<Option<&'p Creation>, Refusal> {
+    if let Some(existing) = pools.pools.get(pool) {
+        return Err(Refusal::PoolExists {
+            pool: pool.to_owned(),
+            job_id: existing.allocation.job_id,
+        });
+    }
+    let need_s = MIN_ATTACH_LIFETIME_S + CREATE_MARGIN_S;
+    if (time_s as i64) < need_s {
+        return Err(Refusal::TimeLimitTooShort { time_s, need_s });
+    }
+    Ok(pools.creations.get(pool))
+}
+
+/// What `pool release` may do with `pool`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReleasePlan<'p> {
+    /// A created pool: stop its workers, cancel its allocation, prove it gone, forget it.
+    Pool(&'p crate::state::pool::Pool),
+    /// A creation that has no pool yet: cancel whatever job it made, prove it gone.
+    Creation(&'p Creation),
+}
+
+pub fn check_release<'p>(pools: &'p Pools, pool: &str) -> Result<ReleasePlan<'p>, Refusal> {
+    if let Some(p) = pools.pools.get(pool) {
+        if p.created.is_none() {
+            return Err(Refusal::AttachedNotCreated {
+                pool: pool.to_owned(),
+                job_id: p.allocation.job_id,
+            });
+        }
+        return Ok(ReleasePlan::Pool(p));
+    }
+    pools
+        .creations
+        .get(pool)
+        .map(ReleasePlan::Creation)
+        .ok_or_else(|| Refusal::NoPool {
+            pool: pool.to_owned(),
+        })
+}
+
+/// What a creation's job is doing, from a by-id listing (and accounting, if asked).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CreationSeen {
+    /// Running: attach it.
+    Running,
+    /// Not running yet (pending, configuring) or ending (completing): wait.
+    Waiting { state: String, reason: String },
+    /// Proven over: no allocation of this creation is left.
+    Over(String),
+    /// Nothing proves anything.
+    Unknown,
+}
+
+pub fn seen_by_id(
+    job: JobId,
+    listed: &Lookup<'_, JobRow>,
+    accounting: Option<&[AcctRow]>,
+) -> CreationSeen {
+    match job_seen(job, listed, accounting) {
+        JobSeen::Over(proof) => CreationSeen::Over(proof),
+        JobSeen::Unproven => CreationSeen::Unknown,
+        JobSeen::Live => {
+            let row = listed.live().expect("Live comes from a listed row");
+            match row.state {
+                JobState::Running => CreationSeen::Running,
+                ref state => CreationSeen::Waiting {
+                    state: state.to_string(),
+                    reason: row.reason.clone(),
+                },
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Micros;
+    use crate::slurm::squeue::parse_jobs;
+    use crate::slurm::{Answer, GoneProof, SlurmCommand};
+    use crate::state::pool::{PoolAttached, PoolCreateIntent, PoolOwned};
+    use uuid::Uuid;
+
+    fn intent(pool: &str) -> PoolCreateIntent {
+        PoolCreateIntent {
+            pool: pool.into(),
+            creation_id: Uuid::from_u128(7),
+            job_name: "dispatch-pool-p-00000000".into(),
+            salloc_limit_s: 632,
+            cpus: 8,
+            mem_mb: 8000,
+            time_s: 1800,
+            partition: None,
+            account: None,
+            qos: None,
+            nodelist: Some("vm".into()),
+        }
+    }
+
+    fn attached(pools: &mut Pools, pool: &str, job_id: u64) {
+        let allocation = crate::state::pool::Allocation {
+            job_id,
+            node: "vm".into(),
+            user: "ana".into(),
+            start_time: Micros(1),
+            end_time: Micros(2),
+            cpus: 8,
+            mem_mb: 8000,
+            partition: "debug".into(),
+            account: "dev".into(),
+            qos: "normal".into(),
+        };
+        pools.attach(
+            Micros(1),
+            &PoolAttached {
+                pool: pool.into(),
+                allocation,
+            },
+        );
+    }
+
+    #[test]
+    fn create_refuses_an_existing_pool_and_a_short_time_and_finds_its_earlier_creation() {
+        let mut pools = Pools::default();
+        assert!(matches!(
+            check_create(&pools, "p", 179),
+            Err(Refusal::TimeLimitTooShort { need_s: 180, .. })
+        ));
+        assert_eq!(check_create(&pools, "p", 180), Ok(None));
+        pools.create_intent(Micros(5), &intent("p"));
+        assert_eq!(
+            check_create(&pools, "p", 600).unwrap().map(|c| c.since),
+            Some(Micros(5))
+        );
+        attached(&mut pools, "q", 9);
+        assert!(matches!(
+            check_create(&pools, "q", 600),
+            Err(Refusal::PoolExists { job_id: 9, .. })
+        ));
+    }
+
+    #[test]
+    fn only_a_created_pool_or_a_creation_is_released() {
+        let mut pools = Pools::default();
+        assert!(matches!(
+            check_release(&pools, "p"),
+            Err(Refusal::NoPool { .. })
+        ));
+        pools.create_intent(Micros(5), &intent("p"));
+        assert!(matches!(
+            check_release(&pools, "p"),
+            Ok(ReleasePlan::Creation(_))
+        ));
+        attached(&mut pools, "u", 3);
+        assert!(matches!(
+            check_release(&pools, "u"),
+            Err(Refusal::AttachedNotCreated { job_id: 3, .. })
+        ));
+        attached(&mut pools, "p", 4);
+        pools.owned(&PoolOwned {
+            pool: "p".into(),
+            creation_id: Uuid::from_u128(7),
+            job_id: 4,
+        });
+        assert!(pools.creations.is_empty(), "the creation became the pool");
+        assert!(matches!(
+            check_release(&pools, "p"),
+            Ok(ReleasePlan::Pool(p)) if p.created == Some(Uuid::from_u128(7))
+        ));
+    }
+
+    #[test]
+    fn a_creations_job_is_over_only_with_proof() {
+        let job = JobId::new(900).unwrap();
+        let rows = |state: &str, reason: &str| {
+            parse_jobs(&format!(
+                "900|900|{state}|debug|dev|normal|root|1|8||9:58|10:00|N/A|N/A|{reason}|n\n"
+            ))
+            .unwrap()
+        };
+        let pending = Answer::Live(rows("PENDING", "Resources"));
+        assert_eq!(
+            seen_by_id(job, &pending.job(job), None),
+            CreationSeen::Waiting {
+                state: "PENDING".into(),
+                reason: "Resources".into()
+            }
+        );
+        let running = Answer::Live(rows("RUNNING", "None"));
+        assert_eq!(
+            seen_by_id(job, &running.job(job), None),
+            CreationSeen::Running
+        );
+        let cancelled = Answer::Live(rows("CANCELLED", "None"));
+        assert!(matches!(
+            seen_by_id(job, &cancelled.job(job), None),
+            CreationSeen::Over(_)
+        ));
+        let empty: Answer<Vec<JobRow>> = Answer::Live(vec![]);
+        assert_eq!(
+            seen_by_id(job, &empty.job(job), None),
+            CreationSeen::Unknown,
+            "an empty answer proves nothing"
+        );
+        let gone: Answer<Vec<JobRow>> = Answer::Gone(GoneProof::InvalidJobId {
+            command: SlurmCommand::Squeue,
+            job,
+        });
+        assert!(matches!(
+            seen_by_id(job, &gone.job(job), None),
+            CreationSeen::Over(_)
+        ));
+    }
+}
