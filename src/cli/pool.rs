@@ -141,6 +141,11 @@ pub enum PoolCommand {
         grace: u32,
         #[command(flatten)]
         assets: SubmitExtras,
+        /// When the pool has no room, wait for it (first come, first served among waiters),
+        /// at most SECS seconds if given (exit 3 after them)
+        #[arg(long, value_name = "SECS", num_args = 0..=1, require_equals = true,
+              value_parser = clap::value_parser!(u64).range(1..=31_536_000))]
+        wait: Option<Option<u64>>,
     },
     /// Show pools, their allocations, reservations and workers (no Slurm call unless --refresh)
     #[command(after_help = "Examples:\n  \
@@ -177,6 +182,21 @@ pub enum PoolCommand {
         #[arg(value_parser = crate::names::arg::path_name("pool"))]
         pool: String,
     },
+}
+
+/// `pool submit --wait`'s progress on a terminal (stderr).
+fn wait_progress(p: &ops::WaitProgress) {
+    let (cpus, mem) = p.capacity;
+    let standing = match (p.ahead, p.reserved) {
+        (0, Some((rc, rm))) => format!("next in line; {rc}/{cpus} CPUs and {rm}/{mem} MB reserved"),
+        (0, None) => "next in line".to_owned(),
+        (n, _) => format!("{n} ahead in line"),
+    };
+    super::output::note(&format!(
+        "waiting for room in pool {}: {standing} ({} s)",
+        p.pool,
+        p.waited.as_secs()
+    ));
 }
 
 impl From<OpError> for Failure {
@@ -223,12 +243,18 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
             worker,
             grace,
             assets,
+            wait,
         } => {
             let req = ops::SubmitRequest {
                 pool: pool.clone(),
                 spec: worker.spec(*grace, assets),
             };
-            let r = ops::submit(ctx, &req).await?;
+            let wait = wait.map(|limit| ops::Wait {
+                limit: limit.map(Duration::from_secs),
+                progress: std::io::IsTerminal::is_terminal(&std::io::stderr())
+                    .then_some(wait_progress as fn(&ops::WaitProgress)),
+            });
+            let r = ops::submit_waiting(ctx, &req, wait).await?;
             for w in &r.warnings {
                 super::output::note(&format!("warning: {w}"));
             }

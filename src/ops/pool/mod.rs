@@ -9,12 +9,16 @@
 
 mod attach;
 mod ingest;
+mod queue;
+mod room;
 mod status;
 mod stop;
 mod submit;
 
 pub use attach::{attach, detach, AllocationView, AttachReport, DetachReport};
 pub(crate) use ingest::{ingest_worker_journal, sweep_publication};
+pub use queue::MAX_WAITING;
+pub use room::{Wait, WaitProgress, FALLBACK_PROOF_EVERY};
 pub use status::{
     status, status_of, AssetUseView, NodeView, PoolView, PublicationView, Resources, StatusReport,
     WorkerJournalView, WorkerView,
@@ -22,7 +26,7 @@ pub use status::{
 pub(crate) use stop::release_proven;
 pub use stop::{stop_worker, StopReport};
 pub(crate) use submit::process_alive;
-pub use submit::{submit, SubmitReport, SubmitRequest, STEP_DISCOVERY_TIMEOUT};
+pub use submit::{submit, submit_waiting, SubmitReport, SubmitRequest, STEP_DISCOVERY_TIMEOUT};
 
 use std::path::Path;
 

@@ -6,6 +6,8 @@ use std::time::Duration;
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::queue::Ticket;
+use super::room::{self, Wait};
 use super::{
     active_worker, job_id, locked, numbered_step_named, published_dir, read_facts, record,
     step_name,
@@ -51,27 +53,42 @@ async fn inspect_for_submit<S: Scheduler>(
     ctx: &Ctx<S>,
     pool: &Pool,
     ask: &WorkerAsk,
+    check: Check,
 ) -> Result<AllocationFacts, OpError> {
     let job = job_id(&pool.allocation)?;
     let facts = read_facts(ctx, job).await?;
-    let first = policy::check_submit(pool, &facts, ask, &ctx.caller, ctx.now());
+    let first = check(pool, &facts, ask, &ctx.caller, ctx.now());
     match first {
         Ok(()) => Ok(facts),
         Err(Refusal::IncarnationChanged { .. }) => Err(first.unwrap_err().into()),
         Err(refusal) if facts.start_time == Some(pool.allocation.start_time) => {
             tracing::info!("live metadata refused ({refusal}); re-inspecting once");
             let again = read_facts(ctx, job).await?;
-            policy::check_submit(pool, &again, ask, &ctx.caller, ctx.now())?;
+            check(pool, &again, ask, &ctx.caller, ctx.now())?;
             Ok(again)
         }
         Err(refusal) => Err(refusal.into()),
     }
 }
 
+/// A submit check of `policy::pool`: all of them, or all but the room (`--wait`).
+type Check = fn(&Pool, &AllocationFacts, &WorkerAsk, &str, Micros) -> Result<(), Refusal>;
+
 pub async fn submit<S: Scheduler>(
     ctx: &Ctx<S>,
     req: &SubmitRequest,
 ) -> Result<SubmitReport, OpError> {
+    submit_waiting(ctx, req, None).await
+}
+
+/// `pool submit`, and with `wait`, `pool submit --wait`: when the pool has no room, queue and
+/// wait for it (`room.rs`) instead of refusing.
+pub async fn submit_waiting<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &SubmitRequest,
+    wait: Option<Wait>,
+) -> Result<SubmitReport, OpError> {
+    let started = tokio::time::Instant::now();
     check_path_name("pool", &req.pool).map_err(OpError::Usage)?;
     let spec = &req.spec;
     spec.check()?;
@@ -100,7 +117,11 @@ pub async fn submit<S: Scheduler>(
         budgets,
     };
     spec.bind(&loaded.state, &ctx.state_dir, submission_id)?;
-    let facts = inspect_for_submit(ctx, pool, &ask).await?;
+    let check: Check = match wait {
+        Some(_) => policy::check_submit_to_wait,
+        None => policy::check_submit,
+    };
+    let mut facts = inspect_for_submit(ctx, pool, &ask, check).await?;
     let allocation = pool.allocation.clone();
     let job = job_id(&allocation)?;
     let name = step_name(&req.pool, &worker);
@@ -123,8 +144,27 @@ pub async fn submit<S: Scheduler>(
         publication_timeout_s: budgets.publication_timeout_s,
         command: spec.command.clone(),
     });
-    let bound = locked(ctx, |writer, state| {
-        let pool = state
+    // With --wait: a place in the pool's queue, held until the receipt is written.
+    let ticket = match wait {
+        Some(_) => Some(Ticket::take(&ctx.state_dir, &ctx.pools_dir(), &req.pool)?),
+        None => None,
+    };
+    let bound = loop {
+        if let (Some(wait), Some(ticket)) = (&wait, &ticket) {
+            let asked = room::Asked {
+                pool: &req.pool,
+                allocation: &allocation,
+                facts: &facts,
+                ask: &ask,
+            };
+            let waited = room::until_room(ctx, &asked, ticket, wait, started).await?;
+            if waited {
+                // Slurm is asked again only after a wait: the allocation may have changed.
+                facts = inspect_for_submit(ctx, pool, &ask, check).await?;
+            }
+        }
+        let receipt = locked(ctx, |writer, state| {
+            let pool = state
             .pools
             .pools
             .get(&req.pool)
@@ -136,11 +176,18 @@ pub async fn submit<S: Scheduler>(
                     req.pool
                 ))
             })?;
-        policy::check_submit(pool, &facts, &ask, &ctx.caller, ctx.now())?;
-        let bound = spec.bind(state, &ctx.state_dir, submission_id)?;
-        writer.append(bound.receipt(intent, submission_id))?;
-        Ok(bound)
-    })?;
+            policy::check_submit(pool, &facts, &ask, &ctx.caller, ctx.now())?;
+            let bound = spec.bind(state, &ctx.state_dir, submission_id)?;
+            writer.append(bound.receipt(intent.clone(), submission_id))?;
+            Ok(bound)
+        });
+        match receipt {
+            // A submitter without --wait took the room meanwhile: wait again, first in line.
+            Err(OpError::Refused(Refusal::Budget { .. })) if ticket.is_some() => continue,
+            other => break other?,
+        }
+    };
+    drop(ticket);
     failpoint::hit("pool-submit-after-intent");
     let mut report = SubmitReport {
         pool: req.pool.clone(),
