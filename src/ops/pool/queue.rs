@@ -1,7 +1,7 @@
 //! The waiting room of `pool submit --wait`: a first-come-first-served queue of tickets on
 //! disk, one per waiting submitter of a pool, in `<state>/pools/<pool>/queue/`.
 //!
-//! A ticket is a file `t-<number>`, numbered one above every ticket present, under a short
+//! A ticket is a file `t-<number>` holding its waiter's pid, numbered one above every ticket present, under a short
 //! `flock` on the queue's `LOCK` (so two arrivals never share a number and a later arrival is
 //! always behind). Its waiter holds an exclusive `flock` on it from before `LOCK` is released
 //! until it leaves, and removes it when it leaves. A ticket whose lock anybody can take has no
@@ -101,8 +101,13 @@ impl Ticket {
             .into());
         }
         let number = present.last().map_or(1, |n| n + 1);
+        // The waiter's pid, for whoever looks (`pool status` does not; a person may).
         let held = open_no_follow(&ticket_path(&dir, number), true)
             .and_then(|f| f.try_lock_exclusive().map(|()| f))
+            .and_then(|mut f| {
+                use std::io::Write;
+                writeln!(f, "{}", std::process::id()).map(|()| f)
+            })
             .map_err(|e| io_failed(&dir, "create a ticket", e))?;
         drop(lock);
         Ok(Ticket {
