@@ -8,6 +8,7 @@
 //! This file holds what they share: the journal-lock helpers and the allocation's identity.
 
 mod attach;
+mod dry_run;
 mod ingest;
 mod queue;
 mod room;
@@ -16,6 +17,8 @@ mod stop;
 mod submit;
 
 pub use attach::{attach, detach, AllocationView, AttachReport, DetachReport};
+pub(crate) use dry_run::state_now;
+pub use dry_run::{submit_dry_run, SubmitPlan};
 pub(crate) use ingest::{ingest_worker_journal, sweep_publication};
 pub use queue::MAX_WAITING;
 pub use room::{Wait, WaitProgress, FALLBACK_PROOF_EVERY};
