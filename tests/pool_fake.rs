@@ -724,3 +724,62 @@ fn a_wait_ends_when_the_allocation_becomes_too_short_for_the_worker() {
     assert!(started.elapsed() < std::time::Duration::from_secs(15));
     assert_eq!(waiting(&fake), 0);
 }
+
+/// Issue 14: `pool submit --dry-run` checks what a submit checks, Slurm included, and writes
+/// nothing: a full pool refuses (exit 3) as a submit would, with `--wait` it would go (exit 0,
+/// after waiting), and the journal is as it was.
+#[test]
+fn a_dry_run_checks_everything_and_journals_nothing() {
+    let fake = full_pool();
+    let before = fake.kinds().len();
+    fake.forget_calls();
+    let (code, _, err) = fake.run(&[
+        "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--dry-run", "--", "true",
+    ]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("cannot fit"), "{err}");
+    let (code, out, err) = fake.run(&[
+        "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--dry-run", "--wait", "--json",
+        "--", "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let plan: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(plan["dry_run"], true, "{plan}");
+    assert_eq!(plan["room"], "after_waiting", "{plan}");
+    assert_eq!(plan["reserved_cpus"], 4, "{plan}");
+    let (code, _, err) = fake.run(&[
+        "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--dry-run", "--name", "w0", "--",
+        "true",
+    ]);
+    assert_eq!(code, 3, "a duplicate name passed: {err}");
+    assert_eq!(fake.programs(), ["scontrol", "scontrol", "scontrol"]);
+    assert_eq!(fake.kinds().len(), before, "a dry run wrote events");
+    assert_eq!(waiting(&fake), 0);
+}
+
+/// Issue 14: `submit --dry-run` asks `sbatch --test-only` with the job's placement and says
+/// where and when it would start; a refusal is the refusal's exit; nothing is created.
+#[test]
+fn a_submit_dry_run_asks_sbatch_test_only_and_creates_nothing() {
+    let fake = Fake::new();
+    fake.scenario(json!({"sbatch": [
+        {"match": ["--test-only"], "absent": ["--mem=999999M"], "stderr": "sbatch: Job 1003 to start at 2026-12-01T11:34:43 using 1 processors on nodes vm in partition debug\n"},
+        {"match": ["--test-only"], "stderr": "allocation failure: Requested node configuration is not available\n", "exit": 1},
+    ]}));
+    let (code, out, err) = fake.run(&[
+        "submit", "--time", "10", "--cpus", "1", "--mem", "100M", "--dry-run", "--json", "--",
+        "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let plan: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(plan["would_start"], "2026-12-01T11:34:43", "{plan}");
+    assert_eq!(plan["nodes"], "vm", "{plan}");
+    let (code, _, err) = fake.run(&[
+        "submit", "--time", "10", "--cpus", "1", "--mem", "999999M", "--dry-run", "--", "true",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("Requested node configuration"), "{err}");
+    let calls = fake.calls();
+    assert!(calls.iter().all(|(c, a)| c == "sbatch" && a[0] == "--test-only"), "{calls:?}");
+    assert!(!fake.state().exists(), "a dry run created the state directory");
+}
