@@ -734,13 +734,32 @@ fn a_dry_run_checks_everything_and_journals_nothing() {
     let before = fake.kinds().len();
     fake.forget_calls();
     let (code, _, err) = fake.run(&[
-        "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--dry-run", "--", "true",
+        "pool",
+        "submit",
+        "p",
+        "--cpus",
+        "1",
+        "--mem",
+        "100M",
+        "--dry-run",
+        "--",
+        "true",
     ]);
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("cannot fit"), "{err}");
     let (code, out, err) = fake.run(&[
-        "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--dry-run", "--wait", "--json",
-        "--", "true",
+        "pool",
+        "submit",
+        "p",
+        "--cpus",
+        "1",
+        "--mem",
+        "100M",
+        "--dry-run",
+        "--wait",
+        "--json",
+        "--",
+        "true",
     ]);
     assert_eq!(code, 0, "{err}");
     let plan: Value = serde_json::from_str(out.trim()).unwrap();
@@ -748,7 +767,17 @@ fn a_dry_run_checks_everything_and_journals_nothing() {
     assert_eq!(plan["room"], "after_waiting", "{plan}");
     assert_eq!(plan["reserved_cpus"], 4, "{plan}");
     let (code, _, err) = fake.run(&[
-        "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--dry-run", "--name", "w0", "--",
+        "pool",
+        "submit",
+        "p",
+        "--cpus",
+        "1",
+        "--mem",
+        "100M",
+        "--dry-run",
+        "--name",
+        "w0",
+        "--",
         "true",
     ]);
     assert_eq!(code, 3, "a duplicate name passed: {err}");
@@ -767,7 +796,16 @@ fn a_submit_dry_run_asks_sbatch_test_only_and_creates_nothing() {
         {"match": ["--test-only"], "stderr": "allocation failure: Requested node configuration is not available\n", "exit": 1},
     ]}));
     let (code, out, err) = fake.run(&[
-        "submit", "--time", "10", "--cpus", "1", "--mem", "100M", "--dry-run", "--json", "--",
+        "submit",
+        "--time",
+        "10",
+        "--cpus",
+        "1",
+        "--mem",
+        "100M",
+        "--dry-run",
+        "--json",
+        "--",
         "true",
     ]);
     assert_eq!(code, 0, "{err}");
@@ -775,11 +813,28 @@ fn a_submit_dry_run_asks_sbatch_test_only_and_creates_nothing() {
     assert_eq!(plan["would_start"], "2026-12-01T11:34:43", "{plan}");
     assert_eq!(plan["nodes"], "vm", "{plan}");
     let (code, _, err) = fake.run(&[
-        "submit", "--time", "10", "--cpus", "1", "--mem", "999999M", "--dry-run", "--", "true",
+        "submit",
+        "--time",
+        "10",
+        "--cpus",
+        "1",
+        "--mem",
+        "999999M",
+        "--dry-run",
+        "--",
+        "true",
     ]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("Requested node configuration"), "{err}");
     let calls = fake.calls();
-    assert!(calls.iter().all(|(c, a)| c == "sbatch" && a[0] == "--test-only"), "{calls:?}");
-    assert!(!fake.state().exists(), "a dry run created the state directory");
+    assert!(
+        calls
+            .iter()
+            .all(|(c, a)| c == "sbatch" && a[0] == "--test-only"),
+        "{calls:?}"
+    );
+    assert!(
+        !fake.state().exists(),
+        "a dry run created the state directory"
+    );
 }

@@ -31,16 +31,27 @@ use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
 use crate::worker::report;
 
-/// How often a waiter looks at the queue, and the head at the journal and workers' journals
-/// (file reads only).
-const POLL: Duration = Duration::from_millis(15);
-/// The first retry of a proof for a worker whose supervisor finished (its step may take a
-/// moment to leave the step listing); doubled up to [`PROOF_RETRY_MAX`].
-const PROOF_RETRY_FIRST: Duration = Duration::from_millis(20);
+/// How often a waiter near the head looks at the queue, and the head at the journal and the
+/// workers' journals (file reads only): room handed on within a few ms.
+const POLL_NEAR: Duration = Duration::from_millis(5);
+/// How often a waiter further back looks at the queue.
+const POLL_FAR: Duration = Duration::from_millis(25);
+/// Waiters with fewer than this many ahead poll at [`POLL_NEAR`].
+const NEAR: usize = 4;
+/// Retries of a proof for a worker whose supervisor finished: its step leaves the step
+/// listing once its srun has exited, 10–40 ms after the supervisor's last record here. The
+/// first [`PROOF_RETRIES_QUICK`] retries come [`PROOF_RETRY_FIRST`] apart, then the pause
+/// doubles up to [`PROOF_RETRY_MAX`] (two Slurm calls per try).
+const PROOF_RETRY_FIRST: Duration = Duration::from_millis(10);
+const PROOF_RETRIES_QUICK: u32 = 5;
 const PROOF_RETRY_MAX: Duration = Duration::from_secs(2);
 /// How often the head asks Slurm about workers whose own journal says nothing (a killed
 /// supervisor): polite to the controller, and no worker keeps its budget forever.
 pub const FALLBACK_PROOF_EVERY: Duration = Duration::from_secs(10);
+/// How old the allocation's facts (`scontrol show job`) may be at the receipt of a submit
+/// that waited; older, they are read again (a submit without a wait reads them a few ms
+/// before its receipt).
+pub(super) const FACTS_FRESH: Duration = Duration::from_secs(1);
 /// How often progress is shown when nothing changes.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
@@ -101,7 +112,7 @@ impl JournalWatch {
 /// When each finished worker's proof may be tried again.
 #[derive(Default)]
 struct Proving {
-    retry: HashMap<Uuid, (Instant, Duration)>,
+    retry: HashMap<Uuid, (Instant, Duration, u32)>,
     next_fallback: Option<Instant>,
 }
 
@@ -132,10 +143,11 @@ impl Proving {
                 continue; // never seen: reconcile's question, not a waiter's
             };
             let finished = own.as_ref().is_some_and(|r| r.finished.is_some());
-            let (at, _) = *self
-                .retry
-                .entry(w.submission_id)
-                .or_insert((now, PROOF_RETRY_FIRST));
+            let (at, _, _) =
+                *self
+                    .retry
+                    .entry(w.submission_id)
+                    .or_insert((now, PROOF_RETRY_FIRST, 0));
             if (finished && now >= at) || fallback_due {
                 due.push((w.submission_id, step));
             }
@@ -147,8 +159,11 @@ impl Proving {
             return Ok(false);
         }
         let job = job_id(&pool.allocation)?;
-        let steps = ctx.sched.list_steps(job).await;
-        let jobs = ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
+        // Asked together: the job listed beside the step listing, as the rule has it, in
+        // one call's time.
+        let jobs_query = JobQuery::ids(vec![job]);
+        let (steps, jobs) =
+            tokio::join!(ctx.sched.list_steps(job), ctx.sched.list_jobs(&jobs_query));
         let obs = reconcile_policy::observe_pool(job, &jobs.job(job), Some(&steps));
         let mut released = false;
         for (id, step) in due {
@@ -160,9 +175,12 @@ impl Proving {
                     self.retry.remove(&id);
                 }
                 None => {
-                    let (at, pause) = self.retry.get_mut(&id).expect("entered above");
+                    let (at, pause, tries) = self.retry.get_mut(&id).expect("entered above");
                     *at = Instant::now() + *pause;
-                    *pause = (*pause * 2).min(PROOF_RETRY_MAX);
+                    *tries += 1;
+                    if *tries >= PROOF_RETRIES_QUICK {
+                        *pause = (*pause * 2).min(PROOF_RETRY_MAX);
+                    }
                 }
             }
         }
@@ -181,14 +199,14 @@ pub(super) struct Asked<'a> {
 
 /// Wait until this ticket is at the head of the queue and `pool` (still on `allocation`) has
 /// room for `ask` as the journal says now. Refuses (exit 3) when the wait's limit passes, when
-/// the allocation becomes too short for the worker or is proven over. Whether it waited at all.
+/// the allocation becomes too short for the worker or is proven over.
 pub(super) async fn until_room<S: Scheduler>(
     ctx: &Ctx<S>,
     asked: &Asked<'_>,
     ticket: &Ticket,
     wait: &Wait,
     started: Instant,
-) -> Result<bool, OpError> {
+) -> Result<(), OpError> {
     let Asked {
         pool: pool_name,
         allocation,
@@ -204,7 +222,6 @@ pub(super) async fn until_room<S: Scheduler>(
     let mut watch = JournalWatch::default();
     let mut proving = Proving::default();
     let mut shown: Option<(WaitProgress, Instant)> = None;
-    let mut waited = false;
     loop {
         let ahead = ticket.ahead()?;
         let mut reserved = None;
@@ -230,7 +247,7 @@ pub(super) async fn until_room<S: Scheduler>(
                 .into());
             }
             if policy::check_room(pool, facts, ask).is_ok() {
-                return Ok(waited);
+                return Ok(());
             }
             let pool = pool.clone();
             if proving.round(ctx, &pool).await? {
@@ -273,7 +290,6 @@ pub(super) async fn until_room<S: Scheduler>(
                 shown = Some((now, Instant::now()));
             }
         }
-        waited = true;
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(if ahead < NEAR { POLL_NEAR } else { POLL_FAR }).await;
     }
 }

@@ -28,6 +28,8 @@ use crate::worker::{report, supervisor};
 /// How long `pool submit` looks for the new step before calling the outcome unknown.
 pub const STEP_DISCOVERY_TIMEOUT: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(250);
+/// How often step discovery reads the supervisor's journal between two step listings.
+const FILE_POLL: Duration = Duration::from_millis(5);
 
 /// What `pool submit` was asked to run.
 #[derive(Clone, Debug)]
@@ -122,6 +124,7 @@ pub async fn submit_waiting<S: Scheduler>(
         None => policy::check_submit,
     };
     let mut facts = inspect_for_submit(ctx, pool, &ask, check).await?;
+    let mut facts_read_at = tokio::time::Instant::now();
     let allocation = pool.allocation.clone();
     let job = job_id(&allocation)?;
     let name = step_name(&req.pool, &worker);
@@ -157,10 +160,11 @@ pub async fn submit_waiting<S: Scheduler>(
                 facts: &facts,
                 ask: &ask,
             };
-            let waited = room::until_room(ctx, &asked, ticket, wait, started).await?;
-            if waited {
-                // Slurm is asked again only after a wait: the allocation may have changed.
+            room::until_room(ctx, &asked, ticket, wait, started).await?;
+            if facts_read_at.elapsed() > room::FACTS_FRESH {
+                // After a wait Slurm is asked again: the allocation may have changed.
                 facts = inspect_for_submit(ctx, pool, &ask, check).await?;
+                facts_read_at = tokio::time::Instant::now();
             }
         }
         let receipt = locked(ctx, |writer, state| {
@@ -446,10 +450,8 @@ async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> D
             Answer::Gone(_) => {}
             Answer::Unknown(e) => last_unknown = Some(e.to_string()),
         }
-        if let Ok(Some(r)) = report::read(&dirs.evidence) {
-            if let Some(step) = r.started.and_then(|s| s.step_id) {
-                return Discovery::Found(step);
-            }
+        if let Some(step) = supervisor_step(dirs) {
+            return Discovery::Found(step);
         }
         if srun_exit.is_none() {
             srun_exit = srun_ended(srun_pid);
@@ -474,9 +476,26 @@ async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> D
         if launched_at.elapsed() > STEP_DISCOVERY_TIMEOUT {
             return Discovery::NotSeen(last_unknown.unwrap_or_else(|| "still pending".to_owned()));
         }
-        tokio::time::sleep(pause).await;
+        // Between two listings, the supervisor's own journal (a file read) is looked at every
+        // few ms: it records its step id as soon as it starts, often before the next listing.
+        let until = tokio::time::Instant::now() + pause;
+        while tokio::time::Instant::now() < until {
+            tokio::time::sleep(FILE_POLL.min(pause)).await;
+            if let Some(step) = supervisor_step(dirs) {
+                return Discovery::Found(step);
+            }
+        }
         pause = (pause * 2).min(POLL);
     }
+}
+
+/// The step id the worker's supervisor recorded at its start, if it has.
+fn supervisor_step(dirs: &WorkerDirs) -> Option<u32> {
+    report::read(&dirs.evidence)
+        .ok()
+        .flatten()
+        .and_then(|r| r.started)
+        .and_then(|s| s.step_id)
 }
 
 /// Ask the questions [`reconcile_policy::step_never_ran`] needs: the step listing, the job

@@ -59,10 +59,12 @@ pub async fn launch_dry_run<S: Scheduler>(
                 return Ok(plan);
             }
             Probe::Gone { .. } => exclude.push(job),
-            Probe::Unknown(e) => return Err(SessionError::Unknown(format!(
+            Probe::Unknown(e) => {
+                return Err(SessionError::Unknown(format!(
                 "could not verify Slurm job {job} of session {}: {e}; a launch would stop here too",
                 r.key
-            ))),
+            )))
+            }
         }
     }
     let probe = name_probe(env, &r, &exclude).await;
