@@ -167,3 +167,71 @@ fn twenty_short_tasks_through_a_four_cpu_pool_all_run_in_their_turn() {
     let arrived: Vec<&String> = seen_queued.iter().collect();
     assert_eq!(served, arrived, "waiters not served in arrival order");
 }
+
+/// Issue 14: `submit --dry-run` against the real controller: `sbatch --test-only` says where and
+/// when the job would start, a placement Slurm cannot satisfy is exit 1, and no job exists.
+#[test]
+fn a_submit_dry_run_asks_the_real_controller_and_creates_no_job() {
+    let _cluster = require_cluster();
+    let state = tempfile::tempdir().unwrap();
+    let sd = state.path();
+    let ok = dispatch(
+        sd,
+        &[
+            "submit",
+            "--time",
+            "10",
+            "--cpus",
+            "1",
+            "--mem",
+            "100M",
+            "--name",
+            "dry",
+            "--dry-run",
+            "--json",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    let plan = json(&ok.stdout);
+    assert!(!plan["would_start"].as_str().unwrap().is_empty(), "{plan}");
+    assert!(!plan["nodes"].as_str().unwrap().is_empty(), "{plan}");
+    let name = plan["job_name"].as_str().unwrap().to_owned();
+    let refused = dispatch(
+        sd,
+        &[
+            "submit",
+            "--time",
+            "10",
+            "--cpus",
+            "1",
+            "--mem",
+            "999999G",
+            "--dry-run",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    assert!(refused.stderr.contains("--test-only"), "{}", refused.stderr);
+    let listed = std::process::Command::new("squeue")
+        .args([
+            "--me",
+            "--states=all",
+            "--noheader",
+            "--format=%j",
+            &format!("--name={name}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        listed.stdout.is_empty(),
+        "a dry run made a job: {:?}",
+        listed
+    );
+    assert!(
+        std::fs::read_dir(sd).unwrap().next().is_none(),
+        "a dry run wrote state"
+    );
+}
