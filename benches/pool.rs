@@ -2,6 +2,9 @@
 //! same run:
 //! - `pool submit` on the real dev cluster vs the bare step launch it wraps
 //!   (`srun --jobid=J -n1 -c1 --mem=10M true`), medians over several runs;
+//! - 20 × `sleep 1` through a 4-CPU pool with `pool submit --wait` vs bare `srun … sleep 1 &`
+//!   (wall time, target 1.1×), and a trivial worker's submit → released latency;
+//!   `DISPATCH_BENCH_ONLY_WAIT=1` runs only these;
 //! - `reconcile` with 1, 10 and 100 workers (fake Slurm): Slurm calls and wall time.
 //!
 //! Needs the dev cluster (`tools/slurm-dev-cluster start`). `DISPATCH_BENCH_QUICK=1` does
@@ -171,12 +174,235 @@ fn reconcile_cost(n: u32) -> (u64, Duration) {
     (r["slurm_calls"].as_u64().unwrap(), took)
 }
 
+/// A 4-CPU allocation for the waiting bench.
+fn salloc_four() -> Salloc {
+    let out = Command::new("salloc")
+        .args([
+            "--no-shell",
+            "--immediate=60",
+            "-J",
+            "dispatch-bench-wait",
+            "-c",
+            "4",
+            "--mem",
+            "4G",
+            "--time",
+            "20",
+        ])
+        .output()
+        .expect("salloc");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let id = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("salloc: Granted job allocation "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("salloc failed: {stderr}"));
+    Salloc(id)
+}
+
+/// Steps of `job` still listed whose name starts with `prefix`.
+fn steps_named(job: u32, prefix: &str) -> usize {
+    let out = Command::new("squeue")
+        .args([
+            "--steps",
+            "--noheader",
+            "--format=%j",
+            &format!("--jobs={job}"),
+        ])
+        .output()
+        .expect("squeue");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.trim().starts_with(prefix))
+        .count()
+}
+
+const TASKS: usize = 20;
+
+/// 20 × `sleep 1` through a 4-CPU allocation: bare `srun -n1 -c1 sleep 1 &` (Slurm queues the
+/// steps itself) against `dispatch pool submit --wait` (all started at once, like the sruns).
+/// Wall time until every task has run: the sruns exited / no worker step is listed any more.
+/// Also: until every worker is released (a reconcile for the last four, which no waiter
+/// releases).
+fn wait_vs_bare() -> (Duration, Duration, Duration) {
+    let alloc = salloc_four();
+    let job = alloc.0.to_string();
+    let t = Instant::now();
+    let bare: Vec<_> = (0..TASKS)
+        .map(|_| {
+            Command::new("srun")
+                .args([
+                    "--jobid",
+                    &job,
+                    "-n1",
+                    "-c1",
+                    "--mem=100M",
+                    "-J",
+                    "bare",
+                    "sleep",
+                    "1",
+                ])
+                .spawn()
+                .expect("srun")
+        })
+        .collect();
+    for mut c in bare {
+        assert!(c.wait().unwrap().success());
+    }
+    let bare = t.elapsed();
+
+    let state = tempfile::tempdir().unwrap();
+    run_ok(dispatch(state.path()).args(["pool", "attach", "b", "--job", &job]));
+    let t = Instant::now();
+    let submits: Vec<_> = (0..TASKS)
+        .map(|i| {
+            dispatch(state.path())
+                .args([
+                    "pool",
+                    "submit",
+                    "b",
+                    "--cpus",
+                    "1",
+                    "--mem",
+                    "100M",
+                    "--name",
+                    &format!("t{i}"),
+                    "--wait",
+                    "--",
+                    "sleep",
+                    "1",
+                ])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("dispatch")
+        })
+        .collect();
+    for mut c in submits {
+        assert!(c.wait().unwrap().success());
+    }
+    while steps_named(alloc.0, "b.") > 0 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let waited = t.elapsed();
+    for i in TASKS - 8..TASKS {
+        reconcile_until_released_or_done(state.path(), &format!("t{i}"));
+    }
+    let released = t.elapsed();
+    (bare, waited, released)
+}
+
+/// Like [`reconcile_until_released`], but a worker released earlier (by a waiter) is done.
+fn reconcile_until_released_or_done(state: &Path, worker: &str) {
+    let out = dispatch(state)
+        .args(["pool", "status", "b", "--json"])
+        .output()
+        .expect("spawn");
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let released = st["pools"][0]["workers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|w| w["name"].as_str() == Some(worker) && w["state"] == "released");
+    if !released {
+        reconcile_until_released(state, worker);
+    }
+}
+
+/// A trivial worker from `pool submit` to its release by `reconcile` (run at once, again every
+/// 10 ms until it releases), against a bare `srun true`: medians.
+fn submit_to_released(rounds: usize) -> (Duration, Duration, Duration) {
+    let alloc = salloc();
+    let state = tempfile::tempdir().unwrap();
+    let job = alloc.0.to_string();
+    run_ok(dispatch(state.path()).args(["pool", "attach", "r", "--job", &job]));
+    let (mut raw, mut submitted, mut released) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..rounds {
+        raw.push(run_ok(Command::new("srun").args([
+            "--jobid",
+            &job,
+            "-n1",
+            "-c1",
+            "--mem=10M",
+            "true",
+        ])));
+        let t = Instant::now();
+        run_ok(dispatch(state.path()).args([
+            "pool",
+            "submit",
+            "r",
+            "--cpus",
+            "1",
+            "--mem",
+            "10M",
+            "--name",
+            &format!("w{i}"),
+            "--",
+            "true",
+        ]));
+        submitted.push(t.elapsed());
+        loop {
+            let out = dispatch(state.path())
+                .args(["reconcile", "--json"])
+                .output()
+                .expect("spawn");
+            let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+            if r["resolved"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|w| w["worker"].as_str() == Some(&format!("w{i}")))
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        released.push(t.elapsed());
+    }
+    (median(raw), median(submitted), median(released))
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
     let quick = std::env::var_os("DISPATCH_BENCH_QUICK").is_some();
     let rounds = if quick { 3 } else { 15 };
+    let wait_rounds = if quick { 1 } else { 3 };
+    let mut ratios = Vec::new();
+    for _ in 0..wait_rounds {
+        let (bare, waited, released) = wait_vs_bare();
+        let ratio = waited.as_secs_f64() / bare.as_secs_f64();
+        println!(
+            "{TASKS} x sleep 1 through 4 CPUs: bare srun & {:.0} ms   pool submit --wait {:.0} ms   \
+             ratio {ratio:.2}x (target <= 1.10x)   all released {:.0} ms",
+            bare.as_secs_f64() * 1e3,
+            waited.as_secs_f64() * 1e3,
+            released.as_secs_f64() * 1e3
+        );
+        ratios.push(ratio);
+    }
+    ratios.sort_by(f64::total_cmp);
+    let wait_ratio = ratios[ratios.len() / 2];
+    let (raw_true, submitted, released) = submit_to_released(if quick { 3 } else { 9 });
+    println!(
+        "trivial worker (median): srun true {:.1} ms   pool submit {:.1} ms   submit -> released {:.1} ms",
+        raw_true.as_secs_f64() * 1e3,
+        submitted.as_secs_f64() * 1e3,
+        released.as_secs_f64() * 1e3
+    );
+    if std::env::var_os("DISPATCH_BENCH_ONLY_WAIT").is_some() {
+        println!(
+            "{}",
+            serde_json::json!({
+                "bench": "pool-wait",
+                "wait_over_bare": wait_ratio,
+                "srun_true_ms": raw_true.as_secs_f64() * 1e3,
+                "submit_ms": submitted.as_secs_f64() * 1e3,
+                "submit_to_released_ms": released.as_secs_f64() * 1e3,
+            })
+        );
+        return;
+    }
     let (raw, submit) = submit_overhead(rounds);
     let ratio = submit.as_secs_f64() / raw.as_secs_f64();
     println!("pool submit vs bare srun step launch (median of {rounds}, real cluster):");
@@ -213,6 +439,8 @@ fn main() {
             "submit_ms": submit.as_secs_f64() * 1e3,
             "srun_ms": raw.as_secs_f64() * 1e3,
             "submit_over_srun": ratio,
+            "wait_over_bare": wait_ratio,
+            "submit_to_released_ms": released.as_secs_f64() * 1e3,
             "reconcile": summary,
         })
     );

@@ -504,3 +504,337 @@ fn the_coordinator_finishes_a_killed_supervisors_cleanup() {
     assert_eq!(code, 0);
     assert_eq!(fake.kinds().len(), n);
 }
+
+/// The tickets waiting in pool `p`'s queue (`pool submit --wait`).
+fn waiting(fake: &Fake) -> usize {
+    std::fs::read_dir(fake.state().join("pools/p/queue"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("t-"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// `pool submit p --wait … --name NAME --cpus CPUS -- true`, spawned.
+fn spawn_waiter(fake: &Fake, name: &str, cpus: &str, wait: &str) -> std::process::Child {
+    fake.command(&[
+        "pool", "submit", "p", "--cpus", cpus, "--mem", "100M", "--name", name, wait, "--json",
+        "--", "true",
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap()
+}
+
+fn finished(child: std::process::Child) -> (i32, Value, String) {
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let json = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
+    (out.status.code().unwrap_or(-1), json, stderr)
+}
+
+/// The most CPUs the journal ever had reserved in pool `p`, replaying it event by event.
+fn most_cpus_ever_reserved(fake: &Fake) -> u64 {
+    let mut held = std::collections::HashMap::new();
+    let mut most = 0;
+    for e in fake.events() {
+        let ev = &e["event"];
+        let id = ev["submission_id"].as_str().map(str::to_owned);
+        match e["kind"].as_str().unwrap() {
+            "WorkerSubmitIntent" => {
+                held.insert(id.unwrap(), ev["cpus"].as_u64().unwrap());
+            }
+            "WorkerTerminal" | "WorkerForgotten" => {
+                held.remove(&id.unwrap());
+            }
+            "WorkerLaunchFailed" if ev["definite"] == true => {
+                held.remove(&id.unwrap());
+            }
+            _ => {}
+        }
+        most = most.max(held.values().sum());
+    }
+    most
+}
+
+/// The full pool for the waiting tests: worker `w0` holds all 4 CPUs in step 901.0.
+fn full_pool() -> Fake {
+    let fake = Fake::attached(60);
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"hang": 30}],
+        "squeue": [{"match": ["--steps"], "stdout": "901.0|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.w0\n"}],
+    }));
+    let (code, _, err) = fake.run(&[
+        "pool", "submit", "p", "--cpus", "4", "--mem", "100M", "--name", "w0", "--", "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    fake
+}
+
+/// Steps listed as running in allocation 901: (step number, worker name).
+fn steps_listed(steps: &[(u32, &str)]) -> Value {
+    let rows: String = steps
+        .iter()
+        .map(|(n, w)| format!("901.{n}|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.{w}\n"))
+        .collect();
+    json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"hang": 30}],
+        "squeue": [{"match": ["--steps"], "stdout": rows}, {"stdout": job_row("RUNNING")}],
+        "sacct": [{"stdout": ""}],
+    })
+}
+
+/// Issue 14: `pool submit --wait` waits for room instead of refusing, first come first
+/// served: `a` queued before `b` gets the room first, although both want all of it. While they
+/// wait they hold no journal lock (a writing command returns at once) and ask Slurm nothing.
+#[test]
+fn waiters_take_room_in_arrival_order_without_the_lock_or_slurm_calls() {
+    let fake = full_pool();
+    fake.forget_calls();
+    let a = spawn_waiter(&fake, "a", "4", "--wait");
+    wait_until("a queued", || waiting(&fake) == 1);
+    let b = spawn_waiter(&fake, "b", "4", "--wait");
+    wait_until("b queued", || waiting(&fake) == 2);
+    // Waiting: no lock held (a writing command returns at once), and no Slurm call beyond
+    // the first look each made before it queued.
+    let started = std::time::Instant::now();
+    let (code, _, err) = fake.run(&["trial", "open", "t"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let programs = fake.programs();
+    assert_eq!(programs, ["scontrol", "scontrol"], "waiters asked Slurm");
+
+    // w0's step ends; reconcile proves it (listed job, step absent) and frees the room: `a`
+    // takes it, `b` goes on waiting.
+    fake.scenario(steps_listed(&[(1, "a"), (2, "b")]));
+    let (code, _, err) = fake.run(&["reconcile"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, ra, err) = finished(a);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(ra["step_id"], "901.1", "{ra}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(waiting(&fake), 1, "b should still wait");
+
+    // `a` ends: `b` gets its turn.
+    fake.scenario(steps_listed(&[(2, "b")]));
+    let (code, _, err) = fake.run(&["reconcile"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, rb, err) = finished(b);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(rb["step_id"], "901.2", "{rb}");
+    assert_eq!(waiting(&fake), 0);
+
+    let intents: Vec<String> = fake
+        .events()
+        .iter()
+        .filter(|e| e["kind"] == "WorkerSubmitIntent")
+        .map(|e| e["event"]["worker"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(intents, ["w0", "a", "b"]);
+    assert_eq!(most_cpus_ever_reserved(&fake), 4);
+}
+
+/// A waiter killed while it waits leaves a ticket nobody holds: the next in line removes it
+/// and is served.
+#[test]
+fn a_killed_waiter_does_not_block_the_queue() {
+    let fake = full_pool();
+    let mut a = spawn_waiter(&fake, "a", "4", "--wait");
+    wait_until("a queued", || waiting(&fake) == 1);
+    a.kill().unwrap();
+    a.wait().unwrap();
+    assert_eq!(waiting(&fake), 1, "SIGKILL leaves the ticket");
+    let b = spawn_waiter(&fake, "b", "4", "--wait");
+    wait_until("b queued", || waiting(&fake) <= 2);
+    fake.scenario(steps_listed(&[(2, "b")]));
+    let (code, _, err) = fake.run(&["reconcile"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, rb, err) = finished(b);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(rb["step_id"], "901.2", "{rb}");
+    assert_eq!(waiting(&fake), 0);
+}
+
+/// The clear exits of `--wait`: a request bigger than the allocation refuses at once; a
+/// limit that passes refuses saying so; nothing is journaled and no ticket is left.
+#[test]
+fn a_wait_that_cannot_succeed_ends_with_a_refusal_that_says_why() {
+    let fake = full_pool();
+    let before = fake.kinds().len();
+    let started = std::time::Instant::now();
+    let (code, _, err) = finished(spawn_waiter(&fake, "big", "5", "--wait"));
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("can never fit"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+
+    let started = std::time::Instant::now();
+    let (code, _, err) = finished(spawn_waiter(&fake, "x", "1", "--wait=1"));
+    let took = started.elapsed();
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("within the 1 s of --wait"), "{err}");
+    assert!(took >= std::time::Duration::from_secs(1), "{took:?}");
+    assert!(took < std::time::Duration::from_secs(6), "{took:?}");
+    assert_eq!(fake.kinds().len(), before, "a refused wait wrote events");
+    assert_eq!(waiting(&fake), 0, "a ticket was left behind");
+}
+
+/// `--wait` without a limit gives up (exit 3) once the allocation has become too short for the
+/// worker: here it has 3520 s left and the worker needs 3515 s before its end.
+#[test]
+fn a_wait_ends_when_the_allocation_becomes_too_short_for_the_worker() {
+    let fake = full_pool();
+    let mut s = steps_listed(&[(0, "w0")]);
+    s["scontrol"] = json!([{"stdout": show_job(60, 3520)}]);
+    fake.scenario(s);
+    let started = std::time::Instant::now();
+    let out = fake
+        .command(&[
+            "pool",
+            "submit",
+            "p",
+            "--cpus",
+            "1",
+            "--mem",
+            "100M",
+            "--native-state-budget",
+            "3400",
+            "--wait",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("became too short"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(15));
+    assert_eq!(waiting(&fake), 0);
+}
+
+/// Issue 14: `pool submit --dry-run` checks what a submit checks, Slurm included, and writes
+/// nothing: a full pool refuses (exit 3) as a submit would, with `--wait` it would go (exit 0,
+/// after waiting), and the journal is as it was.
+#[test]
+fn a_dry_run_checks_everything_and_journals_nothing() {
+    let fake = full_pool();
+    let before = fake.kinds().len();
+    fake.forget_calls();
+    let (code, _, err) = fake.run(&[
+        "pool",
+        "submit",
+        "p",
+        "--cpus",
+        "1",
+        "--mem",
+        "100M",
+        "--dry-run",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("cannot fit"), "{err}");
+    let (code, out, err) = fake.run(&[
+        "pool",
+        "submit",
+        "p",
+        "--cpus",
+        "1",
+        "--mem",
+        "100M",
+        "--dry-run",
+        "--wait",
+        "--json",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let plan: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(plan["dry_run"], true, "{plan}");
+    assert_eq!(plan["room"], "after_waiting", "{plan}");
+    assert_eq!(plan["reserved_cpus"], 4, "{plan}");
+    let (code, _, err) = fake.run(&[
+        "pool",
+        "submit",
+        "p",
+        "--cpus",
+        "1",
+        "--mem",
+        "100M",
+        "--dry-run",
+        "--name",
+        "w0",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 3, "a duplicate name passed: {err}");
+    assert_eq!(fake.programs(), ["scontrol", "scontrol", "scontrol"]);
+    assert_eq!(fake.kinds().len(), before, "a dry run wrote events");
+    assert_eq!(waiting(&fake), 0);
+}
+
+/// Issue 14: `submit --dry-run` asks `sbatch --test-only` with the job's placement and says
+/// where and when it would start; a refusal is the refusal's exit; nothing is created.
+#[test]
+fn a_submit_dry_run_asks_sbatch_test_only_and_creates_nothing() {
+    let fake = Fake::new();
+    fake.scenario(json!({"sbatch": [
+        {"match": ["--test-only"], "absent": ["--mem=999999M"], "stderr": "sbatch: Job 1003 to start at 2026-12-01T11:34:43 using 1 processors on nodes vm in partition debug\n"},
+        {"match": ["--test-only"], "stderr": "allocation failure: Requested node configuration is not available\n", "exit": 1},
+    ]}));
+    let (code, out, err) = fake.run(&[
+        "submit",
+        "--time",
+        "10",
+        "--cpus",
+        "1",
+        "--mem",
+        "100M",
+        "--dry-run",
+        "--json",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let plan: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(plan["would_start"], "2026-12-01T11:34:43", "{plan}");
+    assert_eq!(plan["nodes"], "vm", "{plan}");
+    let (code, _, err) = fake.run(&[
+        "submit",
+        "--time",
+        "10",
+        "--cpus",
+        "1",
+        "--mem",
+        "999999M",
+        "--dry-run",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("Requested node configuration"), "{err}");
+    let calls = fake.calls();
+    assert!(
+        calls
+            .iter()
+            .all(|(c, a)| c == "sbatch" && a[0] == "--test-only"),
+        "{calls:?}"
+    );
+    assert!(
+        !fake.state().exists(),
+        "a dry run created the state directory"
+    );
+}

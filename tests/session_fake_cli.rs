@@ -1330,3 +1330,64 @@ fn release_of_a_restored_record_also_cancels_the_live_job_of_the_session() {
         r.stderr
     );
 }
+
+/// Issue 14: `session launch --dry-run` says what a launch would do and does none of it: with
+/// no job, a submit checked by `sbatch --test-only`; with a live job of this target found by
+/// name, its adoption. No sbatch without `--test-only`, nothing journaled or written.
+#[test]
+fn a_dry_run_launch_says_what_it_would_do_and_does_nothing() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": ""}],
+        "sbatch": [{"match": ["--test-only"], "stderr": "sbatch: Job 77 to start at 2026-12-01T12:00:00 using 1 processors on nodes n0007 in partition savio4_htc\n"}],
+        "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
+    }));
+    let r = f.run(&[
+        "--json",
+        "session",
+        "launch",
+        "sample",
+        "-T",
+        "T",
+        "--dry-run",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = json_of(&r);
+    assert_eq!(j["would"], "submit", "{j}");
+    assert_eq!(j["would_start"], "2026-12-01T12:00:00", "{j}");
+    assert_eq!(j["nodes"], "n0007", "{j}");
+    let calls = f.calls();
+    assert_eq!(calls[0], name_probe());
+    assert_eq!(
+        calls[1][..2],
+        ["sbatch".to_owned(), "--test-only".to_owned()],
+        "{calls:?}"
+    );
+    assert!(
+        calls[1].contains(&"--partition=savio4_htc".to_owned()),
+        "{calls:?}"
+    );
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(!f.state().exists(), "a dry run created the state directory");
+
+    f.scenario(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": running(4242, T)}],
+        "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
+    }));
+    let r = f.run(&[
+        "--json",
+        "session",
+        "launch",
+        "sample",
+        "-T",
+        "T",
+        "--dry-run",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = json_of(&r);
+    assert_eq!(
+        (j["would"].as_str(), j["job_id"].as_u64()),
+        (Some("adopt"), Some(4242)),
+        "{j}"
+    );
+    assert!(!f.state().exists(), "a dry run created the state directory");
+}

@@ -200,6 +200,15 @@ pub enum PoolCommand {
         grace: u32,
         #[command(flatten)]
         assets: SubmitExtras,
+        /// When the pool has no room, wait for it (first come, first served among waiters),
+        /// at most SECS seconds if given (exit 3 after them)
+        #[arg(long, value_name = "SECS", num_args = 0..=1, require_equals = true,
+              value_parser = clap::value_parser!(u64).range(1..=31_536_000))]
+        wait: Option<Option<u64>>,
+        /// Check everything a submit checks (Slurm asked, budget, lifetime, identity) and say
+        /// what it would do; start nothing, journal nothing
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Show pools, their allocations, reservations and workers (no Slurm call unless --refresh)
     #[command(after_help = "Examples:\n  \
@@ -264,6 +273,21 @@ pub enum PoolCommand {
         #[arg(value_parser = crate::names::arg::path_name("pool"))]
         pool: String,
     },
+}
+
+/// `pool submit --wait`'s progress on a terminal (stderr).
+fn wait_progress(p: &ops::WaitProgress) {
+    let (cpus, mem) = p.capacity;
+    let standing = match (p.ahead, p.reserved) {
+        (0, Some((rc, rm))) => format!("next in line; {rc}/{cpus} CPUs and {rm}/{mem} MB reserved"),
+        (0, None) => "next in line".to_owned(),
+        (n, _) => format!("{n} ahead in line"),
+    };
+    super::output::note(&format!(
+        "waiting for room in pool {}: {standing} ({} s)",
+        p.pool,
+        p.waited.as_secs()
+    ));
 }
 
 impl From<OpError> for Failure {
@@ -332,12 +356,43 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
             worker,
             grace,
             assets,
+            wait,
+            dry_run,
         } => {
             let req = ops::SubmitRequest {
                 pool: pool.clone(),
                 spec: worker.spec(*grace, assets),
             };
-            let r = ops::submit(ctx, &req).await?;
+            if *dry_run {
+                let plan = ops::submit_dry_run(ctx, &req, wait.is_some()).await?;
+                if json {
+                    print_json(&plan)?;
+                } else {
+                    crate::outln!(
+                        "would submit worker {} to pool {} as step {} of job {}: {} CPU(s), {} MB, room {} \
+                         ({}/{} CPUs and {}/{} MB reserved), shutdown signalled at {}",
+                        plan.worker,
+                        plan.pool,
+                        plan.step_name,
+                        plan.job_id,
+                        plan.cpus,
+                        plan.mem_mb,
+                        plan.room.replace('_', " "),
+                        plan.reserved_cpus,
+                        plan.capacity_cpus,
+                        plan.reserved_mem_mb,
+                        plan.capacity_mem_mb,
+                        plan.early_shutdown_at
+                    );
+                }
+                return Ok(exit::OK);
+            }
+            let wait = wait.map(|limit| ops::Wait {
+                limit: limit.map(Duration::from_secs),
+                progress: std::io::IsTerminal::is_terminal(&std::io::stderr())
+                    .then_some(wait_progress as fn(&ops::WaitProgress)),
+            });
+            let r = ops::submit_waiting(ctx, &req, wait).await?;
             for w in &r.warnings {
                 super::output::note(&format!("warning: {w}"));
             }
@@ -528,6 +583,10 @@ pub struct SubmitArgs {
     pub worker: WorkerArgs,
     #[command(flatten)]
     pub assets: SubmitExtras,
+    /// Check everything a submit checks, ask `sbatch --test-only` where and when the job would
+    /// start, and say so; submit nothing, journal nothing
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 pub async fn run_submit<S: Scheduler>(
@@ -553,6 +612,22 @@ pub async fn run_submit<S: Scheduler>(
         time: args.time,
         spec: args.worker.spec(args.grace, &args.assets),
     };
+    if args.dry_run {
+        let plan = crate::ops::submit::submit_dry_run(ctx, &req).await?;
+        if json {
+            print_json(&plan)?;
+        } else {
+            crate::outln!(
+                "would submit worker {} as job {:?}: sbatch --test-only says it would start at {} on {} in partition {}",
+                plan.worker,
+                plan.job_name,
+                plan.would_start,
+                plan.nodes,
+                plan.partition
+            );
+        }
+        return Ok(exit::OK);
+    }
     let r = crate::ops::submit::submit(ctx, &req).await?;
     if json {
         print_json(&r)?;

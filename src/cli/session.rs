@@ -44,6 +44,10 @@ pub enum SessionCommand {
         #[arg(long, value_name = "SECS", default_value_t = 600,
               value_parser = clap::value_parser!(u64).range(1..=86_400))]
         wait: u64,
+        /// Say what the launch would do (reuse, adopt, or submit, checked with `sbatch
+        /// --test-only`); submit nothing, journal nothing, attach nothing
+        #[arg(long)]
+        dry_run: bool,
         /// What the job runs (confined) or what attach runs (salloc targets)
         #[arg(last = true, value_name = "CMD")]
         command: Vec<String>,
@@ -181,6 +185,7 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
             session,
             detached,
             wait,
+            dry_run,
             command,
         } => {
             let waits = waits_for(*wait);
@@ -192,6 +197,32 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
                 replacing: None,
                 require_running: false,
             };
+            if *dry_run {
+                let plan = rt.block_on(crate::ops::session::dry_run::launch_dry_run(
+                    &env(waits),
+                    &req,
+                ))?;
+                if ctx.json {
+                    print_json(&plan)?;
+                } else {
+                    crate::outln!(
+                        "would {} for {} on {} (job name {}){}",
+                        plan.would.replace('_', " "),
+                        plan.mirror,
+                        plan.target,
+                        plan.job_name,
+                        match (&plan.job_id, &plan.would_start) {
+                            (Some(j), _) => format!(": job {j}"),
+                            (None, Some(t)) => format!(
+                                ": sbatch --test-only says it would start at {t} on {}",
+                                plan.nodes.as_deref().unwrap_or("?")
+                            ),
+                            (None, None) => String::new(),
+                        }
+                    );
+                }
+                return Ok(exit::OK);
+            }
             let report = rt.block_on(launch(&env(waits), &req))?;
             warn(&report.notes);
             render_launch(&report, ctx.json)?;

@@ -5,6 +5,7 @@
 //! a job of that name shares it), so two launches cannot both decide to submit.
 
 pub mod attach;
+pub mod dry_run;
 pub mod hold;
 pub mod launch;
 pub mod release;

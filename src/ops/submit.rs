@@ -157,21 +157,12 @@ pub async fn submit<S: Scheduler>(
         },
         &spec.command,
     );
-    let target = req.target.as_ref();
-    let mut batch = BatchRequest::new(name.clone(), BatchPayload::Script { path: script, args });
-    batch.placement = Placement {
-        partition: target.map(|t| t.partition.clone()),
-        account: target.map(|t| t.account.clone()),
-        qos: target.and_then(|t| t.qos.clone()),
-        time: Some(req.time),
-        nodes: Some(1),
-        cpus_per_task: Some(spec.cpus),
-        mem: Some(spec.mem),
-    };
-    batch.output = Some(dirs.evidence.join("stdout"));
-    batch.error = Some(dirs.evidence.join("stderr"));
-    batch.chdir = Some(dirs.checkout.clone());
-    batch.extra = vec!["--no-requeue".to_owned()];
+    let batch = batch_request(
+        req,
+        name.clone(),
+        BatchPayload::Script { path: script, args },
+        &dirs,
+    );
     failpoint::hit("submit-before-sbatch");
     let outcome = ctx.sched.submit_batch(&batch).await;
     failpoint::hit("submit-after-sbatch");
@@ -209,6 +200,97 @@ pub async fn submit<S: Scheduler>(
         worker,
         submission_id: submission_id.to_string(),
         job_id: Some(job_id),
+    })
+}
+
+/// The sbatch request of one worker's job: placement from its target, the evidence files.
+fn batch_request(
+    req: &JobSubmitRequest,
+    name: JobName,
+    payload: BatchPayload,
+    dirs: &WorkerDirs,
+) -> BatchRequest {
+    let target = req.target.as_ref();
+    let mut batch = BatchRequest::new(name, payload);
+    batch.placement = Placement {
+        partition: target.map(|t| t.partition.clone()),
+        account: target.map(|t| t.account.clone()),
+        qos: target.and_then(|t| t.qos.clone()),
+        time: Some(req.time),
+        nodes: Some(1),
+        cpus_per_task: Some(req.spec.cpus),
+        mem: Some(req.spec.mem),
+    };
+    batch.output = Some(dirs.evidence.join("stdout"));
+    batch.error = Some(dirs.evidence.join("stderr"));
+    batch.chdir = Some(dirs.checkout.clone());
+    batch.extra = vec!["--no-requeue".to_owned()];
+    batch
+}
+
+/// What `submit` would do (docs/cli.md, `submit --dry-run`).
+#[derive(Debug, Serialize)]
+pub struct JobSubmitPlan {
+    pub dry_run: bool,
+    pub worker: String,
+    pub job_name: String,
+    pub target: Option<String>,
+    pub cpus: u32,
+    pub mem_mb: u64,
+    pub time_s: u64,
+    /// What `sbatch --test-only` said: when and where the job would start.
+    pub would_start: String,
+    pub nodes: String,
+    pub partition: String,
+}
+
+/// `submit --dry-run`: every check `submit` makes before its receipt, then `sbatch --test-only`
+/// with the same placement (the job's script is written only after the receipt, so the test
+/// wraps a no-op: a script's contents do not change where a job fits). No lock, nothing
+/// journaled or created, no job submitted.
+pub async fn submit_dry_run<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &JobSubmitRequest,
+) -> Result<JobSubmitPlan, OpError> {
+    let spec = &req.spec;
+    spec.check()?;
+    let time_s = req
+        .time
+        .as_secs()
+        .ok_or_else(|| OpError::Usage(format!("--time {} is not a finite duration", req.time)))?;
+    let budgets = spec.budgets;
+    let need_s = budgets.shutdown_window_s() + i64::from(budgets.min_run_s);
+    if (time_s as i64) < need_s {
+        return Err(Refusal::TimeLimitTooShort { time_s, need_s }.into());
+    }
+    let submission_id = Uuid::new_v4();
+    let worker = spec.name(submission_id);
+    let name = JobName::new(job_name(&req.job_name_prefix, &worker, submission_id))
+        .map_err(|e| OpError::Usage(e.to_string()))?;
+    let state = super::pool::state_now(ctx)?;
+    if state.jobs.active.values().any(|j| j.worker == worker) {
+        return Err(OpError::Refused(Refusal::DuplicateJobWorker { worker }));
+    }
+    spec.bind(&state, &ctx.state_dir, submission_id)?;
+    let dirs = WorkerDirs::for_job(&jobs_dir(ctx), submission_id);
+    dirs.check(&ctx.state_dir)?;
+    let batch = batch_request(req, name.clone(), BatchPayload::Wrap(":".to_owned()), &dirs);
+    let tested = ctx.sched.test_batch(&batch).await.map_err(|e| {
+        OpError::Failed(format!(
+            "worker {worker}: `sbatch --test-only` says the job would not go: {e}; nothing was submitted"
+        ))
+    })?;
+    Ok(JobSubmitPlan {
+        dry_run: true,
+        worker,
+        job_name: name.as_str().to_owned(),
+        target: req.target_name.clone(),
+        cpus: spec.cpus,
+        mem_mb: spec.mem.get(),
+        time_s,
+        would_start: tested.start,
+        nodes: tested.nodes,
+        partition: tested.partition,
     })
 }
 

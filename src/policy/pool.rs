@@ -147,6 +147,55 @@ pub enum Refusal {
     DuplicateWorker { pool: String, worker: String },
     #[error("a worker named {worker:?} submitted with `dispatch submit` still holds budget; choose another name or `dispatch stop {worker}`")]
     DuplicateJobWorker { worker: String },
+    #[error(
+        "pool {pool:?} can never fit {cpus} CPUs and {mem_mb} MB: its allocation has {capacity_cpus} CPUs and \
+         {capacity_mem_mb} MB in all; ask for less (waiting would not help)"
+    )]
+    NeverFits {
+        pool: String,
+        cpus: u32,
+        mem_mb: u64,
+        capacity_cpus: u32,
+        capacity_mem_mb: u64,
+    },
+    #[error(
+        "pool {pool:?} had no room for {cpus} CPUs and {mem_mb} MB within the {waited_s} s of --wait; \
+         nothing was submitted. Wait longer (--wait without a limit waits while the allocation can \
+         still take the worker) or stop a worker"
+    )]
+    NoRoomWithin {
+        pool: String,
+        cpus: u32,
+        mem_mb: u64,
+        waited_s: u64,
+    },
+    #[error(
+        "pool {pool:?} had no room before its allocation (job {job_id}) became too short for this \
+         worker ({need_s} s needed before its end); nothing was submitted. Use a longer allocation"
+    )]
+    EndsBeforeRoom {
+        pool: String,
+        job_id: u64,
+        need_s: i64,
+    },
+    #[error(
+        "pool {pool:?}: its allocation (job {job_id}) is over ({proof}); nothing was submitted. Attach a \
+         new allocation"
+    )]
+    AllocationEnded {
+        pool: String,
+        job_id: u64,
+        proof: String,
+    },
+    #[error(
+        "pool {pool:?} already has {waiting} submitters waiting for room (at most {limit}); nothing was \
+         submitted. Try again later"
+    )]
+    TooManyWaiting {
+        pool: String,
+        waiting: usize,
+        limit: usize,
+    },
     #[error("no pool {pool:?}; `dispatch pool status` lists the pools")]
     NoPool { pool: String },
     #[error("pool {pool:?} still has {workers} worker(s) holding budget; stop them first (`dispatch pool stop-worker`)")]
@@ -264,6 +313,32 @@ pub fn check_submit(
     caller: &str,
     now: Micros,
 ) -> Result<(), Refusal> {
+    check_admissible(pool, facts, ask, caller, now)?;
+    check_room(pool, facts, ask)
+}
+
+/// What `pool submit --wait` checks before it waits: every check of [`check_submit`] but the
+/// room, and that the worker could fit at all.
+pub fn check_submit_to_wait(
+    pool: &Pool,
+    facts: &AllocationFacts,
+    ask: &WorkerAsk,
+    caller: &str,
+    now: Micros,
+) -> Result<(), Refusal> {
+    check_admissible(pool, facts, ask, caller, now)?;
+    check_could_fit(pool, facts, ask)
+}
+
+/// Every check of [`check_submit`] before the budget: the allocation's identity, liveness,
+/// owner and lifetime, and the worker's name.
+fn check_admissible(
+    pool: &Pool,
+    facts: &AllocationFacts,
+    ask: &WorkerAsk,
+    caller: &str,
+    now: Micros,
+) -> Result<(), Refusal> {
     if pool.releasing {
         return Err(Refusal::Releasing {
             pool: pool.name.clone(),
@@ -299,10 +374,49 @@ pub fn check_submit(
             worker: ask.name.clone(),
         });
     }
+    Ok(())
+}
+
+/// The smaller of what was recorded at attach and what Slurm says now.
+fn capacity(pool: &Pool, facts: &AllocationFacts) -> (u32, u64) {
+    (
+        pool.allocation.cpus.min(facts.cpus),
+        pool.allocation.mem_mb.min(facts.mem_mb),
+    )
+}
+
+/// Could `ask` ever fit in `pool`, with no worker holding budget? A request bigger than the
+/// allocation refuses at once, with or without `--wait`.
+pub fn check_could_fit(
+    pool: &Pool,
+    facts: &AllocationFacts,
+    ask: &WorkerAsk,
+) -> Result<(), Refusal> {
+    let (capacity_cpus, capacity_mem_mb) = capacity(pool, facts);
+    if ask.cpus > capacity_cpus || ask.mem_mb > capacity_mem_mb {
+        return Err(Refusal::NeverFits {
+            pool: pool.name.clone(),
+            cpus: ask.cpus,
+            mem_mb: ask.mem_mb,
+            capacity_cpus,
+            capacity_mem_mb,
+        });
+    }
+    Ok(())
+}
+
+/// The last moment a submission of a worker with `budgets` still passes the lifetime check
+/// of [`check_submit`] (the allocation's end minus the shutdown window and a minimum run):
+/// `pool submit --wait` gives up when it passes without room.
+pub fn last_submit_time(allocation_end: Micros, budgets: &Budgets) -> Micros {
+    let need_s = budgets.shutdown_window_s() + i64::from(budgets.min_run_s);
+    Micros::from_secs(allocation_end.secs() - need_s)
+}
+
+/// Is there room for `ask` in `pool` now (the budget part of [`check_submit`])?
+pub fn check_room(pool: &Pool, facts: &AllocationFacts, ask: &WorkerAsk) -> Result<(), Refusal> {
     let (reserved_cpus, reserved_mem_mb) = pool.reserved();
-    // Capacity is the smaller of what was recorded at attach and what Slurm says now.
-    let capacity_cpus = pool.allocation.cpus.min(facts.cpus);
-    let capacity_mem_mb = pool.allocation.mem_mb.min(facts.mem_mb);
+    let (capacity_cpus, capacity_mem_mb) = capacity(pool, facts);
     if reserved_cpus + u64::from(ask.cpus) > u64::from(capacity_cpus)
         || reserved_mem_mb + ask.mem_mb > capacity_mem_mb
     {

@@ -39,7 +39,7 @@ pub use runner::{CallCounts, ExitInfo, SlurmCommand};
 pub use sacct::AcctRow;
 pub use scheduler::{
     ActionError, Allocated, CancelReport, CliConfig, CliScheduler, LaunchedStep, ScancelSaid,
-    Scheduler,
+    Scheduler, TestedBatch,
 };
 pub use scontrol::JobDetails;
 pub use squeue::{JobRow, StepRow};

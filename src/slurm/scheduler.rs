@@ -103,6 +103,34 @@ fn failed_submission(command: SlurmCommand, out: Output, job_hint: Option<JobId>
     }
 }
 
+/// What `sbatch --test-only` said it would do (its one stderr line, the same on 22.05 and
+/// 24.11: `sbatch: Job N to start at T using C processors on nodes L in partition P`; the id
+/// is not the one a real submission gets, and nothing was created).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestedBatch {
+    pub start: String,
+    pub cpus: u32,
+    pub nodes: String,
+    pub partition: String,
+}
+
+/// Parse `sbatch --test-only`'s answer; `None` for anything else.
+pub fn parse_test_only(stderr: &str) -> Option<TestedBatch> {
+    stderr.lines().find_map(|l| {
+        let rest = l.trim().strip_prefix("sbatch: Job ")?;
+        let (_id, rest) = rest.split_once(" to start at ")?;
+        let (start, rest) = rest.split_once(" using ")?;
+        let (cpus, rest) = rest.split_once(" processors on nodes ")?;
+        let (nodes, partition) = rest.split_once(" in partition ")?;
+        Some(TestedBatch {
+            start: start.to_owned(),
+            cpus: cpus.parse().ok()?,
+            nodes: nodes.to_owned(),
+            partition: partition.trim().to_owned(),
+        })
+    })
+}
+
 /// salloc granted an allocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Allocated {
@@ -142,6 +170,21 @@ pub trait Scheduler: Send + Sync {
         &self,
         req: &BatchRequest,
     ) -> impl Future<Output = Result<Submitted, ActionError>> + Send;
+
+    /// `sbatch --test-only ...`: would Slurm take this job, and where and when would it start?
+    /// Nothing is submitted (`--dry-run`). A scheduler that cannot ask says so as an error.
+    fn test_batch(
+        &self,
+        req: &BatchRequest,
+    ) -> impl Future<Output = Result<TestedBatch, SlurmError>> + Send {
+        let _ = req;
+        async {
+            Err(SlurmError::Spawn {
+                command: SlurmCommand::Sbatch,
+                message: "this scheduler cannot test a job without submitting it".to_owned(),
+            })
+        }
+    }
 
     /// `salloc --no-shell ...`; the job id comes from stderr.
     fn allocate(
@@ -360,6 +403,31 @@ impl Scheduler for CliScheduler {
                 stdout: out.stdout.clone(),
                 stderr: out.stderr.clone(),
             })
+        })
+    }
+
+    async fn test_batch(&self, req: &BatchRequest) -> Result<TestedBatch, SlurmError> {
+        let mut args = req.argv().map_err(|e| SlurmError::Spawn {
+            command: SlurmCommand::Sbatch,
+            message: e.to_string(),
+        })?;
+        args.insert(0, "--test-only".into());
+        let out = self
+            .runner
+            .run(SlurmCommand::Sbatch, &args, self.timeout())
+            .await?;
+        if !out.status.success() {
+            return Err(SlurmError::Failed {
+                command: SlurmCommand::Sbatch,
+                status: out.status,
+                stdout: out.stdout,
+                stderr: out.stderr,
+            });
+        }
+        parse_test_only(&out.stderr).ok_or(SlurmError::ErrorOnSuccess {
+            command: SlurmCommand::Sbatch,
+            stdout: out.stdout,
+            stderr: out.stderr,
         })
     }
 
@@ -600,5 +668,30 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod test_only_tests {
+    use super::*;
+
+    #[test]
+    fn test_only_answers_parse_and_nothing_else_does() {
+        // Recorded on the dev cluster (22.05 and 24.11 alike).
+        let said = "sbatch: Job 1003 to start at 2026-12-01T11:34:43 using 1 processors on nodes vm in partition debug\n";
+        assert_eq!(
+            parse_test_only(said),
+            Some(TestedBatch {
+                start: "2026-12-01T11:34:43".into(),
+                cpus: 1,
+                nodes: "vm".into(),
+                partition: "debug".into(),
+            })
+        );
+        assert_eq!(
+            parse_test_only("allocation failure: Invalid partition name specified\n"),
+            None
+        );
+        assert_eq!(parse_test_only(""), None);
     }
 }

@@ -9,8 +9,11 @@
 
 mod attach;
 mod create;
+mod dry_run;
 mod ingest;
+mod queue;
 mod release;
+mod room;
 mod status;
 mod stop;
 mod submit;
@@ -20,8 +23,12 @@ pub use attach::{attach, detach, AllocationView, AttachReport, DetachReport};
 pub(crate) use create::reconcile_creation;
 pub use create::CreationReconciled;
 pub use create::{create, creation_job_name, CreateReport, CreateRequest, Progress};
+pub(crate) use dry_run::state_now;
+pub use dry_run::{submit_dry_run, SubmitPlan};
 pub(crate) use ingest::{ingest_worker_journal, sweep_publication};
+pub use queue::MAX_WAITING;
 pub use release::{release, ReleaseReport};
+pub use room::{Wait, WaitProgress, FALLBACK_PROOF_EVERY};
 pub use status::{
     status, status_of, AssetUseView, CreatingView, NodeView, PoolView, PublicationView, Resources,
     StatusReport, WorkerJournalView, WorkerView,
@@ -29,7 +36,7 @@ pub use status::{
 pub(crate) use stop::release_proven;
 pub use stop::{stop_worker, StopReport};
 pub(crate) use submit::process_alive;
-pub use submit::{submit, SubmitReport, SubmitRequest, STEP_DISCOVERY_TIMEOUT};
+pub use submit::{submit, submit_waiting, SubmitReport, SubmitRequest, STEP_DISCOVERY_TIMEOUT};
 
 use std::path::Path;
 

@@ -6,6 +6,8 @@ use std::time::Duration;
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::queue::Ticket;
+use super::room::{self, Wait};
 use super::{
     active_worker, job_id, locked, numbered_step_named, published_dir, read_facts, record,
     step_name,
@@ -26,6 +28,8 @@ use crate::worker::{report, supervisor};
 /// How long `pool submit` looks for the new step before calling the outcome unknown.
 pub const STEP_DISCOVERY_TIMEOUT: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(250);
+/// How often step discovery reads the supervisor's journal between two step listings.
+const FILE_POLL: Duration = Duration::from_millis(5);
 
 /// What `pool submit` was asked to run.
 #[derive(Clone, Debug)]
@@ -51,27 +55,42 @@ async fn inspect_for_submit<S: Scheduler>(
     ctx: &Ctx<S>,
     pool: &Pool,
     ask: &WorkerAsk,
+    check: Check,
 ) -> Result<AllocationFacts, OpError> {
     let job = job_id(&pool.allocation)?;
     let facts = read_facts(ctx, job).await?;
-    let first = policy::check_submit(pool, &facts, ask, &ctx.caller, ctx.now());
+    let first = check(pool, &facts, ask, &ctx.caller, ctx.now());
     match first {
         Ok(()) => Ok(facts),
         Err(Refusal::IncarnationChanged { .. }) => Err(first.unwrap_err().into()),
         Err(refusal) if facts.start_time == Some(pool.allocation.start_time) => {
             tracing::info!("live metadata refused ({refusal}); re-inspecting once");
             let again = read_facts(ctx, job).await?;
-            policy::check_submit(pool, &again, ask, &ctx.caller, ctx.now())?;
+            check(pool, &again, ask, &ctx.caller, ctx.now())?;
             Ok(again)
         }
         Err(refusal) => Err(refusal.into()),
     }
 }
 
+/// A submit check of `policy::pool`: all of them, or all but the room (`--wait`).
+type Check = fn(&Pool, &AllocationFacts, &WorkerAsk, &str, Micros) -> Result<(), Refusal>;
+
 pub async fn submit<S: Scheduler>(
     ctx: &Ctx<S>,
     req: &SubmitRequest,
 ) -> Result<SubmitReport, OpError> {
+    submit_waiting(ctx, req, None).await
+}
+
+/// `pool submit`, and with `wait`, `pool submit --wait`: when the pool has no room, queue and
+/// wait for it (`room.rs`) instead of refusing.
+pub async fn submit_waiting<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &SubmitRequest,
+    wait: Option<Wait>,
+) -> Result<SubmitReport, OpError> {
+    let started = tokio::time::Instant::now();
     check_path_name("pool", &req.pool).map_err(OpError::Usage)?;
     let spec = &req.spec;
     spec.check()?;
@@ -100,7 +119,12 @@ pub async fn submit<S: Scheduler>(
         budgets,
     };
     spec.bind(&loaded.state, &ctx.state_dir, submission_id)?;
-    let facts = inspect_for_submit(ctx, pool, &ask).await?;
+    let check: Check = match wait {
+        Some(_) => policy::check_submit_to_wait,
+        None => policy::check_submit,
+    };
+    let mut facts = inspect_for_submit(ctx, pool, &ask, check).await?;
+    let mut facts_read_at = tokio::time::Instant::now();
     let allocation = pool.allocation.clone();
     let job = job_id(&allocation)?;
     let name = step_name(&req.pool, &worker);
@@ -123,8 +147,28 @@ pub async fn submit<S: Scheduler>(
         publication_timeout_s: budgets.publication_timeout_s,
         command: spec.command.clone(),
     });
-    let bound = locked(ctx, |writer, state| {
-        let pool = state
+    // With --wait: a place in the pool's queue, held until the receipt is written.
+    let ticket = match wait {
+        Some(_) => Some(Ticket::take(&ctx.state_dir, &ctx.pools_dir(), &req.pool)?),
+        None => None,
+    };
+    let bound = loop {
+        if let (Some(wait), Some(ticket)) = (&wait, &ticket) {
+            let asked = room::Asked {
+                pool: &req.pool,
+                allocation: &allocation,
+                facts: &facts,
+                ask: &ask,
+            };
+            room::until_room(ctx, &asked, ticket, wait, started).await?;
+            if facts_read_at.elapsed() > room::FACTS_FRESH {
+                // After a wait Slurm is asked again: the allocation may have changed.
+                facts = inspect_for_submit(ctx, pool, &ask, check).await?;
+                facts_read_at = tokio::time::Instant::now();
+            }
+        }
+        let receipt = locked(ctx, |writer, state| {
+            let pool = state
             .pools
             .pools
             .get(&req.pool)
@@ -136,11 +180,18 @@ pub async fn submit<S: Scheduler>(
                     req.pool
                 ))
             })?;
-        policy::check_submit(pool, &facts, &ask, &ctx.caller, ctx.now())?;
-        let bound = spec.bind(state, &ctx.state_dir, submission_id)?;
-        writer.append(bound.receipt(intent, submission_id))?;
-        Ok(bound)
-    })?;
+            policy::check_submit(pool, &facts, &ask, &ctx.caller, ctx.now())?;
+            let bound = spec.bind(state, &ctx.state_dir, submission_id)?;
+            writer.append(bound.receipt(intent.clone(), submission_id))?;
+            Ok(bound)
+        });
+        match receipt {
+            // A submitter without --wait took the room meanwhile: wait again, first in line.
+            Err(OpError::Refused(Refusal::Budget { .. })) if ticket.is_some() => continue,
+            other => break other?,
+        }
+    };
+    drop(ticket);
     failpoint::hit("pool-submit-after-intent");
     let mut report = SubmitReport {
         pool: req.pool.clone(),
@@ -399,10 +450,8 @@ async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> D
             Answer::Gone(_) => {}
             Answer::Unknown(e) => last_unknown = Some(e.to_string()),
         }
-        if let Ok(Some(r)) = report::read(&dirs.evidence) {
-            if let Some(step) = r.started.and_then(|s| s.step_id) {
-                return Discovery::Found(step);
-            }
+        if let Some(step) = supervisor_step(dirs) {
+            return Discovery::Found(step);
         }
         if srun_exit.is_none() {
             srun_exit = srun_ended(srun_pid);
@@ -427,9 +476,26 @@ async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> D
         if launched_at.elapsed() > STEP_DISCOVERY_TIMEOUT {
             return Discovery::NotSeen(last_unknown.unwrap_or_else(|| "still pending".to_owned()));
         }
-        tokio::time::sleep(pause).await;
+        // Between two listings, the supervisor's own journal (a file read) is looked at every
+        // few ms: it records its step id as soon as it starts, often before the next listing.
+        let until = tokio::time::Instant::now() + pause;
+        while tokio::time::Instant::now() < until {
+            tokio::time::sleep(FILE_POLL.min(pause)).await;
+            if let Some(step) = supervisor_step(dirs) {
+                return Discovery::Found(step);
+            }
+        }
         pause = (pause * 2).min(POLL);
     }
+}
+
+/// The step id the worker's supervisor recorded at its start, if it has.
+fn supervisor_step(dirs: &WorkerDirs) -> Option<u32> {
+    report::read(&dirs.evidence)
+        .ok()
+        .flatten()
+        .and_then(|r| r.started)
+        .and_then(|s| s.step_id)
 }
 
 /// Ask the questions [`reconcile_policy::step_never_ran`] needs: the step listing, the job

@@ -1,0 +1,295 @@
+//! `pool submit --wait`: wait for room in the pool instead of refusing.
+//!
+//! The waiter queues (`queue.rs`: first come, first served among the waiters of a pool) and
+//! only the head of the queue looks for room. It reads the journal without its lock (a reader
+//! sees every complete frame) and reloads it only when a journal file changed. Room comes back
+//! when a worker's budget is released: by another command (reconcile, stop-worker), or by the
+//! head itself once a worker's own journal says its supervisor finished (a file read, no Slurm
+//! call): then one step listing, with the job listing beside it that the proof rule needs
+//! (`policy::reconcile::step_over`, the same rule as everywhere), proves the step over, and
+//! `release_proven` releases it, as stop-worker and reconcile do. A worker whose supervisor
+//! died without a word is proven the same way, at most every [`FALLBACK_PROOF_EVERY`].
+//! Nothing here holds the journal lock while it waits; the budget is decided under the lock
+//! right before the receipt, as without `--wait`.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::queue::Ticket;
+use super::{job_id, release_proven};
+use crate::ops::context::Ctx;
+use crate::ops::error::OpError;
+use crate::policy::pool::{self as policy, AllocationFacts, Refusal, WorkerAsk};
+use crate::policy::reconcile as reconcile_policy;
+use crate::slurm::{JobQuery, Scheduler};
+use crate::state::pool::{Allocation, Pool};
+use crate::state::State;
+use crate::worker::dirs::WorkerDirs;
+use crate::worker::report;
+
+/// How often a waiter near the head looks at the queue, and the head at the journal and the
+/// workers' journals (file reads only): room handed on within a few ms.
+const POLL_NEAR: Duration = Duration::from_millis(5);
+/// How often a waiter further back looks at the queue.
+const POLL_FAR: Duration = Duration::from_millis(25);
+/// Waiters with fewer than this many ahead poll at [`POLL_NEAR`].
+const NEAR: usize = 4;
+/// Retries of a proof for a worker whose supervisor finished: its step leaves the step
+/// listing once its srun has exited, 10–40 ms after the supervisor's last record here. The
+/// first [`PROOF_RETRIES_QUICK`] retries come [`PROOF_RETRY_FIRST`] apart, then the pause
+/// doubles up to [`PROOF_RETRY_MAX`] (two Slurm calls per try).
+const PROOF_RETRY_FIRST: Duration = Duration::from_millis(10);
+const PROOF_RETRIES_QUICK: u32 = 5;
+const PROOF_RETRY_MAX: Duration = Duration::from_secs(2);
+/// How often the head asks Slurm about workers whose own journal says nothing (a killed
+/// supervisor): polite to the controller, and no worker keeps its budget forever.
+pub const FALLBACK_PROOF_EVERY: Duration = Duration::from_secs(10);
+/// How old the allocation's facts (`scontrol show job`) may be at the receipt of a submit
+/// that waited; older, they are read again (a submit without a wait reads them a few ms
+/// before its receipt).
+pub(super) const FACTS_FRESH: Duration = Duration::from_secs(1);
+/// How often progress is shown when nothing changes.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// How `pool submit` waits for room.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Wait {
+    /// Give up after this long (exit 3); `None`: while the allocation can still take the worker.
+    pub limit: Option<Duration>,
+    /// Shown to the user (the CLI prints it on a terminal).
+    pub progress: Option<fn(&WaitProgress)>,
+}
+
+/// Where a waiting submitter stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaitProgress {
+    pub pool: String,
+    /// Waiters ahead of this one.
+    pub ahead: usize,
+    /// The pool's reservation as the head last saw it (`None` while not at the head).
+    pub reserved: Option<(u64, u64)>,
+    pub capacity: (u32, u64),
+    pub waited: Duration,
+}
+
+/// The journal's state, reloaded only when one of its files changed (size or mtime).
+#[derive(Default)]
+struct JournalWatch {
+    stamp: Vec<(std::ffi::OsString, u64, i64, i64)>,
+    state: Option<State>,
+}
+
+impl JournalWatch {
+    fn stamp(dir: &Path) -> Vec<(std::ffi::OsString, u64, i64, i64)> {
+        use std::os::unix::fs::MetadataExt;
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let m = e.metadata().ok()?;
+                Some((e.file_name(), m.len(), m.mtime(), m.mtime_nsec()))
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn state<S: Scheduler>(&mut self, ctx: &Ctx<S>) -> Result<&State, OpError> {
+        let stamp = Self::stamp(&ctx.journal_dir());
+        if self.state.is_none() || stamp != self.stamp {
+            self.state = Some(ctx.load()?.state);
+            self.stamp = stamp;
+        }
+        Ok(self.state.as_ref().expect("loaded above"))
+    }
+}
+
+/// When each finished worker's proof may be tried again.
+#[derive(Default)]
+struct Proving {
+    retry: HashMap<Uuid, (Instant, Duration, u32)>,
+    next_fallback: Option<Instant>,
+}
+
+impl Proving {
+    /// Prove over what can be proven and release it. Whether anything was released.
+    async fn round<S: Scheduler>(&mut self, ctx: &Ctx<S>, pool: &Pool) -> Result<bool, OpError> {
+        let pools_dir = ctx.pools_dir();
+        let now = Instant::now();
+        let fallback_due = match self.next_fallback {
+            Some(t) => now >= t,
+            None => {
+                self.next_fallback = Some(now + FALLBACK_PROOF_EVERY);
+                false
+            }
+        };
+        self.retry.retain(|id, _| pool.active.contains_key(id));
+        let mut due = Vec::new();
+        for w in pool.active.values() {
+            let dirs = WorkerDirs::new(&pools_dir, &pool.name, w.submission_id);
+            let own = (w.journal_damage.is_none() && dirs.check(&pools_dir).unwrap_or(false))
+                .then(|| report::read(&dirs.evidence).ok().flatten())
+                .flatten();
+            let supervisor_step = own
+                .as_ref()
+                .and_then(|r| r.started.as_ref())
+                .and_then(|s| s.step_id);
+            let Some(step) = w.step_id.or(supervisor_step) else {
+                continue; // never seen: reconcile's question, not a waiter's
+            };
+            let finished = own.as_ref().is_some_and(|r| r.finished.is_some());
+            let (at, _, _) =
+                *self
+                    .retry
+                    .entry(w.submission_id)
+                    .or_insert((now, PROOF_RETRY_FIRST, 0));
+            if (finished && now >= at) || fallback_due {
+                due.push((w.submission_id, step));
+            }
+        }
+        if fallback_due {
+            self.next_fallback = Some(now + FALLBACK_PROOF_EVERY);
+        }
+        if due.is_empty() {
+            return Ok(false);
+        }
+        let job = job_id(&pool.allocation)?;
+        // Asked together: the job listed beside the step listing, as the rule has it, in
+        // one call's time.
+        let jobs_query = JobQuery::ids(vec![job]);
+        let (steps, jobs) =
+            tokio::join!(ctx.sched.list_steps(job), ctx.sched.list_jobs(&jobs_query));
+        let obs = reconcile_policy::observe_pool(job, &jobs.job(job), Some(&steps));
+        let mut released = false;
+        for (id, step) in due {
+            match reconcile_policy::step_over(step, true, &obs) {
+                Some(proof) => {
+                    released |= release_proven(ctx, &pool.name, id, &proof, |w| {
+                        w.step_id.is_none_or(|s| s == step)
+                    })?;
+                    self.retry.remove(&id);
+                }
+                None => {
+                    let (at, pause, tries) = self.retry.get_mut(&id).expect("entered above");
+                    *at = Instant::now() + *pause;
+                    *tries += 1;
+                    if *tries >= PROOF_RETRIES_QUICK {
+                        *pause = (*pause * 2).min(PROOF_RETRY_MAX);
+                    }
+                }
+            }
+        }
+        Ok(released)
+    }
+}
+
+/// What a waiting submitter asks for, and of which allocation.
+#[derive(Clone, Copy)]
+pub(super) struct Asked<'a> {
+    pub pool: &'a str,
+    pub allocation: &'a Allocation,
+    pub facts: &'a AllocationFacts,
+    pub ask: &'a WorkerAsk,
+}
+
+/// Wait until this ticket is at the head of the queue and `pool` (still on `allocation`) has
+/// room for `ask` as the journal says now. Refuses (exit 3) when the wait's limit passes, when
+/// the allocation becomes too short for the worker or is proven over.
+pub(super) async fn until_room<S: Scheduler>(
+    ctx: &Ctx<S>,
+    asked: &Asked<'_>,
+    ticket: &Ticket,
+    wait: &Wait,
+    started: Instant,
+) -> Result<(), OpError> {
+    let Asked {
+        pool: pool_name,
+        allocation,
+        facts,
+        ask,
+    } = *asked;
+    let end = facts.end_time.unwrap_or(allocation.end_time);
+    let last = policy::last_submit_time(end.min(allocation.end_time), &ask.budgets);
+    let capacity = (
+        allocation.cpus.min(facts.cpus),
+        allocation.mem_mb.min(facts.mem_mb),
+    );
+    let mut watch = JournalWatch::default();
+    let mut proving = Proving::default();
+    let mut shown: Option<(WaitProgress, Instant)> = None;
+    loop {
+        let ahead = ticket.ahead()?;
+        let mut reserved = None;
+        if ahead == 0 {
+            let state = watch.state(ctx)?;
+            let pool = state
+                .pools
+                .pools
+                .get(pool_name)
+                .filter(|p| p.allocation == *allocation)
+                .ok_or_else(|| {
+                    OpError::Failed(format!(
+                        "pool {pool_name} was detached or attached to another allocation while this \
+                         submit waited for room; nothing was submitted. Check `dispatch pool status`"
+                    ))
+                })?;
+            if let Some(ended) = &pool.ended {
+                return Err(Refusal::AllocationEnded {
+                    pool: pool_name.to_owned(),
+                    job_id: allocation.job_id,
+                    proof: ended.proof.clone(),
+                }
+                .into());
+            }
+            if policy::check_room(pool, facts, ask).is_ok() {
+                return Ok(());
+            }
+            let pool = pool.clone();
+            if proving.round(ctx, &pool).await? {
+                continue;
+            }
+            reserved = Some(pool.reserved());
+        }
+        if ctx.now().secs() > last.secs() {
+            return Err(Refusal::EndsBeforeRoom {
+                pool: pool_name.to_owned(),
+                job_id: allocation.job_id,
+                need_s: ask.budgets.shutdown_window_s() + i64::from(ask.budgets.min_run_s),
+            }
+            .into());
+        }
+        if let Some(limit) = wait.limit {
+            if started.elapsed() >= limit {
+                return Err(Refusal::NoRoomWithin {
+                    pool: pool_name.to_owned(),
+                    cpus: ask.cpus,
+                    mem_mb: ask.mem_mb,
+                    waited_s: limit.as_secs(),
+                }
+                .into());
+            }
+        }
+        if let Some(show) = wait.progress {
+            let now = WaitProgress {
+                pool: pool_name.to_owned(),
+                ahead,
+                reserved,
+                capacity,
+                waited: started.elapsed(),
+            };
+            let changed = shown.as_ref().is_none_or(|(p, at)| {
+                p.ahead != now.ahead || p.reserved != now.reserved || at.elapsed() >= PROGRESS_EVERY
+            });
+            if changed {
+                show(&now);
+                shown = Some((now, Instant::now()));
+            }
+        }
+        tokio::time::sleep(if ahead < NEAR { POLL_NEAR } else { POLL_FAR }).await;
+    }
+}

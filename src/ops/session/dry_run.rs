@@ -1,0 +1,95 @@
+//! `session launch --dry-run`: what a launch would do, found as a launch finds it (the record's
+//! job probed, a live job of this target looked for by name), and for a submit, `sbatch
+//! --test-only` with the target's placement. No token lock, nothing journaled or written, no
+//! job submitted, no wait.
+
+use serde::Serialize;
+
+use super::launch::{placement, LaunchRequest};
+use super::{name_probe, read_state, session, token_clash, Env, SessionError};
+use crate::policy::session::{is_ending, probe_of, Probe};
+use crate::slurm::{BatchPayload, BatchRequest, JobQuery, Scheduler};
+
+/// What `session launch` would do (docs/cli.md, `session launch --dry-run`).
+#[derive(Debug, Serialize)]
+pub struct LaunchPlan {
+    pub dry_run: bool,
+    pub mirror: String,
+    pub target: String,
+    pub job_name: String,
+    /// `reuse`, `adopt`, `wait_then_submit` (the record's job is ending) or `submit`.
+    pub would: &'static str,
+    pub job_id: Option<u32>,
+    /// For a submit: what `sbatch --test-only` said (start time, nodes, partition). A salloc
+    /// target is tested the same way: its placement is the same, and salloc has no test mode.
+    pub would_start: Option<String>,
+    pub nodes: Option<String>,
+    pub partition: Option<String>,
+}
+
+pub async fn launch_dry_run<S: Scheduler>(
+    env: &Env<'_, S>,
+    req: &LaunchRequest,
+) -> Result<LaunchPlan, SessionError> {
+    let r = env.resolve(&req.mirror, &req.target)?;
+    let placement = placement(env, &r)?;
+    let state = read_state(env.state_dir)?;
+    token_clash(&state, &r)?;
+    let mut plan = LaunchPlan {
+        dry_run: true,
+        mirror: r.key.mirror.clone(),
+        target: r.key.target.clone(),
+        job_name: r.job_name.as_str().to_owned(),
+        would: "submit",
+        job_id: None,
+        would_start: None,
+        nodes: None,
+        partition: None,
+    };
+    let mut exclude = Vec::new();
+    if let Some(job) = session(&state, &r.key).and_then(|s| s.job_id()) {
+        match probe_of(&env.slurm.list_jobs(&JobQuery::ids(vec![job])).await, job) {
+            Probe::Live { state, .. } if is_ending(&state) => {
+                plan.would = "wait_then_submit";
+                exclude.push(job);
+            }
+            Probe::Live { .. } => {
+                plan.would = "reuse";
+                plan.job_id = Some(job.get());
+                return Ok(plan);
+            }
+            Probe::Gone { .. } => exclude.push(job),
+            Probe::Unknown(e) => {
+                return Err(SessionError::Unknown(format!(
+                "could not verify Slurm job {job} of session {}: {e}; a launch would stop here too",
+                r.key
+            )))
+            }
+        }
+    }
+    let probe = name_probe(env, &r, &exclude).await;
+    if let Some(seen) = probe.plan.as_ref().and_then(|p| p.adopted()) {
+        plan.would = "adopt";
+        plan.job_id = seen.job_id.map(|j| j.get());
+        return Ok(plan);
+    }
+    if let Some(lines) = probe.unreadable {
+        return Err(SessionError::Unknown(format!(
+            "squeue lists a job named {} that dispatch cannot read ({lines:?}); a launch would \
+             submit nothing",
+            r.job_name
+        )));
+    }
+    let mut batch = BatchRequest::new(r.job_name.clone(), BatchPayload::Wrap(":".to_owned()));
+    batch.placement = placement;
+    let tested = env.slurm.test_batch(&batch).await.map_err(|e| {
+        SessionError::Failed(format!(
+            "`sbatch --test-only` says a job for {} would not go: {e}; nothing was submitted",
+            r.key
+        ))
+    })?;
+    plan.would_start = Some(tested.start);
+    plan.nodes = Some(tested.nodes);
+    plan.partition = Some(tested.partition);
+    Ok(plan)
+}
