@@ -459,7 +459,9 @@ fn session_launch_progress_names_the_pending_reason() {
     };
     fake.scenario(json!({
         "squeue": [
-            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            // Before the submit nothing; after it, the launch's own held job (sbatch --hold).
+            {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": pending("JobHeldUser")},
             {"match": ["--jobs=4242"], "times": 1, "stdout": pending("Priority")},
             {"match": ["--jobs=4242"], "stdout": pending("QOSMaxJobsPerUserLimit")},
         ],
@@ -508,5 +510,5 @@ fn watch_on_a_terminal_clears_and_redraws() {
     let redraws = text.matches("\x1b[H\x1b[2J").count();
     assert!(redraws >= 2, "{redraws} redraws: {text:?}");
     assert!(text.contains("every 1 s: dispatch pool status"), "{text:?}");
-    assert_eq!(text.matches("POOL  JOB").count(), redraws, "{text:?}");
+    assert_eq!(text.matches("POOL  OWNER  ").count(), redraws, "{text:?}");
 }

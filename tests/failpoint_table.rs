@@ -1,6 +1,7 @@
 //! ARCHITECTURE.md's failpoint table is the list of crash points a reader trusts: it must name
-//! exactly the points compiled into the code. Issue 11 §4, in the manner of
-//! tests/format_spec.rs pinning the hex example.
+//! exactly the points compiled into the code, and every one of them must be driven by some
+//! test (a point nothing crashes at is a boundary nobody has checked). Issue 11 §4, in the
+//! manner of tests/format_spec.rs pinning the hex example.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -76,5 +77,26 @@ fn the_failpoint_table_names_exactly_the_points_in_the_code() {
         undocumented.is_empty() && stale.is_empty(),
         "in the code but not in ARCHITECTURE.md's table: {undocumented:?}; in the table but \
          not in the code: {stale:?}"
+    );
+}
+
+#[test]
+fn every_failpoint_is_driven_by_a_test() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("tests"), &mut files);
+    let this = root.join("tests/failpoint_table.rs");
+    let tests: String = files
+        .iter()
+        .filter(|f| **f != this)
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
+    let untested: Vec<_> = points_in_code(root)
+        .into_iter()
+        .filter(|p| !tests.contains(&format!("{p}=")) && !tests.contains(&format!("\"{p}\"")))
+        .collect();
+    assert!(
+        untested.is_empty(),
+        "no test names these failpoints, so no crash there is checked: {untested:?}"
     );
 }

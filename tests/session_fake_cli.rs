@@ -203,23 +203,28 @@ fn fresh_launch_argv_and_order() {
     let script = files.join("scripts/job-sample--T.sh");
     let log = files.join("logs/job-sample-%j.out");
     assert!(!f.state().join("sessions/logs").exists());
+    let sbatch: Vec<String> = vec![
+        "sbatch".to_owned(),
+        "--parsable".into(),
+        "--job-name=sucoder-sample".into(),
+        "--partition=savio4_htc".into(),
+        "--account=co_carleton".into(),
+        "--qos=carleton_htc4_normal".into(),
+        "--time=3-00:00:00".into(),
+        format!("--output={}", log.display()),
+        "--no-requeue".into(),
+        "--hold".into(),
+        script.to_string_lossy().into_owned(),
+    ];
+    // The same request tested first (a held job Slurm can never run would be accepted).
+    let mut tested = sbatch.clone();
+    tested.insert(1, "--test-only".into());
     assert_eq!(
         f.calls(),
         [
             name_probe(),
-            vec![
-                "sbatch".to_owned(),
-                "--parsable".into(),
-                "--job-name=sucoder-sample".into(),
-                "--partition=savio4_htc".into(),
-                "--account=co_carleton".into(),
-                "--qos=carleton_htc4_normal".into(),
-                "--time=3-00:00:00".into(),
-                format!("--output={}", log.display()),
-                "--no-requeue".into(),
-                "--hold".into(),
-                script.to_string_lossy().into_owned(),
-            ],
+            tested,
+            sbatch,
             name_probe(),
             release(4242),
             by_id(4242),
@@ -269,9 +274,9 @@ fn other_targets_job_is_not_adopted() {
     // The other target's older job does not contend: ours is released, not cancelled.
     assert_eq!(
         f.programs(),
-        ["squeue", "sbatch", "squeue", "scontrol", "squeue"]
+        ["squeue", "sbatch", "sbatch", "squeue", "scontrol", "squeue"]
     );
-    assert_eq!(f.calls()[3], release(5000));
+    assert_eq!(f.calls()[4], release(5000));
 }
 
 /// 3: an unconfined (salloc) launch carries the same job name. (Mutation check: dropping the
@@ -1036,7 +1041,8 @@ fn a_completing_recorded_job_is_waited_out_then_replaced() {
     );
     let calls = f.calls();
     assert_eq!(calls[..2], [by_id(4242), by_id(4242)], "{calls:?}");
-    assert_eq!(f.programs().iter().filter(|p| *p == "sbatch").count(), 1);
+    // One submit, after its --test-only.
+    assert_eq!(f.programs().iter().filter(|p| *p == "sbatch").count(), 2);
 }
 
 /// Item 14: a COMPLETING job found by name is not adopted: the launch waits until it is gone,

@@ -959,3 +959,64 @@ printf '{"step":1}\n' > "$DISPATCH_STATE_DIR/rollout.jsonl"
         "{report}"
     );
 }
+
+/// The supervisor killed after its asset checks, before the checkout (failpoint
+/// `supervisor-before-checkout`, forwarded to the step): no payload ran, the worker's own
+/// journal says how far it got, reconcile proves the step over and releases the budget, the
+/// coordinator finishes the cleanup the supervisor never did, and nothing is published.
+#[test]
+fn a_supervisor_killed_before_the_checkout_runs_nothing_and_is_released_by_reconcile() {
+    let _cluster = require_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let sd = &tmp.path().join("state");
+    let (_, _, _) = add_assets(sd, tmp.path());
+    let alloc = Allocation::salloc(
+        &support::unique_name("node-before-checkout"),
+        &["-c", "1", "--mem", "1G", "--time", "10"],
+    );
+    attach(sd, "p", &alloc);
+    let w = submit(
+        sd,
+        "p",
+        "early",
+        &["--source", "src"],
+        &[(
+            "DISPATCH_FAILPOINTS",
+            "worker:supervisor-before-checkout=abort",
+        )],
+        "touch \"$DISPATCH_EVIDENCE_DIR/ran\"",
+        &[],
+    );
+    let dirs = dirs_of(sd, "p", &w);
+    wait_for("the step to end", Duration::from_secs(60), || {
+        !squeue_steps(alloc.id).contains(&"p.early".to_owned())
+    });
+    let r = report::read(&dirs.evidence)
+        .expect("the worker journal reads whole")
+        .expect("a worker journal");
+    assert!(r.checks.as_ref().is_some_and(|c| c.ok), "{:?}", r.checks);
+    assert!(r.payload_pid.is_none(), "a payload started");
+    assert!(r.exited.is_none() && r.finished.is_none());
+    assert!(!dirs.evidence.join("ran").exists(), "the payload ran");
+
+    let rec = ok(dispatch(sd, &["reconcile", "--json"]), "reconcile");
+    assert!(
+        rec["resolved"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["worker"] == "early"),
+        "{rec}"
+    );
+    let s = status_worker(sd, "p", "early");
+    assert_eq!(s["state"], "released", "{s}");
+    // The coordinator's cleanup: runtime and cache gone, nothing published.
+    assert!(!dirs.runtime.exists() && !dirs.cache.exists());
+    let published = sd.join("pools/p/published");
+    let names: Vec<_> = std::fs::read_dir(&published)
+        .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(names.is_empty(), "{names:?}");
+    let audit = dispatch(sd, &["audit", "--json"]);
+    assert_eq!(audit.code, 0, "{}", audit.stdout);
+}

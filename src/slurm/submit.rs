@@ -140,6 +140,18 @@ const FAILED_PREFIXES: [&str; 2] = [
     "Job submit/allocate failed: ",
 ];
 
+/// The refusal in `sbatch --test-only`'s answer: it says the controller's verdict as
+/// `allocation failure: <text>` (22.05 and 24.11 here: `allocation failure: Requested node
+/// configuration is not available` for `--mem=999999G`, `allocation failure: Invalid partition
+/// name specified` for `--partition=nope`), not as `sbatch: error: …`. Only the texts of
+/// [`REFUSALS`] count.
+pub fn test_only_refusal(stderr: &str) -> Option<&'static str> {
+    stderr.lines().find_map(|line| {
+        let message = line.trim().strip_prefix("allocation failure: ")?.trim();
+        REFUSALS.iter().copied().find(|r| *r == message)
+    })
+}
+
 /// The recognised refusal in a failed sbatch/salloc answer, if it is one: a line saying a
 /// phrase of [`REFUSALS`], no job id anywhere (stdout blank, no `Pending`/`Granted job
 /// allocation N`, no `Submitted batch job`), and no word of a broken conversation. The
@@ -169,6 +181,30 @@ pub fn refusal_phrase(stdout: &str, stderr: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_test_only_refusal_is_read_from_its_allocation_failure_line() {
+        assert_eq!(
+            test_only_refusal(
+                "allocation failure: Requested node configuration is not available\n"
+            ),
+            Some("Requested node configuration is not available")
+        );
+        assert_eq!(
+            test_only_refusal(
+                "sbatch: error: invalid partition specified: nope\nallocation failure: Invalid partition name specified\n"
+            ),
+            Some("Invalid partition name specified")
+        );
+        assert_eq!(
+            test_only_refusal("allocation failure: Socket timed out\n"),
+            None
+        );
+        assert_eq!(
+            test_only_refusal("sbatch: Job 3 to start at 2026-12-01T10:00:00 using 1 processors on nodes vm in partition debug\n"),
+            None
+        );
+    }
     use quickcheck::quickcheck;
 
     fn id(n: u32) -> JobId {

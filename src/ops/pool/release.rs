@@ -17,7 +17,7 @@ use crate::names::check_path_name;
 use crate::ops::context::{await_proof, snapshot_quietly, Ctx, STOP_PROOF_TIMEOUT};
 use crate::ops::error::OpError;
 use crate::policy::pool_create::{self as policy, ReleasePlan};
-use crate::slurm::{JobId, Scheduler};
+use crate::slurm::{JobId, JobName, Scheduler};
 use crate::state::pool::*;
 
 #[derive(Debug, Serialize)]
@@ -79,7 +79,11 @@ async fn release_creation<S: Scheduler>(
                     workers: Vec::new(),
                 })
             }
-            Found::Unknown(why) => return Err(OpError::Unknown(why)),
+            // Nothing proves that its salloc made nothing (a lost answer, and listings that
+            // cannot tell an empty answer from a lie), so no later create may run; releasing
+            // is the way out: cancel whatever carries its name. scancel by name acts on every
+            // job of that name, so once it answered, nothing of this creation is left to run.
+            Found::Unknown(why) => return release_by_name(ctx, c, &why).await,
         },
     };
     let proof = cancel_and_prove(ctx, &pool, job).await?;
@@ -102,6 +106,51 @@ async fn release_creation<S: Scheduler>(
     Ok(ReleaseReport {
         pool,
         job_id: Some(u64::from(job.get())),
+        proof,
+        workers: Vec::new(),
+    })
+}
+
+/// [`release_creation`] of a creation whose job nobody can name: `scancel --me --name=N`,
+/// then the creation recorded over (definite: nothing of that name is left to run).
+async fn release_by_name<S: Scheduler>(
+    ctx: &Ctx<S>,
+    c: &Creation,
+    why: &str,
+) -> Result<ReleaseReport, OpError> {
+    let pool = c.intent.pool.clone();
+    let name =
+        JobName::new(c.intent.job_name.clone()).map_err(|e| OpError::Failed(e.to_string()))?;
+    if let Err(e) = ctx.sched.cancel_by_name(&name).await {
+        return Err(OpError::Unknown(format!(
+            "{why}. Cancelling whatever is named {name} failed too ({e}); the creation stays \
+             recorded. Run `dispatch pool release {pool}` again"
+        )));
+    }
+    failpoint::hit("pool-release-after-cancel");
+    let proof = format!(
+        "scancel --me --name={name} answered: any allocation of this creation is cancelled \
+         (its salloc's outcome was never known)"
+    );
+    locked(ctx, |writer, state| {
+        let same = state
+            .pools
+            .creations
+            .get(&pool)
+            .is_some_and(|x| x.intent.creation_id == c.intent.creation_id);
+        if same {
+            writer.append_one(Event::PoolCreateFailed(PoolCreateFailed {
+                pool: pool.clone(),
+                creation_id: c.intent.creation_id,
+                definite: true,
+                reason: format!("released: {proof}"),
+            }))?;
+        }
+        Ok(())
+    })?;
+    Ok(ReleaseReport {
+        pool,
+        job_id: None,
         proof,
         workers: Vec::new(),
     })

@@ -376,6 +376,12 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             // Held until the name probe below shows no older job of this target: a launch
             // from another state directory (which this token lock cannot see) may race.
             req.extra = vec!["--no-requeue".into(), "--hold".into()];
+            // Slurm 22.05 accepts a held job it can never run (999999G of memory: pending
+            // `BadConstraints` for ever) that it refuses unheld; its test mode refuses it in the
+            // same words, so a launch asks that first and fails as a refused submit would.
+            if let Some(refused) = test_refusal(self.env.slurm.test_batch(&req).await) {
+                return Err(self.submit_failed(submission_id, "sbatch", refused));
+            }
             self.env.slurm.submit_batch(&req).await.map(|s| s.job_id)
         } else {
             let mut req = AllocRequest::new(self.r.job_name.clone());
@@ -682,4 +688,29 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         let (_, log) = script::paths(self.env.session_files, &self.r.token, &self.r.key.target);
         log.to_string_lossy().replace("%j", &job.to_string())
     }
+}
+
+/// A definite refusal in `sbatch --test-only`'s answer, as a refused sbatch would give it
+/// (`slurm::submit::REFUSALS`). Anything else (it would run, it could not be asked, words not
+/// in the table) refuses nothing: the submit itself decides.
+fn test_refusal(
+    answer: Result<crate::slurm::TestedBatch, crate::slurm::SlurmError>,
+) -> Option<ActionError> {
+    let Err(crate::slurm::SlurmError::Failed {
+        command,
+        status: status @ crate::slurm::ExitInfo::Code(_),
+        stdout,
+        stderr,
+    }) = answer
+    else {
+        return None;
+    };
+    let phrase = crate::slurm::submit::test_only_refusal(&stderr)
+        .or_else(|| crate::slurm::submit::refusal_phrase(&stdout, &stderr))?;
+    Some(ActionError::Refused(Refusal::Said {
+        command,
+        phrase,
+        status,
+        stderr,
+    }))
 }
