@@ -58,10 +58,16 @@ pub fn jobs_dir<S: Scheduler>(ctx: &Ctx<S>) -> std::path::PathBuf {
     ctx.state_dir.join("jobs")
 }
 
-pub async fn submit<S: Scheduler>(
-    ctx: &Ctx<S>,
-    req: &JobSubmitRequest,
-) -> Result<JobSubmitReport, OpError> {
+/// What `submit` and `submit --dry-run` check of a request before anything else, and the
+/// identity a submission of it gets.
+struct Checked {
+    time_s: u64,
+    submission_id: Uuid,
+    worker: String,
+    name: JobName,
+}
+
+fn check_request(req: &JobSubmitRequest) -> Result<Checked, OpError> {
     let spec = &req.spec;
     spec.check()?;
     let time_s = req
@@ -77,6 +83,26 @@ pub async fn submit<S: Scheduler>(
     let worker = spec.name(submission_id);
     let name = JobName::new(job_name(&req.job_name_prefix, &worker, submission_id))
         .map_err(|e| OpError::Usage(e.to_string()))?;
+    Ok(Checked {
+        time_s,
+        submission_id,
+        worker,
+        name,
+    })
+}
+
+pub async fn submit<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &JobSubmitRequest,
+) -> Result<JobSubmitReport, OpError> {
+    let spec = &req.spec;
+    let Checked {
+        time_s,
+        submission_id,
+        worker,
+        name,
+    } = check_request(req)?;
+    let budgets = spec.budgets;
     let (writer, loaded) = ctx.lock_and_load()?;
     if loaded
         .state
@@ -253,20 +279,12 @@ pub async fn submit_dry_run<S: Scheduler>(
     req: &JobSubmitRequest,
 ) -> Result<JobSubmitPlan, OpError> {
     let spec = &req.spec;
-    spec.check()?;
-    let time_s = req
-        .time
-        .as_secs()
-        .ok_or_else(|| OpError::Usage(format!("--time {} is not a finite duration", req.time)))?;
-    let budgets = spec.budgets;
-    let need_s = budgets.shutdown_window_s() + i64::from(budgets.min_run_s);
-    if (time_s as i64) < need_s {
-        return Err(Refusal::TimeLimitTooShort { time_s, need_s }.into());
-    }
-    let submission_id = Uuid::new_v4();
-    let worker = spec.name(submission_id);
-    let name = JobName::new(job_name(&req.job_name_prefix, &worker, submission_id))
-        .map_err(|e| OpError::Usage(e.to_string()))?;
+    let Checked {
+        time_s,
+        submission_id,
+        worker,
+        name,
+    } = check_request(req)?;
     let state = super::pool::state_now(ctx)?;
     if state.jobs.active.values().any(|j| j.worker == worker) {
         return Err(OpError::Refused(Refusal::DuplicateJobWorker { worker }));
