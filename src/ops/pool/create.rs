@@ -414,14 +414,12 @@ pub(crate) async fn find_by_name<S: Scheduler>(
         let now = ctx.now();
         // A job given out after the settle point (the same rule as a lost `dispatch submit`):
         // without one, an answer that lacks the name proves nothing.
-        let watermark = {
-            let (writer, loaded) = ctx.lock_and_load()?;
-            drop(writer);
-            reconcile_policy::watermark(
-                settled_at,
-                crate::ops::reconcile::recorded_job_ids(&loaded.state),
-            )
-        };
+        // Read without the writer's lock: nothing is appended here, and the poll must not
+        // hold up other commands.
+        let watermark = reconcile_policy::watermark(
+            settled_at,
+            crate::ops::reconcile::recorded_job_ids(&ctx.load()?.state),
+        );
         let mine = ctx
             .sched
             .list_jobs(&JobQuery::mine_including_finished())
