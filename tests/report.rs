@@ -398,3 +398,27 @@ fn report_names_what_does_not_exist_and_needs_a_subject() {
     assert_eq!(code, 0, "{err}");
     assert!(text.contains("w2") && text.contains("released"), "{text}");
 }
+
+/// A damaged journal still gets its page (forensics needs it most then), but the command
+/// does not answer success over it: exit 5, as `audit`, with the next command on stderr.
+#[test]
+fn a_damaged_journal_is_reported_and_exits_5() {
+    let (fake, _) = recorded_trial();
+    let seg = fake
+        .state()
+        .join("journal")
+        .join(dispatch::journal::segment::file_name(1));
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let at = bytes.len() * 3 / 4;
+    bytes[at] ^= 0x01;
+    std::fs::write(&seg, bytes).unwrap();
+    let page = fake.state().join("../damaged.html");
+    let page_arg = page.display().to_string();
+    let (code, out, err) = fake.run(&["report", "--trial", "t1", "--json", "--html", &page_arg]);
+    assert_eq!(code, 5, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(r["audit"]["status"], "damaged", "{r}");
+    assert!(err.contains("dispatch journal verify"), "{err}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("damage"), "the page shows the damage");
+}

@@ -70,6 +70,15 @@ pub fn run(args: &ReportArgs, state_dir: &Path, json: bool) -> Result<u8, Failur
     } else {
         crate::out!("{}", render_text(&r, args.html.as_deref()));
     }
+    // The page of a damaged journal is written (forensics needs it most then), but the
+    // command does not answer success over it: 5, as `audit` does.
+    if r.audit.status == "damaged" {
+        super::output::note(
+            "the journal is damaged: the report covers it up to the damage. \
+             Run `dispatch journal verify` to see where",
+        );
+        return Ok(exit::DAMAGED);
+    }
     Ok(exit::OK)
 }
 
