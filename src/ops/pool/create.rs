@@ -418,7 +418,7 @@ pub(crate) async fn find_by_name<S: Scheduler>(
         // hold up other commands.
         let watermark = reconcile_policy::watermark(
             settled_at,
-            crate::ops::reconcile::recorded_job_ids(&ctx.load()?.state),
+            crate::policy::reconcile::recorded_job_ids(&ctx.load()?.state),
         );
         let mine = ctx
             .sched
