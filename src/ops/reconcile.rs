@@ -3,6 +3,8 @@
 //! query, however many workers there are (plus a by-id look at a job missing from a listing of
 //! several, which alone proves nothing). A failed query, or an empty answer, changes nothing.
 
+use std::time::Duration;
+
 use serde::Serialize;
 
 use super::context::{micros_to_local, snapshot_quietly, Ctx};
@@ -16,7 +18,7 @@ use crate::event::Micros;
 use crate::failpoint;
 use crate::policy::reconcile::{
     self, JobDecision, JobSeen, JobsObservation, PoolJudgement, PoolObservation, SrunSeen, Verdict,
-    WorkerSeen,
+    WorkerObservation, WorkerSeen,
 };
 use crate::slurm::{
     AcctQuery, AcctRow, Answer, JobId, JobName, JobQuery, JobRow, Lookup, Scheduler,
@@ -284,17 +286,22 @@ fn observe_workers<'a, S: Scheduler>(ctx: &Ctx<S>, pool: &'a Pool) -> Vec<Worker
             WorkerSeen {
                 worker: w,
                 step_name: step_name(&pool.name, &w.name),
-                step_from_supervisor: r.and_then(|r| r.started.as_ref()).and_then(|s| s.step_id),
-                payload_exited: r.is_some_and(|r| r.exited.is_some()),
-                supervisor_started,
-                srun,
-                others_steps: pool
-                    .active
-                    .values()
-                    .filter(|x| x.submission_id != w.submission_id)
-                    .chain(pool.finished.iter())
-                    .filter_map(|x| x.step_id)
-                    .collect(),
+                own: WorkerObservation {
+                    step_from_supervisor: r
+                        .and_then(|r| r.started.as_ref())
+                        .and_then(|s| s.step_id),
+                    payload_exited: r.is_some_and(|r| r.exited.is_some()),
+                    supervisor_started,
+                    srun,
+                    since_launch: Duration::ZERO,
+                    others_steps: pool
+                        .active
+                        .values()
+                        .filter(|x| x.submission_id != w.submission_id)
+                        .chain(pool.finished.iter())
+                        .filter_map(|x| x.step_id)
+                        .collect(),
+                },
             }
         })
         .collect()

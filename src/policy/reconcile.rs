@@ -452,19 +452,13 @@ pub fn find_lost(
 }
 
 /// One active worker of a pool as reconcile saw it outside Slurm: its record, its step's name,
-/// what its own journal said and what is known of its srun.
+/// and what its own journal said and what is known of its srun (`own`; its `since_launch` is
+/// the judge's to set, from the time it is given).
 #[derive(Clone, Debug)]
 pub struct WorkerSeen<'a> {
     pub worker: &'a Worker,
     pub step_name: String,
-    /// The step id the supervisor recorded it ran in.
-    pub step_from_supervisor: Option<u32>,
-    pub payload_exited: bool,
-    /// `Some(false)`: its journal was read and records no start; `None`: not read.
-    pub supervisor_started: Option<bool>,
-    pub srun: SrunSeen,
-    /// Steps the pool's other workers hold or held ([`WorkerObservation::others_steps`]).
-    pub others_steps: Vec<u32>,
+    pub own: WorkerObservation,
 }
 
 /// What reconcile decided about one pool: the allocation's end to record, and each worker's
@@ -496,14 +490,10 @@ pub fn judge_pool(obs: &PoolObservation, workers: &[WorkerSeen<'_>], now: Micros
         .iter()
         .map(|w| {
             let own = WorkerObservation {
-                step_from_supervisor: w.step_from_supervisor,
-                payload_exited: w.payload_exited,
-                supervisor_started: w.supervisor_started,
-                srun: w.srun.clone(),
                 since_launch: Duration::from_micros(
                     u64::try_from(now.0 - w.worker.submitted_at.0).unwrap_or(0),
                 ),
-                others_steps: w.others_steps.clone(),
+                ..w.own.clone()
             };
             verdict(w.worker, &w.step_name, obs, &own)
         })
@@ -1283,15 +1273,16 @@ mod tests {
             .map(|(i, (w, (_, supervised, srun, started, _)))| WorkerSeen {
                 worker: w,
                 step_name: format!("p.w{i}"),
-                step_from_supervisor: supervised.map(|s| u32::from(s % 8)),
-                payload_exited: false,
-                supervisor_started: *started,
-                srun: match srun % 3 {
-                    0 => SrunSeen::Exited("exited 1".into()),
-                    1 => SrunSeen::Running,
-                    _ => SrunSeen::NotKnown,
+                own: WorkerObservation {
+                    step_from_supervisor: supervised.map(|s| u32::from(s % 8)),
+                    supervisor_started: *started,
+                    srun: match srun % 3 {
+                        0 => SrunSeen::Exited("exited 1".into()),
+                        1 => SrunSeen::Running,
+                        _ => SrunSeen::NotKnown,
+                    },
+                    ..Default::default()
                 },
-                others_steps: Vec::new(),
             })
             .collect()
     }
@@ -1327,8 +1318,8 @@ mod tests {
                         || terminal_in_accounting
                         || absence_can_prove;
                     let never_ran = v.never_ran.is_none()
-                        || (matches!(s.srun, SrunSeen::Exited(_))
-                            && s.supervisor_started == Some(false)
+                        || (matches!(s.own.srun, SrunSeen::Exited(_))
+                            && s.own.supervisor_started == Some(false)
                             && now.0 - s.worker.submitted_at.0
                                 >= NEVER_RAN_SETTLE.as_micros() as i64
                             && absence_can_prove

@@ -284,18 +284,8 @@ async fn launch<S: Scheduler>(
     bound: &Bound,
 ) -> Result<(u32, tokio::time::Instant), OpError> {
     let (submission_id, worker, dirs) = (plan.submission_id, &plan.worker, &plan.dirs);
-    let failed = |definite: bool, reason: String| {
-        record(
-            ctx,
-            &req.pool,
-            submission_id,
-            vec![Event::WorkerLaunchFailed(WorkerLaunchFailed {
-                submission_id,
-                definite,
-                reason,
-            })],
-        )
-    };
+    let failed =
+        |definite: bool, reason: String| launch_failed(ctx, req, submission_id, definite, reason);
     if let Err(e) = dirs.create(&ctx.state_dir) {
         failed(
             true,
@@ -390,6 +380,27 @@ fn step_request<S: Scheduler>(
     step
 }
 
+/// `WorkerLaunchFailed` for worker `submission_id` (a definite one releases its budget), unless
+/// another command settled it meanwhile.
+fn launch_failed<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &SubmitRequest,
+    submission_id: Uuid,
+    definite: bool,
+    reason: String,
+) -> Result<bool, OpError> {
+    record(
+        ctx,
+        &req.pool,
+        submission_id,
+        vec![Event::WorkerLaunchFailed(WorkerLaunchFailed {
+            submission_id,
+            definite,
+            reason,
+        })],
+    )
+}
+
 /// Record what the step search found: the step (unless reconcile recorded it, or settled the
 /// worker, meanwhile), a launch proven failed (its budget released), or nothing (exit 4).
 fn record_discovery<S: Scheduler>(
@@ -400,18 +411,7 @@ fn record_discovery<S: Scheduler>(
     report: &mut SubmitReport,
 ) -> Result<(), OpError> {
     let (submission_id, worker, job) = (plan.submission_id, &plan.worker, plan.job);
-    let failed = |reason: &str| {
-        record(
-            ctx,
-            &req.pool,
-            submission_id,
-            vec![Event::WorkerLaunchFailed(WorkerLaunchFailed {
-                submission_id,
-                definite: true,
-                reason: reason.to_owned(),
-            })],
-        )
-    };
+    let failed = |reason: &str| launch_failed(ctx, req, submission_id, true, reason.to_owned());
     match discovery {
         Discovery::Found(step_no) => {
             locked(ctx, |writer, state| {
