@@ -74,44 +74,7 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
             }
             Ok(exit::OK)
         }
-        JournalCommand::Verify => {
-            crate::statedir::check(state_dir)?;
-            let r = ops::verify(&dir)?;
-            if json {
-                print_json(&r)?;
-            } else {
-                crate::outln!(
-                    "{}: {} events, last seq {}, head {}",
-                    r.status,
-                    r.events,
-                    r.last_seq,
-                    r.head
-                );
-                if let Some(d) = &r.damage {
-                    crate::outln!(
-                        "damage: {} at {} offset {} ({} bytes)",
-                        d.reason,
-                        d.segment,
-                        d.offset,
-                        d.bytes
-                    );
-                    match r.kind {
-                        crate::journal::Status::TornTail => {
-                            crate::outln!("next: `dispatch journal repair` cuts the torn tail (any write does it too)")
-                        }
-                        _ => crate::outln!(
-                            "next: dispatch refuses to write; keep a copy of {} and inspect the damage",
-                            dir.display()
-                        ),
-                    }
-                }
-            }
-            Ok(match r.kind {
-                crate::journal::Status::Clean => exit::OK,
-                crate::journal::Status::TornTail => exit::FAILED,
-                _ => exit::DAMAGED,
-            })
-        }
+        JournalCommand::Verify => run_verify(state_dir, &dir, json),
         JournalCommand::Dump {
             from,
             to,
@@ -121,62 +84,14 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
             since,
             until,
         } => {
-            let mut filter = crate::policy::journal_filter::Filter::new(
+            let filter = crate::policy::journal_filter::Filter::new(
                 worker.clone(),
                 pool.clone(),
                 kind.clone(),
                 *since,
                 *until,
             );
-            crate::statedir::check(state_dir)?;
-            let from = from.unwrap_or(1);
-            let to = to.unwrap_or(u64::MAX);
-            if from > to {
-                return Err(Failure::new(
-                    exit::USAGE,
-                    format!("--from {from} is after --to {to}"),
-                ));
-            }
-            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            let scan = ops::dump_filtered(&dir, from, to, &mut filter, |env| {
-                let written = if json {
-                    serde_json::to_writer(&mut out, &ops::DumpLine::from_envelope(env))
-                        .map_err(std::io::Error::from)
-                        .and_then(|()| writeln!(out))
-                } else {
-                    writeln!(
-                        out,
-                        "{:>8} {} {:<22} {}",
-                        env.seq,
-                        short_time(&env.time.to_rfc3339()),
-                        env.event.kind_name(),
-                        readable(&ops::dump_body(&env.event))
-                    )
-                };
-                if let Err(e) = written {
-                    output::stdout_failed(e);
-                }
-                Ok(())
-            })?;
-            if let Err(e) = out.flush() {
-                output::stdout_failed(e);
-            }
-            if let Some(d) = scan.damage {
-                eprintln!(
-                    "dispatch: the journal is {} at {} offset {}: {}; events after it are not shown. \
-                     Run `dispatch journal verify`",
-                    scan.status.as_str(),
-                    d.segment,
-                    d.offset,
-                    d.reason
-                );
-                return Ok(if scan.status == crate::journal::Status::TornTail {
-                    exit::FAILED
-                } else {
-                    exit::DAMAGED
-                });
-            }
-            Ok(exit::OK)
+            run_dump(state_dir, &dir, *from, *to, filter, json)
         }
         JournalCommand::Repair => {
             crate::statedir::check(state_dir)?;
@@ -200,6 +115,106 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
     }
 }
 
+/// `dispatch journal verify`: exit 0 clean, 1 a torn tail, 5 damage.
+fn run_verify(state_dir: &Path, dir: &Path, json: bool) -> Result<u8, Failure> {
+    crate::statedir::check(state_dir)?;
+    let r = ops::verify(dir)?;
+    if json {
+        print_json(&r)?;
+    } else {
+        crate::outln!(
+            "{}: {} events, last seq {}, head {}",
+            r.status,
+            r.events,
+            r.last_seq,
+            r.head
+        );
+        if let Some(d) = &r.damage {
+            crate::outln!(
+                "damage: {} at {} offset {} ({} bytes)",
+                d.reason,
+                d.segment,
+                d.offset,
+                d.bytes
+            );
+            match r.kind {
+                crate::journal::Status::TornTail => {
+                    crate::outln!("next: `dispatch journal repair` cuts the torn tail (any write does it too)")
+                }
+                _ => crate::outln!(
+                    "next: dispatch refuses to write; keep a copy of {} and inspect the damage",
+                    dir.display()
+                ),
+            }
+        }
+    }
+    Ok(match r.kind {
+        crate::journal::Status::Clean => exit::OK,
+        crate::journal::Status::TornTail => exit::FAILED,
+        _ => exit::DAMAGED,
+    })
+}
+
+/// `dispatch journal dump`: the events from seq `from` to `to` that pass `filter`, one a line.
+fn run_dump(
+    state_dir: &Path,
+    dir: &Path,
+    from: Option<u64>,
+    to: Option<u64>,
+    mut filter: crate::policy::journal_filter::Filter,
+    json: bool,
+) -> Result<u8, Failure> {
+    crate::statedir::check(state_dir)?;
+    let from = from.unwrap_or(1);
+    let to = to.unwrap_or(u64::MAX);
+    if from > to {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!("--from {from} is after --to {to}"),
+        ));
+    }
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let scan = ops::dump_filtered(dir, from, to, &mut filter, |env| {
+        let written = if json {
+            serde_json::to_writer(&mut out, &ops::DumpLine::from_envelope(env))
+                .map_err(std::io::Error::from)
+                .and_then(|()| writeln!(out))
+        } else {
+            writeln!(
+                out,
+                "{:>8} {} {:<22} {}",
+                env.seq,
+                short_time(&env.time.to_rfc3339()),
+                env.event.kind_name(),
+                readable(&ops::dump_body(&env.event))
+            )
+        };
+        if let Err(e) = written {
+            output::stdout_failed(e);
+        }
+        Ok(())
+    })?;
+    if let Err(e) = out.flush() {
+        output::stdout_failed(e);
+    }
+    if let Some(d) = scan.damage {
+        eprintln!(
+            "dispatch: the journal is {} at {} offset {}: {}; events after it are not shown. \
+             Run `dispatch journal verify`",
+            scan.status.as_str(),
+            d.segment,
+            d.offset,
+            d.reason
+        );
+        return Ok(if scan.status == crate::journal::Status::TornTail {
+            exit::FAILED
+        } else {
+            exit::DAMAGED
+        });
+    }
+    Ok(exit::OK)
+}
+
 pub fn run_audit(state_dir: &Path, json: bool) -> Result<u8, Failure> {
     crate::statedir::check(state_dir)?;
     let r = crate::ops::audit::audit(state_dir)?;
@@ -217,30 +232,7 @@ pub fn run_audit(state_dir: &Path, json: bool) -> Result<u8, Failure> {
             crate::outln!("  reducers stopped: {e}");
         }
         if let Some(f) = &r.rules {
-            crate::outln!(
-                "  rules: {} violation(s); {} submission(s) still hold budget",
-                f.violation_count,
-                f.held
-            );
-            for v in &f.violations {
-                crate::outln!("    seq {} {}: {} ({})", v.seq, v.kind, v.rule, v.detail);
-            }
-            if f.override_count > 0 {
-                crate::outln!(
-                    "  operator overrides (decisions, not proof): {}",
-                    f.override_count
-                );
-            }
-            for o in &f.overrides {
-                crate::outln!(
-                    "    seq {} {}: {} by {}: {}",
-                    o.seq,
-                    o.kind,
-                    o.subject,
-                    o.user,
-                    o.reason
-                );
-            }
+            print_audit_rules(f);
         }
         if let Some(s) = &r.snapshot {
             match (s.seq, s.agrees) {
@@ -274,6 +266,34 @@ pub fn run_audit(state_dir: &Path, json: bool) -> Result<u8, Failure> {
         "damaged" => exit::DAMAGED,
         _ => exit::FAILED,
     })
+}
+
+/// The audit's rule findings: violations, then operator overrides.
+fn print_audit_rules(f: &crate::policy::audit::Findings) {
+    crate::outln!(
+        "  rules: {} violation(s); {} submission(s) still hold budget",
+        f.violation_count,
+        f.held
+    );
+    for v in &f.violations {
+        crate::outln!("    seq {} {}: {} ({})", v.seq, v.kind, v.rule, v.detail);
+    }
+    if f.override_count > 0 {
+        crate::outln!(
+            "  operator overrides (decisions, not proof): {}",
+            f.override_count
+        );
+    }
+    for o in &f.overrides {
+        crate::outln!(
+            "    seq {} {}: {} by {}: {}",
+            o.seq,
+            o.kind,
+            o.subject,
+            o.user,
+            o.reason
+        );
+    }
 }
 
 /// `dispatch inspect WORKER [--at SEQ|TIME]`.

@@ -315,42 +315,8 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
                 "pool create needs the config: run it through `dispatch pool create`".to_owned(),
             ))
         }
-        PoolCommand::Release { pool, grace } => {
-            let note = |m: &str| super::output::note(m);
-            let r = ops::release(ctx, pool, Duration::from_secs(*grace), &note).await?;
-            if json {
-                print_json(&r)?;
-            } else {
-                crate::outln!(
-                    "pool {} released: allocation {} gone ({}); {} worker(s) released",
-                    r.pool,
-                    r.job_id
-                        .map_or_else(|| "none was made".to_owned(), |j| j.to_string()),
-                    r.proof,
-                    r.workers.len()
-                );
-            }
-        }
-        PoolCommand::Attach { pool, job } => {
-            let r = ops::attach(ctx, pool, *job).await?;
-            if json {
-                print_json(&r)?;
-            } else {
-                let a = &r.allocation;
-                crate::outln!(
-                    "attached job {} on {} as pool {}: {} CPUs, {} MB, until {} ({}/{}/{})",
-                    a.job_id,
-                    a.node,
-                    r.pool,
-                    a.cpus,
-                    a.mem_mb,
-                    a.end_time,
-                    a.partition,
-                    a.account,
-                    a.qos
-                );
-            }
-        }
+        PoolCommand::Release { pool, grace } => run_release(ctx, pool, *grace, json).await?,
+        PoolCommand::Attach { pool, job } => run_attach(ctx, pool, *job, json).await?,
         PoolCommand::Submit {
             pool,
             worker,
@@ -364,49 +330,9 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
                 spec: worker.spec(*grace, assets),
             };
             if *dry_run {
-                let plan = ops::submit_dry_run(ctx, &req, wait.is_some()).await?;
-                if json {
-                    print_json(&plan)?;
-                } else {
-                    crate::outln!(
-                        "would submit worker {} to pool {} as step {} of job {}: {} CPU(s), {} MB, room {} \
-                         ({}/{} CPUs and {}/{} MB reserved), shutdown signalled at {}",
-                        plan.worker,
-                        plan.pool,
-                        plan.step_name,
-                        plan.job_id,
-                        plan.cpus,
-                        plan.mem_mb,
-                        plan.room.replace('_', " "),
-                        plan.reserved_cpus,
-                        plan.capacity_cpus,
-                        plan.reserved_mem_mb,
-                        plan.capacity_mem_mb,
-                        plan.early_shutdown_at
-                    );
-                }
-                return Ok(exit::OK);
-            }
-            let wait = wait.map(|limit| ops::Wait {
-                limit: limit.map(Duration::from_secs),
-                progress: std::io::IsTerminal::is_terminal(&std::io::stderr())
-                    .then_some(wait_progress as fn(&ops::WaitProgress)),
-            });
-            let r = ops::submit_waiting(ctx, &req, wait).await?;
-            for w in &r.warnings {
-                super::output::note(&format!("warning: {w}"));
-            }
-            if json {
-                print_json(&r)?;
+                run_pool_submit_dry_run(ctx, &req, wait.is_some(), json).await?;
             } else {
-                crate::outln!(
-                    "worker {} submitted to pool {} (submission {}): {}, step {}",
-                    r.worker,
-                    r.pool,
-                    r.submission_id,
-                    r.state,
-                    r.step_id.as_deref().unwrap_or("not seen yet")
-                );
+                run_pool_submit(ctx, &req, *wait, json).await?;
             }
         }
         PoolCommand::Status {
@@ -451,6 +377,120 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
         }
     }
     Ok(exit::OK)
+}
+
+/// `dispatch pool release`.
+async fn run_release<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &str,
+    grace: u64,
+    json: bool,
+) -> Result<(), Failure> {
+    let note = |m: &str| super::output::note(m);
+    let r = ops::release(ctx, pool, Duration::from_secs(grace), &note).await?;
+    if json {
+        print_json(&r)?;
+    } else {
+        crate::outln!(
+            "pool {} released: allocation {} gone ({}); {} worker(s) released",
+            r.pool,
+            r.job_id
+                .map_or_else(|| "none was made".to_owned(), |j| j.to_string()),
+            r.proof,
+            r.workers.len()
+        );
+    }
+    Ok(())
+}
+
+/// `dispatch pool attach`.
+async fn run_attach<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &str,
+    job: JobId,
+    json: bool,
+) -> Result<(), Failure> {
+    let r = ops::attach(ctx, pool, job).await?;
+    if json {
+        print_json(&r)?;
+    } else {
+        let a = &r.allocation;
+        crate::outln!(
+            "attached job {} on {} as pool {}: {} CPUs, {} MB, until {} ({}/{}/{})",
+            a.job_id,
+            a.node,
+            r.pool,
+            a.cpus,
+            a.mem_mb,
+            a.end_time,
+            a.partition,
+            a.account,
+            a.qos
+        );
+    }
+    Ok(())
+}
+
+/// `dispatch pool submit --dry-run`.
+async fn run_pool_submit_dry_run<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &ops::SubmitRequest,
+    wait: bool,
+    json: bool,
+) -> Result<(), Failure> {
+    let plan = ops::submit_dry_run(ctx, req, wait).await?;
+    if json {
+        print_json(&plan)?;
+    } else {
+        crate::outln!(
+            "would submit worker {} to pool {} as step {} of job {}: {} CPU(s), {} MB, room {} \
+             ({}/{} CPUs and {}/{} MB reserved), shutdown signalled at {}",
+            plan.worker,
+            plan.pool,
+            plan.step_name,
+            plan.job_id,
+            plan.cpus,
+            plan.mem_mb,
+            plan.room.replace('_', " "),
+            plan.reserved_cpus,
+            plan.capacity_cpus,
+            plan.reserved_mem_mb,
+            plan.capacity_mem_mb,
+            plan.early_shutdown_at
+        );
+    }
+    Ok(())
+}
+
+/// `dispatch pool submit`, with `--wait [SECS]` as `wait` (`Some(None)`: no limit).
+async fn run_pool_submit<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &ops::SubmitRequest,
+    wait: Option<Option<u64>>,
+    json: bool,
+) -> Result<(), Failure> {
+    let wait = wait.map(|limit| ops::Wait {
+        limit: limit.map(Duration::from_secs),
+        progress: std::io::IsTerminal::is_terminal(&std::io::stderr())
+            .then_some(wait_progress as fn(&ops::WaitProgress)),
+    });
+    let r = ops::submit_waiting(ctx, req, wait).await?;
+    for w in &r.warnings {
+        super::output::note(&format!("warning: {w}"));
+    }
+    if json {
+        print_json(&r)?;
+    } else {
+        crate::outln!(
+            "worker {} submitted to pool {} (submission {}): {}, step {}",
+            r.worker,
+            r.pool,
+            r.submission_id,
+            r.state,
+            r.step_id.as_deref().unwrap_or("not seen yet")
+        );
+    }
+    Ok(())
 }
 
 /// `dispatch pool create`: the placement comes from a config target or the flags.

@@ -271,6 +271,14 @@ fn worker_row(p: &mut Page, w: &WorkerTimeline, index: usize, top: f64, span: (i
             .num(mid)
             .raw("\" stroke=\"#98a2b3\" stroke-width=\"3\"/>\n");
     }
+    worker_limits(p, w, top, span);
+    worker_marks(p, w, mid, span);
+    p.raw("</g>\n");
+}
+
+/// A worker's allocation end and early-shutdown deadline: dashed lines across its row, and
+/// one past the last event said at the right edge.
+fn worker_limits(p: &mut Page, w: &WorkerTimeline, top: f64, span: (i64, i64)) {
     let limits = [
         (w.allocation_end_us, "#b42318", "allocation end "),
         (
@@ -311,6 +319,10 @@ fn worker_row(p: &mut Page, w: &WorkerTimeline, index: usize, top: f64, span: (i
         }
         p.raw("\n");
     }
+}
+
+/// A worker's milestones on its line, each labelled where a label lane has room.
+fn worker_marks(p: &mut Page, w: &WorkerTimeline, mid: f64, span: (i64, i64)) {
     // Two label lanes, above and below the line; a label that fits in neither is left to the
     // mark's tooltip rather than drawn over another.
     let mut lanes = [f64::NEG_INFINITY; 2];
@@ -350,7 +362,6 @@ fn worker_row(p: &mut Page, w: &WorkerTimeline, index: usize, top: f64, span: (i
         }
         p.raw("</g>\n");
     }
-    p.raw("</g>\n");
 }
 
 /// Which reserved amount and capacity a budget line draws.
@@ -422,6 +433,12 @@ fn budget(p: &mut Page, s: &BudgetSeries, span: Option<(i64, i64)>) {
         }
         p.raw(" H").num(WIDTH - RIGHT).raw("\"/>\n");
     }
+    budget_points(p, s, span, &y_of);
+    p.raw("</svg>\n");
+}
+
+/// A dot per budget change on the CPU line, with what was reserved then as its tooltip.
+fn budget_points(p: &mut Page, s: &BudgetSeries, span: (i64, i64), y_of: &dyn Fn(u64, u64) -> f64) {
     for b in &s.points {
         p.raw("<circle r=\"2.5\" fill=\"#1570ef\" cx=\"")
             .num(x_of(b.time_us, span))
@@ -441,7 +458,6 @@ fn budget(p: &mut Page, s: &BudgetSeries, span: Option<(i64, i64)>) {
             .num(b.capacity_mem_mb)
             .raw(" MB</title></circle>");
     }
-    p.raw("</svg>\n");
 }
 
 fn evidence(p: &mut Page, r: &Report) {

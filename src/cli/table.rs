@@ -3,7 +3,7 @@
 //! cells. Not stable (docs/cli.md): scripts read `--json`. Pure: every function returns text.
 
 use crate::ops::jobs::JobsReport;
-use crate::ops::pool::StatusReport;
+use crate::ops::pool::{NodeView, StatusReport};
 use crate::policy::session::report::{JobEntry, Report};
 
 /// The width rows are made to fit without `--wide`.
@@ -165,64 +165,15 @@ fn width(wide: bool) -> Option<usize> {
 /// journal says under its row.
 pub fn pool_status(r: &StatusReport, wide: bool) -> String {
     // A creation in flight may hold an allocation: never let it look like nothing.
-    let mut creating = String::new();
-    for c in &r.creating {
-        let job = c
-            .job_id
-            .map_or_else(|| "not known yet".to_owned(), |j| j.to_string());
-        creating.push_str(&note_line(
-            0,
-            &format!(
-                "pool {}: being created since {} (job {job}, {})",
-                c.pool, c.since, c.job_name
-            ),
-            width(wide),
-        ));
-        // Commands are there to be copied: never cut.
-        creating.push_str(&note_line(
-            4,
-            &format!(
-                "`dispatch pool create {}` adopts it; `dispatch pool release {}` cancels it",
-                c.pool, c.pool
-            ),
-            None,
-        ));
-    }
+    let creating = creating_lines(r, wide);
     if r.pools.is_empty() {
         if !creating.is_empty() {
             return creating;
         }
         return "no pools; attach one with `dispatch pool attach POOL --job JOBID`\n".to_owned();
     }
-    let mut pools = Table::new(
-        &[
-            "POOL", "OWNER", "JOB", "NODE", "STATE", "LEFT", "CPUS", "MEM",
-        ],
-        &[0, 3],
-    );
-    for p in &r.pools {
-        let a = &p.allocation;
-        let (state, left) = match (&a.ended_proof, a.seconds_left) {
-            (Some(_), _) => ("ended", "-".to_owned()),
-            (None, left) => ("running", secs(left.unwrap_or(0))),
-        };
-        pools.row(vec![
-            p.pool.clone(),
-            if p.releasing {
-                "releasing".to_owned()
-            } else {
-                p.owner.to_owned()
-            },
-            a.job_id.to_string(),
-            a.node.clone(),
-            state.to_owned(),
-            left,
-            format!("{}/{}", p.reserved.cpus, count(p.capacity.cpus, "CPU")),
-            format!("{}/{}", mem(p.reserved.mem_mb), mem(p.capacity.mem_mb)),
-        ]);
-    }
     let mut out = creating;
-    out.push_str(&pools.render(0, width(wide)));
+    out.push_str(&pools_table(r, wide));
     for p in r
         .pools
         .iter()
@@ -257,32 +208,7 @@ pub fn pool_status(r: &StatusReport, wide: bool) -> String {
                 count(u64::from(w.cpus), "CPU"),
                 mem(w.mem_mb),
             ]);
-            let n = &w.node;
-            let mut d = Vec::new();
-            if let Some(r) = &n.refusal {
-                d.push((format!("refused before the payload started: {r}"), true));
-            }
-            if let Some(p) = &n.publication {
-                let dir = p.dir.as_deref().map(|d| format!(" in {d}"));
-                d.push((
-                    format!("publication {}{}", p.outcome, dir.unwrap_or_default()),
-                    false,
-                ));
-            }
-            if let Some(c) = &n.state_class {
-                d.push((format!("native state {c}"), true));
-            }
-            if let Some(j) = n.worker_journal.as_ref().filter(|j| j.reason.is_some()) {
-                d.push((
-                    format!(
-                        "worker journal {}: {}; not trusted",
-                        j.status,
-                        j.reason.as_deref().unwrap_or_default()
-                    ),
-                    true,
-                ));
-            }
-            details.push(d);
+            details.push(worker_details(&w.node));
         }
     }
     let drawn = workers.render(0, width(wide));
@@ -298,6 +224,95 @@ pub fn pool_status(r: &StatusReport, wide: bool) -> String {
         }
     }
     out
+}
+
+/// The notes on `pool create`s in flight, each with the commands that settle it.
+fn creating_lines(r: &StatusReport, wide: bool) -> String {
+    let mut creating = String::new();
+    for c in &r.creating {
+        let job = c
+            .job_id
+            .map_or_else(|| "not known yet".to_owned(), |j| j.to_string());
+        creating.push_str(&note_line(
+            0,
+            &format!(
+                "pool {}: being created since {} (job {job}, {})",
+                c.pool, c.since, c.job_name
+            ),
+            width(wide),
+        ));
+        // Commands are there to be copied: never cut.
+        creating.push_str(&note_line(
+            4,
+            &format!(
+                "`dispatch pool create {}` adopts it; `dispatch pool release {}` cancels it",
+                c.pool, c.pool
+            ),
+            None,
+        ));
+    }
+    creating
+}
+
+/// The table of pools: one row each.
+fn pools_table(r: &StatusReport, wide: bool) -> String {
+    let mut pools = Table::new(
+        &[
+            "POOL", "OWNER", "JOB", "NODE", "STATE", "LEFT", "CPUS", "MEM",
+        ],
+        &[0, 3],
+    );
+    for p in &r.pools {
+        let a = &p.allocation;
+        let (state, left) = match (&a.ended_proof, a.seconds_left) {
+            (Some(_), _) => ("ended", "-".to_owned()),
+            (None, left) => ("running", secs(left.unwrap_or(0))),
+        };
+        pools.row(vec![
+            p.pool.clone(),
+            if p.releasing {
+                "releasing".to_owned()
+            } else {
+                p.owner.to_owned()
+            },
+            a.job_id.to_string(),
+            a.node.clone(),
+            state.to_owned(),
+            left,
+            format!("{}/{}", p.reserved.cpus, count(p.capacity.cpus, "CPU")),
+            format!("{}/{}", mem(p.reserved.mem_mb), mem(p.capacity.mem_mb)),
+        ]);
+    }
+    pools.render(0, width(wide))
+}
+
+/// The lines under a worker's row: what its own journal says, each with whether it may be cut.
+fn worker_details(n: &NodeView) -> Vec<(String, bool)> {
+    let mut d = Vec::new();
+    if let Some(r) = &n.refusal {
+        d.push((format!("refused before the payload started: {r}"), true));
+    }
+    if let Some(p) = &n.publication {
+        let dir = p.dir.as_deref().map(|d| format!(" in {d}"));
+        d.push((
+            format!("publication {}{}", p.outcome, dir.unwrap_or_default()),
+            false,
+        ));
+    }
+    if let Some(c) = &n.state_class {
+        d.push((format!("native state {c}"), true));
+    }
+    if let Some(j) = n.worker_journal.as_ref().filter(|j| j.reason.is_some()) {
+        d.push((
+            format!(
+                "worker journal {}: {}; not trusted",
+                j.status,
+                j.reason.as_deref().unwrap_or_default()
+            ),
+            true,
+        ));
+    }
+    d
 }
 
 /// `dispatch jobs`: one row per `dispatch submit` worker; the SLURM column only after

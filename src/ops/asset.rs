@@ -313,13 +313,27 @@ fn build_source(
     )
     .map_err(fail)?;
     // What a checkout of it needs: the pinned tree's files and bytes.
+    let (files, bytes) = tree_size(repo, &commit, tmp, name, deadline)?;
+    Ok((commit, files, bytes))
+}
+
+/// The number of files of commit `commit`'s tree and their bytes, from `git ls-tree` (its
+/// listing kept beside `tmp` while it is read).
+fn tree_size(
+    repo: &Path,
+    commit: &str,
+    tmp: &Path,
+    name: &str,
+    deadline: Instant,
+) -> Result<(u64, u64), OpError> {
+    let fail = |e: git::GitError| failed(name, e);
     let listing = tmp.with_extension("tree");
     let _listing_guard = Temp(Some(listing.clone()));
     let out = std::fs::File::create(&listing)
         .map_err(|e| failed(name, format!("create {}: {e}", listing.display())))?;
     git::run(
         Some(repo),
-        &["ls-tree", "-r", "-l", "--full-tree", &commit].map(OsStr::new),
+        &["ls-tree", "-r", "-l", "--full-tree", commit].map(OsStr::new),
         &[],
         None,
         Out::File(out),
@@ -345,7 +359,76 @@ fn build_source(
         files += 1;
         bytes = bytes.saturating_add(size);
     }
-    Ok((commit, files, bytes))
+    Ok((files, bytes))
+}
+
+/// Build asset `name`'s file at `tmp` (a source's bundle, an image's copy), hash it and seal it
+/// read-only: its record, where it came from, and the revision asked for.
+fn build(
+    req: &AddRequest,
+    name: &str,
+    tmp: &Path,
+) -> Result<(AssetRecord, PathBuf, Option<String>), OpError> {
+    let (kind, origin, rev, commit, tree, ext) = match req {
+        AddRequest::Source { repo, rev } => {
+            let r = rev.clone().unwrap_or_else(|| "HEAD".to_owned());
+            let (commit, files, bytes) = build_source(repo, &r, tmp, name)?;
+            let origin = std::fs::canonicalize(repo).unwrap_or_else(|_| repo.clone());
+            (
+                AssetKind::Source,
+                origin,
+                Some(r),
+                Some(commit),
+                Some((files, bytes)),
+                "bundle",
+            )
+        }
+        AddRequest::Image { file } => {
+            files::copy_file(file, tmp, None, || {}).map_err(file_failed(name))?;
+            let origin = std::fs::canonicalize(file).unwrap_or_else(|_| file.clone());
+            (AssetKind::Image, origin, None, None, None, "image")
+        }
+    };
+    let (sha256, bytes) = files::hash_file(tmp, None, |_| {}).map_err(file_failed(name))?;
+    std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(0o444))
+        .and_then(|()| std::fs::File::open(tmp)?.sync_all())
+        .map_err(|e| failed(name, format!("seal {}: {e}", tmp.display())))?;
+    let rel = format!("assets/{}.{ext}", hex::encode(sha256.0));
+    let record = AssetRecord {
+        name: name.to_owned(),
+        kind,
+        sha256,
+        bytes,
+        file: rel,
+        commit,
+        tree_files: tree.map(|t| t.0),
+        tree_bytes: tree.map(|t| t.1),
+    };
+    Ok((record, origin, rev))
+}
+
+/// The intent of adding asset `name`, after the failure of an add that stopped between its
+/// intent and its outcome (`abandon_pending`), in one commit.
+fn add_intent(
+    name: &str,
+    record: &AssetRecord,
+    origin: &Path,
+    rev: &Option<String>,
+    abandon_pending: bool,
+) -> Vec<Event> {
+    let mut events = Vec::new();
+    if abandon_pending {
+        events.push(Event::AssetAddFailed(AssetAddFailed {
+            name: name.to_owned(),
+            reason: "the process adding it stopped between its intent and its outcome".to_owned(),
+        }));
+    }
+    events.push(Event::AssetAddIntent(AssetAddIntent {
+        asset: record.clone(),
+        origin: origin.display().to_string(),
+        rev: rev.clone(),
+    }));
+    events
 }
 
 pub fn add<S: Scheduler>(ctx: &Ctx<S>, name: &str, req: &AddRequest) -> Result<AssetView, OpError> {
@@ -371,41 +454,9 @@ pub fn add<S: Scheduler>(ctx: &Ctx<S>, name: &str, req: &AddRequest) -> Result<A
         )
     })?;
     let tmp = temp.path().to_owned();
-    let (kind, origin, rev, commit, tree, ext) = match req {
-        AddRequest::Source { repo, rev } => {
-            let r = rev.clone().unwrap_or_else(|| "HEAD".to_owned());
-            let (commit, files, bytes) = build_source(repo, &r, &tmp, name)?;
-            let origin = std::fs::canonicalize(repo).unwrap_or_else(|_| repo.clone());
-            (
-                AssetKind::Source,
-                origin,
-                Some(r),
-                Some(commit),
-                Some((files, bytes)),
-                "bundle",
-            )
-        }
-        AddRequest::Image { file } => {
-            files::copy_file(file, &tmp, None, || {}).map_err(file_failed(name))?;
-            let origin = std::fs::canonicalize(file).unwrap_or_else(|_| file.clone());
-            (AssetKind::Image, origin, None, None, None, "image")
-        }
-    };
-    let (sha256, bytes) = files::hash_file(&tmp, None, |_| {}).map_err(file_failed(name))?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o444))
-        .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
-        .map_err(|e| failed(name, format!("seal {}: {e}", tmp.display())))?;
-    let rel = format!("assets/{}.{ext}", hex::encode(sha256.0));
-    let record = AssetRecord {
-        name: name.to_owned(),
-        kind,
-        sha256,
-        bytes,
-        file: rel.clone(),
-        commit,
-        tree_files: tree.map(|t| t.0),
-        tree_bytes: tree.map(|t| t.1),
-    };
+    let (record, origin, rev) = build(req, name, &tmp)?;
+    let rel = record.file.clone();
+    let sha256 = record.sha256;
 
     let (writer, loaded) = ctx.lock_and_load()?;
     let abandon_pending = match policy::plan_add(&loaded.state.assets, &record)? {
@@ -415,18 +466,7 @@ pub fn add<S: Scheduler>(ctx: &Ctx<S>, name: &str, req: &AddRequest) -> Result<A
         }
         policy::AddPlan::Bind { abandon_pending } => abandon_pending,
     };
-    let mut events = Vec::new();
-    if abandon_pending {
-        events.push(Event::AssetAddFailed(AssetAddFailed {
-            name: name.to_owned(),
-            reason: "the process adding it stopped between its intent and its outcome".to_owned(),
-        }));
-    }
-    events.push(Event::AssetAddIntent(AssetAddIntent {
-        asset: record.clone(),
-        origin: origin.display().to_string(),
-        rev: rev.clone(),
-    }));
+    let events = add_intent(name, &record, &origin, &rev, abandon_pending);
     writer.append(events)?;
     failpoint::hit("asset-add-after-intent");
     let target = ctx.state_dir.join(&rel);

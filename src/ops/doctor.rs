@@ -224,6 +224,44 @@ fn single_word(name: &str) -> bool {
         && !name.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
+/// A target with a name that is not one word: none of its names is sent to Slurm; the ones
+/// that are not one word cannot exist, the others are not checked.
+fn unchecked_target(name: &str, target: &config::Target) -> TargetSeen {
+    let known = |n: &str| {
+        if single_word(n) {
+            Known::Unknown("not checked".into())
+        } else {
+            Known::No
+        }
+    };
+    TargetSeen {
+        target: name.to_owned(),
+        partition: target.partition.clone(),
+        partition_known: known(&target.partition),
+        account: target.account.clone(),
+        account_known: known(&target.account),
+        qos: target.qos.as_ref().map(|q| (q.clone(), known(q))),
+    }
+}
+
+/// QOS `qos` (lowercased, as Slurm keeps it) and whether the association manager knows it.
+async fn qos_known(runner: &Runner, qos: &str, accounting_on: bool) -> (String, Known) {
+    let q = qos.to_ascii_lowercase();
+    let answer = probe(
+        runner,
+        SlurmCommand::Scontrol,
+        &["show", "assoc_mgr", &format!("qos={q}"), "flags=qos"],
+        QUERY_TIMEOUT,
+    )
+    .await;
+    let known = listed(
+        &answer,
+        |l| l.to_ascii_lowercase().starts_with(&format!("qos={q}(")),
+        accounting_on,
+    );
+    (q, known)
+}
+
 async fn target_seen(
     runner: &Runner,
     name: &str,
@@ -240,32 +278,7 @@ async fn target_seen(
     .flatten()
     .all(|n| single_word(n))
     {
-        let no = || Known::No;
-        return TargetSeen {
-            target: name.to_owned(),
-            partition: target.partition.clone(),
-            partition_known: if single_word(&target.partition) {
-                Known::Unknown("not checked".into())
-            } else {
-                no()
-            },
-            account: target.account.clone(),
-            account_known: if single_word(&target.account) {
-                Known::Unknown("not checked".into())
-            } else {
-                no()
-            },
-            qos: target.qos.as_ref().map(|q| {
-                (
-                    q.clone(),
-                    if single_word(q) {
-                        Known::Unknown("not checked".into())
-                    } else {
-                        no()
-                    },
-                )
-            }),
-        };
+        return unchecked_target(name, target);
     }
     let partition_known = match probe(
         runner,
@@ -303,23 +316,10 @@ async fn target_seen(
         },
         accounting_on,
     );
-    let mut qos = None;
-    if let Some(q) = &target.qos {
-        let q = q.to_ascii_lowercase();
-        let answer = probe(
-            runner,
-            SlurmCommand::Scontrol,
-            &["show", "assoc_mgr", &format!("qos={q}"), "flags=qos"],
-            QUERY_TIMEOUT,
-        )
-        .await;
-        let known = listed(
-            &answer,
-            |l| l.to_ascii_lowercase().starts_with(&format!("qos={q}(")),
-            accounting_on,
-        );
-        qos = Some((q, known));
-    }
+    let qos = match &target.qos {
+        Some(q) => Some(qos_known(runner, q, accounting_on).await),
+        None => None,
+    };
     TargetSeen {
         target: name.to_owned(),
         partition: target.partition.clone(),

@@ -3,6 +3,8 @@
 //! query, however many workers there are (plus a by-id look at a job missing from a listing of
 //! several, which alone proves nothing). A failed query, or an empty answer, changes nothing.
 
+use std::time::Duration;
+
 use serde::Serialize;
 
 use super::context::{micros_to_local, snapshot_quietly, Ctx};
@@ -14,10 +16,17 @@ use super::pool::{
 use crate::event::Event;
 use crate::event::Micros;
 use crate::failpoint;
-use crate::policy::reconcile::{self, JobSeen, Lost, PoolObservation, SrunSeen, WorkerObservation};
-use crate::slurm::{AcctQuery, Answer, JobId, JobName, JobQuery, Lookup, Scheduler};
-use crate::state::jobs::{JobSubmitFailed, JobSubmitted, JobTerminal, JobWorker, JobWorkerState};
-use crate::state::pool::{PoolAllocationEnded, WorkerLaunchFailed, WorkerStepObserved};
+use crate::policy::reconcile::{
+    self, JobDecision, JobSeen, JobsObservation, PoolJudgement, PoolObservation, SrunSeen, Verdict,
+    WorkerObservation, WorkerSeen,
+};
+use crate::slurm::{
+    AcctQuery, AcctRow, Answer, JobId, JobName, JobQuery, JobRow, Lookup, Scheduler,
+};
+use crate::state::jobs::{JobSubmitFailed, JobSubmitted, JobTerminal, JobWorker};
+use crate::state::pool::{
+    Pool, PoolAllocationEnded, Worker, WorkerLaunchFailed, WorkerStepObserved,
+};
 use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
 use crate::worker::report;
@@ -84,17 +93,11 @@ pub async fn reconcile<S: Scheduler>(
     only_pool: Option<&str>,
 ) -> Result<ReconcileReport, OpError> {
     let calls_before = ctx.sched.call_counts();
-    // Decided from a first look, with the lock released while Slurm answers (issue 11); each
-    // append takes the lock and checks first that what it is about is still as it was seen.
-    let loaded = {
-        let (writer, loaded) = ctx.lock_and_load()?;
-        drop(writer);
-        loaded
-    };
+    let loaded = first_look(ctx)?;
     let state = &loaded.state;
     // Idle pools too until their allocation is recorded over, so `pool status` stops counting
     // down a dead one.
-    let pools: Vec<_> = state
+    let pools: Vec<&Pool> = state
         .pools
         .pools
         .values()
@@ -110,97 +113,187 @@ pub async fn reconcile<S: Scheduler>(
         }
     }
     // A creation attached just now is a pool this run does not list: the next one does.
-    if pools.is_empty() {
-        report.slurm_calls = ctx.sched.call_counts().since(&calls_before).total();
-        return Ok(report);
+    if !pools.is_empty() {
+        reconcile_pools(ctx, &pools, &mut report).await?;
+        snapshot_quietly(&ctx.journal_dir());
     }
+    report.slurm_calls = ctx.sched.call_counts().since(&calls_before).total();
+    Ok(report)
+}
+
+/// The state as a first look sees it. Decided from it with the lock released while Slurm
+/// answers (issue 11); each append takes the lock and checks first that what it is about is
+/// still as it was seen.
+fn first_look<S: Scheduler>(ctx: &Ctx<S>) -> Result<crate::journal::Loaded, OpError> {
+    let (writer, loaded) = ctx.lock_and_load()?;
+    drop(writer);
+    Ok(loaded)
+}
+
+/// Every pool in turn: observe (its allocation and steps in Slurm, its workers' own journals),
+/// judge (`policy::reconcile::judge_pool`; accounting asked only when that left something
+/// unproven, then judged again), record.
+async fn reconcile_pools<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pools: &[&Pool],
+    report: &mut ReconcileReport,
+) -> Result<(), OpError> {
     let jobs: Vec<JobId> = pools
         .iter()
         .filter_map(|p| job_of(p.allocation.job_id))
         .collect();
-    let listing = ctx.sched.list_jobs(&JobQuery::ids(jobs.clone())).await;
-    let since = pools
-        .iter()
-        .map(|p| p.allocation.start_time)
-        .min()
-        .expect("pools is not empty");
-    let mut accounting = None;
-    let mut follow_ups = 0;
+    let mut shared = PoolsLook {
+        listing: ctx.sched.list_jobs(&JobQuery::ids(jobs.clone())).await,
+        jobs,
+        since: pools
+            .iter()
+            .map(|p| p.allocation.start_time)
+            .min()
+            .expect("pools is not empty"),
+        accounting: None,
+        follow_ups: 0,
+    };
     for pool in pools {
         let Some(job) = job_of(pool.allocation.job_id) else {
             continue;
         };
-        // A job missing from a listing of several ids is not proof (past MinJobAge squeue
-        // simply omits it, and so does a controller that answers nothing): ask about it alone,
-        // where "Invalid job id" is an answer.
-        let alone;
-        let mut listed = listing.job(job);
-        if matches!(listed, Lookup::NotListed)
-            && jobs.len() > 1
-            && follow_ups < MAX_SINGLE_ID_FOLLOW_UPS
-        {
-            follow_ups += 1;
-            alone = ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
-            listed = alone.job(job);
-        }
-        let over = matches!(listed, Lookup::Gone(_))
-            || listed.live().is_some_and(|r| r.state.is_terminal());
-        let steps = if over {
-            None
-        } else {
-            let steps = ctx.sched.list_steps(job).await;
-            if let Answer::Unknown(e) = &steps {
-                tracing::warn!(
-                    "step listing of job {job} failed ({e}); pool {} is left as it is",
-                    pool.name
-                );
+        let mut look = observe_pool(ctx, pool, job, &mut shared).await;
+        let mut judgement = reconcile::judge_pool(&look.slurm, &look.workers, look.at);
+        if judgement.wants_accounting() {
+            if let Some(rows) = shared.accounting(ctx).await {
+                reconcile::add_accounting(&mut look.slurm, job, rows);
+                judgement = reconcile::judge_pool(&look.slurm, &look.workers, look.at);
             }
-            Some(steps)
-        };
-        let mut obs = reconcile::observe_pool(job, &listed, steps.as_ref());
-        let now = ctx.now();
-        let here = crate::event::current_host();
-        let own: Vec<_> = pool
-            .active
-            .values()
-            .map(|w| {
-                let dirs = WorkerDirs::new(&ctx.pools_dir(), &pool.name, w.submission_id);
-                // Evidence only: a tree that is not trusted is not read (status shows why).
-                let trusted = dirs.check(&ctx.pools_dir()).is_ok();
-                let read = trusted.then(|| report::read(&dirs.evidence));
-                let r = read
-                    .as_ref()
-                    .and_then(|r| r.as_ref().ok())
-                    .and_then(|r| r.as_ref());
-                let supervisor_started = match &read {
-                    Some(Ok(None)) => Some(false),
-                    Some(Ok(Some(r))) => Some(r.started.is_some()),
-                    _ => None,
-                };
-                // The srun's pid means something only on the host that started it.
-                let srun = match &w.srun {
-                    Some(s) if s.host == here => {
-                        if process_alive(s.pid) {
-                            SrunSeen::Running
-                        } else {
-                            SrunSeen::Exited(format!(
-                                "(pid {}) is no longer running on {here}",
-                                s.pid
-                            ))
-                        }
+        }
+        record_pool(ctx, pool, &look.workers, &judgement, report)?;
+    }
+    Ok(())
+}
+
+/// What every pool's look shares: one job listing of all their allocations, and at most one
+/// accounting query, asked for the first pool that needs it.
+struct PoolsLook {
+    jobs: Vec<JobId>,
+    listing: Answer<Vec<JobRow>>,
+    /// The earliest allocation's start: accounting is asked from then on.
+    since: Micros,
+    accounting: Option<Answer<Vec<AcctRow>>>,
+    /// Jobs missing from the listing asked about one by one so far.
+    follow_ups: usize,
+}
+
+impl PoolsLook {
+    /// Accounting's rows, asked once for every pool; `None` when it did not answer.
+    async fn accounting<S: Scheduler>(&mut self, ctx: &Ctx<S>) -> Option<&[AcctRow]> {
+        if self.accounting.is_none() {
+            let q = AcctQuery {
+                jobs: self.jobs.clone(),
+                names: vec![],
+                since: micros_to_local(self.since),
+            };
+            self.accounting = Some(ctx.sched.accounting(&q).await);
+        }
+        match &self.accounting {
+            Some(Answer::Live(rows)) => Some(rows),
+            _ => None,
+        }
+    }
+}
+
+/// What one pool's look saw: Slurm's answers about its allocation, each active worker's own
+/// evidence, and when.
+struct PoolLook<'a> {
+    slurm: PoolObservation,
+    workers: Vec<WorkerSeen<'a>>,
+    at: Micros,
+}
+
+/// Ask Slurm about pool `pool`'s allocation `job` and its steps, and read its active workers'
+/// journals. Changes nothing.
+async fn observe_pool<'a, S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &'a Pool,
+    job: JobId,
+    shared: &mut PoolsLook,
+) -> PoolLook<'a> {
+    // A job missing from a listing of several ids is not proof (past MinJobAge squeue simply
+    // omits it, and so does a controller that answers nothing): ask about it alone, where
+    // "Invalid job id" is an answer.
+    let alone;
+    let mut listed = shared.listing.job(job);
+    if matches!(listed, Lookup::NotListed)
+        && shared.jobs.len() > 1
+        && shared.follow_ups < MAX_SINGLE_ID_FOLLOW_UPS
+    {
+        shared.follow_ups += 1;
+        alone = ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
+        listed = alone.job(job);
+    }
+    let over =
+        matches!(listed, Lookup::Gone(_)) || listed.live().is_some_and(|r| r.state.is_terminal());
+    let steps = if over {
+        None
+    } else {
+        let steps = ctx.sched.list_steps(job).await;
+        if let Answer::Unknown(e) = &steps {
+            tracing::warn!(
+                "step listing of job {job} failed ({e}); pool {} is left as it is",
+                pool.name
+            );
+        }
+        Some(steps)
+    };
+    let slurm = reconcile::observe_pool(job, &listed, steps.as_ref());
+    let at = ctx.now();
+    PoolLook {
+        slurm,
+        workers: observe_workers(ctx, pool),
+        at,
+    }
+}
+
+/// Each active worker of `pool`, in order, with what its own journal says and whether its
+/// srun still runs (on this host).
+fn observe_workers<'a, S: Scheduler>(ctx: &Ctx<S>, pool: &'a Pool) -> Vec<WorkerSeen<'a>> {
+    let here = crate::event::current_host();
+    pool.active
+        .values()
+        .map(|w| {
+            let dirs = WorkerDirs::new(&ctx.pools_dir(), &pool.name, w.submission_id);
+            // Evidence only: a tree that is not trusted is not read (status shows why).
+            let trusted = dirs.check(&ctx.pools_dir()).is_ok();
+            let read = trusted.then(|| report::read(&dirs.evidence));
+            let r = read
+                .as_ref()
+                .and_then(|r| r.as_ref().ok())
+                .and_then(|r| r.as_ref());
+            let supervisor_started = match &read {
+                Some(Ok(None)) => Some(false),
+                Some(Ok(Some(r))) => Some(r.started.is_some()),
+                _ => None,
+            };
+            // The srun's pid means something only on the host that started it.
+            let srun = match &w.srun {
+                Some(s) if s.host == here => {
+                    if process_alive(s.pid) {
+                        SrunSeen::Running
+                    } else {
+                        SrunSeen::Exited(format!("(pid {}) is no longer running on {here}", s.pid))
                     }
-                    _ => SrunSeen::NotKnown,
-                };
-                WorkerObservation {
+                }
+                _ => SrunSeen::NotKnown,
+            };
+            WorkerSeen {
+                worker: w,
+                step_name: step_name(&pool.name, &w.name),
+                own: WorkerObservation {
                     step_from_supervisor: r
                         .and_then(|r| r.started.as_ref())
                         .and_then(|s| s.step_id),
                     payload_exited: r.is_some_and(|r| r.exited.is_some()),
                     supervisor_started,
                     srun,
-                    since_launch: std::time::Duration::from_micros(
-                        u64::try_from(now.0 - w.submitted_at.0).unwrap_or(0),
-                    ),
+                    since_launch: Duration::ZERO,
                     others_steps: pool
                         .active
                         .values()
@@ -208,155 +301,136 @@ pub async fn reconcile<S: Scheduler>(
                         .chain(pool.finished.iter())
                         .filter_map(|x| x.step_id)
                         .collect(),
-                }
-            })
-            .collect();
-        let judge = |obs: &PoolObservation| -> Vec<_> {
-            pool.active
-                .values()
-                .zip(&own)
-                .map(|(w, o)| {
-                    (
-                        w,
-                        reconcile::verdict(w, &step_name(&pool.name, &w.name), obs, o),
-                    )
-                })
-                .collect()
-        };
-        let mut verdicts = judge(&obs);
-        // Accounting only when the cheap listings left something unproven; one query serves
-        // every pool.
-        let unsettled = verdicts
-            .iter()
-            .any(|(_, v)| v.terminal.is_none() && !v.running);
-        if unsettled && obs.allocation_over.is_none() {
-            if accounting.is_none() {
-                let q = AcctQuery {
-                    jobs: jobs.clone(),
-                    names: vec![],
-                    since: micros_to_local(since),
-                };
-                accounting = Some(ctx.sched.accounting(&q).await);
+                },
             }
-            if let Some(Answer::Live(rows)) = &accounting {
-                reconcile::add_accounting(&mut obs, job, rows);
-                verdicts = judge(&obs);
-            }
-        }
-        if let Some(how) = &obs.allocation_over {
-            let ended = PoolAllocationEnded {
-                pool: pool.name.clone(),
-                job_id: pool.allocation.job_id,
-                proof: how.clone(),
-            };
-            locked(ctx, |writer, now| {
-                let same = now
-                    .pools
-                    .pools
-                    .get(&pool.name)
-                    .is_some_and(|p| p.allocation == pool.allocation && p.ended.is_none());
-                if same {
-                    writer.append_one(Event::PoolAllocationEnded(ended))?;
-                }
-                Ok(())
-            })?;
-        }
-        for (w, v) in verdicts {
-            report.observed += 1;
-            let id = w.submission_id;
-            // What the verdict was about: the worker still holds budget with the step it had
-            // when Slurm was asked (a step recorded since may be missing from that listing).
-            let unchanged = |now: &State| {
-                active_worker(now, &pool.name, id).is_some_and(|x| x.step_id == w.step_id)
-            };
-            if let Some(step_id) = v.observe_step {
-                locked(ctx, |writer, now| {
-                    if unchanged(now) {
-                        writer.append_one(Event::WorkerStepObserved(WorkerStepObserved {
-                            submission_id: id,
-                            step_id,
-                        }))?;
-                    }
-                    Ok(())
-                })?;
-            }
-            if let Some(proof) = v.terminal {
-                failpoint::hit("reconcile-before-terminal");
-                // The step this run may just have recorded counts as the one it saw.
-                let seen = |x: &crate::state::pool::Worker| {
-                    x.step_id == w.step_id || (x.step_id.is_some() && x.step_id == v.observe_step)
-                };
-                if release_proven(ctx, &pool.name, id, &proof, seen)? {
-                    report.resolved.push(Resolved {
-                        pool: Some(pool.name.clone()),
-                        worker: w.name.clone(),
-                        submission_id: id.to_string(),
-                        proof,
-                        job_id: None,
-                    });
-                }
-                continue;
-            }
-            if let Some(proof) = v.never_ran {
-                let failed = locked(ctx, |writer, now| {
-                    if !unchanged(now) || w.step_id.is_some() {
-                        return Ok(false);
-                    }
-                    writer.append_one(Event::WorkerLaunchFailed(WorkerLaunchFailed {
-                        submission_id: id,
-                        definite: true,
-                        reason: proof.clone(),
-                    }))?;
-                    Ok(true)
-                })?;
-                if failed {
-                    report.resolved.push(Resolved {
-                        pool: Some(pool.name.clone()),
-                        worker: w.name.clone(),
-                        submission_id: id.to_string(),
-                        proof,
-                        job_id: None,
-                    });
-                }
-                continue;
-            }
-            locked(ctx, |writer, now| {
-                ingest_worker_journal(writer, now, &pool.name, id, &ctx.pools_dir(), false)
-            })?;
-            if v.observe_step.is_none() && w.step_id.is_none() {
-                report.unknown.push(Unresolved {
-                    pool: Some(pool.name.clone()),
-                    worker: w.name.clone(),
-                    submission_id: id.to_string(),
-                    state: w.state.as_str(),
-                    why: None,
-                });
-            }
-        }
-    }
-    snapshot_quietly(&ctx.journal_dir());
-    report.slurm_calls = ctx.sched.call_counts().since(&calls_before).total();
-    Ok(report)
+        })
+        .collect()
 }
 
-/// The one-job-per-worker submissions: the known ids in one listing, the user's jobs (with
-/// those that ended) for submissions whose sbatch gave no answer, and accounting only for what
-/// those left unproven: one query by id, one by name.
+/// Append what the judgement of `pool` decided: the allocation's end, then each worker's
+/// verdict (`workers`, in the judgement's order).
+fn record_pool<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &Pool,
+    workers: &[WorkerSeen<'_>],
+    judgement: &PoolJudgement,
+    report: &mut ReconcileReport,
+) -> Result<(), OpError> {
+    if let Some(how) = &judgement.allocation_over {
+        let ended = PoolAllocationEnded {
+            pool: pool.name.clone(),
+            job_id: pool.allocation.job_id,
+            proof: how.clone(),
+        };
+        locked(ctx, |writer, now| {
+            let same = now
+                .pools
+                .pools
+                .get(&pool.name)
+                .is_some_and(|p| p.allocation == pool.allocation && p.ended.is_none());
+            if same {
+                writer.append_one(Event::PoolAllocationEnded(ended))?;
+            }
+            Ok(())
+        })?;
+    }
+    for (seen, v) in workers.iter().zip(&judgement.verdicts) {
+        report.observed += 1;
+        record_worker(ctx, &pool.name, seen.worker, v, report)?;
+    }
+    Ok(())
+}
+
+/// Append what verdict `v` decided about worker `w` of pool `pool`: a step learned, its
+/// release with proof, a launch proven never to have run, or what its own journal says.
+fn record_worker<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &str,
+    w: &Worker,
+    v: &Verdict,
+    report: &mut ReconcileReport,
+) -> Result<(), OpError> {
+    let id = w.submission_id;
+    let resolved = |proof: &str| Resolved {
+        pool: Some(pool.to_owned()),
+        worker: w.name.clone(),
+        submission_id: id.to_string(),
+        proof: proof.to_owned(),
+        job_id: None,
+    };
+    // What the verdict was about: the worker still holds budget with the step it had when
+    // Slurm was asked (a step recorded since may be missing from that listing).
+    let unchanged =
+        |now: &State| active_worker(now, pool, id).is_some_and(|x| x.step_id == w.step_id);
+    if let Some(step_id) = v.observe_step {
+        locked(ctx, |writer, now| {
+            if unchanged(now) {
+                writer.append_one(Event::WorkerStepObserved(WorkerStepObserved {
+                    submission_id: id,
+                    step_id,
+                }))?;
+            }
+            Ok(())
+        })?;
+    }
+    if let Some(proof) = &v.terminal {
+        failpoint::hit("reconcile-before-terminal");
+        // The step this run may just have recorded counts as the one it saw.
+        let seen = |x: &Worker| {
+            x.step_id == w.step_id || (x.step_id.is_some() && x.step_id == v.observe_step)
+        };
+        if release_proven(ctx, pool, id, proof, seen)? {
+            report.resolved.push(resolved(proof));
+        }
+        return Ok(());
+    }
+    if let Some(proof) = &v.never_ran {
+        let failed = locked(ctx, |writer, now| {
+            if !unchanged(now) || w.step_id.is_some() {
+                return Ok(false);
+            }
+            writer.append_one(Event::WorkerLaunchFailed(WorkerLaunchFailed {
+                submission_id: id,
+                definite: true,
+                reason: proof.clone(),
+            }))?;
+            Ok(true)
+        })?;
+        if failed {
+            report.resolved.push(resolved(proof));
+        }
+        return Ok(());
+    }
+    locked(ctx, |writer, now| {
+        ingest_worker_journal(writer, now, pool, id, &ctx.pools_dir(), false)
+    })?;
+    if v.observe_step.is_none() && w.step_id.is_none() {
+        report.unknown.push(Unresolved {
+            pool: Some(pool.to_owned()),
+            worker: w.name.clone(),
+            submission_id: id.to_string(),
+            state: w.state.as_str(),
+            why: None,
+        });
+    }
+    Ok(())
+}
+
 /// Reconcile the `dispatch submit` workers only (`dispatch jobs --refresh`): the same path as
 /// [`reconcile`] takes for them, without asking about any pool.
 pub async fn reconcile_jobs_only<S: Scheduler>(ctx: &Ctx<S>) -> Result<ReconcileReport, OpError> {
     let calls_before = ctx.sched.call_counts();
-    let loaded = {
-        let (writer, loaded) = ctx.lock_and_load()?;
-        drop(writer);
-        loaded
-    };
+    let loaded = first_look(ctx)?;
     let mut report = ReconcileReport::default();
     reconcile_jobs(ctx, &loaded.state, &mut report).await?;
     report.slurm_calls = ctx.sched.call_counts().since(&calls_before).total();
     Ok(report)
 }
 
+/// The one-job-per-worker submissions: observe (the known ids in one listing, the user's jobs
+/// with those that ended for submissions whose sbatch gave no answer, accounting only for what
+/// those left unproven: one query by id, one by name; then a job missing from a listing of
+/// several, alone), judge (`policy::reconcile::judge_jobs`), record.
 async fn reconcile_jobs<S: Scheduler>(
     ctx: &Ctx<S>,
     state: &State,
@@ -370,6 +444,35 @@ async fn reconcile_jobs<S: Scheduler>(
         .iter()
         .filter_map(|j| j.job_id.and_then(job_of).map(|id| (*j, id)))
         .collect();
+    let mut obs = observe_jobs(ctx, &active, &known).await;
+    for (j, id) in &known {
+        if let Some(row) = obs.by_id.job(*id).live() {
+            report.listed.push(ListedJob {
+                submission_id: j.submission_id.to_string(),
+                job_id: u64::from(id.get()),
+                state: row.state.to_string(),
+                reason: row.reason.clone(),
+                node: row.node_list.clone(),
+            });
+        }
+    }
+    let now = ctx.now();
+    if known.len() > 1 {
+        follow_up_jobs(ctx, known.iter().map(|(_, id)| *id), &mut obs).await;
+    }
+    for (j, decision) in reconcile::judge_jobs(state, &obs, now) {
+        report.observed += 1;
+        record_job_decision(ctx, j, decision, report)?;
+    }
+    Ok(())
+}
+
+/// The listings and accounting queries of [`reconcile_jobs`], before any follow-up.
+async fn observe_jobs<S: Scheduler>(
+    ctx: &Ctx<S>,
+    active: &[&JobWorker],
+    known: &[(&JobWorker, JobId)],
+) -> JobsObservation {
     let by_id = if known.is_empty() {
         Answer::Live(Vec::new())
     } else {
@@ -388,18 +491,6 @@ async fn reconcile_jobs<S: Scheduler>(
             .list_jobs(&JobQuery::mine_including_finished())
             .await
     };
-
-    for (j, id) in &known {
-        if let Some(row) = by_id.job(*id).live() {
-            report.listed.push(ListedJob {
-                submission_id: j.submission_id.to_string(),
-                job_id: u64::from(id.get()),
-                state: row.state.to_string(),
-                reason: row.reason.clone(),
-                node: row.node_list.clone(),
-            });
-        }
-    }
     let unlisted: Vec<(&JobWorker, JobId)> = known
         .iter()
         .filter(|(_, id)| matches!(by_id.job(*id), Lookup::NotListed))
@@ -445,133 +536,101 @@ async fn reconcile_jobs<S: Scheduler>(
         }
         _ => None,
     };
+    JobsObservation {
+        by_id,
+        mine,
+        acct_by_id,
+        acct_by_name,
+        alone: Vec::new(),
+    }
+}
 
-    let now = ctx.now();
-    let mut follow_ups = 0;
-    for j in active {
-        report.observed += 1;
-        let resolved = |proof: String, job_id: Option<u64>| Resolved {
-            pool: None,
-            worker: j.worker.clone(),
-            submission_id: j.submission_id.to_string(),
-            proof,
-            job_id,
-        };
-        let unresolved = || Unresolved {
+/// Ask alone about each known job the listing of several ids left unproven (not listed, and
+/// accounting proves nothing), at most [`MAX_SINGLE_ID_FOLLOW_UPS`].
+async fn follow_up_jobs<S: Scheduler>(
+    ctx: &Ctx<S>,
+    known: impl Iterator<Item = JobId>,
+    obs: &mut JobsObservation,
+) {
+    for job in known {
+        if obs.alone.len() >= MAX_SINGLE_ID_FOLLOW_UPS {
+            break;
+        }
+        if obs.first_seen(job) == JobSeen::Unproven
+            && matches!(obs.by_id.job(job), Lookup::NotListed)
+        {
+            let alone = ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
+            obs.alone.push((job, alone));
+        }
+    }
+}
+
+/// Append what the judgement of job worker `j` decided, and report it.
+fn record_job_decision<S: Scheduler>(
+    ctx: &Ctx<S>,
+    j: &JobWorker,
+    decision: JobDecision,
+    report: &mut ReconcileReport,
+) -> Result<(), OpError> {
+    let resolved = |proof: String, job: Option<JobId>| Resolved {
+        pool: None,
+        worker: j.worker.clone(),
+        submission_id: j.submission_id.to_string(),
+        proof,
+        job_id: job.map(|job| u64::from(job.get())),
+    };
+    let terminal = |proof: &str| {
+        Event::JobTerminal(JobTerminal {
+            submission_id: j.submission_id,
+            proof: proof.to_owned(),
+        })
+    };
+    match decision {
+        JobDecision::Nothing => {}
+        JobDecision::Over { job, proof } => {
+            record_job(ctx, j, terminal(&proof))?;
+            report.resolved.push(resolved(proof, Some(job)));
+        }
+        JobDecision::Found { job, how, over } => {
+            let mut events = vec![Event::JobSubmitted(JobSubmitted {
+                submission_id: j.submission_id,
+                job_id: u64::from(job.get()),
+                how: "name".to_owned(),
+            })];
+            // One commit: the job found, and (when it has ended) its release. Checked as one
+            // against the state reconcile saw; a second look would see the first event and
+            // take the worker for changed.
+            if let Some(over) = &over {
+                events.push(terminal(over));
+            }
+            record_job_events(ctx, j, events)?;
+            let proof = match over {
+                Some(over) => format!("{how}; {over}"),
+                None => how,
+            };
+            report.resolved.push(resolved(proof, Some(job)));
+        }
+        JobDecision::NeverCreated(proof) => {
+            record_job(
+                ctx,
+                j,
+                Event::JobSubmitFailed(JobSubmitFailed {
+                    submission_id: j.submission_id,
+                    definite: true,
+                    reason: proof.clone(),
+                }),
+            )?;
+            report.resolved.push(resolved(proof, None));
+        }
+        JobDecision::Unknown(why) => report.unknown.push(Unresolved {
             pool: None,
             worker: j.worker.clone(),
             submission_id: j.submission_id.to_string(),
             state: j.state.as_str(),
-            why: None,
-        };
-        if let Some(id) = j.job_id {
-            let Some(job) = job_of(id) else { continue };
-            let rows = acct_by_id.as_ref().and_then(|a| a.as_ref().live());
-            let mut seen = reconcile::job_seen(job, &by_id.job(job), rows.map(Vec::as_slice));
-            if seen == JobSeen::Unproven
-                && known.len() > 1
-                && matches!(by_id.job(job), Lookup::NotListed)
-                && follow_ups < MAX_SINGLE_ID_FOLLOW_UPS
-            {
-                follow_ups += 1;
-                let alone = ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
-                seen = reconcile::job_seen(job, &alone.job(job), None);
-            }
-            match seen {
-                JobSeen::Over(proof) => {
-                    record_job(
-                        ctx,
-                        j,
-                        Event::JobTerminal(JobTerminal {
-                            submission_id: j.submission_id,
-                            proof: proof.clone(),
-                        }),
-                    )?;
-                    report.resolved.push(resolved(proof, Some(id)));
-                }
-                JobSeen::Live => {}
-                JobSeen::Unproven => {
-                    if j.state == JobWorkerState::Unknown {
-                        report.unknown.push(unresolved());
-                    }
-                }
-            }
-            continue;
-        }
-        let settle = reconcile::settle_delay(j.named.as_ref().map(|n| n.sbatch_limit_s));
-        let watermark = reconcile::watermark(
-            reconcile::settled_at(j.submitted_at, settle),
-            recorded_job_ids(state),
-        );
-        match reconcile::find_lost(
-            j.job_name(),
-            j.submitted_at,
-            now,
-            settle,
-            watermark,
-            &mine,
-            acct_by_name.as_ref(),
-        ) {
-            Lost::Found { job, how, over } => {
-                let job_id = u64::from(job.get());
-                let mut events = vec![Event::JobSubmitted(JobSubmitted {
-                    submission_id: j.submission_id,
-                    job_id,
-                    how: "name".to_owned(),
-                })];
-                // One commit: the job found, and (when it has ended) its release. Checked as
-                // one against the state reconcile saw; a second look would see the first
-                // event and take the worker for changed.
-                if let Some(over) = &over {
-                    events.push(Event::JobTerminal(JobTerminal {
-                        submission_id: j.submission_id,
-                        proof: over.clone(),
-                    }));
-                }
-                record_job_events(ctx, j, events)?;
-                let proof = match over {
-                    Some(over) => format!("{how}; {over}"),
-                    None => how,
-                };
-                report.resolved.push(resolved(proof, Some(job_id)));
-            }
-            Lost::NeverCreated(proof) => {
-                record_job(
-                    ctx,
-                    j,
-                    Event::JobSubmitFailed(JobSubmitFailed {
-                        submission_id: j.submission_id,
-                        definite: true,
-                        reason: proof.clone(),
-                    }),
-                )?;
-                report.resolved.push(resolved(proof, None));
-            }
-            Lost::Unknown(why) => report.unknown.push(Unresolved {
-                why: why.map(|why| {
-                    format!(
-                        "{why}; it resolves once a job submitted later (any `dispatch submit`) \
-                         is listed beside it, or the operator gives it up: `dispatch forget {} \
-                         --reason TEXT`",
-                        j.worker
-                    )
-                }),
-                ..unresolved()
-            }),
-        }
+            why,
+        }),
     }
     Ok(())
-}
-
-/// The `dispatch submit` jobs whose ids are known, with the time of their intent (the
-/// watermark's candidates): active ones and the finished ones the state remembers.
-pub(crate) fn recorded_job_ids(state: &State) -> impl Iterator<Item = (Micros, u64)> + '_ {
-    state
-        .jobs
-        .active
-        .values()
-        .chain(state.jobs.finished.iter())
-        .filter_map(|j| j.job_id.map(|id| (j.submitted_at, id)))
 }
 
 /// Append `event` about job worker `j` under the lock, if it is still as reconcile saw it

@@ -3,6 +3,7 @@
 //! its budget until `dispatch reconcile` finds the job by name or proves it over.
 
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 
 use serde::Serialize;
 use uuid::Uuid;
@@ -12,12 +13,14 @@ use super::context::{
     STOP_PROOF_TIMEOUT, STOP_WRAP_UP,
 };
 use super::error::OpError;
-use super::spec::WorkerSpec;
+use super::spec::{Bound, WorkerSpec};
 use crate::config::Target;
 use crate::event::Event;
 use crate::failpoint;
 use crate::policy::pool::Refusal;
-use crate::slurm::{BatchPayload, BatchRequest, JobName, Placement, Scheduler, SlurmDuration};
+use crate::slurm::{
+    ActionError, BatchPayload, BatchRequest, JobName, Placement, Scheduler, SlurmDuration,
+};
 use crate::state::jobs::*;
 use crate::worker::dirs::WorkerDirs;
 use crate::worker::supervisor;
@@ -96,22 +99,19 @@ pub async fn submit<S: Scheduler>(
     req: &JobSubmitRequest,
 ) -> Result<JobSubmitReport, OpError> {
     let spec = &req.spec;
-    let Checked {
-        time_s,
-        submission_id,
-        worker,
-        name,
-    } = check_request(req)?;
-    let budgets = spec.budgets;
+    let checked = check_request(req)?;
+    let (submission_id, worker) = (checked.submission_id, &checked.worker);
     let (writer, loaded) = ctx.lock_and_load()?;
     if loaded
         .state
         .jobs
         .active
         .values()
-        .any(|j| j.worker == worker)
+        .any(|j| j.worker == *worker)
     {
-        return Err(OpError::Refused(Refusal::DuplicateJobWorker { worker }));
+        return Err(OpError::Refused(Refusal::DuplicateJobWorker {
+            worker: worker.clone(),
+        }));
     }
     let bound = spec.bind(&loaded.state, &ctx.state_dir, submission_id)?;
     let dirs = WorkerDirs::for_job(&jobs_dir(ctx), submission_id);
@@ -119,41 +119,10 @@ pub async fn submit<S: Scheduler>(
     dirs.check(&ctx.state_dir)?;
 
     // The durable receipt, with the assets the worker uses in the same commit.
-    let intent = Event::JobSubmitIntent(JobSubmitIntent {
-        submission_id,
-        worker: worker.clone(),
-        target: req.target_name.clone(),
-        cpus: spec.cpus,
-        mem_mb: spec.mem.get(),
-        time_s,
-        publication_timeout_s: budgets.publication_timeout_s,
-        command: spec.command.clone(),
-    });
-    let mut receipt = bound.receipt(intent, submission_id);
-    receipt.push(Event::JobNamed(JobNamed {
-        submission_id,
-        job_name: name.as_str().to_owned(),
-        sbatch_limit_s: u32::try_from(ctx.sched.longest_call().as_secs_f64().ceil() as u64)
-            .unwrap_or(u32::MAX),
-    }));
-    writer.append(receipt)?;
+    writer.append(receipt(ctx, req, &bound, &checked))?;
     failpoint::hit("submit-after-intent");
     let script = dirs.root.join("batch.sh");
-    let prepared = dirs
-        .create(&ctx.state_dir)
-        .map_err(std::io::Error::other)
-        .and_then(|()| {
-            use std::io::Write;
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(true)
-                .write(true)
-                .mode(0o700)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&script)?;
-            f.write_all(BATCH_SCRIPT.as_bytes())?;
-            f.sync_all()
-        });
+    let prepared = write_batch_script(ctx, &dirs, &script);
     if let Err(e) = prepared {
         writer.append_one(Event::JobSubmitFailed(JobSubmitFailed {
             submission_id,
@@ -165,30 +134,7 @@ pub async fn submit<S: Scheduler>(
             dirs.root.display()
         )));
     }
-    let deadline_after = time_s as i64 - budgets.shutdown_window_s();
-    let publish_dir = jobs_dir(ctx).join("published");
-    let args = supervisor::command_line(
-        &ctx.exe,
-        &ctx.state_dir,
-        &supervisor::SupervisorArgs {
-            submission_id,
-            worker: &worker,
-            pool: None,
-            dirs: &dirs,
-            publish_dir: &publish_dir,
-            deadline: format!("+{deadline_after}"),
-            budgets,
-            append_only_glob: spec.append_only_glob.as_deref(),
-            assets: &bound.assets,
-        },
-        &spec.command,
-    );
-    let batch = batch_request(
-        req,
-        name.clone(),
-        BatchPayload::Script { path: script, args },
-        &dirs,
-    );
+    let batch = batch_for(ctx, req, &bound, &checked, &dirs, script);
     failpoint::hit("submit-before-sbatch");
     let outcome = ctx.sched.submit_batch(&batch).await;
     failpoint::hit("submit-after-sbatch");
@@ -201,18 +147,7 @@ pub async fn submit<S: Scheduler>(
                 definite,
                 reason: e.to_string(),
             }))?;
-            return Err(if definite {
-                OpError::Failed(format!(
-                    "worker {worker}: {e}; nothing was submitted: its budget is released and the \
-                     name {worker:?} can be used again"
-                ))
-            } else {
-                OpError::Unknown(format!(
-                    "worker {worker} (submission {submission_id}): sbatch gave no clear answer ({e}); a job named \
-                     {:?} may exist and keeps its budget. Run `dispatch reconcile` to find it by name",
-                    name.as_str()
-                ))
-            });
+            return Err(sbatch_failed(&e, definite, &checked));
         }
     };
     writer.append_one(Event::JobSubmitted(JobSubmitted {
@@ -223,10 +158,124 @@ pub async fn submit<S: Scheduler>(
     drop(writer);
     snapshot_quietly(&ctx.journal_dir());
     Ok(JobSubmitReport {
-        worker,
+        worker: checked.worker,
         submission_id: submission_id.to_string(),
         job_id: Some(job_id),
     })
+}
+
+/// The sbatch request of job worker `worker`: its batch script with the supervisor's command
+/// line as the script's arguments, so no shell parses it.
+fn batch_for<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &JobSubmitRequest,
+    bound: &Bound,
+    checked: &Checked,
+    dirs: &WorkerDirs,
+    script: std::path::PathBuf,
+) -> BatchRequest {
+    let (spec, budgets) = (&req.spec, req.spec.budgets);
+    let deadline_after = checked.time_s as i64 - budgets.shutdown_window_s();
+    let publish_dir = jobs_dir(ctx).join("published");
+    let args = supervisor::command_line(
+        &ctx.exe,
+        &ctx.state_dir,
+        &supervisor::SupervisorArgs {
+            submission_id: checked.submission_id,
+            worker: &checked.worker,
+            pool: None,
+            dirs,
+            publish_dir: &publish_dir,
+            deadline: format!("+{deadline_after}"),
+            budgets,
+            append_only_glob: spec.append_only_glob.as_deref(),
+            assets: &bound.assets,
+        },
+        &spec.command,
+    );
+    batch_request(
+        req,
+        checked.name.clone(),
+        BatchPayload::Script { path: script, args },
+        dirs,
+    )
+}
+
+/// The durable receipt of job worker `worker`: its intent, the assets bound, and its job name
+/// with sbatch's time limit (`JobNamed`), in one commit.
+fn receipt<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &JobSubmitRequest,
+    bound: &Bound,
+    checked: &Checked,
+) -> Vec<Event> {
+    let spec = &req.spec;
+    let Checked {
+        time_s,
+        submission_id,
+        worker,
+        name,
+    } = checked;
+    let submission_id = *submission_id;
+    let intent = Event::JobSubmitIntent(JobSubmitIntent {
+        submission_id,
+        worker: worker.clone(),
+        target: req.target_name.clone(),
+        cpus: spec.cpus,
+        mem_mb: spec.mem.get(),
+        time_s: *time_s,
+        publication_timeout_s: spec.budgets.publication_timeout_s,
+        command: spec.command.clone(),
+    });
+    let mut receipt = bound.receipt(intent, submission_id);
+    receipt.push(Event::JobNamed(JobNamed {
+        submission_id,
+        job_name: name.as_str().to_owned(),
+        sbatch_limit_s: u32::try_from(ctx.sched.longest_call().as_secs_f64().ceil() as u64)
+            .unwrap_or(u32::MAX),
+    }));
+    receipt
+}
+
+/// The worker's directories and its batch script (`exec "$@"`), written and fsynced at
+/// `script`, never through a link.
+fn write_batch_script<S: Scheduler>(
+    ctx: &Ctx<S>,
+    dirs: &WorkerDirs,
+    script: &Path,
+) -> std::io::Result<()> {
+    dirs.create(&ctx.state_dir)
+        .map_err(std::io::Error::other)
+        .and_then(|()| {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .write(true)
+                .mode(0o700)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(script)?;
+            f.write_all(BATCH_SCRIPT.as_bytes())?;
+            f.sync_all()
+        })
+}
+
+/// What a failed sbatch means to the user: nothing submitted (`definite`), or an unknown
+/// outcome that reconcile settles by the job's name.
+fn sbatch_failed(e: &ActionError, definite: bool, checked: &Checked) -> OpError {
+    let (worker, submission_id, name) = (&checked.worker, checked.submission_id, &checked.name);
+    if definite {
+        OpError::Failed(format!(
+            "worker {worker}: {e}; nothing was submitted: its budget is released and the \
+             name {worker:?} can be used again"
+        ))
+    } else {
+        OpError::Unknown(format!(
+            "worker {worker} (submission {submission_id}): sbatch gave no clear answer ({e}); a job named \
+             {:?} may exist and keeps its budget. Run `dispatch reconcile` to find it by name",
+            name.as_str()
+        ))
+    }
 }
 
 /// The sbatch request of one worker's job: placement from its target, the evidence files.
@@ -370,6 +419,33 @@ fn not_active(jobs: &Jobs, worker: &str) -> OpError {
     }
 }
 
+/// TERM to job `job`'s batch step, its grace, then `scancel J`: the proof that it is over
+/// (accounting from `since` on), if one came in time.
+async fn end_job<S: Scheduler>(
+    ctx: &Ctx<S>,
+    job: crate::slurm::JobId,
+    grace: std::time::Duration,
+    since: chrono::NaiveDateTime,
+) -> Option<String> {
+    use crate::slurm::{Signal, StepId, StepKind};
+    if let Err(e) = ctx
+        .sched
+        .signal_step(StepId::new(job, StepKind::Batch), Signal::Term)
+        .await
+    {
+        tracing::warn!("scancel --signal=TERM {job}.batch: {e}");
+    }
+    let mut proof = await_proof(grace + STOP_WRAP_UP, || job_proven_over(ctx, job, since)).await;
+    if proof.is_none() {
+        if let Err(e) = ctx.sched.cancel_job(job).await {
+            tracing::warn!("scancel {job}: {e}");
+        }
+        failpoint::hit("stop-after-cancel");
+        proof = await_proof(STOP_PROOF_TIMEOUT, || job_proven_over(ctx, job, since)).await;
+    }
+    proof
+}
+
 /// `dispatch stop WORKER`: the worker owns its allocation, so stopping it ends its job: SIGTERM
 /// to the batch step (the supervisor passes it on), the grace, then `scancel J`. Its budget
 /// returns once the job is proven over.
@@ -378,7 +454,7 @@ pub async fn stop<S: Scheduler>(
     worker: &str,
     grace: std::time::Duration,
 ) -> Result<JobStopReport, OpError> {
-    use crate::slurm::{JobId, Signal, StepId, StepKind};
+    use crate::slurm::JobId;
     let grace_s = grace_seconds(grace);
     // Decide under the lock and record the intent; the grace and the proof polls happen with
     // the lock released, and the release re-checks the worker (issue 11).
@@ -413,22 +489,7 @@ pub async fn stop<S: Scheduler>(
         &WorkerDirs::of(&ctx.state_dir, None, submission_id),
         grace_s,
     );
-    if let Err(e) = ctx
-        .sched
-        .signal_step(StepId::new(job, StepKind::Batch), Signal::Term)
-        .await
-    {
-        tracing::warn!("scancel --signal=TERM {job}.batch: {e}");
-    }
-    let since = micros_to_local(submitted_at);
-    let mut proof = await_proof(grace + STOP_WRAP_UP, || job_proven_over(ctx, job, since)).await;
-    if proof.is_none() {
-        if let Err(e) = ctx.sched.cancel_job(job).await {
-            tracing::warn!("scancel {job}: {e}");
-        }
-        failpoint::hit("stop-after-cancel");
-        proof = await_proof(STOP_PROOF_TIMEOUT, || job_proven_over(ctx, job, since)).await;
-    }
+    let proof = end_job(ctx, job, grace, micros_to_local(submitted_at)).await;
     let Some(proof) = proof else {
         return Err(OpError::Unknown(format!(
             "job {job} of worker {worker} was cancelled but is not yet proven over; its budget stays held. \

@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use crate::event::Micros;
 use crate::slurm::{AcctRow, Answer, JobId, JobRow, Lookup, SlurmError, StepKind, StepRow};
+use crate::state::jobs::{JobWorker, JobWorkerState};
 use crate::state::pool::Worker;
+use crate::state::State;
 
 /// What one pool's queries said. `None` means the query failed or proves nothing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -447,6 +449,171 @@ pub fn find_lost(
              and the listing shows no job from job {mark} on, which was submitted after that"
         ))),
     }
+}
+
+/// One active worker of a pool as reconcile saw it outside Slurm: its record, its step's name,
+/// and what its own journal said and what is known of its srun (`own`; its `since_launch` is
+/// the judge's to set, from the time it is given).
+#[derive(Clone, Debug)]
+pub struct WorkerSeen<'a> {
+    pub worker: &'a Worker,
+    pub step_name: String,
+    pub own: WorkerObservation,
+}
+
+/// What reconcile decided about one pool: the allocation's end to record, and each worker's
+/// verdict, in the order of the workers it was given.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolJudgement {
+    /// Proof that the allocation is over: recorded as `PoolAllocationEnded`.
+    pub allocation_over: Option<String>,
+    pub verdicts: Vec<Verdict>,
+}
+
+impl PoolJudgement {
+    /// Would accounting settle anything? A worker neither proven over nor running while the
+    /// allocation is not proven over (accounting is asked only then: one query serves every
+    /// pool).
+    pub fn wants_accounting(&self) -> bool {
+        self.allocation_over.is_none()
+            && self
+                .verdicts
+                .iter()
+                .any(|v| v.terminal.is_none() && !v.running)
+    }
+}
+
+/// Judge one pool at time `now`: what Slurm's answers (`obs`) and each worker's own evidence
+/// (`workers`) prove about the allocation and each worker ([`verdict`]).
+pub fn judge_pool(obs: &PoolObservation, workers: &[WorkerSeen<'_>], now: Micros) -> PoolJudgement {
+    let verdicts = workers
+        .iter()
+        .map(|w| {
+            let own = WorkerObservation {
+                since_launch: Duration::from_micros(
+                    u64::try_from(now.0 - w.worker.submitted_at.0).unwrap_or(0),
+                ),
+                ..w.own.clone()
+            };
+            verdict(w.worker, &w.step_name, obs, &own)
+        })
+        .collect();
+    PoolJudgement {
+        allocation_over: obs.allocation_over.clone(),
+        verdicts,
+    }
+}
+
+/// What reconcile's queries said about the `dispatch submit` jobs.
+#[derive(Clone, Debug)]
+pub struct JobsObservation {
+    /// The known job ids, in one listing.
+    pub by_id: Answer<Vec<JobRow>>,
+    /// The user's jobs with those that ended (`squeue --me --states=all`), for submissions
+    /// whose sbatch gave no answer.
+    pub mine: Answer<Vec<JobRow>>,
+    /// Accounting by id for the known jobs the listing did not list.
+    pub acct_by_id: Option<Answer<Vec<AcctRow>>>,
+    /// Accounting by name for the lost submissions `mine` did not find.
+    pub acct_by_name: Option<Answer<Vec<AcctRow>>>,
+    /// Jobs missing from a listing of several ids and left unproven, each asked about alone.
+    pub alone: Vec<(JobId, Answer<Vec<JobRow>>)>,
+}
+
+impl JobsObservation {
+    /// What the listing of known ids and accounting by id prove about job `job`.
+    pub fn first_seen(&self, job: JobId) -> JobSeen {
+        let rows = self.acct_by_id.as_ref().and_then(|a| a.as_ref().live());
+        job_seen(job, &self.by_id.job(job), rows.map(Vec::as_slice))
+    }
+}
+
+/// What reconcile decided about one `dispatch submit` worker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobDecision {
+    /// Nothing to record or report: its job is live, or unproven while its state is not
+    /// unknown, or its recorded id is no Slurm job id.
+    Nothing,
+    /// Its job is proven over: `JobTerminal`.
+    Over { job: JobId, proof: String },
+    /// The job of a submission whose sbatch gave no answer, found by name: `JobSubmitted`,
+    /// and `JobTerminal` in the same commit when `over`.
+    Found {
+        job: JobId,
+        how: String,
+        over: Option<String>,
+    },
+    /// Proven never created: `JobSubmitFailed` (definite).
+    NeverCreated(String),
+    /// Unknown, and what would settle it when that is known.
+    Unknown(Option<String>),
+}
+
+/// Judge every active `dispatch submit` worker of `state` at time `now` from `obs`, in the
+/// order of `state.jobs.active`.
+pub fn judge_jobs<'a>(
+    state: &'a State,
+    obs: &JobsObservation,
+    now: Micros,
+) -> Vec<(&'a JobWorker, JobDecision)> {
+    state
+        .jobs
+        .active
+        .values()
+        .map(|j| (j, judge_job(state, j, obs, now)))
+        .collect()
+}
+
+fn judge_job(state: &State, j: &JobWorker, obs: &JobsObservation, now: Micros) -> JobDecision {
+    if let Some(id) = j.job_id {
+        let Some(job) = u32::try_from(id).ok().and_then(JobId::new) else {
+            return JobDecision::Nothing;
+        };
+        let mut seen = obs.first_seen(job);
+        if seen == JobSeen::Unproven {
+            if let Some((_, alone)) = obs.alone.iter().find(|(id, _)| *id == job) {
+                seen = job_seen(job, &alone.job(job), None);
+            }
+        }
+        return match seen {
+            JobSeen::Over(proof) => JobDecision::Over { job, proof },
+            JobSeen::Unproven if j.state == JobWorkerState::Unknown => JobDecision::Unknown(None),
+            JobSeen::Live | JobSeen::Unproven => JobDecision::Nothing,
+        };
+    }
+    let settle = settle_delay(j.named.as_ref().map(|n| n.sbatch_limit_s));
+    let mark = watermark(settled_at(j.submitted_at, settle), recorded_job_ids(state));
+    let lost = find_lost(
+        j.job_name(),
+        j.submitted_at,
+        now,
+        settle,
+        mark,
+        &obs.mine,
+        obs.acct_by_name.as_ref(),
+    );
+    match lost {
+        Lost::Found { job, how, over } => JobDecision::Found { job, how, over },
+        Lost::NeverCreated(proof) => JobDecision::NeverCreated(proof),
+        Lost::Unknown(why) => JobDecision::Unknown(why.map(|why| {
+            format!(
+                "{why}; it resolves once a job submitted later (any `dispatch submit`) is listed \
+                 beside it, or the operator gives it up: `dispatch forget {} --reason TEXT`",
+                j.worker
+            )
+        })),
+    }
+}
+
+/// The `dispatch submit` jobs whose ids are known, with the time of their intent (the
+/// watermark's candidates): active ones and the finished ones the state remembers.
+pub fn recorded_job_ids(state: &State) -> impl Iterator<Item = (Micros, u64)> + '_ {
+    state
+        .jobs
+        .active
+        .values()
+        .chain(state.jobs.finished.iter())
+        .filter_map(|j| j.job_id.map(|id| (j.submitted_at, id)))
 }
 
 #[cfg(test)]
@@ -1045,5 +1212,217 @@ mod tests {
         assert_eq!(watermark(settled, recorded), JobId::new(60));
         assert_eq!(watermark(Micros::from_secs(500), recorded), None);
         assert_eq!(watermark(settled, []), None);
+    }
+
+    /// A pool observation from quickcheck's values: `over`, `listed`, steps listed (number,
+    /// worker index), accounting rows (number, worker index, terminal), accounting's own row.
+    fn arbitrary_pool(
+        over: bool,
+        listed: bool,
+        steps: Option<Vec<(u8, u8)>>,
+        accounting: Option<Vec<(u8, u8, bool)>>,
+        accounting_job: bool,
+    ) -> PoolObservation {
+        PoolObservation {
+            allocation_over: over.then(|| "squeue shows job 900 COMPLETED".into()),
+            allocation_listed: listed.then(|| format!("job {JOB} is listed RUNNING")),
+            steps: steps.map(|rows| {
+                rows.iter()
+                    .take(8)
+                    .map(|(s, w)| (u32::from(*s % 8), format!("p.w{}", w % 4)))
+                    .collect()
+            }),
+            accounting: accounting.map(|rows| {
+                rows.iter()
+                    .take(8)
+                    .map(|(s, w, terminal)| AcctStep {
+                        step: u32::from(*s % 8),
+                        name: format!("p.w{}", w % 4),
+                        state: if *terminal { "COMPLETED" } else { "RUNNING" }.into(),
+                        terminal: *terminal,
+                    })
+                    .collect()
+            }),
+            accounting_job: accounting_job.then(|| "RUNNING".into()),
+        }
+    }
+
+    type ArbitraryWorker = (Option<u8>, Option<u8>, u8, Option<bool>, u8);
+
+    /// Workers `w0`… from quickcheck's values: (recorded step, supervisor's step, srun seen
+    /// as 0 exited / 1 running / else unknown, supervisor started, seconds before 1000 s).
+    fn arbitrary_workers(workers: &[ArbitraryWorker]) -> Vec<Worker> {
+        workers
+            .iter()
+            .take(4)
+            .enumerate()
+            .map(|(i, (recorded, _, _, _, ago))| {
+                let mut w = worker(recorded.map(|s| u32::from(s % 8)));
+                w.name = format!("w{i}");
+                w.submitted_at = Micros::from_secs(1000 - i64::from(*ago));
+                w
+            })
+            .collect()
+    }
+
+    /// What reconcile saw of each of `ws` (made by [`arbitrary_workers`] from `workers`).
+    fn arbitrary_seen<'a>(ws: &'a [Worker], workers: &[ArbitraryWorker]) -> Vec<WorkerSeen<'a>> {
+        ws.iter()
+            .zip(workers)
+            .enumerate()
+            .map(|(i, (w, (_, supervised, srun, started, _)))| WorkerSeen {
+                worker: w,
+                step_name: format!("p.w{i}"),
+                own: WorkerObservation {
+                    step_from_supervisor: supervised.map(|s| u32::from(s % 8)),
+                    supervisor_started: *started,
+                    srun: match srun % 3 {
+                        0 => SrunSeen::Exited("exited 1".into()),
+                        1 => SrunSeen::Running,
+                        _ => SrunSeen::NotKnown,
+                    },
+                    ..Default::default()
+                },
+            })
+            .collect()
+    }
+
+    quickcheck! {
+        /// The pool judge never releases without proof: a worker is released only when the
+        /// allocation is proven over, accounting shows a terminal step, or its allocation is
+        /// listed beside a step listing; it is proven never to have run only with every
+        /// proof `step_never_ran` names; and an allocation proven over releases every worker.
+        fn prop_the_pool_judge_never_releases_without_proof(
+            over: bool,
+            listed: bool,
+            steps: Option<Vec<(u8, u8)>>,
+            accounting: Option<Vec<(u8, u8, bool)>>,
+            accounting_job: bool,
+            workers: Vec<ArbitraryWorker>
+        ) -> bool {
+            let obs = arbitrary_pool(over, listed, steps, accounting, accounting_job);
+            let ws = arbitrary_workers(&workers);
+            let seen = arbitrary_seen(&ws, &workers);
+            let now = Micros::from_secs(1000);
+            let judged = judge_pool(&obs, &seen, now);
+            let terminal_in_accounting = obs
+                .accounting
+                .as_ref()
+                .is_some_and(|rows| rows.iter().any(|r| r.terminal));
+            let absence_can_prove = obs.allocation_listed.is_some() && obs.steps.is_some();
+            judged.verdicts.len() == seen.len()
+                && judged.allocation_over == obs.allocation_over
+                && judged.verdicts.iter().zip(&seen).all(|(v, s)| {
+                    let released = v.terminal.is_none()
+                        || obs.allocation_over.is_some()
+                        || terminal_in_accounting
+                        || absence_can_prove;
+                    let never_ran = v.never_ran.is_none()
+                        || (matches!(s.own.srun, SrunSeen::Exited(_))
+                            && s.own.supervisor_started == Some(false)
+                            && now.0 - s.worker.submitted_at.0
+                                >= NEVER_RAN_SETTLE.as_micros() as i64
+                            && absence_can_prove
+                            && obs.accounting_job.is_some()
+                            && obs.accounting.is_some());
+                    let over = obs.allocation_over.is_none() || v.terminal.is_some();
+                    released && never_ran && over && !(v.terminal.is_some() && v.never_ran.is_some())
+                })
+                && judged.wants_accounting()
+                    == (obs.allocation_over.is_none()
+                        && judged.verdicts.iter().any(|v| v.terminal.is_none() && !v.running))
+        }
+
+        /// The jobs judge never releases without proof: when no listing lists anything (each
+        /// answered empty or failed) and accounting was not asked or failed, every decision is
+        /// `Nothing` or `Unknown`, whatever the workers and the time.
+        fn prop_the_jobs_judge_never_releases_on_empty_or_failed_answers(
+            workers: Vec<(Option<u16>, bool, u16)>,
+            by_id_failed: bool,
+            mine_failed: bool,
+            acct_asked: bool,
+            now_s: u16
+        ) -> bool {
+            let mut state = State::default();
+            for (i, (job, unknown, at)) in workers.iter().take(6).enumerate() {
+                let id = Uuid::from_u128(i as u128 + 1);
+                state.jobs.active.insert(id, JobWorker {
+                    worker: format!("w{i}"),
+                    submission_id: id,
+                    job_id: job.map(|j| u64::from(j) + 1),
+                    state: if *unknown { JobWorkerState::Unknown } else { JobWorkerState::Queued },
+                    cpus: 1,
+                    mem_mb: 1,
+                    submitted_at: Micros::from_secs(i64::from(*at)),
+                    assets: Vec::new(),
+                    named: None,
+                    failure: None,
+                });
+            }
+            let answer = |failed: bool| -> Answer<Vec<JobRow>> {
+                if failed {
+                    Answer::Unknown(SlurmError::NotInAccounting { command: SlurmCommand::Squeue })
+                } else {
+                    Answer::Live(Vec::new())
+                }
+            };
+            let acct = acct_asked.then_some(Answer::Unknown(SlurmError::NotInAccounting {
+                command: SlurmCommand::Sacct,
+            }));
+            let obs = JobsObservation {
+                by_id: answer(by_id_failed),
+                mine: answer(mine_failed),
+                acct_by_id: acct.clone(),
+                acct_by_name: None,
+                alone: Vec::new(),
+            };
+            let judged = judge_jobs(&state, &obs, Micros::from_secs(i64::from(now_s)));
+            judged.len() == state.jobs.active.len()
+                && judged
+                    .iter()
+                    .all(|(_, d)| matches!(d, JobDecision::Nothing | JobDecision::Unknown(_)))
+        }
+    }
+
+    #[test]
+    fn the_jobs_judge_takes_a_lone_answer_for_a_job_the_listing_left_unproven() {
+        let mut state = State::default();
+        let id = Uuid::from_u128(1);
+        state.jobs.active.insert(
+            id,
+            JobWorker {
+                worker: "w".into(),
+                submission_id: id,
+                job_id: Some(u64::from(JOB)),
+                state: JobWorkerState::Unknown,
+                cpus: 1,
+                mem_mb: 1,
+                submitted_at: Micros::from_secs(0),
+                assets: Vec::new(),
+                named: None,
+                failure: None,
+            },
+        );
+        let mut obs = JobsObservation {
+            by_id: Answer::Live(job_rows(&[(901, "RUNNING", "x")])),
+            mine: Answer::Live(Vec::new()),
+            acct_by_id: None,
+            acct_by_name: None,
+            alone: Vec::new(),
+        };
+        let now = Micros::from_secs(10);
+        assert_eq!(
+            judge_jobs(&state, &obs, now)[0].1,
+            JobDecision::Unknown(None)
+        );
+        obs.alone
+            .push((job(), Answer::Live(job_rows(&[(JOB, "COMPLETED", "w")]))));
+        assert_eq!(
+            judge_jobs(&state, &obs, now)[0].1,
+            JobDecision::Over {
+                job: job(),
+                proof: format!("squeue shows job {JOB} COMPLETED"),
+            }
+        );
     }
 }

@@ -23,8 +23,8 @@ use crate::policy::pool::{self as pool_policy, Refusal};
 use crate::policy::pool_create::{self as policy, CreationSeen};
 use crate::policy::reconcile::{self as reconcile_policy, Lost};
 use crate::slurm::{
-    AcctQuery, ActionError, AllocRequest, JobId, JobName, JobQuery, MemoryMb, Placement, Scheduler,
-    SlurmDuration,
+    AcctQuery, AcctRow, ActionError, AllocRequest, Answer, JobId, JobName, JobQuery, JobRow,
+    MemoryMb, Placement, Scheduler, SlurmDuration,
 };
 use crate::state::pool::*;
 use crate::state::State;
@@ -93,6 +93,79 @@ fn alloc_request(req: &CreateRequest, name: JobName) -> Result<AllocRequest, OpE
     Ok(r)
 }
 
+/// `PoolCreateIntent` for a new creation of `req.pool`, unless another began meanwhile: the
+/// intent, and the salloc request it announces.
+fn write_intent<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &CreateRequest,
+    time_s: u64,
+) -> Result<(PoolCreateIntent, AllocRequest), OpError> {
+    let pool = req.pool.as_str();
+    let creation_id = Uuid::new_v4();
+    let name = JobName::new(creation_job_name(&req.job_name_prefix, pool, creation_id))
+        .map_err(|e| OpError::Usage(e.to_string()))?;
+    let alloc = alloc_request(req, name.clone())?;
+    let limit = ctx.sched.longest_call() + req.wait;
+    let intent = PoolCreateIntent {
+        pool: pool.to_owned(),
+        creation_id,
+        job_name: name.as_str().to_owned(),
+        salloc_limit_s: u32::try_from(limit.as_secs_f64().ceil() as u64).unwrap_or(u32::MAX),
+        cpus: req.cpus,
+        mem_mb: req.mem.get(),
+        time_s,
+        partition: req.partition.clone(),
+        account: req.account.clone(),
+        qos: req.qos.clone(),
+        nodelist: req.nodelist.clone(),
+    };
+    locked(ctx, |writer, state| {
+        if policy::check_create(&state.pools, pool, time_s)?.is_some() {
+            return Err(OpError::Failed(format!(
+                "another `dispatch pool create {pool}` started meanwhile; nothing was created. \
+                 Run it again to adopt its allocation"
+            )));
+        }
+        writer.append_one(Event::PoolCreateIntent(intent.clone()))?;
+        Ok(())
+    })?;
+    Ok((intent, alloc))
+}
+
+/// The job salloc answered with, or the one it named before its answer broke off (then
+/// recorded as an unknown failure, and why); a failure without a job is settled by
+/// [`salloc_failed`].
+fn salloc_job<S: Scheduler>(
+    ctx: &Ctx<S>,
+    intent: &PoolCreateIntent,
+    answer: Result<crate::slurm::Allocated, ActionError>,
+) -> Result<(JobId, Option<String>), OpError> {
+    match answer {
+        Ok(a) => Ok((a.job_id, None)),
+        // salloc printed its job's id before its answer broke off (`--immediate` ran out, or
+        // it was killed): the allocation may exist, so that job is followed to its end or its
+        // start instead of being guessed either way.
+        Err(ActionError::Unknown {
+            error,
+            job_hint: Some(job),
+        }) => {
+            let reason = format!("outcome unknown: {error}");
+            ctx_append_if_same(
+                ctx,
+                intent,
+                vec![Event::PoolCreateFailed(PoolCreateFailed {
+                    pool: intent.pool.clone(),
+                    creation_id: intent.creation_id,
+                    definite: false,
+                    reason: reason.clone(),
+                })],
+            )?;
+            Ok((job, Some(reason)))
+        }
+        Err(e) => Err(salloc_failed(ctx, intent, e)),
+    }
+}
+
 pub async fn create<S: Scheduler>(
     ctx: &Ctx<S>,
     req: &CreateRequest,
@@ -124,61 +197,12 @@ pub async fn create<S: Scheduler>(
         }
     }
 
-    let creation_id = Uuid::new_v4();
-    let name = JobName::new(creation_job_name(&req.job_name_prefix, pool, creation_id))
-        .map_err(|e| OpError::Usage(e.to_string()))?;
-    let alloc = alloc_request(req, name.clone())?;
-    let limit = ctx.sched.longest_call() + req.wait;
-    let intent = PoolCreateIntent {
-        pool: pool.to_owned(),
-        creation_id,
-        job_name: name.as_str().to_owned(),
-        salloc_limit_s: u32::try_from(limit.as_secs_f64().ceil() as u64).unwrap_or(u32::MAX),
-        cpus: req.cpus,
-        mem_mb: req.mem.get(),
-        time_s,
-        partition: req.partition.clone(),
-        account: req.account.clone(),
-        qos: req.qos.clone(),
-        nodelist: req.nodelist.clone(),
-    };
-    locked(ctx, |writer, state| {
-        if policy::check_create(&state.pools, pool, time_s)?.is_some() {
-            return Err(OpError::Failed(format!(
-                "another `dispatch pool create {pool}` started meanwhile; nothing was created. \
-                 Run it again to adopt its allocation"
-            )));
-        }
-        writer.append_one(Event::PoolCreateIntent(intent.clone()))?;
-        Ok(())
-    })?;
+    let (intent, alloc) = write_intent(ctx, req, time_s)?;
+    let name = alloc.name.clone();
     failpoint::hit("pool-create-after-intent");
     let answer = allocate_with_progress(ctx, &alloc, pool, progress).await;
     failpoint::hit("pool-create-after-salloc");
-    let (job, unclear) = match answer {
-        Ok(a) => (a.job_id, None),
-        // salloc printed its job's id before its answer broke off (`--immediate` ran out, or
-        // it was killed): the allocation may exist, so that job is followed to its end or its
-        // start instead of being guessed either way.
-        Err(ActionError::Unknown {
-            error,
-            job_hint: Some(job),
-        }) => {
-            let reason = format!("outcome unknown: {error}");
-            ctx_append_if_same(
-                ctx,
-                &intent,
-                vec![Event::PoolCreateFailed(PoolCreateFailed {
-                    pool: pool.to_owned(),
-                    creation_id,
-                    definite: false,
-                    reason: reason.clone(),
-                })],
-            )?;
-            (job, Some(reason))
-        }
-        Err(e) => return Err(salloc_failed(ctx, &intent, e)),
-    };
+    let (job, unclear) = salloc_job(ctx, &intent, answer)?;
     record_job(
         ctx,
         &intent,
@@ -397,6 +421,39 @@ pub(crate) enum Found {
     Unknown(String),
 }
 
+/// What Slurm lists under creation `c`'s job name: the user's jobs (`--me --states=all`) and,
+/// once `settled` (its salloc's limit plus the margin past), accounting by name.
+async fn look_by_name<S: Scheduler>(
+    ctx: &Ctx<S>,
+    c: &Creation,
+    settled: bool,
+) -> (Answer<Vec<JobRow>>, Option<Answer<Vec<AcctRow>>>) {
+    let intent = &c.intent;
+    let mine = ctx
+        .sched
+        .list_jobs(&JobQuery::mine_including_finished())
+        .await;
+    let sacct = if settled {
+        let margin = Micros(reconcile_policy::SETTLE_MARGIN.as_micros() as i64);
+        let names = JobName::new(intent.job_name.clone())
+            .ok()
+            .into_iter()
+            .collect();
+        Some(
+            ctx.sched
+                .accounting(&AcctQuery {
+                    jobs: vec![],
+                    names,
+                    since: micros_to_local(Micros(c.since.0 - margin.0)),
+                })
+                .await,
+        )
+    } else {
+        None
+    };
+    (mine, sacct)
+}
+
 /// Look for the job of creation `c` by its name: squeue (`--me --states=all`) and, once its
 /// salloc's limit plus the settle margin has passed, accounting. `wait`: poll until found or
 /// settled (a create or release); else look once (reconcile).
@@ -418,30 +475,9 @@ pub(crate) async fn find_by_name<S: Scheduler>(
         // hold up other commands.
         let watermark = reconcile_policy::watermark(
             settled_at,
-            crate::ops::reconcile::recorded_job_ids(&ctx.load()?.state),
+            crate::policy::reconcile::recorded_job_ids(&ctx.load()?.state),
         );
-        let mine = ctx
-            .sched
-            .list_jobs(&JobQuery::mine_including_finished())
-            .await;
-        let sacct = if now >= settled_at {
-            let margin = Micros(reconcile_policy::SETTLE_MARGIN.as_micros() as i64);
-            let names = JobName::new(intent.job_name.clone())
-                .ok()
-                .into_iter()
-                .collect();
-            Some(
-                ctx.sched
-                    .accounting(&AcctQuery {
-                        jobs: vec![],
-                        names,
-                        since: micros_to_local(Micros(c.since.0 - margin.0)),
-                    })
-                    .await,
-            )
-        } else {
-            None
-        };
+        let (mine, sacct) = look_by_name(ctx, c, now >= settled_at).await;
         match reconcile_policy::find_lost(
             &intent.job_name,
             c.since,
@@ -497,31 +533,31 @@ pub(crate) async fn find_by_name<S: Scheduler>(
     }
 }
 
-/// Wait (until `deadline`) for creation `intent`'s `job` to run, then attach it with every
-/// check of `pool attach`, as dispatch's. An allocation that cannot be attached is dispatch's
-/// to cancel: it is cancelled and proven gone, and the refusal returned.
-pub(crate) async fn attach_created<S: Scheduler>(
+/// Poll creation `intent`'s `job` until it runs (`None`), is proven over (recorded as a
+/// definite failure) or still waits at `deadline`; several unknown answers in a row are an
+/// unknown outcome.
+async fn until_running<S: Scheduler>(
     ctx: &Ctx<S>,
     intent: &PoolCreateIntent,
     job: JobId,
     deadline: Instant,
     progress: Progress<'_>,
-) -> Result<Settled, OpError> {
+) -> Result<Option<Settled>, OpError> {
     let pool = intent.pool.as_str();
     let mut unknown = 0;
     let mut told: Option<(String, Instant)> = None;
     loop {
         let listed = ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
         match policy::seen_by_id(job, &listed.job(job), None) {
-            CreationSeen::Running => break,
+            CreationSeen::Running => return Ok(None),
             CreationSeen::Over(proof) => {
                 ctx_append_if_same(ctx, intent, vec![definite_failure(intent, proof.clone())])?;
-                return Ok(Settled::Ended(proof));
+                return Ok(Some(Settled::Ended(proof)));
             }
             CreationSeen::Waiting { state, reason } => {
                 unknown = 0;
                 if Instant::now() >= deadline {
-                    return Ok(Settled::Waiting { job, state, reason });
+                    return Ok(Some(Settled::Waiting { job, state, reason }));
                 }
                 let said = format!("{state} ({reason})");
                 if told
@@ -548,6 +584,22 @@ pub(crate) async fn attach_created<S: Scheduler>(
         }
         tokio::time::sleep(POLL_EVERY.min(deadline.saturating_duration_since(Instant::now())))
             .await;
+    }
+}
+
+/// Wait (until `deadline`) for creation `intent`'s `job` to run, then attach it with every
+/// check of `pool attach`, as dispatch's. An allocation that cannot be attached is dispatch's
+/// to cancel: it is cancelled and proven gone, and the refusal returned.
+pub(crate) async fn attach_created<S: Scheduler>(
+    ctx: &Ctx<S>,
+    intent: &PoolCreateIntent,
+    job: JobId,
+    deadline: Instant,
+    progress: Progress<'_>,
+) -> Result<Settled, OpError> {
+    let pool = intent.pool.as_str();
+    if let Some(settled) = until_running(ctx, intent, job, deadline, progress).await? {
+        return Ok(settled);
     }
     let facts = match read_facts(ctx, job).await {
         Ok(f) => f,

@@ -179,6 +179,79 @@ async fn cancel_and_prove<S: Scheduler>(
         })
 }
 
+/// Each active worker of `p` stopped as `stop-worker` stops it, while its allocation is not
+/// recorded over: what each stop proved. One that fails is only told to `progress`.
+async fn stop_each_worker<S: Scheduler>(
+    ctx: &Ctx<S>,
+    p: &Pool,
+    grace: Duration,
+    progress: Progress<'_>,
+) -> Vec<ReleasedWorker> {
+    let mut workers = Vec::new();
+    // Each worker as `stop-worker` stops it: TERM, its grace, cancel, proof, release. One
+    // that cannot be proven stopped is released below with the allocation's end.
+    let holding: Vec<(String, uuid::Uuid)> = p
+        .active
+        .values()
+        .map(|w| (w.name.clone(), w.submission_id))
+        .collect();
+    if p.ended.is_none() {
+        for (name, id) in &holding {
+            progress(&format!("stopping worker {name} of pool {}", p.name));
+            match stop_worker(ctx, &p.name, name, grace).await {
+                Ok(r) => workers.push(ReleasedWorker {
+                    worker: name.clone(),
+                    submission_id: id.to_string(),
+                    proof: r.proof.unwrap_or_default(),
+                }),
+                Err(e) => progress(&format!(
+                    "worker {name} is not proven stopped ({e}); it is released once the \
+                     allocation is proven gone"
+                )),
+            }
+        }
+    }
+    workers
+}
+
+/// Release, with the end of allocation `job` (`proof`) as proof, every worker of `pool` that
+/// still holds budget.
+fn release_left<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &str,
+    job: JobId,
+    proof: &str,
+) -> Result<Vec<ReleasedWorker>, OpError> {
+    let mut workers = Vec::new();
+    let left: Vec<(String, uuid::Uuid)> = {
+        let (writer, loaded) = ctx.lock_and_load()?;
+        drop(writer);
+        loaded
+            .state
+            .pools
+            .pools
+            .get(pool)
+            .map(|x| {
+                x.active
+                    .values()
+                    .map(|w| (w.name.clone(), w.submission_id))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for (name, id) in left {
+        let why = format!("its allocation {job} is over: {proof}");
+        if super::release_proven(ctx, pool, id, &why, |_| true)? {
+            workers.push(ReleasedWorker {
+                worker: name,
+                submission_id: id.to_string(),
+                proof: why,
+            });
+        }
+    }
+    Ok(workers)
+}
+
 async fn release_pool<S: Scheduler>(
     ctx: &Ctx<S>,
     p: &Pool,
@@ -211,62 +284,14 @@ async fn release_pool<S: Scheduler>(
         Ok(())
     })?;
     failpoint::hit("pool-release-after-intent");
-    let mut workers = Vec::new();
-    // Each worker as `stop-worker` stops it: TERM, its grace, cancel, proof, release. One
-    // that cannot be proven stopped is released below with the allocation's end.
-    let holding: Vec<(String, uuid::Uuid)> = p
-        .active
-        .values()
-        .map(|w| (w.name.clone(), w.submission_id))
-        .collect();
-    if p.ended.is_none() {
-        for (name, id) in &holding {
-            progress(&format!("stopping worker {name} of pool {pool}"));
-            match stop_worker(ctx, &pool, name, grace).await {
-                Ok(r) => workers.push(ReleasedWorker {
-                    worker: name.clone(),
-                    submission_id: id.to_string(),
-                    proof: r.proof.unwrap_or_default(),
-                }),
-                Err(e) => progress(&format!(
-                    "worker {name} is not proven stopped ({e}); it is released once the \
-                     allocation is proven gone"
-                )),
-            }
-        }
-    }
+    let mut workers = stop_each_worker(ctx, p, grace, progress).await;
     failpoint::hit("pool-release-after-workers");
     let proof = match &p.ended {
         Some(ended) => ended.proof.clone(),
         None => cancel_and_prove(ctx, &pool, job).await?,
     };
     // What the stops did not settle: no step outlives its allocation.
-    let left: Vec<(String, uuid::Uuid)> = {
-        let (writer, loaded) = ctx.lock_and_load()?;
-        drop(writer);
-        loaded
-            .state
-            .pools
-            .pools
-            .get(&pool)
-            .map(|x| {
-                x.active
-                    .values()
-                    .map(|w| (w.name.clone(), w.submission_id))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    for (name, id) in left {
-        let why = format!("its allocation {job} is over: {proof}");
-        if super::release_proven(ctx, &pool, id, &why, |_| true)? {
-            workers.push(ReleasedWorker {
-                worker: name,
-                submission_id: id.to_string(),
-                proof: why,
-            });
-        }
-    }
+    workers.extend(release_left(ctx, &pool, job, &proof)?);
     failpoint::hit("pool-release-before-record");
     locked(ctx, |writer, state| {
         if !same(state) {

@@ -255,41 +255,65 @@ pub(super) async fn until_room<S: Scheduler>(
             }
             reserved = Some(pool.reserved());
         }
-        if ctx.now().secs() > last.secs() {
-            return Err(Refusal::EndsBeforeRoom {
+        too_late(ctx, asked, last, wait, started)?;
+        let now = WaitProgress {
+            pool: pool_name.to_owned(),
+            ahead,
+            reserved,
+            capacity,
+            waited: started.elapsed(),
+        };
+        show_progress(wait, now, &mut shown);
+        tokio::time::sleep(if ahead < NEAR { POLL_NEAR } else { POLL_FAR }).await;
+    }
+}
+
+/// Refuse (exit 3) once the allocation ends too soon for the worker (past `last`, the last
+/// time a submit may start) or the wait's limit has passed.
+fn too_late<S: Scheduler>(
+    ctx: &Ctx<S>,
+    asked: &Asked<'_>,
+    last: crate::event::Micros,
+    wait: &Wait,
+    started: Instant,
+) -> Result<(), OpError> {
+    let Asked {
+        pool: pool_name,
+        allocation,
+        ask,
+        ..
+    } = *asked;
+    if ctx.now().secs() > last.secs() {
+        return Err(Refusal::EndsBeforeRoom {
+            pool: pool_name.to_owned(),
+            job_id: allocation.job_id,
+            need_s: ask.budgets.shutdown_window_s() + i64::from(ask.budgets.min_run_s),
+        }
+        .into());
+    }
+    if let Some(limit) = wait.limit {
+        if started.elapsed() >= limit {
+            return Err(Refusal::NoRoomWithin {
                 pool: pool_name.to_owned(),
-                job_id: allocation.job_id,
-                need_s: ask.budgets.shutdown_window_s() + i64::from(ask.budgets.min_run_s),
+                cpus: ask.cpus,
+                mem_mb: ask.mem_mb,
+                waited_s: limit.as_secs(),
             }
             .into());
         }
-        if let Some(limit) = wait.limit {
-            if started.elapsed() >= limit {
-                return Err(Refusal::NoRoomWithin {
-                    pool: pool_name.to_owned(),
-                    cpus: ask.cpus,
-                    mem_mb: ask.mem_mb,
-                    waited_s: limit.as_secs(),
-                }
-                .into());
-            }
+    }
+    Ok(())
+}
+
+/// Show `now` to the user when it differs from what was `shown` last, or that is old.
+fn show_progress(wait: &Wait, now: WaitProgress, shown: &mut Option<(WaitProgress, Instant)>) {
+    if let Some(show) = wait.progress {
+        let changed = shown.as_ref().is_none_or(|(p, at)| {
+            p.ahead != now.ahead || p.reserved != now.reserved || at.elapsed() >= PROGRESS_EVERY
+        });
+        if changed {
+            show(&now);
+            *shown = Some((now, Instant::now()));
         }
-        if let Some(show) = wait.progress {
-            let now = WaitProgress {
-                pool: pool_name.to_owned(),
-                ahead,
-                reserved,
-                capacity,
-                waited: started.elapsed(),
-            };
-            let changed = shown.as_ref().is_none_or(|(p, at)| {
-                p.ahead != now.ahead || p.reserved != now.reserved || at.elapsed() >= PROGRESS_EVERY
-            });
-            if changed {
-                show(&now);
-                shown = Some((now, Instant::now()));
-            }
-        }
-        tokio::time::sleep(if ahead < NEAR { POLL_NEAR } else { POLL_FAR }).await;
     }
 }

@@ -21,7 +21,7 @@ use crate::ops::error::OpError;
 use crate::policy::node as node_policy;
 use crate::policy::pool::Refusal;
 use crate::policy::reconcile as reconcile_policy;
-use crate::slurm::{Answer, JobQuery, Scheduler, Signal, StepId, StepKind};
+use crate::slurm::{Answer, JobId, JobQuery, Scheduler, Signal, StepId, StepKind};
 use crate::state::pool::*;
 use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
@@ -84,50 +84,9 @@ pub async fn stop_worker<S: Scheduler>(
     let (p, w) = find_worker(&state, pool, worker)?;
     let job = job_id(&p.allocation)?;
     let submission_id = w.submission_id;
-    let mut step_no = w.step_id;
-    if step_no.is_none() {
-        // Not seen at submit time: look once more, by name.
-        let name = step_name(pool, worker);
-        if let Answer::Live(rows) = ctx.sched.list_steps(job).await {
-            step_no = numbered_step_named(&rows, &name);
-            if let Some(n) = step_no {
-                locked(ctx, |writer, state| {
-                    if active_worker(state, pool, submission_id)
-                        .is_some_and(|w| w.step_id.is_none())
-                    {
-                        writer.append_one(Event::WorkerStepObserved(WorkerStepObserved {
-                            submission_id,
-                            step_id: n,
-                        }))?;
-                    }
-                    Ok(())
-                })?;
-            }
-        }
-    }
-    let Some(step_no) = step_no else {
-        return Err(OpError::Unknown(format!(
-            "worker {worker} has no known step yet, so there is nothing to cancel safely; its budget stays held. \
-             Run `dispatch reconcile`, then stop it again"
-        )));
-    };
+    let step_no = known_step(ctx, pool, worker, job, w.step_id, submission_id).await?;
     let step = StepId::new(job, StepKind::Numbered(step_no));
-    locked(ctx, |writer, state| {
-        match active_worker(state, pool, submission_id) {
-            Some(w) if w.step_id.is_none_or(|s| s == step_no) => {}
-            _ => {
-                return Err(OpError::Failed(format!(
-                    "worker {worker} changed while this stop looked for its step (another command \
-                     settled it); nothing was signalled. `dispatch pool status {pool}` shows it now"
-                )))
-            }
-        }
-        writer.append_one(Event::WorkerStopIntent(WorkerStopIntent {
-            submission_id,
-            grace_s,
-        }))?;
-        Ok(())
-    })?;
+    write_stop_intent(ctx, pool, worker, submission_id, step_no, grace_s)?;
     failpoint::hit("pool-stop-after-intent");
     let dirs = WorkerDirs::new(&ctx.pools_dir(), pool, submission_id);
     request_grace(&ctx.state_dir, &dirs, grace_s);
@@ -165,6 +124,73 @@ pub async fn stop_worker<S: Scheduler>(
     report.state = WorkerState::Released.as_str();
     snapshot_quietly(&ctx.journal_dir());
     Ok(report)
+}
+
+/// The step of worker `worker` (`recorded`, else found by its name once more and recorded):
+/// without one there is nothing to cancel safely (exit 4).
+async fn known_step<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &str,
+    worker: &str,
+    job: JobId,
+    recorded: Option<u32>,
+    submission_id: Uuid,
+) -> Result<u32, OpError> {
+    let mut step_no = recorded;
+    if step_no.is_none() {
+        // Not seen at submit time: look once more, by name.
+        let name = step_name(pool, worker);
+        if let Answer::Live(rows) = ctx.sched.list_steps(job).await {
+            step_no = numbered_step_named(&rows, &name);
+            if let Some(n) = step_no {
+                locked(ctx, |writer, state| {
+                    if active_worker(state, pool, submission_id)
+                        .is_some_and(|w| w.step_id.is_none())
+                    {
+                        writer.append_one(Event::WorkerStepObserved(WorkerStepObserved {
+                            submission_id,
+                            step_id: n,
+                        }))?;
+                    }
+                    Ok(())
+                })?;
+            }
+        }
+    }
+    step_no.ok_or_else(|| {
+        OpError::Unknown(format!(
+            "worker {worker} has no known step yet, so there is nothing to cancel safely; its budget stays held. \
+             Run `dispatch reconcile`, then stop it again"
+        ))
+    })
+}
+
+/// `WorkerStopIntent`, if worker `worker` is still as this stop saw it (with no step, or step
+/// `step_no`).
+fn write_stop_intent<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &str,
+    worker: &str,
+    submission_id: Uuid,
+    step_no: u32,
+    grace_s: u32,
+) -> Result<(), OpError> {
+    locked(ctx, |writer, state| {
+        match active_worker(state, pool, submission_id) {
+            Some(w) if w.step_id.is_none_or(|s| s == step_no) => {}
+            _ => {
+                return Err(OpError::Failed(format!(
+                    "worker {worker} changed while this stop looked for its step (another command \
+                     settled it); nothing was signalled. `dispatch pool status {pool}` shows it now"
+                )))
+            }
+        }
+        writer.append_one(Event::WorkerStopIntent(WorkerStopIntent {
+            submission_id,
+            grace_s,
+        }))?;
+        Ok(())
+    })
 }
 
 /// Worker `id`'s step is proven over (`proof`): record what its own journal says, finish the

@@ -17,11 +17,12 @@ use crate::failpoint;
 use crate::names::check_path_name;
 use crate::ops::context::{micros_to_local, snapshot_quietly, Ctx};
 use crate::ops::error::OpError;
-use crate::ops::spec::WorkerSpec;
+use crate::ops::spec::{Bound, WorkerSpec};
 use crate::policy::pool::{self as policy, AllocationFacts, Refusal, WorkerAsk};
 use crate::policy::reconcile as reconcile_policy;
 use crate::slurm::{AcctQuery, Answer, JobId, JobName, JobQuery, Scheduler, StepRequest};
 use crate::state::pool::*;
+use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
 use crate::worker::{report, supervisor};
 
@@ -84,7 +85,9 @@ pub async fn submit<S: Scheduler>(
 }
 
 /// `pool submit`, and with `wait`, `pool submit --wait`: when the pool has no room, queue and
-/// wait for it (`room.rs`) instead of refusing.
+/// wait for it (`room.rs`) instead of refusing. The phases: checks ([`plan`]), the durable
+/// receipt ([`write_receipt`]), the launch ([`launch`]), the step search ([`discover_step`]),
+/// and its outcome recorded ([`record_discovery`]).
 pub async fn submit_waiting<S: Scheduler>(
     ctx: &Ctx<S>,
     req: &SubmitRequest,
@@ -92,10 +95,7 @@ pub async fn submit_waiting<S: Scheduler>(
 ) -> Result<SubmitReport, OpError> {
     let started = tokio::time::Instant::now();
     check_path_name("pool", &req.pool).map_err(OpError::Usage)?;
-    let spec = &req.spec;
-    spec.check()?;
-    let submission_id = Uuid::new_v4();
-    let worker = spec.name(submission_id);
+    req.spec.check()?;
     // A first look, to refuse early and to know what to ask Slurm; the lock is not held while
     // it answers. What counts is decided again under the lock, right before the receipt.
     let loaded = {
@@ -103,84 +103,165 @@ pub async fn submit_waiting<S: Scheduler>(
         drop(writer);
         loaded
     };
-    let pool = loaded
-        .state
+    let mut plan = plan(ctx, req, &loaded.state, wait.is_some()).await?;
+    let bound = write_receipt(ctx, req, &mut plan, wait.as_ref(), started).await?;
+    failpoint::hit("pool-submit-after-intent");
+    let mut report = SubmitReport {
+        pool: req.pool.clone(),
+        worker: plan.worker.clone(),
+        submission_id: plan.submission_id.to_string(),
+        state: WorkerState::Submitted.as_str(),
+        step_id: None,
+        warnings: Vec::new(),
+    };
+    let (srun_pid, launched_at) = launch(ctx, req, &plan, &bound).await?;
+    report.state = WorkerState::Running.as_str();
+    let search = StepSearch {
+        job: plan.job,
+        name: &plan.name,
+        dirs: &plan.dirs,
+        srun_pid,
+        launched_at,
+        since: plan.allocation.start_time,
+    };
+    let discovery = discover_step(ctx, &search).await;
+    record_discovery(ctx, req, &plan, discovery, &mut report)?;
+    snapshot_quietly(&ctx.journal_dir());
+    Ok(report)
+}
+
+/// What the checks before the receipt settled: the worker, what it asks, the allocation as
+/// Slurm showed it, and where the worker's files go.
+struct Plan<'a> {
+    pool: &'a Pool,
+    submission_id: Uuid,
+    worker: String,
+    ask: WorkerAsk,
+    check: Check,
+    facts: AllocationFacts,
+    facts_read_at: tokio::time::Instant,
+    allocation: Allocation,
+    job: JobId,
+    /// The step's name (`<pool>.<worker>`), checked as a Slurm name.
+    name: String,
+    step_name: JobName,
+    dirs: WorkerDirs,
+    deadline: Micros,
+}
+
+/// Every check before the receipt, against the first look `state` and the live allocation.
+async fn plan<'a, S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &SubmitRequest,
+    state: &'a State,
+    waits: bool,
+) -> Result<Plan<'a>, OpError> {
+    let spec = &req.spec;
+    let submission_id = Uuid::new_v4();
+    let worker = spec.name(submission_id);
+    let pool = state
         .pools
         .pools
         .get(&req.pool)
         .ok_or_else(|| Refusal::NoPool {
             pool: req.pool.clone(),
         })?;
-    let budgets = spec.budgets;
     let ask = WorkerAsk {
         name: worker.clone(),
         cpus: spec.cpus,
         mem_mb: spec.mem.get(),
-        budgets,
+        budgets: spec.budgets,
     };
-    spec.bind(&loaded.state, &ctx.state_dir, submission_id)?;
-    let check: Check = match wait {
-        Some(_) => policy::check_submit_to_wait,
-        None => policy::check_submit,
+    spec.bind(state, &ctx.state_dir, submission_id)?;
+    let check: Check = if waits {
+        policy::check_submit_to_wait
+    } else {
+        policy::check_submit
     };
-    let mut facts = inspect_for_submit(ctx, pool, &ask, check).await?;
-    let mut facts_read_at = tokio::time::Instant::now();
+    let facts = inspect_for_submit(ctx, pool, &ask, check).await?;
+    let facts_read_at = tokio::time::Instant::now();
     let allocation = pool.allocation.clone();
     let job = job_id(&allocation)?;
     let name = step_name(&req.pool, &worker);
-    let step_name_checked =
-        JobName::new(name.clone()).map_err(|e| OpError::Usage(e.to_string()))?;
+    let step_name = JobName::new(name.clone()).map_err(|e| OpError::Usage(e.to_string()))?;
     let dirs = WorkerDirs::new(&ctx.pools_dir(), &req.pool, submission_id);
     // Before the receipt: a pool tree that is another user's, or a link, refuses (exit 3).
     dirs.check(&ctx.state_dir)?;
-    let deadline = policy::early_shutdown_deadline(allocation.end_time, &budgets);
+    let deadline = policy::early_shutdown_deadline(allocation.end_time, &spec.budgets);
+    Ok(Plan {
+        pool,
+        submission_id,
+        worker,
+        ask,
+        check,
+        facts,
+        facts_read_at,
+        allocation,
+        job,
+        name,
+        step_name,
+        dirs,
+        deadline,
+    })
+}
 
-    // The durable receipt: from here on the worker holds budget. The budget is read again under
-    // the lock (another submit may have taken it while Slurm answered), and the assets it uses
-    // go in the same commit (a released kind's fields never change, so they are their own event).
+/// The durable receipt: from here on the worker holds budget. The budget is read again under
+/// the lock (another submit may have taken it while Slurm answered), and the assets it uses go
+/// in the same commit (a released kind's fields never change, so they are their own event).
+/// With `wait`, first a place in the pool's queue and the wait for room, held until the receipt
+/// is written.
+async fn write_receipt<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &SubmitRequest,
+    plan: &mut Plan<'_>,
+    wait: Option<&Wait>,
+    started: tokio::time::Instant,
+) -> Result<Bound, OpError> {
+    let spec = &req.spec;
+    let submission_id = plan.submission_id;
     let intent = Event::WorkerSubmitIntent(WorkerSubmitIntent {
         pool: req.pool.clone(),
-        worker: worker.clone(),
+        worker: plan.worker.clone(),
         submission_id,
         cpus: spec.cpus,
         mem_mb: spec.mem.get(),
-        publication_timeout_s: budgets.publication_timeout_s,
+        publication_timeout_s: spec.budgets.publication_timeout_s,
         command: spec.command.clone(),
     });
-    // With --wait: a place in the pool's queue, held until the receipt is written.
     let ticket = match wait {
         Some(_) => Some(Ticket::take(&ctx.state_dir, &ctx.pools_dir(), &req.pool)?),
         None => None,
     };
-    let bound = loop {
-        if let (Some(wait), Some(ticket)) = (&wait, &ticket) {
+    loop {
+        if let (Some(wait), Some(ticket)) = (wait, &ticket) {
             let asked = room::Asked {
                 pool: &req.pool,
-                allocation: &allocation,
-                facts: &facts,
-                ask: &ask,
+                allocation: &plan.allocation,
+                facts: &plan.facts,
+                ask: &plan.ask,
             };
             room::until_room(ctx, &asked, ticket, wait, started).await?;
-            if facts_read_at.elapsed() > room::FACTS_FRESH {
+            if plan.facts_read_at.elapsed() > room::FACTS_FRESH {
                 // After a wait Slurm is asked again: the allocation may have changed.
-                facts = inspect_for_submit(ctx, pool, &ask, check).await?;
-                facts_read_at = tokio::time::Instant::now();
+                plan.facts = inspect_for_submit(ctx, plan.pool, &plan.ask, plan.check).await?;
+                plan.facts_read_at = tokio::time::Instant::now();
             }
         }
         let receipt = locked(ctx, |writer, state| {
             let pool = state
-            .pools
-            .pools
-            .get(&req.pool)
-            .filter(|p| p.allocation == allocation)
-            .ok_or_else(|| {
-                OpError::Failed(format!(
-                    "pool {} was detached or attached to another allocation while this submit asked \
-                     Slurm; nothing was submitted. Check `dispatch pool status` and submit again",
-                    req.pool
-                ))
-            })?;
-            policy::check_submit(pool, &facts, &ask, &ctx.caller, ctx.now())?;
+                .pools
+                .pools
+                .get(&req.pool)
+                .filter(|p| p.allocation == plan.allocation)
+                .ok_or_else(|| {
+                    OpError::Failed(format!(
+                        "pool {} was detached or attached to another allocation while this \
+                         submit asked Slurm; nothing was submitted. Check `dispatch pool \
+                         status` and submit again",
+                        req.pool
+                    ))
+                })?;
+            policy::check_submit(pool, &plan.facts, &plan.ask, &ctx.caller, ctx.now())?;
             let bound = spec.bind(state, &ctx.state_dir, submission_id)?;
             writer.append(bound.receipt(intent.clone(), submission_id))?;
             Ok(bound)
@@ -188,67 +269,37 @@ pub async fn submit_waiting<S: Scheduler>(
         match receipt {
             // A submitter without --wait took the room meanwhile: wait again, first in line.
             Err(OpError::Refused(Refusal::Budget { .. })) if ticket.is_some() => continue,
-            other => break other?,
+            other => return other,
         }
-    };
-    drop(ticket);
-    failpoint::hit("pool-submit-after-intent");
-    let mut report = SubmitReport {
-        pool: req.pool.clone(),
-        worker: worker.clone(),
-        submission_id: submission_id.to_string(),
-        state: WorkerState::Submitted.as_str(),
-        step_id: None,
-        warnings: Vec::new(),
-    };
+    }
+}
+
+/// The worker's directories, then the detached srun of its supervisor; `WorkerLaunched` with
+/// the srun's pid, or `WorkerLaunchFailed` (definite or not, as srun's error says). The srun's
+/// pid and when it was started.
+async fn launch<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &SubmitRequest,
+    plan: &Plan<'_>,
+    bound: &Bound,
+) -> Result<(u32, tokio::time::Instant), OpError> {
+    let (submission_id, worker, dirs) = (plan.submission_id, &plan.worker, &plan.dirs);
+    let failed =
+        |definite: bool, reason: String| launch_failed(ctx, req, submission_id, definite, reason);
     if let Err(e) = dirs.create(&ctx.state_dir) {
-        record(
-            ctx,
-            &req.pool,
-            submission_id,
-            vec![Event::WorkerLaunchFailed(WorkerLaunchFailed {
-                submission_id,
-                definite: true,
-                reason: format!(
-                    "cannot create worker directories under {}: {e}",
-                    dirs.root.display()
-                ),
-            })],
+        failed(
+            true,
+            format!(
+                "cannot create worker directories under {}: {e}",
+                dirs.root.display()
+            ),
         )?;
         return Err(OpError::Failed(format!(
             "worker {worker}: cannot create its directories under {}: {e}; nothing was launched and its budget is released",
             dirs.root.display()
         )));
     }
-    let publish_dir = published_dir(&ctx.pools_dir(), &req.pool);
-    let command = supervisor::command_line(
-        &ctx.exe,
-        &ctx.state_dir,
-        &supervisor::SupervisorArgs {
-            submission_id,
-            worker: &worker,
-            pool: Some(&req.pool),
-            dirs: &dirs,
-            publish_dir: &publish_dir,
-            deadline: deadline.secs().to_string(),
-            budgets,
-            append_only_glob: spec.append_only_glob.as_deref(),
-            assets: &bound.assets,
-        },
-        &spec.command,
-    );
-    let mut step = StepRequest::new(job, step_name_checked, spec.cpus, spec.mem, command);
-    // Without --overlap Slurm gives each worker CPUs no other worker holds, and the step's
-    // cpuset confines it to them; with --overlap, workers were seen sharing CPU 0. The budget
-    // check above keeps the steps from waiting on each other. No --cpu-bind: `cores` made
-    // Slurm 22.05 fail to lay out a 3-CPU task on a node declaring more CPUs than it has.
-    step.overlap = false;
-    step.output = Some(dirs.evidence.join("stdout"));
-    step.error = Some(dirs.evidence.join("stderr"));
-    step.chdir = Some(dirs.checkout.clone());
-    step.client_log = Some(dirs.evidence.join("srun-client.log"));
-    // The supervisor sets the worker's DISPATCH_* variables for the payload: one place, and
-    // nothing the coordinator's own environment holds can leak into them.
+    let step = step_request(ctx, req, plan, bound);
     failpoint::hit("pool-submit-before-launch");
     let launched = ctx.sched.launch_step(&step).await;
     let launched_at = tokio::time::Instant::now();
@@ -256,16 +307,7 @@ pub async fn submit_waiting<S: Scheduler>(
         Ok(l) => l.srun_pid,
         Err(e) => {
             let definite = e.nothing_happened();
-            record(
-                ctx,
-                &req.pool,
-                submission_id,
-                vec![Event::WorkerLaunchFailed(WorkerLaunchFailed {
-                    submission_id,
-                    definite,
-                    reason: e.to_string(),
-                })],
-            )?;
+            failed(definite, e.to_string())?;
             return Err(if definite {
                 OpError::Failed(format!(
                     "worker {worker}: {e}; nothing was launched and its budget is released"
@@ -288,19 +330,90 @@ pub async fn submit_waiting<S: Scheduler>(
         })],
     )?;
     failpoint::hit("pool-submit-after-launch");
-    report.state = WorkerState::Running.as_str();
+    Ok((srun_pid, launched_at))
+}
 
-    let search = StepSearch {
-        job,
-        name: &name,
-        dirs: &dirs,
-        srun_pid,
-        launched_at,
-        since: allocation.start_time,
-    };
-    match discover_step(ctx, &search).await {
+/// The srun request of the worker's step: the supervisor's command line in the allocation,
+/// its CPUs and memory, its evidence files.
+fn step_request<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &SubmitRequest,
+    plan: &Plan<'_>,
+    bound: &Bound,
+) -> StepRequest {
+    let (spec, dirs) = (&req.spec, &plan.dirs);
+    let publish_dir = published_dir(&ctx.pools_dir(), &req.pool);
+    let command = supervisor::command_line(
+        &ctx.exe,
+        &ctx.state_dir,
+        &supervisor::SupervisorArgs {
+            submission_id: plan.submission_id,
+            worker: &plan.worker,
+            pool: Some(&req.pool),
+            dirs,
+            publish_dir: &publish_dir,
+            deadline: plan.deadline.secs().to_string(),
+            budgets: spec.budgets,
+            append_only_glob: spec.append_only_glob.as_deref(),
+            assets: &bound.assets,
+        },
+        &spec.command,
+    );
+    let mut step = StepRequest::new(
+        plan.job,
+        plan.step_name.clone(),
+        spec.cpus,
+        spec.mem,
+        command,
+    );
+    // Without --overlap Slurm gives each worker CPUs no other worker holds, and the step's
+    // cpuset confines it to them; with --overlap, workers were seen sharing CPU 0. The budget
+    // check above keeps the steps from waiting on each other. No --cpu-bind: `cores` made
+    // Slurm 22.05 fail to lay out a 3-CPU task on a node declaring more CPUs than it has.
+    step.overlap = false;
+    step.output = Some(dirs.evidence.join("stdout"));
+    step.error = Some(dirs.evidence.join("stderr"));
+    step.chdir = Some(dirs.checkout.clone());
+    step.client_log = Some(dirs.evidence.join("srun-client.log"));
+    // The supervisor sets the worker's DISPATCH_* variables for the payload: one place, and
+    // nothing the coordinator's own environment holds can leak into them.
+    step
+}
+
+/// `WorkerLaunchFailed` for worker `submission_id` (a definite one releases its budget), unless
+/// another command settled it meanwhile.
+fn launch_failed<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &SubmitRequest,
+    submission_id: Uuid,
+    definite: bool,
+    reason: String,
+) -> Result<bool, OpError> {
+    record(
+        ctx,
+        &req.pool,
+        submission_id,
+        vec![Event::WorkerLaunchFailed(WorkerLaunchFailed {
+            submission_id,
+            definite,
+            reason,
+        })],
+    )
+}
+
+/// Record what the step search found: the step (unless reconcile recorded it, or settled the
+/// worker, meanwhile), a launch proven failed (its budget released), or nothing (exit 4).
+fn record_discovery<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &SubmitRequest,
+    plan: &Plan<'_>,
+    discovery: Discovery,
+    report: &mut SubmitReport,
+) -> Result<(), OpError> {
+    let (submission_id, worker, job) = (plan.submission_id, &plan.worker, plan.job);
+    let failed = |reason: &str| launch_failed(ctx, req, submission_id, true, reason.to_owned());
+    match discovery {
         Discovery::Found(step_no) => {
-            // Unless reconcile recorded it (or settled the worker) meanwhile.
             locked(ctx, |writer, state| {
                 match active_worker(state, &req.pool, submission_id) {
                     Some(w) if w.step_id != Some(step_no) => {
@@ -314,52 +427,34 @@ pub async fn submit_waiting<S: Scheduler>(
                 Ok(())
             })?;
             report.step_id = Some(format!("{job}.{step_no}"));
+            Ok(())
         }
         Discovery::CreationFailed(reason) => {
-            record(
-                ctx,
-                &req.pool,
-                submission_id,
-                vec![Event::WorkerLaunchFailed(WorkerLaunchFailed {
-                    submission_id,
-                    definite: true,
-                    reason: reason.clone(),
-                })],
-            )?;
-            return Err(OpError::Failed(format!(
+            failed(&reason)?;
+            Err(OpError::Failed(format!(
                 "worker {worker}: Slurm refused to create its step: {reason}; its budget is released"
-            )));
+            )))
         }
         Discovery::NeverRan(proof) => {
-            record(
-                ctx,
-                &req.pool,
-                submission_id,
-                vec![Event::WorkerLaunchFailed(WorkerLaunchFailed {
-                    submission_id,
-                    definite: true,
-                    reason: proof.clone(),
-                })],
-            )?;
-            return Err(OpError::Failed(format!(
+            failed(&proof)?;
+            Err(OpError::Failed(format!(
                 "worker {worker}: {proof}; its budget is released. See {}",
-                dirs.evidence.join("srun-client.log").display()
-            )));
+                plan.dirs.evidence.join("srun-client.log").display()
+            )))
         }
         Discovery::NotSeen(why) => {
             // Launched, but neither seen nor proven never to have run: the outcome is unknown
             // (CLI.md: exit 4), and the budget stays held until reconcile settles it.
             snapshot_quietly(&ctx.journal_dir());
-            return Err(OpError::Unknown(format!(
-                "worker {worker} (submission {submission_id}): its step {name} was not seen within {} s \
+            Err(OpError::Unknown(format!(
+                "worker {worker} (submission {submission_id}): its step {} was not seen within {} s \
                  ({why}); the launch outcome is unknown and its budget stays held. Run `dispatch \
                  reconcile` (or `dispatch pool status --refresh`) to resolve it",
+                plan.name,
                 STEP_DISCOVERY_TIMEOUT.as_secs()
-            )));
+            )))
         }
     }
-    snapshot_quietly(&ctx.journal_dir());
-    Ok(report)
 }
 
 enum Discovery {
