@@ -603,3 +603,43 @@ fn a_stop_waiting_out_its_grace_blocks_no_other_command() {
         "the release was not recorded"
     );
 }
+
+/// sbatch can take its whole timeout: `dispatch submit` decides and writes its receipt under
+/// the journal's lock, and waits for sbatch without it (issue 11: no lock held across a wait).
+#[test]
+fn a_submit_waiting_for_sbatch_blocks_no_other_command() {
+    let fake = Fake::new();
+    fake.scenario(json!({"sbatch": [{"delay": 8, "stdout": "71\n"}]}));
+    let mut submit = fake
+        .command(&[
+            "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", "slow", "--json",
+            "--", "true",
+        ])
+        .env("DISPATCH_SLURM_TIMEOUT", "30")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !fake.calls().iter().any(|(cmd, _)| cmd == "sbatch") {
+        assert!(std::time::Instant::now() < deadline, "sbatch never ran");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (code, _, err) = fake.run(&["trial", "open", "t"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        submit.try_wait().unwrap().is_none(),
+        "trial open waited for the submit's sbatch (the journal lock was held across it)"
+    );
+    let out = submit.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kinds = fake.kinds();
+    let submitted = kinds.iter().position(|k| k == "JobSubmitted").unwrap();
+    let opened = kinds.iter().position(|k| k == "TrialOpened").unwrap();
+    assert!(opened < submitted, "{kinds:?}");
+}

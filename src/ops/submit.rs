@@ -101,34 +101,34 @@ pub async fn submit<S: Scheduler>(
     let spec = &req.spec;
     let checked = check_request(req)?;
     let (submission_id, worker) = (checked.submission_id, &checked.worker);
-    let (writer, loaded) = ctx.lock_and_load()?;
-    if loaded
-        .state
-        .jobs
-        .active
-        .values()
-        .any(|j| j.worker == *worker)
-    {
-        return Err(OpError::Refused(Refusal::DuplicateJobWorker {
-            worker: worker.clone(),
-        }));
-    }
-    let bound = spec.bind(&loaded.state, &ctx.state_dir, submission_id)?;
-    let dirs = WorkerDirs::for_job(&jobs_dir(ctx), submission_id);
-    // Before the receipt: a job tree that is another user's, or a link, refuses (exit 3).
-    dirs.check(&ctx.state_dir)?;
-
-    // The durable receipt, with the assets the worker uses in the same commit.
-    writer.append(receipt(ctx, req, &bound, &checked))?;
+    // Decide and write the receipt under the lock; sbatch runs without it (it can take its
+    // whole timeout), and the outcome is appended under the lock again.
+    let (bound, dirs) = locked(ctx, |writer, state| {
+        if state.jobs.active.values().any(|j| j.worker == *worker) {
+            return Err(OpError::Refused(Refusal::DuplicateJobWorker {
+                worker: worker.clone(),
+            }));
+        }
+        let bound = spec.bind(state, &ctx.state_dir, submission_id)?;
+        let dirs = WorkerDirs::for_job(&jobs_dir(ctx), submission_id);
+        // Before the receipt: a job tree that is another user's, or a link, refuses (exit 3).
+        dirs.check(&ctx.state_dir)?;
+        // The durable receipt, with the assets the worker uses in the same commit.
+        writer.append(receipt(ctx, req, &bound, &checked))?;
+        Ok((bound, dirs))
+    })?;
     failpoint::hit("submit-after-intent");
     let script = dirs.root.join("batch.sh");
     let prepared = write_batch_script(ctx, &dirs, &script);
     if let Err(e) = prepared {
-        writer.append_one(Event::JobSubmitFailed(JobSubmitFailed {
-            submission_id,
-            definite: true,
-            reason: format!("cannot prepare {}: {e}", dirs.root.display()),
-        }))?;
+        record_outcome(
+            ctx,
+            Event::JobSubmitFailed(JobSubmitFailed {
+                submission_id,
+                definite: true,
+                reason: format!("cannot prepare {}: {e}", dirs.root.display()),
+            }),
+        )?;
         return Err(OpError::Failed(format!(
             "worker {worker}: cannot prepare {}: {e}; nothing was submitted",
             dirs.root.display()
@@ -142,25 +142,68 @@ pub async fn submit<S: Scheduler>(
         Ok(s) => u64::from(s.job_id.get()),
         Err(e) => {
             let definite = e.nothing_happened();
-            writer.append_one(Event::JobSubmitFailed(JobSubmitFailed {
-                submission_id,
-                definite,
-                reason: e.to_string(),
-            }))?;
+            record_outcome(
+                ctx,
+                Event::JobSubmitFailed(JobSubmitFailed {
+                    submission_id,
+                    definite,
+                    reason: e.to_string(),
+                }),
+            )?;
             return Err(sbatch_failed(&e, definite, &checked));
         }
     };
-    writer.append_one(Event::JobSubmitted(JobSubmitted {
-        submission_id,
-        job_id,
-        how: "sbatch".to_owned(),
-    }))?;
-    drop(writer);
+    record_outcome(
+        ctx,
+        Event::JobSubmitted(JobSubmitted {
+            submission_id,
+            job_id,
+            how: "sbatch".to_owned(),
+        }),
+    )?;
     snapshot_quietly(&ctx.journal_dir());
     Ok(JobSubmitReport {
         worker: checked.worker,
         submission_id: submission_id.to_string(),
         job_id: Some(job_id),
+    })
+}
+
+/// Append sbatch's outcome for a submission whose receipt this command wrote, re-checked
+/// under the lock: while sbatch ran without it, `reconcile` may have found the job by its
+/// name (then the same answer is not written twice). A submission reconcile proved never
+/// created while this sbatch still ran (it would have to outlive its timeout and the settle
+/// margin) is no longer held: a job sbatch made after all is named, with how to cancel it.
+fn record_outcome<S: Scheduler>(ctx: &Ctx<S>, outcome: Event) -> Result<(), OpError> {
+    let (submission_id, made) = match &outcome {
+        Event::JobSubmitted(e) => (e.submission_id, Some(e.job_id)),
+        Event::JobSubmitFailed(e) => (e.submission_id, None),
+        other => unreachable!("not a submission outcome: {other:?}"),
+    };
+    locked(ctx, |writer, state| {
+        match state.jobs.active.get(&submission_id) {
+            Some(j) => match (j.job_id, made) {
+                (None, _) => {
+                    writer.append_one(outcome)?;
+                    Ok(())
+                }
+                (Some(found), Some(job)) if found != job => Err(OpError::Failed(format!(
+                    "submission {submission_id}: sbatch answered job {job}, but `dispatch \
+                 reconcile` found job {found} by its name; cancel the one `squeue --me` does \
+                 not show as {}",
+                    j.job_name()
+                ))),
+                // reconcile's answer from the job's name stands: it is at least as new
+                _ => Ok(()),
+            },
+            None => match made {
+                Some(job) => Err(OpError::Failed(format!(
+                    "sbatch created job {job} after `dispatch reconcile` had proven submission \
+                 {submission_id} never created; nothing tracks it: cancel it with `scancel {job}`"
+                ))),
+                None => Ok(()),
+            },
+        }
     })
 }
 
