@@ -7,8 +7,8 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::{
-    adopt_by_name, command_for, hold, script, session, token_clash, Book, Env, Resolved,
-    SessionError, TokenLock, MAX_SESSIONS,
+    adopt_by_name, command_for, hold, script, session, token_clash, vouch_absence, Book, Env,
+    Resolved, SessionError, TokenLock, MAX_SESSIONS,
 };
 use crate::event::Event;
 use crate::event::Micros;
@@ -232,22 +232,43 @@ pub async fn launch<S: Scheduler>(
             command_for("launch", &l.r.key)
         )));
     }
-    if let Some(why) = probe.failed {
+    let confined = l.r.target.confined;
+    let mut probe = probe;
+    if !confined {
+        // salloc cannot be held, so nothing after it could show an older job of this target
+        // in time: the listing must prove absence before it runs.
+        vouch_absence(env, &l.r, &mut probe).await;
+    }
+    if let Some(why) = probe.cannot_vouch() {
         if may_exist {
             // The record knows a job may exist that only this probe could find: submitting now
-            // could make a second one. This is the record-keyed rule of step 1, not the
-            // fail-open safety net.
+            // could make a second one.
             return Err(SessionError::Unknown(format!(
-                "an earlier submission for {} may have created a job, and the name probe that \
-                 would find it failed ({why}). Nothing was submitted. Retry `{}`, or find it \
-                 with `squeue --me --name={}`",
+                "an earlier submission for {} may have created a job, and {why}. Nothing was \
+                 submitted. Retry `{}`, or find it with `squeue --me --name={}`",
                 l.r.key,
                 command_for("launch", &l.r.key),
                 l.r.job_name
             )));
         }
+        if !confined {
+            // A failed or unproven probe blocks: a job of this session may run (a lost state
+            // directory, another state directory), and salloc would start a second one.
+            return Err(SessionError::Unknown(format!(
+                "no job is recorded for {}, and {why}; a job of this session may already run, \
+                 so nothing was submitted. Retry `{}` once squeue answers, or look with \
+                 `squeue --me --name={}`",
+                l.r.key,
+                command_for("launch", &l.r.key),
+                l.r.job_name
+            )));
+        }
+        // Confined: the job is submitted held, and `hold::settle` releases it only on a
+        // listing that shows it beside no older job of this target (its own watermark).
         l.notes.push(format!(
-            "the name probe failed ({why}); a failed probe does not block, submitting"
+            "{why}; submitting held: the job runs only once a listing shows it and no older job \
+             of {}",
+            l.r.key
         ));
     }
 
