@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
-use support::scripted::{by_id, held_row, name_probe, release, row};
+use support::scripted::{by_id, held_row, mine_listing, name_probe, release, row};
 
 const T: (&str, &str, &str) = ("savio4_htc", "co_carleton", "carleton_htc4_normal");
 const OTHER: (&str, &str, &str) = ("savio3", "fc_jevons", "normal");
@@ -1396,4 +1396,113 @@ fn a_dry_run_launch_says_what_it_would_do_and_does_nothing() {
         "{j}"
     );
     assert!(!f.state().exists(), "a dry run created the state directory");
+}
+
+/// Issue 10 item 7 (the simulation's `session_gap`, seed 289): the state directory is lost and
+/// the controller is in a blackout: every squeue answers exit 0 with nothing. A release must
+/// not take the empty name listing for "nothing to release" while the session's job may run:
+/// the user's listing right after is empty too, so nothing corroborates it, and it exits 4
+/// naming what settles it. Nothing is cancelled, nothing is recorded as settled. On a healthy
+/// cluster the user's listing shows some job (here another of the user's), which vouches for
+/// the name listing, and the release says "nothing" as before.
+#[test]
+fn release_does_not_take_a_blackouts_empty_listing_for_nothing() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me"], "stdout": ""}],
+        "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
+    }));
+    let r = f.run(&["session", "release", "sample", "-T", "T", "--force"]);
+    assert_eq!(r.code, 4, "{} {}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains("proves nothing")
+            && r.stderr.contains("have any job of yours listed")
+            && r.stderr.contains("dispatch session release sample -T T"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stdout.contains("Nothing to release"), "{}", r.stdout);
+    assert_eq!(f.calls(), [name_probe(), mine_listing()]);
+    assert!(!f.programs().contains(&"scancel".to_owned()));
+
+    f.clear_calls();
+    f.scenario(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--me", "--states=all"], "stdout": running(9000, OTHER).replace(NAME, "other-job")},
+        ],
+        "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
+    }));
+    let r = f.run(&["session", "release", "sample", "-T", "T", "--force"]);
+    assert_eq!(r.code, 0, "{} {}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("Nothing to release."), "{}", r.stdout);
+    assert_eq!(f.calls(), [name_probe(), mine_listing()]);
+}
+
+/// Issue 10 (the simulation's `failed_probe_gap`): no record, and the name probe fails. A
+/// launch must not submit anyway ("a failed probe does not block" was the old rule): a job of
+/// this session may run, and salloc would start a second one; a held sbatch would still be a
+/// second job in the queue. Exit 4, no salloc, no sbatch.
+#[test]
+fn a_failed_name_probe_blocks_a_launch() {
+    for (target, submitter) in [("U", "salloc"), ("T", "sbatch")] {
+        let f = Fake::new(json!({
+            "squeue": [{"match": ["--me", "--name=sucoder-sample"], "exit": 1,
+                        "stderr": "slurm_load_jobs error: Socket timed out on send/recv operation\n"}],
+            "salloc": [{"stderr": "salloc: Granted job allocation 77\n"}],
+            "sbatch": [{"stdout": "4242\n"}],
+            "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
+        }));
+        let r = f.run(&["session", "launch", "sample", "-T", target, "--detached"]);
+        assert_eq!(r.code, 4, "{target}: {} {}", r.stdout, r.stderr);
+        assert!(
+            r.stderr.contains("the name probe failed")
+                && r.stderr.contains("nothing was submitted"),
+            "{target}: {}",
+            r.stderr
+        );
+        assert!(
+            !f.programs().contains(&submitter.to_owned()),
+            "{target}: {:?}",
+            f.calls()
+        );
+    }
+}
+
+/// An unheld (salloc) launch on a blackout's empty answers submits nothing: neither the name
+/// listing nor the user's listing shows a job, and accounting (its last resort) fails too.
+/// When accounting answers without a live job of the name (a user with no job on a healthy
+/// cluster), it submits.
+#[test]
+fn an_unheld_launch_needs_its_empty_listing_corroborated() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me"], "stdout": ""}],
+        "sacct": [{"stderr": "sacct: error: Problem talking to the database: Connection refused\n", "exit": 1}],
+        "salloc": [{"stderr": "salloc: Granted job allocation 77\n"}],
+        "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
+    }));
+    let launch = ["session", "launch", "sample", "-T", "U", "--detached"];
+    let r = f.run(&launch);
+    assert_eq!(r.code, 4, "{} {}", r.stdout, r.stderr);
+    assert!(
+        !f.programs().contains(&"salloc".to_owned()),
+        "{:?}",
+        f.calls()
+    );
+    assert_eq!(f.programs(), ["squeue", "squeue", "sacct"]);
+    f.clear_calls();
+    f.scenario(json!({
+        "squeue": [
+            {"match": ["--me"], "stdout": ""},
+            {"match": ["--jobs=77"], "stdout": running(77, OTHER)},
+        ],
+        "sacct": [{"stdout": ""}],
+        "salloc": [{"stderr": "salloc: Granted job allocation 77\n"}],
+        "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
+    }));
+    let r = f.run(&launch);
+    assert_eq!(r.code, 0, "{} {}", r.stdout, r.stderr);
+    assert_eq!(
+        f.programs(),
+        ["squeue", "squeue", "sacct", "salloc", "squeue"]
+    );
 }

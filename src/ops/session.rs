@@ -411,11 +411,25 @@ impl NameProbe {
     }
 }
 
+/// Whether [`vouch_absence`] may ask accounting when the user's listing is empty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// An unheld launch (see `policy::session::absence`, step 3).
+    Accounting,
+    None,
+}
+
 /// A name probe that listed no job of the name proves nothing alone (a controller in a
 /// blackout answers every squeue empty): corroborate it before anyone concludes "no job", with
-/// the user's whole listing, else accounting (`policy::session::absence`). Sets
-/// `probe.unvouched` when neither can; a probe that listed something, or failed, is left alone.
-pub async fn vouch_absence<S: Scheduler>(env: &Env<'_, S>, r: &Resolved<'_>, probe: &mut NameProbe) {
+/// the user's whole listing, else (`Fallback::Accounting`) accounting
+/// (`policy::session::absence`). Sets `probe.unvouched` when nothing can; a probe that listed
+/// something, or failed, is left alone.
+pub async fn vouch_absence<S: Scheduler>(
+    env: &Env<'_, S>,
+    r: &Resolved<'_>,
+    probe: &mut NameProbe,
+    fallback: Fallback,
+) {
     if probe.listed > 0 || probe.failed.is_some() || probe.unreadable.is_some() {
         return;
     }
@@ -425,6 +439,9 @@ pub async fn vouch_absence<S: Scheduler>(env: &Env<'_, S>, r: &Resolved<'_>, pro
         .list_jobs(&JobQuery::mine_including_finished())
         .await;
     let absence = match absence::by_listing(name, &mine) {
+        Absence::AskAccounting if fallback == Fallback::None => {
+            Absence::Unproven(absence::nothing_listed(name))
+        }
         Absence::AskAccounting => {
             let since = chrono::Local::now().naive_local()
                 - chrono::Duration::days(absence::ACCOUNTING_LOOKBACK_DAYS);
@@ -485,7 +502,7 @@ pub async fn adopt_or_vouch<S: Scheduler>(
 ) -> Result<(NameProbe, Option<Seen>), SessionError> {
     let (mut probe, adopted) = adopt_by_name(env, book, r, &[], None).await?;
     if adopted.is_none() {
-        vouch_absence(env, r, &mut probe).await;
+        vouch_absence(env, r, &mut probe, Fallback::None).await;
     }
     Ok((probe, adopted))
 }

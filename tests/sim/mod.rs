@@ -176,6 +176,8 @@ pub struct SimJob {
     pub made_by: &'static str,
     /// Submitted with `--hold`: pending (reason `JobHeldUser`) until `scontrol release`.
     pub held: bool,
+    /// Submitted with `--hold` (whether or not released since).
+    pub made_held: bool,
 }
 
 impl SimJob {
@@ -207,6 +209,7 @@ impl SimJob {
             beside: None,
             made_by: "the user",
             held: false,
+            made_held: false,
         }
     }
 
@@ -857,6 +860,7 @@ impl World {
             beside,
             made_by: self.command,
             held: req.extra.iter().any(|e| e == "--hold"),
+            made_held: req.extra.iter().any(|e| e == "--hold"),
         };
         self.jobs.insert(id, job);
         self.tick();

@@ -4,7 +4,8 @@
 //! the invariants of issue 10's session half checked against the model:
 //! (S1) never two live jobs for one session (name and target), but a renewal's replacement
 //!      while the job it replaces drains, recorded as replaced (or as what the renewal's
-//!      submission, outcome unknown, replaces);
+//!      submission, outcome unknown, replaces); a job submitted held beside a live one (a
+//!      confined launch, whose arbitration then yields it) counts once it is released;
 //! (S2) never a success answer over a job that is not the session's: a launch, attach or renew
 //!      names a live job of the session's name and target; a release that says released or
 //!      nothing leaves no job of its name and target queued or running;
@@ -385,13 +386,20 @@ impl Sessions {
     /// (S1) for the jobs made since `first_new`, and (S3).
     pub fn check(&self, w: &mut World, first_new: u32) -> Result<(), String> {
         let state = self.state()?;
-        let new: Vec<SimJob> = w
+        // A job made held beside a live one (a confined launch's arbitration: its own held job
+        // is the watermark of the listing that decides) is no second job while it stays held:
+        // it never runs. It is one once it is released while the other is still queued or
+        // running, whenever that happens (a later command settles an interrupted launch's).
+        let suspects: Vec<SimJob> = w
             .jobs
             .values()
-            .filter(|j| j.id >= first_new)
+            .filter(|j| match j.made_held {
+                true => active(j) && !j.held,
+                false => j.id >= first_new,
+            })
             .cloned()
             .collect();
-        for j in &new {
+        for j in &suspects {
             let Some(other) = j.beside else { continue };
             let Some(o) = w.jobs.get(&other).filter(|o| active(o)).cloned() else {
                 continue;

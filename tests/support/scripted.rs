@@ -280,6 +280,14 @@ impl Scheduler for Scripted {
 
 pub const FORMAT: &str = "--format=%i|%A|%T|%P|%a|%q|%u|%D|%C|%N|%L|%l|%S|%e|%r|%j";
 
+/// The argv of the user's whole listing (`squeue --me --states=all`), which corroborates a name
+/// probe that listed nothing (`policy::session::absence`).
+pub fn mine_listing() -> Vec<String> {
+    ["squeue", "--noheader", FORMAT, "--states=all", "--me"]
+        .map(String::from)
+        .to_vec()
+}
+
 /// The argv of the name probe for mirror `sample`.
 pub fn name_probe() -> Vec<String> {
     [

@@ -7,7 +7,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::{
-    adopt_or_vouch, command_for, name_probe, session, vouch_absence, Book, Env, Resolved,
+    adopt_or_vouch, command_for, name_probe, session, vouch_absence, Book, Env, Fallback, Resolved,
     SessionError, TokenLock,
 };
 use crate::event::Event;
@@ -310,7 +310,7 @@ async fn sweep<S: Scheduler>(
             .as_ref()
             .is_some_and(|p| p.this_targets().next().is_none());
         if none_left {
-            vouch_absence(env, r, &mut probe).await;
+            vouch_absence(env, r, &mut probe, Fallback::None).await;
         }
         if let Some(why) = probe.cannot_vouch() {
             return Err(SessionError::Unknown(format!(

@@ -12,12 +12,14 @@
 //!    `policy::reconcile::watermark` reduced to what a session command has: any job of the
 //!    user's (another session, a pool allocation, a `dispatch submit` job, or this session's
 //!    job that ended within MinJobAge, which every release that cancels leaves behind);
-//! 3. else (the user has no job listed at all, which a blackout also looks like) accounting by
-//!    name answers without a live job of it: slurmdbd is another daemon than the controller,
-//!    and it answers for jobs squeue forgets. This keeps a user with a lost state directory and
-//!    no other job able to release on a healthy cluster. It is blind to a job whose accounting
-//!    record is missing (lost, or not written yet) *while* squeue lies empty: two faults at
-//!    once, which the seeded simulation models (`acct_lost` with a blackout).
+//! 3. else (the user has no job listed at all, which a blackout also looks like) only an unheld
+//!    (salloc) launch lets accounting by name vouch: nothing after salloc could stop a second
+//!    job, and without this a user with no other job could never launch such a session on a
+//!    healthy cluster. Accounting is no proof: it lags (a job submitted seconds ago is not in
+//!    it yet) and can miss a job, and a controller broken enough to answer empty may not be
+//!    feeding slurmdbd either, so this is the one place where a correlated double fault can
+//!    still start a second job. Release, attach and renew never take it: they answer "unknown"
+//!    (exit 4) and name what settles it (any job of the user's listed, then retry).
 //!
 //! Anything else is not proof, and the command says the outcome is unknown (exit 4).
 //!
@@ -30,6 +32,17 @@ use crate::slurm::{AcctRow, Answer, JobRow, SlurmError};
 /// How far back accounting is asked when it must vouch: sacct lists a job that was pending or
 /// running at any time since then, so a live job of any age is among its rows.
 pub const ACCOUNTING_LOOKBACK_DAYS: i64 = 2;
+
+/// Why an empty listing stays unproven when the user's listing is empty too, for commands that
+/// do not ask accounting; names what settles it.
+pub fn nothing_listed(name: &str) -> String {
+    format!(
+        "squeue lists no job named {name} and no job of the user's at all, which is also what a \
+         controller in a blackout answers, so it proves nothing. If `squeue --me` really shows \
+         nothing, no job of this session runs; to let dispatch see that, have any job of yours \
+         listed (e.g. `sbatch --hold --wrap=true`, `scancel` it afterwards) and retry"
+    )
+}
 
 /// What a name listing without a job of the name proves, from the user's whole listing.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,8 +90,8 @@ pub fn by_listing(name: &str, mine: &Answer<Vec<JobRow>>) -> Absence {
     }
 }
 
-/// Step 3: accounting by `name` (jobs pending or running since the lookback), asked when the
-/// user's listing showed nothing at all.
+/// Step 3, for an unheld launch only: accounting by `name` (jobs pending or running since the
+/// lookback), asked when the user's listing showed nothing at all.
 pub fn by_accounting(name: &str, acct: &Answer<Vec<AcctRow>>) -> Absence {
     let empty = "squeue lists no job at all for the user";
     let rows: &[AcctRow] = match acct {
@@ -181,6 +194,9 @@ mod tests {
             command: SlurmCommand::Sacct,
             message: "slurmdbd down".into(),
         });
-        assert!(matches!(by_accounting("ss-m0", &down), Absence::Unproven(_)));
+        assert!(matches!(
+            by_accounting("ss-m0", &down),
+            Absence::Unproven(_)
+        ));
     }
 }
