@@ -285,9 +285,11 @@ fn other_targets_job_is_not_adopted() {
 fn salloc_carries_the_job_name() {
     let f = Fake::new(json!({
         "squeue": [
-            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--me"], "stdout": ""},
             {"match": ["--jobs=77"], "stdout": running(77, OTHER)},
         ],
+        // Nothing of the user's is listed: accounting vouches for the empty listing.
+        "sacct": [{"stdout": ""}],
         "salloc": [{"stderr": "salloc: Granted job allocation 77\n"}],
     }));
     let r = f.run(&[
@@ -300,8 +302,10 @@ fn salloc_carries_the_job_name() {
         "--detached",
     ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(f.calls()[1], mine_listing());
+    assert_eq!(f.calls()[2][0], "sacct");
     assert_eq!(
-        f.calls()[1],
+        f.calls()[3],
         [
             "salloc",
             "--no-shell",
@@ -552,6 +556,9 @@ fn release_force_cancels_and_proves() {
         "squeue": [
             {"match": ["--jobs=4242"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)},
             {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            // The cancelled job, listed with --states=all: it vouches for the empty name
+            // listing (the controller's current view).
+            {"match": ["--me", "--states=all"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)},
         ],
     }));
     let r = f.run(&[
@@ -568,7 +575,8 @@ fn release_force_cancels_and_proves() {
         [
             vec!["scancel".to_owned(), "4242".into()],
             by_id(4242),
-            name_probe()
+            name_probe(),
+            mine_listing()
         ]
     );
     let r = f.run(&["session", "release", "sample", "-T", "T", "--force"]);
@@ -835,7 +843,8 @@ fn submitter(target: &str) -> &'static str {
 fn assert_launch_refused(target: &str, response: Value, phrase: &str) {
     let program = submitter(target);
     let f = Fake::new(json!({
-        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": ""}],
+        "squeue": [{"match": ["--me"], "stdout": ""}],
+        "sacct": [{"stdout": ""}],
         program: [response],
     }));
     let r = f.run(&launch_on(target));
@@ -864,15 +873,17 @@ fn assert_launch_refused(target: &str, response: Value, phrase: &str) {
         "squeue": [
             {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": ""},
             {"match": ["--me", "--name=sucoder-sample"], "stdout": held_row(4242, T, NAME)},
+            {"match": ["--me", "--states=all"], "stdout": ""},
             {"match": ["--jobs=4242"], "stdout": running(4242, T)},
         ],
+        "sacct": [{"stdout": ""}],
         "sbatch": [{"stdout": "4242\n"}],
         "salloc": [{"stderr": "salloc: Granted job allocation 4242\n"}],
     }));
     let r = f.run(&launch_on(target));
     assert_eq!(r.code, 0, "{phrase}: {}", r.stderr);
     assert_eq!(json_of(&r)["action"], "submitted");
-    assert_eq!(f.programs()[1], program);
+    assert!(f.programs().contains(&program.to_owned()), "{:?}", f.calls());
 }
 
 #[test]
@@ -915,7 +926,8 @@ fn an_unrecognised_launch_failure_stays_unknown() {
         ),
     ] {
         let f = Fake::new(json!({
-            "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": ""}],
+            "squeue": [{"match": ["--me"], "stdout": ""}],
+            "sacct": [{"stdout": ""}],
             submitter(target): [response.clone()],
         }));
         let r = f.run(&launch_on(target));
@@ -932,7 +944,8 @@ fn an_unrecognised_launch_failure_stays_unknown() {
 fn a_submitter_missing_from_path_fails_the_launch_definitely() {
     for target in ["T", "U"] {
         let f = Fake::new(json!({
-            "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": ""}],
+            "squeue": [{"match": ["--me"], "stdout": ""}],
+            "sacct": [{"stdout": ""}],
         }));
         let bin = f.path("bin");
         std::fs::create_dir(&bin).unwrap();
@@ -940,6 +953,12 @@ fn a_submitter_missing_from_path_fails_the_launch_definitely() {
         for p in ["squeue", "scancel", "scontrol", "sacct", "srun"] {
             std::os::unix::fs::symlink(fake_bin.join(p), bin.join(p)).unwrap();
         }
+        // The fake clients need their interpreter: a failed name probe would block the launch.
+        let python = ["/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("python3 runs the fake Slurm");
+        std::os::unix::fs::symlink(python, bin.join("python3")).unwrap();
         let mut c = f.command(&launch_on(target));
         c.env("PATH", &bin);
         let r = f.run_with(c, "");
@@ -1114,6 +1133,7 @@ fn release_without_a_terminal_needs_yes() {
         "squeue": [
             {"match": ["--jobs=4242"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)},
             {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--me", "--states=all"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)},
         ],
     }));
     let out = f
@@ -1212,6 +1232,7 @@ fn a_lost_record_heals_through_release_attach_and_renew() {
         "squeue": [
             {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": running(4242, T)},
             {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--me", "--states=all"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)},
             {"match": ["--jobs=4242"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)},
         ],
         "scancel": [{"stdout": ""}],
@@ -1232,7 +1253,8 @@ fn a_lost_record_heals_through_release_attach_and_renew() {
             name_probe(),
             vec!["scancel".to_owned(), "4242".into()],
             by_id(4242),
-            name_probe()
+            name_probe(),
+            mine_listing()
         ]
     );
 
@@ -1294,6 +1316,7 @@ fn release_of_a_restored_record_also_cancels_the_live_job_of_the_session() {
         "squeue": [
             {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": running(200, T)},
             {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--me", "--states=all"], "stdout": row("200", "CANCELLED", "n0007", T, NAME)},
             {"match": ["--jobs=100"], "stdout": row("100", "COMPLETED", "n0007", T, NAME)},
             {"match": ["--jobs=200"], "stdout": row("200", "CANCELLED", "n0007", T, NAME)},
         ],
@@ -1315,7 +1338,8 @@ fn release_of_a_restored_record_also_cancels_the_live_job_of_the_session() {
         calls.contains(&vec!["scancel".to_owned(), "200".into()]),
         "the live job of the session was left running: {calls:?}"
     );
-    assert_eq!(calls.last().unwrap(), &name_probe(), "{calls:?}");
+    assert_eq!(calls[calls.len() - 2], name_probe(), "{calls:?}");
+    assert_eq!(calls.last().unwrap(), &mine_listing(), "{calls:?}");
     // Had the name probe failed, release could not prove that nothing runs: exit 4.
     let f = Fake::new(json!({
         "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": running(100, T)}],
