@@ -883,7 +883,11 @@ fn assert_launch_refused(target: &str, response: Value, phrase: &str) {
     let r = f.run(&launch_on(target));
     assert_eq!(r.code, 0, "{phrase}: {}", r.stderr);
     assert_eq!(json_of(&r)["action"], "submitted");
-    assert!(f.programs().contains(&program.to_owned()), "{:?}", f.calls());
+    assert!(
+        f.programs().contains(&program.to_owned()),
+        "{:?}",
+        f.calls()
+    );
 }
 
 #[test]
