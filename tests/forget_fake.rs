@@ -164,7 +164,12 @@ fn a_session_whose_submission_cannot_be_resolved_is_forgotten_and_launch_is_free
     let (code, _, err) = session(&["forget", "--session", "m", "-T", "T", "--reason", "x"]);
     assert_eq!(code, 3, "{err}");
 
-    // The record no longer blocks: the launch goes on to submit.
+    // The record no longer blocks: once squeue answers again, the launch goes on to submit
+    // (a name probe that fails blocks every launch, with a record or without).
+    fake.scenario(json!({
+        "squeue": [{"match": ["--me"], "stdout": ""}],
+        "sbatch": [{"stdout": "Submitted batch job probably\n"}],
+    }));
     fake.forget_calls();
     let (code, _, err) = session(&["session", "launch", "m", "-T", "T", "--detached"]);
     assert!(

@@ -740,32 +740,32 @@ async fn b24_other_targets_job_does_not_block() {
     );
 }
 
-/// 25: a failed name probe does not block (fail open) and says so.
+/// 25, departure from sucoder (which failed open: "a failed probe does not block"): with no
+/// record, a failed name probe blocks (exit 4, nothing submitted, held or not). A job of this
+/// session may run (a lost state directory, another state directory), and even a held job
+/// beside it is a second job in the queue (the simulation's `failed_probe_gap`).
 #[tokio::test]
-async fn b25_failed_name_probe_fails_open() {
+async fn b25_failed_name_probe_blocks() {
     let w = World::new();
     w.q()
         .by_name
         .push_back(unknown("slurm_load_jobs error: Socket timed out"));
-    w.q().sbatch.push_back(submitted(5000));
-    w.q()
-        .by_id
-        .push_back(live(&row("5000", "RUNNING", "n1", T, NAME)));
-    let r = w
-        .launch_req(LaunchRequest {
+    let (msg, kind) = err_text(
+        w.launch_req(LaunchRequest {
             mirror: "sample".into(),
             target: "T".into(),
             detached: true,
             ..LaunchRequest::default()
         })
-        .await
-        .unwrap();
-    assert_eq!(r.action, LaunchAction::Submitted);
-    assert!(
-        r.notes.join(" ").contains("name probe failed"),
-        "{:?}",
-        r.notes
+        .await,
     );
+    assert_eq!(kind, "unknown");
+    assert!(
+        msg.contains("the name probe failed") && msg.contains("nothing was submitted"),
+        "{msg}"
+    );
+    assert_eq!(w.slurm.programs(), ["squeue"]);
+    w.slurm.assert_drained();
 }
 
 /// Departure from sucoder: when the record says an earlier submission may have created a job,
@@ -1013,7 +1013,9 @@ async fn b44_b48_release_cancels_and_proves() {
             vec!["scancel".to_owned(), "4242".into()],
             by_id(4242),
             by_id(4242),
-            name_probe()
+            name_probe(),
+            // The name probe answered empty: the user's listing vouches for it.
+            mine_listing()
         ]
     );
     assert_eq!(w.record("T").0, None);
@@ -1137,6 +1139,7 @@ async fn release_settles_the_job_a_renewal_replaced() {
         ("scancel", "222"),
         ("squeue", "--jobs=222"),
         ("squeue", "--name=sucoder-sample"),
+        ("squeue", "--me"),
     ];
     assert_eq!(
         calls,
@@ -1223,7 +1226,7 @@ async fn b49_b51_b52_attach() {
     w.q().by_name.push_back(gone());
     let (msg, _) = err_text(attach::plan(&env, "sample", "T", &[], None).await);
     assert!(msg.contains("no Slurm job recorded"), "{msg}");
-    assert_eq!(w.slurm.argvs(), [name_probe()]);
+    assert_eq!(w.slurm.argvs(), [name_probe(), mine_listing()]);
     w.slurm.reset();
     w.seed("T", 42, T).await;
     w.q()
@@ -1406,17 +1409,19 @@ async fn b70_lost_job_is_relaunched_without_cancel() {
     w.slurm.assert_drained();
 }
 
-/// 71, 72: a failing probe holds (no relaunch); a failing relaunch keeps the old id.
+/// 71, 72: a failing probe holds (no relaunch), and `--once` then answers unknown (exit 4),
+/// never success naming a job it could not check; a failing relaunch of a draining job keeps
+/// the old id, which is still live.
 #[tokio::test]
 async fn b71_b72_blips_hold_and_failed_relaunches_keep_the_job() {
     let w = World::new();
     w.seed("T", 111, T).await;
     w.q().by_id.push_back(unknown("Socket timed out"));
     let env = env(&w.config, &w.state, &w.slurm);
-    let r = renew(&env, "sample", "T", &settings(1), &mut |_| {})
-        .await
-        .unwrap();
-    assert_eq!((r.job_id, r.relaunched.len()), (111, 0));
+    let (msg, kind) = err_text(renew(&env, "sample", "T", &settings(1), &mut |_| {}).await);
+    assert_eq!(kind, "unknown");
+    assert!(msg.contains("could not check Slurm job 111"), "{msg}");
+    assert!(msg.contains("nothing was relaunched"), "{msg}");
     assert_eq!(w.slurm.programs(), ["squeue"]);
     w.q()
         .by_id
@@ -1431,6 +1436,35 @@ async fn b71_b72_blips_hold_and_failed_relaunches_keep_the_job() {
     assert_eq!((r.job_id, r.failed_relaunches), (111, 1));
     assert!(!w.slurm.called("scancel"));
     assert_eq!(w.record("T").0, Some(111));
+}
+
+/// The simulation's `renew_gap` (seed 72): a lost job whose relaunch fails. `renew --once`
+/// answered exit 0 naming the gone job; now a definite failure (sbatch could not run) is exit
+/// 1 and an unknown outcome exit 4, each naming the job and `renew` to retry.
+#[tokio::test]
+async fn renew_never_succeeds_naming_a_gone_job() {
+    for (sbatch, kind) in [
+        (
+            Err(dispatch::slurm::ActionError::Local("no".into())),
+            "failed",
+        ),
+        (Err(action_unknown("Socket timed out", None)), "unknown"),
+    ] {
+        let w = World::new();
+        w.seed("T", 111, T).await;
+        w.q().by_id.push_back(invalid_id());
+        w.q().by_id.push_back(invalid_id());
+        w.q().by_name.push_back(gone());
+        w.q().sbatch.push_back(sbatch);
+        let env = env(&w.config, &w.state, &w.slurm);
+        let (msg, got) = err_text(renew(&env, "sample", "T", &settings(1), &mut |_| {}).await);
+        assert_eq!(got, kind, "{msg}");
+        assert!(
+            msg.contains("Slurm job 111") && msg.contains("is gone and its relaunch failed"),
+            "{msg}"
+        );
+        assert!(msg.contains("dispatch session renew sample -T T"), "{msg}");
+    }
 }
 
 // ---------------------------------------------------------------- bad input

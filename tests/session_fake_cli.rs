@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
-use support::scripted::{by_id, held_row, name_probe, release, row};
+use support::scripted::{by_id, held_row, mine_listing, name_probe, release, row};
 
 const T: (&str, &str, &str) = ("savio4_htc", "co_carleton", "carleton_htc4_normal");
 const OTHER: (&str, &str, &str) = ("savio3", "fc_jevons", "normal");
@@ -285,9 +285,11 @@ fn other_targets_job_is_not_adopted() {
 fn salloc_carries_the_job_name() {
     let f = Fake::new(json!({
         "squeue": [
-            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--me"], "stdout": ""},
             {"match": ["--jobs=77"], "stdout": running(77, OTHER)},
         ],
+        // Nothing of the user's is listed: accounting vouches for the empty listing.
+        "sacct": [{"stdout": ""}],
         "salloc": [{"stderr": "salloc: Granted job allocation 77\n"}],
     }));
     let r = f.run(&[
@@ -300,8 +302,10 @@ fn salloc_carries_the_job_name() {
         "--detached",
     ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(f.calls()[1], mine_listing());
+    assert_eq!(f.calls()[2][0], "sacct");
     assert_eq!(
-        f.calls()[1],
+        f.calls()[3],
         [
             "salloc",
             "--no-shell",
@@ -552,6 +556,9 @@ fn release_force_cancels_and_proves() {
         "squeue": [
             {"match": ["--jobs=4242"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)},
             {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            // The cancelled job, listed with --states=all: it vouches for the empty name
+            // listing (the controller's current view).
+            {"match": ["--me", "--states=all"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)},
         ],
     }));
     let r = f.run(&[
@@ -568,7 +575,8 @@ fn release_force_cancels_and_proves() {
         [
             vec!["scancel".to_owned(), "4242".into()],
             by_id(4242),
-            name_probe()
+            name_probe(),
+            mine_listing()
         ]
     );
     let r = f.run(&["session", "release", "sample", "-T", "T", "--force"]);
@@ -835,7 +843,8 @@ fn submitter(target: &str) -> &'static str {
 fn assert_launch_refused(target: &str, response: Value, phrase: &str) {
     let program = submitter(target);
     let f = Fake::new(json!({
-        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": ""}],
+        "squeue": [{"match": ["--me"], "stdout": ""}],
+        "sacct": [{"stdout": ""}],
         program: [response],
     }));
     let r = f.run(&launch_on(target));
@@ -864,15 +873,21 @@ fn assert_launch_refused(target: &str, response: Value, phrase: &str) {
         "squeue": [
             {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": ""},
             {"match": ["--me", "--name=sucoder-sample"], "stdout": held_row(4242, T, NAME)},
+            {"match": ["--me", "--states=all"], "stdout": ""},
             {"match": ["--jobs=4242"], "stdout": running(4242, T)},
         ],
+        "sacct": [{"stdout": ""}],
         "sbatch": [{"stdout": "4242\n"}],
         "salloc": [{"stderr": "salloc: Granted job allocation 4242\n"}],
     }));
     let r = f.run(&launch_on(target));
     assert_eq!(r.code, 0, "{phrase}: {}", r.stderr);
     assert_eq!(json_of(&r)["action"], "submitted");
-    assert_eq!(f.programs()[1], program);
+    assert!(
+        f.programs().contains(&program.to_owned()),
+        "{:?}",
+        f.calls()
+    );
 }
 
 #[test]
@@ -915,7 +930,8 @@ fn an_unrecognised_launch_failure_stays_unknown() {
         ),
     ] {
         let f = Fake::new(json!({
-            "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": ""}],
+            "squeue": [{"match": ["--me"], "stdout": ""}],
+            "sacct": [{"stdout": ""}],
             submitter(target): [response.clone()],
         }));
         let r = f.run(&launch_on(target));
@@ -932,7 +948,8 @@ fn an_unrecognised_launch_failure_stays_unknown() {
 fn a_submitter_missing_from_path_fails_the_launch_definitely() {
     for target in ["T", "U"] {
         let f = Fake::new(json!({
-            "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": ""}],
+            "squeue": [{"match": ["--me"], "stdout": ""}],
+            "sacct": [{"stdout": ""}],
         }));
         let bin = f.path("bin");
         std::fs::create_dir(&bin).unwrap();
@@ -940,6 +957,12 @@ fn a_submitter_missing_from_path_fails_the_launch_definitely() {
         for p in ["squeue", "scancel", "scontrol", "sacct", "srun"] {
             std::os::unix::fs::symlink(fake_bin.join(p), bin.join(p)).unwrap();
         }
+        // The fake clients need their interpreter: a failed name probe would block the launch.
+        let python = ["/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("python3 runs the fake Slurm");
+        std::os::unix::fs::symlink(python, bin.join("python3")).unwrap();
         let mut c = f.command(&launch_on(target));
         c.env("PATH", &bin);
         let r = f.run_with(c, "");
@@ -1114,6 +1137,7 @@ fn release_without_a_terminal_needs_yes() {
         "squeue": [
             {"match": ["--jobs=4242"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)},
             {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--me", "--states=all"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)},
         ],
     }));
     let out = f
@@ -1212,6 +1236,7 @@ fn a_lost_record_heals_through_release_attach_and_renew() {
         "squeue": [
             {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": running(4242, T)},
             {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--me", "--states=all"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)},
             {"match": ["--jobs=4242"], "stdout": row("4242", "CANCELLED", "n0007", T, NAME)},
         ],
         "scancel": [{"stdout": ""}],
@@ -1232,7 +1257,8 @@ fn a_lost_record_heals_through_release_attach_and_renew() {
             name_probe(),
             vec!["scancel".to_owned(), "4242".into()],
             by_id(4242),
-            name_probe()
+            name_probe(),
+            mine_listing()
         ]
     );
 
@@ -1294,6 +1320,7 @@ fn release_of_a_restored_record_also_cancels_the_live_job_of_the_session() {
         "squeue": [
             {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": running(200, T)},
             {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--me", "--states=all"], "stdout": row("200", "CANCELLED", "n0007", T, NAME)},
             {"match": ["--jobs=100"], "stdout": row("100", "COMPLETED", "n0007", T, NAME)},
             {"match": ["--jobs=200"], "stdout": row("200", "CANCELLED", "n0007", T, NAME)},
         ],
@@ -1315,7 +1342,8 @@ fn release_of_a_restored_record_also_cancels_the_live_job_of_the_session() {
         calls.contains(&vec!["scancel".to_owned(), "200".into()]),
         "the live job of the session was left running: {calls:?}"
     );
-    assert_eq!(calls.last().unwrap(), &name_probe(), "{calls:?}");
+    assert_eq!(calls[calls.len() - 2], name_probe(), "{calls:?}");
+    assert_eq!(calls.last().unwrap(), &mine_listing(), "{calls:?}");
     // Had the name probe failed, release could not prove that nothing runs: exit 4.
     let f = Fake::new(json!({
         "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": running(100, T)}],
@@ -1396,4 +1424,113 @@ fn a_dry_run_launch_says_what_it_would_do_and_does_nothing() {
         "{j}"
     );
     assert!(!f.state().exists(), "a dry run created the state directory");
+}
+
+/// Issue 10 item 7 (the simulation's `session_gap`, seed 289): the state directory is lost and
+/// the controller is in a blackout: every squeue answers exit 0 with nothing. A release must
+/// not take the empty name listing for "nothing to release" while the session's job may run:
+/// the user's listing right after is empty too, so nothing corroborates it, and it exits 4
+/// naming what settles it. Nothing is cancelled, nothing is recorded as settled. On a healthy
+/// cluster the user's listing shows some job (here another of the user's), which vouches for
+/// the name listing, and the release says "nothing" as before.
+#[test]
+fn release_does_not_take_a_blackouts_empty_listing_for_nothing() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me"], "stdout": ""}],
+        "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
+    }));
+    let r = f.run(&["session", "release", "sample", "-T", "T", "--force"]);
+    assert_eq!(r.code, 4, "{} {}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains("proves nothing")
+            && r.stderr.contains("have any job of yours listed")
+            && r.stderr.contains("dispatch session release sample -T T"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stdout.contains("Nothing to release"), "{}", r.stdout);
+    assert_eq!(f.calls(), [name_probe(), mine_listing()]);
+    assert!(!f.programs().contains(&"scancel".to_owned()));
+
+    f.clear_calls();
+    f.scenario(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--me", "--states=all"], "stdout": running(9000, OTHER).replace(NAME, "other-job")},
+        ],
+        "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
+    }));
+    let r = f.run(&["session", "release", "sample", "-T", "T", "--force"]);
+    assert_eq!(r.code, 0, "{} {}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("Nothing to release."), "{}", r.stdout);
+    assert_eq!(f.calls(), [name_probe(), mine_listing()]);
+}
+
+/// Issue 10 (the simulation's `failed_probe_gap`): no record, and the name probe fails. A
+/// launch must not submit anyway ("a failed probe does not block" was the old rule): a job of
+/// this session may run, and salloc would start a second one; a held sbatch would still be a
+/// second job in the queue. Exit 4, no salloc, no sbatch.
+#[test]
+fn a_failed_name_probe_blocks_a_launch() {
+    for (target, submitter) in [("U", "salloc"), ("T", "sbatch")] {
+        let f = Fake::new(json!({
+            "squeue": [{"match": ["--me", "--name=sucoder-sample"], "exit": 1,
+                        "stderr": "slurm_load_jobs error: Socket timed out on send/recv operation\n"}],
+            "salloc": [{"stderr": "salloc: Granted job allocation 77\n"}],
+            "sbatch": [{"stdout": "4242\n"}],
+            "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
+        }));
+        let r = f.run(&["session", "launch", "sample", "-T", target, "--detached"]);
+        assert_eq!(r.code, 4, "{target}: {} {}", r.stdout, r.stderr);
+        assert!(
+            r.stderr.contains("the name probe failed")
+                && r.stderr.contains("nothing was submitted"),
+            "{target}: {}",
+            r.stderr
+        );
+        assert!(
+            !f.programs().contains(&submitter.to_owned()),
+            "{target}: {:?}",
+            f.calls()
+        );
+    }
+}
+
+/// An unheld (salloc) launch on a blackout's empty answers submits nothing: neither the name
+/// listing nor the user's listing shows a job, and accounting (its last resort) fails too.
+/// When accounting answers without a live job of the name (a user with no job on a healthy
+/// cluster), it submits.
+#[test]
+fn an_unheld_launch_needs_its_empty_listing_corroborated() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me"], "stdout": ""}],
+        "sacct": [{"stderr": "sacct: error: Problem talking to the database: Connection refused\n", "exit": 1}],
+        "salloc": [{"stderr": "salloc: Granted job allocation 77\n"}],
+        "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
+    }));
+    let launch = ["session", "launch", "sample", "-T", "U", "--detached"];
+    let r = f.run(&launch);
+    assert_eq!(r.code, 4, "{} {}", r.stdout, r.stderr);
+    assert!(
+        !f.programs().contains(&"salloc".to_owned()),
+        "{:?}",
+        f.calls()
+    );
+    assert_eq!(f.programs(), ["squeue", "squeue", "sacct"]);
+    f.clear_calls();
+    f.scenario(json!({
+        "squeue": [
+            {"match": ["--me"], "stdout": ""},
+            {"match": ["--jobs=77"], "stdout": running(77, OTHER)},
+        ],
+        "sacct": [{"stdout": ""}],
+        "salloc": [{"stderr": "salloc: Granted job allocation 77\n"}],
+        "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
+    }));
+    let r = f.run(&launch);
+    assert_eq!(r.code, 0, "{} {}", r.stdout, r.stderr);
+    assert_eq!(
+        f.programs(),
+        ["squeue", "squeue", "sacct", "salloc", "squeue"]
+    );
 }

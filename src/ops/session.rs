@@ -23,8 +23,9 @@ use fs2::FileExt;
 use crate::config::{sanitize_token, Config, ConfigError, Target};
 use crate::event::Event;
 use crate::journal::{self, Committed, JournalError, Options, Writer};
+use crate::policy::session::absence::{self, Absence};
 use crate::policy::session::{listing_of, plan_adoption, Adoption, Listing, Passed, Pins, Seen};
-use crate::slurm::{JobId, JobName, JobQuery, Scheduler};
+use crate::slurm::{AcctQuery, JobId, JobName, JobQuery, Scheduler};
 use crate::state::session::SessionAdopted;
 use crate::state::session::{Session, SessionKey};
 use crate::state::State;
@@ -300,6 +301,13 @@ pub struct NameProbe {
     /// squeue listed lines for this job name that no parser understood: a job of this name
     /// exists that the probe cannot read, so it must not be taken for "no job".
     pub unreadable: Option<Vec<String>>,
+    /// Rows of this job name the listing showed (any state, any target): none is an empty
+    /// answer, which proves nothing until [`vouch_absence`] corroborates it.
+    pub listed: usize,
+    /// Why an empty listing could not be corroborated ([`vouch_absence`]).
+    pub unvouched: Option<String>,
+    /// How an empty listing was corroborated, for reports.
+    pub vouched: Option<String>,
     pub notes: Vec<String>,
 }
 
@@ -318,6 +326,9 @@ pub async fn name_probe<S: Scheduler>(
         plan: None,
         failed: None,
         unreadable: None,
+        listed: 0,
+        unvouched: None,
+        vouched: None,
         notes: Vec::new(),
     };
     let rows = match listing_of(answer) {
@@ -329,9 +340,12 @@ pub async fn name_probe<S: Scheduler>(
                 probe.unreadable = Some(bad_lines);
             }
             // squeue --name matches exactly, but a listing is only trusted as far as it goes.
-            rows.into_iter()
+            let rows = rows
+                .into_iter()
                 .filter(|row| row.name == r.job_name.as_str())
-                .collect::<Vec<_>>()
+                .collect::<Vec<_>>();
+            probe.listed = rows.len();
+            rows
         }
         Listing::Failed(e) => {
             probe.failed = Some(e);
@@ -384,15 +398,69 @@ pub async fn name_probe<S: Scheduler>(
 
 impl NameProbe {
     /// Why this probe cannot vouch that no job of the session's name and target runs: it
-    /// failed, or it listed lines of this name that no parser understood.
+    /// failed, it listed lines of this name that no parser understood, or it listed nothing
+    /// and [`vouch_absence`] could not corroborate that.
     pub fn cannot_vouch(&self) -> Option<String> {
         match (&self.unreadable, &self.failed) {
             (Some(lines), _) => Some(format!(
                 "squeue lists a job of this name that dispatch cannot read ({lines:?})"
             )),
             (None, Some(why)) => Some(format!("the name probe failed ({why})")),
-            (None, None) => None,
+            (None, None) => self.unvouched.clone(),
         }
+    }
+}
+
+/// Whether [`vouch_absence`] may ask accounting when the user's listing is empty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// An unheld launch (see `policy::session::absence`, step 3).
+    Accounting,
+    None,
+}
+
+/// A name probe that listed no job of the name proves nothing alone (a controller in a
+/// blackout answers every squeue empty): corroborate it before anyone concludes "no job", with
+/// the user's whole listing, else (`Fallback::Accounting`) accounting
+/// (`policy::session::absence`). Sets `probe.unvouched` when nothing can; a probe that listed
+/// something, or failed, is left alone.
+pub async fn vouch_absence<S: Scheduler>(
+    env: &Env<'_, S>,
+    r: &Resolved<'_>,
+    probe: &mut NameProbe,
+    fallback: Fallback,
+) {
+    if probe.listed > 0 || probe.failed.is_some() || probe.unreadable.is_some() {
+        return;
+    }
+    let name = r.job_name.as_str();
+    let mine = env
+        .slurm
+        .list_jobs(&JobQuery::mine_including_finished())
+        .await;
+    let absence = match absence::by_listing(name, &mine) {
+        Absence::AskAccounting if fallback == Fallback::None => {
+            Absence::Unproven(absence::nothing_listed(name))
+        }
+        Absence::AskAccounting => {
+            let since = chrono::Local::now().naive_local()
+                - chrono::Duration::days(absence::ACCOUNTING_LOOKBACK_DAYS);
+            let acct = env
+                .slurm
+                .accounting(&AcctQuery {
+                    jobs: Vec::new(),
+                    names: vec![r.job_name.clone()],
+                    since,
+                })
+                .await;
+            absence::by_accounting(name, &acct)
+        }
+        other => other,
+    };
+    match absence {
+        Absence::Proven(how) => probe.vouched = Some(how),
+        Absence::Unproven(why) => probe.unvouched = Some(why),
+        Absence::AskAccounting => unreachable!("accounting answers Proven or Unproven"),
     }
 }
 
@@ -422,6 +490,21 @@ pub async fn adopt_by_name<S: Scheduler>(
         replacing,
     }))?;
     Ok((probe, Some(seen)))
+}
+
+/// [`adopt_by_name`] for a command that concludes "no job" when nothing is adopted (release,
+/// attach, renew): an empty listing is corroborated first ([`vouch_absence`]), so that
+/// `cannot_vouch` tells a proven absence from a blackout's empty answer.
+pub async fn adopt_or_vouch<S: Scheduler>(
+    env: &Env<'_, S>,
+    book: &Book,
+    r: &Resolved<'_>,
+) -> Result<(NameProbe, Option<Seen>), SessionError> {
+    let (mut probe, adopted) = adopt_by_name(env, book, r, &[], None).await?;
+    if adopted.is_none() {
+        vouch_absence(env, r, &mut probe, Fallback::None).await;
+    }
+    Ok((probe, adopted))
 }
 
 /// `dispatch session … MIRROR -T TARGET`, for messages.

@@ -1,6 +1,7 @@
 //! Pure decisions for sessions: which target a job belongs to, what a probe proved, which
 //! job (if any) a launch adopts, and what renew does next. No I/O, no clock.
 
+pub mod absence;
 pub mod renew;
 pub mod report;
 

@@ -176,6 +176,8 @@ pub struct SimJob {
     pub made_by: &'static str,
     /// Submitted with `--hold`: pending (reason `JobHeldUser`) until `scontrol release`.
     pub held: bool,
+    /// Submitted with `--hold` (whether or not released since).
+    pub made_held: bool,
 }
 
 impl SimJob {
@@ -207,6 +209,7 @@ impl SimJob {
             beside: None,
             made_by: "the user",
             held: false,
+            made_held: false,
         }
     }
 
@@ -273,13 +276,6 @@ pub struct FaultCounts {
     pub steps_refused: u64,
     pub lost_accounting: u64,
     pub empty_lies: u64,
-    /// Session violations resting on a blackout's empty name listing (the known gap).
-    pub session_gap: u64,
-    /// A launch that, with no record, submitted beside a live job after its name probe
-    /// failed (known gap 3: a failed probe does not block).
-    pub failed_probe_gap: u64,
-    /// `renew --once` answering exit 0 over a lost job after a failed relaunch (known gap 2).
-    pub renew_gap: u64,
     pub calls: u64,
 }
 
@@ -301,9 +297,9 @@ pub struct World {
     next_job: u32,
     /// The dispatch command running now (set by the driver), for the jobs it makes.
     pub command: &'static str,
-    /// Job names whose last by-name listing was a blackout's empty lie.
+    /// Job names whose last by-name listing was a blackout's empty lie (for messages).
     pub lied_about: std::collections::BTreeSet<String>,
-    /// Job names whose last by-name listing failed.
+    /// Job names whose last by-name listing failed (for messages).
     pub probe_failed: std::collections::BTreeSet<String>,
 }
 
@@ -864,6 +860,7 @@ impl World {
             beside,
             made_by: self.command,
             held: req.extra.iter().any(|e| e == "--hold"),
+            made_held: req.extra.iter().any(|e| e == "--hold"),
         };
         self.jobs.insert(id, job);
         self.tick();

@@ -4,7 +4,8 @@
 //! the invariants of issue 10's session half checked against the model:
 //! (S1) never two live jobs for one session (name and target), but a renewal's replacement
 //!      while the job it replaces drains, recorded as replaced (or as what the renewal's
-//!      submission, outcome unknown, replaces);
+//!      submission, outcome unknown, replaces); a job submitted held beside a live one (a
+//!      confined launch, whose arbitration then yields it) counts once it is released;
 //! (S2) never a success answer over a job that is not the session's: a launch, attach or renew
 //!      names a live job of the session's name and target; a release that says released or
 //!      nothing leaves no job of its name and target queued or running;
@@ -16,15 +17,10 @@
 //!      leaves an interrupted renewal's in-flight submission recorded; the second,
 //!      finding no job recorded, settles it by name.)
 //!
-//! Known gaps in `src/ops/session/`, counted in the summary instead of failing the run (they
-//! fail with SIM_STRICT_SESSIONS=1), until fixed there:
-//! 1. `session_gap`: release and launch take a blackout's empty `squeue --name` answer for
-//!    "no job": release answers success while the job runs (seed 168), and records that the
-//!    in-doubt submission made nothing, so a later launch submits beside it (seed 37).
-//! 2. `renew_gap`: `renew --once` exits 0 naming a job that is not live, after a failed
-//!    relaunch (seed 72) or holding on a probe that proved nothing (seed 16).
-//! 3. `failed_probe_gap`: with no record (lost), a launch whose name probe *failed* submits
-//!    anyway ("a failed probe does not block"), beside the live job (seed 246).
+//! Every break of these invariants fails the run. (Three gaps once counted here instead, behind
+//! SIM_STRICT_SESSIONS=1, are closed: a blackout's empty name listing is no proof of "no job"
+//! for release and launch, a failed name probe blocks an unheld launch, and `renew --once`
+//! succeeds only naming a live job; SIM_STRICT_SESSIONS is ignored now.)
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -149,7 +145,6 @@ pub struct Sessions {
     config_path: PathBuf,
     files: PathBuf,
     pub rng: Rng,
-    strict: bool,
 }
 
 /// The session job name of `mirror` (the config's rule: prefix + token).
@@ -171,6 +166,19 @@ pub fn is_sessions(j: &SimJob, mirror: &str, target: &str) -> bool {
 
 pub fn is_session_job(j: &SimJob) -> bool {
     j.name.starts_with(PREFIX)
+}
+
+/// What the session's last name probe was answered with, when it was a fault: a diagnosis
+/// for a failure message.
+fn lie_note(w: &World, mirror: &str) -> &'static str {
+    let name = job_name(mirror);
+    if w.lied_about.contains(&name) {
+        " (its last name probe was answered by a blackout's empty lie)"
+    } else if w.probe_failed.contains(&name) {
+        " (its last name probe failed)"
+    } else {
+        ""
+    }
 }
 
 /// Queued or running (a COMPLETING job is ending: it was cancelled or reached its end).
@@ -204,7 +212,6 @@ impl Sessions {
             config_path,
             files: root.join("session-files"),
             rng: Rng::new(seed.wrapping_mul(131).wrapping_add(17)),
-            strict: std::env::var_os("SIM_STRICT_SESSIONS").is_some(),
         }
     }
 
@@ -343,27 +350,8 @@ impl Sessions {
         ok: &SessionOk,
     ) -> Result<(), String> {
         let (mirror, target) = cmd.session().expect("a session command");
-        let id = match ok {
-            SessionOk::Renewed { job, .. } => {
-                // Known gap 2: `renew --once` answers exit 0 naming a job that is not live
-                // when its relaunch of a lost job failed (`failed_relaunches` > 0), or when it
-                // held on a probe that proved nothing (a blackout's empty answer): its report
-                // carries no state, so a script cannot tell.
-                let live = w.jobs.get(job).is_some_and(|j| j.live());
-                if !live && !self.strict {
-                    w.counts.renew_gap += 1;
-                    return Ok(());
-                }
-                SessionOk::Job(*job)
-            }
-            SessionOk::Job(id) => SessionOk::Job(*id),
-            SessionOk::Released { detached } => SessionOk::Released {
-                detached: *detached,
-            },
-        };
-        match &id {
-            SessionOk::Renewed { .. } => unreachable!("mapped above"),
-            SessionOk::Job(id) => match w.jobs.get(id) {
+        match ok {
+            SessionOk::Job(id) | SessionOk::Renewed { job: id, .. } => match w.jobs.get(id) {
                 Some(j) if j.live() && is_sessions(j, mirror, target) => Ok(()),
                 Some(j) => Err(format!(
                     "{cmd:?} answered success with job {id}, which is {} {:?} on {}/{}/{} \
@@ -382,13 +370,13 @@ impl Sessions {
                     .filter(|j| active(j) && is_sessions(j, mirror, target))
                     .map(|j| j.id)
                     .collect();
-                // Known gap 1 when its name probe was a blackout's empty lie.
-                if left.is_empty() || self.strict_gap(w, mirror) {
+                if left.is_empty() {
                     Ok(())
                 } else {
                     Err(format!(
                         "{cmd:?} answered success, but job(s) {left:?} of session \
-                         {mirror}/{target} are still queued or running"
+                         {mirror}/{target} are still queued or running{}",
+                        lie_note(w, mirror)
                     ))
                 }
             }
@@ -396,26 +384,22 @@ impl Sessions {
     }
 
     /// (S1) for the jobs made since `first_new`, and (S3).
-    /// Known gap 1: the session's last name probe was a blackout's empty lie, which launch
-    /// and release take for "no job of this name". Counted, and an error only with
-    /// SIM_STRICT_SESSIONS=1.
-    fn strict_gap(&self, w: &mut World, mirror: &str) -> bool {
-        if !w.lied_about.contains(&job_name(mirror)) || self.strict {
-            return false;
-        }
-        w.counts.session_gap += 1;
-        true
-    }
-
     pub fn check(&self, w: &mut World, first_new: u32) -> Result<(), String> {
         let state = self.state()?;
-        let new: Vec<SimJob> = w
+        // A job made held beside a live one (a confined launch's arbitration: its own held job
+        // is the watermark of the listing that decides) is no second job while it stays held:
+        // it never runs. It is one once it is released while the other is still queued or
+        // running, whenever that happens (a later command settles an interrupted launch's).
+        let suspects: Vec<SimJob> = w
             .jobs
             .values()
-            .filter(|j| j.id >= first_new)
+            .filter(|j| match j.made_held {
+                true => active(j) && !j.held,
+                false => j.id >= first_new,
+            })
             .cloned()
             .collect();
-        for j in &new {
+        for j in &suspects {
             let Some(other) = j.beside else { continue };
             let Some(o) = w.jobs.get(&other).filter(|o| active(o)).cloned() else {
                 continue;
@@ -434,13 +418,6 @@ impl Sessions {
                 continue;
             }
             let mirror = j.name.trim_start_matches(PREFIX).to_owned();
-            if self.strict_gap(w, &mirror) {
-                continue;
-            }
-            if w.probe_failed.contains(&j.name) && !self.strict {
-                w.counts.failed_probe_gap += 1;
-                continue;
-            }
             return Err(format!(
                 "two jobs for one session: {} made job {} ({}) on {}/{}/{} beside live job {} \
                  ({:?}){}",
@@ -452,11 +429,7 @@ impl Sessions {
                 j.qos,
                 o.id,
                 o.phase,
-                if w.lied_about.contains(&j.name) {
-                    " (its name probe was answered by a blackout's empty lie)"
-                } else {
-                    ""
-                }
+                lie_note(w, &mirror)
             ));
         }
         let Some(state) = state else { return Ok(()) };

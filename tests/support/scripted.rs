@@ -50,7 +50,15 @@ pub struct Queues {
     pub manual_hold: bool,
     /// The automatic answer for the next name probe (set by a held sbatch).
     held_probe: Option<Rows>,
+    /// Off (the default): the user's listing (`squeue --me --states=all`) that corroborates an
+    /// empty name probe, when `mine` holds no answer, lists one job of the user's that is no
+    /// session's (`OTHERS_JOB`), so an empty name probe proves absence as on a healthy
+    /// cluster with other work. On: it comes from `mine` like every other call.
+    pub manual_listing: bool,
 }
+
+/// The user's job that the automatic user's listing shows (see `Queues::manual_listing`).
+pub const OTHERS_JOB: u32 = 777;
 
 type Hook = Box<dyn Fn(&str) + Send + Sync>;
 
@@ -215,6 +223,15 @@ impl Scheduler for Scripted {
                 (true, Some(rest)) => rest.clone(),
                 _ => pop(&mut q.by_name, "squeue --name", &argv),
             },
+            JobSelect::Mine if query.include_finished && q.mine.is_empty() && !q.manual_listing => {
+                live(&row(
+                    &OTHERS_JOB.to_string(),
+                    "RUNNING",
+                    "n0001",
+                    ("other", "other", "normal"),
+                    "not-a-session",
+                ))
+            }
             JobSelect::Mine => pop(&mut q.mine, "squeue --me", &argv),
         }
     }
@@ -279,6 +296,14 @@ impl Scheduler for Scripted {
 // ---- answers
 
 pub const FORMAT: &str = "--format=%i|%A|%T|%P|%a|%q|%u|%D|%C|%N|%L|%l|%S|%e|%r|%j";
+
+/// The argv of the user's whole listing (`squeue --me --states=all`), which corroborates a name
+/// probe that listed nothing (`policy::session::absence`).
+pub fn mine_listing() -> Vec<String> {
+    ["squeue", "--noheader", FORMAT, "--states=all", "--me"]
+        .map(String::from)
+        .to_vec()
+}
 
 /// The argv of the name probe for mirror `sample`.
 pub fn name_probe() -> Vec<String> {

@@ -5,7 +5,7 @@
 use std::ffi::OsString;
 
 use super::{
-    adopt_by_name, command_for, hold, read_state, session, Book, Env, Resolved, SessionError,
+    adopt_or_vouch, command_for, hold, read_state, session, Book, Env, Resolved, SessionError,
     TokenLock,
 };
 use crate::policy::session::{probe_of, Probe};
@@ -112,7 +112,7 @@ async fn find_by_name<S: Scheduler>(
         // Recorded meanwhile by a command that held the lock.
         return Ok(job);
     }
-    let (probe, adopted) = adopt_by_name(env, &book, r, &[], None).await?;
+    let (probe, adopted) = adopt_or_vouch(env, &book, r).await?;
     match (adopted, probe.cannot_vouch()) {
         (Some(seen), _) => Ok(seen.job_id.expect("only plain ids are adopted")),
         (None, Some(why)) => Err(SessionError::Unknown(format!(

@@ -6,7 +6,9 @@
 use serde::Serialize;
 
 use super::launch::{placement, LaunchRequest};
-use super::{name_probe, read_state, session, token_clash, Env, SessionError};
+use super::{
+    name_probe, read_state, session, token_clash, vouch_absence, Env, Fallback, SessionError,
+};
 use crate::policy::session::{is_ending, probe_of, Probe};
 use crate::slurm::{BatchPayload, BatchRequest, JobQuery, Scheduler};
 
@@ -67,7 +69,7 @@ pub async fn launch_dry_run<S: Scheduler>(
             }
         }
     }
-    let probe = name_probe(env, &r, &exclude).await;
+    let mut probe = name_probe(env, &r, &exclude).await;
     if let Some(seen) = probe.plan.as_ref().and_then(|p| p.adopted()) {
         plan.would = "adopt";
         plan.job_id = seen.job_id.map(|j| j.get());
@@ -78,6 +80,17 @@ pub async fn launch_dry_run<S: Scheduler>(
             "squeue lists a job named {} that dispatch cannot read ({lines:?}); a launch would \
              submit nothing",
             r.job_name
+        )));
+    }
+    // As launch decides: a failed probe blocks, and an unheld launch needs its empty listing
+    // corroborated.
+    if !r.target.confined {
+        vouch_absence(env, &r, &mut probe, Fallback::Accounting).await;
+    }
+    if let Some(why) = probe.cannot_vouch() {
+        return Err(SessionError::Unknown(format!(
+            "{}: {why}; a launch would submit nothing",
+            r.key
         )));
     }
     let mut batch = BatchRequest::new(r.job_name.clone(), BatchPayload::Wrap(":".to_owned()));

@@ -7,8 +7,8 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::{
-    adopt_by_name, command_for, hold, script, session, token_clash, Book, Env, Resolved,
-    SessionError, TokenLock, MAX_SESSIONS,
+    adopt_by_name, command_for, hold, script, session, token_clash, vouch_absence, Book, Env,
+    Fallback, Resolved, SessionError, TokenLock, MAX_SESSIONS,
 };
 use crate::event::Event;
 use crate::event::Micros;
@@ -232,23 +232,30 @@ pub async fn launch<S: Scheduler>(
             command_for("launch", &l.r.key)
         )));
     }
-    if let Some(why) = probe.failed {
-        if may_exist {
-            // The record knows a job may exist that only this probe could find: submitting now
-            // could make a second one. This is the record-keyed rule of step 1, not the
-            // fail-open safety net.
-            return Err(SessionError::Unknown(format!(
-                "an earlier submission for {} may have created a job, and the name probe that \
-                 would find it failed ({why}). Nothing was submitted. Retry `{}`, or find it \
-                 with `squeue --me --name={}`",
-                l.r.key,
-                command_for("launch", &l.r.key),
-                l.r.job_name
-            )));
-        }
-        l.notes.push(format!(
-            "the name probe failed ({why}); a failed probe does not block, submitting"
-        ));
+    // A failed probe blocks, held or not: a job of this session may run (a lost state
+    // directory, another state directory, an earlier submission the record cannot name), and
+    // even a held job beside it is a second job in the queue. An empty listing proves nothing
+    // alone (a blackout answers empty): an unheld (salloc) launch has it corroborated first,
+    // as nothing after salloc could stop a second job; a confined one submits held, and
+    // `hold::settle` releases that job only on a listing that shows it beside no older job of
+    // this target: its own job is the watermark that listing needs.
+    let mut probe = probe;
+    if !l.r.target.confined {
+        vouch_absence(env, &l.r, &mut probe, Fallback::Accounting).await;
+    }
+    if let Some(why) = probe.cannot_vouch() {
+        let what = match may_exist {
+            true => "an earlier submission for it may have created a job",
+            false => "no live job is recorded for it",
+        };
+        return Err(SessionError::Unknown(format!(
+            "{}: {what}, and {why}; a job of this session may already be queued or run, so \
+             nothing was submitted. Retry `{}` once squeue answers, or look with `squeue --me \
+             --name={}`",
+            l.r.key,
+            command_for("launch", &l.r.key),
+            l.r.job_name
+        )));
     }
 
     // Step 3: submit, once this target's ending jobs are gone (never two jobs at once).

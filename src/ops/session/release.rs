@@ -7,7 +7,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::{
-    adopt_by_name, command_for, name_probe, session, Book, Env, Resolved, SessionError, TokenLock,
+    adopt_or_vouch, command_for, name_probe, session, vouch_absence, Book, Env, Fallback, Resolved,
+    SessionError, TokenLock,
 };
 use crate::event::Event;
 use crate::failpoint;
@@ -195,7 +196,7 @@ pub async fn release<S: Scheduler>(
     if plan.job.is_none() && r.configured {
         // No record of a job (never launched here, a lost or restored state directory, an
         // ambiguous submission): ask Slurm by name, as a launch would, before saying "nothing".
-        let (probe, adopted) = adopt_by_name(env, &book, &r, &[], None).await?;
+        let (probe, adopted) = adopt_or_vouch(env, &book, &r).await?;
         notes.extend(probe.notes.iter().cloned());
         match (adopted, probe.cannot_vouch()) {
             (Some(seen), _) => {
@@ -303,7 +304,14 @@ async fn sweep<S: Scheduler>(
                 .filter(|s| s.key != r.key)
                 .filter_map(|s| s.job_id()),
         );
-        let probe = name_probe(env, r, &exclude).await;
+        let mut probe = name_probe(env, r, &exclude).await;
+        let none_left = probe
+            .plan
+            .as_ref()
+            .is_some_and(|p| p.this_targets().next().is_none());
+        if none_left {
+            vouch_absence(env, r, &mut probe, Fallback::None).await;
+        }
         if let Some(why) = probe.cannot_vouch() {
             return Err(SessionError::Unknown(format!(
                 "{} of {}; but {why}, so it is not known whether another job of this session \

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::launch::{launch, LaunchRequest};
 use super::release::cancel;
 use super::{
-    adopt_by_name, command_for, hold, read_state, session, Book, Env, SessionError, TokenLock,
+    adopt_or_vouch, command_for, hold, read_state, session, Book, Env, SessionError, TokenLock,
 };
 use crate::policy::session::renew::{decide, Action, Backoff};
 use crate::policy::session::{is_held, probe_of, Probe};
@@ -79,7 +79,7 @@ pub async fn renew<S: Scheduler>(
             match session(&state, &key).and_then(|s| s.job_id()) {
                 Some(job) => job,
                 None => {
-                    let (probe, adopted) = adopt_by_name(env, &book, &r, &[], None).await?;
+                    let (probe, adopted) = adopt_or_vouch(env, &book, &r).await?;
                     match (adopted, probe.cannot_vouch()) {
                         (Some(seen), _) => {
                             progress(format!(
@@ -118,6 +118,10 @@ pub async fn renew<S: Scheduler>(
         ..RenewReport::default()
     };
     let mut backoff = settings.backoff.clone();
+    // Why the job the report would name is not known to be live after the last step: a
+    // renew's success names a live job of the session, never one it could not check or one
+    // that is gone while its relaunch failed.
+    let mut not_live: Option<SessionError> = None;
     loop {
         if settings
             .max_iterations
@@ -149,8 +153,14 @@ pub async fn renew<S: Scheduler>(
             Action::Hold => {
                 if let Probe::Unknown(e) = &probe {
                     progress(format!("job {job}: state unknown ({e}); holding"));
+                    not_live = Some(SessionError::Unknown(format!(
+                        "could not check Slurm job {job} of {key} ({e}); it stays recorded and \
+                         nothing was relaunched. Retry `{}`",
+                        command_for("renew", &key)
+                    )));
                 } else {
                     backoff.reset();
+                    not_live = None;
                 }
                 settings.poll
             }
@@ -196,10 +206,14 @@ pub async fn renew<S: Scheduler>(
                         job = new_job;
                         report.job_id = job.get();
                         backoff.reset();
+                        not_live = None;
                         settings.poll
                     }
                     Err(e) => {
                         report.failed_relaunches += 1;
+                        // Draining: the old job is still live (its probe said so). Lost: the
+                        // session holds no live job now.
+                        not_live = (!draining).then(|| lost_and_not_relaunched(&key, job, &e));
                         let delay = backoff.next_delay();
                         progress(format!(
                             "relaunch of {key} failed: {e}; keeping job {job}, retrying in {} s",
@@ -218,7 +232,33 @@ pub async fn renew<S: Scheduler>(
             () = settings.stop.wake.notified() => {}
         }
     }
-    Ok(report)
+    match not_live {
+        Some(e) => Err(e),
+        None => Ok(report),
+    }
+}
+
+/// The error of a renew whose job is gone and whose relaunch failed with `e`: a failure
+/// (exit 1) when the relaunch definitely made nothing, else an unknown outcome (exit 4).
+fn lost_and_not_relaunched(
+    key: &crate::state::session::SessionKey,
+    job: JobId,
+    e: &SessionError,
+) -> SessionError {
+    let text = format!(
+        "Slurm job {job} of {key} is gone and its relaunch failed: {e}. The session holds no \
+         live job; retry `{}`",
+        command_for("renew", key)
+    );
+    match e {
+        SessionError::Usage(_)
+        | SessionError::Config(_)
+        | SessionError::Refused(_)
+        | SessionError::Failed(_) => SessionError::Failed(text),
+        SessionError::Unknown(_) | SessionError::Journal(_) | SessionError::StateDir(_) => {
+            SessionError::Unknown(text)
+        }
+    }
 }
 
 async fn cancel_old<S: Scheduler>(
