@@ -21,12 +21,12 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use dispatch::event::{Actor, Event};
-use dispatch::journal::{self, frame, segment, Options, Status, Writer};
-use dispatch::state::pool::{
+use dispatch::event::pool::{
     Allocation, PoolAttached, WorkerExited, WorkerLaunched, WorkerStepObserved, WorkerSubmitIntent,
     WorkerTerminal,
 };
+use dispatch::event::{Actor, Event};
+use dispatch::journal::{self, frame, segment, Options, Status, Writer};
 use dispatch::state::State;
 use uuid::Uuid;
 

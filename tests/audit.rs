@@ -6,9 +6,9 @@ mod synthetic;
 use std::path::Path;
 use std::process::Command;
 
+use dispatch::event::pool::WorkerTerminal;
 use dispatch::event::Event;
 use dispatch::journal::{Options, Writer};
-use dispatch::state::pool::WorkerTerminal;
 use serde_json::Value;
 use uuid::Uuid;
 

@@ -77,8 +77,8 @@ fn every_known_kind_is_in_the_spec_table() {
 /// multi-segment journal: same events, same last seq, same head.
 #[test]
 fn an_independent_reader_agrees_with_dispatch() {
+    use dispatch::event::pool::PoolDetached;
     use dispatch::journal::{Options, Writer};
-    use dispatch::state::pool::PoolDetached;
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("journal");
     let w = Writer::open(

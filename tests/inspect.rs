@@ -6,10 +6,10 @@ mod synthetic;
 use std::path::Path;
 use std::process::Command;
 
+use dispatch::event::worker::{PayloadExited, PayloadStarted};
 use dispatch::event::Event;
 use dispatch::journal::{Options, Writer};
 use dispatch::worker::dirs::WorkerDirs;
-use dispatch::worker::events::{PayloadExited, PayloadStarted};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -117,7 +117,7 @@ fn an_unknown_worker_is_an_error_that_says_where_to_look() {
 /// the journal, and shows it as ended with its whole timeline.
 #[test]
 fn a_worker_of_a_detached_pool_is_still_found() {
-    use dispatch::state::pool::{PoolDetached, WorkerTerminal};
+    use dispatch::event::pool::{PoolDetached, WorkerTerminal};
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
     synthetic::write_pool_journal(&state, 2, |_| true);

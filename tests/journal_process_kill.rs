@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use dispatch::event::pool::WorkerStepObserved;
 use dispatch::event::Event;
 use dispatch::journal::{self, segment, Options, Writer};
 use dispatch::ops::journal as ops;
-use dispatch::state::pool::WorkerStepObserved;
 use uuid::Uuid;
 
 const CHILD_DIR: &str = "DISPATCH_TEST_APPENDER_DIR";

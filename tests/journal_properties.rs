@@ -9,6 +9,13 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use common::*;
+use dispatch::event::asset::*;
+use dispatch::event::jobs::*;
+use dispatch::event::overrides::*;
+use dispatch::event::pool::*;
+use dispatch::event::session::*;
+use dispatch::event::trial::*;
+use dispatch::event::worker::*;
 use dispatch::event::{
     self, Actor, Envelope, Event, Genesis, Micros, Recovered, Sha256Digest, FLAG_MUST_UNDERSTAND,
     KNOWN_KINDS,
@@ -17,14 +24,7 @@ use dispatch::journal::scan::Status;
 use dispatch::journal::segment::{self, SegmentHeader, SEGMENT_HEADER_LEN};
 use dispatch::journal::{self, frame, snapshot, JournalError, Options, Writer};
 use dispatch::ops::journal as ops;
-use dispatch::state::asset::*;
-use dispatch::state::jobs::*;
-use dispatch::state::overrides::*;
-use dispatch::state::pool::*;
-use dispatch::state::session::*;
-use dispatch::state::trial::*;
 use dispatch::state::{ReduceError, State};
-use dispatch::worker::events::*;
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult, Testable};
 use uuid::Uuid;
 

@@ -410,11 +410,11 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
+    use crate::event::pool::{WorkerLaunched, WorkerSubmitIntent, WorkerTerminal};
     use crate::event::{Actor, Event};
     use crate::journal::frame;
     use crate::journal::segment;
     use crate::journal::{Options, Writer};
-    use crate::state::pool::{WorkerLaunched, WorkerSubmitIntent, WorkerTerminal};
 
     /// Enough events for several pipeline batches, over many small segments.
     const EVENTS: u64 = 2_500;

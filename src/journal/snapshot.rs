@@ -244,9 +244,9 @@ pub fn write(dir: &Path, covers: &Covers, state: &State) -> Result<PathBuf, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::pool::PoolDetached;
     use crate::event::{Actor, Event};
     use crate::journal::{scan, Options, Writer};
-    use crate::state::pool::PoolDetached;
 
     /// `matches_journal` as it was, reading the whole segment: the reference.
     fn matches_reading_everything(dir: &Path, covers: &Covers) -> Result<(), String> {

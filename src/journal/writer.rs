@@ -612,7 +612,7 @@ fn create_segment(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::pool::WorkerLaunched;
+    use crate::event::pool::WorkerLaunched;
 
     fn event(i: u32) -> Event {
         Event::WorkerLaunched(WorkerLaunched {
@@ -668,7 +668,7 @@ mod tests {
         // 12 events of ~900 KB: ~10.8 MB in one request, more than one 8 MiB write holds.
         let big: Vec<Event> = (0..12)
             .map(|i| {
-                Event::PoolDetached(crate::state::pool::PoolDetached {
+                Event::PoolDetached(crate::event::pool::PoolDetached {
                     pool: format!("{i}{}", "x".repeat(900_000)),
                 })
             })
@@ -706,7 +706,7 @@ mod tests {
     fn an_oversized_event_refuses_its_whole_append_and_writes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
-        let huge = Event::PoolDetached(crate::state::pool::PoolDetached {
+        let huge = Event::PoolDetached(crate::event::pool::PoolDetached {
             pool: "x".repeat(frame::MAX_PAYLOAD),
         });
         let seg = dir.path().join(segment::file_name(1));

@@ -11,13 +11,14 @@ use super::pool::{
     active_worker, ingest_worker_journal, locked, process_alive, reconcile_creation,
     release_proven, step_name, CreationReconciled,
 };
+use crate::event::jobs::{JobSubmitFailed, JobSubmitted, JobTerminal};
+use crate::event::pool::{PoolAllocationEnded, WorkerLaunchFailed, WorkerStepObserved};
 use crate::event::Event;
 use crate::event::Micros;
 use crate::failpoint;
 use crate::policy::reconcile::{self, JobSeen, Lost, PoolObservation, SrunSeen, WorkerObservation};
 use crate::slurm::{AcctQuery, Answer, JobId, JobName, JobQuery, Lookup, Scheduler};
-use crate::state::jobs::{JobSubmitFailed, JobSubmitted, JobTerminal, JobWorker, JobWorkerState};
-use crate::state::pool::{PoolAllocationEnded, WorkerLaunchFailed, WorkerStepObserved};
+use crate::state::jobs::{JobWorker, JobWorkerState};
 use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
 use crate::worker::report;

@@ -14,6 +14,7 @@ use super::context::{
 use super::error::OpError;
 use super::spec::WorkerSpec;
 use crate::config::Target;
+use crate::event::jobs::*;
 use crate::event::Event;
 use crate::failpoint;
 use crate::policy::pool::Refusal;

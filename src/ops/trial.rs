@@ -13,6 +13,7 @@ use uuid::Uuid;
 use super::context::Ctx;
 use super::error::OpError;
 use super::inspect::{self, InspectReport};
+use crate::event::trial::*;
 use crate::event::Event;
 use crate::journal;
 use crate::names::check_path_name;

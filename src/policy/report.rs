@@ -294,8 +294,8 @@ struct Track {
     allocation_end: Option<Micros>,
     deadline: Option<(Micros, &'static str)>,
     published: bool,
-    ingested: Option<crate::state::pool::WorkerReportIngested>,
-    at_verdict: Option<crate::state::pool::WorkerReportIngested>,
+    ingested: Option<crate::event::pool::WorkerReportIngested>,
+    at_verdict: Option<crate::event::pool::WorkerReportIngested>,
 }
 
 /// Pass 2: fold the journal, keeping what the page shows.
@@ -311,7 +311,7 @@ pub struct Builder {
     events_dropped: u64,
     about: HashSet<u64>,
     verdict: Option<VerdictInfo>,
-    recorded: Option<Vec<crate::state::trial::TrialEvidence>>,
+    recorded: Option<Vec<crate::event::trial::TrialEvidence>>,
     first: Option<Micros>,
     last: Option<Micros>,
 }
@@ -762,9 +762,11 @@ impl Builder {
 mod tests {
     use super::*;
     use crate::event::{test_envelope, Sha256Digest};
-    use crate::state::pool::*;
-    use crate::state::trial::*;
-    use crate::worker::events::*;
+
+    use crate::event::pool::*;
+
+    use crate::event::trial::*;
+    use crate::event::worker::*;
 
     fn allocation() -> Allocation {
         Allocation {

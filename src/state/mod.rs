@@ -2,7 +2,6 @@
 
 pub mod asset;
 pub mod jobs;
-pub mod overrides;
 pub mod pool;
 pub mod replay;
 pub mod session;
@@ -181,7 +180,9 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::pool::*;
+
+    use crate::event::pool::*;
+    use crate::event::trial::*;
     use crate::state::trial::*;
 
     /// A trial keeps its workers' names and pools, so their files stay findable after the

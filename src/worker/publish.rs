@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use super::dirs::WorkerDirs;
-use super::events::*;
 use super::files::{self, FileError};
 use super::git::{self, GitError};
+use crate::event::worker::*;
 use crate::event::{Event, Sha256Digest};
 use crate::failpoint;
 use crate::journal::{JournalError, Writer};

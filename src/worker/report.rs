@@ -4,10 +4,10 @@
 
 use std::path::Path;
 
-use super::events::*;
+use crate::event::pool::WorkerReportIngested;
+use crate::event::worker::*;
 use crate::event::{self, Event, Sha256Digest};
 use crate::journal::{self, JournalError, Status};
-use crate::state::pool::WorkerReportIngested;
 
 /// How many entries of a repeated kind a report keeps (a supervisor writes a handful).
 const KEPT: usize = 16;

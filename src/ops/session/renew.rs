@@ -224,7 +224,7 @@ pub async fn renew<S: Scheduler>(
 async fn cancel_old<S: Scheduler>(
     env: &Env<'_, S>,
     token: &str,
-    key: &crate::state::session::SessionKey,
+    key: &crate::event::session::SessionKey,
     job: JobId,
 ) -> Result<(), SessionError> {
     let _lock = TokenLock::take(env.state_dir, token)?;

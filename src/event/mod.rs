@@ -12,133 +12,19 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+pub mod asset;
+pub mod host;
+pub mod jobs;
+pub mod overrides;
+pub mod pool;
+pub mod session;
+pub mod trial;
+pub mod worker;
+
+pub use host::{current_host, current_user, Actor, Micros};
+
 /// Frame flag: a reader that does not know this kind must not reduce state past it.
 pub const FLAG_MUST_UNDERSTAND: u16 = 0x0001;
-
-thread_local! {
-    static PINNED_CLOCK: std::cell::Cell<Option<i64>> = const { std::cell::Cell::new(None) };
-}
-
-/// Microseconds since the Unix epoch, UTC. An integer, not RFC 3339 text: it costs ~10 ns to
-/// decode instead of ~200 ns (machine-limits.md §4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Micros(pub i64);
-
-impl Micros {
-    /// The wall clock, or the time [`Micros::pin_this_threads_clock`] set on this thread.
-    pub fn now() -> Micros {
-        PINNED_CLOCK
-            .with(std::cell::Cell::get)
-            .map_or_else(|| Micros(chrono::Utc::now().timestamp_micros()), Micros)
-    }
-
-    /// Stop this thread's wall clock at `at` (`None`: the real one again). For in-process tests
-    /// that run on virtual time, so that wall-clock delays (sbatch's settle delay, an
-    /// allocation's lifetime) pass without waiting and every run of a seed sees the same times
-    /// (`tests/simulation.rs`); nothing else calls it.
-    pub fn pin_this_threads_clock(at: Option<Micros>) {
-        PINNED_CLOCK.with(|c| c.set(at.map(|m| m.0)));
-    }
-
-    pub fn from_secs(secs: i64) -> Micros {
-        Micros(secs.saturating_mul(1_000_000))
-    }
-
-    pub fn secs(self) -> i64 {
-        self.0.div_euclid(1_000_000)
-    }
-
-    pub fn to_rfc3339(self) -> String {
-        match chrono::DateTime::<chrono::Utc>::from_timestamp_micros(self.0) {
-            Some(t) => t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-            None => format!("@{}us", self.0),
-        }
-    }
-}
-
-/// Who wrote an event: enough to find the process and the person behind it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Actor {
-    pub user: String,
-    pub host: String,
-    pub pid: u32,
-    pub command: Vec<String>,
-}
-
-impl Actor {
-    /// The actor for this process. The command line is capped so that a huge argv cannot make
-    /// every event of a command exceed the payload cap.
-    pub fn current() -> Actor {
-        const MAX_ARGS: usize = 64;
-        const MAX_ARG_BYTES: usize = 256;
-        let command = std::env::args()
-            .take(MAX_ARGS)
-            .map(|a| truncate_utf8(&a, MAX_ARG_BYTES).to_owned())
-            .collect();
-        Actor {
-            user: current_user(),
-            host: current_host(),
-            pid: std::process::id(),
-            command,
-        }
-    }
-}
-
-fn truncate_utf8(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
-/// The effective user's name from the system's user database (NSS: files, LDAP, …), never from
-/// `$USER`, which anyone can set. Falls back to the numeric uid.
-pub fn current_user() -> String {
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    user_name_of(uid).unwrap_or_else(|| uid.to_string())
-}
-
-fn user_name_of(uid: u32) -> Option<String> {
-    let mut buf = vec![0u8; 16 * 1024];
-    // SAFETY: passwd is plain data; getpwuid_r writes only into `pwd` and `buf` (whose length
-    // it is given) and sets `result` to null or to `&pwd`.
-    unsafe {
-        let mut pwd: libc::passwd = std::mem::zeroed();
-        let mut result: *mut libc::passwd = std::ptr::null_mut();
-        let rc = libc::getpwuid_r(
-            uid,
-            &mut pwd,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            &mut result,
-        );
-        if rc != 0 || result.is_null() || pwd.pw_name.is_null() {
-            return None;
-        }
-        Some(
-            std::ffi::CStr::from_ptr(pwd.pw_name)
-                .to_string_lossy()
-                .into_owned(),
-        )
-    }
-}
-
-pub fn current_host() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it or fails.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "unknown".to_owned();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
 
 /// An event as it stands in the journal.
 #[derive(Clone, Debug, PartialEq)]
@@ -307,72 +193,72 @@ macro_rules! event_kinds {
 event_kinds! {
     1 => Genesis(Genesis), must_understand;
     2 => Recovered(Recovered);
-    100 => PoolAttached(crate::state::pool::PoolAttached), must_understand;
-    101 => PoolDetached(crate::state::pool::PoolDetached), must_understand;
-    102 => PoolCreateIntent(crate::state::pool::PoolCreateIntent), must_understand;
-    103 => PoolCreateJob(crate::state::pool::PoolCreateJob), must_understand;
-    104 => PoolCreateFailed(crate::state::pool::PoolCreateFailed), must_understand;
-    105 => PoolOwned(crate::state::pool::PoolOwned), must_understand;
-    106 => PoolReleaseIntent(crate::state::pool::PoolReleaseIntent), must_understand;
-    107 => PoolReleased(crate::state::pool::PoolReleased), must_understand;
-    110 => WorkerSubmitIntent(crate::state::pool::WorkerSubmitIntent), must_understand;
-    111 => WorkerLaunched(crate::state::pool::WorkerLaunched), must_understand;
-    112 => WorkerLaunchFailed(crate::state::pool::WorkerLaunchFailed), must_understand;
-    113 => WorkerStepObserved(crate::state::pool::WorkerStepObserved);
-    114 => WorkerStopIntent(crate::state::pool::WorkerStopIntent);
-    115 => WorkerExited(crate::state::pool::WorkerExited);
-    116 => WorkerTerminal(crate::state::pool::WorkerTerminal), must_understand;
-    120 => JobSubmitIntent(crate::state::jobs::JobSubmitIntent), must_understand;
-    121 => JobSubmitted(crate::state::jobs::JobSubmitted), must_understand;
-    122 => JobSubmitFailed(crate::state::jobs::JobSubmitFailed), must_understand;
-    123 => JobTerminal(crate::state::jobs::JobTerminal), must_understand;
-    124 => JobStopIntent(crate::state::jobs::JobStopIntent);
-    125 => JobNamed(crate::state::jobs::JobNamed), must_understand;
-    130 => AssetAddIntent(crate::state::asset::AssetAddIntent), must_understand;
-    131 => AssetAdded(crate::state::asset::AssetAdded), must_understand;
-    132 => AssetAddFailed(crate::state::asset::AssetAddFailed), must_understand;
-    133 => WorkerAssetsBound(crate::state::asset::WorkerAssetsBound), must_understand;
-    134 => WorkerReportIngested(crate::state::pool::WorkerReportIngested);
-    135 => WorkerJournalDamaged(crate::state::pool::WorkerJournalDamaged);
-    136 => PoolAllocationEnded(crate::state::pool::PoolAllocationEnded);
-    137 => WorkerCleanupIntent(crate::state::pool::WorkerCleanupIntent);
-    138 => WorkerCleanedUp(crate::state::pool::WorkerCleanedUp);
-    140 => TrialOpened(crate::state::trial::TrialOpened), must_understand;
-    141 => TrialWorkerJoined(crate::state::trial::TrialWorkerJoined), must_understand;
-    142 => TrialJudged(crate::state::trial::TrialJudged), must_understand;
-    150 => SupervisorStarted(crate::worker::events::SupervisorStarted);
-    151 => PayloadStarted(crate::worker::events::PayloadStarted);
-    152 => ShutdownSignalled(crate::worker::events::ShutdownSignalled);
-    153 => PayloadExited(crate::worker::events::PayloadExited);
-    154 => SupervisorPlan(crate::worker::events::SupervisorPlan);
-    155 => ReceivingChecks(crate::worker::events::ReceivingChecks);
-    156 => AssetChecked(crate::worker::events::AssetChecked);
-    157 => CheckoutPrepared(crate::worker::events::CheckoutPrepared);
-    158 => PreflightRefused(crate::worker::events::PreflightRefused);
-    159 => WritersQuiesced(crate::worker::events::WritersQuiesced);
-    160 => NativeStateHashed(crate::worker::events::NativeStateHashed);
-    161 => AppendOnlyLogsChecked(crate::worker::events::AppendOnlyLogsChecked);
-    162 => PublicationStarted(crate::worker::events::PublicationStarted);
-    163 => Published(crate::worker::events::Published);
-    164 => PublicationTimedOut(crate::worker::events::PublicationTimedOut);
-    165 => PublicationFailed(crate::worker::events::PublicationFailed);
-    166 => CleanupStarted(crate::worker::events::CleanupStarted);
-    167 => CleanedUp(crate::worker::events::CleanedUp);
-    168 => SupervisorFinished(crate::worker::events::SupervisorFinished);
-    170 => WorkerForgotten(crate::state::overrides::WorkerForgotten), must_understand;
-    171 => SessionForgotten(crate::state::overrides::SessionForgotten), must_understand;
-    200 => SessionLaunchIntent(crate::state::session::SessionLaunchIntent), must_understand;
-    201 => SessionJobSubmitted(crate::state::session::SessionJobSubmitted), must_understand;
-    202 => SessionSubmitFailed(crate::state::session::SessionSubmitFailed), must_understand;
-    203 => SessionNodeResolved(crate::state::session::SessionNodeResolved);
-    204 => SessionAdopted(crate::state::session::SessionAdopted), must_understand;
-    205 => SessionCancelIntent(crate::state::session::SessionCancelIntent);
-    206 => SessionCancelFailed(crate::state::session::SessionCancelFailed);
-    207 => SessionReleased(crate::state::session::SessionReleased), must_understand;
-    208 => SessionDetached(crate::state::session::SessionDetached), must_understand;
-    209 => SessionCleared(crate::state::session::SessionCleared), must_understand;
-    210 => SessionHoldDecided(crate::state::session::SessionHoldDecided);
-    211 => SessionHoldSettled(crate::state::session::SessionHoldSettled);
+    100 => PoolAttached(crate::event::pool::PoolAttached), must_understand;
+    101 => PoolDetached(crate::event::pool::PoolDetached), must_understand;
+    102 => PoolCreateIntent(crate::event::pool::PoolCreateIntent), must_understand;
+    103 => PoolCreateJob(crate::event::pool::PoolCreateJob), must_understand;
+    104 => PoolCreateFailed(crate::event::pool::PoolCreateFailed), must_understand;
+    105 => PoolOwned(crate::event::pool::PoolOwned), must_understand;
+    106 => PoolReleaseIntent(crate::event::pool::PoolReleaseIntent), must_understand;
+    107 => PoolReleased(crate::event::pool::PoolReleased), must_understand;
+    110 => WorkerSubmitIntent(crate::event::pool::WorkerSubmitIntent), must_understand;
+    111 => WorkerLaunched(crate::event::pool::WorkerLaunched), must_understand;
+    112 => WorkerLaunchFailed(crate::event::pool::WorkerLaunchFailed), must_understand;
+    113 => WorkerStepObserved(crate::event::pool::WorkerStepObserved);
+    114 => WorkerStopIntent(crate::event::pool::WorkerStopIntent);
+    115 => WorkerExited(crate::event::pool::WorkerExited);
+    116 => WorkerTerminal(crate::event::pool::WorkerTerminal), must_understand;
+    120 => JobSubmitIntent(crate::event::jobs::JobSubmitIntent), must_understand;
+    121 => JobSubmitted(crate::event::jobs::JobSubmitted), must_understand;
+    122 => JobSubmitFailed(crate::event::jobs::JobSubmitFailed), must_understand;
+    123 => JobTerminal(crate::event::jobs::JobTerminal), must_understand;
+    124 => JobStopIntent(crate::event::jobs::JobStopIntent);
+    125 => JobNamed(crate::event::jobs::JobNamed), must_understand;
+    130 => AssetAddIntent(crate::event::asset::AssetAddIntent), must_understand;
+    131 => AssetAdded(crate::event::asset::AssetAdded), must_understand;
+    132 => AssetAddFailed(crate::event::asset::AssetAddFailed), must_understand;
+    133 => WorkerAssetsBound(crate::event::asset::WorkerAssetsBound), must_understand;
+    134 => WorkerReportIngested(crate::event::pool::WorkerReportIngested);
+    135 => WorkerJournalDamaged(crate::event::pool::WorkerJournalDamaged);
+    136 => PoolAllocationEnded(crate::event::pool::PoolAllocationEnded);
+    137 => WorkerCleanupIntent(crate::event::pool::WorkerCleanupIntent);
+    138 => WorkerCleanedUp(crate::event::pool::WorkerCleanedUp);
+    140 => TrialOpened(crate::event::trial::TrialOpened), must_understand;
+    141 => TrialWorkerJoined(crate::event::trial::TrialWorkerJoined), must_understand;
+    142 => TrialJudged(crate::event::trial::TrialJudged), must_understand;
+    150 => SupervisorStarted(crate::event::worker::SupervisorStarted);
+    151 => PayloadStarted(crate::event::worker::PayloadStarted);
+    152 => ShutdownSignalled(crate::event::worker::ShutdownSignalled);
+    153 => PayloadExited(crate::event::worker::PayloadExited);
+    154 => SupervisorPlan(crate::event::worker::SupervisorPlan);
+    155 => ReceivingChecks(crate::event::worker::ReceivingChecks);
+    156 => AssetChecked(crate::event::worker::AssetChecked);
+    157 => CheckoutPrepared(crate::event::worker::CheckoutPrepared);
+    158 => PreflightRefused(crate::event::worker::PreflightRefused);
+    159 => WritersQuiesced(crate::event::worker::WritersQuiesced);
+    160 => NativeStateHashed(crate::event::worker::NativeStateHashed);
+    161 => AppendOnlyLogsChecked(crate::event::worker::AppendOnlyLogsChecked);
+    162 => PublicationStarted(crate::event::worker::PublicationStarted);
+    163 => Published(crate::event::worker::Published);
+    164 => PublicationTimedOut(crate::event::worker::PublicationTimedOut);
+    165 => PublicationFailed(crate::event::worker::PublicationFailed);
+    166 => CleanupStarted(crate::event::worker::CleanupStarted);
+    167 => CleanedUp(crate::event::worker::CleanedUp);
+    168 => SupervisorFinished(crate::event::worker::SupervisorFinished);
+    170 => WorkerForgotten(crate::event::overrides::WorkerForgotten), must_understand;
+    171 => SessionForgotten(crate::event::overrides::SessionForgotten), must_understand;
+    200 => SessionLaunchIntent(crate::event::session::SessionLaunchIntent), must_understand;
+    201 => SessionJobSubmitted(crate::event::session::SessionJobSubmitted), must_understand;
+    202 => SessionSubmitFailed(crate::event::session::SessionSubmitFailed), must_understand;
+    203 => SessionNodeResolved(crate::event::session::SessionNodeResolved);
+    204 => SessionAdopted(crate::event::session::SessionAdopted), must_understand;
+    205 => SessionCancelIntent(crate::event::session::SessionCancelIntent);
+    206 => SessionCancelFailed(crate::event::session::SessionCancelFailed);
+    207 => SessionReleased(crate::event::session::SessionReleased), must_understand;
+    208 => SessionDetached(crate::event::session::SessionDetached), must_understand;
+    209 => SessionCleared(crate::event::session::SessionCleared), must_understand;
+    210 => SessionHoldDecided(crate::event::session::SessionHoldDecided);
+    211 => SessionHoldSettled(crate::event::session::SessionHoldSettled);
 }
 
 /// Nesting depth left to an element of the payload array: [`decode_payload`] starts at
@@ -543,7 +429,8 @@ pub(crate) fn test_envelope(seq: u64, event: Event) -> Envelope {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::pool::*;
+
+    use crate::event::pool::*;
 
     fn actor(pid: u32, cmd: &[&str]) -> Actor {
         Actor {
@@ -624,7 +511,7 @@ mod tests {
                 submission_id: id,
                 proof: "sacct".to_owned(),
             }),
-            Event::SupervisorStarted(crate::worker::events::SupervisorStarted {
+            Event::SupervisorStarted(crate::event::worker::SupervisorStarted {
                 submission_id: id,
                 job_id: Some(7),
                 step_id: None,
@@ -634,17 +521,17 @@ mod tests {
                 grace_s: 5,
                 command: vec!["a".to_owned()],
             }),
-            Event::PayloadStarted(crate::worker::events::PayloadStarted { pid: 1 }),
-            Event::ShutdownSignalled(crate::worker::events::ShutdownSignalled {
+            Event::PayloadStarted(crate::event::worker::PayloadStarted { pid: 1 }),
+            Event::ShutdownSignalled(crate::event::worker::ShutdownSignalled {
                 signal: "TERM".to_owned(),
                 reason: "deadline".to_owned(),
             }),
-            Event::PayloadExited(crate::worker::events::PayloadExited {
+            Event::PayloadExited(crate::event::worker::PayloadExited {
                 code: Some(-1),
                 signal: None,
                 interrupted: true,
             }),
-            Event::JobSubmitIntent(crate::state::jobs::JobSubmitIntent {
+            Event::JobSubmitIntent(crate::event::jobs::JobSubmitIntent {
                 submission_id: id,
                 worker: "w".to_owned(),
                 target: Some("t".to_owned()),
