@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::Command;
 
 use dispatch::event::worker::{PayloadExited, PayloadStarted};
-use dispatch::event::Event;
-use dispatch::journal::{Options, Writer};
+use dispatch::event::{Event, WorkerEvent};
+use dispatch::journal::{JournalWriter, Options, Writer};
 use dispatch::worker::dirs::WorkerDirs;
 use serde_json::Value;
 use uuid::Uuid;
@@ -35,16 +35,16 @@ fn a_workers_timeline_and_its_own_journal_up_to_the_damage() {
     let id = Uuid::from_u128(2);
     let dirs = WorkerDirs::new(&state.join("pools"), "p", id);
     let wj = dispatch::worker::supervisor::journal_dir(&dirs.evidence);
-    let w = Writer::open(&wj, Options::default()).unwrap();
-    w.append_one(Event::PayloadStarted(PayloadStarted { pid: 42 }))
+    let w = JournalWriter::<WorkerEvent>::open(&wj, Options::default()).unwrap();
+    w.append_one(WorkerEvent::PayloadStarted(PayloadStarted { pid: 42 }))
         .unwrap();
-    w.append_one(Event::PayloadExited(PayloadExited {
+    w.append_one(WorkerEvent::PayloadExited(PayloadExited {
         code: Some(3),
         signal: None,
         interrupted: false,
     }))
     .unwrap();
-    w.append_one(Event::PayloadStarted(PayloadStarted { pid: 43 }))
+    w.append_one(WorkerEvent::PayloadStarted(PayloadStarted { pid: 43 }))
         .unwrap();
     drop(w);
     let seg = wj.join(dispatch::journal::segment::file_name(1));

@@ -6,7 +6,7 @@ use std::path::Path;
 use super::error::JournalError;
 use super::scan::{self, Resume, Scan, Status};
 use super::snapshot::{self, Covers};
-use crate::event::{self, Envelope, PayloadDecoder};
+use crate::event::{self, Envelope, Event, PayloadDecoder, Vocabulary};
 use crate::state::State;
 
 /// Replay that passes this many events beyond the newest snapshot writes a new one.
@@ -21,11 +21,20 @@ pub const SNAPSHOT_EVERY: u64 = 10_000;
 pub fn replay(
     dir: &Path,
     resume: Option<&Resume>,
-    mut visit: impl FnMut(Envelope) -> Result<(), JournalError>,
+    visit: impl FnMut(Envelope) -> Result<(), JournalError>,
+) -> Result<Scan, JournalError> {
+    replay_of::<Event>(dir, resume, visit)
+}
+
+/// [`replay`] of a journal of vocabulary `E` (a worker's own journal: `WorkerEvent`).
+pub fn replay_of<E: Vocabulary>(
+    dir: &Path,
+    resume: Option<&Resume>,
+    mut visit: impl FnMut(Envelope<E>) -> Result<(), JournalError>,
 ) -> Result<Scan, JournalError> {
     // Every segment is checked (ours, written by nobody else, not a link) before any is read.
     crate::statedir::trust::check_journal(dir)?;
-    let mut decoder = PayloadDecoder::new();
+    let mut decoder = PayloadDecoder::<E>::new();
     let pipeline = worth_pipelining(dir, resume);
     let replayed = replay_frames(dir, resume, pipeline, |seq, kind, flags, payload| {
         let env = decoder
@@ -70,7 +79,7 @@ fn replay_ref_checked(
     resume: Option<&Resume>,
     mut visit: impl FnMut(&Envelope) -> Result<(), JournalError>,
 ) -> Result<Scan, JournalError> {
-    let mut decoder = PayloadDecoder::new();
+    let mut decoder = PayloadDecoder::<Event>::new();
     let pipeline = worth_pipelining(dir, resume);
     let replayed = replay_frames(dir, resume, pipeline, |seq, kind, flags, payload| {
         let env = decoder

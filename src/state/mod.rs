@@ -141,26 +141,6 @@ impl State {
                 self.trials.forgotten(&e.submission_id);
             }
             Event::SessionForgotten(e) => self.sessions.forgotten(e),
-            // The worker's own journal: the coordinator reads these through `worker::report`.
-            Event::SupervisorStarted(_)
-            | Event::PayloadStarted(_)
-            | Event::ShutdownSignalled(_)
-            | Event::PayloadExited(_)
-            | Event::SupervisorPlan(_)
-            | Event::ReceivingChecks(_)
-            | Event::AssetChecked(_)
-            | Event::CheckoutPrepared(_)
-            | Event::PreflightRefused(_)
-            | Event::WritersQuiesced(_)
-            | Event::NativeStateHashed(_)
-            | Event::AppendOnlyLogsChecked(_)
-            | Event::PublicationStarted(_)
-            | Event::Published(_)
-            | Event::PublicationTimedOut(_)
-            | Event::PublicationFailed(_)
-            | Event::CleanupStarted(_)
-            | Event::CleanedUp(_)
-            | Event::SupervisorFinished(_) => {}
             Event::Unknown { kind, flags, .. } => {
                 if flags & FLAG_MUST_UNDERSTAND != 0 {
                     return Err(ReduceError::MustUnderstand {

@@ -20,9 +20,13 @@ use super::preflight::{self, LocalAsset, OwnerLock};
 use super::{checkout, cleanup, publish, settle};
 use crate::event::asset::{AssetKind, AssetRecord};
 use crate::event::worker::*;
-use crate::event::{Event, Micros};
+use crate::event::{Micros, WorkerEvent};
 use crate::failpoint;
-use crate::journal::{JournalError, Options, Writer};
+use crate::journal::{JournalError, Options};
+
+// Everything the supervisor journals goes to the worker's own journal.
+type Event = WorkerEvent;
+type Writer = crate::journal::JournalWriter<WorkerEvent>;
 use crate::policy::node::{self, AfterPayload, StateClass};
 use crate::policy::pool::Budgets;
 
