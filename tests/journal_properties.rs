@@ -16,6 +16,7 @@ use dispatch::event::pool::*;
 use dispatch::event::session::*;
 use dispatch::event::trial::*;
 use dispatch::event::worker::*;
+use dispatch::event::ReduceError;
 use dispatch::event::{
     self, Actor, Envelope, Event, Genesis, Micros, Recovered, Sha256Digest, Vocabulary,
     WorkerEvent, FLAG_MUST_UNDERSTAND, KNOWN_KINDS,
@@ -24,7 +25,7 @@ use dispatch::journal::scan::Status;
 use dispatch::journal::segment::{self, SegmentHeader, SEGMENT_HEADER_LEN};
 use dispatch::journal::{self, frame, snapshot, JournalError, Options, Writer};
 use dispatch::ops::journal as ops;
-use dispatch::state::{ReduceError, State};
+use dispatch::state::State;
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult, Testable};
 use uuid::Uuid;
 
@@ -856,7 +857,7 @@ fn decoders_take_any_bytes_without_panicking() {
         let b = &n.0;
         let _ = frame::decode(b);
         let _ = SegmentHeader::decode(b);
-        let _ = snapshot::decode(b);
+        let _ = snapshot::decode::<dispatch::state::State>(b);
         let kind = KNOWN_KINDS
             .get(kind_pick % (KNOWN_KINDS.len() + 1))
             .map_or(0xBEEF, |k| k.0);
@@ -886,7 +887,7 @@ fn decoders_take_any_bytes_behind_valid_crcs() {
         snap.extend_from_slice(&body);
         let crc = crc32fast::hash(&snap);
         snap.extend_from_slice(&crc.to_le_bytes());
-        let _ = snapshot::decode(&snap);
+        let _ = snapshot::decode::<dispatch::state::State>(&snap);
 
         let mut f = Vec::new();
         frame::encode(&mut f, &[0; 32], seq, kind, 0, &body);
@@ -945,7 +946,7 @@ fn classify(dir: &Path) -> dispatch::journal::Scan {
     let scan = scan_dir(dir);
     // Every entry point must survive the same bytes.
     let _ = ops::verify(dir);
-    let _ = journal::load(dir);
+    let _ = journal::load::<dispatch::state::State>(dir);
     scan
 }
 
@@ -1175,7 +1176,7 @@ fn loading_a_journal_stops_at_a_must_understand_unknown_kind() {
         w.append_one(unknown_event(&mut g, false, Micros(1), Uuid::nil(), &a))
             .unwrap();
     }
-    let loaded = journal::load(&dir).unwrap();
+    let loaded = journal::load::<dispatch::state::State>(&dir).unwrap();
     assert_eq!((loaded.state.events, loaded.state.skipped_unknown), (3, 1));
     assert!(loaded.state.pools.pools.contains_key("p"));
 
@@ -1185,7 +1186,7 @@ fn loading_a_journal_stops_at_a_must_understand_unknown_kind() {
         .unwrap()
         .append_one(must)
         .unwrap();
-    match journal::load(&dir) {
+    match journal::load::<dispatch::state::State>(&dir) {
         Err(JournalError::Reduce(ReduceError::MustUnderstand { seq: 4, kind: k })) => {
             assert_eq!(k, kind)
         }

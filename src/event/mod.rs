@@ -575,6 +575,19 @@ impl<E: Vocabulary> PayloadDecoder<E> {
     }
 }
 
+/// Why a fold of events stops: the compatibility rule refuses a kind it must understand and
+/// does not, and events fold in seq order only.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReduceError {
+    #[error(
+        "event {seq} has kind {kind}, which this dispatch does not know and must understand; \
+         the journal was written by a newer dispatch: upgrade dispatch"
+    )]
+    MustUnderstand { seq: u64, kind: u16 },
+    #[error("event {seq} follows event {last}: events must be folded in seq order")]
+    OutOfOrder { seq: u64, last: u64 },
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum PayloadError {
     #[error("payload does not encode: {0}")]

@@ -13,6 +13,6 @@ pub mod snapshot;
 pub mod writer;
 
 pub use error::JournalError;
-pub use reader::{load, replay, Loaded};
+pub use reader::{load, replay, Fold, Loaded};
 pub use scan::{Damage, Scan, Status};
 pub use writer::{Committed, JournalWriter, Options, Stats, Writer};

@@ -6,8 +6,15 @@ use std::path::Path;
 use super::error::JournalError;
 use super::scan::{self, Resume, Scan, Status};
 use super::snapshot::{self, Covers};
-use crate::event::{self, Envelope, Event, PayloadDecoder, Vocabulary};
-use crate::state::State;
+use crate::event::{self, Envelope, Event, PayloadDecoder, ReduceError, Vocabulary};
+
+/// What [`load`] folds the coordinator's journal into and a snapshot stores (`state::State`).
+/// The journal knows it only by this: it can count, fold and (de)serialize it.
+pub trait Fold: Default + serde::Serialize + serde::de::DeserializeOwned {
+    /// Events folded, which is also the last seq folded.
+    fn events(&self) -> u64;
+    fn fold(&mut self, env: &Envelope) -> Result<(), ReduceError>;
+}
 
 /// Replay that passes this many events beyond the newest snapshot writes a new one.
 pub const SNAPSHOT_EVERY: u64 = 10_000;
@@ -284,8 +291,8 @@ fn pipelined(
 
 /// Reduced state with the scan that produced it.
 #[derive(Debug)]
-pub struct Loaded {
-    pub state: State,
+pub struct Loaded<S> {
+    pub state: S,
     pub scan: Scan,
     /// The seq of the snapshot used, if one was.
     pub snapshot_seq: Option<u64>,
@@ -295,14 +302,14 @@ pub struct Loaded {
 
 /// Load state through the newest valid snapshot plus the tail. Refuses a corrupt or tampered
 /// journal. A torn tail is read up to the last valid frame (only a writer repairs it).
-pub fn load(dir: &Path) -> Result<Loaded, JournalError> {
+pub fn load<S: Fold>(dir: &Path) -> Result<Loaded<S>, JournalError> {
     // Segments and snapshots alike: checked before any is read.
     crate::statedir::trust::check_journal(dir)?;
     if super::segment::list(dir).map_or(true, |s| s.is_empty()) {
         return Err(JournalError::Missing(dir.to_owned()));
     }
     let mut snapshot_rejected = None;
-    let mut start: Option<(Covers, State)> = None;
+    let mut start: Option<(Covers, S)> = None;
     if let Some((name_seq, path)) = snapshot::list(dir).ok().and_then(|l| l.into_iter().next()) {
         let candidate = read_no_follow(&path)
             .map_err(|e| e.to_string())
@@ -329,9 +336,9 @@ pub fn load(dir: &Path) -> Result<Loaded, JournalError> {
             };
             (state, Some(resume), Some(covers.seq))
         }
-        None => (State::default(), None, None),
+        None => (S::default(), None, None),
     };
-    let scan = replay_ref_checked(dir, resume.as_ref(), |env| Ok(state.apply(env)?))?;
+    let scan = replay_ref_checked(dir, resume.as_ref(), |env| Ok(state.fold(env)?))?;
     if matches!(scan.status, Status::Corrupt | Status::Tampered) {
         return Err(JournalError::Damaged {
             dir: dir.to_owned(),
@@ -385,7 +392,10 @@ fn read_no_follow(path: &Path) -> std::io::Result<Vec<u8>> {
 
 /// Write a snapshot of `loaded` if enough events passed since the one it started from.
 /// A failure is returned as a warning for the caller to print: snapshots are optional.
-pub fn snapshot_if_due(dir: &Path, loaded: &Loaded) -> Result<Option<std::path::PathBuf>, String> {
+pub fn snapshot_if_due<S: Fold>(
+    dir: &Path,
+    loaded: &Loaded<S>,
+) -> Result<Option<std::path::PathBuf>, String> {
     let Some(head) = &loaded.scan.head else {
         return Ok(None);
     };
@@ -396,7 +406,7 @@ pub fn snapshot_if_due(dir: &Path, loaded: &Loaded) -> Result<Option<std::path::
     snapshot_now(dir, loaded).map(Some)
 }
 
-pub fn snapshot_now(dir: &Path, loaded: &Loaded) -> Result<std::path::PathBuf, String> {
+pub fn snapshot_now<S: Fold>(dir: &Path, loaded: &Loaded<S>) -> Result<std::path::PathBuf, String> {
     let head = loaded.scan.head.as_ref().ok_or("the journal is empty")?;
     let frame_offset = head
         .last_frame_offset
@@ -408,7 +418,7 @@ pub fn snapshot_now(dir: &Path, loaded: &Loaded) -> Result<std::path::PathBuf, S
         segment_no: head.segment_no,
         frame_offset,
     };
-    debug_assert_eq!(loaded.state.events, head.last_seq);
+    debug_assert_eq!(loaded.state.events(), head.last_seq);
     snapshot::write(dir, &covers, &loaded.state)
 }
 

@@ -198,7 +198,7 @@ pub fn judge<S: Scheduler>(
 
 /// Every trial, in name order (offline). No journal yet means no trials.
 pub fn list(state_dir: &Path) -> Result<Vec<TrialView>, OpError> {
-    let loaded = match journal::load(&crate::statedir::journal_dir(state_dir)) {
+    let loaded = match journal::load::<State>(&crate::statedir::journal_dir(state_dir)) {
         Ok(l) => l,
         Err(crate::journal::JournalError::Missing(_)) => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),

@@ -414,7 +414,7 @@ impl Builder {
     }
 
     /// The next coordinator event, in seq order.
-    pub fn offer(&mut self, env: &Envelope) -> Result<(), crate::state::ReduceError> {
+    pub fn offer(&mut self, env: &Envelope) -> Result<(), crate::event::ReduceError> {
         self.state.apply(env)?;
         let sid = submission_of(&env.event).filter(|id| self.wanted.contains(id));
         if sid.is_some() || self.concerns(env) {

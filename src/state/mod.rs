@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::event::{Envelope, Event, Micros, Recovered, FLAG_MUST_UNDERSTAND};
+use crate::event::{Envelope, Event, Micros, Recovered, ReduceError, FLAG_MUST_UNDERSTAND};
 
 /// The state shown for a worker the reduced state no longer holds: it can only have ended, since
 /// a pool is detached only once no worker holds budget and only finished workers are dropped.
@@ -38,15 +38,16 @@ pub struct State {
     pub trials: trial::Trials,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ReduceError {
-    #[error(
-        "event {seq} has kind {kind}, which this dispatch does not know and must understand; \
-         the journal was written by a newer dispatch: upgrade dispatch"
-    )]
-    MustUnderstand { seq: u64, kind: u16 },
-    #[error("event {seq} follows event {last}: events must be folded in seq order")]
-    OutOfOrder { seq: u64, last: u64 },
+/// The journal folds itself into a `State` (`journal::load`) and stores one in a snapshot
+/// without knowing what it holds.
+impl crate::journal::Fold for State {
+    fn events(&self) -> u64 {
+        self.events
+    }
+
+    fn fold(&mut self, env: &Envelope) -> Result<(), ReduceError> {
+        self.apply(env)
+    }
 }
 
 impl State {
