@@ -13,6 +13,7 @@ pub mod snapshot;
 pub mod writer;
 
 pub use error::JournalError;
-pub use reader::{load, replay, Fold, Loaded};
+pub use reader::{load, replay, Loaded};
 pub use scan::{Damage, Scan, Status};
+pub use snapshot::Fold;
 pub use writer::{Committed, JournalWriter, Options, Stats, Writer};

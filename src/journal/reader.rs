@@ -4,17 +4,11 @@
 use std::path::Path;
 
 use super::error::JournalError;
+use super::files::open_no_follow;
 use super::scan::{self, Resume, Scan, Status};
+use super::snapshot::Fold;
 use super::snapshot::{self, Covers};
-use crate::event::{self, Envelope, Event, PayloadDecoder, ReduceError, Vocabulary};
-
-/// What [`load`] folds the coordinator's journal into and a snapshot stores (`state::State`).
-/// The journal knows it only by this: it can count, fold and (de)serialize it.
-pub trait Fold: Default + serde::Serialize + serde::de::DeserializeOwned {
-    /// Events folded, which is also the last seq folded.
-    fn events(&self) -> u64;
-    fn fold(&mut self, env: &Envelope) -> Result<(), ReduceError>;
-}
+use crate::event::{self, Envelope, Event, PayloadDecoder, Vocabulary};
 
 /// Replay that passes this many events beyond the newest snapshot writes a new one.
 pub const SNAPSHOT_EVERY: u64 = 10_000;
@@ -372,15 +366,6 @@ fn frame_len_at(dir: &Path, covers: &Covers) -> Result<u64, JournalError> {
     let mut len = [0u8; 4];
     f.read_exact(&mut len).map_err(io)?;
     Ok(u64::from(u32::from_le_bytes(len)) + super::frame::OVERHEAD as u64)
-}
-
-/// Open for reading, refusing a link (`ELOOP`) even if one appeared after the check.
-pub(crate) fn open_no_follow(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
 }
 
 fn read_no_follow(path: &Path) -> std::io::Result<Vec<u8>> {

@@ -25,9 +25,10 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::files::fsync_dir;
+use super::files::open_no_follow;
 use super::frame::{self, Chain};
-use super::reader::Fold;
 use super::segment;
+use crate::event::{Envelope, ReduceError};
 
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"DISPSNAP";
 /// 2: job workers record their assets. 3: and their job name. 4: and why their submission
@@ -72,6 +73,14 @@ pub fn list(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
     }
     out.sort_by_key(|e| std::cmp::Reverse(e.0));
     Ok(out)
+}
+
+/// What [`load`](super::load) folds the coordinator's journal into and a snapshot stores (`state::State`).
+/// The journal knows it only by this: it can count, fold and (de)serialize it.
+pub trait Fold: Default + serde::Serialize + serde::de::DeserializeOwned {
+    /// Events folded, which is also the last seq folded.
+    fn events(&self) -> u64;
+    fn fold(&mut self, env: &Envelope) -> Result<(), ReduceError>;
 }
 
 pub fn encode<S: Fold>(covers: &Covers, state: &S) -> Result<Vec<u8>, String> {
@@ -167,7 +176,7 @@ pub fn matches_journal(dir: &Path, covers: &Covers) -> Result<(), String> {
     let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
     // Only the segment header and the one frame are read: the segment can be 64 MiB, and
     // reading it whole would cost more than the rest of a load through the snapshot.
-    let file = super::reader::open_no_follow(&path).map_err(cannot)?;
+    let file = open_no_follow(&path).map_err(cannot)?;
     let len = file.metadata().map_err(cannot)?.len();
     let head = read_upto(&file, 0, segment::SEGMENT_HEADER_LEN as u64, len).map_err(cannot)?;
     let header = segment::SegmentHeader::decode(&head).map_err(|f| f.describe())?;
