@@ -436,18 +436,12 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
 /// A body for each kind of a worker's own journal.
 fn known_worker_event(code: u16, g: &mut Gen) -> WorkerEvent {
     match code {
-        1 => WorkerEvent::Genesis(Genesis {
-            journal_id: uuid(g),
-            format_version: u16::arbitrary(g),
-        }),
-        2 => WorkerEvent::Recovered(Recovered {
-            segment: text(g),
-            offset: u64::arbitrary(g),
-            length: u64::arbitrary(g),
-            sha256: digest(g),
-            saved_as: text(g),
-            reason: text(g),
-        }),
+        // The two kinds every journal has: the coordinator's generators.
+        1 | 2 => match known_event(code, g) {
+            Event::Genesis(e) => WorkerEvent::Genesis(e),
+            Event::Recovered(e) => WorkerEvent::Recovered(e),
+            other => unreachable!("kind {code} is {other:?}"),
+        },
         150 => WorkerEvent::SupervisorStarted(SupervisorStarted {
             submission_id: uuid(g),
             job_id: Option::arbitrary(g),
