@@ -21,12 +21,12 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use dispatch::event::{Actor, Event};
-use dispatch::journal::{self, frame, segment, Options, Status, Writer};
-use dispatch::state::pool::{
+use dispatch::event::pool::{
     Allocation, PoolAttached, WorkerExited, WorkerLaunched, WorkerStepObserved, WorkerSubmitIntent,
     WorkerTerminal,
 };
+use dispatch::event::{Actor, Event};
+use dispatch::journal::{self, frame, segment, Options, Status, Writer};
 use dispatch::state::State;
 use uuid::Uuid;
 
@@ -551,7 +551,7 @@ fn replay_run(dir: &Path, expect_events: u64) -> ReplayRun {
     // `load` with no snapshot: what every command pays on a journal without one.
     let cpu = cpu_secs();
     let t = Instant::now();
-    let loaded = journal::load(dir).expect("load");
+    let loaded = journal::load::<State>(dir).expect("load");
     let load_secs = t.elapsed().as_secs_f64();
     let load_cpu_secs = cpu_secs() - cpu;
     assert_eq!(loaded.snapshot_seq, None);
@@ -761,7 +761,7 @@ fn main() {
         "[3/5] snapshot load: snapshot at seq {}, then {} more events",
         built.events, cfg.tail_after_snapshot
     );
-    let full = journal::load(&built.dir).expect("load");
+    let full = journal::load::<State>(&built.dir).expect("load");
     journal::reader::snapshot_now(&built.dir, &full).expect("write snapshot");
     {
         let w = Writer::open_as(&built.dir, Options::default(), actor(9)).expect("open writer");
@@ -779,7 +779,7 @@ fn main() {
     let snap_ms: Vec<f64> = (0..cfg.runs * 2)
         .map(|_| {
             let t = Instant::now();
-            let loaded = journal::load(&built.dir).expect("load through snapshot");
+            let loaded = journal::load::<State>(&built.dir).expect("load through snapshot");
             let ms = t.elapsed().as_secs_f64() * 1e3;
             assert_eq!(
                 loaded.snapshot_seq,
@@ -798,7 +798,7 @@ fn main() {
             let t = Instant::now();
             let snaps = journal::snapshot::list(&built.dir).expect("list snapshots");
             let bytes = std::fs::read(&snaps[0].1).expect("read snapshot");
-            let (covers, _) = journal::snapshot::decode(&bytes).expect("decode snapshot");
+            let (covers, _) = journal::snapshot::decode::<State>(&bytes).expect("decode snapshot");
             let seg = built.dir.join(segment::file_name(covers.segment_no));
             let mut f = File::open(seg).expect("open segment");
             let mut tail = Vec::new();
@@ -1020,7 +1020,7 @@ fn crafted_tail_journal(scratch: &mut Scratch) -> PathBuf {
 /// Leave a journal as commands find it in use: a snapshot of its head beside it and the
 /// CHECKPOINT its last writer left on close.
 fn prepare_for_commands(dir: &Path) {
-    let full = journal::load(dir).expect("load");
+    let full = journal::load::<State>(dir).expect("load");
     if full.snapshot_seq != full.scan.head.as_ref().map(|h| h.last_seq) {
         journal::reader::snapshot_now(dir, &full).expect("write snapshot");
     }
@@ -1029,7 +1029,7 @@ fn prepare_for_commands(dir: &Path) {
         dir.join("CHECKPOINT").exists(),
         "a closing writer leaves a checkpoint"
     );
-    let loaded = journal::load(dir).expect("load");
+    let loaded = journal::load::<State>(dir).expect("load");
     assert_eq!(
         loaded.snapshot_seq,
         loaded.scan.head.as_ref().map(|h| h.last_seq),

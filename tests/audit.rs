@@ -6,9 +6,9 @@ mod synthetic;
 use std::path::Path;
 use std::process::Command;
 
+use dispatch::event::pool::WorkerTerminal;
 use dispatch::event::Event;
 use dispatch::journal::{Options, Writer};
-use dispatch::state::pool::WorkerTerminal;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -84,7 +84,7 @@ fn a_snapshot_is_checked_against_the_full_replay() {
     let state = tmp.path().join("state");
     synthetic::write_pool_journal(&state, 5, |_| true);
     let journal = state.join("journal");
-    let loaded = dispatch::journal::load(&journal).unwrap();
+    let loaded = dispatch::journal::load::<dispatch::state::State>(&journal).unwrap();
     dispatch::journal::reader::snapshot_now(&journal, &loaded).unwrap();
     let (code, r) = audit(&state);
     assert_eq!(code, 0, "{r}");

@@ -77,8 +77,8 @@ fn every_known_kind_is_in_the_spec_table() {
 /// multi-segment journal: same events, same last seq, same head.
 #[test]
 fn an_independent_reader_agrees_with_dispatch() {
+    use dispatch::event::pool::PoolDetached;
     use dispatch::journal::{Options, Writer};
-    use dispatch::state::pool::PoolDetached;
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("journal");
     let w = Writer::open(
@@ -188,7 +188,7 @@ fn verdict(bytes: &[u8]) -> dispatch::ops::journal::VerifyReport {
     let (_tmp, dir) = example_dir();
     std::fs::write(dir.join("segment-00000001.djl"), bytes).unwrap();
     let r = verify(&dir).unwrap();
-    let load = journal::load(&dir);
+    let load = journal::load::<dispatch::state::State>(&dir);
     match r.kind {
         Status::Clean | Status::TornTail => assert!(load.is_ok(), "{load:?}"),
         _ => assert!(
@@ -345,7 +345,7 @@ fn bin_where_str_is_specified_reads_as_the_string_it_holds() {
     let r = verify(&dir).unwrap();
     assert_eq!(r.kind, Status::Corrupt);
     assert_eq!(r.damage.unwrap().offset, FRAME2 as u64);
-    assert!(journal::load(&dir).is_err());
+    assert!(journal::load::<dispatch::state::State>(&dir).is_err());
 }
 
 /// §10.1's damage examples, each made from the worked example, read as the spec says.

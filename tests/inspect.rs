@@ -6,10 +6,10 @@ mod synthetic;
 use std::path::Path;
 use std::process::Command;
 
-use dispatch::event::Event;
-use dispatch::journal::{Options, Writer};
+use dispatch::event::worker::{PayloadExited, PayloadStarted};
+use dispatch::event::{Event, WorkerEvent};
+use dispatch::journal::{JournalWriter, Options, Writer};
 use dispatch::worker::dirs::WorkerDirs;
-use dispatch::worker::events::{PayloadExited, PayloadStarted};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -35,16 +35,16 @@ fn a_workers_timeline_and_its_own_journal_up_to_the_damage() {
     let id = Uuid::from_u128(2);
     let dirs = WorkerDirs::new(&state.join("pools"), "p", id);
     let wj = dispatch::worker::supervisor::journal_dir(&dirs.evidence);
-    let w = Writer::open(&wj, Options::default()).unwrap();
-    w.append_one(Event::PayloadStarted(PayloadStarted { pid: 42 }))
+    let w = JournalWriter::<WorkerEvent>::open(&wj, Options::default()).unwrap();
+    w.append_one(WorkerEvent::PayloadStarted(PayloadStarted { pid: 42 }))
         .unwrap();
-    w.append_one(Event::PayloadExited(PayloadExited {
+    w.append_one(WorkerEvent::PayloadExited(PayloadExited {
         code: Some(3),
         signal: None,
         interrupted: false,
     }))
     .unwrap();
-    w.append_one(Event::PayloadStarted(PayloadStarted { pid: 43 }))
+    w.append_one(WorkerEvent::PayloadStarted(PayloadStarted { pid: 43 }))
         .unwrap();
     drop(w);
     let seg = wj.join(dispatch::journal::segment::file_name(1));
@@ -117,7 +117,7 @@ fn an_unknown_worker_is_an_error_that_says_where_to_look() {
 /// the journal, and shows it as ended with its whole timeline.
 #[test]
 fn a_worker_of_a_detached_pool_is_still_found() {
-    use dispatch::state::pool::{PoolDetached, WorkerTerminal};
+    use dispatch::event::pool::{PoolDetached, WorkerTerminal};
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
     synthetic::write_pool_journal(&state, 2, |_| true);

@@ -154,7 +154,8 @@ fn every_command_classifies_random_damage_alike() {
             .as_str()
             .to_owned();
         let dumped = verdict_of(ops::dump(&at("dump"), 1, u64::MAX, |_| Ok(())).map(|s| s.status));
-        let loaded = verdict_of(journal::load(&at("load")).map(|l| l.scan.status));
+        let loaded =
+            verdict_of(journal::load::<dispatch::state::State>(&at("load")).map(|l| l.scan.status));
         let repaired = match ops::repair(&at("repair")) {
             Ok(_) => "writable".to_owned(),
             Err(e) => verdict_of(Err(e)),

@@ -448,7 +448,7 @@ fn an_undecodable_payload_under_valid_crcs_and_chain_is_corrupt_at_its_frame() {
         "the last event that reads is the one before"
     );
     // Every reader takes the classifier's verdict: corrupt, at that frame.
-    match journal::load(&dir) {
+    match journal::load::<dispatch::state::State>(&dir) {
         Err(JournalError::Damaged { status, damage, .. }) => {
             assert_eq!(status, Status::Corrupt);
             assert_eq!(damage.offset, fr[k].start as u64);

@@ -13,10 +13,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use dispatch::event::pool::WorkerStepObserved;
 use dispatch::event::Event;
 use dispatch::journal::{self, segment, Options, Writer};
 use dispatch::ops::journal as ops;
-use dispatch::state::pool::WorkerStepObserved;
+use dispatch::state::State;
 use uuid::Uuid;
 
 const CHILD_DIR: &str = "DISPATCH_TEST_APPENDER_DIR";
@@ -374,7 +375,7 @@ fn a_crash_during_repair_is_repaired_by_the_next_opener() {
     committed.add(acked);
     committed.check(&dir, "after the second repair");
     assert_eq!(ops::verify(&dir).unwrap().status, "clean");
-    let recovered = journal::load(&dir).unwrap().state.recoveries;
+    let recovered = journal::load::<State>(&dir).unwrap().state.recoveries;
     assert_eq!(recovered.len(), 1, "one cut, recorded once: {recovered:?}");
 }
 
@@ -411,12 +412,16 @@ fn a_repair_that_stops_before_recording_is_recorded_by_the_next_opener() {
         "clean",
         "the cut happened"
     );
-    assert!(journal::load(&dir).unwrap().state.recoveries.is_empty());
+    assert!(journal::load::<State>(&dir)
+        .unwrap()
+        .state
+        .recoveries
+        .is_empty());
 
     // The next writer finds the saved tail at the segment's end and records the repair.
     let (_, ok) = run_one(&dir, rng.next(), 3, "");
     assert!(ok);
-    let recoveries = journal::load(&dir).unwrap().state.recoveries;
+    let recoveries = journal::load::<State>(&dir).unwrap().state.recoveries;
     assert_eq!(recoveries.len(), 1, "{recoveries:?}");
     assert!(
         recoveries[0].reason.contains("later open"),
@@ -429,7 +434,10 @@ fn a_repair_that_stops_before_recording_is_recorded_by_the_next_opener() {
     // Recorded once: more opens add nothing.
     let (_, ok) = run_one(&dir, rng.next(), 3, "");
     assert!(ok);
-    assert_eq!(journal::load(&dir).unwrap().state.recoveries.len(), 1);
+    assert_eq!(
+        journal::load::<State>(&dir).unwrap().state.recoveries.len(),
+        1
+    );
 }
 
 /// A `dispatch` process killed at `journal-checkpoint-before-rename` (its event committed, its

@@ -22,7 +22,7 @@ fn journal_with_snapshot(root: &Path, name: &str) -> (PathBuf, PathBuf) {
         max_segment_bytes: SEGMENT_BYTES,
     };
     build_journal(&dir, BEFORE, opts.clone());
-    let loaded = journal::load(&dir).unwrap();
+    let loaded = journal::load::<dispatch::state::State>(&dir).unwrap();
     let snap = snapshot_now(&dir, &loaded).unwrap();
     let w = Writer::open(&dir, opts).unwrap();
     for i in BEFORE..BEFORE + AFTER {
@@ -38,8 +38,8 @@ fn full_replay(dir: &Path) -> State {
     state
 }
 
-fn assert_rejected(dir: &Path, want_reason: &str, ctx: &str) -> Loaded {
-    let loaded = journal::load(dir).unwrap();
+fn assert_rejected(dir: &Path, want_reason: &str, ctx: &str) -> Loaded<State> {
+    let loaded = journal::load::<dispatch::state::State>(dir).unwrap();
     let why = loaded
         .snapshot_rejected
         .as_deref()
@@ -80,9 +80,10 @@ fn reseal_snapshot(b: &mut [u8]) {
 fn a_valid_snapshot_gives_full_replay_state_from_the_tail() {
     let tmp = tempfile::tempdir().unwrap();
     let (dir, snap) = journal_with_snapshot(tmp.path(), "j");
-    let (covers, _) = snapshot::decode(&std::fs::read(&snap).unwrap()).unwrap();
+    let (covers, _) =
+        snapshot::decode::<dispatch::state::State>(&std::fs::read(&snap).unwrap()).unwrap();
     assert!(covers.segment_no > 1, "the snapshot covers a later segment");
-    let loaded = journal::load(&dir).unwrap();
+    let loaded = journal::load::<dispatch::state::State>(&dir).unwrap();
     assert_eq!(loaded.snapshot_rejected, None);
     assert_eq!(loaded.snapshot_seq, Some(1 + BEFORE as u64));
     assert_eq!(loaded.scan.events, AFTER as u64, "only the tail was read");
@@ -92,7 +93,7 @@ fn a_valid_snapshot_gives_full_replay_state_from_the_tail() {
 
     // A snapshot of the head itself leaves nothing to read.
     snapshot_now(&dir, &loaded).unwrap();
-    let again = journal::load(&dir).unwrap();
+    let again = journal::load::<dispatch::state::State>(&dir).unwrap();
     assert_eq!(
         (again.snapshot_seq, again.scan.events),
         (Some(loaded.state.events), 0)
@@ -117,7 +118,7 @@ fn a_snapshot_whose_chain_disagrees_is_rejected() {
     let (dir, snap) = journal_with_snapshot(tmp.path(), "j");
     rewrite_header(&snap, 40..72, &[0xAB; 32]);
     assert!(
-        snapshot::decode(&std::fs::read(&snap).unwrap()).is_ok(),
+        snapshot::decode::<dispatch::state::State>(&std::fs::read(&snap).unwrap()).is_ok(),
         "CRCs are valid"
     );
     assert_rejected(&dir, "another chain", "chain rewritten");
@@ -128,7 +129,7 @@ fn a_snapshot_pointing_elsewhere_is_rejected() {
     let tmp = tempfile::tempdir().unwrap();
     let (dir, snap) = journal_with_snapshot(tmp.path(), "j");
     let original = std::fs::read(&snap).unwrap();
-    let (covers, _) = snapshot::decode(&original).unwrap();
+    let (covers, _) = snapshot::decode::<dispatch::state::State>(&original).unwrap();
     let seg = std::fs::read(segment_path(&dir, covers.segment_no)).unwrap();
     let fr = frames(&seg);
     let i = fr
@@ -200,7 +201,7 @@ fn a_snapshot_past_a_repaired_tail_is_rejected() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("j");
     build_journal(&dir, 40, Options::default());
-    let loaded = journal::load(&dir).unwrap();
+    let loaded = journal::load::<dispatch::state::State>(&dir).unwrap();
     snapshot_now(&dir, &loaded).unwrap();
     // The covered frame is then torn away (as if its fsync had never returned) and repaired.
     let seg = segment_path(&dir, 1);
@@ -212,7 +213,7 @@ fn a_snapshot_past_a_repaired_tail_is_rejected() {
 }
 
 fn assert_rejected_with_events(dir: &Path, reason: &str, events: u64) {
-    let loaded = journal::load(dir).unwrap();
+    let loaded = journal::load::<dispatch::state::State>(dir).unwrap();
     let why = loaded.snapshot_rejected.expect("the snapshot was rejected");
     assert!(why.contains(reason), "{why}");
     assert_eq!(loaded.scan.events, events);
@@ -248,7 +249,7 @@ fn an_offline_writing_command_writes_a_snapshot_past_the_bound() {
     );
     let snaps = snapshot::list(&dir).unwrap();
     assert_eq!(snaps.len(), 1, "a snapshot after the command");
-    let loaded = journal::load(&dir).unwrap();
+    let loaded = journal::load::<dispatch::state::State>(&dir).unwrap();
     assert!(loaded.snapshot_seq.is_some_and(|s| s > n as u64));
 }
 

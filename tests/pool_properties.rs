@@ -93,7 +93,7 @@ fn the_journal_replays_to_the_same_state_from_disk() {
     let w = dispatch::journal::Writer::open(dir.path(), Default::default()).unwrap();
     w.append(events.clone()).unwrap();
     drop(w);
-    let loaded = dispatch::journal::load(dir.path()).unwrap();
+    let loaded = dispatch::journal::load::<dispatch::state::State>(dir.path()).unwrap();
     // The on-disk journal starts with Genesis; fold the same events after it.
     let mut expected = State::default();
     let mut all = vec![Event::Genesis(dispatch::event::Genesis {

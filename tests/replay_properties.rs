@@ -29,7 +29,7 @@ fn written(dir: &std::path::Path, ops: &[Op], steps: &[i8]) -> Vec<Envelope> {
     }
     Micros::pin_this_threads_clock(None);
     drop(w);
-    let loaded = journal::load(dir).unwrap();
+    let loaded = journal::load::<dispatch::state::State>(dir).unwrap();
     journal::reader::snapshot_now(dir, &loaded).unwrap();
     let mut events = Vec::new();
     journal::replay(dir, None, |env| {

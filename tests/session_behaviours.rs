@@ -7,13 +7,13 @@ mod support;
 use std::path::{Path, PathBuf};
 
 use dispatch::config::Config;
+use dispatch::event::session::SessionKey;
 use dispatch::ops::session::launch::{launch, LaunchAction, LaunchRequest};
 use dispatch::ops::session::release::{release, ReleaseAction};
 use dispatch::ops::session::renew::{renew, RenewSettings};
 use dispatch::ops::session::{attach, read_state, report, SessionError};
 use dispatch::policy::session::renew::Backoff;
 use dispatch::slurm::{Answer, JobId};
-use dispatch::state::session::SessionKey;
 use support::scripted::*;
 
 const T: (&str, &str, &str) = ("savio4_htc", "co_carleton", "carleton_htc4_normal");
@@ -355,7 +355,7 @@ async fn b09_unparsable_sbatch_records_may_exist_and_the_next_launch_adopts() {
 fn interrupted_launch(state: &Path) {
     let (book, _) = dispatch::ops::session::Book::open(state).unwrap();
     book.append(dispatch::event::Event::SessionLaunchIntent(
-        dispatch::state::session::SessionLaunchIntent {
+        dispatch::event::session::SessionLaunchIntent {
             session: SessionKey::new("sample", "T"),
             submission_id: uuid::Uuid::new_v4(),
             job_name: NAME.into(),

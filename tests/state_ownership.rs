@@ -163,7 +163,7 @@ fn a_group_writable_segment_is_refused() {
 fn a_snapshot_of_another_user_is_refused() {
     let t = state_with_journal();
     let dir = journal_dir(t.path());
-    let loaded = journal::load(&dir).unwrap();
+    let loaded = journal::load::<dispatch::state::State>(&dir).unwrap();
     let snap = snapshot_now(&dir, &loaded).unwrap();
     give_to_nobody(&snap);
     assert_all_refused(t.path(), &dir, &snap, "chown 0 ");

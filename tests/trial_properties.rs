@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
+use dispatch::event::jobs::JobSubmitIntent;
+use dispatch::event::trial::*;
 use dispatch::event::{Actor, Envelope, Event, Micros};
 use dispatch::policy::audit::Auditor;
-use dispatch::state::jobs::JobSubmitIntent;
-use dispatch::state::trial::*;
 use dispatch::state::State;
 use quickcheck::{Arbitrary, Gen, QuickCheck};
 use uuid::Uuid;

@@ -187,7 +187,7 @@ fn env_lines(dirs: &WorkerDirs) -> Vec<(String, String)> {
         .collect()
 }
 
-fn published(r: &WorkerReport) -> &dispatch::worker::events::Published {
+fn published(r: &WorkerReport) -> &dispatch::event::worker::Published {
     match &r.publication {
         Some(Publication::Published(p)) => p,
         other => panic!("not published: {other:?}"),

@@ -338,7 +338,8 @@ fn a_supervisor_killed_mid_publication_leaves_nothing_half_published() {
 fn pool_status_reads_worker_journals_and_never_trusts_a_rewritten_one() {
     use dispatch::event::{Event, Micros};
     use dispatch::journal::{Options, Writer};
-    use dispatch::state::pool::*;
+
+    use dispatch::event::pool::*;
 
     let root = tempfile::tempdir().unwrap();
     let sd = root.path().join("state");

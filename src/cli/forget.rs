@@ -4,10 +4,10 @@ use clap::Args;
 
 use super::exit::Failure;
 use super::output::print_json;
+use crate::event::session::SessionKey;
 use crate::ops::context::Ctx;
 use crate::ops::forget::{self, ForgetReport};
 use crate::slurm::Scheduler;
-use crate::state::session::SessionKey;
 
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("what").required(true).args(["worker", "session"])))]

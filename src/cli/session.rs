@@ -10,13 +10,13 @@ use clap::{Args, Subcommand};
 use super::exit::{self, Failure};
 use super::output::{note, print_json};
 use crate::config::Config;
+use crate::event::session::SessionKey;
 use crate::ops::session::launch::{launch, LaunchAction, LaunchReport, LaunchRequest};
 use crate::ops::session::release::{self, ReleaseAction};
 use crate::ops::session::renew::{renew, RenewSettings};
 use crate::ops::session::{attach, command_for, report, Env, SessionError, Waits};
 use crate::policy::session::renew::{Backoff, DEFAULT_DRAIN_MINUTES};
 use crate::slurm::{CliConfig, CliScheduler, JobId, SlurmCommand};
-use crate::state::session::SessionKey;
 
 #[derive(Debug, Args)]
 pub struct SessionArgs {

@@ -4,10 +4,10 @@ use clap::Subcommand;
 
 use super::exit::{self, Failure};
 use super::output::print_json;
+use crate::event::trial::Verdict;
 use crate::ops::context::Ctx;
 use crate::ops::trial::{self, TrialView};
 use crate::slurm::Scheduler;
-use crate::state::trial::Verdict;
 
 #[derive(Debug, Subcommand)]
 pub enum TrialCommand {

@@ -110,7 +110,7 @@ pub fn write(dir: &Path, c: &Checkpoint) -> std::io::Result<()> {
 /// Where the writer's open may start checking: the checkpoint, if every check holds.
 pub fn trusted_point(dir: &Path) -> Result<Resume, String> {
     let mut bytes = Vec::new();
-    super::reader::open_no_follow(&dir.join(CHECKPOINT_FILE))
+    super::files::open_no_follow(&dir.join(CHECKPOINT_FILE))
         .and_then(|mut f| f.read_to_end(&mut bytes))
         .map_err(|e| format!("no checkpoint: {e}"))?;
     let c = Checkpoint::decode(&bytes)?;
@@ -127,7 +127,7 @@ pub fn trusted_point(dir: &Path) -> Result<Resume, String> {
         );
     }
     let path = dir.join(segment::file_name(c.segment_no));
-    let mut f = super::reader::open_no_follow(&path)
+    let mut f = super::files::open_no_follow(&path)
         .map_err(|e| format!("segment {} of the checkpoint: {e}", c.segment_no))?;
     let mut header = [0u8; SEGMENT_HEADER_LEN];
     f.read_exact(&mut header)

@@ -42,7 +42,7 @@ pub enum JournalError {
     #[error(transparent)]
     Untrusted(#[from] crate::statedir::trust::Untrusted),
     #[error(transparent)]
-    Reduce(#[from] crate::state::ReduceError),
+    Reduce(#[from] crate::event::ReduceError),
 }
 
 impl From<crate::statedir::trust::TrustError> for JournalError {

@@ -27,3 +27,12 @@ pub fn fsync_dir(dir: &Path) -> Result<(), JournalError> {
         .and_then(|d| d.sync_all())
         .map_err(io_err(dir, "fsync directory"))
 }
+
+/// Open for reading, refusing a link (`ELOOP`) even if one appeared after the check.
+pub(crate) fn open_no_follow(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}

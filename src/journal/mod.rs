@@ -15,4 +15,5 @@ pub mod writer;
 pub use error::JournalError;
 pub use reader::{load, replay, Loaded};
 pub use scan::{Damage, Scan, Status};
-pub use writer::{Committed, Options, Stats, Writer};
+pub use snapshot::Fold;
+pub use writer::{Committed, JournalWriter, Options, Stats, Writer};

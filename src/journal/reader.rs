@@ -4,10 +4,11 @@
 use std::path::Path;
 
 use super::error::JournalError;
+use super::files::open_no_follow;
 use super::scan::{self, Resume, Scan, Status};
+use super::snapshot::Fold;
 use super::snapshot::{self, Covers};
-use crate::event::{self, Envelope, PayloadDecoder};
-use crate::state::State;
+use crate::event::{self, Envelope, Event, PayloadDecoder, Vocabulary};
 
 /// Replay that passes this many events beyond the newest snapshot writes a new one.
 pub const SNAPSHOT_EVERY: u64 = 10_000;
@@ -21,11 +22,20 @@ pub const SNAPSHOT_EVERY: u64 = 10_000;
 pub fn replay(
     dir: &Path,
     resume: Option<&Resume>,
-    mut visit: impl FnMut(Envelope) -> Result<(), JournalError>,
+    visit: impl FnMut(Envelope) -> Result<(), JournalError>,
+) -> Result<Scan, JournalError> {
+    replay_of::<Event>(dir, resume, visit)
+}
+
+/// [`replay`] of a journal of vocabulary `E` (a worker's own journal: `WorkerEvent`).
+pub fn replay_of<E: Vocabulary>(
+    dir: &Path,
+    resume: Option<&Resume>,
+    mut visit: impl FnMut(Envelope<E>) -> Result<(), JournalError>,
 ) -> Result<Scan, JournalError> {
     // Every segment is checked (ours, written by nobody else, not a link) before any is read.
     crate::statedir::trust::check_journal(dir)?;
-    let mut decoder = PayloadDecoder::new();
+    let mut decoder = PayloadDecoder::<E>::new();
     let pipeline = worth_pipelining(dir, resume);
     let replayed = replay_frames(dir, resume, pipeline, |seq, kind, flags, payload| {
         let env = decoder
@@ -70,7 +80,7 @@ fn replay_ref_checked(
     resume: Option<&Resume>,
     mut visit: impl FnMut(&Envelope) -> Result<(), JournalError>,
 ) -> Result<Scan, JournalError> {
-    let mut decoder = PayloadDecoder::new();
+    let mut decoder = PayloadDecoder::<Event>::new();
     let pipeline = worth_pipelining(dir, resume);
     let replayed = replay_frames(dir, resume, pipeline, |seq, kind, flags, payload| {
         let env = decoder
@@ -275,8 +285,8 @@ fn pipelined(
 
 /// Reduced state with the scan that produced it.
 #[derive(Debug)]
-pub struct Loaded {
-    pub state: State,
+pub struct Loaded<S> {
+    pub state: S,
     pub scan: Scan,
     /// The seq of the snapshot used, if one was.
     pub snapshot_seq: Option<u64>,
@@ -286,14 +296,14 @@ pub struct Loaded {
 
 /// Load state through the newest valid snapshot plus the tail. Refuses a corrupt or tampered
 /// journal. A torn tail is read up to the last valid frame (only a writer repairs it).
-pub fn load(dir: &Path) -> Result<Loaded, JournalError> {
+pub fn load<S: Fold>(dir: &Path) -> Result<Loaded<S>, JournalError> {
     // Segments and snapshots alike: checked before any is read.
     crate::statedir::trust::check_journal(dir)?;
     if super::segment::list(dir).map_or(true, |s| s.is_empty()) {
         return Err(JournalError::Missing(dir.to_owned()));
     }
     let mut snapshot_rejected = None;
-    let mut start: Option<(Covers, State)> = None;
+    let mut start: Option<(Covers, S)> = None;
     if let Some((name_seq, path)) = snapshot::list(dir).ok().and_then(|l| l.into_iter().next()) {
         let candidate = read_no_follow(&path)
             .map_err(|e| e.to_string())
@@ -320,9 +330,9 @@ pub fn load(dir: &Path) -> Result<Loaded, JournalError> {
             };
             (state, Some(resume), Some(covers.seq))
         }
-        None => (State::default(), None, None),
+        None => (S::default(), None, None),
     };
-    let scan = replay_ref_checked(dir, resume.as_ref(), |env| Ok(state.apply(env)?))?;
+    let scan = replay_ref_checked(dir, resume.as_ref(), |env| Ok(state.fold(env)?))?;
     if matches!(scan.status, Status::Corrupt | Status::Tampered) {
         return Err(JournalError::Damaged {
             dir: dir.to_owned(),
@@ -358,15 +368,6 @@ fn frame_len_at(dir: &Path, covers: &Covers) -> Result<u64, JournalError> {
     Ok(u64::from(u32::from_le_bytes(len)) + super::frame::OVERHEAD as u64)
 }
 
-/// Open for reading, refusing a link (`ELOOP`) even if one appeared after the check.
-pub(crate) fn open_no_follow(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-}
-
 fn read_no_follow(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let mut bytes = Vec::new();
@@ -376,7 +377,10 @@ fn read_no_follow(path: &Path) -> std::io::Result<Vec<u8>> {
 
 /// Write a snapshot of `loaded` if enough events passed since the one it started from.
 /// A failure is returned as a warning for the caller to print: snapshots are optional.
-pub fn snapshot_if_due(dir: &Path, loaded: &Loaded) -> Result<Option<std::path::PathBuf>, String> {
+pub fn snapshot_if_due<S: Fold>(
+    dir: &Path,
+    loaded: &Loaded<S>,
+) -> Result<Option<std::path::PathBuf>, String> {
     let Some(head) = &loaded.scan.head else {
         return Ok(None);
     };
@@ -387,7 +391,7 @@ pub fn snapshot_if_due(dir: &Path, loaded: &Loaded) -> Result<Option<std::path::
     snapshot_now(dir, loaded).map(Some)
 }
 
-pub fn snapshot_now(dir: &Path, loaded: &Loaded) -> Result<std::path::PathBuf, String> {
+pub fn snapshot_now<S: Fold>(dir: &Path, loaded: &Loaded<S>) -> Result<std::path::PathBuf, String> {
     let head = loaded.scan.head.as_ref().ok_or("the journal is empty")?;
     let frame_offset = head
         .last_frame_offset
@@ -399,7 +403,7 @@ pub fn snapshot_now(dir: &Path, loaded: &Loaded) -> Result<std::path::PathBuf, S
         segment_no: head.segment_no,
         frame_offset,
     };
-    debug_assert_eq!(loaded.state.events, head.last_seq);
+    debug_assert_eq!(loaded.state.events(), head.last_seq);
     snapshot::write(dir, &covers, &loaded.state)
 }
 
@@ -410,11 +414,11 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
+    use crate::event::pool::{WorkerLaunched, WorkerSubmitIntent, WorkerTerminal};
     use crate::event::{Actor, Event};
     use crate::journal::frame;
     use crate::journal::segment;
     use crate::journal::{Options, Writer};
-    use crate::state::pool::{WorkerLaunched, WorkerSubmitIntent, WorkerTerminal};
 
     /// Enough events for several pipeline batches, over many small segments.
     const EVENTS: u64 = 2_500;

@@ -116,7 +116,7 @@ enum Payloads {
 /// The one classifier of a journal: every command that says what state a journal is in
 /// (`journal verify`, `journal repair`, `journal dump`, `audit`, the writer's open, `load`)
 /// takes its verdict from this function. It is [`scan`] with every payload decoded (§6,
-/// strictly: see `event::decode_payload`), so that a frame whose CRCs and chain hold but whose
+/// strictly: see `event::check_payload`), so that a frame whose CRCs and chain hold but whose
 /// payload does not decode is `corrupt`, reported at that frame's offset, with the head at the
 /// frame before it.
 pub fn classify(
@@ -170,7 +170,7 @@ fn payload_fault(f: &FrameRef<'_>, journal_id: &[u8; 16], payloads: Payloads) ->
     if payloads == Payloads::Visitor {
         return None;
     }
-    crate::event::decode_payload(f.seq, f.kind, f.flags, f.payload)
+    crate::event::check_payload(f.seq, f.kind, f.flags, f.payload)
         .err()
         .map(|e| format!("event {} does not decode: {e}", f.seq))
 }

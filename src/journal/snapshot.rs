@@ -25,9 +25,10 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::files::fsync_dir;
+use super::files::open_no_follow;
 use super::frame::{self, Chain};
 use super::segment;
-use crate::state::State;
+use crate::event::{Envelope, ReduceError};
 
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"DISPSNAP";
 /// 2: job workers record their assets. 3: and their job name. 4: and why their submission
@@ -74,7 +75,15 @@ pub fn list(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
     Ok(out)
 }
 
-pub fn encode(covers: &Covers, state: &State) -> Result<Vec<u8>, String> {
+/// What [`load`](super::load) folds the coordinator's journal into and a snapshot stores (`state::State`).
+/// The journal knows it only by this: it can count, fold and (de)serialize it.
+pub trait Fold: Default + serde::Serialize + serde::de::DeserializeOwned {
+    /// Events folded, which is also the last seq folded.
+    fn events(&self) -> u64;
+    fn fold(&mut self, env: &Envelope) -> Result<(), ReduceError>;
+}
+
+pub fn encode<S: Fold>(covers: &Covers, state: &S) -> Result<Vec<u8>, String> {
     let body = rmp_serde::to_vec(state).map_err(|e| format!("state does not encode: {e}"))?;
     if body.len() > MAX_STATE_BYTES {
         return Err(format!(
@@ -101,7 +110,7 @@ pub fn encode(covers: &Covers, state: &State) -> Result<Vec<u8>, String> {
     Ok(b)
 }
 
-pub fn decode(bytes: &[u8]) -> Result<(Covers, State), String> {
+pub fn decode<S: Fold>(bytes: &[u8]) -> Result<(Covers, S), String> {
     if bytes.len() < HEADER_LEN + 4 || &bytes[..8] != SNAPSHOT_MAGIC {
         return Err("not a snapshot".to_owned());
     }
@@ -137,12 +146,13 @@ pub fn decode(bytes: &[u8]) -> Result<(Covers, State), String> {
         segment_no: u64_at(72),
         frame_offset: u64_at(80),
     };
-    let state: State = rmp_serde::from_slice(&bytes[HEADER_LEN..HEADER_LEN + n])
+    let state: S = rmp_serde::from_slice(&bytes[HEADER_LEN..HEADER_LEN + n])
         .map_err(|e| format!("snapshot state does not decode: {e}"))?;
-    if state.events != covers.seq {
+    if state.events() != covers.seq {
         return Err(format!(
             "snapshot state has {} events but claims seq {}",
-            state.events, covers.seq
+            state.events(),
+            covers.seq
         ));
     }
     Ok((covers, state))
@@ -166,7 +176,7 @@ pub fn matches_journal(dir: &Path, covers: &Covers) -> Result<(), String> {
     let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
     // Only the segment header and the one frame are read: the segment can be 64 MiB, and
     // reading it whole would cost more than the rest of a load through the snapshot.
-    let file = super::reader::open_no_follow(&path).map_err(cannot)?;
+    let file = open_no_follow(&path).map_err(cannot)?;
     let len = file.metadata().map_err(cannot)?.len();
     let head = read_upto(&file, 0, segment::SEGMENT_HEADER_LEN as u64, len).map_err(cannot)?;
     let header = segment::SegmentHeader::decode(&head).map_err(|f| f.describe())?;
@@ -209,7 +219,7 @@ fn read_upto(file: &std::fs::File, at: u64, want: u64, len: u64) -> std::io::Res
 
 /// Write a snapshot atomically: temp file, fsync, rename, fsync the directory.
 /// Then remove all but the newest [`SNAPSHOTS_KEPT`].
-pub fn write(dir: &Path, covers: &Covers, state: &State) -> Result<PathBuf, String> {
+pub fn write<S: Fold>(dir: &Path, covers: &Covers, state: &S) -> Result<PathBuf, String> {
     let bytes = encode(covers, state)?;
     let path = dir.join(file_name(covers.seq));
     let tmp = dir.join(format!(
@@ -244,9 +254,24 @@ pub fn write(dir: &Path, covers: &Covers, state: &State) -> Result<PathBuf, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::pool::PoolDetached;
     use crate::event::{Actor, Event};
     use crate::journal::{scan, Options, Writer};
-    use crate::state::pool::PoolDetached;
+
+    /// A fold that only counts: the journal's own tests know no `State` either.
+    #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+    struct Counted(u64);
+
+    impl Fold for Counted {
+        fn events(&self) -> u64 {
+            self.0
+        }
+
+        fn fold(&mut self, env: &crate::event::Envelope) -> Result<(), crate::event::ReduceError> {
+            self.0 = env.seq;
+            Ok(())
+        }
+    }
 
     /// `matches_journal` as it was, reading the whole segment: the reference.
     fn matches_reading_everything(dir: &Path, covers: &Covers) -> Result<(), String> {
@@ -352,15 +377,15 @@ mod tests {
             segment_no: 1,
             frame_offset: 96,
         };
-        let mut bytes = encode(&covers, &State::default()).unwrap();
-        assert!(decode(&bytes).is_ok());
+        let mut bytes = encode(&covers, &Counted::default()).unwrap();
+        assert!(decode::<Counted>(&bytes).is_ok());
         bytes[8..10].copy_from_slice(&(SNAPSHOT_VERSION - 1).to_le_bytes());
         let h = crc32fast::hash(&bytes[..92]);
         bytes[92..96].copy_from_slice(&h.to_le_bytes());
         let n = bytes.len() - 4;
         let c = crc32fast::hash(&bytes[..n]);
         bytes[n..].copy_from_slice(&c.to_le_bytes());
-        let e = decode(&bytes).unwrap_err();
+        let e = decode::<Counted>(&bytes).unwrap_err();
         let want = format!(
             "snapshot version {} is not {SNAPSHOT_VERSION}",
             SNAPSHOT_VERSION - 1

@@ -20,7 +20,7 @@ use super::frame::{self, Chain};
 use super::repair::{cut_torn_tail, unrecorded_repair};
 use super::scan::{self, Status, MAX_WRITE_BYTES};
 use super::segment::{self, SegmentHeader, FORMAT_VERSION};
-use crate::event::{self, Actor, Event, Genesis, Micros, Recovered};
+use crate::event::{self, Actor, Event, Genesis, Micros, Recovered, Vocabulary};
 use crate::failpoint;
 
 /// Name of the lock file inside the journal directory.
@@ -169,8 +169,10 @@ struct Core {
 }
 
 /// The one writer of a journal. Holds the directory's exclusive lock until dropped.
-/// Appends from several threads are serialised (each is its own commit).
-pub struct Writer {
+/// Appends from several threads are serialised (each is its own commit). `E` is the journal's
+/// vocabulary: [`Writer`] writes the coordinator's, `JournalWriter<WorkerEvent>` a worker's own.
+pub struct JournalWriter<E: Vocabulary> {
+    vocabulary: std::marker::PhantomData<fn(E)>,
     dir: PathBuf,
     opts: Options,
     actor: Actor,
@@ -179,21 +181,24 @@ pub struct Writer {
     _lock: File,
 }
 
-impl Writer {
+/// The writer of the coordinator's journal.
+pub type Writer = JournalWriter<Event>;
+
+impl<E: Vocabulary> JournalWriter<E> {
     /// Open the journal in `dir` for writing, creating it if absent and repairing a torn tail.
     /// Blocks until the exclusive lock is free. A corrupt or tampered journal is refused.
-    pub fn open(dir: &Path, opts: Options) -> Result<Writer, JournalError> {
+    pub fn open(dir: &Path, opts: Options) -> Result<Self, JournalError> {
         Self::open_as(dir, opts, Actor::current())
     }
 
     /// [`Writer::open`] that classifies the whole journal, whatever the checkpoint says: for
     /// `journal repair` and `journal init`, which an operator runs to learn the journal's
     /// state, so that damage anywhere (not only where a crash can leave it) refuses them.
-    pub fn open_checking_everything(dir: &Path, opts: Options) -> Result<Writer, JournalError> {
+    pub fn open_checking_everything(dir: &Path, opts: Options) -> Result<Self, JournalError> {
         Self::open_with(dir, opts, Actor::current(), false)
     }
 
-    pub fn open_as(dir: &Path, opts: Options, actor: Actor) -> Result<Writer, JournalError> {
+    pub fn open_as(dir: &Path, opts: Options, actor: Actor) -> Result<Self, JournalError> {
         Self::open_with(dir, opts, actor, true)
     }
 
@@ -202,7 +207,7 @@ impl Writer {
         opts: Options,
         actor: Actor,
         use_checkpoint: bool,
-    ) -> Result<Writer, JournalError> {
+    ) -> Result<Self, JournalError> {
         // Before anything is created or opened: a journal that another user could have
         // written, or that a link leads elsewhere, is neither read nor written.
         crate::statedir::trust::check_journal(dir)?;
@@ -277,7 +282,8 @@ impl Writer {
         };
         let needs_genesis = core.next_seq == 1;
         let journal_id = core.journal_id;
-        let writer = Writer {
+        let writer = JournalWriter {
+            vocabulary: std::marker::PhantomData,
             dir: dir.to_owned(),
             opts,
             actor,
@@ -286,13 +292,13 @@ impl Writer {
             _lock: lock,
         };
         if needs_genesis {
-            writer.append(vec![Event::Genesis(Genesis {
+            writer.append(vec![E::genesis(Genesis {
                 journal_id: Uuid::from_bytes(journal_id),
                 format_version: FORMAT_VERSION,
             })])?;
         }
         if let Some(recovered) = &writer.opened.repaired {
-            writer.append(vec![Event::Recovered(recovered.clone())])?;
+            writer.append(vec![E::recovered(recovered.clone())])?;
         }
         Ok(writer)
     }
@@ -337,7 +343,7 @@ impl Writer {
 
     /// Append events durably: when this returns `Ok`, they are written and fdatasynced, in order,
     /// with consecutive seqs, in one commit.
-    pub fn append(&self, events: Vec<Event>) -> Result<Vec<Committed>, JournalError> {
+    pub fn append(&self, events: Vec<E>) -> Result<Vec<Committed>, JournalError> {
         if events.is_empty() {
             return Ok(Vec::new());
         }
@@ -346,7 +352,7 @@ impl Writer {
         core.commit(&self.dir, &self.opts, &self.actor, &events)
     }
 
-    pub fn append_one(&self, event: Event) -> Result<Committed, JournalError> {
+    pub fn append_one(&self, event: E) -> Result<Committed, JournalError> {
         let mut c = self.append(vec![event])?;
         Ok(c.pop().expect("one event in, one out"))
     }
@@ -378,12 +384,12 @@ impl Core {
         }
     }
 
-    fn commit(
+    fn commit<E: Vocabulary>(
         &mut self,
         dir: &Path,
         opts: &Options,
         actor: &Actor,
-        events: &[Event],
+        events: &[E],
     ) -> Result<Vec<Committed>, JournalError> {
         if let Some(why) = &self.poisoned {
             return Err(JournalError::Poisoned(why.clone()));
@@ -439,10 +445,10 @@ impl Core {
 
     /// Encode the events as consecutive frames into `buf`, returning where each frame ends.
     /// Either all of them fit the payload cap or `buf` holds nothing to write.
-    fn frame_events(
+    fn frame_events<E: Vocabulary>(
         &mut self,
         actor: &Actor,
-        events: &[Event],
+        events: &[E],
         first_seq: u64,
         mut chain: Chain,
     ) -> Result<(Vec<usize>, Vec<Committed>, Chain), JournalError> {
@@ -543,7 +549,7 @@ impl Core {
     }
 }
 
-impl Drop for Writer {
+impl<E: Vocabulary> Drop for JournalWriter<E> {
     /// Record where the journal ends, for the next writer's open (§7.2). Best effort: a
     /// checkpoint that is missing or stale only makes that open check more.
     fn drop(&mut self) {
@@ -612,7 +618,7 @@ fn create_segment(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::pool::WorkerLaunched;
+    use crate::event::pool::WorkerLaunched;
 
     fn event(i: u32) -> Event {
         Event::WorkerLaunched(WorkerLaunched {
@@ -668,7 +674,7 @@ mod tests {
         // 12 events of ~900 KB: ~10.8 MB in one request, more than one 8 MiB write holds.
         let big: Vec<Event> = (0..12)
             .map(|i| {
-                Event::PoolDetached(crate::state::pool::PoolDetached {
+                Event::PoolDetached(crate::event::pool::PoolDetached {
                     pool: format!("{i}{}", "x".repeat(900_000)),
                 })
             })
@@ -706,7 +712,7 @@ mod tests {
     fn an_oversized_event_refuses_its_whole_append_and_writes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
-        let huge = Event::PoolDetached(crate::state::pool::PoolDetached {
+        let huge = Event::PoolDetached(crate::event::pool::PoolDetached {
             pool: "x".repeat(frame::MAX_PAYLOAD),
         });
         let seg = dir.path().join(segment::file_name(1));

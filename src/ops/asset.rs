@@ -21,6 +21,7 @@ use uuid::Uuid;
 
 use super::context::Ctx;
 use super::error::OpError;
+use crate::event::asset::*;
 use crate::event::{Event, Sha256Digest};
 use crate::failpoint;
 use crate::journal::JournalError;

@@ -88,7 +88,7 @@ pub fn audit(state_dir: &Path) -> Result<AuditReport, JournalError> {
         }
         rules = Some(auditor.finish());
         if reducers.error.is_none() {
-            snapshot = Some(match journal::load(&journal_dir) {
+            snapshot = Some(match journal::load::<State>(&journal_dir) {
                 Ok(loaded) => SnapshotCheck {
                     seq: loaded.snapshot_seq,
                     rejected: loaded.snapshot_rejected,

@@ -25,7 +25,7 @@ impl<S: Scheduler> Ctx<S> {
     }
 
     /// Take the journal's writer lock (creating the journal if needed) and load state.
-    pub fn lock_and_load(&self) -> Result<(Writer, Loaded), OpError> {
+    pub fn lock_and_load(&self) -> Result<(Writer, Loaded<State>), OpError> {
         crate::statedir::prepare(&self.state_dir)?;
         let writer = Writer::open(&self.journal_dir(), Options::default())?;
         // Whatever the command, the temporary files of asset adds that were killed go.
@@ -40,7 +40,7 @@ impl<S: Scheduler> Ctx<S> {
     }
 
     /// Load state without the lock (read-only commands).
-    pub fn load(&self) -> Result<Loaded, OpError> {
+    pub fn load(&self) -> Result<Loaded<State>, OpError> {
         crate::statedir::check(&self.state_dir)?;
         Ok(journal::load(&self.journal_dir())?)
     }
@@ -56,7 +56,7 @@ impl<S: Scheduler> Ctx<S> {
 
 /// Write a snapshot if one is due. Optional work: a failure is a warning, never an error.
 pub fn snapshot_quietly(journal_dir: &Path) {
-    match journal::load(journal_dir) {
+    match journal::load::<State>(journal_dir) {
         Ok(loaded) => {
             if let Err(e) = journal::reader::snapshot_if_due(journal_dir, &loaded) {
                 tracing::warn!("snapshot not written (optional): {e}");

@@ -6,10 +6,10 @@ use serde::Serialize;
 
 use super::context::Ctx;
 use super::error::OpError;
+use crate::event::session::SessionKey;
 use crate::event::Event;
 use crate::policy::forget as policy;
 use crate::slurm::Scheduler;
-use crate::state::session::SessionKey;
 
 #[derive(Debug, Serialize)]
 pub struct SessionRef {

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::event::{Envelope, Event};
+use crate::event::{Envelope, Event, Vocabulary, WorkerEvent};
 use crate::journal::{self, JournalError, Status};
 use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
@@ -40,7 +40,7 @@ pub struct Entry {
 }
 
 impl Entry {
-    fn of(env: &Envelope) -> Entry {
+    fn of<E: Vocabulary>(env: &Envelope<E>) -> Entry {
         Entry {
             seq: env.seq,
             time: env.time.to_rfc3339(),
@@ -228,7 +228,7 @@ fn read_worker_journal(
         return Ok(None);
     }
     let mut events = Vec::new();
-    let (status, head, damage) = match journal::replay(dir, None, |env| {
+    let (status, head, damage) = match journal::reader::replay_of::<WorkerEvent>(dir, None, |env| {
         if until.is_none_or(|t| env.time <= t) {
             keep(&mut events, Entry::of(&env));
         }

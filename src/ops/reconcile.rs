@@ -13,6 +13,8 @@ use super::pool::{
     active_worker, ingest_worker_journal, locked, process_alive, reconcile_creation,
     release_proven, step_name, CreationReconciled,
 };
+use crate::event::jobs::{JobSubmitFailed, JobSubmitted, JobTerminal};
+use crate::event::pool::{PoolAllocationEnded, WorkerLaunchFailed, WorkerStepObserved};
 use crate::event::Event;
 use crate::event::Micros;
 use crate::failpoint;
@@ -23,10 +25,8 @@ use crate::policy::reconcile::{
 use crate::slurm::{
     AcctQuery, AcctRow, Answer, JobId, JobName, JobQuery, JobRow, Lookup, Scheduler,
 };
-use crate::state::jobs::{JobSubmitFailed, JobSubmitted, JobTerminal, JobWorker};
-use crate::state::pool::{
-    Pool, PoolAllocationEnded, Worker, WorkerLaunchFailed, WorkerStepObserved,
-};
+use crate::state::jobs::JobWorker;
+use crate::state::pool::{Pool, Worker};
 use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
 use crate::worker::report;
@@ -124,7 +124,7 @@ pub async fn reconcile<S: Scheduler>(
 /// The state as a first look sees it. Decided from it with the lock released while Slurm
 /// answers (issue 11); each append takes the lock and checks first that what it is about is
 /// still as it was seen.
-fn first_look<S: Scheduler>(ctx: &Ctx<S>) -> Result<crate::journal::Loaded, OpError> {
+fn first_look<S: Scheduler>(ctx: &Ctx<S>) -> Result<crate::journal::Loaded<State>, OpError> {
     let (writer, loaded) = ctx.lock_and_load()?;
     drop(writer);
     Ok(loaded)

@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use super::error::OpError;
+use crate::event::WorkerEvent;
 use crate::journal::{self, JournalError};
 use crate::policy::report::{AuditInput, Builder, Report, Selector, Subject};
 use crate::worker::dirs::WorkerDirs;
@@ -45,7 +46,7 @@ pub fn report(state_dir: &Path, subject: Subject) -> Result<Report, OpError> {
             continue;
         }
         // Up to its first damage (or an event that does not decode): what it says until then.
-        let read = journal::replay(&own, None, |env| {
+        let read = journal::reader::replay_of::<WorkerEvent>(&own, None, |env| {
             builder.offer_worker(id, &name, &env);
             Ok(())
         });

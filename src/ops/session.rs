@@ -21,13 +21,14 @@ use std::time::Duration;
 use fs2::FileExt;
 
 use crate::config::{sanitize_token, Config, ConfigError, Target};
+use crate::event::session::SessionAdopted;
+use crate::event::session::SessionKey;
 use crate::event::Event;
 use crate::journal::{self, Committed, JournalError, Options, Writer};
 use crate::policy::session::absence::{self, Absence};
 use crate::policy::session::{listing_of, plan_adoption, Adoption, Listing, Passed, Pins, Seen};
 use crate::slurm::{AcctQuery, JobId, JobName, JobQuery, Scheduler};
-use crate::state::session::SessionAdopted;
-use crate::state::session::{Session, SessionKey};
+use crate::state::session::Session;
 use crate::state::State;
 use crate::statedir::StateDirError;
 

@@ -5,11 +5,11 @@ use std::path::Path;
 use uuid::Uuid;
 
 use super::error::OpError;
+use crate::event::asset::{AssetRecord, WorkerAssetsBound};
 use crate::event::Event;
 use crate::names::check_path_name;
 use crate::policy::pool::Budgets;
 use crate::slurm::MemoryMb;
-use crate::state::asset::{AssetRecord, WorkerAssetsBound};
 use crate::state::State;
 
 #[derive(Clone, Debug)]

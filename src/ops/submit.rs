@@ -15,6 +15,7 @@ use super::context::{
 use super::error::OpError;
 use super::spec::{Bound, WorkerSpec};
 use crate::config::Target;
+use crate::event::jobs::*;
 use crate::event::Event;
 use crate::failpoint;
 use crate::policy::pool::Refusal;

@@ -13,6 +13,7 @@ use uuid::Uuid;
 use super::context::Ctx;
 use super::error::OpError;
 use super::inspect::{self, InspectReport};
+use crate::event::trial::*;
 use crate::event::Event;
 use crate::journal;
 use crate::names::check_path_name;
@@ -197,7 +198,7 @@ pub fn judge<S: Scheduler>(
 
 /// Every trial, in name order (offline). No journal yet means no trials.
 pub fn list(state_dir: &Path) -> Result<Vec<TrialView>, OpError> {
-    let loaded = match journal::load(&crate::statedir::journal_dir(state_dir)) {
+    let loaded = match journal::load::<State>(&crate::statedir::journal_dir(state_dir)) {
         Ok(l) => l,
         Err(crate::journal::JournalError::Missing(_)) => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),

@@ -1,6 +1,7 @@
 //! Decisions about assets: may a name be bound, may a worker use an asset. Pure.
 
-use crate::state::asset::{Asset, AssetKind, AssetRecord, AssetState, Assets, ASSETS_KEPT};
+use crate::event::asset::{AssetKind, AssetRecord};
+use crate::state::asset::{Asset, AssetState, Assets, ASSETS_KEPT};
 
 /// Why an asset operation is refused (exit 3). Each says what to do next.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -151,6 +152,7 @@ pub fn check_use<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::asset::*;
     use crate::event::{Micros, Sha256Digest};
     use crate::state::asset::*;
 

@@ -25,9 +25,9 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 use uuid::Uuid;
 
+use crate::event::pool::{PoolCreateFailed, PoolCreateJob, PoolOwned};
+use crate::event::session::{SessionJobSubmitted, SessionSubmitFailed};
 use crate::event::{Envelope, Event};
-use crate::state::pool::{PoolCreateFailed, PoolCreateJob, PoolOwned};
-use crate::state::session::{SessionJobSubmitted, SessionSubmitFailed};
 
 /// Violations kept in full; beyond this only the count grows.
 pub const MAX_VIOLATIONS_KEPT: usize = 1000;
@@ -391,8 +391,8 @@ impl Auditor {
         }
     }
 
-    fn judged(&mut self, env: &Envelope, e: &crate::state::trial::TrialJudged) {
-        use crate::state::trial::Verdict;
+    fn judged(&mut self, env: &Envelope, e: &crate::event::trial::TrialJudged) {
+        use crate::event::trial::Verdict;
         match self.trials.get(&e.trial).copied() {
             None => {
                 self.flag(
@@ -457,7 +457,8 @@ impl Auditor {
 mod tests {
     use super::*;
     use crate::event::Micros;
-    use crate::state::pool::*;
+
+    use crate::event::pool::*;
 
     fn run(events: Vec<Event>) -> Findings {
         let mut a = Auditor::default();
@@ -630,7 +631,8 @@ mod tests {
     #[test]
     fn trial_rules_are_caught() {
         use crate::event::Sha256Digest;
-        use crate::state::trial::*;
+
+        use crate::event::trial::*;
         let open = |t: &str| {
             Event::TrialOpened(TrialOpened {
                 trial: t.into(),
@@ -703,7 +705,7 @@ mod tests {
 
     #[test]
     fn a_forgotten_worker_is_an_override_released_once_never_proof() {
-        use crate::state::overrides::WorkerForgotten;
+        use crate::event::overrides::WorkerForgotten;
         let forgot = || {
             Event::WorkerForgotten(WorkerForgotten {
                 submission_id: Uuid::from_u128(1),

@@ -2,8 +2,8 @@
 //! records. Pure. Forgetting is for what no proof can settle any more (the controller lost its
 //! accounting, the cluster was rebuilt); it is recorded as a decision, never as proof.
 
-use crate::state::overrides::{SessionForgotten, WorkerForgotten};
-use crate::state::session::SessionKey;
+use crate::event::overrides::{SessionForgotten, WorkerForgotten};
+use crate::event::session::SessionKey;
 use crate::state::State;
 
 /// The longest reason kept (as a trial's note).
@@ -142,8 +142,8 @@ pub fn session_job(f: &SessionForgotten) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::jobs::{JobSubmitIntent, JobSubmitted};
     use crate::event::{test_envelope, Event};
-    use crate::state::jobs::{JobSubmitIntent, JobSubmitted};
     use uuid::Uuid;
 
     fn job_intent(id: u128, worker: &str) -> Event {

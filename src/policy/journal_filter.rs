@@ -102,7 +102,8 @@ pub fn known_kind(name: &str) -> Result<String, String> {
 mod tests {
     use super::*;
     use crate::event::test_envelope;
-    use crate::state::pool::*;
+
+    use crate::event::pool::*;
     use uuid::Uuid;
 
     fn history() -> Vec<Envelope> {

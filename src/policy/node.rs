@@ -3,7 +3,7 @@
 //! what does cleanup remove, and may a worker journal still be trusted. The supervisor
 //! (`worker::supervisor`) gathers the observations; nothing here touches a file.
 
-use crate::worker::events::{CheckoutPrepared, DirCheck};
+use crate::event::worker::{CheckoutPrepared, DirCheck};
 
 /// Free space every filesystem holding a worker directory must keep beyond what the worker is
 /// known to need: room for the payload's first writes, logs and the publication's temp files.

@@ -1,8 +1,9 @@
 //! Placement and lifetime decisions for pools: may this allocation be attached, may this worker
 //! be submitted, when must a worker start shutting down.
 
+use crate::event::pool::Allocation;
 use crate::event::Micros;
-use crate::state::pool::{Allocation, Pool, Pools};
+use crate::state::pool::{Pool, Pools};
 
 /// Publication timeout bounds (CLI.md): whole seconds.
 pub const PUBLICATION_TIMEOUT_MIN_S: u32 = 1;
@@ -482,7 +483,7 @@ mod tests {
             check_attach(&pools, "p", &facts(), "ana", Micros::from_secs(NOW)).unwrap();
         pools.attach(
             Micros::from_secs(NOW),
-            &crate::state::pool::PoolAttached {
+            &crate::event::pool::PoolAttached {
                 pool: "p".into(),
                 allocation,
             },

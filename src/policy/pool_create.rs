@@ -99,10 +99,10 @@ pub fn seen_by_id(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::pool::{PoolAttached, PoolCreateIntent, PoolOwned};
     use crate::event::Micros;
     use crate::slurm::squeue::parse_jobs;
     use crate::slurm::{Answer, GoneProof, SlurmCommand};
-    use crate::state::pool::{PoolAttached, PoolCreateIntent, PoolOwned};
     use uuid::Uuid;
 
     fn intent(pool: &str) -> PoolCreateIntent {
@@ -122,7 +122,7 @@ mod tests {
     }
 
     fn attached(pools: &mut Pools, pool: &str, job_id: u64) {
-        let allocation = crate::state::pool::Allocation {
+        let allocation = crate::event::pool::Allocation {
             job_id,
             node: "vm".into(),
             user: "ana".into(),

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::event::{Envelope, Event, Micros};
+use crate::event::{Envelope, Event, Micros, Vocabulary, WorkerEnvelope, WorkerEvent};
 use crate::state::State;
 
 /// Submissions a report covers at most (a pool's whole history, say).
@@ -294,8 +294,8 @@ struct Track {
     allocation_end: Option<Micros>,
     deadline: Option<(Micros, &'static str)>,
     published: bool,
-    ingested: Option<crate::state::pool::WorkerReportIngested>,
-    at_verdict: Option<crate::state::pool::WorkerReportIngested>,
+    ingested: Option<crate::event::pool::WorkerReportIngested>,
+    at_verdict: Option<crate::event::pool::WorkerReportIngested>,
 }
 
 /// Pass 2: fold the journal, keeping what the page shows.
@@ -311,7 +311,7 @@ pub struct Builder {
     events_dropped: u64,
     about: HashSet<u64>,
     verdict: Option<VerdictInfo>,
-    recorded: Option<Vec<crate::state::trial::TrialEvidence>>,
+    recorded: Option<Vec<crate::event::trial::TrialEvidence>>,
     first: Option<Micros>,
     last: Option<Micros>,
 }
@@ -326,7 +326,7 @@ fn mark(what: &'static str, source: &'static str, seq: u64, t: Micros) -> Mark {
     }
 }
 
-fn summary(event: &Event) -> String {
+fn summary(event: &impl Vocabulary) -> String {
     let text = event.body_json().to_string();
     if text.chars().count() <= SUMMARY_CHARS {
         return text;
@@ -383,7 +383,7 @@ impl Builder {
         }
     }
 
-    fn keep_event(&mut self, env: &Envelope, source: String) {
+    fn keep_event<E: Vocabulary>(&mut self, env: &Envelope<E>, source: String) {
         self.first = Some(self.first.map_or(env.time, |f| f.min(env.time)));
         self.last = Some(self.last.map_or(env.time, |l| l.max(env.time)));
         if self.events.len() >= MAX_EVENTS {
@@ -414,7 +414,7 @@ impl Builder {
     }
 
     /// The next coordinator event, in seq order.
-    pub fn offer(&mut self, env: &Envelope) -> Result<(), crate::state::ReduceError> {
+    pub fn offer(&mut self, env: &Envelope) -> Result<(), crate::event::ReduceError> {
         self.state.apply(env)?;
         let sid = submission_of(&env.event).filter(|id| self.wanted.contains(id));
         if sid.is_some() || self.concerns(env) {
@@ -528,21 +528,21 @@ impl Builder {
     }
 
     /// An event of worker `id`'s own journal (its seqs are that journal's).
-    pub fn offer_worker(&mut self, id: Uuid, name: &str, env: &Envelope) {
+    pub fn offer_worker(&mut self, id: Uuid, name: &str, env: &WorkerEnvelope) {
         if !self.wanted.contains(&id) {
             return;
         }
         self.keep_event(env, format!("worker:{name}"));
         let track = self.tracks.entry(id).or_default();
         let what = match &env.event {
-            Event::SupervisorStarted(e) => {
+            WorkerEvent::SupervisorStarted(e) => {
                 track.deadline = Some((e.deadline, "worker_journal"));
                 None
             }
-            Event::PayloadStarted(_) => Some("running"),
-            Event::ShutdownSignalled(_) => Some("stop_asked"),
-            Event::PayloadExited(_) => Some("exited"),
-            Event::Published(_) if !track.published => {
+            WorkerEvent::PayloadStarted(_) => Some("running"),
+            WorkerEvent::ShutdownSignalled(_) => Some("stop_asked"),
+            WorkerEvent::PayloadExited(_) => Some("exited"),
+            WorkerEvent::Published(_) if !track.published => {
                 track.published = true;
                 Some("published")
             }
@@ -762,9 +762,11 @@ impl Builder {
 mod tests {
     use super::*;
     use crate::event::{test_envelope, Sha256Digest};
-    use crate::state::pool::*;
-    use crate::state::trial::*;
-    use crate::worker::events::*;
+
+    use crate::event::pool::*;
+
+    use crate::event::trial::*;
+    use crate::event::worker::*;
 
     fn allocation() -> Allocation {
         Allocation {
@@ -851,7 +853,7 @@ mod tests {
             "w",
             &own(
                 1,
-                Event::SupervisorStarted(SupervisorStarted {
+                WorkerEvent::SupervisorStarted(SupervisorStarted {
                     submission_id: sid,
                     job_id: Some(9),
                     step_id: Some(0),
@@ -866,14 +868,14 @@ mod tests {
         b.offer_worker(
             sid,
             "w",
-            &own(2, Event::PayloadStarted(PayloadStarted { pid: 3 })),
+            &own(2, WorkerEvent::PayloadStarted(PayloadStarted { pid: 3 })),
         );
         b.offer_worker(
             sid,
             "w",
             &own(
                 3,
-                Event::Published(Published {
+                WorkerEvent::Published(Published {
                     dir: "/d".into(),
                     manifest_sha256: Sha256Digest([7; 32]),
                     files: 1,

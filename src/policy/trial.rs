@@ -1,7 +1,8 @@
 //! Trial rules, pure: who may open, join and judge a trial. A verdict is given once; `passed`
 //! needs every worker to have ended, completed, and published evidence that still verifies.
 
-use crate::state::trial::{Trial, TrialEvidence, Trials, Verdict, TRIALS_KEPT, WORKERS_PER_TRIAL};
+use crate::event::trial::{TrialEvidence, Verdict};
+use crate::state::trial::{Trial, Trials, TRIALS_KEPT, WORKERS_PER_TRIAL};
 use crate::state::ENDED;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -119,8 +120,9 @@ pub fn check_verdict(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::trial::{TrialOpened, TrialWorkerJoined};
     use crate::event::{Micros, Sha256Digest};
-    use crate::state::trial::{Judgement, TrialOpened, TrialWorkerJoined};
+    use crate::state::trial::Judgement;
     use uuid::Uuid;
 
     fn opened(name: &str) -> Trials {

@@ -2,7 +2,6 @@
 
 pub mod asset;
 pub mod jobs;
-pub mod overrides;
 pub mod pool;
 pub mod replay;
 pub mod session;
@@ -13,7 +12,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::event::{Envelope, Event, Micros, Recovered, FLAG_MUST_UNDERSTAND};
+use crate::event::{Envelope, Event, Micros, Recovered, ReduceError, FLAG_MUST_UNDERSTAND};
 
 /// The state shown for a worker the reduced state no longer holds: it can only have ended, since
 /// a pool is detached only once no worker holds budget and only finished workers are dropped.
@@ -39,15 +38,16 @@ pub struct State {
     pub trials: trial::Trials,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ReduceError {
-    #[error(
-        "event {seq} has kind {kind}, which this dispatch does not know and must understand; \
-         the journal was written by a newer dispatch: upgrade dispatch"
-    )]
-    MustUnderstand { seq: u64, kind: u16 },
-    #[error("event {seq} follows event {last}: events must be folded in seq order")]
-    OutOfOrder { seq: u64, last: u64 },
+/// The journal folds itself into a `State` (`journal::load`) and stores one in a snapshot
+/// without knowing what it holds.
+impl crate::journal::Fold for State {
+    fn events(&self) -> u64 {
+        self.events
+    }
+
+    fn fold(&mut self, env: &Envelope) -> Result<(), ReduceError> {
+        self.apply(env)
+    }
 }
 
 impl State {
@@ -142,26 +142,6 @@ impl State {
                 self.trials.forgotten(&e.submission_id);
             }
             Event::SessionForgotten(e) => self.sessions.forgotten(e),
-            // The worker's own journal: the coordinator reads these through `worker::report`.
-            Event::SupervisorStarted(_)
-            | Event::PayloadStarted(_)
-            | Event::ShutdownSignalled(_)
-            | Event::PayloadExited(_)
-            | Event::SupervisorPlan(_)
-            | Event::ReceivingChecks(_)
-            | Event::AssetChecked(_)
-            | Event::CheckoutPrepared(_)
-            | Event::PreflightRefused(_)
-            | Event::WritersQuiesced(_)
-            | Event::NativeStateHashed(_)
-            | Event::AppendOnlyLogsChecked(_)
-            | Event::PublicationStarted(_)
-            | Event::Published(_)
-            | Event::PublicationTimedOut(_)
-            | Event::PublicationFailed(_)
-            | Event::CleanupStarted(_)
-            | Event::CleanedUp(_)
-            | Event::SupervisorFinished(_) => {}
             Event::Unknown { kind, flags, .. } => {
                 if flags & FLAG_MUST_UNDERSTAND != 0 {
                     return Err(ReduceError::MustUnderstand {
@@ -181,7 +161,9 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::pool::*;
+
+    use crate::event::pool::*;
+    use crate::event::trial::*;
     use crate::state::trial::*;
 
     /// A trial keeps its workers' names and pools, so their files stay findable after the

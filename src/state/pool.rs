@@ -9,223 +9,18 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::event::{Micros, Sha256Digest};
-use crate::state::asset::{AssetRecord, WorkerAssetsBound};
+use crate::event::asset::{AssetRecord, WorkerAssetsBound};
+use crate::event::pool::{
+    Allocation, PoolAllocationEnded, PoolAttached, PoolCreateFailed, PoolCreateIntent,
+    PoolCreateJob, PoolDetached, PoolOwned, PoolReleaseIntent, PoolReleased, WorkerExited,
+    WorkerJournalDamaged, WorkerLaunchFailed, WorkerLaunched, WorkerReportIngested,
+    WorkerStepObserved, WorkerStopIntent, WorkerSubmitIntent, WorkerTerminal,
+};
+use crate::event::Micros;
 
 /// How many finished workers a pool remembers; older ones are dropped from the reduced state
 /// (the journal keeps them all).
 pub const FINISHED_WORKERS_KEPT: usize = 256;
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Allocation {
-    pub job_id: u64,
-    pub node: String,
-    pub user: String,
-    /// The allocation's incarnation: a job id reused after a controller reset starts anew.
-    pub start_time: Micros,
-    pub end_time: Micros,
-    pub cpus: u32,
-    pub mem_mb: u64,
-    pub partition: String,
-    pub account: String,
-    pub qos: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PoolAttached {
-    pub pool: String,
-    pub allocation: Allocation,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PoolDetached {
-    pub pool: String,
-}
-
-/// The durable receipt of `pool submit`: from here on the worker holds budget.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerSubmitIntent {
-    pub pool: String,
-    pub worker: String,
-    pub submission_id: Uuid,
-    pub cpus: u32,
-    pub mem_mb: u64,
-    pub publication_timeout_s: u32,
-    pub command: Vec<String>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerLaunched {
-    pub submission_id: Uuid,
-    pub srun_pid: u32,
-}
-
-/// srun answered and said no: `definite` frees the budget. Without an answer the outcome is
-/// unknown and the budget stays held.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerLaunchFailed {
-    pub submission_id: Uuid,
-    pub definite: bool,
-    pub reason: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerStepObserved {
-    pub submission_id: Uuid,
-    pub step_id: u32,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerStopIntent {
-    pub submission_id: Uuid,
-    pub grace_s: u32,
-}
-
-/// How the payload ended, as the worker's supervisor recorded it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerExited {
-    pub submission_id: Uuid,
-    pub code: Option<i32>,
-    pub signal: Option<i32>,
-}
-
-/// Proof that the worker's step is over: the only event that releases its budget.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerTerminal {
-    pub submission_id: Uuid,
-    pub proof: String,
-}
-
-/// What the coordinator learned from a worker's own journal, and the point of that journal it
-/// learned it from (journal id, seq, chain), so a later rewrite of the journal is detected.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerReportIngested {
-    pub submission_id: Uuid,
-    pub journal_id: Uuid,
-    pub last_seq: u64,
-    pub head: Sha256Digest,
-    /// `passed` or `refused`; none before the supervisor got that far.
-    pub preflight: Option<String>,
-    /// `started`, `published`, `timed_out` or `failed`.
-    pub publication: Option<String>,
-    pub published_dir: Option<String>,
-    pub manifest_sha256: Option<Sha256Digest>,
-    /// `sealed`, `crash_class_partial` or `empty`.
-    pub state_class: Option<String>,
-    /// The supervisor's outcome, once it finished.
-    pub finished: Option<String>,
-}
-
-/// The pool's allocation is proven over (a terminal state, "Invalid job id"): no step can run
-/// in it again, and `pool status` shows it ended instead of counting down.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PoolAllocationEnded {
-    pub pool: String,
-    pub job_id: u64,
-    pub proof: String,
-}
-
-/// The coordinator is about to finish a cleanup the worker's supervisor could not (it was
-/// killed, or never started), after the worker's step was proven over. Same rules as the
-/// supervisor's (`policy::node::cleanup_plan`): runtime and cache go, the checkout only once
-/// its work is published.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerCleanupIntent {
-    pub submission_id: Uuid,
-    pub remove: Vec<String>,
-    pub keep: Vec<String>,
-    /// What the `STATE-CLASS` file will say.
-    pub state_class: String,
-    pub reason: String,
-}
-
-/// What the coordinator's cleanup did.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerCleanedUp {
-    pub submission_id: Uuid,
-    pub removed: Vec<String>,
-    pub kept: Vec<String>,
-    pub state_class: String,
-    pub errors: Vec<String>,
-}
-
-/// A worker's own journal is damaged or was rewritten: reported, and never trusted again.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerJournalDamaged {
-    pub submission_id: Uuid,
-    /// `corrupt`, `tampered` or `rewritten`.
-    pub status: String,
-    pub reason: String,
-}
-
-/// The durable receipt of `pool create`, before salloc runs: from here on an allocation named
-/// `job_name` may exist, and the next `pool create` of this pool, `pool release` or
-/// `reconcile` finds it by that name (or proves, after `salloc_limit_s` plus the settle margin,
-/// that none was made).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PoolCreateIntent {
-    pub pool: String,
-    pub creation_id: Uuid,
-    /// `<job_name_prefix>pool-<pool>-<first 8 hex digits of the creation id>`.
-    pub job_name: String,
-    /// The longest the salloc call can run (its `--immediate` wait, the driver's timeout and
-    /// kill grace).
-    pub salloc_limit_s: u32,
-    pub cpus: u32,
-    pub mem_mb: u64,
-    pub time_s: u64,
-    pub partition: Option<String>,
-    pub account: Option<String>,
-    pub qos: Option<String>,
-    pub nodelist: Option<String>,
-}
-
-/// The job a creation made: salloc's answer (`how` = `salloc`), the id salloc mentioned before
-/// it was cut off (`hint`), or found by its name (`name`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PoolCreateJob {
-    pub pool: String,
-    pub creation_id: Uuid,
-    pub job_id: u64,
-    pub how: String,
-}
-
-/// A creation that did not end in a pool. `definite`: no allocation of it exists or can appear
-/// (Slurm refused, it was proven never created, its job is proven over); the creation is then
-/// forgotten. Otherwise a job may exist and the creation stays, to be found by name.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PoolCreateFailed {
-    pub pool: String,
-    pub creation_id: Uuid,
-    pub definite: bool,
-    pub reason: String,
-}
-
-/// Written in the commit of the `PoolAttached` of a created pool: its allocation is
-/// dispatch's, to cancel with `pool release`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PoolOwned {
-    pub pool: String,
-    pub creation_id: Uuid,
-    pub job_id: u64,
-}
-
-/// `pool release` is about to cancel the pool's allocation (its workers are stopped or about
-/// to be released with the allocation's end). No worker is submitted to it from here on.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PoolReleaseIntent {
-    pub pool: String,
-    pub job_id: u64,
-}
-
-/// The created pool's allocation is proven gone and no worker holds budget: the pool is
-/// forgotten.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PoolReleased {
-    pub pool: String,
-    pub job_id: u64,
-    pub proof: String,
-}
 
 /// A `pool create` that has not ended in a pool or a definite failure: an allocation may exist.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -572,6 +367,7 @@ impl Pools {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::pool::*;
 
     fn intent(id: u128) -> PoolCreateIntent {
         PoolCreateIntent {

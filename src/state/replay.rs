@@ -10,7 +10,8 @@
 use chrono::NaiveDateTime;
 use serde::Serialize;
 
-use super::{ReduceError, State};
+use super::State;
+use crate::event::ReduceError;
 use crate::event::{Envelope, Micros};
 
 /// Where to cut the journal.

@@ -9,9 +9,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Instant;
 
-use super::events::CheckoutPrepared;
 use super::preflight::LocalAsset;
 use super::{files, git};
+use crate::event::worker::CheckoutPrepared;
 use crate::policy::node;
 
 /// How many entries the independence check looks at before it gives up (a repository with
@@ -121,8 +121,8 @@ pub fn prepare(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::asset::{AssetKind, AssetRecord};
     use crate::event::Sha256Digest;
-    use crate::state::asset::{AssetKind, AssetRecord};
     use std::time::Duration;
 
     fn git(dir: &Path, args: &[&str]) -> String {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::dirs::WorkerDirs;
-use super::events::CleanedUp;
+use crate::event::worker::CleanedUp;
 use crate::policy::node::{CleanupPlan, StateClass};
 
 /// Beside the native-state directory (never inside it: that would change the state): its

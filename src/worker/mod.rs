@@ -3,7 +3,6 @@
 pub mod checkout;
 pub mod cleanup;
 pub mod dirs;
-pub mod events;
 pub mod files;
 pub mod git;
 pub mod preflight;

@@ -12,10 +12,10 @@ use fs2::FileExt;
 use uuid::Uuid;
 
 use super::dirs::WorkerDirs;
-use super::events::{AssetChecked, ReceivingChecks};
 use super::files;
+use crate::event::asset::{AssetKind, AssetRecord};
+use crate::event::worker::{AssetChecked, ReceivingChecks};
 use crate::policy::node::{self, DirProbe, Need, OwnerSeen};
-use crate::state::asset::{AssetKind, AssetRecord};
 use crate::statedir::trust;
 
 /// The file in a worker's root that names its submission; its `flock` is held by the live

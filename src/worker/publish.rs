@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use super::dirs::WorkerDirs;
-use super::events::*;
 use super::files::{self, FileError};
 use super::git::{self, GitError};
-use crate::event::{Event, Sha256Digest};
+use crate::event::worker::*;
+use crate::event::{Sha256Digest, WorkerEvent};
 use crate::failpoint;
-use crate::journal::{JournalError, Writer};
+use crate::journal::{JournalError, JournalWriter};
 use crate::policy::manifest::{Entry, Manifest, MANIFEST_NAME};
 
 /// The most files one publication copies.
@@ -284,7 +284,10 @@ impl Staging {
 }
 
 /// Publish, recording the start and the outcome in the worker journal.
-pub fn publish(req: &Request<'_>, journal: &Writer) -> Result<Outcome, JournalError> {
+pub fn publish(
+    req: &Request<'_>,
+    journal: &JournalWriter<WorkerEvent>,
+) -> Result<Outcome, JournalError> {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(u64::from(req.timeout_s));
     let name = published_name(req.worker, req.submission_id);
@@ -294,7 +297,7 @@ pub fn publish(req: &Request<'_>, journal: &Writer) -> Result<Outcome, JournalEr
         temp_prefix(req.worker, req.submission_id),
         std::process::id()
     ));
-    journal.append_one(Event::PublicationStarted(PublicationStarted {
+    journal.append_one(WorkerEvent::PublicationStarted(PublicationStarted {
         dir: dir.display().to_string(),
         temp_dir: temp.display().to_string(),
         timeout_s: req.timeout_s,
@@ -366,9 +369,9 @@ pub fn publish(req: &Request<'_>, journal: &Writer) -> Result<Outcome, JournalEr
         }
     };
     journal.append_one(match &outcome {
-        Outcome::Published(p) => Event::Published(p.clone()),
-        Outcome::TimedOut(t) => Event::PublicationTimedOut(t.clone()),
-        Outcome::Failed(f) => Event::PublicationFailed(f.clone()),
+        Outcome::Published(p) => WorkerEvent::Published(p.clone()),
+        Outcome::TimedOut(t) => WorkerEvent::PublicationTimedOut(t.clone()),
+        Outcome::Failed(f) => WorkerEvent::PublicationFailed(f.clone()),
     })?;
     Ok(outcome)
 }

@@ -4,10 +4,10 @@
 
 use std::path::Path;
 
-use super::events::*;
-use crate::event::{self, Event, Sha256Digest};
+use crate::event::pool::WorkerReportIngested;
+use crate::event::worker::*;
+use crate::event::{self, Sha256Digest, WorkerEvent};
 use crate::journal::{self, JournalError, Status};
-use crate::state::pool::WorkerReportIngested;
 
 /// How many entries of a repeated kind a report keeps (a supervisor writes a handful).
 const KEPT: usize = 16;
@@ -67,27 +67,29 @@ fn push_kept<T>(v: &mut Vec<T>, x: T) {
 }
 
 impl WorkerReport {
-    fn fold(&mut self, e: Event) {
+    fn fold(&mut self, e: WorkerEvent) {
         match e {
-            Event::SupervisorStarted(s) => self.started = Some(s),
-            Event::PayloadStarted(p) => self.payload_pid = Some(p.pid),
-            Event::ShutdownSignalled(s) => push_kept(&mut self.signals, s),
-            Event::PayloadExited(e) => self.exited = Some(e),
-            Event::SupervisorPlan(p) => self.plan = Some(p),
-            Event::ReceivingChecks(c) => self.checks = Some(c),
-            Event::AssetChecked(a) => push_kept(&mut self.asset_checks, a),
-            Event::CheckoutPrepared(c) => self.checkout = Some(c),
-            Event::PreflightRefused(r) => self.refused = Some(r),
-            Event::WritersQuiesced(q) => self.quiesced = Some(q),
-            Event::NativeStateHashed(h) => self.native_state = Some(h),
-            Event::AppendOnlyLogsChecked(l) => self.logs = Some(l),
-            Event::PublicationStarted(p) => self.publication = Some(Publication::Started(p)),
-            Event::Published(p) => self.publication = Some(Publication::Published(p)),
-            Event::PublicationTimedOut(t) => self.publication = Some(Publication::TimedOut(t)),
-            Event::PublicationFailed(f) => self.publication = Some(Publication::Failed(f)),
-            Event::CleanupStarted(c) => self.cleanup_started = Some(c),
-            Event::CleanedUp(c) => self.cleaned = Some(c),
-            Event::SupervisorFinished(f) => self.finished = Some(f),
+            WorkerEvent::SupervisorStarted(s) => self.started = Some(s),
+            WorkerEvent::PayloadStarted(p) => self.payload_pid = Some(p.pid),
+            WorkerEvent::ShutdownSignalled(s) => push_kept(&mut self.signals, s),
+            WorkerEvent::PayloadExited(e) => self.exited = Some(e),
+            WorkerEvent::SupervisorPlan(p) => self.plan = Some(p),
+            WorkerEvent::ReceivingChecks(c) => self.checks = Some(c),
+            WorkerEvent::AssetChecked(a) => push_kept(&mut self.asset_checks, a),
+            WorkerEvent::CheckoutPrepared(c) => self.checkout = Some(c),
+            WorkerEvent::PreflightRefused(r) => self.refused = Some(r),
+            WorkerEvent::WritersQuiesced(q) => self.quiesced = Some(q),
+            WorkerEvent::NativeStateHashed(h) => self.native_state = Some(h),
+            WorkerEvent::AppendOnlyLogsChecked(l) => self.logs = Some(l),
+            WorkerEvent::PublicationStarted(p) => self.publication = Some(Publication::Started(p)),
+            WorkerEvent::Published(p) => self.publication = Some(Publication::Published(p)),
+            WorkerEvent::PublicationTimedOut(t) => {
+                self.publication = Some(Publication::TimedOut(t))
+            }
+            WorkerEvent::PublicationFailed(f) => self.publication = Some(Publication::Failed(f)),
+            WorkerEvent::CleanupStarted(c) => self.cleanup_started = Some(c),
+            WorkerEvent::CleanedUp(c) => self.cleaned = Some(c),
+            WorkerEvent::SupervisorFinished(f) => self.finished = Some(f),
             _ => {}
         }
     }
@@ -150,7 +152,7 @@ pub fn read_anchored(
         if Some(f.seq) == anchor {
             r.chain_at_anchor = Some(f.chain_value());
         }
-        match event::decode_payload(f.seq, f.kind, f.flags, f.payload) {
+        match event::decode_payload_of::<WorkerEvent>(f.seq, f.kind, f.flags, f.payload) {
             Ok(env) => {
                 r.fold(env.event);
                 true

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use super::events::*;
 use super::files::{self, FileError};
+use crate::event::worker::*;
 use crate::event::Sha256Digest;
 use crate::policy::node::{self, HOLDERS_LISTED, LOGS_LISTED, NATIVE_FILES_LISTED};
 

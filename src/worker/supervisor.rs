@@ -16,15 +16,19 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use super::dirs::WorkerDirs;
-use super::events::*;
 use super::preflight::{self, LocalAsset, OwnerLock};
 use super::{checkout, cleanup, publish, settle};
-use crate::event::{Event, Micros};
+use crate::event::asset::{AssetKind, AssetRecord};
+use crate::event::worker::*;
+use crate::event::{Micros, WorkerEvent};
 use crate::failpoint;
-use crate::journal::{JournalError, Options, Writer};
+use crate::journal::{JournalError, Options};
+
+// Everything the supervisor journals goes to the worker's own journal.
+type Event = WorkerEvent;
+type Writer = crate::journal::JournalWriter<WorkerEvent>;
 use crate::policy::node::{self, AfterPayload, StateClass};
 use crate::policy::pool::Budgets;
-use crate::state::asset::{AssetKind, AssetRecord};
 
 /// How often the supervisor looks at the payload and the clock: a payload's end is seen at
 /// most this late (it was 50 ms: 25 ms on average added to every worker, issue 14).

@@ -5,15 +5,15 @@
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use dispatch::event::pool::{
+    Allocation, PoolAttached, WorkerExited, WorkerLaunched, WorkerStepObserved, WorkerStopIntent,
+    WorkerSubmitIntent, WorkerTerminal,
+};
 use dispatch::event::{Event, Micros};
 use dispatch::journal::frame;
 use dispatch::journal::scan::{self, Scan};
 use dispatch::journal::segment::{self, SEGMENT_HEADER_LEN};
 use dispatch::journal::{Options, Writer};
-use dispatch::state::pool::{
-    Allocation, PoolAttached, WorkerExited, WorkerLaunched, WorkerStepObserved, WorkerStopIntent,
-    WorkerSubmitIntent, WorkerTerminal,
-};
 use uuid::Uuid;
 
 pub fn allocation(job_id: u64) -> Allocation {

@@ -3,9 +3,9 @@
 //! `tests/pool_properties.rs` and `tests/replay_properties.rs`.
 #![allow(dead_code)]
 
+use dispatch::event::pool::*;
 use dispatch::event::{Actor, Envelope, Event, Micros};
 use dispatch::policy::pool::{self, AllocationFacts, Budgets, Nodes, WorkerAsk};
-use dispatch::state::pool::*;
 use dispatch::state::State;
 use quickcheck::{Arbitrary, Gen};
 use uuid::Uuid;

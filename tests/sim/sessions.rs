@@ -28,12 +28,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dispatch::config::Config;
+use dispatch::event::session::SessionKey;
 use dispatch::ops::session::renew::RenewSettings;
 use dispatch::ops::session::{attach, launch, release, renew, Env, SessionError, Waits};
 use dispatch::policy::audit::Auditor;
 use dispatch::policy::session::renew::Backoff;
 use dispatch::slurm::JobId;
-use dispatch::state::session::SessionKey;
 use dispatch::state::State;
 
 use super::{Phase, Rng, SimJob, SimSlurm, World};

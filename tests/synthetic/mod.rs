@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
+use dispatch::event::pool::*;
 use dispatch::event::{Event, Micros};
 use dispatch::journal::{Options, Writer};
-use dispatch::state::pool::*;
 use uuid::Uuid;
 
 pub const JOB: u64 = 900;

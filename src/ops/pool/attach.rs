@@ -3,13 +3,13 @@
 use serde::Serialize;
 
 use super::{locked, read_facts};
+use crate::event::pool::*;
 use crate::event::{Event, Micros};
 use crate::names::check_path_name;
 use crate::ops::context::Ctx;
 use crate::ops::error::OpError;
 use crate::policy::pool::{self as policy};
 use crate::slurm::{JobId, Scheduler};
-use crate::state::pool::*;
 
 #[derive(Debug, Serialize)]
 pub struct AttachReport {

@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::attach::AllocationView;
 use super::{locked, read_facts};
+use crate::event::pool::*;
 use crate::event::{Event, Micros};
 use crate::failpoint;
 use crate::names::check_path_name;

@@ -5,6 +5,7 @@ use std::path::Path;
 use uuid::Uuid;
 
 use super::published_dir;
+use crate::event::pool::*;
 use crate::event::Event;
 use crate::journal::{JournalError, Writer};
 use crate::ops::error::OpError;

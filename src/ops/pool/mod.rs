@@ -42,6 +42,7 @@ use std::path::Path;
 
 use uuid::Uuid;
 
+use crate::event::pool::*;
 use crate::event::Event;
 use crate::ops::context::Ctx;
 use crate::ops::error::OpError;

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::create::{find_by_name, job_over, Found, Progress};
 use super::{job_id, locked, stop_worker};
+use crate::event::pool::*;
 use crate::event::Event;
 use crate::failpoint;
 use crate::names::check_path_name;

@@ -21,12 +21,13 @@ use uuid::Uuid;
 
 use super::queue::Ticket;
 use super::{job_id, release_proven};
+use crate::event::pool::Allocation;
 use crate::ops::context::Ctx;
 use crate::ops::error::OpError;
 use crate::policy::pool::{self as policy, AllocationFacts, Refusal, WorkerAsk};
 use crate::policy::reconcile as reconcile_policy;
 use crate::slurm::{JobQuery, Scheduler};
-use crate::state::pool::{Allocation, Pool};
+use crate::state::pool::Pool;
 use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
 use crate::worker::report;

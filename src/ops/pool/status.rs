@@ -5,6 +5,7 @@ use std::path::Path;
 use serde::Serialize;
 use uuid::Uuid;
 
+use crate::event::pool::*;
 use crate::event::Micros;
 use crate::journal::JournalError;
 use crate::ops::error::OpError;

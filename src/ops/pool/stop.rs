@@ -11,6 +11,7 @@ use super::{
     active_worker, ingest_worker_journal, job_id, locked, numbered_step_named, step_name,
     sweep_publication,
 };
+use crate::event::pool::*;
 use crate::event::Event;
 use crate::failpoint;
 use crate::ops::context::{

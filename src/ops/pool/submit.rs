@@ -12,6 +12,7 @@ use super::{
     active_worker, job_id, locked, numbered_step_named, published_dir, read_facts, record,
     step_name,
 };
+use crate::event::pool::*;
 use crate::event::{Event, Micros};
 use crate::failpoint;
 use crate::names::check_path_name;

@@ -10,13 +10,13 @@
 //! an older one.
 
 use super::{command_for, session, Book, Env, Resolved, SessionError, TokenLock};
+use crate::event::session::{SessionAdopted, SessionHoldDecided, SessionHoldSettled};
 use crate::event::Event;
 use crate::failpoint;
 use crate::policy::session::{
     arbitrate, is_held, listing_of, probe_of, running_node, Arbitration, Listing, Probe,
 };
 use crate::slurm::{Answer, JobId, JobQuery, JobRow, JobState, ScancelSaid, Scheduler};
-use crate::state::session::{SessionAdopted, SessionHoldDecided, SessionHoldSettled};
 
 /// The job a session keeps after its held job was settled.
 #[derive(Debug)]

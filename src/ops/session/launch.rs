@@ -10,6 +10,10 @@ use super::{
     adopt_by_name, command_for, hold, script, session, token_clash, vouch_absence, Book, Env,
     Fallback, Resolved, SessionError, TokenLock, MAX_SESSIONS,
 };
+use crate::event::session::{
+    SessionCleared, SessionJobSubmitted, SessionLaunchIntent, SessionNodeResolved,
+    SessionSubmitFailed,
+};
 use crate::event::Event;
 use crate::event::Micros;
 use crate::failpoint;
@@ -17,10 +21,6 @@ use crate::policy::session::{in_flight_wait, is_ending, poll_of, probe_of, Poll,
 use crate::slurm::{
     AcctQuery, ActionError, AllocRequest, BatchPayload, BatchRequest, JobId, JobQuery, JobState,
     MemoryMb, Placement, Refusal, Scheduler, SlurmDuration,
-};
-use crate::state::session::{
-    SessionCleared, SessionJobSubmitted, SessionLaunchIntent, SessionNodeResolved,
-    SessionSubmitFailed,
 };
 
 /// How often a wait for a job to run says it is still waiting.

@@ -10,14 +10,14 @@ use super::{
     adopt_or_vouch, command_for, name_probe, session, vouch_absence, Book, Env, Fallback, Resolved,
     SessionError, TokenLock,
 };
+use crate::event::session::{
+    SessionAdopted, SessionCancelFailed, SessionCancelIntent, SessionCleared, SessionDetached,
+    SessionKey, SessionReleased, SessionSubmitFailed,
+};
 use crate::event::Event;
 use crate::failpoint;
 use crate::policy::session::{probe_of, Probe, Seen};
 use crate::slurm::{ActionError, JobId, JobQuery, Scheduler};
-use crate::state::session::{
-    SessionAdopted, SessionCancelFailed, SessionCancelIntent, SessionCleared, SessionDetached,
-    SessionKey, SessionReleased, SessionSubmitFailed,
-};
 use crate::state::State;
 
 /// What a release would do, for the prompt.

@@ -241,7 +241,7 @@ pub async fn renew<S: Scheduler>(
 /// The error of a renew whose job is gone and whose relaunch failed with `e`: a failure
 /// (exit 1) when the relaunch definitely made nothing, else an unknown outcome (exit 4).
 fn lost_and_not_relaunched(
-    key: &crate::state::session::SessionKey,
+    key: &crate::event::session::SessionKey,
     job: JobId,
     e: &SessionError,
 ) -> SessionError {
@@ -264,7 +264,7 @@ fn lost_and_not_relaunched(
 async fn cancel_old<S: Scheduler>(
     env: &Env<'_, S>,
     token: &str,
-    key: &crate::state::session::SessionKey,
+    key: &crate::event::session::SessionKey,
     job: JobId,
 ) -> Result<(), SessionError> {
     let _lock = TokenLock::take(env.state_dir, token)?;

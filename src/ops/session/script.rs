@@ -4,8 +4,8 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use crate::event::session::SessionKey;
 use crate::journal::JournalError;
-use crate::state::session::SessionKey;
 
 /// One shell word that the shell reads back as exactly `s`.
 pub fn shell_quote(s: &str) -> String {

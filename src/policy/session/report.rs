@@ -7,8 +7,9 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 use super::{match_target, Listing, Pins, Placed};
+use crate::event::session::SessionKey;
 use crate::slurm::{JobId, JobRow};
-use crate::state::session::{SessionKey, Sessions};
+use crate::state::session::Sessions;
 
 pub const FLAG_ORPHAN: &str = "no session record";
 pub const FLAG_NOT_PLAIN: &str = "not a plain job id (never adopted)";
@@ -207,9 +208,9 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::session::SessionAdopted;
     use crate::event::Micros;
     use crate::slurm::squeue::parse_jobs;
-    use crate::state::session::SessionAdopted;
 
     const HTC: Pins<'static> = Pins {
         partition: Some("savio4_htc"),

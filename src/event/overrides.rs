@@ -6,8 +6,8 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::event::session::SessionKey;
 use crate::slurm::JobId;
-use crate::state::session::SessionKey;
 
 /// A pool or `dispatch submit` worker given up: its budget is released without proof.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

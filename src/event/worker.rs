@@ -55,7 +55,7 @@ pub struct SupervisorPlan {
     pub dirs: Vec<NamedPath>,
     /// Where the workspace and evidence are published (`…/published`), if anywhere.
     pub publish_dir: Option<String>,
-    pub assets: Vec<crate::state::asset::AssetRecord>,
+    pub assets: Vec<crate::event::asset::AssetRecord>,
     pub publication_timeout_s: u32,
     pub native_state_s: u32,
     pub cleanup_s: u32,
@@ -88,7 +88,7 @@ pub struct ReceivingChecks {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AssetChecked {
     pub name: String,
-    pub kind: crate::state::asset::AssetKind,
+    pub kind: crate::event::asset::AssetKind,
     pub expected: Sha256Digest,
     pub observed: Option<Sha256Digest>,
     pub ok: bool,

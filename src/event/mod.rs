@@ -12,143 +12,32 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+pub mod asset;
+pub mod host;
+pub mod jobs;
+pub mod overrides;
+pub mod pool;
+pub mod session;
+pub mod trial;
+pub mod worker;
+
+pub use host::{current_host, current_user, Actor, Micros};
+
 /// Frame flag: a reader that does not know this kind must not reduce state past it.
 pub const FLAG_MUST_UNDERSTAND: u16 = 0x0001;
 
-thread_local! {
-    static PINNED_CLOCK: std::cell::Cell<Option<i64>> = const { std::cell::Cell::new(None) };
-}
-
-/// Microseconds since the Unix epoch, UTC. An integer, not RFC 3339 text: it costs ~10 ns to
-/// decode instead of ~200 ns (machine-limits.md §4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Micros(pub i64);
-
-impl Micros {
-    /// The wall clock, or the time [`Micros::pin_this_threads_clock`] set on this thread.
-    pub fn now() -> Micros {
-        PINNED_CLOCK
-            .with(std::cell::Cell::get)
-            .map_or_else(|| Micros(chrono::Utc::now().timestamp_micros()), Micros)
-    }
-
-    /// Stop this thread's wall clock at `at` (`None`: the real one again). For in-process tests
-    /// that run on virtual time, so that wall-clock delays (sbatch's settle delay, an
-    /// allocation's lifetime) pass without waiting and every run of a seed sees the same times
-    /// (`tests/simulation.rs`); nothing else calls it.
-    pub fn pin_this_threads_clock(at: Option<Micros>) {
-        PINNED_CLOCK.with(|c| c.set(at.map(|m| m.0)));
-    }
-
-    pub fn from_secs(secs: i64) -> Micros {
-        Micros(secs.saturating_mul(1_000_000))
-    }
-
-    pub fn secs(self) -> i64 {
-        self.0.div_euclid(1_000_000)
-    }
-
-    pub fn to_rfc3339(self) -> String {
-        match chrono::DateTime::<chrono::Utc>::from_timestamp_micros(self.0) {
-            Some(t) => t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-            None => format!("@{}us", self.0),
-        }
-    }
-}
-
-/// Who wrote an event: enough to find the process and the person behind it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Actor {
-    pub user: String,
-    pub host: String,
-    pub pid: u32,
-    pub command: Vec<String>,
-}
-
-impl Actor {
-    /// The actor for this process. The command line is capped so that a huge argv cannot make
-    /// every event of a command exceed the payload cap.
-    pub fn current() -> Actor {
-        const MAX_ARGS: usize = 64;
-        const MAX_ARG_BYTES: usize = 256;
-        let command = std::env::args()
-            .take(MAX_ARGS)
-            .map(|a| truncate_utf8(&a, MAX_ARG_BYTES).to_owned())
-            .collect();
-        Actor {
-            user: current_user(),
-            host: current_host(),
-            pid: std::process::id(),
-            command,
-        }
-    }
-}
-
-fn truncate_utf8(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
-/// The effective user's name from the system's user database (NSS: files, LDAP, …), never from
-/// `$USER`, which anyone can set. Falls back to the numeric uid.
-pub fn current_user() -> String {
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    user_name_of(uid).unwrap_or_else(|| uid.to_string())
-}
-
-fn user_name_of(uid: u32) -> Option<String> {
-    let mut buf = vec![0u8; 16 * 1024];
-    // SAFETY: passwd is plain data; getpwuid_r writes only into `pwd` and `buf` (whose length
-    // it is given) and sets `result` to null or to `&pwd`.
-    unsafe {
-        let mut pwd: libc::passwd = std::mem::zeroed();
-        let mut result: *mut libc::passwd = std::ptr::null_mut();
-        let rc = libc::getpwuid_r(
-            uid,
-            &mut pwd,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            &mut result,
-        );
-        if rc != 0 || result.is_null() || pwd.pw_name.is_null() {
-            return None;
-        }
-        Some(
-            std::ffi::CStr::from_ptr(pwd.pw_name)
-                .to_string_lossy()
-                .into_owned(),
-        )
-    }
-}
-
-pub fn current_host() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it or fails.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "unknown".to_owned();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
-/// An event as it stands in the journal.
+/// An event as it stands in a journal: the coordinator's ([`Event`]) unless said otherwise.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Envelope {
+pub struct Envelope<E = Event> {
     pub seq: u64,
     pub time: Micros,
     pub id: Uuid,
     pub actor: Actor,
-    pub event: Event,
+    pub event: E,
 }
+
+/// An event of a worker's own journal.
+pub type WorkerEnvelope = Envelope<WorkerEvent>;
 
 /// The first event of every journal.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -204,175 +93,336 @@ pub struct Recovered {
     pub reason: String,
 }
 
-macro_rules! event_kinds {
-    ($( $code:literal => $variant:ident($body:ty) $(, $must:ident)? ;)*) => {
-        /// Every event kind this version knows, plus the ones it does not.
+/// What a journal's reader and writer need of the events it holds: the kind codes, the flags and
+/// the payload codec. Two vocabularies share the journal format: [`Event`], the coordinator's,
+/// and [`WorkerEvent`], what a supervisor writes to the worker's own journal. Their kind codes are
+/// disjoint but for `Genesis` (1) and `Recovered` (2), which every journal has; a kind of the
+/// other vocabulary reads as `Unknown`, so the coordinator's reducer never meets a worker's event.
+pub trait Vocabulary: Clone + std::fmt::Debug + PartialEq + Sized {
+    /// Every kind code this vocabulary knows, with its name, in code order.
+    const KINDS: &'static [(u16, &'static str)];
+
+    /// The numeric kind stored in the frame header.
+    fn kind(&self) -> u16;
+    /// Frame flags this event is written with.
+    fn flags(&self) -> u16;
+    /// The kind's name, as `journal dump` prints it.
+    fn kind_name(&self) -> &'static str;
+    /// The body as JSON, for `journal dump --json`.
+    fn body_json(&self) -> serde_json::Value;
+    /// The body after the envelope fields: `[time, id, actor, body]`.
+    fn encode_into(
+        &self,
+        out: &mut Vec<u8>,
+        time: Micros,
+        id: &Uuid,
+        actor: &Actor,
+    ) -> Result<(), PayloadError>;
+    /// A whole payload of the given kind and flags.
+    fn decode_from(
+        seq: u64,
+        kind: u16,
+        flags: u16,
+        payload: &[u8],
+    ) -> Result<Envelope<Self>, PayloadError>;
+    /// The body of a known kind from the bytes where it starts, as [`Vocabulary::decode_from`]
+    /// would decode that element; `None` for an unknown kind or any error.
+    fn decode_known_body(kind: u16, bytes: &[u8]) -> Option<Self>;
+    /// The journal's first event.
+    fn genesis(g: Genesis) -> Self;
+    fn as_genesis(&self) -> Option<&Genesis>;
+    /// The writer's record of a torn tail it cut.
+    fn recovered(r: Recovered) -> Self;
+}
+
+macro_rules! vocabulary {
+    ($(#[$doc:meta])* $name:ident { $( $code:literal => $variant:ident($body:ty) $(, $must:ident)? ;)* }) => {
+        $(#[$doc])*
         #[derive(Clone, Debug, PartialEq)]
-        pub enum Event {
+        pub enum $name {
             $( $variant($body), )*
             /// A kind written by a newer dispatch. `payload` is the whole frame payload.
             Unknown { kind: u16, flags: u16, payload: Vec<u8> },
         }
 
-        impl Event {
+        impl $name {
             /// The numeric kind stored in the frame header.
             pub fn kind(&self) -> u16 {
                 match self {
-                    $( Event::$variant(_) => $code, )*
-                    Event::Unknown { kind, .. } => *kind,
+                    $( $name::$variant(_) => $code, )*
+                    $name::Unknown { kind, .. } => *kind,
                 }
             }
 
             /// The kind's name, as `journal dump` prints it.
             pub fn kind_name(&self) -> &'static str {
                 match self {
-                    $( Event::$variant(_) => stringify!($variant), )*
-                    Event::Unknown { .. } => "Unknown",
+                    $( $name::$variant(_) => stringify!($variant), )*
+                    $name::Unknown { .. } => "Unknown",
                 }
             }
 
             /// Frame flags this event is written with.
             pub fn flags(&self) -> u16 {
                 match self {
-                    $( Event::$variant(_) => 0 $( | event_kinds!(@flag $must) )?, )*
-                    Event::Unknown { flags, .. } => *flags,
+                    $( $name::$variant(_) => 0 $( | vocabulary!(@flag $must) )?, )*
+                    $name::Unknown { flags, .. } => *flags,
                 }
             }
 
             /// The body as JSON, for `journal dump --json`.
             pub fn body_json(&self) -> serde_json::Value {
                 match self {
-                    $( Event::$variant(body) => serde_json::to_value(body)
+                    $( $name::$variant(body) => serde_json::to_value(body)
                         .unwrap_or(serde_json::Value::Null), )*
-                    Event::Unknown { payload, .. } => serde_json::json!({
+                    $name::Unknown { payload, .. } => serde_json::json!({
                         "payload_hex": hex::encode(payload),
                     }),
                 }
             }
         }
 
-        /// Encode the frame payload: `[time, id, actor, body]`.
-        pub fn encode_payload(
-            out: &mut Vec<u8>,
-            time: Micros,
-            id: &Uuid,
-            actor: &Actor,
-            event: &Event,
-        ) -> Result<(), PayloadError> {
-            match event {
-                $( Event::$variant(body) => rmp_serde::encode::write(out, &(time, id, actor, body))?, )*
-                Event::Unknown { payload, .. } => out.extend_from_slice(payload),
-            }
-            Ok(())
-        }
+        impl Vocabulary for $name {
+            const KINDS: &'static [(u16, &'static str)] = &[ $( ($code, stringify!($variant)), )* ];
 
-        /// Decode a frame payload of the given kind and flags.
-        pub fn decode_payload(
-            seq: u64,
-            kind: u16,
-            flags: u16,
-            payload: &[u8],
-        ) -> Result<Envelope, PayloadError> {
-            fn split<B: for<'de> Deserialize<'de>>(payload: &[u8]) -> Result<(Micros, Uuid, Actor, B), PayloadError> {
-                Ok(rmp_serde::from_slice(payload)?)
+            fn kind(&self) -> u16 {
+                $name::kind(self)
             }
-            let (time, id, actor, event) = match kind {
-                $( $code => {
-                    let (t, i, a, body) = split::<$body>(payload)?;
-                    (t, i, a, Event::$variant(body))
-                } )*
-                _ => {
-                    let (t, i, a, _) = split::<serde::de::IgnoredAny>(payload)?;
-                    (t, i, a, Event::Unknown { kind, flags, payload: payload.to_vec() })
+
+            fn flags(&self) -> u16 {
+                $name::flags(self)
+            }
+
+            fn kind_name(&self) -> &'static str {
+                $name::kind_name(self)
+            }
+
+            fn body_json(&self) -> serde_json::Value {
+                $name::body_json(self)
+            }
+
+            fn encode_into(
+                &self,
+                out: &mut Vec<u8>,
+                time: Micros,
+                id: &Uuid,
+                actor: &Actor,
+            ) -> Result<(), PayloadError> {
+                match self {
+                    $( $name::$variant(body) => rmp_serde::encode::write(out, &(time, id, actor, body))?, )*
+                    $name::Unknown { payload, .. } => out.extend_from_slice(payload),
                 }
-            };
-            Ok(Envelope { seq, time, id, actor, event })
-        }
+                Ok(())
+            }
 
-        /// The body of a known kind from the bytes where it starts, as [`decode_payload`] would
-        /// decode that element; `None` for an unknown kind or any error.
-        fn decode_known_body(kind: u16, bytes: &[u8]) -> Option<Event> {
-            match kind {
-                $( $code => element::<$body>(bytes).map(Event::$variant), )*
-                _ => None,
+            fn decode_from(
+                seq: u64,
+                kind: u16,
+                flags: u16,
+                payload: &[u8],
+            ) -> Result<Envelope<Self>, PayloadError> {
+                let (time, id, actor, event) = match kind {
+                    $( $code => {
+                        let (t, i, a, body) = split::<$body>(payload)?;
+                        (t, i, a, $name::$variant(body))
+                    } )*
+                    _ => {
+                        let (t, i, a, _) = split::<serde::de::IgnoredAny>(payload)?;
+                        (t, i, a, $name::Unknown { kind, flags, payload: payload.to_vec() })
+                    }
+                };
+                Ok(Envelope { seq, time, id, actor, event })
+            }
+
+            fn decode_known_body(kind: u16, bytes: &[u8]) -> Option<Self> {
+                match kind {
+                    $( $code => element::<$body>(bytes).map($name::$variant), )*
+                    _ => None,
+                }
+            }
+
+            fn genesis(g: Genesis) -> Self {
+                $name::Genesis(g)
+            }
+
+            fn as_genesis(&self) -> Option<&Genesis> {
+                match self {
+                    $name::Genesis(g) => Some(g),
+                    _ => None,
+                }
+            }
+
+            fn recovered(r: Recovered) -> Self {
+                $name::Recovered(r)
             }
         }
-
-        /// Every known kind code with its name, for the spec and the tests.
-        pub const KNOWN_KINDS: &[(u16, &str)] = &[ $( ($code, stringify!($variant)), )* ];
     };
     (@flag must_understand) => { FLAG_MUST_UNDERSTAND };
 }
 
-event_kinds! {
-    1 => Genesis(Genesis), must_understand;
-    2 => Recovered(Recovered);
-    100 => PoolAttached(crate::state::pool::PoolAttached), must_understand;
-    101 => PoolDetached(crate::state::pool::PoolDetached), must_understand;
-    102 => PoolCreateIntent(crate::state::pool::PoolCreateIntent), must_understand;
-    103 => PoolCreateJob(crate::state::pool::PoolCreateJob), must_understand;
-    104 => PoolCreateFailed(crate::state::pool::PoolCreateFailed), must_understand;
-    105 => PoolOwned(crate::state::pool::PoolOwned), must_understand;
-    106 => PoolReleaseIntent(crate::state::pool::PoolReleaseIntent), must_understand;
-    107 => PoolReleased(crate::state::pool::PoolReleased), must_understand;
-    110 => WorkerSubmitIntent(crate::state::pool::WorkerSubmitIntent), must_understand;
-    111 => WorkerLaunched(crate::state::pool::WorkerLaunched), must_understand;
-    112 => WorkerLaunchFailed(crate::state::pool::WorkerLaunchFailed), must_understand;
-    113 => WorkerStepObserved(crate::state::pool::WorkerStepObserved);
-    114 => WorkerStopIntent(crate::state::pool::WorkerStopIntent);
-    115 => WorkerExited(crate::state::pool::WorkerExited);
-    116 => WorkerTerminal(crate::state::pool::WorkerTerminal), must_understand;
-    120 => JobSubmitIntent(crate::state::jobs::JobSubmitIntent), must_understand;
-    121 => JobSubmitted(crate::state::jobs::JobSubmitted), must_understand;
-    122 => JobSubmitFailed(crate::state::jobs::JobSubmitFailed), must_understand;
-    123 => JobTerminal(crate::state::jobs::JobTerminal), must_understand;
-    124 => JobStopIntent(crate::state::jobs::JobStopIntent);
-    125 => JobNamed(crate::state::jobs::JobNamed), must_understand;
-    130 => AssetAddIntent(crate::state::asset::AssetAddIntent), must_understand;
-    131 => AssetAdded(crate::state::asset::AssetAdded), must_understand;
-    132 => AssetAddFailed(crate::state::asset::AssetAddFailed), must_understand;
-    133 => WorkerAssetsBound(crate::state::asset::WorkerAssetsBound), must_understand;
-    134 => WorkerReportIngested(crate::state::pool::WorkerReportIngested);
-    135 => WorkerJournalDamaged(crate::state::pool::WorkerJournalDamaged);
-    136 => PoolAllocationEnded(crate::state::pool::PoolAllocationEnded);
-    137 => WorkerCleanupIntent(crate::state::pool::WorkerCleanupIntent);
-    138 => WorkerCleanedUp(crate::state::pool::WorkerCleanedUp);
-    140 => TrialOpened(crate::state::trial::TrialOpened), must_understand;
-    141 => TrialWorkerJoined(crate::state::trial::TrialWorkerJoined), must_understand;
-    142 => TrialJudged(crate::state::trial::TrialJudged), must_understand;
-    150 => SupervisorStarted(crate::worker::events::SupervisorStarted);
-    151 => PayloadStarted(crate::worker::events::PayloadStarted);
-    152 => ShutdownSignalled(crate::worker::events::ShutdownSignalled);
-    153 => PayloadExited(crate::worker::events::PayloadExited);
-    154 => SupervisorPlan(crate::worker::events::SupervisorPlan);
-    155 => ReceivingChecks(crate::worker::events::ReceivingChecks);
-    156 => AssetChecked(crate::worker::events::AssetChecked);
-    157 => CheckoutPrepared(crate::worker::events::CheckoutPrepared);
-    158 => PreflightRefused(crate::worker::events::PreflightRefused);
-    159 => WritersQuiesced(crate::worker::events::WritersQuiesced);
-    160 => NativeStateHashed(crate::worker::events::NativeStateHashed);
-    161 => AppendOnlyLogsChecked(crate::worker::events::AppendOnlyLogsChecked);
-    162 => PublicationStarted(crate::worker::events::PublicationStarted);
-    163 => Published(crate::worker::events::Published);
-    164 => PublicationTimedOut(crate::worker::events::PublicationTimedOut);
-    165 => PublicationFailed(crate::worker::events::PublicationFailed);
-    166 => CleanupStarted(crate::worker::events::CleanupStarted);
-    167 => CleanedUp(crate::worker::events::CleanedUp);
-    168 => SupervisorFinished(crate::worker::events::SupervisorFinished);
-    170 => WorkerForgotten(crate::state::overrides::WorkerForgotten), must_understand;
-    171 => SessionForgotten(crate::state::overrides::SessionForgotten), must_understand;
-    200 => SessionLaunchIntent(crate::state::session::SessionLaunchIntent), must_understand;
-    201 => SessionJobSubmitted(crate::state::session::SessionJobSubmitted), must_understand;
-    202 => SessionSubmitFailed(crate::state::session::SessionSubmitFailed), must_understand;
-    203 => SessionNodeResolved(crate::state::session::SessionNodeResolved);
-    204 => SessionAdopted(crate::state::session::SessionAdopted), must_understand;
-    205 => SessionCancelIntent(crate::state::session::SessionCancelIntent);
-    206 => SessionCancelFailed(crate::state::session::SessionCancelFailed);
-    207 => SessionReleased(crate::state::session::SessionReleased), must_understand;
-    208 => SessionDetached(crate::state::session::SessionDetached), must_understand;
-    209 => SessionCleared(crate::state::session::SessionCleared), must_understand;
-    210 => SessionHoldDecided(crate::state::session::SessionHoldDecided);
-    211 => SessionHoldSettled(crate::state::session::SessionHoldSettled);
+fn split<B: for<'de> Deserialize<'de>>(
+    payload: &[u8],
+) -> Result<(Micros, Uuid, Actor, B), PayloadError> {
+    Ok(rmp_serde::from_slice(payload)?)
+}
+
+/// Encode the frame payload: `[time, id, actor, body]`.
+pub fn encode_payload<E: Vocabulary>(
+    out: &mut Vec<u8>,
+    time: Micros,
+    id: &Uuid,
+    actor: &Actor,
+    event: &E,
+) -> Result<(), PayloadError> {
+    event.encode_into(out, time, id, actor)
+}
+
+/// Decode a frame payload of the coordinator's journal of the given kind and flags.
+pub fn decode_payload(
+    seq: u64,
+    kind: u16,
+    flags: u16,
+    payload: &[u8],
+) -> Result<Envelope, PayloadError> {
+    Event::decode_from(seq, kind, flags, payload)
+}
+
+/// Decode a frame payload of a journal of vocabulary `E`.
+pub fn decode_payload_of<E: Vocabulary>(
+    seq: u64,
+    kind: u16,
+    flags: u16,
+    payload: &[u8],
+) -> Result<Envelope<E>, PayloadError> {
+    E::decode_from(seq, kind, flags, payload)
+}
+
+/// Whether a payload decodes as its kind's body in whichever vocabulary knows the kind (as an
+/// envelope around any one value when none does): the classifier's check, which holds for every
+/// journal alike (journal-format.md §6).
+pub fn check_payload(seq: u64, kind: u16, flags: u16, payload: &[u8]) -> Result<(), PayloadError> {
+    if WorkerEvent::KINDS.iter().any(|(k, _)| *k == kind) {
+        WorkerEvent::decode_from(seq, kind, flags, payload).map(drop)
+    } else {
+        Event::decode_from(seq, kind, flags, payload).map(drop)
+    }
+}
+
+/// Every known kind code of both vocabularies with its name, in code order: the kind table of
+/// journal-format.md, for the spec and the tests.
+pub const KNOWN_KINDS: &[(u16, &str)] =
+    &merge_kinds::<KNOWN_KIND_COUNT>(Event::KINDS, WorkerEvent::KINDS);
+
+/// `Genesis` and `Recovered` are in both vocabularies.
+const SHARED_KINDS: usize = 2;
+const KNOWN_KIND_COUNT: usize = Event::KINDS.len() + WorkerEvent::KINDS.len() - SHARED_KINDS;
+
+/// The union of two kind lists in code order, a code both hold once.
+const fn merge_kinds<const N: usize>(
+    a: &[(u16, &'static str)],
+    b: &[(u16, &'static str)],
+) -> [(u16, &'static str); N] {
+    let mut out = [(0u16, ""); N];
+    let (mut i, mut j, mut k) = (0, 0, 0);
+    while i < a.len() || j < b.len() {
+        let take_a = j == b.len() || (i < a.len() && a[i].0 <= b[j].0);
+        let next = if take_a { a[i] } else { b[j] };
+        if take_a {
+            if j < b.len() && b[j].0 == a[i].0 {
+                j += 1;
+            }
+            i += 1;
+        } else {
+            j += 1;
+        }
+        out[k] = next;
+        k += 1;
+    }
+    assert!(k == N, "the kind count is the union's");
+    out
+}
+
+vocabulary! {
+    /// Every event kind of the coordinator's journal, plus the ones this version does not know.
+    Event {
+        1 => Genesis(Genesis), must_understand;
+        2 => Recovered(Recovered);
+        100 => PoolAttached(pool::PoolAttached), must_understand;
+        101 => PoolDetached(pool::PoolDetached), must_understand;
+        102 => PoolCreateIntent(pool::PoolCreateIntent), must_understand;
+        103 => PoolCreateJob(pool::PoolCreateJob), must_understand;
+        104 => PoolCreateFailed(pool::PoolCreateFailed), must_understand;
+        105 => PoolOwned(pool::PoolOwned), must_understand;
+        106 => PoolReleaseIntent(pool::PoolReleaseIntent), must_understand;
+        107 => PoolReleased(pool::PoolReleased), must_understand;
+        110 => WorkerSubmitIntent(pool::WorkerSubmitIntent), must_understand;
+        111 => WorkerLaunched(pool::WorkerLaunched), must_understand;
+        112 => WorkerLaunchFailed(pool::WorkerLaunchFailed), must_understand;
+        113 => WorkerStepObserved(pool::WorkerStepObserved);
+        114 => WorkerStopIntent(pool::WorkerStopIntent);
+        115 => WorkerExited(pool::WorkerExited);
+        116 => WorkerTerminal(pool::WorkerTerminal), must_understand;
+        120 => JobSubmitIntent(jobs::JobSubmitIntent), must_understand;
+        121 => JobSubmitted(jobs::JobSubmitted), must_understand;
+        122 => JobSubmitFailed(jobs::JobSubmitFailed), must_understand;
+        123 => JobTerminal(jobs::JobTerminal), must_understand;
+        124 => JobStopIntent(jobs::JobStopIntent);
+        125 => JobNamed(jobs::JobNamed), must_understand;
+        130 => AssetAddIntent(asset::AssetAddIntent), must_understand;
+        131 => AssetAdded(asset::AssetAdded), must_understand;
+        132 => AssetAddFailed(asset::AssetAddFailed), must_understand;
+        133 => WorkerAssetsBound(asset::WorkerAssetsBound), must_understand;
+        134 => WorkerReportIngested(pool::WorkerReportIngested);
+        135 => WorkerJournalDamaged(pool::WorkerJournalDamaged);
+        136 => PoolAllocationEnded(pool::PoolAllocationEnded);
+        137 => WorkerCleanupIntent(pool::WorkerCleanupIntent);
+        138 => WorkerCleanedUp(pool::WorkerCleanedUp);
+        140 => TrialOpened(trial::TrialOpened), must_understand;
+        141 => TrialWorkerJoined(trial::TrialWorkerJoined), must_understand;
+        142 => TrialJudged(trial::TrialJudged), must_understand;
+        170 => WorkerForgotten(overrides::WorkerForgotten), must_understand;
+        171 => SessionForgotten(overrides::SessionForgotten), must_understand;
+        200 => SessionLaunchIntent(session::SessionLaunchIntent), must_understand;
+        201 => SessionJobSubmitted(session::SessionJobSubmitted), must_understand;
+        202 => SessionSubmitFailed(session::SessionSubmitFailed), must_understand;
+        203 => SessionNodeResolved(session::SessionNodeResolved);
+        204 => SessionAdopted(session::SessionAdopted), must_understand;
+        205 => SessionCancelIntent(session::SessionCancelIntent);
+        206 => SessionCancelFailed(session::SessionCancelFailed);
+        207 => SessionReleased(session::SessionReleased), must_understand;
+        208 => SessionDetached(session::SessionDetached), must_understand;
+        209 => SessionCleared(session::SessionCleared), must_understand;
+        210 => SessionHoldDecided(session::SessionHoldDecided);
+        211 => SessionHoldSettled(session::SessionHoldSettled);
+    }
+}
+
+vocabulary! {
+    /// Every event kind of a worker's own journal (kinds 150–168, beside `Genesis` and
+    /// `Recovered`), written by its supervisor on the node and read by the coordinator as evidence.
+    WorkerEvent {
+        1 => Genesis(Genesis), must_understand;
+        2 => Recovered(Recovered);
+        150 => SupervisorStarted(worker::SupervisorStarted);
+        151 => PayloadStarted(worker::PayloadStarted);
+        152 => ShutdownSignalled(worker::ShutdownSignalled);
+        153 => PayloadExited(worker::PayloadExited);
+        154 => SupervisorPlan(worker::SupervisorPlan);
+        155 => ReceivingChecks(worker::ReceivingChecks);
+        156 => AssetChecked(worker::AssetChecked);
+        157 => CheckoutPrepared(worker::CheckoutPrepared);
+        158 => PreflightRefused(worker::PreflightRefused);
+        159 => WritersQuiesced(worker::WritersQuiesced);
+        160 => NativeStateHashed(worker::NativeStateHashed);
+        161 => AppendOnlyLogsChecked(worker::AppendOnlyLogsChecked);
+        162 => PublicationStarted(worker::PublicationStarted);
+        163 => Published(worker::Published);
+        164 => PublicationTimedOut(worker::PublicationTimedOut);
+        165 => PublicationFailed(worker::PublicationFailed);
+        166 => CleanupStarted(worker::CleanupStarted);
+        167 => CleanedUp(worker::CleanedUp);
+        168 => SupervisorFinished(worker::SupervisorFinished);
+    }
 }
 
 /// Nesting depth left to an element of the payload array: [`decode_payload`] starts at
@@ -412,18 +462,28 @@ fn int_len(b: &[u8]) -> Option<usize> {
 /// Only the canonical layout our writer produces (`fixarray(4)`, integer time, `bin8` id,
 /// known kind) takes this path; every other payload, and every payload that fails on it, goes
 /// to [`decode_payload`] itself, so errors and odd encodings are answered by the reference.
-#[derive(Default)]
-pub struct PayloadDecoder {
+pub struct PayloadDecoder<E = Event> {
     actor_bytes: Vec<u8>,
     actor: Option<Actor>,
     /// The envelope `decode_ref` returned last, and whether its actor is `actor`.
-    last: Option<Envelope>,
+    last: Option<Envelope<E>>,
     last_has_actor: bool,
 }
 
-impl PayloadDecoder {
-    pub fn new() -> PayloadDecoder {
-        PayloadDecoder::default()
+impl<E: Vocabulary> Default for PayloadDecoder<E> {
+    fn default() -> Self {
+        PayloadDecoder {
+            actor_bytes: Vec::new(),
+            actor: None,
+            last: None,
+            last_has_actor: false,
+        }
+    }
+}
+
+impl<E: Vocabulary> PayloadDecoder<E> {
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// Same as [`decode_payload`]; the actor is cloned from the last one when unchanged.
@@ -433,7 +493,7 @@ impl PayloadDecoder {
         kind: u16,
         flags: u16,
         payload: &[u8],
-    ) -> Result<Envelope, PayloadError> {
+    ) -> Result<Envelope<E>, PayloadError> {
         match self.fast(kind, payload) {
             Some((time, id, event)) => Ok(Envelope {
                 seq,
@@ -442,7 +502,7 @@ impl PayloadDecoder {
                 actor: self.actor.clone().expect("the fast path sets the actor"),
                 event,
             }),
-            None => decode_payload(seq, kind, flags, payload),
+            None => E::decode_from(seq, kind, flags, payload),
         }
     }
 
@@ -454,7 +514,7 @@ impl PayloadDecoder {
         kind: u16,
         flags: u16,
         payload: &[u8],
-    ) -> Result<&Envelope, PayloadError> {
+    ) -> Result<&Envelope<E>, PayloadError> {
         match self.fast(kind, payload) {
             Some((time, id, event)) => match &mut self.last {
                 Some(env) if self.last_has_actor => {
@@ -476,7 +536,7 @@ impl PayloadDecoder {
             },
             None => {
                 self.last_has_actor = false;
-                self.last = Some(decode_payload(seq, kind, flags, payload)?);
+                self.last = Some(E::decode_from(seq, kind, flags, payload)?);
             }
         }
         Ok(self.last.as_ref().expect("just set"))
@@ -484,7 +544,7 @@ impl PayloadDecoder {
 
     /// Time, id and event of a canonical payload, with `self.actor` its actor; `None` sends
     /// the payload to `decode_payload`.
-    fn fast(&mut self, kind: u16, payload: &[u8]) -> Option<(Micros, Uuid, Event)> {
+    fn fast(&mut self, kind: u16, payload: &[u8]) -> Option<(Micros, Uuid, E)> {
         let rest = payload.strip_prefix(&[0x94])?;
         let time_len = int_len(rest)?;
         let time: Micros = element(&rest[..time_len])?;
@@ -510,9 +570,22 @@ impl PayloadDecoder {
                 body
             }
         };
-        let event = decode_known_body(kind, body)?;
+        let event = E::decode_known_body(kind, body)?;
         Some((time, id, event))
     }
+}
+
+/// Why a fold of events stops: the compatibility rule refuses a kind it must understand and
+/// does not, and events fold in seq order only.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReduceError {
+    #[error(
+        "event {seq} has kind {kind}, which this dispatch does not know and must understand; \
+         the journal was written by a newer dispatch: upgrade dispatch"
+    )]
+    MustUnderstand { seq: u64, kind: u16 },
+    #[error("event {seq} follows event {last}: events must be folded in seq order")]
+    OutOfOrder { seq: u64, last: u64 },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -525,7 +598,7 @@ pub enum PayloadError {
 
 /// The `seq`-th envelope of a test history: fixed actor and id, `seq` as its time.
 #[cfg(test)]
-pub(crate) fn test_envelope(seq: u64, event: Event) -> Envelope {
+pub(crate) fn test_envelope<E>(seq: u64, event: E) -> Envelope<E> {
     Envelope {
         seq,
         time: Micros(seq as i64),
@@ -543,7 +616,8 @@ pub(crate) fn test_envelope(seq: u64, event: Event) -> Envelope {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::pool::*;
+
+    use crate::event::pool::*;
 
     fn actor(pid: u32, cmd: &[&str]) -> Actor {
         Actor {
@@ -624,27 +698,7 @@ mod tests {
                 submission_id: id,
                 proof: "sacct".to_owned(),
             }),
-            Event::SupervisorStarted(crate::worker::events::SupervisorStarted {
-                submission_id: id,
-                job_id: Some(7),
-                step_id: None,
-                node: "n".to_owned(),
-                cpu_set: "0-3".to_owned(),
-                deadline: Micros(99),
-                grace_s: 5,
-                command: vec!["a".to_owned()],
-            }),
-            Event::PayloadStarted(crate::worker::events::PayloadStarted { pid: 1 }),
-            Event::ShutdownSignalled(crate::worker::events::ShutdownSignalled {
-                signal: "TERM".to_owned(),
-                reason: "deadline".to_owned(),
-            }),
-            Event::PayloadExited(crate::worker::events::PayloadExited {
-                code: Some(-1),
-                signal: None,
-                interrupted: true,
-            }),
-            Event::JobSubmitIntent(crate::state::jobs::JobSubmitIntent {
+            Event::JobSubmitIntent(crate::event::jobs::JobSubmitIntent {
                 submission_id: id,
                 worker: "w".to_owned(),
                 target: Some("t".to_owned()),
@@ -662,23 +716,54 @@ mod tests {
         ]
     }
 
-    fn payload(time: i64, actor: &Actor, ev: &Event) -> Vec<u8> {
+    /// The worker journal's bodies of those shapes, for its own decoder.
+    fn worker_ones() -> Vec<WorkerEvent> {
+        let id = Uuid::from_u128(0x1234_5678_9abc_def0_1122_3344_5566_7788);
+        vec![
+            WorkerEvent::SupervisorStarted(crate::event::worker::SupervisorStarted {
+                submission_id: id,
+                job_id: Some(7),
+                step_id: None,
+                node: "n".to_owned(),
+                cpu_set: "0-3".to_owned(),
+                deadline: Micros(99),
+                grace_s: 5,
+                command: vec!["a".to_owned()],
+            }),
+            WorkerEvent::PayloadStarted(crate::event::worker::PayloadStarted { pid: 1 }),
+            WorkerEvent::ShutdownSignalled(crate::event::worker::ShutdownSignalled {
+                signal: "TERM".to_owned(),
+                reason: "deadline".to_owned(),
+            }),
+            WorkerEvent::PayloadExited(crate::event::worker::PayloadExited {
+                code: Some(-1),
+                signal: None,
+                interrupted: true,
+            }),
+        ]
+    }
+
+    fn payload<E: Vocabulary>(time: i64, actor: &Actor, ev: &E) -> Vec<u8> {
         let mut out = Vec::new();
         let id = Uuid::from_u128((time as u128).wrapping_mul(31));
-        match ev {
-            // An unknown kind's payload still carries the envelope fields.
-            Event::Unknown { .. } => {
-                rmp_serde::encode::write(&mut out, &(Micros(time), id, actor, "future body"))
-                    .unwrap()
-            }
-            _ => encode_payload(&mut out, Micros(time), &id, actor, ev).unwrap(),
+        // An unknown kind's payload still carries the envelope fields.
+        if ev.kind_name() == "Unknown" {
+            rmp_serde::encode::write(&mut out, &(Micros(time), id, actor, "future body")).unwrap()
+        } else {
+            encode_payload(&mut out, Micros(time), &id, actor, ev).unwrap()
         }
         out
     }
 
     /// The decoder's answer, both ways, must be decode_payload's, error text included.
-    fn check(dec: &mut PayloadDecoder, seq: u64, kind: u16, flags: u16, p: &[u8]) {
-        let want = decode_payload(seq, kind, flags, p).map_err(|e| e.to_string());
+    fn check<E: Vocabulary>(
+        dec: &mut PayloadDecoder<E>,
+        seq: u64,
+        kind: u16,
+        flags: u16,
+        p: &[u8],
+    ) {
+        let want = decode_payload_of::<E>(seq, kind, flags, p).map_err(|e| e.to_string());
         let owned = dec.decode(seq, kind, flags, p).map_err(|e| e.to_string());
         assert_eq!(owned, want, "decode of {p:02x?}");
         let lent = dec
@@ -696,7 +781,7 @@ mod tests {
             actor(2, &[]),
             actor(70_000, &["dispatch", "pool", "submit"]),
         ];
-        let mut dec = PayloadDecoder::new();
+        let mut dec = PayloadDecoder::<Event>::new();
         let mut seq = 0;
         // Runs of one actor, actor changes, and back again: every cache transition.
         for round in 0..3 {
@@ -708,10 +793,38 @@ mod tests {
                         let p = payload(time, a, &ev);
                         // The writer's own payloads of known kinds must take the fast path.
                         let known = !matches!(ev, Event::Unknown { .. });
-                        assert_eq!(PayloadDecoder::new().fast(ev.kind(), &p).is_some(), known);
+                        assert_eq!(
+                            PayloadDecoder::<Event>::new().fast(ev.kind(), &p).is_some(),
+                            known
+                        );
                         check(&mut dec, seq, ev.kind(), ev.flags(), &p);
                     }
                 }
+            }
+        }
+    }
+
+    /// The worker journal's decoder: the same agreement, and the fast path for its kinds.
+    #[test]
+    fn worker_decoder_agrees_with_its_decode_payload() {
+        let a = actor(7, &["dispatch", "worker", "run"]);
+        let b = actor(8, &[]);
+        let mut dec = PayloadDecoder::<WorkerEvent>::new();
+        let mut seq = 0;
+        for actor in [&a, &a, &b, &a] {
+            for ev in worker_ones() {
+                seq += 1;
+                let p = payload(seq as i64, actor, &ev);
+                assert!(PayloadDecoder::<WorkerEvent>::new()
+                    .fast(ev.kind(), &p)
+                    .is_some());
+                check(&mut dec, seq, ev.kind(), ev.flags(), &p);
+                for cut in [1, p.len() / 2, p.len() - 1] {
+                    check(&mut dec, seq, ev.kind(), ev.flags(), &p[..cut]);
+                }
+                // The coordinator's decoder does not know the worker's kinds.
+                let coordinator = decode_payload(seq, ev.kind(), ev.flags(), &p).unwrap();
+                assert!(matches!(coordinator.event, Event::Unknown { .. }));
             }
         }
     }
@@ -723,7 +836,7 @@ mod tests {
             let good = payload(1_700_000_000_000_000, &a, &ev);
             for flags in [0, FLAG_MUST_UNDERSTAND] {
                 for cut in 0..good.len() {
-                    let mut dec = PayloadDecoder::new();
+                    let mut dec = PayloadDecoder::<Event>::new();
                     check(&mut dec, 1, ev.kind(), flags, &good);
                     check(&mut dec, 2, ev.kind(), flags, &good[..cut]);
                     check(&mut dec, 3, ev.kind(), flags, &good);
@@ -734,7 +847,7 @@ mod tests {
                     let mut bad = good.clone();
                     bad[at] ^= x;
                     // Primed with the good actor, so the mutated bytes meet the cache.
-                    let mut dec = PayloadDecoder::new();
+                    let mut dec = PayloadDecoder::<Event>::new();
                     check(&mut dec, 1, ev.kind(), ev.flags(), &good);
                     check(&mut dec, 2, ev.kind(), ev.flags(), &bad);
                     check(&mut dec, 3, ev.kind(), ev.flags(), &good);
@@ -748,7 +861,7 @@ mod tests {
     #[test]
     fn decoder_agrees_on_other_encodings() {
         let a = actor(7, &["dispatch"]);
-        let mut dec = PayloadDecoder::new();
+        let mut dec = PayloadDecoder::<Event>::new();
         for ev in one_of_each() {
             let canonical = payload(5, &a, &ev);
             check(&mut dec, 1, ev.kind(), 0, &canonical);
@@ -785,7 +898,7 @@ mod tests {
         let a = actor(7, &["dispatch", "agent"]);
         let good = payload(9, &a, &one_of_each()[5]);
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut dec = PayloadDecoder::new();
+        let mut dec = PayloadDecoder::<Event>::new();
         for i in 0..20_000u64 {
             x ^= x << 13;
             x ^= x >> 7;

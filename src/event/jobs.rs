@@ -1,0 +1,55 @@
+//! `dispatch submit` events: one Slurm job per worker.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSubmitIntent {
+    pub submission_id: Uuid,
+    pub worker: String,
+    pub target: Option<String>,
+    pub cpus: u32,
+    pub mem_mb: u64,
+    pub time_s: u64,
+    pub publication_timeout_s: u32,
+    pub command: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSubmitted {
+    pub submission_id: Uuid,
+    pub job_id: u64,
+    /// `sbatch` (its own answer) or `name` (found by job name after an ambiguous submit).
+    pub how: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSubmitFailed {
+    pub submission_id: Uuid,
+    /// sbatch answered and refused: nothing exists. Otherwise a job may exist.
+    pub definite: bool,
+    pub reason: String,
+}
+
+/// The Slurm job name a submission's sbatch uses, written in its intent's commit: the name
+/// reconcile searches for when sbatch gave no answer, and the longest that sbatch call could
+/// have run (reconcile waits that long, plus a margin, before it calls a job never created).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobNamed {
+    pub submission_id: Uuid,
+    pub job_name: String,
+    pub sbatch_limit_s: u32,
+}
+
+/// `dispatch stop` is about to signal the job, then cancel it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobStopIntent {
+    pub submission_id: Uuid,
+    pub grace_s: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobTerminal {
+    pub submission_id: Uuid,
+    pub proof: String,
+}
