@@ -10,6 +10,8 @@
 //! status`. `journal verify` is not among them: it must read every byte, so it scales with the
 //! journal by design.
 //! `DISPATCH_BENCH_DIR=/path` puts the scratch journals there (default: the system temp dir).
+//! `DISPATCH_BENCH_KEEP=1` leaves them there at the end and names the two state directories
+//! the command rows ran against, to time or profile one command by hand afterwards.
 //!
 //! Why ratios: this is a shared VM whose fdatasync latency and CPU speed drift by 30–50 %
 //! between minutes (see the team's machine-limits notes). A ratio against a limit measured alongside, on the
@@ -982,7 +984,19 @@ fn main() {
     json.insert("started".into(), started.to_rfc3339().into());
     json.insert("all_pass".into(), all_pass.into());
     println!("BENCH_JSON {}", serde_json::Value::Object(json));
-    drop(scratch);
+    if std::env::var("DISPATCH_BENCH_KEEP").is_ok_and(|v| !v.is_empty() && v != "0") {
+        let kept = scratch.root.keep();
+        eprintln!("kept {}", kept.display());
+        for (events, dir) in [
+            (cfg.command_events, &large),
+            (cfg.command_small_events, &small),
+        ] {
+            let state = dir.parent().expect("journal is in a state dir");
+            eprintln!("  {events} events: --state-dir {}", state.display());
+        }
+    } else {
+        drop(scratch);
+    }
     if cfg.strict && !all_pass {
         std::process::exit(1);
     }

@@ -20,17 +20,23 @@ pub fn note(line: &str) {
 
 /// Print exactly one JSON document on stdout.
 pub fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
-    let mut out = std::io::stdout().lock();
+    // Streamed through a buffer of its own: stdout's line buffer holds 1 KiB, and a document
+    // of thousands of workers (one line) would be written 1 KiB at a time, each piece
+    // searched for a newline.
+    let mut out = std::io::BufWriter::with_capacity(JSON_BUFFER, std::io::stdout().lock());
     match serde_json::to_writer(&mut out, value) {
         Err(e) if e.is_io() => stdout_failed(e.into()),
         Err(e) => return Err(Failure::new(exit::FAILED, e.to_string())),
         Ok(()) => {}
     }
-    if let Err(e) = writeln!(out) {
+    if let Err(e) = writeln!(out).and_then(|()| out.flush()) {
         stdout_failed(e);
     }
     Ok(())
 }
+
+/// How much of a JSON document is written to stdout at a time.
+const JSON_BUFFER: usize = 64 * 1024;
 
 /// Write to stdout what `print!` would; see [`outln!`](crate::outln).
 pub fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
