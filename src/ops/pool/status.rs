@@ -278,7 +278,11 @@ fn node_view(dirs: &PoolDirs, w: &Worker, evidence: Option<&Path>) -> NodeView {
 
 impl WorkerView {
     fn of(job: u64, dirs: &PoolDirs, w: &Worker) -> WorkerView {
-        let submission_id = w.submission_id.to_string();
+        let submission_id = w
+            .submission_id
+            .hyphenated()
+            .encode_lower(&mut Uuid::encode_buffer())
+            .to_owned();
         let evidence = dirs
             .workers
             .as_deref()
