@@ -8,7 +8,12 @@
 //! Section 5 runs the `dispatch` binary (this profile's build) as a whole process at 1 M events
 //! (in both modes) against the same command at 100 events: `trial open`, `trials`, `pool
 //! status`. `journal verify` is not among them: it must read every byte, so it scales with the
-//! journal by design.
+//! journal by design. `pool status --json` lists every worker the state holds (≈2,650 at 1 M
+//! events: 8 pools × 256 finished kept + those in flight, against 92 at 100 events), so its
+//! row measures the per-worker cost: no file is read for a released or failed worker (its
+//! journal was ingested for the last time with its proof), a pool's `workers` directory is
+//! checked once, and the JSON is written worker by worker. Before that (2026-12-01) the row
+//! was 6.6×–7.8×; after, 1.7×–3.1× in quick runs on a loaded machine (see README).
 //! `DISPATCH_BENCH_DIR=/path` puts the scratch journals there (default: the system temp dir).
 //! `DISPATCH_BENCH_KEEP=1` leaves them there at the end and names the two state directories
 //! the command rows ran against, to time or profile one command by hand afterwards.
