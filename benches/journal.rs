@@ -8,8 +8,15 @@
 //! Section 5 runs the `dispatch` binary (this profile's build) as a whole process at 1 M events
 //! (in both modes) against the same command at 100 events: `trial open`, `trials`, `pool
 //! status`. `journal verify` is not among them: it must read every byte, so it scales with the
-//! journal by design.
+//! journal by design. `pool status --json` lists every worker the state holds (≈2,650 at 1 M
+//! events: 8 pools × 256 finished kept + those in flight, against 92 at 100 events), so its
+//! row measures the per-worker cost: no file is read for a released or failed worker (its
+//! journal was ingested for the last time with its proof), a pool's `workers` directory is
+//! checked once, and the JSON is written worker by worker. Before that (2026-12-01) the row
+//! was 6.6×–7.8×; after, 1.7×–3.1× in quick runs on a loaded machine (see README).
 //! `DISPATCH_BENCH_DIR=/path` puts the scratch journals there (default: the system temp dir).
+//! `DISPATCH_BENCH_KEEP=1` leaves them there at the end and names the two state directories
+//! the command rows ran against, to time or profile one command by hand afterwards.
 //!
 //! Why ratios: this is a shared VM whose fdatasync latency and CPU speed drift by 30–50 %
 //! between minutes (see the team's machine-limits notes). A ratio against a limit measured alongside, on the
@@ -982,7 +989,19 @@ fn main() {
     json.insert("started".into(), started.to_rfc3339().into());
     json.insert("all_pass".into(), all_pass.into());
     println!("BENCH_JSON {}", serde_json::Value::Object(json));
-    drop(scratch);
+    if std::env::var("DISPATCH_BENCH_KEEP").is_ok_and(|v| !v.is_empty() && v != "0") {
+        let kept = scratch.root.keep();
+        eprintln!("kept {}", kept.display());
+        for (events, dir) in [
+            (cfg.command_events, &large),
+            (cfg.command_small_events, &small),
+        ] {
+            let state = dir.parent().expect("journal is in a state dir");
+            eprintln!("  {events} events: --state-dir {}", state.display());
+        }
+    } else {
+        drop(scratch);
+    }
     if cfg.strict && !all_pass {
         std::process::exit(1);
     }

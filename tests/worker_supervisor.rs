@@ -332,53 +332,69 @@ fn a_supervisor_killed_mid_publication_leaves_nothing_half_published() {
     );
 }
 
-/// `pool status` reads each worker's own journal (no Slurm call) and checks it against what the
-/// coordinator ingested from it before: a journal replaced after that is reported, not shown.
-#[test]
-fn pool_status_reads_worker_journals_and_never_trusts_a_rewritten_one() {
-    use dispatch::event::{Event, Micros};
-    use dispatch::journal::{Options, Writer};
+/// A state directory whose coordinator journal has pool `p` and worker `w` (`sid`), as attach
+/// and submit record them, and that worker's supervisor run to its end in its own directory;
+/// with `pool status p --json` of that worker, and a supervisor run for `sid` anywhere.
+struct OnePoolWorker {
+    root: tempfile::TempDir,
+    sd: std::path::PathBuf,
+    sid: uuid::Uuid,
+    dirs: dispatch::worker::dirs::WorkerDirs,
+}
 
-    use dispatch::event::pool::*;
+impl OnePoolWorker {
+    fn new() -> OnePoolWorker {
+        use dispatch::event::pool::*;
+        use dispatch::event::{Event, Micros};
+        use dispatch::journal::{Options, Writer};
 
-    let root = tempfile::tempdir().unwrap();
-    let sd = root.path().join("state");
-    let sid = uuid::Uuid::new_v4();
-    // The coordinator's record of a pool and a worker, as attach and submit write it.
-    let coordinator = Writer::open(&sd.join("journal"), Options::default()).unwrap();
-    coordinator
-        .append(vec![
-            Event::PoolAttached(PoolAttached {
-                pool: "p".into(),
-                allocation: Allocation {
-                    job_id: 7,
-                    node: "vm".into(),
-                    user: "root".into(),
-                    start_time: Micros::from_secs(now_s() - 60),
-                    end_time: Micros::from_secs(now_s() + 3600),
-                    cpus: 2,
-                    mem_mb: 1024,
-                    partition: "debug".into(),
-                    account: "dev".into(),
-                    qos: "normal".into(),
-                },
-            }),
-            Event::WorkerSubmitIntent(WorkerSubmitIntent {
-                pool: "p".into(),
-                worker: "w".into(),
-                submission_id: sid,
-                cpus: 1,
-                mem_mb: 100,
-                publication_timeout_s: 30,
-                command: vec!["true".into()],
-            }),
-        ])
-        .unwrap();
-    drop(coordinator);
-    let dirs = dispatch::worker::dirs::WorkerDirs::new(&sd.join("pools"), "p", sid);
-    let run_in = |worker_dir: &std::path::Path| {
+        let root = tempfile::tempdir().unwrap();
+        let sd = root.path().join("state");
+        let sid = uuid::Uuid::new_v4();
+        let coordinator = Writer::open(&sd.join("journal"), Options::default()).unwrap();
+        coordinator
+            .append(vec![
+                Event::PoolAttached(PoolAttached {
+                    pool: "p".into(),
+                    allocation: Allocation {
+                        job_id: 7,
+                        node: "vm".into(),
+                        user: "root".into(),
+                        start_time: Micros::from_secs(now_s() - 60),
+                        end_time: Micros::from_secs(now_s() + 3600),
+                        cpus: 2,
+                        mem_mb: 1024,
+                        partition: "debug".into(),
+                        account: "dev".into(),
+                        qos: "normal".into(),
+                    },
+                }),
+                Event::WorkerSubmitIntent(WorkerSubmitIntent {
+                    pool: "p".into(),
+                    worker: "w".into(),
+                    submission_id: sid,
+                    cpus: 1,
+                    mem_mb: 100,
+                    publication_timeout_s: 30,
+                    command: vec!["true".into()],
+                }),
+            ])
+            .unwrap();
+        drop(coordinator);
+        let dirs = dispatch::worker::dirs::WorkerDirs::new(&sd.join("pools"), "p", sid);
+        let x = OnePoolWorker {
+            root,
+            sd,
+            sid,
+            dirs,
+        };
+        x.run_in(&x.dirs.root);
+        x
+    }
+
+    fn run_in(&self, worker_dir: &std::path::Path) {
         let st = Command::new(env!("CARGO_BIN_EXE_dispatch"))
-            .args(["worker", "run", "--submission-id", &sid.to_string()])
+            .args(["worker", "run", "--submission-id", &self.sid.to_string()])
             .arg("--worker-dir")
             .arg(worker_dir)
             .arg("--publish-dir")
@@ -388,12 +404,12 @@ fn pool_status_reads_worker_journals_and_never_trusts_a_rewritten_one() {
             .status()
             .unwrap();
         assert_eq!(st.code(), Some(0));
-    };
-    run_in(&dirs.root);
-    let status = || {
+    }
+
+    fn status(&self) -> serde_json::Value {
         let out = Command::new(env!("CARGO_BIN_EXE_dispatch"))
             .arg("--state-dir")
-            .arg(&sd)
+            .arg(&self.sd)
             .args(["pool", "status", "p", "--json"])
             .output()
             .unwrap();
@@ -404,7 +420,25 @@ fn pool_status_reads_worker_journals_and_never_trusts_a_rewritten_one() {
         );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         v["pools"][0]["workers"][0].clone()
-    };
+    }
+
+    fn record(&self, events: Vec<dispatch::event::Event>) {
+        use dispatch::journal::{Options, Writer};
+        let coordinator = Writer::open(&self.sd.join("journal"), Options::default()).unwrap();
+        coordinator.append(events).unwrap();
+    }
+}
+
+/// `pool status` reads each worker's own journal (no Slurm call) and checks it against what the
+/// coordinator ingested from it before: a journal replaced after that is reported, not shown.
+#[test]
+fn pool_status_reads_worker_journals_and_never_trusts_a_rewritten_one() {
+    use dispatch::event::Event;
+
+    let x = OnePoolWorker::new();
+    let (root, sid, dirs) = (x.root.path(), x.sid, &x.dirs);
+    let status = || x.status();
+    let run_in = |d: &std::path::Path| x.run_in(d);
     let w = status();
     assert_eq!(w["worker_journal"]["status"], "clean", "{w}");
     assert_eq!(w["preflight"], "passed");
@@ -413,15 +447,11 @@ fn pool_status_reads_worker_journals_and_never_trusts_a_rewritten_one() {
 
     // What reconcile would record: the anchor.
     let r = report::read(&dirs.evidence).unwrap().unwrap();
-    let coordinator = Writer::open(&sd.join("journal"), Options::default()).unwrap();
-    coordinator
-        .append_one(Event::WorkerReportIngested(r.ingested(sid, false)))
-        .unwrap();
-    drop(coordinator);
+    x.record(vec![Event::WorkerReportIngested(r.ingested(sid, false))]);
     assert_eq!(status()["worker_journal"]["status"], "clean");
 
     // Replace the worker's journal with another supervisor's.
-    let other = root.path().join("other");
+    let other = root.join("other");
     run_in(&other);
     std::fs::remove_dir_all(dirs.evidence.join("journal")).unwrap();
     std::fs::rename(
@@ -444,6 +474,59 @@ fn pool_status_reads_worker_journals_and_never_trusts_a_rewritten_one() {
         w["publication"]["dir"],
         r.ingested(sid, false).published_dir.unwrap().as_str()
     );
+}
+
+/// A released worker's journal was ingested for the last time in the commit that proved its
+/// step over, and nothing can write to it after: `pool status` shows what was ingested and reads
+/// no file of it (a pool keeps hundreds of finished workers), even when the journal was damaged
+/// since; `inspect`, which reads it, shows the damage.
+#[test]
+fn pool_status_shows_a_released_worker_from_state_without_reading_its_journal() {
+    use dispatch::event::pool::WorkerTerminal;
+    use dispatch::event::Event;
+
+    let x = OnePoolWorker::new();
+    let r = report::read(&x.dirs.evidence).unwrap().unwrap();
+    let ingested = r.ingested(x.sid, true);
+    x.record(vec![
+        Event::WorkerReportIngested(ingested.clone()),
+        Event::WorkerTerminal(WorkerTerminal {
+            submission_id: x.sid,
+            proof: "sacct: step COMPLETED 0:0".into(),
+        }),
+    ]);
+    // One payload byte of its journal flipped after the release: a read would call it corrupt.
+    let segment = x.dirs.evidence.join("journal/segment-00000001.djl");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x01;
+    std::fs::write(&segment, bytes).unwrap();
+
+    let w = x.status();
+    assert_eq!(w["state"], "released", "{w}");
+    assert_eq!(w["worker_journal"]["status"], "ingested", "{w}");
+    assert_eq!(w["worker_journal"]["last_seq"], ingested.last_seq, "{w}");
+    assert_eq!(w["publication"]["outcome"], "published", "{w}");
+    assert_eq!(
+        w["publication"]["dir"],
+        ingested.published_dir.as_deref().unwrap(),
+        "{w}"
+    );
+    assert_eq!(w["state_class"], "sealed", "{w}");
+    assert_eq!(w["preflight"], "passed", "{w}");
+    assert!(
+        w["stdout"].as_str().unwrap().ends_with("/evidence/stdout"),
+        "{w}"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_dispatch"))
+        .arg("--state-dir")
+        .arg(&x.sd)
+        .args(["inspect", "w", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["worker_journal"]["status"], "corrupt", "{v}");
 }
 
 /// The supervisor aborted at each of its boundaries (no source asset, so no checkout): its

@@ -17,18 +17,15 @@ pub struct StatusArgs<'a> {
 }
 
 /// One look: reconciled first with `--refresh`, then state and each worker's own journal.
-async fn look<S: Scheduler>(
-    a: &StatusArgs<'_>,
-    ctx: &Ctx<S>,
-) -> Result<ops::StatusReport, Failure> {
+async fn look<S: Scheduler>(a: &StatusArgs<'_>, ctx: &Ctx<S>) -> Result<ops::StatusDoc, Failure> {
     if a.refresh {
         reconcile::reconcile(ctx, a.pool).await?;
     }
     // No journal yet: no pools (as `sessions` and `trials` see it).
     let state = super::jobs::load_or_empty(ctx)?;
-    Ok(ops::status(
-        &state,
-        Some(&ctx.pools_dir()),
+    Ok(ops::StatusDoc::new(
+        state,
+        Some(ctx.pools_dir()),
         a.pool,
         ctx.now(),
     )?)
@@ -64,7 +61,7 @@ pub async fn run<S: Scheduler>(
     super::watch::show(
         show,
         || look(a, ctx),
-        |r| super::table::pool_status(r, a.wide),
+        |d| super::table::pool_status(&d.report(), a.wide),
     )
     .await
 }

@@ -28,7 +28,19 @@ pub struct LogPaths {
 
 impl LogPaths {
     pub fn of(dirs: &WorkerDirs) -> LogPaths {
-        let s = |name: &str| dirs.evidence.join(name).display().to_string();
+        Self::in_evidence(&dirs.evidence)
+    }
+
+    /// The files in a worker's evidence directory.
+    pub fn in_evidence(evidence: &Path) -> LogPaths {
+        // As `display()` shows them, without a formatter: `pool status` makes thousands.
+        let s = |name: &str| {
+            evidence
+                .join(name)
+                .into_os_string()
+                .into_string()
+                .unwrap_or_else(|p| p.to_string_lossy().into_owned())
+        };
         LogPaths {
             stdout: s("stdout"),
             stderr: s("stderr"),

@@ -7,6 +7,9 @@ use uuid::Uuid;
 
 use crate::statedir::trust::{self, TrustError};
 
+/// The evidence directory's name below a worker's root.
+const EVIDENCE: &str = "evidence";
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerDirs {
     pub root: PathBuf,
@@ -20,12 +23,19 @@ pub struct WorkerDirs {
 impl WorkerDirs {
     /// Keyed by submission id, so a later worker with the same name never shares them.
     pub fn new(pools_dir: &Path, pool: &str, submission_id: Uuid) -> WorkerDirs {
-        Self::at(
-            pools_dir
-                .join(pool)
-                .join("workers")
-                .join(submission_id.to_string()),
-        )
+        Self::at(Self::workers_of(pools_dir, pool).join(submission_id.to_string()))
+    }
+
+    /// The directory of a pool's workers' directories.
+    pub fn workers_of(pools_dir: &Path, pool: &str) -> PathBuf {
+        pools_dir.join(pool).join("workers")
+    }
+
+    /// The evidence directory alone of the worker `submission_id` (as text) of the pool whose
+    /// [`workers_of`](Self::workers_of) is `workers_dir`: what `pool status` needs of each of
+    /// thousands of workers, without the other four paths.
+    pub fn evidence_in(workers_dir: &Path, submission_id: &str) -> PathBuf {
+        workers_dir.join(submission_id).join(EVIDENCE)
     }
 
     /// A worker's directories under the state directory: a pool worker's, or (no pool) a
@@ -49,7 +59,7 @@ impl WorkerDirs {
             runtime: root.join("runtime"),
             cache: root.join("cache"),
             state: root.join("state"),
-            evidence: root.join("evidence"),
+            evidence: root.join(EVIDENCE),
             root,
         }
     }
@@ -95,6 +105,11 @@ mod tests {
             assert_ne!(*x, y);
         }
         assert!(a.evidence.starts_with("/s/pools/p/workers/"));
+        let workers = WorkerDirs::workers_of(Path::new("/s/pools"), "p");
+        assert_eq!(
+            WorkerDirs::evidence_in(&workers, &Uuid::from_u128(1).to_string()),
+            a.evidence
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ use crate::ops::error::OpError;
 use crate::policy::node as node_policy;
 use crate::state::pool::*;
 use crate::state::State;
+use crate::statedir::trust;
 use crate::worker::dirs::WorkerDirs;
 use crate::worker::{publish, report};
 
@@ -22,8 +23,21 @@ pub(super) fn read_worker_journal(
     w: &Worker,
 ) -> Result<Option<report::WorkerReport>, JournalError> {
     let dirs = WorkerDirs::new(pools_dir, pool, w.submission_id);
-    dirs.check(pools_dir)?;
-    report::read_anchored(&dirs.evidence, w.report.as_ref().map(|r| r.last_seq))
+    read_journal_below(pools_dir, &dirs.evidence, w)
+}
+
+/// [`read_worker_journal`] from its evidence directory, every directory on the way down from
+/// `trusted` (the pools directory, or a pool's `workers` directory already checked) checked
+/// first. `Ok(None)`: the supervisor wrote nothing (yet).
+pub(super) fn read_journal_below(
+    trusted: &Path,
+    evidence: &Path,
+    w: &Worker,
+) -> Result<Option<report::WorkerReport>, JournalError> {
+    if !trust::check_below(trusted, evidence)? {
+        return Ok(None);
+    }
+    report::read_anchored(evidence, w.report.as_ref().map(|r| r.last_seq))
 }
 
 /// Does the worker journal, as read now, still extend what was ingested from it?

@@ -31,7 +31,7 @@ pub use release::{release, ReleaseReport};
 pub use room::{Wait, WaitProgress, FALLBACK_PROOF_EVERY};
 pub use status::{
     status, status_of, AssetUseView, CreatingView, NodeView, PoolView, PublicationView, Resources,
-    StatusReport, WorkerJournalView, WorkerView,
+    StatusDoc, StatusReport, WorkerJournalView, WorkerView,
 };
 pub(crate) use stop::release_proven;
 pub use stop::{stop_worker, StopReport};

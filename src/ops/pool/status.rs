@@ -1,6 +1,6 @@
 //! `dispatch pool status`: the views of pools and workers, from state and the workers' journals.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use uuid::Uuid;
@@ -9,17 +9,20 @@ use crate::event::pool::*;
 use crate::event::Micros;
 use crate::journal::JournalError;
 use crate::ops::error::OpError;
+use crate::ops::logs::LogPaths;
 use crate::policy::pool::Refusal;
 use crate::state::pool::*;
 use crate::state::State;
+use crate::statedir::trust;
+use crate::worker::dirs::WorkerDirs;
 use crate::worker::report;
 
-use super::ingest::{extends_ingested, read_worker_journal};
+use super::ingest::{extends_ingested, read_journal_below};
 use super::AllocationView;
 
 #[derive(Debug, Serialize)]
-pub struct StatusReport {
-    pub pools: Vec<PoolView>,
+pub struct StatusReport<W = Vec<WorkerView>> {
+    pub pools: Vec<PoolView<W>>,
     /// `pool create`s not yet a pool: an allocation of theirs may exist (`pool create` again
     /// adopts it, `pool release` cancels it).
     pub creating: Vec<CreatingView>,
@@ -35,8 +38,9 @@ pub struct CreatingView {
     pub failure: Option<String>,
 }
 
+/// `W`: its workers' views, made all at once (a `Vec`) or as they are written.
 #[derive(Debug, Serialize)]
-pub struct PoolView {
+pub struct PoolView<W = Vec<WorkerView>> {
     pub pool: String,
     /// Who cancels the allocation: `created` (dispatch, with `pool release`) or `attached`
     /// (the user; dispatch never does).
@@ -46,7 +50,7 @@ pub struct PoolView {
     pub allocation: AllocationView,
     pub capacity: Resources,
     pub reserved: Resources,
-    pub workers: Vec<WorkerView>,
+    pub workers: W,
 }
 
 #[derive(Debug, Serialize)]
@@ -173,13 +177,74 @@ impl NodeView {
     }
 }
 
-/// The node view of `w`: its journal read now (when `pools_dir` is given), checked against
+/// One pool's worker directories, for `pool status`: found once for all its workers.
+struct PoolDirs {
+    /// The pool's `workers` directory; `None` without the state directory.
+    workers: Option<PathBuf>,
+    /// Every worker's directory is below this one, already checked; `None`: the pool has no
+    /// `workers` directory (no supervisor of it wrote anything), or no state directory.
+    trusted: Option<PathBuf>,
+}
+
+impl PoolDirs {
+    fn of(pools_dir: Option<&Path>, pool: &str) -> PoolDirs {
+        let Some(dir) = pools_dir else {
+            return PoolDirs {
+                workers: None,
+                trusted: None,
+            };
+        };
+        let workers = WorkerDirs::workers_of(dir, pool);
+        let trusted = match trust::check_below(dir, &workers) {
+            Ok(true) => Some(workers.clone()),
+            Ok(false) => None,
+            // Each worker's read says what is wrong on the way, as it would alone.
+            Err(_) => Some(dir.to_owned()),
+        };
+        PoolDirs {
+            workers: Some(workers),
+            trusted,
+        }
+    }
+
+    /// The worker's own journal (below `evidence`) as it is now; `None` when there is nothing
+    /// to read or no need to read it (see [`journal_may_change`]).
+    fn read(
+        &self,
+        w: &Worker,
+        evidence: Option<&Path>,
+    ) -> Option<Result<Option<report::WorkerReport>, JournalError>> {
+        let (trusted, evidence) = (self.trusted.as_deref()?, evidence?);
+        if !journal_may_change(w) {
+            return None;
+        }
+        Some(read_journal_below(trusted, evidence, w))
+    }
+}
+
+/// Whether the worker's own journal may say more than the coordinator ingested from it: while
+/// its step may still run. A released worker's journal was ingested for the last time in the
+/// commit that proved its step over (`release_proven`), a failed one never had a step: their
+/// views come from state alone, so `pool status` reads no file per finished worker (a pool
+/// keeps [`FINISHED_WORKERS_KEPT`]). Exception: a refused one is read for the refusal's reason,
+/// which the ingested summary does not hold. A forgotten worker was given up without proof
+/// (its step may run on), and is read.
+fn journal_may_change(w: &Worker) -> bool {
+    let refused = || {
+        w.report
+            .as_ref()
+            .is_some_and(|r| r.preflight.as_deref() == Some("refused"))
+    };
+    !matches!(w.state, WorkerState::Released | WorkerState::Failed) || refused()
+}
+
+/// The node view of `w`: its journal read now (when it may have changed), checked against
 /// what was ingested from it before.
-fn node_view(pools_dir: Option<&Path>, pool: &str, w: &Worker) -> NodeView {
+fn node_view(dirs: &PoolDirs, w: &Worker, evidence: Option<&Path>) -> NodeView {
     let mut v = if let Some(d) = &w.journal_damage {
         NodeView::untrusted(w, &d.status, d.reason.clone())
     } else {
-        match pools_dir.map(|dir| read_worker_journal(dir, pool, w)) {
+        match dirs.read(w, evidence) {
             Some(Ok(Some(r))) => match extends_ingested(w, &r) {
                 Ok(()) => NodeView::from_report(&r, !w.state.holds_budget()),
                 Err(reason) => NodeView::untrusted(w, "rewritten", reason),
@@ -213,26 +278,31 @@ fn node_view(pools_dir: Option<&Path>, pool: &str, w: &Worker) -> NodeView {
 }
 
 impl WorkerView {
-    fn of(job: u64, pools_dir: Option<&Path>, pool: &str, w: &Worker) -> WorkerView {
-        let logs = pools_dir.map(|d| {
-            crate::ops::logs::LogPaths::of(&crate::worker::dirs::WorkerDirs::new(
-                d,
-                pool,
-                w.submission_id,
-            ))
-        });
+    fn of(job: u64, dirs: &PoolDirs, w: &Worker) -> WorkerView {
+        let submission_id = w
+            .submission_id
+            .hyphenated()
+            .encode_lower(&mut Uuid::encode_buffer())
+            .to_owned();
+        let evidence = dirs
+            .workers
+            .as_deref()
+            .map(|d| WorkerDirs::evidence_in(d, &submission_id));
+        let logs = evidence.as_deref().map(LogPaths::in_evidence);
+        let node = node_view(dirs, w, evidence.as_deref());
+        let (stdout, stderr) = logs.map(|l| (l.stdout, l.stderr)).unzip();
         WorkerView {
             name: w.name.clone(),
-            submission_id: w.submission_id.to_string(),
+            submission_id,
             state: w.state.as_str(),
             cpus: w.cpus,
             mem_mb: w.mem_mb,
             step_id: w.step_id.map(|s| format!("{job}.{s}")),
             exit_code: w.exit_code,
             exit_signal: w.exit_signal,
-            stdout: logs.as_ref().map(|l| l.stdout.clone()),
-            stderr: logs.map(|l| l.stderr),
-            node: node_view(pools_dir, pool, w),
+            stdout,
+            stderr,
+            node,
         }
     }
 }
@@ -250,11 +320,104 @@ pub fn status(
     pool: Option<&str>,
     now: Micros,
 ) -> Result<StatusReport, OpError> {
-    if let Some(p) = pool {
-        if !state.pools.pools.contains_key(p) && !state.pools.creations.contains_key(p) {
-            return Err(Refusal::NoPool { pool: p.to_owned() }.into());
-        }
+    known(state, pool)?;
+    Ok(build(state, pools_dir, pool, now, |job, p, dirs| {
+        workers_of(p)
+            .map(|w| WorkerView::of(job, &dirs, w))
+            .collect()
+    }))
+}
+
+/// `pool status` of one pool or all, as [`status`] makes it, holding the state it is made
+/// from: its JSON is written worker by worker, each view made as it is written and dropped
+/// after (a pool keeps up to [`FINISHED_WORKERS_KEPT`] finished workers beside its live ones;
+/// no report of them all is built first). [`StatusDoc::report`] makes the whole report.
+pub struct StatusDoc {
+    state: State,
+    pools_dir: Option<PathBuf>,
+    pool: Option<String>,
+    now: Micros,
+}
+
+impl StatusDoc {
+    pub fn new(
+        state: State,
+        pools_dir: Option<PathBuf>,
+        pool: Option<&str>,
+        now: Micros,
+    ) -> Result<StatusDoc, OpError> {
+        known(&state, pool)?;
+        Ok(StatusDoc {
+            state,
+            pools_dir,
+            pool: pool.map(str::to_owned),
+            now,
+        })
     }
+
+    /// The whole report, every worker's view made at once.
+    pub fn report(&self) -> StatusReport {
+        status(
+            &self.state,
+            self.pools_dir.as_deref(),
+            self.pool.as_deref(),
+            self.now,
+        )
+        .expect("the pool was checked when the document was made")
+    }
+}
+
+impl Serialize for StatusDoc {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        build(
+            &self.state,
+            self.pools_dir.as_deref(),
+            self.pool.as_deref(),
+            self.now,
+            |job, pool, dirs| StreamedWorkers { job, pool, dirs },
+        )
+        .serialize(s)
+    }
+}
+
+/// A pool's worker views, made one at a time as the JSON is written.
+struct StreamedWorkers<'s> {
+    job: u64,
+    pool: &'s Pool,
+    dirs: PoolDirs,
+}
+
+impl Serialize for StreamedWorkers<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(workers_of(self.pool).map(|w| WorkerView::of(self.job, &self.dirs, w)))
+    }
+}
+
+/// A pool's workers in the order `pool status` shows them: those that hold budget (by
+/// submission id), then the finished ones it remembers, oldest first.
+fn workers_of(p: &Pool) -> impl Iterator<Item = &Worker> {
+    p.active.values().chain(p.finished.iter())
+}
+
+/// Refuse a pool (or creation) the state does not know.
+fn known(state: &State, pool: Option<&str>) -> Result<(), OpError> {
+    match pool {
+        Some(p) if !state.pools.pools.contains_key(p) && !state.pools.creations.contains_key(p) => {
+            Err(Refusal::NoPool { pool: p.to_owned() }.into())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The report of the pools asked for, each pool's workers as `workers` makes them from the
+/// pool's allocation job id, the pool and its directories.
+fn build<'s, W>(
+    state: &'s State,
+    pools_dir: Option<&Path>,
+    pool: Option<&str>,
+    now: Micros,
+    workers: impl Fn(u64, &'s Pool, PoolDirs) -> W,
+) -> StatusReport<W> {
     let pools = state
         .pools
         .pools
@@ -262,10 +425,6 @@ pub fn status(
         .filter(|p| pool.is_none_or(|name| p.name == name))
         .map(|p| {
             let (cpus, mem_mb) = p.reserved();
-            let job = p.allocation.job_id;
-            let view = |w: &Worker| WorkerView::of(job, pools_dir, &p.name, w);
-            let mut workers: Vec<WorkerView> = p.active.values().map(view).collect();
-            workers.extend(p.finished.iter().map(view));
             PoolView {
                 pool: p.name.clone(),
                 owner: if p.created.is_some() {
@@ -280,7 +439,7 @@ pub fn status(
                     mem_mb: p.allocation.mem_mb,
                 },
                 reserved: Resources { cpus, mem_mb },
-                workers,
+                workers: workers(p.allocation.job_id, p, PoolDirs::of(pools_dir, &p.name)),
             }
         })
         .collect();
@@ -297,5 +456,5 @@ pub fn status(
             failure: c.failure.clone(),
         })
         .collect();
-    Ok(StatusReport { pools, creating })
+    StatusReport { pools, creating }
 }
