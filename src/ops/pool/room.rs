@@ -139,19 +139,20 @@ struct Proving {
 #[derive(Default)]
 struct Round {
     released: bool,
-    /// A finished worker's srun is still running: look again in [`POLL_SRUN`].
-    srun_exiting: bool,
+    /// The pids of finished workers' sruns still running: watched every [`POLL_SRUN`].
+    srun_exiting: Vec<u32>,
     /// Read with the proof, when the facts held were going stale.
     facts: Option<FreshFacts>,
 }
 
 impl Proving {
-    /// Is the srun of `w` (started on this host) still running?
-    fn srun_running(&mut self, w: &crate::state::pool::Worker) -> bool {
+    /// The pid of the srun of `w` (started on this host), if it is still running.
+    fn srun_running(&mut self, w: &crate::state::pool::Worker) -> Option<u32> {
         let here = self.here.get_or_insert_with(crate::event::current_host);
         w.srun
             .as_ref()
-            .is_some_and(|s| s.host == *here && process_alive(s.pid))
+            .filter(|s| s.host == *here && process_alive(s.pid))
+            .map(|s| s.pid)
     }
 
     /// Prove over what can be proven and release it. `facts_at`: when the facts held were
@@ -191,9 +192,11 @@ impl Proving {
             let mut finished = own.as_ref().is_some_and(|r| r.finished.is_some());
             if finished {
                 let since = *self.finished_at.entry(w.submission_id).or_insert(now);
-                if now.duration_since(since) < SRUN_EXIT_WAIT && self.srun_running(w) {
-                    round.srun_exiting = true;
-                    finished = false;
+                if now.duration_since(since) < SRUN_EXIT_WAIT {
+                    if let Some(pid) = self.srun_running(w) {
+                        round.srun_exiting.push(pid);
+                        finished = false;
+                    }
                 }
             }
             let (at, _, _) =
@@ -298,7 +301,7 @@ pub(super) async fn until_room<S: Scheduler>(
     loop {
         let ahead = ticket.ahead()?;
         let mut reserved = None;
-        let mut srun_exiting = false;
+        let mut srun_exiting = Vec::new();
         if ahead == 0 {
             let state = watch.state(ctx)?;
             let pool = state
@@ -368,11 +371,15 @@ pub(super) async fn until_room<S: Scheduler>(
                 shown = Some((now, Instant::now()));
             }
         }
-        tokio::time::sleep(match ahead {
-            _ if srun_exiting => POLL_SRUN,
-            n if n < NEAR => POLL_NEAR,
-            _ => POLL_FAR,
-        })
-        .await;
+        if srun_exiting.is_empty() {
+            tokio::time::sleep(if ahead < NEAR { POLL_NEAR } else { POLL_FAR }).await;
+        } else {
+            // Only the pids, between two looks at the rest: a full look every ms took CPU
+            // from the steps starting meanwhile (2 cores).
+            let until = Instant::now() + POLL_NEAR;
+            while Instant::now() < until && srun_exiting.iter().all(|pid| process_alive(*pid)) {
+                tokio::time::sleep(POLL_SRUN).await;
+            }
+        }
     }
 }
