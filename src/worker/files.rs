@@ -69,6 +69,20 @@ pub fn copy_file(
     src: &Path,
     dst: &Path,
     deadline: Option<Instant>,
+    before_chunk: impl FnMut(),
+) -> Result<(Sha256Digest, u64), FileError> {
+    let copied = copy_file_unsynced(src, dst, deadline, before_chunk)?;
+    File::open(dst)
+        .and_then(|f| f.sync_all())
+        .map_err(io(dst, "fsync"))?;
+    Ok(copied)
+}
+
+/// [`copy_file`] without the fsync: it does not count until [`sync_all`] has synced `dst`.
+pub fn copy_file_unsynced(
+    src: &Path,
+    dst: &Path,
+    deadline: Option<Instant>,
     mut before_chunk: impl FnMut(),
 ) -> Result<(Sha256Digest, u64), FileError> {
     let mut from = File::open(src).map_err(io(src, "open"))?;
@@ -92,12 +106,18 @@ pub fn copy_file(
         h.update(&buf[..n]);
         total += n as u64;
     }
-    to.sync_all().map_err(io(dst, "fsync"))?;
     Ok((Sha256Digest(h.finalize().into()), total))
 }
 
 /// Write `bytes` to a new file and fsync it.
 pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), FileError> {
+    write_new_unsynced(path, bytes, mode)?
+        .sync_all()
+        .map_err(io(path, "fsync"))
+}
+
+/// [`write_new`] without the fsync: it does not count until [`sync_all`] has synced `path`.
+pub fn write_new_unsynced(path: &Path, bytes: &[u8], mode: u32) -> Result<File, FileError> {
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -105,7 +125,52 @@ pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), FileError> 
         .open(path)
         .map_err(io(path, "create"))?;
     f.write_all(bytes).map_err(io(path, "write"))?;
-    f.sync_all().map_err(io(path, "fsync"))
+    Ok(f)
+}
+
+/// At most this many fsyncs of [`sync_all`] are in flight at once.
+pub const SYNCS_IN_FLIGHT: usize = 16;
+
+/// fsync every file and directory of `paths`, several at once: the filesystem's journal
+/// commits the fsyncs in flight together (ext4 here: 10 fsyncs took 30–90 ms one after the
+/// other and 3–20 ms together), and a publication is a dozen of them. Done when every one
+/// is; the first failure is returned. Past `deadline`, no further fsync starts.
+pub fn sync_all(paths: &[PathBuf], deadline: Option<Instant>) -> Result<(), FileError> {
+    let threads = paths.len().min(SYNCS_IN_FLIGHT);
+    if threads <= 1 {
+        return paths.iter().try_for_each(|p| sync_one(p, deadline));
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let first_error = std::sync::Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(path) = paths.get(i) else { break };
+                if let Err(e) = sync_one(path, deadline) {
+                    first_error
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .get_or_insert(e);
+                    break;
+                }
+            });
+        }
+    });
+    match first_error
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn sync_one(path: &Path, deadline: Option<Instant>) -> Result<(), FileError> {
+    check(deadline)?;
+    File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(io(path, "fsync"))
 }
 
 pub fn fsync_dir(dir: &Path) -> Result<(), FileError> {
@@ -194,6 +259,29 @@ pub fn tree(root: &Path, limit: u64) -> Tree {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sync_all_syncs_files_and_directories_and_reports_the_first_failure() {
+        let d = tempfile::tempdir().unwrap();
+        let mut paths = vec![d.path().to_path_buf()];
+        for i in 0..40 {
+            let p = d.path().join(format!("f{i}"));
+            drop(write_new_unsynced(&p, b"x", 0o600).unwrap());
+            paths.push(p);
+        }
+        sync_all(&paths, None).unwrap();
+        let missing = d.path().join("gone");
+        paths.insert(17, missing.clone());
+        match sync_all(&paths, None) {
+            Err(FileError::Io { path, .. }) => assert_eq!(path, missing),
+            other => panic!("{other:?}"),
+        }
+        let past = Instant::now() - std::time::Duration::from_millis(1);
+        assert!(matches!(
+            sync_all(&paths[..3], Some(past)),
+            Err(FileError::TimedOut)
+        ));
+    }
 
     #[test]
     fn copy_hashes_what_it_writes_and_never_overwrites() {

@@ -1,8 +1,9 @@
 //! Publication: the workspace (a git bundle of the worker's commits on top of the pinned
 //! commit, plus its uncommitted changes as a patch; a plain copy when there is no source
 //! asset) and the evidence, into `<published>/<worker>-<submission>/`, atomically: everything
-//! is written and fsynced in a temporary directory beside it, with a manifest of every file's
-//! SHA-256, then renamed into place and the parent fsynced. Past the timeout the work stops,
+//! is written in a temporary directory beside it, with a manifest of every file's SHA-256, and
+//! fsynced (every file and directory, several at once: `files::sync_all`), then renamed into
+//! place and the parent fsynced. Past the timeout the work stops,
 //! the temporary directory is removed, and nothing half-published is ever visible.
 
 use std::ffi::OsStr;
@@ -56,6 +57,15 @@ impl Outcome {
     pub fn published(&self) -> bool {
         matches!(self, Outcome::Published(_))
     }
+
+    /// The record of this outcome for the worker journal.
+    pub fn event(&self) -> WorkerEvent {
+        match self {
+            Outcome::Published(p) => WorkerEvent::Published(p.clone()),
+            Outcome::TimedOut(t) => WorkerEvent::PublicationTimedOut(t.clone()),
+            Outcome::Failed(f) => WorkerEvent::PublicationFailed(f.clone()),
+        }
+    }
 }
 
 enum Stop {
@@ -88,6 +98,8 @@ struct Staging {
     entries: Vec<Entry>,
     /// Directories created inside `temp`, to fsync before the rename.
     made: Vec<PathBuf>,
+    /// Files written inside `temp`, to fsync before the rename.
+    written: Vec<PathBuf>,
     stage: &'static str,
     bytes: u64,
     commits: u64,
@@ -129,14 +141,12 @@ impl Staging {
         Ok(())
     }
 
-    /// Hash a file git wrote into the temporary directory, and fsync it.
+    /// Hash a file git wrote into the temporary directory (fsynced with the rest).
     fn add_written(&mut self, rel: &Path) -> Result<u64, Stop> {
         let path = self.temp.join(rel);
-        std::fs::File::open(&path)
-            .and_then(|f| f.sync_all())
-            .map_err(files::io(&path, "fsync"))?;
         let (sha, bytes) = files::hash_file(&path, Some(self.deadline), |_| {})?;
         self.add(rel, bytes, sha)?;
+        self.written.push(path);
         Ok(bytes)
     }
 
@@ -166,8 +176,9 @@ impl Staging {
                 failpoint::hit("supervisor-publish-copy");
                 let to = self.temp.join(rel).join(child);
                 let (sha, bytes) =
-                    files::copy_file(&src.join(child), &to, Some(self.deadline), || {})?;
+                    files::copy_file_unsynced(&src.join(child), &to, Some(self.deadline), || {})?;
                 self.add(&rel.join(child), bytes, sha)?;
+                self.written.push(to);
             }
         }
         Ok(())
@@ -269,24 +280,28 @@ impl Staging {
             std::mem::take(&mut self.entries),
         );
         let bytes = manifest.to_bytes();
-        files::write_new(&self.temp.join(MANIFEST_NAME), &bytes, 0o600)?;
+        let manifest_path = self.temp.join(MANIFEST_NAME);
+        files::write_new_unsynced(&manifest_path, &bytes, 0o600)?;
         self.entries = manifest.files;
-        // Deepest first, the temporary directory itself last.
-        self.made
-            .sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-        for d in self.made.clone() {
-            files::fsync_dir(&d)?;
-        }
-        files::fsync_dir(&self.temp)?;
+        // Every file and directory durable before the rename makes them visible; in which
+        // order they get there does not matter.
+        let mut sync = std::mem::take(&mut self.written);
+        sync.push(manifest_path);
+        sync.append(&mut self.made);
+        sync.push(self.temp.clone());
+        files::sync_all(&sync, Some(self.deadline))?;
         use sha2::Digest;
         Ok(Sha256Digest(sha2::Sha256::digest(&bytes).into()))
     }
 }
 
-/// Publish, recording the start and the outcome in the worker journal.
+/// Publish, recording the start in the worker journal together with `records` (what the
+/// supervisor saw since its last commit: one commit, not two). The outcome is returned, not
+/// recorded: the caller records it in the commit of whatever it starts next, before it starts.
 pub fn publish(
     req: &Request<'_>,
     journal: &JournalWriter<WorkerEvent>,
+    records: Vec<WorkerEvent>,
 ) -> Result<Outcome, JournalError> {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(u64::from(req.timeout_s));
@@ -297,11 +312,13 @@ pub fn publish(
         temp_prefix(req.worker, req.submission_id),
         std::process::id()
     ));
-    journal.append_one(WorkerEvent::PublicationStarted(PublicationStarted {
+    let mut commit = records;
+    commit.push(WorkerEvent::PublicationStarted(PublicationStarted {
         dir: dir.display().to_string(),
         temp_dir: temp.display().to_string(),
         timeout_s: req.timeout_s,
-    }))?;
+    }));
+    journal.append(commit)?;
     failpoint::hit("supervisor-publish-after-intent");
     // Left by an earlier run of this same submission that died: it can never finish.
     sweep_temps(req.publish_dir, req.worker, req.submission_id);
@@ -310,6 +327,7 @@ pub fn publish(
         deadline,
         entries: Vec::new(),
         made: Vec::new(),
+        written: Vec::new(),
         stage: "workspace",
         bytes: 0,
         commits: 0,
@@ -368,11 +386,6 @@ pub fn publish(
             }
         }
     };
-    journal.append_one(match &outcome {
-        Outcome::Published(p) => WorkerEvent::Published(p.clone()),
-        Outcome::TimedOut(t) => WorkerEvent::PublicationTimedOut(t.clone()),
-        Outcome::Failed(f) => WorkerEvent::PublicationFailed(f.clone()),
-    })?;
     Ok(outcome)
 }
 

@@ -30,8 +30,8 @@ type Writer = crate::journal::JournalWriter<WorkerEvent>;
 use crate::policy::node::{self, AfterPayload, StateClass};
 use crate::policy::pool::Budgets;
 
-/// How often the supervisor looks at the payload and the clock: a payload's end is seen at
-/// most this late (it was 50 ms: 25 ms on average added to every worker, issue 14).
+/// How often the supervisor looks at the clock and for a stop while the payload runs (its end
+/// is seen at once: `wait_in_background`).
 const POLL: Duration = Duration::from_millis(10);
 /// How long a failed payload exit waits for a stop signal sent in the same sweep.
 const STOP_SWEEP_WAIT: Duration = Duration::from_millis(50);
@@ -189,10 +189,14 @@ struct Refused {
     reason: String,
 }
 
-/// Everything before the payload, once the worker's root is claimed, recorded as it goes.
-/// Returns why the payload may not start, if so.
-fn prepare(journal: &Writer, n: &NodeSpec) -> Result<Option<Refused>, JournalError> {
-    journal.append_one(Event::SupervisorPlan(SupervisorPlan {
+/// Everything before the payload, once the worker's root is claimed, recorded as it goes
+/// (`started` in the plan's commit). Returns why the payload may not start, if so.
+fn prepare(
+    journal: &Writer,
+    n: &NodeSpec,
+    started: Event,
+) -> Result<Option<Refused>, JournalError> {
+    let plan = Event::SupervisorPlan(SupervisorPlan {
         pool: n.pool.clone(),
         worker: n.worker.clone(),
         dirs: ["checkout", "runtime", "cache", "state", "evidence"]
@@ -209,7 +213,8 @@ fn prepare(journal: &Writer, n: &NodeSpec) -> Result<Option<Refused>, JournalErr
         native_state_s: n.native_state_s,
         cleanup_s: n.cleanup_s,
         append_only_glob: n.append_only_glob.clone(),
-    }))?;
+    });
+    journal.append(vec![started, plan])?;
     let source = preflight::source_of(&n.assets);
     let checks = preflight::check_dirs(
         &n.worker,
@@ -305,6 +310,28 @@ struct Ended {
     exited: PayloadExited,
 }
 
+/// Wait for `child` on a thread of its own: its end is known the moment it comes (a poll
+/// of every [`POLL`] saw it 5 ms late on average, on every worker's way out), while the
+/// supervision loop goes on looking at the clock and for a stop.
+fn wait_in_background(
+    mut child: std::process::Child,
+    pgid: u32,
+) -> std::sync::mpsc::Receiver<std::process::ExitStatus> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let status = child.wait().unwrap_or_else(|e| {
+            eprintln!("dispatch worker: waiting for the payload failed: {e}; killing it");
+            signal_group(pgid, libc::SIGKILL);
+            child
+                .wait()
+                .unwrap_or_else(|_| std::process::ExitStatus::from_raw(libc::SIGKILL))
+        });
+        // The receiver lives until a status came.
+        let _ = tx.send(status);
+    });
+    rx
+}
+
 /// Start the payload and supervise it to its end.
 fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<Ended, JournalError> {
     failpoint::hit("supervisor-before-spawn");
@@ -313,7 +340,7 @@ fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<Ended, JournalError> 
         .process_group(0)
         .stdin(Stdio::null());
     payload_env(&mut cmd, spec);
-    let mut child = match cmd.spawn() {
+    let child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("dispatch worker: cannot start {:?}: {e}", spec.command[0]);
@@ -329,19 +356,16 @@ fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<Ended, JournalError> 
     let pgid = child.id();
     journal.append_one(Event::PayloadStarted(PayloadStarted { pid: pgid }))?;
 
+    let exit = wait_in_background(child, pgid);
     let mut term_sent_at: Option<Micros> = None;
     let mut grace_s = spec.grace_s;
     let mut kill_sent = false;
     let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) => {}
-            Err(e) => {
-                eprintln!("dispatch worker: waiting for the payload failed: {e}; killing it");
-                signal_group(pgid, libc::SIGKILL);
-                break child
-                    .wait()
-                    .unwrap_or_else(|_| std::process::ExitStatus::from_raw(libc::SIGKILL));
+        match exit.recv_timeout(POLL) {
+            Ok(status) => break status,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                unreachable!("the waiting thread sends before it ends")
             }
         }
         let now = Micros::now();
@@ -379,7 +403,6 @@ fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<Ended, JournalError> 
             }
             Some(_) => {}
         }
-        std::thread::sleep(POLL);
     };
     // The step is the cleanup boundary: nothing the payload started outlives it.
     signal_group(pgid, libc::SIGKILL);
@@ -403,25 +426,36 @@ fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<Ended, JournalError> 
     Ok(Ended { exited })
 }
 
-/// After the payload: quiescence, hashes, logs, publication. Returns the state class (with its
-/// reason) and whether the work was published.
+/// What [`settle_and_publish`] found.
+struct Settled {
+    /// The state class, and why.
+    class: (StateClass, String),
+    published: bool,
+    /// Records not yet committed: they go in the commit of the cleanup's start. Each step
+    /// after the payload commits what it saw with the start of the next (one fsync each, not
+    /// two; ~3 ms apiece here, on every worker's way out).
+    records: Vec<Event>,
+}
+
+/// After the payload: quiescence, hashes, logs, publication.
 fn settle_and_publish(
     journal: &Writer,
     spec: &RunSpec,
     n: &NodeSpec,
     ended: Option<&Ended>,
-) -> Result<((StateClass, String), bool), JournalError> {
+) -> Result<Settled, JournalError> {
     let Some(ended) = ended else {
-        return Ok((
-            node::state_class(&AfterPayload {
+        return Ok(Settled {
+            class: node::state_class(&AfterPayload {
                 payload_started: false,
                 interrupted: false,
                 quiet: true,
                 hashes_complete: true,
                 logs_whole: true,
             }),
-            false,
-        ));
+            published: false,
+            records: Vec::new(),
+        });
     };
     let started = Instant::now();
     let budget = Duration::from_secs(u64::from(n.native_state_s.max(MIN_STEP_BUDGET_S)));
@@ -436,7 +470,6 @@ fn settle_and_publish(
         started + budget / 2,
     );
     let is_quiet = quiet.quiet;
-    journal.append_one(Event::WritersQuiesced(quiet))?;
     let (hashed, logs) = settle::hash_state(
         &n.dirs.state,
         &spec.evidence_dir,
@@ -450,29 +483,36 @@ fn settle_and_publish(
         hashes_complete: hashed.complete,
         logs_whole: logs.ok,
     });
-    journal.append(vec![
+    let records = vec![
+        Event::WritersQuiesced(quiet),
         Event::NativeStateHashed(hashed),
         Event::AppendOnlyLogsChecked(logs),
-    ])?;
-    let published = match &n.publish_dir {
-        Some(dir) => {
-            let pinned = preflight::source_of(&n.assets).and_then(|s| s.record.commit.as_deref());
-            publish::publish(
-                &publish::Request {
-                    worker: &n.worker,
-                    submission_id: spec.submission_id,
-                    dirs: &n.dirs,
-                    publish_dir: dir,
-                    pinned,
-                    timeout_s: n.publication_timeout_s,
-                },
-                journal,
-            )?
-            .published()
-        }
-        None => false,
+    ];
+    let Some(dir) = &n.publish_dir else {
+        return Ok(Settled {
+            class,
+            published: false,
+            records,
+        });
     };
-    Ok((class, published))
+    let pinned = preflight::source_of(&n.assets).and_then(|s| s.record.commit.as_deref());
+    let outcome = publish::publish(
+        &publish::Request {
+            worker: &n.worker,
+            submission_id: spec.submission_id,
+            dirs: &n.dirs,
+            publish_dir: dir,
+            pinned,
+            timeout_s: n.publication_timeout_s,
+        },
+        journal,
+        records,
+    )?;
+    Ok(Settled {
+        class,
+        published: outcome.published(),
+        records: vec![outcome.event()],
+    })
 }
 
 /// Run the worker to its end. Returns the exit code the supervisor should exit with: the
@@ -498,7 +538,7 @@ pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
     };
     let journal = Writer::open(&journal_dir(&spec.evidence_dir), Options::default())?;
     install_stop_handlers();
-    journal.append_one(Event::SupervisorStarted(SupervisorStarted {
+    let started = Event::SupervisorStarted(SupervisorStarted {
         submission_id: spec.submission_id,
         job_id: env_number("SLURM_JOB_ID"),
         step_id: env_number("SLURM_STEP_ID"),
@@ -507,10 +547,13 @@ pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
         deadline: spec.deadline,
         grace_s: spec.grace_s,
         command: spec.command.clone(),
-    }))?;
+    });
     let mut refused = match &spec.node {
-        Some(n) => prepare(&journal, n)?,
-        None => None,
+        Some(n) => prepare(&journal, n, started)?,
+        None => {
+            journal.append_one(started)?;
+            None
+        }
     };
     if refused.is_none()
         && (STOP_REQUESTED.load(Ordering::SeqCst) || Micros::now() >= spec.deadline)
@@ -536,18 +579,23 @@ pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
             None
         }
     };
+    // Committed with the supervisor's finish: the cleanup's outcome.
+    let mut last = Vec::new();
     if let Some(n) = &spec.node {
-        let ((class, reason), published) = settle_and_publish(&journal, spec, n, ended.as_ref())?;
-        let plan = node::cleanup_plan(ended.is_some(), published);
-        journal.append_one(Event::CleanupStarted(CleanupStarted {
+        let settled = settle_and_publish(&journal, spec, n, ended.as_ref())?;
+        let (class, reason) = settled.class;
+        let plan = node::cleanup_plan(ended.is_some(), settled.published);
+        let mut commit = settled.records;
+        commit.push(Event::CleanupStarted(CleanupStarted {
             remove: plan.remove.iter().map(|r| r.to_string()).collect(),
             keep: plan.keep.iter().map(|r| r.to_string()).collect(),
-        }))?;
+        }));
+        journal.append(commit)?;
         failpoint::hit("supervisor-before-cleanup");
         let deadline =
             Instant::now() + Duration::from_secs(u64::from(n.cleanup_s.max(MIN_STEP_BUDGET_S)));
         let done = cleanup::run(&n.dirs, &plan, class, &reason, deadline);
-        journal.append_one(Event::CleanedUp(done))?;
+        last.push(Event::CleanedUp(done));
     }
     let exited = ended.as_ref().map(|e| &e.exited);
     let code = node::exit_code(
@@ -560,9 +608,10 @@ pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
         Some(e) if e.interrupted => "interrupted",
         Some(_) => "completed",
     };
-    journal.append_one(Event::SupervisorFinished(SupervisorFinished {
+    last.push(Event::SupervisorFinished(SupervisorFinished {
         outcome: outcome.to_owned(),
         exit_code: code,
-    }))?;
+    }));
+    journal.append(last)?;
     Ok(code)
 }

@@ -67,45 +67,56 @@ pub(crate) fn ingest_worker_journal(
     pools_dir: &Path,
     step_over: bool,
 ) -> Result<(), OpError> {
+    let events = worker_journal_news(state, pool, submission_id, pools_dir, step_over);
+    writer.append(events)?;
+    Ok(())
+}
+
+/// What [`ingest_worker_journal`] records, for a caller that commits it with more.
+pub(crate) fn worker_journal_news(
+    state: &State,
+    pool: &str,
+    submission_id: Uuid,
+    pools_dir: &Path,
+    step_over: bool,
+) -> Vec<Event> {
     let Some(w) = state
         .pools
         .pools
         .get(pool)
         .and_then(|p| p.active.get(&submission_id))
     else {
-        return Ok(());
+        return Vec::new();
     };
     if w.journal_damage.is_some() {
-        return Ok(());
+        return Vec::new();
     }
     let r = match read_worker_journal(pools_dir, pool, w) {
         Ok(Some(r)) => r,
-        Ok(None) => return Ok(()),
+        Ok(None) => return Vec::new(),
         Err(e @ (JournalError::Damaged { .. } | JournalError::Undecodable { .. })) => {
             let status = match &e {
                 JournalError::Damaged { status, .. } => status.as_str(),
                 _ => "corrupt",
             };
             tracing::warn!("worker {} journal: {e}", w.name);
-            writer.append_one(Event::WorkerJournalDamaged(WorkerJournalDamaged {
+            return vec![Event::WorkerJournalDamaged(WorkerJournalDamaged {
                 submission_id,
                 status: status.to_owned(),
                 reason: e.to_string(),
-            }))?;
-            return Ok(());
+            })];
         }
         Err(e) => {
             tracing::warn!("worker {} journal cannot be read now: {e}", w.name);
-            return Ok(());
+            return Vec::new();
         }
     };
     if let Err(reason) = extends_ingested(w, &r) {
-        writer.append_one(Event::WorkerJournalDamaged(WorkerJournalDamaged {
+        return vec![Event::WorkerJournalDamaged(WorkerJournalDamaged {
             submission_id,
             status: "rewritten".to_owned(),
             reason,
-        }))?;
-        return Ok(());
+        })];
     }
     let mut events = Vec::new();
     if let (Some(e), false) = (&r.exited, w.state == WorkerState::Exited) {
@@ -119,8 +130,7 @@ pub(crate) fn ingest_worker_journal(
     if w.report.as_ref() != Some(&ingested) {
         events.push(Event::WorkerReportIngested(ingested));
     }
-    writer.append(events)?;
-    Ok(())
+    events
 }
 
 /// After a worker's step is proven over: temporary publication directories its supervisor

@@ -25,7 +25,7 @@ pub use create::CreationReconciled;
 pub use create::{create, creation_job_name, CreateReport, CreateRequest, Progress};
 pub(crate) use dry_run::state_now;
 pub use dry_run::{submit_dry_run, SubmitPlan};
-pub(crate) use ingest::{ingest_worker_journal, sweep_publication};
+pub(crate) use ingest::{ingest_worker_journal, sweep_publication, worker_journal_news};
 pub use queue::MAX_WAITING;
 pub use release::{release, ReleaseReport};
 pub use room::{Wait, WaitProgress, FALLBACK_PROOF_EVERY};

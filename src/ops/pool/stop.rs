@@ -8,8 +8,8 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::{
-    active_worker, ingest_worker_journal, job_id, locked, numbered_step_named, step_name,
-    sweep_publication,
+    active_worker, job_id, locked, numbered_step_named, step_name, sweep_publication,
+    worker_journal_news,
 };
 use crate::event::pool::*;
 use crate::event::Event;
@@ -206,22 +206,35 @@ pub(crate) fn release_proven<S: Scheduler>(
     still: impl Fn(&Worker) -> bool,
 ) -> Result<bool, OpError> {
     let pools_dir = ctx.pools_dir();
+    let terminal = Event::WorkerTerminal(WorkerTerminal {
+        submission_id: id,
+        proof: proof.to_owned(),
+    });
+    // With nothing left to clean (the supervisor cleaned up), the release is one commit:
+    // what the worker's journal says, then the proof.
     let cleanup = locked(ctx, |writer, state| {
-        if !active_worker(state, pool, id).is_some_and(&still) {
+        let Some(w) = active_worker(state, pool, id).filter(|w| still(w)).cloned() else {
             return Ok(None);
+        };
+        let mut events = worker_journal_news(state, pool, id, &pools_dir, true);
+        let planned = plan_leftover_cleanup(&pools_dir, pool, &w);
+        match &planned {
+            Some((intent, _, _)) => events.push(Event::WorkerCleanupIntent(intent.clone())),
+            None => events.push(terminal.clone()),
         }
-        ingest_worker_journal(writer, state, pool, id, &pools_dir, true)?;
-        let w = active_worker(state, pool, id).expect("checked above");
-        let planned = plan_leftover_cleanup(&pools_dir, pool, w);
-        if let Some((intent, _, _)) = &planned {
-            writer.append_one(Event::WorkerCleanupIntent(intent.clone()))?;
-        }
-        Ok(Some(planned))
+        writer.append(events)?;
+        Ok(Some((planned, w)))
     })?;
-    let Some(planned) = cleanup else {
-        return Ok(false);
+    let planned = match cleanup {
+        None => return Ok(false),
+        Some((None, w)) => {
+            sweep_publication(&pools_dir, pool, &w);
+            return Ok(true);
+        }
+        Some((Some(planned), _)) => planned,
     };
-    let done = planned.map(|(intent, plan, dirs)| {
+    let done = {
+        let (intent, plan, dirs) = planned;
         let deadline = std::time::Instant::now() + LEFTOVER_CLEANUP_BUDGET;
         let d = cleanup::run(
             &dirs,
@@ -237,17 +250,12 @@ pub(crate) fn release_proven<S: Scheduler>(
             state_class: d.state_class,
             errors: d.errors,
         }
-    });
+    };
     let finished = locked(ctx, |writer, state| {
         let Some(w) = active_worker(state, pool, id).filter(|w| still(w)).cloned() else {
             return Ok(None);
         };
-        let mut events: Vec<Event> = done.map(Event::WorkerCleanedUp).into_iter().collect();
-        events.push(Event::WorkerTerminal(WorkerTerminal {
-            submission_id: id,
-            proof: proof.to_owned(),
-        }));
-        writer.append(events)?;
+        writer.append(vec![Event::WorkerCleanedUp(done), terminal])?;
         Ok(Some(w))
     })?;
     match finished {

@@ -53,14 +53,19 @@ pub struct SubmitReport {
 
 /// Check the live allocation; after a refusal by an allocation of the same incarnation, read it
 /// again and run every check once more before refusing.
+/// `read`: facts just read (by a wait), to check instead of asking Slurm first.
 async fn inspect_for_submit<S: Scheduler>(
     ctx: &Ctx<S>,
     pool: &Pool,
     ask: &WorkerAsk,
     check: Check,
+    read: Option<AllocationFacts>,
 ) -> Result<AllocationFacts, OpError> {
     let job = job_id(&pool.allocation)?;
-    let facts = read_facts(ctx, job).await?;
+    let facts = match read {
+        Some(f) => f,
+        None => read_facts(ctx, job).await?,
+    };
     let first = check(pool, &facts, ask, &ctx.caller, ctx.now());
     match first {
         Ok(()) => Ok(facts),
@@ -179,7 +184,7 @@ async fn plan<'a, S: Scheduler>(
     } else {
         policy::check_submit
     };
-    let facts = inspect_for_submit(ctx, pool, &ask, check).await?;
+    let facts = inspect_for_submit(ctx, pool, &ask, check, None).await?;
     let facts_read_at = tokio::time::Instant::now();
     let allocation = pool.allocation.clone();
     let job = job_id(&allocation)?;
@@ -239,13 +244,18 @@ async fn write_receipt<S: Scheduler>(
                 pool: &req.pool,
                 allocation: &plan.allocation,
                 facts: &plan.facts,
+                facts_at: plan.facts_read_at,
                 ask: &plan.ask,
             };
-            room::until_room(ctx, &asked, ticket, wait, started).await?;
+            let read = room::until_room(ctx, &asked, ticket, wait, started).await?;
             if plan.facts_read_at.elapsed() > room::FACTS_FRESH {
-                // After a wait Slurm is asked again: the allocation may have changed.
-                plan.facts = inspect_for_submit(ctx, plan.pool, &plan.ask, plan.check).await?;
-                plan.facts_read_at = tokio::time::Instant::now();
+                // After a wait Slurm is asked again (the allocation may have changed), unless
+                // the wait just did, beside its last proof.
+                let (read, at) =
+                    read.map_or((None, tokio::time::Instant::now()), |(f, at)| (Some(f), at));
+                plan.facts =
+                    inspect_for_submit(ctx, plan.pool, &plan.ask, plan.check, read).await?;
+                plan.facts_read_at = at;
             }
         }
         let receipt = locked(ctx, |writer, state| {
@@ -534,9 +544,21 @@ async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> D
     } = *search;
     let mut last_unknown = None;
     let mut srun_exit: Option<String> = None;
-    // A step usually appears within ~50 ms: look often at first, then back off.
+    // A step usually appears within ~50 ms: look often at first, then back off. The first
+    // listing waits one pause: srun takes longer than that to create the step, and a listing
+    // asked at once only loads the controller while it does (and while other workers' steps
+    // start and end).
     let mut pause = Duration::from_millis(20);
     loop {
+        // Meanwhile, the supervisor's own journal (a file read) is looked at every few ms: it
+        // records its step id as soon as it starts, often before the next listing.
+        let until = tokio::time::Instant::now() + pause;
+        while tokio::time::Instant::now() < until {
+            tokio::time::sleep(FILE_POLL.min(pause)).await;
+            if let Some(step) = supervisor_step(dirs) {
+                return Discovery::Found(step);
+            }
+        }
         match ctx.sched.list_steps(job).await {
             Answer::Live(rows) => {
                 if let Some(n) = numbered_step_named(&rows, name) {
@@ -571,15 +593,6 @@ async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> D
         }
         if launched_at.elapsed() > STEP_DISCOVERY_TIMEOUT {
             return Discovery::NotSeen(last_unknown.unwrap_or_else(|| "still pending".to_owned()));
-        }
-        // Between two listings, the supervisor's own journal (a file read) is looked at every
-        // few ms: it records its step id as soon as it starts, often before the next listing.
-        let until = tokio::time::Instant::now() + pause;
-        while tokio::time::Instant::now() < until {
-            tokio::time::sleep(FILE_POLL.min(pause)).await;
-            if let Some(step) = supervisor_step(dirs) {
-                return Discovery::Found(step);
-            }
         }
         pause = (pause * 2).min(POLL);
     }
