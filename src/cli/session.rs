@@ -135,13 +135,6 @@ fn waits_for(secs: u64) -> Waits {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::new(exit::FAILED, format!("cannot start the runtime: {e}")))
-}
-
 fn warn(notes: &[String]) {
     for n in notes {
         note(&format!("warning: {n}"));
@@ -168,7 +161,8 @@ fn exec_srun(argv: &[std::ffi::OsString]) -> Failure {
     )
 }
 
-pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
+/// Runs on the runtime `main` makes for every async command (its `block_on`).
+pub async fn run(cmd: &SessionCommand, ctx: &Context<'_>) -> Result<u8, Failure> {
     let slurm = CliScheduler::new(ctx.slurm.clone());
     let env = |waits: Waits| Env {
         config: ctx.config,
@@ -179,7 +173,6 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
         waits,
         progress: &note,
     };
-    let rt = runtime()?;
     match cmd {
         SessionCommand::Launch {
             session,
@@ -198,10 +191,7 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
                 require_running: false,
             };
             if *dry_run {
-                let plan = rt.block_on(crate::ops::session::dry_run::launch_dry_run(
-                    &env(waits),
-                    &req,
-                ))?;
+                let plan = crate::ops::session::dry_run::launch_dry_run(&env(waits), &req).await?;
                 if ctx.json {
                     print_json(&plan)?;
                 } else {
@@ -223,7 +213,7 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
                 }
                 return Ok(exit::OK);
             }
-            let report = rt.block_on(launch(&env(waits), &req))?;
+            let report = launch(&env(waits), &req).await?;
             warn(&report.notes);
             render_launch(&report, ctx.json)?;
             if *detached {
@@ -299,12 +289,7 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
                     return Ok(exit::OK);
                 }
             }
-            let r = rt.block_on(release::release(
-                &env,
-                &session.mirror,
-                &session.target,
-                plan.job,
-            ))?;
+            let r = release::release(&env, &session.mirror, &session.target, plan.job).await?;
             warn(&r.notes);
             if ctx.json {
                 print_json(&r)?;
@@ -361,7 +346,7 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
             };
             let mut progress = |line: String| note(&line);
             let stop = std::sync::Arc::clone(&settings.stop);
-            let r = rt.block_on(async {
+            let r = async {
                 // Ctrl-C: finish the current step, then stop (a relaunch is never cut in two);
                 // a second Ctrl-C quits at once, as without dispatch.
                 tokio::spawn(async move {
@@ -381,7 +366,7 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
                     &mut progress,
                 )
                 .await
-            })?;
+            }.await?;
             if r.stopped {
                 note(&format!(
                     "renew stopped; job {} of {}--{} is left running",
@@ -399,13 +384,14 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
             Ok(exit::OK)
         }
         SessionCommand::Attach { session, command } => {
-            let plan = rt.block_on(attach::plan(
+            let plan = attach::plan(
                 &env(Waits::default()),
                 &session.mirror,
                 &session.target,
                 command,
                 std::env::var("SHELL").ok(),
-            ))?;
+            )
+            .await?;
             if !is_terminal() {
                 return Err(Failure::new(
                     exit::FAILED,
@@ -478,7 +464,7 @@ fn render_launch(r: &LaunchReport, json: bool) -> Result<(), Failure> {
 }
 
 /// `dispatch sessions`.
-pub fn run_report(ctx: &Context, wide: bool) -> Result<u8, Failure> {
+pub async fn run_report(ctx: &Context<'_>, wide: bool) -> Result<u8, Failure> {
     let slurm = CliScheduler::new(ctx.slurm.clone());
     let env = Env {
         config: ctx.config,
@@ -489,7 +475,7 @@ pub fn run_report(ctx: &Context, wide: bool) -> Result<u8, Failure> {
         waits: Waits::default(),
         progress: &note,
     };
-    let r = runtime()?.block_on(report::sessions(&env))?;
+    let r = report::sessions(&env).await?;
     if ctx.json {
         print_json(&r)?;
     } else {
