@@ -7,10 +7,11 @@ mod support;
 use std::path::{Path, PathBuf};
 
 use dispatch::config::Config;
+use dispatch::ops::error::OpError;
 use dispatch::ops::session::launch::{launch, LaunchAction, LaunchRequest};
 use dispatch::ops::session::release::{release, ReleaseAction};
 use dispatch::ops::session::renew::{renew, RenewSettings};
-use dispatch::ops::session::{attach, read_state, report, SessionError};
+use dispatch::ops::session::{attach, read_state, report};
 use dispatch::policy::session::renew::Backoff;
 use dispatch::slurm::{Answer, JobId};
 use dispatch::state::session::SessionKey;
@@ -77,7 +78,7 @@ impl World {
         self.slurm.q.lock().unwrap()
     }
 
-    async fn launch(&self, target: &str, detached: bool) -> Result<LaunchAction, SessionError> {
+    async fn launch(&self, target: &str, detached: bool) -> Result<LaunchAction, OpError> {
         self.launch_req(LaunchRequest {
             mirror: "sample".into(),
             target: target.into(),
@@ -91,7 +92,7 @@ impl World {
     async fn launch_req(
         &self,
         req: LaunchRequest,
-    ) -> Result<dispatch::ops::session::launch::LaunchReport, SessionError> {
+    ) -> Result<dispatch::ops::session::launch::LaunchReport, OpError> {
         let env = env(&self.config, &self.state, &self.slurm);
         launch(&env, &req).await
     }
@@ -135,13 +136,13 @@ impl Scripted {
     }
 }
 
-fn err_text(r: Result<impl std::fmt::Debug, SessionError>) -> (String, &'static str) {
+fn err_text(r: Result<impl std::fmt::Debug, OpError>) -> (String, &'static str) {
     let e = r.expect_err("expected an error");
     let kind = match &e {
-        SessionError::Failed(_) => "failed",
-        SessionError::Unknown(_) => "unknown",
-        SessionError::Refused(_) => "refused",
-        SessionError::Usage(_) | SessionError::Config(_) => "usage",
+        OpError::Failed(_) => "failed",
+        OpError::Unknown(_) => "unknown",
+        OpError::SessionRefused(_) => "refused",
+        OpError::Usage(_) | OpError::Config(_) => "usage",
         _ => "other",
     };
     (e.to_string(), kind)

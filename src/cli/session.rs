@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::ops::session::launch::{launch, LaunchAction, LaunchReport, LaunchRequest};
 use crate::ops::session::release::{self, ReleaseAction};
 use crate::ops::session::renew::{renew, RenewSettings};
-use crate::ops::session::{attach, command_for, report, Env, SessionError, Waits};
+use crate::ops::session::{attach, command_for, report, Env, Waits};
 use crate::policy::session::renew::{Backoff, DEFAULT_DRAIN_MINUTES};
 use crate::slurm::{CliConfig, CliScheduler, JobId, SlurmCommand};
 use crate::state::session::SessionKey;
@@ -100,21 +100,6 @@ pub enum SessionCommand {
         #[arg(last = true, value_name = "CMD")]
         command: Vec<String>,
     },
-}
-
-impl From<SessionError> for Failure {
-    fn from(e: SessionError) -> Failure {
-        match e {
-            SessionError::Usage(_) | SessionError::Config(_) => {
-                Failure::new(exit::USAGE, e.to_string())
-            }
-            SessionError::Refused(m) => Failure::new(exit::REFUSED, m),
-            SessionError::Failed(m) => Failure::new(exit::FAILED, m),
-            SessionError::Unknown(m) => Failure::new(exit::UNKNOWN, m),
-            SessionError::Journal(j) => j.into(),
-            SessionError::StateDir(s) => s.into(),
-        }
-    }
 }
 
 /// What the session commands need from `main`.

@@ -28,8 +28,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dispatch::config::Config;
+use dispatch::ops::error::OpError;
 use dispatch::ops::session::renew::RenewSettings;
-use dispatch::ops::session::{attach, launch, release, renew, Env, SessionError, Waits};
+use dispatch::ops::session::{attach, launch, release, renew, Env, Waits};
 use dispatch::policy::audit::Auditor;
 use dispatch::policy::session::renew::Backoff;
 use dispatch::slurm::JobId;
@@ -267,7 +268,7 @@ impl Sessions {
         Ok(())
     }
 
-    pub async fn run(&self, sched: &SimSlurm, cmd: &SessionCmd) -> Result<SessionOk, SessionError> {
+    pub async fn run(&self, sched: &SimSlurm, cmd: &SessionCmd) -> Result<SessionOk, OpError> {
         let quiet = |_: &str| {};
         let env = Env {
             config: &self.config,
@@ -478,7 +479,7 @@ impl Sessions {
         w: &mut World,
         mirror: &str,
         target: &str,
-        result: &Result<SessionOk, SessionError>,
+        result: &Result<SessionOk, OpError>,
     ) -> Result<(), String> {
         if let Err(e) = result {
             return Err(format!(

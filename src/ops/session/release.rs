@@ -7,8 +7,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::{
-    adopt_or_vouch, command_for, name_probe, session, vouch_absence, Book, Env, Fallback, Resolved,
-    SessionError, TokenLock,
+    adopt_or_vouch, command_for, name_probe, session, vouch_absence, Book, Env, Fallback, OpError,
+    Resolved, TokenLock,
 };
 use crate::event::Event;
 use crate::failpoint;
@@ -101,7 +101,7 @@ async fn settle_replaced<S: Scheduler>(
     state: &State,
     key: &SessionKey,
     job: JobId,
-) -> Result<ReplacedOutcome, SessionError> {
+) -> Result<ReplacedOutcome, OpError> {
     let outcome = |action, proof| ReplacedOutcome {
         job_id: job.get(),
         action,
@@ -140,7 +140,7 @@ async fn settle_replaced<S: Scheduler>(
 }
 
 /// Read-only: what `release` would do now.
-pub fn plan<S>(env: &Env<'_, S>, mirror: &str, target: &str) -> Result<ReleasePlan, SessionError> {
+pub fn plan<S>(env: &Env<'_, S>, mirror: &str, target: &str) -> Result<ReleasePlan, OpError> {
     let r = env.resolve_recorded(mirror, target)?;
     let state = super::read_state(env.state_dir)?;
     Ok(plan_of(&state, r.key))
@@ -153,14 +153,14 @@ pub async fn release<S: Scheduler>(
     mirror: &str,
     target: &str,
     expected: Option<JobId>,
-) -> Result<ReleaseReport, SessionError> {
+) -> Result<ReleaseReport, OpError> {
     let r = env.resolve_recorded(mirror, target)?;
     let _lock = TokenLock::take(env.state_dir, &r.token)?;
     let (book, state) = Book::open(env.state_dir)?;
     let mut plan = plan_of(&state, r.key.clone());
     let mut notes = Vec::new();
     if plan.job != expected {
-        return Err(SessionError::Failed(format!(
+        return Err(OpError::Failed(format!(
             "session {} changed while you were asked (it now holds {}); nothing was done. \
              Run `{}` again",
             r.key,
@@ -184,7 +184,7 @@ pub async fn release<S: Scheduler>(
         None => None,
     };
     if plan.job.is_none() && plan.may_exist && !r.configured {
-        return Err(SessionError::Usage(format!(
+        return Err(OpError::Usage(format!(
             "an earlier submission for {} may have created a job, and target {:?} is no longer \
              in {}: put it back to look the job up by name, or `squeue --me --name={}`",
             r.key,
@@ -209,7 +209,7 @@ pub async fn release<S: Scheduler>(
                 plan.holders = state.sessions.holders(job, Some(&r.key));
             }
             (None, Some(why)) => {
-                return Err(SessionError::Unknown(format!(
+                return Err(OpError::Unknown(format!(
                     "no job is recorded for {}, and {why}; nothing was done. Retry `{}`, or \
                      look with `squeue --me --name={}`",
                     r.key,
@@ -293,7 +293,7 @@ async fn sweep<S: Scheduler>(
     r: &Resolved<'_>,
     settled: &mut Vec<JobId>,
     report: &mut ReleaseReport,
-) -> Result<(), SessionError> {
+) -> Result<(), OpError> {
     for _ in 0..SWEEP_ROUNDS {
         let mut exclude = settled.clone();
         exclude.extend(
@@ -313,7 +313,7 @@ async fn sweep<S: Scheduler>(
             vouch_absence(env, r, &mut probe, Fallback::None).await;
         }
         if let Some(why) = probe.cannot_vouch() {
-            return Err(SessionError::Unknown(format!(
+            return Err(OpError::Unknown(format!(
                 "{} of {}; but {why}, so it is not known whether another job of this session \
                  still runs. Retry `{}`, or look with `squeue --me --name={}`",
                 released_what(report),
@@ -360,7 +360,7 @@ async fn sweep<S: Scheduler>(
             }
         }
     }
-    Err(SessionError::Failed(format!(
+    Err(OpError::Failed(format!(
         "{} of {}; but after {SWEEP_ROUNDS} rounds new jobs of this session's name and target \
          keep appearing (is another dispatch launching it?): `squeue --me --name={}`",
         released_what(report),
@@ -391,7 +391,7 @@ pub async fn cancel<S: Scheduler>(
     book: &Book,
     key: &SessionKey,
     job: JobId,
-) -> Result<Cancelled, SessionError> {
+) -> Result<Cancelled, OpError> {
     book.append(Event::SessionCancelIntent(SessionCancelIntent {
         session: key.clone(),
         job_id: job,
@@ -415,14 +415,14 @@ pub async fn cancel<S: Scheduler>(
                 report.stderr.trim()
             );
             book.append(Event::SessionCancelFailed(failed(true, reason.clone())))?;
-            return Err(SessionError::Failed(format!(
+            return Err(OpError::Failed(format!(
                 "{reason}. Session {key} still holds job {job}; retry `{retry}`"
             )));
         }
         Err(ActionError::Unknown { error, .. }) => {
             let reason = error.to_string();
             book.append(Event::SessionCancelFailed(failed(false, reason.clone())))?;
-            return Err(SessionError::Unknown(format!(
+            return Err(OpError::Unknown(format!(
                 "scancel {job} gave no answer ({reason}); the job may or may not be cancelled. \
                  Session {key} still holds it; retry `{retry}`"
             )));
@@ -430,7 +430,7 @@ pub async fn cancel<S: Scheduler>(
         Err(e) => {
             let reason = e.to_string();
             book.append(Event::SessionCancelFailed(failed(true, reason.clone())))?;
-            return Err(SessionError::Failed(format!(
+            return Err(OpError::Failed(format!(
                 "scancel {job} was not run: {reason}. Session {key} still holds it"
             )));
         }

@@ -1,0 +1,40 @@
+//! Why a session command refuses before it does anything (exit 3): typed, as the pool's
+//! `policy::pool::Refusal`, so callers and tests match on the reason, not on its text.
+
+use crate::slurm::JobName;
+use crate::state::session::SessionKey;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionRefusal {
+    /// A mirror named on the command line shares its token with a configured mirror: their
+    /// jobs would share a name and adopt each other's (the config refuses two configured ones).
+    #[error(
+        "mirror {mirror:?} has the token {token:?}, like the configured mirror {other:?}: \
+         their jobs would share the name {prefix}{token}. Use {other:?} or rename one"
+    )]
+    TokenOfConfiguredMirror {
+        mirror: String,
+        token: String,
+        other: String,
+        prefix: String,
+    },
+    /// Another session the journal knows (another mirror) has this token.
+    #[error(
+        "mirror {mirror:?} has the token {token:?}, like mirror {:?} of session {other}: their \
+         jobs would share the name {job_name}. Release that session first, or use its mirror \
+         name",
+        .other.mirror
+    )]
+    TokenOfRecordedSession {
+        mirror: String,
+        token: String,
+        other: SessionKey,
+        job_name: JobName,
+    },
+    /// The journal's bound on sessions is reached and this launch would add one.
+    #[error(
+        "the journal already holds {max} sessions; release some with `dispatch session \
+         release` before starting {key}"
+    )]
+    TooManySessions { max: usize, key: SessionKey },
+}
