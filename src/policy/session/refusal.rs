@@ -38,3 +38,46 @@ pub enum SessionRefusal {
     )]
     TooManySessions { max: usize, key: SessionKey },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The texts are those the session commands printed before the refusals were typed
+    /// (scripts and users read them): pinned word for word.
+    #[test]
+    fn messages_are_unchanged() {
+        let key = SessionKey::new("K Agg", "T");
+        let cases = [
+            (
+                SessionRefusal::TokenOfConfiguredMirror {
+                    mirror: "K/Agg".into(),
+                    token: "K_Agg".into(),
+                    other: "K Agg".into(),
+                    prefix: "sess-".into(),
+                },
+                "mirror \"K/Agg\" has the token \"K_Agg\", like the configured mirror \"K Agg\": \
+                 their jobs would share the name sess-K_Agg. Use \"K Agg\" or rename one",
+            ),
+            (
+                SessionRefusal::TokenOfRecordedSession {
+                    mirror: "K/Agg".into(),
+                    token: "K_Agg".into(),
+                    other: key.clone(),
+                    job_name: JobName::new("sess-K_Agg").unwrap(),
+                },
+                "mirror \"K/Agg\" has the token \"K_Agg\", like mirror \"K Agg\" of session \
+                 K Agg--T: their jobs would share the name sess-K_Agg. Release that session \
+                 first, or use its mirror name",
+            ),
+            (
+                SessionRefusal::TooManySessions { max: 7, key },
+                "the journal already holds 7 sessions; release some with `dispatch session \
+                 release` before starting K Agg--T",
+            ),
+        ];
+        for (refusal, text) in cases {
+            assert_eq!(refusal.to_string(), text);
+        }
+    }
+}
