@@ -397,7 +397,7 @@ async fn an_interrupted_submission_younger_than_its_limit_is_waited_for() {
     )
     .await
     .unwrap();
-    assert_eq!((r.action, r.job_id), (LaunchAction::Adopted, 4242));
+    assert_eq!((r.action, r.job_id.get()), (LaunchAction::Adopted, 4242));
     assert!(!w.slurm.called("sbatch"), "{:?}", w.slurm.argvs());
     let said = lines.join("\n");
     assert!(
@@ -733,7 +733,7 @@ async fn b24_other_targets_job_does_not_block() {
         })
         .await
         .unwrap();
-    assert_eq!((r.action, r.job_id), (LaunchAction::Submitted, 5000));
+    assert_eq!((r.action, r.job_id.get()), (LaunchAction::Submitted, 5000));
     let note = r.notes.join("\n");
     assert!(
         note.contains("4242") && note.contains("different target (U)"),
@@ -819,7 +819,10 @@ async fn b27_newest_of_two_matches_is_adopted() {
         })
         .await
         .unwrap();
-    assert_eq!((r.action, r.job_id), (LaunchAction::Adopted, 39000077));
+    assert_eq!(
+        (r.action, r.job_id.get()),
+        (LaunchAction::Adopted, 39000077)
+    );
     assert!(
         r.notes.join(" ").contains("more than one live job matches"),
         "{:?}",
@@ -1128,7 +1131,7 @@ async fn release_settles_the_job_a_renewal_replaced() {
     let r = release(&env, "sample", "T", JobId::new(222)).await.unwrap();
     assert_eq!(r.action, ReleaseAction::Released);
     let old = r.replaced.as_ref().expect("the replaced job is reported");
-    assert_eq!((old.job_id, old.action), (111, "cleared"));
+    assert_eq!((old.job_id.get(), old.action), (111, "cleared"));
     let calls: Vec<(String, String)> = w
         .slurm
         .argvs()
@@ -1174,7 +1177,7 @@ async fn release_cancels_a_replaced_job_that_still_runs() {
     let env = env(&w.config, &w.state, &w.slurm);
     let r = release(&env, "sample", "T", JobId::new(222)).await.unwrap();
     let old = r.replaced.as_ref().unwrap();
-    assert_eq!((old.job_id, old.action), (111, "released"));
+    assert_eq!((old.job_id.get(), old.action), (111, "released"));
     assert_eq!(r.action, ReleaseAction::Released);
     w.slurm.assert_drained();
     assert_eq!(w.record("T").0, None);

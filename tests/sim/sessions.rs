@@ -295,7 +295,7 @@ impl Sessions {
                 };
                 launch::launch(&env, &req)
                     .await
-                    .map(|r| SessionOk::Job(r.job_id))
+                    .map(|r| SessionOk::Job(r.job_id.get()))
             }
             SessionCmd::Attach { mirror, target } => {
                 attach::plan(&env, mirror, target, &[], Some("bash".into()))

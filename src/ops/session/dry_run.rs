@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::launch::{placement, LaunchRequest};
 use super::{name_probe, read_state, session, token_clash, vouch_absence, Env, Fallback, OpError};
 use crate::policy::session::{is_ending, probe_of, Probe};
-use crate::slurm::{BatchPayload, BatchRequest, JobQuery, Scheduler};
+use crate::slurm::{BatchPayload, BatchRequest, JobId, JobQuery, Scheduler};
 
 /// What `session launch` would do (docs/cli.md, `session launch --dry-run`).
 #[derive(Debug, Serialize)]
@@ -19,7 +19,7 @@ pub struct LaunchPlan {
     pub job_name: String,
     /// `reuse`, `adopt`, `wait_then_submit` (the record's job is ending) or `submit`.
     pub would: &'static str,
-    pub job_id: Option<u32>,
+    pub job_id: Option<JobId>,
     /// For a submit: what `sbatch --test-only` said (start time, nodes, partition). A salloc
     /// target is tested the same way: its placement is the same, and salloc has no test mode.
     pub would_start: Option<String>,
@@ -55,7 +55,7 @@ pub async fn launch_dry_run<S: Scheduler>(
             }
             Probe::Live { .. } => {
                 plan.would = "reuse";
-                plan.job_id = Some(job.get());
+                plan.job_id = Some(job);
                 return Ok(plan);
             }
             Probe::Gone { .. } => exclude.push(job),
@@ -70,7 +70,7 @@ pub async fn launch_dry_run<S: Scheduler>(
     let mut probe = name_probe(env, &r, &exclude).await;
     if let Some(seen) = probe.plan.as_ref().and_then(|p| p.adopted()) {
         plan.would = "adopt";
-        plan.job_id = seen.job_id.map(|j| j.get());
+        plan.job_id = seen.job_id;
         return Ok(plan);
     }
     if let Some(lines) = probe.unreadable {

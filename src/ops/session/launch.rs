@@ -58,7 +58,7 @@ pub enum LaunchAction {
 pub struct LaunchReport {
     pub mirror: String,
     pub target: String,
-    pub job_id: u32,
+    pub job_id: JobId,
     pub action: LaunchAction,
     pub node: Option<String>,
     pub state: String,
@@ -73,7 +73,7 @@ pub struct LaunchReport {
 
 impl LaunchReport {
     pub fn job(&self) -> JobId {
-        JobId::new(self.job_id).expect("reports carry real job ids")
+        self.job_id
     }
 }
 
@@ -297,7 +297,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         LaunchReport {
             mirror: self.r.key.mirror.clone(),
             target: self.r.key.target.clone(),
-            job_id: job.get(),
+            job_id: job,
             action,
             node,
             state: state.to_string(),

@@ -38,7 +38,7 @@ pub struct ReleasePlan {
 /// What release did with the job a renewal replaced.
 #[derive(Clone, Debug, Serialize)]
 pub struct ReplacedOutcome {
-    pub job_id: u32,
+    pub job_id: JobId,
     /// `cleared` (Slurm shows it gone), `released` (cancelled and forgotten), `detached`
     /// (another session holds it) or `unknown` (it could not be checked; still recorded).
     pub action: &'static str,
@@ -58,7 +58,7 @@ pub struct ReleaseReport {
     pub mirror: String,
     pub target: String,
     pub action: ReleaseAction,
-    pub job_id: Option<u32>,
+    pub job_id: Option<JobId>,
     pub holders: Vec<String>,
     /// What showed the job ended (or that it is not confirmed yet).
     pub proof: Option<String>,
@@ -74,7 +74,7 @@ pub struct ReleaseReport {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct AlsoReleased {
-    pub job_id: u32,
+    pub job_id: JobId,
     pub proof: String,
 }
 
@@ -103,7 +103,7 @@ async fn settle_replaced<S: Scheduler>(
     job: JobId,
 ) -> Result<ReplacedOutcome, OpError> {
     let outcome = |action, proof| ReplacedOutcome {
-        job_id: job.get(),
+        job_id: job,
         action,
         proof,
     };
@@ -235,7 +235,7 @@ pub async fn release<S: Scheduler>(
         mirror: r.key.mirror.clone(),
         target: r.key.target.clone(),
         action: ReleaseAction::Nothing,
-        job_id: plan.job.map(JobId::get),
+        job_id: plan.job,
         holders: Vec::new(),
         proof: None,
         replaced,
@@ -244,11 +244,7 @@ pub async fn release<S: Scheduler>(
     };
     // Jobs the sweep leaves alone: those proven gone or cancelled here, and those other
     // sessions hold (detached, not cancelled).
-    let mut settled: Vec<JobId> = report
-        .replaced
-        .iter()
-        .filter_map(|o| JobId::new(o.job_id))
-        .collect();
+    let mut settled: Vec<JobId> = report.replaced.iter().map(|o| o.job_id).collect();
     if let Some(job) = plan.job {
         settled.push(job);
         let holders: Vec<String> = plan.holders.iter().map(SessionKey::to_string).collect();
@@ -352,7 +348,7 @@ async fn sweep<S: Scheduler>(
             report.notes.extend(cancelled.notes);
             settled.push(job);
             report.also_released.push(AlsoReleased {
-                job_id: job.get(),
+                job_id: job,
                 proof: cancelled.proof,
             });
             if report.action == ReleaseAction::Nothing {
@@ -370,11 +366,13 @@ async fn sweep<S: Scheduler>(
 }
 
 fn released_what(report: &ReleaseReport) -> String {
-    let mut jobs: Vec<u32> = report.job_id.into_iter().collect();
-    jobs.extend(report.also_released.iter().map(|a| a.job_id));
+    let mut jobs: Vec<u32> = report.job_id.into_iter().map(JobId::get).collect();
+    jobs.extend(report.also_released.iter().map(|a| a.job_id.get()));
     match (report.action, jobs.is_empty()) {
         (_, true) => "nothing was released".into(),
-        (ReleaseAction::Detached, _) => format!("detached from job {}", report.job_id.unwrap_or(0)),
+        (ReleaseAction::Detached, _) => {
+            format!("detached from job {}", report.job_id.map_or(0, JobId::get))
+        }
         _ => format!("released job(s) {jobs:?}"),
     }
 }
