@@ -1357,9 +1357,7 @@ async fn b69_b75_drain_relaunches_then_cancels_the_old_job() {
         .by_id
         .push_back(live(&short("222", "RUNNING", "10:00:00")));
     let env = env(&w.config, &w.state, &w.slurm);
-    let r = renew(&env, "sample", "T", &settings(2), &mut |_| {})
-        .await
-        .unwrap();
+    let r = renew(&env, "sample", "T", &settings(2)).await.unwrap();
     assert_eq!(
         (r.job_id, r.relaunched.clone(), r.cancelled.clone()),
         (222, vec![222], vec![111])
@@ -1405,9 +1403,7 @@ async fn b70_lost_job_is_relaunched_without_cancel() {
         .by_id
         .push_back(live(&short("333", "RUNNING", "2:00:00")));
     let env = env(&w.config, &w.state, &w.slurm);
-    let r = renew(&env, "sample", "T", &settings(1), &mut |_| {})
-        .await
-        .unwrap();
+    let r = renew(&env, "sample", "T", &settings(1)).await.unwrap();
     assert_eq!(r.job_id, 333);
     assert!(!w.slurm.called("scancel"));
     w.slurm.assert_drained();
@@ -1422,7 +1418,7 @@ async fn b71_b72_blips_hold_and_failed_relaunches_keep_the_job() {
     w.seed("T", 111, T).await;
     w.q().by_id.push_back(unknown("Socket timed out"));
     let env = env(&w.config, &w.state, &w.slurm);
-    let (msg, kind) = err_text(renew(&env, "sample", "T", &settings(1), &mut |_| {}).await);
+    let (msg, kind) = err_text(renew(&env, "sample", "T", &settings(1)).await);
     assert_eq!(kind, "unknown");
     assert!(msg.contains("could not check Slurm job 111"), "{msg}");
     assert!(msg.contains("nothing was relaunched"), "{msg}");
@@ -1434,9 +1430,7 @@ async fn b71_b72_blips_hold_and_failed_relaunches_keep_the_job() {
     w.q()
         .sbatch
         .push_back(Err(dispatch::slurm::ActionError::Local("no".into())));
-    let r = renew(&env, "sample", "T", &settings(1), &mut |_| {})
-        .await
-        .unwrap();
+    let r = renew(&env, "sample", "T", &settings(1)).await.unwrap();
     assert_eq!((r.job_id, r.failed_relaunches), (111, 1));
     assert!(!w.slurm.called("scancel"));
     assert_eq!(w.record("T").0, Some(111));
@@ -1461,7 +1455,7 @@ async fn renew_never_succeeds_naming_a_gone_job() {
         w.q().by_name.push_back(gone());
         w.q().sbatch.push_back(sbatch);
         let env = env(&w.config, &w.state, &w.slurm);
-        let (msg, got) = err_text(renew(&env, "sample", "T", &settings(1), &mut |_| {}).await);
+        let (msg, got) = err_text(renew(&env, "sample", "T", &settings(1)).await);
         assert_eq!(got, kind, "{msg}");
         assert!(
             msg.contains("Slurm job 111") && msg.contains("is gone and its relaunch failed"),
@@ -1557,7 +1551,7 @@ async fn renew_stops_between_steps_and_leaves_the_job_running() {
     s.max_iterations = None;
     s.poll = std::time::Duration::from_secs(30);
     s.stop.request();
-    let r = renew(&env, "sample", "T", &s, &mut |_| {}).await.unwrap();
+    let r = renew(&env, "sample", "T", &s).await.unwrap();
     assert!(r.stopped && r.iterations == 0, "{r:?}");
     assert!(w.slurm.calls().is_empty());
 
@@ -1573,7 +1567,7 @@ async fn renew_stops_between_steps_and_leaves_the_job_running() {
         stop.request();
     });
     let started = std::time::Instant::now();
-    let r = renew(&env, "sample", "T", &s, &mut |_| {}).await.unwrap();
+    let r = renew(&env, "sample", "T", &s).await.unwrap();
     assert!(
         started.elapsed() < std::time::Duration::from_secs(5),
         "it slept on"
@@ -1644,9 +1638,7 @@ async fn renew_settles_a_job_left_held() {
         .by_id
         .push_back(live(&row("900", "RUNNING", "n1", T, NAME)));
     let env = env(&w.config, &w.state, &w.slurm);
-    let r = renew(&env, "sample", "T", &settings(1), &mut |_| {})
-        .await
-        .unwrap();
+    let r = renew(&env, "sample", "T", &settings(1)).await.unwrap();
     assert_eq!(r.job_id, 900, "{r:?}");
     assert!(
         w.slurm

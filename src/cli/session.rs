@@ -329,7 +329,6 @@ pub async fn run(cmd: &SessionCommand, ctx: &Context<'_>) -> Result<u8, Failure>
                 backoff: Backoff::default(),
                 stop: Default::default(),
             };
-            let mut progress = |line: String| note(&line);
             let stop = std::sync::Arc::clone(&settings.stop);
             let r = async {
                 // Ctrl-C: finish the current step, then stop (a relaunch is never cut in two);
@@ -348,7 +347,6 @@ pub async fn run(cmd: &SessionCommand, ctx: &Context<'_>) -> Result<u8, Failure>
                     &session.mirror,
                     &session.target,
                     &settings,
-                    &mut progress,
                 )
                 .await
             }.await?;

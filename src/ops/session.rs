@@ -23,6 +23,7 @@ use fs2::FileExt;
 use crate::config::{sanitize_token, Config, ConfigError, Target};
 use crate::event::Event;
 use crate::journal::{self, Committed, JournalError, Options, Writer};
+use crate::ops::context::Progress;
 use crate::ops::error::OpError;
 use crate::policy::session::absence::{self, Absence};
 use crate::policy::session::refusal::SessionRefusal;
@@ -76,7 +77,7 @@ pub struct Env<'a, S> {
     pub slurm: &'a S,
     pub waits: Waits,
     /// Where progress lines go during long waits (stderr for the CLI).
-    pub progress: &'a dyn Fn(&str),
+    pub progress: Progress<'a>,
 }
 
 /// A (mirror, target) pair checked against the configuration, before any Slurm call.

@@ -322,7 +322,7 @@ impl Sessions {
                     backoff: Backoff::default(),
                     stop: Arc::default(),
                 };
-                renew::renew(&env, mirror, target, &settings, &mut |_| {})
+                renew::renew(&env, mirror, target, &settings)
                     .await
                     .map(|r| SessionOk::Renewed {
                         job: r.job_id,

@@ -64,8 +64,8 @@ pub async fn renew<S: Scheduler>(
     mirror: &str,
     target: &str,
     settings: &RenewSettings,
-    progress: &mut dyn FnMut(String),
 ) -> Result<RenewReport, OpError> {
+    let progress = |line: String| (env.progress)(&line);
     let r = env.resolve(mirror, target)?;
     let key = r.key.clone();
     let mut state = read_state(env.state_dir)?;
