@@ -1359,7 +1359,11 @@ async fn b69_b75_drain_relaunches_then_cancels_the_old_job() {
     let env = env(&w.config, &w.state, &w.slurm);
     let r = renew(&env, "sample", "T", &settings(2)).await.unwrap();
     assert_eq!(
-        (r.job_id, r.relaunched.clone(), r.cancelled.clone()),
+        (
+            r.job_id.get(),
+            r.relaunched.iter().map(|j| j.get()).collect::<Vec<_>>(),
+            r.cancelled.iter().map(|j| j.get()).collect::<Vec<_>>()
+        ),
         (222, vec![222], vec![111])
     );
     let argvs = w.slurm.argvs();
@@ -1404,7 +1408,7 @@ async fn b70_lost_job_is_relaunched_without_cancel() {
         .push_back(live(&short("333", "RUNNING", "2:00:00")));
     let env = env(&w.config, &w.state, &w.slurm);
     let r = renew(&env, "sample", "T", &settings(1)).await.unwrap();
-    assert_eq!(r.job_id, 333);
+    assert_eq!(r.job_id.get(), 333);
     assert!(!w.slurm.called("scancel"));
     w.slurm.assert_drained();
 }
@@ -1431,7 +1435,7 @@ async fn b71_b72_blips_hold_and_failed_relaunches_keep_the_job() {
         .sbatch
         .push_back(Err(dispatch::slurm::ActionError::Local("no".into())));
     let r = renew(&env, "sample", "T", &settings(1)).await.unwrap();
-    assert_eq!((r.job_id, r.failed_relaunches), (111, 1));
+    assert_eq!((r.job_id.get(), r.failed_relaunches), (111, 1));
     assert!(!w.slurm.called("scancel"));
     assert_eq!(w.record("T").0, Some(111));
 }
@@ -1573,7 +1577,7 @@ async fn renew_stops_between_steps_and_leaves_the_job_running() {
         "it slept on"
     );
     assert!(r.stopped, "{r:?}");
-    assert_eq!((r.iterations, r.job_id), (1, 111));
+    assert_eq!((r.iterations, r.job_id.get()), (1, 111));
     w.slurm.assert_drained();
     assert!(!w.slurm.called("scancel"));
     assert_eq!(w.record("T").0, Some(111));
@@ -1639,7 +1643,7 @@ async fn renew_settles_a_job_left_held() {
         .push_back(live(&row("900", "RUNNING", "n1", T, NAME)));
     let env = env(&w.config, &w.state, &w.slurm);
     let r = renew(&env, "sample", "T", &settings(1)).await.unwrap();
-    assert_eq!(r.job_id, 900, "{r:?}");
+    assert_eq!(r.job_id.get(), 900, "{r:?}");
     assert!(
         w.slurm
             .argvs()

@@ -361,7 +361,12 @@ pub async fn run(cmd: &SessionCommand, ctx: &Context<'_>) -> Result<u8, Failure>
             } else {
                 crate::outln!(
                     "session {}--{} holds job {} after {} check(s); relaunched {:?}, cancelled {:?}",
-                    r.mirror, r.target, r.job_id, r.iterations, r.relaunched, r.cancelled
+                    r.mirror,
+                    r.target,
+                    r.job_id,
+                    r.iterations,
+                    numbers(&r.relaunched),
+                    numbers(&r.cancelled)
                 );
             }
             Ok(exit::OK)
@@ -391,6 +396,11 @@ pub async fn run(cmd: &SessionCommand, ctx: &Context<'_>) -> Result<u8, Failure>
             Err(exec_srun(&plan.argv))
         }
     }
+}
+
+/// Job ids as the list of numbers renew's line has always shown (`[222, 223]`).
+fn numbers(jobs: &[JobId]) -> Vec<u32> {
+    jobs.iter().map(|j| j.get()).collect()
 }
 
 fn release_question(plan: &release::ReleasePlan, job: JobId) -> String {
@@ -472,4 +482,17 @@ pub async fn run_report(ctx: &Context<'_>, wide: bool) -> Result<u8, Failure> {
     } else {
         exit::UNKNOWN
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Renew's closing line shows its job lists as it did when they were plain numbers.
+    #[test]
+    fn renew_lists_job_ids_as_plain_numbers() {
+        let jobs: Vec<JobId> = [222, 223].into_iter().filter_map(JobId::new).collect();
+        assert_eq!(format!("{:?}", numbers(&jobs)), "[222, 223]");
+        assert_eq!(format!("{:?}", numbers(&[])), "[]");
+    }
 }

@@ -325,7 +325,7 @@ impl Sessions {
                 renew::renew(&env, mirror, target, &settings)
                     .await
                     .map(|r| SessionOk::Renewed {
-                        job: r.job_id,
+                        job: r.job_id.get(),
                         failed_relaunches: r.failed_relaunches,
                     })
             }

@@ -45,15 +45,15 @@ impl Stop {
     }
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct RenewReport {
     pub mirror: String,
     pub target: String,
     /// The job the session holds at the end.
-    pub job_id: u32,
+    pub job_id: JobId,
     pub iterations: u64,
-    pub relaunched: Vec<u32>,
-    pub cancelled: Vec<u32>,
+    pub relaunched: Vec<JobId>,
+    pub cancelled: Vec<JobId>,
     pub failed_relaunches: u64,
     /// Ended by a stop request rather than by `--once`; the job is left running.
     pub stopped: bool,
@@ -114,8 +114,12 @@ pub async fn renew<S: Scheduler>(
     let mut report = RenewReport {
         mirror: key.mirror.clone(),
         target: key.target.clone(),
-        job_id: job.get(),
-        ..RenewReport::default()
+        job_id: job,
+        iterations: 0,
+        relaunched: Vec::new(),
+        cancelled: Vec::new(),
+        failed_relaunches: 0,
+        stopped: false,
     };
     let mut backoff = settings.backoff.clone();
     // Why the job the report would name is not known to be live after the last step: a
@@ -139,7 +143,7 @@ pub async fn renew<S: Scheduler>(
             // Held by a launch that died before settling it: it would never run (and a
             // held PENDING job looks fine to `decide`).
             job = hold::settle_recorded(env, &r, job).await?;
-            report.job_id = job.get();
+            report.job_id = job;
             answer = env.slurm.list_jobs(&JobQuery::ids(vec![job])).await;
         }
         let left = answer
@@ -191,11 +195,11 @@ pub async fn renew<S: Scheduler>(
                     }
                     Ok(new) => {
                         let new_job = new.job();
-                        report.relaunched.push(new_job.get());
+                        report.relaunched.push(new_job);
                         progress(format!("{key}: job {new_job} runs ({:?})", new.action));
                         if draining {
                             match cancel_old(env, &r.token, &key, job).await {
-                                Ok(()) => report.cancelled.push(job.get()),
+                                Ok(()) => report.cancelled.push(job),
                                 Err(e) => progress(format!(
                                     "cancelling the replaced job {job} failed: {e}; \
                                      `dispatch sessions` flags it, `{}` settles it",
@@ -204,7 +208,7 @@ pub async fn renew<S: Scheduler>(
                             }
                         }
                         job = new_job;
-                        report.job_id = job.get();
+                        report.job_id = job;
                         backoff.reset();
                         not_live = None;
                         settings.poll
