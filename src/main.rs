@@ -113,7 +113,10 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
         Command::Session(cmd) => {
             let (config, path) = load_config(cli, &env)?;
             let dir = state_dir()?;
-            cli::session::run(cmd, &session_context(cli, &dir, &config, &path))
+            block_on(cli::session::run(
+                cmd,
+                &session_context(cli, &dir, &config, &path),
+            ))
         }
         Command::Forget(args) => {
             let ctx = context(state_dir()?)?;
@@ -141,7 +144,10 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
         Command::Sessions { at: None, wide } => {
             let (config, path) = load_config(cli, &env)?;
             let dir = state_dir()?;
-            cli::session::run_report(&session_context(cli, &dir, &config, &path), *wide)
+            block_on(cli::session::run_report(
+                &session_context(cli, &dir, &config, &path),
+                *wide,
+            ))
         }
     }
 }

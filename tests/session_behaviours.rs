@@ -8,10 +8,11 @@ use std::path::{Path, PathBuf};
 
 use dispatch::config::Config;
 use dispatch::event::session::SessionKey;
+use dispatch::ops::error::OpError;
 use dispatch::ops::session::launch::{launch, LaunchAction, LaunchRequest};
 use dispatch::ops::session::release::{release, ReleaseAction};
 use dispatch::ops::session::renew::{renew, RenewSettings};
-use dispatch::ops::session::{attach, read_state, report, SessionError};
+use dispatch::ops::session::{attach, read_state, report};
 use dispatch::policy::session::renew::Backoff;
 use dispatch::slurm::{Answer, JobId};
 use support::scripted::*;
@@ -77,7 +78,7 @@ impl World {
         self.slurm.q.lock().unwrap()
     }
 
-    async fn launch(&self, target: &str, detached: bool) -> Result<LaunchAction, SessionError> {
+    async fn launch(&self, target: &str, detached: bool) -> Result<LaunchAction, OpError> {
         self.launch_req(LaunchRequest {
             mirror: "sample".into(),
             target: target.into(),
@@ -91,7 +92,7 @@ impl World {
     async fn launch_req(
         &self,
         req: LaunchRequest,
-    ) -> Result<dispatch::ops::session::launch::LaunchReport, SessionError> {
+    ) -> Result<dispatch::ops::session::launch::LaunchReport, OpError> {
         let env = env(&self.config, &self.state, &self.slurm);
         launch(&env, &req).await
     }
@@ -135,13 +136,13 @@ impl Scripted {
     }
 }
 
-fn err_text(r: Result<impl std::fmt::Debug, SessionError>) -> (String, &'static str) {
+fn err_text(r: Result<impl std::fmt::Debug, OpError>) -> (String, &'static str) {
     let e = r.expect_err("expected an error");
     let kind = match &e {
-        SessionError::Failed(_) => "failed",
-        SessionError::Unknown(_) => "unknown",
-        SessionError::Refused(_) => "refused",
-        SessionError::Usage(_) | SessionError::Config(_) => "usage",
+        OpError::Failed(_) => "failed",
+        OpError::Unknown(_) => "unknown",
+        OpError::SessionRefused(_) => "refused",
+        OpError::Usage(_) | OpError::Config(_) => "usage",
         _ => "other",
     };
     (e.to_string(), kind)
@@ -396,7 +397,7 @@ async fn an_interrupted_submission_younger_than_its_limit_is_waited_for() {
     )
     .await
     .unwrap();
-    assert_eq!((r.action, r.job_id), (LaunchAction::Adopted, 4242));
+    assert_eq!((r.action, r.job_id.get()), (LaunchAction::Adopted, 4242));
     assert!(!w.slurm.called("sbatch"), "{:?}", w.slurm.argvs());
     let said = lines.join("\n");
     assert!(
@@ -732,7 +733,7 @@ async fn b24_other_targets_job_does_not_block() {
         })
         .await
         .unwrap();
-    assert_eq!((r.action, r.job_id), (LaunchAction::Submitted, 5000));
+    assert_eq!((r.action, r.job_id.get()), (LaunchAction::Submitted, 5000));
     let note = r.notes.join("\n");
     assert!(
         note.contains("4242") && note.contains("different target (U)"),
@@ -818,7 +819,10 @@ async fn b27_newest_of_two_matches_is_adopted() {
         })
         .await
         .unwrap();
-    assert_eq!((r.action, r.job_id), (LaunchAction::Adopted, 39000077));
+    assert_eq!(
+        (r.action, r.job_id.get()),
+        (LaunchAction::Adopted, 39000077)
+    );
     assert!(
         r.notes.join(" ").contains("more than one live job matches"),
         "{:?}",
@@ -1127,7 +1131,7 @@ async fn release_settles_the_job_a_renewal_replaced() {
     let r = release(&env, "sample", "T", JobId::new(222)).await.unwrap();
     assert_eq!(r.action, ReleaseAction::Released);
     let old = r.replaced.as_ref().expect("the replaced job is reported");
-    assert_eq!((old.job_id, old.action), (111, "cleared"));
+    assert_eq!((old.job_id.get(), old.action), (111, "cleared"));
     let calls: Vec<(String, String)> = w
         .slurm
         .argvs()
@@ -1173,7 +1177,7 @@ async fn release_cancels_a_replaced_job_that_still_runs() {
     let env = env(&w.config, &w.state, &w.slurm);
     let r = release(&env, "sample", "T", JobId::new(222)).await.unwrap();
     let old = r.replaced.as_ref().unwrap();
-    assert_eq!((old.job_id, old.action), (111, "released"));
+    assert_eq!((old.job_id.get(), old.action), (111, "released"));
     assert_eq!(r.action, ReleaseAction::Released);
     w.slurm.assert_drained();
     assert_eq!(w.record("T").0, None);
@@ -1353,11 +1357,13 @@ async fn b69_b75_drain_relaunches_then_cancels_the_old_job() {
         .by_id
         .push_back(live(&short("222", "RUNNING", "10:00:00")));
     let env = env(&w.config, &w.state, &w.slurm);
-    let r = renew(&env, "sample", "T", &settings(2), &mut |_| {})
-        .await
-        .unwrap();
+    let r = renew(&env, "sample", "T", &settings(2)).await.unwrap();
     assert_eq!(
-        (r.job_id, r.relaunched.clone(), r.cancelled.clone()),
+        (
+            r.job_id.get(),
+            r.relaunched.iter().map(|j| j.get()).collect::<Vec<_>>(),
+            r.cancelled.iter().map(|j| j.get()).collect::<Vec<_>>()
+        ),
         (222, vec![222], vec![111])
     );
     let argvs = w.slurm.argvs();
@@ -1401,10 +1407,8 @@ async fn b70_lost_job_is_relaunched_without_cancel() {
         .by_id
         .push_back(live(&short("333", "RUNNING", "2:00:00")));
     let env = env(&w.config, &w.state, &w.slurm);
-    let r = renew(&env, "sample", "T", &settings(1), &mut |_| {})
-        .await
-        .unwrap();
-    assert_eq!(r.job_id, 333);
+    let r = renew(&env, "sample", "T", &settings(1)).await.unwrap();
+    assert_eq!(r.job_id.get(), 333);
     assert!(!w.slurm.called("scancel"));
     w.slurm.assert_drained();
 }
@@ -1418,7 +1422,7 @@ async fn b71_b72_blips_hold_and_failed_relaunches_keep_the_job() {
     w.seed("T", 111, T).await;
     w.q().by_id.push_back(unknown("Socket timed out"));
     let env = env(&w.config, &w.state, &w.slurm);
-    let (msg, kind) = err_text(renew(&env, "sample", "T", &settings(1), &mut |_| {}).await);
+    let (msg, kind) = err_text(renew(&env, "sample", "T", &settings(1)).await);
     assert_eq!(kind, "unknown");
     assert!(msg.contains("could not check Slurm job 111"), "{msg}");
     assert!(msg.contains("nothing was relaunched"), "{msg}");
@@ -1430,10 +1434,8 @@ async fn b71_b72_blips_hold_and_failed_relaunches_keep_the_job() {
     w.q()
         .sbatch
         .push_back(Err(dispatch::slurm::ActionError::Local("no".into())));
-    let r = renew(&env, "sample", "T", &settings(1), &mut |_| {})
-        .await
-        .unwrap();
-    assert_eq!((r.job_id, r.failed_relaunches), (111, 1));
+    let r = renew(&env, "sample", "T", &settings(1)).await.unwrap();
+    assert_eq!((r.job_id.get(), r.failed_relaunches), (111, 1));
     assert!(!w.slurm.called("scancel"));
     assert_eq!(w.record("T").0, Some(111));
 }
@@ -1457,7 +1459,7 @@ async fn renew_never_succeeds_naming_a_gone_job() {
         w.q().by_name.push_back(gone());
         w.q().sbatch.push_back(sbatch);
         let env = env(&w.config, &w.state, &w.slurm);
-        let (msg, got) = err_text(renew(&env, "sample", "T", &settings(1), &mut |_| {}).await);
+        let (msg, got) = err_text(renew(&env, "sample", "T", &settings(1)).await);
         assert_eq!(got, kind, "{msg}");
         assert!(
             msg.contains("Slurm job 111") && msg.contains("is gone and its relaunch failed"),
@@ -1553,7 +1555,7 @@ async fn renew_stops_between_steps_and_leaves_the_job_running() {
     s.max_iterations = None;
     s.poll = std::time::Duration::from_secs(30);
     s.stop.request();
-    let r = renew(&env, "sample", "T", &s, &mut |_| {}).await.unwrap();
+    let r = renew(&env, "sample", "T", &s).await.unwrap();
     assert!(r.stopped && r.iterations == 0, "{r:?}");
     assert!(w.slurm.calls().is_empty());
 
@@ -1569,13 +1571,13 @@ async fn renew_stops_between_steps_and_leaves_the_job_running() {
         stop.request();
     });
     let started = std::time::Instant::now();
-    let r = renew(&env, "sample", "T", &s, &mut |_| {}).await.unwrap();
+    let r = renew(&env, "sample", "T", &s).await.unwrap();
     assert!(
         started.elapsed() < std::time::Duration::from_secs(5),
         "it slept on"
     );
     assert!(r.stopped, "{r:?}");
-    assert_eq!((r.iterations, r.job_id), (1, 111));
+    assert_eq!((r.iterations, r.job_id.get()), (1, 111));
     w.slurm.assert_drained();
     assert!(!w.slurm.called("scancel"));
     assert_eq!(w.record("T").0, Some(111));
@@ -1640,10 +1642,8 @@ async fn renew_settles_a_job_left_held() {
         .by_id
         .push_back(live(&row("900", "RUNNING", "n1", T, NAME)));
     let env = env(&w.config, &w.state, &w.slurm);
-    let r = renew(&env, "sample", "T", &settings(1), &mut |_| {})
-        .await
-        .unwrap();
-    assert_eq!(r.job_id, 900, "{r:?}");
+    let r = renew(&env, "sample", "T", &settings(1)).await.unwrap();
+    assert_eq!(r.job_id.get(), 900, "{r:?}");
     assert!(
         w.slurm
             .argvs()

@@ -46,7 +46,6 @@ use dispatch::ops::context::Ctx;
 use dispatch::ops::error::OpError;
 use dispatch::ops::pool::{self, step_name, SubmitRequest};
 use dispatch::ops::reconcile::reconcile;
-use dispatch::ops::session::SessionError;
 use dispatch::ops::spec::WorkerSpec;
 use dispatch::ops::submit::{self, JobSubmitRequest};
 use dispatch::policy::audit::Auditor;
@@ -256,14 +255,14 @@ fn scratch() -> PathBuf {
 
 enum Outcome {
     Done(Result<(), OpError>),
-    Session(Result<SessionOk, SessionError>),
+    Session(Result<SessionOk, OpError>),
     Crashed(String),
 }
 
 /// What a command's future returned.
 enum Ran {
     Op(Result<(), OpError>),
-    Session(Result<SessionOk, SessionError>),
+    Session(Result<SessionOk, OpError>),
 }
 
 struct Run {
@@ -663,7 +662,7 @@ impl Run {
                 format!("ok {ok:?}")
             }
             Outcome::Session(Err(e)) => {
-                if matches!(e, SessionError::Unknown(_)) {
+                if matches!(e, OpError::Unknown(_)) {
                     self.stats.unknown_outcomes += 1;
                 }
                 format!("error: {e}")
@@ -679,7 +678,7 @@ impl Run {
         self.sessions.check(&mut w, first_new)
     }
 
-    fn release_once(&mut self, sc: &SessionCmd) -> Result<Result<SessionOk, SessionError>, String> {
+    fn release_once(&mut self, sc: &SessionCmd) -> Result<Result<SessionOk, OpError>, String> {
         match self.dispatch(&Command::Session(sc.clone()), None) {
             Outcome::Session(r) => Ok(r),
             Outcome::Crashed(p) => Err(format!("{sc:?} without faults: {p}")),
@@ -700,8 +699,7 @@ impl Run {
                     let mut result = self.release_once(&sc)?;
                     // What the message says settles a release whose empty listing nothing
                     // corroborates (the user has no job listed at all): have one listed.
-                    if matches!(&result, Err(SessionError::Unknown(m)) if m.contains(NOTHING_LISTED))
-                    {
+                    if matches!(&result, Err(OpError::Unknown(m)) if m.contains(NOTHING_LISTED)) {
                         let job = self.ctx.sched.world().allocation(1, 500, 3600);
                         self.log
                             .push(format!("(liveness) the user's job {job} is listed; again"));

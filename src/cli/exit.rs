@@ -2,6 +2,7 @@
 //! (the contract; README repeats the table). A name that does not exist is REFUSED.
 
 use crate::journal::{JournalError, Status};
+use crate::ops::error::OpError;
 use crate::statedir::StateDirError;
 
 /// Done.
@@ -50,6 +51,26 @@ impl From<StateDirError> for Failure {
         match e {
             StateDirError::Untrusted(_) => Failure::new(REFUSED, e.to_string()),
             other => Failure::new(FAILED, other.to_string()),
+        }
+    }
+}
+
+/// The one mapping from an operation's error to an exit code, for every command.
+impl From<OpError> for Failure {
+    fn from(e: OpError) -> Failure {
+        match e {
+            OpError::Refused(r) => Failure::new(REFUSED, r.to_string()),
+            OpError::AssetRefused(r) => Failure::new(REFUSED, r.to_string()),
+            OpError::TrialRefused(r) => Failure::new(REFUSED, r.to_string()),
+            OpError::ForgetRefused(r) => Failure::new(REFUSED, r.to_string()),
+            OpError::SessionRefused(r) => Failure::new(REFUSED, r.to_string()),
+            OpError::NotFound(m) => Failure::new(REFUSED, m),
+            OpError::Unknown(m) => Failure::new(UNKNOWN, m),
+            OpError::Failed(m) => Failure::new(FAILED, m),
+            OpError::Usage(m) => Failure::new(USAGE, m),
+            OpError::Config(c) => Failure::new(USAGE, c.to_string()),
+            OpError::Journal(j) => j.into(),
+            OpError::StateDir(s) => s.into(),
         }
     }
 }

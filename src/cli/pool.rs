@@ -7,7 +7,6 @@ use clap::{Args, Subcommand};
 use super::exit::{self, Failure};
 use super::output::print_json;
 use crate::ops::context::Ctx;
-use crate::ops::error::OpError;
 use crate::ops::{pool as ops, reconcile};
 use crate::policy::pool::{Budgets, PUBLICATION_TIMEOUT_DEFAULT_S};
 use crate::slurm::{JobId, MemoryMb, Scheduler};
@@ -288,23 +287,6 @@ fn wait_progress(p: &ops::WaitProgress) {
         p.pool,
         p.waited.as_secs()
     ));
-}
-
-impl From<OpError> for Failure {
-    fn from(e: OpError) -> Failure {
-        match e {
-            OpError::Refused(r) => Failure::new(exit::REFUSED, r.to_string()),
-            OpError::AssetRefused(r) => Failure::new(exit::REFUSED, r.to_string()),
-            OpError::TrialRefused(r) => Failure::new(exit::REFUSED, r.to_string()),
-            OpError::ForgetRefused(r) => Failure::new(exit::REFUSED, r.to_string()),
-            OpError::NotFound(m) => Failure::new(exit::REFUSED, m),
-            OpError::Unknown(m) => Failure::new(exit::UNKNOWN, m),
-            OpError::Failed(m) => Failure::new(exit::FAILED, m),
-            OpError::Usage(m) => Failure::new(exit::USAGE, m),
-            OpError::Journal(j) => j.into(),
-            OpError::StateDir(s) => s.into(),
-        }
-    }
 }
 
 pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> Result<u8, Failure> {

@@ -14,7 +14,7 @@ use crate::event::session::SessionKey;
 use crate::ops::session::launch::{launch, LaunchAction, LaunchReport, LaunchRequest};
 use crate::ops::session::release::{self, ReleaseAction};
 use crate::ops::session::renew::{renew, RenewSettings};
-use crate::ops::session::{attach, command_for, report, Env, SessionError, Waits};
+use crate::ops::session::{attach, command_for, report, Env, Waits};
 use crate::policy::session::renew::{Backoff, DEFAULT_DRAIN_MINUTES};
 use crate::slurm::{CliConfig, CliScheduler, JobId, SlurmCommand};
 
@@ -102,21 +102,6 @@ pub enum SessionCommand {
     },
 }
 
-impl From<SessionError> for Failure {
-    fn from(e: SessionError) -> Failure {
-        match e {
-            SessionError::Usage(_) | SessionError::Config(_) => {
-                Failure::new(exit::USAGE, e.to_string())
-            }
-            SessionError::Refused(m) => Failure::new(exit::REFUSED, m),
-            SessionError::Failed(m) => Failure::new(exit::FAILED, m),
-            SessionError::Unknown(m) => Failure::new(exit::UNKNOWN, m),
-            SessionError::Journal(j) => j.into(),
-            SessionError::StateDir(s) => s.into(),
-        }
-    }
-}
-
 /// What the session commands need from `main`.
 pub struct Context<'a> {
     pub state_dir: &'a Path,
@@ -133,13 +118,6 @@ fn waits_for(secs: u64) -> Waits {
         run_budget: Duration::from_secs(secs),
         ..Waits::default()
     }
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::new(exit::FAILED, format!("cannot start the runtime: {e}")))
 }
 
 fn warn(notes: &[String]) {
@@ -168,7 +146,8 @@ fn exec_srun(argv: &[std::ffi::OsString]) -> Failure {
     )
 }
 
-pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
+/// Runs on the runtime `main` makes for every async command (its `block_on`).
+pub async fn run(cmd: &SessionCommand, ctx: &Context<'_>) -> Result<u8, Failure> {
     let slurm = CliScheduler::new(ctx.slurm.clone());
     let env = |waits: Waits| Env {
         config: ctx.config,
@@ -179,7 +158,6 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
         waits,
         progress: &note,
     };
-    let rt = runtime()?;
     match cmd {
         SessionCommand::Launch {
             session,
@@ -198,10 +176,7 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
                 require_running: false,
             };
             if *dry_run {
-                let plan = rt.block_on(crate::ops::session::dry_run::launch_dry_run(
-                    &env(waits),
-                    &req,
-                ))?;
+                let plan = crate::ops::session::dry_run::launch_dry_run(&env(waits), &req).await?;
                 if ctx.json {
                     print_json(&plan)?;
                 } else {
@@ -223,7 +198,7 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
                 }
                 return Ok(exit::OK);
             }
-            let report = rt.block_on(launch(&env(waits), &req))?;
+            let report = launch(&env(waits), &req).await?;
             warn(&report.notes);
             render_launch(&report, ctx.json)?;
             if *detached {
@@ -299,12 +274,7 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
                     return Ok(exit::OK);
                 }
             }
-            let r = rt.block_on(release::release(
-                &env,
-                &session.mirror,
-                &session.target,
-                plan.job,
-            ))?;
+            let r = release::release(&env, &session.mirror, &session.target, plan.job).await?;
             warn(&r.notes);
             if ctx.json {
                 print_json(&r)?;
@@ -359,9 +329,8 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
                 backoff: Backoff::default(),
                 stop: Default::default(),
             };
-            let mut progress = |line: String| note(&line);
             let stop = std::sync::Arc::clone(&settings.stop);
-            let r = rt.block_on(async {
+            let r = async {
                 // Ctrl-C: finish the current step, then stop (a relaunch is never cut in two);
                 // a second Ctrl-C quits at once, as without dispatch.
                 tokio::spawn(async move {
@@ -378,10 +347,9 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
                     &session.mirror,
                     &session.target,
                     &settings,
-                    &mut progress,
                 )
                 .await
-            })?;
+            }.await?;
             if r.stopped {
                 note(&format!(
                     "renew stopped; job {} of {}--{} is left running",
@@ -393,19 +361,25 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
             } else {
                 crate::outln!(
                     "session {}--{} holds job {} after {} check(s); relaunched {:?}, cancelled {:?}",
-                    r.mirror, r.target, r.job_id, r.iterations, r.relaunched, r.cancelled
+                    r.mirror,
+                    r.target,
+                    r.job_id,
+                    r.iterations,
+                    numbers(&r.relaunched),
+                    numbers(&r.cancelled)
                 );
             }
             Ok(exit::OK)
         }
         SessionCommand::Attach { session, command } => {
-            let plan = rt.block_on(attach::plan(
+            let plan = attach::plan(
                 &env(Waits::default()),
                 &session.mirror,
                 &session.target,
                 command,
                 std::env::var("SHELL").ok(),
-            ))?;
+            )
+            .await?;
             if !is_terminal() {
                 return Err(Failure::new(
                     exit::FAILED,
@@ -422,6 +396,11 @@ pub fn run(cmd: &SessionCommand, ctx: &Context) -> Result<u8, Failure> {
             Err(exec_srun(&plan.argv))
         }
     }
+}
+
+/// Job ids as the list of numbers renew's line has always shown (`[222, 223]`).
+fn numbers(jobs: &[JobId]) -> Vec<u32> {
+    jobs.iter().map(|j| j.get()).collect()
 }
 
 fn release_question(plan: &release::ReleasePlan, job: JobId) -> String {
@@ -478,7 +457,7 @@ fn render_launch(r: &LaunchReport, json: bool) -> Result<(), Failure> {
 }
 
 /// `dispatch sessions`.
-pub fn run_report(ctx: &Context, wide: bool) -> Result<u8, Failure> {
+pub async fn run_report(ctx: &Context<'_>, wide: bool) -> Result<u8, Failure> {
     let slurm = CliScheduler::new(ctx.slurm.clone());
     let env = Env {
         config: ctx.config,
@@ -489,7 +468,7 @@ pub fn run_report(ctx: &Context, wide: bool) -> Result<u8, Failure> {
         waits: Waits::default(),
         progress: &note,
     };
-    let r = runtime()?.block_on(report::sessions(&env))?;
+    let r = report::sessions(&env).await?;
     if ctx.json {
         print_json(&r)?;
     } else {
@@ -503,4 +482,17 @@ pub fn run_report(ctx: &Context, wide: bool) -> Result<u8, Failure> {
     } else {
         exit::UNKNOWN
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Renew's closing line shows its job lists as it did when they were plain numbers.
+    #[test]
+    fn renew_lists_job_ids_as_plain_numbers() {
+        let jobs: Vec<JobId> = [222, 223].into_iter().filter_map(JobId::new).collect();
+        assert_eq!(format!("{:?}", numbers(&jobs)), "[222, 223]");
+        assert_eq!(format!("{:?}", numbers(&[])), "[]");
+    }
 }

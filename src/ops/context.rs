@@ -10,6 +10,12 @@ use crate::journal::{self, Loaded, Options, Writer};
 use crate::slurm::Scheduler;
 use crate::state::State;
 
+/// Where an operation says what it is doing while it waits (stderr in the CLI), one line at a
+/// time, as it happens: the one progress sink of pools, jobs and sessions. What is said once the
+/// operation is over travels in its report instead (`notes`, `warnings`); a wait whose progress
+/// the CLI draws itself takes a typed value (`pool::room::WaitProgress`).
+pub type Progress<'a> = &'a (dyn Fn(&str) + Send + Sync);
+
 pub struct Ctx<S: Scheduler> {
     pub state_dir: PathBuf,
     pub sched: S,

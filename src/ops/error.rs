@@ -1,9 +1,11 @@
 //! How an operation ends when it does not succeed, mapped to the documented exit codes.
 
+use crate::config::ConfigError;
 use crate::journal::JournalError;
 use crate::policy::asset::AssetRefusal;
 use crate::policy::forget::ForgetRefusal;
 use crate::policy::pool::Refusal;
+use crate::policy::session::refusal::SessionRefusal;
 use crate::policy::trial::TrialRefusal;
 
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +22,9 @@ pub enum OpError {
     /// There is nothing (or more than one thing) to forget (exit 3).
     #[error("{0}")]
     ForgetRefused(#[from] ForgetRefusal),
+    /// A session rule refused; nothing was done (exit 3).
+    #[error("{0}")]
+    SessionRefused(#[from] SessionRefusal),
     /// The named thing (a worker, a pool's worker) does not exist; nothing was done (exit 3,
     /// as every "not found": docs/cli.md, "Exit codes").
     #[error("{0}")]
@@ -33,6 +38,9 @@ pub enum OpError {
     /// A bad value that clap could not check (exit 2).
     #[error("{0}")]
     Usage(String),
+    /// The configuration cannot be used (exit 2, as every usage error).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     #[error(transparent)]
     Journal(#[from] JournalError),
     /// The state directory cannot be used (not ours: exit 3; unusable: exit 1).

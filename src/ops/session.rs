@@ -25,7 +25,10 @@ use crate::event::session::SessionAdopted;
 use crate::event::session::SessionKey;
 use crate::event::Event;
 use crate::journal::{self, Committed, JournalError, Options, Writer};
+use crate::ops::context::Progress;
+use crate::ops::error::OpError;
 use crate::policy::session::absence::{self, Absence};
+use crate::policy::session::refusal::SessionRefusal;
 use crate::policy::session::{listing_of, plan_adoption, Adoption, Listing, Passed, Pins, Seen};
 use crate::slurm::{AcctQuery, JobId, JobName, JobQuery, Scheduler};
 use crate::state::session::Session;
@@ -75,30 +78,7 @@ pub struct Env<'a, S> {
     pub slurm: &'a S,
     pub waits: Waits,
     /// Where progress lines go during long waits (stderr for the CLI).
-    pub progress: &'a dyn Fn(&str),
-}
-
-/// Why a session command did not finish; each maps to one exit code (CLI.md).
-#[derive(Debug, thiserror::Error)]
-pub enum SessionError {
-    /// A bad argument or configuration; nothing was done (exit 2).
-    #[error("{0}")]
-    Usage(String),
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// A safety check said no; nothing was done (exit 3).
-    #[error("{0}")]
-    Refused(String),
-    /// Failed, and nothing is left unknown (exit 1).
-    #[error("{0}")]
-    Failed(String),
-    /// The outcome of an effect is not known; the intent is recorded (exit 4).
-    #[error("{0}")]
-    Unknown(String),
-    #[error(transparent)]
-    Journal(#[from] JournalError),
-    #[error(transparent)]
-    StateDir(#[from] StateDirError),
+    pub progress: Progress<'a>,
 }
 
 /// A (mirror, target) pair checked against the configuration, before any Slurm call.
@@ -124,9 +104,9 @@ static UNCONFIGURED: Target = Target {
 };
 
 impl<S> Env<'_, S> {
-    pub fn resolve(&self, mirror: &str, target: &str) -> Result<Resolved<'_>, SessionError> {
+    pub fn resolve(&self, mirror: &str, target: &str) -> Result<Resolved<'_>, OpError> {
         if mirror.is_empty() {
-            return Err(SessionError::Usage("the mirror name is empty".into()));
+            return Err(OpError::Usage("the mirror name is empty".into()));
         }
         let t = self.config.target(target, self.config_path)?;
         let token = sanitize_token(mirror);
@@ -138,15 +118,17 @@ impl<S> Env<'_, S> {
             .keys()
             .find(|m| m.as_str() != mirror && sanitize_token(m) == token)
         {
-            return Err(SessionError::Refused(format!(
-                "mirror {mirror:?} has the token {token:?}, like the configured mirror {other:?}: \
-                 their jobs would share the name {}{token}. Use {other:?} or rename one",
-                self.config.job_name_prefix
-            )));
+            return Err(SessionRefusal::TokenOfConfiguredMirror {
+                mirror: mirror.to_owned(),
+                token,
+                other: other.clone(),
+                prefix: self.config.job_name_prefix.clone(),
+            }
+            .into());
         }
         let name = self.config.job_name(mirror);
         let job_name = JobName::new(name.clone())
-            .map_err(|e| SessionError::Usage(format!("job name {name:?}: {e}")))?;
+            .map_err(|e| OpError::Usage(format!("job name {name:?}: {e}")))?;
         Ok(Resolved {
             key: SessionKey::new(mirror, target),
             target: t,
@@ -158,13 +140,9 @@ impl<S> Env<'_, S> {
 
     /// As `resolve`, but a session the journal records stays reachable after its target was
     /// removed from the configuration, so that it can still be released by job id.
-    pub fn resolve_recorded(
-        &self,
-        mirror: &str,
-        target: &str,
-    ) -> Result<Resolved<'_>, SessionError> {
+    pub fn resolve_recorded(&self, mirror: &str, target: &str) -> Result<Resolved<'_>, OpError> {
         match self.resolve(mirror, target) {
-            Err(SessionError::Config(ConfigError::UnknownTarget { .. })) => {
+            Err(OpError::Config(ConfigError::UnknownTarget { .. })) => {
                 let key = SessionKey::new(mirror, target);
                 if read_state(self.state_dir)?.sessions.get(&key).is_none() {
                     return self.resolve(mirror, target);
@@ -175,7 +153,7 @@ impl<S> Env<'_, S> {
                     target: &UNCONFIGURED,
                     token: sanitize_token(mirror),
                     job_name: JobName::new(name.clone())
-                        .map_err(|e| SessionError::Usage(format!("job name {name:?}: {e}")))?,
+                        .map_err(|e| OpError::Usage(format!("job name {name:?}: {e}")))?,
                     configured: false,
                 })
             }
@@ -205,7 +183,7 @@ pub struct Book {
 
 impl Book {
     /// Create the state directory and journal if missing, and load the state.
-    pub fn open(state_dir: &Path) -> Result<(Book, State), SessionError> {
+    pub fn open(state_dir: &Path) -> Result<(Book, State), OpError> {
         crate::statedir::prepare(state_dir)?;
         let dir = crate::statedir::journal_dir(state_dir);
         drop(Writer::open(&dir, Options::default())?);
@@ -223,7 +201,7 @@ impl Book {
 }
 
 /// Read the state without writing: a missing journal is an empty state.
-pub fn read_state(state_dir: &Path) -> Result<State, SessionError> {
+pub fn read_state(state_dir: &Path) -> Result<State, OpError> {
     crate::statedir::check(state_dir)?;
     let dir = crate::statedir::journal_dir(state_dir);
     match journal::load(&dir) {
@@ -239,7 +217,7 @@ pub struct TokenLock {
 }
 
 impl TokenLock {
-    pub fn take(state_dir: &Path, token: &str) -> Result<TokenLock, SessionError> {
+    pub fn take(state_dir: &Path, token: &str) -> Result<TokenLock, OpError> {
         let dir = state_dir.join("sessions").join("locks");
         crate::statedir::prepare(state_dir)?;
         crate::statedir::trust::create_below(state_dir, &dir).map_err(StateDirError::from)?;
@@ -247,7 +225,7 @@ impl TokenLock {
         crate::statedir::trust::check(&path, crate::statedir::trust::Want::File)
             .map_err(StateDirError::from)?;
         let io = |source| {
-            SessionError::Journal(JournalError::Io {
+            OpError::Journal(JournalError::Io {
                 path: path.clone(),
                 what: "lock session".into(),
                 source,
@@ -278,18 +256,20 @@ pub fn session<'s>(state: &'s State, key: &SessionKey) -> Option<&'s Session> {
 
 /// Another session (another mirror) already known under this token: their jobs would share a
 /// name and adopt each other's.
-pub fn token_clash(state: &State, r: &Resolved) -> Result<(), SessionError> {
+pub fn token_clash(state: &State, r: &Resolved) -> Result<(), OpError> {
     if let Some(other) = state
         .sessions
         .sessions
         .keys()
         .find(|k| k.mirror != r.key.mirror && sanitize_token(&k.mirror) == r.token)
     {
-        return Err(SessionError::Refused(format!(
-            "mirror {:?} has the token {:?}, like mirror {:?} of session {other}: their jobs \
-             would share the name {}. Release that session first, or use its mirror name",
-            r.key.mirror, r.token, other.mirror, r.job_name
-        )));
+        return Err(SessionRefusal::TokenOfRecordedSession {
+            mirror: r.key.mirror.clone(),
+            token: r.token.clone(),
+            other: other.clone(),
+            job_name: r.job_name.clone(),
+        }
+        .into());
     }
     Ok(())
 }
@@ -474,7 +454,7 @@ pub async fn adopt_by_name<S: Scheduler>(
     r: &Resolved<'_>,
     exclude: &[JobId],
     replacing: Option<JobId>,
-) -> Result<(NameProbe, Option<Seen>), SessionError> {
+) -> Result<(NameProbe, Option<Seen>), OpError> {
     let probe = name_probe(env, r, exclude).await;
     let Some(seen) = probe.plan.as_ref().and_then(|p| p.adopted()).cloned() else {
         return Ok((probe, None));
@@ -500,7 +480,7 @@ pub async fn adopt_or_vouch<S: Scheduler>(
     env: &Env<'_, S>,
     book: &Book,
     r: &Resolved<'_>,
-) -> Result<(NameProbe, Option<Seen>), SessionError> {
+) -> Result<(NameProbe, Option<Seen>), OpError> {
     let (mut probe, adopted) = adopt_by_name(env, book, r, &[], None).await?;
     if adopted.is_none() {
         vouch_absence(env, r, &mut probe, Fallback::None).await;

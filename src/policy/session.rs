@@ -2,6 +2,7 @@
 //! job (if any) a launch adopts, and what renew does next. No I/O, no clock.
 
 pub mod absence;
+pub mod refusal;
 pub mod renew;
 pub mod report;
 

@@ -29,8 +29,9 @@ use std::time::Duration;
 
 use dispatch::config::Config;
 use dispatch::event::session::SessionKey;
+use dispatch::ops::error::OpError;
 use dispatch::ops::session::renew::RenewSettings;
-use dispatch::ops::session::{attach, launch, release, renew, Env, SessionError, Waits};
+use dispatch::ops::session::{attach, launch, release, renew, Env, Waits};
 use dispatch::policy::audit::Auditor;
 use dispatch::policy::session::renew::Backoff;
 use dispatch::slurm::JobId;
@@ -267,7 +268,7 @@ impl Sessions {
         Ok(())
     }
 
-    pub async fn run(&self, sched: &SimSlurm, cmd: &SessionCmd) -> Result<SessionOk, SessionError> {
+    pub async fn run(&self, sched: &SimSlurm, cmd: &SessionCmd) -> Result<SessionOk, OpError> {
         let quiet = |_: &str| {};
         let env = Env {
             config: &self.config,
@@ -294,7 +295,7 @@ impl Sessions {
                 };
                 launch::launch(&env, &req)
                     .await
-                    .map(|r| SessionOk::Job(r.job_id))
+                    .map(|r| SessionOk::Job(r.job_id.get()))
             }
             SessionCmd::Attach { mirror, target } => {
                 attach::plan(&env, mirror, target, &[], Some("bash".into()))
@@ -321,10 +322,10 @@ impl Sessions {
                     backoff: Backoff::default(),
                     stop: Arc::default(),
                 };
-                renew::renew(&env, mirror, target, &settings, &mut |_| {})
+                renew::renew(&env, mirror, target, &settings)
                     .await
                     .map(|r| SessionOk::Renewed {
-                        job: r.job_id,
+                        job: r.job_id.get(),
                         failed_relaunches: r.failed_relaunches,
                     })
             }
@@ -478,7 +479,7 @@ impl Sessions {
         w: &mut World,
         mirror: &str,
         target: &str,
-        result: &Result<SessionOk, SessionError>,
+        result: &Result<SessionOk, OpError>,
     ) -> Result<(), String> {
         if let Err(e) = result {
             return Err(format!(

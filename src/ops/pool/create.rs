@@ -39,8 +39,7 @@ const UNKNOWN_POLLS: u32 = 5;
 /// before it exits; squeue shows it `CANCELLED` within a poll here).
 const HINT_SETTLE: Duration = Duration::from_secs(6);
 
-/// Where progress lines go (stderr in the CLI).
-pub type Progress<'a> = &'a (dyn Fn(&str) + Send + Sync);
+pub use crate::ops::context::Progress;
 
 #[derive(Clone, Debug)]
 pub struct CreateRequest {

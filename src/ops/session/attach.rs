@@ -5,8 +5,7 @@
 use std::ffi::OsString;
 
 use super::{
-    adopt_or_vouch, command_for, hold, read_state, session, Book, Env, Resolved, SessionError,
-    TokenLock,
+    adopt_or_vouch, command_for, hold, read_state, session, Book, Env, OpError, Resolved, TokenLock,
 };
 use crate::policy::session::{probe_of, Probe};
 use crate::slurm::{JobId, JobQuery, JobState, Scheduler};
@@ -48,7 +47,7 @@ pub async fn plan<S: Scheduler>(
     target: &str,
     command: &[String],
     shell: Option<String>,
-) -> Result<AttachPlan, SessionError> {
+) -> Result<AttachPlan, OpError> {
     let r = env.resolve(mirror, target)?;
     let state = read_state(env.state_dir)?;
     let s = session(&state, &r.key);
@@ -81,11 +80,11 @@ pub async fn plan<S: Scheduler>(
             node,
             argv: srun_argv(job, &command),
         }),
-        Probe::Live { state, .. } => Err(SessionError::Failed(format!(
+        Probe::Live { state, .. } => Err(OpError::Failed(format!(
             "Slurm job {job} of session {} is {state}, not running yet; attach once it starts",
             r.key
         ))),
-        Probe::Gone { state } => Err(SessionError::Failed(format!(
+        Probe::Gone { state } => Err(OpError::Failed(format!(
             "Slurm job {job} of session {} is {} -- the allocation has ended. `{}` clears the \
              record; `{}` starts a new one",
             r.key,
@@ -93,7 +92,7 @@ pub async fn plan<S: Scheduler>(
             command_for("release", &r.key),
             command_for("launch", &r.key)
         ))),
-        Probe::Unknown(e) => Err(SessionError::Unknown(format!(
+        Probe::Unknown(e) => Err(OpError::Unknown(format!(
             "could not check Slurm job {job} of session {}: {e}. Nothing was done; retry",
             r.key
         ))),
@@ -102,10 +101,7 @@ pub async fn plan<S: Scheduler>(
 
 /// No job recorded (a lost state directory): find the session's live job by name, as launch
 /// would, and record it; the attach then goes on as for a recorded job.
-async fn find_by_name<S: Scheduler>(
-    env: &Env<'_, S>,
-    r: &Resolved<'_>,
-) -> Result<JobId, SessionError> {
+async fn find_by_name<S: Scheduler>(env: &Env<'_, S>, r: &Resolved<'_>) -> Result<JobId, OpError> {
     let _lock = TokenLock::take(env.state_dir, &r.token)?;
     let (book, state) = Book::open(env.state_dir)?;
     if let Some(job) = session(&state, &r.key).and_then(|s| s.job_id()) {
@@ -115,12 +111,12 @@ async fn find_by_name<S: Scheduler>(
     let (probe, adopted) = adopt_or_vouch(env, &book, r).await?;
     match (adopted, probe.cannot_vouch()) {
         (Some(seen), _) => Ok(seen.job_id.expect("only plain ids are adopted")),
-        (None, Some(why)) => Err(SessionError::Unknown(format!(
+        (None, Some(why)) => Err(OpError::Unknown(format!(
             "no Slurm job is recorded for session {}, and {why}; nothing was done. Retry, or \
              look with `squeue --me --name={}`",
             r.key, r.job_name
         ))),
-        (None, None) => Err(SessionError::Failed(format!(
+        (None, None) => Err(OpError::Failed(format!(
             "no Slurm job recorded for session {}, and none of its target runs under the name {}. \
              Run `{}`",
             r.key,

@@ -6,11 +6,9 @@
 use serde::Serialize;
 
 use super::launch::{placement, LaunchRequest};
-use super::{
-    name_probe, read_state, session, token_clash, vouch_absence, Env, Fallback, SessionError,
-};
+use super::{name_probe, read_state, session, token_clash, vouch_absence, Env, Fallback, OpError};
 use crate::policy::session::{is_ending, probe_of, Probe};
-use crate::slurm::{BatchPayload, BatchRequest, JobQuery, Scheduler};
+use crate::slurm::{BatchPayload, BatchRequest, JobId, JobQuery, Scheduler};
 
 /// What `session launch` would do (docs/cli.md, `session launch --dry-run`).
 #[derive(Debug, Serialize)]
@@ -21,7 +19,7 @@ pub struct LaunchPlan {
     pub job_name: String,
     /// `reuse`, `adopt`, `wait_then_submit` (the record's job is ending) or `submit`.
     pub would: &'static str,
-    pub job_id: Option<u32>,
+    pub job_id: Option<JobId>,
     /// For a submit: what `sbatch --test-only` said (start time, nodes, partition). A salloc
     /// target is tested the same way: its placement is the same, and salloc has no test mode.
     pub would_start: Option<String>,
@@ -32,7 +30,7 @@ pub struct LaunchPlan {
 pub async fn launch_dry_run<S: Scheduler>(
     env: &Env<'_, S>,
     req: &LaunchRequest,
-) -> Result<LaunchPlan, SessionError> {
+) -> Result<LaunchPlan, OpError> {
     let r = env.resolve(&req.mirror, &req.target)?;
     let placement = placement(env, &r)?;
     let state = read_state(env.state_dir)?;
@@ -57,12 +55,12 @@ pub async fn launch_dry_run<S: Scheduler>(
             }
             Probe::Live { .. } => {
                 plan.would = "reuse";
-                plan.job_id = Some(job.get());
+                plan.job_id = Some(job);
                 return Ok(plan);
             }
             Probe::Gone { .. } => exclude.push(job),
             Probe::Unknown(e) => {
-                return Err(SessionError::Unknown(format!(
+                return Err(OpError::Unknown(format!(
                 "could not verify Slurm job {job} of session {}: {e}; a launch would stop here too",
                 r.key
             )))
@@ -72,11 +70,11 @@ pub async fn launch_dry_run<S: Scheduler>(
     let mut probe = name_probe(env, &r, &exclude).await;
     if let Some(seen) = probe.plan.as_ref().and_then(|p| p.adopted()) {
         plan.would = "adopt";
-        plan.job_id = seen.job_id.map(|j| j.get());
+        plan.job_id = seen.job_id;
         return Ok(plan);
     }
     if let Some(lines) = probe.unreadable {
-        return Err(SessionError::Unknown(format!(
+        return Err(OpError::Unknown(format!(
             "squeue lists a job named {} that dispatch cannot read ({lines:?}); a launch would \
              submit nothing",
             r.job_name
@@ -88,7 +86,7 @@ pub async fn launch_dry_run<S: Scheduler>(
         vouch_absence(env, &r, &mut probe, Fallback::Accounting).await;
     }
     if let Some(why) = probe.cannot_vouch() {
-        return Err(SessionError::Unknown(format!(
+        return Err(OpError::Unknown(format!(
             "{}: {why}; a launch would submit nothing",
             r.key
         )));
@@ -96,7 +94,7 @@ pub async fn launch_dry_run<S: Scheduler>(
     let mut batch = BatchRequest::new(r.job_name.clone(), BatchPayload::Wrap(":".to_owned()));
     batch.placement = placement;
     let tested = env.slurm.test_batch(&batch).await.map_err(|e| {
-        SessionError::Failed(format!(
+        OpError::Failed(format!(
             "`sbatch --test-only` says a job for {} would not go: {e}; nothing was submitted",
             r.key
         ))

@@ -9,7 +9,7 @@
 //! settles it here the same way, so a held job is never left held and never released beside
 //! an older one.
 
-use super::{command_for, session, Book, Env, Resolved, SessionError, TokenLock};
+use super::{command_for, session, Book, Env, OpError, Resolved, TokenLock};
 use crate::event::session::{SessionAdopted, SessionHoldDecided, SessionHoldSettled};
 use crate::event::Event;
 use crate::failpoint;
@@ -50,7 +50,7 @@ pub async fn settle<S: Scheduler>(
     r: &Resolved<'_>,
     ours: JobId,
     replacing: Option<JobId>,
-) -> Result<Settled, SessionError> {
+) -> Result<Settled, OpError> {
     let exclude: Vec<JobId> = replacing.into_iter().collect();
     let mut pause = env.waits.poll_first;
     let mut why = String::new();
@@ -100,7 +100,7 @@ pub async fn settle<S: Scheduler>(
             pause = (pause * 2).min(env.waits.poll_max);
         }
     }
-    Err(SessionError::Unknown(format!(
+    Err(OpError::Unknown(format!(
         "Slurm job {ours} of {} was submitted held, and the name probe that decides whether a \
          launch from another state directory made an older job failed ({why}). It stays held \
          and recorded: retry `{}`, which settles it (or `{}` cancels it)",
@@ -117,7 +117,7 @@ pub async fn settle_recorded<S: Scheduler>(
     env: &Env<'_, S>,
     r: &Resolved<'_>,
     job: JobId,
-) -> Result<JobId, SessionError> {
+) -> Result<JobId, OpError> {
     let _lock = TokenLock::take(env.state_dir, &r.token)?;
     let (book, state) = Book::open(env.state_dir)?;
     match session(&state, &r.key).and_then(|s| s.job_id()) {
@@ -139,7 +139,7 @@ pub async fn release<S: Scheduler>(
     book: &Book,
     r: &Resolved<'_>,
     job: JobId,
-) -> Result<(), SessionError> {
+) -> Result<(), OpError> {
     let key = &r.key;
     book.append(Event::SessionHoldDecided(SessionHoldDecided {
         session: key.clone(),
@@ -151,7 +151,7 @@ pub async fn release<S: Scheduler>(
     let failure = result.as_ref().err().map(|e| e.to_string());
     record_settled(book, r, job, "released", failure)?;
     result.map_err(|e| {
-        SessionError::Unknown(format!(
+        OpError::Unknown(format!(
             "Slurm job {job} of {key} was submitted held and releasing it failed: {e}. It is \
              recorded; `{}` settles it again (or `scontrol release {job}` lets it run), `{}` \
              cancels it",
@@ -170,7 +170,7 @@ async fn yield_to<S: Scheduler>(
     ours: JobId,
     winner: &JobRow,
     replacing: Option<JobId>,
-) -> Result<Settled, SessionError> {
+) -> Result<Settled, OpError> {
     let key = &r.key;
     let w = winner.plain_id().expect("contenders have plain ids");
     book.append(Event::SessionHoldDecided(SessionHoldDecided {
@@ -230,7 +230,7 @@ fn record_settled(
     job: JobId,
     action: &str,
     failure: Option<String>,
-) -> Result<(), SessionError> {
+) -> Result<(), OpError> {
     book.append(Event::SessionHoldSettled(SessionHoldSettled {
         session: r.key.clone(),
         job_id: job,

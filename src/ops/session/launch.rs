@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::{
     adopt_by_name, command_for, hold, script, session, token_clash, vouch_absence, Book, Env,
-    Fallback, Resolved, SessionError, TokenLock, MAX_SESSIONS,
+    Fallback, OpError, Resolved, TokenLock, MAX_SESSIONS,
 };
 use crate::event::session::{
     SessionCleared, SessionJobSubmitted, SessionLaunchIntent, SessionNodeResolved,
@@ -17,6 +17,7 @@ use crate::event::session::{
 use crate::event::Event;
 use crate::event::Micros;
 use crate::failpoint;
+use crate::policy::session::refusal::SessionRefusal;
 use crate::policy::session::{in_flight_wait, is_ending, poll_of, probe_of, Poll, Probe, Seen};
 use crate::slurm::{
     AcctQuery, ActionError, AllocRequest, BatchPayload, BatchRequest, JobId, JobQuery, JobState,
@@ -57,7 +58,7 @@ pub enum LaunchAction {
 pub struct LaunchReport {
     pub mirror: String,
     pub target: String,
-    pub job_id: u32,
+    pub job_id: JobId,
     pub action: LaunchAction,
     pub node: Option<String>,
     pub state: String,
@@ -72,15 +73,15 @@ pub struct LaunchReport {
 
 impl LaunchReport {
     pub fn job(&self) -> JobId {
-        JobId::new(self.job_id).expect("reports carry real job ids")
+        self.job_id
     }
 }
 
 /// The sbatch/salloc placement of a target, checked before any Slurm call.
-pub fn placement(env: &Env<'_, impl Sized>, r: &Resolved) -> Result<Placement, SessionError> {
+pub fn placement(env: &Env<'_, impl Sized>, r: &Resolved) -> Result<Placement, OpError> {
     let t = r.target;
     let bad = |key: &str, value: &str, e: String| {
-        SessionError::Config(crate::config::ConfigError::Malformed {
+        OpError::Config(crate::config::ConfigError::Malformed {
             path: env.config_path.to_owned(),
             message: format!("targets.{}.{key} = {value:?}: {e}", r.key.target),
         })
@@ -122,7 +123,7 @@ struct Launch<'e, 'a, S> {
 pub async fn launch<S: Scheduler>(
     env: &Env<'_, S>,
     req: &LaunchRequest,
-) -> Result<LaunchReport, SessionError> {
+) -> Result<LaunchReport, OpError> {
     let r = env.resolve(&req.mirror, &req.target)?;
     let placement = placement(env, &r)?;
     let _lock = TokenLock::take(env.state_dir, &r.token)?;
@@ -130,11 +131,11 @@ pub async fn launch<S: Scheduler>(
     token_clash(&state, &r)?;
     let existing = session(&state, &r.key).cloned();
     if existing.is_none() && state.sessions.sessions.len() >= MAX_SESSIONS {
-        return Err(SessionError::Refused(format!(
-            "the journal already holds {MAX_SESSIONS} sessions; release some with \
-             `dispatch session release` before starting {}",
-            r.key
-        )));
+        return Err(SessionRefusal::TooManySessions {
+            max: MAX_SESSIONS,
+            key: r.key.clone(),
+        }
+        .into());
     }
     let mut l = Launch {
         env,
@@ -184,7 +185,7 @@ pub async fn launch<S: Scheduler>(
                     exclude.push(job);
                 }
                 Probe::Unknown(e) => {
-                    return Err(SessionError::Unknown(format!(
+                    return Err(OpError::Unknown(format!(
                         "could not verify Slurm job {job} of session {}: {e}. Nothing was \
                          submitted. Retry, or `{}` to cancel it",
                         l.r.key,
@@ -223,7 +224,7 @@ pub async fn launch<S: Scheduler>(
     if let Some(lines) = probe.unreadable {
         // squeue --name filters by name: each unreadable line is a job of this name. Reading
         // the listing without it as "no job found" would submit a second job beside it.
-        return Err(SessionError::Unknown(format!(
+        return Err(OpError::Unknown(format!(
             "squeue lists a job named {} that dispatch cannot read ({lines:?}); it may be this \
              session's. Nothing was submitted. Look with `squeue --me --name={}`; `scancel` it \
              if it is not wanted, then retry `{}`",
@@ -248,7 +249,7 @@ pub async fn launch<S: Scheduler>(
             true => "an earlier submission for it may have created a job",
             false => "no live job is recorded for it",
         };
-        return Err(SessionError::Unknown(format!(
+        return Err(OpError::Unknown(format!(
             "{}: {what}, and {why}; a job of this session may already be queued or run, so \
              nothing was submitted. Retry `{}` once squeue answers, or look with `squeue --me \
              --name={}`",
@@ -274,7 +275,7 @@ fn gone_reason(state: Option<&JobState>) -> String {
 }
 
 impl<S: Scheduler> Launch<'_, '_, S> {
-    fn append(&self, event: Event) -> Result<(), SessionError> {
+    fn append(&self, event: Event) -> Result<(), OpError> {
         self.book.append(event)?;
         Ok(())
     }
@@ -296,7 +297,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         LaunchReport {
             mirror: self.r.key.mirror.clone(),
             target: self.r.key.target.clone(),
-            job_id: job.get(),
+            job_id: job,
             action,
             node,
             state: state.to_string(),
@@ -316,7 +317,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         state: JobState,
         node: Option<String>,
         held: bool,
-    ) -> Result<LaunchReport, SessionError> {
+    ) -> Result<LaunchReport, OpError> {
         if held {
             hold::release(self.env, &self.book, &self.r, job).await?;
         }
@@ -328,7 +329,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             self.record_node(job, n)?;
         }
         if !self.req.detached && state != JobState::Running {
-            return Err(SessionError::Failed(format!(
+            return Err(OpError::Failed(format!(
                 "Slurm job {job} of session {} is {state} (queued, not yet running); nothing \
                  was submitted. Attach once it starts: `{}`",
                 self.r.key,
@@ -338,7 +339,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         Ok(self.report(job, action, state, node))
     }
 
-    fn record_node(&self, job: JobId, node: &str) -> Result<(), SessionError> {
+    fn record_node(&self, job: JobId, node: &str) -> Result<(), OpError> {
         self.append(Event::SessionNodeResolved(SessionNodeResolved {
             session: self.r.key.clone(),
             job_id: job,
@@ -346,7 +347,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         }))
     }
 
-    async fn submit(mut self, placement: Placement) -> Result<LaunchReport, SessionError> {
+    async fn submit(mut self, placement: Placement) -> Result<LaunchReport, OpError> {
         let key = self.r.key.clone();
         let confined = self.r.target.confined;
         let submission_id = Uuid::new_v4();
@@ -408,7 +409,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             submission_id,
             job_id: job,
         })) {
-            return Err(SessionError::Unknown(format!(
+            return Err(OpError::Unknown(format!(
                 "{program} created Slurm job {job} for {key}, but recording it failed: {e}. \
                  The next `{}` finds it by name; to remove it instead: `scancel {job}`",
                 command_for("launch", &key)
@@ -429,7 +430,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         Ok(self.report(job, action, state, Some(node)))
     }
 
-    fn submit_failed(&self, submission_id: Uuid, program: &str, e: ActionError) -> SessionError {
+    fn submit_failed(&self, submission_id: Uuid, program: &str, e: ActionError) -> OpError {
         let key = &self.r.key;
         let (may_exist, job_hint, reason) = match &e {
             ActionError::Unknown { error, job_hint } => (true, *job_hint, error.to_string()),
@@ -445,7 +446,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             reason: reason.clone(),
         });
         if let Err(j) = self.append(event) {
-            return SessionError::Unknown(format!(
+            return OpError::Unknown(format!(
                 "{program} failed ({reason}) and recording that failed too ({j}); a job MAY \
                  have been submitted: `squeue --me --name={}`",
                 self.r.job_name
@@ -455,7 +456,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             let hint = job_hint
                 .map(|j| format!(" (Slurm mentioned job {j})"))
                 .unwrap_or_default();
-            SessionError::Unknown(format!(
+            OpError::Unknown(format!(
                 "{program} failed for {key}: {reason}. A job MAY have been submitted{hint}: the \
                  next `{}` finds it by name and adopts it; `dispatch sessions` lists it; \
                  `scancel --me --name={}` removes it",
@@ -467,12 +468,12 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                 Refusal::Said { .. } => "correct the target in the config",
                 Refusal::NotStarted(_) => "put Slurm's client programs on PATH",
             };
-            SessionError::Failed(format!(
+            OpError::Failed(format!(
                 "{key}: {reason}. No job was created; {fix}, then `{}`",
                 command_for("launch", key)
             ))
         } else {
-            SessionError::Failed(format!(
+            OpError::Failed(format!(
                 "{program} was not run for {key}: {reason}. No job was submitted"
             ))
         }
@@ -484,7 +485,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         &mut self,
         intent_at: Micros,
         exclude: &[JobId],
-    ) -> Result<Option<Seen>, SessionError> {
+    ) -> Result<Option<Seen>, OpError> {
         let bound = self.env.slurm.longest_call() + self.env.waits.submit_settle;
         let Some(left) = in_flight_wait(intent_at, Micros::now(), bound) else {
             return Ok(None);
@@ -532,11 +533,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
 
     /// Poll an ending (COMPLETING) job until it is proven gone, within the run budget, saying
     /// so; its final state if squeue still shows one. Nothing is submitted meanwhile.
-    async fn wait_ended(
-        &self,
-        job: JobId,
-        seen: JobState,
-    ) -> Result<Option<JobState>, SessionError> {
+    async fn wait_ended(&self, job: JobId, seen: JobState) -> Result<Option<JobState>, OpError> {
         let waits = self.env.waits;
         let key = &self.r.key;
         let started = Instant::now();
@@ -565,7 +562,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                         told = Instant::now();
                     }
                     if started.elapsed() >= waits.run_budget {
-                        return Err(SessionError::Unknown(format!(
+                        return Err(OpError::Unknown(format!(
                             "Slurm job {job} of {key} is still {state} after ~{} s. Nothing was \
                              submitted: a new job now could run beside it. Retry `{}` once \
                              `squeue -j {job}` no longer lists it",
@@ -577,7 +574,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                 Probe::Unknown(e) => {
                     unknown_in_a_row += 1;
                     if unknown_in_a_row >= waits.unknown_polls {
-                        return Err(SessionError::Unknown(format!(
+                        return Err(OpError::Unknown(format!(
                             "could not check whether Slurm job {job} of {key} has ended: {e}. \
                              Nothing was submitted. Retry `{}`",
                             command_for("launch", key)
@@ -590,7 +587,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
 
     /// Poll until the job runs on a node, within the budget, saying what it waits for. The id
     /// is already durable.
-    async fn wait_running(&self, job: JobId) -> Result<(JobState, String), SessionError> {
+    async fn wait_running(&self, job: JobId) -> Result<(JobState, String), OpError> {
         let waits = self.env.waits;
         let started = Instant::now();
         let mut pause = waits.poll_first;
@@ -637,7 +634,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                         Some(s) => s.to_string(),
                         None => self.accounting_state(job).await,
                     };
-                    return Err(SessionError::Failed(format!(
+                    return Err(OpError::Failed(format!(
                         "Slurm job {job} of {key} ended before it ran on a node (sacct state: \
                          {state}). It stays recorded; its output: {}. `{}` submits a new one",
                         self.log_hint(job),
@@ -647,7 +644,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                 Poll::Unknown(e) => {
                     unknown_in_a_row += 1;
                     if unknown_in_a_row >= waits.unknown_polls {
-                        return Err(SessionError::Unknown(format!(
+                        return Err(OpError::Unknown(format!(
                             "could not poll Slurm job {job} of {key}: {e}. It is recorded: \
                              `{}` once it runs, or `{}` to cancel it",
                             command_for("attach", key),
@@ -657,7 +654,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                 }
             }
             if started.elapsed() >= waits.run_budget {
-                return Err(SessionError::Failed(format!(
+                return Err(OpError::Failed(format!(
                     "Slurm job {job} of {key} still {last} after ~{} s. It is recorded: `{}` \
                      once it runs, or `{}` to cancel it",
                     waits.run_budget.as_secs(),

@@ -7,8 +7,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::{
-    adopt_or_vouch, command_for, name_probe, session, vouch_absence, Book, Env, Fallback, Resolved,
-    SessionError, TokenLock,
+    adopt_or_vouch, command_for, name_probe, session, vouch_absence, Book, Env, Fallback, OpError,
+    Resolved, TokenLock,
 };
 use crate::event::session::{
     SessionAdopted, SessionCancelFailed, SessionCancelIntent, SessionCleared, SessionDetached,
@@ -38,7 +38,7 @@ pub struct ReleasePlan {
 /// What release did with the job a renewal replaced.
 #[derive(Clone, Debug, Serialize)]
 pub struct ReplacedOutcome {
-    pub job_id: u32,
+    pub job_id: JobId,
     /// `cleared` (Slurm shows it gone), `released` (cancelled and forgotten), `detached`
     /// (another session holds it) or `unknown` (it could not be checked; still recorded).
     pub action: &'static str,
@@ -58,7 +58,7 @@ pub struct ReleaseReport {
     pub mirror: String,
     pub target: String,
     pub action: ReleaseAction,
-    pub job_id: Option<u32>,
+    pub job_id: Option<JobId>,
     pub holders: Vec<String>,
     /// What showed the job ended (or that it is not confirmed yet).
     pub proof: Option<String>,
@@ -74,7 +74,7 @@ pub struct ReleaseReport {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct AlsoReleased {
-    pub job_id: u32,
+    pub job_id: JobId,
     pub proof: String,
 }
 
@@ -101,9 +101,9 @@ async fn settle_replaced<S: Scheduler>(
     state: &State,
     key: &SessionKey,
     job: JobId,
-) -> Result<ReplacedOutcome, SessionError> {
+) -> Result<ReplacedOutcome, OpError> {
     let outcome = |action, proof| ReplacedOutcome {
-        job_id: job.get(),
+        job_id: job,
         action,
         proof,
     };
@@ -140,7 +140,7 @@ async fn settle_replaced<S: Scheduler>(
 }
 
 /// Read-only: what `release` would do now.
-pub fn plan<S>(env: &Env<'_, S>, mirror: &str, target: &str) -> Result<ReleasePlan, SessionError> {
+pub fn plan<S>(env: &Env<'_, S>, mirror: &str, target: &str) -> Result<ReleasePlan, OpError> {
     let r = env.resolve_recorded(mirror, target)?;
     let state = super::read_state(env.state_dir)?;
     Ok(plan_of(&state, r.key))
@@ -153,14 +153,14 @@ pub async fn release<S: Scheduler>(
     mirror: &str,
     target: &str,
     expected: Option<JobId>,
-) -> Result<ReleaseReport, SessionError> {
+) -> Result<ReleaseReport, OpError> {
     let r = env.resolve_recorded(mirror, target)?;
     let _lock = TokenLock::take(env.state_dir, &r.token)?;
     let (book, state) = Book::open(env.state_dir)?;
     let mut plan = plan_of(&state, r.key.clone());
     let mut notes = Vec::new();
     if plan.job != expected {
-        return Err(SessionError::Failed(format!(
+        return Err(OpError::Failed(format!(
             "session {} changed while you were asked (it now holds {}); nothing was done. \
              Run `{}` again",
             r.key,
@@ -184,7 +184,7 @@ pub async fn release<S: Scheduler>(
         None => None,
     };
     if plan.job.is_none() && plan.may_exist && !r.configured {
-        return Err(SessionError::Usage(format!(
+        return Err(OpError::Usage(format!(
             "an earlier submission for {} may have created a job, and target {:?} is no longer \
              in {}: put it back to look the job up by name, or `squeue --me --name={}`",
             r.key,
@@ -209,7 +209,7 @@ pub async fn release<S: Scheduler>(
                 plan.holders = state.sessions.holders(job, Some(&r.key));
             }
             (None, Some(why)) => {
-                return Err(SessionError::Unknown(format!(
+                return Err(OpError::Unknown(format!(
                     "no job is recorded for {}, and {why}; nothing was done. Retry `{}`, or \
                      look with `squeue --me --name={}`",
                     r.key,
@@ -235,7 +235,7 @@ pub async fn release<S: Scheduler>(
         mirror: r.key.mirror.clone(),
         target: r.key.target.clone(),
         action: ReleaseAction::Nothing,
-        job_id: plan.job.map(JobId::get),
+        job_id: plan.job,
         holders: Vec::new(),
         proof: None,
         replaced,
@@ -244,11 +244,7 @@ pub async fn release<S: Scheduler>(
     };
     // Jobs the sweep leaves alone: those proven gone or cancelled here, and those other
     // sessions hold (detached, not cancelled).
-    let mut settled: Vec<JobId> = report
-        .replaced
-        .iter()
-        .filter_map(|o| JobId::new(o.job_id))
-        .collect();
+    let mut settled: Vec<JobId> = report.replaced.iter().map(|o| o.job_id).collect();
     if let Some(job) = plan.job {
         settled.push(job);
         let holders: Vec<String> = plan.holders.iter().map(SessionKey::to_string).collect();
@@ -293,7 +289,7 @@ async fn sweep<S: Scheduler>(
     r: &Resolved<'_>,
     settled: &mut Vec<JobId>,
     report: &mut ReleaseReport,
-) -> Result<(), SessionError> {
+) -> Result<(), OpError> {
     for _ in 0..SWEEP_ROUNDS {
         let mut exclude = settled.clone();
         exclude.extend(
@@ -313,7 +309,7 @@ async fn sweep<S: Scheduler>(
             vouch_absence(env, r, &mut probe, Fallback::None).await;
         }
         if let Some(why) = probe.cannot_vouch() {
-            return Err(SessionError::Unknown(format!(
+            return Err(OpError::Unknown(format!(
                 "{} of {}; but {why}, so it is not known whether another job of this session \
                  still runs. Retry `{}`, or look with `squeue --me --name={}`",
                 released_what(report),
@@ -352,7 +348,7 @@ async fn sweep<S: Scheduler>(
             report.notes.extend(cancelled.notes);
             settled.push(job);
             report.also_released.push(AlsoReleased {
-                job_id: job.get(),
+                job_id: job,
                 proof: cancelled.proof,
             });
             if report.action == ReleaseAction::Nothing {
@@ -360,7 +356,7 @@ async fn sweep<S: Scheduler>(
             }
         }
     }
-    Err(SessionError::Failed(format!(
+    Err(OpError::Failed(format!(
         "{} of {}; but after {SWEEP_ROUNDS} rounds new jobs of this session's name and target \
          keep appearing (is another dispatch launching it?): `squeue --me --name={}`",
         released_what(report),
@@ -370,11 +366,13 @@ async fn sweep<S: Scheduler>(
 }
 
 fn released_what(report: &ReleaseReport) -> String {
-    let mut jobs: Vec<u32> = report.job_id.into_iter().collect();
-    jobs.extend(report.also_released.iter().map(|a| a.job_id));
+    let mut jobs: Vec<u32> = report.job_id.into_iter().map(JobId::get).collect();
+    jobs.extend(report.also_released.iter().map(|a| a.job_id.get()));
     match (report.action, jobs.is_empty()) {
         (_, true) => "nothing was released".into(),
-        (ReleaseAction::Detached, _) => format!("detached from job {}", report.job_id.unwrap_or(0)),
+        (ReleaseAction::Detached, _) => {
+            format!("detached from job {}", report.job_id.map_or(0, JobId::get))
+        }
         _ => format!("released job(s) {jobs:?}"),
     }
 }
@@ -391,7 +389,7 @@ pub async fn cancel<S: Scheduler>(
     book: &Book,
     key: &SessionKey,
     job: JobId,
-) -> Result<Cancelled, SessionError> {
+) -> Result<Cancelled, OpError> {
     book.append(Event::SessionCancelIntent(SessionCancelIntent {
         session: key.clone(),
         job_id: job,
@@ -415,14 +413,14 @@ pub async fn cancel<S: Scheduler>(
                 report.stderr.trim()
             );
             book.append(Event::SessionCancelFailed(failed(true, reason.clone())))?;
-            return Err(SessionError::Failed(format!(
+            return Err(OpError::Failed(format!(
                 "{reason}. Session {key} still holds job {job}; retry `{retry}`"
             )));
         }
         Err(ActionError::Unknown { error, .. }) => {
             let reason = error.to_string();
             book.append(Event::SessionCancelFailed(failed(false, reason.clone())))?;
-            return Err(SessionError::Unknown(format!(
+            return Err(OpError::Unknown(format!(
                 "scancel {job} gave no answer ({reason}); the job may or may not be cancelled. \
                  Session {key} still holds it; retry `{retry}`"
             )));
@@ -430,7 +428,7 @@ pub async fn cancel<S: Scheduler>(
         Err(e) => {
             let reason = e.to_string();
             book.append(Event::SessionCancelFailed(failed(true, reason.clone())))?;
-            return Err(SessionError::Failed(format!(
+            return Err(OpError::Failed(format!(
                 "scancel {job} was not run: {reason}. Session {key} still holds it"
             )));
         }

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::launch::{launch, LaunchRequest};
 use super::release::cancel;
 use super::{
-    adopt_or_vouch, command_for, hold, read_state, session, Book, Env, SessionError, TokenLock,
+    adopt_or_vouch, command_for, hold, read_state, session, Book, Env, OpError, TokenLock,
 };
 use crate::policy::session::renew::{decide, Action, Backoff};
 use crate::policy::session::{is_held, probe_of, Probe};
@@ -45,15 +45,15 @@ impl Stop {
     }
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct RenewReport {
     pub mirror: String,
     pub target: String,
     /// The job the session holds at the end.
-    pub job_id: u32,
+    pub job_id: JobId,
     pub iterations: u64,
-    pub relaunched: Vec<u32>,
-    pub cancelled: Vec<u32>,
+    pub relaunched: Vec<JobId>,
+    pub cancelled: Vec<JobId>,
     pub failed_relaunches: u64,
     /// Ended by a stop request rather than by `--once`; the job is left running.
     pub stopped: bool,
@@ -64,8 +64,8 @@ pub async fn renew<S: Scheduler>(
     mirror: &str,
     target: &str,
     settings: &RenewSettings,
-    progress: &mut dyn FnMut(String),
-) -> Result<RenewReport, SessionError> {
+) -> Result<RenewReport, OpError> {
+    let progress = |line: String| (env.progress)(&line);
     let r = env.resolve(mirror, target)?;
     let key = r.key.clone();
     let mut state = read_state(env.state_dir)?;
@@ -89,14 +89,14 @@ pub async fn renew<S: Scheduler>(
                             seen.job_id.expect("only plain ids are adopted")
                         }
                         (None, Some(why)) => {
-                            return Err(SessionError::Unknown(format!(
+                            return Err(OpError::Unknown(format!(
                                 "no job is recorded for {key}, and {why}; nothing was done. \
                                  Retry, or look with `squeue --me --name={}`",
                                 r.job_name
                             )))
                         }
                         (None, None) => {
-                            return Err(SessionError::Failed(format!(
+                            return Err(OpError::Failed(format!(
                                 "no live session {key} to renew (nothing recorded, and no job \
                                  of its target named {}): start one with `{}`",
                                 r.job_name,
@@ -114,14 +114,18 @@ pub async fn renew<S: Scheduler>(
     let mut report = RenewReport {
         mirror: key.mirror.clone(),
         target: key.target.clone(),
-        job_id: job.get(),
-        ..RenewReport::default()
+        job_id: job,
+        iterations: 0,
+        relaunched: Vec::new(),
+        cancelled: Vec::new(),
+        failed_relaunches: 0,
+        stopped: false,
     };
     let mut backoff = settings.backoff.clone();
     // Why the job the report would name is not known to be live after the last step: a
     // renew's success names a live job of the session, never one it could not check or one
     // that is gone while its relaunch failed.
-    let mut not_live: Option<SessionError> = None;
+    let mut not_live: Option<OpError> = None;
     loop {
         if settings
             .max_iterations
@@ -139,7 +143,7 @@ pub async fn renew<S: Scheduler>(
             // Held by a launch that died before settling it: it would never run (and a
             // held PENDING job looks fine to `decide`).
             job = hold::settle_recorded(env, &r, job).await?;
-            report.job_id = job.get();
+            report.job_id = job;
             answer = env.slurm.list_jobs(&JobQuery::ids(vec![job])).await;
         }
         let left = answer
@@ -153,7 +157,7 @@ pub async fn renew<S: Scheduler>(
             Action::Hold => {
                 if let Probe::Unknown(e) = &probe {
                     progress(format!("job {job}: state unknown ({e}); holding"));
-                    not_live = Some(SessionError::Unknown(format!(
+                    not_live = Some(OpError::Unknown(format!(
                         "could not check Slurm job {job} of {key} ({e}); it stays recorded and \
                          nothing was relaunched. Retry `{}`",
                         command_for("renew", &key)
@@ -184,18 +188,18 @@ pub async fn renew<S: Scheduler>(
                 };
                 match launch(env, &req).await {
                     Ok(new) if new.job() == job => {
-                        return Err(SessionError::Failed(format!(
+                        return Err(OpError::Failed(format!(
                             "the relaunch of {key} returned job {job}, the job it replaces; \
                              nothing was cancelled"
                         )));
                     }
                     Ok(new) => {
                         let new_job = new.job();
-                        report.relaunched.push(new_job.get());
+                        report.relaunched.push(new_job);
                         progress(format!("{key}: job {new_job} runs ({:?})", new.action));
                         if draining {
                             match cancel_old(env, &r.token, &key, job).await {
-                                Ok(()) => report.cancelled.push(job.get()),
+                                Ok(()) => report.cancelled.push(job),
                                 Err(e) => progress(format!(
                                     "cancelling the replaced job {job} failed: {e}; \
                                      `dispatch sessions` flags it, `{}` settles it",
@@ -204,7 +208,7 @@ pub async fn renew<S: Scheduler>(
                             }
                         }
                         job = new_job;
-                        report.job_id = job.get();
+                        report.job_id = job;
                         backoff.reset();
                         not_live = None;
                         settings.poll
@@ -243,21 +247,24 @@ pub async fn renew<S: Scheduler>(
 fn lost_and_not_relaunched(
     key: &crate::event::session::SessionKey,
     job: JobId,
-    e: &SessionError,
-) -> SessionError {
+    e: &OpError,
+) -> OpError {
     let text = format!(
         "Slurm job {job} of {key} is gone and its relaunch failed: {e}. The session holds no \
          live job; retry `{}`",
         command_for("renew", key)
     );
     match e {
-        SessionError::Usage(_)
-        | SessionError::Config(_)
-        | SessionError::Refused(_)
-        | SessionError::Failed(_) => SessionError::Failed(text),
-        SessionError::Unknown(_) | SessionError::Journal(_) | SessionError::StateDir(_) => {
-            SessionError::Unknown(text)
-        }
+        OpError::Usage(_)
+        | OpError::Config(_)
+        | OpError::SessionRefused(_)
+        | OpError::Refused(_)
+        | OpError::AssetRefused(_)
+        | OpError::TrialRefused(_)
+        | OpError::ForgetRefused(_)
+        | OpError::NotFound(_)
+        | OpError::Failed(_) => OpError::Failed(text),
+        OpError::Unknown(_) | OpError::Journal(_) | OpError::StateDir(_) => OpError::Unknown(text),
     }
 }
 
@@ -266,7 +273,7 @@ async fn cancel_old<S: Scheduler>(
     token: &str,
     key: &crate::event::session::SessionKey,
     job: JobId,
-) -> Result<(), SessionError> {
+) -> Result<(), OpError> {
     let _lock = TokenLock::take(env.state_dir, token)?;
     let (book, _) = Book::open(env.state_dir)?;
     cancel(env, &book, key, job).await.map(|_| ())

@@ -1,12 +1,12 @@
 //! `dispatch sessions`: one `squeue --me`, folded with the journal's sessions by the pure
 //! report builder. Read-only.
 
-use super::{read_state, Env, SessionError};
+use super::{read_state, Env, OpError};
 use crate::policy::session::listing_of;
 use crate::policy::session::report::{build, Inputs, Report};
 use crate::slurm::{JobQuery, Scheduler};
 
-pub async fn sessions<S: Scheduler>(env: &Env<'_, S>) -> Result<Report, SessionError> {
+pub async fn sessions<S: Scheduler>(env: &Env<'_, S>) -> Result<Report, OpError> {
     let state = read_state(env.state_dir)?;
     let listing = listing_of(env.slurm.list_jobs(&JobQuery::mine()).await);
     // Tokens map back to configured mirrors first (config order), then to mirrors the

@@ -66,7 +66,7 @@ pub fn paths(dir: &Path, token: &str, target: &str) -> (PathBuf, PathBuf) {
 ///
 /// Both directories must be ours and writable by nobody else (exit 3 otherwise): whoever can
 /// write in `scripts/` could swap the script Slurm runs as us.
-pub fn stage(script: &Path, log: &Path, body: &str) -> Result<(), super::SessionError> {
+pub fn stage(script: &Path, log: &Path, body: &str) -> Result<(), crate::ops::error::OpError> {
     let io = |path: &Path, what: &str| {
         let path = path.to_owned();
         let what = what.to_owned();
@@ -75,7 +75,7 @@ pub fn stage(script: &Path, log: &Path, body: &str) -> Result<(), super::Session
     for dir in [script.parent(), log.parent()].into_iter().flatten() {
         crate::journal::files::create_private_dir(dir)?;
         crate::statedir::trust::check(dir, crate::statedir::trust::Want::Dir)
-            .map_err(|e| super::SessionError::StateDir(e.into()))?;
+            .map_err(|e| crate::ops::error::OpError::StateDir(e.into()))?;
     }
     let tmp = script.with_extension(format!("sh.tmp-{}", std::process::id()));
     let result = (|| {
