@@ -149,15 +149,6 @@ fn exec_srun(argv: &[std::ffi::OsString]) -> Failure {
 /// Runs on the runtime `main` makes for every async command (its `block_on`).
 pub async fn run(cmd: &SessionCommand, ctx: &Context<'_>) -> Result<u8, Failure> {
     let slurm = CliScheduler::new(ctx.slurm.clone());
-    let env = |waits: Waits| Env {
-        config: ctx.config,
-        config_path: ctx.config_path,
-        state_dir: ctx.state_dir,
-        session_files: &ctx.session_files,
-        slurm: &slurm,
-        waits,
-        progress: &note,
-    };
     match cmd {
         SessionCommand::Launch {
             session,
@@ -166,7 +157,7 @@ pub async fn run(cmd: &SessionCommand, ctx: &Context<'_>) -> Result<u8, Failure>
             dry_run,
             command,
         } => {
-            let waits = waits_for(*wait);
+            let env = env_of(ctx, &slurm, waits_for(*wait));
             let req = LaunchRequest {
                 mirror: session.mirror.clone(),
                 target: session.target.clone(),
@@ -176,143 +167,22 @@ pub async fn run(cmd: &SessionCommand, ctx: &Context<'_>) -> Result<u8, Failure>
                 require_running: false,
             };
             if *dry_run {
-                let plan = crate::ops::session::dry_run::launch_dry_run(&env(waits), &req).await?;
-                if ctx.json {
-                    print_json(&plan)?;
-                } else {
-                    crate::outln!(
-                        "would {} for {} on {} (job name {}){}",
-                        plan.would.replace('_', " "),
-                        plan.mirror,
-                        plan.target,
-                        plan.job_name,
-                        match (&plan.job_id, &plan.would_start) {
-                            (Some(j), _) => format!(": job {j}"),
-                            (None, Some(t)) => format!(
-                                ": sbatch --test-only says it would start at {t} on {}",
-                                plan.nodes.as_deref().unwrap_or("?")
-                            ),
-                            (None, None) => String::new(),
-                        }
-                    );
-                }
-                return Ok(exit::OK);
+                return run_launch_dry_run(&env, &req, ctx.json).await;
             }
-            let report = launch(&env(waits), &req).await?;
-            warn(&report.notes);
-            render_launch(&report, ctx.json)?;
-            if *detached {
-                return Ok(exit::OK);
-            }
-            let key = SessionKey::new(&report.mirror, &report.target);
-            if ctx.json || !is_terminal() {
-                note(&format!(
-                    "no terminal{}; attach with `{}`",
-                    if ctx.json { " (--json)" } else { "" },
-                    command_for("attach", &key)
-                ));
-                return Ok(exit::OK);
-            }
-            let attach_cmd = if !report.confined && !report.command.is_empty() {
-                report.command.clone()
-            } else {
-                attach::default_command(std::env::var("SHELL").ok())
-            };
-            Err(exec_srun(&attach::srun_argv(report.job(), &attach_cmd)))
+            run_launch(&env, &req, ctx.json).await
         }
         SessionCommand::Release {
             session,
             force,
             yes,
         } => {
-            let env = env(Waits::default());
-            let plan = release::plan(&env, &session.mirror, &session.target)?;
-            if !force && !yes {
-                let mut question = match plan.job {
-                    Some(job) => release_question(&plan, job),
-                    None if plan.may_exist => format!(
-                        "An earlier submission for session {} may have created a job. Look it \
-                         up by name and cancel it if it is there?",
-                        plan.key
-                    ),
-                    None => format!(
-                        "No Slurm job is recorded for session {}. Look for one by name \
-                         (`squeue --me --name={}`) and cancel any live job of this target?",
-                        plan.key,
-                        ctx.config.job_name(&plan.key.mirror)
-                    ),
-                };
-                if let Some(old) = plan.replaced {
-                    question = format!(
-                        "Session {} still records Slurm job {old}, which a renewal replaced and \
-                         never saw end; it is cancelled if it still runs. {question}",
-                        plan.key
-                    )
-                    .trim_end()
-                    .to_owned();
-                }
-                if !std::io::stdin().is_terminal() {
-                    // End of input is not an answer: a script would get "aborted", exit 0,
-                    // and a job still running.
-                    return Err(Failure::new(
-                        exit::USAGE,
-                        format!(
-                            "session release asks before it acts ({question}), but stdin is \
-                             not a terminal; pass --yes to answer yes without asking"
-                        ),
-                    ));
-                }
-                if !confirm(&question) {
-                    eprintln!("Aborted.");
-                    if ctx.json {
-                        print_json(&serde_json::json!({
-                            "mirror": plan.key.mirror, "target": plan.key.target,
-                            "action": "aborted", "job_id": plan.job.map(JobId::get),
-                            "holders": [], "proof": null,
-                        }))?;
-                    }
-                    return Ok(exit::OK);
-                }
-            }
-            let r = release::release(&env, &session.mirror, &session.target, plan.job).await?;
-            warn(&r.notes);
-            if ctx.json {
-                print_json(&r)?;
-            } else {
-                match (r.action, r.job_id) {
-                    (ReleaseAction::Detached, Some(j)) => crate::outln!(
-                        "Detached session {} from Slurm job {j}; the job stays alive for: {}.",
-                        plan.key,
-                        r.holders.join(", ")
-                    ),
-                    (ReleaseAction::Released, Some(j)) => crate::outln!(
-                        "Released Slurm job {j} of session {} ({}).",
-                        plan.key,
-                        r.proof.as_deref().unwrap_or("")
-                    ),
-                    _ if r.replaced.is_some() || !r.also_released.is_empty() => {}
-                    _ => {
-                        crate::outln!("No job found for session {}. Nothing to release.", plan.key)
-                    }
-                }
-                for a in &r.also_released {
-                    crate::outln!(
-                        "Also released Slurm job {} of session {}, found by name ({}).",
-                        a.job_id,
-                        plan.key,
-                        a.proof
-                    );
-                }
-                if let Some(o) = &r.replaced {
-                    crate::outln!(
-                        "Job {} that a renewal replaced: {} ({}).",
-                        o.job_id,
-                        o.action,
-                        o.proof.as_deref().unwrap_or("")
-                    );
-                }
-            }
-            Ok(exit::OK)
+            run_release(
+                ctx,
+                &env_of(ctx, &slurm, Waits::default()),
+                session,
+                *force || *yes,
+            )
+            .await
         }
         SessionCommand::Renew {
             session,
@@ -321,7 +191,6 @@ pub async fn run(cmd: &SessionCommand, ctx: &Context<'_>) -> Result<u8, Failure>
             poll_interval,
             wait,
         } => {
-            let waits = waits_for(*wait);
             let settings = RenewSettings {
                 drain_minutes: *drain_minutes,
                 poll: Duration::from_secs(*poll_interval),
@@ -329,73 +198,271 @@ pub async fn run(cmd: &SessionCommand, ctx: &Context<'_>) -> Result<u8, Failure>
                 backoff: Backoff::default(),
                 stop: Default::default(),
             };
-            let stop = std::sync::Arc::clone(&settings.stop);
-            let r = async {
-                // Ctrl-C: finish the current step, then stop (a relaunch is never cut in two);
-                // a second Ctrl-C quits at once, as without dispatch.
-                tokio::spawn(async move {
-                    while tokio::signal::ctrl_c().await.is_ok() {
-                        if stop.requested() {
-                            std::process::exit(130);
-                        }
-                        note("stopping after the current step (Ctrl-C again quits now); the job is left running");
-                        stop.request();
-                    }
-                });
-                renew(
-                    &env(waits),
-                    &session.mirror,
-                    &session.target,
-                    &settings,
-                )
-                .await
-            }.await?;
-            if r.stopped {
-                note(&format!(
-                    "renew stopped; job {} of {}--{} is left running",
-                    r.job_id, r.mirror, r.target
-                ));
-            }
-            if ctx.json {
-                print_json(&r)?;
-            } else {
-                crate::outln!(
-                    "session {}--{} holds job {} after {} check(s); relaunched {:?}, cancelled {:?}",
-                    r.mirror,
-                    r.target,
-                    r.job_id,
-                    r.iterations,
-                    numbers(&r.relaunched),
-                    numbers(&r.cancelled)
-                );
-            }
-            Ok(exit::OK)
+            run_renew(
+                &env_of(ctx, &slurm, waits_for(*wait)),
+                session,
+                &settings,
+                ctx.json,
+            )
+            .await
         }
         SessionCommand::Attach { session, command } => {
-            let plan = attach::plan(
-                &env(Waits::default()),
-                &session.mirror,
-                &session.target,
-                command,
-                std::env::var("SHELL").ok(),
-            )
-            .await?;
-            if !is_terminal() {
-                return Err(Failure::new(
-                    exit::FAILED,
-                    format!(
-                        "attach needs a terminal; from one, it runs: srun {}",
-                        plan.argv
-                            .iter()
-                            .map(|a| a.to_string_lossy().into_owned())
-                            .collect::<Vec<_>>()
-                            .join(" ")
-                    ),
-                ));
-            }
-            Err(exec_srun(&plan.argv))
+            run_attach(&env_of(ctx, &slurm, Waits::default()), session, command).await
         }
     }
+}
+
+/// What every session command works with, from what `main` gave.
+fn env_of<'a>(
+    ctx: &'a Context<'_>,
+    slurm: &'a CliScheduler,
+    waits: Waits,
+) -> Env<'a, CliScheduler> {
+    Env {
+        config: ctx.config,
+        config_path: ctx.config_path,
+        state_dir: ctx.state_dir,
+        session_files: &ctx.session_files,
+        slurm,
+        waits,
+        progress: &note,
+    }
+}
+
+/// `session launch --dry-run`.
+async fn run_launch_dry_run(
+    env: &Env<'_, CliScheduler>,
+    req: &LaunchRequest,
+    json: bool,
+) -> Result<u8, Failure> {
+    let plan = crate::ops::session::dry_run::launch_dry_run(env, req).await?;
+    if json {
+        print_json(&plan)?;
+    } else {
+        crate::outln!(
+            "would {} for {} on {} (job name {}){}",
+            plan.would.replace('_', " "),
+            plan.mirror,
+            plan.target,
+            plan.job_name,
+            match (&plan.job_id, &plan.would_start) {
+                (Some(j), _) => format!(": job {j}"),
+                (None, Some(t)) => format!(
+                    ": sbatch --test-only says it would start at {t} on {}",
+                    plan.nodes.as_deref().unwrap_or("?")
+                ),
+                (None, None) => String::new(),
+            }
+        );
+    }
+    Ok(exit::OK)
+}
+
+/// `session launch`: then attach, from a terminal, unless `--detached`.
+async fn run_launch(
+    env: &Env<'_, CliScheduler>,
+    req: &LaunchRequest,
+    json: bool,
+) -> Result<u8, Failure> {
+    let report = launch(env, req).await?;
+    warn(&report.notes);
+    render_launch(&report, json)?;
+    if req.detached {
+        return Ok(exit::OK);
+    }
+    let key = SessionKey::new(&report.mirror, &report.target);
+    if json || !is_terminal() {
+        note(&format!(
+            "no terminal{}; attach with `{}`",
+            if json { " (--json)" } else { "" },
+            command_for("attach", &key)
+        ));
+        return Ok(exit::OK);
+    }
+    let attach_cmd = if !report.confined && !report.command.is_empty() {
+        report.command.clone()
+    } else {
+        attach::default_command(std::env::var("SHELL").ok())
+    };
+    Err(exec_srun(&attach::srun_argv(report.job(), &attach_cmd)))
+}
+
+/// `session release`: asks first (from a terminal) unless `--yes` or `--force` (`asked`).
+async fn run_release(
+    ctx: &Context<'_>,
+    env: &Env<'_, CliScheduler>,
+    session: &SessionArgs,
+    asked: bool,
+) -> Result<u8, Failure> {
+    let plan = release::plan(env, &session.mirror, &session.target)?;
+    if !asked && !confirm_release(ctx, &plan)? {
+        eprintln!("Aborted.");
+        if ctx.json {
+            print_json(&serde_json::json!({
+                "mirror": plan.key.mirror, "target": plan.key.target,
+                "action": "aborted", "job_id": plan.job.map(JobId::get),
+                "holders": [], "proof": null,
+            }))?;
+        }
+        return Ok(exit::OK);
+    }
+    let r = release::release(env, &session.mirror, &session.target, plan.job).await?;
+    warn(&r.notes);
+    if ctx.json {
+        print_json(&r)?;
+    } else {
+        render_release(&plan.key, &r);
+    }
+    Ok(exit::OK)
+}
+
+/// The question `session release` asks, answered from the terminal; without one, exit 2.
+fn confirm_release(ctx: &Context<'_>, plan: &release::ReleasePlan) -> Result<bool, Failure> {
+    let mut question = match plan.job {
+        Some(job) => release_question(plan, job),
+        None if plan.may_exist => format!(
+            "An earlier submission for session {} may have created a job. Look it \
+             up by name and cancel it if it is there?",
+            plan.key
+        ),
+        None => format!(
+            "No Slurm job is recorded for session {}. Look for one by name \
+             (`squeue --me --name={}`) and cancel any live job of this target?",
+            plan.key,
+            ctx.config.job_name(&plan.key.mirror)
+        ),
+    };
+    if let Some(old) = plan.replaced {
+        question = format!(
+            "Session {} still records Slurm job {old}, which a renewal replaced and \
+             never saw end; it is cancelled if it still runs. {question}",
+            plan.key
+        )
+        .trim_end()
+        .to_owned();
+    }
+    if !std::io::stdin().is_terminal() {
+        // End of input is not an answer: a script would get "aborted", exit 0,
+        // and a job still running.
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "session release asks before it acts ({question}), but stdin is \
+                 not a terminal; pass --yes to answer yes without asking"
+            ),
+        ));
+    }
+    Ok(confirm(&question))
+}
+
+fn render_release(key: &SessionKey, r: &release::ReleaseReport) {
+    match (r.action, r.job_id) {
+        (ReleaseAction::Detached, Some(j)) => crate::outln!(
+            "Detached session {} from Slurm job {j}; the job stays alive for: {}.",
+            key,
+            r.holders.join(", ")
+        ),
+        (ReleaseAction::Released, Some(j)) => crate::outln!(
+            "Released Slurm job {j} of session {} ({}).",
+            key,
+            r.proof.as_deref().unwrap_or("")
+        ),
+        _ if r.replaced.is_some() || !r.also_released.is_empty() => {}
+        _ => {
+            crate::outln!("No job found for session {}. Nothing to release.", key)
+        }
+    }
+    for a in &r.also_released {
+        crate::outln!(
+            "Also released Slurm job {} of session {}, found by name ({}).",
+            a.job_id,
+            key,
+            a.proof
+        );
+    }
+    if let Some(o) = &r.replaced {
+        crate::outln!(
+            "Job {} that a renewal replaced: {} ({}).",
+            o.job_id,
+            o.action,
+            o.proof.as_deref().unwrap_or("")
+        );
+    }
+}
+
+/// `session renew`: Ctrl-C finishes the current step, then stops.
+async fn run_renew(
+    env: &Env<'_, CliScheduler>,
+    session: &SessionArgs,
+    settings: &RenewSettings,
+    json: bool,
+) -> Result<u8, Failure> {
+    let stop = std::sync::Arc::clone(&settings.stop);
+    let r = async {
+        // Ctrl-C: finish the current step, then stop (a relaunch is never cut in two);
+        // a second Ctrl-C quits at once, as without dispatch.
+        tokio::spawn(async move {
+            while tokio::signal::ctrl_c().await.is_ok() {
+                if stop.requested() {
+                    std::process::exit(130);
+                }
+                note("stopping after the current step (Ctrl-C again quits now); the job is left running");
+                stop.request();
+            }
+        });
+        renew(env, &session.mirror, &session.target, settings).await
+    }
+    .await?;
+    if r.stopped {
+        note(&format!(
+            "renew stopped; job {} of {}--{} is left running",
+            r.job_id, r.mirror, r.target
+        ));
+    }
+    if json {
+        print_json(&r)?;
+    } else {
+        crate::outln!(
+            "session {}--{} holds job {} after {} check(s); relaunched {:?}, cancelled {:?}",
+            r.mirror,
+            r.target,
+            r.job_id,
+            r.iterations,
+            numbers(&r.relaunched),
+            numbers(&r.cancelled)
+        );
+    }
+    Ok(exit::OK)
+}
+
+/// `session attach`: replaces this process with srun, from a terminal only.
+async fn run_attach(
+    env: &Env<'_, CliScheduler>,
+    session: &SessionArgs,
+    command: &[String],
+) -> Result<u8, Failure> {
+    let plan = attach::plan(
+        env,
+        &session.mirror,
+        &session.target,
+        command,
+        std::env::var("SHELL").ok(),
+    )
+    .await?;
+    if !is_terminal() {
+        return Err(Failure::new(
+            exit::FAILED,
+            format!(
+                "attach needs a terminal; from one, it runs: srun {}",
+                plan.argv
+                    .iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+        ));
+    }
+    Err(exec_srun(&plan.argv))
 }
 
 /// Job ids as the list of numbers renew's line has always shown (`[222, 223]`).
