@@ -88,28 +88,7 @@ async fn release_creation<S: Scheduler>(
         },
     };
     let proof = cancel_and_prove(ctx, &pool, job).await?;
-    locked(ctx, |writer, state| {
-        let same = state
-            .pools
-            .creations
-            .get(&pool)
-            .is_some_and(|x| x.intent.creation_id == c.intent.creation_id);
-        if same {
-            writer.append_one(Event::PoolCreateFailed(PoolCreateFailed {
-                pool: pool.clone(),
-                creation_id: c.intent.creation_id,
-                definite: true,
-                reason: format!("released: {proof}"),
-            }))?;
-        }
-        Ok(())
-    })?;
-    Ok(ReleaseReport {
-        pool,
-        job_id: Some(u64::from(job.get())),
-        proof,
-        workers: Vec::new(),
-    })
+    creation_released(ctx, c, proof, Some(u64::from(job.get())))
 }
 
 /// [`release_creation`] of a creation whose job nobody can name: `scancel --me --name=N`,
@@ -133,6 +112,18 @@ async fn release_by_name<S: Scheduler>(
         "scancel --me --name={name} answered: any allocation of this creation is cancelled \
          (its salloc's outcome was never known)"
     );
+    creation_released(ctx, c, proof, None)
+}
+
+/// Record a creation over once `proof` says nothing of it is left to run (unless a newer
+/// creation of the pool replaced it meanwhile), and report it.
+fn creation_released<S: Scheduler>(
+    ctx: &Ctx<S>,
+    c: &Creation,
+    proof: String,
+    job_id: Option<u64>,
+) -> Result<ReleaseReport, OpError> {
+    let pool = c.intent.pool.clone();
     locked(ctx, |writer, state| {
         let same = state
             .pools
@@ -151,7 +142,7 @@ async fn release_by_name<S: Scheduler>(
     })?;
     Ok(ReleaseReport {
         pool,
-        job_id: None,
+        job_id,
         proof,
         workers: Vec::new(),
     })
