@@ -184,10 +184,11 @@ fn session_launch_refused_by_the_controller_is_a_failure() {
     for (target, phrase) in [
         ("badb", "Invalid partition name specified"),
         ("bada", "Invalid partition name specified"),
-        // A confined launch asks `sbatch --test-only` first (a held job that can never run is
-        // accepted: BadConstraints for ever), whose verdict is the controller's second line.
+        // Every launch asks `sbatch --test-only` first (a held job that can never run is
+        // accepted, by sbatch and salloc alike: BadConstraints for ever), whose verdict is the
+        // controller's second line.
         ("memb", "Requested node configuration is not available"),
-        ("mema", "Memory specification can not be satisfied"),
+        ("mema", "Requested node configuration is not available"),
     ] {
         let r = c.run(&["session", "launch", "m", "-T", target, "--detached"]);
         assert_eq!(r.code, 1, "{target}: {}", r.stderr);

@@ -184,6 +184,7 @@ async fn b01_b03_job_name_is_the_same_for_sbatch_and_salloc() {
             "--qos=normal",
             "--time=01:00:00",
             "--immediate=1",
+            "--hold",
         ]
     );
 }

@@ -279,18 +279,21 @@ fn other_targets_job_is_not_adopted() {
     assert_eq!(f.calls()[4], release(5000));
 }
 
-/// 3: an unconfined (salloc) launch carries the same job name. (Mutation check: dropping the
-/// salloc job name fails here.)
+/// 3: an unconfined (salloc) launch carries the same job name, and is held as a confined one
+/// is: name probe, `salloc --hold` (which names its job and waits on in the background), name
+/// probe (ours is the only job of the target), release, poll. Its salloc's messages go to a
+/// log beside the confined jobs' logs. (Mutation check: dropping the salloc job name fails
+/// here.)
 #[test]
 fn salloc_carries_the_job_name() {
     let f = Fake::new(json!({
         "squeue": [
-            {"match": ["--me"], "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": held_row(77, OTHER, NAME)},
             {"match": ["--jobs=77"], "stdout": running(77, OTHER)},
         ],
-        // Nothing of the user's is listed: accounting vouches for the empty listing.
-        "sacct": [{"stdout": ""}],
-        "salloc": [{"stderr": "salloc: Granted job allocation 77\n"}],
+        "salloc": [{"stderr": "salloc: Job is in held state, pending scheduler release\n\
+                               salloc: Pending job allocation 77\n", "hang": 1}],
     }));
     let r = f.run(&[
         "--json",
@@ -302,20 +305,51 @@ fn salloc_carries_the_job_name() {
         "--detached",
     ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(f.calls()[1], mine_listing());
-    assert_eq!(f.calls()[2][0], "sacct");
+    let salloc: Vec<String> = [
+        "salloc",
+        "--no-shell",
+        "--job-name=sucoder-sample",
+        "--partition=savio3",
+        "--account=fc_jevons",
+        "--qos=normal",
+        "--time=01:00:00",
+        "--immediate=600",
+        "--hold",
+    ]
+    .map(String::from)
+    .into();
+    // salloc has no test mode: a held job Slurm can never run is caught by sbatch's.
+    let tested: Vec<String> = [
+        "sbatch",
+        "--test-only",
+        "--parsable",
+        "--job-name=sucoder-sample",
+        "--partition=savio3",
+        "--account=fc_jevons",
+        "--qos=normal",
+        "--time=01:00:00",
+        "--wrap=:",
+    ]
+    .map(String::from)
+    .into();
     assert_eq!(
-        f.calls()[3],
+        f.calls(),
         [
-            "salloc",
-            "--no-shell",
-            "--job-name=sucoder-sample",
-            "--partition=savio3",
-            "--account=fc_jevons",
-            "--qos=normal",
-            "--time=01:00:00",
-            "--immediate=600",
+            name_probe(),
+            tested,
+            salloc,
+            name_probe(),
+            release(77),
+            by_id(77)
         ]
+    );
+    let log = f.path("cache/dispatch/sessions/logs/salloc-sample--U.log");
+    assert!(
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("Pending job allocation 77"),
+        "{}",
+        log.display()
     );
     // And the next launch, with the state lost, finds the allocation by that name.
     std::fs::remove_dir_all(f.state()).unwrap();
@@ -923,11 +957,6 @@ fn an_unrecognised_launch_failure_stays_unknown() {
             "U",
             json!({"stderr": "salloc: error: Job submit/allocate failed: Something new\n", "exit": 1}),
         ),
-        // Queued first, refused after: the queued job may exist.
-        (
-            "U",
-            json!({"stderr": "salloc: Pending job allocation 100\nsalloc: error: Job submit/allocate failed: Invalid partition name specified\n", "exit": 1}),
-        ),
     ] {
         let f = Fake::new(json!({
             "squeue": [{"match": ["--me"], "stdout": ""}],
@@ -1496,41 +1525,46 @@ fn a_failed_name_probe_blocks_a_launch() {
     }
 }
 
-/// An unheld (salloc) launch on a blackout's empty answers submits nothing: neither the name
-/// listing nor the user's listing shows a job, and accounting (its last resort) fails too.
-/// When accounting answers without a live job of the name (a user with no job on a healthy
-/// cluster), it submits.
+/// An unconfined launch on a blackout's empty answers never lets a second job run: it used to
+/// need its empty name listing corroborated (accounting as the last resort, which is no
+/// proof); now its salloc is held, and the name listing that follows must show that held job,
+/// its watermark, before it is released. Every listing empty: exit 4, nothing released. A
+/// listing that shows it alone: released, and the launch runs.
 #[test]
-fn an_unheld_launch_needs_its_empty_listing_corroborated() {
+fn an_unconfined_launch_is_released_only_beside_its_own_listed_job() {
+    let salloc = json!({"stderr": "salloc: Pending job allocation 77\n", "hang": 1});
     let f = Fake::new(json!({
         "squeue": [{"match": ["--me"], "stdout": ""}],
-        "sacct": [{"stderr": "sacct: error: Problem talking to the database: Connection refused\n", "exit": 1}],
-        "salloc": [{"stderr": "salloc: Granted job allocation 77\n"}],
+        "salloc": [salloc.clone()],
         "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
     }));
     let launch = ["session", "launch", "sample", "-T", "U", "--detached"];
     let r = f.run(&launch);
     assert_eq!(r.code, 4, "{} {}", r.stdout, r.stderr);
     assert!(
-        !f.programs().contains(&"salloc".to_owned()),
+        r.stderr
+            .contains("Slurm job 77 of sample--U was submitted held"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !f.programs().contains(&"scontrol".to_owned()),
         "{:?}",
         f.calls()
     );
-    assert_eq!(f.programs(), ["squeue", "squeue", "sacct"]);
+    assert_eq!(f.programs()[..3], ["squeue", "sbatch", "salloc"]);
+    assert!(f.programs()[3..].iter().all(|p| p == "squeue"));
     f.clear_calls();
     f.scenario(json!({
         "squeue": [
-            {"match": ["--me"], "stdout": ""},
             {"match": ["--jobs=77"], "stdout": running(77, OTHER)},
+            {"match": ["--me"], "stdout": ""},
         ],
-        "sacct": [{"stdout": ""}],
-        "salloc": [{"stderr": "salloc: Granted job allocation 77\n"}],
+        "salloc": [salloc],
         "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
     }));
+    // The record names job 77 (held, then listed): the next launch reuses it once it runs.
     let r = f.run(&launch);
     assert_eq!(r.code, 0, "{} {}", r.stdout, r.stderr);
-    assert_eq!(
-        f.programs(),
-        ["squeue", "squeue", "sacct", "salloc", "squeue"]
-    );
+    assert_eq!(f.programs(), ["squeue"]);
 }

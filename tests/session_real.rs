@@ -628,12 +628,24 @@ fn killed_with_sbatch_in_flight_then_relaunched_at_once_gives_one_job() {
 /// round has exactly one job and both launches report it.
 #[test]
 fn two_state_directories_racing_give_one_job() {
-    let s = Session::new("race", TARGETS);
+    race_from_two_state_directories("race", "dbg");
+}
+
+/// The same race on an unconfined target: each launch's `salloc --no-shell` is held too
+/// (`salloc --hold`, which waits in the background until the launch settles it), so the same
+/// arbitration keeps one job.
+#[test]
+fn two_state_directories_racing_an_salloc_target_give_one_job() {
+    race_from_two_state_directories("racealloc", "alloc");
+}
+
+fn race_from_two_state_directories(test: &str, target: &str) {
+    let s = Session::new(test, TARGETS);
     let other = s.tmp.path().join("state-b");
     let mut doubled = Vec::new();
     for round in 0..20 {
         let mirror = format!("r{round}");
-        let args = detached_launch(&mirror, "dbg");
+        let args = detached_launch(&mirror, target);
         let spawn = |state: &Path| {
             s.command_in(state, &args)
                 .stdout(std::process::Stdio::piped())
@@ -668,9 +680,24 @@ fn two_state_directories_racing_give_one_job() {
 /// cancelled, the older one adopted. Never held on, never two jobs.
 #[test]
 fn a_launch_killed_while_holding_is_settled_by_the_next_launch() {
-    let s = Session::new("held", TARGETS);
+    killed_while_holding("held", "dbg");
+}
+
+/// The same for an unconfined target, except that the dead launch's held job is cancelled
+/// rather than released and a new one submitted: released to a salloc that died with its
+/// launcher, the controller kills it as an interactive job whose client is gone (about 10 s
+/// after the grant). The jobs kept are checked to still run past that.
+#[test]
+fn an_salloc_launch_killed_while_holding_is_settled_by_the_next_launch() {
+    killed_while_holding("heldalloc", "alloc");
+}
+
+fn killed_while_holding(test: &str, target: &str) {
+    let unconfined = target == "alloc";
+    let s = Session::new(test, TARGETS);
     let other = s.tmp.path().join("state-b");
     let racing = "session-after-launch-intent=sleep:4000";
+    let mut kept = Vec::new();
     for (mirror, points, racer) in [
         ("h1", "session-after-job-recorded=abort".to_owned(), false),
         ("h2", "session-after-hold-decided=abort".to_owned(), false),
@@ -686,7 +713,7 @@ fn a_launch_killed_while_holding_is_settled_by_the_next_launch() {
         ),
     ] {
         let name = s.name(mirror);
-        let args = detached_launch(mirror, "dbg");
+        let args = detached_launch(mirror, target);
         let dying = s
             .command_in(&s.state(), &args)
             .env("DISPATCH_FAILPOINTS", &points)
@@ -717,7 +744,7 @@ fn a_launch_killed_while_holding_is_settled_by_the_next_launch() {
             .filter(|j| reason(&j.id) == "JobHeldUser")
             .collect();
         assert_eq!(held.len(), 1, "{points}: the dead launch's job is held");
-        let j = s.launch(mirror, "dbg");
+        let j = s.launch(mirror, target);
         let jobs = s.jobs(&name);
         assert_eq!(jobs.len(), 1, "{points}: {jobs:?}");
         assert_eq!(
@@ -732,11 +759,28 @@ fn a_launch_killed_while_holding_is_settled_by_the_next_launch() {
                 assert_eq!(j["action"], "adopted", "{points}");
                 s.wait_gone(&held[0].id);
             }
+            // A held salloc job is cancelled, never released (its salloc may be gone).
+            None if unconfined => {
+                assert_ne!(jobs[0].id, held[0].id, "{points}");
+                assert_eq!(j["action"], "submitted", "{points}");
+                s.wait_gone(&held[0].id);
+            }
             None => {
                 assert_eq!(jobs[0].id, held[0].id, "{points}");
                 assert_eq!(j["action"], "reused", "{points}");
             }
         }
+        kept.push((points, name, jobs[0].id.clone()));
+    }
+    // Past the ~10 s in which the controller kills an interactive job whose salloc is gone.
+    std::thread::sleep(Duration::from_secs(15));
+    for (points, name, id) in kept {
+        let state = s.jobs(&name).into_iter().find(|j| j.id == id);
+        assert_eq!(
+            state.map(|j| j.state),
+            Some("RUNNING".to_owned()),
+            "{points}: the kept job {id} did not stay running"
+        );
         real_cluster::cancel_jobs_named(&name);
     }
 }

@@ -13,6 +13,7 @@ pub mod digits;
 pub mod duration;
 pub mod error;
 pub mod exit_code;
+mod held_salloc;
 pub mod ids;
 pub mod memory;
 pub mod request;
@@ -38,8 +39,8 @@ pub use request::{
 pub use runner::{CallCounts, ExitInfo, SlurmCommand};
 pub use sacct::AcctRow;
 pub use scheduler::{
-    ActionError, Allocated, CancelReport, CliConfig, CliScheduler, LaunchedStep, ScancelSaid,
-    Scheduler, TestedBatch,
+    ActionError, Allocated, CancelReport, CliConfig, CliScheduler, HeldAllocation, LaunchedStep,
+    ScancelSaid, Scheduler, TestedBatch,
 };
 pub use scontrol::JobDetails;
 pub use squeue::{JobRow, StepRow};

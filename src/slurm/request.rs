@@ -337,6 +337,9 @@ pub struct AllocRequest {
     /// `--immediate=N`: give up (and cancel the queued job) after N seconds of waiting.
     /// Without it only the driver's timeout bounds the wait.
     pub immediate_secs: Option<u32>,
+    /// `--hold`: the job waits (held, reason `JobHeldUser`) until `scontrol release`, and salloc
+    /// waits with it (`Scheduler::allocate_held`).
+    pub hold: bool,
     pub extra: Vec<String>,
 }
 
@@ -346,16 +349,20 @@ impl AllocRequest {
             name,
             placement: Placement::default(),
             immediate_secs: None,
+            hold: false,
             extra: Vec::new(),
         }
     }
 
-    /// `salloc --no-shell --job-name=N [placement] [--immediate=S] [extra...]`
+    /// `salloc --no-shell --job-name=N [placement] [--immediate=S] [--hold] [extra...]`
     pub fn argv(&self) -> Result<Vec<OsString>, RequestError> {
         let mut argv = vec![OsString::from("--no-shell"), flag("job-name", &self.name)];
         self.placement.push_argv(&mut argv)?;
         if let Some(s) = self.immediate_secs {
             argv.push(flag("immediate", positive("immediate_secs", s)?));
+        }
+        if self.hold {
+            argv.push("--hold".into());
         }
         for e in &self.extra {
             check_extra(e)?;

@@ -86,7 +86,7 @@ pub enum ExitInfo {
 }
 
 impl ExitInfo {
-    fn from_status(s: ExitStatus) -> ExitInfo {
+    pub(crate) fn from_status(s: ExitStatus) -> ExitInfo {
         match (s.code(), s.signal()) {
             (Some(c), _) => ExitInfo::Code(c),
             (None, Some(sig)) => ExitInfo::Signal(sig),
@@ -432,6 +432,19 @@ impl Runner {
         stdout: Stdio,
         stderr: Stdio,
     ) -> Result<u32, SlurmError> {
+        self.spawn_session(command, args, stdout, stderr)
+            .map(|(_child, pid)| pid)
+    }
+
+    /// As [`Runner::spawn_detached`], keeping the child's handle: the caller may watch it
+    /// exit while it runs (`try_wait`), and dropping the handle leaves the child running.
+    pub fn spawn_session(
+        &self,
+        command: SlurmCommand,
+        args: &[OsString],
+        stdout: Stdio,
+        stderr: Stdio,
+    ) -> Result<(Child, u32), SlurmError> {
         self.bump(command);
         let started = Instant::now();
         let result = (|| {
@@ -454,14 +467,15 @@ impl Runner {
                 command,
                 message: format!("{}: {e}", program.display()),
             })?;
-            child.id().ok_or_else(|| SlurmError::Io {
+            let pid = child.id().ok_or_else(|| SlurmError::Io {
                 command,
                 message: "spawned child has no pid".to_owned(),
-            })
+            })?;
+            Ok((child, pid))
         })();
         let elapsed_ms = started.elapsed().as_millis() as u64;
         match &result {
-            Ok(pid) => {
+            Ok((_, pid)) => {
                 tracing::debug!(command = %command, argv = ?args, elapsed_ms, pid, "slurm call detached")
             }
             Err(e) => {

@@ -67,7 +67,7 @@ impl ActionError {
 
     /// A submitting command that could not be run or gave no answer. A program that was never
     /// started created nothing; everything else (timeout, killed, output cap) may have.
-    fn unanswered(error: SlurmError, job_hint: Option<JobId>) -> ActionError {
+    pub(super) fn unanswered(error: SlurmError, job_hint: Option<JobId>) -> ActionError {
         match error {
             SlurmError::Spawn { .. } => ActionError::Refused(Refusal::NotStarted(error)),
             error => ActionError::Unknown { error, job_hint },
@@ -78,7 +78,11 @@ impl ActionError {
 /// A submitting command's non-zero exit: a definite refusal when it exited on its own and
 /// said so in words of `submit::REFUSALS`, else unknown (even "Socket timed out" may follow
 /// an accepted submission).
-fn failed_submission(command: SlurmCommand, out: Output, job_hint: Option<JobId>) -> ActionError {
+pub(super) fn failed_submission(
+    command: SlurmCommand,
+    out: Output,
+    job_hint: Option<JobId>,
+) -> ActionError {
     debug_assert!(!out.status.success());
     let phrase = match out.status {
         ExitInfo::Code(_) => refusal_phrase(&out.stdout, &out.stderr),
@@ -137,6 +141,14 @@ pub struct Allocated {
     pub job_id: JobId,
 }
 
+/// `salloc --hold` named its job, which waits held for `scontrol release` (then Slurm grants
+/// it and the salloc, still running, exits) or `scancel`. (A salloc that says "Granted" at
+/// once names a job that was not held; `scontrol release` of it succeeds and changes nothing.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldAllocation {
+    pub job_id: JobId,
+}
+
 /// An srun client was started, detached. The step exists only once a query shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchedStep {
@@ -191,6 +203,22 @@ pub trait Scheduler: Send + Sync {
         &self,
         req: &AllocRequest,
     ) -> impl Future<Output = Result<Allocated, ActionError>> + Send;
+
+    /// `salloc --hold --no-shell ...` (`req.hold` set), its salloc running on in the background
+    /// with its stderr in `log`: returns once it names the job. A scheduler whose callers never
+    /// hold an allocation (the pool simulation) keeps this default, which allocates nothing.
+    fn allocate_held(
+        &self,
+        req: &AllocRequest,
+        log: &std::path::Path,
+    ) -> impl Future<Output = Result<HeldAllocation, ActionError>> + Send {
+        let _ = (req, log);
+        async {
+            Err(ActionError::Local(
+                "this scheduler cannot hold an allocation".to_owned(),
+            ))
+        }
+    }
 
     /// `srun --jobid=J [--overlap] ... -- CMD`, detached so it outlives this process (pool
     /// workers run without `--overlap`: each step gets CPUs no other step holds).
@@ -474,6 +502,16 @@ impl Scheduler for CliScheduler {
             }),
             (false, _) => Err(failed_submission(SlurmCommand::Salloc, out, report.job())),
         }
+    }
+
+    async fn allocate_held(
+        &self,
+        req: &AllocRequest,
+        log: &std::path::Path,
+    ) -> Result<HeldAllocation, ActionError> {
+        let config = self.runner.config();
+        super::held_salloc::allocate_held(&self.runner, req, log, config.timeout, config.kill_grace)
+            .await
     }
 
     async fn launch_step(&self, req: &StepRequest) -> Result<LaunchedStep, ActionError> {

@@ -37,8 +37,8 @@ use dispatch::slurm::scontrol::parse_show_job;
 use dispatch::slurm::squeue::{parse_jobs, parse_steps};
 use dispatch::slurm::{
     AcctQuery, AcctRow, ActionError, AllocRequest, Allocated, Answer, BatchPayload, BatchRequest,
-    CallCounts, CancelReport, CancelTarget, GoneProof, JobDetails, JobId, JobName, JobQuery,
-    JobRow, JobSelect, LaunchedStep, Placement, Refusal, ScancelSaid, Scheduler, Signal,
+    CallCounts, CancelReport, CancelTarget, GoneProof, HeldAllocation, JobDetails, JobId, JobName,
+    JobQuery, JobRow, JobSelect, LaunchedStep, Placement, Refusal, ScancelSaid, Scheduler, Signal,
     SlurmCommand, SlurmError, StepId, StepKind, StepRequest, StepRow, Submitted,
 };
 use uuid::Uuid;
@@ -178,6 +178,14 @@ pub struct SimJob {
     pub held: bool,
     /// Submitted with `--hold` (whether or not released since).
     pub made_held: bool,
+}
+
+/// A job that salloc queued held: pending until released, never started yet.
+fn hold(j: &mut SimJob) {
+    j.held = true;
+    j.made_held = true;
+    j.phase = Phase::Pending;
+    j.start = None;
 }
 
 impl SimJob {
@@ -892,6 +900,28 @@ impl World {
             .map(|j| j.id)
     }
 
+    /// `salloc --hold`: as [`World::allocate`], but the job waits held (pending, never started)
+    /// until `scontrol release`; then it runs at once.
+    fn allocate_held(&mut self, req: &AllocRequest) -> Result<HeldAllocation, ActionError> {
+        assert!(req.hold, "allocate_held without --hold");
+        let mut unheld = req.clone();
+        unheld.hold = false;
+        let job = match self.allocate(&unheld) {
+            Ok(a) => a.job_id,
+            Err(e) => {
+                // A lost answer after the job exists: it exists held, as it would have.
+                if let Some(j) = self.jobs.values_mut().max_by_key(|j| j.id) {
+                    if j.made_by == self.command && j.name == req.name.as_str() {
+                        hold(j);
+                    }
+                }
+                return Err(e);
+            }
+        };
+        hold(self.jobs.get_mut(&job.get()).expect("just allocated"));
+        Ok(HeldAllocation { job_id: job })
+    }
+
     /// salloc: the allocation is granted at once (the model's cluster has room) and runs until
     /// its limit or a cancel; faults as for sbatch (a lost answer after the job exists).
     fn allocate(&mut self, req: &AllocRequest) -> Result<Allocated, ActionError> {
@@ -1113,6 +1143,15 @@ impl Scheduler for SimSlurm {
     async fn allocate(&self, req: &AllocRequest) -> Result<Allocated, ActionError> {
         req.argv()?;
         debug(req.name.as_str(), self.world().allocate(req))
+    }
+
+    async fn allocate_held(
+        &self,
+        req: &AllocRequest,
+        _log: &std::path::Path,
+    ) -> Result<HeldAllocation, ActionError> {
+        req.argv()?;
+        debug(req.name.as_str(), self.world().allocate_held(req))
     }
 
     async fn launch_step(&self, req: &StepRequest) -> Result<LaunchedStep, ActionError> {

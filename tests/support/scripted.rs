@@ -16,9 +16,9 @@ use dispatch::slurm::runner::ExitInfo;
 use dispatch::slurm::squeue::parse_jobs;
 use dispatch::slurm::{
     AcctQuery, AcctRow, ActionError, AllocRequest, Allocated, Answer, BatchRequest, CallCounts,
-    CancelReport, CancelTarget, JobDetails, JobId, JobName, JobQuery, JobRow, JobSelect,
-    LaunchedStep, ScancelSaid, Scheduler, Signal, SlurmCommand, SlurmError, StepId, StepRequest,
-    StepRow, Submitted,
+    CancelReport, CancelTarget, HeldAllocation, JobDetails, JobId, JobName, JobQuery, JobRow,
+    JobSelect, LaunchedStep, ScancelSaid, Scheduler, Signal, SlurmCommand, SlurmError, StepId,
+    StepRequest, StepRow, Submitted,
 };
 
 pub type Rows = Answer<Vec<JobRow>>;
@@ -170,6 +170,15 @@ pub fn session_kinds(journal_dir: &Path) -> Vec<String> {
     kinds
 }
 
+/// Partition, account and QOS of a held job's automatic listing row.
+fn placed(p: &dispatch::slurm::Placement) -> (&str, &str, &str) {
+    (
+        p.partition.as_deref().unwrap_or(""),
+        p.account.as_deref().unwrap_or(""),
+        p.qos.as_deref().unwrap_or("normal"),
+    )
+}
+
 impl Scheduler for Scripted {
     async fn submit_batch(&self, req: &BatchRequest) -> Result<Submitted, ActionError> {
         let argv = strs(req.argv()?);
@@ -177,16 +186,7 @@ impl Scheduler for Scripted {
         let mut q = self.q.lock().unwrap();
         let r = pop(&mut q.sbatch, "sbatch", &argv);
         if let (Ok(s), false, true) = (&r, q.manual_hold, argv.iter().any(|a| a == "--hold")) {
-            let p = &req.placement;
-            let text = held_row(
-                s.job_id.get(),
-                (
-                    p.partition.as_deref().unwrap_or(""),
-                    p.account.as_deref().unwrap_or(""),
-                    p.qos.as_deref().unwrap_or("normal"),
-                ),
-                req.name.as_str(),
-            );
+            let text = held_row(s.job_id.get(), placed(&req.placement), req.name.as_str());
             q.held_probe = Some(live(&text));
         }
         drop(q);
@@ -198,6 +198,29 @@ impl Scheduler for Scripted {
         let argv = strs(req.argv()?);
         self.record("salloc", argv.clone());
         let r = pop(&mut self.q.lock().unwrap().salloc, "salloc", &argv);
+        self.run_hooks("salloc");
+        r
+    }
+
+    /// From the `salloc` queue; like a held sbatch, a held salloc's name probe and release
+    /// are answered automatically unless `manual_hold` is on.
+    async fn allocate_held(
+        &self,
+        req: &AllocRequest,
+        _log: &Path,
+    ) -> Result<HeldAllocation, ActionError> {
+        let argv = strs(req.argv()?);
+        self.record("salloc", argv.clone());
+        let mut q = self.q.lock().unwrap();
+        let r = pop(&mut q.salloc, "salloc", &argv).map(|a| HeldAllocation { job_id: a.job_id });
+        if let (Ok(a), false) = (&r, q.manual_hold) {
+            q.held_probe = Some(live(&held_row(
+                a.job_id.get(),
+                placed(&req.placement),
+                req.name.as_str(),
+            )));
+        }
+        drop(q);
         self.run_hooks("salloc");
         r
     }

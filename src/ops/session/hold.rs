@@ -125,11 +125,42 @@ pub async fn settle_recorded<S: Scheduler>(
         Some(recorded) if recorded != job => return Ok(recorded),
         _ => {}
     }
+    if !r.target.confined {
+        cancel_orphan(env, &book, r, job).await?;
+        return Err(OpError::Failed(format!(
+            "{} had no job once its held job {job} was cancelled; start one with `{}`",
+            r.key,
+            command_for("launch", &r.key)
+        )));
+    }
     let kept = settle(env, &book, r, job, None).await?;
     for note in &kept.notes {
         (env.progress)(note);
     }
     Ok(kept.job)
+}
+
+/// `job`, the session's recorded job, was left held by an unconfined launch that died before
+/// settling it. Its salloc may have died too (it runs in its own session, but a reboot or a
+/// kill of every process of the user takes it), and the controller kills a job granted to a
+/// salloc that is gone, about 10 s after the grant: so it is cancelled, not released. It never
+/// ran, so nothing is lost; the session no longer holds it.
+pub async fn cancel_orphan<S: Scheduler>(
+    env: &Env<'_, S>,
+    book: &Book,
+    r: &Resolved<'_>,
+    job: JobId,
+) -> Result<(), OpError> {
+    (env.progress)(&format!(
+        "job {job} of {} was left held by a launch that died; cancelling it (it never ran): \
+         released without its salloc, Slurm would kill it",
+        r.key
+    ));
+    let cancelled = super::release::cancel(env, book, &r.key, job).await?;
+    for note in &cancelled.notes {
+        (env.progress)(note);
+    }
+    Ok(())
 }
 
 /// `scontrol release J`, bracketed by `SessionHoldDecided` (winner J) and

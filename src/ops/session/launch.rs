@@ -7,8 +7,8 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::{
-    adopt_by_name, command_for, hold, script, session, token_clash, vouch_absence, Book, Env,
-    Fallback, OpError, Resolved, TokenLock, MAX_SESSIONS,
+    adopt_by_name, command_for, hold, script, session, token_clash, Book, Env, OpError, Resolved,
+    TokenLock, MAX_SESSIONS,
 };
 use crate::event::session::{
     SessionCleared, SessionJobSubmitted, SessionLaunchIntent, SessionNodeResolved,
@@ -151,6 +151,10 @@ pub async fn launch<S: Scheduler>(
         if !exclude.contains(&job) {
             let (probe, held) = hold::probe_held(env, job).await;
             match probe {
+                Probe::Live { .. } if held && !l.r.target.confined => {
+                    hold::cancel_orphan(env, &l.book, &l.r, job).await?;
+                    exclude.push(job);
+                }
                 // Its launch died before settling the hold (and nobody else settles it): as
                 // that launch would have, keep the oldest live job of the target.
                 Probe::Live { .. } if held => {
@@ -233,17 +237,12 @@ pub async fn launch<S: Scheduler>(
             command_for("launch", &l.r.key)
         )));
     }
-    // A failed probe blocks, held or not: a job of this session may run (a lost state
-    // directory, another state directory, an earlier submission the record cannot name), and
-    // even a held job beside it is a second job in the queue. An empty listing proves nothing
-    // alone (a blackout answers empty): an unheld (salloc) launch has it corroborated first,
-    // as nothing after salloc could stop a second job; a confined one submits held, and
+    // A failed probe blocks: a job of this session may run (a lost state directory, another
+    // state directory, an earlier submission the record cannot name), and even a held job
+    // beside it is a second job in the queue. An empty listing proves nothing alone (a
+    // blackout answers empty), but every launch submits held (sbatch or salloc), and
     // `hold::settle` releases that job only on a listing that shows it beside no older job of
     // this target: its own job is the watermark that listing needs.
-    let mut probe = probe;
-    if !l.r.target.confined {
-        vouch_absence(env, &l.r, &mut probe, Fallback::Accounting).await;
-    }
     if let Some(why) = probe.cannot_vouch() {
         let what = match may_exist {
             true => "an earlier submission for it may have created a job",
@@ -384,19 +383,32 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             // Held until the name probe below shows no older job of this target: a launch
             // from another state directory (which this token lock cannot see) may race.
             req.extra = vec!["--no-requeue".into(), "--hold".into()];
-            // Slurm 22.05 accepts a held job it can never run (999999G of memory: pending
-            // `BadConstraints` for ever) that it refuses unheld; its test mode refuses it in the
-            // same words, so a launch asks that first and fails as a refused submit would.
             if let Some(refused) = test_refusal(self.env.slurm.test_batch(&req).await) {
                 return Err(self.submit_failed(submission_id, "sbatch", refused));
             }
             self.env.slurm.submit_batch(&req).await.map(|s| s.job_id)
         } else {
+            // salloc has no test mode: sbatch's tests the same placement.
+            let mut test =
+                BatchRequest::new(self.r.job_name.clone(), BatchPayload::Wrap(":".to_owned()));
+            test.placement = placement.clone();
+            if let Some(refused) = test_refusal(self.env.slurm.test_batch(&test).await) {
+                return Err(self.submit_failed(submission_id, "salloc", refused));
+            }
             let mut req = AllocRequest::new(self.r.job_name.clone());
             req.placement = placement;
+            // Held, as a confined job is, for the same arbitration; salloc waits on in the
+            // background (its stderr in the log) until `hold::settle` releases or cancels it.
+            req.hold = true;
             // salloc then gives up (and cancels its own queued job) within the launch's wait.
             req.immediate_secs = Some(self.env.waits.run_budget.as_secs().clamp(1, 3600) as u32);
-            self.env.slurm.allocate(&req).await.map(|a| a.job_id)
+            let log = script::salloc_log(self.env.session_files, &self.r.token, &key.target);
+            script::stage_log_dir(&log)?;
+            self.env
+                .slurm
+                .allocate_held(&req, &log)
+                .await
+                .map(|a| a.job_id)
         };
         failpoint::hit("session-after-submit");
         let program = if confined { "sbatch" } else { "salloc" };
@@ -416,15 +428,11 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             )));
         }
         failpoint::hit("session-after-job-recorded");
-        let (job, action) = if confined {
-            let kept = hold::settle(self.env, &self.book, &self.r, job, self.req.replacing).await?;
-            self.notes.extend(kept.notes);
-            match kept.yielded {
-                true => (kept.job, LaunchAction::Adopted),
-                false => (kept.job, LaunchAction::Submitted),
-            }
-        } else {
-            (job, LaunchAction::Submitted)
+        let kept = hold::settle(self.env, &self.book, &self.r, job, self.req.replacing).await?;
+        self.notes.extend(kept.notes);
+        let (job, action) = match kept.yielded {
+            true => (kept.job, LaunchAction::Adopted),
+            false => (kept.job, LaunchAction::Submitted),
         };
         let (state, node) = self.wait_running(job).await?;
         Ok(self.report(job, action, state, Some(node)))
@@ -465,6 +473,10 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             ))
         } else if let ActionError::Refused(refusal) = &e {
             let fix = match refusal {
+                Refusal::Said { command, .. } if command.program() != program => {
+                    "(asked with `sbatch --test-only`: salloc has no test mode); correct the \
+                     target in the config"
+                }
                 Refusal::Said { .. } => "correct the target in the config",
                 Refusal::NotStarted(_) => "put Slurm's client programs on PATH",
             };
@@ -687,7 +699,8 @@ impl<S: Scheduler> Launch<'_, '_, S> {
 
     fn log_hint(&self, job: JobId) -> String {
         if !self.r.target.confined {
-            return "(salloc jobs keep no log)".into();
+            let log = script::salloc_log(self.env.session_files, &self.r.token, &self.r.key.target);
+            return format!("(salloc's own messages: {})", log.display());
         }
         let (_, log) = script::paths(self.env.session_files, &self.r.token, &self.r.key.target);
         log.to_string_lossy().replace("%j", &job.to_string())
@@ -697,6 +710,10 @@ impl<S: Scheduler> Launch<'_, '_, S> {
 /// A definite refusal in `sbatch --test-only`'s answer, as a refused sbatch would give it
 /// (`slurm::submit::REFUSALS`). Anything else (it would run, it could not be asked, words not
 /// in the table) refuses nothing: the submit itself decides.
+/// A held job is checked less than an unheld one: Slurm 22.05 accepts a held job it can never
+/// run (999999G of memory: pending `BadConstraints` for ever, for `sbatch --hold` and `salloc
+/// --hold` alike) that it refuses unheld. Its test mode refuses it in the same words, so a launch
+/// asks that first and fails as a refused submit would.
 fn test_refusal(
     answer: Result<crate::slurm::TestedBatch, crate::slurm::SlurmError>,
 ) -> Option<ActionError> {

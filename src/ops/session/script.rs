@@ -61,6 +61,28 @@ pub fn paths(dir: &Path, token: &str, target: &str) -> (PathBuf, PathBuf) {
     )
 }
 
+/// Where the salloc of an unconfined launch writes its messages (`Pending job allocation N`,
+/// then `Granted …`): it runs on in the background after the launch returns the job id.
+pub fn salloc_log(dir: &Path, token: &str, target: &str) -> PathBuf {
+    let target = crate::config::sanitize_token(target);
+    dir.join("logs")
+        .join(format!("salloc-{token}--{target}.log"))
+}
+
+/// Create the directory a log goes in (owner-only), and check nobody else can write in it.
+pub fn stage_log_dir(log: &Path) -> Result<(), crate::ops::error::OpError> {
+    stage_dirs(&[log])
+}
+
+fn stage_dirs(paths: &[&Path]) -> Result<(), crate::ops::error::OpError> {
+    for dir in paths.iter().filter_map(|p| p.parent()) {
+        crate::journal::files::create_private_dir(dir)?;
+        crate::statedir::trust::check(dir, crate::statedir::trust::Want::Dir)
+            .map_err(|e| crate::ops::error::OpError::StateDir(e.into()))?;
+    }
+    Ok(())
+}
+
 /// Write the script atomically (temp file, fsync, rename), owner-only and executable, and
 /// create the log directory. A failure here happens before any job exists.
 ///
@@ -72,11 +94,7 @@ pub fn stage(script: &Path, log: &Path, body: &str) -> Result<(), crate::ops::er
         let what = what.to_owned();
         move |source| JournalError::Io { path, what, source }
     };
-    for dir in [script.parent(), log.parent()].into_iter().flatten() {
-        crate::journal::files::create_private_dir(dir)?;
-        crate::statedir::trust::check(dir, crate::statedir::trust::Want::Dir)
-            .map_err(|e| crate::ops::error::OpError::StateDir(e.into()))?;
-    }
+    stage_dirs(&[script, log])?;
     let tmp = script.with_extension(format!("sh.tmp-{}", std::process::id()));
     let result = (|| {
         let mut f = std::fs::OpenOptions::new()
