@@ -273,3 +273,34 @@ fn the_same_frame_with_an_id_in_range_is_read() {
         assert_eq!(verify(&sd.join("journal")).unwrap().kind, Status::Clean);
     }
 }
+
+/// For any `u64` an old writer could have put in a job id: a reader takes exactly the ids
+/// Slurm can assign, writes each back to the same bytes, and refuses the rest without a panic.
+#[test]
+fn prop_any_old_id_is_read_back_alike_or_refused() {
+    fn prop(job_id: u64, wide: bool) -> bool {
+        // Small ids are rare in a uniform u64: half the cases use a u32.
+        let job_id = if wide {
+            job_id
+        } else {
+            job_id & u64::from(u32::MAX)
+        };
+        let payload = old_payload(&OldPoolCreateJob {
+            pool: "p".to_owned(),
+            creation_id: Uuid::from_u128(1),
+            job_id,
+            how: "salloc".to_owned(),
+        });
+        match decode_payload(2, 103, FLAG_MUST_UNDERSTAND, &payload) {
+            Ok(env) => {
+                let mut again = Vec::new();
+                encode_payload(&mut again, env.time, &env.id, &env.actor, &env.event).unwrap();
+                (1..=u64::from(u32::MAX)).contains(&job_id) && again == payload
+            }
+            Err(_) => !(1..=u64::from(u32::MAX)).contains(&job_id),
+        }
+    }
+    quickcheck::QuickCheck::new()
+        .tests(2000)
+        .quickcheck(prop as fn(u64, bool) -> bool);
+}

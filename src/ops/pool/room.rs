@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::queue::Ticket;
-use super::{job_id, process_alive, read_facts, release_proven};
+use super::{process_alive, read_facts, release_proven};
 use crate::event::pool::Allocation;
 use crate::ops::context::Ctx;
 use crate::ops::error::OpError;
@@ -215,7 +215,7 @@ impl Proving {
         if due.is_empty() {
             return Ok(round);
         }
-        let job = job_id(&pool.allocation)?;
+        let job = pool.allocation.job_id;
         // Asked together: the job listed beside the step listing, as the rule has it, and the
         // facts a receipt after this wait needs fresh, in one call's time.
         let jobs_query = JobQuery::ids(vec![job]);
