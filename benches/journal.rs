@@ -205,7 +205,7 @@ impl EventGen {
             return Event::PoolAttached(PoolAttached {
                 pool: pool_name(i),
                 allocation: Allocation {
-                    job_id: 4_812_000 + i as u64,
+                    job_id: dispatch::slurm::JobId::new(4_812_000 + i as u32).expect("not 0"),
                     node: format!("gpu{:03}", 17 + i),
                     user: "alice".to_owned(),
                     start_time: dispatch::event::Micros(1_767_000_000_000_000),

@@ -72,7 +72,7 @@ fn actor(g: &mut Gen) -> Actor {
 
 fn allocation(g: &mut Gen) -> Allocation {
     Allocation {
-        job_id: u64::arbitrary(g),
+        job_id: job(g),
         node: text(g),
         user: text(g),
         start_time: micros(g),
@@ -160,7 +160,7 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
         103 => Event::PoolCreateJob(PoolCreateJob {
             pool: text(g),
             creation_id: uuid(g),
-            job_id: u64::arbitrary(g),
+            job_id: job(g),
             how: text(g),
         }),
         104 => Event::PoolCreateFailed(PoolCreateFailed {
@@ -172,15 +172,15 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
         105 => Event::PoolOwned(PoolOwned {
             pool: text(g),
             creation_id: uuid(g),
-            job_id: u64::arbitrary(g),
+            job_id: job(g),
         }),
         106 => Event::PoolReleaseIntent(PoolReleaseIntent {
             pool: text(g),
-            job_id: u64::arbitrary(g),
+            job_id: job(g),
         }),
         107 => Event::PoolReleased(PoolReleased {
             pool: text(g),
-            job_id: u64::arbitrary(g),
+            job_id: job(g),
             proof: text(g),
         }),
         110 => Event::WorkerSubmitIntent(WorkerSubmitIntent {
@@ -230,7 +230,7 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
         }),
         121 => Event::JobSubmitted(JobSubmitted {
             submission_id: uuid(g),
-            job_id: u64::arbitrary(g),
+            job_id: job(g),
             how: text(g),
         }),
         122 => Event::JobSubmitFailed(JobSubmitFailed {
@@ -255,7 +255,7 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
             submission_id: uuid(g),
             worker: text(g),
             state: text(g),
-            job_id: Option::arbitrary(g),
+            job_id: opt_job(g),
             step_id: Option::arbitrary(g),
             reason: text(g),
         }),
@@ -309,7 +309,7 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
         }),
         136 => Event::PoolAllocationEnded(PoolAllocationEnded {
             pool: text(g),
-            job_id: u64::arbitrary(g),
+            job_id: job(g),
             proof: text(g),
         }),
         137 => Event::WorkerCleanupIntent(WorkerCleanupIntent {

@@ -741,7 +741,7 @@ impl Run {
                     .active
                     .get(&u)
                     .ok_or("by_submission names a pool without it")?;
-                let reachable = p.allocation.job_id == u64::from(j.id)
+                let reachable = p.allocation.job_id.get() == j.id
                     && match wk.step_id {
                         Some(no) => no == s.no,
                         None => step_name(pool, &wk.name) == s.name,
@@ -764,7 +764,7 @@ impl Run {
                 ));
             };
             let reachable = match jw.job_id {
-                Some(id) => id == u64::from(j.id),
+                Some(id) => id.get() == j.id,
                 None => jw.job_name() == j.name,
             };
             if !reachable {
@@ -795,7 +795,7 @@ impl Run {
         };
         let w = self.ctx.sched.world();
         for p in state.pools.pools.values() {
-            let alloc = w.jobs.get(&(p.allocation.job_id as u32));
+            let alloc = w.jobs.get(&p.allocation.job_id.get());
             for wk in p.active.values() {
                 let step_live = alloc.is_some_and(|j| {
                     j.steps

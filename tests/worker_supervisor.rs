@@ -357,7 +357,7 @@ impl OnePoolWorker {
                 Event::PoolAttached(PoolAttached {
                     pool: "p".into(),
                     allocation: Allocation {
-                        job_id: 7,
+                        job_id: dispatch::slurm::JobId::new(7).unwrap(),
                         node: "vm".into(),
                         user: "root".into(),
                         start_time: Micros::from_secs(now_s() - 60),

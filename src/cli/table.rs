@@ -489,8 +489,8 @@ mod tests {
             AllocationView, CreatingView, NodeView, PoolView, PublicationView, Resources,
             WorkerView,
         };
-        let alloc = |job: u64, left: Option<i64>, ended: Option<&str>| AllocationView {
-            job_id: job,
+        let alloc = |job: u32, left: Option<i64>, ended: Option<&str>| AllocationView {
+            job_id: crate::event::test_job(job),
             node: "n0042.savio4".into(),
             user: "me".into(),
             start_time: "2026-12-01T10:00:00".into(),
@@ -579,10 +579,10 @@ mod tests {
                 failure: None,
             }],
         };
-        let job = |worker: &str, id: &str, job: Option<u64>, state: &'static str| JobView {
+        let job = |worker: &str, id: &str, job: Option<u32>, state: &'static str| JobView {
             worker: worker.into(),
             submission_id: id.into(),
-            job_id: job,
+            job_id: job.map(crate::event::test_job),
             job_name: format!("sucoder-{worker}"),
             state,
             active: true,

@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::slurm::JobId;
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSubmitIntent {
     pub submission_id: Uuid,
@@ -18,7 +20,7 @@ pub struct JobSubmitIntent {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSubmitted {
     pub submission_id: Uuid,
-    pub job_id: u64,
+    pub job_id: JobId,
     /// `sbatch` (its own answer) or `name` (found by job name after an ambiguous submit).
     pub how: String,
 }

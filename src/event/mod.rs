@@ -597,6 +597,12 @@ pub enum PayloadError {
 }
 
 /// The `seq`-th envelope of a test history: fixed actor and id, `seq` as its time.
+/// A job id for tests: `n` must not be 0.
+#[cfg(test)]
+pub(crate) fn test_job(n: u32) -> crate::slurm::JobId {
+    crate::slurm::JobId::new(n).expect("a test job id is not 0")
+}
+
 #[cfg(test)]
 pub(crate) fn test_envelope<E>(seq: u64, event: E) -> Envelope<E> {
     Envelope {
@@ -648,7 +654,7 @@ mod tests {
             Event::PoolAttached(PoolAttached {
                 pool: "p".to_owned(),
                 allocation: Allocation {
-                    job_id: 42,
+                    job_id: test_job(42),
                     node: "n1".to_owned(),
                     user: "alice".to_owned(),
                     start_time: Micros(1),

@@ -17,7 +17,7 @@ pub struct WorkerForgotten {
     /// The state it was in (`unknown`, `running`, ...), as `pool status` named it.
     pub state: String,
     /// The job (for `dispatch submit`) or allocation (for a pool) it was known by, if any.
-    pub job_id: Option<u64>,
+    pub job_id: Option<JobId>,
     pub step_id: Option<u32>,
     pub reason: String,
 }

@@ -4,10 +4,11 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::event::{Micros, Sha256Digest};
+use crate::slurm::JobId;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Allocation {
-    pub job_id: u64,
+    pub job_id: JobId,
     pub node: String,
     pub user: String,
     /// The allocation's incarnation: a job id reused after a controller reset starts anew.
@@ -110,7 +111,7 @@ pub struct WorkerReportIngested {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolAllocationEnded {
     pub pool: String,
-    pub job_id: u64,
+    pub job_id: JobId,
     pub proof: String,
 }
 
@@ -175,7 +176,7 @@ pub struct PoolCreateIntent {
 pub struct PoolCreateJob {
     pub pool: String,
     pub creation_id: Uuid,
-    pub job_id: u64,
+    pub job_id: JobId,
     pub how: String,
 }
 
@@ -196,7 +197,7 @@ pub struct PoolCreateFailed {
 pub struct PoolOwned {
     pub pool: String,
     pub creation_id: Uuid,
-    pub job_id: u64,
+    pub job_id: JobId,
 }
 
 /// `pool release` is about to cancel the pool's allocation (its workers are stopped or about
@@ -204,7 +205,7 @@ pub struct PoolOwned {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolReleaseIntent {
     pub pool: String,
-    pub job_id: u64,
+    pub job_id: JobId,
 }
 
 /// The created pool's allocation is proven gone and no worker holds budget: the pool is
@@ -212,6 +213,6 @@ pub struct PoolReleaseIntent {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolReleased {
     pub pool: String,
-    pub job_id: u64,
+    pub job_id: JobId,
     pub proof: String,
 }

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! 0   8   magic "DISPSNAP"
-//! 8   u16 snapshot format version (6)
+//! 8   u16 snapshot format version (SNAPSHOT_VERSION)
 //! 10  6   reserved (0)
 //! 16  16  journal id
 //! 32  u64 seq covered (the last event folded into the state)
@@ -33,7 +33,9 @@ use crate::event::{Envelope, ReduceError};
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"DISPSNAP";
 /// 2: job workers record their assets. 3: and their job name. 4: and why their submission
 /// failed. 5: pools record their allocation's end and workers their srun. 6: pools record
-/// creations in flight, who owns the allocation, and a release begun.
+/// creations in flight, who owns the allocation, and a release begun. (Job ids that were `u64`
+/// becoming `slurm::JobId` changed no byte of a state: `tests/job_id_compat.rs` loads a version
+/// 7 snapshot of the `u64` code and writes it back alike.)
 pub const SNAPSHOT_VERSION: u16 = 7;
 const HEADER_LEN: usize = 96;
 /// Snapshots kept on disk; older ones are removed after a new one is in place.

@@ -25,7 +25,7 @@ pub fn allocation_facts(d: &JobDetails) -> AllocationFacts {
         _ => Nodes::Unplaced,
     };
     AllocationFacts {
-        job_id: u64::from(d.job_id.get()),
+        job_id: d.job_id,
         state: d.state.to_string(),
         user: d.user.clone().unwrap_or_default(),
         nodes,

@@ -9,7 +9,7 @@ use super::error::OpError;
 use crate::event::session::SessionKey;
 use crate::event::Event;
 use crate::policy::forget as policy;
-use crate::slurm::Scheduler;
+use crate::slurm::{JobId, Scheduler};
 
 #[derive(Debug, Serialize)]
 pub struct SessionRef {
@@ -27,7 +27,7 @@ pub struct ForgetReport {
     pub session: Option<SessionRef>,
     /// The state it was in, for a worker.
     pub state: Option<String>,
-    pub job_id: Option<u64>,
+    pub job_id: Option<JobId>,
     pub step_id: Option<u32>,
     pub reason: String,
     pub seq: u64,
@@ -71,7 +71,7 @@ pub fn forget_session<S: Scheduler>(
     let (writer, loaded) = ctx.lock_and_load()?;
     let decision = policy::plan_session(&loaded.state, key, reason)?;
     let committed = writer.append_one(Event::SessionForgotten(decision.clone()))?;
-    let job = policy::session_job(&decision);
+    let job = decision.job_id;
     Ok(ForgetReport {
         forgot: "session",
         worker: None,

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::logs::LogPaths;
 use super::reconcile::ListedJob;
+use crate::slurm::JobId;
 use crate::state::jobs::JobWorker;
 use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
@@ -29,7 +30,7 @@ pub struct RefreshView {
 pub struct JobView {
     pub worker: String,
     pub submission_id: String,
-    pub job_id: Option<u64>,
+    pub job_id: Option<JobId>,
     pub job_name: String,
     /// As recorded: `submitted`, `unknown`, `queued`, `stopping`, `released`, `failed`,
     /// `forgotten`.

@@ -48,7 +48,7 @@ pub struct ReconcileReport {
 #[derive(Debug, Serialize)]
 pub struct ListedJob {
     pub submission_id: String,
-    pub job_id: u64,
+    pub job_id: JobId,
     /// Slurm's state word (`PENDING`, `RUNNING`, …).
     pub state: String,
     /// Slurm's reason (`%r`: `Priority`, `Resources`, `None`, …).
@@ -65,7 +65,7 @@ pub struct Resolved {
     pub submission_id: String,
     pub proof: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub job_id: Option<u64>,
+    pub job_id: Option<JobId>,
 }
 
 #[derive(Debug, Serialize)]
@@ -83,10 +83,6 @@ pub struct Unresolved {
 /// At most this many jobs missing from a listing of several ids are asked about one by one
 /// in one run (each such job is rare: it ended longer than MinJobAge ago).
 const MAX_SINGLE_ID_FOLLOW_UPS: usize = 16;
-
-fn job_of(id: u64) -> Option<JobId> {
-    u32::try_from(id).ok().and_then(JobId::new)
-}
 
 pub async fn reconcile<S: Scheduler>(
     ctx: &Ctx<S>,
@@ -138,10 +134,7 @@ async fn reconcile_pools<S: Scheduler>(
     pools: &[&Pool],
     report: &mut ReconcileReport,
 ) -> Result<(), OpError> {
-    let jobs: Vec<JobId> = pools
-        .iter()
-        .filter_map(|p| job_of(p.allocation.job_id))
-        .collect();
+    let jobs: Vec<JobId> = pools.iter().map(|p| p.allocation.job_id).collect();
     let mut shared = PoolsLook {
         listing: ctx.sched.list_jobs(&JobQuery::ids(jobs.clone())).await,
         jobs,
@@ -154,9 +147,7 @@ async fn reconcile_pools<S: Scheduler>(
         follow_ups: 0,
     };
     for pool in pools {
-        let Some(job) = job_of(pool.allocation.job_id) else {
-            continue;
-        };
+        let job = pool.allocation.job_id;
         let mut look = observe_pool(ctx, pool, job, &mut shared).await;
         let mut judgement = reconcile::judge_pool(&look.slurm, &look.workers, look.at);
         if judgement.wants_accounting() {
@@ -442,14 +433,14 @@ async fn reconcile_jobs<S: Scheduler>(
     }
     let known: Vec<(&JobWorker, JobId)> = active
         .iter()
-        .filter_map(|j| j.job_id.and_then(job_of).map(|id| (*j, id)))
+        .filter_map(|j| j.job_id.map(|id| (*j, id)))
         .collect();
     let mut obs = observe_jobs(ctx, &active, &known).await;
     for (j, id) in &known {
         if let Some(row) = obs.by_id.job(*id).live() {
             report.listed.push(ListedJob {
                 submission_id: j.submission_id.to_string(),
-                job_id: u64::from(id.get()),
+                job_id: *id,
                 state: row.state.to_string(),
                 reason: row.reason.clone(),
                 node: row.node_list.clone(),
@@ -577,7 +568,7 @@ fn record_job_decision<S: Scheduler>(
         worker: j.worker.clone(),
         submission_id: j.submission_id.to_string(),
         proof,
-        job_id: job.map(|job| u64::from(job.get())),
+        job_id: job,
     };
     let terminal = |proof: &str| {
         Event::JobTerminal(JobTerminal {
@@ -594,7 +585,7 @@ fn record_job_decision<S: Scheduler>(
         JobDecision::Found { job, how, over } => {
             let mut events = vec![Event::JobSubmitted(JobSubmitted {
                 submission_id: j.submission_id,
-                job_id: u64::from(job.get()),
+                job_id: job,
                 how: "name".to_owned(),
             })];
             // One commit: the job found, and (when it has ended) its release. Checked as one

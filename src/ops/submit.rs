@@ -20,7 +20,7 @@ use crate::event::Event;
 use crate::failpoint;
 use crate::policy::pool::Refusal;
 use crate::slurm::{
-    ActionError, BatchPayload, BatchRequest, JobName, Placement, Scheduler, SlurmDuration,
+    ActionError, BatchPayload, BatchRequest, JobId, JobName, Placement, Scheduler, SlurmDuration,
 };
 use crate::state::jobs::*;
 use crate::worker::dirs::WorkerDirs;
@@ -45,7 +45,7 @@ pub struct JobSubmitRequest {
 pub struct JobSubmitReport {
     pub worker: String,
     pub submission_id: String,
-    pub job_id: Option<u64>,
+    pub job_id: Option<JobId>,
 }
 
 /// The Slurm job name of one submission: `<prefix><worker>-<first 8 hex digits of the
@@ -140,7 +140,7 @@ pub async fn submit<S: Scheduler>(
     let outcome = ctx.sched.submit_batch(&batch).await;
     failpoint::hit("submit-after-sbatch");
     let job_id = match outcome {
-        Ok(s) => u64::from(s.job_id.get()),
+        Ok(s) => s.job_id,
         Err(e) => {
             let definite = e.nothing_happened();
             record_outcome(
@@ -409,7 +409,7 @@ pub async fn submit_dry_run<S: Scheduler>(
 pub struct JobStopReport {
     pub worker: String,
     pub submission_id: String,
-    pub job_id: u64,
+    pub job_id: JobId,
     pub state: &'static str,
     pub proof: Option<String>,
 }
@@ -498,11 +498,10 @@ pub async fn stop<S: Scheduler>(
     worker: &str,
     grace: std::time::Duration,
 ) -> Result<JobStopReport, OpError> {
-    use crate::slurm::JobId;
     let grace_s = grace_seconds(grace);
     // Decide under the lock and record the intent; the grace and the proof polls happen with
     // the lock released, and the release re-checks the worker (issue 11).
-    let (submission_id, job_id, submitted_at) = locked(ctx, |writer, state| {
+    let (submission_id, job, submitted_at) = locked(ctx, |writer, state| {
         let jobs = &state.jobs;
         let j = jobs
             .active
@@ -521,12 +520,6 @@ pub async fn stop<S: Scheduler>(
         }))?;
         Ok((j.submission_id, job_id, j.submitted_at))
     })?;
-    let job = u32::try_from(job_id)
-        .ok()
-        .and_then(JobId::new)
-        .ok_or_else(|| {
-            OpError::Failed(format!("recorded job id {job_id} is not a Slurm job id"))
-        })?;
     failpoint::hit("stop-after-intent");
     request_grace(
         &ctx.state_dir,
@@ -553,7 +546,7 @@ pub async fn stop<S: Scheduler>(
     Ok(JobStopReport {
         worker: worker.to_owned(),
         submission_id: submission_id.to_string(),
-        job_id,
+        job_id: job,
         state: JobWorkerState::Released.as_str(),
         proof: Some(proof),
     })

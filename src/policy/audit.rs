@@ -456,7 +456,7 @@ impl Auditor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Micros;
+    use crate::event::{test_job, Micros};
 
     use crate::event::pool::*;
 
@@ -472,7 +472,7 @@ mod tests {
         Event::PoolAttached(PoolAttached {
             pool: "p".into(),
             allocation: Allocation {
-                job_id: 1,
+                job_id: test_job(1),
                 node: "n".into(),
                 user: "u".into(),
                 start_time: Micros(0),
@@ -562,26 +562,26 @@ mod tests {
         let released = |proof: &str| {
             Event::PoolReleased(PoolReleased {
                 pool: "p".into(),
-                job_id: 1,
+                job_id: test_job(1),
                 proof: proof.into(),
             })
         };
         let intent_to_release = Event::PoolReleaseIntent(PoolReleaseIntent {
             pool: "p".into(),
-            job_id: 1,
+            job_id: test_job(1),
         });
-        let mut good = created(1);
+        let mut good = created(test_job(1));
         good.extend([
             intent_to_release.clone(),
             released("squeue shows job 1 CANCELLED"),
         ]);
         assert_eq!(rules(&run(good)), Vec::<&str>::new());
 
-        let mut no_intent = created(1);
+        let mut no_intent = created(test_job(1));
         no_intent.push(released("squeue shows job 1 CANCELLED"));
         assert_eq!(rules(&run(no_intent)), ["effect-without-intent"]);
 
-        let mut holding = created(1);
+        let mut holding = created(test_job(1));
         holding.extend([intent(1), intent_to_release, released(" ")]);
         assert_eq!(
             rules(&run(holding)),
@@ -591,7 +591,7 @@ mod tests {
         let orphan = vec![Event::PoolOwned(PoolOwned {
             pool: "p".into(),
             creation_id: id,
-            job_id: 1,
+            job_id: test_job(1),
         })];
         assert_eq!(rules(&run(orphan)), ["effect-without-intent"]);
     }
@@ -711,7 +711,7 @@ mod tests {
                 submission_id: Uuid::from_u128(1),
                 worker: "w".into(),
                 state: "unknown".into(),
-                job_id: Some(1),
+                job_id: Some(test_job(1)),
                 step_id: None,
                 reason: "accounting lost".into(),
             })

@@ -4,6 +4,7 @@
 
 use crate::event::overrides::{SessionForgotten, WorkerForgotten};
 use crate::event::session::SessionKey;
+use crate::slurm::JobId;
 use crate::state::State;
 
 /// The longest reason kept (as a trial's note).
@@ -123,7 +124,7 @@ pub fn plan_session(
 }
 
 /// What the person should do about a job that may still run once dispatch stops tracking it.
-pub fn leftover_hint(job_id: Option<u64>, step_id: Option<u32>) -> Option<String> {
+pub fn leftover_hint(job_id: Option<JobId>, step_id: Option<u32>) -> Option<String> {
     let target = match (job_id, step_id) {
         (Some(j), Some(s)) => format!("{j}.{s}"),
         (Some(j), None) => j.to_string(),
@@ -132,11 +133,6 @@ pub fn leftover_hint(job_id: Option<u64>, step_id: Option<u32>) -> Option<String
     Some(format!(
         "if {target} still runs, `scancel {target}` stops it"
     ))
-}
-
-/// The job of a session decision, for the hint.
-pub fn session_job(f: &SessionForgotten) -> Option<u64> {
-    f.job_id.map(|j| u64::from(j.get()))
 }
 
 #[cfg(test)]
@@ -173,14 +169,17 @@ mod tests {
             job_intent(1, "w"),
             Event::JobSubmitted(JobSubmitted {
                 submission_id: Uuid::from_u128(1),
-                job_id: 42,
+                job_id: crate::event::test_job(42),
                 how: "sbatch".into(),
             }),
             job_intent(2, "x"),
             job_intent(3, "x"),
         ]);
         let f = plan_worker(&s, "w", "cluster rebuilt").unwrap();
-        assert_eq!((f.job_id, f.state.as_str()), (Some(42), "queued"));
+        assert_eq!(
+            (f.job_id, f.state.as_str()),
+            (Some(crate::event::test_job(42)), "queued")
+        );
         assert_eq!(
             plan_worker(&s, &Uuid::from_u128(1).to_string(), "r")
                 .unwrap()

@@ -3,6 +3,7 @@
 
 use crate::event::pool::Allocation;
 use crate::event::Micros;
+use crate::slurm::JobId;
 use crate::state::pool::{Pool, Pools};
 
 /// Publication timeout bounds (CLI.md): whole seconds.
@@ -74,7 +75,7 @@ impl Nodes {
 /// What `scontrol show job` says about an allocation, reduced to what placement needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AllocationFacts {
-    pub job_id: u64,
+    pub job_id: JobId,
     /// The job state word, e.g. `RUNNING`.
     pub state: String,
     pub user: String,
@@ -94,38 +95,38 @@ pub enum Refusal {
     #[error(
         "job {job_id} is {state}, not RUNNING; attach a running allocation (see `squeue --me`)"
     )]
-    NotRunning { job_id: u64, state: String },
+    NotRunning { job_id: JobId, state: String },
     #[error("job {job_id} belongs to {owner}, not to you ({caller}); dispatch only uses allocations you own")]
     NotOwned {
-        job_id: u64,
+        job_id: JobId,
         owner: String,
         caller: String,
     },
     #[error("job {job_id} spans several nodes ({nodes}); a pool needs a single-node allocation")]
-    MultiNode { job_id: u64, nodes: String },
+    MultiNode { job_id: JobId, nodes: String },
     #[error("job {job_id} runs on no node Slurm names; attach it once `scontrol show job {job_id}` shows its node")]
-    NoNode { job_id: u64 },
+    NoNode { job_id: JobId },
     #[error("job {job_id} is already attached as pool {pool:?}; use that pool or `dispatch pool detach {pool}` first")]
-    AlreadyAttached { job_id: u64, pool: String },
+    AlreadyAttached { job_id: JobId, pool: String },
     #[error("pool {pool:?} already exists (job {job_id}); detach it first or choose another name")]
-    PoolExists { pool: String, job_id: u64 },
+    PoolExists { pool: String, job_id: JobId },
     #[error("job {job_id} has {left_s} s left, less than the {need_s} s needed; use a longer allocation")]
     TooShort {
-        job_id: u64,
+        job_id: JobId,
         left_s: i64,
         need_s: i64,
     },
     #[error("a time limit of {time_s} s is shorter than the {need_s} s a worker needs (publication, native state and cleanup budgets plus a minimum run); ask for more --time")]
     TimeLimitTooShort { time_s: u64, need_s: i64 },
     #[error("job {job_id} reports no {what}; cannot check its lifetime")]
-    NoTimes { job_id: u64, what: &'static str },
+    NoTimes { job_id: JobId, what: &'static str },
     #[error(
         "job {job_id} is not the allocation pool {pool:?} attached (start time was {recorded}, now {observed}); \
          detach the pool and attach the new allocation"
     )]
     IncarnationChanged {
         pool: String,
-        job_id: u64,
+        job_id: JobId,
         recorded: String,
         observed: String,
     },
@@ -176,7 +177,7 @@ pub enum Refusal {
     )]
     EndsBeforeRoom {
         pool: String,
-        job_id: u64,
+        job_id: JobId,
         need_s: i64,
     },
     #[error(
@@ -185,7 +186,7 @@ pub enum Refusal {
     )]
     AllocationEnded {
         pool: String,
-        job_id: u64,
+        job_id: JobId,
         proof: String,
     },
     #[error(
@@ -202,11 +203,11 @@ pub enum Refusal {
     #[error("pool {pool:?} still has {workers} worker(s) holding budget; stop them first (`dispatch pool stop-worker`)")]
     WorkersHoldBudget { pool: String, workers: usize },
     #[error("pool {pool:?} is attached to your allocation {job_id}, which dispatch never cancels; `dispatch pool detach {pool}` forgets the pool (then `scancel {job_id}` ends the allocation if you want)")]
-    AttachedNotCreated { pool: String, job_id: u64 },
+    AttachedNotCreated { pool: String, job_id: JobId },
     #[error("pool {pool:?} holds allocation {job_id}, which dispatch created and must cancel; `dispatch pool release {pool}` stops its workers and cancels it")]
-    CreatedNotDetached { pool: String, job_id: u64 },
+    CreatedNotDetached { pool: String, job_id: JobId },
     #[error("pool {pool:?} is being released (its allocation {job_id} is being cancelled); nothing more is submitted to it. `dispatch pool release {pool}` finishes the release")]
-    Releasing { pool: String, job_id: u64 },
+    Releasing { pool: String, job_id: JobId },
 }
 
 /// The minimum lifetime an allocation must have left to be attached.
@@ -463,7 +464,7 @@ mod tests {
 
     fn facts() -> AllocationFacts {
         AllocationFacts {
-            job_id: 42,
+            job_id: crate::event::test_job(42),
             state: "RUNNING".into(),
             user: "ana".into(),
             nodes: Nodes::One("vm".into()),

@@ -121,9 +121,9 @@ mod tests {
         }
     }
 
-    fn attached(pools: &mut Pools, pool: &str, job_id: u64) {
+    fn attached(pools: &mut Pools, pool: &str, job_id: u32) {
         let allocation = crate::event::pool::Allocation {
-            job_id,
+            job_id: crate::event::test_job(job_id),
             node: "vm".into(),
             user: "ana".into(),
             start_time: Micros(1),
@@ -159,7 +159,7 @@ mod tests {
         attached(&mut pools, "q", 9);
         assert!(matches!(
             check_create(&pools, "q", 600),
-            Err(Refusal::PoolExists { job_id: 9, .. })
+            Err(Refusal::PoolExists { job_id, .. }) if job_id.get() == 9
         ));
     }
 
@@ -178,13 +178,13 @@ mod tests {
         attached(&mut pools, "u", 3);
         assert!(matches!(
             check_release(&pools, "u"),
-            Err(Refusal::AttachedNotCreated { job_id: 3, .. })
+            Err(Refusal::AttachedNotCreated { job_id, .. }) if job_id.get() == 3
         ));
         attached(&mut pools, "p", 4);
         pools.owned(&PoolOwned {
             pool: "p".into(),
             creation_id: Uuid::from_u128(7),
-            job_id: 4,
+            job_id: crate::event::test_job(4),
         });
         assert!(pools.creations.is_empty(), "the creation became the pool");
         assert!(matches!(

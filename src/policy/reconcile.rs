@@ -347,13 +347,13 @@ pub enum Lost {
 /// controller: every job such a submission could have made has a lower id.
 pub fn watermark(
     settled_at: Micros,
-    recorded: impl IntoIterator<Item = (Micros, u64)>,
+    recorded: impl IntoIterator<Item = (Micros, JobId)>,
 ) -> Option<JobId> {
     recorded
         .into_iter()
         .filter(|(at, _)| at.0 >= settled_at.0)
-        .filter_map(|(_, id)| u32::try_from(id).ok().and_then(JobId::new))
-        .min_by_key(|id| id.get())
+        .map(|(_, id)| id)
+        .min()
 }
 
 /// When a submission with intent at `intent_at` can have no sbatch in flight any more.
@@ -565,10 +565,7 @@ pub fn judge_jobs<'a>(
 }
 
 fn judge_job(state: &State, j: &JobWorker, obs: &JobsObservation, now: Micros) -> JobDecision {
-    if let Some(id) = j.job_id {
-        let Some(job) = u32::try_from(id).ok().and_then(JobId::new) else {
-            return JobDecision::Nothing;
-        };
+    if let Some(job) = j.job_id {
         let mut seen = obs.first_seen(job);
         if seen == JobSeen::Unproven {
             if let Some((_, alone)) = obs.alone.iter().find(|(id, _)| *id == job) {
@@ -607,7 +604,7 @@ fn judge_job(state: &State, j: &JobWorker, obs: &JobsObservation, now: Micros) -
 
 /// The `dispatch submit` jobs whose ids are known, with the time of their intent (the
 /// watermark's candidates): active ones and the finished ones the state remembers.
-pub fn recorded_job_ids(state: &State) -> impl Iterator<Item = (Micros, u64)> + '_ {
+pub fn recorded_job_ids(state: &State) -> impl Iterator<Item = (Micros, JobId)> + '_ {
     state
         .jobs
         .active
@@ -1203,11 +1200,12 @@ mod tests {
     #[test]
     fn the_watermark_is_the_lowest_id_given_out_after_the_settle_point() {
         let settled = Micros::from_secs(100);
+        let job = |n| JobId::new(n).unwrap();
         let recorded = [
-            (Micros::from_secs(99), 50u64),
-            (Micros::from_secs(100), 70),
-            (Micros::from_secs(300), 60),
-            (Micros::from_secs(400), u64::from(u32::MAX) + 1),
+            (Micros::from_secs(99), job(50)),
+            (Micros::from_secs(100), job(70)),
+            (Micros::from_secs(300), job(60)),
+            (Micros::from_secs(400), job(u32::MAX)),
         ];
         assert_eq!(watermark(settled, recorded), JobId::new(60));
         assert_eq!(watermark(Micros::from_secs(500), recorded), None);
@@ -1349,7 +1347,7 @@ mod tests {
                 state.jobs.active.insert(id, JobWorker {
                     worker: format!("w{i}"),
                     submission_id: id,
-                    job_id: job.map(|j| u64::from(j) + 1),
+                    job_id: job.map(|j| JobId::new(u32::from(j) + 1).unwrap()),
                     state: if *unknown { JobWorkerState::Unknown } else { JobWorkerState::Queued },
                     cpus: 1,
                     mem_mb: 1,
@@ -1393,7 +1391,7 @@ mod tests {
             JobWorker {
                 worker: "w".into(),
                 submission_id: id,
-                job_id: Some(u64::from(JOB)),
+                job_id: Some(job()),
                 state: JobWorkerState::Unknown,
                 cpus: 1,
                 mem_mb: 1,

@@ -770,7 +770,7 @@ mod tests {
 
     fn allocation() -> Allocation {
         Allocation {
-            job_id: 9,
+            job_id: crate::event::test_job(9),
             node: "n".into(),
             user: "u".into(),
             start_time: Micros(0),

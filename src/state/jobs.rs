@@ -12,6 +12,7 @@ use crate::event::jobs::{
     JobNamed, JobStopIntent, JobSubmitFailed, JobSubmitIntent, JobSubmitted, JobTerminal,
 };
 use crate::event::Micros;
+use crate::slurm::JobId;
 
 /// Finished job workers the reduced state remembers (the journal keeps them all).
 pub const FINISHED_JOBS_KEPT: usize = 256;
@@ -47,7 +48,7 @@ impl JobWorkerState {
 pub struct JobWorker {
     pub worker: String,
     pub submission_id: Uuid,
-    pub job_id: Option<u64>,
+    pub job_id: Option<JobId>,
     pub state: JobWorkerState,
     pub cpus: u32,
     pub mem_mb: u64,

@@ -175,7 +175,7 @@ mod tests {
             Event::PoolAttached(PoolAttached {
                 pool: "p".into(),
                 allocation: Allocation {
-                    job_id: 1,
+                    job_id: crate::event::test_job(1),
                     node: "n".into(),
                     user: "u".into(),
                     start_time: Micros(0),

@@ -17,6 +17,7 @@ use crate::event::pool::{
     WorkerStepObserved, WorkerStopIntent, WorkerSubmitIntent, WorkerTerminal,
 };
 use crate::event::Micros;
+use crate::slurm::JobId;
 
 /// How many finished workers a pool remembers; older ones are dropped from the reduced state
 /// (the journal keeps them all).
@@ -28,7 +29,7 @@ pub struct Creation {
     pub intent: PoolCreateIntent,
     pub since: Micros,
     /// Known once salloc answered, or it was found by name.
-    pub job_id: Option<u64>,
+    pub job_id: Option<JobId>,
     /// Why it has no job yet although salloc ran (salloc's unclear answer).
     pub failure: Option<String>,
 }
@@ -368,6 +369,7 @@ impl Pools {
 mod tests {
     use super::*;
     use crate::event::pool::*;
+    use crate::event::test_job;
 
     fn intent(id: u128) -> PoolCreateIntent {
         PoolCreateIntent {
@@ -385,11 +387,11 @@ mod tests {
         }
     }
 
-    fn attached(job_id: u64) -> PoolAttached {
+    fn attached(job_id: u32) -> PoolAttached {
         PoolAttached {
             pool: "p".into(),
             allocation: Allocation {
-                job_id,
+                job_id: test_job(job_id),
                 node: "vm".into(),
                 user: "u".into(),
                 start_time: Micros(1),
@@ -411,7 +413,7 @@ mod tests {
         pools.create_job(&PoolCreateJob {
             pool: "p".into(),
             creation_id: other,
-            job_id: 9,
+            job_id: test_job(9),
             how: "name".into(),
         });
         assert_eq!(pools.creations["p"].job_id, None, "another creation's job");
@@ -439,37 +441,37 @@ mod tests {
         pools.create_job(&PoolCreateJob {
             pool: "p".into(),
             creation_id: Uuid::from_u128(1),
-            job_id: 7,
+            job_id: test_job(7),
             how: "name".into(),
         });
         pools.attach(Micros(6), &attached(7));
         pools.owned(&PoolOwned {
             pool: "p".into(),
             creation_id: Uuid::from_u128(1),
-            job_id: 7,
+            job_id: test_job(7),
         });
         assert!(pools.creations.is_empty());
         assert_eq!(pools.pools["p"].created, Some(Uuid::from_u128(1)));
         // Release news about another allocation changes nothing.
         pools.release_intent(&PoolReleaseIntent {
             pool: "p".into(),
-            job_id: 8,
+            job_id: test_job(8),
         });
         assert!(!pools.pools["p"].releasing);
         pools.release_intent(&PoolReleaseIntent {
             pool: "p".into(),
-            job_id: 7,
+            job_id: test_job(7),
         });
         assert!(pools.pools["p"].releasing);
         pools.released(&PoolReleased {
             pool: "p".into(),
-            job_id: 8,
+            job_id: test_job(8),
             proof: "x".into(),
         });
         assert!(pools.pools.contains_key("p"));
         pools.released(&PoolReleased {
             pool: "p".into(),
-            job_id: 7,
+            job_id: test_job(7),
             proof: "squeue shows job 7 CANCELLED".into(),
         });
         assert!(pools.pools.is_empty());

@@ -14,11 +14,12 @@ use dispatch::journal::frame;
 use dispatch::journal::scan::{self, Scan};
 use dispatch::journal::segment::{self, SEGMENT_HEADER_LEN};
 use dispatch::journal::{Options, Writer};
+use dispatch::slurm::JobId;
 use uuid::Uuid;
 
-pub fn allocation(job_id: u64) -> Allocation {
+pub fn allocation(job_id: u32) -> Allocation {
     Allocation {
-        job_id,
+        job_id: JobId::new(job_id).expect("a job id is not 0"),
         node: format!("n{:04}", job_id % 1000),
         user: "alice".to_owned(),
         start_time: Micros::from_secs(1_700_000_000),

@@ -79,7 +79,7 @@ pub fn journal_of(ops: &[Op]) -> Vec<Event> {
     let mut state = State::default();
     let mut events = Vec::new();
     let mut submissions: Vec<Uuid> = Vec::new();
-    let mut next_job = 100u64;
+    let mut next_job = 100u32;
     let push = |state: &mut State, events: &mut Vec<Event>, e: Event| {
         let env = envelope(events.len() as u64 + 1, e.clone());
         state.apply(&env).unwrap();
@@ -95,7 +95,7 @@ pub fn journal_of(ops: &[Op]) -> Vec<Event> {
             Op::Attach { pool, cpus, mem_gb } => {
                 next_job += 1;
                 let f = AllocationFacts {
-                    job_id: next_job,
+                    job_id: dispatch::slurm::JobId::new(next_job).unwrap(),
                     state: "RUNNING".into(),
                     user: "ana".into(),
                     nodes: Nodes::One("vm".into()),

@@ -10,7 +10,7 @@ use dispatch::event::{Event, Micros};
 use dispatch::journal::{Options, Writer};
 use uuid::Uuid;
 
-pub const JOB: u64 = 900;
+pub const JOB: u32 = 900;
 
 pub fn fake_bin() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/fake-slurm/bin")
@@ -24,7 +24,7 @@ pub fn write_pool_journal(state: &Path, n: u32, seen: impl Fn(u32) -> bool) {
     let mut events = vec![Event::PoolAttached(PoolAttached {
         pool: "p".into(),
         allocation: Allocation {
-            job_id: JOB,
+            job_id: dispatch::slurm::JobId::new(JOB).unwrap(),
             node: "vm".into(),
             user: "root".into(),
             start_time: Micros::from_secs(now - 60),

@@ -19,7 +19,7 @@ pub struct AttachReport {
 
 #[derive(Debug, Serialize)]
 pub struct AllocationView {
-    pub job_id: u64,
+    pub job_id: JobId,
     pub node: String,
     pub user: String,
     pub start_time: String,
@@ -92,7 +92,7 @@ pub async fn attach<S: Scheduler>(
 #[derive(Debug, Serialize)]
 pub struct DetachReport {
     pub pool: String,
-    pub job_id: u64,
+    pub job_id: JobId,
 }
 
 pub fn detach<S: Scheduler>(ctx: &Ctx<S>, pool: &str) -> Result<DetachReport, OpError> {

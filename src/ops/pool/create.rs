@@ -357,7 +357,7 @@ fn record_job<S: Scheduler>(
             writer.append_one(Event::PoolCreateJob(PoolCreateJob {
                 pool: intent.pool.clone(),
                 creation_id: intent.creation_id,
-                job_id: u64::from(job.get()),
+                job_id: job,
                 how: how.to_owned(),
             }))?;
         }
@@ -398,7 +398,7 @@ pub(crate) async fn settle_creation<S: Scheduler>(
     deadline: Instant,
     progress: Progress<'_>,
 ) -> Result<Settled, OpError> {
-    let job = match c.job_id.and_then(job_of) {
+    let job = match c.job_id {
         Some(job) => job,
         None => match find_by_name(ctx, c, true, progress).await? {
             Found::Job(job) => job,
@@ -407,10 +407,6 @@ pub(crate) async fn settle_creation<S: Scheduler>(
         },
     };
     attach_created(ctx, &c.intent, job, deadline, progress).await
-}
-
-fn job_of(id: u64) -> Option<JobId> {
-    u32::try_from(id).ok().and_then(JobId::new)
 }
 
 pub(crate) enum Found {
@@ -607,7 +603,7 @@ pub(crate) async fn attach_created<S: Scheduler>(
         Err(e) => return Err(e),
     };
     let attached = locked(ctx, |writer, state| {
-        if creation_now(state, intent).is_none_or(|c| c.job_id != Some(u64::from(job.get()))) {
+        if creation_now(state, intent).is_none_or(|c| c.job_id != Some(job)) {
             return Err(OpError::Failed(format!(
                 "the creation of pool {pool} was settled by another command meanwhile; \
                  `dispatch pool status {pool}` shows it"
@@ -692,7 +688,7 @@ pub(crate) async fn reconcile_creation<S: Scheduler>(
         outcome,
         detail,
     };
-    let job = match c.job_id.and_then(job_of) {
+    let job = match c.job_id {
         Some(job) => job,
         None => match find_by_name(ctx, c, false, &quiet).await {
             Ok(Found::Job(job)) => job,

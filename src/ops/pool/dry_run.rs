@@ -6,14 +6,14 @@
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::{job_id, read_facts, step_name};
+use super::{read_facts, step_name};
 use crate::event::Micros;
 use crate::journal::JournalError;
 use crate::names::check_path_name;
 use crate::ops::context::Ctx;
 use crate::ops::error::OpError;
 use crate::policy::pool::{self as policy, Refusal, WorkerAsk};
-use crate::slurm::{JobName, Scheduler};
+use crate::slurm::{JobId, JobName, Scheduler};
 use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
 
@@ -25,7 +25,7 @@ pub struct SubmitPlan {
     pub dry_run: bool,
     pub pool: String,
     pub worker: String,
-    pub job_id: u64,
+    pub job_id: JobId,
     pub step_name: String,
     pub cpus: u32,
     pub mem_mb: u64,
@@ -76,7 +76,7 @@ pub async fn submit_dry_run<S: Scheduler>(
         budgets: spec.budgets,
     };
     let bound = spec.bind(&state, &ctx.state_dir, submission_id)?;
-    let job = job_id(&pool.allocation)?;
+    let job = pool.allocation.job_id;
     let facts = read_facts(ctx, job).await?;
     let now = ctx.now();
     let room = if waiting {

@@ -42,7 +42,6 @@ use std::path::Path;
 
 use uuid::Uuid;
 
-use crate::event::pool::*;
 use crate::event::Event;
 use crate::ops::context::Ctx;
 use crate::ops::error::OpError;
@@ -51,18 +50,6 @@ use crate::policy::pool::{AllocationFacts, Refusal};
 use crate::slurm::{Answer, JobId, Scheduler, StepKind};
 use crate::state::pool::*;
 use crate::state::State;
-
-fn job_id(alloc: &Allocation) -> Result<JobId, OpError> {
-    u32::try_from(alloc.job_id)
-        .ok()
-        .and_then(JobId::new)
-        .ok_or_else(|| {
-            OpError::Failed(format!(
-                "recorded job id {} is not a Slurm job id",
-                alloc.job_id
-            ))
-        })
-}
 
 /// The number of the step called `name` in a step listing.
 fn numbered_step_named(rows: &[crate::slurm::StepRow], name: &str) -> Option<u32> {
@@ -93,7 +80,7 @@ async fn read_facts<S: Scheduler>(ctx: &Ctx<S>, job: JobId) -> Result<Allocation
             Ok(allocation_facts(d))
         }
         Answer::Gone(_) => Err(OpError::Refused(Refusal::NotRunning {
-            job_id: u64::from(job.get()),
+            job_id: job,
             state: "unknown to Slurm (finished and forgotten, or never existed)".to_owned(),
         })),
         Answer::Unknown(e) => Err(OpError::Failed(format!(

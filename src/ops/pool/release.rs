@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::create::{find_by_name, job_over, Found, Progress};
-use super::{job_id, locked, stop_worker};
+use super::{locked, stop_worker};
 use crate::event::pool::*;
 use crate::event::Event;
 use crate::failpoint;
@@ -25,7 +25,7 @@ use crate::state::pool::*;
 pub struct ReleaseReport {
     pub pool: String,
     /// The allocation cancelled; none when the creation never made one.
-    pub job_id: Option<u64>,
+    pub job_id: Option<JobId>,
     /// What proved it gone (or never made).
     pub proof: String,
     /// The workers released, each with what proved its step over.
@@ -65,10 +65,7 @@ async fn release_creation<S: Scheduler>(
     progress: Progress<'_>,
 ) -> Result<ReleaseReport, OpError> {
     let pool = c.intent.pool.clone();
-    let job = match c
-        .job_id
-        .and_then(|j| u32::try_from(j).ok().and_then(JobId::new))
-    {
+    let job = match c.job_id {
         Some(job) => job,
         None => match find_by_name(ctx, c, true, progress).await? {
             Found::Job(job) => job,
@@ -88,7 +85,7 @@ async fn release_creation<S: Scheduler>(
         },
     };
     let proof = cancel_and_prove(ctx, &pool, job).await?;
-    creation_released(ctx, c, proof, Some(u64::from(job.get())))
+    creation_released(ctx, c, proof, Some(job))
 }
 
 /// [`release_creation`] of a creation whose job nobody can name: `scancel --me --name=N`,
@@ -121,7 +118,7 @@ fn creation_released<S: Scheduler>(
     ctx: &Ctx<S>,
     c: &Creation,
     proof: String,
-    job_id: Option<u64>,
+    job_id: Option<JobId>,
 ) -> Result<ReleaseReport, OpError> {
     let pool = c.intent.pool.clone();
     locked(ctx, |writer, state| {
@@ -252,7 +249,7 @@ async fn release_pool<S: Scheduler>(
 ) -> Result<ReleaseReport, OpError> {
     let pool = p.name.clone();
     let allocation = p.allocation.clone();
-    let job = job_id(&allocation)?;
+    let job = allocation.job_id;
     let same = |state: &crate::state::State| {
         state
             .pools

@@ -22,14 +22,14 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::queue::Ticket;
-use super::{job_id, process_alive, read_facts, release_proven};
+use super::{process_alive, read_facts, release_proven};
 use crate::event::pool::Allocation;
 use crate::ops::context::Ctx;
 use crate::ops::error::OpError;
 use crate::policy::pool::{self as policy, AllocationFacts, Refusal, WorkerAsk};
-use crate::policy::reconcile as reconcile_policy;
-use crate::slurm::{JobQuery, Scheduler};
-use crate::state::pool::Pool;
+use crate::policy::reconcile::{self as reconcile_policy, PoolObservation};
+use crate::slurm::{JobId, JobQuery, Scheduler};
+use crate::state::pool::{Pool, Worker};
 use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
 use crate::worker::report;
@@ -148,7 +148,7 @@ struct Round {
 
 impl Proving {
     /// The pid of the srun of `w` (started on this host), if it is still running.
-    fn srun_running(&mut self, w: &crate::state::pool::Worker) -> Option<u32> {
+    fn srun_running(&mut self, w: &Worker) -> Option<u32> {
         let here = self.here.get_or_insert_with(crate::event::current_host);
         w.srun
             .as_ref()
@@ -167,77 +167,87 @@ impl Proving {
         let pools_dir = ctx.pools_dir();
         let now = Instant::now();
         let mut round = Round::default();
-        let fallback_due = match self.next_fallback {
-            Some(t) => now >= t,
-            None => {
-                self.next_fallback = Some(now + FALLBACK_PROOF_EVERY);
-                false
-            }
-        };
+        let fallback_due = self.fallback_due(now);
         self.retry.retain(|id, _| pool.active.contains_key(id));
         self.finished_at
             .retain(|id, _| pool.active.contains_key(id));
         let mut due = Vec::new();
         for w in pool.active.values() {
-            let dirs = WorkerDirs::new(&pools_dir, &pool.name, w.submission_id);
-            let own = (w.journal_damage.is_none() && dirs.check(&pools_dir).unwrap_or(false))
-                .then(|| report::read(&dirs.evidence).ok().flatten())
-                .flatten();
-            let supervisor_step = own
-                .as_ref()
-                .and_then(|r| r.started.as_ref())
-                .and_then(|s| s.step_id);
-            let Some(step) = w.step_id.or(supervisor_step) else {
-                continue; // never seen: reconcile's question, not a waiter's
-            };
-            let mut finished = own.as_ref().is_some_and(|r| r.finished.is_some());
-            if finished {
-                let since = *self.finished_at.entry(w.submission_id).or_insert(now);
-                if now.duration_since(since) < SRUN_EXIT_WAIT {
-                    if let Some(pid) = self.srun_running(w) {
-                        round.srun_exiting.push(pid);
-                        finished = false;
-                    }
-                }
-            }
-            let (at, _, _) =
-                *self
-                    .retry
-                    .entry(w.submission_id)
-                    .or_insert((now, PROOF_RETRY_FIRST, 0));
-            if (finished && now >= at) || fallback_due {
+            let step = self.due_step(&pools_dir, pool, w, now, fallback_due, &mut round);
+            if let Some(step) = step {
                 due.push((w.submission_id, step));
             }
-        }
-        if fallback_due {
-            self.next_fallback = Some(now + FALLBACK_PROOF_EVERY);
         }
         if due.is_empty() {
             return Ok(round);
         }
-        let job = job_id(&pool.allocation)?;
-        // Asked together: the job listed beside the step listing, as the rule has it, and the
-        // facts a receipt after this wait needs fresh, in one call's time.
-        let jobs_query = JobQuery::ids(vec![job]);
-        let facts_stale = facts_at.elapsed() > FACTS_FRESH / 2;
-        let facts = async {
-            match facts_stale {
-                true => Some((read_facts(ctx, job).await, Instant::now())),
-                false => None,
+        let (obs, facts) = look_at_steps(ctx, pool.allocation.job_id, facts_at).await;
+        round.facts = facts;
+        round.released = self.release_over(ctx, pool, due, &obs)?;
+        Ok(round)
+    }
+
+    /// Is the fallback (a proof for every worker seen in a step) due at `now`? The first round
+    /// only sets its time.
+    fn fallback_due(&mut self, now: Instant) -> bool {
+        let due = self.next_fallback.is_some_and(|t| now >= t);
+        if due || self.next_fallback.is_none() {
+            self.next_fallback = Some(now + FALLBACK_PROOF_EVERY);
+        }
+        due
+    }
+
+    /// The step of `w` to prove over in this round, if it is due: its supervisor finished (and
+    /// its srun, if it runs here, exited or was waited for long enough) and its retry time
+    /// came, or the fallback is due. None for a worker never seen in a step: reconcile's
+    /// question, not a waiter's. A finished worker's srun still running goes into `round`.
+    fn due_step(
+        &mut self,
+        pools_dir: &Path,
+        pool: &Pool,
+        w: &Worker,
+        now: Instant,
+        fallback_due: bool,
+        round: &mut Round,
+    ) -> Option<u32> {
+        let dirs = WorkerDirs::new(pools_dir, &pool.name, w.submission_id);
+        let own = (w.journal_damage.is_none() && dirs.check(pools_dir).unwrap_or(false))
+            .then(|| report::read(&dirs.evidence).ok().flatten())
+            .flatten();
+        let supervisor_step = own
+            .as_ref()
+            .and_then(|r| r.started.as_ref())
+            .and_then(|s| s.step_id);
+        let step = w.step_id.or(supervisor_step)?;
+        let mut finished = own.as_ref().is_some_and(|r| r.finished.is_some());
+        if finished {
+            let since = *self.finished_at.entry(w.submission_id).or_insert(now);
+            if now.duration_since(since) < SRUN_EXIT_WAIT {
+                if let Some(pid) = self.srun_running(w) {
+                    round.srun_exiting.push(pid);
+                    finished = false;
+                }
             }
-        };
-        let (steps, jobs, facts) = tokio::join!(
-            ctx.sched.list_steps(job),
-            ctx.sched.list_jobs(&jobs_query),
-            facts
-        );
-        // Facts Slurm could not give are asked again before the receipt, where a refusal or
-        // an error has its say.
-        round.facts = facts.and_then(|(f, at)| f.ok().map(|f| (f, at)));
-        let obs = reconcile_policy::observe_pool(job, &jobs.job(job), Some(&steps));
+        }
+        let (at, _, _) = *self
+            .retry
+            .entry(w.submission_id)
+            .or_insert((now, PROOF_RETRY_FIRST, 0));
+        ((finished && now >= at) || fallback_due).then_some(step)
+    }
+
+    /// Release each `due` worker whose step `obs` proves over; the others wait their pause
+    /// (doubled after [`PROOF_RETRIES_QUICK`] tries). True when one was released.
+    fn release_over<S: Scheduler>(
+        &mut self,
+        ctx: &Ctx<S>,
+        pool: &Pool,
+        due: Vec<(Uuid, u32)>,
+        obs: &PoolObservation,
+    ) -> Result<bool, OpError> {
         let mut released = false;
         for (id, step) in due {
-            match reconcile_policy::step_over(step, true, &obs) {
+            match reconcile_policy::step_over(step, true, obs) {
                 Some(proof) => {
                     released |= release_proven(ctx, &pool.name, id, &proof, |w| {
                         w.step_id.is_none_or(|s| s == step)
@@ -255,9 +265,35 @@ impl Proving {
                 }
             }
         }
-        round.released = released;
-        Ok(round)
+        Ok(released)
     }
+}
+
+/// One look at allocation `job`'s steps, with the job listed beside them as the proof rule
+/// has it, and (when those held, read at `facts_at`, are going stale) the facts a receipt after
+/// this wait needs fresh: asked together, in one call's time. Facts Slurm could not give are
+/// none here: they are asked again before the receipt, where a refusal or an error has its say.
+async fn look_at_steps<S: Scheduler>(
+    ctx: &Ctx<S>,
+    job: JobId,
+    facts_at: Instant,
+) -> (PoolObservation, Option<FreshFacts>) {
+    let jobs_query = JobQuery::ids(vec![job]);
+    let facts_stale = facts_at.elapsed() > FACTS_FRESH / 2;
+    let facts = async {
+        match facts_stale {
+            true => Some((read_facts(ctx, job).await, Instant::now())),
+            false => None,
+        }
+    };
+    let (steps, jobs, facts) = tokio::join!(
+        ctx.sched.list_steps(job),
+        ctx.sched.list_jobs(&jobs_query),
+        facts
+    );
+    let facts = facts.and_then(|(f, at)| f.ok().map(|f| (f, at)));
+    let obs = reconcile_policy::observe_pool(job, &jobs.job(job), Some(&steps));
+    (obs, facts)
 }
 
 /// What a waiting submitter asks for, and of which allocation.
@@ -286,8 +322,8 @@ pub(super) async fn until_room<S: Scheduler>(
         pool: pool_name,
         allocation,
         facts,
-        facts_at,
         ask,
+        ..
     } = *asked;
     let mut fresh: Option<FreshFacts> = None;
     let end = facts.end_time.unwrap_or(allocation.end_time);
@@ -301,42 +337,18 @@ pub(super) async fn until_room<S: Scheduler>(
     let mut shown: Option<(WaitProgress, Instant)> = None;
     loop {
         let ahead = ticket.ahead()?;
-        let mut reserved = None;
-        let mut srun_exiting = Vec::new();
-        if ahead == 0 {
-            let state = watch.state(ctx)?;
-            let pool = state
-                .pools
-                .pools
-                .get(pool_name)
-                .filter(|p| p.allocation == *allocation)
-                .ok_or_else(|| {
-                    OpError::Failed(format!(
-                        "pool {pool_name} was detached or attached to another allocation while this \
-                         submit waited for room; nothing was submitted. Check `dispatch pool status`"
-                    ))
-                })?;
-            if let Some(ended) = &pool.ended {
-                return Err(Refusal::AllocationEnded {
-                    pool: pool_name.to_owned(),
-                    job_id: allocation.job_id,
-                    proof: ended.proof.clone(),
-                }
-                .into());
+        let (reserved, srun_exiting) = if ahead == 0 {
+            match look_at_head(ctx, asked, &mut watch, &mut proving, &mut fresh).await? {
+                HeadLook::Room => return Ok(fresh.filter(|(_, at)| at.elapsed() <= FACTS_FRESH)),
+                HeadLook::Released => continue,
+                HeadLook::Full {
+                    reserved,
+                    srun_exiting,
+                } => (Some(reserved), srun_exiting),
             }
-            if policy::check_room(pool, facts, ask).is_ok() {
-                return Ok(fresh.filter(|(_, at)| at.elapsed() <= FACTS_FRESH));
-            }
-            let pool = pool.clone();
-            let newest = fresh.as_ref().map_or(facts_at, |(_, at)| *at);
-            let round = proving.round(ctx, &pool, newest).await?;
-            fresh = round.facts.or(fresh);
-            if round.released {
-                continue;
-            }
-            srun_exiting = round.srun_exiting;
-            reserved = Some(pool.reserved());
-        }
+        } else {
+            (None, Vec::new())
+        };
         too_late(ctx, asked, last, wait, started)?;
         let now = WaitProgress {
             pool: pool_name.to_owned(),
@@ -346,15 +358,86 @@ pub(super) async fn until_room<S: Scheduler>(
             waited: started.elapsed(),
         };
         show_progress(wait, now, &mut shown);
-        if srun_exiting.is_empty() {
-            tokio::time::sleep(if ahead < NEAR { POLL_NEAR } else { POLL_FAR }).await;
-        } else {
-            // Only the pids, between two looks at the rest: a full look every ms took CPU
-            // from the steps starting meanwhile (2 cores).
-            let until = Instant::now() + POLL_NEAR;
-            while Instant::now() < until && srun_exiting.iter().all(|pid| process_alive(*pid)) {
-                tokio::time::sleep(POLL_SRUN).await;
-            }
+        pause(ahead, &srun_exiting).await;
+    }
+}
+
+/// What the head of the queue found.
+enum HeadLook {
+    /// Room for the worker.
+    Room,
+    /// A worker was released: look again at once.
+    Released,
+    /// No room yet: the pool's reservation, and the pids of the sruns to watch meanwhile.
+    Full {
+        reserved: (u64, u64),
+        srun_exiting: Vec<u32>,
+    },
+}
+
+/// The head's look: the pool as the journal says now (still on the asked allocation, and not
+/// proven over), room for the worker, else a round of proofs. `fresh` keeps the newest facts.
+async fn look_at_head<S: Scheduler>(
+    ctx: &Ctx<S>,
+    asked: &Asked<'_>,
+    watch: &mut JournalWatch,
+    proving: &mut Proving,
+    fresh: &mut Option<FreshFacts>,
+) -> Result<HeadLook, OpError> {
+    let Asked {
+        pool: pool_name,
+        allocation,
+        facts,
+        facts_at,
+        ask,
+    } = *asked;
+    let state = watch.state(ctx)?;
+    let pool = state
+        .pools
+        .pools
+        .get(pool_name)
+        .filter(|p| p.allocation == *allocation)
+        .ok_or_else(|| {
+            OpError::Failed(format!(
+                "pool {pool_name} was detached or attached to another allocation while this \
+                 submit waited for room; nothing was submitted. Check `dispatch pool status`"
+            ))
+        })?;
+    if let Some(ended) = &pool.ended {
+        return Err(Refusal::AllocationEnded {
+            pool: pool_name.to_owned(),
+            job_id: allocation.job_id,
+            proof: ended.proof.clone(),
+        }
+        .into());
+    }
+    if policy::check_room(pool, facts, ask).is_ok() {
+        return Ok(HeadLook::Room);
+    }
+    let pool = pool.clone();
+    let newest = fresh.as_ref().map_or(facts_at, |(_, at)| *at);
+    let round = proving.round(ctx, &pool, newest).await?;
+    *fresh = round.facts.or(fresh.take());
+    if round.released {
+        return Ok(HeadLook::Released);
+    }
+    Ok(HeadLook::Full {
+        reserved: pool.reserved(),
+        srun_exiting: round.srun_exiting,
+    })
+}
+
+/// Wait before the next look: a waiter near the head polls more often; while a finished
+/// worker's srun is exiting, only its pid is watched, every [`POLL_SRUN`].
+async fn pause(ahead: usize, srun_exiting: &[u32]) {
+    if srun_exiting.is_empty() {
+        tokio::time::sleep(if ahead < NEAR { POLL_NEAR } else { POLL_FAR }).await;
+    } else {
+        // Only the pids, between two looks at the rest: a full look every ms took CPU
+        // from the steps starting meanwhile (2 cores).
+        let until = Instant::now() + POLL_NEAR;
+        while Instant::now() < until && srun_exiting.iter().all(|pid| process_alive(*pid)) {
+            tokio::time::sleep(POLL_SRUN).await;
         }
     }
 }

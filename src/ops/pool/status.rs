@@ -11,6 +11,7 @@ use crate::journal::JournalError;
 use crate::ops::error::OpError;
 use crate::ops::logs::LogPaths;
 use crate::policy::pool::Refusal;
+use crate::slurm::JobId;
 use crate::state::pool::*;
 use crate::state::State;
 use crate::statedir::trust;
@@ -32,7 +33,7 @@ pub struct StatusReport<W = Vec<WorkerView>> {
 pub struct CreatingView {
     pub pool: String,
     pub job_name: String,
-    pub job_id: Option<u64>,
+    pub job_id: Option<JobId>,
     pub since: String,
     /// Why salloc's answer was unclear, if it was.
     pub failure: Option<String>,
@@ -278,7 +279,7 @@ fn node_view(dirs: &PoolDirs, w: &Worker, evidence: Option<&Path>) -> NodeView {
 }
 
 impl WorkerView {
-    fn of(job: u64, dirs: &PoolDirs, w: &Worker) -> WorkerView {
+    fn of(job: JobId, dirs: &PoolDirs, w: &Worker) -> WorkerView {
         let submission_id = w
             .submission_id
             .hyphenated()
@@ -382,7 +383,7 @@ impl Serialize for StatusDoc {
 
 /// A pool's worker views, made one at a time as the JSON is written.
 struct StreamedWorkers<'s> {
-    job: u64,
+    job: JobId,
     pool: &'s Pool,
     dirs: PoolDirs,
 }
@@ -416,7 +417,7 @@ fn build<'s, W>(
     pools_dir: Option<&Path>,
     pool: Option<&str>,
     now: Micros,
-    workers: impl Fn(u64, &'s Pool, PoolDirs) -> W,
+    workers: impl Fn(JobId, &'s Pool, PoolDirs) -> W,
 ) -> StatusReport<W> {
     let pools = state
         .pools

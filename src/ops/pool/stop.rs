@@ -8,8 +8,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::{
-    active_worker, job_id, locked, numbered_step_named, step_name, sweep_publication,
-    worker_journal_news,
+    active_worker, locked, numbered_step_named, step_name, sweep_publication, worker_journal_news,
 };
 use crate::event::pool::*;
 use crate::event::Event;
@@ -83,7 +82,7 @@ pub async fn stop_worker<S: Scheduler>(
         loaded.state
     };
     let (p, w) = find_worker(&state, pool, worker)?;
-    let job = job_id(&p.allocation)?;
+    let job = p.allocation.job_id;
     let submission_id = w.submission_id;
     let step_no = known_step(ctx, pool, worker, job, w.step_id, submission_id).await?;
     let step = StepId::new(job, StepKind::Numbered(step_no));

@@ -9,8 +9,7 @@ use uuid::Uuid;
 use super::queue::Ticket;
 use super::room::{self, Wait};
 use super::{
-    active_worker, job_id, locked, numbered_step_named, published_dir, read_facts, record,
-    step_name,
+    active_worker, locked, numbered_step_named, published_dir, read_facts, record, step_name,
 };
 use crate::event::pool::*;
 use crate::event::{Event, Micros};
@@ -61,7 +60,7 @@ async fn inspect_for_submit<S: Scheduler>(
     check: Check,
     read: Option<AllocationFacts>,
 ) -> Result<AllocationFacts, OpError> {
-    let job = job_id(&pool.allocation)?;
+    let job = pool.allocation.job_id;
     let facts = match read {
         Some(f) => f,
         None => read_facts(ctx, job).await?,
@@ -187,7 +186,7 @@ async fn plan<'a, S: Scheduler>(
     let facts = inspect_for_submit(ctx, pool, &ask, check, None).await?;
     let facts_read_at = tokio::time::Instant::now();
     let allocation = pool.allocation.clone();
-    let job = job_id(&allocation)?;
+    let job = allocation.job_id;
     let name = step_name(&req.pool, &worker);
     let step_name = JobName::new(name.clone()).map_err(|e| OpError::Usage(e.to_string()))?;
     let dirs = WorkerDirs::new(&ctx.pools_dir(), &req.pool, submission_id);
