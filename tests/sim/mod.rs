@@ -906,14 +906,14 @@ impl World {
         assert!(req.hold, "allocate_held without --hold");
         let mut unheld = req.clone();
         unheld.hold = false;
+        let before = self.next_job;
         let job = match self.allocate(&unheld) {
             Ok(a) => a.job_id,
             Err(e) => {
-                // A lost answer after the job exists: it exists held, as it would have.
-                if let Some(j) = self.jobs.values_mut().max_by_key(|j| j.id) {
-                    if j.made_by == self.command && j.name == req.name.as_str() {
-                        hold(j);
-                    }
+                // A lost answer after the job exists: it exists held, as it would have. (A
+                // refusal made none: no job of this call to hold.)
+                for j in self.jobs.values_mut().filter(|j| j.id >= before) {
+                    hold(j);
                 }
                 return Err(e);
             }

@@ -1,14 +1,15 @@
 //! `dispatch session launch`: reuse the recorded job, else adopt a live job of this target
 //! found by name, else submit one. Never two jobs for one session.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use uuid::Uuid;
 
 use super::{
-    adopt_by_name, command_for, hold, script, session, token_clash, Book, Env, OpError, Resolved,
-    TokenLock, MAX_SESSIONS,
+    adopt_by_name, command_for, hold, script, session, token_clash, Book, Env, NameProbe, OpError,
+    Resolved, TokenLock, MAX_SESSIONS,
 };
 use crate::event::session::{
     SessionCleared, SessionJobSubmitted, SessionLaunchIntent, SessionNodeResolved,
@@ -20,9 +21,10 @@ use crate::failpoint;
 use crate::policy::session::refusal::SessionRefusal;
 use crate::policy::session::{in_flight_wait, is_ending, poll_of, probe_of, Poll, Probe, Seen};
 use crate::slurm::{
-    AcctQuery, ActionError, AllocRequest, BatchPayload, BatchRequest, JobId, JobQuery, JobState,
-    MemoryMb, Placement, Refusal, Scheduler, SlurmDuration,
+    AcctQuery, ActionError, AllocRequest, BatchPayload, BatchRequest, JobId, JobName, JobQuery,
+    JobState, MemoryMb, Placement, Refusal, Scheduler, SlurmDuration,
 };
+use crate::state::session::Session;
 
 /// How often a wait for a job to run says it is still waiting.
 const PROGRESS_EVERY: Duration = Duration::from_secs(30);
@@ -145,125 +147,63 @@ pub async fn launch<S: Scheduler>(
         notes: Vec::new(),
     };
     let mut exclude: Vec<JobId> = req.replacing.into_iter().collect();
-
     // Step 1: the job the record names.
-    if let Some(job) = existing.as_ref().and_then(|s| s.job_id()) {
-        if !exclude.contains(&job) {
-            let (probe, held) = hold::probe_held(env, job).await;
-            match probe {
-                Probe::Live { .. } if held && !l.r.target.confined => {
-                    hold::cancel_orphan(env, &l.book, &l.r, job).await?;
-                    exclude.push(job);
-                }
-                // Its launch died before settling the hold (and nobody else settles it): as
-                // that launch would have, keep the oldest live job of the target.
-                Probe::Live { .. } if held => {
-                    let kept = hold::settle(env, &l.book, &l.r, job, req.replacing).await?;
-                    l.notes.extend(kept.notes);
-                    let action = match kept.yielded {
-                        true => LaunchAction::Adopted,
-                        false => LaunchAction::Reused,
-                    };
-                    return l
-                        .settle(kept.job, action, kept.state, kept.node, false)
-                        .await;
-                }
-                Probe::Live { state, .. } if is_ending(&state) => {
-                    let end = l.wait_ended(job, state).await?;
-                    l.append(Event::SessionCleared(SessionCleared {
-                        session: l.r.key.clone(),
-                        job_id: job,
-                        reason: gone_reason(end.as_ref()),
-                    }))?;
-                    exclude.push(job);
-                }
-                Probe::Live { state, node } => {
-                    return l.settle(job, LaunchAction::Reused, state, node, held).await;
-                }
-                Probe::Gone { state } => {
-                    l.append(Event::SessionCleared(SessionCleared {
-                        session: l.r.key.clone(),
-                        job_id: job,
-                        reason: gone_reason(state.as_ref()),
-                    }))?;
-                    exclude.push(job);
-                }
-                Probe::Unknown(e) => {
-                    return Err(OpError::Unknown(format!(
-                        "could not verify Slurm job {job} of session {}: {e}. Nothing was \
-                         submitted. Retry, or `{}` to cancel it",
-                        l.r.key,
-                        command_for("release", &l.r.key)
-                    )));
-                }
-            }
-        }
+    if let Some(keep) = l.recorded(existing.as_ref(), &mut exclude).await? {
+        return l.settle(keep).await;
     }
-
-    // Step 2: a live job of this target, found by name. A submission whose launcher died with
-    // sbatch/salloc in flight may still create its job (an orphaned sbatch): wait for it
-    // within its bound, probing, before a probe that finds nothing may lead to a submit.
-    if let Some(sub) = existing
-        .as_ref()
-        .and_then(|s| s.submission.as_ref())
-        .filter(|sub| sub.failure.is_none())
-    {
-        if let Some(seen) = l.wait_in_flight(sub.since, &exclude).await? {
-            let job = seen.job_id.expect("only plain ids are adopted");
-            return l
-                .settle(job, LaunchAction::Adopted, seen.state, seen.node, seen.held)
-                .await;
-        }
-    }
-    let may_exist = existing.as_ref().is_some_and(|s| s.may_have_unknown_job());
-    let (probe, adopted) = adopt_by_name(env, &l.book, &l.r, &exclude, req.replacing).await?;
-    l.notes.extend(probe.notes.iter().cloned());
-    if let Some(seen) = adopted {
-        let job = seen.job_id.expect("only plain ids are adopted");
-        failpoint::hit("session-after-adopt");
-        return l
-            .settle(job, LaunchAction::Adopted, seen.state, seen.node, seen.held)
-            .await;
-    }
-    if let Some(lines) = probe.unreadable {
-        // squeue --name filters by name: each unreadable line is a job of this name. Reading
-        // the listing without it as "no job found" would submit a second job beside it.
-        return Err(OpError::Unknown(format!(
-            "squeue lists a job named {} that dispatch cannot read ({lines:?}); it may be this \
-             session's. Nothing was submitted. Look with `squeue --me --name={}`; `scancel` it \
-             if it is not wanted, then retry `{}`",
-            l.r.job_name,
-            l.r.job_name,
-            command_for("launch", &l.r.key)
-        )));
-    }
-    // A failed probe blocks: a job of this session may run (a lost state directory, another
-    // state directory, an earlier submission the record cannot name), and even a held job
-    // beside it is a second job in the queue. An empty listing proves nothing alone (a
-    // blackout answers empty), but every launch submits held (sbatch or salloc), and
-    // `hold::settle` releases that job only on a listing that shows it beside no older job of
-    // this target: its own job is the watermark that listing needs.
-    if let Some(why) = probe.cannot_vouch() {
-        let what = match may_exist {
-            true => "an earlier submission for it may have created a job",
-            false => "no live job is recorded for it",
-        };
-        return Err(OpError::Unknown(format!(
-            "{}: {what}, and {why}; a job of this session may already be queued or run, so \
-             nothing was submitted. Retry `{}` once squeue answers, or look with `squeue --me \
-             --name={}`",
-            l.r.key,
-            command_for("launch", &l.r.key),
-            l.r.job_name
-        )));
-    }
-
+    // Step 2: a live job of this target, found by name.
+    let probe = match l.found_by_name(existing.as_ref(), &exclude).await? {
+        Found::Keep(keep) => return l.settle(keep).await,
+        Found::Nothing(probe) => probe,
+    };
     // Step 3: submit, once this target's ending jobs are gone (never two jobs at once).
     let ending: Vec<JobId> = probe.plan.iter().flat_map(|p| p.ending()).collect();
     for job in ending {
         l.wait_ended(job, JobState::Completing).await?;
     }
     l.submit(placement).await
+}
+
+/// A job the launch keeps (reused or adopted): `Launch::settle` makes it the session's.
+struct Keep {
+    job: JobId,
+    action: LaunchAction,
+    state: JobState,
+    node: Option<String>,
+    /// Still held: released before it is kept.
+    held: bool,
+}
+
+impl Keep {
+    fn adopted(seen: Seen) -> Keep {
+        Keep {
+            job: seen.job_id.expect("only plain ids are adopted"),
+            action: LaunchAction::Adopted,
+            state: seen.state,
+            node: seen.node,
+            held: seen.held,
+        }
+    }
+}
+
+/// Where a launch's submission writes, made ready before its intent.
+enum Staged {
+    Batch { script: PathBuf, log: PathBuf },
+    Alloc { log: PathBuf },
+}
+
+/// A held submission: refused by `sbatch --test-only` before anything was submitted, or made,
+/// with its outcome.
+enum Call {
+    Refused(ActionError),
+    Made(Result<JobId, ActionError>),
+}
+
+/// What the name probe of step 2 found.
+enum Found {
+    Keep(Keep),
+    /// Nothing to adopt, and nothing that forbids a submit: the probe, for its ending jobs.
+    Nothing(NameProbe),
 }
 
 fn gone_reason(state: Option<&JobState>) -> String {
@@ -274,6 +214,144 @@ fn gone_reason(state: Option<&JobState>) -> String {
 }
 
 impl<S: Scheduler> Launch<'_, '_, S> {
+    /// Step 1: the job the record names, unless the launch replaces it. Reused when it is
+    /// live; left out (`exclude`) once proven ending or gone, or cancelled when it was left held
+    /// by a dead salloc launch; a held job of a dead sbatch launch is settled as that launch
+    /// would have.
+    async fn recorded(
+        &mut self,
+        existing: Option<&Session>,
+        exclude: &mut Vec<JobId>,
+    ) -> Result<Option<Keep>, OpError> {
+        let Some(job) = existing.and_then(|s| s.job_id()) else {
+            return Ok(None);
+        };
+        if exclude.contains(&job) {
+            return Ok(None);
+        }
+        let (probe, held) = hold::probe_held(self.env, job).await;
+        match probe {
+            Probe::Live { .. } if held && !self.r.target.confined => {
+                hold::cancel_orphan(self.env, &self.book, &self.r, job).await?;
+                exclude.push(job);
+                Ok(None)
+            }
+            // Its launch died before settling the hold (and nobody else settles it): as that
+            // launch would have, keep the oldest live job of the target.
+            Probe::Live { .. } if held => {
+                let kept =
+                    hold::settle(self.env, &self.book, &self.r, job, self.req.replacing).await?;
+                self.notes.extend(kept.notes);
+                let action = match kept.yielded {
+                    true => LaunchAction::Adopted,
+                    false => LaunchAction::Reused,
+                };
+                Ok(Some(Keep {
+                    job: kept.job,
+                    action,
+                    state: kept.state,
+                    node: kept.node,
+                    held: false,
+                }))
+            }
+            Probe::Live { state, .. } if is_ending(&state) => {
+                let end = self.wait_ended(job, state).await?;
+                self.clear(job, gone_reason(end.as_ref()))?;
+                exclude.push(job);
+                Ok(None)
+            }
+            Probe::Live { state, node } => Ok(Some(Keep {
+                job,
+                action: LaunchAction::Reused,
+                state,
+                node,
+                held,
+            })),
+            Probe::Gone { state } => {
+                self.clear(job, gone_reason(state.as_ref()))?;
+                exclude.push(job);
+                Ok(None)
+            }
+            Probe::Unknown(e) => Err(OpError::Unknown(format!(
+                "could not verify Slurm job {job} of session {}: {e}. Nothing was submitted. \
+                 Retry, or `{}` to cancel it",
+                self.r.key,
+                command_for("release", &self.r.key)
+            ))),
+        }
+    }
+
+    fn clear(&self, job: JobId, reason: String) -> Result<(), OpError> {
+        self.append(Event::SessionCleared(SessionCleared {
+            session: self.r.key.clone(),
+            job_id: job,
+            reason,
+        }))
+    }
+
+    /// Step 2: a live job of this target found by name. A submission whose launcher died
+    /// with sbatch/salloc in flight may still create its job (an orphaned sbatch): wait for
+    /// it within its bound, probing, before a probe that finds nothing may lead to a submit.
+    async fn found_by_name(
+        &mut self,
+        existing: Option<&Session>,
+        exclude: &[JobId],
+    ) -> Result<Found, OpError> {
+        if let Some(sub) = existing
+            .and_then(|s| s.submission.as_ref())
+            .filter(|sub| sub.failure.is_none())
+        {
+            if let Some(seen) = self.wait_in_flight(sub.since, exclude).await? {
+                return Ok(Found::Keep(Keep::adopted(seen)));
+            }
+        }
+        let may_exist = existing.is_some_and(|s| s.may_have_unknown_job());
+        let (probe, adopted) =
+            adopt_by_name(self.env, &self.book, &self.r, exclude, self.req.replacing).await?;
+        self.notes.extend(probe.notes.iter().cloned());
+        if let Some(seen) = adopted {
+            failpoint::hit("session-after-adopt");
+            return Ok(Found::Keep(Keep::adopted(seen)));
+        }
+        self.refuse_unsettled(&probe, may_exist)?;
+        Ok(Found::Nothing(probe))
+    }
+
+    /// A probe that cannot show there is no job of this session forbids a submit.
+    ///
+    /// squeue --name filters by name, so each unreadable line is a job of this name: reading
+    /// the listing without it as "no job found" would submit a second job beside it. A failed
+    /// probe blocks: a job of this session may run (a lost state directory, another state
+    /// directory, an earlier submission the record cannot name), and even a held job beside
+    /// it is a second job in the queue. An empty listing proves nothing alone (a blackout
+    /// answers empty), but every launch submits held (sbatch or salloc), and `hold::settle`
+    /// releases that job only on a listing that shows it beside no older job of this target:
+    /// its own job is the watermark that listing needs.
+    fn refuse_unsettled(&self, probe: &NameProbe, may_exist: bool) -> Result<(), OpError> {
+        let (key, name) = (&self.r.key, &self.r.job_name);
+        if let Some(lines) = &probe.unreadable {
+            return Err(OpError::Unknown(format!(
+                "squeue lists a job named {name} that dispatch cannot read ({lines:?}); it may \
+                 be this session's. Nothing was submitted. Look with `squeue --me \
+                 --name={name}`; `scancel` it if it is not wanted, then retry `{}`",
+                command_for("launch", key)
+            )));
+        }
+        if let Some(why) = probe.cannot_vouch() {
+            let what = match may_exist {
+                true => "an earlier submission for it may have created a job",
+                false => "no live job is recorded for it",
+            };
+            return Err(OpError::Unknown(format!(
+                "{key}: {what}, and {why}; a job of this session may already be queued or run, \
+                 so nothing was submitted. Retry `{}` once squeue answers, or look with `squeue \
+                 --me --name={name}`",
+                command_for("launch", key),
+            )));
+        }
+        Ok(())
+    }
+
     fn append(&self, event: Event) -> Result<(), OpError> {
         self.book.append(event)?;
         Ok(())
@@ -309,14 +387,14 @@ impl<S: Scheduler> Launch<'_, '_, S> {
     /// A reused or adopted job: record its node, and refuse to attach to one that does not run.
     /// A held one is released first: it is the oldest of its target (a younger held job is
     /// never adopted), so whoever held it would release it too.
-    async fn settle(
-        self,
-        job: JobId,
-        action: LaunchAction,
-        state: JobState,
-        node: Option<String>,
-        held: bool,
-    ) -> Result<LaunchReport, OpError> {
+    async fn settle(self, keep: Keep) -> Result<LaunchReport, OpError> {
+        let Keep {
+            job,
+            action,
+            state,
+            node,
+            held,
+        } = keep;
         if held {
             hold::release(self.env, &self.book, &self.r, job).await?;
         }
@@ -349,18 +427,9 @@ impl<S: Scheduler> Launch<'_, '_, S> {
     async fn submit(mut self, placement: Placement) -> Result<LaunchReport, OpError> {
         let key = self.r.key.clone();
         let confined = self.r.target.confined;
+        let program = if confined { "sbatch" } else { "salloc" };
         let submission_id = Uuid::new_v4();
-        let (script_path, log) = script::paths(self.env.session_files, &self.r.token, &key.target);
-        if confined {
-            let workdir = self
-                .env
-                .config
-                .mirrors
-                .get(&key.mirror)
-                .and_then(|m| m.path.as_deref());
-            let body = script::body(&key, workdir, &self.req.command);
-            script::stage(&script_path, &log, &body)?;
-        }
+        let staged = self.stage()?;
         self.append(Event::SessionLaunchIntent(SessionLaunchIntent {
             session: key.clone(),
             submission_id,
@@ -370,48 +439,11 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             replacing: self.req.replacing,
         }))?;
         failpoint::hit("session-after-launch-intent");
-        let result = if confined {
-            let mut req = BatchRequest::new(
-                self.r.job_name.clone(),
-                BatchPayload::Script {
-                    path: script_path,
-                    args: Vec::new(),
-                },
-            );
-            req.placement = placement;
-            req.output = Some(log);
-            // Held until the name probe below shows no older job of this target: a launch
-            // from another state directory (which this token lock cannot see) may race.
-            req.extra = vec!["--no-requeue".into(), "--hold".into()];
-            if let Some(refused) = test_refusal(self.env.slurm.test_batch(&req).await) {
-                return Err(self.submit_failed(submission_id, "sbatch", refused));
-            }
-            self.env.slurm.submit_batch(&req).await.map(|s| s.job_id)
-        } else {
-            // salloc has no test mode: sbatch's tests the same placement.
-            let mut test =
-                BatchRequest::new(self.r.job_name.clone(), BatchPayload::Wrap(":".to_owned()));
-            test.placement = placement.clone();
-            if let Some(refused) = test_refusal(self.env.slurm.test_batch(&test).await) {
-                return Err(self.submit_failed(submission_id, "salloc", refused));
-            }
-            let mut req = AllocRequest::new(self.r.job_name.clone());
-            req.placement = placement;
-            // Held, as a confined job is, for the same arbitration; salloc waits on in the
-            // background (its stderr in the log) until `hold::settle` releases or cancels it.
-            req.hold = true;
-            // salloc then gives up (and cancels its own queued job) within the launch's wait.
-            req.immediate_secs = Some(self.env.waits.run_budget.as_secs().clamp(1, 3600) as u32);
-            let log = script::salloc_log(self.env.session_files, &self.r.token, &key.target);
-            script::stage_log_dir(&log)?;
-            self.env
-                .slurm
-                .allocate_held(&req, &log)
-                .await
-                .map(|a| a.job_id)
+        let result = match self.submit_held(placement, staged).await {
+            Call::Refused(e) => return Err(self.submit_failed(submission_id, program, e)),
+            Call::Made(result) => result,
         };
         failpoint::hit("session-after-submit");
-        let program = if confined { "sbatch" } else { "salloc" };
         let job = match result {
             Ok(job) => job,
             Err(e) => return Err(self.submit_failed(submission_id, program, e)),
@@ -430,12 +462,84 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         failpoint::hit("session-after-job-recorded");
         let kept = hold::settle(self.env, &self.book, &self.r, job, self.req.replacing).await?;
         self.notes.extend(kept.notes);
-        let (job, action) = match kept.yielded {
-            true => (kept.job, LaunchAction::Adopted),
-            false => (kept.job, LaunchAction::Submitted),
+        let action = match kept.yielded {
+            true => LaunchAction::Adopted,
+            false => LaunchAction::Submitted,
         };
-        let (state, node) = self.wait_running(job).await?;
-        Ok(self.report(job, action, state, Some(node)))
+        let (state, node) = self.wait_running(kept.job).await?;
+        Ok(self.report(kept.job, action, state, Some(node)))
+    }
+
+    /// A confined launch's batch script and the directory of its log, or the directory of an
+    /// unconfined launch's salloc log: before the intent, so a failure here happens before any
+    /// job exists.
+    fn stage(&self) -> Result<Staged, OpError> {
+        let key = &self.r.key;
+        if !self.r.target.confined {
+            let log = script::salloc_log(self.env.session_files, &self.r.token, &key.target);
+            script::stage_log_dir(&log)?;
+            return Ok(Staged::Alloc { log });
+        }
+        let (script_path, log) = script::paths(self.env.session_files, &self.r.token, &key.target);
+        let workdir = self
+            .env
+            .config
+            .mirrors
+            .get(&key.mirror)
+            .and_then(|m| m.path.as_deref());
+        let body = script::body(key, workdir, &self.req.command);
+        script::stage(&script_path, &log, &body)?;
+        Ok(Staged::Batch {
+            script: script_path,
+            log,
+        })
+    }
+
+    /// The held submission: `sbatch --hold` of the staged script, or `salloc --hold`; each
+    /// asked of `sbatch --test-only` first. Held until `hold::settle`'s name probe shows no
+    /// older job of this target: a launch from another state directory (which this token lock
+    /// cannot see) may race.
+    async fn submit_held(&self, placement: Placement, staged: Staged) -> Call {
+        let name = self.r.job_name.clone();
+        let (script_path, log) = match staged {
+            Staged::Batch { script, log } => (script, log),
+            Staged::Alloc { log } => return self.allocate_held(name, placement, &log).await,
+        };
+        let payload = BatchPayload::Script {
+            path: script_path,
+            args: Vec::new(),
+        };
+        let mut req = BatchRequest::new(name, payload);
+        req.placement = placement;
+        req.output = Some(log);
+        req.extra = vec!["--no-requeue".into(), "--hold".into()];
+        if let Some(refused) = test_refusal(self.env.slurm.test_batch(&req).await) {
+            return Call::Refused(refused);
+        }
+        Call::Made(self.env.slurm.submit_batch(&req).await.map(|s| s.job_id))
+    }
+
+    async fn allocate_held(&self, name: JobName, placement: Placement, log: &Path) -> Call {
+        // salloc has no test mode: sbatch's tests the same placement.
+        let mut test = BatchRequest::new(name.clone(), BatchPayload::Wrap(":".to_owned()));
+        test.placement = placement.clone();
+        if let Some(refused) = test_refusal(self.env.slurm.test_batch(&test).await) {
+            return Call::Refused(refused);
+        }
+        let mut req = AllocRequest::new(name);
+        req.placement = placement;
+        // salloc waits on in the background (its stderr in the log) until `hold::settle`
+        // releases or cancels its job.
+        req.hold = true;
+        // salloc then gives up (and cancels its own queued job) within the launch's wait.
+        req.immediate_secs = Some(self.env.waits.run_budget.as_secs().clamp(1, 3600) as u32);
+        Call::Made(
+            self.env
+                .slurm
+                .allocate_held(&req, log)
+                .await
+                .map(|a| a.job_id),
+        )
     }
 
     fn submit_failed(&self, submission_id: Uuid, program: &str, e: ActionError) -> OpError {
@@ -619,40 +723,11 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                 }
                 Poll::Waiting(state) => {
                     unknown_in_a_row = 0;
-                    // Say so, with Slurm's reason, when either changes, and every
-                    // PROGRESS_EVERY while they do not.
                     let reason = crate::policy::session::waiting_reason(&answer, job);
-                    let due = told.as_ref().is_none_or(|(s, r, at)| {
-                        *s != state || *r != reason || at.elapsed() >= PROGRESS_EVERY
-                    });
-                    if due {
-                        (self.env.progress)(&format!(
-                            "job {job} of {key} is {state}{}; waited {} s of up to {} s (the job \
-                             is recorded: interrupt to stop waiting, then `{}` cancels it)",
-                            reason
-                                .as_deref()
-                                .map(|r| format!(" ({r})"))
-                                .unwrap_or_default(),
-                            started.elapsed().as_secs(),
-                            waits.run_budget.as_secs(),
-                            command_for("release", key)
-                        ));
-                        told = Some((state.clone(), reason, Instant::now()));
-                    }
+                    self.say_waiting(job, &state, reason, started, &mut told);
                     last = state;
                 }
-                Poll::Ended(state) => {
-                    let state = match state {
-                        Some(s) => s.to_string(),
-                        None => self.accounting_state(job).await,
-                    };
-                    return Err(OpError::Failed(format!(
-                        "Slurm job {job} of {key} ended before it ran on a node (sacct state: \
-                         {state}). It stays recorded; its output: {}. `{}` submits a new one",
-                        self.log_hint(job),
-                        command_for("launch", key)
-                    )));
-                }
+                Poll::Ended(state) => return Err(self.ended_unrun(job, state).await),
                 Poll::Unknown(e) => {
                     unknown_in_a_row += 1;
                     if unknown_in_a_row >= waits.unknown_polls {
@@ -677,6 +752,53 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             tokio::time::sleep(pause.min(waits.run_budget.saturating_sub(started.elapsed()))).await;
             pause = (pause * 2).min(waits.poll_max);
         }
+    }
+
+    /// Say what a job waits for, with Slurm's reason, when either changes, and every
+    /// [`PROGRESS_EVERY`] while they do not (`told`: what was said last, and when).
+    fn say_waiting(
+        &self,
+        job: JobId,
+        state: &JobState,
+        reason: Option<String>,
+        started: Instant,
+        told: &mut Option<(JobState, Option<String>, Instant)>,
+    ) {
+        let due = told
+            .as_ref()
+            .is_none_or(|(s, r, at)| s != state || *r != reason || at.elapsed() >= PROGRESS_EVERY);
+        if !due {
+            return;
+        }
+        (self.env.progress)(&format!(
+            "job {job} of {} is {state}{}; waited {} s of up to {} s (the job is recorded: \
+             interrupt to stop waiting, then `{}` cancels it)",
+            self.r.key,
+            reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default(),
+            started.elapsed().as_secs(),
+            self.env.waits.run_budget.as_secs(),
+            command_for("release", &self.r.key)
+        ));
+        *told = Some((state.clone(), reason, Instant::now()));
+    }
+
+    /// The job ended before it ran on a node: what it ended as (squeue's last word, else
+    /// accounting's), and where its output is.
+    async fn ended_unrun(&self, job: JobId, state: Option<JobState>) -> OpError {
+        let state = match state {
+            Some(s) => s.to_string(),
+            None => self.accounting_state(job).await,
+        };
+        OpError::Failed(format!(
+            "Slurm job {job} of {} ended before it ran on a node (sacct state: {state}). It \
+             stays recorded; its output: {}. `{}` submits a new one",
+            self.r.key,
+            self.log_hint(job),
+            command_for("launch", &self.r.key)
+        ))
     }
 
     async fn accounting_state(&self, job: JobId) -> String {
