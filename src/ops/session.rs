@@ -422,17 +422,29 @@ pub async fn adopt_by_name<S: Scheduler>(
         return Ok((probe, None));
     };
     let job = seen.job_id.expect("only plain ids are adopted");
-    book.append(Event::SessionAdopted(SessionAdopted {
-        session: r.key.clone(),
+    book.append(adopted(&r.key, job, &seen, "name_probe", replacing))?;
+    Ok((probe, Some(seen)))
+}
+
+/// The record that session `key` holds `job`, which a name probe showed as `seen`; `how` says
+/// who found it (`name_probe`, `release_sweep`).
+fn adopted(
+    key: &SessionKey,
+    job: JobId,
+    seen: &Seen,
+    how: &str,
+    replacing: Option<JobId>,
+) -> Event {
+    Event::SessionAdopted(SessionAdopted {
+        session: key.clone(),
         job_id: job,
-        how: "name_probe".into(),
+        how: how.into(),
         state: seen.state.to_string(),
         partition: seen.partition.clone(),
         account: seen.account.clone(),
         qos: seen.qos.clone(),
         replacing,
-    }))?;
-    Ok((probe, Some(seen)))
+    })
 }
 
 /// [`adopt_by_name`] for a command that concludes "no job" when nothing is adopted (release,

@@ -7,12 +7,12 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::{
-    adopt_or_vouch, command_for, name_probe, session, vouch_absence, Book, Env, Fallback, OpError,
-    Resolved, TokenLock,
+    adopt_or_vouch, adopted, command_for, name_probe, session, vouch_absence, Book, Env, Fallback,
+    OpError, Resolved, TokenLock,
 };
 use crate::event::session::{
-    SessionAdopted, SessionCancelFailed, SessionCancelIntent, SessionCleared, SessionDetached,
-    SessionKey, SessionReleased, SessionSubmitFailed,
+    SessionCancelFailed, SessionCancelIntent, SessionCleared, SessionDetached, SessionKey,
+    SessionReleased, SessionSubmitFailed,
 };
 use crate::event::Event;
 use crate::failpoint;
@@ -95,13 +95,15 @@ fn plan_of(state: &State, key: SessionKey) -> ReleasePlan {
 }
 
 /// Settle the job a renewal replaced: forget it if Slurm shows it gone, detach from it if
-/// another session holds it, cancel it if it still runs; leave it recorded if Slurm cannot tell.
+/// another session holds it, cancel it if it still runs; leave it recorded, with a note, if
+/// Slurm cannot tell.
 async fn settle_replaced<S: Scheduler>(
     env: &Env<'_, S>,
     book: &Book,
     state: &State,
     key: &SessionKey,
     job: JobId,
+    notes: &mut Vec<String>,
 ) -> Result<ReplacedOutcome, OpError> {
     let outcome = |action, proof| ReplacedOutcome {
         job_id: job,
@@ -136,7 +138,15 @@ async fn settle_replaced<S: Scheduler>(
             let cancelled = cancel(env, book, key, job).await?;
             Ok(outcome("released", Some(cancelled.proof)))
         }
-        Probe::Unknown(e) => Ok(outcome("unknown", Some(format!("squeue failed: {e}")))),
+        Probe::Unknown(e) => {
+            let proof = format!("squeue failed: {e}");
+            notes.push(format!(
+                "could not check job {job}, which a renewal replaced ({proof}); it stays \
+                 recorded: run `{}` again",
+                command_for("release", key)
+            ));
+            Ok(outcome("unknown", Some(proof)))
+        }
     }
 }
 
@@ -162,9 +172,7 @@ pub async fn release<S: Scheduler>(
     unchanged_since_asked(&r, &plan, expected)?;
     let mut notes = Vec::new();
     let replaced = match plan.replaced {
-        Some(old) => {
-            Some(settle_replaced_noting(env, &book, &state, &r.key, old, &mut notes).await?)
-        }
+        Some(old) => Some(settle_replaced(env, &book, &state, &r.key, old, &mut notes).await?),
         None => None,
     };
     if plan.job.is_none() && plan.may_exist && !r.configured {
@@ -231,27 +239,6 @@ fn unchanged_since_asked(
         plan.job.map_or("no job".into(), |j| format!("job {j}")),
         command_for("release", &r.key)
     )))
-}
-
-/// [`settle_replaced`], with a note when Slurm could not tell.
-async fn settle_replaced_noting<S: Scheduler>(
-    env: &Env<'_, S>,
-    book: &Book,
-    state: &State,
-    key: &SessionKey,
-    old: JobId,
-    notes: &mut Vec<String>,
-) -> Result<ReplacedOutcome, OpError> {
-    let o = settle_replaced(env, book, state, key, old).await?;
-    if o.action == "unknown" {
-        notes.push(format!(
-            "could not check job {old}, which a renewal replaced ({}); it stays \
-             recorded: run `{}` again",
-            o.proof.as_deref().unwrap_or(""),
-            command_for("release", key)
-        ));
-    }
-    Ok(o)
 }
 
 /// A submission may have created a job the record cannot name, and only the configured
@@ -419,16 +406,7 @@ async fn release_stray<S: Scheduler>(
     report: &mut ReleaseReport,
 ) -> Result<JobId, OpError> {
     let job = seen.job_id.expect("this target's jobs are plain");
-    book.append(Event::SessionAdopted(SessionAdopted {
-        session: r.key.clone(),
-        job_id: job,
-        how: "release_sweep".into(),
-        state: seen.state.to_string(),
-        partition: seen.partition.clone(),
-        account: seen.account.clone(),
-        qos: seen.qos.clone(),
-        replacing: None,
-    }))?;
+    book.append(adopted(&r.key, job, seen, "release_sweep", None))?;
     report.notes.push(format!(
         "job {job} ({}) of {} also runs under this session's name and target \
          (a record restored from an older copy, or another state directory); cancelling it",

@@ -189,35 +189,45 @@ mod tests {
         assert_eq!(action, Action::Hold);
     }
 
+    #[test]
+    fn the_limit_ends_renew_before_a_stop_request() {
+        assert_eq!(turn(0, Some(0), true), Turn::Done);
+        assert_eq!(turn(1, Some(1), true), Turn::Done);
+        assert_eq!(turn(0, Some(1), true), Turn::Stopped);
+        assert_eq!(turn(0, Some(1), false), Turn::Step { last: true });
+        assert_eq!(turn(0, Some(2), false), Turn::Step { last: false });
+        assert_eq!(turn(7, None, false), Turn::Step { last: false });
+    }
+
     quickcheck::quickcheck! {
-        /// Driven as renew drives it, `turn` takes exactly `max` steps when no stop comes (the
-        /// last of them, only, marked last), and none after a stop request; a stop that comes
-        /// once `max` steps are done does not make the run a stopped one.
+        /// Driven as renew drives it (no pause, and no further turn, after a last step),
+        /// `turn` takes `max` steps, or as many as come before a stop request; only the
+        /// `max`-th is marked last; a run is a stopped one only if the stop came first.
         fn turns_take_max_steps_and_none_after_a_stop(max: Option<u8>, stop_at: Option<u8>) -> bool {
-            let max = max.map(|m| u64::from(m % 8));
-            let stop_at = stop_at.map(|s| u64::from(s % 8));
-            let (mut done, mut lasts) = (0u64, Vec::new());
-            let end = loop {
+            const UNBOUNDED: u64 = 50;
+            let max = max.map(|m| u64::from(m % 4));
+            let stop_at = stop_at.map(|s| u64::from(s % 4));
+            let (mut done, mut lasts, mut stopped) = (0u64, Vec::new(), false);
+            loop {
                 match turn(done, max, stop_at.is_some_and(|s| done >= s)) {
                     Turn::Step { last } => {
                         done += 1;
                         lasts.push(last);
-                        if last || done > 100 {
-                            break turn(done, max, false);
+                        if last || done == UNBOUNDED {
+                            break;
                         }
                     }
-                    other => break other,
+                    Turn::Done => break,
+                    Turn::Stopped => {
+                        stopped = true;
+                        break;
+                    }
                 }
-            };
-            let want = match (max, stop_at) {
-                (Some(m), Some(s)) => m.min(s),
-                (Some(m), None) => m,
-                (None, Some(s)) => s,
-                (None, None) => 101,
-            };
-            let stopped = stop_at.is_some_and(|s| max.is_none_or(|m| s < m));
+            }
+            let limit = max.unwrap_or(UNBOUNDED);
+            let want = stop_at.map_or(limit, |s| s.min(limit));
             done == want
-                && (end == Turn::Stopped) == stopped
+                && stopped == stop_at.is_some_and(|s| s < limit)
                 && lasts.iter().enumerate().all(|(i, l)| *l == (max == Some(i as u64 + 1)))
         }
     }
