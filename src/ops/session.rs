@@ -28,8 +28,9 @@ use crate::journal::{self, Committed, JournalError, Options, Writer};
 use crate::ops::context::Progress;
 use crate::ops::error::OpError;
 use crate::policy::session::absence::{self, Absence};
+use crate::policy::session::probe::{passed_note, rows_named, unparsed};
 use crate::policy::session::refusal::SessionRefusal;
-use crate::policy::session::{listing_of, plan_adoption, Adoption, Listing, Passed, Pins, Seen};
+use crate::policy::session::{listing_of, plan_adoption, Adoption, Pins, Seen};
 use crate::slurm::{AcctQuery, JobId, JobName, JobQuery, Scheduler};
 use crate::state::session::Session;
 use crate::state::State;
@@ -303,81 +304,42 @@ pub async fn name_probe<S: Scheduler>(
         .slurm
         .list_jobs(&JobQuery::mine_named(r.job_name.clone()))
         .await;
-    let mut probe = NameProbe {
-        plan: None,
-        failed: None,
-        unreadable: None,
-        listed: 0,
-        unvouched: None,
-        vouched: None,
-        notes: Vec::new(),
-    };
-    let rows = match listing_of(answer) {
-        Listing::Answered { rows, bad_lines } => {
-            if !bad_lines.is_empty() {
-                probe.failed = Some(format!(
-                    "squeue printed lines dispatch could not parse: {bad_lines:?}"
-                ));
-                probe.unreadable = Some(bad_lines);
-            }
-            // squeue --name matches exactly, but a listing is only trusted as far as it goes.
-            let rows = rows
-                .into_iter()
-                .filter(|row| row.name == r.job_name.as_str())
-                .collect::<Vec<_>>();
-            probe.listed = rows.len();
-            rows
-        }
-        Listing::Failed(e) => {
+    let mut probe = NameProbe::empty();
+    let named = match rows_named(listing_of(answer), r.job_name.as_str()) {
+        Ok(named) => named,
+        Err(e) => {
             probe.failed = Some(e);
             return probe;
         }
     };
-    let plan = plan_adoption(&rows, &r.key.target, env.targets(), exclude);
-    for seen in plan.passed() {
-        let placed = [
-            Some(seen.partition.as_str()),
-            seen.account.as_deref(),
-            seen.qos.as_deref(),
-        ]
-        .into_iter()
-        .flatten()
-        .collect::<Vec<_>>()
-        .join("/");
-        let note = match seen.passed.as_ref() {
-            Some(Passed::OtherTarget(other)) => format!(
-                "mirror {:?} also has Slurm job {} ({}) on {placed} -- a different target ({}); \
-                 it does not block a job for {}",
-                r.key.mirror,
-                seen.id,
-                seen.state,
-                other.as_deref().unwrap_or("no configured target claims it"),
-                r.key.target
-            ),
-            Some(Passed::NotPlain) => format!(
-                "Slurm job {} ({}) is named {} but is not a plain job id; never adopted",
-                seen.id, seen.state, r.job_name
-            ),
-            Some(Passed::OlderMatch) => format!(
-                "more than one live job matches {}: {} ({}) is not adopted; \
-                 `dispatch sessions` lists it, `scancel {}` removes it",
-                r.key, seen.id, seen.state, seen.id
-            ),
-            // An ending job is waited for by the launch, which says so itself.
-            // A younger held job is a racing launch's, which yields it itself.
-            Some(Passed::Excluded)
-            | Some(Passed::Ended)
-            | Some(Passed::Ending)
-            | Some(Passed::HeldYounger)
-            | None => continue,
-        };
-        probe.notes.push(note);
+    if !named.bad_lines.is_empty() {
+        probe.failed = Some(unparsed(&named.bad_lines));
+        probe.unreadable = Some(named.bad_lines);
     }
+    probe.listed = named.rows.len();
+    let plan = plan_adoption(&named.rows, &r.key.target, env.targets(), exclude);
+    probe.notes = plan
+        .passed()
+        .filter_map(|seen| passed_note(seen, &r.key, r.job_name.as_str()))
+        .collect();
     probe.plan = Some(plan);
     probe
 }
 
 impl NameProbe {
+    /// A probe that has seen nothing yet.
+    fn empty() -> NameProbe {
+        NameProbe {
+            plan: None,
+            failed: None,
+            unreadable: None,
+            listed: 0,
+            unvouched: None,
+            vouched: None,
+            notes: Vec::new(),
+        }
+    }
+
     /// Why this probe cannot vouch that no job of the session's name and target runs: it
     /// failed, it listed lines of this name that no parser understood, or it listed nothing
     /// and [`vouch_absence`] could not corroborate that.
@@ -460,17 +422,29 @@ pub async fn adopt_by_name<S: Scheduler>(
         return Ok((probe, None));
     };
     let job = seen.job_id.expect("only plain ids are adopted");
-    book.append(Event::SessionAdopted(SessionAdopted {
-        session: r.key.clone(),
+    book.append(adopted(&r.key, job, &seen, "name_probe", replacing))?;
+    Ok((probe, Some(seen)))
+}
+
+/// The record that session `key` holds `job`, which a name probe showed as `seen`; `how` says
+/// who found it (`name_probe`, `release_sweep`).
+fn adopted(
+    key: &SessionKey,
+    job: JobId,
+    seen: &Seen,
+    how: &str,
+    replacing: Option<JobId>,
+) -> Event {
+    Event::SessionAdopted(SessionAdopted {
+        session: key.clone(),
         job_id: job,
-        how: "name_probe".into(),
+        how: how.into(),
         state: seen.state.to_string(),
         partition: seen.partition.clone(),
         account: seen.account.clone(),
         qos: seen.qos.clone(),
         replacing,
-    }))?;
-    Ok((probe, Some(seen)))
+    })
 }
 
 /// [`adopt_by_name`] for a command that concludes "no job" when nothing is adopted (release,

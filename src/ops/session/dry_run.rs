@@ -6,9 +6,12 @@
 use serde::Serialize;
 
 use super::launch::{placement, LaunchRequest};
-use super::{name_probe, read_state, session, token_clash, vouch_absence, Env, Fallback, OpError};
-use crate::policy::session::{is_ending, probe_of, Probe};
-use crate::slurm::{BatchPayload, BatchRequest, JobId, JobQuery, Scheduler};
+use super::{
+    name_probe, read_state, session, token_clash, vouch_absence, Env, Fallback, OpError, Resolved,
+};
+use crate::policy::session::dry_run::{recorded, Recorded};
+use crate::policy::session::{probe_of, Seen};
+use crate::slurm::{BatchPayload, BatchRequest, JobId, JobQuery, Placement, Scheduler};
 
 /// What `session launch` would do (docs/cli.md, `session launch --dry-run`).
 #[derive(Debug, Serialize)]
@@ -35,43 +38,63 @@ pub async fn launch_dry_run<S: Scheduler>(
     let placement = placement(env, &r)?;
     let state = read_state(env.state_dir)?;
     token_clash(&state, &r)?;
-    let mut plan = LaunchPlan {
-        dry_run: true,
-        mirror: r.key.mirror.clone(),
-        target: r.key.target.clone(),
-        job_name: r.job_name.as_str().to_owned(),
-        would: "submit",
-        job_id: None,
-        would_start: None,
-        nodes: None,
-        partition: None,
-    };
+    let mut plan = LaunchPlan::submit(&r);
     let mut exclude = Vec::new();
     if let Some(job) = session(&state, &r.key).and_then(|s| s.job_id()) {
-        match probe_of(&env.slurm.list_jobs(&JobQuery::ids(vec![job])).await, job) {
-            Probe::Live { state, .. } if is_ending(&state) => {
-                plan.would = "wait_then_submit";
-                exclude.push(job);
-            }
-            Probe::Live { .. } => {
+        let answer = env.slurm.list_jobs(&JobQuery::ids(vec![job])).await;
+        match recorded(probe_of(&answer, job)) {
+            Recorded::Reuse => {
                 plan.would = "reuse";
                 plan.job_id = Some(job);
                 return Ok(plan);
             }
-            Probe::Gone { .. } => exclude.push(job),
-            Probe::Unknown(e) => {
+            Recorded::WaitThenSubmit => plan.would = "wait_then_submit",
+            Recorded::Gone => {}
+            Recorded::Unknown(e) => {
                 return Err(OpError::Unknown(format!(
-                "could not verify Slurm job {job} of session {}: {e}; a launch would stop here too",
-                r.key
-            )))
+                    "could not verify Slurm job {job} of session {}: {e}; a launch would stop \
+                     here too",
+                    r.key
+                )))
             }
         }
+        exclude.push(job);
     }
-    let mut probe = name_probe(env, &r, &exclude).await;
-    if let Some(seen) = probe.plan.as_ref().and_then(|p| p.adopted()) {
+    if let Some(seen) = adoptable(env, &r, &exclude).await? {
         plan.would = "adopt";
         plan.job_id = seen.job_id;
         return Ok(plan);
+    }
+    test_submit(env, &r, placement, plan).await
+}
+
+impl LaunchPlan {
+    /// A plan that submits, before anything is looked at.
+    fn submit(r: &Resolved<'_>) -> LaunchPlan {
+        LaunchPlan {
+            dry_run: true,
+            mirror: r.key.mirror.clone(),
+            target: r.key.target.clone(),
+            job_name: r.job_name.as_str().to_owned(),
+            would: "submit",
+            job_id: None,
+            would_start: None,
+            nodes: None,
+            partition: None,
+        }
+    }
+}
+
+/// The job a launch would adopt by name, `None` when it would submit; an error where the probe cannot vouch that no job of this target runs, as launch
+/// decides: a failed probe blocks, and an unheld launch needs its empty listing corroborated.
+async fn adoptable<S: Scheduler>(
+    env: &Env<'_, S>,
+    r: &Resolved<'_>,
+    exclude: &[JobId],
+) -> Result<Option<Seen>, OpError> {
+    let mut probe = name_probe(env, r, exclude).await;
+    if let Some(seen) = probe.plan.as_ref().and_then(|p| p.adopted()) {
+        return Ok(Some(seen.clone()));
     }
     if let Some(lines) = probe.unreadable {
         return Err(OpError::Unknown(format!(
@@ -80,17 +103,25 @@ pub async fn launch_dry_run<S: Scheduler>(
             r.job_name
         )));
     }
-    // As launch decides: a failed probe blocks, and an unheld launch needs its empty listing
-    // corroborated.
     if !r.target.confined {
-        vouch_absence(env, &r, &mut probe, Fallback::Accounting).await;
+        vouch_absence(env, r, &mut probe, Fallback::Accounting).await;
     }
-    if let Some(why) = probe.cannot_vouch() {
-        return Err(OpError::Unknown(format!(
+    match probe.cannot_vouch() {
+        Some(why) => Err(OpError::Unknown(format!(
             "{}: {why}; a launch would submit nothing",
             r.key
-        )));
+        ))),
+        None => Ok(None),
     }
+}
+
+/// `sbatch --test-only` with the target's placement: when and where a submit would start.
+async fn test_submit<S: Scheduler>(
+    env: &Env<'_, S>,
+    r: &Resolved<'_>,
+    placement: Placement,
+    mut plan: LaunchPlan,
+) -> Result<LaunchPlan, OpError> {
     let mut batch = BatchRequest::new(r.job_name.clone(), BatchPayload::Wrap(":".to_owned()));
     batch.placement = placement;
     let tested = env.slurm.test_batch(&batch).await.map_err(|e| {

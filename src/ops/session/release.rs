@@ -7,15 +7,16 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::{
-    adopt_or_vouch, command_for, name_probe, session, vouch_absence, Book, Env, Fallback, OpError,
-    Resolved, TokenLock,
+    adopt_or_vouch, adopted, command_for, name_probe, session, vouch_absence, Book, Env, Fallback,
+    OpError, Resolved, TokenLock,
 };
 use crate::event::session::{
-    SessionAdopted, SessionCancelFailed, SessionCancelIntent, SessionCleared, SessionDetached,
-    SessionKey, SessionReleased, SessionSubmitFailed,
+    SessionCancelFailed, SessionCancelIntent, SessionCleared, SessionDetached, SessionKey,
+    SessionReleased, SessionSubmitFailed,
 };
 use crate::event::Event;
 use crate::failpoint;
+use crate::policy::session::release::left_alone;
 use crate::policy::session::{probe_of, Probe, Seen};
 use crate::slurm::{ActionError, JobId, JobQuery, Scheduler};
 use crate::state::State;
@@ -94,13 +95,15 @@ fn plan_of(state: &State, key: SessionKey) -> ReleasePlan {
 }
 
 /// Settle the job a renewal replaced: forget it if Slurm shows it gone, detach from it if
-/// another session holds it, cancel it if it still runs; leave it recorded if Slurm cannot tell.
+/// another session holds it, cancel it if it still runs; leave it recorded, with a note, if
+/// Slurm cannot tell.
 async fn settle_replaced<S: Scheduler>(
     env: &Env<'_, S>,
     book: &Book,
     state: &State,
     key: &SessionKey,
     job: JobId,
+    notes: &mut Vec<String>,
 ) -> Result<ReplacedOutcome, OpError> {
     let outcome = |action, proof| ReplacedOutcome {
         job_id: job,
@@ -135,7 +138,15 @@ async fn settle_replaced<S: Scheduler>(
             let cancelled = cancel(env, book, key, job).await?;
             Ok(outcome("released", Some(cancelled.proof)))
         }
-        Probe::Unknown(e) => Ok(outcome("unknown", Some(format!("squeue failed: {e}")))),
+        Probe::Unknown(e) => {
+            let proof = format!("squeue failed: {e}");
+            notes.push(format!(
+                "could not check job {job}, which a renewal replaced ({proof}); it stays \
+                 recorded: run `{}` again",
+                command_for("release", key)
+            ));
+            Ok(outcome("unknown", Some(proof)))
+        }
     }
 }
 
@@ -158,110 +169,25 @@ pub async fn release<S: Scheduler>(
     let _lock = TokenLock::take(env.state_dir, &r.token)?;
     let (book, state) = Book::open(env.state_dir)?;
     let mut plan = plan_of(&state, r.key.clone());
+    unchanged_since_asked(&r, &plan, expected)?;
     let mut notes = Vec::new();
-    if plan.job != expected {
-        return Err(OpError::Failed(format!(
-            "session {} changed while you were asked (it now holds {}); nothing was done. \
-             Run `{}` again",
-            r.key,
-            plan.job.map_or("no job".into(), |j| format!("job {j}")),
-            command_for("release", &r.key)
-        )));
-    }
     let replaced = match plan.replaced {
-        Some(old) => {
-            let o = settle_replaced(env, &book, &state, &r.key, old).await?;
-            if o.action == "unknown" {
-                notes.push(format!(
-                    "could not check job {old}, which a renewal replaced ({}); it stays \
-                     recorded: run `{}` again",
-                    o.proof.as_deref().unwrap_or(""),
-                    command_for("release", &r.key)
-                ));
-            }
-            Some(o)
-        }
+        Some(old) => Some(settle_replaced(env, &book, &state, &r.key, old, &mut notes).await?),
         None => None,
     };
     if plan.job.is_none() && plan.may_exist && !r.configured {
-        return Err(OpError::Usage(format!(
-            "an earlier submission for {} may have created a job, and target {:?} is no longer \
-             in {}: put it back to look the job up by name, or `squeue --me --name={}`",
-            r.key,
-            r.key.target,
-            env.config_path.display(),
-            r.job_name
-        )));
+        return Err(cannot_look_up(env, &r));
     }
     if plan.job.is_none() && r.configured {
-        // No record of a job (never launched here, a lost or restored state directory, an
-        // ambiguous submission): ask Slurm by name, as a launch would, before saying "nothing".
-        let (probe, adopted) = adopt_or_vouch(env, &book, &r).await?;
-        notes.extend(probe.notes.iter().cloned());
-        match (adopted, probe.cannot_vouch()) {
-            (Some(seen), _) => {
-                let job = seen.job_id.expect("only plain ids are adopted");
-                notes.push(format!(
-                    "no job was recorded for {}; found job {job} of it by name, releasing it",
-                    r.key
-                ));
-                plan.job = Some(job);
-                plan.holders = state.sessions.holders(job, Some(&r.key));
-            }
-            (None, Some(why)) => {
-                return Err(OpError::Unknown(format!(
-                    "no job is recorded for {}, and {why}; nothing was done. Retry `{}`, or \
-                     look with `squeue --me --name={}`",
-                    r.key,
-                    command_for("release", &r.key),
-                    r.job_name
-                )));
-            }
-            (None, None) => {
-                let sub = session(&state, &r.key).and_then(|s| s.submission.clone());
-                if let Some(sub) = sub {
-                    book.append(Event::SessionSubmitFailed(SessionSubmitFailed {
-                        session: r.key.clone(),
-                        submission_id: sub.submission_id,
-                        may_exist: false,
-                        job_hint: sub.job_hint,
-                        reason: "the name probe found no job of this target".into(),
-                    }))?;
-                }
-            }
-        }
+        find_unrecorded(env, &book, &state, &r, &mut plan, &mut notes).await?;
     }
-    let mut report = ReleaseReport {
-        mirror: r.key.mirror.clone(),
-        target: r.key.target.clone(),
-        action: ReleaseAction::Nothing,
-        job_id: plan.job,
-        holders: Vec::new(),
-        proof: None,
-        replaced,
-        also_released: Vec::new(),
-        notes,
-    };
+    let mut report = ReleaseReport::new(&r.key, plan.job, replaced, notes);
     // Jobs the sweep leaves alone: those proven gone or cancelled here, and those other
     // sessions hold (detached, not cancelled).
     let mut settled: Vec<JobId> = report.replaced.iter().map(|o| o.job_id).collect();
     if let Some(job) = plan.job {
         settled.push(job);
-        let holders: Vec<String> = plan.holders.iter().map(SessionKey::to_string).collect();
-        if holders.is_empty() {
-            let cancelled = cancel(env, &book, &r.key, job).await?;
-            report.notes.extend(cancelled.notes);
-            report.action = ReleaseAction::Released;
-            report.proof = Some(cancelled.proof);
-        } else {
-            book.append(Event::SessionDetached(SessionDetached {
-                session: r.key.clone(),
-                job_id: job,
-                holders: holders.clone(),
-            }))?;
-            report.action = ReleaseAction::Detached;
-            report.holders = holders;
-        }
+        release_job(env, &book, &r.key, job, &plan.holders, &mut report).await?;
     }
     if r.configured && plan.job.is_some() {
         sweep(env, &book, &state, &r, &mut settled, &mut report).await?;
@@ -273,6 +199,133 @@ pub async fn release<S: Scheduler>(
         ));
     }
     Ok(report)
+}
+
+impl ReleaseReport {
+    /// Nothing released yet.
+    fn new(
+        key: &SessionKey,
+        job: Option<JobId>,
+        replaced: Option<ReplacedOutcome>,
+        notes: Vec<String>,
+    ) -> ReleaseReport {
+        ReleaseReport {
+            mirror: key.mirror.clone(),
+            target: key.target.clone(),
+            action: ReleaseAction::Nothing,
+            job_id: job,
+            holders: Vec::new(),
+            proof: None,
+            replaced,
+            also_released: Vec::new(),
+            notes,
+        }
+    }
+}
+
+/// The session must still hold the job the user agreed to release.
+fn unchanged_since_asked(
+    r: &Resolved<'_>,
+    plan: &ReleasePlan,
+    expected: Option<JobId>,
+) -> Result<(), OpError> {
+    if plan.job == expected {
+        return Ok(());
+    }
+    Err(OpError::Failed(format!(
+        "session {} changed while you were asked (it now holds {}); nothing was done. \
+         Run `{}` again",
+        r.key,
+        plan.job.map_or("no job".into(), |j| format!("job {j}")),
+        command_for("release", &r.key)
+    )))
+}
+
+/// A submission may have created a job the record cannot name, and only the configured
+/// target could find it by name.
+fn cannot_look_up<S>(env: &Env<'_, S>, r: &Resolved<'_>) -> OpError {
+    OpError::Usage(format!(
+        "an earlier submission for {} may have created a job, and target {:?} is no longer \
+         in {}: put it back to look the job up by name, or `squeue --me --name={}`",
+        r.key,
+        r.key.target,
+        env.config_path.display(),
+        r.job_name
+    ))
+}
+
+/// No record of a job (never launched here, a lost or restored state directory, an ambiguous
+/// submission): ask Slurm by name, as a launch would, before saying "nothing". A job found is
+/// put into `plan`; a proven absence settles an ambiguous submission.
+async fn find_unrecorded<S: Scheduler>(
+    env: &Env<'_, S>,
+    book: &Book,
+    state: &State,
+    r: &Resolved<'_>,
+    plan: &mut ReleasePlan,
+    notes: &mut Vec<String>,
+) -> Result<(), OpError> {
+    let (probe, adopted) = adopt_or_vouch(env, book, r).await?;
+    notes.extend(probe.notes.iter().cloned());
+    match (adopted, probe.cannot_vouch()) {
+        (Some(seen), _) => {
+            let job = seen.job_id.expect("only plain ids are adopted");
+            notes.push(format!(
+                "no job was recorded for {}; found job {job} of it by name, releasing it",
+                r.key
+            ));
+            plan.job = Some(job);
+            plan.holders = state.sessions.holders(job, Some(&r.key));
+        }
+        (None, Some(why)) => {
+            return Err(OpError::Unknown(format!(
+                "no job is recorded for {}, and {why}; nothing was done. Retry `{}`, or \
+                 look with `squeue --me --name={}`",
+                r.key,
+                command_for("release", &r.key),
+                r.job_name
+            )));
+        }
+        (None, None) => {
+            if let Some(sub) = session(state, &r.key).and_then(|s| s.submission.clone()) {
+                book.append(Event::SessionSubmitFailed(SessionSubmitFailed {
+                    session: r.key.clone(),
+                    submission_id: sub.submission_id,
+                    may_exist: false,
+                    job_hint: sub.job_hint,
+                    reason: "the name probe found no job of this target".into(),
+                }))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The session's job: cancelled, or only detached from when other sessions hold it too.
+async fn release_job<S: Scheduler>(
+    env: &Env<'_, S>,
+    book: &Book,
+    key: &SessionKey,
+    job: JobId,
+    holders: &[SessionKey],
+    report: &mut ReleaseReport,
+) -> Result<(), OpError> {
+    let holders: Vec<String> = holders.iter().map(SessionKey::to_string).collect();
+    if holders.is_empty() {
+        let cancelled = cancel(env, book, key, job).await?;
+        report.notes.extend(cancelled.notes);
+        report.action = ReleaseAction::Released;
+        report.proof = Some(cancelled.proof);
+    } else {
+        book.append(Event::SessionDetached(SessionDetached {
+            session: key.clone(),
+            job_id: job,
+            holders: holders.clone(),
+        }))?;
+        report.action = ReleaseAction::Detached;
+        report.holders = holders;
+    }
+    Ok(())
 }
 
 /// Rounds of the sweep: each cancels what the last probe showed; past them, jobs of this
@@ -291,69 +344,14 @@ async fn sweep<S: Scheduler>(
     report: &mut ReleaseReport,
 ) -> Result<(), OpError> {
     for _ in 0..SWEEP_ROUNDS {
-        let mut exclude = settled.clone();
-        exclude.extend(
-            state
-                .sessions
-                .sessions
-                .values()
-                .filter(|s| s.key != r.key)
-                .filter_map(|s| s.job_id()),
-        );
-        let mut probe = name_probe(env, r, &exclude).await;
-        let none_left = probe
-            .plan
-            .as_ref()
-            .is_some_and(|p| p.this_targets().next().is_none());
-        if none_left {
-            vouch_absence(env, r, &mut probe, Fallback::None).await;
-        }
-        if let Some(why) = probe.cannot_vouch() {
-            return Err(OpError::Unknown(format!(
-                "{} of {}; but {why}, so it is not known whether another job of this session \
-                 still runs. Retry `{}`, or look with `squeue --me --name={}`",
-                released_what(report),
-                r.key,
-                command_for("release", &r.key),
-                r.job_name
-            )));
-        }
-        let live: Vec<Seen> = probe
-            .plan
-            .iter()
-            .flat_map(|p| p.this_targets())
-            .cloned()
-            .collect();
+        let exclude = left_alone(&state.sessions, &r.key, settled);
+        let live = still_running(env, r, &exclude, report).await?;
         if live.is_empty() {
             return Ok(());
         }
         for seen in live {
-            let job = seen.job_id.expect("this target's jobs are plain");
-            book.append(Event::SessionAdopted(SessionAdopted {
-                session: r.key.clone(),
-                job_id: job,
-                how: "release_sweep".into(),
-                state: seen.state.to_string(),
-                partition: seen.partition.clone(),
-                account: seen.account.clone(),
-                qos: seen.qos.clone(),
-                replacing: None,
-            }))?;
-            report.notes.push(format!(
-                "job {job} ({}) of {} also runs under this session's name and target \
-                 (a record restored from an older copy, or another state directory); cancelling it",
-                seen.state, r.key
-            ));
-            let cancelled = cancel(env, book, &r.key, job).await?;
-            report.notes.extend(cancelled.notes);
+            let job = release_stray(env, book, r, &seen, report).await?;
             settled.push(job);
-            report.also_released.push(AlsoReleased {
-                job_id: job,
-                proof: cancelled.proof,
-            });
-            if report.action == ReleaseAction::Nothing {
-                report.action = ReleaseAction::Released;
-            }
         }
     }
     Err(OpError::Failed(format!(
@@ -363,6 +361,67 @@ async fn sweep<S: Scheduler>(
         r.key,
         r.job_name
     )))
+}
+
+/// The live jobs of this session's name and target a name probe shows, `exclude` left out;
+/// none only when the probe (or, for an empty listing, its corroboration) vouches for it.
+async fn still_running<S: Scheduler>(
+    env: &Env<'_, S>,
+    r: &Resolved<'_>,
+    exclude: &[JobId],
+    report: &ReleaseReport,
+) -> Result<Vec<Seen>, OpError> {
+    let mut probe = name_probe(env, r, exclude).await;
+    let none_left = probe
+        .plan
+        .as_ref()
+        .is_some_and(|p| p.this_targets().next().is_none());
+    if none_left {
+        vouch_absence(env, r, &mut probe, Fallback::None).await;
+    }
+    if let Some(why) = probe.cannot_vouch() {
+        return Err(OpError::Unknown(format!(
+            "{} of {}; but {why}, so it is not known whether another job of this session \
+             still runs. Retry `{}`, or look with `squeue --me --name={}`",
+            released_what(report),
+            r.key,
+            command_for("release", &r.key),
+            r.job_name
+        )));
+    }
+    Ok(probe
+        .plan
+        .iter()
+        .flat_map(|p| p.this_targets())
+        .cloned()
+        .collect())
+}
+
+/// A stray job of this session found by the sweep: adopted (journaled), then cancelled.
+async fn release_stray<S: Scheduler>(
+    env: &Env<'_, S>,
+    book: &Book,
+    r: &Resolved<'_>,
+    seen: &Seen,
+    report: &mut ReleaseReport,
+) -> Result<JobId, OpError> {
+    let job = seen.job_id.expect("this target's jobs are plain");
+    book.append(adopted(&r.key, job, seen, "release_sweep", None))?;
+    report.notes.push(format!(
+        "job {job} ({}) of {} also runs under this session's name and target \
+         (a record restored from an older copy, or another state directory); cancelling it",
+        seen.state, r.key
+    ));
+    let cancelled = cancel(env, book, &r.key, job).await?;
+    report.notes.extend(cancelled.notes);
+    report.also_released.push(AlsoReleased {
+        job_id: job,
+        proof: cancelled.proof,
+    });
+    if report.action == ReleaseAction::Nothing {
+        report.action = ReleaseAction::Released;
+    }
+    Ok(job)
 }
 
 fn released_what(report: &ReleaseReport) -> String {

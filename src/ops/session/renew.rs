@@ -6,14 +6,16 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::launch::{launch, LaunchRequest};
+use super::launch::{launch, LaunchReport, LaunchRequest};
 use super::release::cancel;
 use super::{
-    adopt_or_vouch, command_for, hold, read_state, session, Book, Env, OpError, TokenLock,
+    adopt_or_vouch, command_for, hold, read_state, session, Book, Env, OpError, Resolved, TokenLock,
 };
-use crate::policy::session::renew::{decide, Action, Backoff};
-use crate::policy::session::{is_held, probe_of, Probe};
+use crate::event::session::SessionKey;
+use crate::policy::session::renew::{judge, turn, Action, Backoff, Turn};
+use crate::policy::session::{is_held, Probe};
 use crate::slurm::{JobId, JobQuery, Scheduler};
+use crate::state::State;
 
 #[derive(Clone, Debug)]
 pub struct RenewSettings {
@@ -43,6 +45,14 @@ impl Stop {
     pub fn requested(&self) -> bool {
         self.requested.load(std::sync::atomic::Ordering::SeqCst)
     }
+
+    /// Sleep for `pause`, or until a stop is requested.
+    async fn sleep(&self, pause: Duration) {
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = self.wake.notified() => {}
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -65,190 +75,250 @@ pub async fn renew<S: Scheduler>(
     target: &str,
     settings: &RenewSettings,
 ) -> Result<RenewReport, OpError> {
-    let progress = |line: String| (env.progress)(&line);
     let r = env.resolve(mirror, target)?;
-    let key = r.key.clone();
-    let mut state = read_state(env.state_dir)?;
-    let mut job = match session(&state, &key).and_then(|s| s.job_id()) {
-        Some(job) => job,
-        None => {
-            // No job recorded (a lost state directory): find it by name, as launch would.
-            let _lock = TokenLock::take(env.state_dir, &r.token)?;
-            let (book, now) = Book::open(env.state_dir)?;
-            state = now;
-            match session(&state, &key).and_then(|s| s.job_id()) {
-                Some(job) => job,
-                None => {
-                    let (probe, adopted) = adopt_or_vouch(env, &book, &r).await?;
-                    match (adopted, probe.cannot_vouch()) {
-                        (Some(seen), _) => {
-                            progress(format!(
-                                "no job was recorded for {key}; found job {} by name",
-                                seen.id
-                            ));
-                            seen.job_id.expect("only plain ids are adopted")
-                        }
-                        (None, Some(why)) => {
-                            return Err(OpError::Unknown(format!(
-                                "no job is recorded for {key}, and {why}; nothing was done. \
-                                 Retry, or look with `squeue --me --name={}`",
-                                r.job_name
-                            )))
-                        }
-                        (None, None) => {
-                            return Err(OpError::Failed(format!(
-                                "no live session {key} to renew (nothing recorded, and no job \
-                                 of its target named {}): start one with `{}`",
-                                r.job_name,
-                                command_for("launch", &key)
-                            )))
-                        }
-                    }
-                }
-            }
-        }
+    let (job, command) = job_to_renew(env, &r).await?;
+    let mut renewal = Renewal {
+        env,
+        r: &r,
+        settings,
+        command,
+        job,
+        report: RenewReport::new(&r.key, job),
+        backoff: settings.backoff.clone(),
+        not_live: None,
     };
-    let command = session(&state, &key)
-        .map(|s| s.command.clone())
-        .unwrap_or_default();
-    let mut report = RenewReport {
-        mirror: key.mirror.clone(),
-        target: key.target.clone(),
-        job_id: job,
-        iterations: 0,
-        relaunched: Vec::new(),
-        cancelled: Vec::new(),
-        failed_relaunches: 0,
-        stopped: false,
-    };
-    let mut backoff = settings.backoff.clone();
-    // Why the job the report would name is not known to be live after the last step: a
-    // renew's success names a live job of the session, never one it could not check or one
-    // that is gone while its relaunch failed.
-    let mut not_live: Option<OpError> = None;
     loop {
-        if settings
-            .max_iterations
-            .is_some_and(|m| report.iterations >= m)
-        {
-            break;
-        }
-        if settings.stop.requested() {
-            report.stopped = true;
-            break;
-        }
-        report.iterations += 1;
-        let mut answer = env.slurm.list_jobs(&JobQuery::ids(vec![job])).await;
-        if answer.job(job).live().is_some_and(is_held) {
-            // Held by a launch that died before settling it: it would never run (and a
-            // held PENDING job looks fine to `decide`).
-            job = hold::settle_recorded(env, &r, job).await?;
-            report.job_id = job;
-            answer = env.slurm.list_jobs(&JobQuery::ids(vec![job])).await;
-        }
-        let left = answer
-            .job(job)
-            .live()
-            .and_then(|row| row.time_left.as_secs());
-        let probe = probe_of(&answer, job);
-        let action = decide(&probe, left, settings.drain_minutes);
-        let last = settings.max_iterations == Some(report.iterations);
-        let pause = match action {
-            Action::Hold => {
-                if let Probe::Unknown(e) = &probe {
-                    progress(format!("job {job}: state unknown ({e}); holding"));
-                    not_live = Some(OpError::Unknown(format!(
-                        "could not check Slurm job {job} of {key} ({e}); it stays recorded and \
-                         nothing was relaunched. Retry `{}`",
-                        command_for("renew", &key)
-                    )));
-                } else {
-                    backoff.reset();
-                    not_live = None;
-                }
-                settings.poll
-            }
-            Action::RelaunchDraining | Action::RelaunchLost => {
-                let draining = action == Action::RelaunchDraining;
-                progress(if draining {
-                    format!(
-                        "job {job} ends within {} min; starting its replacement",
-                        settings.drain_minutes
-                    )
-                } else {
-                    format!("job {job} is gone; starting a new one")
-                });
-                let req = LaunchRequest {
-                    mirror: key.mirror.clone(),
-                    target: key.target.clone(),
-                    detached: true,
-                    command: command.clone(),
-                    replacing: draining.then_some(job),
-                    require_running: true,
-                };
-                match launch(env, &req).await {
-                    Ok(new) if new.job() == job => {
-                        return Err(OpError::Failed(format!(
-                            "the relaunch of {key} returned job {job}, the job it replaces; \
-                             nothing was cancelled"
-                        )));
-                    }
-                    Ok(new) => {
-                        let new_job = new.job();
-                        report.relaunched.push(new_job);
-                        progress(format!("{key}: job {new_job} runs ({:?})", new.action));
-                        if draining {
-                            match cancel_old(env, &r.token, &key, job).await {
-                                Ok(()) => report.cancelled.push(job),
-                                Err(e) => progress(format!(
-                                    "cancelling the replaced job {job} failed: {e}; \
-                                     `dispatch sessions` flags it, `{}` settles it",
-                                    command_for("release", &key)
-                                )),
-                            }
-                        }
-                        job = new_job;
-                        report.job_id = job;
-                        backoff.reset();
-                        not_live = None;
-                        settings.poll
-                    }
-                    Err(e) => {
-                        report.failed_relaunches += 1;
-                        // Draining: the old job is still live (its probe said so). Lost: the
-                        // session holds no live job now.
-                        not_live = (!draining).then(|| lost_and_not_relaunched(&key, job, &e));
-                        let delay = backoff.next_delay();
-                        progress(format!(
-                            "relaunch of {key} failed: {e}; keeping job {job}, retrying in {} s",
-                            delay.as_secs()
-                        ));
-                        delay
-                    }
-                }
+        let last = match turn(
+            renewal.report.iterations,
+            settings.max_iterations,
+            settings.stop.requested(),
+        ) {
+            Turn::Step { last } => last,
+            Turn::Done => break,
+            Turn::Stopped => {
+                renewal.report.stopped = true;
+                break;
             }
         };
+        renewal.report.iterations += 1;
+        let pause = renewal.step().await?;
         if last {
             break;
         }
-        tokio::select! {
-            () = tokio::time::sleep(pause) => {}
-            () = settings.stop.wake.notified() => {}
+        settings.stop.sleep(pause).await;
+    }
+    renewal.finish()
+}
+
+impl RenewReport {
+    fn new(key: &SessionKey, job: JobId) -> RenewReport {
+        RenewReport {
+            mirror: key.mirror.clone(),
+            target: key.target.clone(),
+            job_id: job,
+            iterations: 0,
+            relaunched: Vec::new(),
+            cancelled: Vec::new(),
+            failed_relaunches: 0,
+            stopped: false,
         }
     }
-    match not_live {
-        Some(e) => Err(e),
-        None => Ok(report),
+}
+
+/// The job to renew and the command it runs: the recorded one, else (a lost state directory)
+/// the one found by name, as launch would find it.
+async fn job_to_renew<S: Scheduler>(
+    env: &Env<'_, S>,
+    r: &Resolved<'_>,
+) -> Result<(JobId, Vec<String>), OpError> {
+    let recorded = |state: &State| session(state, &r.key).and_then(|s| s.job_id());
+    let command = |state: &State| {
+        session(state, &r.key)
+            .map(|s| s.command.clone())
+            .unwrap_or_default()
+    };
+    let state = read_state(env.state_dir)?;
+    if let Some(job) = recorded(&state) {
+        return Ok((job, command(&state)));
+    }
+    let _lock = TokenLock::take(env.state_dir, &r.token)?;
+    let (book, state) = Book::open(env.state_dir)?;
+    let job = match recorded(&state) {
+        Some(job) => job,
+        None => find_by_name(env, &book, r).await?,
+    };
+    Ok((job, command(&state)))
+}
+
+/// No job recorded, under the token lock: adopt the session's live job by name, or say why
+/// there is none to renew.
+async fn find_by_name<S: Scheduler>(
+    env: &Env<'_, S>,
+    book: &Book,
+    r: &Resolved<'_>,
+) -> Result<JobId, OpError> {
+    let key = &r.key;
+    let (probe, adopted) = adopt_or_vouch(env, book, r).await?;
+    match (adopted, probe.cannot_vouch()) {
+        (Some(seen), _) => {
+            (env.progress)(&format!(
+                "no job was recorded for {key}; found job {} by name",
+                seen.id
+            ));
+            Ok(seen.job_id.expect("only plain ids are adopted"))
+        }
+        (None, Some(why)) => Err(OpError::Unknown(format!(
+            "no job is recorded for {key}, and {why}; nothing was done. Retry, or look with \
+             `squeue --me --name={}`",
+            r.job_name
+        ))),
+        (None, None) => Err(OpError::Failed(format!(
+            "no live session {key} to renew (nothing recorded, and no job of its target named \
+             {}): start one with `{}`",
+            r.job_name,
+            command_for("launch", key)
+        ))),
+    }
+}
+
+/// One renew in progress: the job it holds, and what its steps did so far.
+struct Renewal<'e, 'a, S> {
+    env: &'e Env<'a, S>,
+    r: &'e Resolved<'e>,
+    settings: &'e RenewSettings,
+    command: Vec<String>,
+    job: JobId,
+    report: RenewReport,
+    backoff: Backoff,
+    /// Why the job the report would name is not known to be live after the last step: a
+    /// renew's success names a live job of the session, never one it could not check or one
+    /// that is gone while its relaunch failed.
+    not_live: Option<OpError>,
+}
+
+impl<S: Scheduler> Renewal<'_, '_, S> {
+    fn progress(&self, line: String) {
+        (self.env.progress)(&line);
+    }
+
+    /// Observe the job, judge it (`policy::session::renew`), act; the pause before the next.
+    async fn step(&mut self) -> Result<Duration, OpError> {
+        let (probe, action) = self.look().await?;
+        match action {
+            Action::Hold => Ok(self.hold(&probe)),
+            Action::RelaunchDraining => self.relaunch(true).await,
+            Action::RelaunchLost => self.relaunch(false).await,
+        }
+    }
+
+    async fn look(&mut self) -> Result<(Probe, Action), OpError> {
+        let slurm = self.env.slurm;
+        let mut answer = slurm.list_jobs(&JobQuery::ids(vec![self.job])).await;
+        if answer.job(self.job).live().is_some_and(is_held) {
+            // Held by a launch that died before settling it: it would never run (and a
+            // held PENDING job looks fine to `decide`).
+            let kept = hold::settle_recorded(self.env, self.r, self.job).await?;
+            answer = slurm.list_jobs(&JobQuery::ids(vec![kept])).await;
+            self.job = kept;
+            self.report.job_id = kept;
+        }
+        Ok(judge(&answer, self.job, self.settings.drain_minutes))
+    }
+
+    fn hold(&mut self, probe: &Probe) -> Duration {
+        let (job, key) = (self.job, &self.r.key);
+        if let Probe::Unknown(e) = probe {
+            self.progress(format!("job {job}: state unknown ({e}); holding"));
+            self.not_live = Some(OpError::Unknown(format!(
+                "could not check Slurm job {job} of {key} ({e}); it stays recorded and nothing \
+                 was relaunched. Retry `{}`",
+                command_for("renew", key)
+            )));
+        } else {
+            self.backoff.reset();
+            self.not_live = None;
+        }
+        self.settings.poll
+    }
+
+    /// Start the replacement of a job that ends soon (`draining`) or of a lost one.
+    async fn relaunch(&mut self, draining: bool) -> Result<Duration, OpError> {
+        let (job, key) = (self.job, &self.r.key);
+        self.progress(if draining {
+            format!(
+                "job {job} ends within {} min; starting its replacement",
+                self.settings.drain_minutes
+            )
+        } else {
+            format!("job {job} is gone; starting a new one")
+        });
+        let req = LaunchRequest {
+            mirror: key.mirror.clone(),
+            target: key.target.clone(),
+            detached: true,
+            command: self.command.clone(),
+            replacing: draining.then_some(job),
+            require_running: true,
+        };
+        match launch(self.env, &req).await {
+            Ok(new) if new.job() == job => Err(OpError::Failed(format!(
+                "the relaunch of {key} returned job {job}, the job it replaces; nothing was \
+                 cancelled"
+            ))),
+            Ok(new) => {
+                self.relaunched(new, draining).await;
+                Ok(self.settings.poll)
+            }
+            Err(e) => Ok(self.relaunch_failed(draining, &e)),
+        }
+    }
+
+    /// The replacement runs: a drained job is cancelled now, and the session holds the new one.
+    async fn relaunched(&mut self, new: LaunchReport, draining: bool) {
+        let (job, key, new_job) = (self.job, &self.r.key, new.job());
+        self.report.relaunched.push(new_job);
+        self.progress(format!("{key}: job {new_job} runs ({:?})", new.action));
+        if draining {
+            match cancel_old(self.env, &self.r.token, key, job).await {
+                Ok(()) => self.report.cancelled.push(job),
+                Err(e) => self.progress(format!(
+                    "cancelling the replaced job {job} failed: {e}; `dispatch sessions` flags \
+                     it, `{}` settles it",
+                    command_for("release", key)
+                )),
+            }
+        }
+        self.job = new_job;
+        self.report.job_id = new_job;
+        self.backoff.reset();
+        self.not_live = None;
+    }
+
+    fn relaunch_failed(&mut self, draining: bool, e: &OpError) -> Duration {
+        let (job, key) = (self.job, &self.r.key);
+        self.report.failed_relaunches += 1;
+        // Draining: the old job is still live (its probe said so). Lost: the session holds no
+        // live job now.
+        self.not_live = (!draining).then(|| lost_and_not_relaunched(key, job, e));
+        let delay = self.backoff.next_delay();
+        self.progress(format!(
+            "relaunch of {key} failed: {e}; keeping job {job}, retrying in {} s",
+            delay.as_secs()
+        ));
+        delay
+    }
+
+    fn finish(self) -> Result<RenewReport, OpError> {
+        match self.not_live {
+            Some(e) => Err(e),
+            None => Ok(self.report),
+        }
     }
 }
 
 /// The error of a renew whose job is gone and whose relaunch failed with `e`: a failure
 /// (exit 1) when the relaunch definitely made nothing, else an unknown outcome (exit 4).
-fn lost_and_not_relaunched(
-    key: &crate::event::session::SessionKey,
-    job: JobId,
-    e: &OpError,
-) -> OpError {
+fn lost_and_not_relaunched(key: &SessionKey, job: JobId, e: &OpError) -> OpError {
     let text = format!(
         "Slurm job {job} of {key} is gone and its relaunch failed: {e}. The session holds no \
          live job; retry `{}`",
@@ -271,7 +341,7 @@ fn lost_and_not_relaunched(
 async fn cancel_old<S: Scheduler>(
     env: &Env<'_, S>,
     token: &str,
-    key: &crate::event::session::SessionKey,
+    key: &SessionKey,
     job: JobId,
 ) -> Result<(), OpError> {
     let _lock = TokenLock::take(env.state_dir, token)?;

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use super::Probe;
-use crate::slurm::JobState;
+use super::{probe_of, Probe};
+use crate::slurm::{Answer, JobId, JobRow, JobState};
 
 pub const DEFAULT_DRAIN_MINUTES: u64 = 20;
 pub const DEFAULT_POLL: Duration = Duration::from_secs(60);
@@ -33,6 +33,43 @@ pub fn decide(probe: &Probe, time_left_secs: Option<u64>, drain_minutes: u64) ->
             }
             _ => Action::Hold,
         },
+    }
+}
+
+/// What the job's listing means for renew: what it proved, and what to do about it. A RUNNING
+/// job's time left (`%L`) is what the drain window is measured against.
+pub fn judge(answer: &Answer<Vec<JobRow>>, job: JobId, drain_minutes: u64) -> (Probe, Action) {
+    let left = answer
+        .job(job)
+        .live()
+        .and_then(|row| row.time_left.as_secs());
+    let probe = probe_of(answer, job);
+    let action = decide(&probe, left, drain_minutes);
+    (probe, action)
+}
+
+/// Whether renew takes another step, after `done` of at most `max` (`--once` is 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Turn {
+    /// Take it; `last` says no pause follows it.
+    Step { last: bool },
+    /// `max` steps are done.
+    Done,
+    /// A stop was requested (Ctrl-C) before this step.
+    Stopped,
+}
+
+/// The limit ends renew before a stop request does: a `--once` that ran its step is done,
+/// not stopped.
+pub fn turn(done: u64, max: Option<u64>, stop_requested: bool) -> Turn {
+    if max.is_some_and(|m| done >= m) {
+        Turn::Done
+    } else if stop_requested {
+        Turn::Stopped
+    } else {
+        Turn::Step {
+            last: max == Some(done + 1),
+        }
     }
 }
 
@@ -123,6 +160,76 @@ mod tests {
             ),
             Action::RelaunchLost
         );
+    }
+
+    #[test]
+    fn judged_by_the_rows_time_left() {
+        use crate::slurm::squeue::parse_jobs;
+        let job = JobId::new(7).unwrap();
+        let answer = |state: &str, left: &str| {
+            Answer::Live(
+                parse_jobs(&format!(
+                    "7|7|{state}|p|a|q|u|1|1|n1|{left}|1:00:00|N/A|N/A|None|n\n"
+                ))
+                .unwrap(),
+            )
+        };
+        let (probe, action) = judge(&answer("RUNNING", "19:00"), job, 20);
+        assert!(matches!(probe, Probe::Live { .. }));
+        assert_eq!(action, Action::RelaunchDraining);
+        assert_eq!(judge(&answer("RUNNING", "21:00"), job, 20).1, Action::Hold);
+        assert_eq!(judge(&answer("PENDING", "5:00"), job, 20).1, Action::Hold);
+        assert_eq!(
+            judge(&answer("COMPLETED", "0:00"), job, 20).1,
+            Action::RelaunchLost
+        );
+        // An answer without the job proves nothing: hold.
+        let (probe, action) = judge(&Answer::Live(Vec::new()), job, 20);
+        assert!(matches!(probe, Probe::Unknown(_)));
+        assert_eq!(action, Action::Hold);
+    }
+
+    #[test]
+    fn the_limit_ends_renew_before_a_stop_request() {
+        assert_eq!(turn(0, Some(0), true), Turn::Done);
+        assert_eq!(turn(1, Some(1), true), Turn::Done);
+        assert_eq!(turn(0, Some(1), true), Turn::Stopped);
+        assert_eq!(turn(0, Some(1), false), Turn::Step { last: true });
+        assert_eq!(turn(0, Some(2), false), Turn::Step { last: false });
+        assert_eq!(turn(7, None, false), Turn::Step { last: false });
+    }
+
+    quickcheck::quickcheck! {
+        /// Driven as renew drives it (no pause, and no further turn, after a last step),
+        /// `turn` takes `max` steps, or as many as come before a stop request; only the
+        /// `max`-th is marked last; a run is a stopped one only if the stop came first.
+        fn turns_take_max_steps_and_none_after_a_stop(max: Option<u8>, stop_at: Option<u8>) -> bool {
+            const UNBOUNDED: u64 = 50;
+            let max = max.map(|m| u64::from(m % 4));
+            let stop_at = stop_at.map(|s| u64::from(s % 4));
+            let (mut done, mut lasts, mut stopped) = (0u64, Vec::new(), false);
+            loop {
+                match turn(done, max, stop_at.is_some_and(|s| done >= s)) {
+                    Turn::Step { last } => {
+                        done += 1;
+                        lasts.push(last);
+                        if last || done == UNBOUNDED {
+                            break;
+                        }
+                    }
+                    Turn::Done => break,
+                    Turn::Stopped => {
+                        stopped = true;
+                        break;
+                    }
+                }
+            }
+            let limit = max.unwrap_or(UNBOUNDED);
+            let want = stop_at.map_or(limit, |s| s.min(limit));
+            done == want
+                && stopped == stop_at.is_some_and(|s| s < limit)
+                && lasts.iter().enumerate().all(|(i, l)| *l == (max == Some(i as u64 + 1)))
+        }
     }
 
     /// Behaviour 72: 30, 60, 120, 200, 200; reset starts over.
