@@ -31,7 +31,7 @@ use crate::policy::session::absence::{self, Absence};
 use crate::policy::session::probe::{passed_note, rows_named, unparsed};
 use crate::policy::session::refusal::SessionRefusal;
 use crate::policy::session::{listing_of, plan_adoption, Adoption, Pins, Seen};
-use crate::slurm::{AcctQuery, JobId, JobName, JobQuery, Scheduler};
+use crate::slurm::{JobId, JobName, JobQuery, Scheduler};
 use crate::state::session::Session;
 use crate::state::State;
 use crate::statedir::StateDirError;
@@ -354,56 +354,25 @@ impl NameProbe {
     }
 }
 
-/// Whether [`vouch_absence`] may ask accounting when the user's listing is empty.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fallback {
-    /// An unheld launch (see `policy::session::absence`, step 3).
-    Accounting,
-    None,
-}
-
 /// A name probe that listed no job of the name proves nothing alone (a controller in a
-/// blackout answers every squeue empty): corroborate it before anyone concludes "no job", with
-/// the user's whole listing, else (`Fallback::Accounting`) accounting
-/// (`policy::session::absence`). Sets `probe.unvouched` when nothing can; a probe that listed
-/// something, or failed, is left alone.
+/// blackout answers every squeue empty): corroborate it with the user's whole listing before
+/// anyone concludes "no job" (`policy::session::absence`). Sets `probe.unvouched` when it
+/// cannot; a probe that listed something, or failed, is left alone.
 pub async fn vouch_absence<S: Scheduler>(
     env: &Env<'_, S>,
     r: &Resolved<'_>,
     probe: &mut NameProbe,
-    fallback: Fallback,
 ) {
     if probe.listed > 0 || probe.failed.is_some() || probe.unreadable.is_some() {
         return;
     }
-    let name = r.job_name.as_str();
     let mine = env
         .slurm
         .list_jobs(&JobQuery::mine_including_finished())
         .await;
-    let absence = match absence::by_listing(name, &mine) {
-        Absence::AskAccounting if fallback == Fallback::None => {
-            Absence::Unproven(absence::nothing_listed(name))
-        }
-        Absence::AskAccounting => {
-            let since = chrono::Local::now().naive_local()
-                - chrono::Duration::days(absence::ACCOUNTING_LOOKBACK_DAYS);
-            let acct = env
-                .slurm
-                .accounting(&AcctQuery {
-                    jobs: Vec::new(),
-                    names: vec![r.job_name.clone()],
-                    since,
-                })
-                .await;
-            absence::by_accounting(name, &acct)
-        }
-        other => other,
-    };
-    match absence {
+    match absence::by_listing(r.job_name.as_str(), &mine) {
         Absence::Proven(how) => probe.vouched = Some(how),
         Absence::Unproven(why) => probe.unvouched = Some(why),
-        Absence::AskAccounting => unreachable!("accounting answers Proven or Unproven"),
     }
 }
 
@@ -457,7 +426,7 @@ pub async fn adopt_or_vouch<S: Scheduler>(
 ) -> Result<(NameProbe, Option<Seen>), OpError> {
     let (mut probe, adopted) = adopt_by_name(env, book, r, &[], None).await?;
     if adopted.is_none() {
-        vouch_absence(env, r, &mut probe, Fallback::None).await;
+        vouch_absence(env, r, &mut probe).await;
     }
     Ok((probe, adopted))
 }

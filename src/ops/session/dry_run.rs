@@ -6,9 +6,7 @@
 use serde::Serialize;
 
 use super::launch::{placement, LaunchRequest};
-use super::{
-    name_probe, read_state, session, token_clash, vouch_absence, Env, Fallback, OpError, Resolved,
-};
+use super::{name_probe, read_state, session, token_clash, Env, OpError, Resolved};
 use crate::policy::session::dry_run::{recorded, Recorded};
 use crate::policy::session::{probe_of, Seen};
 use crate::slurm::{BatchPayload, BatchRequest, JobId, JobQuery, Placement, Scheduler};
@@ -92,7 +90,7 @@ async fn adoptable<S: Scheduler>(
     r: &Resolved<'_>,
     exclude: &[JobId],
 ) -> Result<Option<Seen>, OpError> {
-    let mut probe = name_probe(env, r, exclude).await;
+    let probe = name_probe(env, r, exclude).await;
     if let Some(seen) = probe.plan.as_ref().and_then(|p| p.adopted()) {
         return Ok(Some(seen.clone()));
     }
@@ -103,9 +101,8 @@ async fn adoptable<S: Scheduler>(
             r.job_name
         )));
     }
-    if !r.target.confined {
-        vouch_absence(env, r, &mut probe, Fallback::Accounting).await;
-    }
+    // A launch submits held: its own held job is the watermark of the listing that releases
+    // it, so an empty listing here stops nothing (a failed probe does, below).
     match probe.cannot_vouch() {
         Some(why) => Err(OpError::Unknown(format!(
             "{}: {why}; a launch would submit nothing",

@@ -7,8 +7,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::{
-    adopt_or_vouch, adopted, command_for, name_probe, session, vouch_absence, Book, Env, Fallback,
-    OpError, Resolved, TokenLock,
+    adopt_or_vouch, adopted, command_for, name_probe, session, vouch_absence, Book, Env, OpError,
+    Resolved, TokenLock,
 };
 use crate::event::session::{
     SessionCancelFailed, SessionCancelIntent, SessionCleared, SessionDetached, SessionKey,
@@ -377,7 +377,7 @@ async fn still_running<S: Scheduler>(
         .as_ref()
         .is_some_and(|p| p.this_targets().next().is_none());
     if none_left {
-        vouch_absence(env, r, &mut probe, Fallback::None).await;
+        vouch_absence(env, r, &mut probe).await;
     }
     if let Some(why) = probe.cannot_vouch() {
         return Err(OpError::Unknown(format!(

@@ -12,29 +12,22 @@
 //!    `policy::reconcile::watermark` reduced to what a session command has: any job of the
 //!    user's (another session, a pool allocation, a `dispatch submit` job, or this session's
 //!    job that ended within MinJobAge, which every release that cancels leaves behind);
-//! 3. else (the user has no job listed at all, which a blackout also looks like) only an unheld
-//!    (salloc) launch lets accounting by name vouch: nothing after salloc could stop a second
-//!    job, and without this a user with no other job could never launch such a session on a
-//!    healthy cluster. Accounting is no proof: it lags (a job submitted seconds ago is not in
-//!    it yet) and can miss a job, and a controller broken enough to answer empty may not be
-//!    feeding slurmdbd either, so this is the one place where a correlated double fault can
-//!    still start a second job. Release, attach and renew never take it: they answer "unknown"
-//!    (exit 4) and name what settles it (any job of the user's listed, then retry).
+//! 3. else (the user has no job listed at all, which a blackout also looks like): unknown.
+//!    Release, attach and renew answer exit 4 and name what settles it (any job of the user's
+//!    listed, then retry). Accounting by name used to vouch here for an unheld (salloc)
+//!    launch; it is no proof (it lags, can miss a job, and a controller broken enough to answer
+//!    empty may not feed slurmdbd either), and no launch is unheld any more.
 //!
 //! Anything else is not proof, and the command says the outcome is unknown (exit 4).
 //!
-//! (A launch of a confined target needs none of this: its own held job, submitted before the
+//! (A launch needs none of this: its own held job, sbatch or salloc, submitted before the
 //! arbitration probe, is its watermark; `hold::settle` decides nothing from a listing that
 //! does not show it.)
 
-use crate::slurm::{AcctRow, Answer, JobRow, SlurmError};
+use crate::slurm::{Answer, JobRow};
 
-/// How far back accounting is asked when it must vouch: sacct lists a job that was pending or
-/// running at any time since then, so a live job of any age is among its rows.
-pub const ACCOUNTING_LOOKBACK_DAYS: i64 = 2;
-
-/// Why an empty listing stays unproven when the user's listing is empty too, for commands that
-/// do not ask accounting; names what settles it.
+/// Why an empty listing stays unproven when the user's listing is empty too; names what
+/// settles it.
 pub fn nothing_listed(name: &str) -> String {
     format!(
         "squeue lists no job named {name} and no job of the user's at all, which is also what a \
@@ -51,8 +44,6 @@ pub enum Absence {
     Proven(String),
     /// Not proven; why, for the message.
     Unproven(String),
-    /// The user's listing lists nothing at all: accounting must vouch (or nothing can).
-    AskAccounting,
 }
 
 /// Step 2: the user's listing (`squeue --me --states=all`) asked after a name listing that
@@ -60,7 +51,7 @@ pub enum Absence {
 pub fn by_listing(name: &str, mine: &Answer<Vec<JobRow>>) -> Absence {
     let rows = match mine {
         Answer::Live(rows) => rows,
-        Answer::Gone(_) => return Absence::AskAccounting,
+        Answer::Gone(_) => return Absence::Unproven(nothing_listed(name)),
         Answer::Unknown(e) => {
             return Absence::Unproven(format!(
                 "squeue listed no job named {name}, which proves nothing alone (a controller in \
@@ -86,47 +77,15 @@ pub fn by_listing(name: &str, mine: &Answer<Vec<JobRow>>) -> Absence {
              of that name (the controller's current view, not an empty answer)",
             newest.id
         )),
-        None => Absence::AskAccounting,
-    }
-}
-
-/// Step 3, for an unheld launch only: accounting by `name` (jobs pending or running since the
-/// lookback), asked when the user's listing showed nothing at all.
-pub fn by_accounting(name: &str, acct: &Answer<Vec<AcctRow>>) -> Absence {
-    let empty = "squeue lists no job at all for the user";
-    let rows: &[AcctRow] = match acct {
-        Answer::Live(rows) => rows,
-        Answer::Unknown(SlurmError::NotInAccounting { .. }) | Answer::Gone(_) => &[],
-        Answer::Unknown(e) => {
-            return Absence::Unproven(format!(
-                "{empty}, which proves nothing alone (a controller in a blackout answers \
-                 empty), and accounting could not vouch for it ({e})"
-            ))
-        }
-    };
-    let live = rows
-        .iter()
-        .filter(|r| r.id_raw.step().is_none() && r.name == name)
-        .find(|r| !r.state.is_terminal());
-    match live {
-        Some(r) => Absence::Unproven(format!(
-            "{empty}, but accounting shows job {} named {name} {}: squeue's answer is not the \
-             controller's current view",
-            r.id, r.state
-        )),
-        None => Absence::Proven(format!(
-            "{empty}, and accounting (another daemon) shows no pending or running job named \
-             {name} in the last {ACCOUNTING_LOOKBACK_DAYS} days"
-        )),
+        None => Absence::Unproven(nothing_listed(name)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::slurm::sacct::parse_rows;
     use crate::slurm::squeue::parse_jobs;
-    use crate::slurm::SlurmCommand;
+    use crate::slurm::{SlurmCommand, SlurmError};
 
     fn row(id: u32, state: &str, name: &str) -> String {
         format!("{id}|{id}|{state}|p|a|q|u|1|1|n|9:58|10:00|N/A|N/A|None|{name}\n")
@@ -136,17 +95,11 @@ mod tests {
         Answer::Live(parse_jobs(text).unwrap())
     }
 
-    fn acct(id: u32, state: &str, name: &str) -> String {
-        format!(
-            "{id}|{id}|{state}|0:0|0:0|2026-01-01T00:00:00|Unknown|Unknown||||1|1000M|p|a|q|u|{name}\n"
-        )
-    }
-
     #[test]
     fn an_empty_listing_of_the_user_proves_nothing_alone() {
         assert_eq!(
             by_listing("ss-m0", &Answer::Live(vec![])),
-            Absence::AskAccounting
+            Absence::Unproven(nothing_listed("ss-m0"))
         );
         let failed = Answer::Unknown(SlurmError::Spawn {
             command: SlurmCommand::Squeue,
@@ -171,31 +124,6 @@ mod tests {
         let text = [row(7, "RUNNING", "alloc7"), row(8, "PENDING", "ss-m0")].concat();
         assert!(matches!(
             by_listing("ss-m0", &listing(&text)),
-            Absence::Unproven(_)
-        ));
-    }
-
-    #[test]
-    fn accounting_vouches_only_without_a_live_job_of_the_name() {
-        let none = Answer::Unknown(SlurmError::NotInAccounting {
-            command: SlurmCommand::Sacct,
-        });
-        assert!(matches!(by_accounting("ss-m0", &none), Absence::Proven(_)));
-        let ended = Answer::Live(parse_rows(&acct(5, "COMPLETED", "ss-m0")).unwrap());
-        assert!(matches!(by_accounting("ss-m0", &ended), Absence::Proven(_)));
-        let running = Answer::Live(parse_rows(&acct(6, "RUNNING", "ss-m0")).unwrap());
-        assert!(matches!(
-            by_accounting("ss-m0", &running),
-            Absence::Unproven(_)
-        ));
-        let other = Answer::Live(parse_rows(&acct(6, "RUNNING", "ss-m1")).unwrap());
-        assert!(matches!(by_accounting("ss-m0", &other), Absence::Proven(_)));
-        let down = Answer::Unknown(SlurmError::Spawn {
-            command: SlurmCommand::Sacct,
-            message: "slurmdbd down".into(),
-        });
-        assert!(matches!(
-            by_accounting("ss-m0", &down),
             Absence::Unproven(_)
         ));
     }
