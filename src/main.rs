@@ -76,7 +76,7 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
         Command::Submit(args) => {
             let (config, config_path) = load_config(cli, &env)?;
             let ctx = context(state_dir()?)?;
-            block_on(cli::pool::run_submit(
+            block_on(cli::submit::run(
                 args,
                 &ctx,
                 &config,
@@ -86,7 +86,7 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
         }
         Command::Stop { worker, grace } => {
             let ctx = context(state_dir()?)?;
-            block_on(cli::pool::run_stop(worker, *grace, &ctx, cli.json))
+            block_on(cli::submit::stop(worker, *grace, &ctx, cli.json))
         }
         Command::Inspect {
             worker: Some(worker),
@@ -108,7 +108,7 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
         Command::Audit => cli::journal::run_audit(&state_dir()?, cli.json),
         Command::Reconcile => {
             let ctx = context(state_dir()?)?;
-            block_on(cli::pool::run_reconcile(&ctx, cli.json))
+            block_on(cli::reconcile::run(&ctx, cli.json))
         }
         Command::Session(cmd) => {
             let (config, path) = load_config(cli, &env)?;

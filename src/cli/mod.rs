@@ -12,11 +12,13 @@ pub mod logs;
 pub mod output;
 pub mod pool;
 pub mod pool_status;
+pub mod reconcile;
 pub mod replay;
 pub mod report;
 pub mod report_html;
 pub mod session;
 pub mod shell;
+pub mod submit;
 pub mod table;
 pub mod trial;
 pub mod watch;
@@ -77,7 +79,7 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         dispatch submit -T savio-htc --cpus 4 --mem 16G --time 2:00:00 --name w1 -- ./run.sh\n  \
         dispatch submit --cpus 1 --mem 2G --time 30 --source src --trial t1 -- make test")]
-    Submit(pool::SubmitArgs),
+    Submit(submit::SubmitArgs),
     /// Stop a worker started by `dispatch submit`: TERM, the grace, then cancel its job
     #[command(after_help = "Examples:\n  \
         dispatch stop w1\n  \

@@ -1,4 +1,4 @@
-//! `dispatch pool …`, `dispatch reconcile`: argument definitions and rendering.
+//! `dispatch pool …`: argument definitions and rendering.
 
 use std::time::Duration;
 
@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use super::exit::{self, Failure};
 use super::output::print_json;
 use crate::ops::context::Ctx;
-use crate::ops::{pool as ops, reconcile};
+use crate::ops::pool as ops;
 use crate::policy::pool::{Budgets, PUBLICATION_TIMEOUT_DEFAULT_S};
 use crate::slurm::{JobId, MemoryMb, Scheduler};
 
@@ -21,6 +21,16 @@ fn parse_mem(s: &str) -> Result<MemoryMb, String> {
         return Err("memory must be at least 1M".to_owned());
     }
     Ok(m)
+}
+
+/// A Slurm time limit: finite and positive.
+pub(super) fn parse_time(s: &str) -> Result<crate::slurm::SlurmDuration, String> {
+    let d = crate::slurm::SlurmDuration::parse_request(s)
+        .map_err(|e| format!("{e}: give a Slurm time such as 90, 1:30:00 or 1-00:00:00"))?;
+    match d.as_secs() {
+        Some(n) if n > 0 => Ok(d),
+        _ => Err("the time limit must be a finite, positive duration".to_owned()),
+    }
 }
 
 /// A parser of whole seconds in `lo..=hi`: ASCII digits only (no sign, unit or fraction), and
@@ -532,154 +542,6 @@ pub async fn run_create<S: Scheduler>(
             a.account,
             a.qos,
             r.pool
-        );
-    }
-    Ok(exit::OK)
-}
-
-pub async fn run_reconcile<S: Scheduler>(ctx: &Ctx<S>, json: bool) -> Result<u8, Failure> {
-    let r = reconcile::reconcile(ctx, None).await?;
-    if json {
-        print_json(&r)?;
-    } else {
-        crate::outln!(
-            "observed {} worker(s) with {} Slurm call(s); resolved {}, unknown {}",
-            r.observed,
-            r.slurm_calls,
-            r.resolved.len(),
-            r.unknown.len()
-        );
-        for x in &r.resolved {
-            crate::outln!(
-                "  released {}/{}: {}",
-                x.pool.as_deref().unwrap_or("submit"),
-                x.worker,
-                x.proof
-            );
-        }
-        for x in &r.unknown {
-            crate::outln!(
-                "  still unknown {}/{} ({}): budget held",
-                x.pool.as_deref().unwrap_or("submit"),
-                x.worker,
-                x.state
-            );
-            if let Some(why) = &x.why {
-                crate::outln!("    {why}");
-            }
-        }
-        for c in &r.creations {
-            crate::outln!(
-                "  pool create {} ({}): {}: {}",
-                c.pool,
-                c.job_name,
-                c.outcome,
-                c.detail
-            );
-        }
-    }
-    Ok(exit::OK)
-}
-
-fn parse_time(s: &str) -> Result<crate::slurm::SlurmDuration, String> {
-    let d = crate::slurm::SlurmDuration::parse_request(s)
-        .map_err(|e| format!("{e}: give a Slurm time such as 90, 1:30:00 or 1-00:00:00"))?;
-    match d.as_secs() {
-        Some(n) if n > 0 => Ok(d),
-        _ => Err("the time limit must be a finite, positive duration".to_owned()),
-    }
-}
-
-#[derive(Debug, Args)]
-pub struct SubmitArgs {
-    /// Target from the config file (partition, account, QOS)
-    #[arg(short = 'T', long, value_parser = crate::names::arg::label("target"))]
-    pub target: Option<String>,
-    /// The job's time limit (Slurm syntax: MM, HH:MM:SS, D-HH:MM:SS)
-    #[arg(long, value_parser = parse_time)]
-    pub time: crate::slurm::SlurmDuration,
-    /// Seconds between SIGTERM and SIGKILL when the worker must stop early
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=300))]
-    pub grace: u32,
-    #[command(flatten)]
-    pub worker: WorkerArgs,
-    #[command(flatten)]
-    pub assets: SubmitExtras,
-    /// Check everything a submit checks, ask `sbatch --test-only` where and when the job would
-    /// start, and say so; submit nothing, journal nothing
-    #[arg(long)]
-    pub dry_run: bool,
-}
-
-pub async fn run_submit<S: Scheduler>(
-    args: &SubmitArgs,
-    ctx: &Ctx<S>,
-    config: &crate::config::Config,
-    config_path: &std::path::Path,
-    json: bool,
-) -> Result<u8, Failure> {
-    let target = match &args.target {
-        Some(name) => Some(
-            config
-                .target(name, config_path)
-                .map_err(|e| Failure::new(exit::USAGE, e.to_string()))?
-                .clone(),
-        ),
-        None => None,
-    };
-    let req = crate::ops::submit::JobSubmitRequest {
-        job_name_prefix: config.job_name_prefix.clone(),
-        target_name: args.target.clone(),
-        target,
-        time: args.time,
-        spec: args.worker.spec(args.grace, &args.assets),
-    };
-    if args.dry_run {
-        let plan = crate::ops::submit::submit_dry_run(ctx, &req).await?;
-        if json {
-            print_json(&plan)?;
-        } else {
-            crate::outln!(
-                "would submit worker {} as job {:?}: sbatch --test-only says it would start at {} on {} in partition {}",
-                plan.worker,
-                plan.job_name,
-                plan.would_start,
-                plan.nodes,
-                plan.partition
-            );
-        }
-        return Ok(exit::OK);
-    }
-    let r = crate::ops::submit::submit(ctx, &req).await?;
-    if json {
-        print_json(&r)?;
-    } else {
-        crate::outln!(
-            "worker {} submitted as job {} (submission {})",
-            r.worker,
-            r.job_id
-                .map_or_else(|| "unknown".to_owned(), |j| j.to_string()),
-            r.submission_id
-        );
-    }
-    Ok(exit::OK)
-}
-
-pub async fn run_stop<S: Scheduler>(
-    worker: &str,
-    grace: u64,
-    ctx: &Ctx<S>,
-    json: bool,
-) -> Result<u8, Failure> {
-    let r = crate::ops::submit::stop(ctx, worker, Duration::from_secs(grace)).await?;
-    if json {
-        print_json(&r)?;
-    } else {
-        crate::outln!(
-            "worker {} (job {}) stopped: {}",
-            r.worker,
-            r.job_id,
-            r.proof.as_deref().unwrap_or("not proven yet")
         );
     }
     Ok(exit::OK)
