@@ -35,7 +35,7 @@ impl<S: Scheduler> Ctx<S> {
         crate::statedir::prepare(&self.state_dir)?;
         let writer = Writer::open(&self.journal_dir(), Options::default())?;
         // Whatever the command, the temporary files of asset adds that were killed go.
-        super::asset::sweep_dead_temps(&super::asset::assets_dir(&self.state_dir));
+        super::asset_files::sweep_dead_temps(&super::asset_files::assets_dir(&self.state_dir));
         let loaded = journal::load(&self.journal_dir())?;
         // Every writing command, offline ones included, keeps the replay tail bounded: past
         // `SNAPSHOT_EVERY` events since the newest snapshot it writes one (optional work).

@@ -2,6 +2,7 @@
 //! Ops return typed reports; the CLI renders them.
 
 pub mod asset;
+pub mod asset_files;
 pub mod audit;
 pub mod context;
 pub mod doctor;

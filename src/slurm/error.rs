@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use super::runner::{ExitInfo, SlurmCommand};
+use super::command::{ExitInfo, SlurmCommand};
 
 /// Longest excerpt of raw text shown in an error *message*; the value keeps all of it.
 const EXCERPT_CHARS: usize = 300;

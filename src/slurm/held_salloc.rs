@@ -17,11 +17,22 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
+
+use super::action::{failed_submission, ActionError};
 use super::error::{Parsed, SlurmError};
+use super::ids::JobId;
 use super::request::AllocRequest;
 use super::runner::{ExitInfo, Output, Runner, SlurmCommand};
-use super::scheduler::{failed_submission, ActionError, HeldAllocation};
 use super::submit::parse_salloc;
+
+/// `salloc --hold` named its job, which waits held for `scontrol release` (then Slurm grants
+/// it and the salloc, still running, exits) or `scancel`. (A salloc that says "Granted" at
+/// once names a job that was not held; `scontrol release` of it succeeds and changes nothing.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldAllocation {
+    pub job_id: JobId,
+}
 
 /// How often the log is read while salloc has not yet named its job.
 const POLL: Duration = Duration::from_millis(20);
@@ -206,7 +217,6 @@ impl Lines {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::slurm::JobId;
 
     /// The job the log names so far, as `allocate_held` reads it.
     fn named(stderr: &str) -> Option<crate::slurm::SallocReport> {

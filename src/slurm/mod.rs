@@ -8,7 +8,9 @@
 //! terminal [`JobState`], or a step missing beside its listed job may release anything. See
 //! `docs/slurm-boundary.md`.
 
+pub mod action;
 pub mod answer;
+mod command;
 pub mod digits;
 pub mod duration;
 pub mod error;

@@ -7,10 +7,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use thiserror::Error;
 
 use super::answer::{Answer, GoneProof};
-use super::error::{ParseError, Refusal, RequestError, SlurmError};
+use super::error::{ParseError, SlurmError};
 use super::ids::{JobId, StepId};
 use super::request::{
     release_argv, show_job_argv, steps_argv, AcctQuery, AllocRequest, BatchRequest, CancelTarget,
@@ -20,92 +19,14 @@ use super::runner::{CallCounts, ExitInfo, Output, Runner, RunnerConfig, SlurmCom
 use super::sacct::{parse_rows, AcctRow};
 use super::scontrol::{parse_show_job, JobDetails};
 use super::squeue::{parse_jobs, parse_steps, JobRow, StepRow};
-use super::submit::{parse_salloc, parse_sbatch_parsable, refusal_phrase, Submitted};
+use super::submit::{parse_salloc, parse_sbatch_parsable, Submitted};
 
 /// The phrase Slurm uses when a job id is unknown to the controller.
 pub const INVALID_JOB_ID: &str = "Invalid job id specified";
 
-/// Why an action (submit, allocate, launch, cancel) has no definite result.
-#[derive(Debug, Clone, Error)]
-pub enum ActionError {
-    /// Refused before any Slurm command ran: nothing happened.
-    #[error("request refused, nothing was done: {0}")]
-    Invalid(#[from] RequestError),
-    /// A local problem before any Slurm command ran (e.g. a log file could not be
-    /// opened): nothing happened.
-    #[error("nothing was started: {0}")]
-    Local(String),
-    /// Slurm definitely created nothing: it refused in words we recognise, or its program
-    /// could not be started.
-    #[error("{0}")]
-    Refused(Refusal),
-    /// Slurm may or may not have acted. `job_hint` is a job id Slurm mentioned before
-    /// the answer became unknown (salloc's "Pending job allocation N").
-    #[error("outcome unknown: {error}")]
-    Unknown {
-        error: SlurmError,
-        job_hint: Option<JobId>,
-    },
-}
-
-impl ActionError {
-    /// True when the action was refused before any Slurm command ran: nothing happened, so
-    /// whatever was reserved for it may be released.
-    pub fn nothing_happened(&self) -> bool {
-        matches!(
-            self,
-            ActionError::Invalid(_) | ActionError::Local(_) | ActionError::Refused(_)
-        )
-    }
-
-    fn unknown(error: SlurmError) -> ActionError {
-        ActionError::Unknown {
-            error,
-            job_hint: None,
-        }
-    }
-
-    /// A submitting command that could not be run or gave no answer. A program that was never
-    /// started created nothing; everything else (timeout, killed, output cap) may have.
-    pub(super) fn unanswered(error: SlurmError, job_hint: Option<JobId>) -> ActionError {
-        match error {
-            SlurmError::Spawn { .. } => ActionError::Refused(Refusal::NotStarted(error)),
-            error => ActionError::Unknown { error, job_hint },
-        }
-    }
-}
-
-/// A submitting command's non-zero exit: a definite refusal when it exited on its own and
-/// said so in words of `submit::REFUSALS`, else unknown (even "Socket timed out" may follow
-/// an accepted submission).
-pub(super) fn failed_submission(
-    command: SlurmCommand,
-    out: Output,
-    job_hint: Option<JobId>,
-) -> ActionError {
-    debug_assert!(!out.status.success());
-    let phrase = match out.status {
-        ExitInfo::Code(_) => refusal_phrase(&out.stdout, &out.stderr),
-        ExitInfo::Signal(_) => None,
-    };
-    match phrase {
-        Some(phrase) if job_hint.is_none() => ActionError::Refused(Refusal::Said {
-            command,
-            phrase,
-            status: out.status,
-            stderr: out.stderr,
-        }),
-        _ => ActionError::Unknown {
-            job_hint,
-            error: SlurmError::Failed {
-                command,
-                status: out.status,
-                stdout: out.stdout,
-                stderr: out.stderr,
-            },
-        },
-    }
-}
+use super::action::failed_submission;
+pub use super::action::ActionError;
+pub use super::held_salloc::HeldAllocation;
 
 /// What `sbatch --test-only` said it would do (its one stderr line, the same on 22.05 and
 /// 24.11: `sbatch: Job N to start at T using C processors on nodes L in partition P`; the id
@@ -138,14 +59,6 @@ pub fn parse_test_only(stderr: &str) -> Option<TestedBatch> {
 /// salloc granted an allocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Allocated {
-    pub job_id: JobId,
-}
-
-/// `salloc --hold` named its job, which waits held for `scontrol release` (then Slurm grants
-/// it and the salloc, still running, exits) or `scancel`. (A salloc that says "Granted" at
-/// once names a job that was not held; `scontrol release` of it succeeds and changes nothing.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HeldAllocation {
     pub job_id: JobId,
 }
 
