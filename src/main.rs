@@ -111,11 +111,14 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
             block_on(cli::reconcile::run(&ctx, cli.json))
         }
         Command::Session(cmd) => {
-            let (config, path) = load_config(cli, &env)?;
-            let dir = state_dir()?;
+            let (config, config_path) = load_config(cli, &env)?;
+            let ctx = context(state_dir()?)?;
             block_on(cli::session::run(
                 cmd,
-                &session_context(cli, &dir, &config, &path),
+                &ctx,
+                &config,
+                &config_path,
+                cli.json,
             ))
         }
         Command::Forget(args) => {
@@ -142,10 +145,13 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
             cli::replay::run_sessions(&state_dir()?, *cut, cli.json)
         }
         Command::Sessions { at: None, wide } => {
-            let (config, path) = load_config(cli, &env)?;
-            let dir = state_dir()?;
+            let (config, config_path) = load_config(cli, &env)?;
+            let ctx = context(state_dir()?)?;
             block_on(cli::session::run_report(
-                &session_context(cli, &dir, &config, &path),
+                &ctx,
+                &config,
+                &config_path,
+                cli.json,
                 *wide,
             ))
         }
@@ -200,23 +206,6 @@ fn block_on<F: std::future::Future<Output = Result<u8, exit::Failure>>>(
             exit::Failure::new(exit::FAILED, format!("cannot start the async runtime: {e}"))
         })?;
     rt.block_on(f)
-}
-
-fn session_context<'a>(
-    cli: &Cli,
-    state_dir: &'a std::path::Path,
-    config: &'a dispatch::config::Config,
-    config_path: &'a std::path::Path,
-) -> cli::session::Context<'a> {
-    let env = |k: &str| std::env::var(k).ok();
-    cli::session::Context {
-        state_dir,
-        session_files: dispatch::config::session_files_dir(config, state_dir, &env),
-        config,
-        config_path,
-        json: cli.json,
-        slurm: slurm_config(),
-    }
 }
 
 /// A missing file found by the search means defaults (a missing `--config` file is an error); a

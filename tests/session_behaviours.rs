@@ -354,19 +354,21 @@ async fn b09_unparsable_sbatch_records_may_exist_and_the_next_launch_adopts() {
 }
 
 /// Write the intent of a launch that was killed while its sbatch ran (no outcome follows).
-fn interrupted_launch(state: &Path) {
-    let (book, _) = dispatch::ops::session::Book::open(state).unwrap();
-    book.append(dispatch::event::Event::SessionLaunchIntent(
-        dispatch::event::session::SessionLaunchIntent {
-            session: SessionKey::new("sample", "T"),
-            submission_id: uuid::Uuid::new_v4(),
-            job_name: NAME.into(),
-            confined: true,
-            command: vec![],
-            replacing: None,
-        },
-    ))
-    .unwrap();
+fn interrupted_launch(w: &World) {
+    let env = env(&w.config, &w.state, &w.slurm);
+    drop(env.ctx.lock_and_load().unwrap());
+    env.ctx
+        .append(dispatch::event::Event::SessionLaunchIntent(
+            dispatch::event::session::SessionLaunchIntent {
+                session: SessionKey::new("sample", "T"),
+                submission_id: uuid::Uuid::new_v4(),
+                job_name: NAME.into(),
+                confined: true,
+                command: vec![],
+                replacing: None,
+            },
+        ))
+        .unwrap();
 }
 
 /// Issue 10 item 11: a launch killed while its sbatch was in flight, relaunched at once. The
@@ -376,7 +378,7 @@ fn interrupted_launch(state: &Path) {
 #[tokio::test]
 async fn an_interrupted_submission_younger_than_its_limit_is_waited_for() {
     let w = World::new();
-    interrupted_launch(&w.state);
+    interrupted_launch(&w);
     w.q().by_name.push_back(gone());
     w.q().by_name.push_back(gone());
     w.q()
@@ -411,7 +413,7 @@ async fn an_interrupted_submission_younger_than_its_limit_is_waited_for() {
 #[tokio::test]
 async fn an_interrupted_submission_that_created_nothing_is_submitted_after_the_bound() {
     let w = World::new();
-    interrupted_launch(&w.state);
+    interrupted_launch(&w);
     let started = std::time::Instant::now();
     w.q().by_name_else = Some(gone());
     w.q().sbatch.push_back(submitted(5));
@@ -430,7 +432,7 @@ async fn an_interrupted_submission_that_created_nothing_is_submitted_after_the_b
     assert!(probes >= 2, "it probed again before submitting: {probes}");
     // An intent older than the bound is not waited for: one probe, then sbatch.
     let w = World::new();
-    interrupted_launch(&w.state);
+    interrupted_launch(&w);
     std::thread::sleep(bound);
     w.q().by_name.push_back(gone());
     w.q().sbatch.push_back(submitted(6));
@@ -735,7 +737,7 @@ async fn b24_other_targets_job_does_not_block() {
         .await
         .unwrap();
     assert_eq!((r.action, r.job_id.get()), (LaunchAction::Submitted, 5000));
-    let note = r.notes.join("\n");
+    let note = r.warnings.join("\n");
     assert!(
         note.contains("4242") && note.contains("different target (U)"),
         "{note}"
@@ -825,11 +827,13 @@ async fn b27_newest_of_two_matches_is_adopted() {
         (LaunchAction::Adopted, 39000077)
     );
     assert!(
-        r.notes.join(" ").contains("more than one live job matches"),
+        r.warnings
+            .join(" ")
+            .contains("more than one live job matches"),
         "{:?}",
-        r.notes
+        r.warnings
     );
-    assert!(r.notes.join(" ").contains("39000001"));
+    assert!(r.warnings.join(" ").contains("39000001"));
 }
 
 /// 28, departure from sucoder: a malformed line of this job name is a job that exists and
@@ -1010,7 +1014,7 @@ async fn b44_b48_release_cancels_and_proves() {
         .unwrap();
     assert_eq!(r.action, ReleaseAction::Released);
     assert_eq!(r.proof.as_deref(), Some("squeue: CANCELLED"));
-    assert!(r.notes.join(" ").contains("Invalid job id specified"));
+    assert!(r.warnings.join(" ").contains("Invalid job id specified"));
     // The name probe last: no other live job of this session's name and target is left.
     assert_eq!(
         w.slurm.argvs(),

@@ -11,12 +11,13 @@ use super::exit::{self, Failure};
 use super::output::{note, print_json};
 use crate::config::Config;
 use crate::event::session::SessionKey;
+use crate::ops::context::Ctx;
 use crate::ops::session::launch::{launch, LaunchAction, LaunchReport, LaunchRequest};
 use crate::ops::session::release::{self, ReleaseAction};
 use crate::ops::session::renew::{renew, RenewSettings};
 use crate::ops::session::{attach, command_for, report, Env, Waits};
 use crate::policy::session::renew::{Backoff, DEFAULT_DRAIN_MINUTES};
-use crate::slurm::{CliConfig, CliScheduler, JobId, SlurmCommand};
+use crate::slurm::{CliConfig, JobId, Scheduler, SlurmCommand};
 
 #[derive(Debug, Args)]
 pub struct SessionArgs {
@@ -102,16 +103,6 @@ pub enum SessionCommand {
     },
 }
 
-/// What the session commands need from `main`.
-pub struct Context<'a> {
-    pub state_dir: &'a Path,
-    pub session_files: PathBuf,
-    pub config: &'a Config,
-    pub config_path: &'a Path,
-    pub json: bool,
-    pub slurm: CliConfig,
-}
-
 /// Default waits, with `--wait` as the budget for the job to run.
 fn waits_for(secs: u64) -> Waits {
     Waits {
@@ -120,9 +111,9 @@ fn waits_for(secs: u64) -> Waits {
     }
 }
 
-fn warn(notes: &[String]) {
-    for n in notes {
-        note(&format!("warning: {n}"));
+fn warn(warnings: &[String]) {
+    for w in warnings {
+        note(&format!("warning: {w}"));
     }
 }
 
@@ -147,8 +138,15 @@ fn exec_srun(argv: &[std::ffi::OsString]) -> Failure {
 }
 
 /// Runs on the runtime `main` makes for every async command (its `block_on`).
-pub async fn run(cmd: &SessionCommand, ctx: &Context<'_>) -> Result<u8, Failure> {
-    let slurm = CliScheduler::new(ctx.slurm.clone());
+pub async fn run<S: Scheduler>(
+    cmd: &SessionCommand,
+    ctx: &Ctx<S>,
+    config: &Config,
+    config_path: &Path,
+    json: bool,
+) -> Result<u8, Failure> {
+    let files = session_files(ctx, config);
+    let env = |waits| env_of(ctx, config, config_path, &files, waits);
     match cmd {
         SessionCommand::Launch {
             session,
@@ -157,7 +155,6 @@ pub async fn run(cmd: &SessionCommand, ctx: &Context<'_>) -> Result<u8, Failure>
             dry_run,
             command,
         } => {
-            let env = env_of(ctx, &slurm, waits_for(*wait));
             let req = LaunchRequest {
                 mirror: session.mirror.clone(),
                 target: session.target.clone(),
@@ -166,24 +163,17 @@ pub async fn run(cmd: &SessionCommand, ctx: &Context<'_>) -> Result<u8, Failure>
                 replacing: None,
                 require_running: false,
             };
+            let env = env(waits_for(*wait));
             if *dry_run {
-                return run_launch_dry_run(&env, &req, ctx.json).await;
+                return run_launch_dry_run(&env, &req, json).await;
             }
-            run_launch(&env, &req, ctx.json).await
+            run_launch(&env, &req, json).await
         }
         SessionCommand::Release {
             session,
             force,
             yes,
-        } => {
-            run_release(
-                ctx,
-                &env_of(ctx, &slurm, Waits::default()),
-                session,
-                *force || *yes,
-            )
-            .await
-        }
+        } => run_release(&env(Waits::default()), session, *force || *yes, json).await,
         SessionCommand::Renew {
             session,
             once,
@@ -198,40 +188,41 @@ pub async fn run(cmd: &SessionCommand, ctx: &Context<'_>) -> Result<u8, Failure>
                 backoff: Backoff::default(),
                 stop: Default::default(),
             };
-            run_renew(
-                &env_of(ctx, &slurm, waits_for(*wait)),
-                session,
-                &settings,
-                ctx.json,
-            )
-            .await
+            run_renew(&env(waits_for(*wait)), session, &settings, json).await
         }
         SessionCommand::Attach { session, command } => {
-            run_attach(&env_of(ctx, &slurm, Waits::default()), session, command).await
+            run_attach(&env(Waits::default()), session, command).await
         }
     }
 }
 
-/// What every session command works with, from what `main` gave.
-fn env_of<'a>(
-    ctx: &'a Context<'_>,
-    slurm: &'a CliScheduler,
+/// Where session batch scripts and Slurm logs go (`config::session_files_dir`).
+fn session_files<S: Scheduler>(ctx: &Ctx<S>, config: &Config) -> PathBuf {
+    let env = |k: &str| std::env::var(k).ok();
+    crate::config::session_files_dir(config, &ctx.state_dir, &env)
+}
+
+/// What every session command works with: the common context and the session's own.
+fn env_of<'a, S: Scheduler>(
+    ctx: &'a Ctx<S>,
+    config: &'a Config,
+    config_path: &'a Path,
+    session_files: &'a Path,
     waits: Waits,
-) -> Env<'a, CliScheduler> {
+) -> Env<'a, S> {
     Env {
-        config: ctx.config,
-        config_path: ctx.config_path,
-        state_dir: ctx.state_dir,
-        session_files: &ctx.session_files,
-        slurm,
+        ctx,
+        config,
+        config_path,
+        session_files,
         waits,
         progress: &note,
     }
 }
 
 /// `session launch --dry-run`.
-async fn run_launch_dry_run(
-    env: &Env<'_, CliScheduler>,
+async fn run_launch_dry_run<S: Scheduler>(
+    env: &Env<'_, S>,
     req: &LaunchRequest,
     json: bool,
 ) -> Result<u8, Failure> {
@@ -259,13 +250,13 @@ async fn run_launch_dry_run(
 }
 
 /// `session launch`: then attach, from a terminal, unless `--detached`.
-async fn run_launch(
-    env: &Env<'_, CliScheduler>,
+async fn run_launch<S: Scheduler>(
+    env: &Env<'_, S>,
     req: &LaunchRequest,
     json: bool,
 ) -> Result<u8, Failure> {
     let report = launch(env, req).await?;
-    warn(&report.notes);
+    warn(&report.warnings);
     render_launch(&report, json)?;
     if req.detached {
         return Ok(exit::OK);
@@ -288,16 +279,16 @@ async fn run_launch(
 }
 
 /// `session release`: asks first (from a terminal) unless `--yes` or `--force` (`asked`).
-async fn run_release(
-    ctx: &Context<'_>,
-    env: &Env<'_, CliScheduler>,
+async fn run_release<S: Scheduler>(
+    env: &Env<'_, S>,
     session: &SessionArgs,
     asked: bool,
+    json: bool,
 ) -> Result<u8, Failure> {
     let plan = release::plan(env, &session.mirror, &session.target)?;
-    if !asked && !confirm_release(ctx, &plan)? {
+    if !asked && !confirm_release(env.config, &plan)? {
         eprintln!("Aborted.");
-        if ctx.json {
+        if json {
             print_json(&serde_json::json!({
                 "mirror": plan.key.mirror, "target": plan.key.target,
                 "action": "aborted", "job_id": plan.job.map(JobId::get),
@@ -307,8 +298,8 @@ async fn run_release(
         return Ok(exit::OK);
     }
     let r = release::release(env, &session.mirror, &session.target, plan.job).await?;
-    warn(&r.notes);
-    if ctx.json {
+    warn(&r.warnings);
+    if json {
         print_json(&r)?;
     } else {
         render_release(&plan.key, &r);
@@ -317,7 +308,7 @@ async fn run_release(
 }
 
 /// The question `session release` asks, answered from the terminal; without one, exit 2.
-fn confirm_release(ctx: &Context<'_>, plan: &release::ReleasePlan) -> Result<bool, Failure> {
+fn confirm_release(config: &Config, plan: &release::ReleasePlan) -> Result<bool, Failure> {
     let mut question = match plan.job {
         Some(job) => release_question(plan, job),
         None if plan.may_exist => format!(
@@ -329,7 +320,7 @@ fn confirm_release(ctx: &Context<'_>, plan: &release::ReleasePlan) -> Result<boo
             "No Slurm job is recorded for session {}. Look for one by name \
              (`squeue --me --name={}`) and cancel any live job of this target?",
             plan.key,
-            ctx.config.job_name(&plan.key.mirror)
+            config.job_name(&plan.key.mirror)
         ),
     };
     if let Some(old) = plan.replaced {
@@ -391,8 +382,8 @@ fn render_release(key: &SessionKey, r: &release::ReleaseReport) {
 }
 
 /// `session renew`: Ctrl-C finishes the current step, then stops.
-async fn run_renew(
-    env: &Env<'_, CliScheduler>,
+async fn run_renew<S: Scheduler>(
+    env: &Env<'_, S>,
     session: &SessionArgs,
     settings: &RenewSettings,
     json: bool,
@@ -436,8 +427,8 @@ async fn run_renew(
 }
 
 /// `session attach`: replaces this process with srun, from a terminal only.
-async fn run_attach(
-    env: &Env<'_, CliScheduler>,
+async fn run_attach<S: Scheduler>(
+    env: &Env<'_, S>,
     session: &SessionArgs,
     command: &[String],
 ) -> Result<u8, Failure> {
@@ -524,19 +515,16 @@ fn render_launch(r: &LaunchReport, json: bool) -> Result<(), Failure> {
 }
 
 /// `dispatch sessions`.
-pub async fn run_report(ctx: &Context<'_>, wide: bool) -> Result<u8, Failure> {
-    let slurm = CliScheduler::new(ctx.slurm.clone());
-    let env = Env {
-        config: ctx.config,
-        config_path: ctx.config_path,
-        state_dir: ctx.state_dir,
-        session_files: &ctx.session_files,
-        slurm: &slurm,
-        waits: Waits::default(),
-        progress: &note,
-    };
-    let r = report::sessions(&env).await?;
-    if ctx.json {
+pub async fn run_report<S: Scheduler>(
+    ctx: &Ctx<S>,
+    config: &Config,
+    config_path: &Path,
+    json: bool,
+    wide: bool,
+) -> Result<u8, Failure> {
+    let files = session_files(ctx, config);
+    let r = report::sessions(&env_of(ctx, config, config_path, &files, Waits::default())).await?;
+    if json {
         print_json(&r)?;
     } else {
         let release =

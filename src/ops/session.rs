@@ -15,7 +15,7 @@ mod script;
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use fs2::FileExt;
@@ -24,8 +24,8 @@ use crate::config::{sanitize_token, Config, ConfigError, Target};
 use crate::event::session::SessionAdopted;
 use crate::event::session::SessionKey;
 use crate::event::Event;
-use crate::journal::{self, Committed, JournalError, Options, Writer};
-use crate::ops::context::Progress;
+use crate::journal::{self, JournalError};
+use crate::ops::context::{Ctx, Progress};
 use crate::ops::error::OpError;
 use crate::policy::session::absence::{self, Absence};
 use crate::policy::session::probe::{passed_note, rows_named, unparsed};
@@ -69,14 +69,19 @@ impl Default for Waits {
     }
 }
 
-/// What every session command works with.
-pub struct Env<'a, S> {
+/// What every session command works with: the common context of every command (`ctx`: state
+/// directory, scheduler, caller) and what only sessions need.
+///
+/// Journal access is the common one too: the state a command decides on is loaded with
+/// `Ctx::lock_and_load` under the session's token lock ([`lock_session`]), and each intent and
+/// outcome is one `Ctx::append`. The token lock, not the journal's, serializes the deciding, so
+/// a launch polling for minutes holds no journal lock and blocks no other command.
+pub struct Env<'a, S: Scheduler> {
+    pub ctx: &'a Ctx<S>,
     pub config: &'a Config,
     pub config_path: &'a Path,
-    pub state_dir: &'a Path,
     /// Batch scripts and Slurm logs (`config::session_files_dir`).
     pub session_files: &'a Path,
-    pub slurm: &'a S,
     pub waits: Waits,
     /// Where progress lines go during long waits (stderr for the CLI).
     pub progress: Progress<'a>,
@@ -104,7 +109,7 @@ static UNCONFIGURED: Target = Target {
     confined: false,
 };
 
-impl<S> Env<'_, S> {
+impl<S: Scheduler> Env<'_, S> {
     pub fn resolve(&self, mirror: &str, target: &str) -> Result<Resolved<'_>, OpError> {
         if mirror.is_empty() {
             return Err(OpError::Usage("the mirror name is empty".into()));
@@ -145,7 +150,11 @@ impl<S> Env<'_, S> {
         match self.resolve(mirror, target) {
             Err(OpError::Config(ConfigError::UnknownTarget { .. })) => {
                 let key = SessionKey::new(mirror, target);
-                if read_state(self.state_dir)?.sessions.get(&key).is_none() {
+                if read_state(&self.ctx.state_dir)?
+                    .sessions
+                    .get(&key)
+                    .is_none()
+                {
                     return self.resolve(mirror, target);
                 }
                 let name = self.config.job_name(mirror);
@@ -169,36 +178,20 @@ impl<S> Env<'_, S> {
             .iter()
             .map(|(n, t)| (n.as_str(), Pins::of(t)))
     }
-
-    pub fn journal_dir(&self) -> PathBuf {
-        crate::statedir::journal_dir(self.state_dir)
-    }
 }
 
-/// The journal as the session commands use it: state loaded once, each append durable before
-/// it returns. The writer (and its lock) is held only for the append itself, so a launch that
-/// polls for minutes does not stop other commands from writing.
-pub struct Book {
-    dir: PathBuf,
-}
-
-impl Book {
-    /// Create the state directory and journal if missing, and load the state.
-    pub fn open(state_dir: &Path) -> Result<(Book, State), OpError> {
-        crate::statedir::prepare(state_dir)?;
-        let dir = crate::statedir::journal_dir(state_dir);
-        drop(Writer::open(&dir, Options::default())?);
-        let loaded = journal::load(&dir)?;
-        // Snapshots only accelerate loading: a failure is a warning.
-        if let Err(e) = journal::reader::snapshot_if_due(&dir, &loaded) {
-            tracing::warn!("snapshot not written (optional): {e}");
-        }
-        Ok((Book { dir }, loaded.state))
-    }
-
-    pub fn append(&self, event: Event) -> Result<Committed, JournalError> {
-        Writer::open(&self.dir, Options::default())?.append_one(event)
-    }
+/// Take the token lock of a session command that decides and acts, and load the state it
+/// decides on (creating the state directory and journal if missing). The journal's writer is
+/// released at once: the token lock serializes the commands on this mirror, and it is held
+/// across the waits that follow, which the journal's lock never is.
+pub fn lock_session<S: Scheduler>(
+    env: &Env<'_, S>,
+    token: &str,
+) -> Result<(TokenLock, State), OpError> {
+    let lock = TokenLock::take(&env.ctx.state_dir, token)?;
+    let (writer, loaded) = env.ctx.lock_and_load()?;
+    drop(writer);
+    Ok((lock, loaded.state))
 }
 
 /// Read the state without writing: a missing journal is an empty state.
@@ -290,7 +283,8 @@ pub struct NameProbe {
     pub unvouched: Option<String>,
     /// How an empty listing was corroborated, for reports.
     pub vouched: Option<String>,
-    pub notes: Vec<String>,
+    /// Jobs of this name the plan passed over, for the report's warnings.
+    pub warnings: Vec<String>,
 }
 
 /// Probe by name and decide what to adopt. Never fails: a failed probe is reported and the
@@ -301,7 +295,8 @@ pub async fn name_probe<S: Scheduler>(
     exclude: &[JobId],
 ) -> NameProbe {
     let answer = env
-        .slurm
+        .ctx
+        .sched
         .list_jobs(&JobQuery::mine_named(r.job_name.clone()))
         .await;
     let mut probe = NameProbe::empty();
@@ -318,7 +313,7 @@ pub async fn name_probe<S: Scheduler>(
     }
     probe.listed = named.rows.len();
     let plan = plan_adoption(&named.rows, &r.key.target, env.targets(), exclude);
-    probe.notes = plan
+    probe.warnings = plan
         .passed()
         .filter_map(|seen| passed_note(seen, &r.key, r.job_name.as_str()))
         .collect();
@@ -336,7 +331,7 @@ impl NameProbe {
             listed: 0,
             unvouched: None,
             vouched: None,
-            notes: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
@@ -367,7 +362,8 @@ pub async fn vouch_absence<S: Scheduler>(
         return;
     }
     let mine = env
-        .slurm
+        .ctx
+        .sched
         .list_jobs(&JobQuery::mine_including_finished())
         .await;
     match absence::by_listing(r.job_name.as_str(), &mine) {
@@ -381,7 +377,6 @@ pub async fn vouch_absence<S: Scheduler>(
 /// job found (journaled as `SessionAdopted` before the caller acts on it).
 pub async fn adopt_by_name<S: Scheduler>(
     env: &Env<'_, S>,
-    book: &Book,
     r: &Resolved<'_>,
     exclude: &[JobId],
     replacing: Option<JobId>,
@@ -391,7 +386,8 @@ pub async fn adopt_by_name<S: Scheduler>(
         return Ok((probe, None));
     };
     let job = seen.job_id.expect("only plain ids are adopted");
-    book.append(adopted(&r.key, job, &seen, "name_probe", replacing))?;
+    env.ctx
+        .append(adopted(&r.key, job, &seen, "name_probe", replacing))?;
     Ok((probe, Some(seen)))
 }
 
@@ -421,10 +417,9 @@ fn adopted(
 /// `cannot_vouch` tells a proven absence from a blackout's empty answer.
 pub async fn adopt_or_vouch<S: Scheduler>(
     env: &Env<'_, S>,
-    book: &Book,
     r: &Resolved<'_>,
 ) -> Result<(NameProbe, Option<Seen>), OpError> {
-    let (mut probe, adopted) = adopt_by_name(env, book, r, &[], None).await?;
+    let (mut probe, adopted) = adopt_by_name(env, r, &[], None).await?;
     if adopted.is_none() {
         vouch_absence(env, r, &mut probe).await;
     }

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use dispatch::config::Config;
 use dispatch::event::session::SessionKey;
+use dispatch::ops::context::Ctx;
 use dispatch::ops::error::OpError;
 use dispatch::ops::session::renew::RenewSettings;
 use dispatch::ops::session::{attach, launch, release, renew, Env, Waits};
@@ -270,12 +271,18 @@ impl Sessions {
 
     pub async fn run(&self, sched: &SimSlurm, cmd: &SessionCmd) -> Result<SessionOk, OpError> {
         let quiet = |_: &str| {};
+        // The sessions' own state directory over the cluster the pools use too.
+        let ctx = Ctx {
+            state_dir: self.state_dir.clone(),
+            sched,
+            caller: super::USER.to_owned(),
+            exe: PathBuf::from("/opt/dispatch/bin/dispatch"),
+        };
         let env = Env {
+            ctx: &ctx,
             config: &self.config,
             config_path: &self.config_path,
-            state_dir: &self.state_dir,
             session_files: &self.files,
-            slurm: sched,
             waits: Waits::default(),
             progress: &quiet,
         };

@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use dispatch::config::Config;
+use dispatch::ops::context::Ctx;
 use dispatch::ops::session::{Env, Waits};
 use dispatch::slurm::runner::ExitInfo;
 use dispatch::slurm::squeue::parse_jobs;
@@ -462,14 +463,24 @@ pub fn fast_waits() -> Waits {
     }
 }
 
-pub fn env<'a>(config: &'a Config, state_dir: &'a Path, slurm: &'a Scripted) -> Env<'a, Scripted> {
+/// The session commands' environment over `slurm`, which the test keeps to script and check.
+pub fn env<'a>(
+    config: &'a Config,
+    state_dir: &'a Path,
+    slurm: &'a Scripted,
+) -> Env<'a, &'a Scripted> {
+    // Leaked: one small context and path per call, alive as long as the borrowed state dir.
+    let ctx = Box::leak(Box::new(Ctx {
+        state_dir: state_dir.to_owned(),
+        sched: slurm,
+        caller: dispatch::event::current_user(),
+        exe: PathBuf::from("/test/bin/dispatch"),
+    }));
     Env {
+        ctx,
         config,
         config_path: Path::new("/test/config.toml"),
-        state_dir,
-        // Leaked: one small path per test world, alive as long as the borrowed state dir.
         session_files: Box::leak(state_dir.join("sessions").into_boxed_path()),
-        slurm,
         waits: fast_waits(),
         progress: &|_| {},
     }

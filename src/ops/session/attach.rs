@@ -5,7 +5,7 @@
 use std::ffi::OsString;
 
 use super::{
-    adopt_or_vouch, command_for, hold, read_state, session, Book, Env, OpError, Resolved, TokenLock,
+    adopt_or_vouch, command_for, hold, lock_session, read_state, session, Env, OpError, Resolved,
 };
 use crate::policy::session::{probe_of, Probe};
 use crate::slurm::{JobId, JobQuery, JobState, Scheduler};
@@ -49,7 +49,7 @@ pub async fn plan<S: Scheduler>(
     shell: Option<String>,
 ) -> Result<AttachPlan, OpError> {
     let r = env.resolve(mirror, target)?;
-    let state = read_state(env.state_dir)?;
+    let state = read_state(&env.ctx.state_dir)?;
     let s = session(&state, &r.key);
     let job = match s.and_then(|s| s.job_id()) {
         Some(job) => job,
@@ -66,7 +66,7 @@ pub async fn plan<S: Scheduler>(
     let (job, probe) = match hold::probe_held(env, job).await {
         (Probe::Live { .. }, true) => {
             let kept = hold::settle_recorded(env, &r, job).await?;
-            let answer = env.slurm.list_jobs(&JobQuery::ids(vec![kept])).await;
+            let answer = env.ctx.sched.list_jobs(&JobQuery::ids(vec![kept])).await;
             (kept, probe_of(&answer, kept))
         }
         (probe, _) => (job, probe),
@@ -102,13 +102,12 @@ pub async fn plan<S: Scheduler>(
 /// No job recorded (a lost state directory): find the session's live job by name, as launch
 /// would, and record it; the attach then goes on as for a recorded job.
 async fn find_by_name<S: Scheduler>(env: &Env<'_, S>, r: &Resolved<'_>) -> Result<JobId, OpError> {
-    let _lock = TokenLock::take(env.state_dir, &r.token)?;
-    let (book, state) = Book::open(env.state_dir)?;
+    let (_lock, state) = lock_session(env, &r.token)?;
     if let Some(job) = session(&state, &r.key).and_then(|s| s.job_id()) {
         // Recorded meanwhile by a command that held the lock.
         return Ok(job);
     }
-    let (probe, adopted) = adopt_or_vouch(env, &book, r).await?;
+    let (probe, adopted) = adopt_or_vouch(env, r).await?;
     match (adopted, probe.cannot_vouch()) {
         (Some(seen), _) => Ok(seen.job_id.expect("only plain ids are adopted")),
         (None, Some(why)) => Err(OpError::Unknown(format!(

@@ -34,12 +34,12 @@ pub async fn launch_dry_run<S: Scheduler>(
 ) -> Result<LaunchPlan, OpError> {
     let r = env.resolve(&req.mirror, &req.target)?;
     let placement = placement(env, &r)?;
-    let state = read_state(env.state_dir)?;
+    let state = read_state(&env.ctx.state_dir)?;
     token_clash(&state, &r)?;
     let mut plan = LaunchPlan::submit(&r);
     let mut exclude = Vec::new();
     if let Some(job) = session(&state, &r.key).and_then(|s| s.job_id()) {
-        let answer = env.slurm.list_jobs(&JobQuery::ids(vec![job])).await;
+        let answer = env.ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
         match recorded(probe_of(&answer, job)) {
             Recorded::Reuse => {
                 plan.would = "reuse";
@@ -121,7 +121,7 @@ async fn test_submit<S: Scheduler>(
 ) -> Result<LaunchPlan, OpError> {
     let mut batch = BatchRequest::new(r.job_name.clone(), BatchPayload::Wrap(":".to_owned()));
     batch.placement = placement;
-    let tested = env.slurm.test_batch(&batch).await.map_err(|e| {
+    let tested = env.ctx.sched.test_batch(&batch).await.map_err(|e| {
         OpError::Failed(format!(
             "`sbatch --test-only` says a job for {} would not go: {e}; nothing was submitted",
             r.key

@@ -9,7 +9,7 @@
 //! settles it here the same way, so a held job is never left held and never released beside
 //! an older one.
 
-use super::{command_for, session, Book, Env, OpError, Resolved, TokenLock};
+use super::{command_for, lock_session, session, Env, OpError, Resolved};
 use crate::event::session::{SessionAdopted, SessionHoldDecided, SessionHoldSettled};
 use crate::event::Event;
 use crate::failpoint;
@@ -28,13 +28,13 @@ pub struct Settled {
     pub state: JobState,
     pub node: Option<String>,
     /// Warnings for stderr.
-    pub notes: Vec<String>,
+    pub warnings: Vec<String>,
 }
 
 /// `squeue --jobs=J`: the answer's proof, and whether J is held (a racing launch's job
 /// whose launcher has not released it yet, or ours from an interrupted launch).
 pub async fn probe_held<S: Scheduler>(env: &Env<'_, S>, job: JobId) -> (Probe, bool) {
-    let answer = env.slurm.list_jobs(&JobQuery::ids(vec![job])).await;
+    let answer = env.ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
     let held = matches!(&answer, Answer::Live(rows)
         if rows.iter().any(|r| r.plain_id() == Some(job) && is_held(r)));
     (probe_of(&answer, job), held)
@@ -46,7 +46,6 @@ pub async fn probe_held<S: Scheduler>(env: &Env<'_, S>, job: JobId) -> (Probe, b
 /// (releasing it blind could run it beside an older racer's job).
 pub async fn settle<S: Scheduler>(
     env: &Env<'_, S>,
-    book: &Book,
     r: &Resolved<'_>,
     ours: JobId,
     replacing: Option<JobId>,
@@ -57,7 +56,8 @@ pub async fn settle<S: Scheduler>(
     let attempts = env.waits.unknown_polls.max(1);
     for attempt in 1..=attempts {
         let answer = env
-            .slurm
+            .ctx
+            .sched
             .list_jobs(&JobQuery::mine_named(r.job_name.clone()))
             .await;
         let listed = match listing_of(answer) {
@@ -76,13 +76,13 @@ pub async fn settle<S: Scheduler>(
             (rows, decision)
         }) {
             Ok((_, Arbitration::Release)) => {
-                release(env, book, r, ours).await?;
+                release(env, r, ours).await?;
                 return Ok(Settled {
                     job: ours,
                     yielded: false,
                     state: JobState::Pending,
                     node: None,
-                    notes: Vec::new(),
+                    warnings: Vec::new(),
                 });
             }
             Ok((rows, Arbitration::Yield(winner))) => {
@@ -90,7 +90,7 @@ pub async fn settle<S: Scheduler>(
                     .iter()
                     .find(|row| row.plain_id() == Some(winner))
                     .expect("the winner is one of the rows");
-                return yield_to(env, book, r, ours, row, replacing).await;
+                return yield_to(env, r, ours, row, replacing).await;
             }
             Ok((_, Arbitration::NotListed)) => why = "squeue does not list it".into(),
             Err(e) => why = e,
@@ -118,24 +118,23 @@ pub async fn settle_recorded<S: Scheduler>(
     r: &Resolved<'_>,
     job: JobId,
 ) -> Result<JobId, OpError> {
-    let _lock = TokenLock::take(env.state_dir, &r.token)?;
-    let (book, state) = Book::open(env.state_dir)?;
+    let (_lock, state) = lock_session(env, &r.token)?;
     match session(&state, &r.key).and_then(|s| s.job_id()) {
         // A command that held the lock settled it meanwhile.
         Some(recorded) if recorded != job => return Ok(recorded),
         _ => {}
     }
     if !r.target.confined {
-        cancel_orphan(env, &book, r, job).await?;
+        cancel_orphan(env, r, job).await?;
         return Err(OpError::Failed(format!(
             "{} had no job once its held job {job} was cancelled; start one with `{}`",
             r.key,
             command_for("launch", &r.key)
         )));
     }
-    let kept = settle(env, &book, r, job, None).await?;
-    for note in &kept.notes {
-        (env.progress)(note);
+    let kept = settle(env, r, job, None).await?;
+    for warning in &kept.warnings {
+        (env.progress)(warning);
     }
     Ok(kept.job)
 }
@@ -147,7 +146,6 @@ pub async fn settle_recorded<S: Scheduler>(
 /// ran, so nothing is lost; the session no longer holds it.
 pub async fn cancel_orphan<S: Scheduler>(
     env: &Env<'_, S>,
-    book: &Book,
     r: &Resolved<'_>,
     job: JobId,
 ) -> Result<(), OpError> {
@@ -156,9 +154,9 @@ pub async fn cancel_orphan<S: Scheduler>(
          released without its salloc, Slurm would kill it",
         r.key
     ));
-    let cancelled = super::release::cancel(env, book, &r.key, job).await?;
-    for note in &cancelled.notes {
-        (env.progress)(note);
+    let cancelled = super::release::cancel(env, &r.key, job).await?;
+    for warning in &cancelled.warnings {
+        (env.progress)(warning);
     }
     Ok(())
 }
@@ -167,20 +165,20 @@ pub async fn cancel_orphan<S: Scheduler>(
 /// `SessionHoldSettled`.
 pub async fn release<S: Scheduler>(
     env: &Env<'_, S>,
-    book: &Book,
     r: &Resolved<'_>,
     job: JobId,
 ) -> Result<(), OpError> {
     let key = &r.key;
-    book.append(Event::SessionHoldDecided(SessionHoldDecided {
-        session: key.clone(),
-        job_id: job,
-        winner: job,
-    }))?;
+    env.ctx
+        .append(Event::SessionHoldDecided(SessionHoldDecided {
+            session: key.clone(),
+            job_id: job,
+            winner: job,
+        }))?;
     failpoint::hit("session-after-hold-decided");
-    let result = env.slurm.release_job(job).await;
+    let result = env.ctx.sched.release_job(job).await;
     let failure = result.as_ref().err().map(|e| e.to_string());
-    record_settled(book, r, job, "released", failure)?;
+    record_settled(env, r, job, "released", failure)?;
     result.map_err(|e| {
         OpError::Unknown(format!(
             "Slurm job {job} of {key} was submitted held and releasing it failed: {e}. It is \
@@ -196,7 +194,6 @@ pub async fn release<S: Scheduler>(
 /// ran, and adopt that one, releasing it if its launcher has not yet.
 async fn yield_to<S: Scheduler>(
     env: &Env<'_, S>,
-    book: &Book,
     r: &Resolved<'_>,
     ours: JobId,
     winner: &JobRow,
@@ -204,28 +201,29 @@ async fn yield_to<S: Scheduler>(
 ) -> Result<Settled, OpError> {
     let key = &r.key;
     let w = winner.plain_id().expect("contenders have plain ids");
-    book.append(Event::SessionHoldDecided(SessionHoldDecided {
-        session: key.clone(),
-        job_id: ours,
-        winner: w,
-    }))?;
+    env.ctx
+        .append(Event::SessionHoldDecided(SessionHoldDecided {
+            session: key.clone(),
+            job_id: ours,
+            winner: w,
+        }))?;
     failpoint::hit("session-after-yield-decided");
-    let result = env.slurm.cancel_job(ours).await;
+    let result = env.ctx.sched.cancel_job(ours).await;
     let failure = match &result {
         Ok(c) if c.said == ScancelSaid::Accepted => None,
         Ok(c) => Some(format!("scancel said {:?}: {}", c.said, c.stderr.trim())),
         Err(e) => Some(e.to_string()),
     };
-    record_settled(book, r, ours, "cancelled", failure.clone())?;
-    let mut notes = Vec::new();
+    record_settled(env, r, ours, "cancelled", failure.clone())?;
+    let mut warnings = Vec::new();
     if let Some(reason) = failure {
         // Still held, so it cannot run; the session holds the winner from here on.
-        notes.push(format!(
+        warnings.push(format!(
             "job {ours} (held, never ran) yielded to the older job {w}, but cancelling it \
              failed ({reason}); `scancel {ours}` removes it"
         ));
     }
-    book.append(Event::SessionAdopted(SessionAdopted {
+    env.ctx.append(Event::SessionAdopted(SessionAdopted {
         session: key.clone(),
         job_id: w,
         how: "arbiter".into(),
@@ -240,8 +238,8 @@ async fn yield_to<S: Scheduler>(
          cancelled before it ran)"
     ));
     if is_held(winner) {
-        if let Err(e) = release(env, book, r, w).await {
-            notes.push(e.to_string());
+        if let Err(e) = release(env, r, w).await {
+            warnings.push(e.to_string());
         }
     }
     Ok(Settled {
@@ -249,25 +247,26 @@ async fn yield_to<S: Scheduler>(
         yielded: true,
         state: winner.state.clone(),
         node: running_node(winner),
-        notes,
+        warnings,
     })
 }
 
 /// `SessionHoldSettled`: the outcome of the call on held `job` (`failure`: why it did not
 /// succeed).
-fn record_settled(
-    book: &Book,
+fn record_settled<S: Scheduler>(
+    env: &Env<'_, S>,
     r: &Resolved<'_>,
     job: JobId,
     action: &str,
     failure: Option<String>,
 ) -> Result<(), OpError> {
-    book.append(Event::SessionHoldSettled(SessionHoldSettled {
-        session: r.key.clone(),
-        job_id: job,
-        action: action.into(),
-        ok: failure.is_none(),
-        reason: failure.unwrap_or_default(),
-    }))?;
+    env.ctx
+        .append(Event::SessionHoldSettled(SessionHoldSettled {
+            session: r.key.clone(),
+            job_id: job,
+            action: action.into(),
+            ok: failure.is_none(),
+            reason: failure.unwrap_or_default(),
+        }))?;
     Ok(())
 }

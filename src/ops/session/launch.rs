@@ -8,8 +8,8 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::{
-    adopt_by_name, command_for, hold, script, session, token_clash, Book, Env, NameProbe, OpError,
-    Resolved, TokenLock, MAX_SESSIONS,
+    adopt_by_name, command_for, hold, lock_session, script, session, token_clash, Env, NameProbe,
+    OpError, Resolved, MAX_SESSIONS,
 };
 use crate::event::session::{
     SessionCleared, SessionJobSubmitted, SessionLaunchIntent, SessionNodeResolved,
@@ -66,7 +66,7 @@ pub struct LaunchReport {
     pub state: String,
     /// Warnings for stderr (other targets' jobs, several matches, a failed name probe).
     #[serde(skip)]
-    pub notes: Vec<String>,
+    pub warnings: Vec<String>,
     #[serde(skip)]
     pub confined: bool,
     #[serde(skip)]
@@ -80,7 +80,7 @@ impl LaunchReport {
 }
 
 /// The sbatch/salloc placement of a target, checked before any Slurm call.
-pub fn placement(env: &Env<'_, impl Sized>, r: &Resolved) -> Result<Placement, OpError> {
+pub fn placement(env: &Env<'_, impl Scheduler>, r: &Resolved) -> Result<Placement, OpError> {
     let t = r.target;
     let bad = |key: &str, value: &str, e: String| {
         OpError::Config(crate::config::ConfigError::Malformed {
@@ -114,12 +114,11 @@ pub fn placement(env: &Env<'_, impl Sized>, r: &Resolved) -> Result<Placement, O
     Ok(p)
 }
 
-struct Launch<'e, 'a, S> {
+struct Launch<'e, 'a, S: Scheduler> {
     env: &'e Env<'a, S>,
     r: Resolved<'e>,
-    book: Book,
     req: &'e LaunchRequest,
-    notes: Vec<String>,
+    warnings: Vec<String>,
 }
 
 pub async fn launch<S: Scheduler>(
@@ -128,8 +127,7 @@ pub async fn launch<S: Scheduler>(
 ) -> Result<LaunchReport, OpError> {
     let r = env.resolve(&req.mirror, &req.target)?;
     let placement = placement(env, &r)?;
-    let _lock = TokenLock::take(env.state_dir, &r.token)?;
-    let (book, state) = Book::open(env.state_dir)?;
+    let (_lock, state) = lock_session(env, &r.token)?;
     token_clash(&state, &r)?;
     let existing = session(&state, &r.key).cloned();
     if existing.is_none() && state.sessions.sessions.len() >= MAX_SESSIONS {
@@ -142,9 +140,8 @@ pub async fn launch<S: Scheduler>(
     let mut l = Launch {
         env,
         r,
-        book,
         req,
-        notes: Vec::new(),
+        warnings: Vec::new(),
     };
     let mut exclude: Vec<JobId> = req.replacing.into_iter().collect();
     // Step 1: the job the record names.
@@ -232,16 +229,15 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         let (probe, held) = hold::probe_held(self.env, job).await;
         match probe {
             Probe::Live { .. } if held && !self.r.target.confined => {
-                hold::cancel_orphan(self.env, &self.book, &self.r, job).await?;
+                hold::cancel_orphan(self.env, &self.r, job).await?;
                 exclude.push(job);
                 Ok(None)
             }
             // Its launch died before settling the hold (and nobody else settles it): as that
             // launch would have, keep the oldest live job of the target.
             Probe::Live { .. } if held => {
-                let kept =
-                    hold::settle(self.env, &self.book, &self.r, job, self.req.replacing).await?;
-                self.notes.extend(kept.notes);
+                let kept = hold::settle(self.env, &self.r, job, self.req.replacing).await?;
+                self.warnings.extend(kept.warnings);
                 let action = match kept.yielded {
                     true => LaunchAction::Adopted,
                     false => LaunchAction::Reused,
@@ -307,8 +303,8 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         }
         let may_exist = existing.is_some_and(|s| s.may_have_unknown_job());
         let (probe, adopted) =
-            adopt_by_name(self.env, &self.book, &self.r, exclude, self.req.replacing).await?;
-        self.notes.extend(probe.notes.iter().cloned());
+            adopt_by_name(self.env, &self.r, exclude, self.req.replacing).await?;
+        self.warnings.extend(probe.warnings.iter().cloned());
         if let Some(seen) = adopted {
             failpoint::hit("session-after-adopt");
             return Ok(Found::Keep(Keep::adopted(seen)));
@@ -353,13 +349,18 @@ impl<S: Scheduler> Launch<'_, '_, S> {
     }
 
     fn append(&self, event: Event) -> Result<(), OpError> {
-        self.book.append(event)?;
+        self.env.ctx.append(event)?;
         Ok(())
     }
 
     async fn probe(&self, job: JobId) -> Probe {
         probe_of(
-            &self.env.slurm.list_jobs(&JobQuery::ids(vec![job])).await,
+            &self
+                .env
+                .ctx
+                .sched
+                .list_jobs(&JobQuery::ids(vec![job]))
+                .await,
             job,
         )
     }
@@ -378,7 +379,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             action,
             node,
             state: state.to_string(),
-            notes: self.notes,
+            warnings: self.warnings,
             confined: self.r.target.confined,
             command: self.req.command.clone(),
         }
@@ -396,7 +397,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             held,
         } = keep;
         if held {
-            hold::release(self.env, &self.book, &self.r, job).await?;
+            hold::release(self.env, &self.r, job).await?;
         }
         if self.req.require_running && node.is_none() {
             let (state, node) = self.wait_running(job).await?;
@@ -460,8 +461,8 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             )));
         }
         failpoint::hit("session-after-job-recorded");
-        let kept = hold::settle(self.env, &self.book, &self.r, job, self.req.replacing).await?;
-        self.notes.extend(kept.notes);
+        let kept = hold::settle(self.env, &self.r, job, self.req.replacing).await?;
+        self.warnings.extend(kept.warnings);
         let action = match kept.yielded {
             true => LaunchAction::Adopted,
             false => LaunchAction::Submitted,
@@ -513,17 +514,24 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         req.placement = placement;
         req.output = Some(log);
         req.extra = vec!["--no-requeue".into(), "--hold".into()];
-        if let Some(refused) = test_refusal(self.env.slurm.test_batch(&req).await) {
+        if let Some(refused) = test_refusal(self.env.ctx.sched.test_batch(&req).await) {
             return Call::Refused(refused);
         }
-        Call::Made(self.env.slurm.submit_batch(&req).await.map(|s| s.job_id))
+        Call::Made(
+            self.env
+                .ctx
+                .sched
+                .submit_batch(&req)
+                .await
+                .map(|s| s.job_id),
+        )
     }
 
     async fn allocate_held(&self, name: JobName, placement: Placement, log: &Path) -> Call {
         // salloc has no test mode: sbatch's tests the same placement.
         let mut test = BatchRequest::new(name.clone(), BatchPayload::Wrap(":".to_owned()));
         test.placement = placement.clone();
-        if let Some(refused) = test_refusal(self.env.slurm.test_batch(&test).await) {
+        if let Some(refused) = test_refusal(self.env.ctx.sched.test_batch(&test).await) {
             return Call::Refused(refused);
         }
         let mut req = AllocRequest::new(name);
@@ -535,7 +543,8 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         req.immediate_secs = Some(self.env.waits.run_budget.as_secs().clamp(1, 3600) as u32);
         Call::Made(
             self.env
-                .slurm
+                .ctx
+                .sched
                 .allocate_held(&req, log)
                 .await
                 .map(|a| a.job_id),
@@ -602,7 +611,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         intent_at: Micros,
         exclude: &[JobId],
     ) -> Result<Option<Seen>, OpError> {
-        let bound = self.env.slurm.longest_call() + self.env.waits.submit_settle;
+        let bound = self.env.ctx.sched.longest_call() + self.env.waits.submit_settle;
         let Some(left) = in_flight_wait(intent_at, Micros::now(), bound) else {
             return Ok(None);
         };
@@ -624,9 +633,9 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         let mut pause = self.env.waits.poll_first;
         while in_flight_wait(intent_at, Micros::now(), bound).is_some() {
             let (probe, adopted) =
-                adopt_by_name(self.env, &self.book, &self.r, exclude, self.req.replacing).await?;
+                adopt_by_name(self.env, &self.r, exclude, self.req.replacing).await?;
             if let Some(seen) = adopted {
-                self.notes.extend(probe.notes);
+                self.warnings.extend(probe.warnings);
                 let job = seen.job_id.expect("only plain ids are adopted");
                 (self.env.progress)(&format!(
                     "found job {job} of the interrupted launch of {key}; adopting it"
@@ -712,7 +721,12 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         let key = &self.r.key;
         let mut told: Option<(JobState, Option<String>, Instant)> = None;
         loop {
-            let answer = self.env.slurm.list_jobs(&JobQuery::ids(vec![job])).await;
+            let answer = self
+                .env
+                .ctx
+                .sched
+                .list_jobs(&JobQuery::ids(vec![job]))
+                .await;
             match poll_of(&answer, job) {
                 Poll::Running(node) => {
                     self.record_node(job, &node)?;
@@ -805,7 +819,8 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         let since = chrono::Local::now().naive_local() - chrono::Duration::days(2);
         let answer = self
             .env
-            .slurm
+            .ctx
+            .sched
             .accounting(&AcctQuery {
                 jobs: vec![job],
                 names: vec![],

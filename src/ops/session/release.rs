@@ -7,8 +7,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::{
-    adopt_or_vouch, adopted, command_for, name_probe, session, vouch_absence, Book, Env, OpError,
-    Resolved, TokenLock,
+    adopt_or_vouch, adopted, command_for, lock_session, name_probe, session, vouch_absence, Env,
+    OpError, Resolved,
 };
 use crate::event::session::{
     SessionCancelFailed, SessionCancelIntent, SessionCleared, SessionDetached, SessionKey,
@@ -69,8 +69,9 @@ pub struct ReleaseReport {
     /// one and cancelled (a record restored from an older copy, another state directory).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub also_released: Vec<AlsoReleased>,
+    /// Warnings for stderr.
     #[serde(skip)]
-    pub notes: Vec<String>,
+    pub warnings: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -99,11 +100,10 @@ fn plan_of(state: &State, key: SessionKey) -> ReleasePlan {
 /// Slurm cannot tell.
 async fn settle_replaced<S: Scheduler>(
     env: &Env<'_, S>,
-    book: &Book,
     state: &State,
     key: &SessionKey,
     job: JobId,
-    notes: &mut Vec<String>,
+    warnings: &mut Vec<String>,
 ) -> Result<ReplacedOutcome, OpError> {
     let outcome = |action, proof| ReplacedOutcome {
         job_id: job,
@@ -117,17 +117,20 @@ async fn settle_replaced<S: Scheduler>(
         .map(SessionKey::to_string)
         .collect();
     if !holders.is_empty() {
-        book.append(Event::SessionDetached(SessionDetached {
+        env.ctx.append(Event::SessionDetached(SessionDetached {
             session: key.clone(),
             job_id: job,
             holders,
         }))?;
         return Ok(outcome("detached", None));
     }
-    match probe_of(&env.slurm.list_jobs(&JobQuery::ids(vec![job])).await, job) {
+    match probe_of(
+        &env.ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await,
+        job,
+    ) {
         Probe::Gone { state } => {
             let proof = state.map_or("squeue: no such job".into(), |s| format!("squeue: {s}"));
-            book.append(Event::SessionCleared(SessionCleared {
+            env.ctx.append(Event::SessionCleared(SessionCleared {
                 session: key.clone(),
                 job_id: job,
                 reason: format!("the job a renewal replaced is gone ({proof})"),
@@ -135,12 +138,12 @@ async fn settle_replaced<S: Scheduler>(
             Ok(outcome("cleared", Some(proof)))
         }
         Probe::Live { .. } => {
-            let cancelled = cancel(env, book, key, job).await?;
+            let cancelled = cancel(env, key, job).await?;
             Ok(outcome("released", Some(cancelled.proof)))
         }
         Probe::Unknown(e) => {
             let proof = format!("squeue failed: {e}");
-            notes.push(format!(
+            warnings.push(format!(
                 "could not check job {job}, which a renewal replaced ({proof}); it stays \
                  recorded: run `{}` again",
                 command_for("release", key)
@@ -151,9 +154,13 @@ async fn settle_replaced<S: Scheduler>(
 }
 
 /// Read-only: what `release` would do now.
-pub fn plan<S>(env: &Env<'_, S>, mirror: &str, target: &str) -> Result<ReleasePlan, OpError> {
+pub fn plan<S: Scheduler>(
+    env: &Env<'_, S>,
+    mirror: &str,
+    target: &str,
+) -> Result<ReleasePlan, OpError> {
     let r = env.resolve_recorded(mirror, target)?;
-    let state = super::read_state(env.state_dir)?;
+    let state = super::read_state(&env.ctx.state_dir)?;
     Ok(plan_of(&state, r.key))
 }
 
@@ -166,33 +173,32 @@ pub async fn release<S: Scheduler>(
     expected: Option<JobId>,
 ) -> Result<ReleaseReport, OpError> {
     let r = env.resolve_recorded(mirror, target)?;
-    let _lock = TokenLock::take(env.state_dir, &r.token)?;
-    let (book, state) = Book::open(env.state_dir)?;
+    let (_lock, state) = lock_session(env, &r.token)?;
     let mut plan = plan_of(&state, r.key.clone());
     unchanged_since_asked(&r, &plan, expected)?;
-    let mut notes = Vec::new();
+    let mut warnings = Vec::new();
     let replaced = match plan.replaced {
-        Some(old) => Some(settle_replaced(env, &book, &state, &r.key, old, &mut notes).await?),
+        Some(old) => Some(settle_replaced(env, &state, &r.key, old, &mut warnings).await?),
         None => None,
     };
     if plan.job.is_none() && plan.may_exist && !r.configured {
         return Err(cannot_look_up(env, &r));
     }
     if plan.job.is_none() && r.configured {
-        find_unrecorded(env, &book, &state, &r, &mut plan, &mut notes).await?;
+        find_unrecorded(env, &state, &r, &mut plan, &mut warnings).await?;
     }
-    let mut report = ReleaseReport::new(&r.key, plan.job, replaced, notes);
+    let mut report = ReleaseReport::new(&r.key, plan.job, replaced, warnings);
     // Jobs the sweep leaves alone: those proven gone or cancelled here, and those other
     // sessions hold (detached, not cancelled).
     let mut settled: Vec<JobId> = report.replaced.iter().map(|o| o.job_id).collect();
     if let Some(job) = plan.job {
         settled.push(job);
-        release_job(env, &book, &r.key, job, &plan.holders, &mut report).await?;
+        release_job(env, &r.key, job, &plan.holders, &mut report).await?;
     }
     if r.configured && plan.job.is_some() {
-        sweep(env, &book, &state, &r, &mut settled, &mut report).await?;
+        sweep(env, &state, &r, &mut settled, &mut report).await?;
     } else if !r.configured {
-        report.notes.push(format!(
+        report.warnings.push(format!(
             "target {:?} is no longer configured, so no other job of {} could be looked up by \
              name: `squeue --me --name={}`",
             r.key.target, r.key, r.job_name
@@ -207,7 +213,7 @@ impl ReleaseReport {
         key: &SessionKey,
         job: Option<JobId>,
         replaced: Option<ReplacedOutcome>,
-        notes: Vec<String>,
+        warnings: Vec<String>,
     ) -> ReleaseReport {
         ReleaseReport {
             mirror: key.mirror.clone(),
@@ -218,7 +224,7 @@ impl ReleaseReport {
             proof: None,
             replaced,
             also_released: Vec::new(),
-            notes,
+            warnings,
         }
     }
 }
@@ -243,7 +249,7 @@ fn unchanged_since_asked(
 
 /// A submission may have created a job the record cannot name, and only the configured
 /// target could find it by name.
-fn cannot_look_up<S>(env: &Env<'_, S>, r: &Resolved<'_>) -> OpError {
+fn cannot_look_up<S: Scheduler>(env: &Env<'_, S>, r: &Resolved<'_>) -> OpError {
     OpError::Usage(format!(
         "an earlier submission for {} may have created a job, and target {:?} is no longer \
          in {}: put it back to look the job up by name, or `squeue --me --name={}`",
@@ -259,18 +265,17 @@ fn cannot_look_up<S>(env: &Env<'_, S>, r: &Resolved<'_>) -> OpError {
 /// put into `plan`; a proven absence settles an ambiguous submission.
 async fn find_unrecorded<S: Scheduler>(
     env: &Env<'_, S>,
-    book: &Book,
     state: &State,
     r: &Resolved<'_>,
     plan: &mut ReleasePlan,
-    notes: &mut Vec<String>,
+    warnings: &mut Vec<String>,
 ) -> Result<(), OpError> {
-    let (probe, adopted) = adopt_or_vouch(env, book, r).await?;
-    notes.extend(probe.notes.iter().cloned());
+    let (probe, adopted) = adopt_or_vouch(env, r).await?;
+    warnings.extend(probe.warnings.iter().cloned());
     match (adopted, probe.cannot_vouch()) {
         (Some(seen), _) => {
             let job = seen.job_id.expect("only plain ids are adopted");
-            notes.push(format!(
+            warnings.push(format!(
                 "no job was recorded for {}; found job {job} of it by name, releasing it",
                 r.key
             ));
@@ -288,13 +293,14 @@ async fn find_unrecorded<S: Scheduler>(
         }
         (None, None) => {
             if let Some(sub) = session(state, &r.key).and_then(|s| s.submission.clone()) {
-                book.append(Event::SessionSubmitFailed(SessionSubmitFailed {
-                    session: r.key.clone(),
-                    submission_id: sub.submission_id,
-                    may_exist: false,
-                    job_hint: sub.job_hint,
-                    reason: "the name probe found no job of this target".into(),
-                }))?;
+                env.ctx
+                    .append(Event::SessionSubmitFailed(SessionSubmitFailed {
+                        session: r.key.clone(),
+                        submission_id: sub.submission_id,
+                        may_exist: false,
+                        job_hint: sub.job_hint,
+                        reason: "the name probe found no job of this target".into(),
+                    }))?;
             }
         }
     }
@@ -304,7 +310,6 @@ async fn find_unrecorded<S: Scheduler>(
 /// The session's job: cancelled, or only detached from when other sessions hold it too.
 async fn release_job<S: Scheduler>(
     env: &Env<'_, S>,
-    book: &Book,
     key: &SessionKey,
     job: JobId,
     holders: &[SessionKey],
@@ -312,12 +317,12 @@ async fn release_job<S: Scheduler>(
 ) -> Result<(), OpError> {
     let holders: Vec<String> = holders.iter().map(SessionKey::to_string).collect();
     if holders.is_empty() {
-        let cancelled = cancel(env, book, key, job).await?;
-        report.notes.extend(cancelled.notes);
+        let cancelled = cancel(env, key, job).await?;
+        report.warnings.extend(cancelled.warnings);
         report.action = ReleaseAction::Released;
         report.proof = Some(cancelled.proof);
     } else {
-        book.append(Event::SessionDetached(SessionDetached {
+        env.ctx.append(Event::SessionDetached(SessionDetached {
             session: key.clone(),
             job_id: job,
             holders: holders.clone(),
@@ -337,7 +342,6 @@ const SWEEP_ROUNDS: usize = 3;
 /// release is that proof). A probe that cannot vouch for that is an unknown outcome.
 async fn sweep<S: Scheduler>(
     env: &Env<'_, S>,
-    book: &Book,
     state: &State,
     r: &Resolved<'_>,
     settled: &mut Vec<JobId>,
@@ -350,7 +354,7 @@ async fn sweep<S: Scheduler>(
             return Ok(());
         }
         for seen in live {
-            let job = release_stray(env, book, r, &seen, report).await?;
+            let job = release_stray(env, r, &seen, report).await?;
             settled.push(job);
         }
     }
@@ -400,20 +404,20 @@ async fn still_running<S: Scheduler>(
 /// A stray job of this session found by the sweep: adopted (journaled), then cancelled.
 async fn release_stray<S: Scheduler>(
     env: &Env<'_, S>,
-    book: &Book,
     r: &Resolved<'_>,
     seen: &Seen,
     report: &mut ReleaseReport,
 ) -> Result<JobId, OpError> {
     let job = seen.job_id.expect("this target's jobs are plain");
-    book.append(adopted(&r.key, job, seen, "release_sweep", None))?;
-    report.notes.push(format!(
+    env.ctx
+        .append(adopted(&r.key, job, seen, "release_sweep", None))?;
+    report.warnings.push(format!(
         "job {job} ({}) of {} also runs under this session's name and target \
          (a record restored from an older copy, or another state directory); cancelling it",
         seen.state, r.key
     ));
-    let cancelled = cancel(env, book, &r.key, job).await?;
-    report.notes.extend(cancelled.notes);
+    let cancelled = cancel(env, &r.key, job).await?;
+    report.warnings.extend(cancelled.warnings);
     report.also_released.push(AlsoReleased {
         job_id: job,
         proof: cancelled.proof,
@@ -438,23 +442,24 @@ fn released_what(report: &ReleaseReport) -> String {
 
 pub struct Cancelled {
     pub proof: String,
-    pub notes: Vec<String>,
+    /// Warnings for stderr.
+    pub warnings: Vec<String>,
 }
 
 /// `scancel J`, bracketed, then a bounded wait for squeue to show it gone. The session forgets
 /// the job only when scancel succeeded; a failure leaves the record as it was.
 pub async fn cancel<S: Scheduler>(
     env: &Env<'_, S>,
-    book: &Book,
     key: &SessionKey,
     job: JobId,
 ) -> Result<Cancelled, OpError> {
-    book.append(Event::SessionCancelIntent(SessionCancelIntent {
-        session: key.clone(),
-        job_id: job,
-    }))?;
+    env.ctx
+        .append(Event::SessionCancelIntent(SessionCancelIntent {
+            session: key.clone(),
+            job_id: job,
+        }))?;
     failpoint::hit("session-after-cancel-intent");
-    let result = env.slurm.cancel_job(job).await;
+    let result = env.ctx.sched.cancel_job(job).await;
     failpoint::hit("session-after-cancel");
     let failed = |definite: bool, reason: String| SessionCancelFailed {
         session: key.clone(),
@@ -471,14 +476,16 @@ pub async fn cancel<S: Scheduler>(
                 report.status,
                 report.stderr.trim()
             );
-            book.append(Event::SessionCancelFailed(failed(true, reason.clone())))?;
+            env.ctx
+                .append(Event::SessionCancelFailed(failed(true, reason.clone())))?;
             return Err(OpError::Failed(format!(
                 "{reason}. Session {key} still holds job {job}; retry `{retry}`"
             )));
         }
         Err(ActionError::Unknown { error, .. }) => {
             let reason = error.to_string();
-            book.append(Event::SessionCancelFailed(failed(false, reason.clone())))?;
+            env.ctx
+                .append(Event::SessionCancelFailed(failed(false, reason.clone())))?;
             return Err(OpError::Unknown(format!(
                 "scancel {job} gave no answer ({reason}); the job may or may not be cancelled. \
                  Session {key} still holds it; retry `{retry}`"
@@ -486,36 +493,40 @@ pub async fn cancel<S: Scheduler>(
         }
         Err(e) => {
             let reason = e.to_string();
-            book.append(Event::SessionCancelFailed(failed(true, reason.clone())))?;
+            env.ctx
+                .append(Event::SessionCancelFailed(failed(true, reason.clone())))?;
             return Err(OpError::Failed(format!(
                 "scancel {job} was not run: {reason}. Session {key} still holds it"
             )));
         }
     };
-    let mut notes = Vec::new();
+    let mut warnings = Vec::new();
     if !report.stderr.trim().is_empty() {
-        notes.push(format!("scancel: {}", report.stderr.trim()));
+        warnings.push(format!("scancel: {}", report.stderr.trim()));
     }
     let proof = prove_gone(env, job).await;
     if proof.starts_with("unconfirmed") {
-        notes.push(format!(
+        warnings.push(format!(
             "job {job} accepted the cancel but is not shown gone yet ({proof}); \
              `dispatch sessions` lists it until it is"
         ));
     }
-    book.append(Event::SessionReleased(SessionReleased {
+    env.ctx.append(Event::SessionReleased(SessionReleased {
         session: key.clone(),
         job_id: job,
         proof: proof.clone(),
     }))?;
-    Ok(Cancelled { proof, notes })
+    Ok(Cancelled { proof, warnings })
 }
 
 async fn prove_gone<S: Scheduler>(env: &Env<'_, S>, job: JobId) -> String {
     let started = Instant::now();
     let mut pause = env.waits.poll_first;
     loop {
-        let last = match probe_of(&env.slurm.list_jobs(&JobQuery::ids(vec![job])).await, job) {
+        let last = match probe_of(
+            &env.ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await,
+            job,
+        ) {
             Probe::Gone { state: Some(s) } => return format!("squeue: {s}"),
             Probe::Gone { state: None } => return "squeue: no such job".into(),
             Probe::Live { state, .. } => format!("still {state}"),

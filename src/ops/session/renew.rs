@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::launch::{launch, LaunchReport, LaunchRequest};
 use super::release::cancel;
 use super::{
-    adopt_or_vouch, command_for, hold, read_state, session, Book, Env, OpError, Resolved, TokenLock,
+    adopt_or_vouch, command_for, hold, lock_session, read_state, session, Env, OpError, Resolved,
 };
 use crate::event::session::SessionKey;
 use crate::policy::session::renew::{judge, turn, Action, Backoff, Turn};
@@ -137,28 +137,23 @@ async fn job_to_renew<S: Scheduler>(
             .map(|s| s.command.clone())
             .unwrap_or_default()
     };
-    let state = read_state(env.state_dir)?;
+    let state = read_state(&env.ctx.state_dir)?;
     if let Some(job) = recorded(&state) {
         return Ok((job, command(&state)));
     }
-    let _lock = TokenLock::take(env.state_dir, &r.token)?;
-    let (book, state) = Book::open(env.state_dir)?;
+    let (_lock, state) = lock_session(env, &r.token)?;
     let job = match recorded(&state) {
         Some(job) => job,
-        None => find_by_name(env, &book, r).await?,
+        None => find_by_name(env, r).await?,
     };
     Ok((job, command(&state)))
 }
 
 /// No job recorded, under the token lock: adopt the session's live job by name, or say why
 /// there is none to renew.
-async fn find_by_name<S: Scheduler>(
-    env: &Env<'_, S>,
-    book: &Book,
-    r: &Resolved<'_>,
-) -> Result<JobId, OpError> {
+async fn find_by_name<S: Scheduler>(env: &Env<'_, S>, r: &Resolved<'_>) -> Result<JobId, OpError> {
     let key = &r.key;
-    let (probe, adopted) = adopt_or_vouch(env, book, r).await?;
+    let (probe, adopted) = adopt_or_vouch(env, r).await?;
     match (adopted, probe.cannot_vouch()) {
         (Some(seen), _) => {
             (env.progress)(&format!(
@@ -182,7 +177,7 @@ async fn find_by_name<S: Scheduler>(
 }
 
 /// One renew in progress: the job it holds, and what its steps did so far.
-struct Renewal<'e, 'a, S> {
+struct Renewal<'e, 'a, S: Scheduler> {
     env: &'e Env<'a, S>,
     r: &'e Resolved<'e>,
     settings: &'e RenewSettings,
@@ -212,7 +207,7 @@ impl<S: Scheduler> Renewal<'_, '_, S> {
     }
 
     async fn look(&mut self) -> Result<(Probe, Action), OpError> {
-        let slurm = self.env.slurm;
+        let slurm = &self.env.ctx.sched;
         let mut answer = slurm.list_jobs(&JobQuery::ids(vec![self.job])).await;
         if answer.job(self.job).live().is_some_and(is_held) {
             // Held by a launch that died before settling it: it would never run (and a
@@ -344,7 +339,6 @@ async fn cancel_old<S: Scheduler>(
     key: &SessionKey,
     job: JobId,
 ) -> Result<(), OpError> {
-    let _lock = TokenLock::take(env.state_dir, token)?;
-    let (book, _) = Book::open(env.state_dir)?;
-    cancel(env, &book, key, job).await.map(|_| ())
+    let (_lock, _) = lock_session(env, token)?;
+    cancel(env, key, job).await.map(|_| ())
 }

@@ -7,8 +7,8 @@ use crate::policy::session::report::{build, Inputs, Report};
 use crate::slurm::{JobQuery, Scheduler};
 
 pub async fn sessions<S: Scheduler>(env: &Env<'_, S>) -> Result<Report, OpError> {
-    let state = read_state(env.state_dir)?;
-    let listing = listing_of(env.slurm.list_jobs(&JobQuery::mine()).await);
+    let state = read_state(&env.ctx.state_dir)?;
+    let listing = listing_of(env.ctx.sched.list_jobs(&JobQuery::mine()).await);
     // Tokens map back to configured mirrors first (config order), then to mirrors the
     // journal knows.
     let mut mirrors: Vec<String> = env.config.mirrors.keys().cloned().collect();
