@@ -1,19 +1,13 @@
 //! What every operation needs: where state lives, who is asking, how to reach Slurm, the clock.
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use chrono::{Local, NaiveDateTime, TimeZone};
 
 use super::error::OpError;
 use crate::event::{Event, Micros};
 use crate::journal::{self, Committed, Loaded, Options, Writer};
-use crate::slurm::{
-    AcctQuery, AcctRow, ActionError, AllocRequest, Allocated, Answer, BatchRequest, CallCounts,
-    CancelReport, HeldAllocation, JobDetails, JobId, JobName, JobQuery, JobRow, LaunchedStep,
-    Scheduler, Signal, SlurmError, StepId, StepRequest, StepRow, Submitted, TestedBatch,
-};
+use crate::slurm::Scheduler;
 use crate::state::State;
 
 /// Where an operation says what it is doing while it waits (stderr in the CLI), one line at a
@@ -72,105 +66,6 @@ impl<S: Scheduler> Ctx<S> {
 
     pub fn pools_dir(&self) -> PathBuf {
         self.state_dir.join("pools")
-    }
-}
-
-/// A `Ctx` may borrow its scheduler (`Ctx<&S>`): the seeded simulation runs sessions and pools,
-/// each with its own state directory, against one simulated cluster, and the scripted session
-/// tests keep their Slurm to script and check it. Every method forwards, the defaulted ones too
-/// (a default here would answer for the borrowed scheduler's own, e.g. `test_batch`).
-impl<T: Scheduler> Scheduler for &T {
-    fn submit_batch(
-        &self,
-        req: &BatchRequest,
-    ) -> impl Future<Output = Result<Submitted, ActionError>> + Send {
-        (**self).submit_batch(req)
-    }
-
-    fn test_batch(
-        &self,
-        req: &BatchRequest,
-    ) -> impl Future<Output = Result<TestedBatch, SlurmError>> + Send {
-        (**self).test_batch(req)
-    }
-
-    fn allocate(
-        &self,
-        req: &AllocRequest,
-    ) -> impl Future<Output = Result<Allocated, ActionError>> + Send {
-        (**self).allocate(req)
-    }
-
-    fn allocate_held(
-        &self,
-        req: &AllocRequest,
-        log: &Path,
-    ) -> impl Future<Output = Result<HeldAllocation, ActionError>> + Send {
-        (**self).allocate_held(req, log)
-    }
-
-    fn launch_step(
-        &self,
-        req: &StepRequest,
-    ) -> impl Future<Output = Result<LaunchedStep, ActionError>> + Send {
-        (**self).launch_step(req)
-    }
-
-    fn list_jobs(&self, query: &JobQuery) -> impl Future<Output = Answer<Vec<JobRow>>> + Send {
-        (**self).list_jobs(query)
-    }
-
-    fn list_steps(&self, job: JobId) -> impl Future<Output = Answer<Vec<StepRow>>> + Send {
-        (**self).list_steps(job)
-    }
-
-    fn show_job(&self, job: JobId) -> impl Future<Output = Answer<Vec<JobDetails>>> + Send {
-        (**self).show_job(job)
-    }
-
-    fn accounting(&self, query: &AcctQuery) -> impl Future<Output = Answer<Vec<AcctRow>>> + Send {
-        (**self).accounting(query)
-    }
-
-    fn cancel_job(
-        &self,
-        job: JobId,
-    ) -> impl Future<Output = Result<CancelReport, ActionError>> + Send {
-        (**self).cancel_job(job)
-    }
-
-    fn release_job(&self, job: JobId) -> impl Future<Output = Result<(), ActionError>> + Send {
-        (**self).release_job(job)
-    }
-
-    fn cancel_step(
-        &self,
-        step: StepId,
-    ) -> impl Future<Output = Result<CancelReport, ActionError>> + Send {
-        (**self).cancel_step(step)
-    }
-
-    fn signal_step(
-        &self,
-        step: StepId,
-        signal: Signal,
-    ) -> impl Future<Output = Result<CancelReport, ActionError>> + Send {
-        (**self).signal_step(step, signal)
-    }
-
-    fn cancel_by_name(
-        &self,
-        name: &JobName,
-    ) -> impl Future<Output = Result<CancelReport, ActionError>> + Send {
-        (**self).cancel_by_name(name)
-    }
-
-    fn call_counts(&self) -> CallCounts {
-        (**self).call_counts()
-    }
-
-    fn longest_call(&self) -> Duration {
-        (**self).longest_call()
     }
 }
 
