@@ -549,6 +549,87 @@ fn attach_after_a_crash_while_held_releases_the_job() {
     assert!(f.calls().contains(&release(31337)), "{:?}", f.calls());
 }
 
+/// The same crash on an unconfined target: its held salloc job is cancelled, never released
+/// (released after its salloc died with the launch, Slurm kills it about 10 s later). The next
+/// attach cancels it, proves it gone and says to launch; the next launch does the same and
+/// then submits a new held salloc. Never `scontrol release` of the dead launch's job.
+#[test]
+fn a_crashed_unconfined_launchs_held_job_is_cancelled_not_released() {
+    let launch_u = ["session", "launch", "sample", "-T", "U", "--detached"];
+    let holds_77 = || {
+        json!({
+            "squeue": [
+                {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": ""},
+                {"match": ["--me", "--name=sucoder-sample"], "stdout": held_row(77, OTHER, NAME)},
+            ],
+            "salloc": [{"stderr": "salloc: Pending job allocation 77\n", "hang": 1}],
+        })
+    };
+    let after = || {
+        json!({
+            "squeue": [
+                {"match": ["--jobs=77"], "times": 1, "stdout": held_row(77, OTHER, NAME)},
+                {"match": ["--jobs=77"], "stdout": row("77", "CANCELLED", "", OTHER, NAME)},
+                {"match": ["--jobs=78"], "stdout": running(78, OTHER)},
+                {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": ""},
+                {"match": ["--me", "--name=sucoder-sample"], "stdout": held_row(78, OTHER, NAME)},
+            ],
+            "scancel": [{"argv": ["77"], "stdout": ""}],
+            "salloc": [{"stderr": "salloc: Pending job allocation 78\n", "hang": 1}],
+        })
+    };
+    for next in ["attach", "launch"] {
+        let f = Fake::new(holds_77());
+        let mut c = f.command(&launch_u);
+        c.env("DISPATCH_FAILPOINTS", "session-after-job-recorded=abort");
+        let r = f.run_with(c, "");
+        assert!(
+            r.stderr.contains("failpoint session-after-job-recorded"),
+            "{}",
+            r.stderr
+        );
+        f.clear_calls();
+        f.scenario(after());
+        let r = match next {
+            "attach" => f.run(&["session", "attach", "sample", "-T", "U"]),
+            _ => f.run(&[
+                "--json",
+                "session",
+                "launch",
+                "sample",
+                "-T",
+                "U",
+                "--detached",
+            ]),
+        };
+        let calls = f.calls();
+        assert!(!calls.contains(&release(77)), "{next}: {calls:?}");
+        assert!(
+            calls
+                .iter()
+                .any(|c| c == &["scancel".to_owned(), "77".to_owned()]),
+            "{next}: {calls:?}"
+        );
+        if next == "attach" {
+            assert_eq!(r.code, 1, "{}", r.stderr);
+            assert!(
+                r.stderr.contains("dispatch session launch sample -T U"),
+                "{}",
+                r.stderr
+            );
+            assert!(!f.programs().contains(&"salloc".to_owned()), "{calls:?}");
+        } else {
+            assert_eq!(r.code, 0, "{}", r.stderr);
+            let j = json_of(&r);
+            assert_eq!(
+                (j["action"].as_str(), j["job_id"].as_u64()),
+                (Some("submitted"), Some(78))
+            );
+            assert!(calls.contains(&release(78)), "{calls:?}");
+        }
+    }
+}
+
 /// 47: release without --force asks, and an empty answer means No.
 #[test]
 fn release_prompt_defaults_to_no() {
