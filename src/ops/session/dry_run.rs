@@ -8,8 +8,8 @@ use serde::Serialize;
 use super::launch::{placement, LaunchRequest};
 use super::{name_probe, read_state, session, token_clash, Env, OpError, Resolved};
 use crate::policy::session::dry_run::{recorded, Recorded};
-use crate::policy::session::{probe_of, Seen};
-use crate::slurm::{BatchPayload, BatchRequest, JobId, JobQuery, Placement, Scheduler};
+use crate::policy::session::Seen;
+use crate::slurm::{BatchPayload, BatchRequest, JobId, Placement, Scheduler};
 
 /// What `session launch` would do (docs/cli.md, `session launch --dry-run`).
 #[derive(Debug, Serialize)]
@@ -39,8 +39,8 @@ pub async fn launch_dry_run<S: Scheduler>(
     let mut plan = LaunchPlan::submit(&r);
     let mut exclude = Vec::new();
     if let Some(job) = session(&state, &r.key).and_then(|s| s.job_id()) {
-        let answer = env.ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
-        match recorded(probe_of(&answer, job)) {
+        let (probe, held) = super::hold::probe_held(env, job).await;
+        match recorded(probe, held && !r.target.confined) {
             Recorded::Reuse => {
                 plan.would = "reuse";
                 plan.job_id = Some(job);
