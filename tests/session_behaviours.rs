@@ -183,7 +183,7 @@ async fn b01_b03_job_name_is_the_same_for_sbatch_and_salloc() {
             "--account=fc_jevons",
             "--qos=normal",
             "--time=01:00:00",
-            "--immediate=1",
+            "--immediate=30",
             "--hold",
         ]
     );

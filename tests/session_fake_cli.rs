@@ -313,7 +313,7 @@ fn salloc_carries_the_job_name() {
         "--account=fc_jevons",
         "--qos=normal",
         "--time=01:00:00",
-        "--immediate=600",
+        "--immediate=630",
         "--hold",
     ]
     .map(String::from)

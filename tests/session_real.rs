@@ -818,6 +818,30 @@ fn salloc_session_is_named_and_adopted() {
     assert_eq!(again["job_id"], j["job_id"]);
 }
 
+/// A short `--wait` on an unconfined target: salloc's own limit (`--immediate`) covers the
+/// arbitration and the scheduling pass after the release as well as the wait, and is never 1
+/// (Slurm 22.05 and 24.11 refuse `--immediate=1` with `--hold`: "Job dependency problem").
+#[test]
+fn a_short_wait_still_launches_an_unconfined_session() {
+    let s = Session::new("shortwait", TARGETS);
+    let r = s.run(&[
+        "--json",
+        "session",
+        "launch",
+        "w",
+        "-T",
+        "alloc",
+        "--detached",
+        "--wait",
+        "1",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = json(&r.stdout);
+    assert_eq!(j["state"], "RUNNING", "{j}");
+    let jobs = s.jobs(&s.name("w"));
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+}
+
 /// The report: jobs per target, an orphan (a live job no session names), and a stale session
 /// (its job cancelled behind dispatch's back).
 #[test]

@@ -189,6 +189,20 @@ enum Staged {
     Alloc { log: PathBuf },
 }
 
+/// What a held salloc waits beyond the launch's own wait for its job to run: the arbitration
+/// (name probes, a release) and the controller's scheduling pass after the release.
+const HELD_SALLOC_EXTRA: Duration = Duration::from_secs(30);
+
+/// salloc's `--immediate`: give up (and cancel its own queued job) once the launch's wait and
+/// [`HELD_SALLOC_EXTRA`] have passed, rather than wait for ever in the background. Never 1:
+/// Slurm 22.05 and 24.11 refuse `--immediate=1` with `--hold` ("Job dependency problem").
+fn salloc_limit_s(run_budget: Duration) -> u32 {
+    let s = (run_budget + HELD_SALLOC_EXTRA)
+        .as_secs()
+        .clamp(2, 3600 + 30);
+    s as u32
+}
+
 /// A held submission: refused by `sbatch --test-only` before anything was submitted, or made,
 /// with its outcome.
 enum Call {
@@ -539,8 +553,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         // salloc waits on in the background (its stderr in the log) until `hold::settle`
         // releases or cancels its job.
         req.hold = true;
-        // salloc then gives up (and cancels its own queued job) within the launch's wait.
-        req.immediate_secs = Some(self.env.waits.run_budget.as_secs().clamp(1, 3600) as u32);
+        req.immediate_secs = Some(salloc_limit_s(self.env.waits.run_budget));
         Call::Made(
             self.env
                 .ctx
@@ -871,4 +884,17 @@ fn test_refusal(
         status,
         stderr,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_sallocs_limit_covers_the_wait_and_the_release_and_is_never_1() {
+        assert_eq!(salloc_limit_s(Duration::ZERO), 30);
+        assert_eq!(salloc_limit_s(Duration::from_secs(1)), 31);
+        assert_eq!(salloc_limit_s(Duration::from_secs(600)), 630);
+        assert_eq!(salloc_limit_s(Duration::from_secs(1_000_000)), 3630);
+    }
 }
