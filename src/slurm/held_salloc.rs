@@ -2,10 +2,10 @@
 //! call (and this process).
 //!
 //! salloc queues its job held, names it on stderr (`Pending job allocation N`) and then waits
-//! for the grant, which comes only after `scontrol release N`; killed before it, salloc takes
-//! its job with it, and a job released after its salloc died is killed by the controller
-//! (`Killing interactive JobId=N: Communication connection failure`, about 10 s after the
-//! grant, seen on 22.05). So salloc runs in its own session (no signal of this process group
+//! for the grant, which comes only after `scontrol release N`. Stopped by TERM or INT before
+//! it, salloc cancels its job; killed with KILL, it leaves the job held, and a job released
+//! after its salloc died is killed by the controller (`Killing interactive JobId=N:
+//! Communication connection failure`, about 10 s after the grant, seen on 22.05). So salloc runs in its own session (no signal of this process group
 //! reaches it), with its stderr in a file rather than a pipe (a pipe would break when this
 //! process dies, and salloc with it), and the call returns as soon as the file names the job.
 //! Whoever settles the hold later — this launch, or the next one after a crash — finds a
@@ -41,8 +41,7 @@ const POLL: Duration = Duration::from_millis(20);
 const MAX_LOG_BYTES: usize = 64 * 1024;
 
 /// Start `salloc --hold` (the request must ask for it) with its stderr in `log` (replaced, see
-/// [`create_log`]), and return
-/// once it names its job, within `timeout`. A salloc that exits first is a refusal or an
+/// [`create_log`]), and return once it names its job, within `timeout`. A salloc that exits first is a refusal or an
 /// unknown outcome, read as a foreground salloc's would be; one that names nothing within
 /// `timeout` is stopped with SIGTERM (salloc then cancels the job it may have queued) and the
 /// outcome is unknown.
