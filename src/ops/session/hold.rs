@@ -124,27 +124,40 @@ pub async fn settle_recorded<S: Scheduler>(
         Some(recorded) if recorded != job => return Ok(recorded),
         _ => {}
     }
-    if !r.target.confined {
-        cancel_orphan(env, r, job).await?;
+    let Some(kept) = settle_orphan(env, r, job, None).await? else {
         return Err(OpError::Failed(format!(
             "{} had no job once its held job {job} was cancelled; start one with `{}`",
             r.key,
             command_for("launch", &r.key)
         )));
-    }
-    let kept = settle(env, r, job, None).await?;
+    };
     for warning in &kept.warnings {
         (env.progress)(warning);
     }
     Ok(kept.job)
 }
 
-/// `job`, the session's recorded job, was left held by an unconfined launch that died before
-/// settling it. Its salloc may have died too (it runs in its own session, but a reboot or a
-/// kill of every process of the user takes it), and the controller kills a job granted to a
-/// salloc that is gone, about 10 s after the grant: so it is cancelled, not released. It never
-/// ran, so nothing is lost; the session no longer holds it.
-pub async fn cancel_orphan<S: Scheduler>(
+/// `job`, the session's recorded job, was left held by a launch that died before settling it
+/// (the caller holds the token lock, so no launch of this state directory is settling it):
+/// settle it as that launch would have. A held sbatch job is arbitrated ([`settle`]). A held
+/// salloc job is cancelled, never released: its salloc may have died too (it runs in its own
+/// session, but a reboot or a kill of every process of the user takes it), and the controller
+/// kills a job granted to a salloc that is gone, about 10 s after the grant. It never ran, so
+/// nothing is lost. `None`: cancelled, and the session holds no job any more.
+pub async fn settle_orphan<S: Scheduler>(
+    env: &Env<'_, S>,
+    r: &Resolved<'_>,
+    job: JobId,
+    replacing: Option<JobId>,
+) -> Result<Option<Settled>, OpError> {
+    if r.target.confined {
+        return settle(env, r, job, replacing).await.map(Some);
+    }
+    cancel_orphan(env, r, job).await?;
+    Ok(None)
+}
+
+async fn cancel_orphan<S: Scheduler>(
     env: &Env<'_, S>,
     r: &Resolved<'_>,
     job: JobId,

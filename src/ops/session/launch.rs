@@ -226,9 +226,8 @@ fn gone_reason(state: Option<&JobState>) -> String {
 
 impl<S: Scheduler> Launch<'_, '_, S> {
     /// Step 1: the job the record names, unless the launch replaces it. Reused when it is
-    /// live; left out (`exclude`) once proven ending or gone, or cancelled when it was left held
-    /// by a dead salloc launch; a held job of a dead sbatch launch is settled as that launch
-    /// would have.
+    /// live; left out (`exclude`) once proven ending or gone; a held one is settled as its dead
+    /// launch would have (`hold::settle_orphan`), and left out when that cancelled it.
     async fn recorded(
         &mut self,
         existing: Option<&Session>,
@@ -242,15 +241,14 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         }
         let (probe, held) = hold::probe_held(self.env, job).await;
         match probe {
-            Probe::Live { .. } if held && !self.r.target.confined => {
-                hold::cancel_orphan(self.env, &self.r, job).await?;
-                exclude.push(job);
-                Ok(None)
-            }
-            // Its launch died before settling the hold (and nobody else settles it): as that
-            // launch would have, keep the oldest live job of the target.
+            // Its launch died before settling the hold (and nobody else settles it): settle it
+            // as that launch would have, or cancel it (a held salloc job).
             Probe::Live { .. } if held => {
-                let kept = hold::settle(self.env, &self.r, job, self.req.replacing).await?;
+                let orphan = hold::settle_orphan(self.env, &self.r, job, self.req.replacing);
+                let Some(kept) = orphan.await? else {
+                    exclude.push(job);
+                    return Ok(None);
+                };
                 self.warnings.extend(kept.warnings);
                 let action = match kept.yielded {
                     true => LaunchAction::Adopted,

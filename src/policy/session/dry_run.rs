@@ -20,7 +20,7 @@ pub enum Recorded {
 }
 
 /// `held_salloc`: the job is held and the target unconfined (its launcher died before
-/// settling it; `hold::cancel_orphan`).
+/// settling it; `hold::settle_orphan`).
 pub fn recorded(probe: Probe, held_salloc: bool) -> Recorded {
     match probe {
         Probe::Live { .. } if held_salloc => Recorded::Gone,
