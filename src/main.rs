@@ -32,6 +32,9 @@ fn main() -> ExitCode {
         }
     };
     init_tracing(cli.verbose, cli.quiet, &cli.color);
+    if let Some(secs) = cli.wait_lock {
+        dispatch::journal::lease::set_wait(std::time::Duration::from_secs(secs));
+    }
     cli::output::set_quiet(cli.quiet);
     let code = match run(&cli) {
         Ok(code) => code,

@@ -40,6 +40,9 @@ impl From<JournalError> for Failure {
             JournalError::Damaged { status, .. } if *status != Status::TornTail => DAMAGED,
             JournalError::Undecodable { .. } => DAMAGED,
             JournalError::Untrusted(_) => REFUSED,
+            // The writer lock was not had or was lost, or another writer moved the end: what
+            // this command meant to record may be missing; running it again is the answer.
+            JournalError::Lease(_) | JournalError::TailMoved { .. } => UNKNOWN,
             _ => FAILED,
         };
         Failure::new(code, e.to_string())

@@ -60,6 +60,12 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "WHEN", default_value = "auto",
           value_parser = ["auto", "always", "never"])]
     pub color: String,
+    /// Seconds to wait for the journal's writer lock before giving up with exit 4 (0-86400,
+    /// default 120). A writer on another login node is taken over once its lease (30 s) has gone
+    /// silent; one on this host as soon as its process is gone
+    #[arg(long, global = true, value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(0..=86400))]
+    pub wait_lock: Option<u64>,
     #[command(subcommand)]
     pub command: Command,
 }

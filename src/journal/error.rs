@@ -43,6 +43,30 @@ pub enum JournalError {
     Untrusted(#[from] crate::statedir::trust::Untrusted),
     #[error(transparent)]
     Reduce(#[from] crate::event::ReduceError),
+    /// The cross-host writer lock was not had, or was lost (exit 4: run the command again).
+    #[error(transparent)]
+    Lease(#[from] super::lease::LeaseError),
+    /// The segment's end on disk is not where this writer left it: another writer appended.
+    #[error(
+        "{segment} does not end where this command left it (expected {expected_len} bytes ending \
+         with chain {expected_chain}, found {found}): another writer appended to the journal, so \
+         the locks did not exclude it. {}",
+        if *written {
+            "This command's events were written and may sit on a second branch; nothing more is \
+             done. Run `dispatch journal verify`, then `dispatch journal repair`, which merges \
+             branches keeping every event"
+        } else {
+            "Nothing was written by this command; run it again"
+        }
+    )]
+    TailMoved {
+        segment: String,
+        expected_len: u64,
+        expected_chain: String,
+        found: String,
+        /// Whether this command's own frames reached the file before the mismatch was seen.
+        written: bool,
+    },
 }
 
 impl From<crate::statedir::trust::TrustError> for JournalError {

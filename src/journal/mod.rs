@@ -5,6 +5,7 @@ pub mod checkpoint;
 mod error;
 pub mod files;
 pub mod frame;
+pub mod lease;
 pub mod reader;
 mod repair;
 pub mod scan;

@@ -1,5 +1,7 @@
-//! The journal writer: exclusive lock, one write plus fdatasync per commit, segment rotation,
-//! torn-tail repair on open, and poisoning on any write or sync error.
+//! The journal writer: exclusive lock (this host's `flock`, then the cross-host lease of
+//! [`super::lease`]), one write plus fdatasync per commit with the segment's end checked before
+//! and after, segment rotation, torn-tail repair on open, and poisoning on any write or sync
+//! error.
 //!
 //! One appender at a time: no command shares a writer between threads, so there is no group
 //! commit (it was ~300 lines of queueing that only a bench used).
@@ -17,6 +19,7 @@ use super::checkpoint;
 use super::error::JournalError;
 use super::files::{create_private_dir, fsync_dir, io_err};
 use super::frame::{self, Chain};
+use super::lease::{self, Lease};
 use super::repair::{cut_torn_tail, unrecorded_repair};
 use super::scan::{self, Status, MAX_WRITE_BYTES};
 use super::segment::{self, SegmentHeader, FORMAT_VERSION};
@@ -178,6 +181,8 @@ pub struct JournalWriter<E: Vocabulary> {
     actor: Actor,
     opened: Opened,
     core: Mutex<Core>,
+    /// Dropped before `_lock`: the cross-host lease goes first, this host's `flock` last.
+    lease: Lease,
     _lock: File,
 }
 
@@ -221,7 +226,9 @@ impl<E: Vocabulary> JournalWriter<E> {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&lock_path)
             .map_err(io_err(&lock_path, "open lock file"))?;
-        lock.lock_exclusive().map_err(io_err(&lock_path, "lock"))?;
+        let settings = lease::Settings::from_env();
+        lock_this_host(&lock, &lock_path, settings)?;
+        let lease = Lease::acquire(dir, settings)?;
 
         // What a crash can have damaged is after the last point a writer verified and
         // recorded (§7.2): from there the tail is classified as a full scan would classify it.
@@ -265,6 +272,7 @@ impl<E: Vocabulary> JournalWriter<E> {
                     opened.repaired = unrecorded_repair(&head.segment_path, head.segment_len)?;
                 }
                 let file = OpenOptions::new()
+                    .read(true)
                     .append(true)
                     .custom_flags(libc::O_NOFOLLOW)
                     .open(&head.segment_path)
@@ -289,6 +297,7 @@ impl<E: Vocabulary> JournalWriter<E> {
             actor,
             opened,
             core: Mutex::new(core),
+            lease,
             _lock: lock,
         };
         if needs_genesis {
@@ -349,7 +358,7 @@ impl<E: Vocabulary> JournalWriter<E> {
         }
         let mut core = self.lock_core();
         // A panic while committing leaves the mutex poisoned; `lock_core` then refuses.
-        core.commit(&self.dir, &self.opts, &self.actor, &events)
+        core.commit(&self.dir, &self.opts, &self.actor, &events, &self.lease)
     }
 
     pub fn append_one(&self, event: E) -> Result<Committed, JournalError> {
@@ -390,10 +399,12 @@ impl Core {
         opts: &Options,
         actor: &Actor,
         events: &[E],
+        lease: &Lease,
     ) -> Result<Vec<Committed>, JournalError> {
         if let Some(why) = &self.poisoned {
             return Err(JournalError::Poisoned(why.clone()));
         }
+
         self.ids.refill(events.len());
         // Frames are built against the current head, which moves only after fdatasync.
         let (ends, committed, new_chain) =
@@ -407,7 +418,12 @@ impl Core {
         let segment_start = self.segment_len;
         let last_start = ends.len().checked_sub(2).map_or(0, |i| ends[i]);
         if written.is_ok() {
-            written = self.write_frames(&ends).and_then(|()| self.sync());
+            written = self.write_frames(&ends, lease).and_then(|()| self.sync());
+        }
+        if written.is_ok() {
+            // The frames must be where they were written, and the last of them the end.
+            let new_last = segment_start + last_start as u64;
+            written = self.check_tail_is(new_last, new_chain, true);
         }
         match written {
             Ok(()) => {
@@ -432,9 +448,14 @@ impl Core {
                 Ok(committed)
             }
             Err(e) => {
-                // The reason alone: `Poisoned` says itself that the writer stopped.
+                // The reason alone: `Poisoned` says itself that the writer stopped. A moved
+                // tail keeps its own kind: what it says is what the user must do.
                 let why = match e {
                     JournalError::Poisoned(why) => why,
+                    moved @ (JournalError::TailMoved { .. } | JournalError::Lease(_)) => {
+                        self.poisoned = Some(moved.to_string());
+                        return Err(moved);
+                    }
                     other => other.to_string(),
                 };
                 self.poisoned = Some(why.clone());
@@ -493,25 +514,34 @@ impl Core {
     /// Write `buf` (frames ending at `ends`) in as few `write`s as the cap allows: no single
     /// write exceeds [`MAX_WRITE_BYTES`] (the torn-tail classifier relies on it), and each
     /// ends on a frame boundary.
-    fn write_frames(&mut self, ends: &[usize]) -> Result<(), JournalError> {
+    fn write_frames(&mut self, ends: &[usize], lease: &Lease) -> Result<(), JournalError> {
         let mut start = 0;
         let mut prev_end = 0;
         for &end in ends {
             if prev_end > start && end - start > MAX_WRITE_BYTES {
-                self.write_span(start, prev_end)?;
+                self.write_span(start, prev_end, lease)?;
                 start = prev_end;
             }
             prev_end = end;
         }
         if prev_end > start {
-            self.write_span(start, prev_end)?;
+            self.write_span(start, prev_end, lease)?;
         }
         self.buf.clear();
         Ok(())
     }
 
-    fn write_span(&mut self, from: usize, to: usize) -> Result<(), JournalError> {
+    fn write_span(&mut self, from: usize, to: usize, lease: &Lease) -> Result<(), JournalError> {
         failpoint::hit("journal-before-write");
+        // Right before the write: nothing goes past a tail this writer did not read, nor
+        // without the lease (a writer stopped past its lease was taken over meanwhile).
+        lease.check()?;
+        if from == 0 {
+            self.check_tail(false)?;
+        } else {
+            // Earlier writes of this commit are in the file already.
+            self.check_len(true)?;
+        }
         // Armed, the write goes out in two halves with the failpoint between them; when the
         // failpoint lets the process live, the second half completes the write.
         let mut at = from;
@@ -536,6 +566,75 @@ impl Core {
         self.stats.syncs += 1;
         failpoint::hit("journal-after-sync");
         Ok(())
+    }
+
+    /// Check that the segment ends where this writer left it (before a write) or where its
+    /// last write should have left it (after `fdatasync`, `written`): its length, and the chain
+    /// stored at its end (which commits to the last frame's seq and everything before it).
+    fn check_tail(&self, written: bool) -> Result<(), JournalError> {
+        match self.last_frame_offset {
+            Some(last) => self.check_tail_is(last, self.chain, written),
+            None => self.check_tail_at(self.segment_len, SEGMENT_CHAIN_AT, self.chain, written),
+        }
+    }
+
+    /// [`Core::check_tail`] for a segment whose last frame starts at `last_frame` and ends at
+    /// `segment_len` with `chain`.
+    fn check_tail_is(
+        &self,
+        last_frame: u64,
+        chain: Chain,
+        written: bool,
+    ) -> Result<(), JournalError> {
+        assert!(last_frame + frame::OVERHEAD as u64 <= self.segment_len);
+        let chain_at = self.segment_len - FRAME_CHAIN_FROM_END;
+        self.check_tail_at(self.segment_len, chain_at, chain, written)
+    }
+
+    /// The length half of [`Core::check_tail`], between two writes of one commit (whose first
+    /// write's end has no chain this writer kept).
+    fn check_len(&self, written: bool) -> Result<(), JournalError> {
+        match self.file.metadata() {
+            Ok(m) if m.len() == self.segment_len => Ok(()),
+            found => Err(JournalError::TailMoved {
+                segment: segment::file_name(self.segment_no),
+                expected_len: self.segment_len,
+                expected_chain: "(mid-commit)".to_owned(),
+                found: found.map_or_else(
+                    |e| format!("a segment that cannot be examined ({e})"),
+                    |m| format!("{} bytes", m.len()),
+                ),
+                written,
+            }),
+        }
+    }
+
+    fn check_tail_at(
+        &self,
+        len: u64,
+        chain_at: u64,
+        chain: Chain,
+        written: bool,
+    ) -> Result<(), JournalError> {
+        let mut stored = [0u8; 32];
+        let found = match self.file.metadata() {
+            Err(e) => format!("a segment that cannot be examined ({e})"),
+            Ok(m) if m.len() != len => format!("{} bytes", m.len()),
+            Ok(_) => {
+                match std::os::unix::fs::FileExt::read_exact_at(&self.file, &mut stored, chain_at) {
+                    Err(e) => format!("a segment that cannot be read ({e})"),
+                    Ok(()) if stored == chain => return Ok(()),
+                    Ok(()) => format!("chain {}", hex(&stored)),
+                }
+            }
+        };
+        Err(JournalError::TailMoved {
+            segment: segment::file_name(self.segment_no),
+            expected_len: len,
+            expected_chain: hex(&chain),
+            found,
+            written,
+        })
     }
 
     fn rotate(&mut self, dir: &Path, first_seq: u64, chain: Chain) -> Result<(), JournalError> {
@@ -571,8 +670,84 @@ impl<E: Vocabulary> Drop for JournalWriter<E> {
     }
 }
 
+/// Where a segment header keeps the chain its first frame continues (journal-format.md §3).
+const SEGMENT_CHAIN_AT: u64 = 48;
+/// How far from a frame's end its chain value starts: the chain, then the frame CRC (§4).
+const FRAME_CHAIN_FROM_END: u64 = (frame::CHAIN_LEN + 4) as u64;
+
+fn hex(bytes: &[u8]) -> String {
+    hex::encode(bytes)
+}
+
+/// Take this host's exclusive `flock` on `LOCK`, waiting at most the lease settings' wait (the
+/// same bound as the cross-host lease that follows it).
+fn lock_this_host(lock: &File, path: &Path, settings: lease::Settings) -> Result<(), JournalError> {
+    let began = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(1);
+    let mut told = false;
+    loop {
+        match lock.try_lock_exclusive() {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() != fs2::lock_contended_error().kind() => {
+                return Err(io_err(path, "lock")(e))
+            }
+            Err(_) => {}
+        }
+        let waited = began.elapsed();
+        if waited >= settings.wait {
+            return Err(lease::LeaseError::Busy {
+                dir: path.parent().unwrap_or(path).to_owned(),
+                holder: "another dispatch command on this host".to_owned(),
+                waited_s: waited.as_secs(),
+            }
+            .into());
+        }
+        if !told && waited >= std::time::Duration::from_secs(1) {
+            told = true;
+            tracing::warn!(
+                "waiting for another dispatch command on this host to finish writing the journal \
+                 ({}; giving up after {} s: --wait-lock)",
+                path.display(),
+                settings.wait.as_secs()
+            );
+        }
+        std::thread::sleep(pause.min(settings.wait - waited));
+        pause = (pause * 2).min(std::time::Duration::from_millis(50));
+    }
+}
+
 fn poison_err(what: &'static str) -> impl FnOnce(std::io::Error) -> JournalError {
     move |e| JournalError::Poisoned(format!("{what} failed: {e}"))
+}
+
+/// Move a new segment into place, never over one that exists: a second writer that rotated
+/// at the same time (the locks failing) must not replace the first one's segment. `link` fails
+/// when the name exists and is atomic on the file systems clusters use; where hard links are
+/// not supported, an existence check before the rename narrows the window instead.
+fn put_in_place_once(tmp: &Path, path: &Path) -> Result<(), JournalError> {
+    match std::fs::hard_link(tmp, path) {
+        Ok(()) => {
+            std::fs::remove_file(tmp).map_err(io_err(tmp, "remove linked temp segment"))?;
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let _ = std::fs::remove_file(tmp);
+            Err(JournalError::TailMoved {
+                segment: path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                expected_len: 0,
+                expected_chain: "(a segment not yet made)".to_owned(),
+                found: "that another writer made it first".to_owned(),
+                written: false,
+            })
+        }
+        Err(_) if !path.exists() => {
+            std::fs::rename(tmp, path).map_err(io_err(path, "rename segment into place"))
+        }
+        Err(e) => Err(io_err(path, "link segment into place")(e)),
+    }
 }
 
 /// Create a segment durably: header to a temp file, fsync, rename, fsync the directory.
@@ -605,9 +780,10 @@ fn create_segment(
         .map_err(io_err(&tmp, "write segment header"))?;
     f.sync_all().map_err(io_err(&tmp, "fsync segment"))?;
     drop(f);
-    std::fs::rename(&tmp, &path).map_err(io_err(&path, "rename segment into place"))?;
+    put_in_place_once(&tmp, &path)?;
     fsync_dir(dir)?;
     let file = OpenOptions::new()
+        .read(true)
         .append(true)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&path)
@@ -760,5 +936,97 @@ mod tests {
         drop(w);
         let scan = scan::scan(dir.path(), None, |_| true).unwrap();
         assert_eq!((scan.status, scan.events), (Status::Clean, 2));
+    }
+
+    /// Another host's writer, the locks having failed: frames appended behind this one's back.
+    fn append_behind_its_back(seg: &Path) {
+        use std::io::Write as _;
+        let mut f = OpenOptions::new().append(true).open(seg).unwrap();
+        f.write_all(b"another writer's bytes").unwrap();
+    }
+
+    #[test]
+    fn a_tail_that_moved_is_never_written_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
+        w.append_one(event(1)).unwrap();
+        let seg = dir.path().join(segment::file_name(1));
+        append_behind_its_back(&seg);
+        let moved = std::fs::read(&seg).unwrap();
+        let e = w.append_one(event(2)).unwrap_err();
+        assert!(
+            matches!(e, JournalError::TailMoved { written: false, .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("run it again"), "{e}");
+        assert_eq!(std::fs::read(&seg).unwrap(), moved, "nothing written over");
+        // And the writer stays stopped: its view of the journal is wrong.
+        assert!(w.append_one(event(3)).is_err());
+    }
+
+    #[test]
+    fn a_tail_that_moved_while_writing_is_said_after_the_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
+        let seg = dir.path().join(segment::file_name(1));
+        let e = std::thread::scope(|s| {
+            let writer = s.spawn(|| {
+                crate::failpoint::arm_on_this_thread("journal-before-sync=sleep:400").unwrap();
+                let r = w.append_one(event(1));
+                crate::failpoint::disarm_on_this_thread();
+                r
+            });
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            append_behind_its_back(&seg);
+            writer.join().unwrap().unwrap_err()
+        });
+        assert!(
+            matches!(e, JournalError::TailMoved { written: true, .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("journal repair"), "{e}");
+    }
+
+    #[test]
+    fn a_writer_whose_lease_was_taken_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
+        let seg = dir.path().join(segment::file_name(1));
+        let before = std::fs::read(&seg).unwrap();
+        // What a takeover from another host leaves: the lease file is someone else's.
+        let other =
+            lease::Holder::parse(&std::fs::read(dir.path().join(lease::LEASE_FILE)).unwrap())
+                .map(|h| lease::Holder {
+                    token: Uuid::new_v4().to_string(),
+                    host: "login2".into(),
+                    ..h
+                })
+                .unwrap();
+        std::fs::write(dir.path().join(lease::LEASE_FILE), other.render()).unwrap();
+        let e = w.append_one(event(1)).unwrap_err();
+        assert!(matches!(e, JournalError::Lease(_)), "{e}");
+        assert!(e.to_string().contains("login2"), "{e}");
+        assert_eq!(std::fs::read(&seg).unwrap(), before);
+        drop(w);
+        assert_eq!(
+            std::fs::read(dir.path().join(lease::LEASE_FILE)).unwrap(),
+            other.render(),
+            "the new holder's lease stays"
+        );
+    }
+
+    #[test]
+    fn a_rotation_never_replaces_a_segment_another_writer_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options {
+            max_segment_bytes: MIN_SEGMENT_BYTES,
+        };
+        let w = Writer::open_as(dir.path(), opts, actor()).unwrap();
+        let next = dir.path().join(segment::file_name(2));
+        std::fs::write(&next, b"the other writer's segment").unwrap();
+        let r = (0..200).try_for_each(|i| w.append_one(event(i)).map(drop));
+        let e = r.unwrap_err();
+        assert!(matches!(e, JournalError::TailMoved { .. }), "{e}");
+        assert_eq!(std::fs::read(&next).unwrap(), b"the other writer's segment");
     }
 }

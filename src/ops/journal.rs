@@ -52,6 +52,15 @@ fn wait_for_writers(journal_dir: &Path) -> Option<std::fs::File> {
         eprintln!("dispatch: waiting for a running dispatch command to finish writing the journal");
         FileExt::lock_shared(&file).ok()?;
     }
+    // A writer on another host holds the lease instead: wait a moment for it too.
+    const QUIET_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+    if !crate::journal::lease::wait_until_free(journal_dir, QUIET_WAIT) {
+        tracing::warn!(
+            "a writer (perhaps on another host) still holds the journal's lease after {} s; \
+             classifying anyway, so a frame it is writing may show as a torn tail",
+            QUIET_WAIT.as_secs()
+        );
+    }
     Some(file)
 }
 
