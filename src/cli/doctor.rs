@@ -22,6 +22,11 @@ pub struct DoctorArgs {
     #[arg(short = 'T', long, value_name = "TARGET", requires = "on_node",
           value_parser = crate::names::arg::label("target"))]
     pub target: Option<String>,
+    /// Run at the same time on two login nodes (within the window, default 15 s, at most 600):
+    /// report whether each saw the other's flock and exclusive create on this state directory
+    #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "15",
+          value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub lock_probe: Option<u64>,
     /// Internal: the checks `--on-node` runs on the compute node
     #[arg(long, hide = true, conflicts_with_all = ["on_node", "target"])]
     pub node_probe: bool,
@@ -87,6 +92,7 @@ pub async fn run(args: &DoctorArgs, ctx: Context<'_>) -> Result<u8, Failure> {
             config,
             target: args.target.clone(),
             on_node: args.on_node,
+            lock_probe: args.lock_probe.map(std::time::Duration::from_secs),
             exe,
             slurm: ctx.slurm,
         };

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub mod lock_probe;
+
 use crate::config::{self, Config};
 use crate::policy::doctor::{
     self as verdict, Check, ConfigSeen, FlockSeen, Known, Probe, StateDirSeen, TargetSeen,
@@ -36,6 +38,8 @@ pub struct Options {
     /// This binary, run on the node by the probe.
     pub exe: PathBuf,
     pub slurm: CliConfig,
+    /// `--lock-probe`: take part in a probe with other hosts for this long, first.
+    pub lock_probe: Option<Duration>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -335,6 +339,16 @@ pub async fn run(opts: &Options) -> Report {
     let runner = Runner::new(opts.slurm.clone());
     let limit = opts.slurm.timeout.min(QUERY_TIMEOUT);
     let mut checks = Vec::new();
+    // First, so that two hosts started together overlap whatever the other checks take.
+    if let Some(window) = opts.lock_probe {
+        let dir = opts.state_dir.clone();
+        let seen = tokio::task::spawn_blocking(move || lock_probe::run(&dir, window)).await;
+        match seen {
+            Ok(Ok(seen)) => checks.extend(verdict::lock_probe::lock_probe(&seen)),
+            Ok(Err(e)) => checks.push(verdict::lock_probe::failed(&e)),
+            Err(e) => checks.push(verdict::lock_probe::failed(&e.to_string())),
+        }
+    }
 
     let found: Vec<(&str, Option<String>)> = SlurmCommand::ALL
         .iter()

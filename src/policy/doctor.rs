@@ -1,6 +1,8 @@
 //! `dispatch doctor`'s verdicts: each check turns what was observed into ok, warn or fail, what
 //! was seen, and what to do. Pure: the observations (`ops::doctor` gathers them) are arguments.
 
+pub mod lock_probe;
+
 use serde::{Deserialize, Serialize};
 
 use crate::statedir::trust::{self, Observed, Want};
