@@ -1002,6 +1002,8 @@ mod tests {
                     ..h
                 })
                 .unwrap();
+        // As a takeover does it: the old file moved away, a new one made.
+        std::fs::remove_file(dir.path().join(lease::LEASE_FILE)).unwrap();
         std::fs::write(dir.path().join(lease::LEASE_FILE), other.render()).unwrap();
         let e = w.append_one(event(1)).unwrap_err();
         assert!(matches!(e, JournalError::Lease(_)), "{e}");
