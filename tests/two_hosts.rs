@@ -999,3 +999,44 @@ fn a_frozen_holder_on_another_host_loses_the_lock_after_its_lease_and_writes_not
         "journal/WRITER is left behind after the last command ended"
     );
 }
+
+/// `doctor --lock-probe` run through both mounts at once, as two hosts: each sees the other hold
+/// the flock (FUSE keeps flock per mount) and be refused the exclusive create.
+#[test]
+fn doctor_lock_probe_through_two_mounts_sees_a_local_flock_and_a_shared_exclusive_create() {
+    let mounts = TwoMounts::new();
+    let probe = |i: usize, view: &std::path::Path| {
+        let state = view.join("probe-state");
+        std::fs::create_dir_all(&state).unwrap();
+        let mut c = Command::new(env!("CARGO_BIN_EXE_dispatch"));
+        c.arg("--state-dir")
+            .arg(&state)
+            .args(["--json", "doctor", "--lock-probe", "4"])
+            .env("DISPATCH_HOST_ID", format!("probe-host-{i}"))
+            .env("DISPATCH_SLURM_TIMEOUT", "5")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c.spawn().unwrap()
+    };
+    let [m1, m2] = mounts.views();
+    let children = [probe(1, m1), probe(2, m2)];
+    for (i, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().unwrap();
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("doctor {i}: {e}: {}", String::from_utf8_lossy(&out.stderr))
+        });
+        let other = format!("probe-host-{}", 2 - i);
+        let check = |prefix: &str| -> Value {
+            doc["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == format!("lock probe: {prefix} with {other}"))
+                .unwrap_or_else(|| panic!("doctor {i}: no {prefix} check with {other}: {doc}"))
+                .clone()
+        };
+        assert_eq!(check("flock")["status"], "warn", "{doc}");
+        assert_eq!(check("exclusive create")["status"], "ok", "{doc}");
+    }
+}
