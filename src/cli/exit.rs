@@ -1,6 +1,7 @@
 //! Exit codes: one meaning each across commands, as docs/cli.md ("Exit codes") defines them
 //! (the contract; README repeats the table). A name that does not exist is REFUSED.
 
+use crate::journal::lease::LeaseError;
 use crate::journal::{JournalError, Status};
 use crate::ops::error::OpError;
 use crate::statedir::StateDirError;
@@ -42,7 +43,8 @@ impl From<JournalError> for Failure {
             JournalError::Untrusted(_) => REFUSED,
             // The writer lock was not had or was lost, or another writer moved the end: what
             // this command meant to record may be missing; running it again is the answer.
-            JournalError::Lease(_) | JournalError::TailMoved { .. } => UNKNOWN,
+            JournalError::Lease(LeaseError::Busy { .. } | LeaseError::Lost { .. })
+            | JournalError::TailMoved { .. } => UNKNOWN,
             _ => FAILED,
         };
         Failure::new(code, e.to_string())

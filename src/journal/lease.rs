@@ -113,7 +113,10 @@ pub enum LeaseError {
         dir.display()
     )]
     Lost { dir: PathBuf, why: String },
-    #[error("{what} {}: {source}", path.display())]
+    #[error(
+        "cannot take the journal's writer lock: {what} {}: {source}; nothing was written",
+        path.display()
+    )]
     Io {
         path: PathBuf,
         what: &'static str,
@@ -336,9 +339,16 @@ impl Lease {
         };
         let bytes = record.render();
         assert!(bytes.len() <= MAX_RECORD_BYTES, "a lease record is small");
-        file.write_all(&bytes).map_err(io(&path, "write lease"))?;
         // Seen by a waiter on another client only once it reached the server.
-        file.sync_data().map_err(io(&path, "fdatasync lease"))?;
+        let written = file
+            .write_all(&bytes)
+            .and_then(|()| file.sync_data())
+            .map_err(io(&path, "write"));
+        if let Err(e) = written {
+            // A lease file without its record would cost the next writer a whole lease.
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
         let meta = file.metadata().map_err(io(&path, "examine lease"))?;
         let file_id = (meta.dev(), meta.ino());
         let shared = Arc::new(Shared {
