@@ -335,20 +335,25 @@ async fn target_seen(
 }
 
 /// Every check, in the order a user would fix them.
+/// `--lock-probe`: take part for `window` (off the runtime's threads: it sleeps) and judge.
+async fn lock_probe_checks(state_dir: &Path, window: Option<Duration>) -> Vec<Check> {
+    let Some(window) = window else {
+        return Vec::new();
+    };
+    let dir = state_dir.to_owned();
+    let seen = tokio::task::spawn_blocking(move || lock_probe::run(&dir, window)).await;
+    match seen {
+        Ok(Ok(seen)) => verdict::lock_probe::lock_probe(&seen),
+        Ok(Err(e)) => vec![verdict::lock_probe::failed(&e)],
+        Err(e) => vec![verdict::lock_probe::failed(&e.to_string())],
+    }
+}
+
 pub async fn run(opts: &Options) -> Report {
     let runner = Runner::new(opts.slurm.clone());
     let limit = opts.slurm.timeout.min(QUERY_TIMEOUT);
-    let mut checks = Vec::new();
-    // First, so that two hosts started together overlap whatever the other checks take.
-    if let Some(window) = opts.lock_probe {
-        let dir = opts.state_dir.clone();
-        let seen = tokio::task::spawn_blocking(move || lock_probe::run(&dir, window)).await;
-        match seen {
-            Ok(Ok(seen)) => checks.extend(verdict::lock_probe::lock_probe(&seen)),
-            Ok(Err(e)) => checks.push(verdict::lock_probe::failed(&e)),
-            Err(e) => checks.push(verdict::lock_probe::failed(&e.to_string())),
-        }
-    }
+    // The lock probe first, so that two hosts started together overlap whatever else takes.
+    let mut checks = lock_probe_checks(&opts.state_dir, opts.lock_probe).await;
 
     let found: Vec<(&str, Option<String>)> = SlurmCommand::ALL
         .iter()
