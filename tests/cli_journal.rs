@@ -128,7 +128,10 @@ fn verify_reports_clean_torn_corrupt_and_tampered_with_their_exit_codes() {
     let r = dispatch(&state, &["--json", "journal", "verify"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let v = one_json(&r);
-    assert_eq!(keys(&v), ["damage", "events", "head", "last_seq", "status"]);
+    assert_eq!(
+        keys(&v),
+        ["damage", "events", "fork", "head", "last_seq", "status"]
+    );
     assert_eq!(v["status"], "clean");
     assert_eq!(
         (v["events"].as_u64(), v["last_seq"].as_u64()),

@@ -18,8 +18,8 @@ use dispatch::event::trial::*;
 use dispatch::event::worker::*;
 use dispatch::event::ReduceError;
 use dispatch::event::{
-    self, Actor, Envelope, Event, Genesis, Micros, Recovered, Sha256Digest, Vocabulary,
-    WorkerEvent, FLAG_MUST_UNDERSTAND, KNOWN_KINDS,
+    self, Actor, Envelope, Event, Genesis, JournalMerged, MergedBranch, Micros, Recovered,
+    Sha256Digest, Vocabulary, WorkerEvent, FLAG_MUST_UNDERSTAND, KNOWN_KINDS,
 };
 use dispatch::journal::scan::Status;
 use dispatch::journal::segment::{self, SegmentHeader, SEGMENT_HEADER_LEN};
@@ -137,6 +137,24 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
             length: u64::arbitrary(g),
             sha256: digest(g),
             saved_as: text(g),
+            reason: text(g),
+        }),
+        3 => Event::JournalMerged(JournalMerged {
+            segment: text(g),
+            offset: u64::arbitrary(g),
+            length: u64::arbitrary(g),
+            sha256: digest(g),
+            saved_as: text(g),
+            common_seq: u64::arbitrary(g),
+            branches: (0..u8::arbitrary(g) % 4)
+                .map(|_| MergedBranch {
+                    forked_after_seq: u64::arbitrary(g),
+                    first_seq: u64::arbitrary(g),
+                    last_seq: u64::arbitrary(g),
+                    events: u64::arbitrary(g),
+                })
+                .collect(),
+            events: u64::arbitrary(g),
             reason: text(g),
         }),
         100 => Event::PoolAttached(PoolAttached {
@@ -436,10 +454,11 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
 /// A body for each kind of a worker's own journal.
 fn known_worker_event(code: u16, g: &mut Gen) -> WorkerEvent {
     match code {
-        // The two kinds every journal has: the coordinator's generators.
-        1 | 2 => match known_event(code, g) {
+        // The kinds any journal can have: the coordinator's generators.
+        1..=3 => match known_event(code, g) {
             Event::Genesis(e) => WorkerEvent::Genesis(e),
             Event::Recovered(e) => WorkerEvent::Recovered(e),
+            Event::JournalMerged(e) => WorkerEvent::JournalMerged(e),
             other => unreachable!("kind {code} is {other:?}"),
         },
         150 => WorkerEvent::SupervisorStarted(SupervisorStarted {
@@ -727,9 +746,10 @@ fn every_worker_event_survives_the_payload_codec_and_a_real_journal() {
             {
                 return TestResult::error(format!("{got:?} != {e:?}"));
             }
-            // The coordinator's vocabulary does not know a worker's kinds (but the two it shares).
+            // The coordinator's vocabulary does not know a worker's kinds (but the three it
+            // shares).
             let coordinator = event::decode_payload(seq, e.event.kind(), 0, &buf).unwrap();
-            if (coordinator.event.kind_name() == "Unknown") != (e.event.kind() > 2) {
+            if (coordinator.event.kind_name() == "Unknown") != (e.event.kind() > 3) {
                 return TestResult::error(format!("the coordinator read {coordinator:?}"));
             }
         }

@@ -5,6 +5,7 @@ Usage: journal-read.py JOURNAL_DIR
 
 Walks the segments, checks every header, frame CRC, seq and the SHA-256 chain, and prints one
 JSON document: {"status", "events", "last_seq", "head", "kinds"} where status is "clean",
+"forked" (section 8.1: with "offset" and "fork": {"common_seq", "events", "branches"}),
 "damaged" (with "reason", "segment", "offset") and kinds counts frames per kind code. It does
 not tell a torn tail from corruption (that needs the look-ahead of §8) and does not decode
 payloads past checking that each is exactly one MessagePack value; it exists to prove that the
@@ -73,6 +74,75 @@ def msgpack_value_len(b):
     return at
 
 
+def parse_frame(data, offset):
+    """(seq, kind, flags, header, payload, stored chain, end) of a valid frame (section 4), or None."""
+    if len(data) - offset < 24:
+        return None
+    magic, length, seq, kind, flags = struct.unpack_from("<IIQHH", data, offset)
+    header = data[offset:offset + 20]
+    if magic != FRAME_MAGIC or crc(header) != struct.unpack_from("<I", data, offset + 20)[0]:
+        return None
+    end = offset + 60 + length
+    if length > MAX_PAYLOAD or end > len(data):
+        return None
+    if crc(data[offset:end - 4]) != struct.unpack_from("<I", data, end - 4)[0]:
+        return None
+    payload = data[offset + 24:offset + 24 + length]
+    return seq, kind, flags, header, payload, data[offset + 24 + length:end - 4], end
+
+
+def fork(data, first_seq, prev_chain, damage_at):
+    """Section 8.1: the fork whose region starts at damage_at, or None."""
+    # Nodes: [seq, chain, parent, offset, on_trunk]; the trunk first.
+    nodes = [[first_seq - 1, prev_chain, None, 0, True]]
+    offset = HEADER_LEN
+    while offset < damage_at:
+        seq, _, _, header, payload, stored, end = parse_frame(data, offset)
+        nodes.append([seq, stored, len(nodes) - 1, offset, True])
+        offset = end
+    trunk = len(nodes)
+    chains = {n[1] for n in nodes}
+    in_region = {}
+    by_seq = {}
+    for i, n in enumerate(nodes):
+        by_seq.setdefault(n[0], []).append(i)
+    while offset < len(data):
+        f = parse_frame(data, offset)
+        if f is None:
+            return None
+        seq, kind, flags, header, payload, stored, end = f
+        if flags & ~0x0001 or msgpack_value_len(payload) != len(payload) or stored in chains:
+            return None
+        parents = [i for i in by_seq.get(seq - 1, [])
+                   if hashlib.sha256(nodes[i][1] + header + payload).digest() == stored]
+        if len(parents) != 1 or in_region.get(seq, 0) == 64:
+            return None
+        in_region[seq] = in_region.get(seq, 0) + 1
+        chains.add(stored)
+        by_seq.setdefault(seq, []).append(len(nodes))
+        nodes.append([seq, stored, parents[0], offset, False])
+        offset = end
+    common = min(nodes[n[2]][0] for n in nodes[trunk:] if nodes[n[2]][4])
+    children = [0] * len(nodes)
+    for n in nodes:
+        if n[2] is not None:
+            children[n[2]] += 1
+    branches = []
+    for tip in (i for i in range(len(nodes)) if children[i] == 0):
+        first, events = tip, 1
+        while True:
+            parent = nodes[first][2]
+            if children[parent] > 1 or nodes[parent][0] <= common:
+                break
+            first, events = parent, events + 1
+        branches.append({"forked_after_seq": nodes[nodes[first][2]][0],
+                         "first_seq": nodes[first][0], "last_seq": nodes[tip][0],
+                         "events": events, "first_offset": nodes[first][3],
+                         "tip": nodes[tip][1].hex()})
+    branches.sort(key=lambda b: b["first_offset"])
+    return {"common_seq": common, "events": len(nodes) - trunk, "branches": branches}
+
+
 def read(journal_dir):
     names = sorted(
         (int(m.group(1)), name)
@@ -130,6 +200,13 @@ def read(journal_dir):
             if crc(data[offset:end - 4]) != struct.unpack_from("<I", data, end - 4)[0]:
                 return damaged(name, offset, "frame CRC")
             if seq != expect_seq:
+                found = None
+                if seq < expect_seq and index == len(names) - 1:
+                    found = fork(data, first_seq, prev_chain, offset)
+                if found is not None:
+                    damaged(name, offset, "forked")
+                    report.update(status="forked", fork=found, head=chain.hex())
+                    return report
                 return damaged(name, offset, "seq %d, expected %d" % (seq, expect_seq))
             chain = hashlib.sha256(chain + header + payload).digest()
             if chain != stored_chain:

@@ -49,7 +49,8 @@ pub enum JournalCommand {
         #[arg(long, value_name = "TIME", value_parser = super::replay::time_arg)]
         until: Option<crate::event::Micros>,
     },
-    /// Cut a torn tail (kept aside as a file) and record a Recovered event
+    /// Cut a torn tail (kept aside as a file) and record a Recovered event, or merge a forked
+    /// journal keeping every event (the segment as it was is kept aside too)
     #[command(after_help = "Examples:\n  \
         dispatch journal verify || dispatch journal repair")]
     Repair,
@@ -98,6 +99,16 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
             let r = ops::repair(&dir)?;
             if json {
                 print_json(&r)?;
+            } else if let Some(m) = &r.merged {
+                crate::outln!(
+                    "merged a fork: {} events of {} branches that forked after seq {} now follow \
+                     the JournalMerged event, each with its own id; {} as it was is kept in {}",
+                    m.events,
+                    m.branches.len(),
+                    m.common_seq,
+                    m.segment,
+                    m.saved_as
+                );
             } else if let Some(rec) = &r.recovered {
                 crate::outln!(
                     "cut {} bytes at {} offset {} ({}); kept them in {}",
@@ -115,7 +126,7 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
     }
 }
 
-/// `dispatch journal verify`: exit 0 clean, 1 a torn tail, 5 damage.
+/// `dispatch journal verify`: exit 0 clean, 1 a torn tail, 5 damage (a fork too).
 fn run_verify(state_dir: &Path, dir: &Path, json: bool) -> Result<u8, Failure> {
     crate::statedir::check(state_dir)?;
     let r = ops::verify(dir)?;
@@ -137,10 +148,27 @@ fn run_verify(state_dir: &Path, dir: &Path, json: bool) -> Result<u8, Failure> {
                 d.offset,
                 d.bytes
             );
+            if let Some(fork) = &r.fork {
+                for b in &fork.branches {
+                    crate::outln!(
+                        "branch: after seq {}, seq {}..{} ({} events) from offset {}, tip {}",
+                        b.forked_after_seq,
+                        b.first_seq,
+                        b.last_seq,
+                        b.events,
+                        b.first_offset,
+                        b.tip
+                    );
+                }
+            }
             match r.kind {
                 crate::journal::Status::TornTail => {
                     crate::outln!("next: `dispatch journal repair` cuts the torn tail (any write does it too)")
                 }
+                crate::journal::Status::Forked => crate::outln!(
+                    "next: `dispatch journal repair` merges the branches keeping every event \
+                     (dispatch refuses to write until then)"
+                ),
                 _ => crate::outln!(
                     "next: dispatch refuses to write; keep a copy of {} and inspect the damage",
                     dir.display()
@@ -293,6 +321,24 @@ fn print_audit_rules(f: &crate::policy::audit::Findings) {
             o.user,
             o.reason
         );
+    }
+    for m in &f.merges {
+        crate::outln!(
+            "  merge at seq {}: {} branches forked after seq {}; their {} events follow as seq \
+             {}..{} (the segment as it was: {}); {} repeat(s) there only the merge explains, \
+             kept as evidence, changing nothing",
+            m.seq,
+            m.branches,
+            m.common_seq,
+            m.events,
+            m.seq + 1,
+            m.seq + m.events,
+            m.saved_as,
+            m.explained_count
+        );
+        for v in &m.explained {
+            crate::outln!("    seq {} {}: {} ({})", v.seq, v.kind, v.rule, v.detail);
+        }
     }
 }
 

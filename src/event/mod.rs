@@ -93,10 +93,40 @@ pub struct Recovered {
     pub reason: String,
 }
 
+/// The branches of a fork (journal-format.md §8.1) were merged: the `events` frames right after
+/// this one are the frames of the fork's region, re-appended in the order they stood in the file,
+/// each with its payload (time, id, actor, body) unchanged. The segment as it was is kept, whole,
+/// in `saved_as`, beside it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalMerged {
+    pub segment: String,
+    /// Where the region began, and its length and SHA-256 as it stood before the merge.
+    pub offset: u64,
+    pub length: u64,
+    pub sha256: Sha256Digest,
+    pub saved_as: String,
+    /// The seq of the last frame every branch shared.
+    pub common_seq: u64,
+    pub branches: Vec<MergedBranch>,
+    /// Frames re-appended after this event.
+    pub events: u64,
+    pub reason: String,
+}
+
+/// One branch of a merged fork, as it was written (its seqs before the merge).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MergedBranch {
+    pub forked_after_seq: u64,
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub events: u64,
+}
+
 /// What a journal's reader and writer need of the events it holds: the kind codes, the flags and
 /// the payload codec. Two vocabularies share the journal format: [`Event`], the coordinator's,
 /// and [`WorkerEvent`], what a supervisor writes to the worker's own journal. Their kind codes are
-/// disjoint but for `Genesis` (1) and `Recovered` (2), which every journal has; a kind of the
+/// disjoint but for `Genesis` (1), `Recovered` (2) and `JournalMerged` (3), which any journal can
+/// hold; a kind of the
 /// other vocabulary reads as `Unknown`, so the coordinator's reducer never meets a worker's event.
 pub trait Vocabulary: Clone + std::fmt::Debug + PartialEq + Sized {
     /// Every kind code this vocabulary knows, with its name, in code order.
@@ -133,6 +163,8 @@ pub trait Vocabulary: Clone + std::fmt::Debug + PartialEq + Sized {
     fn as_genesis(&self) -> Option<&Genesis>;
     /// The writer's record of a torn tail it cut.
     fn recovered(r: Recovered) -> Self;
+    /// The record of a fork's branches merged, written before them.
+    fn merged(m: JournalMerged) -> Self;
 }
 
 macro_rules! vocabulary {
@@ -255,6 +287,10 @@ macro_rules! vocabulary {
             fn recovered(r: Recovered) -> Self {
                 $name::Recovered(r)
             }
+
+            fn merged(m: JournalMerged) -> Self {
+                $name::JournalMerged(m)
+            }
         }
     };
     (@flag must_understand) => { FLAG_MUST_UNDERSTAND };
@@ -313,8 +349,8 @@ pub fn check_payload(seq: u64, kind: u16, flags: u16, payload: &[u8]) -> Result<
 pub const KNOWN_KINDS: &[(u16, &str)] =
     &merge_kinds::<KNOWN_KIND_COUNT>(Event::KINDS, WorkerEvent::KINDS);
 
-/// `Genesis` and `Recovered` are in both vocabularies.
-const SHARED_KINDS: usize = 2;
+/// `Genesis`, `Recovered` and `JournalMerged` are in both vocabularies.
+const SHARED_KINDS: usize = 3;
 const KNOWN_KIND_COUNT: usize = Event::KINDS.len() + WorkerEvent::KINDS.len() - SHARED_KINDS;
 
 /// The union of two kind lists in code order, a code both hold once.
@@ -347,6 +383,7 @@ vocabulary! {
     Event {
         1 => Genesis(Genesis), must_understand;
         2 => Recovered(Recovered);
+        3 => JournalMerged(JournalMerged);
         100 => PoolAttached(pool::PoolAttached), must_understand;
         101 => PoolDetached(pool::PoolDetached), must_understand;
         102 => PoolCreateIntent(pool::PoolCreateIntent), must_understand;
@@ -403,6 +440,7 @@ vocabulary! {
     WorkerEvent {
         1 => Genesis(Genesis), must_understand;
         2 => Recovered(Recovered);
+        3 => JournalMerged(JournalMerged);
         150 => SupervisorStarted(worker::SupervisorStarted);
         151 => PayloadStarted(worker::PayloadStarted);
         152 => ShutdownSignalled(worker::ShutdownSignalled);

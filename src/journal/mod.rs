@@ -4,8 +4,10 @@
 pub mod checkpoint;
 mod error;
 pub mod files;
+pub mod fork;
 pub mod frame;
 pub mod lease;
+pub mod merge;
 pub mod reader;
 mod repair;
 pub mod scan;

@@ -333,7 +333,7 @@ pub fn load<S: Fold>(dir: &Path) -> Result<Loaded<S>, JournalError> {
         None => (S::default(), None, None),
     };
     let scan = replay_ref_checked(dir, resume.as_ref(), |env| Ok(state.fold(env)?))?;
-    if matches!(scan.status, Status::Corrupt | Status::Tampered) {
+    if scan.status.refuses_writes() {
         return Err(JournalError::Damaged {
             dir: dir.to_owned(),
             status: scan.status,

@@ -3,11 +3,13 @@
 //! The scan walks every frame of every segment in order, checks CRCs, seq continuity and the
 //! hash chain, hands each valid frame to a visitor, and stops at the first damage. Damage is a
 //! torn tail only when it is confined to the end of the last segment with no valid frame after
-//! it; everything else is corrupt (never truncated) or, when the CRCs hold but the chain does
-//! not, tampered.
+//! it; a fork when two writers appended after one frame and every later frame continues one of
+//! the branches (`fork`); everything else is corrupt (never truncated) or, when the CRCs hold
+//! but the chain does not, tampered.
 
 use std::path::{Path, PathBuf};
 
+use super::fork::{self, Fork};
 use super::frame::{self, Chain, FrameFault, FrameRef};
 use super::segment::{self, SegmentHeader, SEGMENT_HEADER_LEN};
 
@@ -22,6 +24,9 @@ pub enum Status {
     TornTail,
     Corrupt,
     Tampered,
+    /// Two writers appended after the same frame (§8.1): every frame is whole and continues
+    /// some branch, so `journal repair` can merge them keeping every event.
+    Forked,
 }
 
 impl Status {
@@ -31,7 +36,13 @@ impl Status {
             Status::TornTail => "torn_tail",
             Status::Corrupt => "corrupt",
             Status::Tampered => "tampered",
+            Status::Forked => "forked",
         }
+    }
+
+    /// Whether every write, and every command that loads state, refuses the journal.
+    pub fn refuses_writes(self) -> bool {
+        matches!(self, Status::Corrupt | Status::Tampered | Status::Forked)
     }
 }
 
@@ -67,6 +78,8 @@ pub struct Scan {
     /// `None` when the journal has no segment at all.
     pub head: Option<Head>,
     pub damage: Option<Damage>,
+    /// The fork, when the status is `Forked`.
+    pub fork: Option<Box<Fork>>,
 }
 
 /// Where to start scanning: the whole journal, or a known-good point inside it.
@@ -306,6 +319,7 @@ fn scan_using(
         events: 0,
         head: None,
         damage: None,
+        fork: None,
     };
     let Some(&(last_no, _)) = segments.last() else {
         return Ok(scan);
@@ -437,8 +451,24 @@ fn scan_using(
                     }
                 }
                 Err((status, reason, span)) => {
-                    let (status, damage) =
-                        damaged(status, &name, (offset + skip) as u64, span, reason);
+                    let at = offset + skip;
+                    let fork = if is_last && repeats(&bytes[offset..], expect_seq) {
+                        Some(fork_at(path, &bytes, skip, &header, at)?)
+                    } else {
+                        None
+                    };
+                    let (status, damage) = match fork {
+                        Some(Ok(fork)) => {
+                            let damage = (at as u64, fork.bytes, fork.describe());
+                            scan.fork = Some(Box::new(fork));
+                            damaged(Status::Forked, &name, damage.0, damage.1, damage.2)
+                        }
+                        Some(Err(why)) => {
+                            let reason = format!("{reason}; not a fork: {why}");
+                            damaged(status, &name, at as u64, span, reason)
+                        }
+                        None => damaged(status, &name, at as u64, span, reason),
+                    };
                     scan.status = status;
                     scan.damage = Some(damage);
                     scan.head = Some(head(
@@ -465,6 +495,36 @@ fn scan_using(
         ));
     }
     Ok(scan)
+}
+
+/// Whether the bytes at `rest` are a valid frame of a seq already seen: a repeat, the first
+/// frame of a fork (§8.1) if the rest of the segment continues known frames.
+fn repeats(rest: &[u8], expect_seq: u64) -> bool {
+    matches!(frame::decode(rest), Ok(f) if f.seq < expect_seq)
+}
+
+/// The fork starting at file offset `at` of the last segment, or why there is none. `bytes`
+/// holds the segment from `skip` on (after its header); the trunk before a resume point is read
+/// again, since a fork may have left it anywhere.
+fn fork_at(
+    path: &Path,
+    bytes: &[u8],
+    skip: usize,
+    header: &SegmentHeader,
+    at: usize,
+) -> std::io::Result<Result<Fork, String>> {
+    let whole;
+    let segment = if skip == 0 {
+        bytes
+    } else {
+        whole = std::fs::read(path)?;
+        // What this scan saw of the file, not what a writer may have appended since.
+        &whole[..(skip + bytes.len()).min(whole.len())]
+    };
+    // The region's payloads are always decoded: no visitor will ever see them.
+    Ok(fork::find(segment, header, at, |f| {
+        frame_rule_fault(f).or_else(|| payload_fault(f, &header.journal_id, Payloads::Decode))
+    }))
 }
 
 /// Read a segment into `buf`: all of it, or, when `from` lies past the header, the header

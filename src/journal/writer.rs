@@ -23,7 +23,7 @@ use super::lease::{self, Lease};
 use super::repair::{cut_torn_tail, unrecorded_repair};
 use super::scan::{self, Status, MAX_WRITE_BYTES};
 use super::segment::{self, SegmentHeader, FORMAT_VERSION};
-use crate::event::{self, Actor, Event, Genesis, Micros, Recovered, Vocabulary};
+use crate::event::{self, Actor, Event, Genesis, JournalMerged, Micros, Recovered, Vocabulary};
 use crate::failpoint;
 
 /// Name of the lock file inside the journal directory.
@@ -137,6 +137,38 @@ impl Default for Options {
 pub struct Opened {
     pub created: bool,
     pub repaired: Option<Recovered>,
+    /// A fork merged by this open ([`JournalWriter::open_merging_forks`] only).
+    pub merged: Option<JournalMerged>,
+}
+
+/// How much of the journal a writer's open classifies, and what it does with a fork.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// From the last point a writer verified (§7.2): the open of every command.
+    FromCheckpoint,
+    /// The whole journal: `journal init` and `journal repair` of a journal that is not forked.
+    Everything,
+    /// The whole journal, and a fork is merged (§8.1): `journal repair`.
+    EverythingAndMerge,
+}
+
+/// Merge the fork `scan` found and classify the journal again: the merge leaves it clean, or
+/// the open refuses it as any damage.
+fn merge_and_rescan<E: Vocabulary>(
+    dir: &Path,
+    scan: &scan::Scan,
+    actor: &Actor,
+) -> Result<(JournalMerged, scan::Scan), JournalError> {
+    let fork = scan.fork.as_ref().expect("a forked scan carries its fork");
+    let head = scan.head.as_ref().expect("a fork has a trunk");
+    let merged = super::merge::merge_fork::<E>(&head.segment_path, fork, actor)?;
+    let rescan = scan::classify(dir, None, |_| true).map_err(io_err(dir, "read journal"))?;
+    assert_ne!(
+        rescan.status,
+        Status::Forked,
+        "a merged fork is a line: every frame continues the one before it"
+    );
+    Ok((merged, rescan))
 }
 
 /// Counters since the writer opened: events, write(2) calls and fdatasync(2) calls.
@@ -200,19 +232,26 @@ impl<E: Vocabulary> JournalWriter<E> {
     /// `journal repair` and `journal init`, which an operator runs to learn the journal's
     /// state, so that damage anywhere (not only where a crash can leave it) refuses them.
     pub fn open_checking_everything(dir: &Path, opts: Options) -> Result<Self, JournalError> {
-        Self::open_with(dir, opts, Actor::current(), false)
+        Self::open_with(dir, opts, Actor::current(), Check::Everything)
+    }
+
+    /// [`Writer::open_checking_everything`] that merges a forked journal (§8.1) instead of
+    /// refusing it: for `journal repair` only, which an operator runs to get out of a fork.
+    pub fn open_merging_forks(dir: &Path, opts: Options) -> Result<Self, JournalError> {
+        Self::open_with(dir, opts, Actor::current(), Check::EverythingAndMerge)
     }
 
     pub fn open_as(dir: &Path, opts: Options, actor: Actor) -> Result<Self, JournalError> {
-        Self::open_with(dir, opts, actor, true)
+        Self::open_with(dir, opts, actor, Check::FromCheckpoint)
     }
 
     fn open_with(
         dir: &Path,
         opts: Options,
         actor: Actor,
-        use_checkpoint: bool,
+        check: Check,
     ) -> Result<Self, JournalError> {
+        let use_checkpoint = check == Check::FromCheckpoint;
         // Before anything is created or opened: a journal that another user could have
         // written, or that a link leads elsewhere, is neither read nor written.
         crate::statedir::trust::check_journal(dir)?;
@@ -241,14 +280,19 @@ impl<E: Vocabulary> JournalWriter<E> {
                 None
             }
         };
-        let scan =
+        let mut scan =
             scan::classify(dir, trusted.as_ref(), |_| true).map_err(io_err(dir, "read journal"))?;
         let mut opened = Opened::default();
+        if scan.status == Status::Forked && check == Check::EverythingAndMerge {
+            let (merged, rescan) = merge_and_rescan::<E>(dir, &scan, &actor)?;
+            opened.merged = Some(merged);
+            scan = rescan;
+        }
         let mut torn = None;
         match scan.status {
             Status::Clean => {}
             Status::TornTail => torn = scan.damage.clone(),
-            Status::Corrupt | Status::Tampered => {
+            Status::Corrupt | Status::Tampered | Status::Forked => {
                 return Err(JournalError::Damaged {
                     dir: dir.to_owned(),
                     status: scan.status,

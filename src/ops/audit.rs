@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::journal::{verify, VerifyReport};
 use crate::event::{Event, Sha256Digest};
-use crate::journal::{self, JournalError, Status};
+use crate::journal::{self, JournalError};
 use crate::policy::audit::{Auditor, Findings};
 use crate::state::State;
 use crate::worker::publish;
@@ -59,7 +59,7 @@ pub struct EvidenceFailure {
 pub fn audit(state_dir: &Path) -> Result<AuditReport, JournalError> {
     let journal_dir = crate::statedir::journal_dir(state_dir);
     let report = verify(&journal_dir)?;
-    let damaged = matches!(report.kind, Status::Corrupt | Status::Tampered);
+    let damaged = report.kind.refuses_writes();
     let mut state = State::default();
     let mut auditor = Auditor::default();
     let mut reducers = ReducerCheck {

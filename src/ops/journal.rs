@@ -31,6 +31,46 @@ pub struct DamageReport {
     pub reason: String,
 }
 
+/// One branch of a fork (journal-format.md §8.1), as it stands in the file.
+#[derive(Debug, Serialize)]
+pub struct BranchReport {
+    pub forked_after_seq: u64,
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub events: u64,
+    pub first_offset: u64,
+    pub tip: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ForkReport {
+    pub common_seq: u64,
+    /// Frames from the fork's offset to the end of the segment: what a merge re-appends.
+    pub events: u64,
+    pub branches: Vec<BranchReport>,
+}
+
+impl ForkReport {
+    fn of(fork: &journal::fork::Fork) -> ForkReport {
+        ForkReport {
+            common_seq: fork.common_seq,
+            events: fork.frames.len() as u64,
+            branches: fork
+                .branches
+                .iter()
+                .map(|b| BranchReport {
+                    forked_after_seq: b.forked_after_seq,
+                    first_seq: b.first_seq,
+                    last_seq: b.last_seq,
+                    events: b.events,
+                    first_offset: b.first_offset,
+                    tip: hex::encode(b.tip),
+                })
+                .collect(),
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct VerifyReport {
     pub status: &'static str,
@@ -38,6 +78,8 @@ pub struct VerifyReport {
     pub last_seq: u64,
     pub head: String,
     pub damage: Option<DamageReport>,
+    /// The branches, when the status is `forked`.
+    pub fork: Option<ForkReport>,
     #[serde(skip)]
     pub kind: Status,
 }
@@ -97,6 +139,7 @@ pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
             bytes: d.bytes,
             reason: d.reason,
         }),
+        fork: scan.fork.as_deref().map(ForkReport::of),
         kind: scan.status,
     })
 }
@@ -190,19 +233,23 @@ pub fn dump_filtered(
 pub struct RepairReport {
     pub status: &'static str,
     pub recovered: Option<crate::event::Recovered>,
+    pub merged: Option<crate::event::JournalMerged>,
 }
 
-/// Open for write, which cuts a torn tail and records it; refuses corrupt or tampered journals.
+/// Open for write, which cuts a torn tail and records it, and merges a fork keeping every
+/// event; refuses corrupt or tampered journals.
 pub fn repair(journal_dir: &Path) -> Result<RepairReport, JournalError> {
     require_segments(journal_dir)?;
-    let w = Writer::open_checking_everything(journal_dir, Options::default())?;
+    let w = Writer::open_merging_forks(journal_dir, Options::default())?;
     let recovered = w.opened().repaired.clone();
+    let merged = w.opened().merged.clone();
     Ok(RepairReport {
-        status: if recovered.is_some() {
-            "repaired"
-        } else {
-            "clean"
+        status: match (&merged, &recovered) {
+            (Some(_), _) => "merged",
+            (None, Some(_)) => "repaired",
+            (None, None) => "clean",
         },
         recovered,
+        merged,
     })
 }

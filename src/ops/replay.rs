@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::error::OpError;
-use crate::journal::{self, JournalError, Status};
+use crate::journal::{self, JournalError};
 use crate::state::replay::{At, Cut, CutError, Replay};
 
 /// The state after `cut`, folded from seq 1. A damaged journal is refused as `load` refuses
@@ -21,7 +21,7 @@ pub fn state_at(journal_dir: &Path, cut: Cut) -> Result<At, OpError> {
         replay.offer(env)?;
         Ok(())
     })?;
-    if matches!(scan.status, Status::Corrupt | Status::Tampered) {
+    if scan.status.refuses_writes() {
         return Err(JournalError::Damaged {
             dir: journal_dir.to_owned(),
             status: scan.status,

@@ -63,7 +63,29 @@ pub struct Auditor {
     violation_count: u64,
     overrides: Vec<Override>,
     override_count: u64,
+    merges: Vec<MergeNote>,
     events: u64,
+}
+
+/// Rules a single event breaks on its own: no order of branches explains them.
+const BROKEN_IN_ANY_ORDER: &[&str] = &["release-without-proof", "passed-without-evidence"];
+
+/// Merges kept in full; beyond this only the last one's range is honoured.
+pub const MAX_MERGES_KEPT: usize = 64;
+
+/// A fork's merge (journal-format.md §8.1) and what in its range only the merge explains: a
+/// branch's event meeting what the other branch did first (a second attach, a second release,
+/// a trial opened on both), kept as evidence and changing nothing, so not a violation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MergeNote {
+    /// The `JournalMerged` event's seq; the branches' events are the next `events`.
+    pub seq: u64,
+    pub common_seq: u64,
+    pub branches: u64,
+    pub events: u64,
+    pub saved_as: String,
+    pub explained_count: u64,
+    pub explained: Vec<Violation>,
 }
 
 /// An operator decision: something given up without proof.
@@ -88,19 +110,47 @@ pub struct Findings {
     /// Every operator decision (kept in full up to `MAX_VIOLATIONS_KEPT`), and their number.
     pub override_count: u64,
     pub overrides: Vec<Override>,
+    /// Every merge of a fork, with the repeats it explains.
+    pub merges: Vec<MergeNote>,
 }
 
 impl Auditor {
     fn flag(&mut self, env: &Envelope, rule: &'static str, detail: String) {
+        let violation = Violation {
+            seq: env.seq,
+            kind: env.event.kind_name(),
+            rule,
+            detail,
+        };
+        if let Some(merge) = self.merges.last_mut() {
+            let merged = (merge.seq + 1..=merge.seq + merge.events).contains(&env.seq);
+            if merged && !BROKEN_IN_ANY_ORDER.contains(&rule) {
+                merge.explained_count += 1;
+                if merge.explained.len() < MAX_VIOLATIONS_KEPT {
+                    merge.explained.push(violation);
+                }
+                return;
+            }
+        }
         self.violation_count += 1;
         if self.violations.len() < MAX_VIOLATIONS_KEPT {
-            self.violations.push(Violation {
-                seq: env.seq,
-                kind: env.event.kind_name(),
-                rule,
-                detail,
-            });
+            self.violations.push(violation);
         }
+    }
+
+    fn merged(&mut self, env: &Envelope, m: &crate::event::JournalMerged) {
+        if self.merges.len() == MAX_MERGES_KEPT {
+            self.merges.remove(0);
+        }
+        self.merges.push(MergeNote {
+            seq: env.seq,
+            common_seq: m.common_seq,
+            branches: m.branches.len() as u64,
+            events: m.events,
+            saved_as: m.saved_as.clone(),
+            explained_count: 0,
+            explained: Vec::new(),
+        });
     }
 
     fn overridden(&mut self, env: &Envelope, subject: String, reason: &str) {
@@ -177,6 +227,7 @@ impl Auditor {
     pub fn observe(&mut self, env: &Envelope) {
         self.events += 1;
         match &env.event {
+            Event::JournalMerged(m) => self.merged(env, m),
             Event::PoolAttached(e) => {
                 if self.pools.contains_key(&e.pool) {
                     self.flag(
@@ -449,6 +500,7 @@ impl Auditor {
             held: held as u64,
             override_count: self.override_count,
             overrides: self.overrides,
+            merges: self.merges,
         }
     }
 }

@@ -83,6 +83,9 @@ impl State {
                 }
                 self.recoveries.push_back(r.clone());
             }
+            // The branches' events that follow it say what happened; the merge itself changes
+            // no state (journal-format.md §8.1).
+            Event::JournalMerged(_) => {}
             Event::PoolAttached(e) => self.pools.attach(env.time, e),
             Event::PoolDetached(e) => self.pools.detach(e),
             Event::PoolCreateIntent(e) => self.pools.create_intent(env.time, e),

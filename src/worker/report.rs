@@ -174,7 +174,7 @@ pub fn read_anchored(
     if let Some(e) = failure {
         return Err(e);
     }
-    if matches!(scan.status, Status::Corrupt | Status::Tampered) {
+    if scan.status.refuses_writes() {
         return Err(JournalError::Damaged {
             dir,
             status: scan.status,
