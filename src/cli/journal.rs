@@ -208,13 +208,14 @@ fn run_dump(
                 .map_err(std::io::Error::from)
                 .and_then(|()| writeln!(out))
         } else {
+            let (kind, body) = ops::named_body(env);
             writeln!(
                 out,
                 "{:>8} {} {:<22} {}",
                 env.seq,
                 short_time(&env.time.to_rfc3339()),
-                env.event.kind_name(),
-                readable(&ops::dump_body(&env.event))
+                kind,
+                readable(&body)
             )
         };
         if let Err(e) = written {

@@ -259,6 +259,7 @@ macro_rules! vocabulary {
                         (t, i, a, $name::$variant(body))
                     } )*
                     _ => {
+                        check_foreign_body(seq, kind, flags, payload)?;
                         let (t, i, a, _) = split::<serde::de::IgnoredAny>(payload)?;
                         (t, i, a, $name::Unknown { kind, flags, payload: payload.to_vec() })
                     }
@@ -294,6 +295,26 @@ macro_rules! vocabulary {
         }
     };
     (@flag must_understand) => { FLAG_MUST_UNDERSTAND };
+}
+
+/// A kind the reading vocabulary does not know but the other one does is decoded by that one
+/// too, so that a bad body is damage whichever vocabulary reads the journal: `verify`, `dump`,
+/// `audit` and every load agree (journal-format.md §8).
+fn check_foreign_body(seq: u64, kind: u16, flags: u16, payload: &[u8]) -> Result<(), PayloadError> {
+    let knows = |kinds: &[(u16, &str)]| kinds.iter().any(|(k, _)| *k == kind);
+    match (knows(Event::KINDS), knows(WorkerEvent::KINDS)) {
+        (false, true) => WorkerEvent::decode_from(seq, kind, flags, payload).map(drop),
+        (true, false) => Event::decode_from(seq, kind, flags, payload).map(drop),
+        _ => Ok(()),
+    }
+}
+
+/// The name of a kind code in whichever vocabulary knows it.
+pub fn kind_name_of(kind: u16) -> Option<&'static str> {
+    KNOWN_KINDS
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map(|(_, name)| *name)
 }
 
 fn split<B: for<'de> Deserialize<'de>>(

@@ -156,15 +156,36 @@ pub struct DumpLine {
 
 impl DumpLine {
     pub fn from_envelope(env: &Envelope) -> DumpLine {
+        let (kind, event) = named_body(env);
         DumpLine {
             seq: env.seq,
             time: env.time.to_rfc3339(),
             id: env.id.to_string(),
             actor: env.actor.clone(),
-            kind: env.event.kind_name(),
-            event: dump_body(&env.event),
+            kind,
+            event,
         }
     }
+}
+
+/// An event's kind name and body for `journal dump`, decoded by whichever vocabulary knows its
+/// kind: a worker's own journal (`<worker>/evidence/journal`) holds the supervisor's kinds,
+/// which the coordinator's vocabulary reads as `Unknown`.
+pub fn named_body(env: &Envelope) -> (&'static str, serde_json::Value) {
+    use crate::event::{Event, Vocabulary, WorkerEvent};
+    if let Event::Unknown {
+        kind,
+        flags,
+        payload,
+    } = &env.event
+    {
+        if let Ok(w) = WorkerEvent::decode_from(env.seq, *kind, *flags, payload) {
+            if !matches!(w.event, WorkerEvent::Unknown { .. }) {
+                return (w.event.kind_name(), w.event.body_json());
+            }
+        }
+    }
+    (env.event.kind_name(), dump_body(&env.event))
 }
 
 /// An event's body for `journal dump`. A kind this dispatch does not know shows its kind

@@ -72,9 +72,17 @@ impl Filter {
     }
 
     fn admits_kind_and_time(&self, env: &Envelope) -> bool {
-        (self.kinds.is_empty() || self.kinds.iter().any(|k| k == env.event.kind_name()))
+        (self.kinds.is_empty() || self.kinds.iter().any(|k| k == kind_name(&env.event)))
             && self.since.is_none_or(|t| env.time >= t)
             && self.until.is_none_or(|t| env.time <= t)
+    }
+}
+
+/// The kind's name as `journal dump` prints it: a worker journal's kinds by their own names.
+fn kind_name(event: &Event) -> &'static str {
+    match event {
+        Event::Unknown { kind, .. } => crate::event::kind_name_of(*kind).unwrap_or("Unknown"),
+        other => other.kind_name(),
     }
 }
 
