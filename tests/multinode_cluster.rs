@@ -1,0 +1,213 @@
+//! The facts about the multi-node dev cluster that multi-node pools with GPUs rely on (issue
+//! 23), proven against the real cluster: 3 nodes × 4 CPUs × 2 fake GPUs, started with
+//! `tools/slurm-dev-cluster [--slurm V] start --nodes 3`. Never skipped: without it every test
+//! fails and says to start it. Each test holds the cluster's lock exclusively (the tests take
+//! every GPU and fail a node) and cancels its jobs, also on failure.
+//!
+//! Run with `cargo test --test multinode_cluster` (against the 24.11 cluster:
+//! `PATH=/var/lib/dispatch-slurm-24.11/bin:$PATH cargo test --test multinode_cluster`).
+
+mod multinode;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use multinode::{output, script, text, Cluster};
+use support::unique_name;
+
+const STEP_BOUND: Duration = Duration::from_secs(60);
+
+#[test]
+fn a_three_node_allocation_shows_each_nodes_cpus_memory_and_gpus() {
+    let c = Cluster::require();
+    assert_eq!(c.nodes.len(), 3, "{:?}", c.nodes);
+    let per_node_mem = (c.mem_mb / 4).to_string();
+    let gres = format!("--gres=gpu:{}", c.gpus);
+    let ntasks = format!("--ntasks-per-node={}", c.cpus);
+    let job = c.salloc(
+        &unique_name("mn-alloc"),
+        &["-N3", &ntasks, &format!("--mem={per_node_mem}"), &gres],
+    );
+    let placement = job.placement();
+    let nodes: Vec<&String> = placement.keys().collect();
+    assert_eq!(nodes, c.nodes.iter().collect::<Vec<_>>(), "{placement:?}");
+    let all_cpus = format!("0-{}", c.cpus - 1);
+    let all_gpus = format!("gpu:fake:{}(IDX:0-{})", c.gpus, c.gpus - 1);
+    for (node, (cpus, mem, gres)) in &placement {
+        assert_eq!(cpus, &all_cpus, "{node}: {placement:?}");
+        assert_eq!(mem, &per_node_mem, "{node}: {placement:?}");
+        assert_eq!(gres, &all_gpus, "{node}: {placement:?}");
+    }
+}
+
+/// What a step on node2 sees: `hostname SLURMD_NODENAME SLURM_STEP_GPUS CUDA_VISIBLE_DEVICES`
+/// (`-` when unset). With `--rendezvous DIR`, it first writes its GPUs into DIR and waits (20 s
+/// at most) until two steps have: so it succeeds only if two such steps run at once.
+fn step_on_node2(c: &Cluster, job: u32, gres: Option<&str>, rendezvous: Option<&str>) -> String {
+    let report =
+        r#"echo "$(hostname) $SLURMD_NODENAME ${SLURM_STEP_GPUS:--} ${CUDA_VISIBLE_DEVICES:--}""#;
+    let script = match rendezvous {
+        Some(dir) => format!(
+            "echo \"$SLURM_STEP_GPUS\" >{dir}/step.$SLURM_STEP_ID; n=0; \
+             until [ $(ls {dir} | wc -l) -ge 2 ]; do n=$((n+1)); [ $n -lt 200 ] || exit 7; sleep 0.1; done; {report}"
+        ),
+        None => report.to_owned(),
+    };
+    let job = job.to_string();
+    let mut args = vec![
+        "--jobid",
+        &job,
+        "-N1",
+        "-n1",
+        "-w",
+        "node2",
+        "--exact",
+        "-c1",
+        "--mem=100",
+        "-t",
+        "1",
+    ];
+    if let Some(g) = gres {
+        args.push(g);
+    }
+    args.extend(["sh", "-c", &script]);
+    let out = output(c.slurm("srun", &args), STEP_BOUND);
+    assert!(
+        out.status.success(),
+        "srun {args:?} failed ({}; exit 7: the two steps did not run at once): {}",
+        out.status,
+        text(&out.stderr)
+    );
+    text(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn concurrent_one_gpu_steps_on_a_node_get_different_gpus_and_gres_none_gets_none() {
+    let c = Cluster::require();
+    let ntasks = format!("--ntasks-per-node={}", c.cpus);
+    let gres = format!("--gres=gpu:{}", c.gpus);
+    let job = c.salloc(
+        &unique_name("mn-gpus"),
+        &["-N3", &ntasks, "--mem=2000", &gres],
+    );
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let dir_s = dir.path().to_str().unwrap().to_owned();
+
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| step_on_node2(&c, job.id, Some("--gres=gpu:1"), Some(&dir_s)));
+        let b = s.spawn(|| step_on_node2(&c, job.id, Some("--gres=gpu:1"), Some(&dir_s)));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let fields = |line: &str| line.split(' ').map(str::to_owned).collect::<Vec<_>>();
+    let (fa, fb) = (fields(&a), fields(&b));
+    for f in [&fa, &fb] {
+        assert_eq!(
+            &f[..2],
+            ["node2", "node2"],
+            "hostname, SLURMD_NODENAME: {a:?} {b:?}"
+        );
+        assert_eq!(
+            f[2], f[3],
+            "SLURM_STEP_GPUS = CUDA_VISIBLE_DEVICES: {a:?} {b:?}"
+        );
+        assert!(
+            matches!(f[2].as_str(), "0" | "1"),
+            "one GPU each: {a:?} {b:?}"
+        );
+    }
+    assert_ne!(
+        fa[2], fb[2],
+        "two concurrent steps got the same GPU: {a:?} {b:?}"
+    );
+
+    let none = step_on_node2(&c, job.id, Some("--gres=none"), None);
+    assert_eq!(none, "node2 node2 - -", "a --gres=none step sees no GPU");
+    // The trap: a step that asks for no GRES gets every GPU of the job on its node.
+    let every = (0..c.gpus)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let inherited = step_on_node2(&c, job.id, None, None);
+    assert_eq!(
+        inherited,
+        format!("node2 node2 {every} {every}"),
+        "a step without --gres"
+    );
+}
+
+/// Revives the node however the test ends, so the cluster stays usable for the next test.
+struct Revive<'a>(&'a str);
+
+impl Drop for Revive<'_> {
+    fn drop(&mut self) {
+        let out = output(script(&["node-revive", self.0]), Duration::from_secs(120));
+        if !out.status.success() {
+            eprintln!("could not revive {}: {}", self.0, text(&out.stderr));
+        }
+    }
+}
+
+#[test]
+fn a_killed_node_is_down_within_seconds_the_others_run_on_and_revive_brings_it_back() {
+    let c = Cluster::require();
+    let survivor = c.salloc(
+        &unique_name("mn-survivor"),
+        &["-N2", "-w", "node[1-2]", "--mem=100"],
+    );
+    let victim = c.salloc(
+        &unique_name("mn-victim"),
+        &["-N1", "-w", "node3", "--mem=100"],
+    );
+    let revive = Revive("node3");
+    let t0 = Instant::now();
+    let out = output(script(&["node-kill", "node3"]), Duration::from_secs(60));
+    assert!(out.status.success(), "node-kill: {}", text(&out.stderr));
+
+    // Not responding at the first failed ping, DOWN after SlurmdTimeout without an answer.
+    let bound = Duration::from_secs(3 * c.slurmd_timeout);
+    let mut not_responding = None;
+    let down = loop {
+        let st = c.node_state("node3");
+        if st.contains("NOT_RESPONDING") && not_responding.is_none() {
+            not_responding = Some(t0.elapsed());
+        }
+        if st.starts_with("DOWN") {
+            break t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < bound,
+            "node3 not DOWN {bound:?} after its slurmd was killed: {st}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    eprintln!("node3: NOT_RESPONDING after {not_responding:?}, DOWN after {down:?}");
+    let squeue = |id: u32| {
+        let out = output(
+            c.slurm("squeue", &["-h", "-o", "%T", "-j", &id.to_string()]),
+            STEP_BOUND,
+        );
+        text(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(
+        squeue(survivor.id),
+        "RUNNING",
+        "the job on the other nodes runs on"
+    );
+    assert_ne!(squeue(victim.id), "RUNNING", "the job on the killed node");
+    for n in ["node1", "node2"] {
+        assert!(!c.node_state(n).contains("DOWN"), "{n} stayed up");
+    }
+
+    drop(revive);
+    assert_eq!(c.node_state("node3"), "IDLE", "after node-revive");
+    let out = output(
+        c.slurm(
+            "srun",
+            &[
+                "-N1", "-w", "node3", "--mem=10", "-t", "1", "-I30", "hostname",
+            ],
+        ),
+        STEP_BOUND,
+    );
+    assert_eq!(text(&out.stdout).trim(), "node3", "{}", text(&out.stderr));
+}
