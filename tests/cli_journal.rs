@@ -548,3 +548,31 @@ fn dump_shows_an_unknown_kind_by_number_and_flags() {
     assert!(r.stdout.contains("kind=999"), "{}", r.stdout);
     assert!(r.stdout.contains("flags=1"), "{}", r.stdout);
 }
+
+/// journal-format.md §8: a name of the segment pattern that is not a regular file is not read;
+/// every command refuses (exit 3, the state directory's trust check, naming the path and how to
+/// move it aside), verify included: its 0/1/5 are verdicts on a journal it read.
+#[test]
+fn a_segment_name_that_is_a_directory_is_refused_not_classified() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = state_with_events(tmp.path(), 3);
+    let odd = segment_path(&journal_dir(&state), 2);
+    std::fs::create_dir(&odd).unwrap();
+    for args in [
+        &["journal", "verify"][..],
+        &["journal", "dump"],
+        &["journal", "repair"],
+        &["audit"],
+        &["trials"],
+    ] {
+        let r = dispatch(&state, args);
+        assert_eq!(r.code, 3, "{args:?}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("is not a regular file") && r.stderr.contains("mv "),
+            "{args:?}: {}",
+            r.stderr
+        );
+    }
+    std::fs::remove_dir(&odd).unwrap();
+    assert_eq!(dispatch(&state, &["journal", "verify"]).code, 0);
+}

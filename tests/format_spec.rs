@@ -407,3 +407,108 @@ fn the_damage_examples_read_as_the_spec_says() {
         assert!(SPEC.contains(&row), "journal-format.md §10.1 lacks `{row}`");
     }
 }
+
+/// §6: structs are arrays and UUIDs and digests are `bin`, the writer's only forms. rmp-serde
+/// would read a struct written as a map (by field names or positions, unknown keys skipped) and
+/// a UUID written as an array of integers; dispatch refuses both as `corrupt`, at the frame.
+#[test]
+fn a_map_or_a_uuid_of_integers_is_corrupt() {
+    let payload = frame2_payload();
+    let (head, body) = payload.split_at(payload.len() - 4);
+    assert_eq!(body, [0x91, 0xa2, b'p', b'1']);
+    assert_eq!(&head[10..12], [0xc4, 0x10], "the id follows a uint 64 time");
+    let mut id_as_ints = vec![0xdc, 0x00, 0x10];
+    for &b in &head[12..28] {
+        id_as_ints.extend(if b < 0x80 { vec![b] } else { vec![0xcc, b] });
+    }
+    let cases: [(&str, Vec<u8>, u16); 5] = [
+        ("a map by name", [head, b"\x81\xa4pool\xa2p1"].concat(), 101),
+        ("a map by position", [head, b"\x81\x00\xa2p1"].concat(), 101),
+        ("a map in an unknown kind", [head, b"\x80"].concat(), 9999),
+        (
+            "an id of integers",
+            [&head[..10], &id_as_ints, &head[28..], body].concat(),
+            101,
+        ),
+        ("the writer's form", payload.clone(), 101),
+    ];
+    for (what, p, kind) in cases {
+        let mut bytes = FIXTURE[..FRAME2].to_vec();
+        let prev: frame::Chain = FIXTURE[FRAME2 - 36..FRAME2 - 4].try_into().unwrap();
+        frame::encode(&mut bytes, &prev, 2, kind, 0, &p);
+        let r = verdict(&bytes);
+        if what == "the writer's form" {
+            assert_eq!(r.kind, Status::Clean);
+            continue;
+        }
+        assert_eq!(r.kind, Status::Corrupt, "{what}");
+        let d = r.damage.unwrap();
+        assert_eq!(d.offset, FRAME2 as u64, "{what}: {}", d.reason);
+    }
+}
+
+/// §9: the table and the reader's rule name the snapshot version dispatch writes.
+#[test]
+fn the_snapshot_version_in_the_spec_is_the_one_written() {
+    let v = dispatch::journal::snapshot::SNAPSHOT_VERSION;
+    let section = SPEC.split("## 9. Snapshot files").nth(1).unwrap();
+    let section = section.split("\n## ").next().unwrap();
+    assert!(
+        section.contains(&format!("| 8 | 2 | snapshot format version, `u16` {v} (")),
+        "§9's table names another version than {v}"
+    );
+    assert!(
+        section.contains(&format!("its version is {v} (the table's)")),
+        "§9's rule names another version than {v}"
+    );
+    for other in (1..v).chain(v + 1..v + 3) {
+        assert!(
+            !section.contains(&format!("its version is {other}")),
+            "§9 names version {other}"
+        );
+    }
+}
+
+/// §6: every job-id field of an event body (a `JobId` in `src/event/`) is typed `JobId` in
+/// the spec's row for its struct, so that a reader knows which integers must not be 0.
+#[test]
+fn every_job_id_field_is_typed_job_id_in_the_spec() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/event");
+    let mut found = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let source = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for block in source.split("pub struct ").skip(1) {
+            let name = block.split([' ', '(', '{']).next().unwrap();
+            let body = block.split("\n}").next().unwrap();
+            for line in body.lines().map(str::trim) {
+                let Some((field, ty)) = line
+                    .strip_prefix("pub ")
+                    .and_then(|l| l.strip_suffix(','))
+                    .and_then(|l| l.split_once(": "))
+                else {
+                    continue;
+                };
+                if ty != "JobId" && ty != "Option<JobId>" {
+                    continue;
+                }
+                found += 1;
+                let row = SPEC
+                    .lines()
+                    .find(|l| {
+                        l.contains(&format!(" | `{name}` | "))
+                            || l.starts_with(&format!("`{name}` ="))
+                    })
+                    .unwrap_or_else(|| panic!("journal-format.md has no row for {name}"));
+                assert!(
+                    row.contains(&format!("`{field}: {ty}`")),
+                    "journal-format.md: {name}.{field} is not typed `{ty}`"
+                );
+            }
+        }
+    }
+    assert!(
+        found >= 20,
+        "only {found} job-id fields found: did the sources move?"
+    );
+    assert!(!SPEC.contains("job_id: u32`") && !SPEC.contains("job_id: Option<u32>`"));
+}

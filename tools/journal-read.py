@@ -8,7 +8,8 @@ JSON document: {"status", "events", "last_seq", "head", "kinds"} where status is
 "forked" (section 8.1: with "offset" and "fork": {"common_seq", "events", "branches"}),
 "damaged" (with "reason", "segment", "offset") and kinds counts frames per kind code. It does
 not tell a torn tail from corruption (that needs the look-ahead of §8) and does not decode
-payloads past checking that each is exactly one MessagePack value; it exists to prove that the
+payloads past checking that each is exactly one MessagePack value with no map in it, an
+envelope of four whose event id is a bin of 16; it exists to prove that the
 format can be read without dispatch's code. Standard library only.
 """
 
@@ -37,7 +38,7 @@ def msgpack_value_len(b):
              0xCD: 2, 0xD1: 2, 0xD4: 2, 0xD5: 3, 0xD6: 5, 0xD7: 9, 0xD8: 17}
     sized = {0xC4: (1, 0), 0xD9: (1, 0), 0xC5: (2, 0), 0xDA: (2, 0), 0xC6: (4, 0),
              0xDB: (4, 0), 0xC7: (1, 1), 0xC8: (2, 1), 0xC9: (4, 1)}
-    counted = {0xDC: (2, 1), 0xDD: (4, 1), 0xDE: (2, 2), 0xDF: (4, 2)}
+    counted = {0xDC: (2, 1), 0xDD: (4, 1)}
     while pending:
         pending -= 1
         if at >= len(b):
@@ -47,8 +48,8 @@ def msgpack_value_len(b):
         children = 0
         if m <= 0x7F or m >= 0xE0 or m in (0xC0, 0xC2, 0xC3):
             skip = 0
-        elif 0x80 <= m <= 0x8F:
-            skip, children = 0, 2 * (m & 0x0F)
+        elif 0x80 <= m <= 0x8F or m in (0xDE, 0xDF):
+            return None  # a map: no payload holds one, every struct is an array
         elif 0x90 <= m <= 0x9F:
             skip, children = 0, m & 0x0F
         elif 0xA0 <= m <= 0xBF:
@@ -72,6 +73,18 @@ def msgpack_value_len(b):
         if at > len(b) or pending > len(b) - at:
             return None
     return at
+
+
+def payload_ok(payload):
+    """Section 6: exactly one MessagePack value, no map in it, and an envelope of four whose
+    second element (the event id) is bin 8 of length 16. Bodies are not decoded here."""
+    if msgpack_value_len(payload) != len(payload) or payload[:1] != b"\x94":
+        return False
+    time_len = msgpack_value_len(payload[1:])
+    m = payload[1]
+    if time_len is None or not (m <= 0x7F or m >= 0xE0 or 0xCC <= m <= 0xD3):
+        return False
+    return payload[1 + time_len:3 + time_len] == b"\xc4\x10"
 
 
 def parse_frame(data, offset):
@@ -111,7 +124,7 @@ def fork(data, first_seq, prev_chain, damage_at):
         if f is None:
             return None
         seq, kind, flags, header, payload, stored, end = f
-        if flags & ~0x0001 or msgpack_value_len(payload) != len(payload) or stored in chains:
+        if flags & ~0x0001 or not payload_ok(payload) or stored in chains:
             return None
         parents = [i for i in by_seq.get(seq - 1, [])
                    if hashlib.sha256(nodes[i][1] + header + payload).digest() == stored]
@@ -213,8 +226,8 @@ def read(journal_dir):
                 return damaged(name, offset, "chain mismatch")
             if flags & ~0x0001:
                 return damaged(name, offset, "undefined frame flag bits")
-            if msgpack_value_len(payload) != len(payload):
-                return damaged(name, offset, "payload is not exactly one MessagePack value")
+            if not payload_ok(payload):
+                return damaged(name, offset, "payload is not one MessagePack value of section 6's form")
             report["kinds"][str(kind)] = report["kinds"].get(str(kind), 0) + 1
             report["events"] += 1
             report["last_seq"] = seq

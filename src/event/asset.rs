@@ -63,6 +63,7 @@ pub struct AssetAddFailed {
 /// Which assets a worker uses: written in the same commit as its submission intent.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerAssetsBound {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub assets: Vec<AssetRecord>,
 }

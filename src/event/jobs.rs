@@ -7,6 +7,7 @@ use crate::slurm::JobId;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSubmitIntent {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub worker: String,
     pub target: Option<String>,
@@ -19,6 +20,7 @@ pub struct JobSubmitIntent {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSubmitted {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub job_id: JobId,
     /// `sbatch` (its own answer) or `name` (found by job name after an ambiguous submit).
@@ -27,6 +29,7 @@ pub struct JobSubmitted {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSubmitFailed {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     /// sbatch answered and refused: nothing exists. Otherwise a job may exist.
     pub definite: bool,
@@ -38,6 +41,7 @@ pub struct JobSubmitFailed {
 /// have run (reconcile waits that long, plus a margin, before it calls a job never created).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobNamed {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub job_name: String,
     pub sbatch_limit_s: u32,
@@ -46,12 +50,14 @@ pub struct JobNamed {
 /// `dispatch stop` is about to signal the job, then cancel it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobStopIntent {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub grace_s: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobTerminal {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub proof: String,
 }

@@ -19,6 +19,7 @@ pub mod overrides;
 pub mod pool;
 pub mod session;
 pub mod trial;
+pub mod wire;
 pub mod worker;
 
 pub use host::{current_host, current_user, Actor, Micros};
@@ -42,6 +43,7 @@ pub type WorkerEnvelope = Envelope<WorkerEvent>;
 /// The first event of every journal.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Genesis {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub journal_id: Uuid,
     pub format_version: u16,
 }
@@ -69,12 +71,10 @@ impl Serialize for Sha256Digest {
 impl<'de> Deserialize<'de> for Sha256Digest {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error;
-        let bytes: Vec<u8> = if d.is_human_readable() {
-            let text = String::deserialize(d)?;
-            hex::decode(text).map_err(D::Error::custom)?
-        } else {
-            serde_bytes::ByteBuf::deserialize(d)?.into_vec()
-        };
+        if !d.is_human_readable() {
+            return wire::bin::<D, 32>(d).map(Sha256Digest);
+        }
+        let bytes = hex::decode(String::deserialize(d)?).map_err(D::Error::custom)?;
         let arr: [u8; 32] = bytes.try_into().map_err(|b: Vec<u8>| {
             D::Error::custom(format!("a SHA-256 digest has 32 bytes, not {}", b.len()))
         })?;
@@ -320,7 +320,9 @@ pub fn kind_name_of(kind: u16) -> Option<&'static str> {
 fn split<B: for<'de> Deserialize<'de>>(
     payload: &[u8],
 ) -> Result<(Micros, Uuid, Actor, B), PayloadError> {
-    Ok(rmp_serde::from_slice(payload)?)
+    let (time, id, actor, body): (Micros, wire::EventId, Actor, B) =
+        rmp_serde::from_slice(payload)?;
+    Ok((time, id.0, actor, body))
 }
 
 /// Encode the frame payload: `[time, id, actor, body]`.
@@ -611,7 +613,7 @@ impl<E: Vocabulary> PayloadDecoder<E> {
         if rest.len() < 18 || rest[..2] != [0xc4, 16] {
             return None;
         }
-        let id: Uuid = element(&rest[..18])?;
+        let id = element::<wire::EventId>(&rest[..18])?.0;
         let rest = &rest[18..];
         let body = match rest.strip_prefix(&self.actor_bytes[..]) {
             Some(body) if self.actor.is_some() => body,

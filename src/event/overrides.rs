@@ -12,6 +12,7 @@ use crate::slurm::JobId;
 /// A pool or `dispatch submit` worker given up: its budget is released without proof.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerForgotten {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub worker: String,
     /// The state it was in (`unknown`, `running`, ...), as `pool status` named it.
@@ -29,6 +30,7 @@ pub struct SessionForgotten {
     pub session: SessionKey,
     pub job_id: Option<JobId>,
     /// A submission whose job, if any, was never known.
+    #[serde(deserialize_with = "crate::event::wire::option_uuid")]
     pub submission_id: Option<Uuid>,
     pub reason: String,
 }

@@ -37,6 +37,7 @@ pub struct PoolDetached {
 pub struct WorkerSubmitIntent {
     pub pool: String,
     pub worker: String,
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub cpus: u32,
     pub mem_mb: u64,
@@ -46,6 +47,7 @@ pub struct WorkerSubmitIntent {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerLaunched {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub srun_pid: u32,
 }
@@ -54,6 +56,7 @@ pub struct WorkerLaunched {
 /// unknown and the budget stays held.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerLaunchFailed {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub definite: bool,
     pub reason: String,
@@ -61,12 +64,14 @@ pub struct WorkerLaunchFailed {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerStepObserved {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub step_id: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerStopIntent {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub grace_s: u32,
 }
@@ -74,6 +79,7 @@ pub struct WorkerStopIntent {
 /// How the payload ended, as the worker's supervisor recorded it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerExited {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub code: Option<i32>,
     pub signal: Option<i32>,
@@ -82,6 +88,7 @@ pub struct WorkerExited {
 /// Proof that the worker's step is over: the only event that releases its budget.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerTerminal {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub proof: String,
 }
@@ -90,7 +97,9 @@ pub struct WorkerTerminal {
 /// learned it from (journal id, seq, chain), so a later rewrite of the journal is detected.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerReportIngested {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub journal_id: Uuid,
     pub last_seq: u64,
     pub head: Sha256Digest,
@@ -121,6 +130,7 @@ pub struct PoolAllocationEnded {
 /// its work is published.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerCleanupIntent {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub remove: Vec<String>,
     pub keep: Vec<String>,
@@ -132,6 +142,7 @@ pub struct WorkerCleanupIntent {
 /// What the coordinator's cleanup did.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerCleanedUp {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub removed: Vec<String>,
     pub kept: Vec<String>,
@@ -142,6 +153,7 @@ pub struct WorkerCleanedUp {
 /// A worker's own journal is damaged or was rewritten: reported, and never trusted again.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerJournalDamaged {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     /// `corrupt`, `tampered` or `rewritten`.
     pub status: String,
@@ -155,6 +167,7 @@ pub struct WorkerJournalDamaged {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolCreateIntent {
     pub pool: String,
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub creation_id: Uuid,
     /// `<job_name_prefix>pool-<pool>-<first 8 hex digits of the creation id>`.
     pub job_name: String,
@@ -175,6 +188,7 @@ pub struct PoolCreateIntent {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolCreateJob {
     pub pool: String,
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub creation_id: Uuid,
     pub job_id: JobId,
     pub how: String,
@@ -186,6 +200,7 @@ pub struct PoolCreateJob {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolCreateFailed {
     pub pool: String,
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub creation_id: Uuid,
     pub definite: bool,
     pub reason: String,
@@ -196,6 +211,7 @@ pub struct PoolCreateFailed {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolOwned {
     pub pool: String,
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub creation_id: Uuid,
     pub job_id: JobId,
 }

@@ -32,6 +32,7 @@ impl std::fmt::Display for SessionKey {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionLaunchIntent {
     pub session: SessionKey,
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub job_name: String,
     pub confined: bool,
@@ -44,6 +45,7 @@ pub struct SessionLaunchIntent {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionJobSubmitted {
     pub session: SessionKey,
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub job_id: JobId,
 }
@@ -53,6 +55,7 @@ pub struct SessionJobSubmitted {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionSubmitFailed {
     pub session: SessionKey,
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub may_exist: bool,
     /// A job id Slurm mentioned before the answer was lost (salloc's "Pending job allocation").

@@ -19,12 +19,14 @@ pub struct TrialOpened {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrialWorkerJoined {
     pub trial: String,
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
 }
 
 /// What one worker left behind, as the verdict saw it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrialEvidence {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub worker: String,
     /// The worker's state in the reduced state when judged (`released`, `running`, …).

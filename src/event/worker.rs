@@ -7,6 +7,7 @@ use crate::event::{Micros, Sha256Digest};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SupervisorStarted {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
     pub submission_id: Uuid,
     pub job_id: Option<u64>,
     pub step_id: Option<u32>,

@@ -647,6 +647,23 @@ mod tests {
         let (at, len) = frames(&seg)[3];
         edit(&seg, |b| b[at + len / 2] ^= 0x40);
         assert_eq!(all_paths_agree(dir.path()).1.unwrap().0, Status::Corrupt);
+        // Spec §8: the damaged span runs to the next valid frame, in any segment.
+        let damage = scan::scan(dir.path(), None, |_| true)
+            .unwrap()
+            .damage
+            .unwrap();
+        assert_eq!((damage.offset, damage.bytes), (at as u64, len as u64));
+        // With nothing valid after it, to the end of that file.
+        let dir = fresh();
+        let seg = segment_path(dir.path(), 2);
+        let (at, _) = frames(&seg)[3];
+        let size = std::fs::metadata(&seg).unwrap().len();
+        edit(&seg, |b| b[at..].iter_mut().for_each(|x| *x ^= 0x40));
+        let damage = scan::scan(dir.path(), None, |_| true)
+            .unwrap()
+            .damage
+            .unwrap();
+        assert_eq!((damage.offset, damage.bytes), (at as u64, size - at as u64));
 
         // In the last segment, with valid frames after it.
         let dir = fresh();

@@ -206,24 +206,40 @@ pub(crate) fn rule_fault(seq: u64, flags: u16, payload: &[u8]) -> Option<String>
             "event {seq} sets undefined frame flag bits {undefined:#06x}"
         ));
     }
-    match msgpack_value_len(payload) {
-        Some(n) if n == payload.len() => None,
-        Some(n) => Some(format!(
+    match msgpack_value(payload) {
+        Some(v) if v.len != payload.len() => Some(format!(
             "event {seq} does not decode: {} bytes after its MessagePack value",
-            payload.len() - n
+            payload.len() - v.len
         )),
+        Some(MsgpackValue {
+            first_map: Some(at),
+            ..
+        }) => Some(format!(
+            "event {seq} does not decode: a MessagePack map at payload byte {at}, \
+             where every struct is an array"
+        )),
+        Some(_) => None,
         None => Some(format!(
             "event {seq} does not decode: its payload is not a MessagePack value"
         )),
     }
 }
 
-/// The length of the one MessagePack value `b` starts with, if it holds a whole one. Iterative
-/// (a count of values still to skip), so nesting costs no stack; each value takes at least one
-/// byte, so a count above the bytes left is not a value.
-fn msgpack_value_len(b: &[u8]) -> Option<usize> {
+/// What [`msgpack_value`] measured.
+#[derive(Debug, PartialEq, Eq)]
+struct MsgpackValue {
+    len: usize,
+    /// The offset of the first map in it: no payload may hold one (journal-format.md §6).
+    first_map: Option<usize>,
+}
+
+/// The one MessagePack value `b` starts with, if it holds a whole one. Iterative (a count of
+/// values still to skip), so nesting costs no stack; each value takes at least one byte, so a
+/// count above the bytes left is not a value.
+fn msgpack_value(b: &[u8]) -> Option<MsgpackValue> {
     let mut at = 0usize;
     let mut pending = 1usize;
+    let mut first_map = None;
     let be = |at: usize, n: usize| -> Option<usize> {
         let bytes = b.get(at..at + n)?;
         Some(
@@ -235,6 +251,9 @@ fn msgpack_value_len(b: &[u8]) -> Option<usize> {
     while pending > 0 {
         pending -= 1;
         let marker = *b.get(at)?;
+        if matches!(marker, 0x80..=0x8f | 0xde | 0xdf) {
+            first_map.get_or_insert(at);
+        }
         at += 1;
         // (bytes of length field, then: payload bytes per unit, children per unit, extra bytes)
         let (skip, children) = match marker {
@@ -272,7 +291,7 @@ fn msgpack_value_len(b: &[u8]) -> Option<usize> {
             return None;
         }
     }
-    Some(at)
+    Some(MsgpackValue { len: at, first_map })
 }
 
 /// Scan the journal in `dir`, calling `visit` for each valid frame in order.
@@ -647,14 +666,16 @@ fn classify_fault(
 ) -> (Status, String, u64) {
     let span = rest.len() as u64;
     let what = fault.describe();
+    let next_valid = find(rest);
     if !is_last {
+        // Spec §8: the damage runs to the next valid frame if one follows, in any segment.
         return (
             Status::Corrupt,
             format!("{what} in a segment that is not the last"),
-            span,
+            next_valid.map_or(span, |at| at as u64),
         );
     }
-    if let Some(at) = find(rest) {
+    if let Some(at) = next_valid {
         return (
             Status::Corrupt,
             format!("{what}, and a valid frame follows at +{at}"),
@@ -913,6 +934,7 @@ mod tests {
             .unwrap(),
             rmp_serde::to_vec(&vec!["y".repeat(70_000)]).unwrap(),
         ];
+        let msgpack_value_len = |b: &[u8]| msgpack_value(b).map(|v| v.len);
         for v in values {
             assert_eq!(msgpack_value_len(&v), Some(v.len()));
             let mut longer = v.clone();
@@ -926,6 +948,18 @@ mod tests {
             None,
             "an array claiming more elements than bytes"
         );
+        let nested_map =
+            rmp_serde::to_vec(&(1u8, vec![std::collections::BTreeMap::from([(1u8, 2u8)])]))
+                .unwrap();
+        assert_eq!(
+            msgpack_value(&nested_map),
+            Some(MsgpackValue {
+                len: nested_map.len(),
+                first_map: Some(3)
+            })
+        );
+        let no_map = rmp_serde::to_vec(&(1u8, vec![(1u8, 2u8)])).unwrap();
+        assert_eq!(msgpack_value(&no_map).unwrap().first_map, None);
     }
 
     #[test]
