@@ -165,6 +165,19 @@ fn line_of(text: &str, table: Option<&str>, key: Option<&str>) -> Option<usize> 
 
 /// A token is the mirror name with every character outside `[A-Za-z0-9._-]` replaced by `_`,
 /// one per character (per Unicode scalar), nothing trimmed.
+/// Whether a job-name token (the name after the prefix) has the shape dispatch gives the jobs
+/// that are not sessions: a pool's allocation (`pool-<pool>-<8 hex>`) and a `dispatch submit`
+/// worker's job (`<worker>-<8 hex>`), the 8 lowercase hex digits from a random id. Sessions
+/// leave such a job alone unless a configured or recorded mirror names it.
+pub fn has_worker_job_shape(token: &str) -> bool {
+    let Some((name, hex)) = token.rsplit_once('-') else {
+        return false;
+    };
+    !name.is_empty()
+        && hex.len() == 8
+        && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 pub fn sanitize_token(name: &str) -> String {
     name.chars()
         .map(|c| {
@@ -383,6 +396,21 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn session_tokens_without_the_worker_job_shape() {
+        assert!(has_worker_job_shape("pool-ap-00c77252"));
+        for token in [
+            "dispatch",
+            "exp-2026",
+            "x-0000000g",
+            "x-00C77252",
+            "-00c77252",
+            "a-00c772521",
+        ] {
+            assert!(!has_worker_job_shape(token), "{token}");
+        }
+    }
 
     #[test]
     fn sanitize_examples_from_the_notes() {

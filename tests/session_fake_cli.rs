@@ -1649,3 +1649,48 @@ fn an_unconfined_launch_is_released_only_beside_its_own_listed_job() {
     assert_eq!(r.code, 0, "{} {}", r.stdout, r.stderr);
     assert_eq!(f.programs(), ["squeue"]);
 }
+
+/// A pool's allocation and a `dispatch submit` job under the prefix are never sessions:
+/// `sessions` does not list them (not as orphans either), and a session of a mirror named
+/// after one is refused before any Slurm call, so it can neither adopt nor cancel it.
+#[test]
+fn pool_and_submit_jobs_are_never_sessions() {
+    let listing = row("45", "RUNNING", "n1", T, "sucoder-pool-ap-00c77252")
+        + &row("46", "RUNNING", "n1", T, "sucoder-w1-1234abcd")
+        + &row("47", "RUNNING", "n1", T, "sucoder-ghost");
+    let f = Fake::new(json!({"squeue": [{"match": ["--me"], "stdout": listing}]}));
+    let r = f.run(&["--json", "sessions"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = json_of(&r);
+    let ids: Vec<&Value> = j["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["jobs"].as_array().unwrap())
+        .chain(j["unmatched"].as_array().unwrap())
+        .map(|e| &e["job_id"])
+        .collect();
+    assert_eq!(ids, [&json!(47)], "{j}");
+    f.clear_calls();
+    for args in [
+        &[
+            "session",
+            "launch",
+            "pool-ap-00c77252",
+            "-T",
+            "T",
+            "--detached",
+        ][..],
+        &["session", "release", "w1-1234abcd", "-T", "T", "--force"],
+    ] {
+        let r = f.run(args);
+        assert_eq!(r.code, 3, "{args:?}: {}", r.stderr);
+        assert!(
+            r.stderr
+                .contains("pool allocations and `dispatch submit` jobs"),
+            "{}",
+            r.stderr
+        );
+    }
+    assert!(f.calls().is_empty(), "{:?}", f.calls());
+}

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use fs2::FileExt;
 
-use crate::config::{sanitize_token, Config, ConfigError, Target};
+use crate::config::{has_worker_job_shape, sanitize_token, Config, ConfigError, Target};
 use crate::event::session::SessionAdopted;
 use crate::event::session::SessionKey;
 use crate::event::Event;
@@ -135,6 +135,20 @@ impl<S: Scheduler> Env<'_, S> {
         let name = self.config.job_name(mirror);
         let job_name = JobName::new(name.clone())
             .map_err(|e| OpError::Usage(format!("job name {name:?}: {e}")))?;
+        if has_worker_job_shape(&token)
+            && !self.config.mirrors.contains_key(mirror)
+            && !read_state(&self.ctx.state_dir)?
+                .sessions
+                .sessions
+                .keys()
+                .any(|k| k.mirror == mirror)
+        {
+            return Err(SessionRefusal::WorkerJobName {
+                mirror: mirror.to_owned(),
+                job_name,
+            }
+            .into());
+        }
         Ok(Resolved {
             key: SessionKey::new(mirror, target),
             target: t,

@@ -713,3 +713,20 @@ pub(crate) async fn reconcile_creation<S: Scheduler>(
         Err(e) => outcome("unknown", e.to_string()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Sessions tell these jobs from their own by this shape (`config::has_worker_job_shape`).
+    #[test]
+    fn pool_and_submit_job_names_have_the_worker_job_shape() {
+        let id = uuid::Uuid::from_u128(0x00c7_7252_0000_4000_8000_0000_0000_0001);
+        let prefix = "alice-";
+        for name in [
+            crate::ops::submit::job_name(prefix, "w1", id),
+            super::creation_job_name(prefix, "ap", id),
+        ] {
+            let token = name.strip_prefix(prefix).unwrap();
+            assert!(crate::config::has_worker_job_shape(token), "{name}");
+        }
+    }
+}

@@ -31,6 +31,15 @@ pub enum SessionRefusal {
         other: SessionKey,
         job_name: JobName,
     },
+    /// A mirror neither configured nor recorded whose job name has the shape of a pool's
+    /// allocation or a `dispatch submit` job: a session must never adopt or cancel one.
+    #[error(
+        "mirror {mirror:?} would name its session's job {job_name}, the shape of the names \
+         dispatch gives pool allocations and `dispatch submit` jobs (<name>-<8 hex digits>): a \
+         session must not take one of those for its own. Name the mirror otherwise, or add it \
+         to [mirrors] in the configuration if that job really is this session's"
+    )]
+    WorkerJobName { mirror: String, job_name: JobName },
     /// The journal's bound on sessions is reached and this launch would add one.
     #[error(
         "the journal already holds {max} sessions; release some with `dispatch session \

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 use super::{match_target, Listing, Pins, Placed};
+use crate::config::has_worker_job_shape;
 use crate::event::session::SessionKey;
 use crate::slurm::{JobId, JobRow};
 use crate::state::session::Sessions;
@@ -135,6 +136,11 @@ where
             .iter()
             .map(SessionKey::to_string)
             .collect();
+        let mirror = token_to_mirror(token, inputs.mirrors).cloned();
+        if holders.is_empty() && mirror.is_none() && has_worker_job_shape(token) {
+            // A pool's allocation or a `dispatch submit` job, never a session's.
+            continue;
+        }
         let mut flags = Vec::new();
         let plain = row.plain_id();
         if plain.is_none() {
@@ -152,7 +158,7 @@ where
         let entry = JobEntry {
             job_id: row.job_id.get(),
             id: row.id.to_string(),
-            mirror: token_to_mirror(token, inputs.mirrors).cloned(),
+            mirror,
             token: token.to_owned(),
             state: row.state.to_string(),
             time_left: Some(row.time_left.to_string()),
@@ -245,7 +251,11 @@ mod tests {
             rows: parse_jobs(text).unwrap(),
             bad_lines: bad,
         };
-        let mirrors = vec!["SuCoder".to_owned(), "MetricsMiscellany".to_owned()];
+        let mirrors = vec![
+            "SuCoder".to_owned(),
+            "MetricsMiscellany".to_owned(),
+            "exp-20261203".to_owned(),
+        ];
         build(Inputs {
             prefix: "sucoder-",
             targets: [("carleton-htc", HTC)],
@@ -253,6 +263,34 @@ mod tests {
             sessions,
             listing: &listing,
         })
+    }
+
+    /// A pool's allocation and a `dispatch submit` job under the prefix are not sessions: not
+    /// listed, not orphans; a mirror that is known keeps its job even in that shape.
+    #[test]
+    fn pool_and_submit_jobs_are_not_sessions() {
+        let text = [
+            row("500", 500, "sucoder-pool-ap-00c77252", "savio4_htc"),
+            row("501", 501, "sucoder-w1-1234abcd", "savio4_htc"),
+            row("502", 502, "sucoder-exp-20261203", "savio4_htc"),
+            row("503", 503, "sucoder-SuCoder", "elsewhere"),
+        ]
+        .concat();
+        let r = report(&text, &Sessions::default(), vec![]);
+        let listed: Vec<_> = r
+            .targets
+            .iter()
+            .flat_map(|g| &g.jobs)
+            .chain(&r.unmatched)
+            .map(|e| (e.token.as_str(), e.mirror.as_deref()))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("exp-20261203", Some("exp-20261203")),
+                ("SuCoder", Some("SuCoder"))
+            ]
+        );
     }
 
     /// Behaviours 57, 58, 61, 62: foreign rows are ignored, orphans flagged, array elements
