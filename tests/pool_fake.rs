@@ -838,3 +838,65 @@ fn a_submit_dry_run_asks_sbatch_test_only_and_creates_nothing() {
         "a dry run created the state directory"
     );
 }
+
+/// Issue 21 item 13: a worker's stop says exactly what is known. With scancel hanging, the
+/// cancel's outcome is unknown and the message says so (not "was cancelled"); once the step is
+/// proven over, a second stop of the released worker is success, with the proof recorded then.
+#[test]
+fn a_stop_says_what_scancel_answered_and_a_second_stop_is_success() {
+    let fake = Fake::attached(60);
+    let step_listed = "901.0|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.w\n";
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"hang": 120}],
+        "squeue": [{"match": ["--steps"], "stdout": step_listed}],
+    }));
+    let (code, _, err) = fake.run(SUBMIT);
+    assert_eq!(code, 0, "{err}");
+
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "squeue": [{"match": ["--steps"], "stdout": step_listed}, {"stdout": job_row("RUNNING")}],
+        "scancel": [{"hang": 60}],
+    }));
+    let (code, _, err) = fake.run(&["pool", "stop-worker", "p", "w", "--grace", "0"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(
+        err.contains("the cancel's outcome is unknown") && !err.contains("was cancelled"),
+        "{err}"
+    );
+
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "squeue": [{"match": ["--steps"], "stdout": ""}, {"stdout": job_row("RUNNING")}],
+        "scancel": [{"stdout": ""}],
+    }));
+    let (code, out, err) = fake.run(&["pool", "stop-worker", "p", "w", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let first: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (&first["state"], &first["already_released"]),
+        (&json!("released"), &json!(false))
+    );
+    fake.forget_calls();
+    let (code, out, err) = fake.run(&["pool", "stop-worker", "p", "w", "--json"]);
+    assert_eq!(code, 0, "stopping what is stopped is success: {err}");
+    let again: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(again["already_released"], true);
+    assert_eq!(again["state"], "released");
+    assert_eq!(again["proof"], first["proof"]);
+    assert_eq!(again["step_id"], "901.0");
+    assert!(
+        fake.calls().iter().all(|(p, _)| p != "scancel"),
+        "{:?}",
+        fake.calls()
+    );
+    let (code, out, _) = fake.run(&["pool", "stop-worker", "p", "w"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("was already released"), "{out}");
+    let (code, _, err) = fake.run(&["pool", "stop-worker", "p", "nobody"]);
+    assert_eq!(
+        code, 3,
+        "a worker the pool never had is still not found: {err}"
+    );
+}

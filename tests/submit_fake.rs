@@ -643,3 +643,50 @@ fn a_submit_waiting_for_sbatch_blocks_no_other_command() {
     let opened = kinds.iter().position(|k| k == "TrialOpened").unwrap();
     assert!(opened < submitted, "{kinds:?}");
 }
+
+/// Issue 21 item 13, for `dispatch stop`: with scancel hanging, the message says the cancel's
+/// outcome is unknown; a stop of the worker once released is success with the proof recorded.
+#[test]
+fn a_stop_says_what_scancel_answered_and_a_second_stop_is_success() {
+    let fake = Fake::new();
+    fake.scenario(json!({"sbatch": [{"stdout": "88\n"}]}));
+    let (code, _, err) = fake.run(&[
+        "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", "s", "--", "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let name = job_name(&fake);
+    fake.scenario(json!({
+        "scancel": [{"match": ["--signal=TERM"], "stdout": ""}, {"hang": 60}],
+        "squeue": [{"stdout": squeue_row(88, "RUNNING", &name)}],
+    }));
+    let (code, _, err) = fake.run(&["stop", "s", "--grace", "0"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(
+        err.contains("the cancel's outcome is unknown") && !err.contains("was cancelled"),
+        "{err}"
+    );
+    fake.scenario(json!({
+        "scancel": [{"stdout": ""}],
+        "squeue": [{"match": ["--jobs=88"], "stderr": "slurm_load_jobs error: Invalid job id specified\n", "exit": 1}],
+    }));
+    let (code, out, err) = fake.run(&["stop", "s", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let first: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(first["already_released"], false);
+    fake.forget_calls();
+    let (code, out, err) = fake.run(&["stop", "s", "--json"]);
+    assert_eq!(code, 0, "stopping what is stopped is success: {err}");
+    let again: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (
+            &again["already_released"],
+            &again["state"],
+            &again["job_id"]
+        ),
+        (&json!(true), &json!("released"), &json!(88))
+    );
+    assert_eq!(again["proof"], first["proof"]);
+    assert!(fake.calls().is_empty(), "{:?}", fake.calls());
+    let (code, _, _) = fake.run(&["stop", "never"]);
+    assert_eq!(code, 3);
+}

@@ -353,8 +353,13 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
                 print_json(&r)?;
             } else {
                 crate::outln!(
-                    "worker {} stopped: {}",
+                    "worker {} {}: {}",
                     r.worker,
+                    if r.already_released {
+                        "was already released"
+                    } else {
+                        "stopped"
+                    },
                     r.proof.as_deref().unwrap_or("not proven yet")
                 );
             }

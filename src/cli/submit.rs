@@ -97,9 +97,14 @@ pub async fn stop<S: Scheduler>(
         print_json(&r)?;
     } else {
         crate::outln!(
-            "worker {} (job {}) stopped: {}",
+            "worker {} (job {}) {}: {}",
             r.worker,
             r.job_id,
+            if r.already_released {
+                "was already released"
+            } else {
+                "stopped"
+            },
             r.proof.as_deref().unwrap_or("not proven yet")
         );
     }

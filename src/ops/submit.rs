@@ -412,6 +412,9 @@ pub struct JobStopReport {
     pub job_id: JobId,
     pub state: &'static str,
     pub proof: Option<String>,
+    /// The worker was released before this stop: nothing was signalled, and `proof` is the
+    /// proof recorded then.
+    pub already_released: bool,
 }
 
 /// Is job `job` over? Proof only (`policy::reconcile::job_seen`): a terminal state, or "Invalid
@@ -464,13 +467,13 @@ fn not_active(jobs: &Jobs, worker: &str) -> OpError {
 }
 
 /// TERM to job `job`'s batch step, its grace, then `scancel J`: the proof that it is over
-/// (accounting from `since` on), if one came in time.
+/// (accounting from `since` on), if one came in time; else what is known of the cancel.
 async fn end_job<S: Scheduler>(
     ctx: &Ctx<S>,
     job: crate::slurm::JobId,
     grace: std::time::Duration,
     since: chrono::NaiveDateTime,
-) -> Option<String> {
+) -> Result<String, String> {
     use crate::slurm::{Signal, StepId, StepKind};
     if let Err(e) = ctx
         .sched
@@ -479,15 +482,22 @@ async fn end_job<S: Scheduler>(
     {
         tracing::warn!("scancel --signal=TERM {job}.batch: {e}");
     }
-    let mut proof = await_proof(grace + STOP_WRAP_UP, || job_proven_over(ctx, job, since)).await;
-    if proof.is_none() {
-        if let Err(e) = ctx.sched.cancel_job(job).await {
-            tracing::warn!("scancel {job}: {e}");
-        }
-        failpoint::hit("stop-after-cancel");
-        proof = await_proof(STOP_PROOF_TIMEOUT, || job_proven_over(ctx, job, since)).await;
+    if let Some(proof) =
+        await_proof(grace + STOP_WRAP_UP, || job_proven_over(ctx, job, since)).await
+    {
+        return Ok(proof);
     }
-    proof
+    let cancel = match ctx.sched.cancel_job(job).await {
+        Ok(_) => "was cancelled (scancel answered)".to_owned(),
+        Err(e) => {
+            tracing::warn!("scancel {job}: {e}");
+            format!("was asked to cancel, but the cancel's outcome is unknown ({e})")
+        }
+    };
+    failpoint::hit("stop-after-cancel");
+    await_proof(STOP_PROOF_TIMEOUT, || job_proven_over(ctx, job, since))
+        .await
+        .ok_or(cancel)
 }
 
 /// `dispatch stop WORKER`: the worker owns its allocation, so stopping it ends its job: SIGTERM
@@ -501,13 +511,22 @@ pub async fn stop<S: Scheduler>(
     let grace_s = grace_seconds(grace);
     // Decide under the lock and record the intent; the grace and the proof polls happen with
     // the lock released, and the release re-checks the worker (issue 11).
-    let (submission_id, job, submitted_at) = locked(ctx, |writer, state| {
+    let decided = locked(ctx, |writer, state| {
         let jobs = &state.jobs;
-        let j = jobs
-            .active
-            .values()
-            .find(|j| j.worker == worker)
-            .ok_or_else(|| not_active(jobs, worker))?;
+        let Some(j) = jobs.active.values().find(|j| j.worker == worker) else {
+            // Stopping what is already stopped is success, as `scancel` of an ended job is.
+            return match jobs.last_finished(worker) {
+                Some(j) if j.state == JobWorkerState::Released => Ok(Err(JobStopReport {
+                    worker: worker.to_owned(),
+                    submission_id: j.submission_id.to_string(),
+                    job_id: j.job_id.expect("a released job worker had a job"),
+                    state: JobWorkerState::Released.as_str(),
+                    proof: j.released_by.clone(),
+                    already_released: true,
+                })),
+                _ => Err(not_active(jobs, worker)),
+            };
+        };
         let Some(job_id) = j.job_id else {
             return Err(OpError::Unknown(format!(
                 "worker {worker} has no known job yet (its sbatch gave no answer); its budget stays held. \
@@ -518,20 +537,26 @@ pub async fn stop<S: Scheduler>(
             submission_id: j.submission_id,
             grace_s,
         }))?;
-        Ok((j.submission_id, job_id, j.submitted_at))
+        Ok(Ok((j.submission_id, job_id, j.submitted_at)))
     })?;
+    let (submission_id, job, submitted_at) = match decided {
+        Ok(stop) => stop,
+        Err(already) => return Ok(already),
+    };
     failpoint::hit("stop-after-intent");
     request_grace(
         &ctx.state_dir,
         &WorkerDirs::of(&ctx.state_dir, None, submission_id),
         grace_s,
     );
-    let proof = end_job(ctx, job, grace, micros_to_local(submitted_at)).await;
-    let Some(proof) = proof else {
-        return Err(OpError::Unknown(format!(
-            "job {job} of worker {worker} was cancelled but is not yet proven over; its budget stays held. \
-             Run `dispatch reconcile` to resolve it"
-        )));
+    let proof = match end_job(ctx, job, grace, micros_to_local(submitted_at)).await {
+        Ok(proof) => proof,
+        Err(cancel) => {
+            return Err(OpError::Unknown(format!(
+                "job {job} of worker {worker} {cancel}, and the job is not proven over; its budget \
+                 stays held. Run `dispatch reconcile` to resolve it, or stop it again"
+            )))
+        }
     };
     // Released by this stop, or by a reconcile that proved the same meanwhile.
     locked(ctx, |writer, state| {
@@ -549,5 +574,6 @@ pub async fn stop<S: Scheduler>(
         job_id: job,
         state: JobWorkerState::Released.as_str(),
         proof: Some(proof),
+        already_released: false,
     })
 }

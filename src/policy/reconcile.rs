@@ -644,6 +644,7 @@ mod tests {
             report: None,
             journal_damage: None,
             srun: None,
+            released_by: None,
         }
     }
 
@@ -1355,6 +1356,7 @@ mod tests {
                     assets: Vec::new(),
                     named: None,
                     failure: None,
+                    released_by: None,
                 });
             }
             let answer = |failed: bool| -> Answer<Vec<JobRow>> {
@@ -1399,6 +1401,7 @@ mod tests {
                 assets: Vec::new(),
                 named: None,
                 failure: None,
+                released_by: None,
             },
         );
         let mut obs = JobsObservation {

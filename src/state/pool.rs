@@ -94,6 +94,10 @@ pub struct Worker {
     /// where that pid means anything).
     #[serde(default)]
     pub srun: Option<SrunStarted>,
+    /// Once released: the proof that its step was over (`WorkerTerminal`), so that a stop of
+    /// what is already stopped can answer with it.
+    #[serde(default)]
+    pub released_by: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -253,6 +257,7 @@ impl Pools {
                 report: None,
                 journal_damage: None,
                 srun: None,
+                released_by: None,
             },
         );
         self.by_submission.insert(e.submission_id, e.pool.clone());
@@ -278,7 +283,7 @@ impl Pools {
 
     pub fn launch_failed(&mut self, e: &WorkerLaunchFailed) {
         if e.definite {
-            self.finish(&e.submission_id, WorkerState::Failed);
+            self.finish(&e.submission_id, WorkerState::Failed, None);
         } else if let Some(w) = self.worker_mut(&e.submission_id) {
             w.state = WorkerState::Unknown;
         }
@@ -340,14 +345,14 @@ impl Pools {
     }
 
     pub fn terminal(&mut self, e: &WorkerTerminal) {
-        self.finish(&e.submission_id, WorkerState::Released);
+        self.finish(&e.submission_id, WorkerState::Released, Some(&e.proof));
     }
 
     pub fn forgotten(&mut self, id: &Uuid) {
-        self.finish(id, WorkerState::Forgotten);
+        self.finish(id, WorkerState::Forgotten, None);
     }
 
-    fn finish(&mut self, id: &Uuid, state: WorkerState) {
+    fn finish(&mut self, id: &Uuid, state: WorkerState, proof: Option<&str>) {
         let Some(pool_name) = self.by_submission.remove(id) else {
             return;
         };
@@ -356,6 +361,7 @@ impl Pools {
         };
         if let Some(mut w) = pool.active.remove(id) {
             w.state = state;
+            w.released_by = proof.map(str::to_owned);
             if pool.finished.len() == FINISHED_WORKERS_KEPT {
                 pool.finished.pop_front();
             }

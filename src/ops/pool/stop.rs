@@ -35,6 +35,27 @@ pub struct StopReport {
     pub step_id: Option<String>,
     pub state: &'static str,
     pub proof: Option<String>,
+    /// The worker was released before this stop (by an earlier stop, reconcile or release):
+    /// nothing was signalled, and `proof` is the proof recorded then.
+    pub already_released: bool,
+}
+
+/// A stop of a worker already released is success, as `scancel` of an ended job is: the most
+/// recent finished worker of that name, if its step was proven over.
+fn already_released(state: &State, pool: &str, worker: &str) -> Option<StopReport> {
+    let p = state.pools.pools.get(pool)?;
+    let w = p.finished.iter().rev().find(|w| w.name == worker)?;
+    (w.state == WorkerState::Released).then(|| StopReport {
+        pool: pool.to_owned(),
+        worker: worker.to_owned(),
+        submission_id: w.submission_id.to_string(),
+        step_id: w
+            .step_id
+            .map(|n| StepId::new(p.allocation.job_id, StepKind::Numbered(n)).to_string()),
+        state: WorkerState::Released.as_str(),
+        proof: w.released_by.clone(),
+        already_released: true,
+    })
 }
 
 fn find_worker<'a>(
@@ -81,7 +102,10 @@ pub async fn stop_worker<S: Scheduler>(
         drop(writer);
         loaded.state
     };
-    let (p, w) = find_worker(&state, pool, worker)?;
+    let (p, w) = match find_worker(&state, pool, worker) {
+        Ok(found) => found,
+        Err(e) => return already_released(&state, pool, worker).ok_or(e),
+    };
     let job = p.allocation.job_id;
     let submission_id = w.submission_id;
     let step_no = known_step(ctx, pool, worker, job, w.step_id, submission_id).await?;
@@ -95,9 +119,13 @@ pub async fn stop_worker<S: Scheduler>(
     }
     failpoint::hit("pool-stop-after-term");
     let mut proof = await_proof(grace + STOP_WRAP_UP, || step_proven_over(ctx, step)).await;
+    // What scancel answered, if this stop had to cancel: the message must not claim a cancel
+    // that nobody confirmed.
+    let mut cancel_failed = None;
     if proof.is_none() {
         if let Err(e) = ctx.sched.cancel_step(step).await {
             tracing::warn!("scancel {step}: {e}");
+            cancel_failed = Some(e);
         }
         failpoint::hit("pool-stop-after-cancel");
         proof = await_proof(STOP_PROOF_TIMEOUT, || step_proven_over(ctx, step)).await;
@@ -109,11 +137,16 @@ pub async fn stop_worker<S: Scheduler>(
         step_id: Some(step.to_string()),
         state: WorkerState::Stopping.as_str(),
         proof: proof.clone(),
+        already_released: false,
     };
     let Some(proof) = proof else {
+        let cancel = match cancel_failed {
+            None => "was cancelled (scancel answered)".to_owned(),
+            Some(e) => format!("was asked to cancel, but the cancel's outcome is unknown ({e})"),
+        };
         return Err(OpError::Unknown(format!(
-            "step {step} of worker {worker} was cancelled but is not yet proven over; its budget stays held. \
-             Run `dispatch reconcile` to resolve it"
+            "step {step} of worker {worker} {cancel}, and the step is not proven over; its budget \
+             stays held. Run `dispatch reconcile` to resolve it, or stop it again"
         )));
     };
     // Released by this stop, or by a reconcile that proved the same meanwhile: either way
