@@ -1694,3 +1694,35 @@ fn pool_and_submit_jobs_are_never_sessions() {
     }
     assert!(f.calls().is_empty(), "{:?}", f.calls());
 }
+
+/// Issue 21 item 9: every sbatch hangs. The `--test-only` check gets no answer, so the launch
+/// stops there, exit 4, saying that nothing was submitted and that the controller did not
+/// answer: one sbatch call (one timeout), no real submission, no session left unknown.
+#[test]
+fn a_test_only_without_answer_submits_nothing() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": ""}],
+        "sbatch": [{"hang": 30}],
+    }));
+    let mut c = f.command(LAUNCH_T);
+    c.env("DISPATCH_SLURM_TIMEOUT", "2");
+    let r = f.run_with(c, "");
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("did not answer `sbatch --test-only`")
+            && r.stderr.contains("nothing was submitted"),
+        "{}",
+        r.stderr
+    );
+    let sbatch: Vec<Vec<String>> = f.calls().into_iter().filter(|c| c[0] == "sbatch").collect();
+    assert_eq!(sbatch.len(), 1, "{sbatch:?}");
+    assert_eq!(sbatch[0][1], "--test-only");
+    let failed = events(&f)
+        .into_iter()
+        .find(|e| e["kind"] == "SessionSubmitFailed")
+        .expect("the launch's outcome is recorded");
+    assert_eq!(failed["event"]["may_exist"], false);
+    f.scenario(json!({"squeue": [{"match": ["--me"], "stdout": ""}]}));
+    let j = json_of(&f.run(&["--json", "sessions"]));
+    assert_eq!(j["unknown"], json!([]), "{j}");
+}

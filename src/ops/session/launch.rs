@@ -207,6 +207,9 @@ fn salloc_limit_s(run_budget: Duration) -> u32 {
 /// with its outcome.
 enum Call {
     Refused(ActionError),
+    /// `sbatch --test-only` got no answer in time: nothing was submitted, and a submission
+    /// would only wait for the same controller again.
+    Unanswered(crate::slurm::SlurmError),
     Made(Result<JobId, ActionError>),
 }
 
@@ -454,6 +457,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         failpoint::hit("session-after-launch-intent");
         let result = match self.submit_held(placement, staged).await {
             Call::Refused(e) => return Err(self.submit_failed(submission_id, program, e)),
+            Call::Unanswered(e) => return Err(self.test_unanswered(submission_id, e)),
             Call::Made(result) => result,
         };
         failpoint::hit("session-after-submit");
@@ -526,8 +530,8 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         req.placement = placement;
         req.output = Some(log);
         req.extra = vec!["--no-requeue".into(), "--hold".into()];
-        if let Some(refused) = test_refusal(self.env.ctx.sched.test_batch(&req).await) {
-            return Call::Refused(refused);
+        if let Some(stop) = test_verdict(self.env.ctx.sched.test_batch(&req).await) {
+            return stop;
         }
         Call::Made(
             self.env
@@ -543,8 +547,8 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         // salloc has no test mode: sbatch's tests the same placement.
         let mut test = BatchRequest::new(name.clone(), BatchPayload::Wrap(":".to_owned()));
         test.placement = placement.clone();
-        if let Some(refused) = test_refusal(self.env.ctx.sched.test_batch(&test).await) {
-            return Call::Refused(refused);
+        if let Some(stop) = test_verdict(self.env.ctx.sched.test_batch(&test).await) {
+            return stop;
         }
         let mut req = AllocRequest::new(name);
         req.placement = placement;
@@ -560,6 +564,32 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                 .await
                 .map(|a| a.job_id),
         )
+    }
+
+    /// The launch stops where `sbatch --test-only` got no answer: recorded as a submission
+    /// that definitely made nothing, exit 4 (the controller did not answer; run it again).
+    fn test_unanswered(&self, submission_id: Uuid, e: crate::slurm::SlurmError) -> OpError {
+        let key = &self.r.key;
+        let reason = format!("the controller did not answer `sbatch --test-only` ({e})");
+        let event = Event::SessionSubmitFailed(SessionSubmitFailed {
+            session: key.clone(),
+            submission_id,
+            may_exist: false,
+            job_hint: None,
+            reason: format!("{reason}; nothing was submitted"),
+        });
+        if let Err(j) = self.append(event) {
+            return OpError::Unknown(format!(
+                "{reason}, so nothing was submitted for {key}; recording that failed ({j}). \
+                 Run `{}` again once the controller answers",
+                command_for("launch", key)
+            ));
+        }
+        OpError::Unknown(format!(
+            "{reason}, so nothing was submitted for {key}. Run `{}` again once the controller \
+             answers (`squeue --me` tells)",
+            command_for("launch", key)
+        ))
     }
 
     fn submit_failed(&self, submission_id: Uuid, program: &str, e: ActionError) -> OpError {
@@ -862,26 +892,30 @@ impl<S: Scheduler> Launch<'_, '_, S> {
 /// run (999999G of memory: pending `BadConstraints` for ever, for `sbatch --hold` and `salloc
 /// --hold` alike) that it refuses unheld. Its test mode refuses it in the same words, so a launch
 /// asks that first and fails as a refused submit would.
-fn test_refusal(
+/// A test-only that got no answer within the timeout stops the launch too (`Call::Unanswered`):
+/// it created nothing, and the submission after it would hang on the same controller.
+fn test_verdict(
     answer: Result<crate::slurm::TestedBatch, crate::slurm::SlurmError>,
-) -> Option<ActionError> {
-    let Err(crate::slurm::SlurmError::Failed {
-        command,
-        status: status @ crate::slurm::ExitInfo::Code(_),
-        stdout,
-        stderr,
-    }) = answer
-    else {
-        return None;
+) -> Option<Call> {
+    use crate::slurm::SlurmError;
+    let (command, status, stdout, stderr) = match answer {
+        Err(e @ SlurmError::Timeout { .. }) => return Some(Call::Unanswered(e)),
+        Err(SlurmError::Failed {
+            command,
+            status: status @ crate::slurm::ExitInfo::Code(_),
+            stdout,
+            stderr,
+        }) => (command, status, stdout, stderr),
+        _ => return None,
     };
     let phrase = crate::slurm::submit::test_only_refusal(&stderr)
         .or_else(|| crate::slurm::submit::refusal_phrase(&stdout, &stderr))?;
-    Some(ActionError::Refused(Refusal::Said {
+    Some(Call::Refused(ActionError::Refused(Refusal::Said {
         command,
         phrase,
         status,
         stderr,
-    }))
+    })))
 }
 
 #[cfg(test)]
