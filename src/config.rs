@@ -163,8 +163,6 @@ fn line_of(text: &str, table: Option<&str>, key: Option<&str>) -> Option<usize> 
     None
 }
 
-/// A token is the mirror name with every character outside `[A-Za-z0-9._-]` replaced by `_`,
-/// one per character (per Unicode scalar), nothing trimmed.
 /// Whether a job-name token (the name after the prefix) has the shape dispatch gives the jobs
 /// that are not sessions: a pool's allocation (`pool-<pool>-<8 hex>`) and a `dispatch submit`
 /// worker's job (`<worker>-<8 hex>`), the 8 lowercase hex digits from a random id. Sessions
@@ -178,6 +176,8 @@ pub fn has_worker_job_shape(token: &str) -> bool {
         && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// A token is the mirror name with every character outside `[A-Za-z0-9._-]` replaced by `_`,
+/// one per character (per Unicode scalar), nothing trimmed.
 pub fn sanitize_token(name: &str) -> String {
     name.chars()
         .map(|c| {
@@ -259,6 +259,18 @@ impl Config {
             for (key, value) in pins {
                 if let Some(value) = value {
                     no_control(Some(&table), key, value)?;
+                }
+            }
+            // One Slurm word each, as every argv dispatch builds requires (an empty one is
+            // refused below, in words of its own).
+            for (key, value) in &pins[..3] {
+                if let Some(value) = value.filter(|v| !v.is_empty()) {
+                    crate::slurm::request::check_word(key, value).map_err(|e| {
+                        malformed(
+                            at(Some(&table), Some(key)),
+                            format!("{table}.{key} = {}: {e}", crate::names::short(value)),
+                        )
+                    })?;
                 }
             }
             // Checked here so a bad value fails at load with its line, not at the first launch.
@@ -640,5 +652,26 @@ confined = true
         let ok = "[targets.t]\npartition = \"p\"\naccount = \"a\"\ntime = \"UNLIMITED\"\n\
                   mem = \"16G\"\n";
         Config::parse(ok, Path::new("c.toml")).unwrap();
+    }
+
+    /// Issue 21 item 10: a partition, account or qos that is not one Slurm word fails at load
+    /// with the file, its line and its real key (it named `targets.t.(placement)` at launch).
+    #[test]
+    fn placement_words_are_checked_at_load_with_their_line() {
+        let err = |text: &str| {
+            Config::parse(text, Path::new("c.toml"))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err("[targets.t]\npartition = \"debug; touch x\"\naccount = \"a\"\n");
+        assert!(
+            e.contains("c.toml: line 2: targets.t.partition = \"debug; touch x\"")
+                && e.contains("one word"),
+            "{e}"
+        );
+        let e = err("[targets.t]\npartition = \"p\"\naccount = \"a,b\"\n");
+        assert!(e.contains("line 3: targets.t.account = \"a,b\""), "{e}");
+        let e = err("[targets.t]\npartition = \"p\"\naccount = \"a\"\nqos = \"n n\"\n");
+        assert!(e.contains("line 4: targets.t.qos = \"n n\""), "{e}");
     }
 }

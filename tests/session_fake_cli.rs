@@ -758,6 +758,20 @@ fn bad_input_makes_no_slurm_call() {
         "{}",
         r.stderr
     );
+    // A value Slurm would misread: the file, its line and its real key, before any call.
+    std::fs::write(
+        f.path("config.toml"),
+        "[targets.x]\naccount = \"a\"\npartition = \"debug; touch /tmp/x\"\n",
+    )
+    .unwrap();
+    let r = f.run(&["session", "launch", "sample", "-T", "x", "--detached"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("config.toml: line 3: targets.x.partition = "),
+        "{}",
+        r.stderr
+    );
     assert!(f.calls().is_empty());
     assert!(!f.state().exists());
 }

@@ -82,8 +82,9 @@ impl fmt::Display for JobName {
     }
 }
 
-/// A partition, account or QOS name: one word, no commas (a list), no controls.
-fn check_word(field: &'static str, value: &str) -> Result<(), RequestError> {
+/// A partition, account or QOS name: one word, no commas (a list), no controls. The config
+/// asks it too, so that a bad target fails at load with its line.
+pub fn check_word(field: &'static str, value: &str) -> Result<(), RequestError> {
     let refuse = |reason| RequestError::Field {
         field,
         value: value.to_owned(),

@@ -108,9 +108,10 @@ pub fn placement(env: &Env<'_, impl Scheduler>, r: &Resolved) -> Result<Placemen
     // Build one argv now so a value Slurm would misread fails here, not after the intent.
     let mut probe = AllocRequest::new(r.job_name.clone());
     probe.placement = p.clone();
-    probe
-        .argv()
-        .map_err(|e| bad("(placement)", "", e.to_string()))?;
+    probe.argv().map_err(|e| match &e {
+        crate::slurm::RequestError::Field { field, value, .. } => bad(field, value, e.to_string()),
+        _ => bad("(placement)", "", e.to_string()),
+    })?;
     Ok(p)
 }
 
