@@ -380,7 +380,11 @@ fn accepted_then_silent_sbatch_is_resolved_by_name() {
     let accepted = f.path("accepted.jsonl");
     f.scenario(json!({
         "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": ""}],
-        "sbatch": [{"touch": accepted.to_string_lossy(), "hang": 30}],
+        // The test-only answers; the submission itself is accepted and then says nothing.
+        "sbatch": [
+            {"match": ["--test-only"], "stderr": "sbatch: Job 3 to start at 2026-12-01T10:00:00 using 1 processors on nodes vm in partition savio4_htc\n"},
+            {"touch": accepted.to_string_lossy(), "hang": 30},
+        ],
     }));
     let mut c = f.command(LAUNCH_T);
     c.env("DISPATCH_SLURM_TIMEOUT", "1");
@@ -1604,7 +1608,17 @@ fn a_failed_name_probe_blocks_a_launch() {
             "sbatch": [{"stdout": "4242\n"}],
             "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
         }));
-        let r = f.run(&["session", "launch", "sample", "-T", target, "--detached"]);
+        // It asks again within --wait (issue 21 item 8), then blocks.
+        let r = f.run(&[
+            "session",
+            "launch",
+            "sample",
+            "-T",
+            target,
+            "--detached",
+            "--wait",
+            "2",
+        ]);
         assert_eq!(r.code, 4, "{target}: {} {}", r.stdout, r.stderr);
         assert!(
             r.stderr.contains("the name probe failed")
@@ -1739,4 +1753,55 @@ fn a_test_only_without_answer_submits_nothing() {
     f.scenario(json!({"squeue": [{"match": ["--me"], "stdout": ""}]}));
     let j = json_of(&f.run(&["--json", "sessions"]));
     assert_eq!(j["unknown"], json!([]), "{j}");
+}
+
+/// Issue 21 item 8: the name probe fails twice, then answers. The launch asks again within
+/// its `--wait` (saying so on stderr) and launches, one job; a probe that never answers still
+/// submits nothing (exit 4) once the wait is over.
+#[test]
+fn a_name_probe_that_fails_then_answers_still_launches_one_job() {
+    let blip = json!({"match": ["--me", "--name=sucoder-sample"], "times": 2,
+                      "stderr": "squeue: error: slurm_load_jobs error: Socket timed out on send/recv operation\n",
+                      "exit": 1});
+    let f = Fake::new(json!({
+        "squeue": [
+            blip,
+            {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": held_row(4242, T, NAME)},
+            {"match": ["--jobs=4242"], "stdout": running(4242, T)},
+        ],
+        "sbatch": [{"stdout": "4242\n"}],
+    }));
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json_of(&r)["action"], "submitted");
+    assert!(
+        r.stderr.contains("the name probe of sample--T failed"),
+        "{}",
+        r.stderr
+    );
+    let calls = f.calls();
+    assert_eq!(calls[..3], [name_probe(), name_probe(), name_probe()]);
+    let submits = calls
+        .iter()
+        .filter(|c| c[0] == "sbatch" && c[1] != "--test-only")
+        .count();
+    assert_eq!(submits, 1, "{calls:?}");
+
+    let f = Fake::new(json!({"squeue": [blip.as_object().unwrap().clone()
+        .into_iter().filter(|(k, _)| k != "times").collect::<serde_json::Map<_, _>>()]}));
+    let mut launch = LAUNCH_T.to_vec();
+    launch.extend(["--wait", "2"]);
+    let r = f.run(&launch);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    assert!(
+        f.programs().iter().all(|p| p == "squeue"),
+        "{:?}",
+        f.calls()
+    );
+    assert!(
+        f.programs().len() >= 2,
+        "asked again within --wait: {:?}",
+        f.calls()
+    );
 }

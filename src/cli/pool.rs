@@ -349,20 +349,7 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
             grace,
         } => {
             let r = ops::stop_worker(ctx, pool, worker, Duration::from_secs(*grace)).await?;
-            if json {
-                print_json(&r)?;
-            } else {
-                crate::outln!(
-                    "worker {} {}: {}",
-                    r.worker,
-                    if r.already_released {
-                        "was already released"
-                    } else {
-                        "stopped"
-                    },
-                    r.proof.as_deref().unwrap_or("not proven yet")
-                );
-            }
+            print_stopped(&r, json)?;
         }
         PoolCommand::Detach { pool } => {
             let r = ops::detach(ctx, pool)?;
@@ -550,4 +537,21 @@ pub async fn run_create<S: Scheduler>(
         );
     }
     Ok(exit::OK)
+}
+
+fn print_stopped(r: &ops::StopReport, json: bool) -> Result<(), Failure> {
+    if json {
+        return print_json(r);
+    }
+    let what = if r.already_released {
+        "was already released"
+    } else {
+        "stopped"
+    };
+    crate::outln!(
+        "worker {} {what}: {}",
+        r.worker,
+        r.proof.as_deref().unwrap_or("not proven yet")
+    );
+    Ok(())
 }

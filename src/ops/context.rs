@@ -154,6 +154,23 @@ where
     None
 }
 
+/// The proof that released submission `id` (its `WorkerTerminal` or `JobTerminal`), read from
+/// the journal: what a stop of a worker already released answers with. A replay, which only
+/// that rare answer pays for; the reduced state keeps no proofs. `None` if none is found (or the
+/// journal cannot be read: the answer then only lacks its proof).
+pub fn recorded_release_proof(journal_dir: &Path, id: uuid::Uuid) -> Option<String> {
+    let mut proof = None;
+    let _ = journal::replay(journal_dir, None, |env| {
+        match env.event {
+            Event::WorkerTerminal(e) if e.submission_id == id => proof = Some(e.proof),
+            Event::JobTerminal(e) if e.submission_id == id => proof = Some(e.proof),
+            _ => {}
+        }
+        Ok(())
+    });
+    proof
+}
+
 /// Take the journal's writer lock, load the state as it is now, decide and append in `f`, and
 /// release the lock. Nothing in `f` may wait (no Slurm call, no grace, no poll): a command that
 /// waits does so between two of these, and re-checks what it decided when it takes the lock

@@ -9,8 +9,8 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::context::{
-    await_proof, grace_seconds, locked, micros_to_local, request_grace, snapshot_quietly, Ctx,
-    STOP_PROOF_TIMEOUT, STOP_WRAP_UP,
+    await_proof, grace_seconds, locked, micros_to_local, recorded_release_proof, request_grace,
+    snapshot_quietly, Ctx, STOP_PROOF_TIMEOUT, STOP_WRAP_UP,
 };
 use super::error::OpError;
 use super::spec::{Bound, WorkerSpec};
@@ -446,6 +446,23 @@ async fn job_proven_over<S: Scheduler>(
     }
 }
 
+/// The newest worker of this name, if it was released (its proof is read later, with the
+/// lock released).
+fn released_before(jobs: &Jobs, worker: &str) -> Option<JobStopReport> {
+    let j = jobs.last_finished(worker)?;
+    // Released without a job (its sbatch proven to have made none): nothing was stopped,
+    // `not_active` says what it was.
+    let job_id = j.job_id?;
+    (j.state == JobWorkerState::Released).then(|| JobStopReport {
+        worker: worker.to_owned(),
+        submission_id: j.submission_id.to_string(),
+        job_id,
+        state: JobWorkerState::Released.as_str(),
+        proof: None,
+        already_released: true,
+    })
+}
+
 /// Why `stop` has nothing to stop: what the journal last knew of a worker of that name.
 fn not_active(jobs: &Jobs, worker: &str) -> OpError {
     match jobs.last_finished(worker) {
@@ -515,17 +532,9 @@ pub async fn stop<S: Scheduler>(
         let jobs = &state.jobs;
         let Some(j) = jobs.active.values().find(|j| j.worker == worker) else {
             // Stopping what is already stopped is success, as `scancel` of an ended job is.
-            return match jobs.last_finished(worker) {
-                Some(j) if j.state == JobWorkerState::Released => Ok(Err(JobStopReport {
-                    worker: worker.to_owned(),
-                    submission_id: j.submission_id.to_string(),
-                    job_id: j.job_id.expect("a released job worker had a job"),
-                    state: JobWorkerState::Released.as_str(),
-                    proof: j.released_by.clone(),
-                    already_released: true,
-                })),
-                _ => Err(not_active(jobs, worker)),
-            };
+            return released_before(jobs, worker)
+                .map(Err)
+                .ok_or_else(|| not_active(jobs, worker));
         };
         let Some(job_id) = j.job_id else {
             return Err(OpError::Unknown(format!(
@@ -541,7 +550,12 @@ pub async fn stop<S: Scheduler>(
     })?;
     let (submission_id, job, submitted_at) = match decided {
         Ok(stop) => stop,
-        Err(already) => return Ok(already),
+        Err(mut already) => {
+            // Read with the lock released: a replay of the journal.
+            let id = already.submission_id.parse().expect("written from a Uuid");
+            already.proof = recorded_release_proof(&ctx.journal_dir(), id);
+            return Ok(already);
+        }
     };
     failpoint::hit("stop-after-intent");
     request_grace(

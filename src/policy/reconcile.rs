@@ -644,7 +644,6 @@ mod tests {
             report: None,
             journal_damage: None,
             srun: None,
-            released_by: None,
         }
     }
 
@@ -1356,7 +1355,6 @@ mod tests {
                     assets: Vec::new(),
                     named: None,
                     failure: None,
-                    released_by: None,
                 });
             }
             let answer = |failed: bool| -> Answer<Vec<JobRow>> {
@@ -1401,7 +1399,6 @@ mod tests {
                 assets: Vec::new(),
                 named: None,
                 failure: None,
-                released_by: None,
             },
         );
         let mut obs = JobsObservation {

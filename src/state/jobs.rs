@@ -61,9 +61,6 @@ pub struct JobWorker {
     /// Why its submission failed definitely (`JobSubmitFailed.reason`), once it has.
     #[serde(default)]
     pub failure: Option<String>,
-    /// Once released: the proof that its job was over (`JobTerminal`).
-    #[serde(default)]
-    pub released_by: Option<String>,
 }
 
 impl JobWorker {
@@ -94,7 +91,6 @@ impl Jobs {
                 assets: Vec::new(),
                 named: None,
                 failure: None,
-                released_by: None,
             },
         );
     }
@@ -138,11 +134,6 @@ impl Jobs {
 
     pub fn terminal(&mut self, e: &JobTerminal) {
         self.finish(&e.submission_id, JobWorkerState::Released);
-        if let Some(j) = self.finished.back_mut() {
-            if j.submission_id == e.submission_id {
-                j.released_by = Some(e.proof.clone());
-            }
-        }
     }
 
     pub fn forgotten(&mut self, id: &Uuid) {

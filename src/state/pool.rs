@@ -94,10 +94,6 @@ pub struct Worker {
     /// where that pid means anything).
     #[serde(default)]
     pub srun: Option<SrunStarted>,
-    /// Once released: the proof that its step was over (`WorkerTerminal`), so that a stop of
-    /// what is already stopped can answer with it.
-    #[serde(default)]
-    pub released_by: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -257,7 +253,6 @@ impl Pools {
                 report: None,
                 journal_damage: None,
                 srun: None,
-                released_by: None,
             },
         );
         self.by_submission.insert(e.submission_id, e.pool.clone());
@@ -283,7 +278,7 @@ impl Pools {
 
     pub fn launch_failed(&mut self, e: &WorkerLaunchFailed) {
         if e.definite {
-            self.finish(&e.submission_id, WorkerState::Failed, None);
+            self.finish(&e.submission_id, WorkerState::Failed);
         } else if let Some(w) = self.worker_mut(&e.submission_id) {
             w.state = WorkerState::Unknown;
         }
@@ -345,14 +340,14 @@ impl Pools {
     }
 
     pub fn terminal(&mut self, e: &WorkerTerminal) {
-        self.finish(&e.submission_id, WorkerState::Released, Some(&e.proof));
+        self.finish(&e.submission_id, WorkerState::Released);
     }
 
     pub fn forgotten(&mut self, id: &Uuid) {
-        self.finish(id, WorkerState::Forgotten, None);
+        self.finish(id, WorkerState::Forgotten);
     }
 
-    fn finish(&mut self, id: &Uuid, state: WorkerState, proof: Option<&str>) {
+    fn finish(&mut self, id: &Uuid, state: WorkerState) {
         let Some(pool_name) = self.by_submission.remove(id) else {
             return;
         };
@@ -361,7 +356,6 @@ impl Pools {
         };
         if let Some(mut w) = pool.active.remove(id) {
             w.state = state;
-            w.released_by = proof.map(str::to_owned);
             if pool.finished.len() == FINISHED_WORKERS_KEPT {
                 pool.finished.pop_front();
             }

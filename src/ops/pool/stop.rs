@@ -14,8 +14,8 @@ use crate::event::pool::*;
 use crate::event::Event;
 use crate::failpoint;
 use crate::ops::context::{
-    await_proof, grace_seconds, request_grace, snapshot_quietly, Ctx, STOP_PROOF_TIMEOUT,
-    STOP_WRAP_UP,
+    await_proof, grace_seconds, recorded_release_proof, request_grace, snapshot_quietly, Ctx,
+    STOP_PROOF_TIMEOUT, STOP_WRAP_UP,
 };
 use crate::ops::error::OpError;
 use crate::policy::node as node_policy;
@@ -42,7 +42,12 @@ pub struct StopReport {
 
 /// A stop of a worker already released is success, as `scancel` of an ended job is: the most
 /// recent finished worker of that name, if its step was proven over.
-fn already_released(state: &State, pool: &str, worker: &str) -> Option<StopReport> {
+fn already_released(
+    journal_dir: &Path,
+    state: &State,
+    pool: &str,
+    worker: &str,
+) -> Option<StopReport> {
     let p = state.pools.pools.get(pool)?;
     let w = p.finished.iter().rev().find(|w| w.name == worker)?;
     (w.state == WorkerState::Released).then(|| StopReport {
@@ -53,7 +58,7 @@ fn already_released(state: &State, pool: &str, worker: &str) -> Option<StopRepor
             .step_id
             .map(|n| StepId::new(p.allocation.job_id, StepKind::Numbered(n)).to_string()),
         state: WorkerState::Released.as_str(),
-        proof: w.released_by.clone(),
+        proof: recorded_release_proof(journal_dir, w.submission_id),
         already_released: true,
     })
 }
@@ -104,7 +109,7 @@ pub async fn stop_worker<S: Scheduler>(
     };
     let (p, w) = match find_worker(&state, pool, worker) {
         Ok(found) => found,
-        Err(e) => return already_released(&state, pool, worker).ok_or(e),
+        Err(e) => return already_released(&ctx.journal_dir(), &state, pool, worker).ok_or(e),
     };
     let job = p.allocation.job_id;
     let submission_id = w.submission_id;

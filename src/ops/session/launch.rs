@@ -318,8 +318,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             }
         }
         let may_exist = existing.is_some_and(|s| s.may_have_unknown_job());
-        let (probe, adopted) =
-            adopt_by_name(self.env, &self.r, exclude, self.req.replacing).await?;
+        let (probe, adopted) = self.probe_within_wait(exclude).await?;
         self.warnings.extend(probe.warnings.iter().cloned());
         if let Some(seen) = adopted {
             failpoint::hit("session-after-adopt");
@@ -327,6 +326,43 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         }
         self.refuse_unsettled(&probe, may_exist)?;
         Ok(Found::Nothing(probe))
+    }
+
+    /// The name probe, asked again while it fails, until the launch's `--wait` is over: it
+    /// fails closed (no answer, no submit: it is the arbiter between state directories), so a
+    /// controller blip must not become "cannot launch". The seed's sucoder went on past a failed
+    /// probe instead, which can submit a second job beside one it could not see.
+    async fn probe_within_wait(
+        &mut self,
+        exclude: &[JobId],
+    ) -> Result<(NameProbe, Option<Seen>), OpError> {
+        let started = tokio::time::Instant::now();
+        let mut told: Option<tokio::time::Instant> = None;
+        let mut pause = self.env.waits.poll_first;
+        loop {
+            let (probe, adopted) =
+                adopt_by_name(self.env, &self.r, exclude, self.req.replacing).await?;
+            // Lines of this name that no parser reads are a job that exists: no retry helps.
+            let retry = adopted.is_none() && probe.unreadable.is_none();
+            let Some(why) = probe.failed.as_ref().filter(|_| retry) else {
+                return Ok((probe, adopted));
+            };
+            let left = self.env.waits.run_budget.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Ok((probe, adopted));
+            }
+            if told.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY) {
+                (self.env.progress)(&format!(
+                    "the name probe of {} failed ({why}); nothing is submitted without its \
+                     answer, asking again for up to {} s more (--wait)",
+                    self.r.key,
+                    left.as_secs_f64().ceil() as u64
+                ));
+                told = Some(tokio::time::Instant::now());
+            }
+            tokio::time::sleep(pause.min(left)).await;
+            pause = (pause * 2).min(self.env.waits.poll_max);
+        }
     }
 
     /// A probe that cannot show there is no job of this session forbids a submit.
