@@ -652,21 +652,34 @@ async fn b18b_a_completing_job_is_waited_out_then_replaced() {
     assert_eq!(w.record("T").0, Some(5000));
 }
 
-/// 19: a PENDING recorded job and an interactive launch: refused, no sbatch.
+/// 19, as issue 21 item 7 has it: a PENDING recorded job is waited for within --wait like a
+/// new one, detached or not: reused once it runs (with its node), else the launch fails saying
+/// it is still pending. Never an sbatch. (sucoder refused an interactive launch at once.)
 #[tokio::test]
-async fn b19_pending_interactive_is_refused() {
-    let w = World::new();
-    w.seed("T", 4242, T).await;
-    w.q()
-        .by_id
-        .push_back(live(&row("4242", "PENDING", "", T, NAME)));
-    let (msg, kind) = err_text(w.launch("T", false).await);
-    assert_eq!(kind, "failed");
-    assert!(
-        msg.contains("queued, not yet running") && msg.contains("4242"),
-        "{msg}"
-    );
-    assert!(!w.slurm.called("sbatch"));
+async fn b19_a_pending_recorded_job_is_waited_for() {
+    for detached in [false, true] {
+        let w = World::new();
+        w.seed("T", 4242, T).await;
+        w.q()
+            .by_id
+            .push_back(live(&row("4242", "PENDING", "", T, NAME)));
+        w.q()
+            .by_id
+            .push_back(live(&row("4242", "RUNNING", "n1", T, NAME)));
+        assert_eq!(w.launch("T", detached).await.unwrap(), LaunchAction::Reused);
+        assert!(!w.slurm.called("sbatch"));
+
+        let w = World::new();
+        w.seed("T", 4242, T).await;
+        w.q().by_id_else = Some(live(&row("4242", "PENDING", "", T, NAME)));
+        let (msg, kind) = err_text(w.launch("T", detached).await);
+        assert_eq!(kind, "failed");
+        assert!(
+            msg.contains("4242") && msg.contains("still PENDING"),
+            "{msg}"
+        );
+        assert!(!w.slurm.called("sbatch"));
+    }
 }
 
 /// 20: the record probe fails: fail closed with exit 4, no sbatch, record unchanged.
@@ -1690,8 +1703,15 @@ async fn a_held_job_the_probe_cannot_list_stays_held_until_the_next_launch() {
     w.q().by_id.push_back(held());
     w.q().by_name.push_back(held());
     w.q().release.push_back(Ok(()));
+    // Released, it is waited for until it runs, as a new job is (issue 21 item 7).
+    w.q()
+        .by_id
+        .push_back(live(&row("900", "RUNNING", "n1", T, NAME)));
     assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Reused);
-    assert_eq!(w.slurm.programs(), ["squeue", "squeue", "scontrol"]);
+    assert_eq!(
+        w.slurm.programs(),
+        ["squeue", "squeue", "scontrol", "squeue"]
+    );
     assert_eq!(w.slurm.argvs()[2], ["scontrol", "release", "900"]);
     w.slurm.assert_drained();
 }

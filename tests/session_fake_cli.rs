@@ -526,10 +526,17 @@ fn crash_while_held_then_relaunch_releases_it() {
         let f = Fake::new(first_launch_holds_31337());
         crash_holding_31337(&f, point);
         f.scenario(after_crash(false));
-        let r = f.run(LAUNCH_T);
-        assert_eq!(r.code, 0, "{point}: {}", r.stderr);
-        assert_eq!(json_of(&r)["job_id"], 31337, "{point}");
-        assert_eq!(json_of(&r)["action"], "reused", "{point}");
+        // Released, it stays PENDING: waited for within --wait like a new job (issue 21 item
+        // 7), then the launch fails saying so; it is the session's job all the same.
+        let mut launch = LAUNCH_T.to_vec();
+        launch.extend(["--wait", "1"]);
+        let r = f.run(&launch);
+        assert_eq!(r.code, 1, "{point}: {}", r.stderr);
+        let message = json_of(&r)["error"]["message"].as_str().unwrap().to_owned();
+        assert!(
+            message.contains("31337") && message.contains("still PENDING"),
+            "{point}: {message}"
+        );
         assert!(
             f.calls().contains(&release(31337)),
             "{point}: {:?}",
@@ -1804,4 +1811,54 @@ fn a_name_probe_that_fails_then_answers_still_launches_one_job() {
         "asked again within --wait: {:?}",
         f.calls()
     );
+}
+
+/// Issue 21 item 7: an unconfined launch whose `squeue --jobs` polls failed exits 4; the next
+/// launch reuses that job and, since it does not run yet, waits for it like a new one: the
+/// answer names its node (it was `reused` with `"node": null`).
+#[test]
+fn a_reused_job_that_is_not_running_is_waited_for_and_its_node_named() {
+    let salloc = json!({"stderr": "salloc: Job is in held state, pending scheduler release\n\
+                                   salloc: Pending job allocation 77\n", "hang": 1});
+    let f = Fake::new(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": held_row(77, OTHER, NAME)},
+            {"match": ["--jobs=77"], "exit": 1,
+             "stderr": "slurm_load_jobs error: Socket timed out on send/recv operation\n"},
+        ],
+        "salloc": [salloc],
+    }));
+    let launch = [
+        "--json",
+        "session",
+        "launch",
+        "sample",
+        "-T",
+        "U",
+        "--detached",
+    ];
+    let r = f.run(&launch);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    f.clear_calls();
+    f.scenario(json!({
+        "squeue": [
+            {"match": ["--jobs=77"], "times": 2, "stdout": row("77", "PENDING", "", OTHER, NAME)},
+            {"match": ["--jobs=77"], "stdout": running(77, OTHER)},
+        ],
+    }));
+    let r = f.run(&launch);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = json_of(&r);
+    assert_eq!(
+        (&j["action"], &j["job_id"], &j["node"], &j["state"]),
+        (
+            &json!("reused"),
+            &json!(77),
+            &json!("n0007"),
+            &json!("RUNNING")
+        ),
+        "{j}"
+    );
+    assert!(!f.programs().contains(&"salloc".to_owned()));
 }

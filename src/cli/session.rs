@@ -163,7 +163,6 @@ pub async fn run<S: Scheduler>(
                 detached: *detached,
                 command: command.clone(),
                 replacing: None,
-                require_running: false,
             };
             let env = env(waits_for(*wait));
             if *dry_run {

@@ -309,6 +309,9 @@ pub struct World {
     pub lied_about: std::collections::BTreeSet<String>,
     /// Job names whose last by-name listing failed (for messages).
     pub probe_failed: std::collections::BTreeSet<String>,
+    /// Every job a session record has named as replaced by a renew, ever: a record restored
+    /// from an older backup forgets it, but the renew that made its replacement did not.
+    pub replaced_ever: std::collections::BTreeSet<u32>,
 }
 
 pub struct SimSlurm {
@@ -392,6 +395,7 @@ impl World {
             next_job: 100,
             command: "",
             lied_about: Default::default(),
+            replaced_ever: Default::default(),
             probe_failed: Default::default(),
         }
     }

@@ -298,7 +298,6 @@ impl Sessions {
                     detached,
                     command: vec!["work".into()],
                     replacing: None,
-                    require_running: false,
                 };
                 launch::launch(&env, &req)
                     .await
@@ -394,6 +393,13 @@ impl Sessions {
     /// (S1) for the jobs made since `first_new`, and (S3).
     pub fn check(&self, w: &mut World, first_new: u32) -> Result<(), String> {
         let state = self.state()?;
+        if let Some(s) = &state {
+            for x in s.sessions.sessions.values() {
+                let replacing = x.submission.as_ref().and_then(|sub| sub.replacing);
+                w.replaced_ever
+                    .extend(x.replaced.into_iter().chain(replacing).map(JobId::get));
+            }
+        }
         // A job made held beside a live one (a confined launch's arbitration: its own held job
         // is the watermark of the listing that decides) is no second job while it stays held:
         // it never runs. It is one once it is released while the other is still queued or
@@ -412,17 +418,7 @@ impl Sessions {
             let Some(o) = w.jobs.get(&other).filter(|o| active(o)).cloned() else {
                 continue;
             };
-            let replaced = state.as_ref().is_some_and(|s| {
-                s.sessions.sessions.values().any(|x| {
-                    x.replaced.map(JobId::get) == Some(other)
-                        || x.submission
-                            .as_ref()
-                            .and_then(|sub| sub.replacing)
-                            .map(JobId::get)
-                            == Some(other)
-                })
-            });
-            if j.made_by == "session renew" && replaced {
+            if j.made_by == "session renew" && w.replaced_ever.contains(&other) {
                 continue;
             }
             let mirror = j.name.trim_start_matches(PREFIX).to_owned();

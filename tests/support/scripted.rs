@@ -38,6 +38,8 @@ pub struct Queues {
     /// The answer of every name probe once `by_name` is used up (a wait that probes a number
     /// of times that depends on the clock); `None`: such a call panics.
     pub by_name_else: Option<Rows>,
+    /// The same for the probes by id (a wait for a job to run).
+    pub by_id_else: Option<Rows>,
     pub mine: VecDeque<Rows>,
     pub sbatch: VecDeque<Result<Submitted, ActionError>>,
     pub salloc: VecDeque<Result<Allocated, ActionError>>,
@@ -235,6 +237,9 @@ impl Scheduler for Scripted {
         self.record("squeue", argv.clone());
         let mut q = self.q.lock().unwrap();
         match &query.select {
+            JobSelect::Ids(_) if q.by_id.is_empty() && q.by_id_else.is_some() => {
+                q.by_id_else.clone().unwrap()
+            }
             JobSelect::Ids(_) => match pop(&mut q.by_id, "squeue --jobs", &argv) {
                 Answer::Gone(dispatch::slurm::GoneProof::InvalidJobId { command, .. }) => {
                     let job = query.single_id().expect("Invalid job id is for one id");

@@ -39,13 +39,11 @@ pub const DEFAULT_TIME: &str = "02:00:00";
 pub struct LaunchRequest {
     pub mirror: String,
     pub target: String,
-    /// Do not attach afterwards; a job that is not RUNNING is then fine to reuse.
+    /// Do not attach afterwards. A kept job that is not RUNNING is waited for either way.
     pub detached: bool,
     pub command: Vec<String>,
     /// The job this launch replaces (renew): never reused, never adopted.
     pub replacing: Option<JobId>,
-    /// Wait until the job runs even when it was reused or adopted (renew).
-    pub require_running: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -451,7 +449,10 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         if held {
             hold::release(self.env, &self.r, job).await?;
         }
-        if self.req.require_running && node.is_none() {
+        // A kept job that is still queued is waited for as a new one is (within --wait): the
+        // answer names its node, or the command fails saying it is still pending. (Other live
+        // states without a node, SUSPENDED or CONFIGURING, are kept as they are when detached.)
+        if state == JobState::Pending || (!self.req.detached && node.is_none()) {
             let (state, node) = self.wait_running(job).await?;
             return Ok(self.report(job, action, state, Some(node)));
         }
@@ -460,8 +461,8 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         }
         if !self.req.detached && state != JobState::Running {
             return Err(OpError::Failed(format!(
-                "Slurm job {job} of session {} is {state} (queued, not yet running); nothing \
-                 was submitted. Attach once it starts: `{}`",
+                "Slurm job {job} of session {} is {state}, not running; nothing was submitted. \
+                 Attach once it runs: `{}`",
                 self.r.key,
                 command_for("attach", &self.r.key)
             )));

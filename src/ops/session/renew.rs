@@ -253,7 +253,6 @@ impl<S: Scheduler> Renewal<'_, '_, S> {
             detached: true,
             command: self.command.clone(),
             replacing: draining.then_some(job),
-            require_running: true,
         };
         match launch(self.env, &req).await {
             Ok(new) if new.job() == job => Err(OpError::Failed(format!(
