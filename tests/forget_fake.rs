@@ -131,12 +131,22 @@ fn a_session_whose_submission_cannot_be_resolved_is_forgotten_and_launch_is_free
     }));
     let (code, _, err) = session(&["session", "launch", "m", "-T", "T", "--detached"]);
     assert_eq!(code, 4, "{err}");
-    // The controller stops answering: the next launch fails closed and never submits.
+    // The controller stops answering: the next launch asks again within its --wait, then
+    // fails closed and never submits.
     fake.scenario(json!({
         "squeue": [{"fixture": "notes-squeue-ctld-down"}],
         "sbatch": [{"stdout": "Submitted batch job probably\n"}],
     }));
-    let (code, _, err) = session(&["session", "launch", "m", "-T", "T", "--detached"]);
+    let (code, _, err) = session(&[
+        "session",
+        "launch",
+        "m",
+        "-T",
+        "T",
+        "--detached",
+        "--wait",
+        "2",
+    ]);
     assert_eq!(code, 4, "{err}");
     assert!(
         !fake.programs().contains(&"sbatch".to_owned()),
