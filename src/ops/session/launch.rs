@@ -2,9 +2,10 @@
 //! found by name, else submit one. Never two jobs for one session.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
+use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{

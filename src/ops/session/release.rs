@@ -2,7 +2,7 @@
 //! cancel it, and forget it only once scancel succeeded. A job a renewal replaced and never
 //! saw end is settled too: forgotten once Slurm shows it gone, cancelled while it still runs.
 
-use std::time::Instant;
+use tokio::time::Instant;
 
 use serde::Serialize;
 
