@@ -133,6 +133,80 @@ pub fn session_files_dir(
     }
 }
 
+/// The first problem of target `name`: the key it is at (`None`: the table's header) and the
+/// message, in the order the checks run.
+fn target_fault(name: &str, t: &Target) -> Option<(Option<&'static str>, String)> {
+    let table = format!("targets.{name}");
+    if let Err(m) = crate::names::check_label("target", name) {
+        return Some((None, m));
+    }
+    let pins = [
+        ("partition", Some(&t.partition)),
+        ("account", Some(&t.account)),
+        ("qos", t.qos.as_ref()),
+        ("time", t.time.as_ref()),
+        ("mem", t.mem.as_ref()),
+    ];
+    for (key, value) in pins {
+        if let Some(Err(m)) =
+            value.map(|v| crate::names::check_no_control(&format!("{table}.{key}"), v))
+        {
+            return Some((Some(key), m));
+        }
+    }
+    if let Some((key, value, why)) = slurm_value_fault(t) {
+        let message = format!("{table}.{key} = {}: {why}", crate::names::short(value));
+        return Some((Some(key), message));
+    }
+    for (key, value) in [("partition", &t.partition), ("account", &t.account)] {
+        if value.is_empty() {
+            return Some((Some(key), format!("{table}.{key} must not be empty")));
+        }
+    }
+    if t.cpus_per_task == Some(0) {
+        let message = format!("{table}.cpus_per_task must be at least 1");
+        return Some((Some("cpus_per_task"), message));
+    }
+    None
+}
+
+/// The first of a target's values that Slurm would not take, in the order the checks ran:
+/// partition, account and qos each one word (an empty one is refused by `validate` in words of
+/// its own), then time and mem; with the key, the value and why.
+fn slurm_value_fault(t: &Target) -> Option<(&'static str, &str, String)> {
+    let words = [
+        ("partition", Some(&t.partition)),
+        ("account", Some(&t.account)),
+        ("qos", t.qos.as_ref()),
+    ];
+    for (key, value) in words {
+        if let Some(value) = value.filter(|v| !v.is_empty()) {
+            if let Err(e) = crate::slurm::request::check_word(key, value) {
+                return Some((key, value, e.to_string()));
+            }
+        }
+    }
+    if let Some(time) = &t.time {
+        if let Err(e) = crate::slurm::SlurmDuration::parse_request(time) {
+            return Some((
+                "time",
+                time,
+                format!("{e}; give a Slurm time such as 90, 1:30:00, 1-00:00:00 or UNLIMITED"),
+            ));
+        }
+    }
+    if let Some(mem) = &t.mem {
+        if let Err(e) = crate::slurm::MemoryMb::parse(mem) {
+            return Some((
+                "mem",
+                mem,
+                format!("{e}; give a size such as 500M, 4G or 1T"),
+            ));
+        }
+    }
+    None
+}
+
 /// The 1-based line of `key` in the table `table` (`None`: the top level), or of the table's
 /// header when `key` is `None`. Quotes around table name parts are ignored; keys written as
 /// dotted paths or inline tables are not found (the error then names no line).
@@ -246,69 +320,10 @@ impl Config {
             no_control(None, "session_files", &dir.to_string_lossy())?;
         }
         for (name, t) in &self.targets {
-            let table = format!("targets.{name}");
-            crate::names::check_label("target", name)
-                .map_err(|m| malformed(at(Some(&table), None), m))?;
-            let pins = [
-                ("partition", Some(&t.partition)),
-                ("account", Some(&t.account)),
-                ("qos", t.qos.as_ref()),
-                ("time", t.time.as_ref()),
-                ("mem", t.mem.as_ref()),
-            ];
-            for (key, value) in pins {
-                if let Some(value) = value {
-                    no_control(Some(&table), key, value)?;
-                }
-            }
-            // One Slurm word each, as every argv dispatch builds requires (an empty one is
-            // refused below, in words of its own).
-            for (key, value) in &pins[..3] {
-                if let Some(value) = value.filter(|v| !v.is_empty()) {
-                    crate::slurm::request::check_word(key, value).map_err(|e| {
-                        malformed(
-                            at(Some(&table), Some(key)),
-                            format!("{table}.{key} = {}: {e}", crate::names::short(value)),
-                        )
-                    })?;
-                }
-            }
-            // Checked here so a bad value fails at load with its line, not at the first launch.
-            if let Some(time) = &t.time {
-                crate::slurm::SlurmDuration::parse_request(time).map_err(|e| {
-                    malformed(
-                        at(Some(&table), Some("time")),
-                        format!(
-                            "{table}.time = {}: {e}; give a Slurm time such as 90, 1:30:00, \
-                             1-00:00:00 or UNLIMITED",
-                            crate::names::short(time)
-                        ),
-                    )
-                })?;
-            }
-            if let Some(mem) = &t.mem {
-                crate::slurm::MemoryMb::parse(mem).map_err(|e| {
-                    malformed(
-                        at(Some(&table), Some("mem")),
-                        format!(
-                            "{table}.mem = {}: {e}; give a size such as 500M, 4G or 1T",
-                            crate::names::short(mem)
-                        ),
-                    )
-                })?;
-            }
-            for (key, value) in [("partition", &t.partition), ("account", &t.account)] {
-                if value.is_empty() {
-                    return Err(malformed(
-                        at(Some(&table), Some(key)),
-                        format!("{table}.{key} must not be empty"),
-                    ));
-                }
-            }
-            if t.cpus_per_task == Some(0) {
+            if let Some((key, message)) = target_fault(name, t) {
                 return Err(malformed(
-                    at(Some(&table), Some("cpus_per_task")),
-                    format!("{table}.cpus_per_task must be at least 1"),
+                    at(Some(&format!("targets.{name}")), key),
+                    message,
                 ));
             }
         }

@@ -446,21 +446,13 @@ async fn job_proven_over<S: Scheduler>(
     }
 }
 
-/// The newest worker of this name, if it was released (its proof is read later, with the
-/// lock released).
-fn released_before(jobs: &Jobs, worker: &str) -> Option<JobStopReport> {
+/// The newest worker of this name, if it was released: its submission and job.
+fn released_before(jobs: &Jobs, worker: &str) -> Option<(Uuid, JobId)> {
     let j = jobs.last_finished(worker)?;
     // Released without a job (its sbatch proven to have made none): nothing was stopped,
     // `not_active` says what it was.
     let job_id = j.job_id?;
-    (j.state == JobWorkerState::Released).then(|| JobStopReport {
-        worker: worker.to_owned(),
-        submission_id: j.submission_id.to_string(),
-        job_id,
-        state: JobWorkerState::Released.as_str(),
-        proof: None,
-        already_released: true,
-    })
+    (j.state == JobWorkerState::Released).then_some((j.submission_id, job_id))
 }
 
 /// Why `stop` has nothing to stop: what the journal last knew of a worker of that name.
@@ -550,11 +542,16 @@ pub async fn stop<S: Scheduler>(
     })?;
     let (submission_id, job, submitted_at) = match decided {
         Ok(stop) => stop,
-        Err(mut already) => {
-            // Read with the lock released: a replay of the journal.
-            let id = already.submission_id.parse().expect("written from a Uuid");
-            already.proof = recorded_release_proof(&ctx.journal_dir(), id);
-            return Ok(already);
+        Err((id, job_id)) => {
+            return Ok(JobStopReport {
+                worker: worker.to_owned(),
+                submission_id: id.to_string(),
+                job_id,
+                state: JobWorkerState::Released.as_str(),
+                // Read with the lock released: a replay of the journal.
+                proof: recorded_release_proof(&ctx.journal_dir(), id),
+                already_released: true,
+            });
         }
     };
     failpoint::hit("stop-after-intent");
