@@ -201,6 +201,18 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
             job_id: job(g),
             proof: text(g),
         }),
+        108 => Event::AllocationMarkIntent(AllocationMarkIntent {
+            pool: text(g),
+            job_id: job(g),
+            comment: text(g),
+            previous: text(g),
+        }),
+        109 => Event::AllocationMarked(AllocationMarked {
+            pool: text(g),
+            job_id: job(g),
+            ok: bool::arbitrary(g),
+            reason: text(g),
+        }),
         110 => Event::WorkerSubmitIntent(WorkerSubmitIntent {
             pool: text(g),
             worker: text(g),
@@ -285,6 +297,12 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
             } else {
                 None
             },
+            reason: text(g),
+        }),
+        172 => Event::AllocationStolen(AllocationStolen {
+            pool: text(g),
+            job_id: job(g),
+            holder: text(g),
             reason: text(g),
         }),
         130 => Event::AssetAddIntent(AssetAddIntent {

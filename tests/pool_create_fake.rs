@@ -39,6 +39,25 @@ fn interrupted_create(fake: &Fake) -> String {
     let (code, _, err) = fake.run(CREATE);
     assert_eq!(code, 4, "{err}");
     assert!(err.contains("finds it by name"), "{err}");
+    // The allocation is marked as this journal's from its first moment (issue 21 item 6).
+    let (_, out, _) = fake.run(&["journal", "dump", "--json"]);
+    let genesis: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    let mark = format!(
+        "--comment=dispatch-pool/{}/",
+        genesis["event"]["journal_id"].as_str().unwrap()
+    );
+    let salloc = fake
+        .calls()
+        .into_iter()
+        .find(|(p, _)| p == "salloc")
+        .unwrap()
+        .1;
+    assert!(
+        salloc
+            .iter()
+            .any(|a| a.starts_with(&mark) && a.ends_with("/p")),
+        "{salloc:?}"
+    );
     let (_, out, _) = fake.run(&["pool", "status", "--json"]);
     let status: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(status["pools"], json!([]));

@@ -143,6 +143,16 @@ fn a_created_pool_runs_eight_workers_and_its_release_leaves_nothing() {
     assert_eq!(live_jobs_of(&pool), vec![(job, "RUNNING".to_owned())]);
     let status = json(&st.run(&["pool", "status", &pool, "--json"]).stdout);
     assert_eq!(status["pools"][0]["owner"], "created");
+    // Marked as this journal's by salloc's --comment: another state directory cannot attach it.
+    let comment = real_cluster::job_comment(job);
+    assert!(
+        comment.starts_with("dispatch-pool/") && comment.ends_with(&format!("/{pool}")),
+        "{comment}"
+    );
+    let elsewhere = State::new();
+    let refused = elsewhere.run(&["pool", "attach", "other", "--job", &job.to_string()]);
+    assert_eq!(refused.code, 3, "{}", refused.stderr);
+    assert!(refused.stderr.contains("--steal"), "{}", refused.stderr);
 
     // The capacity case: 8 one-CPU workers at once, each its own step; a ninth does not fit.
     for i in 0..8 {

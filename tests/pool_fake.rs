@@ -900,3 +900,278 @@ fn a_stop_says_what_scancel_answered_and_a_second_stop_is_success() {
         "a worker the pool never had is still not found: {err}"
     );
 }
+
+// One owner per allocation (issue 21 item 6): the journal holding a pool's allocation marks it
+// in the job's comment, and another state directory's attach is refused unless `--steal`.
+
+const ATTACH: &[&str] = &["pool", "attach", "p", "--job", "901", "--json"];
+
+/// This journal's id, from its Genesis.
+fn journal_id(fake: &Fake, state: &std::path::Path) -> String {
+    let (code, out, err) = fake.run_in(state, &["journal", "dump", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let genesis: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    genesis["event"]["journal_id"].as_str().unwrap().to_owned()
+}
+
+fn kinds_in(fake: &Fake, state: &std::path::Path) -> Vec<String> {
+    let (code, out, err) = fake.run_in(state, &["journal", "dump", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    out.lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The comments set by `scontrol update`, in order.
+fn comments_set(fake: &Fake) -> Vec<String> {
+    fake.calls()
+        .into_iter()
+        .filter(|(p, argv)| p == "scontrol" && argv.first().is_some_and(|a| a == "update"))
+        .map(|(_, argv)| {
+            assert!(argv.contains(&"JobId=901".to_owned()), "{argv:?}");
+            argv.iter()
+                .find_map(|a| a.strip_prefix("Comment="))
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn an_attach_marks_the_allocation_and_another_state_dir_is_refused() {
+    let fake = Fake::new();
+    fake.scenario(json!({"scontrol": [{"stdout": show_job(60, 3600)}]}));
+    let (code, out, err) = fake.run(ATTACH);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    let journal = journal_id(&fake, &fake.state());
+    let mark = r["mark"].as_str().unwrap();
+    assert!(
+        mark.starts_with(&format!("dispatch-pool/{journal}/")),
+        "{r}"
+    );
+    assert!(mark.ends_with("/p"), "{r}");
+    assert_eq!(comments_set(&fake), [mark]);
+    assert_eq!(fake.programs(), ["scontrol", "scontrol", "scontrol"]);
+    let kinds = fake.kinds();
+    assert_eq!(
+        kinds[kinds.len() - 3..],
+        ["AllocationMarkIntent", "AllocationMarked", "PoolAttached"]
+    );
+
+    // A detach whose unmarking gets no answer says so and leaves the mark; this journal's
+    // next attach finds its own mark and writes nothing into Slurm.
+    fake.scenario(json!({"scontrol": [
+        {"match": ["update"], "hang": 30},
+        {"stdout": show_job(60, 3600)},
+    ]}));
+    let (code, out, err) = fake.run(&["pool", "detach", "p", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let d: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(d["unmarked"], false, "{d}");
+    assert!(
+        d["warnings"][0].as_str().unwrap().contains("--steal"),
+        "{d}"
+    );
+    fake.scenario(json!({"scontrol": [{"stdout": show_job(60, 3600)}]}));
+    let (code, _, err) = fake.run(ATTACH);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        fake.programs(),
+        ["scontrol"],
+        "its own mark is not written again"
+    );
+    assert_eq!(fake.kinds().last().unwrap(), "PoolAttached");
+    fake.run(&["pool", "detach", "p"]);
+    fake.forget_calls();
+
+    // Another state directory (another login node, or another user of the account).
+    let other = fake.dir.path().join("other-state");
+    let (code, _, err) = fake.run_in(&other, &["pool", "attach", "q", "--job", "901"]);
+    assert_eq!(code, 0, "the detach took the mark out: {err}");
+    fake.forget_calls();
+    let (code, _, err) = fake.run(&["pool", "attach", "p", "--job", "901"]);
+    assert_eq!(code, 3, "{err}");
+    let other_journal = journal_id(&fake, &other);
+    for needed in [
+        other_journal.as_str(),
+        "pool \"q\"",
+        "--steal",
+        "pool detach q",
+    ] {
+        assert!(err.contains(needed), "{needed:?} missing: {err}");
+    }
+    assert!(
+        comments_set(&fake).is_empty(),
+        "a refused attach wrote the comment"
+    );
+    let (_, out, _) = fake.run(&["pool", "status", "--json"]);
+    let st: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(st["pools"], json!([]), "{st}");
+}
+
+#[test]
+fn a_steal_is_an_override_and_the_robbed_pool_then_refuses_to_submit() {
+    let fake = Fake::attached(60);
+    let other = fake.dir.path().join("other-state");
+    let steal = |reason: &str| {
+        fake.run_in(
+            &other,
+            &[
+                "pool", "attach", "q", "--job", "901", "--json", "--steal", reason,
+            ],
+        )
+    };
+    let (code, _, err) = steal(" ");
+    assert_eq!(code, 2, "an empty reason is a usage error: {err}");
+    let (code, out, err) = steal("login1 is gone for good");
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    let first = journal_id(&fake, &fake.state());
+    assert!(r["stolen_from"].as_str().unwrap().contains(&first), "{r}");
+    assert!(
+        r["mark"]
+            .as_str()
+            .unwrap()
+            .contains(&journal_id(&fake, &other)),
+        "{r}"
+    );
+    let kinds = kinds_in(&fake, &other);
+    assert_eq!(
+        kinds[kinds.len() - 4..],
+        [
+            "AllocationStolen",
+            "AllocationMarkIntent",
+            "AllocationMarked",
+            "PoolAttached"
+        ]
+    );
+    let (code, out, err) = fake.run_in(&other, &["audit", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let audit: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(audit["rules"]["override_count"], 1, "{audit}");
+    let said = audit["rules"]["overrides"].to_string();
+    assert!(
+        said.contains("login1 is gone for good") && said.contains(&first),
+        "{said}"
+    );
+
+    // The robbed journal's next submit sees the other mark and starts nothing.
+    fake.forget_calls();
+    let (code, _, err) = fake.run(SUBMIT);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("another state directory"), "{err}");
+    assert!(
+        !fake.programs().iter().any(|p| p == "srun"),
+        "{:?}",
+        fake.programs()
+    );
+}
+
+#[test]
+fn a_detach_takes_only_the_mark_out_of_the_users_comment() {
+    let fake = Fake::new();
+    fake.scenario(json!({"scontrol": [{"stdout": show_job(60, 3600)}]}));
+    std::fs::write(
+        fake.dir.path().join("scenario.json.state.comments"),
+        json!({"901": "my own words"}).to_string(),
+    )
+    .unwrap();
+    let (code, out, err) = fake.run(ATTACH);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    let mark = r["mark"].as_str().unwrap();
+    let (code, out, err) = fake.run(&["pool", "detach", "p", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let d: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(d["unmarked"], true, "{d}");
+    assert_eq!(
+        comments_set(&fake),
+        [format!("my own words {mark}"), "my own words".to_owned()]
+    );
+    let kinds = fake.kinds();
+    assert_eq!(
+        kinds[kinds.len() - 3..],
+        ["PoolDetached", "AllocationMarkIntent", "AllocationMarked"]
+    );
+}
+
+#[test]
+fn a_mark_that_does_not_show_attaches_nothing() {
+    let fake = Fake::new();
+    // scontrol update answers but changes nothing; then it hangs.
+    fake.scenario(json!({"scontrol": [
+        {"match": ["update"], "times": 1, "stdout": ""},
+        {"match": ["update"], "hang": 30},
+        {"stdout": show_job(60, 3600)},
+    ]}));
+    for _ in 0..2 {
+        let (code, _, err) = fake.run(&["pool", "attach", "p", "--job", "901"]);
+        assert_eq!(code, 4, "{err}");
+        assert!(err.contains("pool p was not attached"), "{err}");
+        let kinds = fake.kinds();
+        assert_eq!(
+            kinds[kinds.len() - 2..],
+            ["AllocationMarkIntent", "AllocationMarked"]
+        );
+        let (_, out, _) = fake.run(&["pool", "status", "--json"]);
+        assert_eq!(
+            serde_json::from_str::<Value>(out.trim()).unwrap()["pools"],
+            json!([])
+        );
+    }
+    let events = fake.events();
+    let outcomes: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "AllocationMarked")
+        .collect();
+    assert!(
+        outcomes.iter().all(|e| e["event"]["ok"] == false),
+        "{outcomes:?}"
+    );
+}
+
+#[test]
+fn an_attach_that_loses_the_race_for_the_mark_is_refused() {
+    let fake = Fake::new();
+    let theirs = "dispatch-pool/00000000-0000-4000-8000-000000000042/login2/q";
+    let shown_after = show_job(60, 3600).replace('\n', &format!(" Comment={theirs}\n"));
+    fake.scenario(json!({"scontrol": [
+        {"match": ["show"], "times": 1, "stdout": show_job(60, 3600)},
+        {"match": ["update"], "stdout": ""},
+        {"stdout": shown_after},
+    ]}));
+    let (code, _, err) = fake.run(&["pool", "attach", "p", "--job", "901"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("00000000-0000-4000-8000-000000000042") && err.contains("login2"),
+        "{err}"
+    );
+    let kinds = fake.kinds();
+    assert_eq!(
+        kinds[kinds.len() - 2..],
+        ["AllocationMarkIntent", "AllocationMarked"]
+    );
+}
+
+#[test]
+fn an_attach_killed_after_its_mark_intent_is_settled_by_the_next() {
+    let fake = Fake::new();
+    fake.scenario(json!({"scontrol": [{"stdout": show_job(60, 3600)}]}));
+    fake.crash(
+        "pool-attach-after-mark-intent",
+        &["pool", "attach", "p", "--job", "901"],
+    );
+    assert_eq!(fake.kinds().last().unwrap(), "AllocationMarkIntent");
+    assert!(comments_set(&fake).is_empty());
+    let (code, _, err) = fake.run(&["pool", "attach", "p", "--job", "901"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(comments_set(&fake).len(), 1);
+    let (code, out, err) = fake.run(&["audit", "--json"]);
+    assert_eq!(code, 0, "{err} {out}");
+}

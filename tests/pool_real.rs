@@ -423,3 +423,86 @@ fn a_stop_gives_the_payload_the_grace_the_stop_asked_for() {
     let audit = dispatch(sd, &["audit", "--json"]);
     assert_eq!(json(&audit.stdout)["rules"]["held"], 0, "{}", audit.stdout);
 }
+
+/// Issue 21 item 6: one allocation, one owning journal, marked in Slurm's own job comment
+/// (`scontrol update … Comment=`, which the job's owner may set on 22.05 and 24.11 alike).
+#[test]
+fn one_allocation_has_one_owning_journal_marked_in_its_comment() {
+    let _cluster = require_cluster();
+    let alloc = Allocation::salloc(
+        "dispatch-pool-holder",
+        &["-c", "1", "--mem", "100M", "--time", "5"],
+    );
+    let job = alloc.id.to_string();
+    real_cluster::set_job_comment(alloc.id, "the user's words");
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let journal_of = |sd: &std::path::Path| {
+        let dump = dispatch(sd, &["journal", "dump", "--json"]);
+        json(dump.stdout.lines().next().unwrap())["event"]["journal_id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+
+    let r = dispatch(a.path(), &["pool", "attach", "p", "--job", &job, "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let ja = journal_of(a.path());
+    let comment = real_cluster::job_comment(alloc.id);
+    assert!(
+        comment.starts_with(&format!("the user's words dispatch-pool/{ja}/"))
+            && comment.ends_with("/p"),
+        "{comment}"
+    );
+    assert_eq!(
+        json(&r.stdout)["mark"],
+        comment["the user's words ".len()..]
+    );
+
+    // A second state directory is refused, told whose it is.
+    let r = dispatch(b.path(), &["pool", "attach", "q", "--job", &job]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&ja) && r.stderr.contains("--steal"),
+        "{}",
+        r.stderr
+    );
+
+    // --steal takes it, recorded as an override; the robbed journal then starts nothing.
+    let r = dispatch(
+        b.path(),
+        &[
+            "pool",
+            "attach",
+            "q",
+            "--job",
+            &job,
+            "--steal",
+            "a's host is gone",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let jb = journal_of(b.path());
+    assert!(real_cluster::job_comment(alloc.id).contains(&jb));
+    let audit = json(&dispatch(b.path(), &["audit", "--json"]).stdout);
+    assert_eq!(audit["rules"]["override_count"], 1, "{audit}");
+    let r = dispatch(
+        a.path(),
+        &[
+            "pool", "submit", "p", "--cpus", "1", "--mem", "50M", "--", "true",
+        ],
+    );
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(squeue_steps(alloc.id).is_empty());
+
+    // Detaching leaves the user's words, and the allocation free for a plain attach.
+    assert_eq!(dispatch(a.path(), &["pool", "detach", "p"]).code, 0);
+    let r = dispatch(b.path(), &["pool", "detach", "q", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json(&r.stdout)["unmarked"], true);
+    assert_eq!(real_cluster::job_comment(alloc.id), "the user's words");
+    let r = dispatch(a.path(), &["pool", "attach", "p", "--job", &job]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    for sd in [a.path(), b.path()] {
+        assert_eq!(dispatch(sd, &["audit"]).code, 0);
+    }
+}

@@ -481,7 +481,7 @@ impl Run {
                         limit_s,
                     } => {
                         let job = attach_target(ctx, *cpus, *mem_mb, *limit_s);
-                        pool::attach(ctx, pool, job).await.map(drop)
+                        pool::attach(ctx, pool, job, None).await.map(drop)
                     }
                     Command::PoolSubmit {
                         pool,
@@ -503,7 +503,7 @@ impl Run {
                         .await
                         .map(drop),
                     Command::Reconcile => reconcile(ctx, None).await.map(drop),
-                    Command::Detach { pool } => pool::detach(ctx, pool).map(drop),
+                    Command::Detach { pool } => pool::detach(ctx, pool).await.map(drop),
                     Command::Submit {
                         worker,
                         cpus,

@@ -182,10 +182,13 @@ pub enum PoolCommand {
         dispatch pool create p --cpus 4 --mem 4G --time 30:00 --partition debug --nodelist vm\n  \
         dispatch pool release p   # stops its workers and cancels the allocation")]
     Create(CreateArgs),
-    /// Attach a running single-node allocation you own as a pool (never creates or cancels it)
+    /// Attach a running single-node allocation you own as a pool (never creates or cancels it).
+    /// The job's comment is marked with this state directory's journal, and an allocation
+    /// another state directory holds is refused (exit 3, naming its journal and host)
     #[command(after_help = "Examples:\n  \
         salloc -N1 -c8 --mem=16G --no-shell   # prints the job id, say 4242\n  \
-        dispatch pool attach p --job 4242")]
+        dispatch pool attach p --job 4242\n  \
+        dispatch pool attach p --job 4242 --steal 'login1 is gone for good'")]
     Attach {
         /// The pool's name
         #[arg(value_parser = crate::names::arg::path_name("pool"))]
@@ -193,6 +196,11 @@ pub enum PoolCommand {
         /// The allocation's job id
         #[arg(long, value_parser = parse_job_id)]
         job: JobId,
+        /// Attach it even though another state directory's mark names it, for this reason
+        /// (recorded as an override; that pool's workers keep running, and its `pool release`
+        /// of a created allocation still cancels it)
+        #[arg(long, value_name = "REASON")]
+        steal: Option<String>,
     },
     /// Start a worker as its own job step inside the pool's allocation
     #[command(after_help = "Examples:\n  \
@@ -308,7 +316,9 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
             ))
         }
         PoolCommand::Release { pool, grace } => run_release(ctx, pool, *grace, json).await?,
-        PoolCommand::Attach { pool, job } => run_attach(ctx, pool, *job, json).await?,
+        PoolCommand::Attach { pool, job, steal } => {
+            run_attach(ctx, pool, *job, steal.as_deref(), json).await?
+        }
         PoolCommand::Submit {
             pool,
             worker,
@@ -352,11 +362,14 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
             print_stopped(&r, json)?;
         }
         PoolCommand::Detach { pool } => {
-            let r = ops::detach(ctx, pool)?;
+            let r = ops::detach(ctx, pool).await?;
             if json {
                 print_json(&r)?;
             } else {
                 crate::outln!("pool {} detached; job {} is untouched", r.pool, r.job_id);
+                for w in &r.warnings {
+                    eprintln!("warning: {w}");
+                }
             }
         }
     }
@@ -392,9 +405,10 @@ async fn run_attach<S: Scheduler>(
     ctx: &Ctx<S>,
     pool: &str,
     job: JobId,
+    steal: Option<&str>,
     json: bool,
 ) -> Result<(), Failure> {
-    let r = ops::attach(ctx, pool, job).await?;
+    let r = ops::attach(ctx, pool, job, steal).await?;
     if json {
         print_json(&r)?;
     } else {

@@ -415,6 +415,8 @@ vocabulary! {
         105 => PoolOwned(pool::PoolOwned), must_understand;
         106 => PoolReleaseIntent(pool::PoolReleaseIntent), must_understand;
         107 => PoolReleased(pool::PoolReleased), must_understand;
+        108 => AllocationMarkIntent(pool::AllocationMarkIntent);
+        109 => AllocationMarked(pool::AllocationMarked);
         110 => WorkerSubmitIntent(pool::WorkerSubmitIntent), must_understand;
         111 => WorkerLaunched(pool::WorkerLaunched), must_understand;
         112 => WorkerLaunchFailed(pool::WorkerLaunchFailed), must_understand;
@@ -442,6 +444,7 @@ vocabulary! {
         142 => TrialJudged(trial::TrialJudged), must_understand;
         170 => WorkerForgotten(overrides::WorkerForgotten), must_understand;
         171 => SessionForgotten(overrides::SessionForgotten), must_understand;
+        172 => AllocationStolen(overrides::AllocationStolen);
         200 => SessionLaunchIntent(session::SessionLaunchIntent), must_understand;
         201 => SessionJobSubmitted(session::SessionJobSubmitted), must_understand;
         202 => SessionSubmitFailed(session::SessionSubmitFailed), must_understand;

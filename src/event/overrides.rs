@@ -34,3 +34,14 @@ pub struct SessionForgotten {
     pub submission_id: Option<Uuid>,
     pub reason: String,
 }
+
+/// `pool attach --steal`: an allocation another journal's mark names is attached anyway. The
+/// other journal's pool is not told; its workers keep running.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationStolen {
+    pub pool: String,
+    pub job_id: JobId,
+    /// The mark taken over, as the job's comment held it.
+    pub holder: String,
+    pub reason: String,
+}

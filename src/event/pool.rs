@@ -232,3 +232,24 @@ pub struct PoolReleased {
     pub job_id: JobId,
     pub proof: String,
 }
+
+/// `pool attach` (or `pool detach`) is about to set the allocation's `Comment` to `comment`,
+/// which holds this journal's mark (`policy::holder`) or, on detach, no longer does.
+/// `previous`: the comment Slurm showed before.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationMarkIntent {
+    pub pool: String,
+    pub job_id: JobId,
+    pub comment: String,
+    pub previous: String,
+}
+
+/// What setting the comment did: `ok` once `scontrol update` answered and the job, read back,
+/// shows the comment meant (for an attach: this journal's mark); otherwise why not.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationMarked {
+    pub pool: String,
+    pub job_id: JobId,
+    pub ok: bool,
+    pub reason: String,
+}

@@ -36,6 +36,11 @@ pub fn allocation_facts(d: &JobDetails) -> AllocationFacts {
         partition: d.partition.clone().unwrap_or_default(),
         account: d.account.clone().unwrap_or_default(),
         qos: d.qos.clone().unwrap_or_default(),
+        comment: d
+            .get("Comment")
+            .filter(|c| *c != "(null)")
+            .unwrap_or_default()
+            .to_owned(),
     }
 }
 

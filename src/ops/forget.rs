@@ -36,7 +36,7 @@ pub struct ForgetReport {
 }
 
 fn check_reason(reason: &str) -> Result<(), OpError> {
-    policy::reason_problem(reason).map_or(Ok(()), |m| Err(OpError::Usage(m)))
+    policy::reason_problem("--reason", reason).map_or(Ok(()), |m| Err(OpError::Usage(m)))
 }
 
 pub fn forget_worker<S: Scheduler>(

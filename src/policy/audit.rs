@@ -392,6 +392,16 @@ impl Auditor {
             Event::SessionForgotten(e) => {
                 self.overridden(env, format!("session {}", e.session), &e.reason);
             }
+            Event::AllocationStolen(e) => {
+                self.overridden(
+                    env,
+                    format!(
+                        "allocation {} (pool {}), held by {}",
+                        e.job_id, e.pool, e.holder
+                    ),
+                    &e.reason,
+                );
+            }
             Event::TrialOpened(e) => {
                 if self.trials.contains_key(&e.trial) {
                     self.flag(

@@ -33,16 +33,15 @@ pub enum ForgetRefusal {
     NoSession(SessionKey),
 }
 
-/// A usage error in `--reason`, or `None`.
-pub fn reason_problem(reason: &str) -> Option<String> {
+/// A usage error in an operator's reason (`flag`: `--reason`, `--steal`), or `None`.
+pub fn reason_problem(flag: &str, reason: &str) -> Option<String> {
     if reason.trim().is_empty() {
-        Some(
-            "--reason must say why (it is kept in the journal and shown by `dispatch audit`)"
-                .into(),
-        )
+        Some(format!(
+            "{flag} must say why (it is kept in the journal and shown by `dispatch audit`)"
+        ))
     } else if reason.len() > MAX_REASON_BYTES {
         Some(format!(
-            "--reason is {} bytes; at most {MAX_REASON_BYTES} are kept",
+            "{flag} is {} bytes; at most {MAX_REASON_BYTES} are kept",
             reason.len()
         ))
     } else {
@@ -209,9 +208,9 @@ mod tests {
 
     #[test]
     fn a_reason_is_required_and_bounded() {
-        assert!(reason_problem("").is_some());
-        assert!(reason_problem("  ").is_some());
-        assert!(reason_problem(&"x".repeat(MAX_REASON_BYTES + 1)).is_some());
-        assert!(reason_problem("accounting lost after the rebuild").is_none());
+        assert!(reason_problem("--reason", "").is_some());
+        assert!(reason_problem("--reason", "  ").is_some());
+        assert!(reason_problem("--reason", &"x".repeat(MAX_REASON_BYTES + 1)).is_some());
+        assert!(reason_problem("--reason", "accounting lost after the rebuild").is_none());
     }
 }

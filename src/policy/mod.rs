@@ -4,6 +4,7 @@ pub mod asset;
 pub mod audit;
 pub mod doctor;
 pub mod forget;
+pub mod holder;
 pub mod journal_filter;
 pub mod manifest;
 pub mod node;

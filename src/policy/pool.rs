@@ -87,6 +87,9 @@ pub struct AllocationFacts {
     pub partition: String,
     pub account: String,
     pub qos: String,
+    /// The job's `Comment` (empty when it has none): where the journal holding it marks it
+    /// (`policy::holder`).
+    pub comment: String,
 }
 
 /// Why a pool operation is refused (exit 3). Each says what to do next.
@@ -108,6 +111,18 @@ pub enum Refusal {
     NoNode { job_id: JobId },
     #[error("job {job_id} is already attached as pool {pool:?}; use that pool or `dispatch pool detach {pool}` first")]
     AlreadyAttached { job_id: JobId, pool: String },
+    #[error(
+        "job {job_id} is held by pool {pool:?} of another state directory (journal {journal}, \
+         marked from host {host}): a second pool would book its CPUs twice. Use that pool, or \
+         run `dispatch pool detach {pool}` on {host} first; `dispatch pool attach … --steal` \
+         takes it anyway (recorded as an override; that pool's workers keep running)"
+    )]
+    HeldElsewhere {
+        job_id: JobId,
+        pool: String,
+        journal: uuid::Uuid,
+        host: String,
+    },
     #[error("pool {pool:?} already exists (job {job_id}); detach it first or choose another name")]
     PoolExists { pool: String, job_id: JobId },
     #[error("job {job_id} has {left_s} s left, less than the {need_s} s needed; use a longer allocation")]
@@ -300,6 +315,9 @@ pub fn check_attach(
 /// A worker asking for room in a pool.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerAsk {
+    /// The journal asking: an allocation another journal's mark names refuses
+    /// (`policy::holder::check_still_held`).
+    pub journal: Option<uuid::Uuid>,
     pub name: String,
     pub cpus: u32,
     pub mem_mb: u64,
@@ -359,6 +377,7 @@ fn check_admissible(
                 .map_or_else(|| "none".to_owned(), |t| t.to_rfc3339()),
         });
     }
+    crate::policy::holder::check_still_held(facts, ask.journal)?;
     let need_s = ask.budgets.shutdown_window_s() + i64::from(ask.budgets.min_run_s);
     check_live(facts, caller, now, need_s)?;
     let node = facts.nodes.one().expect("checked by check_live");
@@ -475,6 +494,7 @@ mod tests {
             partition: "debug".into(),
             account: "dev".into(),
             qos: "normal".into(),
+            comment: String::new(),
         }
     }
 
@@ -494,6 +514,7 @@ mod tests {
 
     fn ask(cpus: u32, mem_mb: u64) -> WorkerAsk {
         WorkerAsk {
+            journal: None,
             name: "w".into(),
             cpus,
             mem_mb,

@@ -564,12 +564,21 @@ pub fn steps_argv(job: JobId) -> Vec<OsString> {
     ]
 }
 
-/// `scontrol --oneliner show job J`
 /// `scontrol release J`: let a job submitted with `--hold` be scheduled.
 pub fn release_argv(job: JobId) -> Vec<OsString> {
     vec!["release".into(), job.to_string().into()]
 }
 
+/// `scontrol update JobId=J Comment=TEXT`: the text is one argument, spaces and all.
+pub fn comment_argv(job: JobId, comment: &str) -> Vec<OsString> {
+    vec![
+        "update".into(),
+        format!("JobId={job}").into(),
+        format!("Comment={comment}").into(),
+    ]
+}
+
+/// `scontrol --oneliner show job J`
 pub fn show_job_argv(job: JobId) -> Vec<OsString> {
     vec![
         "--oneliner".into(),

@@ -12,8 +12,8 @@ use super::answer::{Answer, GoneProof};
 use super::error::{ParseError, SlurmError};
 use super::ids::{JobId, StepId};
 use super::request::{
-    release_argv, show_job_argv, steps_argv, AcctQuery, AllocRequest, BatchRequest, CancelTarget,
-    JobName, JobQuery, Signal, StepRequest,
+    comment_argv, release_argv, show_job_argv, steps_argv, AcctQuery, AllocRequest, BatchRequest,
+    CancelTarget, JobName, JobQuery, Signal, StepRequest,
 };
 use super::runner::{CallCounts, ExitInfo, Output, Runner, RunnerConfig, SlurmCommand};
 use super::sacct::{parse_rows, AcctRow};
@@ -172,6 +172,22 @@ pub trait Scheduler: Send + Sync {
         }
     }
 
+    /// `scontrol update JobId=J Comment=TEXT`, as `release_job`: exit 0 is the only success
+    /// (a read of the job shows whether it took). A scheduler whose callers never mark an
+    /// allocation keeps this default, which sets nothing and says so.
+    fn set_comment(
+        &self,
+        job: JobId,
+        comment: &str,
+    ) -> impl Future<Output = Result<(), ActionError>> + Send {
+        let _ = comment;
+        async move {
+            Err(ActionError::Local(format!(
+                "this scheduler cannot set the comment of job {job}"
+            )))
+        }
+    }
+
     /// `scancel J.S`: that step only; the allocation and other steps keep running.
     fn cancel_step(
         &self,
@@ -270,6 +286,14 @@ impl<T: Scheduler> Scheduler for &T {
         (**self).release_job(job)
     }
 
+    fn set_comment(
+        &self,
+        job: JobId,
+        comment: &str,
+    ) -> impl Future<Output = Result<(), ActionError>> + Send {
+        (**self).set_comment(job, comment)
+    }
+
     fn cancel_step(
         &self,
         step: StepId,
@@ -337,6 +361,24 @@ impl CliScheduler {
             Err(e) => return Answer::Unknown(e),
         };
         classify_query(command, out, single_id, parse)
+    }
+
+    /// An `scontrol` action whose exit 0 is its only success; anything else is unknown.
+    async fn scontrol_action(&self, argv: &[std::ffi::OsString]) -> Result<(), ActionError> {
+        let out = self
+            .runner
+            .run(SlurmCommand::Scontrol, argv, self.timeout())
+            .await
+            .map_err(ActionError::unknown)?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(ActionError::unknown(SlurmError::Failed {
+            command: SlurmCommand::Scontrol,
+            status: out.status,
+            stdout: out.stdout,
+            stderr: out.stderr,
+        }))
     }
 
     async fn cancel(&self, target: CancelTarget) -> Result<CancelReport, ActionError> {
@@ -624,20 +666,11 @@ impl Scheduler for CliScheduler {
     }
 
     async fn release_job(&self, job: JobId) -> Result<(), ActionError> {
-        let out = self
-            .runner
-            .run(SlurmCommand::Scontrol, &release_argv(job), self.timeout())
-            .await
-            .map_err(ActionError::unknown)?;
-        if out.status.success() {
-            return Ok(());
-        }
-        Err(ActionError::unknown(SlurmError::Failed {
-            command: SlurmCommand::Scontrol,
-            status: out.status,
-            stdout: out.stdout,
-            stderr: out.stderr,
-        }))
+        self.scontrol_action(&release_argv(job)).await
+    }
+
+    async fn set_comment(&self, job: JobId, comment: &str) -> Result<(), ActionError> {
+        self.scontrol_action(&comment_argv(job, comment)).await
     }
 
     async fn cancel_step(&self, step: StepId) -> Result<CancelReport, ActionError> {

@@ -97,6 +97,11 @@ impl State {
             Event::WorkerSubmitIntent(e) => self.pools.submit(env.time, e),
             Event::WorkerLaunched(e) => self.pools.launched(e, &env.actor.host),
             Event::PoolAllocationEnded(e) => self.pools.allocation_ended(e),
+            // The mark lives in Slurm (the job's comment); the pool is bound by PoolAttached,
+            // and a steal is an override for the audit.
+            Event::AllocationMarkIntent(_)
+            | Event::AllocationMarked(_)
+            | Event::AllocationStolen(_) => {}
             // Audit records: the worker's budget is settled by its own terminal event.
             Event::WorkerCleanupIntent(_) | Event::WorkerCleanedUp(_) => {}
             Event::WorkerLaunchFailed(e) => self.pools.launch_failed(e),

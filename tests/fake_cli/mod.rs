@@ -36,9 +36,15 @@ impl Fake {
 
     /// dispatch with the fake first on its PATH (and a 2 s Slurm timeout).
     pub fn command(&self, args: &[&str]) -> Command {
+        self.command_in(&self.state(), args)
+    }
+
+    /// [`Fake::command`] with another state directory: a second login node's dispatch, or a
+    /// second user's, in front of the same fake controller.
+    pub fn command_in(&self, state: &Path, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_dispatch"));
         c.arg("--state-dir")
-            .arg(self.state())
+            .arg(state)
             .args(args)
             .env("PATH", format!("{}:/usr/bin:/bin", fake_bin().display()))
             .env("FAKE_SLURM_SCENARIO", self.dir.path().join("scenario.json"))
@@ -50,7 +56,12 @@ impl Fake {
 
     /// (exit code, stdout, stderr); exit code -1 when killed by a signal.
     pub fn run(&self, args: &[&str]) -> (i32, String, String) {
-        let out = self.command(args).output().unwrap();
+        self.run_in(&self.state(), args)
+    }
+
+    /// [`Fake::run`] with another state directory ([`Fake::command_in`]).
+    pub fn run_in(&self, state: &Path, args: &[&str]) -> (i32, String, String) {
+        let out = self.command_in(state, args).output().unwrap();
         (
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -71,6 +71,7 @@ fn facts(a: &Allocation) -> AllocationFacts {
         partition: a.partition.clone(),
         account: a.account.clone(),
         qos: a.qos.clone(),
+        comment: String::new(),
     }
 }
 
@@ -106,6 +107,7 @@ pub fn journal_of(ops: &[Op]) -> Vec<Event> {
                     partition: "debug".into(),
                     account: "dev".into(),
                     qos: "normal".into(),
+                    comment: String::new(),
                 };
                 let name = format!("p{pool}");
                 if let Ok(allocation) =
@@ -127,6 +129,7 @@ pub fn journal_of(ops: &[Op]) -> Vec<Event> {
                     continue;
                 };
                 let ask = WorkerAsk {
+                    journal: None,
                     name: format!("w{i}"),
                     cpus: cpus.into(),
                     mem_mb: u64::from(mem_gb) * 1024,

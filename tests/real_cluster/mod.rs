@@ -119,6 +119,31 @@ pub fn job_state(job: u32) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// The job's comment, as `squeue -o %k` shows it (`(null)` when it has none).
+pub fn job_comment(job: u32) -> String {
+    let out = Command::new("squeue")
+        .args(["-h", "-o", "%k", "-j", &job.to_string()])
+        .output()
+        .expect("squeue");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// `scontrol update JobId=J Comment=TEXT`, as the job's owner would run it.
+pub fn set_job_comment(job: u32, text: &str) {
+    let st = Command::new("scontrol")
+        .args([
+            "update",
+            &format!("JobId={job}"),
+            &format!("Comment={text}"),
+        ])
+        .status()
+        .expect("scontrol update");
+    assert!(
+        st.success(),
+        "scontrol update JobId={job} Comment={text:?} failed"
+    );
+}
+
 /// A user other than root that exists and can run jobs (created once).
 pub fn other_user() -> String {
     let name = "dispatchalice";

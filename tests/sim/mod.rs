@@ -178,6 +178,8 @@ pub struct SimJob {
     pub held: bool,
     /// Submitted with `--hold` (whether or not released since).
     pub made_held: bool,
+    /// `--comment` or `scontrol update … Comment=`; empty: none.
+    pub comment: String,
 }
 
 /// A job that salloc queued held: pending until released, never started yet.
@@ -218,6 +220,7 @@ impl SimJob {
             made_by: "the user",
             held: false,
             made_held: false,
+            comment: String::new(),
         }
     }
 
@@ -694,7 +697,7 @@ impl World {
              QOS={qos} JobState={state} Reason=None ExitCode=0:0 RunTime=00:00:01 \
              TimeLimit={limit} SubmitTime={submit} StartTime={start} EndTime={end} \
              Partition={part} NodeList={NODE} BatchHost={NODE} NumNodes=1 NumCPUs={cpus} \
-             TRES=cpu={cpus},mem={mem}M,node=1 BatchFlag={batch}\n",
+             TRES=cpu={cpus},mem={mem}M,node=1 BatchFlag={batch}{comment}\n",
             id = j.id,
             name = j.name,
             state = j.phase.text(),
@@ -706,6 +709,11 @@ impl World {
             acct = j.account,
             qos = j.qos,
             part = j.partition,
+            comment = if j.comment.is_empty() {
+                String::new()
+            } else {
+                format!(" Comment={}", j.comment)
+            },
         );
         Answer::Live(parse_show_job(&line).expect("the model prints a record the parser reads"))
     }
@@ -873,6 +881,7 @@ impl World {
             made_by: self.command,
             held: req.extra.iter().any(|e| e == "--hold"),
             made_held: req.extra.iter().any(|e| e == "--hold"),
+            comment: String::new(),
         };
         self.jobs.insert(id, job);
         self.tick();
@@ -949,6 +958,12 @@ impl World {
             qos: req.placement.qos.clone().unwrap_or("normal".into()),
             beside,
             made_by: self.command,
+            comment: req
+                .extra
+                .iter()
+                .find_map(|e| e.strip_prefix("--comment="))
+                .unwrap_or_default()
+                .to_owned(),
             ..SimJob::allocation(id, req.name.as_str().to_owned(), size, now, lag)
         };
         self.jobs.insert(id, job);
@@ -1049,6 +1064,22 @@ impl World {
         if !unknown || acted_before_unknown {
             if let Some(j) = self.jobs.get_mut(&job.get()) {
                 j.held = false;
+            }
+        }
+        if unknown {
+            self.counts.unknown_answers += 1;
+            return Err(unknown_action(SlurmCommand::Scontrol));
+        }
+        Ok(())
+    }
+
+    fn set_comment(&mut self, job: JobId, comment: &str) -> Result<(), ActionError> {
+        self.call(format!("comment {job}"));
+        let acted_before_unknown = self.rng.chance(50);
+        let unknown = self.fault(self.faults.query_unknown);
+        if !unknown || acted_before_unknown {
+            if let Some(j) = self.jobs.get_mut(&job.get()).filter(|j| j.live()) {
+                j.comment = comment.to_owned();
             }
         }
         if unknown {
@@ -1181,6 +1212,10 @@ impl Scheduler for SimSlurm {
 
     async fn release_job(&self, job: JobId) -> Result<(), ActionError> {
         debug("release", self.world().release(job))
+    }
+
+    async fn set_comment(&self, job: JobId, comment: &str) -> Result<(), ActionError> {
+        debug("comment", self.world().set_comment(job, comment))
     }
 
     async fn cancel_job(&self, job: JobId) -> Result<CancelReport, ActionError> {

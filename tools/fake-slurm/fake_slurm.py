@@ -46,6 +46,16 @@ def matches(resp, argv):
     return True
 
 
+def is_update(cmd, argv):
+    return cmd == "scontrol" and argv[:1] == ["update"]
+
+
+def names_update(resp):
+    """A response serves `scontrol update` only when it says so (`argv`, or a `match` of
+    `update`): a scenario's catch-all `show job` answer must not swallow a comment."""
+    return resp.get("argv", [None])[:1] == ["update"] or "update" in resp.get("match", [])
+
+
 def choose(scenario, scenario_path, cmd, argv):
     """First response (in list order) that matches and has uses left. Uses are counted
     in a state file shared by all invocations, under an exclusive lock."""
@@ -61,6 +71,8 @@ def choose(scenario, scenario_path, cmd, argv):
             key = "%s:%d" % (cmd, i)
             times = resp.get("times")
             if times is not None and used.get(key, 0) >= times:
+                continue
+            if is_update(cmd, argv) and not names_update(resp):
                 continue
             if matches(resp, argv):
                 used[key] = used.get(key, 0) + 1
@@ -96,7 +108,48 @@ def payload(resp, stream, scenario_dir):
     return resp.get(stream, "").encode("utf-8")
 
 
-def act(cmd, argv, resp, scenario_dir):
+def comments_path(scenario_path):
+    return (os.environ.get("FAKE_SLURM_STATE") or scenario_path + ".state") + ".comments"
+
+
+def load_comments(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def set_comment(path, argv):
+    """`scontrol update JobId=J Comment=TEXT` that no response scripts: the controller keeps
+    the comment, as Slurm does, and every later `show job` of J prints it."""
+    job = next((a[len("JobId="):] for a in argv if a.startswith("JobId=")), None)
+    text = next((a[len("Comment="):] for a in argv if a.startswith("Comment=")), None)
+    if job is None or text is None:
+        fail("scontrol update without JobId= and Comment=: %s" % json.dumps(argv), code=98)
+    with open(path + ".lock", "a", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        comments = load_comments(path)
+        comments[job] = text
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(comments, f)
+    sys.exit(0)
+
+
+def with_comments(out, comments):
+    """`show job` lines of a job whose comment was set get ` Comment=TEXT` (unless the
+    scenario's line has its own)."""
+    if not comments:
+        return out
+    lines = out.decode("utf-8", "replace").split("\n")
+    for i, line in enumerate(lines):
+        m = re.match(r"JobId=(\d+) ", line)
+        if m and m.group(1) in comments and " Comment=" not in line:
+            lines[i] = line.rstrip(" ") + " Comment=" + comments[m.group(1)]
+    return "\n".join(lines).encode("utf-8")
+
+
+def act(cmd, argv, resp, scenario_dir, comments=None):
     delay = float(resp.get("delay", 0))
     if delay > 0:
         time.sleep(delay)
@@ -108,6 +161,8 @@ def act(cmd, argv, resp, scenario_dir):
         out = payload(resp, "stdout", scenario_dir)
         err = payload(resp, "stderr", scenario_dir)
     out = out * int(resp.get("repeat", 1))
+    if cmd == "scontrol" and "show" in argv and "job" in argv:
+        out = with_comments(out, comments)
     sys.stdout.buffer.write(out)
     sys.stdout.buffer.flush()
     sys.stderr.buffer.write(err)
@@ -152,6 +207,8 @@ def main():
         # Releasing a held job is a step of every session submit; a scenario that does not
         # script it means "it worked" (script a response to make it fail).
         sys.exit(0)
+    if chosen is None and is_update(cmd, argv):
+        set_comment(comments_path(scenario_path), argv)
     if chosen is None:
         default = scenario.get("default")
         if default is None:
@@ -159,7 +216,8 @@ def main():
         resp = default
     else:
         resp = chosen[1]
-    act(cmd, argv, resp, os.path.dirname(os.path.abspath(scenario_path)))
+    comments = load_comments(comments_path(scenario_path))
+    act(cmd, argv, resp, os.path.dirname(os.path.abspath(scenario_path)), comments)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::attach::AllocationView;
-use super::{locked, read_facts};
+use super::{journal_id, locked, read_facts};
+use crate::event::host::current_host;
 use crate::event::pool::*;
 use crate::event::{Event, Micros};
 use crate::failpoint;
@@ -20,6 +21,7 @@ use crate::names::check_path_name;
 use crate::ops::context::{await_proof, micros_to_local, Ctx, STOP_PROOF_TIMEOUT};
 use crate::ops::error::OpError;
 use crate::ops::submit::job_name;
+use crate::policy::holder::Holder;
 use crate::policy::pool::{self as pool_policy, Refusal};
 use crate::policy::pool_create::{self as policy, CreationSeen};
 use crate::policy::reconcile::{self as reconcile_policy, Lost};
@@ -73,7 +75,13 @@ pub fn creation_job_name(prefix: &str, pool: &str, id: Uuid) -> String {
     job_name(prefix, &format!("pool-{pool}"), id)
 }
 
-fn alloc_request(req: &CreateRequest, name: JobName) -> Result<AllocRequest, OpError> {
+/// The salloc of a creation. Its `--comment` marks the allocation as held by this journal
+/// (`policy::holder`), so another state directory's `pool attach` of it is refused.
+fn alloc_request(
+    req: &CreateRequest,
+    name: JobName,
+    holder: &Holder,
+) -> Result<AllocRequest, OpError> {
     let mut r = AllocRequest::new(name);
     r.placement = Placement {
         partition: req.partition.clone(),
@@ -85,8 +93,9 @@ fn alloc_request(req: &CreateRequest, name: JobName) -> Result<AllocRequest, OpE
         mem: Some(req.mem),
     };
     r.immediate_secs = Some(req.wait.as_secs().clamp(1, 86_400) as u32);
+    r.extra = vec![format!("--comment={}", holder.mark())];
     if let Some(node) = &req.nodelist {
-        r.extra = vec![format!("--nodelist={node}")];
+        r.extra.push(format!("--nodelist={node}"));
     }
     // Every value Slurm would misread fails here, before the intent.
     r.argv().map_err(|e| OpError::Usage(e.to_string()))?;
@@ -99,12 +108,14 @@ fn write_intent<S: Scheduler>(
     ctx: &Ctx<S>,
     req: &CreateRequest,
     time_s: u64,
+    journal: Uuid,
 ) -> Result<(PoolCreateIntent, AllocRequest), OpError> {
     let pool = req.pool.as_str();
     let creation_id = Uuid::new_v4();
     let name = JobName::new(creation_job_name(&req.job_name_prefix, pool, creation_id))
         .map_err(|e| OpError::Usage(e.to_string()))?;
-    let alloc = alloc_request(req, name.clone())?;
+    let holder = Holder::new(journal, &current_host(), pool);
+    let alloc = alloc_request(req, name.clone(), &holder)?;
     let limit = ctx.sched.longest_call() + req.wait;
     let intent = PoolCreateIntent {
         pool: pool.to_owned(),
@@ -178,10 +189,11 @@ pub async fn create<S: Scheduler>(
         .as_secs()
         .ok_or_else(|| OpError::Usage(format!("--time {} is not a finite duration", req.time)))?;
     let deadline = Instant::now() + req.wait;
-    let earlier = {
+    let (earlier, journal) = {
         let (writer, loaded) = ctx.lock_and_load()?;
         drop(writer);
-        policy::check_create(&loaded.state.pools, pool, time_s)?.cloned()
+        let earlier = policy::check_create(&loaded.state.pools, pool, time_s)?.cloned();
+        (earlier, journal_id(&loaded.state))
     };
     if let Some(c) = earlier {
         match settle_creation(ctx, &c, deadline, progress).await? {
@@ -197,7 +209,7 @@ pub async fn create<S: Scheduler>(
         }
     }
 
-    let (intent, alloc) = write_intent(ctx, req, time_s)?;
+    let (intent, alloc) = write_intent(ctx, req, time_s, journal)?;
     let name = alloc.name.clone();
     failpoint::hit("pool-create-after-intent");
     let answer = allocate_with_progress(ctx, &alloc, pool, progress).await;

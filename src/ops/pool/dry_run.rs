@@ -70,6 +70,7 @@ pub async fn submit_dry_run<S: Scheduler>(
             pool: req.pool.clone(),
         })?;
     let ask = WorkerAsk {
+        journal: state.journal_id,
         name: worker.clone(),
         cpus: spec.cpus,
         mem_mb: spec.mem.get(),

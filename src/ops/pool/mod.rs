@@ -110,3 +110,10 @@ fn record<S: Scheduler>(
         Ok(true)
     })
 }
+
+/// The journal's id, from its Genesis (every journal dispatch opens has one).
+fn journal_id(state: &crate::state::State) -> uuid::Uuid {
+    state
+        .journal_id
+        .expect("a journal opened for writing starts with its Genesis")
+}

@@ -172,6 +172,7 @@ async fn plan<'a, S: Scheduler>(
             pool: req.pool.clone(),
         })?;
     let ask = WorkerAsk {
+        journal: state.journal_id,
         name: worker.clone(),
         cpus: spec.cpus,
         mem_mb: spec.mem.get(),
