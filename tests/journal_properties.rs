@@ -15,6 +15,7 @@ use dispatch::event::overrides::*;
 use dispatch::event::pool::*;
 use dispatch::event::session::*;
 use dispatch::event::trial::*;
+use dispatch::event::watermark::*;
 use dispatch::event::worker::*;
 use dispatch::event::ReduceError;
 use dispatch::event::{
@@ -303,6 +304,26 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
             pool: text(g),
             job_id: job(g),
             holder: text(g),
+            reason: text(g),
+        }),
+        180 => Event::WatermarkIntent(WatermarkIntent {
+            beacon_id: uuid(g),
+            job_name: text(g),
+            sbatch_limit_s: u32::arbitrary(g),
+        }),
+        181 => Event::WatermarkMade(WatermarkMade {
+            beacon_id: uuid(g),
+            job_id: job(g),
+        }),
+        182 => Event::WatermarkFailed(WatermarkFailed {
+            beacon_id: uuid(g),
+            definite: bool::arbitrary(g),
+            reason: text(g),
+        }),
+        183 => Event::WatermarkCancelled(WatermarkCancelled {
+            beacon_id: uuid(g),
+            job_id: opt_job(g),
+            answered: bool::arbitrary(g),
             reason: text(g),
         }),
         130 => Event::AssetAddIntent(AssetAddIntent {

@@ -84,7 +84,11 @@ const SUBMIT_POINTS: &[&str] = &[
     "submit-after-sbatch",
 ];
 const STOP_POINTS: &[&str] = &["stop-after-intent", "stop-after-cancel"];
-const RECONCILE_POINTS: &[&str] = &["reconcile-before-terminal"];
+const RECONCILE_POINTS: &[&str] = &[
+    "reconcile-before-terminal",
+    "watermark-after-intent",
+    "watermark-after-made",
+];
 const JOURNAL_POINTS: &[&str] = &[
     "journal-before-write",
     "journal-torn-write",
@@ -754,6 +758,21 @@ impl Run {
                 }
             }
             if !j.batch || !j.live() || sess::is_session_job(j) {
+                continue;
+            }
+            if j.submission.is_none() && j.name.contains("watermark-") {
+                // A watermark beacon a killed reconcile left: held (it never runs), and the
+                // next reconcile cancels it.
+                let tracked = state.watermarks.beacons.iter().any(|b| match b.job_id {
+                    Some(id) => id.get() == j.id,
+                    None => b.job_name == j.name,
+                });
+                if !j.held || !tracked {
+                    return Err(format!(
+                        "watermark beacon {} ({}) is live, held {}, and tracked for a cancel {tracked}",
+                        j.id, j.name, j.held
+                    ));
+                }
                 continue;
             }
             let u = j.submission.ok_or("a batch job without a submission id")?;

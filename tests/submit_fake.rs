@@ -690,3 +690,188 @@ fn a_stop_says_what_scancel_answered_and_a_second_stop_is_success() {
     let (code, _, _) = fake.run(&["stop", "never"]);
     assert_eq!(code, 3);
 }
+
+/// A fake cluster where `dispatch submit --name WORKER` was killed between its intent and
+/// sbatch: nothing exists, and its sbatch's limit (seconds) is returned.
+fn lost_before_sbatch(worker: &str) -> (Fake, u64) {
+    let fake = Fake::new();
+    fake.crash(
+        "submit-before-sbatch",
+        &[
+            "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", worker, "--",
+            "true",
+        ],
+    );
+    let events = fake.events();
+    let named = events.iter().find(|e| e["kind"] == "JobNamed").unwrap();
+    let limit_s = named["event"]["sbatch_limit_s"].as_u64().unwrap();
+    (fake, limit_s)
+}
+
+/// Sleep until a submission lost at `lost_before_sbatch` is past its settle delay.
+fn past_settle_delay(limit_s: u64) {
+    std::thread::sleep(std::time::Duration::from_secs(limit_s + 31));
+}
+
+/// Issue 21 item 5: a `dispatch submit` killed between its intent and sbatch, by a user with no
+/// other job, used to stay unknown for ever (no watermark). Once it settled, reconcile makes one
+/// itself: a held beacon under the user's prefix, cancelled at once, and the listing taken after
+/// it, which lists the beacon, proves the submission never created.
+#[test]
+fn a_lost_submit_with_no_later_job_is_settled_by_a_watermark_reconcile_makes() {
+    let (fake, limit_s) = lost_before_sbatch("lone");
+    let lost = job_name(&fake);
+    let empty = json!({"squeue": [{"match": ["--me"], "stdout": ""}], "sacct": [{"stdout": ""}]});
+    fake.scenario(empty.clone());
+    // Within the settle delay nothing is made: an sbatch may still be in flight.
+    let (code, out, err) = fake.run(&["reconcile", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["unknown"][0]["worker"], "lone", "{r}");
+    assert!(
+        !fake.programs().iter().any(|p| p == "sbatch"),
+        "{:?}",
+        fake.programs()
+    );
+
+    past_settle_delay(limit_s);
+    let beacon = "sucoder-watermark-[0-9a-f]{8}";
+    fake.scenario(json!({
+        "squeue": [
+            {"match": ["--me"], "times": 1, "stdout": ""},
+            {"match": ["--me"], "stdout": squeue_row(77, "CANCELLED", "sucoder-watermark-0badcafe")},
+        ],
+        "sacct": [{"stdout": ""}],
+        "sbatch": [{"match": ["--hold", format!("--job-name={beacon}")], "stdout": "77\n"}],
+        "scancel": [{"argv": ["77"], "stdout": ""}],
+    }));
+    let (code, out, err) = fake.run(&["reconcile", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["unknown"], json!([]), "{r}");
+    assert_eq!(r["watermark"]["job_id"], 77, "{r}");
+    let proof = r["resolved"][0]["proof"].as_str().unwrap();
+    assert!(
+        proof.contains("never created") && proof.contains("job 77"),
+        "{proof}"
+    );
+    assert!(proof.contains(&lost), "{proof}");
+    assert_eq!(
+        fake.programs(),
+        ["squeue", "sacct", "sbatch", "scancel", "squeue"],
+        "one beacon, cancelled at once, then one listing"
+    );
+    let kinds = fake.kinds();
+    let tail = &kinds[kinds.len() - 4..];
+    assert_eq!(
+        tail,
+        [
+            "WatermarkIntent",
+            "WatermarkMade",
+            "WatermarkCancelled",
+            "JobSubmitFailed"
+        ]
+    );
+    let (code, out, _) = fake.run(&["audit", "--json"]);
+    assert_eq!(code, 0, "{out}");
+}
+
+/// A beacon whose scancel got no answer is cancelled by the next reconcile, once.
+#[test]
+fn a_watermark_whose_cancel_was_lost_is_cancelled_by_the_next_reconcile() {
+    let (fake, limit_s) = lost_before_sbatch("lone");
+    past_settle_delay(limit_s);
+    fake.scenario(json!({
+        "squeue": [{"match": ["--me"], "stdout": ""}],
+        "sacct": [{"stdout": ""}],
+        "sbatch": [{"match": ["--hold"], "stdout": "78\n"}],
+        "scancel": [{"hang": 30}],
+    }));
+    let (code, out, err) = fake.run(&["reconcile", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    // The listing after the beacon is empty (a blackout looks the same): still unknown.
+    assert_eq!(r["unknown"][0]["worker"], "lone", "{r}");
+    let cancelled: Vec<Value> = fake
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "WatermarkCancelled")
+        .collect();
+    assert_eq!(cancelled.len(), 1);
+    assert_eq!(cancelled[0]["event"]["answered"], false);
+
+    fake.scenario(json!({
+        "squeue": [{"match": ["--me"], "stdout": squeue_row(78, "CANCELLED", "sucoder-watermark-0badcafe")}],
+        "sacct": [{"stdout": ""}],
+        "scancel": [{"argv": ["78"], "stdout": ""}],
+    }));
+    let (code, out, err) = fake.run(&["reconcile", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        r["unknown"],
+        json!([]),
+        "the beacon made before now settles it: {r}"
+    );
+    assert!(
+        !fake.programs().iter().any(|p| p == "sbatch"),
+        "{:?}",
+        fake.programs()
+    );
+    assert_eq!(
+        fake.programs().iter().filter(|p| *p == "scancel").count(),
+        1
+    );
+    fake.forget_calls();
+    let (_, out, _) = fake.run(&["reconcile", "--json"]);
+    assert!(
+        !fake.programs().iter().any(|p| p == "scancel"),
+        "swept twice: {out}"
+    );
+}
+
+/// A reconcile killed while making its watermark: after the intent, nothing exists and the next
+/// run makes one; after the beacon's id is journaled, the next run cancels it and it serves as
+/// the watermark (no second beacon).
+#[test]
+fn a_reconcile_killed_while_making_its_watermark_is_finished_by_the_next() {
+    for fp in ["watermark-after-intent", "watermark-after-made"] {
+        let (fake, limit_s) = lost_before_sbatch("w");
+        past_settle_delay(limit_s);
+        let listed = squeue_row(90, "CANCELLED", "sucoder-watermark-0badcafe");
+        fake.scenario(json!({
+            "squeue": [
+                {"match": ["--me"], "times": 1, "stdout": ""},
+                {"match": ["--me"], "stdout": listed},
+            ],
+            "sacct": [{"stdout": ""}],
+            "sbatch": [{"match": ["--hold"], "stdout": "90\n"}],
+            "scancel": [{"argv": ["90"], "stdout": ""}],
+        }));
+        fake.crash(fp, &["reconcile"]);
+        let made = fake
+            .kinds()
+            .iter()
+            .filter(|k| *k == "WatermarkMade")
+            .count();
+        assert_eq!(made, usize::from(fp == "watermark-after-made"), "{fp}");
+        fake.forget_calls();
+        let (code, out, err) = fake.run(&["reconcile", "--json"]);
+        assert_eq!(code, 0, "{fp}: {err}");
+        let r: Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(r["unknown"], json!([]), "{fp}: {r}");
+        let sbatches = fake.programs().iter().filter(|p| *p == "sbatch").count();
+        assert_eq!(
+            sbatches,
+            usize::from(fp == "watermark-after-intent"),
+            "{fp}"
+        );
+        assert_eq!(
+            fake.programs().iter().filter(|p| *p == "scancel").count(),
+            1,
+            "{fp}"
+        );
+        let (code, out, _) = fake.run(&["audit", "--json"]);
+        assert_eq!(code, 0, "{fp}: {out}");
+    }
+}

@@ -19,6 +19,7 @@ pub mod overrides;
 pub mod pool;
 pub mod session;
 pub mod trial;
+pub mod watermark;
 pub mod wire;
 pub mod worker;
 
@@ -445,6 +446,10 @@ vocabulary! {
         170 => WorkerForgotten(overrides::WorkerForgotten), must_understand;
         171 => SessionForgotten(overrides::SessionForgotten), must_understand;
         172 => AllocationStolen(overrides::AllocationStolen);
+        180 => WatermarkIntent(watermark::WatermarkIntent);
+        181 => WatermarkMade(watermark::WatermarkMade), must_understand;
+        182 => WatermarkFailed(watermark::WatermarkFailed);
+        183 => WatermarkCancelled(watermark::WatermarkCancelled);
         200 => SessionLaunchIntent(session::SessionLaunchIntent), must_understand;
         201 => SessionJobSubmitted(session::SessionJobSubmitted), must_understand;
         202 => SessionSubmitFailed(session::SessionSubmitFailed), must_understand;

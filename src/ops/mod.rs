@@ -21,3 +21,4 @@ pub mod session;
 pub mod spec;
 pub mod submit;
 pub mod trial;
+pub mod watermark;

@@ -43,6 +43,17 @@ pub struct ReconcileReport {
     /// `pool create`s in flight that this run looked at (their job found by name, attached,
     /// or proven over).
     pub creations: Vec<CreationReconciled>,
+    /// The watermark job this run made because a lost `dispatch submit` needed one, if it
+    /// tried (`ops::watermark`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<WatermarkNote>,
+}
+
+/// A watermark job made (its id) or tried (why there is none).
+#[derive(Debug, Serialize)]
+pub struct WatermarkNote {
+    pub job_id: Option<JobId>,
+    pub detail: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -102,6 +113,7 @@ pub async fn reconcile<S: Scheduler>(
         })
         .collect();
     let mut report = ReconcileReport::default();
+    super::watermark::sweep(ctx, state, ctx.now()).await?;
     reconcile_jobs(ctx, state, &mut report).await?;
     for c in state.pools.creations.values() {
         if only_pool.is_none_or(|n| c.intent.pool == n) {
@@ -451,7 +463,45 @@ async fn reconcile_jobs<S: Scheduler>(
     if known.len() > 1 {
         follow_up_jobs(ctx, known.iter().map(|(_, id)| *id), &mut obs).await;
     }
-    for (j, decision) in reconcile::judge_jobs(state, &obs, now) {
+    let wanted = reconcile::judge_jobs(state, &obs, now)
+        .into_iter()
+        .find_map(|(j, d)| d.wants_watermark().then(|| j.job_name_prefix()).flatten());
+    if let Some(prefix) = wanted {
+        // Only a job given out after the lost submissions settled was missing: make one, list
+        // again (that listing shows it), and judge on the state that records it.
+        match super::watermark::make(ctx, &prefix).await {
+            Ok(job) => {
+                obs.mine = ctx
+                    .sched
+                    .list_jobs(&JobQuery::mine_including_finished())
+                    .await;
+                report.watermark = Some(WatermarkNote {
+                    job_id: Some(job),
+                    detail: format!("made held and cancelled at once: job {job}"),
+                });
+                let fresh = ctx.load()?.state;
+                return record_job_decisions(ctx, &fresh, &obs, ctx.now(), report);
+            }
+            Err(e) => {
+                report.watermark = Some(WatermarkNote {
+                    job_id: None,
+                    detail: e.to_string(),
+                })
+            }
+        }
+    }
+    record_job_decisions(ctx, state, &obs, now, report)
+}
+
+/// Judge the `dispatch submit` workers of `state` from `obs` and record what was decided.
+fn record_job_decisions<S: Scheduler>(
+    ctx: &Ctx<S>,
+    state: &State,
+    obs: &JobsObservation,
+    now: Micros,
+    report: &mut ReconcileReport,
+) -> Result<(), OpError> {
+    for (j, decision) in reconcile::judge_jobs(state, obs, now) {
         report.observed += 1;
         record_job_decision(ctx, j, decision, report)?;
     }

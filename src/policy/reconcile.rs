@@ -549,6 +549,14 @@ pub enum JobDecision {
     Unknown(Option<String>),
 }
 
+impl JobDecision {
+    /// Unknown only for want of a listed job given out after the submission settled: a
+    /// watermark made now (`ops::watermark`) lets the next listing settle it.
+    pub fn wants_watermark(&self) -> bool {
+        matches!(self, JobDecision::Unknown(Some(_)))
+    }
+}
+
 /// Judge every active `dispatch submit` worker of `state` at time `now` from `obs`, in the
 /// order of `state.jobs.active`.
 pub fn judge_jobs<'a>(
@@ -594,16 +602,19 @@ fn judge_job(state: &State, j: &JobWorker, obs: &JobsObservation, now: Micros) -
         Lost::NeverCreated(proof) => JobDecision::NeverCreated(proof),
         Lost::Unknown(why) => JobDecision::Unknown(why.map(|why| {
             format!(
-                "{why}; it resolves once a job submitted later (any `dispatch submit`) is listed \
-                 beside it, or the operator gives it up: `dispatch forget {} --reason TEXT`",
+                "{why}; each reconcile makes a held watermark job for this (cancelled at once), \
+                 which settles it once Slurm's listing shows that job; or the operator gives it \
+                 up: `dispatch forget {} --reason TEXT`",
                 j.worker
             )
         })),
     }
 }
 
-/// The `dispatch submit` jobs whose ids are known, with the time of their intent (the
-/// watermark's candidates): active ones and the finished ones the state remembers.
+/// The jobs this journal knows were given out after a moment, with that moment (the
+/// watermark's candidates): the `dispatch submit` jobs whose ids are known (active ones and the
+/// finished ones the state remembers), from their intent, and the watermark jobs made on
+/// purpose (`event::watermark`), from theirs.
 pub fn recorded_job_ids(state: &State) -> impl Iterator<Item = (Micros, JobId)> + '_ {
     state
         .jobs
@@ -611,6 +622,7 @@ pub fn recorded_job_ids(state: &State) -> impl Iterator<Item = (Micros, JobId)> 
         .values()
         .chain(state.jobs.finished.iter())
         .filter_map(|j| j.job_id.map(|id| (j.submitted_at, id)))
+        .chain(state.watermarks.made.iter().copied())
 }
 
 #[cfg(test)]

@@ -68,6 +68,17 @@ impl JobWorker {
     pub fn job_name(&self) -> &str {
         self.named.as_ref().map_or(&self.worker, |n| &n.job_name)
     }
+
+    /// The config's `job_name_prefix` its job was named under (`<prefix><worker>-<8 hex>`),
+    /// when it was journaled with its name.
+    pub fn job_name_prefix(&self) -> Option<String> {
+        let named = self.named.as_ref()?;
+        let hex = &self.submission_id.simple().to_string()[..8];
+        named
+            .job_name
+            .strip_suffix(&format!("{}-{hex}", self.worker))
+            .map(str::to_owned)
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,6 +6,7 @@ pub mod pool;
 pub mod replay;
 pub mod session;
 pub mod trial;
+pub mod watermarks;
 
 use std::collections::VecDeque;
 
@@ -36,6 +37,7 @@ pub struct State {
     pub jobs: jobs::Jobs,
     pub assets: asset::Assets,
     pub trials: trial::Trials,
+    pub watermarks: watermarks::Watermarks,
 }
 
 /// The journal folds itself into a `State` (`journal::load`) and stores one in a snapshot
@@ -99,6 +101,10 @@ impl State {
             Event::PoolAllocationEnded(e) => self.pools.allocation_ended(e),
             // The mark lives in Slurm (the job's comment); the pool is bound by PoolAttached,
             // and a steal is an override for the audit.
+            Event::WatermarkIntent(e) => self.watermarks.intent(env.time, e),
+            Event::WatermarkMade(e) => self.watermarks.made(e),
+            Event::WatermarkFailed(e) => self.watermarks.failed(e),
+            Event::WatermarkCancelled(e) => self.watermarks.cancelled(e),
             Event::AllocationMarkIntent(_)
             | Event::AllocationMarked(_)
             | Event::AllocationStolen(_) => {}

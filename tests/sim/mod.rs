@@ -843,8 +843,16 @@ impl World {
     fn submit_batch(&mut self, req: &BatchRequest) -> Result<Submitted, ActionError> {
         let (id, lost_answer) = self.accept(SlurmCommand::Sbatch)?;
         let now = now_us();
-        let BatchPayload::Script { args, .. } = &req.payload else {
-            panic!("dispatch submits scripts");
+        let submission = match &req.payload {
+            BatchPayload::Script { args, .. } => submission_in(args),
+            // reconcile's watermark beacon (`--wrap=true`, held): no worker's job.
+            BatchPayload::Wrap(cmd) => {
+                assert!(
+                    cmd == "true" && req.extra.iter().any(|e| e == "--hold"),
+                    "dispatch wraps only its held watermark beacon: {req:?}"
+                );
+                None
+            }
         };
         let beside = self.beside(req.name.as_str(), &req.placement);
         let limit_s = req
@@ -860,7 +868,7 @@ impl World {
             id,
             name: req.name.as_str().to_owned(),
             batch: true,
-            submission: submission_in(args),
+            submission,
             cpus: req.placement.cpus_per_task.unwrap_or(1),
             mem_mb: req.placement.mem.map_or(1000, |m| m.get()),
             limit_s,

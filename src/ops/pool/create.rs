@@ -462,6 +462,16 @@ async fn look_by_name<S: Scheduler>(
     (mine, sacct)
 }
 
+/// The config's `job_name_prefix` creation `intent`'s job was named under
+/// ([`creation_job_name`]).
+fn creation_prefix(intent: &PoolCreateIntent) -> Option<String> {
+    let hex = &intent.creation_id.simple().to_string()[..8];
+    intent
+        .job_name
+        .strip_suffix(&format!("pool-{}-{hex}", intent.pool))
+        .map(str::to_owned)
+}
+
 /// Look for the job of creation `c` by its name: squeue (`--me --states=all`) and, once its
 /// salloc's limit plus the settle margin has passed, accounting. `wait`: poll until found or
 /// settled (a create or release); else look once (reconcile).
@@ -475,6 +485,7 @@ pub(crate) async fn find_by_name<S: Scheduler>(
     let settle = reconcile_policy::settle_delay(Some(intent.salloc_limit_s));
     let settled_at = reconcile_policy::settled_at(c.since, settle);
     let mut told: Option<Instant> = None;
+    let mut watermark_tried = false;
     loop {
         let now = ctx.now();
         // A job given out after the settle point (the same rule as a lost `dispatch submit`):
@@ -525,20 +536,33 @@ pub(crate) async fn find_by_name<S: Scheduler>(
                 }
                 tokio::time::sleep(POLL_EVERY).await;
             }
-            Lost::Unknown(why) => {
-                return Ok(Found::Unknown(format!(
-                    "an earlier create of pool {} may have made an allocation named {:?}, and \
-                     Slurm's answers do not settle it yet (settled {} s after its intent{}). \
-                     Nothing was created. Retry, or look with `squeue --me --name={}`",
-                    intent.pool,
-                    intent.job_name,
-                    settle.as_secs(),
-                    why.map(|w| format!("; {w}")).unwrap_or_default(),
-                    intent.job_name
-                )))
+            // Past the settle point, only a job given out since was missing: make one (once)
+            // and look again; the state then holds it.
+            Lost::Unknown(Some(_)) if !watermark_tried => {
+                watermark_tried = true;
+                if let Some(prefix) = creation_prefix(intent) {
+                    if let Err(e) = crate::ops::watermark::make(ctx, &prefix).await {
+                        progress(&format!("no watermark job for pool {}: {e}", intent.pool));
+                    }
+                }
             }
+            Lost::Unknown(why) => return Ok(unsettled(intent, settle, why)),
         }
     }
+}
+
+/// An interrupted creation Slurm's answers do not settle (yet); `why`, when known.
+fn unsettled(intent: &PoolCreateIntent, settle: Duration, why: Option<String>) -> Found {
+    Found::Unknown(format!(
+        "an earlier create of pool {} may have made an allocation named {:?}, and Slurm's \
+         answers do not settle it yet (settled {} s after its intent{}). Nothing was created. \
+         Retry, or look with `squeue --me --name={}`",
+        intent.pool,
+        intent.job_name,
+        settle.as_secs(),
+        why.map(|w| format!("; {w}")).unwrap_or_default(),
+        intent.job_name
+    ))
 }
 
 /// Poll creation `intent`'s `job` until it runs (`None`), is proven over (recorded as a
