@@ -1568,10 +1568,17 @@ fn a_dry_run_launch_says_what_it_would_do_and_does_nothing() {
 /// naming what settles it. Nothing is cancelled, nothing is recorded as settled. On a healthy
 /// cluster the user's listing shows some job (here another of the user's), which vouches for
 /// the name listing, and the release says "nothing" as before.
+///
+/// Issue 21 item 5: with nothing of the user's listed, the release makes a job that is (a held
+/// watermark, cancelled at once) and asks again; in the blackout even that one is not listed,
+/// so it still proves nothing. On a healthy cluster where the user has no other job, the
+/// listing after it shows the watermark, which vouches for the name listing.
 #[test]
 fn release_does_not_take_a_blackouts_empty_listing_for_nothing() {
     let f = Fake::new(json!({
         "squeue": [{"match": ["--me"], "stdout": ""}],
+        "sbatch": [{"match": ["--hold", "--job-name=sucoder-watermark-[0-9a-f]{8}", "--wrap=true"], "stdout": "55\n"}],
+        "scancel": [{"argv": ["55"], "stdout": ""}],
         "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
     }));
     let r = f.run(&["session", "release", "sample", "-T", "T", "--force"]);
@@ -1584,8 +1591,35 @@ fn release_does_not_take_a_blackouts_empty_listing_for_nothing() {
         r.stderr
     );
     assert!(!r.stdout.contains("Nothing to release"), "{}", r.stdout);
-    assert_eq!(f.calls(), [name_probe(), mine_listing()]);
-    assert!(!f.programs().contains(&"scancel".to_owned()));
+    assert_eq!(
+        f.programs(),
+        ["squeue", "squeue", "sbatch", "scancel", "squeue"],
+        "{:?}",
+        f.calls()
+    );
+    assert_eq!(f.calls()[..2], [name_probe(), mine_listing()]);
+    assert_eq!(f.calls()[4], mine_listing());
+
+    f.clear_calls();
+    f.scenario(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": ""},
+            {"match": ["--me", "--states=all"], "times": 1, "stdout": ""},
+            {"match": ["--me", "--states=all"], "stdout": row("56", "CANCELLED", "", OTHER, "sucoder-watermark-0badcafe")},
+        ],
+        "sbatch": [{"match": ["--hold"], "stdout": "56\n"}],
+        "scancel": [{"argv": ["56"], "stdout": ""}],
+        "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
+    }));
+    let r = f.run(&["session", "release", "sample", "-T", "T", "--force"]);
+    assert_eq!(r.code, 0, "{} {}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("Nothing to release."), "{}", r.stdout);
+    assert_eq!(
+        f.programs(),
+        ["squeue", "squeue", "sbatch", "scancel", "squeue"],
+        "{:?}",
+        f.calls()
+    );
 
     f.clear_calls();
     f.scenario(json!({

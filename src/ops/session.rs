@@ -375,11 +375,17 @@ pub async fn vouch_absence<S: Scheduler>(
     if probe.listed > 0 || probe.failed.is_some() || probe.unreadable.is_some() {
         return;
     }
-    let mine = env
-        .ctx
-        .sched
-        .list_jobs(&JobQuery::mine_including_finished())
-        .await;
+    let listing = JobQuery::mine_including_finished();
+    let mut mine = env.ctx.sched.list_jobs(&listing).await;
+    if matches!(&mine, crate::slurm::Answer::Live(rows) if rows.is_empty()) {
+        // The user has no job listed at all, which a blackout also looks like: make one that
+        // is (a held watermark job, cancelled at once) and ask again. Its name has the shape
+        // of a worker's job, so no session ever adopts it.
+        match super::watermark::make(env.ctx, &env.config.job_name_prefix).await {
+            Ok(_) => mine = env.ctx.sched.list_jobs(&listing).await,
+            Err(e) => probe.warnings.push(format!("no watermark job: {e}")),
+        }
+    }
     match absence::by_listing(r.job_name.as_str(), &mine) {
         Absence::Proven(how) => probe.vouched = Some(how),
         Absence::Unproven(why) => probe.unvouched = Some(why),

@@ -37,6 +37,9 @@ pub struct State {
     pub jobs: jobs::Jobs,
     pub assets: asset::Assets,
     pub trials: trial::Trials,
+    /// Last, and written only when it holds something, so that a snapshot of a journal that
+    /// never made a watermark is byte for byte what version 7 always wrote (and reads back).
+    #[serde(default, skip_serializing_if = "watermarks::Watermarks::is_empty")]
     pub watermarks: watermarks::Watermarks,
 }
 

@@ -45,6 +45,10 @@ pub struct Watermarks {
 }
 
 impl Watermarks {
+    pub fn is_empty(&self) -> bool {
+        self.made.is_empty() && self.beacons.is_empty()
+    }
+
     pub fn intent(&mut self, time: Micros, e: &WatermarkIntent) {
         if self.beacons.len() == BEACONS_KEPT {
             self.beacons.pop_front();
@@ -155,6 +159,27 @@ mod tests {
         assert_eq!(w.beacons.len(), 1);
         assert_eq!(w.beacons[0].beacon_id, Uuid::from_u128(1));
         assert!(w.made.is_empty());
+    }
+
+    /// The snapshot codec (MessagePack, structs as arrays): a state that never made a
+    /// watermark is written as version 7 always wrote it, one with watermarks round-trips.
+    #[test]
+    fn a_snapshot_holds_watermarks_only_when_there_are_some() {
+        let mut state = crate::state::State::default();
+        let without = rmp_serde::to_vec(&state).unwrap();
+        state.watermarks.intent(Micros(10), &intent(1));
+        state.watermarks.made(&made(1, 77));
+        let with = rmp_serde::to_vec(&state).unwrap();
+        // A fixarray: its first byte counts the fields.
+        assert_eq!(with[0], without[0] + 1);
+        assert_eq!(
+            rmp_serde::from_slice::<crate::state::State>(&with).unwrap(),
+            state
+        );
+        assert_eq!(
+            rmp_serde::from_slice::<crate::state::State>(&without).unwrap(),
+            crate::state::State::default()
+        );
     }
 
     #[test]

@@ -30,7 +30,8 @@ use crate::slurm::{Answer, JobRow};
 /// settles it.
 pub fn nothing_listed(name: &str) -> String {
     format!(
-        "squeue lists no job named {name} and no job of the user's at all, which is also what a \
+        "squeue lists no job named {name} and no job of the user's at all, not even the held \
+         watermark job dispatch made (and cancelled) to check it, which is also what a \
          controller in a blackout answers, so it proves nothing. If `squeue --me` really shows \
          nothing, no job of this session runs; to let dispatch see that, have any job of yours \
          listed (e.g. `sbatch --hold --wrap=true`, `scancel` it afterwards) and retry"
