@@ -781,7 +781,9 @@ fn a_dry_run_checks_everything_and_journals_nothing() {
         "true",
     ]);
     assert_eq!(code, 3, "a duplicate name passed: {err}");
-    assert_eq!(fake.programs(), ["scontrol", "scontrol", "scontrol"]);
+    // The dry run is the submit's own plan: a refusal is asked about once more, as a submit
+    // asks (the first and third), and a --wait that passes asks once.
+    assert_eq!(fake.programs(), ["scontrol"; 5]);
     assert_eq!(fake.kinds().len(), before, "a dry run wrote events");
     assert_eq!(waiting(&fake), 0);
 }
@@ -1174,4 +1176,78 @@ fn an_attach_killed_after_its_mark_intent_is_settled_by_the_next() {
     assert_eq!(comments_set(&fake).len(), 1);
     let (code, out, err) = fake.run(&["audit", "--json"]);
     assert_eq!(code, 0, "{err} {out}");
+}
+
+/// Issue 22 item 1: `pool submit --dry-run` is the submit's own plan, so its answer is what the
+/// submit then does. For any sequence of workers against a 4-CPU, 4 GB pool: the dry run's exit
+/// is the submit's, and a dry run that passes predicts the step's name and the reservation the
+/// submit then makes.
+#[test]
+fn prop_a_dry_run_answers_what_the_submit_then_does() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // (went, refused): the cases must have tried both.
+    static SEEN: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+    fn prop(asks: Vec<(u8, u16)>) -> bool {
+        let fake = Fake::attached(60);
+        let mut running: Vec<(u32, String)> = Vec::new();
+        for (i, (cpus, mem)) in asks.into_iter().take(5).enumerate() {
+            let (cpus, mem_mb) = (1 + u32::from(cpus % 4), 100 + u64::from(mem % 2500));
+            let name = format!("w{i}");
+            let mut listed: Vec<(u32, &str)> =
+                running.iter().map(|(n, w)| (*n, w.as_str())).collect();
+            let step_no = running.len() as u32;
+            listed.push((step_no, &name));
+            fake.scenario(steps_listed(&listed));
+            let args = |dry: bool| {
+                let (c, m) = (cpus.to_string(), format!("{mem_mb}M"));
+                let mut a = vec![
+                    "pool", "submit", "p", "--cpus", &c, "--mem", &m, "--name", &name, "--json",
+                ]
+                .into_iter()
+                .map(str::to_owned)
+                .collect::<Vec<_>>();
+                if dry {
+                    a.push("--dry-run".to_owned());
+                }
+                a.extend(["--".to_owned(), "true".to_owned()]);
+                a
+            };
+            let run = |a: Vec<String>| fake.run(&a.iter().map(String::as_str).collect::<Vec<_>>());
+            let (dry_code, dry_out, dry_err) = run(args(true));
+            let (code, out, err) = run(args(false));
+            if dry_code != code {
+                eprintln!("ask {i} ({cpus} CPUs, {mem_mb} MB): dry run {dry_code} ({dry_err}), submit {code} ({err})");
+                return false;
+            }
+            SEEN[usize::from(code != 0)].fetch_add(1, Ordering::Relaxed);
+            if code != 0 {
+                continue;
+            }
+            let plan: Value = serde_json::from_str(dry_out.trim()).unwrap();
+            let report: Value = serde_json::from_str(out.trim()).unwrap();
+            let (_, status, _) = fake.run(&["pool", "status", "p", "--json"]);
+            let status: Value = serde_json::from_str(status.trim()).unwrap();
+            let reserved = &status["pools"][0]["reserved"];
+            let agrees = plan["step_name"] == format!("p.{name}")
+                && report["step_id"] == format!("901.{step_no}")
+                && reserved["cpus"].as_u64()
+                    == Some(plan["reserved_cpus"].as_u64().unwrap() + u64::from(cpus))
+                && reserved["mem_mb"].as_u64()
+                    == Some(plan["reserved_mem_mb"].as_u64().unwrap() + mem_mb);
+            if !agrees {
+                eprintln!("ask {i}: plan {plan}, report {report}, status {status}");
+                return false;
+            }
+            running.push((step_no, name));
+        }
+        true
+    }
+    quickcheck::QuickCheck::new()
+        .tests(8)
+        .quickcheck(prop as fn(Vec<(u8, u16)>) -> bool);
+    let (went, refused) = (
+        SEEN[0].load(Ordering::Relaxed),
+        SEEN[1].load(Ordering::Relaxed),
+    );
+    assert!(went > 0 && refused > 0, "went {went}, refused {refused}");
 }

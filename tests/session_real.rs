@@ -56,6 +56,29 @@ impl Session {
         }
     }
 
+    /// Every CPU of the node held (by an allocation dropped with it), so that a session's job
+    /// waits for resources. Jobs other tests cancelled may still be ending: the node is
+    /// waited for to be free first. For a test that runs `alone`.
+    fn every_cpu(&self) -> real_cluster::Allocation {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = Command::new("sinfo")
+                .args(["-h", "-o", "%C"])
+                .output()
+                .unwrap();
+            let cpus = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            if cpus.starts_with("0/") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "CPUs (A/I/O/T) still {cpus}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        real_cluster::Allocation::salloc(
+            &self.name("blocker"),
+            &["-c", "8", "--mem", "1G", "--time", "5"],
+        )
+    }
+
     fn state(&self) -> PathBuf {
         self.tmp.path().join("state")
     }
@@ -272,25 +295,7 @@ fn launch_lose_state_adopt_release() {
 fn a_pending_job_survives_the_loss_of_the_state_directory() {
     let s = Session::alone("pending", TARGETS);
     let name = s.name("m");
-    // Every CPU of the node held, so that the session's job waits for resources. Jobs other
-    // tests cancelled may still be ending: wait for the node to be free first.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = Command::new("sinfo")
-            .args(["-h", "-o", "%C"])
-            .output()
-            .unwrap();
-        let cpus = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        if cpus.starts_with("0/") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "CPUs (A/I/O/T) still {cpus}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let blocker = real_cluster::Allocation::salloc(
-        &s.name("blocker"),
-        &["-c", "8", "--mem", "1G", "--time", "5"],
-    );
+    let blocker = s.every_cpu();
     let r = s.run(&[
         "--json",
         "session",
@@ -694,7 +699,10 @@ fn an_salloc_launch_killed_while_holding_is_settled_by_the_next_launch() {
 
 fn killed_while_holding(test: &str, target: &str) {
     let unconfined = target == "alloc";
-    let s = Session::new(test, TARGETS);
+    // Alone: it keeps four jobs running at once, and two such tests beside other tests that
+    // each wait for a job of their own to run could hold every CPU while all of them wait
+    // (seen: the eight CPUs taken, five tests waiting for a ninth).
+    let s = Session::alone(test, TARGETS);
     let other = s.tmp.path().join("state-b");
     let racing = "session-after-launch-intent=sleep:4000";
     let mut kept = Vec::new();
@@ -1078,5 +1086,99 @@ fn hostile_names_never_run_as_code_in_a_real_job() {
     assert!(
         !mark.exists(),
         "the failed cd's message ran the directory's name as code"
+    );
+}
+
+/// Issue 21 item 11 on a real Slurm: a pool's allocation (`<prefix>pool-<pool>-<8 hex>`) and a
+/// `dispatch submit` job (`<prefix><worker>-<8 hex>`) under the session prefix are never
+/// sessions: `sessions` lists neither, and a launch of a mirror named after one is refused
+/// before it could adopt it.
+#[test]
+fn pool_and_submit_jobs_are_never_sessions_on_a_real_controller() {
+    let s = Session::new("nosess", TARGETS);
+    let pool = s.run(&[
+        "--json", "pool", "create", "ap", "--cpus", "1", "--mem", "100M", "--time", "10:00",
+        "--wait", "60",
+    ]);
+    assert_eq!(pool.code, 0, "{}", pool.stderr);
+    let pool = json(&pool.stdout);
+    let submitted = s.run(&[
+        "--json", "submit", "--cpus", "1", "--mem", "100M", "--time", "5", "--name", "w1", "--",
+        "sleep", "120",
+    ]);
+    assert_eq!(submitted.code, 0, "{}", submitted.stderr);
+    let submitted = json(&submitted.stdout);
+    let theirs = [&pool["allocation"]["job_id"], &submitted["job_id"]];
+
+    let r = s.run(&["--json", "sessions"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = json(&r.stdout);
+    let listed: Vec<&Value> = j["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["jobs"].as_array().unwrap())
+        .chain(j["unmatched"].as_array().unwrap())
+        .map(|e| &e["job_id"])
+        .collect();
+    for id in theirs {
+        assert!(!listed.contains(&id), "job {id} listed as a session: {j}");
+    }
+    let token = pool["job_name"]
+        .as_str()
+        .unwrap()
+        .strip_prefix(&s.prefix)
+        .unwrap()
+        .to_owned();
+    let r = s.run(&["session", "launch", &token, "-T", "dbg", "--detached"]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("pool allocations and `dispatch submit` jobs"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(s.run(&["pool", "release", "ap"]).code, 0);
+    assert_eq!(s.run(&["stop", "w1", "--grace", "0"]).code, 0);
+}
+
+/// Issue 21 item 7 on a real Slurm: a launch whose job is still PENDING when its --wait ends
+/// records it; the next launch reuses it and, since it does not run yet, waits for it like a new
+/// one, answering with its node once it runs (it was `reused` with `"node": null`).
+#[test]
+fn a_reused_pending_job_is_waited_for_and_its_node_named_on_a_real_controller() {
+    let s = Session::alone("pendreuse", TARGETS);
+    let blocker = s.every_cpu();
+    let launch = |wait: &str| {
+        s.run(&[
+            "--json",
+            "session",
+            "launch",
+            "m",
+            "-T",
+            "dbg",
+            "--detached",
+            "--wait",
+            wait,
+        ])
+    };
+    let r = launch("3");
+    assert_eq!(r.code, 1, "{} {}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("PENDING"), "{}", r.stderr);
+    let pending = s.jobs(&s.name("m"));
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(pending[0].state, "PENDING");
+    drop(blocker);
+    let r = launch("60");
+    assert_eq!(r.code, 0, "{} {}", r.stdout, r.stderr);
+    let j = json(&r.stdout);
+    assert_eq!(j["action"], "reused", "{j}");
+    assert_eq!(j["job_id"].as_u64().unwrap().to_string(), pending[0].id);
+    assert_eq!(j["state"], "RUNNING", "{j}");
+    assert!(j["node"].is_string(), "{j}");
+    assert_eq!(
+        s.run(&["session", "release", "m", "-T", "dbg", "--force"])
+            .code,
+        0
     );
 }

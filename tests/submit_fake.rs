@@ -875,3 +875,63 @@ fn a_reconcile_killed_while_making_its_watermark_is_finished_by_the_next() {
         assert_eq!(code, 0, "{fp}: {out}");
     }
 }
+
+/// Issue 22 item 1: `submit --dry-run` is the submit's own plan (the duplicate-worker check, the
+/// assets, the directories) plus `sbatch --test-only`: for any sequence of submissions, the
+/// dry run's exit is the submit's, and a dry run that passes names the job's shape the submit
+/// then gives it.
+#[test]
+fn prop_a_dry_run_answers_what_the_submit_then_does() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static SEEN: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+    fn prop(asks: Vec<(u8, u8)>) -> bool {
+        let fake = Fake::new();
+        fake.scenario(json!({"sbatch": [
+            {"match": ["--test-only"], "stderr": "sbatch: Job 1003 to start at 2026-12-01T11:34:43 using 1 processors on nodes vm in partition debug\n"},
+            {"stdout": "55\n"},
+        ]}));
+        for (i, (who, minutes)) in asks.into_iter().take(5).enumerate() {
+            let name = format!("w{}", who % 3);
+            let time = (1 + minutes % 12).to_string();
+            let args = |dry: bool| {
+                let mut a = vec![
+                    "submit", "--cpus", "1", "--mem", "100M", "--time", &time, "--name", &name,
+                    "--json",
+                ];
+                if dry {
+                    a.push("--dry-run");
+                }
+                a.extend(["--", "true"]);
+                a.into_iter().map(str::to_owned).collect::<Vec<_>>()
+            };
+            let run = |a: Vec<String>| fake.run(&a.iter().map(String::as_str).collect::<Vec<_>>());
+            let (dry_code, dry_out, dry_err) = run(args(true));
+            let (code, out, err) = run(args(false));
+            if dry_code != code {
+                eprintln!("ask {i} ({name}, {time} min): dry run {dry_code} ({dry_err}), submit {code} ({err})");
+                return false;
+            }
+            SEEN[usize::from(code != 0)].fetch_add(1, Ordering::Relaxed);
+            if code == 0 {
+                let plan: Value = serde_json::from_str(dry_out.trim()).unwrap();
+                let report: Value = serde_json::from_str(out.trim()).unwrap();
+                let shape = format!("sucoder-{name}-");
+                if !plan["job_name"].as_str().unwrap().starts_with(&shape)
+                    || report["worker"] != name.as_str()
+                {
+                    eprintln!("ask {i}: plan {plan}, report {report}");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+    quickcheck::QuickCheck::new()
+        .tests(8)
+        .quickcheck(prop as fn(Vec<(u8, u8)>) -> bool);
+    let (went, refused) = (
+        SEEN[0].load(Ordering::Relaxed),
+        SEEN[1].load(Ordering::Relaxed),
+    );
+    assert!(went > 0 && refused > 0, "went {went}, refused {refused}");
+}

@@ -95,25 +95,39 @@ fn check_request(req: &JobSubmitRequest) -> Result<Checked, OpError> {
     })
 }
 
+/// What `submit` decides from the journal before its receipt, and `submit --dry-run` reports:
+/// no other active worker of the name, the assets bound, the job's directories, which must not
+/// be another user's or a link (exit 3). Writes nothing.
+fn plan<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &JobSubmitRequest,
+    state: &crate::state::State,
+    checked: &Checked,
+) -> Result<(Bound, WorkerDirs), OpError> {
+    let worker = &checked.worker;
+    if state.jobs.active.values().any(|j| j.worker == *worker) {
+        return Err(OpError::Refused(Refusal::DuplicateJobWorker {
+            worker: worker.clone(),
+        }));
+    }
+    let bound = req
+        .spec
+        .bind(state, &ctx.state_dir, checked.submission_id)?;
+    let dirs = WorkerDirs::for_job(&jobs_dir(ctx), checked.submission_id);
+    dirs.check(&ctx.state_dir)?;
+    Ok((bound, dirs))
+}
+
 pub async fn submit<S: Scheduler>(
     ctx: &Ctx<S>,
     req: &JobSubmitRequest,
 ) -> Result<JobSubmitReport, OpError> {
-    let spec = &req.spec;
     let checked = check_request(req)?;
     let (submission_id, worker) = (checked.submission_id, &checked.worker);
     // Decide and write the receipt under the lock; sbatch runs without it (it can take its
     // whole timeout), and the outcome is appended under the lock again.
     let (bound, dirs) = locked(ctx, |writer, state| {
-        if state.jobs.active.values().any(|j| j.worker == *worker) {
-            return Err(OpError::Refused(Refusal::DuplicateJobWorker {
-                worker: worker.clone(),
-            }));
-        }
-        let bound = spec.bind(state, &ctx.state_dir, submission_id)?;
-        let dirs = WorkerDirs::for_job(&jobs_dir(ctx), submission_id);
-        // Before the receipt: a job tree that is another user's, or a link, refuses (exit 3).
-        dirs.check(&ctx.state_dir)?;
+        let (bound, dirs) = plan(ctx, req, state, &checked)?;
         // The durable receipt, with the assets the worker uses in the same commit.
         writer.append(receipt(ctx, req, &bound, &checked))?;
         Ok((bound, dirs))
@@ -372,19 +386,15 @@ pub async fn submit_dry_run<S: Scheduler>(
     req: &JobSubmitRequest,
 ) -> Result<JobSubmitPlan, OpError> {
     let spec = &req.spec;
+    let checked = check_request(req)?;
+    let state = super::pool::state_now(ctx)?;
+    let (_, dirs) = plan(ctx, req, &state, &checked)?;
     let Checked {
         time_s,
-        submission_id,
         worker,
         name,
-    } = check_request(req)?;
-    let state = super::pool::state_now(ctx)?;
-    if state.jobs.active.values().any(|j| j.worker == worker) {
-        return Err(OpError::Refused(Refusal::DuplicateJobWorker { worker }));
-    }
-    spec.bind(&state, &ctx.state_dir, submission_id)?;
-    let dirs = WorkerDirs::for_job(&jobs_dir(ctx), submission_id);
-    dirs.check(&ctx.state_dir)?;
+        ..
+    } = checked;
     let batch = batch_request(req, name.clone(), BatchPayload::Wrap(":".to_owned()), &dirs);
     let tested = ctx.sched.test_batch(&batch).await.map_err(|e| {
         OpError::Failed(format!(

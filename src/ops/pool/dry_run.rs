@@ -4,18 +4,15 @@
 //! journaled or created, no step is started.
 
 use serde::Serialize;
-use uuid::Uuid;
 
-use super::{read_facts, step_name};
-use crate::event::Micros;
+use super::submit::plan;
 use crate::journal::JournalError;
 use crate::names::check_path_name;
 use crate::ops::context::Ctx;
 use crate::ops::error::OpError;
-use crate::policy::pool::{self as policy, Refusal, WorkerAsk};
-use crate::slurm::{JobId, JobName, Scheduler};
+use crate::policy::pool as policy;
+use crate::slurm::{JobId, Scheduler};
 use crate::state::State;
-use crate::worker::dirs::WorkerDirs;
 
 use super::SubmitRequest;
 
@@ -50,65 +47,37 @@ pub(crate) fn state_now<S: Scheduler>(ctx: &Ctx<S>) -> Result<State, OpError> {
     }
 }
 
+/// `pool submit --dry-run`: the submit's own [`plan`] on the journal as it is (no lock), and
+/// with `waiting`, whether the pool has room now.
 pub async fn submit_dry_run<S: Scheduler>(
     ctx: &Ctx<S>,
     req: &SubmitRequest,
     waiting: bool,
 ) -> Result<SubmitPlan, OpError> {
     check_path_name("pool", &req.pool).map_err(OpError::Usage)?;
-    let spec = &req.spec;
-    spec.check()?;
-    // A made-up id: the name a real submit would default to differs (it takes a new one).
-    let submission_id = Uuid::new_v4();
-    let worker = spec.name(submission_id);
+    req.spec.check()?;
     let state = state_now(ctx)?;
-    let pool = state
-        .pools
-        .pools
-        .get(&req.pool)
-        .ok_or_else(|| Refusal::NoPool {
-            pool: req.pool.clone(),
-        })?;
-    let ask = WorkerAsk {
-        journal: state.journal_id,
-        name: worker.clone(),
-        cpus: spec.cpus,
-        mem_mb: spec.mem.get(),
-        budgets: spec.budgets,
+    let plan = plan(ctx, req, &state, waiting).await?;
+    let room = match policy::check_room(plan.pool, &plan.facts, &plan.ask) {
+        Ok(()) => "now",
+        Err(_) => "after_waiting",
     };
-    let bound = spec.bind(&state, &ctx.state_dir, submission_id)?;
-    let job = pool.allocation.job_id;
-    let facts = read_facts(ctx, job).await?;
-    let now = ctx.now();
-    let room = if waiting {
-        policy::check_submit_to_wait(pool, &facts, &ask, &ctx.caller, now)?;
-        match policy::check_room(pool, &facts, &ask) {
-            Ok(()) => "now",
-            Err(_) => "after_waiting",
-        }
-    } else {
-        policy::check_submit(pool, &facts, &ask, &ctx.caller, now)?;
-        "now"
-    };
-    let name = step_name(&req.pool, &worker);
-    JobName::new(name.clone()).map_err(|e| OpError::Usage(e.to_string()))?;
-    WorkerDirs::new(&ctx.pools_dir(), &req.pool, submission_id).check(&ctx.state_dir)?;
-    let (reserved_cpus, reserved_mem_mb) = pool.reserved();
-    let deadline: Micros = policy::early_shutdown_deadline(pool.allocation.end_time, &spec.budgets);
+    let (reserved_cpus, reserved_mem_mb) = plan.pool.reserved();
+    let allocation = &plan.pool.allocation;
     Ok(SubmitPlan {
         dry_run: true,
         pool: req.pool.clone(),
-        worker,
-        job_id: pool.allocation.job_id,
-        step_name: name,
-        cpus: spec.cpus,
-        mem_mb: spec.mem.get(),
+        worker: plan.worker,
+        job_id: plan.job,
+        step_name: plan.name,
+        cpus: req.spec.cpus,
+        mem_mb: req.spec.mem.get(),
         room,
         reserved_cpus,
         reserved_mem_mb,
-        capacity_cpus: pool.allocation.cpus.min(facts.cpus),
-        capacity_mem_mb: pool.allocation.mem_mb.min(facts.mem_mb),
-        early_shutdown_at: deadline.to_rfc3339(),
-        assets: bound.assets.iter().map(|a| a.name.clone()).collect(),
+        capacity_cpus: allocation.cpus.min(plan.facts.cpus),
+        capacity_mem_mb: allocation.mem_mb.min(plan.facts.mem_mb),
+        early_shutdown_at: plan.deadline.to_rfc3339(),
+        assets: plan.assets,
     })
 }

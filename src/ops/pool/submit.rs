@@ -136,26 +136,32 @@ pub async fn submit_waiting<S: Scheduler>(
 }
 
 /// What the checks before the receipt settled: the worker, what it asks, the allocation as
-/// Slurm showed it, and where the worker's files go.
-struct Plan<'a> {
-    pool: &'a Pool,
-    submission_id: Uuid,
-    worker: String,
-    ask: WorkerAsk,
+/// Slurm showed it, and where the worker's files go. `pool submit` goes on from it; `--dry-run`
+/// reports it (`dry_run.rs`), so the two cannot disagree on what a submit would do.
+pub(super) struct Plan<'a> {
+    pub(super) pool: &'a Pool,
+    pub(super) submission_id: Uuid,
+    pub(super) worker: String,
+    pub(super) ask: WorkerAsk,
     check: Check,
-    facts: AllocationFacts,
+    pub(super) facts: AllocationFacts,
     facts_read_at: tokio::time::Instant,
     allocation: Allocation,
-    job: JobId,
+    pub(super) job: JobId,
     /// The step's name (`<pool>.<worker>`), checked as a Slurm name.
-    name: String,
+    pub(super) name: String,
     step_name: JobName,
     dirs: WorkerDirs,
-    deadline: Micros,
+    pub(super) deadline: Micros,
+    /// The names of the assets the worker would use, as the first look bound them.
+    pub(super) assets: Vec<String>,
 }
 
-/// Every check before the receipt, against the first look `state` and the live allocation.
-async fn plan<'a, S: Scheduler>(
+/// Every check before the receipt, against the first look `state` and the live allocation:
+/// the pool, the assets and trial, the allocation's identity, owner and lifetime (asked once
+/// more when a refusal may be stale), the budget (with `waits`, only that it can ever fit),
+/// the step's name and the worker's directories. Writes nothing.
+pub(super) async fn plan<'a, S: Scheduler>(
     ctx: &Ctx<S>,
     req: &SubmitRequest,
     state: &'a State,
@@ -178,7 +184,12 @@ async fn plan<'a, S: Scheduler>(
         mem_mb: spec.mem.get(),
         budgets: spec.budgets,
     };
-    spec.bind(state, &ctx.state_dir, submission_id)?;
+    let assets = spec
+        .bind(state, &ctx.state_dir, submission_id)?
+        .assets
+        .iter()
+        .map(|a| a.name.clone())
+        .collect();
     let check: Check = if waits {
         policy::check_submit_to_wait
     } else {
@@ -208,6 +219,7 @@ async fn plan<'a, S: Scheduler>(
         step_name,
         dirs,
         deadline,
+        assets,
     })
 }
 
