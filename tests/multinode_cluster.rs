@@ -211,3 +211,40 @@ fn a_killed_node_is_down_within_seconds_the_others_run_on_and_revive_brings_it_b
     );
     assert_eq!(text(&out.stdout).trim(), "node3", "{}", text(&out.stderr));
 }
+
+/// Issue 23: `srun` without a GRES request inherits every GPU of the job (`SLURM_STEP_GPUS`
+/// and `CUDA_VISIBLE_DEVICES` list them all), so every pool worker on a GPU allocation got
+/// every GPU. A worker that asked for no GPU is started with `--gres=none` and sees none.
+#[test]
+fn a_pool_worker_on_a_gpu_allocation_sees_no_gpu_it_did_not_ask_for() {
+    let c = Cluster::require();
+    let gres = format!("--gres=gpu:{}", c.gpus);
+    let job = c.salloc(
+        &unique_name("mn-pool-gpu"),
+        &["-N1", "-w", &c.nodes[1], "-c", "2", "--mem=1000", &gres],
+    );
+    let state = tempfile::tempdir().unwrap();
+    let dispatch = |args: &[&str]| {
+        let mut cmd = c.command(env!("CARGO_BIN_EXE_dispatch"));
+        cmd.arg("--state-dir").arg(state.path()).args(args);
+        output(cmd, STEP_BOUND)
+    };
+    let attached = dispatch(&["pool", "attach", "p", "--job", &job.id.to_string()]);
+    assert!(attached.status.success(), "{}", text(&attached.stderr));
+    let report = r#"echo "gpus=${SLURM_STEP_GPUS:-none} cuda=${CUDA_VISIBLE_DEVICES:-none}""#;
+    let submitted = dispatch(&[
+        "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--name", "w", "--", "sh", "-c",
+        report,
+    ]);
+    assert!(submitted.status.success(), "{}", text(&submitted.stderr));
+    let deadline = Instant::now() + STEP_BOUND;
+    let seen = loop {
+        let logs = text(&dispatch(&["logs", "w"]).stdout);
+        if logs.contains("gpus=") {
+            break logs;
+        }
+        assert!(Instant::now() < deadline, "the worker printed nothing");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(seen.trim(), "gpus=none cuda=none");
+}

@@ -384,6 +384,9 @@ pub struct StepRequest {
     /// CPUs no other non-overlapping step holds (disjoint CPU sets), and the step waits while
     /// they are taken.
     pub overlap: bool,
+    /// `--gres=…`: the step's generic resources. Without it a step inherits every GRES of the
+    /// job (every GPU of a GPU allocation); `none` gives it none.
+    pub gres: Option<String>,
     /// The task's stdout/stderr, written on the node (`--output`/`--error`).
     pub output: Option<PathBuf>,
     pub error: Option<PathBuf>,
@@ -409,6 +412,7 @@ impl StepRequest {
             cpus,
             mem,
             overlap: true,
+            gres: None,
             output: None,
             error: None,
             chdir: None,
@@ -419,7 +423,7 @@ impl StepRequest {
     }
 
     /// `srun --jobid=J [--overlap] --job-name=N --ntasks=1 --cpus-per-task=C --mem=MM
-    /// [--output=F] [--error=F] [--chdir=D] -- CMD [ARGS...]`
+    /// [--gres=G] [--output=F] [--error=F] [--chdir=D] -- CMD [ARGS...]`
     pub fn argv(&self) -> Result<Vec<OsString>, RequestError> {
         if self.command.is_empty() || self.command[0].is_empty() {
             return Err(RequestError::EmptyCommand);
@@ -455,6 +459,10 @@ impl StepRequest {
             flag("cpus-per-task", positive("cpus", self.cpus)?),
             flag("mem", self.mem.to_slurm_arg()),
         ]);
+        if let Some(g) = &self.gres {
+            check_word("gres", g)?;
+            argv.push(flag("gres", g));
+        }
         push_path_flags(
             &mut argv,
             [
@@ -842,6 +850,13 @@ mod tests {
                 "60",
             ]
         );
+        // A step asks for its GRES (a worker: none, so it inherits no GPU of the job).
+        r.overlap = false;
+        r.gres = Some("none".into());
+        let argv = strs(r.argv().unwrap());
+        assert_eq!(argv[4..6], ["--mem=100M", "--gres=none"]);
+        r.gres = Some("gpu:1,license:2".into());
+        assert!(r.argv().is_err(), "one GRES word");
         r.command.clear();
         assert_eq!(r.argv(), Err(RequestError::EmptyCommand));
     }

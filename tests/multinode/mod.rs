@@ -140,11 +140,18 @@ impl Cluster {
 
     /// A client command of this cluster (its wrapper first on PATH, its SLURM_CONF).
     pub fn slurm(&self, prog: &str, args: &[&str]) -> Command {
+        let mut c = self.command(format!("{}/{prog}", self.env["SLURM_DEV_MULTI_BIN"]));
+        c.args(args);
+        c
+    }
+
+    /// `program` as a client of this cluster: its client commands first on PATH, its
+    /// SLURM_CONF.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let bin = &self.env["SLURM_DEV_MULTI_BIN"];
         let path = format!("{bin}:{}", std::env::var("PATH").unwrap_or_default());
-        let mut c = Command::new(format!("{bin}/{prog}"));
-        c.args(args)
-            .env("PATH", path)
+        let mut c = Command::new(program);
+        c.env("PATH", path)
             .env("SLURM_CONF", &self.env["SLURM_CONF"]);
         c
     }

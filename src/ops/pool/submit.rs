@@ -394,6 +394,9 @@ fn step_request<S: Scheduler>(
     // check above keeps the steps from waiting on each other. No --cpu-bind: `cores` made
     // Slurm 22.05 fail to lay out a 3-CPU task on a node declaring more CPUs than it has.
     step.overlap = false;
+    // A step inherits every GPU of the job unless it asks: a worker asks for none, so it sees
+    // none (SLURM_STEP_GPUS and CUDA_VISIBLE_DEVICES unset), whatever the allocation holds.
+    step.gres = Some("none".to_owned());
     step.output = Some(dirs.evidence.join("stdout"));
     step.error = Some(dirs.evidence.join("stderr"));
     step.chdir = Some(dirs.checkout.clone());
