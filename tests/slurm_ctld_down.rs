@@ -108,3 +108,80 @@ async fn controller_down_means_unknown_within_the_timeout() {
         "the cluster did not answer again after `start`"
     );
 }
+
+/// Issue 21 item 8 on a real controller: a launch's name probe fails while slurmctld is down
+/// (the probe fails closed: nothing is submitted while it cannot be read), and is asked again
+/// within `--wait`; once the controller is back the same launch submits, one job.
+#[tokio::test]
+async fn a_launch_outlasts_a_controller_blip_within_its_wait() {
+    let _lock = exclusive_lock();
+    let s = scheduler(Duration::from_secs(3));
+    require_cluster(&s).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let prefix = format!("dt-blip-{}-", std::process::id());
+    let config = tmp.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "job_name_prefix = \"{prefix}\"\n[targets.dbg]\npartition = \"debug\"\n\
+             account = \"dev\"\ntime = \"00:05:00\"\nmem = \"100M\"\nconfined = true\n"
+        ),
+    )
+    .unwrap();
+    let _restart = RestartCtld;
+    assert!(run_bounded(
+        cluster_command().arg("stop-ctld"),
+        Duration::from_secs(120)
+    ));
+    let launch = std::process::Command::new(env!("CARGO_BIN_EXE_dispatch"))
+        .arg("--state-dir")
+        .arg(tmp.path().join("state"))
+        .arg("--config")
+        .arg(&config)
+        .args([
+            "--json",
+            "session",
+            "launch",
+            "m",
+            "-T",
+            "dbg",
+            "--detached",
+            "--wait",
+            "120",
+        ])
+        .env("DISPATCH_SLURM_TIMEOUT", "3")
+        .env_remove("DISPATCH_FAILPOINTS")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Long enough for the probe to fail at least once (one call is 3 s + the kill grace).
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    drop(_restart);
+    let out = launch.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout} {stderr}");
+    assert!(
+        stderr.contains("the name probe of") && stderr.contains("asking again"),
+        "the failed probe was not said: {stderr}"
+    );
+    let answer: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(answer["action"], "submitted", "{answer}");
+    let mine = s.list_jobs(&JobQuery::mine()).await;
+    let Answer::Live(rows) = mine else {
+        panic!("{mine:?}")
+    };
+    let ours: Vec<_> = rows
+        .iter()
+        .filter(|r| r.name == format!("{prefix}m"))
+        .collect();
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    for r in ours {
+        let _ = std::process::Command::new("scancel")
+            .arg(r.id.to_string())
+            .status();
+    }
+}
