@@ -275,7 +275,7 @@ impl EventGen {
 
 /// The agent process that writes most events; a few CLI sessions interleave with it.
 fn actor(session: usize) -> Actor {
-    let command = if session % 4 == 0 {
+    let command = if session.is_multiple_of(4) {
         vec![
             "dispatch".to_owned(),
             "agent".to_owned(),

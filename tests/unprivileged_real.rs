@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fs2::FileExt;
 use real_cluster::{json, require_cluster, Allocation, Run};
 use serde_json::Value;
 
@@ -128,7 +127,7 @@ fn the_daily_flow_works_as_an_unprivileged_user() {
         .write(true)
         .open("/tmp/dispatch-unprivileged-test.lock")
         .unwrap();
-    turn.lock_exclusive().unwrap();
+    turn.lock().unwrap();
     let prefix = format!("du{}-", std::process::id());
     let _cancel = CancelOnDrop(prefix.clone());
     fresh_home(&prefix);

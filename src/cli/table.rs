@@ -129,7 +129,7 @@ pub fn count(n: u64, what: &str) -> String {
 pub fn mem(mb: u64) -> String {
     if mb < 1024 {
         format!("{mb} MB")
-    } else if mb % 1024 == 0 {
+    } else if mb.is_multiple_of(1024) {
         format!("{} GB", mb / 1024)
     } else {
         format!("{:.1} GB", mb as f64 / 1024.0)

@@ -12,7 +12,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
-use fs2::FileExt;
 use uuid::Uuid;
 
 use super::checkpoint;
@@ -730,12 +729,10 @@ fn lock_this_host(lock: &File, path: &Path, settings: lease::Settings) -> Result
     let mut pause = std::time::Duration::from_millis(1);
     let mut told = false;
     loop {
-        match lock.try_lock_exclusive() {
+        match lock.try_lock() {
             Ok(()) => return Ok(()),
-            Err(e) if e.kind() != fs2::lock_contended_error().kind() => {
-                return Err(io_err(path, "lock")(e))
-            }
-            Err(_) => {}
+            Err(std::fs::TryLockError::Error(e)) => return Err(io_err(path, "lock")(e)),
+            Err(std::fs::TryLockError::WouldBlock) => {}
         }
         let waited = began.elapsed();
         if waited >= settings.wait {

@@ -30,7 +30,6 @@ const LOCK_SUFFIX: &str = ".lock";
 
 impl TempFiles {
     pub fn create(dir: &Path) -> std::io::Result<TempFiles> {
-        use fs2::FileExt;
         use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         // A sweep can take a fresh lock file between its creation and our flock (it is not
         // held yet, so it looks dead): then ours is gone or not ours, and a new name is tried.
@@ -46,7 +45,7 @@ impl TempFiles {
                 .create_new(true)
                 .mode(0o600)
                 .open(&lock_path)?;
-            if lock.try_lock_exclusive().is_err() {
+            if lock.try_lock().is_err() {
                 continue;
             }
             let (ours, there) = (lock.metadata()?, std::fs::symlink_metadata(&lock_path));
@@ -96,7 +95,6 @@ impl Drop for TempFiles {
 /// nothing can finish them. Returns how many files were removed. Best effort: a file that
 /// cannot be judged (its lock cannot be opened) is left.
 pub fn sweep_dead_temps(dir: &Path) -> usize {
-    use fs2::FileExt;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };
@@ -114,7 +112,7 @@ pub fn sweep_dead_temps(dir: &Path) -> usize {
         let lock_path = dir.join(format!("{key}{LOCK_SUFFIX}"));
         // Held while we remove the others, so a late writer cannot take it meanwhile.
         let _dead_lock = match std::fs::File::open(&lock_path) {
-            Ok(f) if f.try_lock_exclusive().is_ok() => Some(f),
+            Ok(f) if f.try_lock().is_ok() => Some(f),
             Ok(_) => continue,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(_) => continue,

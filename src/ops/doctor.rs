@@ -113,7 +113,6 @@ fn statfs_magic(path: &Path) -> Result<u64, String> {
 /// Take an exclusive flock on a fresh file in the state directory, then try a second one through
 /// another open of it: on a file system where flock works the second is refused.
 pub fn flock_test(state_dir: &Path) -> FlockSeen {
-    use fs2::FileExt;
     if !state_dir.is_dir() {
         return FlockSeen::NotTested;
     }
@@ -130,13 +129,13 @@ pub fn flock_test(state_dir: &Path) -> FlockSeen {
         Ok(f) => f,
         Err(e) => return FlockSeen::Io(format!("{}: {e}", path.display())),
     };
-    let seen = match first.try_lock_exclusive() {
+    let seen = match first.try_lock() {
         Err(e) => FlockSeen::LockFailed(e.to_string()),
         Ok(()) => match open() {
             Err(e) => FlockSeen::Io(format!("{}: {e}", path.display())),
-            Ok(second) => match second.try_lock_exclusive() {
+            Ok(second) => match second.try_lock() {
                 Ok(()) => FlockSeen::NotExclusive,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => FlockSeen::Works,
+                Err(std::fs::TryLockError::WouldBlock) => FlockSeen::Works,
                 Err(e) => FlockSeen::LockFailed(e.to_string()),
             },
         },

@@ -88,11 +88,10 @@ pub struct VerifyReport {
 /// classify (a half-written frame would look like a torn tail). Best effort: without a lock
 /// file there is no writer to wait for.
 fn wait_for_writers(journal_dir: &Path) -> Option<std::fs::File> {
-    use fs2::FileExt;
     let file = std::fs::File::open(journal_dir.join(crate::journal::writer::LOCK_FILE)).ok()?;
-    if FileExt::try_lock_shared(&file).is_err() {
+    if file.try_lock_shared().is_err() {
         eprintln!("dispatch: waiting for a running dispatch command to finish writing the journal");
-        FileExt::lock_shared(&file).ok()?;
+        file.lock_shared().ok()?;
     }
     // A writer on another host holds the lease instead: wait a moment for it too.
     const QUIET_WAIT: std::time::Duration = std::time::Duration::from_secs(10);

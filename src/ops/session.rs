@@ -18,8 +18,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use fs2::FileExt;
-
 use crate::config::{has_worker_job_shape, sanitize_token, Config, ConfigError, Target};
 use crate::event::session::SessionAdopted;
 use crate::event::session::SessionKey;
@@ -247,11 +245,11 @@ impl TokenLock {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(io)?;
-        if file.try_lock_exclusive().is_err() {
+        if file.try_lock().is_err() {
             tracing::warn!(
                 "another dispatch command is working on mirror token {token:?}; waiting for it"
             );
-            file.lock_exclusive().map_err(io)?;
+            file.lock().map_err(io)?;
         }
         Ok(TokenLock { _file: file })
     }

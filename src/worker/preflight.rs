@@ -8,7 +8,6 @@ use std::io::{Read, Seek, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use fs2::FileExt;
 use uuid::Uuid;
 
 use super::dirs::WorkerDirs;
@@ -51,7 +50,7 @@ fn claim_owner(root: &Path, submission_id: Uuid) -> (OwnerSeen, Option<OwnerLock
         // Unreadable or uncreatable: the directory probes report why.
         return (OwnerSeen::Free, None);
     };
-    let live = FileExt::try_lock_exclusive(&f).is_err();
+    let live = f.try_lock().is_err();
     let mut text = String::new();
     let _ = f.read_to_string(&mut text);
     let recorded = text.trim().to_owned();

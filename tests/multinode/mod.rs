@@ -192,8 +192,7 @@ fn lock_exclusive(path: &str) -> File {
         .open(path)
         .unwrap_or_else(|e| panic!("cannot open {path}: {e}"));
     let deadline = Instant::now() + Duration::from_secs(600);
-    // Fully qualified: std's inherent lock methods would win over fs2's.
-    while fs2::FileExt::try_lock_exclusive(&file).is_err() {
+    while file.try_lock().is_err() {
         assert!(Instant::now() < deadline, "could not lock {path} in 600 s");
         std::thread::sleep(Duration::from_millis(200));
     }

@@ -89,12 +89,11 @@ fn lock(exclusive: bool) -> ClusterLock {
         .unwrap_or_else(|e| panic!("cannot open {path}: {e}"));
     let deadline = Instant::now() + LOCK_WAIT;
     loop {
-        // flock(2) via fs2 (std's own is newer than the MSRV); the lock goes with the
-        // process, also on a crash. Fully qualified: std's inherent methods would win.
+        // flock(2) (std's File::lock); the lock goes with the process, also on a crash.
         let r = if exclusive {
-            fs2::FileExt::try_lock_exclusive(&file)
+            file.try_lock()
         } else {
-            fs2::FileExt::try_lock_shared(&file)
+            file.try_lock_shared()
         };
         match r {
             Ok(()) => return ClusterLock { _file: file },

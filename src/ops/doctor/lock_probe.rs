@@ -13,8 +13,6 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use fs2::FileExt;
-
 use crate::policy::doctor::lock_probe::{LockProbeSeen, Participant};
 
 /// The probe's directory inside the state directory.
@@ -37,7 +35,7 @@ pub fn run(state_dir: &Path, window: Duration) -> Result<LockProbeSeen, String> 
     remove_stale(&dir);
     let lock =
         open(&dir.join("flock"), false).map_err(|e| format!("{}/flock: {e}", dir.display()))?;
-    let got_flock = lock.try_lock_exclusive().is_ok();
+    let got_flock = lock.try_lock().is_ok();
     let id = crate::journal::lease::Identity::current();
     let token = uuid::Uuid::new_v4().to_string();
     let excl_path = dir.join("excl");

@@ -14,8 +14,6 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use fs2::FileExt;
-
 use crate::ops::error::OpError;
 use crate::policy::pool::Refusal;
 use crate::statedir::trust;
@@ -89,7 +87,7 @@ impl Ticket {
             .create(true)
             .truncate(false)
             .open(dir.join(LOCK))
-            .and_then(|f| f.lock_exclusive().map(|()| f))
+            .and_then(|f| f.lock().map(|()| f))
             .map_err(|e| io_failed(&dir, "take the lock", e))?;
         let present = tickets(&dir).map_err(|e| io_failed(&dir, "list the tickets", e))?;
         if present.len() >= MAX_WAITING {
@@ -103,7 +101,7 @@ impl Ticket {
         let number = present.last().map_or(1, |n| n + 1);
         // The waiter's pid, for whoever looks (`pool status` does not; a person may).
         let held = open_no_follow(&ticket_path(&dir, number), true)
-            .and_then(|f| f.try_lock_exclusive().map(|()| f))
+            .and_then(|f| f.try_lock().map(|()| f).map_err(std::io::Error::from))
             .and_then(|mut f| {
                 use std::io::Write;
                 writeln!(f, "{}", std::process::id()).map(|()| f)
@@ -129,7 +127,7 @@ impl Ticket {
             let Ok(f) = open_no_follow(&path, false) else {
                 continue; // left meanwhile
             };
-            if f.try_lock_exclusive().is_ok() {
+            if f.try_lock().is_ok() {
                 // Nobody holds it: its waiter was killed (or is leaving). Ours to remove.
                 let _ = std::fs::remove_file(&path);
             } else {
