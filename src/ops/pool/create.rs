@@ -6,9 +6,10 @@
 //! finds its job by name, or proves after salloc's limit plus the settle margin that none was
 //! made. Never a second allocation, never one nothing can reach.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
+use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::attach::AllocationView;
