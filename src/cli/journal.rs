@@ -8,6 +8,7 @@ use clap::Subcommand;
 use super::exit::{self, Failure};
 use super::output::{self, print_json};
 use crate::ops::journal as ops;
+use crate::policy::audit::AuditStatus;
 
 #[derive(Debug, Subcommand)]
 pub enum JournalCommand {
@@ -291,9 +292,9 @@ pub fn run_audit(state_dir: &Path, json: bool) -> Result<u8, Failure> {
         }
     }
     Ok(match r.status {
-        "ok" => exit::OK,
-        "damaged" => exit::DAMAGED,
-        _ => exit::FAILED,
+        AuditStatus::Ok => exit::OK,
+        AuditStatus::Damaged => exit::DAMAGED,
+        AuditStatus::Violations => exit::FAILED,
     })
 }
 

@@ -72,7 +72,7 @@ pub fn run(args: &ReportArgs, state_dir: &Path, json: bool) -> Result<u8, Failur
     }
     // The page of a damaged journal is written (forensics needs it most then), but the
     // command does not answer success over it: 5, as `audit` does.
-    if r.audit.status == "damaged" {
+    if r.audit.status == crate::policy::audit::AuditStatus::Damaged {
         super::output::note(
             "the journal is damaged: the report covers it up to the damage. \
              Run `dispatch journal verify` to see where",

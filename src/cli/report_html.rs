@@ -5,6 +5,7 @@
 //! reasons and notes are anyone's (src/names.rs). [`Page::raw`] takes only `&'static str`,
 //! so markup can never be built from data.
 
+use crate::policy::audit::AuditStatus;
 use crate::policy::report::{BudgetSeries, Report, WorkerTimeline, MARKS};
 
 /// A page being written: markup from literals, data only escaped.
@@ -493,9 +494,13 @@ fn evidence(p: &mut Page, r: &Report) {
 fn audit(p: &mut Page, r: &Report) {
     let a = &r.audit;
     p.raw("<h2>Audit</h2>\n<p id=\"audit-status\">whole journal: <span class=\"")
-        .raw(if a.status == "ok" { "ok" } else { "bad" })
+        .raw(if a.status == AuditStatus::Ok {
+            "ok"
+        } else {
+            "bad"
+        })
         .raw("\">")
-        .text(&a.status)
+        .text(a.status.as_str())
         .raw("</span> (journal ")
         .text(&a.journal_status)
         .raw(", ")

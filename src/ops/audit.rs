@@ -11,6 +11,7 @@ use serde::Serialize;
 use super::journal::{verify, VerifyReport};
 use crate::event::{Event, Sha256Digest};
 use crate::journal::{self, JournalError};
+use crate::policy::audit::AuditStatus;
 use crate::policy::audit::{Auditor, Findings};
 use crate::state::State;
 use crate::worker::publish;
@@ -20,8 +21,7 @@ pub const MAX_PUBLISHED_CHECKED: usize = 10_000;
 
 #[derive(Debug, Serialize)]
 pub struct AuditReport {
-    /// `ok`, `violations` or `damaged`.
-    pub status: &'static str,
+    pub status: AuditStatus,
     pub journal: VerifyReport,
     pub reducers: ReducerCheck,
     pub rules: Option<Findings>,
@@ -111,11 +111,11 @@ pub fn audit(state_dir: &Path) -> Result<AuditReport, JournalError> {
         && evidence.failed.is_empty();
     Ok(AuditReport {
         status: if damaged {
-            "damaged"
+            AuditStatus::Damaged
         } else if clean {
-            "ok"
+            AuditStatus::Ok
         } else {
-            "violations"
+            AuditStatus::Violations
         },
         journal: report,
         reducers,

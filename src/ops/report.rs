@@ -62,7 +62,7 @@ pub fn report(state_dir: &Path, subject: Subject) -> Result<Report, OpError> {
     let audit = super::audit::audit(state_dir)?;
     let rules = audit.rules.as_ref();
     let input = AuditInput {
-        status: audit.status.to_owned(),
+        status: audit.status,
         journal_status: audit.journal.status.to_owned(),
         damage: audit.journal.damage.as_ref().map(|d| {
             format!(

@@ -32,6 +32,36 @@ use crate::event::{Envelope, Event};
 /// Violations kept in full; beyond this only the count grows.
 pub const MAX_VIOLATIONS_KEPT: usize = 1000;
 
+/// The audit's verdict on a journal (`dispatch audit`'s `status`, and its exit: 0, 1, 5).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditStatus {
+    /// Intact, replayed, every rule kept, the snapshot and the evidence agreeing.
+    #[default]
+    Ok,
+    /// Intact, but a rule broken, a reducer refused, the snapshot disagreeing or evidence
+    /// failing.
+    Violations,
+    /// The journal itself is damaged.
+    Damaged,
+}
+
+impl AuditStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditStatus::Ok => "ok",
+            AuditStatus::Violations => "violations",
+            AuditStatus::Damaged => "damaged",
+        }
+    }
+}
+
+impl std::fmt::Display for AuditStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Violation {
     pub seq: u64,

@@ -239,7 +239,7 @@ pub struct VerdictInfo {
 /// The audit's findings as `ops::audit` gives them, to pick out what concerns the subject.
 #[derive(Clone, Debug, Default)]
 pub struct AuditInput {
-    pub status: String,
+    pub status: crate::policy::audit::AuditStatus,
     pub journal_status: String,
     pub damage: Option<String>,
     pub violations: Vec<crate::policy::audit::Violation>,
@@ -260,8 +260,8 @@ pub struct AuditFinding {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct AuditSection {
-    /// The whole journal's audit: `ok`, `violations` or `damaged`.
-    pub status: String,
+    /// The whole journal's audit.
+    pub status: crate::policy::audit::AuditStatus,
     pub journal_status: String,
     pub violation_count: u64,
     pub override_count: u64,
@@ -887,7 +887,7 @@ mod tests {
             ),
         );
         let audit = AuditInput {
-            status: "violations".into(),
+            status: crate::policy::audit::AuditStatus::Violations,
             violations: vec![
                 crate::policy::audit::Violation {
                     seq: 7,
