@@ -44,6 +44,9 @@ fn beacon_request(name: JobName) -> BatchRequest {
 /// Make a watermark job under the job name prefix `prefix`: the job's id, given out after
 /// this call began; or why none was made (exit 4 when one may exist: its deadline ends it).
 pub async fn make<S: Scheduler>(ctx: &Ctx<S>, prefix: &str) -> Result<JobId, OpError> {
+    // Session commands make watermarks too and never reconcile: whoever makes one first
+    // cancels what earlier ones left.
+    sweep(ctx, &ctx.load()?.state, ctx.now()).await?;
     let beacon_id = Uuid::new_v4();
     let name = JobName::new(job_name(prefix, "watermark", beacon_id))
         .map_err(|e| OpError::Usage(format!("no watermark job can be named: {e}")))?;
