@@ -449,7 +449,7 @@ async fn run_pool_submit_dry_run<S: Scheduler>(
             plan.job_id,
             plan.cpus,
             plan.mem_mb,
-            plan.room.replace('_', " "),
+            plan.room,
             plan.reserved_cpus,
             plan.capacity_cpus,
             plan.reserved_mem_mb,

@@ -63,11 +63,29 @@ pub struct CreateRequest {
 #[derive(Debug, Serialize)]
 pub struct CreateReport {
     pub pool: String,
-    /// `created`: this command's salloc; `adopted`: an earlier create's allocation, found.
-    pub action: &'static str,
+    pub action: CreateAction,
     pub job_name: String,
     pub owner: &'static str,
     pub allocation: AllocationView,
+}
+
+/// What a `pool create` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CreateAction {
+    /// This command's salloc made the allocation.
+    Created,
+    /// An earlier, interrupted create's allocation, found by its name.
+    Adopted,
+}
+
+impl std::fmt::Display for CreateAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CreateAction::Created => "created",
+            CreateAction::Adopted => "adopted",
+        })
+    }
 }
 
 /// The Slurm job name of one creation: `<prefix>pool-<pool>-<8 hex digits of its id>`, the
@@ -199,7 +217,12 @@ pub async fn create<S: Scheduler>(
     if let Some(c) = earlier {
         match settle_creation(ctx, &c, deadline, progress).await? {
             Settled::Attached(allocation) => {
-                return Ok(report(pool, "adopted", &c.intent.job_name, &allocation))
+                return Ok(report(
+                    pool,
+                    CreateAction::Adopted,
+                    &c.intent.job_name,
+                    &allocation,
+                ))
             }
             Settled::Ended(proof) => progress(&format!(
                 "the earlier create of pool {pool} left no allocation ({proof}); creating one"
@@ -230,7 +253,12 @@ pub async fn create<S: Scheduler>(
     // A job salloc gave up on is cancelled by salloc itself: a few seconds show it over.
     let deadline = deadline.max(Instant::now() + HINT_SETTLE);
     match attach_created(ctx, &intent, job, deadline, progress).await? {
-        Settled::Attached(allocation) => Ok(report(pool, "created", name.as_str(), &allocation)),
+        Settled::Attached(allocation) => Ok(report(
+            pool,
+            CreateAction::Created,
+            name.as_str(),
+            &allocation,
+        )),
         Settled::Ended(proof) => Err(OpError::Failed(match unclear {
             Some(reason) => format!(
                 "pool {pool}: salloc did not get allocation {job} within the wait ({reason}); \
@@ -247,7 +275,7 @@ pub async fn create<S: Scheduler>(
     }
 }
 
-fn report(pool: &str, action: &'static str, name: &str, a: &Allocation) -> CreateReport {
+fn report(pool: &str, action: CreateAction, name: &str, a: &Allocation) -> CreateReport {
     CreateReport {
         pool: pool.to_owned(),
         action,
@@ -706,10 +734,32 @@ async fn refused_after_grant<S: Scheduler>(
 pub struct CreationReconciled {
     pub pool: String,
     pub job_name: String,
-    /// `attached` (it is the pool now, dispatch's), `ended` (nothing is left of it),
-    /// `waiting` (its job does not run yet) or `unknown`.
-    pub outcome: &'static str,
+    pub outcome: CreationOutcome,
     pub detail: String,
+}
+
+/// Where a creation in flight stands after `reconcile` looked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CreationOutcome {
+    /// It is the pool now, dispatch's.
+    Attached,
+    /// Nothing is left of it.
+    Ended,
+    /// Its job does not run yet.
+    Waiting,
+    Unknown,
+}
+
+impl std::fmt::Display for CreationOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CreationOutcome::Attached => "attached",
+            CreationOutcome::Ended => "ended",
+            CreationOutcome::Waiting => "waiting",
+            CreationOutcome::Unknown => "unknown",
+        })
+    }
 }
 
 /// `reconcile`'s look at creation `c`: its job found by name (once, no wait), attached if it
@@ -729,25 +779,29 @@ pub(crate) async fn reconcile_creation<S: Scheduler>(
         Some(job) => job,
         None => match find_by_name(ctx, c, false, &quiet).await {
             Ok(Found::Job(job)) => job,
-            Ok(Found::Nothing(proof)) => return outcome("ended", proof),
-            Ok(Found::Unknown(why)) => return outcome("unknown", why),
-            Err(e) => return outcome("unknown", e.to_string()),
+            Ok(Found::Nothing(proof)) => return outcome(CreationOutcome::Ended, proof),
+            Ok(Found::Unknown(why)) => return outcome(CreationOutcome::Unknown, why),
+            Err(e) => return outcome(CreationOutcome::Unknown, e.to_string()),
         },
     };
     match attach_created(ctx, &c.intent, job, Instant::now(), &quiet).await {
         Ok(Settled::Attached(a)) => outcome(
-            "attached",
+            CreationOutcome::Attached,
             format!(
                 "allocation {} on {} is pool {}",
                 a.job_id, a.node, c.intent.pool
             ),
         ),
-        Ok(Settled::Ended(proof)) => outcome("ended", proof),
-        Ok(Settled::Waiting { job, state, reason }) => {
-            outcome("waiting", format!("allocation {job} is {state} ({reason})"))
-        }
-        Err(OpError::Refused(r)) => outcome("ended", format!("refused and cancelled: {r}")),
-        Err(e) => outcome("unknown", e.to_string()),
+        Ok(Settled::Ended(proof)) => outcome(CreationOutcome::Ended, proof),
+        Ok(Settled::Waiting { job, state, reason }) => outcome(
+            CreationOutcome::Waiting,
+            format!("allocation {job} is {state} ({reason})"),
+        ),
+        Err(OpError::Refused(r)) => outcome(
+            CreationOutcome::Ended,
+            format!("refused and cancelled: {r}"),
+        ),
+        Err(e) => outcome(CreationOutcome::Unknown, e.to_string()),
     }
 }
 

@@ -26,8 +26,7 @@ pub struct SubmitPlan {
     pub step_name: String,
     pub cpus: u32,
     pub mem_mb: u64,
-    /// `now`, or `after_waiting` (`--wait`, and the pool is full now).
-    pub room: &'static str,
+    pub room: Room,
     /// The allocation's CPUs and MB reserved now, and its capacity.
     pub reserved_cpus: u64,
     pub reserved_mem_mb: u64,
@@ -36,6 +35,24 @@ pub struct SubmitPlan {
     /// When the worker would be told to shut down (RFC 3339).
     pub early_shutdown_at: String,
     pub assets: Vec<String>,
+}
+
+/// When a submit would find room.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Room {
+    Now,
+    /// `--wait`, and the pool is full now.
+    AfterWaiting,
+}
+
+impl std::fmt::Display for Room {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Room::Now => "now",
+            Room::AfterWaiting => "after waiting",
+        })
+    }
 }
 
 /// The journal's state as it is, without the lock; no journal yet is an empty state.
@@ -59,8 +76,8 @@ pub async fn submit_dry_run<S: Scheduler>(
     let state = state_now(ctx)?;
     let plan = plan(ctx, req, &state, waiting).await?;
     let room = match policy::check_room(plan.pool, &plan.facts, &plan.ask) {
-        Ok(()) => "now",
-        Err(_) => "after_waiting",
+        Ok(()) => Room::Now,
+        Err(_) => Room::AfterWaiting,
     };
     let (reserved_cpus, reserved_mem_mb) = plan.pool.reserved();
     let allocation = &plan.pool.allocation;
