@@ -239,16 +239,12 @@ pub async fn create<S: Scheduler>(
     let answer = allocate_with_progress(ctx, &alloc, pool, progress).await;
     failpoint::hit("pool-create-after-salloc");
     let (job, unclear) = salloc_job(ctx, &intent, answer)?;
-    record_job(
-        ctx,
-        &intent,
-        job,
-        if unclear.is_some() {
-            "salloc-pending"
-        } else {
-            "salloc"
-        },
-    )?;
+    let how = if unclear.is_some() {
+        "salloc-pending"
+    } else {
+        "salloc"
+    };
+    record_job(ctx, &intent, job, how)?;
     failpoint::hit("pool-create-after-job");
     // A job salloc gave up on is cancelled by salloc itself: a few seconds show it over.
     let deadline = deadline.max(Instant::now() + HINT_SETTLE);
