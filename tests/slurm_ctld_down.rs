@@ -133,24 +133,28 @@ async fn a_launch_outlasts_a_controller_blip_within_its_wait() {
         cluster_command().arg("stop-ctld"),
         Duration::from_secs(120)
     ));
-    let launch = std::process::Command::new(env!("CARGO_BIN_EXE_dispatch"))
-        .arg("--state-dir")
-        .arg(tmp.path().join("state"))
-        .arg("--config")
-        .arg(&config)
-        .args([
-            "--json",
-            "session",
-            "launch",
-            "m",
-            "-T",
-            "dbg",
-            "--detached",
-            "--wait",
-            "120",
-        ])
+    // `session launch m -T dbg --detached` with this test's state and config.
+    let launch_cmd = || {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_dispatch"));
+        c.arg("--state-dir")
+            .arg(tmp.path().join("state"))
+            .arg("--config")
+            .arg(&config)
+            .args([
+                "--json",
+                "session",
+                "launch",
+                "m",
+                "-T",
+                "dbg",
+                "--detached",
+            ])
+            .env_remove("DISPATCH_FAILPOINTS");
+        c
+    };
+    let launch = launch_cmd()
+        .args(["--wait", "120"])
         .env("DISPATCH_SLURM_TIMEOUT", "3")
-        .env_remove("DISPATCH_FAILPOINTS")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -189,23 +193,7 @@ async fn a_launch_outlasts_a_controller_blip_within_its_wait() {
         })
         .await;
         assert!(back.is_some(), "the node did not come back");
-        let again = std::process::Command::new(env!("CARGO_BIN_EXE_dispatch"))
-            .arg("--state-dir")
-            .arg(tmp.path().join("state"))
-            .arg("--config")
-            .arg(&config)
-            .args([
-                "--json",
-                "session",
-                "launch",
-                "m",
-                "-T",
-                "dbg",
-                "--detached",
-            ])
-            .env_remove("DISPATCH_FAILPOINTS")
-            .output()
-            .unwrap();
+        let again = launch_cmd().output().unwrap();
         let again_out = String::from_utf8_lossy(&again.stdout).into_owned();
         assert_eq!(again.status.code(), Some(0), "{again_out}");
         again_out

@@ -3,8 +3,9 @@
 //! given out after it settled; a user with no other job has no such job, and the submission
 //! would stay unknown for ever. So the command that needs one makes it: intent, a tiny held
 //! `sbatch` named `<prefix>watermark-<8 hex>` (held: it never runs or uses anything), its id
-//! journaled, `scancel` at once. It carries `--deadline`, so Slurm removes it even if the
-//! cancel is lost with a killed dispatch.
+//! journaled, `scancel` at once. A beacon whose cancel did not answer stays in the state until
+//! a later one does (`sweep`): its `--deadline` removes it on Slurm 24.11, but 22.05 keeps a
+//! held job past its deadline.
 
 use std::time::Duration;
 
@@ -42,7 +43,8 @@ fn beacon_request(name: JobName) -> BatchRequest {
 }
 
 /// Make a watermark job under the job name prefix `prefix`: the job's id, given out after
-/// this call began; or why none was made (exit 4 when one may exist: its deadline ends it).
+/// this call began; or why none was made (exit 4 when one may exist: a later sweep cancels
+/// it by name).
 pub async fn make<S: Scheduler>(ctx: &Ctx<S>, prefix: &str) -> Result<JobId, OpError> {
     // Session commands make watermarks too and never reconcile: whoever makes one first
     // cancels what earlier ones left.
