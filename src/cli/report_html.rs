@@ -500,7 +500,7 @@ fn audit(p: &mut Page, r: &Report) {
             "bad"
         })
         .raw("\">")
-        .text(a.status.as_str())
+        .text(&a.status.to_string())
         .raw("</span> (journal ")
         .text(&a.journal_status)
         .raw(", ")

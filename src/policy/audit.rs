@@ -46,21 +46,7 @@ pub enum AuditStatus {
     Damaged,
 }
 
-impl AuditStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AuditStatus::Ok => "ok",
-            AuditStatus::Violations => "violations",
-            AuditStatus::Damaged => "damaged",
-        }
-    }
-}
-
-impl std::fmt::Display for AuditStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+crate::display_as_serde!(AuditStatus);
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Violation {
@@ -599,6 +585,18 @@ mod tests {
 
     fn rules(f: &Findings) -> Vec<&'static str> {
         f.violations.iter().map(|v| v.rule).collect()
+    }
+
+    #[test]
+    fn the_status_prints_as_its_json_says() {
+        for (s, text) in [
+            (AuditStatus::Ok, "ok"),
+            (AuditStatus::Violations, "violations"),
+            (AuditStatus::Damaged, "damaged"),
+        ] {
+            assert_eq!(s.to_string(), text);
+            assert_eq!(serde_json::to_value(s).unwrap(), text);
+        }
     }
 
     #[test]

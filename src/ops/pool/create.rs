@@ -79,14 +79,7 @@ pub enum CreateAction {
     Adopted,
 }
 
-impl std::fmt::Display for CreateAction {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            CreateAction::Created => "created",
-            CreateAction::Adopted => "adopted",
-        })
-    }
-}
+crate::display_as_serde!(CreateAction);
 
 /// The Slurm job name of one creation: `<prefix>pool-<pool>-<8 hex digits of its id>`, the
 /// shape of `dispatch submit`'s names (`ops::submit::job_name`).
@@ -747,16 +740,7 @@ pub enum CreationOutcome {
     Unknown,
 }
 
-impl std::fmt::Display for CreationOutcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            CreationOutcome::Attached => "attached",
-            CreationOutcome::Ended => "ended",
-            CreationOutcome::Waiting => "waiting",
-            CreationOutcome::Unknown => "unknown",
-        })
-    }
-}
+crate::display_as_serde!(CreationOutcome);
 
 /// `reconcile`'s look at creation `c`: its job found by name (once, no wait), attached if it
 /// runs, recorded over if proven so. Never an error: what cannot be settled stays as it is.
