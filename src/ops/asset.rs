@@ -9,6 +9,13 @@
 //! same add run again is right wherever a previous one stopped. The temporary files are
 //! held under an `flock` while they may still be used (`TempFiles`); every command that
 //! takes the journal lock removes those nobody holds (`sweep_dead_temps`).
+//!
+//! A source asset is a git bundle of the pinned commit, written by hand around
+//! `git pack-objects`, so the user's repository gains no ref. The temporary files
+//! (`assets/.tmp-<pid>-<uuid>`, `….tree`) live beside `….lock`, which the add holds under
+//! `flock` until they are gone. The sweep trusts that lock, never the pid: a pid may be reused.
+//! A name bound to the asset just built (same commit, or same SHA-256 for an image) is a
+//! finished earlier add, so the add is right after a kill at any point.
 
 use std::ffi::OsStr;
 use std::io::{BufRead, Write};

@@ -3,6 +3,14 @@
 //! targets, and, with `--on-node`, what a compute node sees) and hand the observations to
 //! `policy::doctor` for the verdicts. Reads only; the one write is the flock test's temporary
 //! file in the state directory, removed at once.
+//!
+//! Slurm calls go through the runner, each bounded at 20 s: `squeue --version`, `scontrol
+//! ping`, `squeue --me`, `sacct`, `scontrol show partition P`, `scontrol show assoc_mgr`. The
+//! file system type comes from `statfs`. The flock test takes an exclusive lock on a temporary
+//! file; a second exclusive lock through another open must be refused. `--on-node` runs one
+//! `srun -N1 -n1 -c1 --time=1 --immediate=60` step (bounded at 120 s) running `dispatch doctor
+//! --node-probe`, and merges the JSON checks it prints. Nothing is journaled: doctor decides
+//! nothing and changes nothing.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;

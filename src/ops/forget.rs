@@ -1,6 +1,8 @@
 //! `dispatch forget`: an operator gives up on a worker or a session that no proof can settle.
 //! Offline: no Slurm call (the cluster it ran on may be gone). Under the lock: decide, append
 //! the decision, done; the report says what may still run and how to stop it.
+//!
+//! `policy::forget` decides what may be forgotten; `event::overrides` holds the events.
 
 use serde::Serialize;
 

@@ -1,5 +1,9 @@
 //! `dispatch jobs`: every worker started with `dispatch submit`, from state (no Slurm call),
 //! or after `reconcile_jobs_only` with what its listing showed of each job now.
+//!
+//! `--refresh` runs `reconcile::reconcile_jobs_only`: the same job reconciliation as
+//! `dispatch reconcile`, with no pool asked. It then shows what that listing showed of each job
+//! (`ReconcileReport.listed`: state, pending reason, node).
 
 use std::path::Path;
 

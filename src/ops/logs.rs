@@ -1,6 +1,13 @@
 //! `dispatch logs WORKER`: which worker a name means, where its stdout and stderr are, and
 //! whether it has ended. Offline: the coordinator's state, the worker's own journal and its
 //! files; never a Slurm call, nothing written.
+//!
+//! A name, a submission id or a short id may mean several workers (two pools, a name used
+//! again): that is a usage error naming each. The output is the worker's evidence directory's
+//! `stdout` and `stderr`, where the step's (pool) or batch job's (`submit`) `--output` and
+//! `--error` point. It has ended when its own journal records the payload's exit or the
+//! supervisor's end, or when the coordinator's state has it over (`ended`). `cli::logs` prints
+//! the file and follows it by polling.
 
 use std::path::{Path, PathBuf};
 

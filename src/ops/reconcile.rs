@@ -2,6 +2,23 @@
 //! can be proven. Costs one job listing, one step listing per pool and at most one accounting
 //! query, however many workers there are (plus a by-id look at a job missing from a listing of
 //! several, which alone proves nothing). A failed query, or an empty answer, changes nothing.
+//!
+//! Three phases; the journal lock is released while Slurm answers.
+//! - Observe: every Slurm call and file read goes into an observation. A `PoolLook` holds the
+//!   pool's `PoolObservation` and a `WorkerSeen` per active worker (its own journal, its srun).
+//!   `JobsObservation` covers the workers of `dispatch submit`.
+//! - Judge: pure, in `policy::reconcile`. `judge_pool` and `judge_jobs` take the observations
+//!   and the time, and give a `PoolJudgement` or a `JobDecision` per worker.
+//! - Record: each append under the lock, after checking that its subject is still as seen.
+//!
+//! `sacct` is asked only when a pool's first judgement `wants_accounting`; that pool is then
+//! judged again. The by-id looks are at most `MAX_SINGLE_ID_FOLLOW_UPS` (16) a run. For the
+//! workers of `dispatch submit`: one listing of the known job ids, one `squeue --me
+//! --states=all` to find by name the jobs of unanswered sbatch calls, and `sacct` (by id, by
+//! name) only for what those left unproven. A lost submission may lack only one proof: a job
+//! given out after it settled (`JobDecision::wants_watermark`). Then `ops::watermark` makes
+//! one (intent, held `sbatch`, its id, `scancel`), once a run, and the jobs are judged again on
+//! the state that records it. Beacons a killed run left are cancelled first (`watermark::sweep`).
 
 use std::time::Duration;
 

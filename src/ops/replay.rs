@@ -1,6 +1,9 @@
 //! `--at SEQ|TIME`: the state as it was after one event, read from the journal alone (no
 //! Slurm call, no worker file, nothing written). The cut and the fold are
 //! `state::replay`'s; this reads the events.
+//!
+//! A damaged journal is refused as `journal::load` refuses it. `pool status --at` reads no
+//! worker journal; `inspect --at` shows the worker's own journal up to the cut's time.
 
 use std::path::Path;
 

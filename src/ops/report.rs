@@ -2,6 +2,9 @@
 //! the fold), each selected worker's own journal up to its damage, the chain head at the
 //! trial's verdict, and runs the audit; `policy::report` builds the data from what is read.
 //! No Slurm call, nothing written to the state directory.
+//!
+//! The page is drawn in `cli::report_html` (inline CSS and SVG, no script). Its writer takes
+//! markup only as `&'static str` and escapes every string of data.
 
 use std::path::Path;
 

@@ -3,6 +3,18 @@
 //! Every Slurm effect is bracketed: a durable intent event, the effect, an outcome event.
 //! Commands on one mirror are serialized by a lock on its token (every session that can hold
 //! a job of that name shares it), so two launches cannot both decide to submit.
+//!
+//! The token lock is `<state>/sessions/locks/<token>.lock`. `lock_session` takes it and loads
+//! the state through `Ctx::lock_and_load`, releasing the journal writer at once; each intent
+//! and outcome after it is one `Ctx::append`. So a launch polling for minutes blocks no other
+//! command. A lost record heals through every command: release, attach and renew with no job
+//! recorded call `adopt_or_vouch`. It adopts by name (`adopt_by_name`, the name probe and
+//! target rule launch uses), or corroborates that no job runs (`vouch_absence`). A probe that
+//! fails or cannot be read is exit 4, never "nothing".
+//!
+//! One file per command: `launch`, `hold` (Slurm as the arbiter between state directories),
+//! `release`, `renew`, `attach`, `dry_run` (`launch --dry-run`), `report` (`sessions`), and
+//! `script` (the batch script a confined session runs, written atomically before the intent).
 
 pub mod attach;
 pub mod dry_run;

@@ -1,6 +1,14 @@
 //! `dispatch submit`: the ordinary path, one `sbatch` job per worker. The worker owns its whole
 //! allocation. Intent first; an sbatch without an answer is recorded as "may exist" and keeps
 //! its budget until `dispatch reconcile` finds the job by name or proves it over.
+//!
+//! The job is named `<job_name_prefix><worker>-<8 hex of the submission id>`. The name and
+//! sbatch's time limit (`JobNamed`) are in the receipt's commit, beside the intent and the
+//! assets bound. The receipt is written under the journal lock; sbatch runs without it. Its
+//! outcome is appended under the lock again, unless `reconcile` found the job by name
+//! meanwhile (`record_outcome`). The batch script is `exec "$@"`: the worker's command travels
+//! as sbatch's script arguments, so no shell ever parses it. `submit_dry_run` makes every
+//! check `submit` makes before its receipt, then asks `sbatch --test-only`.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;

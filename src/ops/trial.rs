@@ -4,6 +4,9 @@
 //! state, the outcome its own journal records, and the SHA-256 of its published manifest. A
 //! `passed` verdict is refused unless every worker has ended, completed and published evidence
 //! that still verifies now; `failed` can always be recorded. Neither is ever replaced.
+//!
+//! The verdict gathers each worker's evidence itself (its published manifest is re-verified
+//! now); `policy::trial` decides whether it supports a pass.
 
 use std::path::Path;
 

@@ -1,5 +1,15 @@
 //! `dispatch session launch`: reuse the recorded job, else adopt a live job of this target
 //! found by name, else submit one. Never two jobs for one session.
+//!
+//! The steps: record probe → name probe → intent → `sbatch --hold` (or `salloc --no-shell
+//! --hold`) → the job's id → settle the hold (`hold`) → a bounded poll until it runs.
+//!
+//! A submission of this session may be in flight: an intent without outcome, whose launcher
+//! died with sbatch or salloc running (the token lock is free again). Such an sbatch still
+//! submits. So a name probe that finds nothing does not lead to a submit at once. The launch
+//! probes by name (pauses up to 2 s, progress every 30 s) until the submit call's limit
+//! (`Scheduler::longest_call`) plus the settle margin (30 s) have passed since the intent
+//! (`policy::session::in_flight_wait`), and adopts the job if it appears.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

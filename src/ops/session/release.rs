@@ -1,6 +1,15 @@
 //! `dispatch session release`: detach when another session holds the same job, otherwise
 //! cancel it, and forget it only once scancel succeeded. A job a renewal replaced and never
 //! saw end is settled too: forgotten once Slurm shows it gone, cancelled while it still runs.
+//!
+//! The cancel: intent → `scancel` → a bounded wait (30 s) for squeue to show the job gone,
+//! recorded as the proof → released. A scancel with no answer is exit 4 (outcome unknown); one
+//! that said no is exit 1; both leave the record as it was. Success is a proof, not the
+//! record's word: the sweep then probes by name, and adopts and cancels every other live job
+//! of this name and target that no other session holds (a record restored from an older copy
+//! names an ended job while a newer one runs). At most `SWEEP_ROUNDS` (3) rounds, until a
+//! listing shows none (`also_released` in the report). A probe that cannot vouch for that is
+//! exit 4.
 
 use tokio::time::Instant;
 

@@ -1,6 +1,9 @@
 //! `dispatch session renew`: keep a session's job alive across its time limit. Hold while the
 //! job is fine (or its state is unknown), start a replacement while it drains, start a new one
 //! when it is lost; cancel the old job only after the new one runs.
+//!
+//! The loop runs over `launch` and `release::cancel`; what each turn does is decided in
+//! `policy::session::renew` (`judge`, `turn`, the backoff).
 
 use std::time::Duration;
 
