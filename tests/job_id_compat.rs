@@ -154,6 +154,22 @@ fn dispatch_json(sd: &Path, args: &[&str]) -> String {
 const ADDED_SINCE_THE_GOLDENS: &[(&str, &[&str])] = &[
     // A fork is its own class (issue 20): verify's `fork`, audit's merge notes.
     ("audit", &["/journal/fork", "/rules/merges"]),
+    // Pools are budgeted per node, GPUs included (issue 23).
+    (
+        "pool",
+        &[
+            "/pools/0/capacity/gpus",
+            "/pools/0/reserved/gpus",
+            "/pools/0/nodes",
+            "/pools/0/workers/0/node",
+            "/pools/0/workers/0/gpus",
+            "/pools/0/workers/0/step_gpus",
+            "/pools/0/workers/0/cuda_visible_devices",
+            "/pools/1/capacity/gpus",
+            "/pools/1/reserved/gpus",
+            "/pools/1/nodes",
+        ],
+    ),
 ];
 
 /// `output` (one JSON document, or JSON lines) with the keys added since the goldens removed.

@@ -249,6 +249,23 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
             submission_id: uuid(g),
             proof: text(g),
         }),
+        117 => Event::WorkerPlaced(WorkerPlaced {
+            submission_id: uuid(g),
+            node: text(g),
+            gpus: u32::arbitrary(g),
+        }),
+        118 => Event::PoolNodes(PoolNodes {
+            pool: text(g),
+            job_id: job(g),
+            nodes: (0..usize::arbitrary(g) % 4)
+                .map(|_| dispatch::slurm::NodeShare {
+                    name: text(g),
+                    cpus: u32::arbitrary(g),
+                    mem_mb: u64::arbitrary(g),
+                    gpus: Vec::arbitrary(g),
+                })
+                .collect(),
+        }),
         120 => Event::JobSubmitIntent(JobSubmitIntent {
             submission_id: uuid(g),
             worker: text(g),
@@ -635,6 +652,10 @@ fn known_worker_event(code: u16, g: &mut Gen) -> WorkerEvent {
         168 => WorkerEvent::SupervisorFinished(SupervisorFinished {
             outcome: text(g),
             exit_code: i32::arbitrary(g),
+        }),
+        169 => WorkerEvent::StepDevices(StepDevices {
+            step_gpus: Option::arbitrary(g),
+            cuda_visible_devices: Option::arbitrary(g),
         }),
         other => panic!("no generator for event kind {other}"),
     }

@@ -10,6 +10,7 @@
 mod multinode;
 mod support;
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use multinode::{output, script, text, Cluster};
@@ -163,8 +164,9 @@ fn a_killed_node_is_down_within_seconds_the_others_run_on_and_revive_brings_it_b
     let out = output(script(&["node-kill", "node3"]), Duration::from_secs(60));
     assert!(out.status.success(), "node-kill: {}", text(&out.stderr));
 
-    // Not responding at the first failed ping, DOWN after SlurmdTimeout without an answer.
-    let bound = Duration::from_secs(3 * c.slurmd_timeout);
+    // Not responding at the first failed ping (which takes up to MessageTimeout to fail), DOWN
+    // after SlurmdTimeout without an answer.
+    let bound = Duration::from_secs(3 * c.slurmd_timeout + 2 * c.msg_timeout);
     let mut not_responding = None;
     let down = loop {
         let st = c.node_state("node3");
@@ -247,4 +249,175 @@ fn a_pool_worker_on_a_gpu_allocation_sees_no_gpu_it_did_not_ask_for() {
         std::thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(seen.trim(), "gpus=none cuda=none");
+}
+
+/// Issue 23: a pool over 3 nodes × 4 CPUs × 2 GPUs takes 6 one-GPU workers and 6 CPU-only
+/// workers at once. Each runs on the node its receipt names (the payload's own
+/// `SLURMD_NODENAME`), no GPU index is shared by two live workers on one node (the step's own
+/// `SLURM_STEP_GPUS`, as its supervisor recorded it and as the payload printed it), CPU-only
+/// workers see no GPU, and every node's budget is exactly full: a 7th GPU worker and a 13th
+/// worker are refused with each node's free figures, and nothing of theirs is journaled.
+#[test]
+fn a_pool_over_three_nodes_places_gpu_and_cpu_workers_per_node_and_never_shares_a_gpu() {
+    let c = Cluster::require();
+    let per_node_gpus = format!("--gres=gpu:{}", c.gpus);
+    let ntasks = format!("--ntasks-per-node={}", c.cpus);
+    let job = c.salloc(
+        &unique_name("mn-pool"),
+        &["-N3", &ntasks, "--mem=2000", &per_node_gpus],
+    );
+    let state = tempfile::tempdir().unwrap();
+    let go = tempfile::tempdir_in("/tmp").unwrap();
+    let go_file = go.path().join("go");
+    let dispatch = |args: &[&str]| {
+        let mut cmd = c.command(env!("CARGO_BIN_EXE_dispatch"));
+        cmd.arg("--state-dir").arg(state.path()).args(args);
+        output(cmd, STEP_BOUND)
+    };
+    let attached = dispatch(&["pool", "attach", "p", "--job", &job.id.to_string()]);
+    assert!(attached.status.success(), "{}", text(&attached.stderr));
+    // Each payload says where it runs and what it sees, then waits for the go file.
+    let payload = format!(
+        r#"echo "$SLURMD_NODENAME ${{SLURM_STEP_GPUS:-none}} ${{CUDA_VISIBLE_DEVICES:-none}}"; n=0; until [ -e {} ]; do n=$((n+1)); [ $n -lt 900 ] || exit 9; sleep 0.2; done"#,
+        go_file.display()
+    );
+    let submit = |name: &str, gpus: &str| {
+        dispatch(&[
+            "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--gpus", gpus, "--name", name,
+            "--json", "--", "sh", "-c", &payload,
+        ])
+    };
+    let gpu_workers: Vec<String> = (0..6).map(|i| format!("g{i}")).collect();
+    let cpu_workers: Vec<String> = (0..6).map(|i| format!("c{i}")).collect();
+    for (names, gpus) in [(&gpu_workers, "1"), (&cpu_workers, "0")] {
+        for name in names {
+            let out = submit(name, gpus);
+            assert!(
+                out.status.success(),
+                "{name}: {}; the srun clients said: {}",
+                text(&out.stderr),
+                srun_logs(state.path())
+            );
+        }
+    }
+
+    // Every node is full: its 4 CPUs and 2 GPUs are reserved, and nothing more fits.
+    for (name, gpus) in [("g6", "1"), ("c6", "0")] {
+        let refused = submit(name, gpus);
+        assert_eq!(refused.status.code(), Some(3), "{}", text(&refused.stderr));
+        let err = text(&refused.stderr);
+        assert!(err.contains("no node with room"), "{err}");
+        for n in &c.nodes {
+            assert!(err.contains(&format!("{n} 0/4 CPUs")), "{err}");
+        }
+    }
+    let status = || -> serde_json::Value {
+        let out = dispatch(&["pool", "status", "p", "--json"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let doc = status();
+    let pool = &doc["pools"][0];
+    for n in pool["nodes"].as_array().unwrap() {
+        assert_eq!(n["capacity"]["cpus"], 4, "{n}");
+        assert_eq!(n["capacity"]["gpus"], 2, "{n}");
+        assert_eq!(n["reserved"]["cpus"], 4, "{n}");
+        assert_eq!(n["reserved"]["gpus"], 2, "{n}");
+    }
+
+    // What each payload printed, once all have printed it (they run at once).
+    let deadline = Instant::now() + STEP_BOUND;
+    let printed = |name: &str| text(&dispatch(&["logs", name]).stdout).trim().to_owned();
+    let seen: BTreeMap<String, String> = loop {
+        let seen: BTreeMap<String, String> = gpu_workers
+            .iter()
+            .chain(&cpu_workers)
+            .map(|w| (w.clone(), printed(w)))
+            .collect();
+        if seen.values().all(|s| !s.is_empty()) {
+            break seen;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every worker printed: {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let doc = status();
+    let workers = doc["pools"][0]["workers"].as_array().unwrap().clone();
+    let mut gpus_in_use = std::collections::BTreeSet::new();
+    for w in &workers {
+        let name = w["name"].as_str().unwrap();
+        let fields: Vec<&str> = seen[name].split(' ').collect();
+        assert_eq!(fields.len(), 3, "{name}: {:?}", seen[name]);
+        assert_eq!(
+            fields[0], w["node"],
+            "{name} runs on the node it was journaled for: {w}"
+        );
+        assert_eq!(w["state"], "running", "{w}");
+        if name.starts_with('g') {
+            assert_eq!(w["gpus"], 1, "{w}");
+            assert_eq!(w["step_gpus"], fields[1], "the supervisor's record: {w}");
+            assert!(matches!(fields[1], "0" | "1"), "{name}: {:?}", seen[name]);
+            assert!(
+                gpus_in_use.insert((fields[0].to_owned(), fields[1].to_owned())),
+                "GPU {} of {} is held by two live workers: {seen:?}",
+                fields[1],
+                fields[0]
+            );
+        } else {
+            assert_eq!(
+                fields[1..],
+                ["none", "none"],
+                "{name} sees no GPU: {seen:?}"
+            );
+            assert_eq!(w["step_gpus"], serde_json::Value::Null, "{w}");
+        }
+    }
+    assert_eq!(gpus_in_use.len(), 6, "{seen:?}");
+    let per_node = |prefix: char| {
+        let mut count: BTreeMap<String, usize> = BTreeMap::new();
+        for w in workers
+            .iter()
+            .filter(|w| w["name"].as_str().unwrap().starts_with(prefix))
+        {
+            *count
+                .entry(w["node"].as_str().unwrap().to_owned())
+                .or_default() += 1;
+        }
+        count
+    };
+    let two_each: BTreeMap<String, usize> = c.nodes.iter().map(|n| (n.clone(), 2)).collect();
+    assert_eq!(per_node('g'), two_each, "GPU workers per node");
+    assert_eq!(per_node('c'), two_each, "CPU-only workers per node");
+
+    // They end; reconcile proves each step over and releases every budget.
+    std::fs::write(&go_file, b"").unwrap();
+    let deadline = Instant::now() + STEP_BOUND;
+    loop {
+        let out = dispatch(&["reconcile", "--json"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let doc = status();
+        let pool = &doc["pools"][0];
+        if pool["reserved"]["cpus"] == 0 {
+            assert_eq!(pool["reserved"]["gpus"], 0, "{pool}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "budget still held: {pool}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let audit = dispatch(&["audit", "--json"]);
+    assert!(audit.status.success(), "{}", text(&audit.stdout));
+}
+
+/// Every worker's srun client log under a state directory, for a failure's message.
+fn srun_logs(state: &std::path::Path) -> String {
+    let mut said = String::new();
+    let workers = state.join("pools/p/workers");
+    for entry in std::fs::read_dir(&workers).into_iter().flatten().flatten() {
+        let log = entry.path().join("evidence/srun-client.log");
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        said.push_str(&format!("\n{}: {}", log.display(), text.trim()));
+    }
+    said
 }

@@ -131,8 +131,13 @@ fn a_step_slurm_refuses_to_create_releases_its_budget() {
     assert!(err.contains("More processors requested"), "{err}");
     let kinds = fake.kinds();
     assert_eq!(
-        kinds[kinds.len() - 3..],
-        ["WorkerSubmitIntent", "WorkerLaunched", "WorkerLaunchFailed"]
+        kinds[kinds.len() - 4..],
+        [
+            "WorkerSubmitIntent",
+            "WorkerPlaced",
+            "WorkerLaunched",
+            "WorkerLaunchFailed"
+        ]
     );
     let (_, out, _) = fake.run(&["pool", "status", "--json"]);
     let st: Value = serde_json::from_str(out.trim()).unwrap();
@@ -746,7 +751,7 @@ fn a_dry_run_checks_everything_and_journals_nothing() {
         "true",
     ]);
     assert_eq!(code, 3, "{err}");
-    assert!(err.contains("cannot fit"), "{err}");
+    assert!(err.contains("no node with room"), "{err}");
     let (code, out, err) = fake.run(&[
         "pool",
         "submit",

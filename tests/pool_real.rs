@@ -128,7 +128,11 @@ fn a_pool_runs_workers_as_separate_steps_within_its_budget() {
     let before = dispatch(sd, &["journal", "verify", "--json"]);
     let refused = submit("w3", "3");
     assert_eq!(refused.code, 3, "{}", refused.stderr);
-    assert!(refused.stderr.contains("cannot fit"), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("no node with room"),
+        "{}",
+        refused.stderr
+    );
     assert!(!squeue_steps(alloc.id).contains(&"p.w3".to_owned()));
     let after = dispatch(sd, &["journal", "verify", "--json"]);
     assert_eq!(

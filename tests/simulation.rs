@@ -496,6 +496,8 @@ impl Run {
                         let req = SubmitRequest {
                             pool: (*pool).to_owned(),
                             spec: spec(worker.as_deref(), *cpus, *mem_mb),
+                            gpus: 0,
+                            node: None,
                         };
                         pool::submit(ctx, &req).await.map(drop)
                     }

@@ -559,7 +559,10 @@ async fn exact_argv_per_operation() {
         ),
         ("squeue", vec!["--noheader", &jf, "--me"]),
         ("squeue", vec!["--steps", "--noheader", &sf, "--jobs=78"]),
-        ("scontrol", vec!["--oneliner", "show", "job", "78"]),
+        (
+            "scontrol",
+            vec!["--oneliner", "--details", "show", "job", "78"],
+        ),
         (
             "sacct",
             vec![

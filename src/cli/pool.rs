@@ -182,7 +182,8 @@ pub enum PoolCommand {
         dispatch pool create p --cpus 4 --mem 4G --time 30:00 --partition debug --nodelist vm\n  \
         dispatch pool release p   # stops its workers and cancels the allocation")]
     Create(CreateArgs),
-    /// Attach a running single-node allocation you own as a pool (never creates or cancels it).
+    /// Attach a running allocation you own as a pool (never creates or cancels it); its budget
+    /// is per node: CPUs, memory and GPUs as `scontrol -d show job` shows them.
     /// The job's comment is marked with this state directory's journal, and an allocation
     /// another state directory holds is refused (exit 3, naming its journal and host)
     #[command(after_help = "Examples:\n  \
@@ -205,13 +206,23 @@ pub enum PoolCommand {
     /// Start a worker as its own job step inside the pool's allocation
     #[command(after_help = "Examples:\n  \
         dispatch pool submit p --cpus 2 --mem 4G --name w1 -- ./run.sh\n  \
-        dispatch pool submit p --cpus 1 --mem 2G --source src --image py311 --trial t1 -- make test")]
+        dispatch pool submit p --cpus 1 --mem 2G --source src --image py311 --trial t1 -- make test\n  \
+        dispatch pool submit p --cpus 4 --mem 16G --gpus 1 --name train -- python train.py\n  \
+        dispatch pool submit p --cpus 1 --mem 1G --node node2 --name probe -- ./probe.sh")]
     Submit {
         /// The pool's name
         #[arg(value_parser = crate::names::arg::path_name("pool"))]
         pool: String,
         #[command(flatten)]
         worker: WorkerArgs,
+        /// GPUs of its node the worker reserves (Slurm gives the step that many, `--gres=gpu:G`);
+        /// without it the worker sees no GPU
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+        gpus: u32,
+        /// The node of the allocation to run on (default: the first node with room, in the
+        /// allocation's order)
+        #[arg(long, value_name = "NODE", value_parser = parse_node)]
+        node: Option<String>,
         /// Seconds between SIGTERM and SIGKILL when the worker must stop early
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=300))]
         grace: u32,
@@ -322,6 +333,8 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
         PoolCommand::Submit {
             pool,
             worker,
+            gpus,
+            node,
             grace,
             assets,
             wait,
@@ -330,6 +343,8 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
             let req = ops::SubmitRequest {
                 pool: pool.clone(),
                 spec: worker.spec(*grace, assets),
+                gpus: *gpus,
+                node: node.clone(),
             };
             if *dry_run {
                 run_pool_submit_dry_run(ctx, &req, wait.is_some(), json).await?;
@@ -441,14 +456,16 @@ async fn run_pool_submit_dry_run<S: Scheduler>(
         print_json(&plan)?;
     } else {
         crate::outln!(
-            "would submit worker {} to pool {} as step {} of job {}: {} CPU(s), {} MB, room {} \
-             ({}/{} CPUs and {}/{} MB reserved), shutdown signalled at {}",
+            "would submit worker {} to pool {} as step {} of job {} on {}: {} CPU(s), {} MB, {} GPU(s), \
+             room {} ({}/{} CPUs and {}/{} MB reserved), shutdown signalled at {}",
             plan.worker,
             plan.pool,
             plan.step_name,
             plan.job_id,
+            plan.node.as_deref().unwrap_or("the first node with room"),
             plan.cpus,
             plan.mem_mb,
+            plan.gpus,
             plan.room,
             plan.reserved_cpus,
             plan.capacity_cpus,

@@ -191,8 +191,10 @@ pub fn pool_status(r: &StatusReport, wide: bool) -> String {
     }
     out.push('\n');
     let mut workers = Table::new(
-        &["POOL", "WORKER", "ID", "STATE", "STEP", "CPUS", "MEM"],
-        &[1, 0],
+        &[
+            "POOL", "WORKER", "ID", "STATE", "NODE", "STEP", "CPUS", "MEM",
+        ],
+        &[1, 0, 4],
     );
     // The lines under each row, by row index, since the table is drawn as a whole; each says
     // whether it may be cut (a path may not: it is there to be copied).
@@ -204,11 +206,12 @@ pub fn pool_status(r: &StatusReport, wide: bool) -> String {
                 w.name.clone(),
                 id(&w.submission_id, wide),
                 w.state.to_owned(),
+                w.on_node.clone(),
                 w.step_id.clone().unwrap_or_else(|| "-".to_owned()),
                 count(u64::from(w.cpus), "CPU"),
                 mem(w.mem_mb),
             ]);
-            details.push(worker_details(&w.node));
+            details.push(worker_details(w.gpus, &w.node));
         }
     }
     let drawn = workers.render(0, width(wide));
@@ -283,12 +286,46 @@ fn pools_table(r: &StatusReport, wide: bool) -> String {
             format!("{}/{}", mem(p.reserved.mem_mb), mem(p.capacity.mem_mb)),
         ]);
     }
-    pools.render(0, width(wide))
+    let mut out = pools.render(0, width(wide));
+    // A pool over several nodes, or with GPUs, is budgeted per node: one line each.
+    for p in r
+        .pools
+        .iter()
+        .filter(|p| p.nodes.len() > 1 || p.capacity.gpus > 0)
+    {
+        for n in &p.nodes {
+            let (c, used) = (n.capacity, n.reserved);
+            out.push_str(&note_line(
+                4,
+                &format!(
+                    "{} on {}: {}/{}, {}/{}, {}/{}",
+                    p.pool,
+                    n.node,
+                    used.cpus,
+                    count(c.cpus, "CPU"),
+                    mem(used.mem_mb),
+                    mem(c.mem_mb),
+                    used.gpus,
+                    count(c.gpus, "GPU")
+                ),
+                width(wide),
+            ));
+        }
+    }
+    out
 }
 
 /// The lines under a worker's row: what its own journal says, each with whether it may be cut.
-fn worker_details(n: &NodeView) -> Vec<(String, bool)> {
+fn worker_details(gpus: u32, n: &NodeView) -> Vec<(String, bool)> {
     let mut d = Vec::new();
+    if gpus > 0 || n.step_gpus.is_some() {
+        let seen = match (&n.step_gpus, &n.cuda_visible_devices) {
+            (Some(s), Some(c)) => format!(": GPU {s} of its node (CUDA_VISIBLE_DEVICES={c})"),
+            (Some(s), None) => format!(": GPU {s} of its node"),
+            _ => String::new(),
+        };
+        d.push((format!("{}{seen}", count(u64::from(gpus), "GPU")), true));
+    }
     if let Some(r) = &n.refusal {
         d.push((format!("refused before the payload started: {r}"), true));
     }
@@ -510,6 +547,8 @@ mod tests {
             state,
             cpus: 1,
             mem_mb: 100,
+            on_node: "n0042.savio4".into(),
+            gpus: 0,
             step_id: step.map(str::to_owned),
             exit_code: None,
             exit_signal: None,
@@ -524,6 +563,9 @@ mod tests {
             Some("901.1"),
         );
         published.mem_mb = 1536;
+        published.gpus = 1;
+        published.node.step_gpus = Some("1".into());
+        published.node.cuda_visible_devices = Some("0".into());
         published.node.publication = Some(PublicationView {
             outcome: "published".into(),
             dir: Some(
@@ -543,11 +585,14 @@ mod tests {
                     capacity: Resources {
                         cpus: 4,
                         mem_mb: 4096,
+                        gpus: 0,
                     },
                     reserved: Resources {
                         cpus: 1,
                         mem_mb: 100,
+                        gpus: 0,
                     },
+                    nodes: Vec::new(),
                     workers: vec![
                         worker(
                             "w1",
@@ -564,10 +609,22 @@ mod tests {
                     releasing: true,
                     allocation: alloc(902, None, Some("squeue shows job 902 CANCELLED")),
                     capacity: Resources {
-                        cpus: 1,
-                        mem_mb: 512,
+                        cpus: 2,
+                        mem_mb: 1024,
+                        gpus: 2,
                     },
-                    reserved: Resources { cpus: 0, mem_mb: 0 },
+                    reserved: Resources::default(),
+                    nodes: ["g1", "g2"]
+                        .map(|node| crate::policy::placement::NodeRoom {
+                            node: node.into(),
+                            capacity: Resources {
+                                cpus: 1,
+                                mem_mb: 512,
+                                gpus: 1,
+                            },
+                            reserved: Resources::default(),
+                        })
+                        .into(),
                     workers: vec![],
                 },
             ],

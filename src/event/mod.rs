@@ -425,6 +425,8 @@ vocabulary! {
         114 => WorkerStopIntent(pool::WorkerStopIntent);
         115 => WorkerExited(pool::WorkerExited);
         116 => WorkerTerminal(pool::WorkerTerminal), must_understand;
+        117 => WorkerPlaced(pool::WorkerPlaced), must_understand;
+        118 => PoolNodes(pool::PoolNodes), must_understand;
         120 => JobSubmitIntent(jobs::JobSubmitIntent), must_understand;
         121 => JobSubmitted(jobs::JobSubmitted), must_understand;
         122 => JobSubmitFailed(jobs::JobSubmitFailed), must_understand;
@@ -466,7 +468,7 @@ vocabulary! {
 }
 
 vocabulary! {
-    /// Every event kind of a worker's own journal (kinds 150–168, beside `Genesis` and
+    /// Every event kind of a worker's own journal (kinds 150–169, beside `Genesis` and
     /// `Recovered`), written by its supervisor on the node and read by the coordinator as evidence.
     WorkerEvent {
         1 => Genesis(Genesis), must_understand;
@@ -491,6 +493,7 @@ vocabulary! {
         166 => CleanupStarted(worker::CleanupStarted);
         167 => CleanedUp(worker::CleanedUp);
         168 => SupervisorFinished(worker::SupervisorFinished);
+        169 => StepDevices(worker::StepDevices);
     }
 }
 

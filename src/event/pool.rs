@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::event::{Micros, Sha256Digest};
-use crate::slurm::JobId;
+use crate::slurm::{JobId, NodeShare};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Allocation {
@@ -43,6 +43,26 @@ pub struct WorkerSubmitIntent {
     pub mem_mb: u64,
     pub publication_timeout_s: u32,
     pub command: Vec<String>,
+}
+
+/// Where a worker's budget is held, written in the commit of its `WorkerSubmitIntent` (a
+/// released kind's fields never change): the node its step is started on (`srun -w`) and how
+/// many of that node's GPUs it reserves.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerPlaced {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
+    pub submission_id: Uuid,
+    pub node: String,
+    pub gpus: u32,
+}
+
+/// What the pool's allocation holds on each of its nodes, as `scontrol -d show job` showed it
+/// at attach: written in the commit of its `PoolAttached`. The pool's budget is per node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolNodes {
+    pub pool: String,
+    pub job_id: JobId,
+    pub nodes: Vec<NodeShare>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -20,6 +20,15 @@ pub struct SupervisorStarted {
     pub command: Vec<String>,
 }
 
+/// The GPUs Slurm gave the step, as the step's environment says them (written right after
+/// `SupervisorStarted`): `SLURM_STEP_GPUS` holds the node's GPU indexes, `CUDA_VISIBLE_DEVICES`
+/// what the payload sees (renumbered when Slurm constrains devices). `None`: unset, no GPU.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepDevices {
+    pub step_gpus: Option<String>,
+    pub cuda_visible_devices: Option<String>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PayloadStarted {
     pub pid: u32,

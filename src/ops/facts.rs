@@ -41,6 +41,7 @@ pub fn allocation_facts(d: &JobDetails) -> AllocationFacts {
             .filter(|c| *c != "(null)")
             .unwrap_or_default()
             .to_owned(),
+        shares: d.node_shares.clone(),
     }
 }
 

@@ -8,6 +8,7 @@ pub mod holder;
 pub mod journal_filter;
 pub mod manifest;
 pub mod node;
+pub mod placement;
 pub mod pool;
 pub mod pool_create;
 pub mod reconcile;

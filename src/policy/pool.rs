@@ -3,8 +3,9 @@
 
 use crate::event::pool::Allocation;
 use crate::event::Micros;
-use crate::slurm::JobId;
-use crate::state::pool::{Pool, Pools};
+use crate::policy::placement::{self, NoNode};
+use crate::slurm::{JobId, NodeShare};
+use crate::state::pool::{Pool, Pools, Resources};
 
 /// Publication timeout bounds (CLI.md): whole seconds.
 pub const PUBLICATION_TIMEOUT_MIN_S: u32 = 1;
@@ -70,6 +71,14 @@ impl Nodes {
             _ => None,
         }
     }
+
+    /// The node, or Slurm's list of them, as it gave it.
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            Nodes::One(n) | Nodes::Several(n) => Some(n),
+            Nodes::Unplaced => None,
+        }
+    }
 }
 
 /// What `scontrol show job` says about an allocation, reduced to what placement needs.
@@ -90,6 +99,9 @@ pub struct AllocationFacts {
     /// The job's `Comment` (empty when it has none): where the journal holding it marks it
     /// (`policy::holder`).
     pub comment: String,
+    /// What it holds on each node (`scontrol -d`), in Slurm's order; empty when Slurm showed
+    /// no per-node groups.
+    pub shares: Vec<NodeShare>,
 }
 
 /// Why a pool operation is refused (exit 3). Each says what to do next.
@@ -105,7 +117,7 @@ pub enum Refusal {
         owner: String,
         caller: String,
     },
-    #[error("job {job_id} spans several nodes ({nodes}); a pool needs a single-node allocation")]
+    #[error("job {job_id} spans several nodes ({nodes}) but Slurm showed no per-node CPUs and memory; try again when `scontrol -d show job {job_id}` lists them")]
     MultiNode { job_id: JobId, nodes: String },
     #[error("job {job_id} runs on no node Slurm names; attach it once `scontrol show job {job_id}` shows its node")]
     NoNode { job_id: JobId },
@@ -146,17 +158,22 @@ pub enum Refusal {
         observed: String,
     },
     #[error(
-        "pool {pool:?} cannot fit {cpus} CPUs and {mem_mb} MB: {reserved_cpus}/{capacity_cpus} CPUs and \
-         {reserved_mem_mb}/{capacity_mem_mb} MB are reserved; stop a worker or ask for less"
+        "pool {pool:?} has no node with room for {cpus} CPUs, {mem_mb} MB and {gpus} GPUs now \
+         ({free}); stop a worker, ask for less, or wait for room with --wait"
     )]
     Budget {
         pool: String,
         cpus: u32,
         mem_mb: u64,
-        reserved_cpus: u64,
-        reserved_mem_mb: u64,
-        capacity_cpus: u32,
-        capacity_mem_mb: u64,
+        gpus: u32,
+        /// Each node's free and whole CPUs, MB and GPUs (`placement::describe_free`).
+        free: String,
+    },
+    #[error("pool {pool:?} has no node {node:?} (its nodes: {nodes}); `dispatch pool status {pool}` shows them")]
+    UnknownNode {
+        pool: String,
+        node: String,
+        nodes: String,
     },
     #[error(
         "pool {pool:?} already has a worker named {worker:?} holding budget; choose another name"
@@ -165,15 +182,16 @@ pub enum Refusal {
     #[error("a worker named {worker:?} submitted with `dispatch submit` still holds budget; choose another name or `dispatch stop {worker}`")]
     DuplicateJobWorker { worker: String },
     #[error(
-        "pool {pool:?} can never fit {cpus} CPUs and {mem_mb} MB: its allocation has {capacity_cpus} CPUs and \
-         {capacity_mem_mb} MB in all; ask for less (waiting would not help)"
+        "pool {pool:?} can never fit {cpus} CPUs, {mem_mb} MB and {gpus} GPUs on one node: {capacity}; \
+         ask for less (waiting would not help)"
     )]
     NeverFits {
         pool: String,
         cpus: u32,
         mem_mb: u64,
-        capacity_cpus: u32,
-        capacity_mem_mb: u64,
+        gpus: u32,
+        /// What each node holds in all.
+        capacity: String,
     },
     #[error(
         "pool {pool:?} had no room for {cpus} CPUs and {mem_mb} MB within the {waited_s} s of --wait; \
@@ -245,6 +263,7 @@ fn check_live(f: &AllocationFacts, caller: &str, now: Micros, need_s: i64) -> Re
     match &f.nodes {
         Nodes::One(_) => {}
         Nodes::Unplaced => return Err(Refusal::NoNode { job_id: f.job_id }),
+        Nodes::Several(_) if f.shares.len() > 1 => {}
         Nodes::Several(list) => {
             return Err(Refusal::MultiNode {
                 job_id: f.job_id,
@@ -300,7 +319,11 @@ pub fn check_attach(
     check_live(facts, caller, now, MIN_ATTACH_LIFETIME_S)?;
     Ok(Allocation {
         job_id: facts.job_id,
-        node: facts.nodes.one().expect("checked by check_live").to_owned(),
+        node: facts
+            .nodes
+            .text()
+            .expect("checked by check_live")
+            .to_owned(),
         user: facts.user.clone(),
         start_time: facts.start_time.expect("checked by check_live"),
         end_time: facts.end_time.expect("checked by check_live"),
@@ -321,18 +344,31 @@ pub struct WorkerAsk {
     pub name: String,
     pub cpus: u32,
     pub mem_mb: u64,
+    pub gpus: u32,
+    /// The node it must run on (`pool submit --node`); otherwise the first with room.
+    pub node: Option<String>,
     pub budgets: Budgets,
 }
 
+impl WorkerAsk {
+    fn need(&self) -> Resources {
+        Resources {
+            cpus: u64::from(self.cpus),
+            mem_mb: self.mem_mb,
+            gpus: u64::from(self.gpus),
+        }
+    }
+}
+
 /// May `ask` be submitted to `pool`, given live `facts` about its allocation? Every check runs,
-/// in a fixed order, every time: a re-inspection skips nothing.
+/// in a fixed order, every time: a re-inspection skips nothing. The node it goes to.
 pub fn check_submit(
     pool: &Pool,
     facts: &AllocationFacts,
     ask: &WorkerAsk,
     caller: &str,
     now: Micros,
-) -> Result<(), Refusal> {
+) -> Result<String, Refusal> {
     check_admissible(pool, facts, ask, caller, now)?;
     check_room(pool, facts, ask)
 }
@@ -380,13 +416,19 @@ fn check_admissible(
     crate::policy::holder::check_still_held(facts, ask.journal)?;
     let need_s = ask.budgets.shutdown_window_s() + i64::from(ask.budgets.min_run_s);
     check_live(facts, caller, now, need_s)?;
-    let node = facts.nodes.one().expect("checked by check_live");
-    if node != pool.allocation.node {
+    // A job of the same incarnation on a node the pool never had is not this allocation; one
+    // that lost a node (`--no-kill`) still is, and nothing is placed on the node it lost.
+    let recorded = pool.node_shares();
+    let live = placement::live_shares(facts);
+    if let Some(stranger) = live
+        .iter()
+        .find(|l| recorded.iter().all(|r| r.name != l.name))
+    {
         return Err(Refusal::IncarnationChanged {
             pool: pool.name.clone(),
             job_id: pool.allocation.job_id,
-            recorded: format!("node {}", pool.allocation.node),
-            observed: format!("node {node}"),
+            recorded: format!("node(s) {}", pool.allocation.node),
+            observed: format!("node {}", stranger.name),
         });
     }
     if pool.active.values().any(|w| w.name == ask.name) {
@@ -398,32 +440,47 @@ fn check_admissible(
     Ok(())
 }
 
-/// The smaller of what was recorded at attach and what Slurm says now.
-fn capacity(pool: &Pool, facts: &AllocationFacts) -> (u32, u64) {
-    (
-        pool.allocation.cpus.min(facts.cpus),
-        pool.allocation.mem_mb.min(facts.mem_mb),
-    )
-}
-
-/// Could `ask` ever fit in `pool`, with no worker holding budget? A request bigger than the
-/// allocation refuses at once, with or without `--wait`.
+/// Could `ask` ever fit on a node of `pool`, with no worker holding budget? A request bigger
+/// than every node refuses at once, with or without `--wait`.
 pub fn check_could_fit(
     pool: &Pool,
     facts: &AllocationFacts,
     ask: &WorkerAsk,
 ) -> Result<(), Refusal> {
-    let (capacity_cpus, capacity_mem_mb) = capacity(pool, facts);
-    if ask.cpus > capacity_cpus || ask.mem_mb > capacity_mem_mb {
-        return Err(Refusal::NeverFits {
+    match place_in(pool, facts, ask) {
+        Err(refusal @ (Refusal::NeverFits { .. } | Refusal::UnknownNode { .. })) => Err(refusal),
+        _ => Ok(()),
+    }
+}
+
+/// The node for `ask`, or why there is none ([`placement::place`]).
+fn place_in(pool: &Pool, facts: &AllocationFacts, ask: &WorkerAsk) -> Result<String, Refusal> {
+    let rooms = placement::node_rooms(pool, facts);
+    placement::place(&rooms, ask.need(), ask.node.as_deref()).map_err(|why| match why {
+        NoNode::Unknown => Refusal::UnknownNode {
+            pool: pool.name.clone(),
+            node: ask.node.clone().unwrap_or_default(),
+            nodes: rooms
+                .iter()
+                .map(|r| r.node.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        },
+        NoNode::Full => Refusal::Budget {
             pool: pool.name.clone(),
             cpus: ask.cpus,
             mem_mb: ask.mem_mb,
-            capacity_cpus,
-            capacity_mem_mb,
-        });
-    }
-    Ok(())
+            gpus: ask.gpus,
+            free: placement::describe_free(&rooms),
+        },
+        NoNode::Never => Refusal::NeverFits {
+            pool: pool.name.clone(),
+            cpus: ask.cpus,
+            mem_mb: ask.mem_mb,
+            gpus: ask.gpus,
+            capacity: placement::describe_capacity(&rooms),
+        },
+    })
 }
 
 /// The last moment a submission of a worker with `budgets` still passes the lifetime check
@@ -434,24 +491,14 @@ pub fn last_submit_time(allocation_end: Micros, budgets: &Budgets) -> Micros {
     Micros::from_secs(allocation_end.secs() - need_s)
 }
 
-/// Is there room for `ask` in `pool` now (the budget part of [`check_submit`])?
-pub fn check_room(pool: &Pool, facts: &AllocationFacts, ask: &WorkerAsk) -> Result<(), Refusal> {
-    let (reserved_cpus, reserved_mem_mb) = pool.reserved();
-    let (capacity_cpus, capacity_mem_mb) = capacity(pool, facts);
-    if reserved_cpus + u64::from(ask.cpus) > u64::from(capacity_cpus)
-        || reserved_mem_mb + ask.mem_mb > capacity_mem_mb
-    {
-        return Err(Refusal::Budget {
-            pool: pool.name.clone(),
-            cpus: ask.cpus,
-            mem_mb: ask.mem_mb,
-            reserved_cpus,
-            reserved_mem_mb,
-            capacity_cpus,
-            capacity_mem_mb,
-        });
-    }
-    Ok(())
+/// Is there room for `ask` on a node of `pool` now (the budget part of [`check_submit`])? The
+/// node it goes to.
+pub fn check_room(
+    pool: &Pool,
+    facts: &AllocationFacts,
+    ask: &WorkerAsk,
+) -> Result<String, Refusal> {
+    place_in(pool, facts, ask)
 }
 
 /// May `pool` be detached?
@@ -495,6 +542,7 @@ mod tests {
             account: "dev".into(),
             qos: "normal".into(),
             comment: String::new(),
+            shares: Vec::new(),
         }
     }
 
@@ -518,6 +566,8 @@ mod tests {
             name: "w".into(),
             cpus,
             mem_mb,
+            gpus: 0,
+            node: None,
             budgets: Budgets::with_publication_timeout(30),
         }
     }
@@ -575,14 +625,49 @@ mod tests {
         let pools = attached();
         let p = &pools.pools["p"];
         let now = Micros::from_secs(NOW);
-        assert_eq!(check_submit(p, &facts(), &ask(4, 4096), "ana", now), Ok(()));
+        assert_eq!(
+            check_submit(p, &facts(), &ask(4, 4096), "ana", now),
+            Ok("vm".to_owned())
+        );
+        // More than the node holds: never, with or without --wait.
         assert!(matches!(
             check_submit(p, &facts(), &ask(5, 1), "ana", now),
-            Err(Refusal::Budget { .. })
+            Err(Refusal::NeverFits { .. })
         ));
         assert!(matches!(
             check_submit(p, &facts(), &ask(1, 4097), "ana", now),
-            Err(Refusal::Budget { .. })
+            Err(Refusal::NeverFits { .. })
+        ));
+        // Less, but more than is free now.
+        let mut busy = pools.clone();
+        busy.submit(
+            now,
+            &crate::event::pool::WorkerSubmitIntent {
+                pool: "p".into(),
+                worker: "x".into(),
+                submission_id: uuid::Uuid::from_u128(1),
+                cpus: 3,
+                mem_mb: 10,
+                publication_timeout_s: 30,
+                command: vec!["true".into()],
+            },
+        );
+        let b = &busy.pools["p"];
+        assert!(matches!(
+            check_submit(b, &facts(), &ask(2, 1), "ana", now),
+            Err(Refusal::Budget { gpus: 0, ref free, .. }) if free == "vm 1/4 CPUs, 4086/4096 MB, 0/0 GPUs free"
+        ));
+        assert_eq!(
+            check_submit(b, &facts(), &ask(1, 1), "ana", now),
+            Ok("vm".to_owned())
+        );
+        let named = WorkerAsk {
+            node: Some("other".into()),
+            ..ask(1, 1)
+        };
+        assert!(matches!(
+            check_submit(b, &facts(), &named, "ana", now),
+            Err(Refusal::UnknownNode { .. })
         ));
         let mut replaced = facts();
         replaced.start_time = Some(Micros::from_secs(NOW - 5));
@@ -597,7 +682,10 @@ mod tests {
             Err(Refusal::TooShort { need_s: 120, .. })
         ));
         let ok = Micros::from_secs(NOW + 3600 - 120);
-        assert_eq!(check_submit(p, &facts(), &ask(1, 1), "ana", ok), Ok(()));
+        assert_eq!(
+            check_submit(p, &facts(), &ask(1, 1), "ana", ok),
+            Ok("vm".to_owned())
+        );
     }
 
     #[test]

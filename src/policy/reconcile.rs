@@ -656,6 +656,7 @@ mod tests {
             report: None,
             journal_damage: None,
             srun: None,
+            placement: None,
         }
     }
 

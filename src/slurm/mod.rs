@@ -18,6 +18,7 @@ pub mod exit_code;
 mod held_salloc;
 pub mod ids;
 pub mod memory;
+pub mod nodes;
 pub mod request;
 pub mod runner;
 pub mod sacct;
@@ -34,6 +35,7 @@ pub use error::{ParseError, Parsed, Refusal, RequestError, SlurmError};
 pub use exit_code::ExitCode;
 pub use ids::{JobId, JobRef, SlurmId, StepId, StepKind};
 pub use memory::MemoryMb;
+pub use nodes::NodeShare;
 pub use request::{
     AcctQuery, AllocRequest, BatchPayload, BatchRequest, CancelTarget, JobName, JobQuery,
     JobSelect, Placement, Signal, StepRequest,

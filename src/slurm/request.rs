@@ -387,6 +387,10 @@ pub struct StepRequest {
     /// `--gres=…`: the step's generic resources. Without it a step inherits every GRES of the
     /// job (every GPU of a GPU allocation); `none` gives it none.
     pub gres: Option<String>,
+    /// `--nodes=1 --nodelist=NODE --exact`: the step runs on that node of the allocation, with
+    /// only the CPUs and memory it asks for. Without it Slurm picks, and a step asks for the
+    /// job's node count.
+    pub node: Option<String>,
     /// The task's stdout/stderr, written on the node (`--output`/`--error`).
     pub output: Option<PathBuf>,
     pub error: Option<PathBuf>,
@@ -413,6 +417,7 @@ impl StepRequest {
             mem,
             overlap: true,
             gres: None,
+            node: None,
             output: None,
             error: None,
             chdir: None,
@@ -422,8 +427,8 @@ impl StepRequest {
         }
     }
 
-    /// `srun --jobid=J [--overlap] --job-name=N --ntasks=1 --cpus-per-task=C --mem=MM
-    /// [--gres=G] [--output=F] [--error=F] [--chdir=D] -- CMD [ARGS...]`
+    /// `srun --jobid=J [--overlap] --job-name=N [--nodes=1 --nodelist=NODE --exact] --ntasks=1
+    /// --cpus-per-task=C --mem=MM [--gres=G] [--output=F] [--error=F] [--chdir=D] -- CMD [ARGS...]`
     pub fn argv(&self) -> Result<Vec<OsString>, RequestError> {
         if self.command.is_empty() || self.command[0].is_empty() {
             return Err(RequestError::EmptyCommand);
@@ -453,8 +458,16 @@ impl StepRequest {
         if self.overlap {
             argv.push(OsString::from("--overlap"));
         }
+        argv.push(flag("job-name", &self.name));
+        if let Some(node) = &self.node {
+            check_word("node", node)?;
+            argv.extend([
+                OsString::from("--nodes=1"),
+                flag("nodelist", node),
+                OsString::from("--exact"),
+            ]);
+        }
         argv.extend([
-            flag("job-name", &self.name),
             OsString::from("--ntasks=1"),
             flag("cpus-per-task", positive("cpus", self.cpus)?),
             flag("mem", self.mem.to_slurm_arg()),
@@ -586,10 +599,12 @@ pub fn comment_argv(job: JobId, comment: &str) -> Vec<OsString> {
     ]
 }
 
-/// `scontrol --oneliner show job J`
+/// `scontrol --oneliner --details show job J`: with the details, what the job holds on each
+/// node (`slurm::nodes`).
 pub fn show_job_argv(job: JobId) -> Vec<OsString> {
     vec![
         "--oneliner".into(),
+        "--details".into(),
         "show".into(),
         "job".into(),
         job.to_string().into(),
@@ -888,7 +903,7 @@ mod tests {
         assert_eq!(strs(release_argv(j(5))), ["release", "5"]);
         assert_eq!(
             strs(show_job_argv(j(5))),
-            ["--oneliner", "show", "job", "5"]
+            ["--oneliner", "--details", "show", "job", "5"]
         );
         let since = chrono::NaiveDate::from_ymd_opt(2026, 11, 29)
             .unwrap()

@@ -22,6 +22,7 @@ use super::error::{ParseError, Parsed};
 use super::exit_code::ExitCode;
 use super::ids::JobId;
 use super::memory::MemoryMb;
+use super::nodes::{node_shares, NodeShare};
 use super::state::JobState;
 use super::timestamp::SlurmTime;
 
@@ -167,6 +168,10 @@ const FREE_TEXT_KEYS: &[&str] = &[
     "SelinuxContext",
 ];
 
+/// The keys of `-d`'s per-node groups (`slurm::nodes`): printed once per group of nodes, so
+/// the only keys a record may hold more than once.
+const PER_NODE_KEYS: &[&str] = &["Nodes", "CPU_IDs", "Mem", "GRES"];
+
 /// One job record with the fields callers need typed, and every pair verbatim.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobDetails {
@@ -199,6 +204,9 @@ pub struct JobDetails {
     pub batch: Option<bool>,
     pub command: Option<String>,
     pub work_dir: Option<String>,
+    /// What the job holds on each node (`-d`'s groups); empty without them.
+    #[serde(default)]
+    pub node_shares: Vec<NodeShare>,
     /// Every pair, in order, verbatim.
     pub fields: Vec<(String, String)>,
 }
@@ -263,7 +271,7 @@ pub fn split_pairs(line: &str) -> Result<Vec<(String, String)>, ParseError> {
         }
         let value_end = boundary.map(|(i, _)| i).unwrap_or(bytes.len());
         let value = &text[value_start..value_end];
-        if pairs.iter().any(|(k, _)| k == key) {
+        if pairs.iter().any(|(k, _)| k == key) && !PER_NODE_KEYS.contains(&key) {
             return Err(err(format!(
                 "key {key} appears twice; a value holds a key-like word"
             )));
@@ -378,6 +386,7 @@ fn parse_record(line: &str) -> Result<JobDetails, ParseError> {
         batch,
         command: opt_text("Command"),
         work_dir: opt_text("WorkDir"),
+        node_shares: node_shares(&pairs).map_err(ctx)?,
         fields: pairs.clone(),
     })
 }

@@ -100,6 +100,8 @@ impl State {
             Event::PoolReleaseIntent(e) => self.pools.release_intent(e),
             Event::PoolReleased(e) => self.pools.released(e),
             Event::WorkerSubmitIntent(e) => self.pools.submit(env.time, e),
+            Event::WorkerPlaced(e) => self.pools.placed(e),
+            Event::PoolNodes(e) => self.pools.nodes(e),
             Event::WorkerLaunched(e) => self.pools.launched(e, &env.actor.host),
             Event::PoolAllocationEnded(e) => self.pools.allocation_ended(e),
             // The mark lives in Slurm (the job's comment); the pool is bound by PoolAttached,

@@ -12,12 +12,12 @@ use uuid::Uuid;
 use crate::event::asset::{AssetRecord, WorkerAssetsBound};
 use crate::event::pool::{
     Allocation, PoolAllocationEnded, PoolAttached, PoolCreateFailed, PoolCreateIntent,
-    PoolCreateJob, PoolDetached, PoolOwned, PoolReleaseIntent, PoolReleased, WorkerExited,
-    WorkerJournalDamaged, WorkerLaunchFailed, WorkerLaunched, WorkerReportIngested,
-    WorkerStepObserved, WorkerStopIntent, WorkerSubmitIntent, WorkerTerminal,
+    PoolCreateJob, PoolDetached, PoolNodes, PoolOwned, PoolReleaseIntent, PoolReleased,
+    WorkerExited, WorkerJournalDamaged, WorkerLaunchFailed, WorkerLaunched, WorkerPlaced,
+    WorkerReportIngested, WorkerStepObserved, WorkerStopIntent, WorkerSubmitIntent, WorkerTerminal,
 };
 use crate::event::Micros;
-use crate::slurm::JobId;
+use crate::slurm::{JobId, NodeShare};
 
 /// How many finished workers a pool remembers; older ones are dropped from the reduced state
 /// (the journal keeps them all).
@@ -94,6 +94,16 @@ pub struct Worker {
     /// where that pid means anything).
     #[serde(default)]
     pub srun: Option<SrunStarted>,
+    /// The node its budget is held on and the GPUs it reserves there (`WorkerPlaced`). `None`:
+    /// submitted before placement was journaled, on the pool's only node, with no GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    pub node: String,
+    pub gpus: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,6 +131,60 @@ pub struct Pool {
     /// `pool release` has begun: nothing more is submitted to it.
     #[serde(default)]
     pub releasing: bool,
+    /// What the allocation holds on each node (`PoolNodes`). Empty: attached before nodes
+    /// were journaled, a single node holding the whole allocation ([`Pool::node_shares`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeShare>,
+}
+
+/// CPUs, MB and GPUs: what a node holds, or what workers reserve on it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Resources {
+    pub cpus: u64,
+    pub mem_mb: u64,
+    pub gpus: u64,
+}
+
+impl Resources {
+    pub fn of(share: &NodeShare) -> Resources {
+        Resources {
+            cpus: u64::from(share.cpus),
+            mem_mb: share.mem_mb,
+            gpus: share.gpus.len() as u64,
+        }
+    }
+
+    pub fn min(self, other: Resources) -> Resources {
+        Resources {
+            cpus: self.cpus.min(other.cpus),
+            mem_mb: self.mem_mb.min(other.mem_mb),
+            gpus: self.gpus.min(other.gpus),
+        }
+    }
+
+    pub fn plus(self, other: Resources) -> Resources {
+        Resources {
+            cpus: self.cpus + other.cpus,
+            mem_mb: self.mem_mb + other.mem_mb,
+            gpus: self.gpus + other.gpus,
+        }
+    }
+
+    /// Does `self` fit in `room`?
+    pub fn fits(self, room: Resources) -> bool {
+        self.cpus <= room.cpus && self.mem_mb <= room.mem_mb && self.gpus <= room.gpus
+    }
+}
+
+impl Worker {
+    /// What it reserves: its CPUs, memory and GPUs.
+    pub fn resources(&self) -> Resources {
+        Resources {
+            cpus: u64::from(self.cpus),
+            mem_mb: self.mem_mb,
+            gpus: self.placement.as_ref().map_or(0, |p| u64::from(p.gpus)),
+        }
+    }
 }
 
 impl Pool {
@@ -128,6 +192,39 @@ impl Pool {
         self.active.values().fold((0, 0), |(cpus, mem), w| {
             (cpus + u64::from(w.cpus), mem + w.mem_mb)
         })
+    }
+
+    /// What the allocation holds on each node, as recorded at attach: the journaled shares,
+    /// or for a pool attached before they were, its one node with all of the allocation.
+    pub fn node_shares(&self) -> Vec<NodeShare> {
+        if !self.nodes.is_empty() {
+            return self.nodes.clone();
+        }
+        vec![NodeShare {
+            name: self.allocation.node.clone(),
+            cpus: self.allocation.cpus,
+            mem_mb: self.allocation.mem_mb,
+            gpus: Vec::new(),
+        }]
+    }
+
+    /// The node a worker's budget is held on: its placement, or the pool's first node.
+    pub fn node_of<'a>(&'a self, w: &'a Worker) -> &'a str {
+        match &w.placement {
+            Some(p) => &p.node,
+            None => self
+                .nodes
+                .first()
+                .map_or(self.allocation.node.as_str(), |n| n.name.as_str()),
+        }
+    }
+
+    /// What the workers holding budget reserve on `node`.
+    pub fn reserved_on(&self, node: &str) -> Resources {
+        self.active
+            .values()
+            .filter(|w| self.node_of(w) == node)
+            .fold(Resources::default(), |sum, w| sum.plus(w.resources()))
     }
 }
 
@@ -155,6 +252,7 @@ impl Pools {
                 ended: None,
                 created: None,
                 releasing: false,
+                nodes: Vec::new(),
             },
         );
     }
@@ -253,9 +351,28 @@ impl Pools {
                 report: None,
                 journal_damage: None,
                 srun: None,
+                placement: None,
             },
         );
         self.by_submission.insert(e.submission_id, e.pool.clone());
+    }
+
+    /// Only about the allocation the pool holds (written with its `PoolAttached`).
+    pub fn nodes(&mut self, e: &PoolNodes) {
+        if let Some(p) = self.pools.get_mut(&e.pool) {
+            if p.allocation.job_id == e.job_id {
+                p.nodes.clone_from(&e.nodes);
+            }
+        }
+    }
+
+    pub fn placed(&mut self, e: &WorkerPlaced) {
+        if let Some(w) = self.worker_mut(&e.submission_id) {
+            w.placement = Some(Placement {
+                node: e.node.clone(),
+                gpus: e.gpus,
+            });
+        }
     }
 
     fn worker_mut(&mut self, id: &Uuid) -> Option<&mut Worker> {

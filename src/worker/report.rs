@@ -35,6 +35,8 @@ impl Publication {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkerReport {
     pub started: Option<SupervisorStarted>,
+    /// The GPUs the step got (`StepDevices`).
+    pub devices: Option<StepDevices>,
     pub payload_pid: Option<u32>,
     pub signals: Vec<ShutdownSignalled>,
     pub exited: Option<PayloadExited>,
@@ -70,6 +72,7 @@ impl WorkerReport {
     fn fold(&mut self, e: WorkerEvent) {
         match e {
             WorkerEvent::SupervisorStarted(s) => self.started = Some(s),
+            WorkerEvent::StepDevices(d) => self.devices = Some(d),
             WorkerEvent::PayloadStarted(p) => self.payload_pid = Some(p.pid),
             WorkerEvent::ShutdownSignalled(s) => push_kept(&mut self.signals, s),
             WorkerEvent::PayloadExited(e) => self.exited = Some(e),

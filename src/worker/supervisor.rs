@@ -214,7 +214,7 @@ fn prepare(
         cleanup_s: n.cleanup_s,
         append_only_glob: n.append_only_glob.clone(),
     });
-    journal.append(vec![started, plan])?;
+    journal.append(vec![started, step_devices(), plan])?;
     let source = preflight::source_of(&n.assets);
     let checks = preflight::check_dirs(
         &n.worker,
@@ -517,6 +517,15 @@ fn settle_and_publish(
 
 /// Run the worker to its end. Returns the exit code the supervisor should exit with: the
 /// payload's code, 128 + the signal that ended it, or 3 when the payload was refused.
+/// The GPUs Slurm gave this step, as its environment says them.
+fn step_devices() -> Event {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    Event::StepDevices(StepDevices {
+        step_gpus: var("SLURM_STEP_GPUS"),
+        cuda_visible_devices: var("CUDA_VISIBLE_DEVICES"),
+    })
+}
+
 pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
     if spec.command.is_empty() {
         return Err(SupervisorError::NoCommand);
@@ -551,7 +560,7 @@ pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
     let mut refused = match &spec.node {
         Some(n) => prepare(&journal, n, started)?,
         None => {
-            journal.append_one(started)?;
+            journal.append(vec![started, step_devices()])?;
             None
         }
     };

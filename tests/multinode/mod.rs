@@ -26,6 +26,8 @@ pub struct Cluster {
     pub mem_mb: u32,
     pub gpus: u32,
     pub slurmd_timeout: u64,
+    /// Slurm's `MessageTimeout` there: how long a ping of a dead node may take to fail.
+    pub msg_timeout: u64,
     _lock: File,
 }
 
@@ -107,6 +109,7 @@ impl Cluster {
             mem_mb: num("SLURM_DEV_MULTI_MEM_MB") as u32,
             gpus: num("SLURM_DEV_MULTI_GPUS") as u32,
             slurmd_timeout: num("SLURM_DEV_MULTI_SLURMD_TIMEOUT"),
+            msg_timeout: num("SLURM_DEV_MULTI_MSG_TIMEOUT"),
             env,
             _lock: lock,
         };

@@ -72,6 +72,7 @@ fn facts(a: &Allocation) -> AllocationFacts {
         account: a.account.clone(),
         qos: a.qos.clone(),
         comment: String::new(),
+        shares: Vec::new(),
     }
 }
 
@@ -108,6 +109,7 @@ pub fn journal_of(ops: &[Op]) -> Vec<Event> {
                     account: "dev".into(),
                     qos: "normal".into(),
                     comment: String::new(),
+                    shares: Vec::new(),
                 };
                 let name = format!("p{pool}");
                 if let Ok(allocation) =
@@ -133,6 +135,8 @@ pub fn journal_of(ops: &[Op]) -> Vec<Event> {
                     name: format!("w{i}"),
                     cpus: cpus.into(),
                     mem_mb: u64::from(mem_gb) * 1024,
+                    gpus: 0,
+                    node: None,
                     budgets: Budgets::with_publication_timeout(30),
                 };
                 if pool::check_submit(

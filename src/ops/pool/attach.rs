@@ -153,7 +153,7 @@ fn begin_attach<S: Scheduler>(
         let allocation = policy::check_attach(&state.pools, pool, facts, &ctx.caller, ctx.now())?;
         let holding = holder::check_holder(facts, holder.journal_id, steal.is_some())?;
         if holding == Holding::Ours {
-            writer.append_one(attached(pool, &allocation))?;
+            writer.append(attached(pool, &allocation, facts))?;
             return Ok(Begun::Attached(allocation));
         }
         let mut events = Vec::new();
@@ -197,10 +197,9 @@ fn finish_attach<S: Scheduler>(
         match policy::check_attach(&state.pools, pool, &facts, &ctx.caller, ctx.now()) {
             Ok(allocation) => {
                 let shown = format!("job {job}'s comment shows {}", holder.mark());
-                writer.append(vec![
-                    marked(intent, true, shown),
-                    attached(pool, &allocation),
-                ])?;
+                let mut events = vec![marked(intent, true, shown)];
+                events.extend(attached(pool, &allocation, &facts));
+                writer.append(events)?;
                 Ok(allocation)
             }
             Err(r) => {
@@ -211,11 +210,22 @@ fn finish_attach<S: Scheduler>(
     })
 }
 
-fn attached(pool: &str, allocation: &Allocation) -> Event {
-    Event::PoolAttached(PoolAttached {
+/// `PoolAttached`, and in its commit the allocation's nodes when it has several or holds GPUs
+/// (one node without GPUs holds all of the allocation, which `PoolAttached` says already).
+pub(super) fn attached(pool: &str, allocation: &Allocation, facts: &AllocationFacts) -> Vec<Event> {
+    let mut events = vec![Event::PoolAttached(PoolAttached {
         pool: pool.to_owned(),
         allocation: allocation.clone(),
-    })
+    })];
+    let shares = crate::policy::placement::live_shares(facts);
+    if shares.len() > 1 || shares.iter().any(|s| !s.gpus.is_empty()) {
+        events.push(Event::PoolNodes(PoolNodes {
+            pool: pool.to_owned(),
+            job_id: allocation.job_id,
+            nodes: shares,
+        }));
+    }
+    events
 }
 
 fn marked(intent: &AllocationMarkIntent, ok: bool, reason: String) -> Event {

@@ -665,17 +665,13 @@ pub(crate) async fn attach_created<S: Scheduler>(
         }
         match pool_policy::check_attach(&state.pools, pool, &facts, &ctx.caller, ctx.now()) {
             Ok(allocation) => {
-                writer.append(vec![
-                    Event::PoolAttached(PoolAttached {
-                        pool: pool.to_owned(),
-                        allocation: allocation.clone(),
-                    }),
-                    Event::PoolOwned(PoolOwned {
-                        pool: pool.to_owned(),
-                        creation_id: intent.creation_id,
-                        job_id: allocation.job_id,
-                    }),
-                ])?;
+                let mut events = super::attach::attached(pool, &allocation, &facts);
+                events.push(Event::PoolOwned(PoolOwned {
+                    pool: pool.to_owned(),
+                    creation_id: intent.creation_id,
+                    job_id: allocation.job_id,
+                }));
+                writer.append(events)?;
                 Ok(Ok(allocation))
             }
             Err(r) => Ok(Err(r)),

@@ -10,7 +10,7 @@ use crate::journal::JournalError;
 use crate::names::check_path_name;
 use crate::ops::context::Ctx;
 use crate::ops::error::OpError;
-use crate::policy::pool as policy;
+use crate::policy::placement::{self, NodeRoom};
 use crate::slurm::{JobId, Scheduler};
 use crate::state::State;
 
@@ -26,6 +26,9 @@ pub struct SubmitPlan {
     pub step_name: String,
     pub cpus: u32,
     pub mem_mb: u64,
+    pub gpus: u32,
+    /// The node it would run on; none while a `--wait` would wait for room.
+    pub node: Option<String>,
     pub room: Room,
     /// The allocation's CPUs and MB reserved now, and its capacity.
     pub reserved_cpus: u64,
@@ -35,6 +38,8 @@ pub struct SubmitPlan {
     /// When the worker would be told to shut down (RFC 3339).
     pub early_shutdown_at: String,
     pub assets: Vec<String>,
+    /// Each node's capacity and reservations now, in the allocation's order.
+    pub nodes: Vec<NodeRoom>,
 }
 
 /// When a submit would find room.
@@ -75,9 +80,9 @@ pub async fn submit_dry_run<S: Scheduler>(
     req.spec.check()?;
     let state = state_now(ctx)?;
     let plan = plan(ctx, req, &state, waiting).await?;
-    let room = match policy::check_room(plan.pool, &plan.facts, &plan.ask) {
-        Ok(()) => Room::Now,
-        Err(_) => Room::AfterWaiting,
+    let room = match plan.node {
+        Some(_) => Room::Now,
+        None => Room::AfterWaiting,
     };
     let (reserved_cpus, reserved_mem_mb) = plan.pool.reserved();
     let allocation = &plan.pool.allocation;
@@ -89,6 +94,8 @@ pub async fn submit_dry_run<S: Scheduler>(
         step_name: plan.name,
         cpus: req.spec.cpus,
         mem_mb: req.spec.mem.get(),
+        gpus: req.gpus,
+        node: plan.node,
         room,
         reserved_cpus,
         reserved_mem_mb,
@@ -96,5 +103,6 @@ pub async fn submit_dry_run<S: Scheduler>(
         capacity_mem_mb: allocation.mem_mb.min(plan.facts.mem_mb),
         early_shutdown_at: plan.deadline.to_rfc3339(),
         assets: plan.assets,
+        nodes: placement::node_rooms(plan.pool, &plan.facts),
     })
 }

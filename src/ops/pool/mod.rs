@@ -19,6 +19,7 @@ mod stop;
 mod submit;
 
 pub(crate) use crate::ops::context::locked;
+pub use crate::state::pool::Resources;
 pub use attach::{attach, detach, AllocationView, AttachReport, DetachReport};
 pub(crate) use create::reconcile_creation;
 pub use create::{create, creation_job_name, CreateReport, CreateRequest, Progress};
@@ -30,8 +31,8 @@ pub use queue::MAX_WAITING;
 pub use release::{release, ReleaseReport};
 pub use room::{Wait, WaitProgress, FALLBACK_PROOF_EVERY};
 pub use status::{
-    status, status_of, AssetUseView, CreatingView, NodeView, PoolView, PublicationView, Resources,
-    StatusDoc, StatusReport, WorkerJournalView, WorkerView,
+    status, status_of, AssetUseView, CreatingView, NodeView, PoolView, PublicationView, StatusDoc,
+    StatusReport, WorkerJournalView, WorkerView,
 };
 pub(crate) use stop::release_proven;
 pub use stop::{stop_worker, StopReport};

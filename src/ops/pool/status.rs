@@ -10,6 +10,7 @@ use crate::event::Micros;
 use crate::journal::JournalError;
 use crate::ops::error::OpError;
 use crate::ops::logs::LogPaths;
+use crate::policy::placement::NodeRoom;
 use crate::policy::pool::Refusal;
 use crate::slurm::JobId;
 use crate::state::pool::*;
@@ -51,13 +52,9 @@ pub struct PoolView<W = Vec<WorkerView>> {
     pub allocation: AllocationView,
     pub capacity: Resources,
     pub reserved: Resources,
+    /// Each node's capacity (as recorded at attach) and what the workers placed there reserve.
+    pub nodes: Vec<NodeRoom>,
     pub workers: W,
-}
-
-#[derive(Debug, Serialize)]
-pub struct Resources {
-    pub cpus: u64,
-    pub mem_mb: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -67,6 +64,10 @@ pub struct WorkerView {
     pub state: &'static str,
     pub cpus: u32,
     pub mem_mb: u64,
+    /// The node its budget is held on, and the GPUs it reserves there.
+    #[serde(rename = "node")]
+    pub on_node: String,
+    pub gpus: u32,
     pub step_id: Option<String>,
     pub exit_code: Option<i32>,
     pub exit_signal: Option<i32>,
@@ -91,6 +92,10 @@ pub struct NodeView {
     pub publication: Option<PublicationView>,
     /// `sealed`, `crash_class_partial` or `empty`.
     pub state_class: Option<String>,
+    /// The node's GPU indexes the step got (`SLURM_STEP_GPUS`), and what the payload sees
+    /// (`CUDA_VISIBLE_DEVICES`), as its supervisor recorded them; null for none.
+    pub step_gpus: Option<String>,
+    pub cuda_visible_devices: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -151,6 +156,10 @@ impl NodeView {
             (&mut v.publication, &r.publication)
         {
             p.took_ms = Some(x.took_ms);
+        }
+        if let Some(d) = &r.devices {
+            v.step_gpus.clone_from(&d.step_gpus);
+            v.cuda_visible_devices.clone_from(&d.cuda_visible_devices);
         }
         v.worker_journal = Some(WorkerJournalView {
             status: r.journal_status.map_or("clean", |s| s.as_str()).to_owned(),
@@ -279,7 +288,8 @@ fn node_view(dirs: &PoolDirs, w: &Worker, evidence: Option<&Path>) -> NodeView {
 }
 
 impl WorkerView {
-    fn of(job: JobId, dirs: &PoolDirs, w: &Worker) -> WorkerView {
+    fn of(pool: &Pool, dirs: &PoolDirs, w: &Worker) -> WorkerView {
+        let job = pool.allocation.job_id;
         let submission_id = w
             .submission_id
             .hyphenated()
@@ -298,6 +308,8 @@ impl WorkerView {
             state: w.state.as_str(),
             cpus: w.cpus,
             mem_mb: w.mem_mb,
+            on_node: pool.node_of(w).to_owned(),
+            gpus: w.placement.as_ref().map_or(0, |p| p.gpus),
             step_id: w.step_id.map(|s| format!("{job}.{s}")),
             exit_code: w.exit_code,
             exit_signal: w.exit_signal,
@@ -322,10 +334,8 @@ pub fn status(
     now: Micros,
 ) -> Result<StatusReport, OpError> {
     known(state, pool)?;
-    Ok(build(state, pools_dir, pool, now, |job, p, dirs| {
-        workers_of(p)
-            .map(|w| WorkerView::of(job, &dirs, w))
-            .collect()
+    Ok(build(state, pools_dir, pool, now, |p, dirs| {
+        workers_of(p).map(|w| WorkerView::of(p, &dirs, w)).collect()
     }))
 }
 
@@ -375,7 +385,7 @@ impl Serialize for StatusDoc {
             self.pools_dir.as_deref(),
             self.pool.as_deref(),
             self.now,
-            |job, pool, dirs| StreamedWorkers { job, pool, dirs },
+            |pool, dirs| StreamedWorkers { pool, dirs },
         )
         .serialize(s)
     }
@@ -383,14 +393,13 @@ impl Serialize for StatusDoc {
 
 /// A pool's worker views, made one at a time as the JSON is written.
 struct StreamedWorkers<'s> {
-    job: JobId,
     pool: &'s Pool,
     dirs: PoolDirs,
 }
 
 impl Serialize for StreamedWorkers<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(workers_of(self.pool).map(|w| WorkerView::of(self.job, &self.dirs, w)))
+        s.collect_seq(workers_of(self.pool).map(|w| WorkerView::of(self.pool, &self.dirs, w)))
     }
 }
 
@@ -411,13 +420,13 @@ fn known(state: &State, pool: Option<&str>) -> Result<(), OpError> {
 }
 
 /// The report of the pools asked for, each pool's workers as `workers` makes them from the
-/// pool's allocation job id, the pool and its directories.
+/// pool and its directories.
 fn build<'s, W>(
     state: &'s State,
     pools_dir: Option<&Path>,
     pool: Option<&str>,
     now: Micros,
-    workers: impl Fn(JobId, &'s Pool, PoolDirs) -> W,
+    workers: impl Fn(&'s Pool, PoolDirs) -> W,
 ) -> StatusReport<W> {
     let pools = state
         .pools
@@ -426,6 +435,15 @@ fn build<'s, W>(
         .filter(|p| pool.is_none_or(|name| p.name == name))
         .map(|p| {
             let (cpus, mem_mb) = p.reserved();
+            let nodes: Vec<NodeRoom> = p
+                .node_shares()
+                .iter()
+                .map(|n| NodeRoom {
+                    node: n.name.clone(),
+                    capacity: Resources::of(n),
+                    reserved: p.reserved_on(&n.name),
+                })
+                .collect();
             PoolView {
                 pool: p.name.clone(),
                 owner: if p.created.is_some() {
@@ -438,9 +456,15 @@ fn build<'s, W>(
                 capacity: Resources {
                     cpus: u64::from(p.allocation.cpus),
                     mem_mb: p.allocation.mem_mb,
+                    gpus: nodes.iter().map(|n| n.capacity.gpus).sum(),
                 },
-                reserved: Resources { cpus, mem_mb },
-                workers: workers(p.allocation.job_id, p, PoolDirs::of(pools_dir, &p.name)),
+                reserved: Resources {
+                    cpus,
+                    mem_mb,
+                    gpus: nodes.iter().map(|n| n.reserved.gpus).sum(),
+                },
+                nodes,
+                workers: workers(p, PoolDirs::of(pools_dir, &p.name)),
             }
         })
         .collect();

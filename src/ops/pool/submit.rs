@@ -37,6 +37,10 @@ const FILE_POLL: Duration = Duration::from_millis(5);
 pub struct SubmitRequest {
     pub pool: String,
     pub spec: WorkerSpec,
+    /// GPUs of its node the worker reserves (`--gpus`); with none its step sees no GPU.
+    pub gpus: u32,
+    /// The node it must run on (`--node`); otherwise the first node with room.
+    pub node: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -81,6 +85,18 @@ async fn inspect_for_submit<S: Scheduler>(
 
 /// A submit check of `policy::pool`: all of them, or all but the room (`--wait`).
 type Check = fn(&Pool, &AllocationFacts, &WorkerAsk, &str, Micros) -> Result<(), Refusal>;
+
+/// Every check of a submit, the room included (the node it finds is decided again under the
+/// lock, at the receipt).
+fn check_all(
+    pool: &Pool,
+    facts: &AllocationFacts,
+    ask: &WorkerAsk,
+    caller: &str,
+    now: Micros,
+) -> Result<(), Refusal> {
+    policy::check_submit(pool, facts, ask, caller, now).map(drop)
+}
 
 pub async fn submit<S: Scheduler>(
     ctx: &Ctx<S>,
@@ -152,6 +168,9 @@ pub(super) struct Plan<'a> {
     pub(super) name: String,
     step_name: JobName,
     dirs: WorkerDirs,
+    /// The node the worker goes to: as the first look found it, then as the receipt decided
+    /// under the lock (`None` while a `--wait` has not found room).
+    pub(super) node: Option<String>,
     pub(super) deadline: Micros,
     /// The names of the assets the worker would use, as the first look bound them.
     pub(super) assets: Vec<String>,
@@ -182,6 +201,8 @@ pub(super) async fn plan<'a, S: Scheduler>(
         name: worker.clone(),
         cpus: spec.cpus,
         mem_mb: spec.mem.get(),
+        gpus: req.gpus,
+        node: req.node.clone(),
         budgets: spec.budgets,
     };
     let assets = spec
@@ -193,7 +214,7 @@ pub(super) async fn plan<'a, S: Scheduler>(
     let check: Check = if waits {
         policy::check_submit_to_wait
     } else {
-        policy::check_submit
+        check_all
     };
     let facts = inspect_for_submit(ctx, pool, &ask, check, None).await?;
     let facts_read_at = tokio::time::Instant::now();
@@ -205,6 +226,7 @@ pub(super) async fn plan<'a, S: Scheduler>(
     // Before the receipt: a pool tree that is another user's, or a link, refuses (exit 3).
     dirs.check(&ctx.state_dir)?;
     let deadline = policy::early_shutdown_deadline(allocation.end_time, &spec.budgets);
+    let node = policy::check_room(pool, &facts, &ask).ok();
     Ok(Plan {
         pool,
         submission_id,
@@ -218,6 +240,7 @@ pub(super) async fn plan<'a, S: Scheduler>(
         name,
         step_name,
         dirs,
+        node,
         deadline,
         assets,
     })
@@ -236,11 +259,10 @@ async fn write_receipt<S: Scheduler>(
     started: tokio::time::Instant,
 ) -> Result<Bound, OpError> {
     let spec = &req.spec;
-    let submission_id = plan.submission_id;
     let intent = Event::WorkerSubmitIntent(WorkerSubmitIntent {
         pool: req.pool.clone(),
         worker: plan.worker.clone(),
-        submission_id,
+        submission_id: plan.submission_id,
         cpus: spec.cpus,
         mem_mb: spec.mem.get(),
         publication_timeout_s: spec.budgets.publication_timeout_s,
@@ -270,31 +292,55 @@ async fn write_receipt<S: Scheduler>(
                 plan.facts_read_at = at;
             }
         }
-        let receipt = locked(ctx, |writer, state| {
-            let pool = state
-                .pools
-                .pools
-                .get(&req.pool)
-                .filter(|p| p.allocation == plan.allocation)
-                .ok_or_else(|| {
-                    OpError::Failed(format!(
-                        "pool {} was detached or attached to another allocation while this \
-                         submit asked Slurm; nothing was submitted. Check `dispatch pool \
-                         status` and submit again",
-                        req.pool
-                    ))
-                })?;
-            policy::check_submit(pool, &plan.facts, &plan.ask, &ctx.caller, ctx.now())?;
-            let bound = spec.bind(state, &ctx.state_dir, submission_id)?;
-            writer.append(bound.receipt(intent.clone(), submission_id))?;
-            Ok(bound)
-        });
+        let receipt = append_receipt(ctx, req, plan, &intent);
         match receipt {
             // A submitter without --wait took the room meanwhile: wait again, first in line.
             Err(OpError::Refused(Refusal::Budget { .. })) if ticket.is_some() => continue,
-            other => return other,
+            Ok((bound, node)) => {
+                plan.node = Some(node);
+                return Ok(bound);
+            }
+            Err(e) => return Err(e),
         }
     }
+}
+
+/// Under the lock: every check of a submit again, on the journal as it is now, and if they
+/// pass, the receipt: `intent`, the node the worker is placed on, the assets it uses and its
+/// trial, in one commit. What it bound, and the node.
+fn append_receipt<S: Scheduler>(
+    ctx: &Ctx<S>,
+    req: &SubmitRequest,
+    plan: &Plan<'_>,
+    intent: &Event,
+) -> Result<(Bound, String), OpError> {
+    let submission_id = plan.submission_id;
+    locked(ctx, |writer, state| {
+        let pool = state
+            .pools
+            .pools
+            .get(&req.pool)
+            .filter(|p| p.allocation == plan.allocation)
+            .ok_or_else(|| {
+                OpError::Failed(format!(
+                    "pool {} was detached or attached to another allocation while this \
+                     submit asked Slurm; nothing was submitted. Check `dispatch pool \
+                     status` and submit again",
+                    req.pool
+                ))
+            })?;
+        let node = policy::check_submit(pool, &plan.facts, &plan.ask, &ctx.caller, ctx.now())?;
+        let bound = req.spec.bind(state, &ctx.state_dir, submission_id)?;
+        let placed = Event::WorkerPlaced(WorkerPlaced {
+            submission_id,
+            node: node.clone(),
+            gpus: req.gpus,
+        });
+        let mut receipt = bound.receipt(intent.clone(), submission_id);
+        receipt.insert(1, placed);
+        writer.append(receipt)?;
+        Ok((bound, node))
+    })
 }
 
 /// The worker's directories, then the detached srun of its supervisor; `WorkerLaunched` with
@@ -394,9 +440,14 @@ fn step_request<S: Scheduler>(
     // check above keeps the steps from waiting on each other. No --cpu-bind: `cores` made
     // Slurm 22.05 fail to lay out a 3-CPU task on a node declaring more CPUs than it has.
     step.overlap = false;
-    // A step inherits every GPU of the job unless it asks: a worker asks for none, so it sees
-    // none (SLURM_STEP_GPUS and CUDA_VISIBLE_DEVICES unset), whatever the allocation holds.
-    step.gres = Some("none".to_owned());
+    // On the node its budget is held on, with exactly what it reserves there (`--exact`).
+    step.node = plan.node.clone();
+    // A step inherits every GPU of the job unless it asks: a worker that reserves none asks
+    // for none, so it sees none (SLURM_STEP_GPUS and CUDA_VISIBLE_DEVICES unset).
+    step.gres = Some(match req.gpus {
+        0 => "none".to_owned(),
+        n => format!("gpu:{n}"),
+    });
     step.output = Some(dirs.evidence.join("stdout"));
     step.error = Some(dirs.evidence.join("stderr"));
     step.chdir = Some(dirs.checkout.clone());
