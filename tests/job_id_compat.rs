@@ -161,6 +161,8 @@ const ADDED_SINCE_THE_GOLDENS: &[(&str, &[&str])] = &[
             "/pools/0/capacity/gpus",
             "/pools/0/reserved/gpus",
             "/pools/0/nodes",
+            "/pools/0/no_kill",
+            "/pools/0/nodes_lost",
             "/pools/0/workers/0/node",
             "/pools/0/workers/0/gpus",
             "/pools/0/workers/0/step_gpus",
@@ -168,6 +170,8 @@ const ADDED_SINCE_THE_GOLDENS: &[(&str, &[&str])] = &[
             "/pools/1/capacity/gpus",
             "/pools/1/reserved/gpus",
             "/pools/1/nodes",
+            "/pools/1/no_kill",
+            "/pools/1/nodes_lost",
         ],
     ),
 ];

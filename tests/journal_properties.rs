@@ -254,6 +254,19 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
             node: text(g),
             gpus: u32::arbitrary(g),
         }),
+        119 => Event::PoolCreateShape(PoolCreateShape {
+            pool: text(g),
+            creation_id: uuid(g),
+            nodes: u32::arbitrary(g),
+            gpus_per_node: u32::arbitrary(g),
+            no_kill: bool::arbitrary(g),
+        }),
+        139 => Event::PoolNodeLost(PoolNodeLost {
+            pool: text(g),
+            job_id: job(g),
+            node: text(g),
+            proof: text(g),
+        }),
         118 => Event::PoolNodes(PoolNodes {
             pool: text(g),
             job_id: job(g),

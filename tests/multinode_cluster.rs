@@ -421,3 +421,220 @@ fn srun_logs(state: &std::path::Path) -> String {
     }
     said
 }
+
+/// How a test fails node3.
+#[derive(Clone, Copy)]
+enum NodeFailure {
+    /// Its slurmd and everything in its namespace SIGKILLed.
+    Killed,
+    /// `scontrol update NodeName=node3 State=DOWN`.
+    SetDown,
+}
+
+fn fail_node3(c: &Cluster, how: NodeFailure) {
+    let out = match how {
+        NodeFailure::Killed => output(script(&["node-kill", "node3"]), Duration::from_secs(60)),
+        NodeFailure::SetDown => output(
+            c.slurm(
+                "scontrol",
+                &[
+                    "update",
+                    "NodeName=node3",
+                    "State=DOWN",
+                    "Reason=dispatch-test",
+                ],
+            ),
+            STEP_BOUND,
+        ),
+    };
+    assert!(out.status.success(), "failing node3: {}", text(&out.stderr));
+}
+
+#[test]
+fn a_killed_node_ends_only_its_workers_in_a_no_kill_pool() {
+    a_dead_node_ends_only_its_workers_in_a_no_kill_pool(NodeFailure::Killed);
+}
+
+#[test]
+fn a_node_set_down_ends_only_its_workers_in_a_no_kill_pool() {
+    a_dead_node_ends_only_its_workers_in_a_no_kill_pool(NodeFailure::SetDown);
+}
+
+/// Issue 23: a pool made over 3 nodes is made with `--no-kill`; when one node fails, the
+/// workers on the other nodes run on, the worker on the failed node is released only once
+/// Slurm shows the node gone from the job and its step gone or listed only there (its proof
+/// says the node failed), the node's capacity leaves the pool, and the audit is clean.
+fn a_dead_node_ends_only_its_workers_in_a_no_kill_pool(how: NodeFailure) {
+    let c = Cluster::require();
+    let state = tempfile::tempdir().unwrap();
+    let config = state.path().join("config.toml");
+    std::fs::write(&config, "job_name_prefix = \"dispatch-mn-\"\n").unwrap();
+    let go = tempfile::tempdir_in("/tmp").unwrap();
+    let go_file = go.path().join("go");
+    let dispatch = |args: &[&str]| {
+        let mut cmd = c.command(env!("CARGO_BIN_EXE_dispatch"));
+        cmd.arg("--state-dir").arg(state.path());
+        cmd.arg("--config").arg(&config).args(args);
+        output(cmd, Duration::from_secs(150))
+    };
+    let json = |out: &std::process::Output| -> serde_json::Value {
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let created = dispatch(&[
+        "pool",
+        "create",
+        "p",
+        "--nodes",
+        "3",
+        "--cpus",
+        "2",
+        "--mem",
+        "500M",
+        "--gpus-per-node",
+        "1",
+        "--time",
+        "10:00",
+        "--wait",
+        "60",
+        "--json",
+    ]);
+    let job = json(&created)["allocation"]["job_id"].as_u64().unwrap();
+    // Whatever happens below, the allocation ends with the test.
+    let _cancel = multinode::Job {
+        cluster: &c,
+        id: job as u32,
+    };
+    let payload = format!(
+        "n=0; until [ -e {} ]; do n=$((n+1)); [ $n -lt 1500 ] || exit 9; sleep 0.2; done",
+        go_file.display()
+    );
+    for (name, node) in [("w1", "node1"), ("w2", "node2"), ("w3", "node3")] {
+        json(&dispatch(&[
+            "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--gpus", "1", "--node", node,
+            "--name", name, "--json", "--", "sh", "-c", &payload,
+        ]));
+    }
+    let status = || json(&dispatch(&["pool", "status", "p", "--json"]));
+    assert_eq!(status()["pools"][0]["no_kill"], true);
+
+    let revive = Revive("node3");
+    fail_node3(&c, how);
+    // Reconcile until the worker on node3 is released; never before Slurm shows it.
+    let deadline =
+        Instant::now() + Duration::from_secs(3 * c.slurmd_timeout + 2 * c.msg_timeout + 30);
+    let mut resolved = Vec::new();
+    let proof = loop {
+        let r = json(&dispatch(&["reconcile", "--json"]));
+        resolved.extend(r["resolved"].as_array().unwrap().iter().cloned());
+        if let Some(w3) = resolved.iter().find(|r| r["worker"] == "w3") {
+            break w3["proof"].as_str().unwrap().to_owned();
+        }
+        assert!(Instant::now() < deadline, "w3 not released: {}", status());
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(
+        proof.starts_with("ended by the failure of node node3: "),
+        "{proof}"
+    );
+    assert!(
+        resolved.iter().all(|r| r["worker"] == "w3"),
+        "only the dead node's worker ends: {resolved:?}"
+    );
+    let doc = status();
+    let pool = &doc["pools"][0];
+    assert!(pool["nodes_lost"]["node3"].is_string(), "{pool}");
+    for w in pool["workers"].as_array().unwrap() {
+        let expected = if w["name"] == "w3" {
+            "released"
+        } else {
+            "running"
+        };
+        assert_eq!(w["state"], expected, "{w}");
+    }
+    // node3's capacity left the pool: a worker that must run there can never fit.
+    let refused = dispatch(&[
+        "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--node", "node3", "--", "true",
+    ]);
+    assert_eq!(refused.status.code(), Some(3), "{}", text(&refused.stderr));
+    assert!(
+        text(&refused.stderr).contains("can never fit"),
+        "{}",
+        text(&refused.stderr)
+    );
+
+    // The others finish and publish; the pool is released; the audit is clean.
+    std::fs::write(&go_file, b"").unwrap();
+    let deadline = Instant::now() + STEP_BOUND;
+    loop {
+        json(&dispatch(&["reconcile", "--json"]));
+        if status()["pools"][0]["reserved"]["cpus"] == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "budget still held: {}", status());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    json(&dispatch(&["pool", "release", "p", "--json"]));
+    let audit = dispatch(&["audit", "--json"]);
+    assert!(audit.status.success(), "{}", text(&audit.stdout));
+    drop(revive);
+}
+
+/// Issue 23: an attached allocation made without `--no-kill` ends whole when one of its nodes
+/// is set DOWN (`scontrol update NodeName=… State=DOWN`): reconcile proves every worker over
+/// with it, on every node, and nothing is left holding budget.
+#[test]
+fn without_no_kill_a_downed_node_ends_the_allocation_and_every_worker_is_proven_over() {
+    let c = Cluster::require();
+    let job = c.salloc(&unique_name("mn-kill"), &["-N3", "-c2", "--mem=500"]);
+    let state = tempfile::tempdir().unwrap();
+    let dispatch = |args: &[&str]| {
+        let mut cmd = c.command(env!("CARGO_BIN_EXE_dispatch"));
+        cmd.arg("--state-dir").arg(state.path()).args(args);
+        output(cmd, STEP_BOUND)
+    };
+    let ok = |out: std::process::Output| -> serde_json::Value {
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap_or_default()
+    };
+    ok(dispatch(&[
+        "pool",
+        "attach",
+        "p",
+        "--job",
+        &job.id.to_string(),
+        "--json",
+    ]));
+    let status = ok(dispatch(&["pool", "status", "p", "--json"]));
+    assert_eq!(
+        status["pools"][0]["no_kill"],
+        serde_json::Value::Null,
+        "attached: not known"
+    );
+    for (name, node) in [("w1", "node1"), ("w2", "node2"), ("w3", "node3")] {
+        ok(dispatch(&[
+            "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--node", node, "--name", name,
+            "--json", "--", "sleep", "600",
+        ]));
+    }
+    let revive = Revive("node3");
+    fail_node3(&c, NodeFailure::SetDown);
+    let deadline = Instant::now() + STEP_BOUND;
+    let doc = loop {
+        ok(dispatch(&["reconcile", "--json"]));
+        let doc = ok(dispatch(&["pool", "status", "p", "--json"]));
+        if doc["pools"][0]["reserved"]["cpus"] == 0 {
+            break doc;
+        }
+        assert!(Instant::now() < deadline, "budget still held: {doc}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let pool = &doc["pools"][0];
+    assert_eq!(pool["allocation"]["state"], "ended", "{pool}");
+    for w in pool["workers"].as_array().unwrap() {
+        assert_eq!(w["state"], "released", "{w}");
+    }
+    let audit = dispatch(&["audit", "--json"]);
+    assert!(audit.status.success(), "{}", text(&audit.stdout));
+    drop(revive);
+}

@@ -330,6 +330,13 @@ fn scontrol_records() {
             "{r}"
         );
         assert_eq!(j.command, None);
+        // `--details`: what the job holds on its one node.
+        let share = |s: &dispatch::slurm::NodeShare| (s.cpus, s.mem_mb, s.gpus.len());
+        assert_eq!(
+            j.node_shares.iter().map(share).collect::<Vec<_>>(),
+            [(2, 400, 0)],
+            "{r}"
+        );
         let array = parse_show_job(&fixture_in(r, "real-scontrol-show-job-array").stdout).unwrap();
         assert!(array[0].array_task_id.as_deref().unwrap().ends_with("%1"));
         assert_eq!(array[0].state, JobState::Pending);

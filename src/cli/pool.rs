@@ -144,12 +144,21 @@ pub struct CreateArgs {
     /// The pool's name
     #[arg(value_parser = crate::names::arg::path_name("pool"))]
     pub pool: String,
-    /// CPUs of the allocation (the pool's capacity)
+    /// CPUs of the allocation on each node (the pool's capacity)
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub cpus: u32,
-    /// Memory of the allocation (500M, 4G, 1T; a bare number is MB)
+    /// Memory of the allocation on each node (500M, 4G, 1T; a bare number is MB)
     #[arg(long, value_parser = parse_mem)]
     pub mem: MemoryMb,
+    /// Nodes of the allocation. Over one node it is made with `--no-kill`: a failed node ends
+    /// only the workers on it (proven over, their budget released, the node's capacity gone),
+    /// and the others run on
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub nodes: u32,
+    /// GPUs of the allocation on each node (`--gres=gpu:N`); workers reserve them with
+    /// `pool submit --gpus`
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub gpus_per_node: u32,
     /// The allocation's time limit (Slurm syntax: MM, HH:MM:SS, D-HH:MM:SS)
     #[arg(long, value_parser = parse_time)]
     pub time: crate::slurm::SlurmDuration,
@@ -180,6 +189,7 @@ pub enum PoolCommand {
     #[command(after_help = "Examples:\n  \
         dispatch pool create p --cpus 8 --mem 8G --time 1:00:00 -T savio-htc\n  \
         dispatch pool create p --cpus 4 --mem 4G --time 30:00 --partition debug --nodelist vm\n  \
+        dispatch pool create p --nodes 3 --cpus 4 --mem 16G --gpus-per-node 2 --time 2:00:00\n  \
         dispatch pool release p   # stops its workers and cancels the allocation")]
     Create(CreateArgs),
     /// Attach a running allocation you own as a pool (never creates or cancels it); its budget
@@ -543,6 +553,8 @@ pub async fn run_create<S: Scheduler>(
         account,
         qos,
         nodelist: args.nodelist.clone(),
+        nodes: args.nodes,
+        gpus_per_node: args.gpus_per_node,
         wait: Duration::from_secs(u64::from(args.wait)),
     };
     let note = |m: &str| super::output::note(m);

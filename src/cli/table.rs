@@ -288,29 +288,50 @@ fn pools_table(r: &StatusReport, wide: bool) -> String {
     }
     let mut out = pools.render(0, width(wide));
     // A pool over several nodes, or with GPUs, is budgeted per node: one line each.
-    for p in r
-        .pools
-        .iter()
-        .filter(|p| p.nodes.len() > 1 || p.capacity.gpus > 0)
-    {
-        for n in &p.nodes {
-            let (c, used) = (n.capacity, n.reserved);
-            out.push_str(&note_line(
-                4,
-                &format!(
-                    "{} on {}: {}/{}, {}/{}, {}/{}",
-                    p.pool,
-                    n.node,
-                    used.cpus,
-                    count(c.cpus, "CPU"),
-                    mem(used.mem_mb),
-                    mem(c.mem_mb),
-                    used.gpus,
-                    count(c.gpus, "GPU")
-                ),
-                width(wide),
-            ));
-        }
+    for p in r.pools.iter() {
+        out.push_str(&node_lines(p, wide));
+    }
+    out
+}
+
+/// The lines under a pool's row over several nodes or with GPUs: each node's budget, whether
+/// it was lost, and when Slurm does not show whether a failed node ends the whole allocation.
+fn node_lines<W>(p: &crate::ops::pool::PoolView<W>, wide: bool) -> String {
+    let mut out = String::new();
+    if p.nodes.len() < 2 && p.capacity.gpus == 0 {
+        return out;
+    }
+    for n in &p.nodes {
+        let (c, used) = (n.capacity, n.reserved);
+        let lost = p.nodes_lost.get(&n.node);
+        out.push_str(&note_line(
+            4,
+            &format!(
+                "{} on {}: {}/{}, {}/{}, {}/{}{}",
+                p.pool,
+                n.node,
+                used.cpus,
+                count(c.cpus, "CPU"),
+                mem(used.mem_mb),
+                mem(c.mem_mb),
+                used.gpus,
+                count(c.gpus, "GPU"),
+                lost.map(|proof| format!("; lost: {proof}"))
+                    .unwrap_or_default()
+            ),
+            width(wide),
+        ));
+    }
+    if p.nodes.len() > 1 && p.no_kill.is_none() {
+        out.push_str(&note_line(
+            4,
+            &format!(
+                "{}: Slurm does not show whether job {} has --no-kill; without it a failed node \
+                 ends the whole allocation",
+                p.pool, p.allocation.job_id
+            ),
+            width(wide),
+        ));
     }
     out
 }
@@ -581,6 +602,8 @@ mod tests {
                     pool: "p".into(),
                     owner: "attached",
                     releasing: false,
+                    no_kill: None,
+                    nodes_lost: Default::default(),
                     allocation: alloc(901, Some(3540), None),
                     capacity: Resources {
                         cpus: 4,
@@ -607,6 +630,12 @@ mod tests {
                     pool: "gpu".into(),
                     owner: "created",
                     releasing: true,
+                    no_kill: Some(true),
+                    nodes_lost: [(
+                        "g2".to_owned(),
+                        "job 902 is listed RUNNING on g1".to_owned(),
+                    )]
+                    .into(),
                     allocation: alloc(902, None, Some("squeue shows job 902 CANCELLED")),
                     capacity: Resources {
                         cpus: 2,

@@ -427,6 +427,7 @@ vocabulary! {
         116 => WorkerTerminal(pool::WorkerTerminal), must_understand;
         117 => WorkerPlaced(pool::WorkerPlaced), must_understand;
         118 => PoolNodes(pool::PoolNodes), must_understand;
+        119 => PoolCreateShape(pool::PoolCreateShape);
         120 => JobSubmitIntent(jobs::JobSubmitIntent), must_understand;
         121 => JobSubmitted(jobs::JobSubmitted), must_understand;
         122 => JobSubmitFailed(jobs::JobSubmitFailed), must_understand;
@@ -442,6 +443,7 @@ vocabulary! {
         136 => PoolAllocationEnded(pool::PoolAllocationEnded);
         137 => WorkerCleanupIntent(pool::WorkerCleanupIntent);
         138 => WorkerCleanedUp(pool::WorkerCleanedUp);
+        139 => PoolNodeLost(pool::PoolNodeLost);
         140 => TrialOpened(trial::TrialOpened), must_understand;
         141 => TrialWorkerJoined(trial::TrialWorkerJoined), must_understand;
         142 => TrialJudged(trial::TrialJudged), must_understand;

@@ -203,6 +203,31 @@ pub struct PoolCreateIntent {
     pub nodelist: Option<String>,
 }
 
+/// What a creation asks beyond its `PoolCreateIntent` (a released kind's fields never
+/// change), written in the commit of that intent when it asks for several nodes or for GPUs:
+/// salloc's `--nodes`, `--gres=gpu:<gpus_per_node>`, and `--no-kill` (several nodes: a node's
+/// failure ends only the steps on it, not the allocation).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolCreateShape {
+    pub pool: String,
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
+    pub creation_id: Uuid,
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub no_kill: bool,
+}
+
+/// A node left the pool's allocation (a node failure, with `--no-kill`): the job is still
+/// listed, on the other nodes. Nothing more is placed on it; its workers' steps are released
+/// by their own proofs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolNodeLost {
+    pub pool: String,
+    pub job_id: JobId,
+    pub node: String,
+    pub proof: String,
+}
+
 /// The job a creation made: salloc's answer (`how` = `salloc`), the id salloc mentioned before
 /// it was cut off (`hint`), or found by its name (`name`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

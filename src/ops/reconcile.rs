@@ -31,7 +31,9 @@ use super::pool::{
     release_proven, step_name, CreationReconciled,
 };
 use crate::event::jobs::{JobSubmitFailed, JobSubmitted, JobTerminal};
-use crate::event::pool::{PoolAllocationEnded, WorkerLaunchFailed, WorkerStepObserved};
+use crate::event::pool::{
+    PoolAllocationEnded, PoolNodeLost, WorkerLaunchFailed, WorkerStepObserved,
+};
 use crate::event::Event;
 use crate::event::Micros;
 use crate::failpoint;
@@ -178,11 +180,11 @@ async fn reconcile_pools<S: Scheduler>(
     for pool in pools {
         let job = pool.allocation.job_id;
         let mut look = observe_pool(ctx, pool, job, &mut shared).await;
-        let mut judgement = reconcile::judge_pool(&look.slurm, &look.workers, look.at);
+        let mut judgement = reconcile::judge_pool(pool, &look.slurm, &look.workers, look.at);
         if judgement.wants_accounting() {
             if let Some(rows) = shared.accounting(ctx).await {
                 reconcile::add_accounting(&mut look.slurm, job, rows);
-                judgement = reconcile::judge_pool(&look.slurm, &look.workers, look.at);
+                judgement = reconcile::judge_pool(pool, &look.slurm, &look.workers, look.at);
             }
         }
         record_pool(ctx, pool, &look.workers, &judgement, report)?;
@@ -350,6 +352,37 @@ fn record_pool<S: Scheduler>(
                 .is_some_and(|p| p.allocation == pool.allocation && p.ended.is_none());
             if same {
                 writer.append_one(Event::PoolAllocationEnded(ended))?;
+            }
+            Ok(())
+        })?;
+    }
+    if !judgement.nodes_lost.is_empty() {
+        locked(ctx, |writer, now| {
+            let Some(p) = now
+                .pools
+                .pools
+                .get(&pool.name)
+                .filter(|p| p.allocation == pool.allocation)
+            else {
+                return Ok(());
+            };
+            // Another reconcile may have recorded a loss meanwhile: each is recorded once.
+            let known = |node: &str| p.spread.as_ref().is_some_and(|s| s.lost.contains_key(node));
+            let lost: Vec<Event> = judgement
+                .nodes_lost
+                .iter()
+                .filter(|(node, _)| !known(node))
+                .map(|(node, proof)| {
+                    Event::PoolNodeLost(PoolNodeLost {
+                        pool: pool.name.clone(),
+                        job_id: pool.allocation.job_id,
+                        node: node.clone(),
+                        proof: proof.clone(),
+                    })
+                })
+                .collect();
+            if !lost.is_empty() {
+                writer.append(lost)?;
             }
             Ok(())
         })?;

@@ -45,16 +45,21 @@ pub fn live_shares(facts: &AllocationFacts) -> Vec<NodeShare> {
     }
 }
 
-/// Every node of the pool, in the allocation's order. A node Slurm no longer shows in the job
-/// (it left the allocation) has no capacity: nothing new is placed there.
+/// Every node of the pool, in the allocation's order. A node Slurm no longer shows in the job,
+/// or that the journal says left it, has no capacity: nothing new is placed there.
 pub fn node_rooms(pool: &Pool, facts: &AllocationFacts) -> Vec<NodeRoom> {
     let live = live_shares(facts);
+    let lost = |node: &str| {
+        pool.spread
+            .as_ref()
+            .is_some_and(|s| s.lost.contains_key(node))
+    };
     pool.node_shares()
         .iter()
         .map(|recorded| {
             let capacity = live
                 .iter()
-                .find(|l| l.name == recorded.name)
+                .find(|l| l.name == recorded.name && !lost(&l.name))
                 .map_or(Resources::default(), |l| {
                     Resources::of(recorded).min(Resources::of(l))
                 });

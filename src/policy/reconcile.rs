@@ -10,12 +10,13 @@
 //!
 //! A job absent from a successful listing is `NotListed`, which is unknown.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::event::Micros;
 use crate::slurm::{AcctRow, Answer, JobId, JobRow, Lookup, SlurmError, StepKind, StepRow};
 use crate::state::jobs::{JobWorker, JobWorkerState};
-use crate::state::pool::Worker;
+use crate::state::pool::{Pool, Worker};
 use crate::state::State;
 
 /// What one pool's queries said. `None` means the query failed or proves nothing.
@@ -33,6 +34,11 @@ pub struct PoolObservation {
     /// Accounting answered with the allocation's own row (its state word): it knows the job,
     /// so a step missing from it is not lag about the job itself.
     pub accounting_job: Option<String>,
+    /// The nodes the listing shows the (live) allocation on, and its state word: a node of the
+    /// pool missing from them left the job (a node failure, with `--no-kill`).
+    pub listed_on: Option<(Vec<String>, String)>,
+    /// The nodes each listed step runs on, by step number (from the same step listing).
+    pub step_nodes: BTreeMap<u32, Vec<String>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,12 +63,27 @@ pub fn observe_pool(
         }
         Lookup::Listed(row) => {
             obs.allocation_listed = Some(format!("job {job} is listed {}", row.state));
+            obs.listed_on = row
+                .node_list
+                .as_deref()
+                .and_then(|l| crate::slurm::nodes::expand_hostlist(l).ok())
+                .map(|nodes| (nodes, row.state.to_string()));
         }
         Lookup::Gone(proof) => obs.allocation_over = Some(proof.to_string()),
         Lookup::NotListed | Lookup::Unknown(_) => {}
     }
     match steps {
         Some(Answer::Live(rows)) => {
+            obs.step_nodes = rows
+                .iter()
+                .filter_map(|r| match (r.id.step, &r.node_list) {
+                    (StepKind::Numbered(n), Some(list)) if r.id.job == job => {
+                        let nodes = crate::slurm::nodes::expand_hostlist(list).ok()?;
+                        Some((n, nodes))
+                    }
+                    _ => None,
+                })
+                .collect();
             obs.steps = Some(
                 rows.iter()
                     .filter_map(|r| match r.id.step {
@@ -467,6 +488,8 @@ pub struct WorkerSeen<'a> {
 pub struct PoolJudgement {
     /// Proof that the allocation is over: recorded as `PoolAllocationEnded`.
     pub allocation_over: Option<String>,
+    /// Nodes newly proven gone from the live allocation, with the proof: `PoolNodeLost`.
+    pub nodes_lost: Vec<(String, String)>,
     pub verdicts: Vec<Verdict>,
 }
 
@@ -485,7 +508,20 @@ impl PoolJudgement {
 
 /// Judge one pool at time `now`: what Slurm's answers (`obs`) and each worker's own evidence
 /// (`workers`) prove about the allocation and each worker ([`verdict`]).
-pub fn judge_pool(obs: &PoolObservation, workers: &[WorkerSeen<'_>], now: Micros) -> PoolJudgement {
+pub fn judge_pool(
+    pool: &Pool,
+    obs: &PoolObservation,
+    workers: &[WorkerSeen<'_>],
+    now: Micros,
+) -> PoolJudgement {
+    let nodes_lost = lost_nodes(pool, obs);
+    let lost = |node: &str| {
+        nodes_lost.iter().any(|(n, _)| n == node)
+            || pool
+                .spread
+                .as_ref()
+                .is_some_and(|s| s.lost.contains_key(node))
+    };
     let verdicts = workers
         .iter()
         .map(|w| {
@@ -495,13 +531,79 @@ pub fn judge_pool(obs: &PoolObservation, workers: &[WorkerSeen<'_>], now: Micros
                 ),
                 ..w.own.clone()
             };
-            verdict(w.worker, &w.step_name, obs, &own)
+            let mut v = verdict(w.worker, &w.step_name, obs, &own);
+            let node = pool.node_of(w.worker);
+            if lost(node) {
+                v.terminal = v
+                    .terminal
+                    .or_else(|| stranded_step(pool, obs, w.worker, v.observe_step, &lost));
+                v.running = v.running && v.terminal.is_none();
+                // A step proven over on a node that failed: say so, beside the proof.
+                if let Some(proof) = v.terminal.as_mut() {
+                    *proof = format!("ended by the failure of node {node}: {proof}");
+                }
+            }
+            v
         })
         .collect();
     PoolJudgement {
         allocation_over: obs.allocation_over.clone(),
+        nodes_lost,
         verdicts,
     }
+}
+
+/// Proof that a worker's step on a lost node is over although Slurm still lists it: every node
+/// the listing shows it on has left the live allocation. Slurm 22.05 keeps such a step listed
+/// `RUNNING` until the node comes back (then kills what is left of the job there, as for any
+/// node a job no longer holds); it holds nothing of the allocation, and its node's capacity has
+/// left the pool, so its budget is released.
+fn stranded_step(
+    pool: &Pool,
+    obs: &PoolObservation,
+    w: &Worker,
+    observed: Option<u32>,
+    lost: &dyn Fn(&str) -> bool,
+) -> Option<String> {
+    let step = w.step_id.or(observed)?;
+    let nodes = obs.step_nodes.get(&step).filter(|n| !n.is_empty())?;
+    let (listed, state) = obs.listed_on.as_ref()?;
+    if obs.allocation_over.is_some() || !nodes.iter().all(|n| lost(n) && !listed.contains(n)) {
+        return None;
+    }
+    Some(format!(
+        "job {job} is listed {state} on {} without {on}, and its step {job}.{step} is listed \
+         only there (Slurm keeps it listed until the node returns)",
+        listed.join(","),
+        job = pool.allocation.job_id,
+        on = nodes.join(","),
+    ))
+}
+
+/// The nodes of `pool` that the listing of its live allocation no longer shows, not yet
+/// recorded as lost, with the proof. Only for a pool that knows its nodes one by one (a pool on
+/// one node ends with its allocation).
+fn lost_nodes(pool: &Pool, obs: &PoolObservation) -> Vec<(String, String)> {
+    let (Some((listed, state)), Some(spread)) = (&obs.listed_on, &pool.spread) else {
+        return Vec::new();
+    };
+    if obs.allocation_over.is_some() || spread.nodes.len() < 2 || listed.is_empty() {
+        return Vec::new();
+    }
+    spread
+        .nodes
+        .iter()
+        .filter(|n| !listed.contains(&n.name) && !spread.lost.contains_key(&n.name))
+        .map(|n| {
+            let proof = format!(
+                "job {} is listed {state} on {} and no longer on {}",
+                pool.allocation.job_id,
+                listed.join(","),
+                n.name
+            );
+            (n.name.clone(), proof)
+        })
+        .collect()
 }
 
 /// What reconcile's queries said about the `dispatch submit` jobs.
@@ -639,6 +741,144 @@ mod tests {
 
     fn job() -> JobId {
         JobId::new(JOB).unwrap()
+    }
+
+    /// A pool of job [`JOB`] on `nodes` (4 CPUs each), attached and, over several nodes, with
+    /// its nodes journaled.
+    fn pool_on(nodes: &[&str]) -> Pool {
+        let mut pools = crate::state::pool::Pools::default();
+        let allocation = crate::event::pool::Allocation {
+            job_id: job(),
+            node: nodes.join(","),
+            user: "u".into(),
+            start_time: Micros(0),
+            end_time: Micros::from_secs(3600),
+            cpus: 4 * nodes.len() as u32,
+            mem_mb: 1000,
+            partition: "p".into(),
+            account: "a".into(),
+            qos: "q".into(),
+        };
+        let pool = "p".to_owned();
+        pools.attach(
+            Micros(0),
+            &crate::event::pool::PoolAttached {
+                pool: pool.clone(),
+                allocation,
+            },
+        );
+        if nodes.len() > 1 {
+            pools.nodes(&crate::event::pool::PoolNodes {
+                pool: pool.clone(),
+                job_id: job(),
+                nodes: nodes
+                    .iter()
+                    .map(|n| crate::slurm::NodeShare {
+                        name: (*n).to_owned(),
+                        cpus: 4,
+                        mem_mb: 1000,
+                        gpus: vec![0],
+                    })
+                    .collect(),
+            });
+        }
+        pools.pools.remove(&pool).unwrap()
+    }
+
+    /// A node missing from the live allocation's listing is lost; a worker placed on it whose
+    /// step is gone is proven over by that, and says the node failed; a worker elsewhere runs on.
+    #[test]
+    fn a_node_that_left_the_allocation_ends_only_the_workers_on_it() {
+        let pool = pool_on(&["n1", "n2", "n3"]);
+        let mut on_n3 = worker(Some(1));
+        on_n3.name = "w1".into();
+        on_n3.placement = Some(crate::state::pool::Placement {
+            node: "n3".into(),
+            gpus: 1,
+        });
+        let mut on_n1 = worker(Some(0));
+        on_n1.placement = Some(crate::state::pool::Placement {
+            node: "n1".into(),
+            gpus: 0,
+        });
+        let seen = |w, step: &str| WorkerSeen {
+            worker: w,
+            step_name: step.into(),
+            own: WorkerObservation::default(),
+        };
+        let obs = PoolObservation {
+            allocation_listed: Some(format!("job {JOB} is listed RUNNING")),
+            steps: Some(vec![(0, "p.w".into())]),
+            listed_on: Some((vec!["n1".into(), "n2".into()], "RUNNING".into())),
+            ..Default::default()
+        };
+        let judged = judge_pool(
+            &pool,
+            &obs,
+            &[seen(&on_n1, "p.w"), seen(&on_n3, "p.w1")],
+            Micros(0),
+        );
+        assert_eq!(
+            judged.nodes_lost,
+            [(
+                "n3".to_owned(),
+                format!("job {JOB} is listed RUNNING on n1,n2 and no longer on n3")
+            )]
+        );
+        assert!(judged.verdicts[0].running && judged.verdicts[0].terminal.is_none());
+        let proof = judged.verdicts[1].terminal.as_deref().unwrap();
+        assert!(
+            proof.starts_with("ended by the failure of node n3: "),
+            "{proof}"
+        );
+        // Slurm 22.05 keeps the step of the dead node listed: listed only on lost nodes, it is
+        // over; listed on a node the job still holds, it is not.
+        let stranded = PoolObservation {
+            steps: Some(vec![(0, "p.w".into()), (1, "p.w1".into())]),
+            step_nodes: [(0, vec!["n1".to_owned()]), (1, vec!["n3".to_owned()])].into(),
+            ..obs.clone()
+        };
+        let judged = judge_pool(
+            &pool,
+            &stranded,
+            &[seen(&on_n1, "p.w"), seen(&on_n3, "p.w1")],
+            Micros(0),
+        );
+        assert!(judged.verdicts[0].running && judged.verdicts[0].terminal.is_none());
+        let proof = judged.verdicts[1].terminal.as_deref().unwrap();
+        assert!(!judged.verdicts[1].running);
+        assert!(
+            proof.contains("its step 900.1 is listed only there"),
+            "{proof}"
+        );
+        let spanning = PoolObservation {
+            step_nodes: [(1, vec!["n1".to_owned(), "n3".to_owned()])].into(),
+            ..stranded.clone()
+        };
+        let judged = judge_pool(&pool, &spanning, &[seen(&on_n3, "p.w1")], Micros(0));
+        assert_eq!(judged.verdicts[0].terminal, None);
+        // Listed on every node: nothing is lost. Not listed: nothing is known.
+        let whole = PoolObservation {
+            listed_on: Some((
+                vec!["n1".into(), "n2".into(), "n3".into()],
+                "RUNNING".into(),
+            )),
+            ..obs.clone()
+        };
+        assert!(judge_pool(&pool, &whole, &[], Micros(0))
+            .nodes_lost
+            .is_empty());
+        let unlisted = PoolObservation {
+            listed_on: None,
+            ..obs
+        };
+        assert!(judge_pool(&pool, &unlisted, &[], Micros(0))
+            .nodes_lost
+            .is_empty());
+        // A pool on one node loses no node: it ends with its allocation.
+        assert!(judge_pool(&pool_on(&["n1"]), &whole, &[], Micros(0))
+            .nodes_lost
+            .is_empty());
     }
 
     fn worker(step: Option<u32>) -> Worker {
@@ -1255,6 +1495,8 @@ mod tests {
                     .collect()
             }),
             accounting_job: accounting_job.then(|| "RUNNING".into()),
+            listed_on: None,
+            step_nodes: BTreeMap::new(),
         }
     }
 
@@ -1315,7 +1557,7 @@ mod tests {
             let ws = arbitrary_workers(&workers);
             let seen = arbitrary_seen(&ws, &workers);
             let now = Micros::from_secs(1000);
-            let judged = judge_pool(&obs, &seen, now);
+            let judged = judge_pool(&pool_on(&["vm"]), &obs, &seen, now);
             let terminal_in_accounting = obs
                 .accounting
                 .as_ref()

@@ -102,6 +102,8 @@ impl State {
             Event::WorkerSubmitIntent(e) => self.pools.submit(env.time, e),
             Event::WorkerPlaced(e) => self.pools.placed(e),
             Event::PoolNodes(e) => self.pools.nodes(e),
+            Event::PoolCreateShape(e) => self.pools.create_shape(e),
+            Event::PoolNodeLost(e) => self.pools.node_lost(e),
             Event::WorkerLaunched(e) => self.pools.launched(e, &env.actor.host),
             Event::PoolAllocationEnded(e) => self.pools.allocation_ended(e),
             // The mark lives in Slurm (the job's comment); the pool is bound by PoolAttached,

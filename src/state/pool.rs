@@ -12,9 +12,10 @@ use uuid::Uuid;
 use crate::event::asset::{AssetRecord, WorkerAssetsBound};
 use crate::event::pool::{
     Allocation, PoolAllocationEnded, PoolAttached, PoolCreateFailed, PoolCreateIntent,
-    PoolCreateJob, PoolDetached, PoolNodes, PoolOwned, PoolReleaseIntent, PoolReleased,
-    WorkerExited, WorkerJournalDamaged, WorkerLaunchFailed, WorkerLaunched, WorkerPlaced,
-    WorkerReportIngested, WorkerStepObserved, WorkerStopIntent, WorkerSubmitIntent, WorkerTerminal,
+    PoolCreateJob, PoolCreateShape, PoolDetached, PoolNodeLost, PoolNodes, PoolOwned,
+    PoolReleaseIntent, PoolReleased, WorkerExited, WorkerJournalDamaged, WorkerLaunchFailed,
+    WorkerLaunched, WorkerPlaced, WorkerReportIngested, WorkerStepObserved, WorkerStopIntent,
+    WorkerSubmitIntent, WorkerTerminal,
 };
 use crate::event::Micros;
 use crate::slurm::{JobId, NodeShare};
@@ -32,6 +33,9 @@ pub struct Creation {
     pub job_id: Option<JobId>,
     /// Why it has no job yet although salloc ran (salloc's unclear answer).
     pub failure: Option<String>,
+    /// Its nodes, GPUs and `--no-kill`, when it asked for several nodes or GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<PoolCreateShape>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,10 +135,23 @@ pub struct Pool {
     /// `pool release` has begun: nothing more is submitted to it.
     #[serde(default)]
     pub releasing: bool,
-    /// What the allocation holds on each node (`PoolNodes`). Empty: attached before nodes
-    /// were journaled, a single node holding the whole allocation ([`Pool::node_shares`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// What the pool knows of its allocation's nodes beyond `allocation`: `None` for a pool
+    /// on one node without GPUs, attached or created before nodes were journaled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread: Option<Spread>,
+}
+
+/// A pool's nodes, one by one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spread {
+    /// What the allocation holds on each node (`PoolNodes`); empty: its one node holds all of
+    /// the allocation ([`Pool::node_shares`]).
     pub nodes: Vec<NodeShare>,
+    /// Whether its job was made with `--no-kill` (`PoolCreateShape`): `None` when dispatch did
+    /// not make it (Slurm shows no such flag).
+    pub no_kill: Option<bool>,
+    /// Nodes that left the allocation (`PoolNodeLost`), and the proof.
+    pub lost: BTreeMap<String, String>,
 }
 
 /// CPUs, MB and GPUs: what a node holds, or what workers reserve on it.
@@ -197,8 +214,13 @@ impl Pool {
     /// What the allocation holds on each node, as recorded at attach: the journaled shares,
     /// or for a pool attached before they were, its one node with all of the allocation.
     pub fn node_shares(&self) -> Vec<NodeShare> {
-        if !self.nodes.is_empty() {
-            return self.nodes.clone();
+        if let Some(nodes) = self
+            .spread
+            .as_ref()
+            .map(|s| &s.nodes)
+            .filter(|n| !n.is_empty())
+        {
+            return nodes.clone();
         }
         vec![NodeShare {
             name: self.allocation.node.clone(),
@@ -213,8 +235,9 @@ impl Pool {
         match &w.placement {
             Some(p) => &p.node,
             None => self
-                .nodes
-                .first()
+                .spread
+                .as_ref()
+                .and_then(|s| s.nodes.first())
                 .map_or(self.allocation.node.as_str(), |n| n.name.as_str()),
         }
     }
@@ -252,7 +275,7 @@ impl Pools {
                 ended: None,
                 created: None,
                 releasing: false,
-                nodes: Vec::new(),
+                spread: None,
             },
         );
     }
@@ -265,6 +288,7 @@ impl Pools {
                 since: time,
                 job_id: None,
                 failure: None,
+                shape: None,
             },
         );
     }
@@ -291,14 +315,36 @@ impl Pools {
         }
     }
 
+    pub fn create_shape(&mut self, e: &PoolCreateShape) {
+        if let Some(c) = self.creation_mut(&e.pool, e.creation_id) {
+            c.shape = Some(e.clone());
+        }
+    }
+
     /// Only about the allocation the pool holds (written with its `PoolAttached`).
     pub fn owned(&mut self, e: &PoolOwned) {
+        let shape = self
+            .creation_mut(&e.pool, e.creation_id)
+            .and_then(|c| c.shape.clone());
         if let Some(p) = self.pools.get_mut(&e.pool) {
             if p.allocation.job_id == e.job_id {
                 p.created = Some(e.creation_id);
+                if let Some(shape) = shape {
+                    p.spread.get_or_insert_default().no_kill = Some(shape.no_kill);
+                }
                 if self.creation_mut(&e.pool, e.creation_id).is_some() {
                     self.creations.remove(&e.pool);
                 }
+            }
+        }
+    }
+
+    /// Only about the allocation the pool holds.
+    pub fn node_lost(&mut self, e: &PoolNodeLost) {
+        if let Some(p) = self.pools.get_mut(&e.pool) {
+            if p.allocation.job_id == e.job_id {
+                let spread = p.spread.get_or_insert_default();
+                spread.lost.insert(e.node.clone(), e.proof.clone());
             }
         }
     }
@@ -361,7 +407,7 @@ impl Pools {
     pub fn nodes(&mut self, e: &PoolNodes) {
         if let Some(p) = self.pools.get_mut(&e.pool) {
             if p.allocation.job_id == e.job_id {
-                p.nodes.clone_from(&e.nodes);
+                p.spread.get_or_insert_default().nodes.clone_from(&e.nodes);
             }
         }
     }

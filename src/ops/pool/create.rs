@@ -56,6 +56,11 @@ pub struct CreateRequest {
     pub account: Option<String>,
     pub qos: Option<String>,
     pub nodelist: Option<String>,
+    /// How many nodes (`--nodes`); `cpus` and `mem` are per node. Over one node the job is
+    /// made with `--no-kill`: a node's failure ends the steps on it, not the allocation.
+    pub nodes: u32,
+    /// GPUs on each node (`--gres=gpu:N`).
+    pub gpus_per_node: u32,
     /// How long salloc may wait for the allocation (`--immediate`), and a found job to run.
     pub wait: Duration,
 }
@@ -100,7 +105,7 @@ fn alloc_request(
         account: req.account.clone(),
         qos: req.qos.clone(),
         time: Some(req.time),
-        nodes: Some(1),
+        nodes: Some(req.nodes),
         cpus_per_task: Some(req.cpus),
         mem: Some(req.mem),
     };
@@ -108,6 +113,12 @@ fn alloc_request(
     r.extra = vec![format!("--comment={}", holder.mark())];
     if let Some(node) = &req.nodelist {
         r.extra.push(format!("--nodelist={node}"));
+    }
+    if req.gpus_per_node > 0 {
+        r.extra.push(format!("--gres=gpu:{}", req.gpus_per_node));
+    }
+    if req.nodes > 1 {
+        r.extra.push("--no-kill".to_owned());
     }
     // Every value Slurm would misread fails here, before the intent.
     r.argv().map_err(|e| OpError::Usage(e.to_string()))?;
@@ -149,7 +160,17 @@ fn write_intent<S: Scheduler>(
                  Run it again to adopt its allocation"
             )));
         }
-        writer.append_one(Event::PoolCreateIntent(intent.clone()))?;
+        let mut events = vec![Event::PoolCreateIntent(intent.clone())];
+        if req.nodes > 1 || req.gpus_per_node > 0 {
+            events.push(Event::PoolCreateShape(PoolCreateShape {
+                pool: pool.to_owned(),
+                creation_id,
+                nodes: req.nodes,
+                gpus_per_node: req.gpus_per_node,
+                no_kill: req.nodes > 1,
+            }));
+        }
+        writer.append(events)?;
         Ok(())
     })?;
     Ok((intent, alloc))

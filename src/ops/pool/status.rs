@@ -1,5 +1,6 @@
 //! `dispatch pool status`: the views of pools and workers, from state and the workers' journals.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -49,6 +50,12 @@ pub struct PoolView<W = Vec<WorkerView>> {
     pub owner: &'static str,
     /// `pool release` has begun.
     pub releasing: bool,
+    /// Whether the allocation was made with `--no-kill` (a failed node ends only the steps on
+    /// it): known for the allocations dispatch made, null for one attached (Slurm does not
+    /// show it; without it a node's failure ends the whole allocation).
+    pub no_kill: Option<bool>,
+    /// Nodes that left the allocation, and the proof.
+    pub nodes_lost: BTreeMap<String, String>,
     pub allocation: AllocationView,
     pub capacity: Resources,
     pub reserved: Resources,
@@ -452,6 +459,16 @@ fn build<'s, W>(
                     "attached"
                 },
                 releasing: p.releasing,
+                no_kill: p
+                    .spread
+                    .as_ref()
+                    .and_then(|s| s.no_kill)
+                    .or(p.created.map(|_| false)),
+                nodes_lost: p
+                    .spread
+                    .as_ref()
+                    .map(|s| s.lost.clone())
+                    .unwrap_or_default(),
                 allocation: AllocationView::of(&p.allocation, Some(now), p.ended.as_ref()),
                 capacity: Resources {
                     cpus: u64::from(p.allocation.cpus),
