@@ -638,3 +638,112 @@ fn without_no_kill_a_downed_node_ends_the_allocation_and_every_worker_is_proven_
     assert!(audit.status.success(), "{}", text(&audit.stdout));
     drop(revive);
 }
+
+/// Issue 23: `pool submit` on a 3-node pool killed at every intent/effect boundary, then
+/// `dispatch reconcile`: every step that runs is on the node its worker's receipt names
+/// (`WorkerPlaced`, in the commit of the intent), never on one the journal does not know.
+#[test]
+fn a_multi_node_submit_killed_at_every_boundary_never_runs_a_step_on_an_unjournaled_node() {
+    let c = Cluster::require();
+    let gres = format!("--gres=gpu:{}", c.gpus);
+    let job = c.salloc(
+        &unique_name("mn-crash"),
+        &[
+            "-N3",
+            &format!("--ntasks-per-node={}", c.cpus),
+            "--mem=2000",
+            &gres,
+        ],
+    );
+    let state = tempfile::tempdir().unwrap();
+    let dispatch = |failpoint: Option<&str>, args: &[&str]| {
+        let mut cmd = c.command(env!("CARGO_BIN_EXE_dispatch"));
+        cmd.arg("--state-dir").arg(state.path()).args(args);
+        if let Some(fp) = failpoint {
+            let spec = match fp.split_once('@') {
+                Some((name, k)) => format!("{name}=abort@{k}"),
+                None => format!("{fp}=abort"),
+            };
+            cmd.env("DISPATCH_FAILPOINTS", spec);
+        }
+        output(cmd, STEP_BOUND)
+    };
+    let attached = dispatch(None, &["pool", "attach", "p", "--job", &job.id.to_string()]);
+    assert!(attached.status.success(), "{}", text(&attached.stderr));
+    let failpoints = [
+        "pool-submit-after-intent",
+        "pool-submit-before-launch",
+        "pool-submit-after-launch",
+        "journal-before-sync@2",
+    ];
+    let mut steps_seen = 0;
+    for (i, fp) in failpoints.iter().enumerate() {
+        let name = format!("w{i}");
+        let crashed = dispatch(
+            Some(fp),
+            &[
+                "pool", "submit", "p", "--cpus", "2", "--mem", "100M", "--gpus", "1", "--name",
+                &name, "--", "sleep", "300",
+            ],
+        );
+        assert_eq!(
+            crashed.status.code(),
+            None,
+            "{fp} did not fire: {}",
+            text(&crashed.stderr)
+        );
+        let r = dispatch(None, &["reconcile", "--json"]);
+        assert!(r.status.success(), "{}", text(&r.stderr));
+
+        // Where the journal placed each worker.
+        let dump = dispatch(None, &["journal", "dump", "--json"]);
+        let mut worker_of = BTreeMap::new();
+        let mut node_of = BTreeMap::new();
+        for line in text(&dump.stdout).lines() {
+            let e: serde_json::Value = serde_json::from_str(line).unwrap();
+            let id = e["event"]["submission_id"].as_str().map(str::to_owned);
+            match (e["kind"].as_str(), id) {
+                (Some("WorkerSubmitIntent"), Some(id)) => {
+                    worker_of.insert(id, e["event"]["worker"].as_str().unwrap().to_owned());
+                }
+                (Some("WorkerPlaced"), Some(id)) => {
+                    node_of.insert(id, e["event"]["node"].as_str().unwrap().to_owned());
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(worker_of.len(), i + 1, "one intent per submit");
+        assert_eq!(
+            worker_of.keys().collect::<Vec<_>>(),
+            node_of.keys().collect::<Vec<_>>(),
+            "every intent has its node in the same commit"
+        );
+        let placed: BTreeMap<String, String> = worker_of
+            .iter()
+            .map(|(id, w)| (format!("p.{w}"), node_of[id].clone()))
+            .collect();
+        let steps = output(
+            c.slurm(
+                "squeue",
+                &["-h", "-s", "-j", &job.id.to_string(), "-o", "%j %N"],
+            ),
+            STEP_BOUND,
+        );
+        steps_seen = 0;
+        for line in text(&steps.stdout).lines().filter(|l| l.starts_with("p.")) {
+            let (step, node) = line.split_once(' ').unwrap();
+            assert_eq!(
+                placed.get(step).map(String::as_str),
+                Some(node.trim()),
+                "after {fp}: step {step} runs on {node}, the journal placed {placed:?}"
+            );
+            steps_seen += 1;
+        }
+    }
+    // The two workers whose srun ran before their submit was killed (after the launch, and
+    // before the launch's outcome was synced) run, each on its node: the checks above saw
+    // steps, not an empty listing.
+    assert_eq!(steps_seen, 2, "steps listed at the end");
+    let audit = dispatch(None, &["audit", "--json"]);
+    assert!(audit.status.success(), "{}", text(&audit.stdout));
+}
