@@ -4,6 +4,8 @@
 //! CPUs, memory and GPUs fit, or to the node it named. Slurm does the rest: the step is started
 //! on that node with exactly that much (`srun -N1 -n1 -w NODE --exact`).
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use crate::policy::pool::AllocationFacts;
@@ -48,25 +50,33 @@ pub fn live_shares(facts: &AllocationFacts) -> Vec<NodeShare> {
 /// Every node of the pool, in the allocation's order. A node Slurm no longer shows in the job,
 /// or that the journal says left it, has no capacity: nothing new is placed there.
 pub fn node_rooms(pool: &Pool, facts: &AllocationFacts) -> Vec<NodeRoom> {
-    let live = live_shares(facts);
+    let live: BTreeMap<String, NodeShare> = live_shares(facts)
+        .into_iter()
+        .map(|l| (l.name.clone(), l))
+        .collect();
     let lost = |node: &str| {
         pool.spread
             .as_ref()
             .is_some_and(|s| s.lost.contains_key(node))
     };
+    // One pass over the workers, not one per node: placement stays linear in nodes + workers.
+    let reserved = pool.reserved_by_node();
     pool.node_shares()
         .iter()
         .map(|recorded| {
             let capacity = live
-                .iter()
-                .find(|l| l.name == recorded.name && !lost(&l.name))
+                .get(&recorded.name)
+                .filter(|l| !lost(&l.name))
                 .map_or(Resources::default(), |l| {
                     Resources::of(recorded).min(Resources::of(l))
                 });
             NodeRoom {
                 node: recorded.name.clone(),
                 capacity,
-                reserved: pool.reserved_on(&recorded.name),
+                reserved: reserved
+                    .get(recorded.name.as_str())
+                    .copied()
+                    .unwrap_or_default(),
             }
         })
         .collect()

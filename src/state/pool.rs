@@ -242,12 +242,14 @@ impl Pool {
         }
     }
 
-    /// What the workers holding budget reserve on `node`.
-    pub fn reserved_on(&self, node: &str) -> Resources {
-        self.active
-            .values()
-            .filter(|w| self.node_of(w) == node)
-            .fold(Resources::default(), |sum, w| sum.plus(w.resources()))
+    /// What the workers holding budget reserve, by node: one pass over the workers.
+    pub fn reserved_by_node(&self) -> BTreeMap<&str, Resources> {
+        let mut reserved: BTreeMap<&str, Resources> = BTreeMap::new();
+        for w in self.active.values() {
+            let sum = reserved.entry(self.node_of(w)).or_default();
+            *sum = sum.plus(w.resources());
+        }
+        reserved
     }
 }
 

@@ -442,13 +442,14 @@ fn build<'s, W>(
         .filter(|p| pool.is_none_or(|name| p.name == name))
         .map(|p| {
             let (cpus, mem_mb) = p.reserved();
+            let reserved = p.reserved_by_node();
             let nodes: Vec<NodeRoom> = p
                 .node_shares()
                 .iter()
                 .map(|n| NodeRoom {
                     node: n.name.clone(),
                     capacity: Resources::of(n),
-                    reserved: p.reserved_on(&n.name),
+                    reserved: reserved.get(n.name.as_str()).copied().unwrap_or_default(),
                 })
                 .collect();
             PoolView {
