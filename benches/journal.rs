@@ -14,7 +14,7 @@
 //! journal was ingested for the last time with its proof), a pool's `workers` directory is
 //! checked once, and the JSON is written worker by worker. Before that (2026-12-01) the row
 //! was 6.6×–7.8×; after, 1.7×–3.1× in quick runs on a loaded machine, 1.41× in a full run at
-//! load 1.7 (see README).
+//! load 1.7 (see docs/performance.md).
 //! `DISPATCH_BENCH_DIR=/path` puts the scratch journals there (default: the system temp dir).
 //! `DISPATCH_BENCH_KEEP=1` leaves them there at the end and names the two state directories
 //! the command rows ran against, to time or profile one command by hand afterwards.

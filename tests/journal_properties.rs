@@ -267,6 +267,28 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
             node: text(g),
             proof: text(g),
         }),
+        190 => Event::WorkerRequest(WorkerRequest {
+            submission_id: uuid(g),
+            resubmits_left: u32::arbitrary(g),
+            command: Vec::arbitrary(g),
+            gpus: u32::arbitrary(g),
+            publication_timeout_s: u32::arbitrary(g),
+            native_state_s: u32::arbitrary(g),
+            cleanup_s: u32::arbitrary(g),
+            grace_s: u32::arbitrary(g),
+            source: Option::arbitrary(g),
+            image: Option::arbitrary(g),
+            append_only_glob: Option::arbitrary(g),
+            trial: Option::arbitrary(g),
+        }),
+        191 => Event::WorkerResubmitted(WorkerResubmitted {
+            submission_id: uuid(g),
+            replaces: uuid(g),
+        }),
+        192 => Event::WorkerResubmitRefused(WorkerResubmitRefused {
+            replaces: uuid(g),
+            reason: text(g),
+        }),
         118 => Event::PoolNodes(PoolNodes {
             pool: text(g),
             job_id: job(g),

@@ -509,10 +509,33 @@ fn a_dead_node_ends_only_its_workers_in_a_no_kill_pool(how: NodeFailure) {
         "n=0; until [ -e {} ]; do n=$((n+1)); [ $n -lt 1500 ] || exit 9; sleep 0.2; done",
         go_file.display()
     );
-    for (name, node) in [("w1", "node1"), ("w2", "node2"), ("w3", "node3")] {
+    // w3, on the node that fails, asks for no GPU and to be submitted again once.
+    for (name, node, gpus, resubmits) in [
+        ("w1", "node1", "1", "0"),
+        ("w2", "node2", "1", "0"),
+        ("w3", "node3", "0", "1"),
+    ] {
         json(&dispatch(&[
-            "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--gpus", "1", "--node", node,
-            "--name", name, "--json", "--", "sh", "-c", &payload,
+            "pool",
+            "submit",
+            "p",
+            "--cpus",
+            "1",
+            "--mem",
+            "100M",
+            "--gpus",
+            gpus,
+            "--node",
+            node,
+            "--resubmit-on-node-failure",
+            resubmits,
+            "--name",
+            name,
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            &payload,
         ]));
     }
     let status = || json(&dispatch(&["pool", "status", "p", "--json"]));
@@ -524,9 +547,13 @@ fn a_dead_node_ends_only_its_workers_in_a_no_kill_pool(how: NodeFailure) {
     let deadline =
         Instant::now() + Duration::from_secs(3 * c.slurmd_timeout + 2 * c.msg_timeout + 30);
     let mut resolved = Vec::new();
+    let mut resubmitted = Vec::new();
     let proof = loop {
         let r = json(&dispatch(&["reconcile", "--json"]));
         resolved.extend(r["resolved"].as_array().unwrap().iter().cloned());
+        if let Some(rs) = r["resubmitted"].as_array() {
+            resubmitted.extend(rs.iter().cloned());
+        }
         if let Some(w3) = resolved.iter().find(|r| r["worker"] == "w3") {
             break w3["proof"].as_str().unwrap().to_owned();
         }
@@ -541,16 +568,27 @@ fn a_dead_node_ends_only_its_workers_in_a_no_kill_pool(how: NodeFailure) {
         resolved.iter().all(|r| r["worker"] == "w3"),
         "only the dead node's worker ends: {resolved:?}"
     );
+    // The run that released w3 submitted it again, on a node the job still holds.
+    assert_eq!(resubmitted.len(), 1, "{resubmitted:?}");
+    let again = &resubmitted[0];
+    assert_eq!(again["worker"], "w3", "{again}");
+    assert_eq!(again["outcome"], "submitted", "{again}");
+    let old_w3 = resolved.iter().find(|r| r["worker"] == "w3").unwrap();
+    assert_eq!(again["replaces"], old_w3["submission_id"], "{again}");
     let doc = status();
     let pool = &doc["pools"][0];
     assert!(pool["nodes_lost"]["node3"].is_string(), "{pool}");
     for w in pool["workers"].as_array().unwrap() {
-        let expected = if w["name"] == "w3" {
-            "released"
-        } else {
-            "running"
-        };
-        assert_eq!(w["state"], expected, "{w}");
+        let replacement = w["submission_id"] == again["submission_id"];
+        let ended = w["name"] == "w3" && !replacement;
+        assert_eq!(
+            w["state"],
+            if ended { "released" } else { "running" },
+            "{w}"
+        );
+        if replacement {
+            assert_ne!(w["node"], "node3", "{w}");
+        }
     }
     // node3's capacity left the pool: a worker that must run there can never fit.
     let refused = dispatch(&[
@@ -623,7 +661,8 @@ fn without_no_kill_a_downed_node_ends_the_allocation_and_every_worker_is_proven_
     let doc = loop {
         ok(dispatch(&["reconcile", "--json"]));
         let doc = ok(dispatch(&["pool", "status", "p", "--json"]));
-        if doc["pools"][0]["reserved"]["cpus"] == 0 {
+        let pool = &doc["pools"][0];
+        if pool["reserved"]["cpus"] == 0 && pool["allocation"]["state"] == "ended" {
             break doc;
         }
         assert!(Instant::now() < deadline, "budget still held: {doc}");

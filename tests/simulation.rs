@@ -498,6 +498,8 @@ impl Run {
                             spec: spec(worker.as_deref(), *cpus, *mem_mb),
                             gpus: 0,
                             node: None,
+                            resubmits: 0,
+                            replaces: None,
                         };
                         pool::submit(ctx, &req).await.map(drop)
                     }

@@ -233,6 +233,12 @@ pub enum PoolCommand {
         /// allocation's order)
         #[arg(long, value_name = "NODE", value_parser = parse_node)]
         node: Option<String>,
+        /// When a node failure ends the worker (its node left a `--no-kill` allocation),
+        /// `dispatch reconcile` submits it again, at most N times, on another node; the new
+        /// submission names the one it replaces
+        #[arg(long, value_name = "N", default_value_t = 0,
+              value_parser = clap::value_parser!(u32).range(0..=16))]
+        resubmit_on_node_failure: u32,
         /// Seconds between SIGTERM and SIGKILL when the worker must stop early
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=300))]
         grace: u32,
@@ -340,28 +346,7 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
         PoolCommand::Attach { pool, job, steal } => {
             run_attach(ctx, pool, *job, steal.as_deref(), json).await?
         }
-        PoolCommand::Submit {
-            pool,
-            worker,
-            gpus,
-            node,
-            grace,
-            assets,
-            wait,
-            dry_run,
-        } => {
-            let req = ops::SubmitRequest {
-                pool: pool.clone(),
-                spec: worker.spec(*grace, assets),
-                gpus: *gpus,
-                node: node.clone(),
-            };
-            if *dry_run {
-                run_pool_submit_dry_run(ctx, &req, wait.is_some(), json).await?;
-            } else {
-                run_pool_submit(ctx, &req, *wait, json).await?;
-            }
-        }
+        PoolCommand::Submit { .. } => run_submit_command(cmd, ctx, json).await?,
         PoolCommand::Status {
             pool,
             refresh,
@@ -399,6 +384,41 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
         }
     }
     Ok(exit::OK)
+}
+
+/// `dispatch pool submit`, or its dry run.
+async fn run_submit_command<S: Scheduler>(
+    cmd: &PoolCommand,
+    ctx: &Ctx<S>,
+    json: bool,
+) -> Result<(), Failure> {
+    let PoolCommand::Submit {
+        pool,
+        worker,
+        gpus,
+        node,
+        resubmit_on_node_failure,
+        grace,
+        assets,
+        wait,
+        dry_run,
+    } = cmd
+    else {
+        unreachable!("only called for pool submit");
+    };
+    let req = ops::SubmitRequest {
+        pool: pool.clone(),
+        spec: worker.spec(*grace, assets),
+        gpus: *gpus,
+        node: node.clone(),
+        resubmits: *resubmit_on_node_failure,
+        replaces: None,
+    };
+    if *dry_run {
+        run_pool_submit_dry_run(ctx, &req, wait.is_some(), json).await
+    } else {
+        run_pool_submit(ctx, &req, *wait, json).await
+    }
 }
 
 /// `dispatch pool release`.

@@ -454,6 +454,9 @@ vocabulary! {
         181 => WatermarkMade(watermark::WatermarkMade), must_understand;
         182 => WatermarkFailed(watermark::WatermarkFailed);
         183 => WatermarkCancelled(watermark::WatermarkCancelled);
+        190 => WorkerRequest(pool::WorkerRequest);
+        191 => WorkerResubmitted(pool::WorkerResubmitted);
+        192 => WorkerResubmitRefused(pool::WorkerResubmitRefused);
         200 => SessionLaunchIntent(session::SessionLaunchIntent), must_understand;
         201 => SessionJobSubmitted(session::SessionJobSubmitted), must_understand;
         202 => SessionSubmitFailed(session::SessionSubmitFailed), must_understand;

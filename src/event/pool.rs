@@ -65,6 +65,44 @@ pub struct PoolNodes {
     pub nodes: Vec<NodeShare>,
 }
 
+/// Everything `pool submit` was asked for a worker that is to be submitted again when a node
+/// failure ends it (`--resubmit-on-node-failure N`), written in the commit of its
+/// `WorkerSubmitIntent`: the request again, and how many more times.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerRequest {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
+    pub submission_id: Uuid,
+    pub resubmits_left: u32,
+    pub command: Vec<String>,
+    pub gpus: u32,
+    pub publication_timeout_s: u32,
+    pub native_state_s: u32,
+    pub cleanup_s: u32,
+    pub grace_s: u32,
+    pub source: Option<String>,
+    pub image: Option<String>,
+    pub append_only_glob: Option<String>,
+    pub trial: Option<String>,
+}
+
+/// A worker submitted again after a node failure ended `replaces`, written in the commit of
+/// the new one's `WorkerSubmitIntent` (`submission_id`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerResubmitted {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
+    pub submission_id: Uuid,
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
+    pub replaces: Uuid,
+}
+
+/// The resubmission of `replaces` was refused (`reason`: the refusal); it is not tried again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerResubmitRefused {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
+    pub replaces: Uuid,
+    pub reason: String,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerLaunched {
     #[serde(deserialize_with = "crate::event::wire::uuid")]

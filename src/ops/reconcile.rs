@@ -66,6 +66,9 @@ pub struct ReconcileReport {
     /// tried (`ops::watermark`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub watermark: Option<WatermarkNote>,
+    /// Workers a node failure ended, submitted again (`--resubmit-on-node-failure`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resubmitted: Vec<crate::ops::pool::Resubmission>,
 }
 
 /// A watermark job made (its id) or tried (why there is none).
@@ -142,6 +145,7 @@ pub async fn reconcile<S: Scheduler>(
     // A creation attached just now is a pool this run does not list: the next one does.
     if !pools.is_empty() {
         reconcile_pools(ctx, &pools, &mut report).await?;
+        report.resubmitted = crate::ops::pool::resubmit_due(ctx, only_pool).await?;
         snapshot_quietly(&ctx.journal_dir());
     }
     report.slurm_calls = ctx.sched.call_counts().since(&calls_before).total();

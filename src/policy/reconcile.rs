@@ -63,9 +63,12 @@ pub fn observe_pool(
         }
         Lookup::Listed(row) => {
             obs.allocation_listed = Some(format!("job {job} is listed {}", row.state));
+            // Only a running job's node list says a node left it: a completing one lets its
+            // nodes go one by one.
             obs.listed_on = row
                 .node_list
                 .as_deref()
+                .filter(|_| row.state == crate::slurm::JobState::Running)
                 .and_then(|l| crate::slurm::nodes::expand_hostlist(l).ok())
                 .map(|nodes| (nodes, row.state.to_string()));
         }

@@ -14,8 +14,8 @@ use crate::event::pool::{
     Allocation, PoolAllocationEnded, PoolAttached, PoolCreateFailed, PoolCreateIntent,
     PoolCreateJob, PoolCreateShape, PoolDetached, PoolNodeLost, PoolNodes, PoolOwned,
     PoolReleaseIntent, PoolReleased, WorkerExited, WorkerJournalDamaged, WorkerLaunchFailed,
-    WorkerLaunched, WorkerPlaced, WorkerReportIngested, WorkerStepObserved, WorkerStopIntent,
-    WorkerSubmitIntent, WorkerTerminal,
+    WorkerLaunched, WorkerPlaced, WorkerReportIngested, WorkerRequest, WorkerResubmitRefused,
+    WorkerResubmitted, WorkerStepObserved, WorkerStopIntent, WorkerSubmitIntent, WorkerTerminal,
 };
 use crate::event::Micros;
 use crate::slurm::{JobId, NodeShare};
@@ -262,6 +262,22 @@ pub struct Pools {
     /// name adopts the first's allocation).
     #[serde(default)]
     pub creations: BTreeMap<String, Creation>,
+    /// Workers to submit again if a node failure ends them, while they hold budget, and those
+    /// a node failure ended, until resubmitted (or refused), by submission id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub requests: BTreeMap<Uuid, Resubmittable>,
+}
+
+/// A worker's request kept for its resubmission after a node failure.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resubmittable {
+    pub pool: String,
+    pub worker: String,
+    pub cpus: u32,
+    pub mem_mb: u64,
+    pub request: WorkerRequest,
+    /// Set when a node failure ended it: the proof. Then it is due for resubmission.
+    pub due: Option<String>,
 }
 
 impl Pools {
@@ -372,6 +388,7 @@ impl Pools {
     }
 
     pub fn detach(&mut self, e: &PoolDetached) {
+        self.requests.retain(|_, r| r.pool != e.pool);
         if let Some(pool) = self.pools.remove(&e.pool) {
             for id in pool.active.keys() {
                 self.by_submission.remove(id);
@@ -421,6 +438,27 @@ impl Pools {
                 gpus: e.gpus,
             });
         }
+    }
+
+    /// Kept with what its intent (just before, in the same commit) asked.
+    pub fn request(&mut self, e: &WorkerRequest) {
+        let Some(w) = self.worker_mut(&e.submission_id).cloned() else {
+            return;
+        };
+        let Some(pool) = self.by_submission.get(&e.submission_id).cloned() else {
+            return;
+        };
+        self.requests.insert(
+            e.submission_id,
+            Resubmittable {
+                pool,
+                worker: w.name,
+                cpus: w.cpus,
+                mem_mb: w.mem_mb,
+                request: e.clone(),
+                due: None,
+            },
+        );
     }
 
     fn worker_mut(&mut self, id: &Uuid) -> Option<&mut Worker> {
@@ -504,7 +542,36 @@ impl Pools {
         }
     }
 
+    /// A worker that resubmits on node failure is due when its node is lost from the pool;
+    /// otherwise, once it ends, its request is dropped.
+    fn settle_request(&mut self, id: &Uuid, proof: &str) {
+        let Some(r) = self.requests.get(id) else {
+            return;
+        };
+        let lost = self.pools.get(&r.pool).and_then(|p| {
+            let w = p.active.get(id)?;
+            let node = p.node_of(w);
+            p.spread.as_ref().map(|s| s.lost.contains_key(node))
+        });
+        if lost == Some(true) && r.request.resubmits_left > 0 {
+            if let Some(r) = self.requests.get_mut(id) {
+                r.due = Some(proof.to_owned());
+            }
+        } else {
+            self.requests.remove(id);
+        }
+    }
+
+    pub fn resubmitted(&mut self, e: &WorkerResubmitted) {
+        self.requests.remove(&e.replaces);
+    }
+
+    pub fn resubmit_refused(&mut self, e: &WorkerResubmitRefused) {
+        self.requests.remove(&e.replaces);
+    }
+
     pub fn terminal(&mut self, e: &WorkerTerminal) {
+        self.settle_request(&e.submission_id, &e.proof);
         self.finish(&e.submission_id, WorkerState::Released);
     }
 
@@ -513,6 +580,10 @@ impl Pools {
     }
 
     fn finish(&mut self, id: &Uuid, state: WorkerState) {
+        // Only a release with proof may leave a resubmission due (`settle_request`).
+        if state != WorkerState::Released {
+            self.requests.remove(id);
+        }
         let Some(pool_name) = self.by_submission.remove(id) else {
             return;
         };
@@ -640,5 +711,101 @@ mod tests {
             proof: "squeue shows job 7 CANCELLED".into(),
         });
         assert!(pools.pools.is_empty());
+    }
+
+    /// A worker that resubmits on node failure is due only when a proof releases it while its
+    /// node is recorded lost; any other end drops its request, and its replacement's receipt
+    /// (or a refusal) settles it.
+    #[test]
+    fn a_resubmission_is_due_only_after_a_node_failure() {
+        let job = test_job(7);
+        let mut pools = Pools::default();
+        pools.attach(Micros(0), &attached(7));
+        let shares = ["n1", "n2"].map(|n| NodeShare {
+            name: n.into(),
+            cpus: 1,
+            mem_mb: 50,
+            gpus: vec![],
+        });
+        pools.nodes(&PoolNodes {
+            pool: "p".into(),
+            job_id: job,
+            nodes: shares.into(),
+        });
+        let submit = |pools: &mut Pools, id: u128, node: &str, left: u32| {
+            let submission_id = Uuid::from_u128(id);
+            pools.submit(
+                Micros(0),
+                &WorkerSubmitIntent {
+                    pool: "p".into(),
+                    worker: format!("w{id}"),
+                    submission_id,
+                    cpus: 1,
+                    mem_mb: 10,
+                    publication_timeout_s: 30,
+                    command: vec!["true".into()],
+                },
+            );
+            pools.placed(&WorkerPlaced {
+                submission_id,
+                node: node.into(),
+                gpus: 0,
+            });
+            pools.request(&WorkerRequest {
+                submission_id,
+                resubmits_left: left,
+                command: vec!["true".into()],
+                gpus: 0,
+                publication_timeout_s: 30,
+                native_state_s: 15,
+                cleanup_s: 15,
+                grace_s: 0,
+                source: None,
+                image: None,
+                append_only_glob: None,
+                trial: None,
+            });
+            submission_id
+        };
+        let end = |pools: &mut Pools, id: Uuid| {
+            pools.terminal(&WorkerTerminal {
+                submission_id: id,
+                proof: "gone".into(),
+            })
+        };
+        let (on_n1, on_n2, spent) = (
+            submit(&mut pools, 1, "n1", 1),
+            submit(&mut pools, 2, "n2", 1),
+            submit(&mut pools, 3, "n2", 0),
+        );
+        assert_eq!(pools.requests.len(), 3);
+        pools.node_lost(&PoolNodeLost {
+            pool: "p".into(),
+            job_id: job,
+            node: "n2".into(),
+            proof: "left".into(),
+        });
+        for id in [on_n1, on_n2, spent] {
+            end(&mut pools, id);
+        }
+        // n1's worker ended on a live node, the spent one has no resubmission left.
+        assert_eq!(pools.requests.keys().collect::<Vec<_>>(), [&on_n2]);
+        assert_eq!(pools.requests[&on_n2].due.as_deref(), Some("gone"));
+        pools.resubmitted(&WorkerResubmitted {
+            submission_id: Uuid::from_u128(9),
+            replaces: on_n2,
+        });
+        assert!(pools.requests.is_empty());
+        // A launch that definitely failed, or a detach, drops a request.
+        let failed = submit(&mut pools, 4, "n1", 2);
+        pools.launch_failed(&WorkerLaunchFailed {
+            submission_id: failed,
+            definite: true,
+            reason: "no".into(),
+        });
+        assert!(pools.requests.is_empty());
+        submit(&mut pools, 5, "n1", 2);
+        pools.detach(&PoolDetached { pool: "p".into() });
+        assert!(pools.requests.is_empty());
     }
 }

@@ -13,6 +13,7 @@ mod dry_run;
 mod ingest;
 mod queue;
 mod release;
+mod resubmit;
 mod room;
 mod status;
 mod stop;
@@ -29,6 +30,8 @@ pub use dry_run::{submit_dry_run, Room, SubmitPlan};
 pub(crate) use ingest::{ingest_worker_journal, sweep_publication, worker_journal_news};
 pub use queue::MAX_WAITING;
 pub use release::{release, ReleaseReport};
+pub(crate) use resubmit::resubmit_due;
+pub use resubmit::Resubmission;
 pub use room::{Wait, WaitProgress, FALLBACK_PROOF_EVERY};
 pub use status::{
     status, status_of, AssetUseView, CreatingView, NodeView, PoolView, PublicationView, StatusDoc,

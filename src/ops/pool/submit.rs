@@ -41,6 +41,32 @@ pub struct SubmitRequest {
     pub gpus: u32,
     /// The node it must run on (`--node`); otherwise the first node with room.
     pub node: Option<String>,
+    /// How many times it is submitted again when a node failure ends it
+    /// (`--resubmit-on-node-failure`).
+    pub resubmits: u32,
+    /// The worker a node failure ended, that this submission replaces (by `reconcile`).
+    pub replaces: Option<Uuid>,
+}
+
+impl SubmitRequest {
+    /// What the receipt keeps of the request for a resubmission, if any is asked for.
+    fn kept(&self, submission_id: Uuid) -> Option<WorkerRequest> {
+        let (spec, budgets) = (&self.spec, &self.spec.budgets);
+        (self.resubmits > 0).then(|| WorkerRequest {
+            submission_id,
+            resubmits_left: self.resubmits,
+            command: spec.command.clone(),
+            gpus: self.gpus,
+            publication_timeout_s: budgets.publication_timeout_s,
+            native_state_s: budgets.native_state_s,
+            cleanup_s: budgets.cleanup_s,
+            grace_s: budgets.grace_s,
+            source: spec.source.clone(),
+            image: spec.image.clone(),
+            append_only_glob: spec.append_only_glob.clone(),
+            trial: spec.trial.clone(),
+        })
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -329,6 +355,17 @@ fn append_receipt<S: Scheduler>(
                     req.pool
                 ))
             })?;
+        // A resubmission is made once: another `reconcile` may have made it meanwhile.
+        if let Some(replaces) = req.replaces {
+            let requests = &state.pools.requests;
+            if requests.get(&replaces).is_none_or(|r| r.due.is_none()) {
+                return Err(OpError::Failed(format!(
+                    "worker {} (submission {replaces}) was resubmitted by another command \
+                     meanwhile; nothing was submitted",
+                    plan.worker
+                )));
+            }
+        }
         let node = policy::check_submit(pool, &plan.facts, &plan.ask, &ctx.caller, ctx.now())?;
         let bound = req.spec.bind(state, &ctx.state_dir, submission_id)?;
         let placed = Event::WorkerPlaced(WorkerPlaced {
@@ -338,6 +375,15 @@ fn append_receipt<S: Scheduler>(
         });
         let mut receipt = bound.receipt(intent.clone(), submission_id);
         receipt.insert(1, placed);
+        if let Some(kept) = req.kept(submission_id) {
+            receipt.push(Event::WorkerRequest(kept));
+        }
+        if let Some(replaces) = req.replaces {
+            receipt.push(Event::WorkerResubmitted(WorkerResubmitted {
+                submission_id,
+                replaces,
+            }));
+        }
         writer.append(receipt)?;
         Ok((bound, node))
     })

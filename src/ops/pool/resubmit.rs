@@ -1,0 +1,115 @@
+//! Workers a node failure ended, submitted again (`pool submit --resubmit-on-node-failure N`):
+//! `reconcile` runs [`resubmit_due`] after it has recorded what it proved. A worker is due once
+//! its release with proof lands while its node is recorded lost (the reducer decides,
+//! `state::pool::Pools::requests`); its replacement is an ordinary `pool submit` whose receipt
+//! names the worker it replaces (`WorkerResubmitted`, which settles the due one, so a crash
+//! after it never submits twice). A refusal (no node could ever hold it, the pool is being
+//! released, a trial judged) is recorded (`WorkerResubmitRefused`) and not tried again; an
+//! answer Slurm did not give leaves it due for the next `reconcile`.
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::{locked, state_now, submit, SubmitRequest};
+use crate::event::pool::{WorkerRequest, WorkerResubmitRefused};
+use crate::event::Event;
+use crate::ops::context::Ctx;
+use crate::ops::error::OpError;
+use crate::ops::spec::WorkerSpec;
+use crate::policy::pool::Budgets;
+use crate::slurm::{MemoryMb, Scheduler};
+use crate::state::pool::Resubmittable;
+
+/// What became of one due resubmission.
+#[derive(Debug, Serialize)]
+pub struct Resubmission {
+    pub pool: String,
+    pub worker: String,
+    pub replaces: String,
+    /// The new submission, once its receipt is written.
+    pub submission_id: Option<String>,
+    /// `submitted`, `refused` (not tried again) or `unknown` (tried again by the next
+    /// `reconcile`), and why.
+    pub outcome: &'static str,
+    pub detail: String,
+}
+
+/// The submit that replaces `due` (its id `replaces`): the same request, one resubmission
+/// fewer, on any node with room.
+fn replacement(replaces: Uuid, due: &Resubmittable) -> SubmitRequest {
+    let r: &WorkerRequest = &due.request;
+    SubmitRequest {
+        pool: due.pool.clone(),
+        spec: WorkerSpec {
+            worker: Some(due.worker.clone()),
+            cpus: due.cpus,
+            mem: MemoryMb::new(due.mem_mb),
+            budgets: Budgets {
+                publication_timeout_s: r.publication_timeout_s,
+                native_state_s: r.native_state_s,
+                cleanup_s: r.cleanup_s,
+                grace_s: r.grace_s,
+                min_run_s: Budgets::DEFAULT_MIN_RUN_S,
+            },
+            command: r.command.clone(),
+            source: r.source.clone(),
+            image: r.image.clone(),
+            append_only_glob: r.append_only_glob.clone(),
+            trial: r.trial.clone(),
+        },
+        gpus: r.gpus,
+        node: None,
+        resubmits: r.resubmits_left.saturating_sub(1),
+        replaces: Some(replaces),
+    }
+}
+
+/// Submit again every worker due (of `only_pool`, if given), in submission-id order.
+pub(crate) async fn resubmit_due<S: Scheduler>(
+    ctx: &Ctx<S>,
+    only_pool: Option<&str>,
+) -> Result<Vec<Resubmission>, OpError> {
+    let state = state_now(ctx)?;
+    let due: Vec<(Uuid, Resubmittable)> = state
+        .pools
+        .requests
+        .iter()
+        .filter(|(_, r)| r.due.is_some() && only_pool.is_none_or(|p| r.pool == p))
+        .map(|(id, r)| (*id, r.clone()))
+        .collect();
+    let mut done = Vec::with_capacity(due.len());
+    for (replaces, r) in due {
+        let req = replacement(replaces, &r);
+        let (submission_id, outcome, detail) = match submit(ctx, &req).await {
+            Ok(s) => (Some(s.submission_id), "submitted", s.state.to_owned()),
+            Err(OpError::Refused(refusal)) => {
+                let reason = refusal.to_string();
+                locked(ctx, |writer, now| {
+                    if now
+                        .pools
+                        .requests
+                        .get(&replaces)
+                        .is_some_and(|x| x.due.is_some())
+                    {
+                        writer.append_one(Event::WorkerResubmitRefused(WorkerResubmitRefused {
+                            replaces,
+                            reason: reason.clone(),
+                        }))?;
+                    }
+                    Ok(())
+                })?;
+                (None, "refused", reason)
+            }
+            Err(e) => (None, "unknown", e.to_string()),
+        };
+        done.push(Resubmission {
+            pool: r.pool,
+            worker: r.worker,
+            replaces: replaces.to_string(),
+            submission_id,
+            outcome,
+            detail,
+        });
+    }
+    Ok(done)
+}
