@@ -135,6 +135,22 @@ pub struct SimStep {
     /// Ignores SIGTERM (a payload that needs the cancel).
     pub stubborn: bool,
     pub ended: Option<(i64, &'static str)>,
+    /// The node it runs on, and the GPUs it holds there.
+    pub node: String,
+    pub gpus: u32,
+    /// Ended by its node's failure but still listed, as Slurm 22.05 lists such a step until
+    /// the node returns.
+    pub stranded: bool,
+}
+
+/// One node of a job: what the job holds there, and whether it failed and left the job.
+#[derive(Clone, Debug)]
+pub struct SimNode {
+    pub name: String,
+    pub cpus: u32,
+    pub mem_mb: u64,
+    pub gpus: u32,
+    pub lost: bool,
 }
 
 impl SimStep {
@@ -180,6 +196,28 @@ pub struct SimJob {
     pub made_held: bool,
     /// `--comment` or `scontrol update … Comment=`; empty: none.
     pub comment: String,
+    /// Its nodes (one for every job but the multi-node allocations), and whether a node's
+    /// failure ends only the steps on it (`--no-kill`) or the whole job.
+    pub nodes: Vec<SimNode>,
+    pub no_kill: bool,
+}
+
+/// `scontrol --details`'s per-node groups of a running job: one per node it still holds.
+fn groups(j: &SimJob) -> String {
+    j.live_nodes()
+        .map(|n| {
+            let gres = match n.gpus {
+                0 => String::new(),
+                g => format!("gpu:sim:{g}(IDX:0-{})", g - 1),
+            };
+            format!(
+                " Nodes={} CPU_IDs=0-{} Mem={} GRES={gres}",
+                n.name,
+                n.cpus.max(1) - 1,
+                n.mem_mb
+            )
+        })
+        .collect()
 }
 
 /// A job that salloc queued held: pending until released, never started yet.
@@ -221,7 +259,38 @@ impl SimJob {
             held: false,
             made_held: false,
             comment: String::new(),
+            nodes: vec![SimNode {
+                name: NODE.to_owned(),
+                cpus,
+                mem_mb,
+                gpus: 0,
+                lost: false,
+            }],
+            no_kill: false,
         }
+    }
+
+    /// The nodes it still holds.
+    pub fn live_nodes(&self) -> impl Iterator<Item = &SimNode> {
+        self.nodes.iter().filter(|n| !n.lost)
+    }
+
+    /// `sim1,sim3`: the nodes it still holds, as a node list.
+    fn node_list(&self) -> String {
+        self.live_nodes()
+            .map(|n| n.name.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// CPUs, MB and GPUs the started, live steps use on `node`.
+    fn used_on(&self, node: &str) -> (u32, u64, u32) {
+        self.steps
+            .values()
+            .filter(|s| s.live() && s.started.is_some() && s.node == node)
+            .fold((0, 0, 0), |(c, m, g), s| {
+                (c + s.cpus, m + s.mem_mb, g + s.gpus)
+            })
     }
 
     pub fn live(&self) -> bool {
@@ -288,6 +357,10 @@ pub struct FaultCounts {
     pub lost_accounting: u64,
     pub empty_lies: u64,
     pub calls: u64,
+    /// Nodes that failed and left a `--no-kill` job, and steps started on a node other than
+    /// the job's first (placement at work).
+    pub nodes_lost: u64,
+    pub steps_off_first_node: u64,
 }
 
 pub struct World {
@@ -471,17 +544,26 @@ impl World {
                     }
                 }
             }
-            // Pending steps start, oldest first, when they fit.
-            let (mut cpus, mut mem) = j.used();
+            // Pending steps start, oldest first, when they fit on their node.
+            let mut used: BTreeMap<String, (u32, u64, u32)> = j
+                .nodes
+                .iter()
+                .map(|n| (n.name.clone(), j.used_on(&n.name)))
+                .collect();
+            let nodes = j.nodes.clone();
             for s in j.steps.values_mut() {
+                let Some(n) = nodes.iter().find(|n| n.name == s.node && !n.lost) else {
+                    continue;
+                };
+                let u = used.entry(n.name.clone()).or_default();
                 if s.live()
                     && s.started.is_none()
                     && now >= s.not_before
-                    && cpus + s.cpus <= j.cpus
-                    && mem + s.mem_mb <= j.mem_mb
+                    && u.0 + s.cpus <= n.cpus
+                    && u.1 + s.mem_mb <= n.mem_mb
+                    && u.2 + s.gpus <= n.gpus
                 {
-                    cpus += s.cpus;
-                    mem += s.mem_mb;
+                    *u = (u.0 + s.cpus, u.1 + s.mem_mb, u.2 + s.gpus);
                     s.started = Some(now);
                 }
             }
@@ -527,6 +609,62 @@ impl World {
         JobId::new(id).unwrap()
     }
 
+    /// An allocation over `nodes` nodes (`sim1`…), each with `cpus`, `mem_mb` and `gpus`, made
+    /// with `--no-kill` or not.
+    pub fn allocation_on(
+        &mut self,
+        nodes: u32,
+        each: (u32, u64, u32),
+        limit_s: i64,
+        no_kill: bool,
+    ) -> JobId {
+        let (cpus, mem_mb, gpus) = each;
+        let id = self.allocation(cpus * nodes, mem_mb * u64::from(nodes), limit_s);
+        let j = self.jobs.get_mut(&id.get()).expect("just made");
+        j.nodes = (1..=nodes)
+            .map(|k| SimNode {
+                name: format!("sim{k}"),
+                cpus,
+                mem_mb,
+                gpus,
+                lost: false,
+            })
+            .collect();
+        j.no_kill = no_kill;
+        id
+    }
+
+    /// A node of running job `id` fails. With `--no-kill` and another node left, the node
+    /// leaves the job and its steps end (some still listed, as 22.05 lists them); otherwise the
+    /// whole job ends.
+    pub fn node_fails(&mut self, id: u32) {
+        let now = now_us();
+        let stranded = self.rng.chance(50);
+        let Some(j) = self.jobs.get_mut(&id).filter(|j| j.phase == Phase::Running) else {
+            return;
+        };
+        let live: Vec<String> = j.live_nodes().map(|n| n.name.clone()).collect();
+        let Some(failed) = live.last().cloned() else {
+            return;
+        };
+        if !j.no_kill || live.len() < 2 {
+            j.end(now, "NODE_FAIL", 2_000_000);
+            return;
+        }
+        for n in j.nodes.iter_mut().filter(|n| n.name == failed) {
+            n.lost = true;
+        }
+        self.counts.nodes_lost += 1;
+        for s in j
+            .steps
+            .values_mut()
+            .filter(|s| s.live() && s.node == failed)
+        {
+            s.ended = Some((now, "NODE_FAIL"));
+            s.stranded = stranded && s.started.is_some();
+        }
+    }
+
     /// The user (or Slurm) ends a job from outside: scancel, node failure.
     pub fn end_from_outside(&mut self, id: u32, state: &'static str) {
         let now = now_us();
@@ -550,9 +688,14 @@ impl World {
         let left = j
             .start
             .map_or(j.limit_s, |s| j.limit_s - (now - s) / 1_000_000);
-        let node = if j.start.is_some() { NODE } else { "" };
+        let node = if j.start.is_some() {
+            j.node_list()
+        } else {
+            String::new()
+        };
         format!(
-            "{id}|{id}|{state}|{part}|{acct}|{qos}|{USER}|1|{cpus}|{node}|{left}|{limit}|{start}|N/A|{reason}|{name}\n",
+            "{id}|{id}|{state}|{part}|{acct}|{qos}|{USER}|{count}|{cpus}|{node}|{left}|{limit}|{start}|N/A|{reason}|{name}\n",
+            count = j.live_nodes().count(),
             id = j.id,
             part = j.partition,
             acct = j.account,
@@ -655,15 +798,16 @@ impl World {
             });
         };
         let mut text = String::new();
-        for s in j.steps.values().filter(|s| s.live()) {
+        for s in j.steps.values().filter(|s| s.live() || s.stranded) {
             if let Some(st) = s.started {
                 let _ = writeln!(
                     text,
-                    "{}.{}|{USER}|{}|UNLIMITED|{}|{NODE}|1|{}",
+                    "{}.{}|{USER}|{}|UNLIMITED|{}|{}|1|{}",
                     j.id,
                     s.no,
                     hms((now - st) / 1_000_000),
                     slurm_time(st),
+                    s.node,
                     s.name
                 );
             }
@@ -692,12 +836,16 @@ impl World {
         let end = j.start.map_or("Unknown".to_owned(), |s| {
             slurm_time(s + j.limit_s * 1_000_000)
         });
-        let line = format!(
+        let line =
+            format!(
             "JobId={id} JobName={name} UserId={USER}(1000) GroupId={USER}(1000) Account={acct} \
              QOS={qos} JobState={state} Reason=None ExitCode=0:0 RunTime=00:00:01 \
              TimeLimit={limit} SubmitTime={submit} StartTime={start} EndTime={end} \
-             Partition={part} NodeList={NODE} BatchHost={NODE} NumNodes=1 NumCPUs={cpus} \
-             TRES=cpu={cpus},mem={mem}M,node=1 BatchFlag={batch}{comment}\n",
+             Partition={part} NodeList={list} BatchHost={NODE} NumNodes={count} NumCPUs={cpus} \
+             TRES=cpu={cpus},mem={mem}M,node={count} BatchFlag={batch}{groups}{comment}\n",
+            list = j.node_list(),
+            count = j.live_nodes().count(),
+            groups = if j.start.is_some() { groups(j) } else { String::new() },
             id = j.id,
             name = j.name,
             state = j.phase.text(),
@@ -890,6 +1038,14 @@ impl World {
             held: req.extra.iter().any(|e| e == "--hold"),
             made_held: req.extra.iter().any(|e| e == "--hold"),
             comment: String::new(),
+            nodes: vec![SimNode {
+                name: NODE.to_owned(),
+                cpus: req.placement.cpus_per_task.unwrap_or(1),
+                mem_mb: req.placement.mem.map_or(1000, |m| m.get()),
+                gpus: 0,
+                lost: false,
+            }],
+            no_kill: false,
         };
         self.jobs.insert(id, job);
         self.tick();
@@ -1008,12 +1164,29 @@ impl World {
             0
         };
         let job = self.jobs.get_mut(&req.job.get());
-        let refused_why = match &job {
-            None => Some("Invalid job id specified".to_owned()),
-            Some(j) if !matches!(j.phase, Phase::Running) => {
+        let gpus: u32 = req
+            .gres
+            .as_deref()
+            .and_then(|g| g.strip_prefix("gpu:"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        // The node srun is told (`--nodelist`), else the job's first.
+        let node = job.as_ref().and_then(|j| match &req.node {
+            Some(n) => j.nodes.iter().find(|x| &x.name == n).cloned(),
+            None => j.nodes.first().cloned(),
+        });
+        let refused_why = match (&job, &node) {
+            (None, _) => Some("Invalid job id specified".to_owned()),
+            (Some(j), _) if !matches!(j.phase, Phase::Running) => {
                 Some("Job/step already completing or completed".to_owned())
             }
-            Some(j) if req.cpus > j.cpus || req.mem.get() > j.mem_mb => {
+            (Some(_), None) => Some("Requested node configuration is not available".to_owned()),
+            (Some(_), Some(n)) if n.lost => {
+                Some("Requested node configuration is not available".to_owned())
+            }
+            (Some(_), Some(n))
+                if req.cpus > n.cpus || req.mem.get() > n.mem_mb || gpus > n.gpus =>
+            {
                 Some("More processors requested than permitted".to_owned())
             }
             _ if refuse => Some("Requested nodes are busy".to_owned()),
@@ -1051,6 +1224,14 @@ impl World {
                 runs_for,
                 stubborn,
                 ended: None,
+                node: {
+                    let n = node.expect("checked above").name;
+                    let first = j.nodes.first().is_some_and(|f| f.name == n);
+                    self.counts.steps_off_first_node += u64::from(!first);
+                    n
+                },
+                gpus,
+                stranded: false,
             },
         );
         self.tick();
