@@ -313,8 +313,13 @@ fn a_pending_job_survives_the_loss_of_the_state_directory() {
         r.stderr
     );
     assert!(r.stderr.contains("still PENDING"), "{}", r.stderr);
-    // While it waited, it said what for and how to give up (on stderr: stdout is for --json).
-    assert!(r.stderr.contains("is PENDING; waited"), "{}", r.stderr);
+    // While it waited, it said what for (with Slurm's reason once its scheduler gave one:
+    // `is PENDING (Resources); waited`) and how to give up (on stderr: stdout is for --json).
+    let waited = r
+        .stderr
+        .lines()
+        .any(|l| l.contains("is PENDING") && l.contains("; waited") && !l.contains("(ending)"));
+    assert!(waited, "{}", r.stderr);
     assert!(
         r.stderr.contains("dispatch session release m -T dbg"),
         "{}",

@@ -117,28 +117,38 @@ impl Cluster {
         c
     }
 
+    /// Every node usable; a node still `completing` an earlier test's job (seconds, longer
+    /// under load) is waited for, at most a minute.
     fn require_usable(&self) {
-        let out = output(
-            self.slurm("sinfo", &["-h", "-N", "-p", "debug", "-o", "%N|%T"]),
-            Duration::from_secs(30),
-        );
-        let listing = text(&out.stdout);
-        let states: BTreeMap<&str, &str> =
-            listing.lines().filter_map(|l| l.split_once('|')).collect();
-        let usable = self.nodes.iter().all(|n| {
-            states
-                .get(n.as_str())
-                .is_some_and(|s| matches!(*s, "idle" | "mixed" | "allocated"))
-        });
-        assert!(
-            out.status.success() && usable,
-            "the {NODES}-node Slurm {} dev cluster is not there or not every node is usable \
-             (sinfo: {} {}); run `{}` (as root)",
-            cluster_version(),
-            listing.trim(),
-            text(&out.stderr).trim(),
-            start_command()
-        );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = output(
+                self.slurm("sinfo", &["-h", "-N", "-p", "debug", "-o", "%N|%T"]),
+                Duration::from_secs(30),
+            );
+            let listing = text(&out.stdout);
+            let states: BTreeMap<&str, &str> =
+                listing.lines().filter_map(|l| l.split_once('|')).collect();
+            let state = |n: &String| states.get(n.as_str()).copied().unwrap_or("missing");
+            let usable = self
+                .nodes
+                .iter()
+                .all(|n| matches!(state(n), "idle" | "mixed" | "allocated"));
+            if out.status.success() && usable {
+                return;
+            }
+            let completing = self.nodes.iter().any(|n| state(n) == "completing");
+            assert!(
+                completing && Instant::now() < deadline,
+                "the {NODES}-node Slurm {} dev cluster is not there or not every node is usable \
+                 (sinfo: {} {}); run `{}` (as root)",
+                cluster_version(),
+                listing.trim(),
+                text(&out.stderr).trim(),
+                start_command()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
     }
 
     /// A client command of this cluster (its wrapper first on PATH, its SLURM_CONF).
