@@ -10,6 +10,10 @@
 //!
 //! `DISPATCH_BENCH_QUICK=1` does fewer rounds.
 
+#[path = "timing/mod.rs"]
+mod timing;
+use timing::{median, run_ok};
+
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -27,25 +31,8 @@ use uuid::Uuid;
 const JOB: u32 = 900;
 const CPUS_PER_NODE: u32 = 4;
 
-fn median(mut xs: Vec<Duration>) -> Duration {
-    xs.sort();
-    xs[xs.len() / 2]
-}
-
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
-}
-
-fn run_ok(cmd: &mut Command) -> Duration {
-    let t = Instant::now();
-    let out = cmd.output().expect("spawn");
-    let took = t.elapsed();
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    took
 }
 
 /// The multi-node dev cluster's client environment (`SLURM_CONF`, its commands' directory).

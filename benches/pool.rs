@@ -39,30 +39,16 @@
 //! new 1.07/1.12, 1.05 once the head stopped doing a full look every ms while it watched an
 //! srun. The target this design defends: 1.10x on a machine not saturated by other work.
 
+#[path = "timing/mod.rs"]
+mod timing;
+use timing::{median, run_ok};
+
 #[path = "../tests/synthetic/mod.rs"]
 mod synthetic;
 
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn median(mut xs: Vec<Duration>) -> Duration {
-    xs.sort();
-    xs[xs.len() / 2]
-}
-
-fn run_ok(cmd: &mut Command) -> Duration {
-    let t = Instant::now();
-    let out = cmd.output().expect("spawn");
-    let took = t.elapsed();
-    assert!(
-        out.status.success(),
-        "{:?}: {}",
-        cmd,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    took
-}
 
 fn dispatch(state: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_dispatch"));

@@ -22,6 +22,10 @@
 //! in a blackout it would leave our job running beside an older one we cannot see; held, it
 //! cannot run before the decision.
 
+#[path = "timing/mod.rs"]
+mod timing;
+use timing::{median, timed};
+
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -43,23 +47,6 @@ time = "00:10:00"
 mem = "100M"
 confined = true
 "#;
-
-fn median(mut xs: Vec<Duration>) -> Duration {
-    xs.sort();
-    xs[xs.len() / 2]
-}
-
-fn timed(cmd: &mut Command) -> (Duration, String) {
-    let t = Instant::now();
-    let out = cmd.output().expect("spawn");
-    let took = t.elapsed();
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (took, String::from_utf8_lossy(&out.stdout).into_owned())
-}
 
 fn cancel_named(name: &str) {
     let _ = Command::new("scancel")

@@ -227,8 +227,8 @@ fn a_pool_worker_on_a_gpu_allocation_sees_no_gpu_it_did_not_ask_for() {
     );
     let state = tempfile::tempdir().unwrap();
     let dispatch = |args: &[&str]| {
-        let mut cmd = c.command(env!("CARGO_BIN_EXE_dispatch"));
-        cmd.arg("--state-dir").arg(state.path()).args(args);
+        let mut cmd = c.dispatch(state.path());
+        cmd.args(args);
         output(cmd, STEP_BOUND)
     };
     let attached = dispatch(&["pool", "attach", "p", "--job", &job.id.to_string()]);
@@ -270,8 +270,8 @@ fn a_pool_over_three_nodes_places_gpu_and_cpu_workers_per_node_and_never_shares_
     let go = tempfile::tempdir_in("/tmp").unwrap();
     let go_file = go.path().join("go");
     let dispatch = |args: &[&str]| {
-        let mut cmd = c.command(env!("CARGO_BIN_EXE_dispatch"));
-        cmd.arg("--state-dir").arg(state.path()).args(args);
+        let mut cmd = c.dispatch(state.path());
+        cmd.args(args);
         output(cmd, STEP_BOUND)
     };
     let attached = dispatch(&["pool", "attach", "p", "--job", &job.id.to_string()]);
@@ -472,8 +472,7 @@ fn a_dead_node_ends_only_its_workers_in_a_no_kill_pool(how: NodeFailure) {
     let go = tempfile::tempdir_in("/tmp").unwrap();
     let go_file = go.path().join("go");
     let dispatch = |args: &[&str]| {
-        let mut cmd = c.command(env!("CARGO_BIN_EXE_dispatch"));
-        cmd.arg("--state-dir").arg(state.path());
+        let mut cmd = c.dispatch(state.path());
         cmd.arg("--config").arg(&config).args(args);
         output(cmd, Duration::from_secs(150))
     };
@@ -627,8 +626,8 @@ fn without_no_kill_a_downed_node_ends_the_allocation_and_every_worker_is_proven_
     let job = c.salloc(&unique_name("mn-kill"), &["-N3", "-c2", "--mem=500"]);
     let state = tempfile::tempdir().unwrap();
     let dispatch = |args: &[&str]| {
-        let mut cmd = c.command(env!("CARGO_BIN_EXE_dispatch"));
-        cmd.arg("--state-dir").arg(state.path()).args(args);
+        let mut cmd = c.dispatch(state.path());
+        cmd.args(args);
         output(cmd, STEP_BOUND)
     };
     let ok = |out: std::process::Output| -> serde_json::Value {
@@ -696,8 +695,8 @@ fn a_multi_node_submit_killed_at_every_boundary_never_runs_a_step_on_an_unjourna
     );
     let state = tempfile::tempdir().unwrap();
     let dispatch = |failpoint: Option<&str>, args: &[&str]| {
-        let mut cmd = c.command(env!("CARGO_BIN_EXE_dispatch"));
-        cmd.arg("--state-dir").arg(state.path()).args(args);
+        let mut cmd = c.dispatch(state.path());
+        cmd.args(args);
         if let Some(fp) = failpoint {
             let spec = match fp.split_once('@') {
                 Some((name, k)) => format!("{name}=abort@{k}"),

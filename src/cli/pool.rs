@@ -183,6 +183,44 @@ pub struct CreateArgs {
     pub wait: u32,
 }
 
+/// What `pool submit` is asked.
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// The pool's name
+    #[arg(value_parser = crate::names::arg::path_name("pool"))]
+    pub pool: String,
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+    /// GPUs of its node the worker reserves (Slurm gives the step that many, `--gres=gpu:G`);
+    /// without it the worker sees no GPU
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub gpus: u32,
+    /// The node of the allocation to run on (default: the first node with room, in the
+    /// allocation's order)
+    #[arg(long, value_name = "NODE", value_parser = parse_node)]
+    pub node: Option<String>,
+    /// When a node failure ends the worker (its node left a `--no-kill` allocation),
+    /// `dispatch reconcile` submits it again, at most N times, on another node; the new
+    /// submission names the one it replaces
+    #[arg(long, value_name = "N", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=16))]
+    pub resubmit_on_node_failure: u32,
+    /// Seconds between SIGTERM and SIGKILL when the worker must stop early
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=300))]
+    pub grace: u32,
+    #[command(flatten)]
+    pub assets: SubmitExtras,
+    /// When the pool has no room, wait for it (first come, first served among waiters),
+    /// at most SECS seconds if given (exit 3 after them)
+    #[arg(long, value_name = "SECS", num_args = 0..=1, require_equals = true,
+          value_parser = clap::value_parser!(u64).range(1..=31_536_000))]
+    pub wait: Option<Option<u64>>,
+    /// Check everything a submit checks (Slurm asked, budget, lifetime, identity) and say
+    /// what it would do; start nothing, journal nothing
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum PoolCommand {
     /// Create an allocation (salloc --no-shell) that dispatch owns, and attach it as a pool
@@ -219,41 +257,7 @@ pub enum PoolCommand {
         dispatch pool submit p --cpus 1 --mem 2G --source src --image py311 --trial t1 -- make test\n  \
         dispatch pool submit p --cpus 4 --mem 16G --gpus 1 --name train -- python train.py\n  \
         dispatch pool submit p --cpus 1 --mem 1G --node node2 --name probe -- ./probe.sh")]
-    Submit {
-        /// The pool's name
-        #[arg(value_parser = crate::names::arg::path_name("pool"))]
-        pool: String,
-        #[command(flatten)]
-        worker: WorkerArgs,
-        /// GPUs of its node the worker reserves (Slurm gives the step that many, `--gres=gpu:G`);
-        /// without it the worker sees no GPU
-        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
-        gpus: u32,
-        /// The node of the allocation to run on (default: the first node with room, in the
-        /// allocation's order)
-        #[arg(long, value_name = "NODE", value_parser = parse_node)]
-        node: Option<String>,
-        /// When a node failure ends the worker (its node left a `--no-kill` allocation),
-        /// `dispatch reconcile` submits it again, at most N times, on another node; the new
-        /// submission names the one it replaces
-        #[arg(long, value_name = "N", default_value_t = 0,
-              value_parser = clap::value_parser!(u32).range(0..=16))]
-        resubmit_on_node_failure: u32,
-        /// Seconds between SIGTERM and SIGKILL when the worker must stop early
-        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=300))]
-        grace: u32,
-        #[command(flatten)]
-        assets: SubmitExtras,
-        /// When the pool has no room, wait for it (first come, first served among waiters),
-        /// at most SECS seconds if given (exit 3 after them)
-        #[arg(long, value_name = "SECS", num_args = 0..=1, require_equals = true,
-              value_parser = clap::value_parser!(u64).range(1..=31_536_000))]
-        wait: Option<Option<u64>>,
-        /// Check everything a submit checks (Slurm asked, budget, lifetime, identity) and say
-        /// what it would do; start nothing, journal nothing
-        #[arg(long)]
-        dry_run: bool,
-    },
+    Submit(SubmitArgs),
     /// Show pools, their allocations, reservations and workers (no Slurm call unless --refresh)
     #[command(after_help = "Examples:\n  \
         dispatch pool status\n  \
@@ -346,7 +350,7 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
         PoolCommand::Attach { pool, job, steal } => {
             run_attach(ctx, pool, *job, steal.as_deref(), json).await?
         }
-        PoolCommand::Submit { .. } => run_submit_command(cmd, ctx, json).await?,
+        PoolCommand::Submit(args) => run_submit_command(args, ctx, json).await?,
         PoolCommand::Status {
             pool,
             refresh,
@@ -388,11 +392,11 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
 
 /// `dispatch pool submit`, or its dry run.
 async fn run_submit_command<S: Scheduler>(
-    cmd: &PoolCommand,
+    args: &SubmitArgs,
     ctx: &Ctx<S>,
     json: bool,
 ) -> Result<(), Failure> {
-    let PoolCommand::Submit {
+    let SubmitArgs {
         pool,
         worker,
         gpus,
@@ -402,10 +406,7 @@ async fn run_submit_command<S: Scheduler>(
         assets,
         wait,
         dry_run,
-    } = cmd
-    else {
-        unreachable!("only called for pool submit");
-    };
+    } = args;
     let req = ops::SubmitRequest {
         pool: pool.clone(),
         spec: worker.spec(*grace, assets),

@@ -145,7 +145,11 @@ pub async fn reconcile<S: Scheduler>(
     // A creation attached just now is a pool this run does not list: the next one does.
     if !pools.is_empty() {
         reconcile_pools(ctx, &pools, &mut report).await?;
-        report.resubmitted = crate::ops::pool::resubmit_due(ctx, only_pool).await?;
+        // Only a worker that asked for it can become due: otherwise no second look at the
+        // journal on reconcile's path.
+        if !state.pools.requests.is_empty() {
+            report.resubmitted = crate::ops::pool::resubmit_due(ctx, only_pool).await?;
+        }
         snapshot_quietly(&ctx.journal_dir());
     }
     report.slurm_calls = ctx.sched.call_counts().since(&calls_before).total();

@@ -169,6 +169,13 @@ impl Cluster {
         c
     }
 
+    /// `dispatch --state-dir STATE` as a client of this cluster.
+    pub fn dispatch(&self, state: &std::path::Path) -> Command {
+        let mut c = self.command(env!("CARGO_BIN_EXE_dispatch"));
+        c.arg("--state-dir").arg(state);
+        c
+    }
+
     /// `scontrol show node -o NODE`'s `State=` (e.g. `IDLE`, `IDLE+NOT_RESPONDING`).
     pub fn node_state(&self, node: &str) -> String {
         let out = output(
