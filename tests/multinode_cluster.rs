@@ -391,6 +391,52 @@ fn a_pool_over_three_nodes_places_gpu_and_cpu_workers_per_node_and_never_shares_
     assert_eq!(per_node('g'), two_each, "GPU workers per node");
     assert_eq!(per_node('c'), two_each, "CPU-only workers per node");
 
+    // A 7th GPU worker with --wait waits for a GPU as for a CPU: it starts once g0 is stopped,
+    // on g0's node, with the GPU g0 held.
+    let waiter = {
+        let mut cmd = c.dispatch(state.path());
+        cmd.args([
+            "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--gpus", "1", "--name", "g6",
+            "--wait", "--json", "--", "sh", "-c", &payload,
+        ]);
+        std::thread::spawn(move || output(cmd, STEP_BOUND))
+    };
+    let queued_deadline = Instant::now() + STEP_BOUND;
+    let queue = state.path().join("pools/p/queue");
+    let queued = || {
+        std::fs::read_dir(&queue).is_ok_and(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("t-"))
+        })
+    };
+    while !queued() {
+        assert!(
+            Instant::now() < queued_deadline,
+            "g6 never showed as waiting"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let g0 = workers.iter().find(|w| w["name"] == "g0").unwrap();
+    let stopped = dispatch(&["pool", "stop-worker", "p", "g0", "--grace", "1"]);
+    assert!(stopped.status.success(), "{}", text(&stopped.stderr));
+    let waited = waiter.join().unwrap();
+    assert!(waited.status.success(), "g6: {}", text(&waited.stderr));
+    let placed: serde_json::Value = serde_json::from_slice(&waited.stdout).unwrap();
+    assert_eq!(placed["node"], g0["node"], "{placed}");
+    let deadline = Instant::now() + STEP_BOUND;
+    let g6_seen = loop {
+        let seen = printed("g6");
+        if !seen.is_empty() {
+            break seen;
+        }
+        assert!(Instant::now() < deadline, "g6 never printed");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(
+        g6_seen, seen["g0"],
+        "g6 runs where g0 ran and holds the GPU g0 held"
+    );
+
     // They end; reconcile proves each step over and releases every budget.
     std::fs::write(&go_file, b"").unwrap();
     let deadline = Instant::now() + STEP_BOUND;
@@ -408,6 +454,42 @@ fn a_pool_over_three_nodes_places_gpu_and_cpu_workers_per_node_and_never_shares_
     }
     let audit = dispatch(&["audit", "--json"]);
     assert!(audit.status.success(), "{}", text(&audit.stdout));
+
+    // The report says where each worker ran and which GPU its step got, page and JSON alike.
+    let page = state.path().join("report.html");
+    let page_arg = page.to_str().unwrap();
+    let report = dispatch(&["report", "--pool", "p", "--json", "--html", page_arg]);
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let html = std::fs::read_to_string(&page).unwrap();
+    for (name, printed) in &seen {
+        let w = doc["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["worker"] == name.as_str())
+            .unwrap();
+        let fields: Vec<&str> = printed.split(' ').collect();
+        assert_eq!(w["node"], fields[0], "{w}");
+        let label = if name.starts_with('g') {
+            assert_eq!(
+                (&w["gpus"], &w["step_gpus"]),
+                (&1.into(), &fields[1].into()),
+                "{w}"
+            );
+            format!(" · p · {} · GPU {}</text>", fields[0], fields[1])
+        } else {
+            assert_eq!(
+                (&w["gpus"], &w["step_gpus"]),
+                (&0.into(), &serde_json::Value::Null)
+            );
+            format!(" · p · {}</text>", fields[0])
+        };
+        assert!(
+            html.contains(&label),
+            "{name}: {label:?} is not on the page"
+        );
+    }
 }
 
 /// Every worker's srun client log under a state directory, for a failure's message.

@@ -260,6 +260,7 @@ fn worker_row(p: &mut Page, w: &WorkerTimeline, index: usize, top: f64, span: (i
         .text(&w.state)
         .raw(" · ")
         .text(w.pool.as_deref().unwrap_or("own job"))
+        .text(&placement_label(w))
         .raw("</text>\n");
     if let (Some(first), Some(last)) = (w.marks.first(), w.marks.last()) {
         p.raw("<line x1=\"")
@@ -275,6 +276,19 @@ fn worker_row(p: &mut Page, w: &WorkerTimeline, index: usize, top: f64, span: (i
     worker_limits(p, w, top, span);
     worker_marks(p, w, mid, span);
     p.raw("</g>\n");
+}
+
+/// Where a pool worker ran and the GPUs it held: " · node2 · GPU 1" (its step's indexes when
+/// its supervisor recorded them, else how many it reserved), or nothing when not placed.
+fn placement_label(w: &WorkerTimeline) -> String {
+    let Some(node) = &w.node else {
+        return String::new();
+    };
+    match (&w.step_gpus, w.gpus) {
+        (Some(indexes), _) => format!(" · {node} · GPU {indexes}"),
+        (None, 0) => format!(" · {node}"),
+        (None, n) => format!(" · {node} · {n} GPU"),
+    }
 }
 
 /// A worker's allocation end and early-shutdown deadline: dashed lines across its row, and
@@ -564,6 +578,34 @@ fn events(p: &mut Page, r: &Report) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_placed_worker_is_labelled_with_its_node_and_gpus() {
+        let mut w = WorkerTimeline {
+            worker: "w".into(),
+            submission_id: "s".into(),
+            pool: Some("p".into()),
+            state: "running".into(),
+            cpus: 1,
+            mem_mb: 100,
+            node: None,
+            gpus: 0,
+            step_gpus: None,
+            marks: vec![],
+            allocation_end: None,
+            allocation_end_us: None,
+            shutdown_deadline: None,
+            shutdown_deadline_us: None,
+            shutdown_deadline_source: None,
+        };
+        assert_eq!(placement_label(&w), "");
+        w.node = Some("node2".into());
+        assert_eq!(placement_label(&w), " · node2");
+        w.gpus = 2;
+        assert_eq!(placement_label(&w), " · node2 · 2 GPU");
+        w.step_gpus = Some("0,1".into());
+        assert_eq!(placement_label(&w), " · node2 · GPU 0,1");
+    }
 
     #[test]
     fn escape_leaves_no_markup() {

@@ -170,6 +170,12 @@ pub struct WorkerTimeline {
     pub state: String,
     pub cpus: u32,
     pub mem_mb: u64,
+    /// The node its receipt placed it on (`None`: its own job, or a pool worker submitted
+    /// before placement was journaled), and the GPUs it reserved there.
+    pub node: Option<String>,
+    pub gpus: u32,
+    /// The GPU indexes its step got, as its supervisor recorded them (`SLURM_STEP_GPUS`).
+    pub step_gpus: Option<String>,
     pub marks: Vec<Mark>,
     /// The pool allocation's end when the worker was submitted.
     pub allocation_end: Option<String>,
@@ -294,8 +300,17 @@ struct Track {
     allocation_end: Option<Micros>,
     deadline: Option<(Micros, &'static str)>,
     published: bool,
+    step_gpus: Option<String>,
     ingested: Option<crate::event::pool::WorkerReportIngested>,
     at_verdict: Option<crate::event::pool::WorkerReportIngested>,
+}
+
+/// A worker as the reduced state has it at the end.
+struct FinalState {
+    state: String,
+    cpus: u32,
+    mem_mb: u64,
+    placement: Option<crate::state::pool::Placement>,
 }
 
 /// Pass 2: fold the journal, keeping what the page shows.
@@ -539,6 +554,10 @@ impl Builder {
                 track.deadline = Some((e.deadline, "worker_journal"));
                 None
             }
+            WorkerEvent::StepDevices(d) => {
+                track.step_gpus.clone_from(&d.step_gpus);
+                None
+            }
             WorkerEvent::PayloadStarted(_) => Some("running"),
             WorkerEvent::ShutdownSignalled(_) => Some("stop_asked"),
             WorkerEvent::PayloadExited(_) => Some("exited"),
@@ -596,15 +615,20 @@ impl Builder {
             .unwrap_or_else(|| (id.to_string(), None))
     }
 
-    /// (state, cpus, mem_mb) as the reduced state has it at the end.
-    fn final_state(&self, id: &Uuid) -> (String, u32, u64) {
+    /// What the reduced state has at the end: the state and the reservation.
+    fn final_state(&self, id: &Uuid) -> FinalState {
         for p in self.state.pools.pools.values() {
             if let Some(w) = p
                 .active
                 .get(id)
                 .or_else(|| p.finished.iter().find(|w| w.submission_id == *id))
             {
-                return (w.state.as_str().to_owned(), w.cpus, w.mem_mb);
+                return FinalState {
+                    state: w.state.as_str().to_owned(),
+                    cpus: w.cpus,
+                    mem_mb: w.mem_mb,
+                    placement: w.placement.clone(),
+                };
             }
         }
         if let Some(j) = self.state.jobs.active.get(id).or_else(|| {
@@ -614,9 +638,19 @@ impl Builder {
                 .iter()
                 .find(|j| j.submission_id == *id)
         }) {
-            return (j.state.as_str().to_owned(), j.cpus, j.mem_mb);
+            return FinalState {
+                state: j.state.as_str().to_owned(),
+                cpus: j.cpus,
+                mem_mb: j.mem_mb,
+                placement: None,
+            };
         }
-        (crate::state::ENDED.to_owned(), 0, 0)
+        FinalState {
+            state: crate::state::ENDED.to_owned(),
+            cpus: 0,
+            mem_mb: 0,
+            placement: None,
+        }
     }
 
     pub fn finish(mut self, audit: AuditInput, chain_at_verdict: Option<String>) -> Report {
@@ -628,7 +662,12 @@ impl Builder {
         let mut evidence = Vec::new();
         for id in &ids {
             let (name, pool) = self.name_of(id);
-            let (state, cpus, mem_mb) = self.final_state(id);
+            let FinalState {
+                state,
+                cpus,
+                mem_mb,
+                placement,
+            } = self.final_state(id);
             let track = self.tracks.remove(id).unwrap_or_default();
             let mut marks = track.marks;
             marks.sort_by_key(|m| m.time_us);
@@ -675,6 +714,9 @@ impl Builder {
                 state,
                 cpus,
                 mem_mb,
+                node: placement.as_ref().map(|p| p.node.clone()),
+                gpus: placement.as_ref().map_or(0, |p| p.gpus),
+                step_gpus: track.step_gpus,
                 marks,
                 allocation_end: track.allocation_end.map(Micros::to_rfc3339),
                 allocation_end_us: track.allocation_end.map(|t| t.0),
@@ -934,6 +976,60 @@ mod tests {
         assert_eq!(cpus, [0, 1, 2, 1]);
         let findings: Vec<_> = r.audit.findings.iter().map(|f| f.seq).collect();
         assert_eq!(findings, [Some(7)], "only what concerns the trial");
+    }
+
+    /// Issue 23: the page says where a pool worker ran and which GPUs its step got.
+    #[test]
+    fn a_worker_shows_its_node_its_gpus_and_the_indexes_its_step_got() {
+        let sid = Uuid::from_u128(1);
+        let events: Vec<Envelope> = [
+            Event::PoolAttached(PoolAttached {
+                pool: "p".into(),
+                allocation: allocation(),
+            }),
+            Event::WorkerSubmitIntent(WorkerSubmitIntent {
+                pool: "p".into(),
+                worker: "w".into(),
+                submission_id: sid,
+                cpus: 1,
+                mem_mb: 100,
+                publication_timeout_s: 30,
+                command: vec![],
+            }),
+            Event::WorkerPlaced(WorkerPlaced {
+                submission_id: sid,
+                node: "n".into(),
+                gpus: 1,
+            }),
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| test_envelope(i as u64 + 1, e))
+        .collect();
+        let mut selector = Selector::new(Subject::Worker("w".into()));
+        events.iter().for_each(|e| selector.offer(e));
+        let mut b = Builder::new(selector.finish().unwrap());
+        for e in &events {
+            b.offer(e).unwrap();
+        }
+        let placed = b.final_state(&sid).placement.unwrap();
+        assert_eq!((placed.node.as_str(), placed.gpus), ("n", 1));
+        b.offer_worker(
+            sid,
+            "w",
+            &test_envelope(
+                2,
+                WorkerEvent::StepDevices(StepDevices {
+                    step_gpus: Some("1".into()),
+                    cuda_visible_devices: Some("0".into()),
+                }),
+            ),
+        );
+        let w = &b.finish(AuditInput::default(), None).workers[0];
+        assert_eq!(
+            (w.node.as_deref(), w.gpus, w.step_gpus.as_deref()),
+            (Some("n"), 1, Some("1"))
+        );
     }
 
     #[test]

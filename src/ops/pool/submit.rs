@@ -76,6 +76,9 @@ pub struct SubmitReport {
     pub submission_id: String,
     pub state: &'static str,
     pub step_id: Option<String>,
+    /// The node the receipt placed the worker on, and the GPUs it reserved there.
+    pub node: Option<String>,
+    pub gpus: u32,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
 }
@@ -159,6 +162,8 @@ pub async fn submit_waiting<S: Scheduler>(
         submission_id: plan.submission_id.to_string(),
         state: WorkerState::Submitted.as_str(),
         step_id: None,
+        node: plan.node.clone(),
+        gpus: req.gpus,
         warnings: Vec::new(),
     };
     let (srun_pid, launched_at) = launch(ctx, req, &plan, &bound).await?;
