@@ -25,6 +25,7 @@ pub mod sacct;
 pub mod scheduler;
 pub mod scontrol;
 pub mod squeue;
+pub mod srun_log;
 pub mod state;
 pub mod submit;
 pub mod timestamp;

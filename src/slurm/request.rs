@@ -427,7 +427,7 @@ impl StepRequest {
         }
     }
 
-    /// `srun --jobid=J [--overlap] --job-name=N [--nodes=1 --nodelist=NODE --exact] --ntasks=1
+    /// `srun --jobid=J [--verbose] [--overlap] --job-name=N [--nodes=1 --nodelist=NODE --exact] --ntasks=1
     /// --cpus-per-task=C --mem=MM [--gres=G] [--output=F] [--error=F] [--chdir=D] -- CMD [ARGS...]`
     pub fn argv(&self) -> Result<Vec<OsString>, RequestError> {
         if self.command.is_empty() || self.command[0].is_empty() {
@@ -455,6 +455,11 @@ impl StepRequest {
             }
         }
         let mut argv = vec![flag("jobid", self.job)];
+        // With a client log srun says there which step the controller created for it
+        // (`launching StepId=J.S`, `srun_log`): the step is known without a listing.
+        if self.client_log.is_some() {
+            argv.push(OsString::from("--verbose"));
+        }
         if self.overlap {
             argv.push(OsString::from("--overlap"));
         }

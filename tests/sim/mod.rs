@@ -1195,21 +1195,29 @@ impl World {
         if let Some(why) = refused_why {
             // srun starts, says so in its log, and exits: no step.
             self.counts.steps_refused += 1;
-            if let Some(log) = &req.client_log {
-                let line = format!(
-                    "srun: error: Unable to create step for job {}: {why}\n",
+            srun_says(
+                req,
+                &format!(
+                    "srun: error: Unable to create step for job {}: {why}",
                     req.job
-                );
-                let _ = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(log)
-                    .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
-            }
+                ),
+            );
             return Ok(LaunchedStep { srun_pid: DEAD_PID });
         }
         let j = job.expect("checked above");
         let no = j.next_step;
+        // srun --verbose announces a step the controller created at once, in its client log;
+        // sometimes not in time (the step is then found by a listing or the supervisor).
+        if delay == 0 && self.rng.chance(50) {
+            let host = node.as_ref().map_or("?", |n| n.name.as_str());
+            srun_says(
+                req,
+                &format!(
+                    "srun: launching StepId={}.{no} on host {host}, 1 tasks: 0",
+                    req.job
+                ),
+            );
+        }
         j.next_step += 1;
         j.steps.insert(
             no,
@@ -1433,5 +1441,16 @@ impl Scheduler for SimSlurm {
     /// The model's sbatch answers at once; a call that "timed out" did so within this.
     fn longest_call(&self) -> Duration {
         Duration::from_secs(2)
+    }
+}
+
+/// A line of srun's own stderr, in the client log of `req` when it has one.
+fn srun_says(req: &StepRequest, line: &str) {
+    if let Some(log) = &req.client_log {
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes()));
     }
 }

@@ -20,7 +20,7 @@ use crate::ops::error::OpError;
 use crate::ops::spec::{Bound, WorkerSpec};
 use crate::policy::pool::{self as policy, AllocationFacts, Refusal, WorkerAsk};
 use crate::policy::reconcile as reconcile_policy;
-use crate::slurm::{AcctQuery, Answer, JobId, JobName, JobQuery, Scheduler, StepRequest};
+use crate::slurm::{srun_log, AcctQuery, Answer, JobId, JobName, JobQuery, Scheduler, StepRequest};
 use crate::state::pool::*;
 use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
@@ -29,8 +29,11 @@ use crate::worker::{report, supervisor};
 /// How long `pool submit` looks for the new step before calling the outcome unknown.
 pub const STEP_DISCOVERY_TIMEOUT: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(250);
-/// How often step discovery reads the supervisor's journal between two step listings.
-const FILE_POLL: Duration = Duration::from_millis(5);
+/// How often step discovery reads srun's client log and the supervisor's journal between two
+/// step listings (two small files; srun announces the step 10-15 ms after it starts).
+const FILE_POLL: Duration = Duration::from_millis(2);
+/// When the first step listing is asked, unless srun or the supervisor said the step first.
+const FIRST_LISTING: Duration = Duration::from_millis(50);
 
 /// What `pool submit` was asked to run.
 #[derive(Clone, Debug)]
@@ -646,8 +649,9 @@ struct StepSearch<'a> {
     since: Micros,
 }
 
-/// Find the step a detached srun created: by name in the step listing, or by the step id the
-/// supervisor recorded (for a step that ended between two listings). When the srun has exited
+/// Find the step a detached srun created: by the step id srun announced in its client log or
+/// the supervisor recorded (file reads, looked at every few ms; most often the step is found so,
+/// with no Slurm call), or by name in the step listing. When the srun has exited
 /// without one, wait out the settle delay and ask whether together the evidence proves that the
 /// step never ran.
 async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> Discovery {
@@ -661,18 +665,18 @@ async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> D
     } = *search;
     let mut last_unknown = None;
     let mut srun_exit: Option<String> = None;
-    // A step usually appears within ~50 ms: look often at first, then back off. The first
-    // listing waits one pause: srun takes longer than that to create the step, and a listing
-    // asked at once only loads the controller while it does (and while other workers' steps
-    // start and end).
-    let mut pause = Duration::from_millis(20);
+    // srun announces the step 10-15 ms after it starts (measured on both dev clusters): the
+    // listing is for an srun that has not, so the first waits a few times that, and a listing
+    // asked sooner would only load the controller while it creates the step (and while other
+    // workers' steps start and end). Then look often, and back off.
+    let mut pause = FIRST_LISTING;
     loop {
-        // Meanwhile, the supervisor's own journal (a file read) is looked at every few ms: it
-        // records its step id as soon as it starts, often before the next listing.
+        // Meanwhile srun's client log and the supervisor's own journal (file reads) are looked
+        // at every few ms: either names the step as soon as it exists.
         let until = tokio::time::Instant::now() + pause;
         while tokio::time::Instant::now() < until {
             tokio::time::sleep(FILE_POLL.min(pause)).await;
-            if let Some(step) = supervisor_step(dirs) {
+            if let Some(step) = announced_step(dirs, job) {
                 return Discovery::Found(step);
             }
         }
@@ -685,17 +689,15 @@ async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> D
             Answer::Gone(_) => {}
             Answer::Unknown(e) => last_unknown = Some(e.to_string()),
         }
-        if let Some(step) = supervisor_step(dirs) {
+        if let Some(step) = announced_step(dirs, job) {
             return Discovery::Found(step);
         }
         if srun_exit.is_none() {
             srun_exit = srun_ended(srun_pid);
         }
         if let Some(exit) = &srun_exit {
-            let log =
-                std::fs::read_to_string(dirs.evidence.join("srun-client.log")).unwrap_or_default();
-            if let Some(line) = log.lines().find(|l| l.contains("Unable to create step")) {
-                return Discovery::CreationFailed(line.trim().to_owned());
+            if let Some(line) = srun_log::step_refused(&client_log(dirs)) {
+                return Discovery::CreationFailed(line.to_owned());
             }
             if launched_at.elapsed() >= reconcile_policy::NEVER_RAN_SETTLE {
                 return match never_ran(ctx, search, exit).await {
@@ -715,13 +717,21 @@ async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> D
     }
 }
 
-/// The step id the worker's supervisor recorded at its start, if it has.
-fn supervisor_step(dirs: &WorkerDirs) -> Option<u32> {
-    report::read(&dirs.evidence)
-        .ok()
-        .flatten()
-        .and_then(|r| r.started)
-        .and_then(|s| s.step_id)
+/// The step id srun announced in its client log once the controller created the step, or
+/// else the one the worker's supervisor recorded at its start, if either has (file reads).
+fn announced_step(dirs: &WorkerDirs, job: JobId) -> Option<u32> {
+    srun_log::launched_step(&client_log(dirs), job).or_else(|| {
+        report::read(&dirs.evidence)
+            .ok()
+            .flatten()
+            .and_then(|r| r.started)
+            .and_then(|s| s.step_id)
+    })
+}
+
+/// What the worker's srun has said on its stderr so far (empty before it said anything).
+fn client_log(dirs: &WorkerDirs) -> String {
+    std::fs::read_to_string(dirs.evidence.join("srun-client.log")).unwrap_or_default()
 }
 
 /// Ask the questions [`reconcile_policy::step_never_ran`] needs: the step listing, the job
