@@ -18,6 +18,7 @@ macro_rules! display_as_serde {
     };
 }
 
+pub mod backoff;
 pub mod cli;
 pub mod config;
 pub mod event;

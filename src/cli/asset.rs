@@ -58,7 +58,7 @@ fn print_asset(a: &AssetView) {
         "{:<20} {:<6} {:<8} {} {:>12} bytes{}",
         a.name,
         a.kind,
-        a.state,
+        a.state.as_str(),
         a.sha256,
         a.bytes,
         a.commit

@@ -532,7 +532,7 @@ async fn run_pool_submit<S: Scheduler>(
             r.worker,
             r.pool,
             r.submission_id,
-            r.state,
+            r.state.as_str(),
             r.step_id.as_deref().unwrap_or("not seen yet")
         );
     }

@@ -16,7 +16,7 @@ use crate::ops::session::launch::{launch, LaunchAction, LaunchReport, LaunchRequ
 use crate::ops::session::release::{self, ReleaseAction};
 use crate::ops::session::renew::{renew, RenewSettings};
 use crate::ops::session::{attach, command_for, report, Env, Waits};
-use crate::policy::session::renew::{Backoff, DEFAULT_DRAIN_MINUTES};
+use crate::policy::session::renew::{default_backoff, DEFAULT_DRAIN_MINUTES};
 use crate::slurm::{CliConfig, JobId, Scheduler, SlurmCommand};
 
 #[derive(Debug, Args)]
@@ -186,7 +186,7 @@ pub async fn run<S: Scheduler>(
                 drain_minutes: *drain_minutes,
                 poll: Duration::from_secs(*poll_interval),
                 max_iterations: once.then_some(1),
-                backoff: Backoff::default(),
+                backoff: default_backoff(),
                 stop: Default::default(),
             };
             run_renew(&env(waits_for(*wait)), session, &settings, json).await

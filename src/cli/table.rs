@@ -205,7 +205,7 @@ pub fn pool_status(r: &StatusReport, wide: bool) -> String {
                 p.pool.clone(),
                 w.name.clone(),
                 id(&w.submission_id, wide),
-                w.state.to_owned(),
+                w.state.as_str().to_owned(),
                 w.on_node.clone(),
                 w.step_id.clone().unwrap_or_else(|| "-".to_owned()),
                 count(u64::from(w.cpus), "CPU"),
@@ -276,7 +276,7 @@ fn pools_table(r: &StatusReport, wide: bool) -> String {
             if p.releasing {
                 "releasing".to_owned()
             } else {
-                p.owner.to_owned()
+                p.owner.as_str().to_owned()
             },
             a.job_id.to_string(),
             a.node.clone(),
@@ -391,7 +391,7 @@ pub fn jobs(r: &JobsReport, wide: bool) -> String {
             j.worker.clone(),
             id(&j.submission_id, wide),
             j.job_id.map_or_else(|| "-".to_owned(), |n| n.to_string()),
-            j.state.to_owned(),
+            j.state.as_str().to_owned(),
         ];
         if refreshed {
             row.push(match (&j.slurm_state, &j.reason) {
@@ -544,9 +544,11 @@ mod tests {
     fn samples() -> (StatusReport, JobsReport, Report) {
         use crate::ops::jobs::{JobView, RefreshView};
         use crate::ops::pool::{
-            AllocationView, CreatingView, NodeView, PoolView, PublicationView, Resources,
+            AllocationView, CreatingView, NodeView, Owner, PoolView, PublicationView, Resources,
             WorkerView,
         };
+        use crate::state::jobs::JobWorkerState;
+        use crate::state::pool::WorkerState;
         let alloc = |job: u32, left: Option<i64>, ended: Option<&str>| AllocationView {
             job_id: crate::event::test_job(job),
             node: "n0042.savio4".into(),
@@ -562,7 +564,7 @@ mod tests {
             state: Some(if ended.is_some() { "ended" } else { "running" }),
             ended_proof: ended.map(str::to_owned),
         };
-        let worker = |name: &str, id: &str, state: &'static str, step: Option<&str>| WorkerView {
+        let worker = |name: &str, id: &str, state: WorkerState, step: Option<&str>| WorkerView {
             name: name.into(),
             submission_id: id.into(),
             state,
@@ -580,7 +582,7 @@ mod tests {
         let mut published = worker(
             "nightly-regression-suite-with-a-long-name",
             "9f3b2a10-0000-4000-8000-000000000002",
-            "released",
+            WorkerState::Released,
             Some("901.1"),
         );
         published.mem_mb = 1536;
@@ -600,7 +602,7 @@ mod tests {
             pools: vec![
                 PoolView {
                     pool: "p".into(),
-                    owner: "attached",
+                    owner: Owner::Attached,
                     releasing: false,
                     no_kill: None,
                     nodes_lost: Default::default(),
@@ -620,7 +622,7 @@ mod tests {
                         worker(
                             "w1",
                             "0b5e7c1e-8a1f-4a55-9f6e-0d4b8e2a9c11",
-                            "running",
+                            WorkerState::Running,
                             Some("901.0"),
                         ),
                         published,
@@ -628,7 +630,7 @@ mod tests {
                 },
                 PoolView {
                     pool: "gpu".into(),
-                    owner: "created",
+                    owner: Owner::Created,
                     releasing: true,
                     no_kill: Some(true),
                     nodes_lost: [(
@@ -665,7 +667,7 @@ mod tests {
                 failure: None,
             }],
         };
-        let job = |worker: &str, id: &str, job: Option<u32>, state: &'static str| JobView {
+        let job = |worker: &str, id: &str, job: Option<u32>, state: JobWorkerState| JobView {
             worker: worker.into(),
             submission_id: id.into(),
             job_id: job.map(crate::event::test_job),
@@ -686,7 +688,7 @@ mod tests {
             "b",
             "d19f3671-0000-4000-8000-000000000003",
             Some(43),
-            "queued",
+            JobWorkerState::Queued,
         );
         pending.slurm_state = Some("PENDING".into());
         pending.reason = Some("QOSMaxJobsPerUserLimit".into());
@@ -694,7 +696,7 @@ mod tests {
             "train-resnet-on-the-big-dataset",
             "77aa0000-0000-4000-8000-000000000004",
             Some(44),
-            "queued",
+            JobWorkerState::Queued,
         );
         running.cpus = 1;
         running.slurm_state = Some("RUNNING".into());
@@ -703,7 +705,7 @@ mod tests {
             "bad",
             "8eeca6fd-0000-4000-8000-000000000005",
             None,
-            "failed",
+            JobWorkerState::Failed,
         );
         failed.active = false;
         failed.failure = Some(

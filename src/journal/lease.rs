@@ -37,6 +37,8 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
+use crate::backoff::Backoff;
+
 /// Name of the lease file inside the journal directory.
 pub const LEASE_FILE: &str = "WRITER";
 /// How long a lease file must stay unchanged before a writer on another host takes it over.
@@ -519,7 +521,7 @@ struct Waiting {
     settings: Settings,
     began: Instant,
     seen: Option<(Vec<u8>, Instant)>,
-    pause: Duration,
+    pauses: Backoff,
     told: Option<Instant>,
 }
 
@@ -529,7 +531,7 @@ impl Waiting {
             settings,
             began: Instant::now(),
             seen: None,
-            pause: Duration::from_millis(1),
+            pauses: lock_pauses(),
             told: None,
         }
     }
@@ -595,8 +597,7 @@ impl Waiting {
                 self.settings.wait.as_secs()
             );
         }
-        std::thread::sleep(self.pause.min(self.settings.wait - waited));
-        self.pause = (self.pause * 2).min(Duration::from_millis(50));
+        std::thread::sleep(self.pauses.next_delay().min(self.settings.wait - waited));
         Ok(())
     }
 }
@@ -645,12 +646,18 @@ fn remove_if_same(path: &Path, _mine: &[u8], token: &str) -> std::io::Result<()>
     }
 }
 
+/// The pauses of a wait for the journal's locks: 1 ms, doubling to 50 ms (a writer holds them
+/// for milliseconds).
+pub(super) fn lock_pauses() -> Backoff {
+    Backoff::new(Duration::from_millis(1), Duration::from_millis(50))
+}
+
 /// Wait (up to `max`) until no writer holds the lease, for readers that want a quiet journal
 /// (`journal verify`). `false` if one still does; a lease whose holder died on this host is free.
 pub fn wait_until_free(dir: &Path, max: Duration) -> bool {
     let path = dir.join(LEASE_FILE);
     let until = Instant::now() + max;
-    let mut pause = Duration::from_millis(1);
+    let mut pauses = lock_pauses();
     let me = Identity::current();
     while let Ok(Some(bytes)) = read_record(&path) {
         let dead =
@@ -661,8 +668,7 @@ pub fn wait_until_free(dir: &Path, max: Duration) -> bool {
         if Instant::now() >= until {
             return false;
         }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(50));
+        std::thread::sleep(pauses.next_delay());
     }
     true
 }

@@ -726,7 +726,7 @@ fn hex(bytes: &[u8]) -> String {
 /// same bound as the cross-host lease that follows it).
 fn lock_this_host(lock: &File, path: &Path, settings: lease::Settings) -> Result<(), JournalError> {
     let began = std::time::Instant::now();
-    let mut pause = std::time::Duration::from_millis(1);
+    let mut pauses = lease::lock_pauses();
     let mut told = false;
     loop {
         match lock.try_lock() {
@@ -752,8 +752,7 @@ fn lock_this_host(lock: &File, path: &Path, settings: lease::Settings) -> Result
                 settings.wait.as_secs()
             );
         }
-        std::thread::sleep(pause.min(settings.wait - waited));
-        pause = (pause * 2).min(std::time::Duration::from_millis(50));
+        std::thread::sleep(pauses.next_delay().min(settings.wait - waited));
     }
 }
 

@@ -77,7 +77,8 @@ pub fn resolve_for_worker(
 pub struct AssetView {
     pub name: String,
     pub kind: &'static str,
-    pub state: &'static str,
+    #[serde(serialize_with = "crate::state::word")]
+    pub state: AssetState,
     pub sha256: String,
     pub bytes: u64,
     pub file: String,
@@ -94,7 +95,7 @@ impl AssetView {
         AssetView {
             name: a.record.name.clone(),
             kind: a.record.kind.as_str(),
-            state: a.state.as_str(),
+            state: a.state,
             sha256: hex::encode(a.record.sha256.0),
             bytes: a.record.bytes,
             file: state_dir.join(&a.record.file).display().to_string(),

@@ -38,7 +38,8 @@ pub struct JobView {
     pub job_name: String,
     /// As recorded: `submitted`, `unknown`, `queued`, `stopping`, `released`, `failed`,
     /// `forgotten`.
-    pub state: &'static str,
+    #[serde(serialize_with = "crate::state::word")]
+    pub state: crate::state::jobs::JobWorkerState,
     /// Whether it still holds budget (not yet proven over).
     pub active: bool,
     pub cpus: u32,
@@ -65,7 +66,7 @@ impl JobView {
             submission_id: id,
             job_id: j.job_id,
             job_name: j.job_name().to_owned(),
-            state: j.state.as_str(),
+            state: j.state,
             active,
             cpus: j.cpus,
             mem_mb: j.mem_mb,

@@ -13,6 +13,7 @@ pub mod inspect;
 pub mod jobs;
 pub mod journal;
 pub mod logs;
+pub mod poll;
 pub mod pool;
 pub mod reconcile;
 pub mod replay;

@@ -428,7 +428,8 @@ pub struct JobStopReport {
     pub worker: String,
     pub submission_id: String,
     pub job_id: JobId,
-    pub state: &'static str,
+    #[serde(serialize_with = "crate::state::word")]
+    pub state: JobWorkerState,
     pub proof: Option<String>,
     /// The worker was released before this stop: nothing was signalled, and `proof` is the
     /// proof recorded then.
@@ -565,7 +566,7 @@ pub async fn stop<S: Scheduler>(
                 worker: worker.to_owned(),
                 submission_id: id.to_string(),
                 job_id,
-                state: JobWorkerState::Released.as_str(),
+                state: JobWorkerState::Released,
                 // Read with the lock released: a replay of the journal.
                 proof: recorded_release_proof(&ctx.journal_dir(), id),
                 already_released: true,
@@ -601,7 +602,7 @@ pub async fn stop<S: Scheduler>(
         worker: worker.to_owned(),
         submission_id: submission_id.to_string(),
         job_id: job,
-        state: JobWorkerState::Released.as_str(),
+        state: JobWorkerState::Released,
         proof: Some(proof),
         already_released: false,
     })

@@ -21,6 +21,12 @@ pub enum AssetState {
     Ready,
 }
 
+impl super::Word for AssetState {
+    fn as_str(self) -> &'static str {
+        AssetState::as_str(self)
+    }
+}
+
 impl AssetState {
     pub fn as_str(self) -> &'static str {
         match self {

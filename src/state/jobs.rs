@@ -30,6 +30,12 @@ pub enum JobWorkerState {
     Forgotten,
 }
 
+impl super::Word for JobWorkerState {
+    fn as_str(self) -> &'static str {
+        JobWorkerState::as_str(self)
+    }
+}
+
 impl JobWorkerState {
     pub fn as_str(self) -> &'static str {
         match self {

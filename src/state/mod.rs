@@ -13,6 +13,17 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+/// A state shown to users by its word (`pool status`, `jobs`, reports): the word is the
+/// interface, while the derived serde names are the snapshot's and never change.
+pub trait Word: Copy {
+    fn as_str(self) -> &'static str;
+}
+
+/// `#[serde(serialize_with = "crate::state::word")]`: a [`Word`] field as its word.
+pub fn word<T: Word, S: serde::Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(value.as_str())
+}
+
 use crate::event::{Envelope, Event, Micros, Recovered, ReduceError, FLAG_MUST_UNDERSTAND};
 
 /// The state shown for a worker the reduced state no longer holds: it can only have ended, since

@@ -34,7 +34,7 @@ use dispatch::ops::error::OpError;
 use dispatch::ops::session::renew::RenewSettings;
 use dispatch::ops::session::{attach, launch, release, renew, Env, Waits};
 use dispatch::policy::audit::Auditor;
-use dispatch::policy::session::renew::Backoff;
+use dispatch::policy::session::renew::default_backoff;
 use dispatch::slurm::JobId;
 use dispatch::state::State;
 
@@ -325,7 +325,7 @@ impl Sessions {
                     drain_minutes,
                     poll: Duration::from_secs(30),
                     max_iterations: Some(1),
-                    backoff: Backoff::default(),
+                    backoff: default_backoff(),
                     stop: Arc::default(),
                 };
                 renew::renew(&env, mirror, target, &settings)

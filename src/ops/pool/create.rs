@@ -70,7 +70,7 @@ pub struct CreateReport {
     pub pool: String,
     pub action: CreateAction,
     pub job_name: String,
-    pub owner: &'static str,
+    pub owner: super::status::Owner,
     pub allocation: AllocationView,
 }
 
@@ -290,7 +290,7 @@ fn report(pool: &str, action: CreateAction, name: &str, a: &Allocation) -> Creat
         pool: pool.to_owned(),
         action,
         job_name: name.to_owned(),
-        owner: "created",
+        owner: super::status::Owner::Created,
         allocation: AllocationView::of(a, None, None),
     }
 }

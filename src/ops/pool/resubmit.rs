@@ -81,7 +81,11 @@ pub(crate) async fn resubmit_due<S: Scheduler>(
     for (replaces, r) in due {
         let req = replacement(replaces, &r);
         let (submission_id, outcome, detail) = match submit(ctx, &req).await {
-            Ok(s) => (Some(s.submission_id), "submitted", s.state.to_owned()),
+            Ok(s) => (
+                Some(s.submission_id),
+                "submitted",
+                s.state.as_str().to_owned(),
+            ),
             Err(OpError::Refused(refusal)) => {
                 let reason = refusal.to_string();
                 locked(ctx, |writer, now| {

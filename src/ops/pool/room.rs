@@ -23,6 +23,7 @@ use uuid::Uuid;
 
 use super::queue::Ticket;
 use super::{process_alive, read_facts, release_proven};
+use crate::backoff::Backoff;
 use crate::event::pool::Allocation;
 use crate::ops::context::Ctx;
 use crate::ops::error::OpError;
@@ -128,8 +129,8 @@ pub(super) type FreshFacts = (AllocationFacts, Instant);
 /// When each finished worker's proof may be tried again.
 #[derive(Default)]
 struct Proving {
-    /// Per worker: when its proof may be tried next, the pause after a failed try, the tries.
-    retry: HashMap<Uuid, (Instant, Duration, u32)>,
+    /// Per worker: when its proof may be tried next, its pauses after a failed try, the tries.
+    retry: HashMap<Uuid, (Instant, Backoff, u32)>,
     /// When each worker's supervisor was first seen finished.
     finished_at: HashMap<Uuid, Instant>,
     next_fallback: Option<Instant>,
@@ -229,10 +230,11 @@ impl Proving {
                 }
             }
         }
-        let (at, _, _) = *self
-            .retry
-            .entry(w.submission_id)
-            .or_insert((now, PROOF_RETRY_FIRST, 0));
+        let (at, _, _) = *self.retry.entry(w.submission_id).or_insert((
+            now,
+            Backoff::new(PROOF_RETRY_FIRST, PROOF_RETRY_MAX),
+            0,
+        ));
         ((finished && now >= at) || fallback_due).then_some(step)
     }
 
@@ -256,12 +258,14 @@ impl Proving {
                     self.finished_at.remove(&id);
                 }
                 None => {
-                    let (at, pause, tries) = self.retry.get_mut(&id).expect("entered above");
-                    *at = Instant::now() + *pause;
+                    let (at, pauses, tries) = self.retry.get_mut(&id).expect("entered above");
                     *tries += 1;
-                    if *tries >= PROOF_RETRIES_QUICK {
-                        *pause = (*pause * 2).min(PROOF_RETRY_MAX);
-                    }
+                    *at = Instant::now()
+                        + if *tries >= PROOF_RETRIES_QUICK {
+                            pauses.next_delay()
+                        } else {
+                            pauses.peek()
+                        };
                 }
             }
         }

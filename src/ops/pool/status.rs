@@ -45,9 +45,7 @@ pub struct CreatingView {
 #[derive(Debug, Serialize)]
 pub struct PoolView<W = Vec<WorkerView>> {
     pub pool: String,
-    /// Who cancels the allocation: `created` (dispatch, with `pool release`) or `attached`
-    /// (the user; dispatch never does).
-    pub owner: &'static str,
+    pub owner: Owner,
     /// `pool release` has begun.
     pub releasing: bool,
     /// Whether the allocation was made with `--no-kill` (a failed node ends only the steps on
@@ -64,11 +62,31 @@ pub struct PoolView<W = Vec<WorkerView>> {
     pub workers: W,
 }
 
+/// Who cancels a pool's allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Owner {
+    /// dispatch made it (`pool create`), and `pool release` cancels it.
+    Created,
+    /// The user's own: dispatch never cancels it.
+    Attached,
+}
+
+impl Owner {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Owner::Created => "created",
+            Owner::Attached => "attached",
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct WorkerView {
     pub name: String,
     pub submission_id: String,
-    pub state: &'static str,
+    #[serde(serialize_with = "crate::state::word")]
+    pub state: WorkerState,
     pub cpus: u32,
     pub mem_mb: u64,
     /// The node its budget is held on, and the GPUs it reserves there.
@@ -312,7 +330,7 @@ impl WorkerView {
         WorkerView {
             name: w.name.clone(),
             submission_id,
-            state: w.state.as_str(),
+            state: w.state,
             cpus: w.cpus,
             mem_mb: w.mem_mb,
             on_node: pool.node_of(w).to_owned(),
@@ -455,9 +473,9 @@ fn build<'s, W>(
             PoolView {
                 pool: p.name.clone(),
                 owner: if p.created.is_some() {
-                    "created"
+                    Owner::Created
                 } else {
-                    "attached"
+                    Owner::Attached
                 },
                 releasing: p.releasing,
                 no_kill: p

@@ -33,7 +33,8 @@ pub struct StopReport {
     pub worker: String,
     pub submission_id: String,
     pub step_id: Option<String>,
-    pub state: &'static str,
+    #[serde(serialize_with = "crate::state::word")]
+    pub state: WorkerState,
     pub proof: Option<String>,
     /// The worker was released before this stop (by an earlier stop, reconcile or release):
     /// nothing was signalled, and `proof` is the proof recorded then.
@@ -57,7 +58,7 @@ fn already_released(
         step_id: w
             .step_id
             .map(|n| StepId::new(p.allocation.job_id, StepKind::Numbered(n)).to_string()),
-        state: WorkerState::Released.as_str(),
+        state: WorkerState::Released,
         proof: recorded_release_proof(journal_dir, w.submission_id),
         already_released: true,
     })
@@ -140,7 +141,7 @@ pub async fn stop_worker<S: Scheduler>(
         worker: worker.to_owned(),
         submission_id: submission_id.to_string(),
         step_id: Some(step.to_string()),
-        state: WorkerState::Stopping.as_str(),
+        state: WorkerState::Stopping,
         proof: proof.clone(),
         already_released: false,
     };
@@ -159,7 +160,7 @@ pub async fn stop_worker<S: Scheduler>(
     release_proven(ctx, pool, submission_id, &proof, |w| {
         w.step_id.is_none_or(|s| s == step_no)
     })?;
-    report.state = WorkerState::Released.as_str();
+    report.state = WorkerState::Released;
     snapshot_quietly(&ctx.journal_dir());
     Ok(report)
 }

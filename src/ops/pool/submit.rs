@@ -17,6 +17,7 @@ use crate::failpoint;
 use crate::names::check_path_name;
 use crate::ops::context::{micros_to_local, snapshot_quietly, Ctx};
 use crate::ops::error::OpError;
+use crate::ops::poll::Poller;
 use crate::ops::spec::{Bound, WorkerSpec};
 use crate::policy::pool::{self as policy, AllocationFacts, Refusal, WorkerAsk};
 use crate::policy::reconcile as reconcile_policy;
@@ -77,7 +78,8 @@ pub struct SubmitReport {
     pub pool: String,
     pub worker: String,
     pub submission_id: String,
-    pub state: &'static str,
+    #[serde(serialize_with = "crate::state::word")]
+    pub state: WorkerState,
     pub step_id: Option<String>,
     /// The node the receipt placed the worker on, and the GPUs it reserved there.
     pub node: Option<String>,
@@ -163,14 +165,14 @@ pub async fn submit_waiting<S: Scheduler>(
         pool: req.pool.clone(),
         worker: plan.worker.clone(),
         submission_id: plan.submission_id.to_string(),
-        state: WorkerState::Submitted.as_str(),
+        state: WorkerState::Submitted,
         step_id: None,
         node: plan.node.clone(),
         gpus: req.gpus,
         warnings: Vec::new(),
     };
     let (srun_pid, launched_at) = launch(ctx, req, &plan, &bound).await?;
-    report.state = WorkerState::Running.as_str();
+    report.state = WorkerState::Running;
     let search = StepSearch {
         job: plan.job,
         name: &plan.name,
@@ -669,13 +671,13 @@ async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> D
     // listing is for an srun that has not, so the first waits a few times that, and a listing
     // asked sooner would only load the controller while it creates the step (and while other
     // workers' steps start and end). Then look often, and back off.
-    let mut pause = FIRST_LISTING;
+    let mut poll = Poller::new(FIRST_LISTING, POLL);
     loop {
         // Meanwhile srun's client log and the supervisor's own journal (file reads) are looked
         // at every few ms: either names the step as soon as it exists.
-        let until = tokio::time::Instant::now() + pause;
+        let until = tokio::time::Instant::now() + poll.next_pause();
         while tokio::time::Instant::now() < until {
-            tokio::time::sleep(FILE_POLL.min(pause)).await;
+            tokio::time::sleep(FILE_POLL).await;
             if let Some(step) = announced_step(dirs, job) {
                 return Discovery::Found(step);
             }
@@ -713,7 +715,6 @@ async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> D
         if launched_at.elapsed() > STEP_DISCOVERY_TIMEOUT {
             return Discovery::NotSeen(last_unknown.unwrap_or_else(|| "still pending".to_owned()));
         }
-        pause = (pause * 2).min(POLL);
     }
 }
 

@@ -13,6 +13,7 @@ use super::{command_for, lock_session, session, Env, OpError, Resolved};
 use crate::event::session::{SessionAdopted, SessionHoldDecided, SessionHoldSettled};
 use crate::event::Event;
 use crate::failpoint;
+use crate::ops::poll::Poller;
 use crate::policy::session::{
     arbitrate, is_held, listing_of, probe_of, running_node, Arbitration, Listing, Probe,
 };
@@ -51,7 +52,7 @@ pub async fn settle<S: Scheduler>(
     replacing: Option<JobId>,
 ) -> Result<Settled, OpError> {
     let exclude: Vec<JobId> = replacing.into_iter().collect();
-    let mut pause = env.waits.poll_first;
+    let mut poll = Poller::new(env.waits.poll_first, env.waits.poll_max);
     let mut why = String::new();
     let attempts = env.waits.unknown_polls.max(1);
     for attempt in 1..=attempts {
@@ -96,8 +97,7 @@ pub async fn settle<S: Scheduler>(
             Err(e) => why = e,
         }
         if attempt < attempts {
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(env.waits.poll_max);
+            poll.pause().await;
         }
     }
     Err(OpError::Unknown(format!(

@@ -29,6 +29,7 @@ use crate::event::session::{
 use crate::event::Event;
 use crate::event::Micros;
 use crate::failpoint;
+use crate::ops::poll::Poller;
 use crate::policy::session::refusal::SessionRefusal;
 use crate::policy::session::{in_flight_wait, is_ending, poll_of, probe_of, Poll, Probe, Seen};
 use crate::slurm::{
@@ -345,9 +346,9 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         &mut self,
         exclude: &[JobId],
     ) -> Result<(NameProbe, Option<Seen>), OpError> {
-        let started = tokio::time::Instant::now();
-        let mut told: Option<tokio::time::Instant> = None;
-        let mut pause = self.env.waits.poll_first;
+        let waits = self.env.waits;
+        let mut poll = Poller::within(waits.poll_first, waits.poll_max, waits.run_budget);
+        let mut told: Option<Instant> = None;
         loop {
             let (probe, adopted) =
                 adopt_by_name(self.env, &self.r, exclude, self.req.replacing).await?;
@@ -356,7 +357,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             let Some(why) = probe.failed.as_ref().filter(|_| retry) else {
                 return Ok((probe, adopted));
             };
-            let left = self.env.waits.run_budget.saturating_sub(started.elapsed());
+            let left = poll.left();
             if left.is_zero() {
                 return Ok((probe, adopted));
             }
@@ -367,10 +368,9 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                     self.r.key,
                     left.as_secs_f64().ceil() as u64
                 ));
-                told = Some(tokio::time::Instant::now());
+                told = Some(Instant::now());
             }
-            tokio::time::sleep(pause.min(left)).await;
-            pause = (pause * 2).min(self.env.waits.poll_max);
+            poll.pause().await;
         }
     }
 
@@ -718,9 +718,8 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             bound.saturating_sub(left).as_secs(),
             left.as_secs_f64().ceil() as u64
         ));
-        let started = Instant::now();
+        let mut poll = Poller::new(self.env.waits.poll_first, IN_FLIGHT_POLL_MAX);
         let mut told = Instant::now();
-        let mut pause = self.env.waits.poll_first;
         while in_flight_wait(intent_at, Micros::now(), bound).is_some() {
             let (probe, adopted) =
                 adopt_by_name(self.env, &self.r, exclude, self.req.replacing).await?;
@@ -735,13 +734,12 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             if told.elapsed() >= PROGRESS_EVERY {
                 (self.env.progress)(&format!(
                     "still no job of the interrupted launch of {key} after {} s; waiting",
-                    started.elapsed().as_secs()
+                    poll.elapsed().as_secs()
                 ));
                 told = Instant::now();
             }
             let left = in_flight_wait(intent_at, Micros::now(), bound).unwrap_or_default();
-            tokio::time::sleep(pause.min(left)).await;
-            pause = (pause * 2).min(IN_FLIGHT_POLL_MAX);
+            poll.pause_at_most(left).await;
         }
         Ok(None)
     }
@@ -751,8 +749,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
     async fn wait_ended(&self, job: JobId, seen: JobState) -> Result<Option<JobState>, OpError> {
         let waits = self.env.waits;
         let key = &self.r.key;
-        let started = Instant::now();
-        let mut pause = waits.poll_first;
+        let mut poll = Poller::within(waits.poll_first, waits.poll_max, waits.run_budget);
         let mut unknown_in_a_row = 0;
         (self.env.progress)(&format!(
             "Slurm job {job} of {key} is {seen} (ending): it is not reused; waiting up to {} s \
@@ -761,8 +758,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         ));
         let mut told = Instant::now();
         loop {
-            tokio::time::sleep(pause.min(waits.run_budget.saturating_sub(started.elapsed()))).await;
-            pause = (pause * 2).min(waits.poll_max);
+            poll.pause().await;
             match self.probe(job).await {
                 Probe::Gone { state } => return Ok(state),
                 Probe::Live { state, .. } => {
@@ -771,12 +767,12 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                         (self.env.progress)(&format!(
                             "Slurm job {job} of {key} is {state} (ending); waited {} s of up to \
                              {} s for it to be gone before submitting a new one",
-                            started.elapsed().as_secs(),
+                            poll.elapsed().as_secs(),
                             waits.run_budget.as_secs()
                         ));
                         told = Instant::now();
                     }
-                    if started.elapsed() >= waits.run_budget {
+                    if poll.expired() {
                         return Err(OpError::Unknown(format!(
                             "Slurm job {job} of {key} is still {state} after ~{} s. Nothing was \
                              submitted: a new job now could run beside it. Retry `{}` once \
@@ -804,8 +800,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
     /// is already durable.
     async fn wait_running(&self, job: JobId) -> Result<(JobState, String), OpError> {
         let waits = self.env.waits;
-        let started = Instant::now();
-        let mut pause = waits.poll_first;
+        let mut poll = Poller::within(waits.poll_first, waits.poll_max, waits.run_budget);
         let mut unknown_in_a_row = 0;
         let mut last = JobState::Pending;
         let key = &self.r.key;
@@ -828,7 +823,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                 Poll::Waiting(state) => {
                     unknown_in_a_row = 0;
                     let reason = crate::policy::session::waiting_reason(&answer, job);
-                    self.say_waiting(job, &state, reason, started, &mut told);
+                    self.say_waiting(job, &state, reason, poll.elapsed(), &mut told);
                     last = state;
                 }
                 Poll::Ended(state) => return Err(self.ended_unrun(job, state).await),
@@ -844,7 +839,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                     }
                 }
             }
-            if started.elapsed() >= waits.run_budget {
+            if poll.expired() {
                 return Err(OpError::Failed(format!(
                     "Slurm job {job} of {key} still {last} after ~{} s. It is recorded: `{}` \
                      once it runs, or `{}` to cancel it",
@@ -853,8 +848,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                     command_for("release", key)
                 )));
             }
-            tokio::time::sleep(pause.min(waits.run_budget.saturating_sub(started.elapsed()))).await;
-            pause = (pause * 2).min(waits.poll_max);
+            poll.pause().await;
         }
     }
 
@@ -865,7 +859,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         job: JobId,
         state: &JobState,
         reason: Option<String>,
-        started: Instant,
+        waited: Duration,
         told: &mut Option<(JobState, Option<String>, Instant)>,
     ) {
         let due = told
@@ -882,7 +876,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                 .as_deref()
                 .map(|r| format!(" ({r})"))
                 .unwrap_or_default(),
-            started.elapsed().as_secs(),
+            waited.as_secs(),
             self.env.waits.run_budget.as_secs(),
             command_for("release", &self.r.key)
         ));

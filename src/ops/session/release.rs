@@ -11,8 +11,6 @@
 //! listing shows none (`also_released` in the report). A probe that cannot vouch for that is
 //! exit 4.
 
-use tokio::time::Instant;
-
 use serde::Serialize;
 
 use super::{
@@ -25,6 +23,7 @@ use crate::event::session::{
 };
 use crate::event::Event;
 use crate::failpoint;
+use crate::ops::poll::Poller;
 use crate::policy::session::release::left_alone;
 use crate::policy::session::{probe_of, Probe, Seen};
 use crate::slurm::{ActionError, JobId, JobQuery, Scheduler};
@@ -529,8 +528,11 @@ pub async fn cancel<S: Scheduler>(
 }
 
 async fn prove_gone<S: Scheduler>(env: &Env<'_, S>, job: JobId) -> String {
-    let started = Instant::now();
-    let mut pause = env.waits.poll_first;
+    let mut poll = Poller::within(
+        env.waits.poll_first,
+        env.waits.poll_max,
+        env.waits.gone_budget,
+    );
     loop {
         let last = match probe_of(
             &env.ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await,
@@ -541,13 +543,12 @@ async fn prove_gone<S: Scheduler>(env: &Env<'_, S>, job: JobId) -> String {
             Probe::Live { state, .. } => format!("still {state}"),
             Probe::Unknown(e) => format!("squeue failed: {e}"),
         };
-        if started.elapsed() >= env.waits.gone_budget {
+        if poll.expired() {
             return format!(
                 "unconfirmed after {} s: {last}",
                 env.waits.gone_budget.as_secs()
             );
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(env.waits.poll_max);
+        poll.pause().await;
     }
 }

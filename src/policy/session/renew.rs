@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::{probe_of, Probe};
+pub use crate::backoff::Backoff;
 use crate::slurm::{Answer, JobId, JobRow, JobState};
 
 pub const DEFAULT_DRAIN_MINUTES: u64 = 20;
@@ -73,41 +74,15 @@ pub fn turn(done: u64, max: Option<u64>, stop_requested: bool) -> Turn {
     }
 }
 
-/// Delays initial, 2×, 4×, … capped at `max`. An initial below 1 s becomes 1 s; a max below
-/// the initial becomes the initial.
-#[derive(Clone, Debug)]
-pub struct Backoff {
-    initial: Duration,
-    max: Duration,
-    next: Duration,
+/// `session renew`'s pauses between failed renewals: [`BACKOFF_INITIAL`], 2×, … up to
+/// [`BACKOFF_MAX`]; an initial below 1 s becomes 1 s.
+pub fn backoff(initial: Duration, max: Duration) -> Backoff {
+    Backoff::new(initial.max(Duration::from_secs(1)), max)
 }
 
-impl Backoff {
-    pub fn new(initial: Duration, max: Duration) -> Backoff {
-        let initial = initial.max(Duration::from_secs(1));
-        let max = max.max(initial);
-        Backoff {
-            initial,
-            max,
-            next: initial,
-        }
-    }
-
-    pub fn next_delay(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (self.next * 2).min(self.max);
-        d
-    }
-
-    pub fn reset(&mut self) {
-        self.next = self.initial;
-    }
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff::new(BACKOFF_INITIAL, BACKOFF_MAX)
-    }
+/// [`backoff`] with the defaults.
+pub fn default_backoff() -> Backoff {
+    backoff(BACKOFF_INITIAL, BACKOFF_MAX)
 }
 
 #[cfg(test)]
@@ -234,13 +209,13 @@ mod tests {
 
     /// Behaviour 72: 30, 60, 120, 200, 200; reset starts over.
     #[test]
-    fn backoff() {
-        let mut b = Backoff::new(Duration::from_secs(30), Duration::from_secs(200));
+    fn backoff_doubles_up_to_its_max_and_resets() {
+        let mut b = backoff(Duration::from_secs(30), Duration::from_secs(200));
         let got: Vec<u64> = (0..5).map(|_| b.next_delay().as_secs()).collect();
         assert_eq!(got, [30, 60, 120, 200, 200]);
         b.reset();
         assert_eq!(b.next_delay().as_secs(), 30);
-        let mut b = Backoff::new(Duration::ZERO, Duration::ZERO);
+        let mut b = backoff(Duration::ZERO, Duration::ZERO);
         assert_eq!(b.next_delay(), Duration::from_secs(1));
         assert_eq!(b.next_delay(), Duration::from_secs(1));
     }
