@@ -804,6 +804,7 @@ async fn launched_step_is_detached() {
         argv,
         [
             "--jobid=8",
+            "--verbose",
             "--overlap",
             "--job-name=pool/w1",
             "--ntasks=1",
