@@ -1,8 +1,10 @@
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
 use dispatch::cli::{self, exit, Cli, Command};
+use dispatch::config::Config;
 use dispatch::ops::context::Ctx;
 use dispatch::slurm::{CliConfig, CliScheduler};
 
@@ -54,42 +56,22 @@ fn main() -> ExitCode {
 fn run(cli: &Cli) -> Result<u8, exit::Failure> {
     let env = |k: &str| std::env::var(k).ok();
     let state_dir = || dispatch::statedir::resolve(cli.state_dir.as_deref(), &env);
+    let ctx = || context(state_dir()?);
     match &cli.command {
         Command::Journal(cmd) => cli::journal::run(cmd, &state_dir()?, cli.json),
         Command::Worker(cmd) => cli::worker::run(cmd),
-        Command::Asset(cmd) => {
-            let ctx = context(state_dir()?)?;
-            cli::asset::run(cmd, &ctx, cli.json)
-        }
+        Command::Asset(cmd) => cli::asset::run(cmd, &ctx()?, cli.json),
         Command::Pool(cli::pool::PoolCommand::Create(args)) => {
-            let (config, config_path) = load_config(cli, &env)?;
-            let ctx = context(state_dir()?)?;
-            block_on(cli::pool::run_create(
-                args,
-                &ctx,
-                &config,
-                &config_path,
-                cli.json,
-            ))
+            let (config, path, ctx) = config_and_context(cli, &env)?;
+            block_on(cli::pool::run_create(args, &ctx, &config, &path, cli.json))
         }
-        Command::Pool(cmd) => {
-            let ctx = context(state_dir()?)?;
-            block_on(cli::pool::run(cmd, &ctx, cli.json))
-        }
+        Command::Pool(cmd) => block_on(cli::pool::run(cmd, &ctx()?, cli.json)),
         Command::Submit(args) => {
-            let (config, config_path) = load_config(cli, &env)?;
-            let ctx = context(state_dir()?)?;
-            block_on(cli::submit::run(
-                args,
-                &ctx,
-                &config,
-                &config_path,
-                cli.json,
-            ))
+            let (config, path, ctx) = config_and_context(cli, &env)?;
+            block_on(cli::submit::run(args, &ctx, &config, &path, cli.json))
         }
         Command::Stop { worker, grace } => {
-            let ctx = context(state_dir()?)?;
-            block_on(cli::submit::stop(worker, *grace, &ctx, cli.json))
+            block_on(cli::submit::stop(worker, *grace, &ctx()?, cli.json))
         }
         Command::Inspect {
             worker: Some(worker),
@@ -104,34 +86,15 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
         ),
         Command::Report(args) => cli::report::run(args, &state_dir()?, cli.json),
         Command::Logs(args) => cli::logs::run(args, &state_dir()?, cli.json),
-        Command::Jobs(args) => {
-            let ctx = context(state_dir()?)?;
-            block_on(cli::jobs::run(args, &ctx, cli.json))
-        }
+        Command::Jobs(args) => block_on(cli::jobs::run(args, &ctx()?, cli.json)),
         Command::Audit => cli::journal::run_audit(&state_dir()?, cli.json),
-        Command::Reconcile => {
-            let ctx = context(state_dir()?)?;
-            block_on(cli::reconcile::run(&ctx, cli.json))
-        }
+        Command::Reconcile => block_on(cli::reconcile::run(&ctx()?, cli.json)),
         Command::Session(cmd) => {
-            let (config, config_path) = load_config(cli, &env)?;
-            let ctx = context(state_dir()?)?;
-            block_on(cli::session::run(
-                cmd,
-                &ctx,
-                &config,
-                &config_path,
-                cli.json,
-            ))
+            let (config, path, ctx) = config_and_context(cli, &env)?;
+            block_on(cli::session::run(cmd, &ctx, &config, &path, cli.json))
         }
-        Command::Forget(args) => {
-            let ctx = context(state_dir()?)?;
-            cli::forget::run(args, &ctx, cli.json)
-        }
-        Command::Trial(cmd) => {
-            let ctx = context(state_dir()?)?;
-            cli::trial::run(cmd, &ctx, cli.json)
-        }
+        Command::Forget(args) => cli::forget::run(args, &ctx()?, cli.json),
+        Command::Trial(cmd) => cli::trial::run(cmd, &ctx()?, cli.json),
         Command::Completions { shell } => cli::shell::completions(*shell),
         Command::Man { dir } => cli::shell::man(dir.as_deref()),
         Command::Trials { at } => cli::trial::run_list(&state_dir()?, *at, cli.json),
@@ -148,17 +111,23 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
             cli::replay::run_sessions(&state_dir()?, *cut, cli.json)
         }
         Command::Sessions { at: None, wide } => {
-            let (config, config_path) = load_config(cli, &env)?;
-            let ctx = context(state_dir()?)?;
+            let (config, path, ctx) = config_and_context(cli, &env)?;
             block_on(cli::session::run_report(
-                &ctx,
-                &config,
-                &config_path,
-                cli.json,
-                *wide,
+                &ctx, &config, &path, cli.json, *wide,
             ))
         }
     }
+}
+
+/// The config and the context, for the commands that need both: the config is read first, so
+/// that a bad one is the error they report.
+fn config_and_context(
+    cli: &Cli,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Config, PathBuf, Ctx<CliScheduler>), exit::Failure> {
+    let (config, path) = load_config(cli, env)?;
+    let state_dir = dispatch::statedir::resolve(cli.state_dir.as_deref(), env)?;
+    Ok((config, path, context(state_dir)?))
 }
 
 /// The Slurm driver's settings; `DISPATCH_SLURM_TIMEOUT` (seconds) bounds one call.

@@ -325,6 +325,16 @@ pub fn scan_with_reference_search(
     )
 }
 
+/// The classifier. Every kind of damage is decided in one place, in the order of §8:
+///
+/// | where | damage | class | decided by |
+/// |---|---|---|---|
+/// | segment | header does not decode (§3) | corrupt | [`load_segment`] |
+/// | segment | number, journal id, missing segment, first seq | corrupt | [`check_link`] |
+/// | segment | previous chain does not continue the chain | tampered | [`check_link`] |
+/// | frame | invalid (§4): short, bad CRC, bad header | torn tail (last segment, nothing valid after: short, zero fill or one write) or corrupt | [`classify_fault`] |
+/// | frame | seq gap, repeat or reorder; chain; flags; payload | see [`FRAME_CHECKS`] | [`check_frame`] |
+/// | frame | a repeat in the last segment starting a fork (§8.1) | forked | [`stop_at_damage`] |
 fn scan_using(
     dir: &Path,
     resume: Option<&Resume>,
@@ -343,177 +353,278 @@ fn scan_using(
     let Some(&(last_no, _)) = segments.last() else {
         return Ok(scan);
     };
-    let mut expect_no = segments[0].0;
-    let mut expect_seq = 1u64;
-    let mut chain: Option<Chain> = None;
-    let mut journal_id: Option<[u8; 16]> = resume.map(|r| r.journal_id);
+    let mut link = Link {
+        expect_no: segments[0].0,
+        expect_seq: 1,
+        chain: None,
+        journal_id: resume.map(|r| r.journal_id),
+    };
     // One buffer for every segment: a fresh 64 MiB Vec per segment costs a page fault per
     // 4 KiB, which is more than the CRCs over it.
     let mut bytes = Vec::new();
     for (no, path) in &segments {
-        if let Some(r) = resume {
-            if *no < r.segment_no {
-                continue;
-            }
+        if resume.is_some_and(|r| *no < r.segment_no) {
+            continue;
         }
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("?")
-            .to_owned();
         let resume_here = resume.filter(|r| r.segment_no == *no);
-        // Resuming (from a snapshot) inside this segment: only its header and the bytes from
-        // the resume point on are ever looked at, so only they are read. `skip` maps indexes
-        // past the header in `bytes` back to file offsets.
-        let mut skip = read_segment(path, resume_here.map_or(0, |r| r.offset), &mut bytes)?;
-        let is_last = *no == last_no;
-        let mut decoded = SegmentHeader::decode(&bytes);
-        if decoded.is_err() && skip > 0 {
-            // Damage is reported against the whole file, as a full read would see it.
-            bytes = std::fs::read(path)?;
-            skip = 0;
-            decoded = SegmentHeader::decode(&bytes);
-        }
-        let header = match decoded {
-            Ok(h) => h,
-            Err(fault) => {
-                let (status, damage) = damaged(
-                    Status::Corrupt,
-                    &name,
-                    0,
-                    bytes.len() as u64,
-                    fault.describe(),
-                );
-                scan.status = status;
-                scan.damage = Some(damage);
-                return Ok(scan);
-            }
+        let seg = match load_segment(path, *no == last_no, resume_here, &mut bytes)? {
+            Ok(seg) => seg,
+            Err(damage) => return Ok(scan.stopped(damage)),
         };
-        let link_fault = check_link(
-            &header,
-            *no,
-            expect_no,
-            expect_seq,
-            chain.as_ref(),
-            journal_id.as_ref(),
-            resume,
-        );
-        if let Some((status, reason)) = link_fault {
-            let (status, damage) = damaged(status, &name, 0, SEGMENT_HEADER_LEN as u64, reason);
-            scan.status = status;
-            scan.damage = Some(damage);
+        if let Some((status, reason)) = check_link(&seg.header, *no, &link, resume) {
+            let len = SEGMENT_HEADER_LEN as u64;
+            return Ok(scan.stopped(damaged(status, &seg.name, 0, len, reason)));
+        }
+        let start = Cursor::start(&seg, resume_here);
+        let ctx = FrameContext {
+            journal_id: seg.header.journal_id,
+            is_last: seg.is_last,
+            find,
+            payloads,
+        };
+        let Some(end) = walk_frames(&mut scan, &seg, &bytes, start, &ctx, &mut visit)? else {
             return Ok(scan);
-        }
-        journal_id = Some(header.journal_id);
-        let (mut offset, mut running) = match resume {
-            Some(r) if r.segment_no == *no => {
-                expect_seq = r.next_seq;
-                (r.offset as usize - skip, r.chain)
-            }
-            _ => {
-                expect_seq = header.first_seq;
-                (SEGMENT_HEADER_LEN, header.prev_chain)
-            }
         };
-        let mut last_frame_offset = resume
-            .filter(|r| r.segment_no == *no)
-            .map(|r| r.last_frame_offset);
-        while offset < bytes.len() {
-            let rest = &bytes[offset..];
-            let outcome = match frame::decode(rest) {
-                Ok(f) if f.seq != expect_seq => Err((
-                    Status::Corrupt,
-                    format!(
-                        "seq {} where {} was expected (a gap, duplicate or reorder)",
-                        f.seq, expect_seq
-                    ),
-                    f.len() as u64,
-                )),
-                Ok(f) => {
-                    let computed = frame::next_chain(&running, f.header, f.payload);
-                    if computed[..] != f.chain[..] {
-                        Err((
-                            Status::Tampered,
-                            format!(
-                                "chain mismatch at seq {}: CRCs hold but the hash chain does not",
-                                f.seq
-                            ),
-                            f.len() as u64,
-                        ))
-                    } else if let Some(why) = frame_rule_fault(&f) {
-                        Err((Status::Corrupt, why, f.len() as u64))
-                    } else if let Some(why) = payload_fault(&f, &header.journal_id, payloads) {
-                        Err((Status::Corrupt, why, f.len() as u64))
-                    } else {
-                        Ok(f)
-                    }
-                }
-                Err(fault) => Err(classify_fault(rest, fault, is_last, find)),
-            };
-            match outcome {
-                Ok(f) => {
-                    scan.events += 1;
-                    running = f.chain_value();
-                    last_frame_offset = Some((offset + skip) as u64);
-                    offset += f.len();
-                    expect_seq += 1;
-                    if !visit(&f) {
-                        scan.head = Some(head(
-                            &header,
-                            &running,
-                            expect_seq,
-                            path,
-                            offset + skip,
-                            last_frame_offset,
-                        ));
-                        return Ok(scan);
-                    }
-                }
-                Err((status, reason, span)) => {
-                    let at = offset + skip;
-                    let fork = if is_last && repeats(&bytes[offset..], expect_seq) {
-                        Some(fork_at(path, &bytes, skip, &header, at)?)
-                    } else {
-                        None
-                    };
-                    let (status, damage) = match fork {
-                        Some(Ok(fork)) => {
-                            let damage = (at as u64, fork.bytes, fork.describe());
-                            scan.fork = Some(Box::new(fork));
-                            damaged(Status::Forked, &name, damage.0, damage.1, damage.2)
-                        }
-                        Some(Err(why)) => {
-                            let reason = format!("{reason}; not a fork: {why}");
-                            damaged(status, &name, at as u64, span, reason)
-                        }
-                        None => damaged(status, &name, at as u64, span, reason),
-                    };
-                    scan.status = status;
-                    scan.damage = Some(damage);
-                    scan.head = Some(head(
-                        &header,
-                        &running,
-                        expect_seq,
-                        path,
-                        offset + skip,
-                        last_frame_offset,
-                    ));
-                    return Ok(scan);
-                }
-            }
-        }
-        chain = Some(running);
-        expect_no = no + 1;
-        scan.head = Some(head(
-            &header,
-            &running,
-            expect_seq,
-            path,
-            offset + skip,
-            last_frame_offset,
-        ));
+        link = Link {
+            expect_no: no + 1,
+            expect_seq: end.expect_seq,
+            chain: Some(end.running),
+            journal_id: Some(seg.header.journal_id),
+        };
+        scan.head = Some(head(&seg, &end));
     }
     Ok(scan)
+}
+
+impl Scan {
+    /// The scan, ended at `damage`.
+    fn stopped(mut self, (status, damage): (Status, Damage)) -> Scan {
+        self.status = status;
+        self.damage = Some(damage);
+        self
+    }
+}
+
+/// What the next segment must continue: the previous segment's end, as far as known.
+struct Link {
+    expect_no: u64,
+    expect_seq: u64,
+    /// The previous segment's last chain; `None` before the first segment scanned.
+    chain: Option<Chain>,
+    journal_id: Option<[u8; 16]>,
+}
+
+/// A segment read and its header decoded.
+struct Loaded<'a> {
+    path: &'a Path,
+    name: String,
+    header: SegmentHeader,
+    /// File bytes left out of the buffer after the header (a resume point inside it).
+    skip: usize,
+    is_last: bool,
+}
+
+/// Read the segment at `path` into `bytes` and decode its header, or the damage it is.
+/// Resuming (from a snapshot) inside this segment: only its header and the bytes from the
+/// resume point on are ever looked at, so only they are read.
+fn load_segment<'a>(
+    path: &'a Path,
+    is_last: bool,
+    resume_here: Option<&Resume>,
+    bytes: &mut Vec<u8>,
+) -> std::io::Result<Result<Loaded<'a>, (Status, Damage)>> {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("?")
+        .to_owned();
+    let mut skip = read_segment(path, resume_here.map_or(0, |r| r.offset), bytes)?;
+    let mut decoded = SegmentHeader::decode(bytes);
+    if decoded.is_err() && skip > 0 {
+        // Damage is reported against the whole file, as a full read would see it.
+        *bytes = std::fs::read(path)?;
+        skip = 0;
+        decoded = SegmentHeader::decode(bytes);
+    }
+    Ok(match decoded {
+        Ok(header) => Ok(Loaded {
+            path,
+            name,
+            header,
+            skip,
+            is_last,
+        }),
+        Err(fault) => {
+            let len = bytes.len() as u64;
+            Err(damaged(Status::Corrupt, &name, 0, len, fault.describe()))
+        }
+    })
+}
+
+/// Where the walk through a segment's frames is, and what it expects next.
+struct Cursor {
+    /// Index into the buffer (file offset minus the segment's `skip`).
+    offset: usize,
+    expect_seq: u64,
+    /// The chain of the last valid frame (or the segment's previous chain).
+    running: Chain,
+    last_frame_offset: Option<u64>,
+}
+
+impl Cursor {
+    /// The first frame of `seg`: after its header, or at the resume point inside it.
+    fn start(seg: &Loaded<'_>, resume_here: Option<&Resume>) -> Cursor {
+        match resume_here {
+            Some(r) => Cursor {
+                offset: r.offset as usize - seg.skip,
+                expect_seq: r.next_seq,
+                running: r.chain,
+                last_frame_offset: Some(r.last_frame_offset),
+            },
+            None => Cursor {
+                offset: SEGMENT_HEADER_LEN,
+                expect_seq: seg.header.first_seq,
+                running: seg.header.prev_chain,
+                last_frame_offset: None,
+            },
+        }
+    }
+}
+
+/// What the checks of a frame need besides the frame and the cursor.
+struct FrameContext {
+    journal_id: [u8; 16],
+    is_last: bool,
+    find: FindValidFrame,
+    payloads: Payloads,
+}
+
+/// Hand each valid frame of `seg` to `visit`, from `at` on. Returns where the segment ends,
+/// or `None` once the scan is over (damage, recorded in `scan`, or the visitor stopped it).
+fn walk_frames(
+    scan: &mut Scan,
+    seg: &Loaded<'_>,
+    bytes: &[u8],
+    mut at: Cursor,
+    ctx: &FrameContext,
+    visit: &mut impl FnMut(&FrameRef<'_>) -> bool,
+) -> std::io::Result<Option<Cursor>> {
+    while at.offset < bytes.len() {
+        let f = match check_frame(&bytes[at.offset..], &at, ctx) {
+            Ok(f) => f,
+            Err(fault) => {
+                stop_at_damage(scan, seg, bytes, &at, fault)?;
+                return Ok(None);
+            }
+        };
+        scan.events += 1;
+        at.running = f.chain_value();
+        at.last_frame_offset = Some((at.offset + seg.skip) as u64);
+        at.offset += f.len();
+        at.expect_seq += 1;
+        debug_assert!(
+            at.offset <= bytes.len(),
+            "a valid frame lies in the bytes read"
+        );
+        if !visit(&f) {
+            scan.head = Some(head(seg, &at));
+            return Ok(None);
+        }
+    }
+    Ok(Some(at))
+}
+
+/// A frame's damage: its class, why, and the span damaged.
+type Fault = (Status, String, u64);
+
+/// A check of a frame that is valid by §4: its class and why, if it fails.
+type FrameCheck = fn(&FrameRef<'_>, &Cursor, &FrameContext) -> Option<(Status, String)>;
+
+/// The checks of §8 after validity, in the order that decides: the first that fails gives
+/// the frame's class, the damage spanning the frame.
+const FRAME_CHECKS: [FrameCheck; 4] = [seq_fault, chain_fault, rules_fault, decode_fault];
+
+/// (2) seq (§6.1): a gap, duplicate or reorder is corrupt (a repeat may start a fork).
+fn seq_fault(f: &FrameRef<'_>, at: &Cursor, _: &FrameContext) -> Option<(Status, String)> {
+    (f.seq != at.expect_seq).then(|| {
+        let why = format!(
+            "seq {} where {} was expected (a gap, duplicate or reorder)",
+            f.seq, at.expect_seq
+        );
+        (Status::Corrupt, why)
+    })
+}
+
+/// (3) chain (§5): CRCs that hold over a chain that does not are tampering.
+fn chain_fault(f: &FrameRef<'_>, at: &Cursor, _: &FrameContext) -> Option<(Status, String)> {
+    let computed = frame::next_chain(&at.running, f.header, f.payload);
+    (computed[..] != f.chain[..]).then(|| {
+        let why = "CRCs hold but the hash chain does not";
+        (
+            Status::Tampered,
+            format!("chain mismatch at seq {}: {why}", f.seq),
+        )
+    })
+}
+
+/// (4) undefined flag bits, or not exactly one MessagePack value (§4, §6): corrupt.
+fn rules_fault(f: &FrameRef<'_>, _: &Cursor, _: &FrameContext) -> Option<(Status, String)> {
+    frame_rule_fault(f).map(|why| (Status::Corrupt, why))
+}
+
+/// (5) a payload that does not decode, or seq 1 not this journal's Genesis (§6): corrupt.
+fn decode_fault(f: &FrameRef<'_>, _: &Cursor, ctx: &FrameContext) -> Option<(Status, String)> {
+    payload_fault(f, &ctx.journal_id, ctx.payloads).map(|why| (Status::Corrupt, why))
+}
+
+/// The frame at the start of `rest` if it passes every check of §8, else its damage:
+/// (1) validity (§4), then [`FRAME_CHECKS`] in order.
+fn check_frame<'a>(rest: &'a [u8], at: &Cursor, ctx: &FrameContext) -> Result<FrameRef<'a>, Fault> {
+    let f = frame::decode(rest).map_err(|e| classify_fault(rest, e, ctx.is_last, ctx.find))?;
+    match FRAME_CHECKS.iter().find_map(|check| check(&f, at, ctx)) {
+        Some((status, why)) => Err((status, why, f.len() as u64)),
+        None => Ok(f),
+    }
+}
+
+/// End the scan at the damage `at` the cursor. A repeated seq in the last segment is first
+/// tried as the start of a fork (§8.1): forked if its region holds, else the damage it was.
+fn stop_at_damage(
+    scan: &mut Scan,
+    seg: &Loaded<'_>,
+    bytes: &[u8],
+    at: &Cursor,
+    (status, reason, span): Fault,
+) -> std::io::Result<()> {
+    let offset = at.offset + seg.skip;
+    let fork = if seg.is_last && repeats(&bytes[at.offset..], at.expect_seq) {
+        Some(fork_at(seg.path, bytes, seg.skip, &seg.header, offset)?)
+    } else {
+        None
+    };
+    let name = &seg.name;
+    let (status, damage) = match fork {
+        Some(Ok(fork)) => {
+            let damage = damaged(
+                Status::Forked,
+                name,
+                offset as u64,
+                fork.bytes,
+                fork.describe(),
+            );
+            scan.fork = Some(Box::new(fork));
+            damage
+        }
+        Some(Err(why)) => {
+            let reason = format!("{reason}; not a fork: {why}");
+            damaged(status, name, offset as u64, span, reason)
+        }
+        None => damaged(status, name, offset as u64, span, reason),
+    };
+    scan.status = status;
+    scan.damage = Some(damage);
+    scan.head = Some(head(seg, at));
+    Ok(())
 }
 
 /// Whether the bytes at `rest` are a valid frame of a seq already seen: a repeat, the first
@@ -565,22 +676,16 @@ fn read_segment(path: &Path, from: u64, buf: &mut Vec<u8>) -> std::io::Result<us
     Ok(from as usize - SEGMENT_HEADER_LEN)
 }
 
-fn head(
-    header: &SegmentHeader,
-    chain: &Chain,
-    next_seq: u64,
-    path: &Path,
-    len: usize,
-    last_frame_offset: Option<u64>,
-) -> Head {
+/// Where the valid prefix ends when the walk through `seg` stops at `at`.
+fn head(seg: &Loaded<'_>, at: &Cursor) -> Head {
     Head {
-        journal_id: header.journal_id,
-        last_seq: next_seq - 1,
-        chain: *chain,
-        segment_no: header.segment_no,
-        segment_path: path.to_owned(),
-        segment_len: len as u64,
-        last_frame_offset,
+        journal_id: seg.header.journal_id,
+        last_seq: at.expect_seq - 1,
+        chain: at.running,
+        segment_no: seg.header.segment_no,
+        segment_path: seg.path.to_owned(),
+        segment_len: (at.offset + seg.skip) as u64,
+        last_frame_offset: at.last_frame_offset,
     }
 }
 
@@ -588,12 +693,14 @@ fn head(
 fn check_link(
     header: &SegmentHeader,
     file_no: u64,
-    expect_no: u64,
-    expect_seq: u64,
-    chain: Option<&Chain>,
-    journal_id: Option<&[u8; 16]>,
+    link: &Link,
     resume: Option<&Resume>,
 ) -> Option<(Status, String)> {
+    let Link {
+        expect_no,
+        expect_seq,
+        ..
+    } = *link;
     if header.segment_no != file_no {
         return Some((
             Status::Corrupt,
@@ -603,7 +710,7 @@ fn check_link(
             ),
         ));
     }
-    if let Some(id) = journal_id {
+    if let Some(id) = &link.journal_id {
         if &header.journal_id != id {
             return Some((
                 Status::Corrupt,
@@ -617,7 +724,7 @@ fn check_link(
     if file_no != expect_no {
         return Some((Status::Corrupt, format!("segment {expect_no} is missing")));
     }
-    match chain {
+    match &link.chain {
         None if resume.is_none() => {
             if header.segment_no != 1 || header.first_seq != 1 {
                 return Some((

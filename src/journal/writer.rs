@@ -250,88 +250,25 @@ impl<E: Vocabulary> JournalWriter<E> {
         actor: Actor,
         check: Check,
     ) -> Result<Self, JournalError> {
-        let use_checkpoint = check == Check::FromCheckpoint;
-        // Before anything is created or opened: a journal that another user could have
-        // written, or that a link leads elsewhere, is neither read nor written.
-        crate::statedir::trust::check_journal(dir)?;
-        create_private_dir(dir)?;
-        let lock_path = dir.join(LOCK_FILE);
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&lock_path)
-            .map_err(io_err(&lock_path, "open lock file"))?;
-        let settings = lease::Settings::from_env();
-        lock_this_host(&lock, &lock_path, settings)?;
-        let lease = Lease::acquire(dir, settings)?;
-
-        // What a crash can have damaged is after the last point a writer verified and
-        // recorded (§7.2): from there the tail is classified as a full scan would classify it.
-        // Without a checkpoint that holds, the whole journal is.
-        let trusted = match use_checkpoint.then(|| checkpoint::trusted_point(dir)) {
-            None => None,
-            Some(Ok(point)) => Some(point),
-            Some(Err(why)) => {
-                tracing::debug!("journal checkpoint not used: {why}");
-                None
-            }
-        };
-        let mut scan =
-            scan::classify(dir, trusted.as_ref(), |_| true).map_err(io_err(dir, "read journal"))?;
+        let (lock, lease) = lock_journal(dir)?;
         let mut opened = Opened::default();
-        if scan.status == Status::Forked && check == Check::EverythingAndMerge {
-            let (merged, rescan) = merge_and_rescan::<E>(dir, &scan, &actor)?;
-            opened.merged = Some(merged);
-            scan = rescan;
-        }
-        let mut torn = None;
-        match scan.status {
-            Status::Clean => {}
-            Status::TornTail => torn = scan.damage.clone(),
-            Status::Corrupt | Status::Tampered | Status::Forked => {
-                return Err(JournalError::Damaged {
-                    dir: dir.to_owned(),
-                    status: scan.status,
-                    damage: scan.damage.expect("damaged scans carry their damage"),
-                })
-            }
-        }
-        let core = match &scan.head {
+        let (head, torn) = classify_for_open::<E>(dir, check, &actor, &mut opened)?;
+        let core = match &head {
             None => {
                 opened.created = true;
-                let journal_id = *Uuid::new_v4().as_bytes();
-                let chain = frame::genesis_chain(&journal_id);
-                let (file, len) = create_segment(dir, journal_id, 1, 1, chain)?;
-                Core::new(file, journal_id, 1, chain, 1, len, None)
+                create_journal(dir)?
             }
             Some(head) => {
-                if let Some(damage) = &torn {
-                    opened.repaired =
-                        Some(cut_torn_tail(&head.segment_path, head.segment_len, damage)?);
-                } else {
-                    opened.repaired = unrecorded_repair(&head.segment_path, head.segment_len)?;
-                }
-                let file = OpenOptions::new()
-                    .read(true)
-                    .append(true)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(&head.segment_path)
-                    .map_err(io_err(&head.segment_path, "open segment"))?;
-                Core::new(
-                    file,
-                    head.journal_id,
-                    head.last_seq + 1,
-                    head.chain,
-                    head.segment_no,
-                    head.segment_len,
-                    head.last_frame_offset,
-                )
+                let (core, repaired) = reopen_at(head, torn.as_ref())?;
+                opened.repaired = repaired;
+                core
             }
         };
         let needs_genesis = core.next_seq == 1;
+        debug_assert!(
+            !needs_genesis || core.chain == frame::genesis_chain(&core.journal_id),
+            "a journal without a frame ends at its genesis chain"
+        );
         let journal_id = core.journal_id;
         let writer = JournalWriter {
             vocabulary: std::marker::PhantomData,
@@ -540,6 +477,7 @@ impl Core {
                     reason,
                 });
             }
+            let start = self.buf.len();
             chain = frame::encode(
                 &mut self.buf,
                 &chain,
@@ -547,6 +485,10 @@ impl Core {
                 ev.kind(),
                 ev.flags(),
                 &self.payload,
+            );
+            debug_assert!(
+                self.buf.len() - start <= frame::MAX_PAYLOAD + frame::OVERHEAD,
+                "a frame within its limit"
             );
             ends.push(self.buf.len());
             committed.push(Committed { seq, id, time });
@@ -681,6 +623,14 @@ impl Core {
     }
 
     fn rotate(&mut self, dir: &Path, first_seq: u64, chain: Chain) -> Result<(), JournalError> {
+        debug_assert!(
+            first_seq == self.next_seq && chain == self.chain,
+            "a new segment continues the head"
+        );
+        debug_assert!(
+            self.last_frame_offset.is_some(),
+            "only a segment with a frame is rotated"
+        );
         let (file, len) =
             create_segment(dir, self.journal_id, self.segment_no + 1, first_seq, chain)?;
         self.file = file;
@@ -720,6 +670,104 @@ const FRAME_CHAIN_FROM_END: u64 = (frame::CHAIN_LEN + 4) as u64;
 
 fn hex(bytes: &[u8]) -> String {
     hex::encode(bytes)
+}
+
+/// Take the journal's locks, this host's `flock` on `LOCK` then the cross-host lease, once
+/// the directory is trusted: a journal that another user could have written, or that a link
+/// leads elsewhere, is neither read nor written, so the check comes before anything is created.
+fn lock_journal(dir: &Path) -> Result<(File, Lease), JournalError> {
+    crate::statedir::trust::check_journal(dir)?;
+    create_private_dir(dir)?;
+    let lock_path = dir.join(LOCK_FILE);
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&lock_path)
+        .map_err(io_err(&lock_path, "open lock file"))?;
+    let settings = lease::Settings::from_env();
+    lock_this_host(&lock, &lock_path, settings)?;
+    let lease = Lease::acquire(dir, settings)?;
+    Ok((lock, lease))
+}
+
+/// Classify the journal as `check` asks (merging a fork if it says so, recorded in
+/// `opened`): its head, and the torn tail to cut if there is one. Any other damage refuses.
+fn classify_for_open<E: Vocabulary>(
+    dir: &Path,
+    check: Check,
+    actor: &Actor,
+    opened: &mut Opened,
+) -> Result<(Option<scan::Head>, Option<scan::Damage>), JournalError> {
+    // What a crash can have damaged is after the last point a writer verified and
+    // recorded (§7.2): from there the tail is classified as a full scan would classify it.
+    // Without a checkpoint that holds, the whole journal is.
+    let trusted = match (check == Check::FromCheckpoint).then(|| checkpoint::trusted_point(dir)) {
+        None => None,
+        Some(Ok(point)) => Some(point),
+        Some(Err(why)) => {
+            tracing::debug!("journal checkpoint not used: {why}");
+            None
+        }
+    };
+    let mut scan =
+        scan::classify(dir, trusted.as_ref(), |_| true).map_err(io_err(dir, "read journal"))?;
+    if scan.status == Status::Forked && check == Check::EverythingAndMerge {
+        let (merged, rescan) = merge_and_rescan::<E>(dir, &scan, actor)?;
+        opened.merged = Some(merged);
+        scan = rescan;
+    }
+    match scan.status {
+        Status::Clean => Ok((scan.head, None)),
+        Status::TornTail => Ok((scan.head, scan.damage)),
+        Status::Corrupt | Status::Tampered | Status::Forked => Err(JournalError::Damaged {
+            dir: dir.to_owned(),
+            status: scan.status,
+            damage: scan.damage.expect("damaged scans carry their damage"),
+        }),
+    }
+}
+
+/// Start a new journal: a fresh id and its first segment, starting from the genesis chain.
+fn create_journal(dir: &Path) -> Result<Core, JournalError> {
+    let journal_id = *Uuid::new_v4().as_bytes();
+    let chain = frame::genesis_chain(&journal_id);
+    let (file, len) = create_segment(dir, journal_id, 1, 1, chain)?;
+    Ok(Core::new(file, journal_id, 1, chain, 1, len, None))
+}
+
+/// Open the last segment for appending at `head`, cutting the torn tail first (or finding a
+/// repair that did not record itself): the repair for the writer to record.
+fn reopen_at(
+    head: &scan::Head,
+    torn: Option<&scan::Damage>,
+) -> Result<(Core, Option<Recovered>), JournalError> {
+    debug_assert!(
+        head.segment_len >= segment::SEGMENT_HEADER_LEN as u64,
+        "a head lies past its segment's header"
+    );
+    let repaired = match torn {
+        Some(damage) => Some(cut_torn_tail(&head.segment_path, head.segment_len, damage)?),
+        None => unrecorded_repair(&head.segment_path, head.segment_len)?,
+    };
+    let file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&head.segment_path)
+        .map_err(io_err(&head.segment_path, "open segment"))?;
+    let core = Core::new(
+        file,
+        head.journal_id,
+        head.last_seq + 1,
+        head.chain,
+        head.segment_no,
+        head.segment_len,
+        head.last_frame_offset,
+    );
+    Ok((core, repaired))
 }
 
 /// Take this host's exclusive `flock` on `LOCK`, waiting at most the lease settings' wait (the

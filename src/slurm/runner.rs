@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::{Child, Command};
+use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 
 use super::error::{Excerpt, SlurmError};
 
@@ -245,6 +245,40 @@ impl Runner {
         timeout: Duration,
         started: Instant,
     ) -> Result<Output, SlurmError> {
+        let mut child = self.spawn_piped(command, args)?;
+        let limit = self.config.max_output_bytes;
+        let stop = child.drive(limit, started + timeout).await;
+        if let Stop::Exited(status) = stop {
+            debug_assert!(
+                child.out.len() <= limit && child.err.len() <= limit,
+                "a child that says too much is stopped"
+            );
+            return Ok(Output {
+                status: ExitInfo::from_status(status),
+                stdout: lossy(child.out),
+                stderr: lossy(child.err),
+                elapsed: started.elapsed(),
+            });
+        }
+        child.stop(limit, self.config.kill_grace).await;
+        Err(match stop {
+            Stop::TimedOut => SlurmError::Timeout {
+                command,
+                timeout,
+                stdout: lossy(child.out),
+                stderr: lossy(child.err),
+            },
+            Stop::TooLarge => SlurmError::OutputTooLarge { command, limit },
+            Stop::Io(e) => SlurmError::Io {
+                command,
+                message: e.to_string(),
+            },
+            Stop::Exited(_) => unreachable!("handled above"),
+        })
+    }
+
+    /// Start `command` with stdin from /dev/null and both outputs piped to us.
+    fn spawn_piped(&self, command: SlurmCommand, args: &[OsString]) -> Result<Piped, SlurmError> {
         let program = self.resolve(command)?;
         let mut cmd = self.command(command, &program, args);
         cmd.stdin(Stdio::null())
@@ -256,78 +290,20 @@ impl Runner {
             message: format!("{}: {e}", program.display()),
         })?;
         let pid = child.id();
-        let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take())
-        else {
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             return Err(SlurmError::Io {
                 command,
                 message: "child pipes missing".to_owned(),
             });
         };
-        let limit = self.config.max_output_bytes;
-        let mut out = Vec::new();
-        let mut err = Vec::new();
-        let deadline = started + timeout;
-        let mut status = None;
-        let stop = drive(
-            &mut child,
-            &mut stdout,
-            &mut stderr,
-            &mut out,
-            &mut err,
-            &mut status,
-            limit,
-            deadline,
-        )
-        .await;
-        let stop = match stop {
-            Stop::Exited(status) => {
-                return Ok(Output {
-                    status: ExitInfo::from_status(status),
-                    stdout: lossy(out),
-                    stderr: lossy(err),
-                    elapsed: started.elapsed(),
-                })
-            }
-            other => other,
-        };
-        // Timed out, too much output, or a pipe error: stop the child. SIGTERM first so
-        // that salloc can cancel the job it may have queued; keep reading meanwhile so
-        // its last words ("Pending job allocation N") are not lost.
-        if let (Some(pid), None) = (pid, status) {
-            // Not reaped yet (status is None), so the pid still names our child.
-            unsafe {
-                libc::kill(pid as libc::pid_t, libc::SIGTERM);
-            }
-        }
-        let grace_end = Instant::now() + self.config.kill_grace;
-        let _ = drive(
-            &mut child,
-            &mut stdout,
-            &mut stderr,
-            &mut out,
-            &mut err,
-            &mut status,
-            limit.saturating_mul(2),
-            grace_end,
-        )
-        .await;
-        if status.is_none() {
-            let _ = child.start_kill();
-            let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
-        }
-        Err(match stop {
-            Stop::TimedOut => SlurmError::Timeout {
-                command,
-                timeout,
-                stdout: lossy(out),
-                stderr: lossy(err),
-            },
-            Stop::TooLarge => SlurmError::OutputTooLarge { command, limit },
-            Stop::Io(e) => SlurmError::Io {
-                command,
-                message: e.to_string(),
-            },
-            Stop::Exited(_) => unreachable!("handled above"),
+        Ok(Piped {
+            child,
+            pid,
+            stdout,
+            stderr,
+            out: Vec::new(),
+            err: Vec::new(),
+            status: None,
         })
     }
 
@@ -393,6 +369,54 @@ impl Runner {
             }
         }
         result
+    }
+}
+
+/// A child with its output piped to us, and what it has written so far.
+struct Piped {
+    child: Child,
+    /// Taken at spawn: while `status` is `None` the child is not reaped, so it names our child.
+    pid: Option<u32>,
+    stdout: ChildStdout,
+    stderr: ChildStderr,
+    out: Vec<u8>,
+    err: Vec<u8>,
+    /// Set as soon as the child has been reaped.
+    status: Option<ExitStatus>,
+}
+
+impl Piped {
+    /// [`drive`] this child until `deadline`.
+    async fn drive(&mut self, limit: usize, deadline: Instant) -> Stop {
+        drive(
+            &mut self.child,
+            &mut self.stdout,
+            &mut self.stderr,
+            &mut self.out,
+            &mut self.err,
+            &mut self.status,
+            limit,
+            deadline,
+        )
+        .await
+    }
+
+    /// Stop a child that timed out, wrote too much or broke a pipe. SIGTERM first so that
+    /// salloc can cancel the job it may have queued; keep reading meanwhile so its last words
+    /// ("Pending job allocation N") are not lost; SIGKILL once `grace` is over.
+    async fn stop(&mut self, limit: usize, grace: Duration) {
+        if let (Some(pid), None) = (self.pid, self.status) {
+            // Not reaped yet (status is None), so the pid still names our child.
+            unsafe {
+                libc::kill(pid as libc::pid_t, libc::SIGTERM);
+            }
+        }
+        let grace_end = Instant::now() + grace;
+        let _ = self.drive(limit.saturating_mul(2), grace_end).await;
+        if self.status.is_none() {
+            let _ = self.child.start_kill();
+            let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+        }
     }
 }
 

@@ -291,104 +291,142 @@ pub fn split_pairs(line: &str) -> Result<Vec<(String, String)>, ParseError> {
 
 fn parse_record(line: &str) -> Result<JobDetails, ParseError> {
     let pairs = split_pairs(line)?;
-    let get = |k: &str| {
-        pairs
-            .iter()
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v.as_str())
+    let r = Record {
+        line,
+        pairs: &pairs,
     };
-    let ctx = |e: ParseError| e.within(Parsed::ScontrolRecord, line);
-    let missing = |k: &str| ParseError::new(Parsed::ScontrolRecord, line, format!("no {k}="));
-    let opt_text = |k: &str| {
-        get(k)
-            .filter(|v| !v.is_empty() && *v != "(null)")
-            .map(str::to_owned)
-    };
-
-    let job_id = JobId::parse(get("JobId").ok_or_else(|| missing("JobId"))?).map_err(ctx)?;
-    let state = JobState::parse(get("JobState").ok_or_else(|| missing("JobState"))?);
-    let array_job_id = get("ArrayJobId")
-        .map(JobId::parse)
-        .transpose()
-        .map_err(ctx)?;
-    let (user, uid) = match get("UserId") {
-        Some(v) => {
-            let (name, uid) = split_name_id(v).ok_or_else(|| {
-                ParseError::new(Parsed::ScontrolRecord, line, format!("UserId={v:?}"))
-            })?;
-            (Some(name), uid)
-        }
-        None => (None, None),
-    };
-    let dur = |k: &str| get(k).map(SlurmDuration::parse).transpose().map_err(ctx);
-    let time = |k: &str| get(k).map(SlurmTime::parse).transpose().map_err(ctx);
-    let tres = get("TRES")
-        .or_else(|| get("AllocTRES").filter(|v| *v != "(null)" && !v.is_empty()))
-        .or_else(|| get("ReqTRES"));
-    let tres_mem = match tres {
-        Some(tres) => tres
-            .split(',')
-            .find_map(|kv| kv.strip_prefix("mem="))
-            .map(MemoryMb::parse)
-            .transpose()
-            .map_err(ctx)?,
-        None => None,
-    };
-    let num_cpus = get("NumCPUs")
-        .map(|v| {
-            parse_u32(v).map_err(|e| {
-                ParseError::new(
-                    Parsed::ScontrolRecord,
-                    line,
-                    format!("NumCPUs={v:?}: {}", e.reason()),
-                )
-            })
-        })
-        .transpose()?;
-    let batch = match get("BatchFlag") {
-        Some("0") => Some(false),
-        Some("1") => Some(true),
-        Some(v) => {
-            return Err(ParseError::new(
-                Parsed::ScontrolRecord,
-                line,
-                format!("BatchFlag={v:?}"),
-            ))
-        }
-        None => None,
-    };
+    // The fields are read in this order, which decides the error a record with several
+    // bad fields gets.
+    let job_id = JobId::parse(r.required("JobId")?).map_err(|e| r.within(e))?;
+    let state = JobState::parse(r.required("JobState")?);
+    let array_job_id = r.parsed("ArrayJobId", JobId::parse)?;
+    let (user, uid) = r.user()?;
+    let tres_mem = r.tres_mem()?;
+    let num_cpus = r.num_cpus()?;
+    let batch = r.batch()?;
     Ok(JobDetails {
         job_id,
         array_job_id,
-        array_task_id: opt_text("ArrayTaskId"),
-        name: get("JobName").unwrap_or_default().to_owned(),
+        array_task_id: r.text("ArrayTaskId"),
+        name: r.get("JobName").unwrap_or_default().to_owned(),
         user,
         uid,
-        account: opt_text("Account"),
-        qos: opt_text("QOS"),
+        account: r.text("Account"),
+        qos: r.text("QOS"),
         state,
-        reason: opt_text("Reason"),
-        exit_code: get("ExitCode")
-            .map(ExitCode::parse)
-            .transpose()
-            .map_err(ctx)?,
-        run_time: dur("RunTime")?,
-        time_limit: dur("TimeLimit")?,
-        submit_time: time("SubmitTime")?,
-        start_time: time("StartTime")?,
-        end_time: time("EndTime")?,
-        partition: opt_text("Partition"),
-        node_list: opt_text("NodeList"),
-        batch_host: opt_text("BatchHost"),
-        num_nodes: opt_text("NumNodes"),
+        reason: r.text("Reason"),
+        exit_code: r.parsed("ExitCode", ExitCode::parse)?,
+        run_time: r.parsed("RunTime", SlurmDuration::parse)?,
+        time_limit: r.parsed("TimeLimit", SlurmDuration::parse)?,
+        submit_time: r.parsed("SubmitTime", SlurmTime::parse)?,
+        start_time: r.parsed("StartTime", SlurmTime::parse)?,
+        end_time: r.parsed("EndTime", SlurmTime::parse)?,
+        partition: r.text("Partition"),
+        node_list: r.text("NodeList"),
+        batch_host: r.text("BatchHost"),
+        num_nodes: r.text("NumNodes"),
         num_cpus,
         tres_mem,
         batch,
-        command: opt_text("Command"),
-        work_dir: opt_text("WorkDir"),
-        node_shares: node_shares(&pairs).map_err(ctx)?,
+        command: r.text("Command"),
+        work_dir: r.text("WorkDir"),
+        node_shares: node_shares(&pairs).map_err(|e| r.within(e))?,
         fields: pairs.clone(),
     })
+}
+
+/// One record's pairs, with its line for the errors.
+struct Record<'a> {
+    line: &'a str,
+    pairs: &'a [(String, String)],
+}
+
+impl Record<'_> {
+    /// The value of the first pair with key `k`.
+    fn get(&self, k: &str) -> Option<&str> {
+        self.pairs
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// A field every record has.
+    fn required(&self, k: &str) -> Result<&str, ParseError> {
+        self.get(k).ok_or_else(|| self.invalid(format!("no {k}=")))
+    }
+
+    /// A text field; empty and `(null)` both mean none.
+    fn text(&self, k: &str) -> Option<String> {
+        self.get(k)
+            .filter(|v| !v.is_empty() && *v != "(null)")
+            .map(str::to_owned)
+    }
+
+    /// A field read by its own parser.
+    fn parsed<T>(
+        &self,
+        k: &str,
+        parse: impl Fn(&str) -> Result<T, ParseError>,
+    ) -> Result<Option<T>, ParseError> {
+        self.get(k)
+            .map(parse)
+            .transpose()
+            .map_err(|e| self.within(e))
+    }
+
+    /// A field parser's error, placed in this record.
+    fn within(&self, e: ParseError) -> ParseError {
+        e.within(Parsed::ScontrolRecord, self.line)
+    }
+
+    /// This record's own error about one of its fields.
+    fn invalid(&self, reason: String) -> ParseError {
+        ParseError::new(Parsed::ScontrolRecord, self.line, reason)
+    }
+
+    /// `UserId=name(uid)`, or a bare name when the uid is unknown.
+    fn user(&self) -> Result<(Option<String>, Option<u32>), ParseError> {
+        let Some(v) = self.get("UserId") else {
+            return Ok((None, None));
+        };
+        let (name, uid) = split_name_id(v).ok_or_else(|| self.invalid(format!("UserId={v:?}")))?;
+        Ok((Some(name), uid))
+    }
+
+    /// Memory from 22.05's `TRES`, else 24.11's `AllocTRES` unless nothing is allocated yet
+    /// (`(null)`), else its `ReqTRES`.
+    fn tres_mem(&self) -> Result<Option<MemoryMb>, ParseError> {
+        let tres = self
+            .get("TRES")
+            .or_else(|| {
+                self.get("AllocTRES")
+                    .filter(|v| *v != "(null)" && !v.is_empty())
+            })
+            .or_else(|| self.get("ReqTRES"));
+        tres.and_then(|t| t.split(',').find_map(|kv| kv.strip_prefix("mem=")))
+            .map(MemoryMb::parse)
+            .transpose()
+            .map_err(|e| self.within(e))
+    }
+
+    /// `NumCPUs`, a plain count.
+    fn num_cpus(&self) -> Result<Option<u32>, ParseError> {
+        self.get("NumCPUs")
+            .map(|v| {
+                parse_u32(v).map_err(|e| self.invalid(format!("NumCPUs={v:?}: {}", e.reason())))
+            })
+            .transpose()
+    }
+
+    /// `BatchFlag`: 1 for a batch job, 0 for an allocation or step.
+    fn batch(&self) -> Result<Option<bool>, ParseError> {
+        match self.get("BatchFlag") {
+            Some("0") => Ok(Some(false)),
+            Some("1") => Ok(Some(true)),
+            Some(v) => Err(self.invalid(format!("BatchFlag={v:?}"))),
+            None => Ok(None),
+        }
+    }
 }
 
 /// `root(0)` -> ("root", Some(0)); a bare name (unknown uid) -> (name, None).

@@ -88,19 +88,19 @@ impl State {
                 last: self.events,
             });
         }
+        self.fold_event(env)?;
+        self.events = env.seq;
+        self.last_time = Some(env.time);
+        Ok(())
+    }
+
+    /// Which reducer each event goes to: one arm per kind, so that a new kind cannot be
+    /// forgotten (the match is exhaustive).
+    fn fold_event(&mut self, env: &Envelope) -> Result<(), ReduceError> {
         match &env.event {
-            Event::Genesis(g) => {
-                self.journal_id = Some(g.journal_id);
-                self.format_version = g.format_version;
-            }
-            Event::Recovered(r) => {
-                if self.recoveries.len() == RECOVERIES_KEPT {
-                    self.recoveries.pop_front();
-                }
-                self.recoveries.push_back(r.clone());
-            }
-            // The branches' events that follow it say what happened; the merge itself changes
-            // no state (journal-format.md §8.1).
+            Event::Genesis(g) => self.genesis(g),
+            Event::Recovered(r) => self.recovered(r),
+            // The branches' events say what happened; a merge changes no state (§8.1).
             Event::JournalMerged(_) => {}
             Event::PoolAttached(e) => self.pools.attach(env.time, e),
             Event::PoolDetached(e) => self.pools.detach(e),
@@ -120,8 +120,7 @@ impl State {
             Event::PoolNodeLost(e) => self.pools.node_lost(e),
             Event::WorkerLaunched(e) => self.pools.launched(e, &env.actor.host),
             Event::PoolAllocationEnded(e) => self.pools.allocation_ended(e),
-            // The mark lives in Slurm (the job's comment); the pool is bound by PoolAttached,
-            // and a steal is an override for the audit.
+            // Marks live in Slurm; PoolAttached binds the pool; a steal is for the audit.
             Event::WatermarkIntent(e) => self.watermarks.intent(env.time, e),
             Event::WatermarkMade(e) => self.watermarks.made(e),
             Event::WatermarkFailed(e) => self.watermarks.failed(e),
@@ -157,38 +156,60 @@ impl State {
             Event::AssetAddIntent(e) => self.assets.intent(env.time, e),
             Event::AssetAdded(e) => self.assets.added(e),
             Event::AssetAddFailed(e) => self.assets.failed(e),
-            // One submission id is either a pool worker's or a job's; the other ignores it.
-            Event::WorkerAssetsBound(e) => {
-                self.pools.assets_bound(e);
-                self.jobs.assets_bound(e);
-            }
+            Event::WorkerAssetsBound(e) => self.assets_bound(e),
             Event::WorkerReportIngested(e) => self.pools.report_ingested(e),
             Event::TrialOpened(e) => self.trials.opened(env.time, e),
-            Event::TrialWorkerJoined(e) => {
-                let (worker, pool) = self.submitted_as(&e.submission_id);
-                self.trials.joined(e, worker, pool);
-            }
+            Event::TrialWorkerJoined(e) => self.trial_worker_joined(e),
             Event::TrialJudged(e) => self.trials.judged(env.time, e),
             Event::WorkerJournalDamaged(e) => self.pools.journal_damaged(e),
-            // One submission id is either a pool worker's or a job's; the other ignores it.
-            Event::WorkerForgotten(e) => {
-                self.pools.forgotten(&e.submission_id);
-                self.jobs.forgotten(&e.submission_id);
-                self.trials.forgotten(&e.submission_id);
-            }
+            Event::WorkerForgotten(e) => self.worker_forgotten(&e.submission_id),
             Event::SessionForgotten(e) => self.sessions.forgotten(e),
-            Event::Unknown { kind, flags, .. } => {
-                if flags & FLAG_MUST_UNDERSTAND != 0 {
-                    return Err(ReduceError::MustUnderstand {
-                        seq: env.seq,
-                        kind: *kind,
-                    });
-                }
-                self.skipped_unknown += 1;
-            }
+            Event::Unknown { kind, flags, .. } => self.unknown(env.seq, *kind, *flags)?,
         }
-        self.events = env.seq;
-        self.last_time = Some(env.time);
+        Ok(())
+    }
+
+    /// The journal's identity, from its first event.
+    fn genesis(&mut self, g: &crate::event::Genesis) {
+        self.journal_id = Some(g.journal_id);
+        self.format_version = g.format_version;
+    }
+
+    /// Remember a repair, dropping the oldest beyond [`RECOVERIES_KEPT`].
+    fn recovered(&mut self, r: &Recovered) {
+        if self.recoveries.len() == RECOVERIES_KEPT {
+            self.recoveries.pop_front();
+        }
+        self.recoveries.push_back(r.clone());
+    }
+
+    /// One submission id is either a pool worker's or a job's; the other ignores it.
+    fn assets_bound(&mut self, e: &crate::event::asset::WorkerAssetsBound) {
+        self.pools.assets_bound(e);
+        self.jobs.assets_bound(e);
+    }
+
+    /// A trial keeps its worker's name and pool, so its files stay findable after the pool
+    /// is detached.
+    fn trial_worker_joined(&mut self, e: &crate::event::trial::TrialWorkerJoined) {
+        let (worker, pool) = self.submitted_as(&e.submission_id);
+        self.trials.joined(e, worker, pool);
+    }
+
+    /// One submission id is either a pool worker's or a job's; the other ignores it, and so
+    /// do trials it never joined.
+    fn worker_forgotten(&mut self, submission_id: &Uuid) {
+        self.pools.forgotten(submission_id);
+        self.jobs.forgotten(submission_id);
+        self.trials.forgotten(submission_id);
+    }
+
+    /// An event of a kind this version does not know: skipped, unless it must be understood.
+    fn unknown(&mut self, seq: u64, kind: u16, flags: u16) -> Result<(), ReduceError> {
+        if flags & FLAG_MUST_UNDERSTAND != 0 {
+            return Err(ReduceError::MustUnderstand { seq, kind });
+        }
+        self.skipped_unknown += 1;
         Ok(())
     }
 }
