@@ -30,4 +30,5 @@ pub mod policy;
 pub mod slurm;
 pub mod state;
 pub mod statedir;
+pub mod words;
 pub mod worker;

@@ -10,7 +10,7 @@ use dispatch::config::Config;
 use dispatch::event::session::SessionKey;
 use dispatch::ops::error::OpError;
 use dispatch::ops::session::launch::{launch, LaunchAction, LaunchRequest};
-use dispatch::ops::session::release::{release, ReleaseAction};
+use dispatch::ops::session::release::{release, ReleaseAction, ReplacedAction};
 use dispatch::ops::session::renew::{renew, RenewSettings};
 use dispatch::ops::session::{attach, read_state, report};
 use dispatch::policy::session::renew::Backoff;
@@ -1150,7 +1150,7 @@ async fn release_settles_the_job_a_renewal_replaced() {
     let r = release(&env, "sample", "T", JobId::new(222)).await.unwrap();
     assert_eq!(r.action, ReleaseAction::Released);
     let old = r.replaced.as_ref().expect("the replaced job is reported");
-    assert_eq!((old.job_id.get(), old.action), (111, "cleared"));
+    assert_eq!((old.job_id.get(), old.action), (111, ReplacedAction::Cleared));
     let calls: Vec<(String, String)> = w
         .slurm
         .argvs()
@@ -1196,7 +1196,7 @@ async fn release_cancels_a_replaced_job_that_still_runs() {
     let env = env(&w.config, &w.state, &w.slurm);
     let r = release(&env, "sample", "T", JobId::new(222)).await.unwrap();
     let old = r.replaced.as_ref().unwrap();
-    assert_eq!((old.job_id.get(), old.action), (111, "released"));
+    assert_eq!((old.job_id.get(), old.action), (111, ReplacedAction::Released));
     assert_eq!(r.action, ReleaseAction::Released);
     w.slurm.assert_drained();
     assert_eq!(w.record("T").0, None);

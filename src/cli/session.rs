@@ -233,7 +233,7 @@ async fn run_launch_dry_run<S: Scheduler>(
     } else {
         crate::outln!(
             "would {} for {} on {} (job name {}){}",
-            plan.would.replace('_', " "),
+            plan.would.as_str().replace('_', " "),
             plan.mirror,
             plan.target,
             plan.job_name,

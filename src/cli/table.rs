@@ -276,7 +276,7 @@ fn pools_table(r: &StatusReport, wide: bool) -> String {
             if p.releasing {
                 "releasing".to_owned()
             } else {
-                p.owner.as_str().to_owned()
+                p.owner.to_string()
             },
             a.job_id.to_string(),
             a.node.clone(),

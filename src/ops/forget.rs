@@ -19,11 +19,18 @@ pub struct SessionRef {
     pub target: String,
 }
 
+crate::words! {
+    /// What `forget` gave up.
+    pub enum Forgot {
+        Worker => "worker",
+        Session => "session",
+    }
+}
+
 /// What was given up, and by which event.
 #[derive(Debug, Serialize)]
 pub struct ForgetReport {
-    /// `worker` or `session`.
-    pub forgot: &'static str,
+    pub forgot: Forgot,
     pub worker: Option<String>,
     pub submission_id: Option<String>,
     pub session: Option<SessionRef>,
@@ -51,7 +58,7 @@ pub fn forget_worker<S: Scheduler>(
     let decision = policy::plan_worker(&loaded.state, key, reason)?;
     let committed = writer.append_one(Event::WorkerForgotten(decision.clone()))?;
     Ok(ForgetReport {
-        forgot: "worker",
+        forgot: Forgot::Worker,
         worker: Some(decision.worker),
         submission_id: Some(decision.submission_id.to_string()),
         session: None,
@@ -75,7 +82,7 @@ pub fn forget_session<S: Scheduler>(
     let committed = writer.append_one(Event::SessionForgotten(decision.clone()))?;
     let job = decision.job_id;
     Ok(ForgetReport {
-        forgot: "session",
+        forgot: Forgot::Session,
         worker: None,
         submission_id: decision.submission_id.map(|id| id.to_string()),
         session: Some(SessionRef {

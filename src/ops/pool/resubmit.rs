@@ -28,10 +28,19 @@ pub struct Resubmission {
     pub replaces: String,
     /// The new submission, once its receipt is written.
     pub submission_id: Option<String>,
-    /// `submitted`, `refused` (not tried again) or `unknown` (tried again by the next
-    /// `reconcile`), and why.
-    pub outcome: &'static str,
+    pub outcome: ResubmitOutcome,
+    /// Why.
     pub detail: String,
+}
+
+crate::words! {
+    pub enum ResubmitOutcome {
+        Submitted => "submitted",
+        /// Not tried again.
+        Refused => "refused",
+        /// Tried again by the next `reconcile`.
+        Unknown => "unknown",
+    }
 }
 
 /// The submit that replaces `due` (its id `replaces`): the same request, one resubmission
@@ -83,7 +92,7 @@ pub(crate) async fn resubmit_due<S: Scheduler>(
         let (submission_id, outcome, detail) = match submit(ctx, &req).await {
             Ok(s) => (
                 Some(s.submission_id),
-                "submitted",
+                ResubmitOutcome::Submitted,
                 s.state.as_str().to_owned(),
             ),
             Err(OpError::Refused(refusal)) => {
@@ -102,9 +111,9 @@ pub(crate) async fn resubmit_due<S: Scheduler>(
                     }
                     Ok(())
                 })?;
-                (None, "refused", reason)
+                (None, ResubmitOutcome::Refused, reason)
             }
-            Err(e) => (None, "unknown", e.to_string()),
+            Err(e) => (None, ResubmitOutcome::Unknown, e.to_string()),
         };
         done.push(Resubmission {
             pool: r.pool,

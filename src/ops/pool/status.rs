@@ -62,22 +62,13 @@ pub struct PoolView<W = Vec<WorkerView>> {
     pub workers: W,
 }
 
-/// Who cancels a pool's allocation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Owner {
-    /// dispatch made it (`pool create`), and `pool release` cancels it.
-    Created,
-    /// The user's own: dispatch never cancels it.
-    Attached,
-}
-
-impl Owner {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Owner::Created => "created",
-            Owner::Attached => "attached",
-        }
+crate::words! {
+    /// Who cancels a pool's allocation.
+    pub enum Owner {
+        /// dispatch made it (`pool create`), and `pool release` cancels it.
+        Created => "created",
+        /// The user's own: dispatch never cancels it.
+        Attached => "attached",
     }
 }
 

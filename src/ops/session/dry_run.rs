@@ -18,14 +18,24 @@ pub struct LaunchPlan {
     pub mirror: String,
     pub target: String,
     pub job_name: String,
-    /// `reuse`, `adopt`, `wait_then_submit` (the record's job is ending) or `submit`.
-    pub would: &'static str,
+    pub would: Would,
     pub job_id: Option<JobId>,
     /// For a submit: what `sbatch --test-only` said (start time, nodes, partition). A salloc
     /// target is tested the same way: its placement is the same, and salloc has no test mode.
     pub would_start: Option<String>,
     pub nodes: Option<String>,
     pub partition: Option<String>,
+}
+
+crate::words! {
+    /// What `session launch` would do.
+    pub enum Would {
+        Reuse => "reuse",
+        Adopt => "adopt",
+        /// The record's job is ending.
+        WaitThenSubmit => "wait_then_submit",
+        Submit => "submit",
+    }
 }
 
 pub async fn launch_dry_run<S: Scheduler>(
@@ -42,11 +52,11 @@ pub async fn launch_dry_run<S: Scheduler>(
         let (probe, held) = super::hold::probe_held(env, job).await;
         match recorded(probe, held && !r.target.confined) {
             Recorded::Reuse => {
-                plan.would = "reuse";
+                plan.would = Would::Reuse;
                 plan.job_id = Some(job);
                 return Ok(plan);
             }
-            Recorded::WaitThenSubmit => plan.would = "wait_then_submit",
+            Recorded::WaitThenSubmit => plan.would = Would::WaitThenSubmit,
             Recorded::Gone => {}
             Recorded::Unknown(e) => {
                 return Err(OpError::Unknown(format!(
@@ -59,7 +69,7 @@ pub async fn launch_dry_run<S: Scheduler>(
         exclude.push(job);
     }
     if let Some(seen) = adoptable(env, &r, &exclude).await? {
-        plan.would = "adopt";
+        plan.would = Would::Adopt;
         plan.job_id = seen.job_id;
         return Ok(plan);
     }
@@ -74,7 +84,7 @@ impl LaunchPlan {
             mirror: r.key.mirror.clone(),
             target: r.key.target.clone(),
             job_name: r.job_name.as_str().to_owned(),
-            would: "submit",
+            would: Would::Submit,
             job_id: None,
             would_start: None,
             nodes: None,

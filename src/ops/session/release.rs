@@ -48,10 +48,21 @@ pub struct ReleasePlan {
 #[derive(Clone, Debug, Serialize)]
 pub struct ReplacedOutcome {
     pub job_id: JobId,
-    /// `cleared` (Slurm shows it gone), `released` (cancelled and forgotten), `detached`
-    /// (another session holds it) or `unknown` (it could not be checked; still recorded).
-    pub action: &'static str,
+    pub action: ReplacedAction,
     pub proof: Option<String>,
+}
+
+crate::words! {
+    pub enum ReplacedAction {
+        /// Slurm shows it gone.
+        Cleared => "cleared",
+        /// Cancelled and forgotten.
+        Released => "released",
+        /// Another session holds it.
+        Detached => "detached",
+        /// It could not be checked; still recorded.
+        Unknown => "unknown",
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -130,7 +141,7 @@ async fn settle_replaced<S: Scheduler>(
             job_id: job,
             holders,
         }))?;
-        return Ok(outcome("detached", None));
+        return Ok(outcome(ReplacedAction::Detached, None));
     }
     match probe_of(
         &env.ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await,
@@ -143,11 +154,11 @@ async fn settle_replaced<S: Scheduler>(
                 job_id: job,
                 reason: format!("the job a renewal replaced is gone ({proof})"),
             }))?;
-            Ok(outcome("cleared", Some(proof)))
+            Ok(outcome(ReplacedAction::Cleared, Some(proof)))
         }
         Probe::Live { .. } => {
             let cancelled = cancel(env, key, job).await?;
-            Ok(outcome("released", Some(cancelled.proof)))
+            Ok(outcome(ReplacedAction::Released, Some(cancelled.proof)))
         }
         Probe::Unknown(e) => {
             let proof = format!("squeue failed: {e}");
@@ -156,7 +167,7 @@ async fn settle_replaced<S: Scheduler>(
                  recorded: run `{}` again",
                 command_for("release", key)
             ));
-            Ok(outcome("unknown", Some(proof)))
+            Ok(outcome(ReplacedAction::Unknown, Some(proof)))
         }
     }
 }
