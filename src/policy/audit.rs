@@ -240,58 +240,15 @@ impl Auditor {
         }
     }
 
+    /// Each event to the rule (or the family of rules) it can break; the rules are the
+    /// functions below, in this order.
     pub fn observe(&mut self, env: &Envelope) {
         self.events += 1;
         match &env.event {
             Event::JournalMerged(m) => self.merged(env, m),
-            Event::PoolAttached(e) => {
-                if self.pools.contains_key(&e.pool) {
-                    self.flag(
-                        env,
-                        "attach-twice",
-                        format!("pool {:?} is already attached", e.pool),
-                    );
-                }
-                self.pools.insert(e.pool.clone(), 0);
-            }
-            Event::PoolDetached(e) => match self.pools.remove(&e.pool) {
-                Some(0) => {}
-                Some(n) => self.flag(
-                    env,
-                    "detach-holding",
-                    format!("pool {:?} still had {n} worker(s) holding budget", e.pool),
-                ),
-                None => self.flag(
-                    env,
-                    "effect-without-intent",
-                    format!("pool {:?} was not attached", e.pool),
-                ),
-            },
-            Event::WorkerSubmitIntent(e) => {
-                if self.workers.contains_key(&e.submission_id)
-                    || self.jobs.contains_key(&e.submission_id)
-                {
-                    self.flag(
-                        env,
-                        "duplicate-intent",
-                        format!("submission id {} used again", e.submission_id),
-                    );
-                    return;
-                }
-                match self.pools.get_mut(&e.pool) {
-                    Some(n) => *n += 1,
-                    None => {
-                        self.flag(
-                            env,
-                            "intent-outside-pool",
-                            format!("pool {:?} is not attached", e.pool),
-                        );
-                        return;
-                    }
-                }
-                self.workers
-                    .insert(e.submission_id, (e.pool.clone(), Budget::Held));
-            }
+            Event::PoolAttached(e) => self.pool_attached(env, &e.pool),
+            Event::PoolDetached(e) => self.pool_detached(env, &e.pool),
+            Event::WorkerSubmitIntent(e) => self.worker_intent(env, e.submission_id, &e.pool),
             Event::WorkerLaunched(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerStepObserved(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerStopIntent(e) => self.touch_worker(env, e.submission_id),
@@ -302,48 +259,27 @@ impl Auditor {
             Event::WorkerAssetsBound(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerReportIngested(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerJournalDamaged(e) => self.touch_worker(env, e.submission_id),
-            Event::WorkerLaunchFailed(e) => {
-                if e.definite {
-                    self.release_worker(env, e.submission_id);
-                } else {
-                    self.touch_worker(env, e.submission_id);
-                }
-            }
+            Event::WorkerLaunchFailed(e) if e.definite => self.release_worker(env, e.submission_id),
+            Event::WorkerLaunchFailed(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerTerminal(e) => {
-                if e.proof.trim().is_empty() {
-                    self.flag(
-                        env,
-                        "release-without-proof",
-                        format!("submission {} released with no proof", e.submission_id),
-                    );
-                }
+                self.require_proof(
+                    env,
+                    &e.proof,
+                    format_args!("submission {}", e.submission_id),
+                );
                 self.release_worker(env, e.submission_id);
             }
-            Event::JobSubmitIntent(e) => {
-                if self.jobs.contains_key(&e.submission_id)
-                    || self.workers.contains_key(&e.submission_id)
-                {
-                    self.flag(
-                        env,
-                        "duplicate-intent",
-                        format!("submission id {} used again", e.submission_id),
-                    );
-                } else {
-                    self.jobs.insert(e.submission_id, Budget::Held);
-                }
-            }
+            Event::JobSubmitIntent(e) => self.job_intent(env, e.submission_id),
             Event::JobSubmitted(e) => self.job_effect(env, e.submission_id, false),
             Event::JobStopIntent(e) => self.job_effect(env, e.submission_id, false),
             Event::JobNamed(e) => self.job_effect(env, e.submission_id, false),
             Event::JobSubmitFailed(e) => self.job_effect(env, e.submission_id, e.definite),
             Event::JobTerminal(e) => {
-                if e.proof.trim().is_empty() {
-                    self.flag(
-                        env,
-                        "release-without-proof",
-                        format!("submission {} released with no proof", e.submission_id),
-                    );
-                }
+                self.require_proof(
+                    env,
+                    &e.proof,
+                    format_args!("submission {}", e.submission_id),
+                );
                 self.job_effect(env, e.submission_id, true);
             }
             Event::PoolCreateIntent(e) => {
@@ -351,120 +287,218 @@ impl Auditor {
             }
             Event::PoolCreateJob(PoolCreateJob { creation_id, .. })
             | Event::PoolCreateFailed(PoolCreateFailed { creation_id, .. })
-            | Event::PoolOwned(PoolOwned { creation_id, .. })
-                if !self.creations.contains(creation_id) =>
-            {
-                self.flag(
-                    env,
-                    "effect-without-intent",
-                    format!("no PoolCreateIntent for creation {creation_id} before it"),
-                );
+            | Event::PoolOwned(PoolOwned { creation_id, .. }) => {
+                self.creation_effect(env, *creation_id)
             }
-            Event::PoolReleaseIntent(e) => {
-                if !self.pools.contains_key(&e.pool) {
-                    self.flag(
-                        env,
-                        "effect-without-intent",
-                        format!("pool {:?} was not attached", e.pool),
-                    );
-                }
-                self.releasing.insert(e.pool.clone());
-            }
-            Event::PoolReleased(e) => {
-                if !self.releasing.remove(&e.pool) {
-                    self.flag(
-                        env,
-                        "effect-without-intent",
-                        format!("no PoolReleaseIntent for pool {:?} before it", e.pool),
-                    );
-                }
-                if e.proof.trim().is_empty() {
-                    self.flag(
-                        env,
-                        "release-without-proof",
-                        format!("pool {:?} released with no proof", e.pool),
-                    );
-                }
-                if let Some(n) = self.pools.remove(&e.pool).filter(|n| *n > 0) {
-                    self.flag(
-                        env,
-                        "detach-holding",
-                        format!("pool {:?} still had {n} worker(s) holding budget", e.pool),
-                    );
-                }
-            }
+            Event::PoolReleaseIntent(e) => self.pool_release_intent(env, &e.pool),
+            Event::PoolReleased(e) => self.pool_released(env, &e.pool, &e.proof),
             Event::SessionLaunchIntent(e) => {
                 self.session_submissions.insert(e.submission_id);
             }
-            Event::WorkerForgotten(e) => {
-                let id = e.submission_id;
-                if self.jobs.contains_key(&id) {
-                    self.job_effect(env, id, true);
-                } else {
-                    self.release_worker(env, id);
-                }
-                self.overridden(env, format!("worker {} ({id})", e.worker), &e.reason);
-            }
+            Event::WorkerForgotten(e) => self.worker_forgotten(env, e),
             Event::SessionForgotten(e) => {
                 self.overridden(env, format!("session {}", e.session), &e.reason);
             }
-            Event::AllocationStolen(e) => {
-                self.overridden(
-                    env,
-                    format!(
-                        "allocation {} (pool {}), held by {}",
-                        e.job_id, e.pool, e.holder
-                    ),
-                    &e.reason,
-                );
-            }
-            Event::TrialOpened(e) => {
-                if self.trials.contains_key(&e.trial) {
-                    self.flag(
-                        env,
-                        "trial-reopened",
-                        format!("trial {:?} was already opened", e.trial),
-                    );
-                } else {
-                    self.trials.insert(e.trial.clone(), None);
-                }
-            }
-            Event::TrialWorkerJoined(e) => {
-                match self.trials.get(&e.trial) {
-                    None => self.flag(
-                        env,
-                        "trial-unknown",
-                        format!("trial {:?} was never opened", e.trial),
-                    ),
-                    Some(Some(seq)) => self.flag(
-                        env,
-                        "join-after-verdict",
-                        format!("trial {:?} was judged at seq {seq}", e.trial),
-                    ),
-                    Some(None) => {}
-                }
-                if !self.workers.contains_key(&e.submission_id)
-                    && !self.jobs.contains_key(&e.submission_id)
-                {
-                    self.flag(
-                        env,
-                        "effect-without-intent",
-                        format!("no submission intent for {} before it", e.submission_id),
-                    );
-                }
-            }
+            Event::AllocationStolen(e) => self.allocation_stolen(env, e),
+            Event::TrialOpened(e) => self.trial_opened(env, &e.trial),
+            Event::TrialWorkerJoined(e) => self.trial_joined(env, &e.trial, e.submission_id),
             Event::TrialJudged(e) => self.judged(env, e),
             Event::SessionJobSubmitted(SessionJobSubmitted { submission_id, .. })
-            | Event::SessionSubmitFailed(SessionSubmitFailed { submission_id, .. })
-                if !self.session_submissions.contains(submission_id) =>
-            {
-                self.flag(
-                    env,
-                    "effect-without-intent",
-                    format!("no SessionLaunchIntent for {submission_id} before it"),
-                );
+            | Event::SessionSubmitFailed(SessionSubmitFailed { submission_id, .. }) => {
+                self.session_effect(env, *submission_id)
             }
             _ => {}
+        }
+    }
+
+    /// `attach-twice`: the pool is attached afresh either way, its count of holders reset.
+    fn pool_attached(&mut self, env: &Envelope, pool: &str) {
+        if self.pools.contains_key(pool) {
+            self.flag(
+                env,
+                "attach-twice",
+                format!("pool {pool:?} is already attached"),
+            );
+        }
+        self.pools.insert(pool.to_owned(), 0);
+    }
+
+    /// `detach-holding`, or `effect-without-intent` for a pool never attached.
+    fn pool_detached(&mut self, env: &Envelope, pool: &str) {
+        match self.pools.remove(pool) {
+            Some(0) => {}
+            Some(n) => self.flag_holding(env, pool, n),
+            None => self.flag(
+                env,
+                "effect-without-intent",
+                format!("pool {pool:?} was not attached"),
+            ),
+        }
+    }
+
+    /// `detach-holding`: a pool let go while `n` of its workers still hold budget.
+    fn flag_holding(&mut self, env: &Envelope, pool: &str, n: usize) {
+        self.flag(
+            env,
+            "detach-holding",
+            format!("pool {pool:?} still had {n} worker(s) holding budget"),
+        );
+    }
+
+    /// `duplicate-intent`: whether `id` is new to both workers and jobs (flagged if not).
+    fn fresh_submission(&mut self, env: &Envelope, id: Uuid) -> bool {
+        let used = self.workers.contains_key(&id) || self.jobs.contains_key(&id);
+        if used {
+            self.flag(
+                env,
+                "duplicate-intent",
+                format!("submission id {id} used again"),
+            );
+        }
+        !used
+    }
+
+    /// `duplicate-intent`, `intent-outside-pool`; otherwise the worker holds budget in `pool`.
+    fn worker_intent(&mut self, env: &Envelope, id: Uuid, pool: &str) {
+        if !self.fresh_submission(env, id) {
+            return;
+        }
+        match self.pools.get_mut(pool) {
+            Some(n) => *n += 1,
+            None => {
+                self.flag(
+                    env,
+                    "intent-outside-pool",
+                    format!("pool {pool:?} is not attached"),
+                );
+                return;
+            }
+        }
+        self.workers.insert(id, (pool.to_owned(), Budget::Held));
+    }
+
+    /// `duplicate-intent`; otherwise the job holds budget.
+    fn job_intent(&mut self, env: &Envelope, id: Uuid) {
+        if self.fresh_submission(env, id) {
+            self.jobs.insert(id, Budget::Held);
+        }
+    }
+
+    /// `release-without-proof`: a terminal event whose proof is empty (`subject` names it).
+    fn require_proof(&mut self, env: &Envelope, proof: &str, subject: std::fmt::Arguments<'_>) {
+        if proof.trim().is_empty() {
+            self.flag(
+                env,
+                "release-without-proof",
+                format!("{subject} released with no proof"),
+            );
+        }
+    }
+
+    /// `effect-without-intent` for a `pool create` outcome with no intent before it.
+    fn creation_effect(&mut self, env: &Envelope, creation_id: Uuid) {
+        if !self.creations.contains(&creation_id) {
+            self.flag(
+                env,
+                "effect-without-intent",
+                format!("no PoolCreateIntent for creation {creation_id} before it"),
+            );
+        }
+    }
+
+    /// `effect-without-intent` for releasing a pool not attached; its release begins anyway.
+    fn pool_release_intent(&mut self, env: &Envelope, pool: &str) {
+        if !self.pools.contains_key(pool) {
+            self.flag(
+                env,
+                "effect-without-intent",
+                format!("pool {pool:?} was not attached"),
+            );
+        }
+        self.releasing.insert(pool.to_owned());
+    }
+
+    /// A pool's release: its intent first, a proof, and no worker in it still holding budget.
+    fn pool_released(&mut self, env: &Envelope, pool: &str, proof: &str) {
+        if !self.releasing.remove(pool) {
+            self.flag(
+                env,
+                "effect-without-intent",
+                format!("no PoolReleaseIntent for pool {pool:?} before it"),
+            );
+        }
+        self.require_proof(env, proof, format_args!("pool {pool:?}"));
+        if let Some(n) = self.pools.remove(pool).filter(|n| *n > 0) {
+            self.flag_holding(env, pool, n);
+        }
+    }
+
+    /// An operator's `forget`: no violation, but the budget counts as released by it.
+    fn worker_forgotten(&mut self, env: &Envelope, e: &crate::event::overrides::WorkerForgotten) {
+        let id = e.submission_id;
+        if self.jobs.contains_key(&id) {
+            self.job_effect(env, id, true);
+        } else {
+            self.release_worker(env, id);
+        }
+        self.overridden(env, format!("worker {} ({id})", e.worker), &e.reason);
+    }
+
+    /// An operator took an allocation over: no violation, listed as an override.
+    fn allocation_stolen(&mut self, env: &Envelope, e: &crate::event::overrides::AllocationStolen) {
+        let subject = format!(
+            "allocation {} (pool {}), held by {}",
+            e.job_id, e.pool, e.holder
+        );
+        self.overridden(env, subject, &e.reason);
+    }
+
+    /// `trial-reopened`.
+    fn trial_opened(&mut self, env: &Envelope, trial: &str) {
+        if self.trials.contains_key(trial) {
+            self.flag(
+                env,
+                "trial-reopened",
+                format!("trial {trial:?} was already opened"),
+            );
+        } else {
+            self.trials.insert(trial.to_owned(), None);
+        }
+    }
+
+    /// `trial-unknown`, `join-after-verdict`, and `effect-without-intent` for a worker that
+    /// joins with no submission intent.
+    fn trial_joined(&mut self, env: &Envelope, trial: &str, id: Uuid) {
+        match self.trials.get(trial) {
+            None => self.flag(
+                env,
+                "trial-unknown",
+                format!("trial {trial:?} was never opened"),
+            ),
+            Some(Some(seq)) => self.flag(
+                env,
+                "join-after-verdict",
+                format!("trial {trial:?} was judged at seq {seq}"),
+            ),
+            Some(None) => {}
+        }
+        if !self.workers.contains_key(&id) && !self.jobs.contains_key(&id) {
+            self.flag(
+                env,
+                "effect-without-intent",
+                format!("no submission intent for {id} before it"),
+            );
+        }
+    }
+
+    /// `effect-without-intent` for a session job's outcome with no launch intent before it.
+    fn session_effect(&mut self, env: &Envelope, submission_id: Uuid) {
+        if !self.session_submissions.contains(&submission_id) {
+            self.flag(
+                env,
+                "effect-without-intent",
+                format!("no SessionLaunchIntent for {submission_id} before it"),
+            );
         }
     }
 

@@ -21,12 +21,19 @@ pub struct NodeRoom {
 }
 
 impl NodeRoom {
+    /// What is left: never below nothing, though a node can shrink under what its workers
+    /// already reserve (a node lost, a smaller live share).
     pub fn free(&self) -> Resources {
-        Resources {
+        let free = Resources {
             cpus: self.capacity.cpus.saturating_sub(self.reserved.cpus),
             mem_mb: self.capacity.mem_mb.saturating_sub(self.reserved.mem_mb),
             gpus: self.capacity.gpus.saturating_sub(self.reserved.gpus),
-        }
+        };
+        debug_assert!(
+            free.fits(self.capacity),
+            "free room beyond the node's capacity"
+        );
+        free
     }
 }
 
@@ -70,6 +77,8 @@ pub fn node_rooms(pool: &Pool, facts: &AllocationFacts) -> Vec<NodeRoom> {
                 .map_or(Resources::default(), |l| {
                     Resources::of(recorded).min(Resources::of(l))
                 });
+            // Never more than attach recorded: Slurm showing more later grants nothing.
+            debug_assert!(capacity.fits(Resources::of(recorded)));
             NodeRoom {
                 node: recorded.name.clone(),
                 capacity,
@@ -108,6 +117,11 @@ pub fn place(rooms: &[NodeRoom], need: Resources, named: Option<&str>) -> Result
     }
     if let Some(room) = candidates.iter().find(|r| need.fits(r.free())) {
         debug_assert!(room.reserved.plus(need).fits(room.capacity));
+        // A worker that named its node goes there or nowhere.
+        assert!(
+            named.is_none_or(|n| room.node == n),
+            "placed off the named node"
+        );
         return Ok(room.node.clone());
     }
     if candidates.iter().any(|r| need.fits(r.capacity)) {

@@ -653,78 +653,92 @@ impl Builder {
         }
     }
 
+    /// The evidence row of one worker: exactly as a judged trial's verdict recorded it, or
+    /// else as its `head` report says.
+    fn evidence_row(
+        &self,
+        id: &Uuid,
+        name: &str,
+        state: &str,
+        head: Option<&crate::event::pool::WorkerReportIngested>,
+    ) -> EvidenceRow {
+        let recorded = self
+            .recorded
+            .as_ref()
+            .and_then(|r| r.iter().find(|e| e.submission_id == *id));
+        match recorded {
+            Some(e) => EvidenceRow {
+                worker: e.worker.clone(),
+                submission_id: id.to_string(),
+                state: e.state.clone(),
+                outcome: e.outcome.clone(),
+                manifest_sha256: e.manifest_sha256.map(|d| hex::encode(d.0)),
+                published_dir: e.published_dir.clone(),
+                worker_journal_head: head.map(|r| hex::encode(r.head.0)),
+                worker_journal_seq: head.map(|r| r.last_seq),
+            },
+            None => EvidenceRow {
+                worker: name.to_owned(),
+                submission_id: id.to_string(),
+                state: state.to_owned(),
+                outcome: head.and_then(|r| r.finished.clone()),
+                manifest_sha256: head.and_then(|r| r.manifest_sha256.map(|d| hex::encode(d.0))),
+                published_dir: head.and_then(|r| r.published_dir.clone()),
+                worker_journal_head: head.map(|r| hex::encode(r.head.0)),
+                worker_journal_seq: head.map(|r| r.last_seq),
+            },
+        }
+    }
+
+    /// One selected worker's timeline and evidence row (its track is used up).
+    fn worker_rows(&mut self, id: &Uuid) -> (WorkerTimeline, EvidenceRow) {
+        let (name, pool) = self.name_of(id);
+        let FinalState {
+            state,
+            cpus,
+            mem_mb,
+            placement,
+        } = self.final_state(id);
+        let track = self.tracks.remove(id).unwrap_or_default();
+        let mut marks = track.marks;
+        marks.sort_by_key(|m| m.time_us);
+        // Both journals may record one milestone (the step seen, the payload started):
+        // the first time it happened is the one drawn; the event table keeps both.
+        let mut drawn = HashSet::new();
+        marks.retain(|m| drawn.insert(m.what));
+        let head = if self.verdict.is_some() {
+            track.at_verdict.as_ref()
+        } else {
+            track.ingested.as_ref()
+        };
+        let evidence = self.evidence_row(id, &name, &state, head);
+        let timeline = WorkerTimeline {
+            worker: name,
+            submission_id: id.to_string(),
+            pool,
+            state,
+            cpus,
+            mem_mb,
+            node: placement.as_ref().map(|p| p.node.clone()),
+            gpus: placement.as_ref().map_or(0, |p| p.gpus),
+            step_gpus: track.step_gpus,
+            marks,
+            allocation_end: track.allocation_end.map(Micros::to_rfc3339),
+            allocation_end_us: track.allocation_end.map(|t| t.0),
+            shutdown_deadline: track.deadline.map(|(t, _)| t.to_rfc3339()),
+            shutdown_deadline_us: track.deadline.map(|(t, _)| t.0),
+            shutdown_deadline_source: track.deadline.map(|(_, s)| s),
+        };
+        (timeline, evidence)
+    }
+
     pub fn finish(mut self, audit: AuditInput, chain_at_verdict: Option<String>) -> Report {
         if let Some(v) = self.verdict.as_mut() {
             v.chain_head = chain_at_verdict;
         }
         let ids = self.selected.ids.clone();
-        let mut workers = Vec::new();
-        let mut evidence = Vec::new();
-        for id in &ids {
-            let (name, pool) = self.name_of(id);
-            let FinalState {
-                state,
-                cpus,
-                mem_mb,
-                placement,
-            } = self.final_state(id);
-            let track = self.tracks.remove(id).unwrap_or_default();
-            let mut marks = track.marks;
-            marks.sort_by_key(|m| m.time_us);
-            // Both journals may record one milestone (the step seen, the payload started):
-            // the first time it happened is the one drawn; the event table keeps both.
-            let mut drawn = HashSet::new();
-            marks.retain(|m| drawn.insert(m.what));
-            let head = if self.verdict.is_some() {
-                track.at_verdict.as_ref()
-            } else {
-                track.ingested.as_ref()
-            };
-            let recorded = self
-                .recorded
-                .as_ref()
-                .and_then(|r| r.iter().find(|e| e.submission_id == *id));
-            evidence.push(match recorded {
-                // A judged trial: the evidence exactly as its verdict recorded it.
-                Some(e) => EvidenceRow {
-                    worker: e.worker.clone(),
-                    submission_id: id.to_string(),
-                    state: e.state.clone(),
-                    outcome: e.outcome.clone(),
-                    manifest_sha256: e.manifest_sha256.map(|d| hex::encode(d.0)),
-                    published_dir: e.published_dir.clone(),
-                    worker_journal_head: head.map(|r| hex::encode(r.head.0)),
-                    worker_journal_seq: head.map(|r| r.last_seq),
-                },
-                None => EvidenceRow {
-                    worker: name.clone(),
-                    submission_id: id.to_string(),
-                    state: state.clone(),
-                    outcome: head.and_then(|r| r.finished.clone()),
-                    manifest_sha256: head.and_then(|r| r.manifest_sha256.map(|d| hex::encode(d.0))),
-                    published_dir: head.and_then(|r| r.published_dir.clone()),
-                    worker_journal_head: head.map(|r| hex::encode(r.head.0)),
-                    worker_journal_seq: head.map(|r| r.last_seq),
-                },
-            });
-            workers.push(WorkerTimeline {
-                worker: name,
-                submission_id: id.to_string(),
-                pool,
-                state,
-                cpus,
-                mem_mb,
-                node: placement.as_ref().map(|p| p.node.clone()),
-                gpus: placement.as_ref().map_or(0, |p| p.gpus),
-                step_gpus: track.step_gpus,
-                marks,
-                allocation_end: track.allocation_end.map(Micros::to_rfc3339),
-                allocation_end_us: track.allocation_end.map(|t| t.0),
-                shutdown_deadline: track.deadline.map(|(t, _)| t.to_rfc3339()),
-                shutdown_deadline_us: track.deadline.map(|(t, _)| t.0),
-                shutdown_deadline_source: track.deadline.map(|(_, s)| s),
-            });
-        }
+        let (workers, evidence): (Vec<_>, Vec<_>) =
+            ids.iter().map(|id| self.worker_rows(id)).unzip();
         self.events.sort_by_key(|e| (e.time_us, e.seq));
         let audit = self.audit_section(audit, &evidence);
         Report {

@@ -32,6 +32,81 @@ fn scan_objects(objects: &Path, asset: (u64, u64)) -> (u64, u64, bool) {
         })
 }
 
+/// Clone the bundle into `checkout`, which must be empty (a checkout is never made over an
+/// earlier run's files), and remove the remote so nothing points back at the asset.
+fn clone_into_empty(source: &LocalAsset, checkout: &Path, deadline: Instant) -> Result<(), String> {
+    let not_empty = std::fs::read_dir(checkout)
+        .map_err(|e| format!("{}: {e}", checkout.display()))?
+        .next()
+        .is_some();
+    if not_empty {
+        return Err(format!(
+            "{} already holds files (an earlier run of this worker?); a checkout is only \
+             ever made into an empty directory",
+            checkout.display()
+        ));
+    }
+    let e = |e: git::GitError| e.to_string();
+    git::run(
+        None,
+        &[
+            OsStr::new("-c"),
+            OsStr::new("advice.detachedHead=false"),
+            OsStr::new("clone"),
+            OsStr::new("--quiet"),
+            OsStr::new("--no-local"),
+            OsStr::new("--no-hardlinks"),
+            OsStr::new("--"),
+            source.path.as_os_str(),
+            checkout.as_os_str(),
+        ],
+        &[],
+        None,
+        git::Out::Capture,
+        deadline,
+    )
+    .map_err(e)?;
+    git::line(Some(checkout), &["remote", "remove", "origin"], deadline).map_err(e)?;
+    Ok(())
+}
+
+/// Check the clone's independence and integrity into `rec`, then judge it.
+fn verify(
+    source: &LocalAsset,
+    checkout: &Path,
+    deadline: Instant,
+    rec: &mut CheckoutPrepared,
+) -> Result<(), String> {
+    rec.head = git::line(
+        Some(checkout),
+        &["rev-parse", "--verify", "HEAD^{commit}"],
+        deadline,
+    )
+    .map_err(|e| e.to_string())?;
+    let objects = checkout.join(".git/objects");
+    rec.alternates = objects.join("info/alternates").exists();
+    let asset = std::fs::metadata(&source.path)
+        .map(|m| (m.dev(), m.ino()))
+        .map_err(|e| format!("{}: {e}", source.path.display()))?;
+    (
+        rec.object_files,
+        rec.hardlinked_files,
+        rec.shares_asset_inode,
+    ) = scan_objects(&objects, asset);
+    rec.fsck_ok = git::line(
+        Some(checkout),
+        &[
+            "fsck",
+            "--connectivity-only",
+            "--no-progress",
+            "--no-dangling",
+        ],
+        deadline,
+    )
+    .is_ok();
+    node::checkout_verdict(rec)
+}
+
 /// Clone and verify. Returns the record and, when the checkout may not be used, why.
 pub fn prepare(
     source: &LocalAsset,
@@ -51,68 +126,8 @@ pub fn prepare(
         ok: false,
         took_ms: 0,
     };
-    let result = (|| {
-        let not_empty = std::fs::read_dir(checkout)
-            .map_err(|e| format!("{}: {e}", checkout.display()))?
-            .next()
-            .is_some();
-        if not_empty {
-            return Err(format!(
-                "{} already holds files (an earlier run of this worker?); a checkout is only \
-                 ever made into an empty directory",
-                checkout.display()
-            ));
-        }
-        let e = |e: git::GitError| e.to_string();
-        git::run(
-            None,
-            &[
-                OsStr::new("-c"),
-                OsStr::new("advice.detachedHead=false"),
-                OsStr::new("clone"),
-                OsStr::new("--quiet"),
-                OsStr::new("--no-local"),
-                OsStr::new("--no-hardlinks"),
-                OsStr::new("--"),
-                source.path.as_os_str(),
-                checkout.as_os_str(),
-            ],
-            &[],
-            None,
-            git::Out::Capture,
-            deadline,
-        )
-        .map_err(e)?;
-        git::line(Some(checkout), &["remote", "remove", "origin"], deadline).map_err(e)?;
-        rec.head = git::line(
-            Some(checkout),
-            &["rev-parse", "--verify", "HEAD^{commit}"],
-            deadline,
-        )
-        .map_err(e)?;
-        let objects = checkout.join(".git/objects");
-        rec.alternates = objects.join("info/alternates").exists();
-        let asset = std::fs::metadata(&source.path)
-            .map(|m| (m.dev(), m.ino()))
-            .map_err(|e| format!("{}: {e}", source.path.display()))?;
-        (
-            rec.object_files,
-            rec.hardlinked_files,
-            rec.shares_asset_inode,
-        ) = scan_objects(&objects, asset);
-        rec.fsck_ok = git::line(
-            Some(checkout),
-            &[
-                "fsck",
-                "--connectivity-only",
-                "--no-progress",
-                "--no-dangling",
-            ],
-            deadline,
-        )
-        .is_ok();
-        node::checkout_verdict(&rec)
-    })();
+    let result = clone_into_empty(source, checkout, deadline)
+        .and_then(|()| verify(source, checkout, deadline, &mut rec));
     rec.ok = result.is_ok();
     rec.took_ms = started.elapsed().as_millis() as u64;
     (rec, result)

@@ -192,6 +192,13 @@ impl Staging {
         pinned: &str,
         scratch: &Path,
     ) -> Result<(), Stop> {
+        self.bundle_commits(checkout, pinned)?;
+        self.patch_uncommitted(checkout, scratch)
+    }
+
+    /// Record `HEAD` and how many commits the worker made on top of `pinned`; bundle them
+    /// when there are any.
+    fn bundle_commits(&mut self, checkout: &Path, pinned: &str) -> Result<(), Stop> {
         let head = git::line(
             Some(checkout),
             &["rev-parse", "--verify", "HEAD^{commit}"],
@@ -226,6 +233,11 @@ impl Staging {
             )?;
             self.add_written(Path::new(BUNDLE_NAME))?;
         }
+        Ok(())
+    }
+
+    /// Everything not committed as a binary patch against `HEAD`.
+    fn patch_uncommitted(&mut self, checkout: &Path, scratch: &Path) -> Result<(), Stop> {
         self.stage = "patch";
         // A scratch index, so the checkout's own index (what the payload staged) is left as
         // it was: the checkout stays the only copy of the work if publication fails.
@@ -268,6 +280,74 @@ impl Staging {
         })();
         let _ = std::fs::remove_file(&index);
         result
+    }
+
+    /// Fill the (new) temporary directory, seal it and rename it into place as `dir`, which
+    /// must not exist: a publication is never overwritten. Returns the manifest's digest.
+    fn publish_into(&mut self, req: &Request<'_>, dir: &Path) -> Result<Sha256Digest, Stop> {
+        if dir.exists() {
+            return Err(Stop::Failed(format!(
+                "{} already exists; a publication is never overwritten",
+                dir.display()
+            )));
+        }
+        std::fs::create_dir(&self.temp).map_err(files::io(&self.temp, "create directory"))?;
+        match req.pinned {
+            Some(pinned) => {
+                self.workspace_from_git(&req.dirs.checkout, pinned, &req.dirs.runtime)?
+            }
+            None => self.copy_tree(&req.dirs.checkout, Path::new("workspace"))?,
+        }
+        self.stage = "evidence";
+        self.copy_tree(&req.dirs.evidence, Path::new("evidence"))?;
+        let manifest_sha256 = self.seal(req)?;
+        failpoint::hit("supervisor-publish-before-rename");
+        self.stage = "rename";
+        self.check()?;
+        std::fs::rename(&self.temp, dir).map_err(files::io(dir, "rename into place"))?;
+        files::fsync_dir(req.publish_dir)?;
+        Ok(manifest_sha256)
+    }
+
+    /// The outcome of [`Staging::publish_into`]; a publication that stopped removes its
+    /// temporary directory first, so nothing half-published stays behind.
+    fn outcome(
+        &self,
+        result: Result<Sha256Digest, Stop>,
+        req: &Request<'_>,
+        dir: &Path,
+        took_ms: u64,
+    ) -> Outcome {
+        let stop = match result {
+            Ok(manifest_sha256) => {
+                return Outcome::Published(Published {
+                    dir: dir.display().to_string(),
+                    manifest_sha256,
+                    files: self.entries.len() as u64,
+                    bytes: self.bytes,
+                    commits: self.commits,
+                    patch_bytes: self.patch_bytes,
+                    took_ms,
+                })
+            }
+            Err(stop) => stop,
+        };
+        let temp_removed = match std::fs::remove_dir_all(&self.temp) {
+            Ok(()) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        };
+        match stop {
+            Stop::TimedOut => Outcome::TimedOut(PublicationTimedOut {
+                timeout_s: req.timeout_s,
+                took_ms,
+                stage: self.stage.to_owned(),
+                temp_removed,
+            }),
+            Stop::Failed(reason) => Outcome::Failed(PublicationFailed {
+                reason,
+                temp_removed,
+            }),
+        }
     }
 
     fn seal(&mut self, req: &Request<'_>) -> Result<Sha256Digest, Stop> {
@@ -334,59 +414,9 @@ pub fn publish(
         patch_bytes: 0,
         head: None,
     };
-    let result = (|| {
-        if dir.exists() {
-            return Err(Stop::Failed(format!(
-                "{} already exists; a publication is never overwritten",
-                dir.display()
-            )));
-        }
-        std::fs::create_dir(&temp).map_err(files::io(&temp, "create directory"))?;
-        match req.pinned {
-            Some(pinned) => s.workspace_from_git(&req.dirs.checkout, pinned, &req.dirs.runtime)?,
-            None => s.copy_tree(&req.dirs.checkout, Path::new("workspace"))?,
-        }
-        s.stage = "evidence";
-        s.copy_tree(&req.dirs.evidence, Path::new("evidence"))?;
-        let manifest_sha256 = s.seal(req)?;
-        failpoint::hit("supervisor-publish-before-rename");
-        s.stage = "rename";
-        s.check()?;
-        std::fs::rename(&temp, &dir).map_err(files::io(&dir, "rename into place"))?;
-        files::fsync_dir(req.publish_dir)?;
-        Ok(manifest_sha256)
-    })();
+    let result = s.publish_into(req, &dir);
     let took_ms = started.elapsed().as_millis() as u64;
-    let outcome = match result {
-        Ok(manifest_sha256) => Outcome::Published(Published {
-            dir: dir.display().to_string(),
-            manifest_sha256,
-            files: s.entries.len() as u64,
-            bytes: s.bytes,
-            commits: s.commits,
-            patch_bytes: s.patch_bytes,
-            took_ms,
-        }),
-        Err(stop) => {
-            let temp_removed = match std::fs::remove_dir_all(&temp) {
-                Ok(()) => true,
-                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
-            };
-            match stop {
-                Stop::TimedOut => Outcome::TimedOut(PublicationTimedOut {
-                    timeout_s: req.timeout_s,
-                    took_ms,
-                    stage: s.stage.to_owned(),
-                    temp_removed,
-                }),
-                Stop::Failed(reason) => Outcome::Failed(PublicationFailed {
-                    reason,
-                    temp_removed,
-                }),
-            }
-        }
-    };
-    Ok(outcome)
+    Ok(s.outcome(result, req, &dir, took_ms))
 }
 
 /// Remove the temporary directories a publication of this submission left behind (its

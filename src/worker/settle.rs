@@ -94,6 +94,46 @@ pub fn wait_quiet(dirs: &[&Path], deadline: Instant) -> WritersQuiesced {
     }
 }
 
+/// Hash one file; for a log, also count its records (lines) and where the last whole one
+/// ends. Returns the digest, the bytes, that end and the records (both 0 unless `is_log`).
+fn hash_counting_records(
+    full: &Path,
+    is_log: bool,
+    deadline: Instant,
+) -> Result<(Sha256Digest, u64, u64, u64), FileError> {
+    let (mut offset, mut end_of_record, mut records) = (0u64, 0u64, 0u64);
+    let (sha256, bytes) = files::hash_file(full, Some(deadline), |chunk| {
+        if is_log {
+            if let Some(i) = chunk.iter().rposition(|b| *b == b'\n') {
+                end_of_record = offset + i as u64 + 1;
+            }
+            records += chunk.iter().filter(|b| **b == b'\n').count() as u64;
+        }
+        offset += chunk.len() as u64;
+    })?;
+    Ok((sha256, bytes, end_of_record, records))
+}
+
+/// Write the full listing (`sha256  bytes  path` per file) afresh into the evidence: its
+/// digest, and whether it was written (if not, the hashing is not complete).
+fn write_listing(evidence: &Path, digests: &[FileDigest]) -> (Sha256Digest, bool) {
+    let mut listing = Vec::new();
+    for d in digests {
+        let _ = writeln!(
+            listing,
+            "{}  {}  {}",
+            hex::encode(d.sha256.0),
+            d.bytes,
+            d.path
+        );
+    }
+    let listing_sha256 = Sha256Digest(Sha256::digest(&listing).into());
+    let listing_path = evidence.join(LISTING_FILE);
+    let _ = std::fs::remove_file(&listing_path);
+    let written = files::write_new(&listing_path, &listing, 0o600).is_ok();
+    (listing_sha256, written)
+}
+
 /// Hash every native-state file, check the append-only logs among them (files whose name
 /// matches `glob`), and write the full listing to `<evidence>/native-state.sha256`.
 pub fn hash_state(
@@ -116,18 +156,8 @@ pub fn hash_state(
             .file_name()
             .and_then(|n| n.to_str())
             .is_some_and(|n| node::glob_match(glob, n));
-        let (mut offset, mut end_of_record, mut records) = (0u64, 0u64, 0u64);
-        let hashed = files::hash_file(&full, Some(deadline), |chunk| {
-            if is_log {
-                if let Some(i) = chunk.iter().rposition(|b| *b == b'\n') {
-                    end_of_record = offset + i as u64 + 1;
-                }
-                records += chunk.iter().filter(|b| **b == b'\n').count() as u64;
-            }
-            offset += chunk.len() as u64;
-        });
-        match hashed {
-            Ok((sha256, bytes)) => {
+        match hash_counting_records(&full, is_log, deadline) {
+            Ok((sha256, bytes, end_of_record, records)) => {
                 total_bytes += bytes;
                 let path = rel.display().to_string();
                 if is_log {
@@ -161,22 +191,8 @@ pub fn hash_state(
             }
         }
     }
-    let mut listing = Vec::new();
-    for d in &digests {
-        let _ = writeln!(
-            listing,
-            "{}  {}  {}",
-            hex::encode(d.sha256.0),
-            d.bytes,
-            d.path
-        );
-    }
-    let listing_sha256 = Sha256Digest(Sha256::digest(&listing).into());
-    let listing_path = evidence.join(LISTING_FILE);
-    let _ = std::fs::remove_file(&listing_path);
-    if files::write_new(&listing_path, &listing, 0o600).is_err() {
-        complete = false;
-    }
+    let (listing_sha256, written) = write_listing(evidence, &digests);
+    complete &= written;
     let total_files = digests.len() as u64;
     digests.truncate(NATIVE_FILES_LISTED);
     (

@@ -332,37 +332,21 @@ fn wait_in_background(
     rx
 }
 
-/// Start the payload and supervise it to its end.
-fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<Ended, JournalError> {
-    failpoint::hit("supervisor-before-spawn");
-    let mut cmd = Command::new(&spec.command[0]);
-    cmd.args(&spec.command[1..])
-        .process_group(0)
-        .stdin(Stdio::null());
-    payload_env(&mut cmd, spec);
-    let child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("dispatch worker: cannot start {:?}: {e}", spec.command[0]);
-            let exited = PayloadExited {
-                code: Some(127),
-                signal: None,
-                interrupted: false,
-            };
-            journal.append_one(Event::PayloadExited(exited.clone()))?;
-            return Ok(Ended { exited });
-        }
-    };
-    let pgid = child.id();
-    journal.append_one(Event::PayloadStarted(PayloadStarted { pid: pgid }))?;
-
-    let exit = wait_in_background(child, pgid);
+/// Wait for the payload's end: its group is TERMed on a stop or at the deadline, and KILLed
+/// once the grace (the stop's own, if it named one) has run out. Returns how it ended and
+/// whether a TERM was sent.
+fn supervise(
+    journal: &Writer,
+    spec: &RunSpec,
+    pgid: u32,
+    exit: &std::sync::mpsc::Receiver<std::process::ExitStatus>,
+) -> Result<(std::process::ExitStatus, bool), JournalError> {
     let mut term_sent_at: Option<Micros> = None;
     let mut grace_s = spec.grace_s;
     let mut kill_sent = false;
-    let status = loop {
+    loop {
         match exit.recv_timeout(POLL) {
-            Ok(status) => break status,
+            Ok(status) => return Ok((status, term_sent_at.is_some())),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
                 unreachable!("the waiting thread sends before it ends")
@@ -403,7 +387,35 @@ fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<Ended, JournalError> 
             }
             Some(_) => {}
         }
+    }
+}
+
+/// Start the payload and supervise it to its end.
+fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<Ended, JournalError> {
+    failpoint::hit("supervisor-before-spawn");
+    let mut cmd = Command::new(&spec.command[0]);
+    cmd.args(&spec.command[1..])
+        .process_group(0)
+        .stdin(Stdio::null());
+    payload_env(&mut cmd, spec);
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("dispatch worker: cannot start {:?}: {e}", spec.command[0]);
+            let exited = PayloadExited {
+                code: Some(127),
+                signal: None,
+                interrupted: false,
+            };
+            journal.append_one(Event::PayloadExited(exited.clone()))?;
+            return Ok(Ended { exited });
+        }
     };
+    let pgid = child.id();
+    journal.append_one(Event::PayloadStarted(PayloadStarted { pid: pgid }))?;
+
+    let exit = wait_in_background(child, pgid);
+    let (status, term_sent) = supervise(journal, spec, pgid, &exit)?;
     // The step is the cleanup boundary: nothing the payload started outlives it.
     signal_group(pgid, libc::SIGKILL);
     // A stop may reach the payload without us: a Slurm whose process tracking signals every
@@ -412,14 +424,14 @@ fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<Ended, JournalError> 
     // by the signal. The stop we received says it was interrupted all the same. The signal to
     // us is sent in the same sweep, so a failed exit waits one poll for it before it counts
     // as the payload's own.
-    if term_sent_at.is_none() && !status.success() && !STOP_REQUESTED.load(Ordering::SeqCst) {
+    if !term_sent && !status.success() && !STOP_REQUESTED.load(Ordering::SeqCst) {
         std::thread::sleep(STOP_SWEEP_WAIT);
     }
     let stopped = STOP_REQUESTED.load(Ordering::SeqCst);
     let exited = PayloadExited {
         code: status.code(),
         signal: status.signal(),
-        interrupted: term_sent_at.is_some() || status.signal().is_some() || stopped,
+        interrupted: term_sent || status.signal().is_some() || stopped,
     };
     failpoint::hit("supervisor-before-exit-record");
     journal.append_one(Event::PayloadExited(exited.clone()))?;
@@ -515,8 +527,6 @@ fn settle_and_publish(
     })
 }
 
-/// Run the worker to its end. Returns the exit code the supervisor should exit with: the
-/// payload's code, 128 + the signal that ended it, or 3 when the payload was refused.
 /// The GPUs Slurm gave this step, as its environment says them.
 fn step_devices() -> Event {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
@@ -526,6 +536,71 @@ fn step_devices() -> Event {
     })
 }
 
+/// The supervisor's first record: which step of which job runs what, where, until when.
+fn supervisor_started(spec: &RunSpec) -> Event {
+    Event::SupervisorStarted(SupervisorStarted {
+        submission_id: spec.submission_id,
+        job_id: env_number("SLURM_JOB_ID"),
+        step_id: env_number("SLURM_STEP_ID"),
+        node: std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| crate::event::current_host()),
+        cpu_set: cpu_set(),
+        deadline: spec.deadline,
+        grace_s: spec.grace_s,
+        command: spec.command.clone(),
+    })
+}
+
+/// After the payload (or its refusal) on a node: settle and publish, commit that with the
+/// cleanup's start, then clean up. Returns the cleanup's record, committed with the finish.
+fn settle_and_clean(
+    journal: &Writer,
+    spec: &RunSpec,
+    n: &NodeSpec,
+    ended: Option<&Ended>,
+) -> Result<Event, JournalError> {
+    let settled = settle_and_publish(journal, spec, n, ended)?;
+    let (class, reason) = settled.class;
+    let plan = node::cleanup_plan(ended.is_some(), settled.published);
+    let mut commit = settled.records;
+    commit.push(Event::CleanupStarted(CleanupStarted {
+        remove: plan.remove.iter().map(|r| r.to_string()).collect(),
+        keep: plan.keep.iter().map(|r| r.to_string()).collect(),
+    }));
+    journal.append(commit)?;
+    failpoint::hit("supervisor-before-cleanup");
+    let deadline =
+        Instant::now() + Duration::from_secs(u64::from(n.cleanup_s.max(MIN_STEP_BUDGET_S)));
+    let done = cleanup::run(&n.dirs, &plan, class, &reason, deadline);
+    Ok(Event::CleanedUp(done))
+}
+
+/// Record the supervisor's finish (after `last`, not yet committed) and return its exit code.
+fn finish(
+    journal: &Writer,
+    ended: Option<&Ended>,
+    mut last: Vec<Event>,
+) -> Result<i32, JournalError> {
+    let exited = ended.map(|e| &e.exited);
+    let code = node::exit_code(
+        ended.is_none(),
+        exited.and_then(|e| e.code),
+        exited.and_then(|e| e.signal),
+    );
+    let outcome = match exited {
+        None => "refused",
+        Some(e) if e.interrupted => "interrupted",
+        Some(_) => "completed",
+    };
+    last.push(Event::SupervisorFinished(SupervisorFinished {
+        outcome: outcome.to_owned(),
+        exit_code: code,
+    }));
+    journal.append(last)?;
+    Ok(code)
+}
+
+/// Run the worker to its end. Returns the exit code the supervisor should exit with: the
+/// payload's code, 128 + the signal that ended it, or 3 when the payload was refused.
 pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
     if spec.command.is_empty() {
         return Err(SupervisorError::NoCommand);
@@ -547,16 +622,7 @@ pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
     };
     let journal = Writer::open(&journal_dir(&spec.evidence_dir), Options::default())?;
     install_stop_handlers();
-    let started = Event::SupervisorStarted(SupervisorStarted {
-        submission_id: spec.submission_id,
-        job_id: env_number("SLURM_JOB_ID"),
-        step_id: env_number("SLURM_STEP_ID"),
-        node: std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| crate::event::current_host()),
-        cpu_set: cpu_set(),
-        deadline: spec.deadline,
-        grace_s: spec.grace_s,
-        command: spec.command.clone(),
-    });
+    let started = supervisor_started(spec);
     let mut refused = match &spec.node {
         Some(n) => prepare(&journal, n, started)?,
         None => {
@@ -591,36 +657,7 @@ pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
     // Committed with the supervisor's finish: the cleanup's outcome.
     let mut last = Vec::new();
     if let Some(n) = &spec.node {
-        let settled = settle_and_publish(&journal, spec, n, ended.as_ref())?;
-        let (class, reason) = settled.class;
-        let plan = node::cleanup_plan(ended.is_some(), settled.published);
-        let mut commit = settled.records;
-        commit.push(Event::CleanupStarted(CleanupStarted {
-            remove: plan.remove.iter().map(|r| r.to_string()).collect(),
-            keep: plan.keep.iter().map(|r| r.to_string()).collect(),
-        }));
-        journal.append(commit)?;
-        failpoint::hit("supervisor-before-cleanup");
-        let deadline =
-            Instant::now() + Duration::from_secs(u64::from(n.cleanup_s.max(MIN_STEP_BUDGET_S)));
-        let done = cleanup::run(&n.dirs, &plan, class, &reason, deadline);
-        last.push(Event::CleanedUp(done));
+        last.push(settle_and_clean(&journal, spec, n, ended.as_ref())?);
     }
-    let exited = ended.as_ref().map(|e| &e.exited);
-    let code = node::exit_code(
-        ended.is_none(),
-        exited.and_then(|e| e.code),
-        exited.and_then(|e| e.signal),
-    );
-    let outcome = match exited {
-        None => "refused",
-        Some(e) if e.interrupted => "interrupted",
-        Some(_) => "completed",
-    };
-    last.push(Event::SupervisorFinished(SupervisorFinished {
-        outcome: outcome.to_owned(),
-        exit_code: code,
-    }));
-    journal.append(last)?;
-    Ok(code)
+    Ok(finish(&journal, ended.as_ref(), last)?)
 }

@@ -10,7 +10,7 @@ use super::{match_target, Listing, Pins, Placed};
 use crate::config::has_worker_job_shape;
 use crate::event::session::SessionKey;
 use crate::slurm::{JobId, JobRow};
-use crate::state::session::Sessions;
+use crate::state::session::{Session, Sessions};
 
 pub const FLAG_ORPHAN: &str = "no session record";
 pub const FLAG_NOT_PLAIN: &str = "not a plain job id (never adopted)";
@@ -85,6 +85,110 @@ fn line(key: &SessionKey, job: Option<JobId>, reason: Option<String>) -> Session
     }
 }
 
+/// The rows squeue gave, and whether it gave every one cleanly (if not, a session whose job
+/// is missing is not called stale); what went wrong goes to `errors`.
+fn listed_rows<'l>(listing: &'l Listing, errors: &mut Vec<String>) -> (&'l [JobRow], bool) {
+    match listing {
+        Listing::Answered { rows, bad_lines } => {
+            errors.extend(
+                bad_lines
+                    .iter()
+                    .map(|l| format!("could not parse squeue row: {l}")),
+            );
+            (rows.as_slice(), bad_lines.is_empty())
+        }
+        Listing::Failed(e) => {
+            errors.push(format!("squeue failed: {e}"));
+            (&[][..], false)
+        }
+    }
+}
+
+/// The report's entry for one of our jobs, flagged; `None` for a worker's or a pool's job,
+/// which no session ever holds.
+fn job_entry(
+    row: &JobRow,
+    token: &str,
+    sessions: &Sessions,
+    mirrors: &[String],
+    replaced: &BTreeSet<JobId>,
+    cancelling: &BTreeSet<JobId>,
+) -> Option<JobEntry> {
+    let plain = row.plain_id();
+    let holders: Vec<String> = plain
+        .map(|j| sessions.holders(j, None))
+        .unwrap_or_default()
+        .iter()
+        .map(SessionKey::to_string)
+        .collect();
+    let mirror = token_to_mirror(token, mirrors).cloned();
+    if holders.is_empty() && mirror.is_none() && has_worker_job_shape(token) {
+        // A pool's allocation or a `dispatch submit` job, never a session's.
+        return None;
+    }
+    let mut flags = Vec::new();
+    if plain.is_none() {
+        flags.push(FLAG_NOT_PLAIN);
+    }
+    if holders.is_empty() {
+        flags.push(FLAG_ORPHAN);
+    }
+    if plain.is_some_and(|j| replaced.contains(&j)) {
+        flags.push(FLAG_REPLACED);
+    }
+    if plain.is_some_and(|j| cancelling.contains(&j)) {
+        flags.push(FLAG_CANCELLING);
+    }
+    Some(JobEntry {
+        job_id: row.job_id.get(),
+        id: row.id.to_string(),
+        mirror,
+        token: token.to_owned(),
+        state: row.state.to_string(),
+        time_left: Some(row.time_left.to_string()),
+        node: row.node_list.clone(),
+        session: holders.first().cloned(),
+        sessions: holders,
+        flags,
+    })
+}
+
+/// A session's submission with no recorded outcome (unknown), and its jobs the listing does
+/// not show live: stale only when the listing answered cleanly, unknown otherwise.
+fn unsettled(report: &mut Report, s: &Session, rows: &[JobRow], answered_cleanly: bool) {
+    if let Some(sub) = &s.submission {
+        let why = match &sub.failure {
+            Some(f) => format!("a submission failed ambiguously ({f}); a job may exist"),
+            None => "a submission was started and its outcome is not recorded".to_owned(),
+        };
+        report.unknown.push(line(
+            &s.key,
+            sub.job_hint,
+            Some(format!(
+                "{why}: `dispatch session launch` adopts it by name, or `scancel --me --name={}`",
+                sub.job_name
+            )),
+        ));
+    }
+    for job in [s.job_id(), s.replaced].into_iter().flatten() {
+        let live = rows
+            .iter()
+            .any(|r| r.is_job(job) && super::is_live(&r.state));
+        if live {
+            continue;
+        }
+        if answered_cleanly {
+            report.stale.push(line(&s.key, Some(job), None));
+        } else {
+            report.unknown.push(line(
+                &s.key,
+                Some(job),
+                Some("the job listing failed or was incomplete; not called stale".into()),
+            ));
+        }
+    }
+}
+
 pub fn build<'t, T>(inputs: Inputs<'_, T>) -> Report
 where
     T: IntoIterator<Item = (&'t str, Pins<'t>)> + Clone,
@@ -98,20 +202,7 @@ where
         });
     }
     let sessions = inputs.sessions;
-    let (rows, answered_cleanly) = match inputs.listing {
-        Listing::Answered { rows, bad_lines } => {
-            report.errors.extend(
-                bad_lines
-                    .iter()
-                    .map(|l| format!("could not parse squeue row: {l}")),
-            );
-            (rows.as_slice(), bad_lines.is_empty())
-        }
-        Listing::Failed(e) => {
-            report.errors.push(format!("squeue failed: {e}"));
-            (&[][..], false)
-        }
-    };
+    let (rows, answered_cleanly) = listed_rows(inputs.listing, &mut report.errors);
     let mut ours: Vec<&JobRow> = rows
         .iter()
         .filter(|r| r.name.starts_with(inputs.prefix))
@@ -129,45 +220,12 @@ where
         .collect();
     for row in ours {
         let token = &row.name[inputs.prefix.len()..];
-        let holders: Vec<String> = row
-            .plain_id()
-            .map(|j| sessions.holders(j, None))
-            .unwrap_or_default()
-            .iter()
-            .map(SessionKey::to_string)
-            .collect();
-        let mirror = token_to_mirror(token, inputs.mirrors).cloned();
-        if holders.is_empty() && mirror.is_none() && has_worker_job_shape(token) {
-            // A pool's allocation or a `dispatch submit` job, never a session's.
+        let Some(entry) = job_entry(row, token, sessions, inputs.mirrors, &replaced, &cancelling)
+        else {
             continue;
-        }
-        let mut flags = Vec::new();
-        let plain = row.plain_id();
-        if plain.is_none() {
-            flags.push(FLAG_NOT_PLAIN);
-        }
-        if holders.is_empty() {
-            flags.push(FLAG_ORPHAN);
-        }
-        if plain.is_some_and(|j| replaced.contains(&j)) {
-            flags.push(FLAG_REPLACED);
-        }
-        if plain.is_some_and(|j| cancelling.contains(&j)) {
-            flags.push(FLAG_CANCELLING);
-        }
-        let entry = JobEntry {
-            job_id: row.job_id.get(),
-            id: row.id.to_string(),
-            mirror,
-            token: token.to_owned(),
-            state: row.state.to_string(),
-            time_left: Some(row.time_left.to_string()),
-            node: row.node_list.clone(),
-            session: holders.first().cloned(),
-            sessions: holders,
-            flags,
         };
-        let target = plain
+        let target = row
+            .plain_id()
             .and_then(|_| match_target(&Placed::of(row), inputs.targets.clone()))
             .and_then(|t| report.targets.iter_mut().find(|g| g.target == t));
         match target {
@@ -176,37 +234,7 @@ where
         }
     }
     for s in sessions.sessions.values() {
-        if let Some(sub) = &s.submission {
-            let why = match &sub.failure {
-                Some(f) => format!("a submission failed ambiguously ({f}); a job may exist"),
-                None => "a submission was started and its outcome is not recorded".to_owned(),
-            };
-            report.unknown.push(line(
-                &s.key,
-                sub.job_hint,
-                Some(format!(
-                    "{why}: `dispatch session launch` adopts it by name, or `scancel --me --name={}`",
-                    sub.job_name
-                )),
-            ));
-        }
-        for job in [s.job_id(), s.replaced].into_iter().flatten() {
-            let live = rows
-                .iter()
-                .any(|r| r.is_job(job) && super::is_live(&r.state));
-            if live {
-                continue;
-            }
-            if answered_cleanly {
-                report.stale.push(line(&s.key, Some(job), None));
-            } else {
-                report.unknown.push(line(
-                    &s.key,
-                    Some(job),
-                    Some("the job listing failed or was incomplete; not called stale".into()),
-                ));
-            }
-        }
+        unsettled(&mut report, s, rows, answered_cleanly);
     }
     report
 }
