@@ -1150,7 +1150,10 @@ async fn release_settles_the_job_a_renewal_replaced() {
     let r = release(&env, "sample", "T", JobId::new(222)).await.unwrap();
     assert_eq!(r.action, ReleaseAction::Released);
     let old = r.replaced.as_ref().expect("the replaced job is reported");
-    assert_eq!((old.job_id.get(), old.action), (111, ReplacedAction::Cleared));
+    assert_eq!(
+        (old.job_id.get(), old.action),
+        (111, ReplacedAction::Cleared)
+    );
     let calls: Vec<(String, String)> = w
         .slurm
         .argvs()
@@ -1196,7 +1199,10 @@ async fn release_cancels_a_replaced_job_that_still_runs() {
     let env = env(&w.config, &w.state, &w.slurm);
     let r = release(&env, "sample", "T", JobId::new(222)).await.unwrap();
     let old = r.replaced.as_ref().unwrap();
-    assert_eq!((old.job_id.get(), old.action), (111, ReplacedAction::Released));
+    assert_eq!(
+        (old.job_id.get(), old.action),
+        (111, ReplacedAction::Released)
+    );
     assert_eq!(r.action, ReleaseAction::Released);
     w.slurm.assert_drained();
     assert_eq!(w.record("T").0, None);
