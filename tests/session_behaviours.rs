@@ -603,6 +603,103 @@ async fn b15_still_pending_after_the_budget() {
     assert_eq!(w.record("T"), (Some(5), None));
 }
 
+/// What the session has when a launch (or its dry run) begins.
+#[derive(Clone, Copy, Debug)]
+enum Before {
+    NoRecord,
+    Recorded(&'static str),
+    RecordedGone,
+}
+
+/// Script the answers `scenario` gives: the recorded job's probe, the name probe (a live job
+/// of this target, 7000, or nothing), and for a launch the calls after its decision (the wait
+/// out of an ending job, a submission and its first poll).
+fn script(w: &World, (before, by_name): (Before, bool), launch: bool) {
+    let mut q = w.q();
+    let found = || live(&row("7000", "RUNNING", "n2", T, NAME));
+    match before {
+        Before::Recorded(state) => {
+            q.by_id.push_back(live(&row("4242", state, "n1", T, NAME)));
+            if launch && state == "PENDING" {
+                q.by_id
+                    .push_back(live(&row("4242", "RUNNING", "n1", T, NAME)));
+            }
+            if launch && state == "COMPLETING" {
+                q.by_id.push_back(invalid_id());
+            }
+        }
+        Before::RecordedGone => q.by_id.push_back(invalid_id()),
+        Before::NoRecord => {}
+    }
+    q.by_name_else = Some(if by_name { found() } else { gone() });
+    if launch && !by_name {
+        q.sbatch.push_back(submitted(5000));
+        q.by_id_else = Some(live(&row("5000", "RUNNING", "n1", T, NAME)));
+    }
+}
+
+/// Issue 22 item 1: `session launch --dry-run` answers with the decision the launch then acts
+/// on, over every case of the recorded job (none, live in each kind of state, ending, gone)
+/// and of the name probe (a live job of this target, or none): reuse → reused, adopt →
+/// adopted, submit or wait-then-submit → submitted, with the same job for the first two.
+#[tokio::test]
+async fn a_launch_dry_run_answers_what_the_launch_then_does() {
+    use dispatch::ops::session::dry_run::{launch_dry_run, Would};
+    let befores = [
+        Before::NoRecord,
+        Before::Recorded("RUNNING"),
+        Before::Recorded("PENDING"),
+        Before::Recorded("SUSPENDED"),
+        Before::Recorded("COMPLETING"),
+        Before::RecordedGone,
+    ];
+    for before in befores {
+        for by_name in [false, true] {
+            let scenario = (before, by_name);
+            let worlds = [World::new(), World::new()];
+            for w in &worlds {
+                if !matches!(before, Before::NoRecord) {
+                    w.seed("T", 4242, T).await;
+                }
+            }
+            let req = LaunchRequest {
+                mirror: "sample".into(),
+                target: "T".into(),
+                detached: true,
+                ..LaunchRequest::default()
+            };
+            script(&worlds[0], scenario, false);
+            let env = env(&worlds[0].config, &worlds[0].state, &worlds[0].slurm);
+            let plan = launch_dry_run(&env, &req).await.unwrap();
+            script(&worlds[1], scenario, true);
+            let done = worlds[1].launch_req(req).await.unwrap();
+            let expected = match plan.would {
+                Would::Reuse => LaunchAction::Reused,
+                Would::Adopt => LaunchAction::Adopted,
+                Would::Submit | Would::WaitThenSubmit => LaunchAction::Submitted,
+            };
+            assert_eq!(
+                done.action, expected,
+                "{scenario:?}: the dry run said {:?}",
+                plan.would
+            );
+            if matches!(plan.would, Would::Reuse | Would::Adopt) {
+                assert_eq!(plan.job_id, Some(done.job_id), "{scenario:?}");
+            }
+            let acted: Vec<_> = worlds[0]
+                .slurm
+                .argvs()
+                .into_iter()
+                .filter(|a| a[0] != "squeue")
+                .collect();
+            assert!(
+                acted.is_empty(),
+                "{scenario:?}: the dry run acted: {acted:?}"
+            );
+        }
+    }
+}
+
 /// 17: the recorded job runs: no sbatch, reused.
 #[tokio::test]
 async fn b17_recorded_running_job_is_reused() {

@@ -2,8 +2,8 @@
 //! job (if any) a launch adopts, and what renew does next. No I/O, no clock.
 
 pub mod absence;
-pub mod dry_run;
 pub mod probe;
+pub mod recorded;
 pub mod refusal;
 pub mod release;
 pub mod renew;

@@ -183,6 +183,20 @@ fn placed(p: &dispatch::slurm::Placement) -> (&str, &str, &str) {
 }
 
 impl Scheduler for Scripted {
+    /// `sbatch --test-only`: always "it would start now on n1"; not among the calls (a launch
+    /// asks it before each submission, and the tests' call lists are about what acts).
+    async fn test_batch(
+        &self,
+        req: &BatchRequest,
+    ) -> Result<dispatch::slurm::TestedBatch, SlurmError> {
+        Ok(dispatch::slurm::TestedBatch {
+            start: "2026-12-04T00:00:00".to_owned(),
+            cpus: 1,
+            nodes: "n1".to_owned(),
+            partition: req.placement.partition.clone().unwrap_or_default(),
+        })
+    }
+
     async fn submit_batch(&self, req: &BatchRequest) -> Result<Submitted, ActionError> {
         let argv = strs(req.argv()?);
         self.record("sbatch", argv.clone());

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::launch::{placement, LaunchRequest};
 use super::{name_probe, read_state, session, token_clash, Env, OpError, Resolved};
-use crate::policy::session::dry_run::{recorded, Recorded};
+use crate::policy::session::recorded::{recorded, Recorded};
 use crate::policy::session::Seen;
 use crate::slurm::{BatchPayload, BatchRequest, JobId, Placement, Scheduler};
 
@@ -50,14 +50,17 @@ pub async fn launch_dry_run<S: Scheduler>(
     let mut exclude = Vec::new();
     if let Some(job) = session(&state, &r.key).and_then(|s| s.job_id()) {
         let (probe, held) = super::hold::probe_held(env, job).await;
-        match recorded(probe, held && !r.target.confined) {
-            Recorded::Reuse => {
+        match recorded(probe, held) {
+            // A held batch job is kept by the launch that settles it (or yields to an older
+            // job of the session, which a dry run cannot know without acting); a held salloc
+            // job is cancelled.
+            Recorded::Reuse { .. } | Recorded::SettleHeld if !held || r.target.confined => {
                 plan.would = Would::Reuse;
                 plan.job_id = Some(job);
                 return Ok(plan);
             }
-            Recorded::WaitThenSubmit => plan.would = Would::WaitThenSubmit,
-            Recorded::Gone => {}
+            Recorded::WaitThenSubmit(_) => plan.would = Would::WaitThenSubmit,
+            Recorded::Reuse { .. } | Recorded::SettleHeld | Recorded::Gone(_) => {}
             Recorded::Unknown(e) => {
                 return Err(OpError::Unknown(format!(
                     "could not verify Slurm job {job} of session {}: {e}; a launch would stop \

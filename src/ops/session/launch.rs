@@ -30,8 +30,9 @@ use crate::event::Event;
 use crate::event::Micros;
 use crate::failpoint;
 use crate::ops::poll::Poller;
+use crate::policy::session::recorded::{recorded, Recorded};
 use crate::policy::session::refusal::SessionRefusal;
-use crate::policy::session::{in_flight_wait, is_ending, poll_of, probe_of, Poll, Probe, Seen};
+use crate::policy::session::{in_flight_wait, poll_of, probe_of, Poll, Probe, Seen};
 use crate::slurm::{
     AcctQuery, ActionError, AllocRequest, BatchPayload, BatchRequest, JobId, JobName, JobQuery,
     JobState, MemoryMb, Placement, Refusal, Scheduler, SlurmDuration,
@@ -254,10 +255,8 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             return Ok(None);
         }
         let (probe, held) = hold::probe_held(self.env, job).await;
-        match probe {
-            // Its launch died before settling the hold (and nobody else settles it): settle it
-            // as that launch would have, or cancel it (a held salloc job).
-            Probe::Live { .. } if held => {
+        match recorded(probe, held) {
+            Recorded::SettleHeld => {
                 let orphan = hold::settle_orphan(self.env, &self.r, job, self.req.replacing);
                 let Some(kept) = orphan.await? else {
                     exclude.push(job);
@@ -276,25 +275,25 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                     held: false,
                 }))
             }
-            Probe::Live { state, .. } if is_ending(&state) => {
+            Recorded::WaitThenSubmit(state) => {
                 let end = self.wait_ended(job, state).await?;
                 self.clear(job, gone_reason(end.as_ref()))?;
                 exclude.push(job);
                 Ok(None)
             }
-            Probe::Live { state, node } => Ok(Some(Keep {
+            Recorded::Reuse { state, node } => Ok(Some(Keep {
                 job,
                 action: LaunchAction::Reused,
                 state,
                 node,
                 held,
             })),
-            Probe::Gone { state } => {
+            Recorded::Gone(state) => {
                 self.clear(job, gone_reason(state.as_ref()))?;
                 exclude.push(job);
                 Ok(None)
             }
-            Probe::Unknown(e) => Err(OpError::Unknown(format!(
+            Recorded::Unknown(e) => Err(OpError::Unknown(format!(
                 "could not verify Slurm job {job} of session {}: {e}. Nothing was submitted. \
                  Retry, or `{}` to cancel it",
                 self.r.key,
