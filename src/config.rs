@@ -207,34 +207,23 @@ fn slurm_value_fault(t: &Target) -> Option<(&'static str, &str, String)> {
     None
 }
 
-/// The 1-based line of `key` in the table `table` (`None`: the top level), or of the table's
-/// header when `key` is `None`. Quotes around table name parts are ignored; keys written as
-/// dotted paths or inline tables are not found (the error then names no line).
-fn line_of(text: &str, table: Option<&str>, key: Option<&str>) -> Option<usize> {
-    let mut current: Option<String> = None;
-    for (i, line) in text.lines().enumerate() {
-        let l = line.trim();
-        if let Some(header) = l.strip_prefix('[').and_then(|h| h.split(']').next()) {
-            let parts: Vec<String> = header
-                .split('.')
-                .map(|p| p.trim().trim_matches('"').to_owned())
-                .collect();
-            current = Some(parts.join("."));
-            if key.is_none() && current.as_deref() == table {
-                return Some(i + 1);
-            }
-            continue;
-        }
-        if let Some(key) = key {
-            let is_key = l
-                .strip_prefix(key)
-                .is_some_and(|rest| rest.trim_start().starts_with('='));
-            if is_key && current.as_deref() == table {
-                return Some(i + 1);
-            }
-        }
+/// The 1-based line of `key` in the table at `table` (empty: the top level), or of the table
+/// itself when `key` is `None`, however the file writes them (headers, dotted keys, inline
+/// tables): from the spans of the parser `toml` uses.
+fn line_of(text: &str, table: &[&str], key: Option<&str>) -> Option<usize> {
+    let doc = toml_edit::ImDocument::parse(text).ok()?;
+    let mut at: &dyn toml_edit::TableLike = doc.as_table();
+    let mut span = None;
+    for part in table {
+        let (k, item) = at.get_key_value(part)?;
+        span = k.span();
+        at = item.as_table_like()?;
     }
-    None
+    if let Some(key) = key {
+        span = at.get_key_value(key)?.0.span();
+    }
+    let start = span?.start;
+    Some(text[..start].matches('\n').count() + 1)
 }
 
 /// Whether a job-name token (the name after the prefix) has the shape dispatch gives the jobs
@@ -292,7 +281,7 @@ impl Config {
     /// Checks TOML cannot express; each error names the file, the line (when it can be found
     /// in `text`) and the key.
     fn validate(&self, path: &Path, text: &str) -> Result<(), ConfigError> {
-        let at = |table: Option<&str>, key: Option<&str>| {
+        let at = |table: &[&str], key: Option<&str>| {
             line_of(text, table, key).map_or_else(String::new, |n| format!("line {n}: "))
         };
         let malformed = |at: String, message: String| ConfigError::Malformed {
@@ -301,53 +290,47 @@ impl Config {
         };
         if sanitize_token(&self.job_name_prefix) != self.job_name_prefix {
             return Err(malformed(
-                at(None, Some("job_name_prefix")),
+                at(&[], Some("job_name_prefix")),
                 format!(
                     "job_name_prefix {:?} may only hold [A-Za-z0-9._-]",
                     self.job_name_prefix
                 ),
             ));
         }
-        let no_control = |table: Option<&str>, key: &str, value: &str| {
-            let what = match table {
-                Some(t) => format!("{t}.{key}"),
-                None => key.to_owned(),
-            };
+        let no_control = |table: &[&str], key: &str, value: &str| {
+            let what = [table, &[key]].concat().join(".");
             crate::names::check_no_control(&what, value)
                 .map_err(|m| malformed(at(table, Some(key)), m))
         };
         if let Some(dir) = &self.session_files {
-            no_control(None, "session_files", &dir.to_string_lossy())?;
+            no_control(&[], "session_files", &dir.to_string_lossy())?;
         }
         for (name, t) in &self.targets {
             if let Some((key, message)) = target_fault(name, t) {
-                return Err(malformed(
-                    at(Some(&format!("targets.{name}")), key),
-                    message,
-                ));
+                return Err(malformed(at(&["targets", name], key), message));
             }
         }
         if let Some((first, second, why)) = self.tied_targets() {
             return Err(ConfigError::TiedTargets {
                 path: path.to_owned(),
-                at: at(Some(&format!("targets.{second}")), None),
+                at: at(&["targets", second], None),
                 pair: format!("{first:?} and {second:?}"),
                 why,
             });
         }
         let mut seen: BTreeMap<String, &str> = BTreeMap::new();
         for (name, mirror) in &self.mirrors {
-            let table = format!("mirrors.{name}");
+            let table = ["mirrors", name.as_str()];
             crate::names::check_label("mirror", name)
-                .map_err(|m| malformed(at(Some(&table), None), m))?;
+                .map_err(|m| malformed(at(&table, None), m))?;
             if let Some(path) = &mirror.path {
-                no_control(Some(&table), "path", &path.to_string_lossy())?;
+                no_control(&table, "path", &path.to_string_lossy())?;
             }
             let token = sanitize_token(name);
             if let Some(first) = seen.insert(token.clone(), name) {
                 return Err(ConfigError::TokenCollision {
                     path: path.to_owned(),
-                    at: at(Some(&format!("mirrors.{name}")), None),
+                    at: at(&table, None),
                     first: first.to_owned(),
                     second: name.clone(),
                     token,
@@ -667,6 +650,12 @@ confined = true
         let ok = "[targets.t]\npartition = \"p\"\naccount = \"a\"\ntime = \"UNLIMITED\"\n\
                   mem = \"16G\"\n";
         Config::parse(ok, Path::new("c.toml")).unwrap();
+        // However the file writes the key: an inline table, a dotted key.
+        let e =
+            err("[targets]\n\nt = { partition = \"p\", account = \"a\", time = \"2 hours\" }\n");
+        assert!(e.contains("line 3: targets.t.time"), "{e}");
+        let e = err("[targets]\nt.partition = \"p\"\nt.account = \"a\"\nt.mem = \"lots\"\n");
+        assert!(e.contains("line 4: targets.t.mem"), "{e}");
     }
 
     /// Issue 21 item 10: a partition, account or qos that is not one Slurm word fails at load

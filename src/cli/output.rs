@@ -20,13 +20,11 @@ pub fn note(line: &str) {
 
 /// Print exactly one JSON document on stdout.
 pub fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
-    // Streamed through a buffer of its own: stdout's line buffer holds 1 KiB, and a document
-    // of thousands of workers (one line) would be written 1 KiB at a time, each piece
-    // searched for a newline.
-    let mut out = Chunks {
-        buf: Vec::with_capacity(JSON_BUFFER),
-        out: std::io::stdout().lock(),
-    };
+    // Through a buffer of its own: stdout's line buffer holds 1 KiB, and a document of
+    // thousands of workers (one line) would be written 1 KiB at a time, each piece searched
+    // for a newline. (std's BufWriter measured as fast as a hand-made chunk buffer, or faster:
+    // 0.79-1.02x on 200k workers' JSON.)
+    let mut out = std::io::BufWriter::with_capacity(JSON_BUFFER, std::io::stdout().lock());
     match serde_json::to_writer(&mut out, value) {
         Err(e) if e.is_io() => stdout_failed(e.into()),
         Err(e) => return Err(Failure::new(exit::FAILED, e.to_string())),
@@ -40,35 +38,6 @@ pub fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
 
 /// How much of a JSON document is written to stdout at a time.
 const JSON_BUFFER: usize = 64 * 1024;
-
-struct Chunks<W: Write> {
-    buf: Vec<u8>,
-    out: W,
-}
-
-impl<W: Write> Write for Chunks<W> {
-    #[inline]
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.write_all(b)?;
-        Ok(b.len())
-    }
-
-    #[inline]
-    fn write_all(&mut self, b: &[u8]) -> std::io::Result<()> {
-        self.buf.extend_from_slice(b);
-        if self.buf.len() >= JSON_BUFFER {
-            self.out.write_all(&self.buf)?;
-            self.buf.clear();
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.out.write_all(&self.buf)?;
-        self.buf.clear();
-        self.out.flush()
-    }
-}
 
 /// Write to stdout what `print!` would; see [`outln!`](crate::outln).
 pub fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
