@@ -375,6 +375,28 @@ fn read_no_follow(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Whether a snapshot may be due, from the head the last closing writer left (`CHECKPOINT`)
+/// and the newest snapshot's seq (its file name): a checkpoint-sized read (no link followed) and a listing, so a command
+/// loads the journal again only when a snapshot is due. `true` when it cannot tell. Only a
+/// hint: the checkpoint is not verified here, and a snapshot is written from a verified load.
+pub fn snapshot_may_be_due(dir: &Path) -> bool {
+    use super::checkpoint::{Checkpoint, CHECKPOINT_FILE, CHECKPOINT_LEN};
+    use std::io::Read;
+    let mut bytes = Vec::with_capacity(CHECKPOINT_LEN);
+    let head = open_no_follow(&dir.join(CHECKPOINT_FILE))
+        .and_then(|f| f.take(CHECKPOINT_LEN as u64).read_to_end(&mut bytes))
+        .ok()
+        .and_then(|_| Checkpoint::decode(&bytes).ok())
+        .map(|c| c.last_seq);
+    let newest = snapshot::list(dir)
+        .ok()
+        .map(|l| l.iter().map(|(seq, _)| *seq).max().unwrap_or(0));
+    match (head, newest) {
+        (Some(head), Some(newest)) => head.saturating_sub(newest) >= SNAPSHOT_EVERY,
+        _ => true,
+    }
+}
+
 /// Write a snapshot of `loaded` if enough events passed since the one it started from.
 /// A failure is returned as a warning for the caller to print: snapshots are optional.
 pub fn snapshot_if_due<S: Fold>(
@@ -469,6 +491,38 @@ mod tests {
             }
         }
         assert!(segment::list(dir).unwrap().len() > 5);
+    }
+
+    /// The hint reads the closing writer's checkpoint against the newest snapshot; without a
+    /// checkpoint it cannot tell, and says a snapshot may be due.
+    #[test]
+    fn a_snapshot_is_due_only_ten_thousand_events_after_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        build(dir.path());
+        assert!(
+            !snapshot_may_be_due(dir.path()),
+            "2,500 events, no snapshot"
+        );
+        let head = |seq| crate::journal::checkpoint::Checkpoint {
+            journal_id: [1; 16],
+            segment_no: 1,
+            segment_len: 100,
+            last_seq: seq,
+            last_frame_offset: 64,
+            chain: crate::journal::frame::Chain::default(),
+        };
+        crate::journal::checkpoint::write(dir.path(), &head(SNAPSHOT_EVERY)).unwrap();
+        assert!(snapshot_may_be_due(dir.path()));
+        std::fs::write(dir.path().join(snapshot::file_name(5)), b"").unwrap();
+        assert!(
+            !snapshot_may_be_due(dir.path()),
+            "one event short after snapshot 5"
+        );
+        std::fs::remove_file(dir.path().join(crate::journal::checkpoint::CHECKPOINT_FILE)).unwrap();
+        assert!(
+            snapshot_may_be_due(dir.path()),
+            "no checkpoint: cannot tell"
+        );
     }
 
     type Summary = (Status, u64, Option<scan::Head>, Option<scan::Damage>);

@@ -71,6 +71,9 @@ impl<S: Scheduler> Ctx<S> {
 
 /// Write a snapshot if one is due. Optional work: a failure is a warning, never an error.
 pub fn snapshot_quietly(journal_dir: &Path) {
+    if !journal::reader::snapshot_may_be_due(journal_dir) {
+        return;
+    }
     match journal::load::<State>(journal_dir) {
         Ok(loaded) => {
             if let Err(e) = journal::reader::snapshot_if_due(journal_dir, &loaded) {
