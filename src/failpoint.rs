@@ -196,8 +196,8 @@ fn act(name: &str, action: Action) {
         }
         Action::Exit(code) => {
             eprintln!("dispatch: failpoint {name}: exit {code}");
-            // SAFETY: _exit has no preconditions; skipping destructors is the point.
-            unsafe { libc::_exit(code) }
+            // Skipping destructors is the point.
+            crate::sys::exit_now(code)
         }
         Action::SleepMs(ms) => std::thread::sleep(std::time::Duration::from_millis(ms)),
         Action::Panic => std::panic::panic_any(Crash {

@@ -2,6 +2,9 @@
 //!
 //! See `ARCHITECTURE.md` for the map of modules and their invariants.
 
+// Every `unsafe` is a libc call behind a safe wrapper in `sys`.
+#![deny(unsafe_code)]
+
 /// `Display` for an enum of unit variants that serializes as a string: its serde name, so
 /// the text a command prints and its `--json` cannot drift apart.
 #[macro_export]
@@ -30,5 +33,7 @@ pub mod policy;
 pub mod slurm;
 pub mod state;
 pub mod statedir;
+#[allow(unsafe_code)]
+pub mod sys;
 pub mod words;
 pub mod worker;

@@ -87,43 +87,10 @@ fn truncate_utf8(s: &str, max: usize) -> &str {
 /// The effective user's name from the system's user database (NSS: files, LDAP, …), never from
 /// `$USER`, which anyone can set. Falls back to the numeric uid.
 pub fn current_user() -> String {
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    user_name_of(uid).unwrap_or_else(|| uid.to_string())
-}
-
-fn user_name_of(uid: u32) -> Option<String> {
-    let mut buf = vec![0u8; 16 * 1024];
-    // SAFETY: passwd is plain data; getpwuid_r writes only into `pwd` and `buf` (whose length
-    // it is given) and sets `result` to null or to `&pwd`.
-    unsafe {
-        let mut pwd: libc::passwd = std::mem::zeroed();
-        let mut result: *mut libc::passwd = std::ptr::null_mut();
-        let rc = libc::getpwuid_r(
-            uid,
-            &mut pwd,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            &mut result,
-        );
-        if rc != 0 || result.is_null() || pwd.pw_name.is_null() {
-            return None;
-        }
-        Some(
-            std::ffi::CStr::from_ptr(pwd.pw_name)
-                .to_string_lossy()
-                .into_owned(),
-        )
-    }
+    let uid = crate::sys::geteuid();
+    crate::sys::user_name(uid).unwrap_or_else(|| uid.to_string())
 }
 
 pub fn current_host() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it or fails.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "unknown".to_owned();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+    crate::sys::hostname().unwrap_or_else(|_| "unknown".to_owned())
 }

@@ -62,17 +62,11 @@ impl RandomIds {
 fn fill_random(buf: &mut [u8]) -> std::io::Result<()> {
     let mut at = 0;
     while at < buf.len() {
-        let rest = &mut buf[at..];
-        // SAFETY: getrandom writes at most `rest.len()` bytes into `rest`.
-        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
+        match crate::sys::getrandom(&mut buf[at..]) {
+            Ok(n) => at += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
         }
-        at += n as usize;
     }
     Ok(())
 }

@@ -13,7 +13,6 @@
 //! nothing and changes nothing.
 
 use std::ffi::OsString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -27,7 +26,7 @@ use crate::policy::doctor::{
 };
 use crate::slurm::runner::Runner;
 use crate::slurm::{CliConfig, SlurmCommand};
-use crate::statedir::trust::{self, Observed};
+use crate::statedir::trust::Observed;
 
 /// How long the on-node probe may take, queueing included (srun gives up after 60 s without
 /// resources, `--immediate`).
@@ -108,14 +107,7 @@ pub fn state_dir_seen(path: &Path) -> StateDirSeen {
 }
 
 fn statfs_magic(path: &Path) -> Result<u64, String> {
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
-    // SAFETY: `c` is a valid NUL-terminated path and `buf` a properly sized out-parameter.
-    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut buf) } != 0 {
-        return Err(std::io::Error::last_os_error().to_string());
-    }
-    #[allow(clippy::unnecessary_cast)] // f_type is i64 on glibc x86_64, u32/i32 elsewhere
-    Ok(buf.f_type as u64 & 0xFFFF_FFFF)
+    crate::sys::statfs_type(path).map_err(|e| e.to_string())
 }
 
 /// Take an exclusive flock on a fresh file in the state directory, then try a second one through
@@ -155,7 +147,7 @@ pub fn flock_test(state_dir: &Path) -> FlockSeen {
 /// The checks of the state directory that hold on any machine, this host or a node.
 async fn local_checks(state_dir: &Path, search_path: Option<&std::ffi::OsStr>) -> Vec<Check> {
     let seen = state_dir_seen(state_dir);
-    let mut checks = vec![verdict::state_dir(state_dir, &seen, trust::euid())];
+    let mut checks = vec![verdict::state_dir(state_dir, &seen, crate::sys::geteuid())];
     if matches!(seen, StateDirSeen::Present(_)) {
         checks.push(verdict::file_system(statfs_magic(state_dir)));
     }
@@ -173,7 +165,7 @@ pub async fn node_probe(state_dir: &Path, marker: Option<&str>) -> Report {
         status: verdict::Status::Ok,
         seen: format!(
             "ran on {host} as uid {}: {}",
-            trust::euid(),
+            crate::sys::geteuid(),
             std::env::current_exe()
                 .map(|p| p.display().to_string())
                 .unwrap_or_default()
@@ -195,14 +187,7 @@ pub async fn node_probe(state_dir: &Path, marker: Option<&str>) -> Report {
 }
 
 fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it or
-    // truncates, and we stop at the first NUL.
-    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
-        return "?".to_owned();
-    }
-    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+    crate::sys::hostname().unwrap_or_else(|_| "?".to_owned())
 }
 
 /// Whether the association manager lists something (`scontrol show assoc_mgr`): the words it

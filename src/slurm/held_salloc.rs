@@ -96,9 +96,7 @@ pub async fn allocate_held(
         tokio::time::sleep(POLL).await;
     }
     // Not reaped (try_wait said it runs), so the pid still names our child.
-    unsafe {
-        libc::kill(pid as libc::pid_t, libc::SIGTERM);
-    }
+    let _ = crate::sys::signal_process(pid, libc::SIGTERM);
     let _ = tokio::time::timeout(kill_grace, child.wait()).await;
     text.read_from(&file);
     let hint = parse_salloc(text.all()).ok().and_then(|r| r.job());

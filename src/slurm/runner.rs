@@ -340,15 +340,7 @@ impl Runner {
                 .stdout(stdout)
                 .stderr(stderr)
                 .kill_on_drop(false);
-            // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
-            unsafe {
-                cmd.pre_exec(|| {
-                    if libc::setsid() == -1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+            crate::sys::new_session_on_spawn(&mut cmd);
             let child = cmd.spawn().map_err(|e| SlurmError::Spawn {
                 command,
                 message: format!("{}: {e}", program.display()),
@@ -407,9 +399,7 @@ impl Piped {
     async fn stop(&mut self, limit: usize, grace: Duration) {
         if let (Some(pid), None) = (self.pid, self.status) {
             // Not reaped yet (status is None), so the pid still names our child.
-            unsafe {
-                libc::kill(pid as libc::pid_t, libc::SIGTERM);
-            }
+            let _ = crate::sys::signal_process(pid, libc::SIGTERM);
         }
         let grace_end = Instant::now() + grace;
         let _ = self.drive(limit.saturating_mul(2), grace_end).await;

@@ -162,11 +162,6 @@ fn writers(mode: u32) -> &'static str {
     }
 }
 
-pub fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() }
-}
-
 /// May dispatch use this entry? `target` is the link's target, for the message.
 pub fn judge(
     path: &Path,
@@ -207,7 +202,7 @@ pub fn judge(
 
 /// [`judge`] what `lstat` returned for `path`, as the caller.
 pub fn judge_metadata(path: &Path, m: &std::fs::Metadata, want: Want) -> Result<(), Untrusted> {
-    judge(path, &Observed::of(m), euid(), want, || {
+    judge(path, &Observed::of(m), crate::sys::geteuid(), want, || {
         std::fs::read_link(path).unwrap_or_else(|_| PathBuf::from("?"))
     })
 }
@@ -229,7 +224,13 @@ pub fn check(path: &Path, want: Want) -> Result<bool, TrustError> {
 pub fn check_root(path: &Path) -> Result<bool, TrustError> {
     match std::fs::metadata(path) {
         Ok(m) => {
-            judge(path, &Observed::of(&m), euid(), Want::Dir, PathBuf::new)?;
+            judge(
+                path,
+                &Observed::of(&m),
+                crate::sys::geteuid(),
+                Want::Dir,
+                PathBuf::new,
+            )?;
             Ok(true)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),

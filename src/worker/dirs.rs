@@ -129,7 +129,7 @@ mod tests {
         // Another user's `workers/` (uid 65534 when the tests run as root).
         let workers = state.join("pools/p/workers");
         let other = WorkerDirs::of(state, Some("p"), Uuid::from_u128(2));
-        if trust::euid() == 0 {
+        if crate::sys::geteuid() == 0 {
             std::os::unix::fs::chown(&workers, Some(65534), None).unwrap();
             assert!(other.create(state).is_err());
             assert!(dirs.check(state).is_err());

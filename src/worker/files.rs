@@ -181,27 +181,14 @@ pub fn fsync_dir(dir: &Path) -> Result<(), FileError> {
 
 /// The filesystem holding `path`: its id (`st_dev`) and what an unprivileged writer has free.
 pub fn space(path: &Path) -> std::io::Result<(u64, u64, u64)> {
-    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::MetadataExt;
     let dev = std::fs::metadata(path)?.dev();
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: statvfs is plain data, zeroed, and the kernel fills it; `c` is NUL-terminated.
-    let s = unsafe {
-        let mut s: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c.as_ptr(), &mut s) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        s
-    };
-    // fsblkcnt_t and friends are 32-bit on some targets: widen explicitly.
-    #[allow(clippy::useless_conversion)]
-    let (blocks, size, inodes) = (
-        u64::from(s.f_bavail),
-        u64::from(s.f_frsize),
-        u64::from(s.f_favail),
-    );
-    Ok((dev, blocks.saturating_mul(size), inodes))
+    let free = crate::sys::statvfs_free(path)?;
+    Ok((
+        dev,
+        free.blocks.saturating_mul(free.block_size),
+        free.inodes,
+    ))
 }
 
 /// Everything below a directory, as [`tree`] lists it.

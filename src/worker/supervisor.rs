@@ -169,10 +169,7 @@ fn env_number<T: std::str::FromStr>(name: &str) -> Option<T> {
 }
 
 fn signal_group(pgid: u32, signal: libc::c_int) {
-    // SAFETY: kill with a negative pid signals a process group; no memory is involved.
-    unsafe {
-        libc::kill(-(pgid as libc::pid_t), signal);
-    }
+    let _ = crate::sys::signal_group(pgid, signal);
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -613,26 +613,20 @@ pub(crate) fn process_alive(pid: u32) -> bool {
 /// How the srun this process started has ended, if it has: its exit status when it is our
 /// child still to be reaped, else whether its pid still runs.
 fn srun_ended(pid: u32) -> Option<String> {
-    let Ok(raw) = libc::pid_t::try_from(pid) else {
+    use crate::sys::ChildEnd;
+    let Ok(raw) = i32::try_from(pid) else {
         return None;
     };
-    let mut status = 0;
-    // SAFETY: waitpid with WNOHANG only reads and writes `status`, which outlives the call.
-    let r = unsafe { libc::waitpid(raw, &mut status, libc::WNOHANG) };
-    if r == raw {
-        return Some(if libc::WIFEXITED(status) {
-            format!("(pid {pid}) exited with code {}", libc::WEXITSTATUS(status))
-        } else if libc::WIFSIGNALED(status) {
-            format!(
-                "(pid {pid}) was killed by signal {}",
-                libc::WTERMSIG(status)
-            )
-        } else {
-            format!("(pid {pid}) ended")
-        });
-    }
-    if r == 0 {
-        return None;
+    match crate::sys::waitpid_nohang(raw) {
+        Ok(Some(ChildEnd::Exited(code))) => {
+            return Some(format!("(pid {pid}) exited with code {code}"))
+        }
+        Ok(Some(ChildEnd::Signaled(signal))) => {
+            return Some(format!("(pid {pid}) was killed by signal {signal}"))
+        }
+        Ok(Some(ChildEnd::Other)) => return Some(format!("(pid {pid}) ended")),
+        Ok(None) => return None,
+        Err(_) => {}
     }
     // Not (or no longer) our child to reap: its pid tells. A reused pid reads as running,
     // which proves nothing: the safe side.
