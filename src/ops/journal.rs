@@ -90,7 +90,7 @@ pub struct VerifyReport {
 fn wait_for_writers(journal_dir: &Path) -> Option<std::fs::File> {
     let file = std::fs::File::open(journal_dir.join(crate::journal::writer::LOCK_FILE)).ok()?;
     if file.try_lock_shared().is_err() {
-        eprintln!("dispatch: waiting for a running dispatch command to finish writing the journal");
+        tracing::warn!("waiting for a running dispatch command to finish writing the journal");
         file.lock_shared().ok()?;
     }
     // A writer on another host holds the lease instead: wait a moment for it too.
