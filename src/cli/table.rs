@@ -3,7 +3,7 @@
 //! cells. Not stable (docs/cli.md): scripts read `--json`. Pure: every function returns text.
 
 use crate::ops::jobs::JobsReport;
-use crate::ops::pool::{NodeView, StatusReport};
+use crate::ops::pool::{AllocationState, NodeView, StatusReport};
 use crate::policy::session::report::{JobEntry, Report};
 
 /// The width rows are made to fit without `--wide`.
@@ -267,9 +267,11 @@ fn pools_table(r: &StatusReport, wide: bool) -> String {
     );
     for p in &r.pools {
         let a = &p.allocation;
-        let (state, left) = match (&a.ended_proof, a.seconds_left) {
-            (Some(_), _) => ("ended", "-".to_owned()),
-            (None, left) => ("running", secs(left.unwrap_or(0))),
+        // `pool status` always sets it; without one the allocation is not known to be over.
+        let state = a.state.unwrap_or(AllocationState::Running);
+        let left = match state {
+            AllocationState::Ended => "-".to_owned(),
+            AllocationState::Running => secs(a.seconds_left.unwrap_or(0)),
         };
         pools.row(vec![
             p.pool.clone(),
@@ -280,7 +282,7 @@ fn pools_table(r: &StatusReport, wide: bool) -> String {
             },
             a.job_id.to_string(),
             a.node.clone(),
-            state.to_owned(),
+            state.to_string(),
             left,
             format!("{}/{}", p.reserved.cpus, count(p.capacity.cpus, "CPU")),
             format!("{}/{}", mem(p.reserved.mem_mb), mem(p.capacity.mem_mb)),
@@ -561,7 +563,10 @@ mod tests {
             account: "fc_x".into(),
             qos: "normal".into(),
             seconds_left: left,
-            state: Some(if ended.is_some() { "ended" } else { "running" }),
+            state: Some(match ended {
+                Some(_) => AllocationState::Ended,
+                None => AllocationState::Running,
+            }),
             ended_proof: ended.map(str::to_owned),
         };
         let worker = |name: &str, id: &str, state: WorkerState, step: Option<&str>| WorkerView {
