@@ -22,7 +22,8 @@ macro_rules! words {
 
         impl ::std::fmt::Display for $name {
             fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                f.write_str(self.as_str())
+                // `pad`, not `write_str`: a table's `{:<10}` pads a word as it pads a `&str`.
+                f.pad(self.as_str())
             }
         }
 
@@ -50,5 +51,10 @@ mod tests {
         assert_eq!(serde_json::to_string(&Said::No).unwrap(), "\"not_at_all\"");
         assert_eq!(Said::Yes.to_string(), "yes");
         assert_eq!(Said::No.as_str(), "not_at_all");
+        assert_eq!(
+            format!("[{:<5}]", Said::Yes),
+            "[yes  ]",
+            "padded like a str"
+        );
     }
 }

@@ -131,9 +131,9 @@ fn an_independent_reader_agrees_with_dispatch() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert_eq!(ours.kind, dispatch::journal::Status::Clean);
+    assert_eq!(ours.status, dispatch::journal::Status::Clean);
     assert_ne!(
-        dispatch::ops::journal::verify(&journal).unwrap().kind,
+        dispatch::ops::journal::verify(&journal).unwrap().status,
         dispatch::journal::Status::Clean
     );
 }
@@ -189,7 +189,7 @@ fn verdict(bytes: &[u8]) -> dispatch::ops::journal::VerifyReport {
     std::fs::write(dir.join("segment-00000001.djl"), bytes).unwrap();
     let r = verify(&dir).unwrap();
     let load = journal::load::<dispatch::state::State>(&dir);
-    match r.kind {
+    match r.status {
         Status::Clean | Status::TornTail => assert!(load.is_ok(), "{load:?}"),
         _ => assert!(
             load.is_err(),
@@ -198,7 +198,7 @@ fn verdict(bytes: &[u8]) -> dispatch::ops::journal::VerifyReport {
         ),
     }
     let theirs = independent_reader(&dir);
-    if r.kind == Status::Clean {
+    if r.status == Status::Clean {
         assert_eq!(theirs["status"], "clean", "{theirs}");
     } else {
         assert_eq!(theirs["status"], "damaged", "{theirs}");
@@ -260,7 +260,7 @@ fn a_segment_header_outside_version_1_is_corrupt_before_the_first_frame() {
     ];
     for (what, bytes, reason) in cases {
         let r = verdict(&bytes);
-        assert_eq!(r.kind, Status::Corrupt, "{what}");
+        assert_eq!(r.status, Status::Corrupt, "{what}");
         let d = r.damage.as_ref().unwrap();
         assert_eq!(
             (d.segment.as_str(), d.offset),
@@ -286,7 +286,7 @@ fn a_segment_header_outside_version_1_is_corrupt_before_the_first_frame() {
 fn an_undefined_frame_flag_bit_is_corrupt_at_its_frame() {
     for flags in [0x0003u16, 0x0002, 0x8001] {
         let r = verdict(&example_with_frame2(flags, &frame2_payload()));
-        assert_eq!(r.kind, Status::Corrupt, "flags {flags:#06x}");
+        assert_eq!(r.status, Status::Corrupt, "flags {flags:#06x}");
         let d = r.damage.unwrap();
         assert_eq!((d.offset, d.bytes), (FRAME2 as u64, 0x81), "{flags:#06x}");
         assert!(d.reason.contains("undefined frame flag"), "{}", d.reason);
@@ -295,7 +295,7 @@ fn an_undefined_frame_flag_bit_is_corrupt_at_its_frame() {
     }
     // Bit 0 of a known kind is the kind's to say: clear on PoolDetached, it is still read.
     assert_eq!(
-        verdict(&example_with_frame2(0, &frame2_payload())).kind,
+        verdict(&example_with_frame2(0, &frame2_payload())).status,
         Status::Clean
     );
 }
@@ -306,7 +306,7 @@ fn bytes_after_the_payload_value_are_corrupt() {
         let mut payload = frame2_payload();
         payload.extend_from_slice(extra);
         let r = verdict(&example_with_frame2(1, &payload));
-        assert_eq!(r.kind, Status::Corrupt, "{extra:?}");
+        assert_eq!(r.status, Status::Corrupt, "{extra:?}");
         let d = r.damage.unwrap();
         assert_eq!(d.offset, FRAME2 as u64);
         assert!(
@@ -332,7 +332,7 @@ fn bin_where_str_is_specified_reads_as_the_string_it_holds() {
     let (_tmp, dir) = example_dir();
     let seg = dir.join("segment-00000001.djl");
     std::fs::write(&seg, body(&[0xc4, 0x02, b'p', b'1'])).unwrap();
-    assert_eq!(verify(&dir).unwrap().kind, Status::Clean);
+    assert_eq!(verify(&dir).unwrap().status, Status::Clean);
     let mut events = Vec::new();
     journal::replay(&dir, None, |env| {
         events.push(env);
@@ -343,7 +343,7 @@ fn bin_where_str_is_specified_reads_as_the_string_it_holds() {
 
     std::fs::write(&seg, body(&[0xc4, 0x02, 0xff, 0xfe])).unwrap();
     let r = verify(&dir).unwrap();
-    assert_eq!(r.kind, Status::Corrupt);
+    assert_eq!(r.status, Status::Corrupt);
     assert_eq!(r.damage.unwrap().offset, FRAME2 as u64);
     assert!(journal::load::<dispatch::state::State>(&dir).is_err());
 }
@@ -396,7 +396,7 @@ fn the_damage_examples_read_as_the_spec_says() {
         let r = verdict(&bytes);
         let d = r.damage.as_ref().unwrap();
         assert_eq!(
-            (r.status, d.offset, d.bytes, r.last_seq),
+            (r.status.as_str(), d.offset, d.bytes, r.last_seq),
             (status, offset, span, last_seq),
             "{what}: {}",
             d.reason
@@ -438,10 +438,10 @@ fn a_map_or_a_uuid_of_integers_is_corrupt() {
         frame::encode(&mut bytes, &prev, 2, kind, 0, &p);
         let r = verdict(&bytes);
         if what == "the writer's form" {
-            assert_eq!(r.kind, Status::Clean);
+            assert_eq!(r.status, Status::Clean);
             continue;
         }
-        assert_eq!(r.kind, Status::Corrupt, "{what}");
+        assert_eq!(r.status, Status::Corrupt, "{what}");
         let d = r.damage.unwrap();
         assert_eq!(d.offset, FRAME2 as u64, "{what}: {}", d.reason);
     }

@@ -305,7 +305,7 @@ fn an_id_that_is_no_job_id_is_corrupt_and_never_a_panic() {
             let journal = sd.join("journal");
             std::fs::write(journal.join(SEGMENT), &segment).unwrap();
             let r = verify(&journal).unwrap();
-            assert_eq!(r.kind, Status::Corrupt, "kind {kind}, job id {job_id}");
+            assert_eq!(r.status, Status::Corrupt, "kind {kind}, job id {job_id}");
             let damage = r.damage.unwrap();
             assert_eq!(damage.offset, at as u64, "kind {kind}, job id {job_id}");
             assert!(
@@ -335,7 +335,7 @@ fn the_same_frame_with_an_id_in_range_is_read() {
         let (segment, _) = with_frame(121, &payload);
         let (_keep, sd) = state_dir(true);
         std::fs::write(sd.join("journal").join(SEGMENT), &segment).unwrap();
-        assert_eq!(verify(&sd.join("journal")).unwrap().kind, Status::Clean);
+        assert_eq!(verify(&sd.join("journal")).unwrap().status, Status::Clean);
     }
 }
 

@@ -64,7 +64,7 @@ fn a_stale_checkpoint_is_a_longer_tail() {
     // Genesis, 20, 30, Recovered.
     assert_eq!(w.next_seq(), 1 + 20 + 30 + 1 + 1);
     drop(w);
-    assert_eq!(ops::verify(&dir).unwrap().status, "clean");
+    assert_eq!(ops::verify(&dir).unwrap().status.as_str(), "clean");
 }
 
 /// A damaged checkpoint, or one that names bytes that are not there, is not used: the open
@@ -180,7 +180,7 @@ fn the_checkpointed_open_accepts_what_a_full_verify_accepts() {
             (CHECKPOINT_FILE.to_owned(), c.encode().to_vec()),
         ];
         let full = materialize(tmp.path(), "full", &files[..1]);
-        let verdict = ops::verify(&full).unwrap().status;
+        let verdict = ops::verify(&full).unwrap().status.as_str();
         let dir = materialize(tmp.path(), "ck", &files);
         if checkpoint::trusted_point(&dir).is_err() {
             return TestResult::error("a checkpoint of a verified frame must be used");

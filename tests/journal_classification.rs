@@ -133,7 +133,7 @@ fn verdict_of(result: Result<Status, JournalError>) -> String {
 fn verify(dir: &Path) -> (String, Option<(String, u64, u64)>) {
     match ops::verify(dir) {
         Ok(r) => (
-            r.status.to_owned(),
+            r.status.to_string(),
             Some((r.head, r.last_seq, r.damage.map_or(0, |d| d.offset))),
         ),
         Err(e) => (verdict_of(Err(e)), None),
@@ -207,7 +207,7 @@ fn an_undecodable_payload_is_corrupt_for_repair_as_for_verify() {
     let files = damaged_files(&case);
     let tmp = tempfile::tempdir().unwrap();
     let dir = materialize(tmp.path(), "j", &files);
-    assert_eq!(ops::verify(&dir).unwrap().status, "corrupt");
+    assert_eq!(ops::verify(&dir).unwrap().status.as_str(), "corrupt");
     let before = snapshot_files(&dir);
     match ops::repair(&dir) {
         Err(JournalError::Damaged { status, damage, .. }) => {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use dispatch::event::pool::WorkerStepObserved;
 use dispatch::event::Event;
-use dispatch::journal::{self, segment, Options, Writer};
+use dispatch::journal::{self, segment, Options, Status, Writer};
 use dispatch::ops::journal as ops;
 use dispatch::state::State;
 use uuid::Uuid;
@@ -192,12 +192,12 @@ fn has_segments(dir: &Path) -> bool {
 fn assert_crash_consistent(dir: &Path, ctx: &str) -> &'static str {
     let v = ops::verify(dir).unwrap_or_else(|e| panic!("{ctx}: verify: {e}"));
     assert!(
-        v.status == "clean" || v.status == "torn_tail",
+        matches!(v.status, Status::Clean | Status::TornTail),
         "{ctx}: journal is {} after a crash: {:?}",
         v.status,
         v.damage
     );
-    v.status
+    v.status.as_str()
 }
 
 #[test]
@@ -244,14 +244,14 @@ fn sigkilled_appenders_never_damage_the_journal_or_lose_a_commit() {
         // with the lock contended and kills landing inside the repair.
         if round % 2 == 1 {
             ops::repair(&dir).unwrap();
-            assert_eq!(ops::verify(&dir).unwrap().status, "clean", "{ctx}");
+            assert_eq!(ops::verify(&dir).unwrap().status, Status::Clean, "{ctx}");
             committed.check(&dir, &format!("{ctx}, repaired"));
         }
     }
     ops::repair(&dir).unwrap();
     committed.check(&dir, "at the end");
     let v = ops::verify(&dir).unwrap();
-    assert_eq!(v.status, "clean");
+    assert_eq!(v.status, Status::Clean);
     assert!(
         committed.0.len() >= ROUNDS,
         "appenders barely ran: {} commits",
@@ -303,7 +303,7 @@ fn torn_writes_at_the_failpoint_are_repaired_without_losing_a_commit() {
             before[d.offset as usize..],
             "{ctx}: the torn bytes are kept"
         );
-        assert_eq!(ops::verify(&dir).unwrap().status, "clean", "{ctx}");
+        assert_eq!(ops::verify(&dir).unwrap().status, Status::Clean, "{ctx}");
         committed.check(&dir, &format!("{ctx}, repaired"));
     }
     // And an appender that is not crashed leaves it clean, with everything in it.
@@ -311,7 +311,7 @@ fn torn_writes_at_the_failpoint_are_repaired_without_losing_a_commit() {
     assert!(clean_exit);
     committed.add(acked);
     committed.check(&dir, "final appender");
-    assert_eq!(ops::verify(&dir).unwrap().status, "clean");
+    assert_eq!(ops::verify(&dir).unwrap().status, Status::Clean);
 }
 
 #[test]
@@ -374,7 +374,7 @@ fn a_crash_during_repair_is_repaired_by_the_next_opener() {
     assert!(ok);
     committed.add(acked);
     committed.check(&dir, "after the second repair");
-    assert_eq!(ops::verify(&dir).unwrap().status, "clean");
+    assert_eq!(ops::verify(&dir).unwrap().status, Status::Clean);
     let recovered = journal::load::<State>(&dir).unwrap().state.recoveries;
     assert_eq!(recovered.len(), 1, "one cut, recorded once: {recovered:?}");
 }
@@ -409,7 +409,7 @@ fn a_repair_that_stops_before_recording_is_recorded_by_the_next_opener() {
     assert_eq!(out.status.code(), None, "the failpoint did not fire");
     assert_eq!(
         ops::verify(&dir).unwrap().status,
-        "clean",
+        Status::Clean,
         "the cut happened"
     );
     assert!(journal::load::<State>(&dir)
@@ -497,7 +497,7 @@ fn a_command_killed_before_its_checkpoint_rename_leaves_a_journal_the_next_one_o
         1,
         "the new checkpoint was left in its temporary file"
     );
-    assert_eq!(ops::verify(&dir).unwrap().status, "clean");
+    assert_eq!(ops::verify(&dir).unwrap().status, Status::Clean);
 
     // The next command opens (from the stale checkpoint: a longer tail to check) and writes.
     ok(run(&["trial", "open", "third"], None));
@@ -514,7 +514,7 @@ fn a_command_killed_before_its_checkpoint_rename_leaves_a_journal_the_next_one_o
         ["first", "second", "third"],
         "the killed command's event is kept"
     );
-    assert_eq!(ops::verify(&dir).unwrap().status, "clean");
+    assert_eq!(ops::verify(&dir).unwrap().status, Status::Clean);
     assert_ne!(
         std::fs::read(dir.join("CHECKPOINT")).unwrap(),
         stale,

@@ -57,7 +57,7 @@ fn print_asset(a: &AssetView) {
     crate::outln!(
         "{:<20} {:<6} {:<8} {} {:>12} bytes{}",
         a.name,
-        a.kind,
+        a.kind.as_str(),
         a.state.as_str(),
         a.sha256,
         a.bytes,

@@ -162,7 +162,7 @@ fn run_verify(state_dir: &Path, dir: &Path, json: bool) -> Result<u8, Failure> {
                     );
                 }
             }
-            match r.kind {
+            match r.status {
                 crate::journal::Status::TornTail => {
                     crate::outln!("next: `dispatch journal repair` cuts the torn tail (any write does it too)")
                 }
@@ -177,7 +177,7 @@ fn run_verify(state_dir: &Path, dir: &Path, json: bool) -> Result<u8, Failure> {
             }
         }
     }
-    Ok(match r.kind {
+    Ok(match r.status {
         crate::journal::Status::Clean => exit::OK,
         crate::journal::Status::TornTail => exit::FAILED,
         _ => exit::DAMAGED,

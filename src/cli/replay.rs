@@ -65,7 +65,8 @@ pub struct SessionRecord {
     pub job_id: Option<u32>,
     pub node: Option<String>,
     /// `submitted` or `adopted`, with the job.
-    pub origin: Option<&'static str>,
+    #[serde(serialize_with = "crate::state::word_opt")]
+    pub origin: Option<crate::state::session::Origin>,
     pub since: Option<String>,
     /// A submission whose job was not known yet, if any.
     pub submission: Option<SubmissionRecord>,
@@ -83,17 +84,13 @@ pub struct SubmissionRecord {
 
 impl SessionRecord {
     pub fn of(s: &Session) -> SessionRecord {
-        use crate::state::session::Origin;
         SessionRecord {
             session: s.key.to_string(),
             mirror: s.key.mirror.clone(),
             target: s.key.target.clone(),
             job_id: s.job.as_ref().map(|j| j.job_id.get()),
             node: s.job.as_ref().and_then(|j| j.node.clone()),
-            origin: s.job.as_ref().map(|j| match j.origin {
-                Origin::Submitted => "submitted",
-                Origin::Adopted => "adopted",
-            }),
+            origin: s.job.as_ref().map(|j| j.origin),
             since: s.job.as_ref().map(|j| j.since.to_rfc3339()),
             submission: s.submission.as_ref().map(|u| SubmissionRecord {
                 submission_id: u.submission_id.to_string(),
@@ -131,7 +128,7 @@ pub fn run_sessions(state_dir: &Path, cut: Cut, json: bool) -> Result<u8, Failur
             "  {:<30} job {:<10} {:<10} {}",
             s.session,
             job,
-            s.origin.unwrap_or("-"),
+            s.origin.map_or("-", |o| crate::state::Word::as_str(o)),
             s.node.as_deref().unwrap_or("-")
         );
         if let Some(u) = &s.submission {

@@ -93,11 +93,13 @@ fn render_text(r: &Report, html: Option<&Path>) -> String {
     if let Some(v) = &r.verdict {
         s.push_str(&format!(
             "verdict {} at {}: {}\n",
-            v.verdict, v.at, v.reason
+            v.verdict.as_str(),
+            v.at,
+            v.reason
         ));
     }
     for w in &r.workers {
-        let marks: Vec<&str> = w.marks.iter().map(|m| m.what).collect();
+        let marks: Vec<&str> = w.marks.iter().map(|m| m.what.as_str()).collect();
         s.push_str(&format!(
             "  {:<20} {:<10} {}\n",
             w.worker,

@@ -5,8 +5,9 @@
 //! reasons and notes are anyone's (src/names.rs). [`Page::raw`] takes only `&'static str`,
 //! so markup can never be built from data.
 
+use crate::event::trial::Verdict;
 use crate::policy::audit::AuditStatus;
-use crate::policy::report::{BudgetSeries, Report, WorkerTimeline, MARKS};
+use crate::policy::report::{BudgetSeries, Milestone, Report, WorkerTimeline, MARKS};
 
 /// A page being written: markup from literals, data only escaped.
 pub struct Page(String);
@@ -94,33 +95,25 @@ svg{background:#fbfcfe;border:1px solid #e4e7ec} svg text{font-size:11px;fill:#1
 .legend i{display:inline-block;width:10px;height:10px;border-radius:5px;margin-right:4px;vertical-align:-1px}
 </style>";
 
-fn colour(what: &str) -> &'static str {
+fn colour(what: Milestone) -> &'static str {
     match what {
-        "submitted" => "#667085",
-        "launched" => "#1570ef",
-        "running" => "#079455",
-        "stop_asked" => "#ef6820",
-        "exited" => "#7a5af8",
-        "published" => "#0e9384",
-        "released" => "#06aed4",
-        "failed" => "#d92d20",
-        "forgotten" => "#dd2590",
-        _ => "#101828",
+        Milestone::Submitted => "#667085",
+        Milestone::Launched => "#1570ef",
+        Milestone::Running => "#079455",
+        Milestone::StopAsked => "#ef6820",
+        Milestone::Exited => "#7a5af8",
+        Milestone::Published => "#0e9384",
+        Milestone::Released => "#06aed4",
+        Milestone::Failed => "#d92d20",
+        Milestone::Forgotten => "#dd2590",
     }
 }
 
-fn label(what: &str) -> &'static str {
+/// A milestone as the page says it: its word, but `stop asked` in two.
+fn label(what: Milestone) -> &'static str {
     match what {
-        "submitted" => "submitted",
-        "launched" => "launched",
-        "running" => "running",
-        "stop_asked" => "stop asked",
-        "exited" => "exited",
-        "published" => "published",
-        "released" => "released",
-        "failed" => "failed",
-        "forgotten" => "forgotten",
-        _ => "event",
+        Milestone::StopAsked => "stop asked",
+        other => other.as_str(),
     }
 }
 
@@ -174,13 +167,12 @@ pub fn render(r: &Report) -> String {
     }
     p.raw("</p>\n");
     if let Some(v) = &r.verdict {
-        p.raw(if v.verdict == "passed" {
-            "<p class=\"verdict-passed\" id=\"verdict\">"
-        } else {
-            "<p class=\"verdict-failed\" id=\"verdict\">"
+        p.raw(match v.verdict {
+            Verdict::Passed => "<p class=\"verdict-passed\" id=\"verdict\">",
+            Verdict::Failed => "<p class=\"verdict-failed\" id=\"verdict\">",
         })
         .raw("verdict <b>")
-        .text(v.verdict)
+        .text(v.verdict.as_str())
         .raw("</b> at ")
         .text(&v.at)
         .raw(" (seq ")
@@ -362,7 +354,7 @@ fn worker_marks(p: &mut Page, w: &WorkerTimeline, mid: f64, span: (i64, i64)) {
             .raw(" at ")
             .text(&m.time)
             .raw(" (")
-            .text(m.source)
+            .text(m.source.as_str())
             .raw(" seq ")
             .num(m.seq)
             .raw(")</title></circle>");
@@ -516,7 +508,7 @@ fn audit(p: &mut Page, r: &Report) {
         .raw("\">")
         .text(&a.status.to_string())
         .raw("</span> (journal ")
-        .text(&a.journal_status)
+        .text(a.journal_status.as_str())
         .raw(", ")
         .num(a.violation_count)
         .raw(" violation(s), ")
@@ -540,7 +532,7 @@ fn audit(p: &mut Page, r: &Report) {
             None => p.raw("—"),
         };
         p.raw("</td><td>")
-            .text(f.what)
+            .text(f.what.as_str())
             .raw("</td><td>")
             .text(&f.detail)
             .raw("</td></tr>\n");

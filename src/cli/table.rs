@@ -3,8 +3,9 @@
 //! cells. Not stable (docs/cli.md): scripts read `--json`. Pure: every function returns text.
 
 use crate::ops::jobs::JobsReport;
-use crate::ops::pool::{NodeView, StatusReport};
+use crate::ops::pool::{AllocationState, NodeView, StatusReport};
 use crate::policy::session::report::{JobEntry, Report};
+use unicode_width::UnicodeWidthStr;
 
 /// The width rows are made to fit without `--wide`.
 pub const WIDTH: usize = 80;
@@ -34,7 +35,7 @@ impl Table {
         self.rows.push(cells);
     }
 
-    /// The table, each line indented by `indent` spaces and at most `width` characters long
+    /// The table, each line indented by `indent` spaces and at most `width` columns wide
     /// (unless `width` is `None`: `--wide`).
     pub fn render(&self, indent: usize, width: Option<usize>) -> String {
         let n = self.headers.len();
@@ -42,17 +43,17 @@ impl Table {
             .map(|i| {
                 self.rows
                     .iter()
-                    .map(|r| chars(&r[i]))
-                    .chain([chars(self.headers[i])])
+                    .map(|r| cols(&r[i]))
+                    .chain([cols(self.headers[i])])
                     .max()
                     .unwrap_or(0)
             })
             .collect();
         if let Some(width) = width {
             let total = |w: &[usize]| indent + w.iter().sum::<usize>() + 2 * (n - 1);
-            // One character at a time from the widest flexible column above its floor, so
+            // One column at a time from the widest flexible column above its floor, so
             // long cells share the cut (ties: the earlier in `flexible`).
-            let floor = |i: usize| MIN_FLEXIBLE.max(chars(self.headers[i]));
+            let floor = |i: usize| MIN_FLEXIBLE.max(cols(self.headers[i]));
             while total(&w) > width {
                 let widest = self
                     .flexible
@@ -86,25 +87,33 @@ impl Table {
     }
 }
 
-fn chars(s: &str) -> usize {
-    s.chars().count()
+/// The columns `s` takes on a terminal: two for a wide character (CJK, most emoji), none for a
+/// combining or zero-width one.
+fn cols(s: &str) -> usize {
+    UnicodeWidthStr::width(s)
 }
 
-/// `s` cut to `width` characters, its end replaced by `…` when cut.
+/// `s` cut to at most `width` columns, its end replaced by `…` when cut. The cut falls between
+/// characters: a wide character that does not fit is left out whole (`pad` fills the column).
 pub fn cut(s: &str, width: usize) -> String {
-    if chars(s) <= width {
+    if cols(s) <= width {
         return s.to_owned();
     }
     if width == 0 {
         return String::new();
     }
-    let mut t: String = s.chars().take(width - 1).collect();
-    t.push('…');
-    t
+    // The longest prefix that leaves a column for the `…`.
+    let end = s
+        .char_indices()
+        .map(|(i, c)| i + c.len_utf8())
+        .take_while(|&end| cols(&s[..end]) < width)
+        .last()
+        .unwrap_or(0);
+    format!("{}…", &s[..end])
 }
 
 fn pad(s: &str, width: usize) -> String {
-    format!("{s}{}", " ".repeat(width.saturating_sub(chars(s))))
+    format!("{s}{}", " ".repeat(width.saturating_sub(cols(s))))
 }
 
 /// A line of free text under a row, cut to the width (unless `--wide`).
@@ -267,9 +276,11 @@ fn pools_table(r: &StatusReport, wide: bool) -> String {
     );
     for p in &r.pools {
         let a = &p.allocation;
-        let (state, left) = match (&a.ended_proof, a.seconds_left) {
-            (Some(_), _) => ("ended", "-".to_owned()),
-            (None, left) => ("running", secs(left.unwrap_or(0))),
+        // `pool status` always sets it; without one the allocation is not known to be over.
+        let state = a.state.unwrap_or(AllocationState::Running);
+        let left = match state {
+            AllocationState::Ended => "-".to_owned(),
+            AllocationState::Running => secs(a.seconds_left.unwrap_or(0)),
         };
         pools.row(vec![
             p.pool.clone(),
@@ -280,7 +291,7 @@ fn pools_table(r: &StatusReport, wide: bool) -> String {
             },
             a.job_id.to_string(),
             a.node.clone(),
-            state.to_owned(),
+            state.to_string(),
             left,
             format!("{}/{}", p.reserved.cpus, count(p.capacity.cpus, "CPU")),
             format!("{}/{}", mem(p.reserved.mem_mb), mem(p.capacity.mem_mb)),
@@ -532,12 +543,44 @@ mod tests {
         t.row(vec!["short".into(), "queued".into(), "-".into()]);
         let text = t.render(0, Some(WIDTH));
         for line in text.lines() {
-            assert!(line.chars().count() <= WIDTH, "{line:?}");
+            assert!(cols(line) <= WIDTH, "{line:?}");
         }
         assert!(text.lines().nth(1).unwrap().contains('…'));
         assert!(text.contains("running") && text.contains("queued"));
         let wide = t.render(0, None);
         assert!(wide.contains(&"a".repeat(70)) && !wide.contains('…'));
+    }
+
+    /// A wide character takes two columns (a CJK worker name), a combining one none: the
+    /// table is measured in columns, not characters, so it still fits and aligns.
+    #[test]
+    fn wide_characters_are_measured_in_columns() {
+        let name = "データ処理-ジョブ";
+        assert_eq!((name.chars().count(), cols(name)), (9, 17));
+        assert_eq!(cols("cafe\u{301}"), 4);
+        assert_eq!(
+            cut(name, 6),
+            "デー…",
+            "cut between characters, within 6 columns"
+        );
+        assert_eq!(cut(name, 17), name);
+        let mut t = Table::new(&["NAME", "STATE", "NOTE"], &[0, 2]);
+        t.row(vec![name.repeat(4), "running".into(), "b".repeat(30)]);
+        t.row(vec![name.into(), "queued".into(), "-".into()]);
+        t.row(vec!["plain".into(), "released".into(), "-".into()]);
+        let text = t.render(0, Some(WIDTH));
+        let lines: Vec<&str> = text.lines().collect();
+        for line in &lines {
+            assert!(cols(line) <= WIDTH, "{} columns: {line:?}", cols(line));
+        }
+        assert!(lines[1].contains('…') && lines[2].contains(name), "{text}");
+        // Every row's STATE cell starts in the header's column.
+        let at = |line: &str, word: &str| cols(&line[..line.find(word).unwrap()]);
+        let column = at(lines[0], "STATE");
+        for (line, word) in lines[1..].iter().zip(["running", "queued", "released"]) {
+            assert_eq!(at(line, word), column, "{text}");
+        }
+        assert!(t.render(0, None).contains(&name.repeat(4)));
     }
 
     /// The reports the golden output is drawn from: every column, long names, a cut note.
@@ -561,7 +604,10 @@ mod tests {
             account: "fc_x".into(),
             qos: "normal".into(),
             seconds_left: left,
-            state: Some(if ended.is_some() { "ended" } else { "running" }),
+            state: Some(match ended {
+                Some(_) => AllocationState::Ended,
+                None => AllocationState::Running,
+            }),
             ended_proof: ended.map(str::to_owned),
         };
         let worker = |name: &str, id: &str, state: WorkerState, step: Option<&str>| WorkerView {
@@ -785,11 +831,7 @@ mod tests {
         // Only a command or a path to copy may pass the width.
         let copied = |l: &&str| l.contains("dispatch session release") || l.contains(" in /");
         for line in text.lines().filter(|l| !copied(l)) {
-            assert!(
-                line.chars().count() <= WIDTH,
-                "{} columns: {line:?}",
-                line.chars().count()
-            );
+            assert!(cols(line) <= WIDTH, "{} columns: {line:?}", cols(line));
         }
         assert!(!text.contains("1 CPUs"), "{text}");
         assert_eq!(text, std::fs::read_to_string(path).unwrap());

@@ -64,7 +64,12 @@ fn render(v: &TrialView) -> String {
         s.push_str(&format!(", follows {f}"));
     }
     match &v.verdict {
-        Some(j) => s.push_str(&format!(": {} at {} ({})", j.verdict, j.at, j.reason)),
+        Some(j) => s.push_str(&format!(
+            ": {} at {} ({})",
+            j.verdict.as_str(),
+            j.at,
+            j.reason
+        )),
         None => s.push_str(": not judged"),
     }
     for w in &v.workers {
@@ -149,7 +154,9 @@ pub fn run_show(
             r.state,
             r.timeline.len(),
             r.last_event.as_ref().map_or("-", |e| e.kind),
-            r.worker_journal.as_ref().map_or("absent", |j| j.status)
+            r.worker_journal
+                .as_ref()
+                .map_or("absent", |j| j.status.as_str())
         );
     }
     Ok(exit::OK)

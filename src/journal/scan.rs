@@ -18,28 +18,23 @@ pub const MAX_WRITE_BYTES: usize = 8 << 20;
 /// A damaged tail longer than this cannot be one torn write, so it is corruption.
 pub const MAX_TORN_SPAN: usize = MAX_WRITE_BYTES + frame::MAX_PAYLOAD + frame::OVERHEAD;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
-    Clean,
-    TornTail,
-    Corrupt,
-    Tampered,
-    /// Two writers appended after the same frame (§8.1): every frame is whole and continues
-    /// some branch, so `journal repair` can merge them keeping every event.
-    Forked,
+crate::words! {
+    /// What a scan found the journal to be; `journal verify` and the audit show its word.
+    #[derive(Default)]
+    pub enum Status {
+        #[default]
+        Clean => "clean",
+        /// The writer died mid-frame: the tail is cut by the next write or `journal repair`.
+        TornTail => "torn_tail",
+        Corrupt => "corrupt",
+        Tampered => "tampered",
+        /// Two writers appended after the same frame (§8.1): every frame is whole and continues
+        /// some branch, so `journal repair` can merge them keeping every event.
+        Forked => "forked",
+    }
 }
 
 impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Clean => "clean",
-            Status::TornTail => "torn_tail",
-            Status::Corrupt => "corrupt",
-            Status::Tampered => "tampered",
-            Status::Forked => "forked",
-        }
-    }
-
     /// Whether every write, and every command that loads state, refuses the journal.
     pub fn refuses_writes(self) -> bool {
         matches!(self, Status::Corrupt | Status::Tampered | Status::Forked)

@@ -76,7 +76,8 @@ pub fn resolve_for_worker(
 #[derive(Debug, Serialize)]
 pub struct AssetView {
     pub name: String,
-    pub kind: &'static str,
+    #[serde(serialize_with = "crate::state::word")]
+    pub kind: AssetKind,
     #[serde(serialize_with = "crate::state::word")]
     pub state: AssetState,
     pub sha256: String,
@@ -94,7 +95,7 @@ impl AssetView {
     fn of(state_dir: &Path, a: &Asset) -> AssetView {
         AssetView {
             name: a.record.name.clone(),
-            kind: a.record.kind.as_str(),
+            kind: a.record.kind,
             state: a.state,
             sha256: hex::encode(a.record.sha256.0),
             bytes: a.record.bytes,
@@ -432,14 +433,28 @@ pub fn list<S: Scheduler>(ctx: &Ctx<S>) -> Result<AssetList, OpError> {
     Ok(AssetList { assets })
 }
 
+crate::words! {
+    /// What `asset verify` found an asset's file to be.
+    pub enum FileStatus {
+        /// Its SHA-256 is the recorded one.
+        Ok => "ok",
+        Mismatch => "mismatch",
+        Missing => "missing",
+        NotAFile => "not_a_file",
+        Unreadable => "unreadable",
+        /// Its add has no outcome yet: nothing to check.
+        Pending => "pending",
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct Verified {
     pub name: String,
-    pub kind: &'static str,
+    #[serde(serialize_with = "crate::state::word")]
+    pub kind: AssetKind,
     pub file: String,
     pub sha256: String,
-    /// `ok`, `mismatch`, `missing`, `not_a_file`, `unreadable` or `pending`.
-    pub status: &'static str,
+    pub status: FileStatus,
     pub observed_sha256: Option<String>,
     /// Is the file still read-only, as dispatch left it?
     pub read_only: Option<bool>,
@@ -476,21 +491,21 @@ pub fn verify<S: Scheduler>(ctx: &Ctx<S>, names: &[String]) -> Result<VerifyRepo
         let path = ctx.state_dir.join(&a.record.file);
         let mut v = Verified {
             name: a.record.name.clone(),
-            kind: a.record.kind.as_str(),
+            kind: a.record.kind,
             file: path.display().to_string(),
             sha256: hex::encode(a.record.sha256.0),
-            status: "ok",
+            status: FileStatus::Ok,
             observed_sha256: None,
             read_only: None,
         };
         if a.state == AssetState::Pending {
-            v.status = "pending";
+            v.status = FileStatus::Pending;
             out.push(v);
             continue;
         }
         match std::fs::symlink_metadata(&path) {
-            Err(_) => v.status = "missing",
-            Ok(m) if !m.file_type().is_file() => v.status = "not_a_file",
+            Err(_) => v.status = FileStatus::Missing,
+            Ok(m) if !m.file_type().is_file() => v.status = FileStatus::NotAFile,
             Ok(m) => {
                 // Another user's file, or one others may write, is not ours to vouch for.
                 crate::statedir::trust::judge_metadata(
@@ -504,10 +519,10 @@ pub fn verify<S: Scheduler>(ctx: &Ctx<S>, names: &[String]) -> Result<VerifyRepo
                     Ok((h, _)) => {
                         v.observed_sha256 = Some(hex::encode(h.0));
                         if h != a.record.sha256 {
-                            v.status = "mismatch";
+                            v.status = FileStatus::Mismatch;
                         }
                     }
-                    Err(_) => v.status = "unreadable",
+                    Err(_) => v.status = FileStatus::Unreadable,
                 }
             }
         }
@@ -516,7 +531,7 @@ pub fn verify<S: Scheduler>(ctx: &Ctx<S>, names: &[String]) -> Result<VerifyRepo
     Ok(VerifyReport {
         ok: out
             .iter()
-            .all(|v| v.status == "ok" || v.status == "pending"),
+            .all(|v| matches!(v.status, FileStatus::Ok | FileStatus::Pending)),
         assets: out,
     })
 }

@@ -59,7 +59,7 @@ pub struct EvidenceFailure {
 pub fn audit(state_dir: &Path) -> Result<AuditReport, JournalError> {
     let journal_dir = crate::statedir::journal_dir(state_dir);
     let report = verify(&journal_dir)?;
-    let damaged = report.kind.refuses_writes();
+    let damaged = report.status.refuses_writes();
     let mut state = State::default();
     let mut auditor = Auditor::default();
     let mut reducers = ReducerCheck {

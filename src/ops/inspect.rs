@@ -54,7 +54,7 @@ impl Entry {
 pub struct WorkerJournal {
     pub path: String,
     /// `clean`, `torn_tail` (the supervisor died mid-write), `corrupt` or `tampered`.
-    pub status: &'static str,
+    pub status: Status,
     pub head: Option<String>,
     pub damage: Option<String>,
     pub events: Vec<Entry>,
@@ -253,7 +253,7 @@ fn read_worker_journal(
     };
     Ok(Some(WorkerJournal {
         path: dir.display().to_string(),
-        status: status.as_str(),
+        status,
         head,
         damage,
         events,

@@ -73,15 +73,13 @@ impl ForkReport {
 
 #[derive(Debug, Serialize)]
 pub struct VerifyReport {
-    pub status: &'static str,
+    pub status: Status,
     pub events: u64,
     pub last_seq: u64,
     pub head: String,
     pub damage: Option<DamageReport>,
     /// The branches, when the status is `forked`.
     pub fork: Option<ForkReport>,
-    #[serde(skip)]
-    pub kind: Status,
 }
 
 /// Hold a shared lock on the journal's `LOCK` so that no writer is mid-append while we
@@ -128,7 +126,7 @@ pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
         .as_ref()
         .map_or((0, String::new()), |h| (h.last_seq, hex::encode(h.chain)));
     Ok(VerifyReport {
-        status: scan.status.as_str(),
+        status: scan.status,
         events: scan.events,
         last_seq,
         head,
@@ -139,7 +137,6 @@ pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
             reason: d.reason,
         }),
         fork: scan.fork.as_deref().map(ForkReport::of),
-        kind: scan.status,
     })
 }
 
@@ -249,9 +246,21 @@ pub fn dump_filtered(
     })
 }
 
+crate::words! {
+    /// What `journal repair` did.
+    pub enum Repaired {
+        /// A fork's branches merged, keeping every event.
+        Merged => "merged",
+        /// A torn tail cut (and recorded).
+        Repaired => "repaired",
+        /// Nothing to do.
+        Clean => "clean",
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct RepairReport {
-    pub status: &'static str,
+    pub status: Repaired,
     pub recovered: Option<crate::event::Recovered>,
     pub merged: Option<crate::event::JournalMerged>,
 }
@@ -265,9 +274,9 @@ pub fn repair(journal_dir: &Path) -> Result<RepairReport, JournalError> {
     let merged = w.opened().merged.clone();
     Ok(RepairReport {
         status: match (&merged, &recovered) {
-            (Some(_), _) => "merged",
-            (None, Some(_)) => "repaired",
-            (None, None) => "clean",
+            (Some(_), _) => Repaired::Merged,
+            (None, Some(_)) => Repaired::Repaired,
+            (None, None) => Repaired::Clean,
         },
         recovered,
         merged,

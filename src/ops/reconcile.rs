@@ -101,12 +101,36 @@ pub struct Resolved {
     pub job_id: Option<JobId>,
 }
 
+/// An unresolved submission's state: a pool worker's or a `dispatch submit` job's, shown by
+/// its word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnresolvedState {
+    Pool(crate::state::pool::WorkerState),
+    Job(crate::state::jobs::JobWorkerState),
+}
+
+impl crate::state::Word for UnresolvedState {
+    fn as_str(self) -> &'static str {
+        match self {
+            UnresolvedState::Pool(s) => s.as_str(),
+            UnresolvedState::Job(s) => s.as_str(),
+        }
+    }
+}
+
+impl std::fmt::Display for UnresolvedState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(crate::state::Word::as_str(*self))
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct Unresolved {
     pub pool: Option<String>,
     pub worker: String,
     pub submission_id: String,
-    pub state: &'static str,
+    #[serde(serialize_with = "crate::state::word")]
+    pub state: UnresolvedState,
     /// What would settle it, when reconcile knows (only a proof missing that an ordinary
     /// later event supplies, or `dispatch forget`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -470,7 +494,7 @@ fn record_worker<S: Scheduler>(
             pool: Some(pool.to_owned()),
             worker: w.name.clone(),
             submission_id: id.to_string(),
-            state: w.state.as_str(),
+            state: UnresolvedState::Pool(w.state),
             why: None,
         });
     }
@@ -725,7 +749,7 @@ fn record_job_decision<S: Scheduler>(
             pool: None,
             worker: j.worker.clone(),
             submission_id: j.submission_id.to_string(),
-            state: j.state.as_str(),
+            state: UnresolvedState::Job(j.state),
             why,
         }),
     }

@@ -66,7 +66,7 @@ pub fn report(state_dir: &Path, subject: Subject) -> Result<Report, OpError> {
     let rules = audit.rules.as_ref();
     let input = AuditInput {
         status: audit.status,
-        journal_status: audit.journal.status.to_owned(),
+        journal_status: audit.journal.status,
         damage: audit.journal.damage.as_ref().map(|d| {
             format!(
                 "{} at {} offset {} ({} bytes)",

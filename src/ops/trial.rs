@@ -60,7 +60,8 @@ fn state_now(state: &State, w: &TrialWorker) -> String {
 
 #[derive(Debug, Serialize)]
 pub struct VerdictView {
-    pub verdict: &'static str,
+    #[serde(serialize_with = "crate::state::word")]
+    pub verdict: Verdict,
     pub reason: String,
     pub at: String,
     pub evidence: Vec<TrialEvidence>,
@@ -84,7 +85,7 @@ pub fn view(state: &State, t: &Trial) -> TrialView {
             })
             .collect(),
         verdict: t.judgement.as_ref().map(|j| VerdictView {
-            verdict: j.verdict.as_str(),
+            verdict: j.verdict,
             reason: j.reason.clone(),
             at: j.at.to_rfc3339(),
             evidence: j.evidence.clone(),

@@ -135,30 +135,74 @@ impl Selector {
     }
 }
 
+crate::words! {
+    /// A milestone in a worker's life, in the order legends show them.
+    #[derive(Hash)]
+    pub enum Milestone {
+        Submitted => "submitted",
+        Launched => "launched",
+        Running => "running",
+        StopAsked => "stop_asked",
+        Exited => "exited",
+        Published => "published",
+        Released => "released",
+        Failed => "failed",
+        Forgotten => "forgotten",
+    }
+}
+
+crate::words! {
+    /// Which journal recorded a milestone.
+    pub enum MarkSource {
+        /// The coordinator's journal (the mark's seq is its).
+        Coordinator => "coordinator",
+        /// The worker's own journal.
+        Worker => "worker",
+    }
+}
+
+crate::words! {
+    /// Where a worker's early-shutdown deadline comes from.
+    pub enum DeadlineSource {
+        /// Its supervisor recorded it.
+        WorkerJournal => "worker_journal",
+        /// The allocation's end less the default shutdown window with this worker's
+        /// publication timeout: the supervisor never wrote it.
+        Estimated => "estimated",
+    }
+}
+
+crate::words! {
+    /// What an audit finding about the subject is.
+    pub enum FindingKind {
+        Violation => "violation",
+        Override => "override",
+        Evidence => "evidence",
+        Damage => "damage",
+    }
+}
+
 /// A milestone in a worker's life.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Mark {
-    /// `submitted`, `launched`, `running`, `stop_asked`, `exited`, `published`, `released`,
-    /// `failed`, `forgotten`.
-    pub what: &'static str,
-    /// `coordinator` (seq is its journal's) or `worker` (the worker's own journal).
-    pub source: &'static str,
+    pub what: Milestone,
+    pub source: MarkSource,
     pub seq: u64,
     pub time: String,
     pub time_us: i64,
 }
 
 /// The worker-level order of milestones, for legends.
-pub const MARKS: &[&str] = &[
-    "submitted",
-    "launched",
-    "running",
-    "stop_asked",
-    "exited",
-    "published",
-    "released",
-    "failed",
-    "forgotten",
+pub const MARKS: [Milestone; 9] = [
+    Milestone::Submitted,
+    Milestone::Launched,
+    Milestone::Running,
+    Milestone::StopAsked,
+    Milestone::Exited,
+    Milestone::Published,
+    Milestone::Released,
+    Milestone::Failed,
+    Milestone::Forgotten,
 ];
 
 #[derive(Clone, Debug, Serialize)]
@@ -183,10 +227,7 @@ pub struct WorkerTimeline {
     /// When the supervisor sends SIGTERM unless the payload ended first.
     pub shutdown_deadline: Option<String>,
     pub shutdown_deadline_us: Option<i64>,
-    /// `worker_journal` (the supervisor recorded it) or `estimated` (the allocation's end less
-    /// the default shutdown window with this worker's publication timeout: the supervisor never
-    /// wrote it).
-    pub shutdown_deadline_source: Option<&'static str>,
+    pub shutdown_deadline_source: Option<DeadlineSource>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -234,7 +275,8 @@ pub struct EvidenceRow {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct VerdictInfo {
-    pub verdict: &'static str,
+    #[serde(serialize_with = "crate::state::word")]
+    pub verdict: crate::event::trial::Verdict,
     pub reason: String,
     pub at: String,
     pub seq: u64,
@@ -246,7 +288,7 @@ pub struct VerdictInfo {
 #[derive(Clone, Debug, Default)]
 pub struct AuditInput {
     pub status: crate::policy::audit::AuditStatus,
-    pub journal_status: String,
+    pub journal_status: crate::journal::Status,
     pub damage: Option<String>,
     pub violations: Vec<crate::policy::audit::Violation>,
     pub violation_count: u64,
@@ -259,8 +301,7 @@ pub struct AuditInput {
 #[derive(Clone, Debug, Serialize)]
 pub struct AuditFinding {
     pub seq: Option<u64>,
-    /// `violation`, `override`, `evidence` or `damage`.
-    pub what: &'static str,
+    pub what: FindingKind,
     pub detail: String,
 }
 
@@ -268,7 +309,7 @@ pub struct AuditFinding {
 pub struct AuditSection {
     /// The whole journal's audit.
     pub status: crate::policy::audit::AuditStatus,
-    pub journal_status: String,
+    pub journal_status: crate::journal::Status,
     pub violation_count: u64,
     pub override_count: u64,
     /// What concerns this subject, damage first; every entry is shown in red.
@@ -298,7 +339,7 @@ struct Track {
     named: Option<(String, Option<String>)>,
     marks: Vec<Mark>,
     allocation_end: Option<Micros>,
-    deadline: Option<(Micros, &'static str)>,
+    deadline: Option<(Micros, DeadlineSource)>,
     published: bool,
     step_gpus: Option<String>,
     ingested: Option<crate::event::pool::WorkerReportIngested>,
@@ -331,7 +372,7 @@ pub struct Builder {
     last: Option<Micros>,
 }
 
-fn mark(what: &'static str, source: &'static str, seq: u64, t: Micros) -> Mark {
+fn mark(what: Milestone, source: MarkSource, seq: u64, t: Micros) -> Mark {
     Mark {
         what,
         source,
@@ -352,21 +393,21 @@ fn summary(event: &impl Vocabulary) -> String {
 }
 
 /// The coordinator milestone an event is, and the submission it is about.
-fn coordinator_mark(event: &Event) -> Option<(Uuid, &'static str)> {
+fn coordinator_mark(event: &Event) -> Option<(Uuid, Milestone)> {
     Some(match event {
-        Event::WorkerSubmitIntent(e) => (e.submission_id, "submitted"),
-        Event::JobSubmitIntent(e) => (e.submission_id, "submitted"),
-        Event::WorkerLaunched(e) => (e.submission_id, "launched"),
-        Event::JobSubmitted(e) => (e.submission_id, "launched"),
-        Event::WorkerStepObserved(e) => (e.submission_id, "running"),
-        Event::WorkerStopIntent(e) => (e.submission_id, "stop_asked"),
-        Event::JobStopIntent(e) => (e.submission_id, "stop_asked"),
-        Event::WorkerExited(e) => (e.submission_id, "exited"),
-        Event::WorkerTerminal(e) => (e.submission_id, "released"),
-        Event::JobTerminal(e) => (e.submission_id, "released"),
-        Event::WorkerLaunchFailed(e) if e.definite => (e.submission_id, "failed"),
-        Event::JobSubmitFailed(e) if e.definite => (e.submission_id, "failed"),
-        Event::WorkerForgotten(e) => (e.submission_id, "forgotten"),
+        Event::WorkerSubmitIntent(e) => (e.submission_id, Milestone::Submitted),
+        Event::JobSubmitIntent(e) => (e.submission_id, Milestone::Submitted),
+        Event::WorkerLaunched(e) => (e.submission_id, Milestone::Launched),
+        Event::JobSubmitted(e) => (e.submission_id, Milestone::Launched),
+        Event::WorkerStepObserved(e) => (e.submission_id, Milestone::Running),
+        Event::WorkerStopIntent(e) => (e.submission_id, Milestone::StopAsked),
+        Event::JobStopIntent(e) => (e.submission_id, Milestone::StopAsked),
+        Event::WorkerExited(e) => (e.submission_id, Milestone::Exited),
+        Event::WorkerTerminal(e) => (e.submission_id, Milestone::Released),
+        Event::JobTerminal(e) => (e.submission_id, Milestone::Released),
+        Event::WorkerLaunchFailed(e) if e.definite => (e.submission_id, Milestone::Failed),
+        Event::JobSubmitFailed(e) if e.definite => (e.submission_id, Milestone::Failed),
+        Event::WorkerForgotten(e) => (e.submission_id, Milestone::Forgotten),
         _ => return None,
     })
 }
@@ -460,20 +501,23 @@ impl Builder {
                     crate::policy::pool::Budgets::with_publication_timeout(publication_timeout_s);
                 track.deadline = Some((
                     crate::policy::pool::early_shutdown_deadline(end, &budgets),
-                    "estimated",
+                    DeadlineSource::Estimated,
                 ));
             }
             if let Some((_, what)) = coordinator_mark(&env.event) {
                 track
                     .marks
-                    .push(mark(what, "coordinator", env.seq, env.time));
+                    .push(mark(what, MarkSource::Coordinator, env.seq, env.time));
             }
             if let Event::WorkerReportIngested(r) = &env.event {
                 if r.publication.as_deref() == Some("published") && !track.published {
                     track.published = true;
-                    track
-                        .marks
-                        .push(mark("published", "coordinator", env.seq, env.time));
+                    track.marks.push(mark(
+                        Milestone::Published,
+                        MarkSource::Coordinator,
+                        env.seq,
+                        env.time,
+                    ));
                 }
                 track.ingested = Some(r.clone());
             }
@@ -481,7 +525,7 @@ impl Builder {
         if let (Subject::Trial(t), Event::TrialJudged(j)) = (&self.selected.subject, &env.event) {
             if &j.trial == t && self.verdict.is_none() {
                 self.verdict = Some(VerdictInfo {
-                    verdict: j.verdict.as_str(),
+                    verdict: j.verdict,
                     reason: j.reason.clone(),
                     at: env.time.to_rfc3339(),
                     seq: env.seq,
@@ -551,24 +595,26 @@ impl Builder {
         let track = self.tracks.entry(id).or_default();
         let what = match &env.event {
             WorkerEvent::SupervisorStarted(e) => {
-                track.deadline = Some((e.deadline, "worker_journal"));
+                track.deadline = Some((e.deadline, DeadlineSource::WorkerJournal));
                 None
             }
             WorkerEvent::StepDevices(d) => {
                 track.step_gpus.clone_from(&d.step_gpus);
                 None
             }
-            WorkerEvent::PayloadStarted(_) => Some("running"),
-            WorkerEvent::ShutdownSignalled(_) => Some("stop_asked"),
-            WorkerEvent::PayloadExited(_) => Some("exited"),
+            WorkerEvent::PayloadStarted(_) => Some(Milestone::Running),
+            WorkerEvent::ShutdownSignalled(_) => Some(Milestone::StopAsked),
+            WorkerEvent::PayloadExited(_) => Some(Milestone::Exited),
             WorkerEvent::Published(_) if !track.published => {
                 track.published = true;
-                Some("published")
+                Some(Milestone::Published)
             }
             _ => None,
         };
         if let Some(what) = what {
-            track.marks.push(mark(what, "worker", env.seq, env.time));
+            track
+                .marks
+                .push(mark(what, MarkSource::Worker, env.seq, env.time));
         }
     }
 
@@ -765,7 +811,7 @@ impl Builder {
         if let Some(d) = &audit.damage {
             findings.push(AuditFinding {
                 seq: None,
-                what: "damage",
+                what: FindingKind::Damage,
                 detail: format!("the journal is {}: {d}", audit.journal_status),
             });
         }
@@ -774,7 +820,7 @@ impl Builder {
             if self.about.contains(&v.seq) || ids.iter().any(|id| v.detail.contains(id)) {
                 findings.push(AuditFinding {
                     seq: Some(v.seq),
-                    what: "violation",
+                    what: FindingKind::Violation,
                     detail: format!("{} ({}): {}", v.rule, v.kind, v.detail),
                 });
             }
@@ -783,7 +829,7 @@ impl Builder {
             if self.about.contains(&o.seq) || ids.iter().any(|id| o.subject.contains(id)) {
                 findings.push(AuditFinding {
                     seq: Some(o.seq),
-                    what: "override",
+                    what: FindingKind::Override,
                     detail: format!(
                         "{} of {} by {}: {} (an operator decision, not proof)",
                         o.kind, o.subject, o.user, o.reason
@@ -799,7 +845,7 @@ impl Builder {
             if ours {
                 findings.push(AuditFinding {
                     seq: None,
-                    what: "evidence",
+                    what: FindingKind::Evidence,
                     detail: format!("{dir}: {}", problems.join("; ")),
                 });
             }
@@ -966,15 +1012,18 @@ mod tests {
         assert_eq!(
             marks,
             [
-                ("submitted", "coordinator"),
-                ("launched", "coordinator"),
-                ("released", "coordinator"),
-                ("running", "worker"),
-                ("published", "worker"),
+                (Milestone::Submitted, MarkSource::Coordinator),
+                (Milestone::Launched, MarkSource::Coordinator),
+                (Milestone::Released, MarkSource::Coordinator),
+                (Milestone::Running, MarkSource::Worker),
+                (Milestone::Published, MarkSource::Worker),
             ]
         );
         assert_eq!(w.shutdown_deadline_us, Some(777));
-        assert_eq!(w.shutdown_deadline_source, Some("worker_journal"));
+        assert_eq!(
+            w.shutdown_deadline_source,
+            Some(DeadlineSource::WorkerJournal)
+        );
         assert_eq!(w.allocation_end_us, Some(1_000_000_000));
         // Events about the trial, its worker and its pool; not the other worker's intent.
         let seqs: Vec<_> = r

@@ -24,6 +24,15 @@ pub fn word<T: Word, S: serde::Serializer>(value: &T, s: S) -> Result<S::Ok, S::
     s.serialize_str(value.as_str())
 }
 
+/// `#[serde(serialize_with = "crate::state::word_opt")]`: an optional [`Word`] field as its
+/// word, or null.
+pub fn word_opt<T: Word, S: serde::Serializer>(value: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(v) => s.serialize_str(v.as_str()),
+        None => s.serialize_none(),
+    }
+}
+
 use crate::event::{Envelope, Event, Micros, Recovered, ReduceError, FLAG_MUST_UNDERSTAND};
 
 /// The state shown for a worker the reduced state no longer holds: it can only have ended, since

@@ -24,6 +24,15 @@ pub enum Origin {
     Adopted,
 }
 
+impl super::Word for Origin {
+    fn as_str(self) -> &'static str {
+        match self {
+            Origin::Submitted => "submitted",
+            Origin::Adopted => "adopted",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BoundJob {
     pub job_id: JobId,

@@ -59,10 +59,19 @@ pub struct AllocationView {
     pub seconds_left: Option<i64>,
     /// `running`, or `ended` once the journal records the allocation proven over (status only).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub state: Option<&'static str>,
+    pub state: Option<AllocationState>,
     /// What proved it over (`PoolAllocationEnded`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_proof: Option<String>,
+}
+
+crate::words! {
+    /// Whether a pool's allocation is over, as far as the journal knows.
+    pub enum AllocationState {
+        Running => "running",
+        /// The journal records the allocation proven over.
+        Ended => "ended",
+    }
 }
 
 impl AllocationView {
@@ -72,7 +81,10 @@ impl AllocationView {
         ended: Option<&PoolAllocationEnded>,
     ) -> AllocationView {
         AllocationView {
-            state: now.map(|_| if ended.is_some() { "ended" } else { "running" }),
+            state: now.map(|_| match ended {
+                Some(_) => AllocationState::Ended,
+                None => AllocationState::Running,
+            }),
             ended_proof: ended.map(|e| e.proof.clone()),
             job_id: a.job_id,
             node: a.node.clone(),

@@ -21,7 +21,7 @@ mod submit;
 
 pub(crate) use crate::ops::context::locked;
 pub use crate::state::pool::Resources;
-pub use attach::{attach, detach, AllocationView, AttachReport, DetachReport};
+pub use attach::{attach, detach, AllocationState, AllocationView, AttachReport, DetachReport};
 pub(crate) use create::reconcile_creation;
 pub use create::{create, creation_job_name, CreateReport, CreateRequest, Progress};
 pub use create::{CreateAction, CreationOutcome, CreationReconciled};

@@ -116,7 +116,8 @@ pub struct NodeView {
 
 #[derive(Debug, Serialize)]
 pub struct AssetUseView {
-    pub role: &'static str,
+    #[serde(serialize_with = "crate::state::word")]
+    pub role: crate::event::asset::AssetKind,
     pub name: String,
     pub sha256: String,
 }
@@ -295,7 +296,7 @@ fn node_view(dirs: &PoolDirs, w: &Worker, evidence: Option<&Path>) -> NodeView {
         .assets
         .iter()
         .map(|a| AssetUseView {
-            role: a.kind.as_str(),
+            role: a.kind,
             name: a.name.clone(),
             sha256: hex::encode(a.sha256.0),
         })
