@@ -59,6 +59,10 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
     let env = |k: &str| std::env::var(k).ok();
     let state_dir = || dispatch::statedir::resolve(cli.state_dir.as_deref(), &env);
     let ctx = || context(state_dir()?);
+    // The offline readers take the state directory only once checked.
+    let checked = || -> Result<dispatch::statedir::Checked, exit::Failure> {
+        Ok(dispatch::statedir::check(&state_dir()?)?)
+    };
     match &cli.command {
         Command::Journal(cmd) => cli::journal::run(cmd, &state_dir()?, cli.json),
         Command::Worker(cmd) => cli::worker::run(cmd),
@@ -79,17 +83,17 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
             worker: Some(worker),
             at,
             ..
-        } => cli::journal::run_inspect(&state_dir()?, worker, *at, cli.json),
+        } => cli::journal::run_inspect(&checked()?, worker, *at, cli.json),
         Command::Inspect { trial, at, .. } => cli::trial::run_show(
-            &state_dir()?,
+            &checked()?,
             trial.as_deref().expect("clap requires a worker or --trial"),
             *at,
             cli.json,
         ),
-        Command::Report(args) => cli::report::run(args, &state_dir()?, cli.json),
-        Command::Logs(args) => cli::logs::run(args, &state_dir()?, cli.json),
+        Command::Report(args) => cli::report::run(args, &checked()?, cli.json),
+        Command::Logs(args) => cli::logs::run(args, &checked()?, cli.json),
         Command::Jobs(args) => block_on(cli::jobs::run(args, &ctx()?, cli.json)),
-        Command::Audit => cli::journal::run_audit(&state_dir()?, cli.json),
+        Command::Audit => cli::journal::run_audit(&checked()?, cli.json),
         Command::Reconcile => block_on(cli::reconcile::run(&ctx()?, cli.json)),
         Command::Session(cmd) => {
             let (config, path, ctx) = config_and_context(cli, &env)?;
@@ -99,7 +103,7 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
         Command::Trial(cmd) => cli::trial::run(cmd, &ctx()?, cli.json),
         Command::Completions { shell } => cli::shell::completions(*shell),
         Command::Man { dir } => cli::shell::man(dir.as_deref()),
-        Command::Trials { at } => cli::trial::run_list(&state_dir()?, *at, cli.json),
+        Command::Trials { at } => cli::trial::run_list(&checked()?, *at, cli.json),
         Command::Doctor(args) => block_on(cli::doctor::run(
             args,
             cli::doctor::Context {
@@ -110,7 +114,7 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
             },
         )),
         Command::Sessions { at: Some(cut), .. } => {
-            cli::replay::run_sessions(&state_dir()?, *cut, cli.json)
+            cli::replay::run_sessions(&checked()?, *cut, cli.json)
         }
         Command::Sessions { at: None, wide } => {
             let (config, path, ctx) = config_and_context(cli, &env)?;

@@ -68,18 +68,33 @@ impl From<TrustError> for StateDirError {
 /// reads or writes anything. A missing directory passes. What is below those entries is
 /// checked where it is opened (the journal's files by the journal, a worker's tree by
 /// `WorkerDirs`).
-pub fn check(path: &Path) -> Result<(), StateDirError> {
+pub fn check(path: &Path) -> Result<Checked, StateDirError> {
     if trust::check_root(path)? {
         for name in trust::TOP_LEVEL {
             trust::check(&path.join(name), trust::Want::Dir)?;
         }
     }
-    Ok(())
+    Ok(Checked(path.to_owned()))
+}
+
+/// A state directory that passed [`check`] (or [`prepare`]), and the only way to hold one: a
+/// command that takes it cannot run on a directory nobody checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checked(PathBuf);
+
+impl Checked {
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn journal_dir(&self) -> PathBuf {
+        journal_dir(&self.0)
+    }
 }
 
 /// Check, then create the state directory owner-only if missing (its parents too, as the
 /// user's own directories: they are above what dispatch answers for).
-pub fn prepare(path: &Path) -> Result<(), StateDirError> {
+pub fn prepare(path: &Path) -> Result<Checked, StateDirError> {
     use std::os::unix::fs::DirBuilderExt;
     check(path)?;
     std::fs::DirBuilder::new()

@@ -76,7 +76,7 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
             }
             Ok(exit::OK)
         }
-        JournalCommand::Verify => run_verify(state_dir, &dir, json),
+        JournalCommand::Verify => run_verify(&crate::statedir::check(state_dir)?, json),
         JournalCommand::Dump {
             from,
             to,
@@ -93,7 +93,13 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
                 *since,
                 *until,
             );
-            run_dump(state_dir, &dir, *from, *to, filter, json)
+            run_dump(
+                &crate::statedir::check(state_dir)?,
+                *from,
+                *to,
+                filter,
+                json,
+            )
         }
         JournalCommand::Repair => {
             crate::statedir::check(state_dir)?;
@@ -128,9 +134,9 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
 }
 
 /// `dispatch journal verify`: exit 0 clean, 1 a torn tail, 5 damage (a fork too).
-fn run_verify(state_dir: &Path, dir: &Path, json: bool) -> Result<u8, Failure> {
-    crate::statedir::check(state_dir)?;
-    let r = ops::verify(dir)?;
+fn run_verify(checked: &crate::statedir::Checked, json: bool) -> Result<u8, Failure> {
+    let dir = checked.journal_dir();
+    let r = ops::verify(&dir)?;
     if json {
         print_json(&r)?;
     } else {
@@ -186,14 +192,13 @@ fn run_verify(state_dir: &Path, dir: &Path, json: bool) -> Result<u8, Failure> {
 
 /// `dispatch journal dump`: the events from seq `from` to `to` that pass `filter`, one a line.
 fn run_dump(
-    state_dir: &Path,
-    dir: &Path,
+    checked: &crate::statedir::Checked,
     from: Option<u64>,
     to: Option<u64>,
     mut filter: crate::policy::journal_filter::Filter,
     json: bool,
 ) -> Result<u8, Failure> {
-    crate::statedir::check(state_dir)?;
+    let dir = &checked.journal_dir();
     let from = from.unwrap_or(1);
     let to = to.unwrap_or(u64::MAX);
     if from > to {
@@ -245,8 +250,8 @@ fn run_dump(
     Ok(exit::OK)
 }
 
-pub fn run_audit(state_dir: &Path, json: bool) -> Result<u8, Failure> {
-    crate::statedir::check(state_dir)?;
+pub fn run_audit(checked: &crate::statedir::Checked, json: bool) -> Result<u8, Failure> {
+    let state_dir = checked.path();
     let r = crate::ops::audit::audit(state_dir)?;
     if json {
         print_json(&r)?;
@@ -346,15 +351,15 @@ fn print_audit_rules(f: &crate::policy::audit::Findings) {
 
 /// `dispatch inspect WORKER [--at SEQ|TIME]`.
 pub fn run_inspect(
-    state_dir: &Path,
+    checked: &crate::statedir::Checked,
     key: &str,
     at: Option<crate::state::replay::Cut>,
     json: bool,
 ) -> Result<u8, Failure> {
     use crate::ops::inspect::{inspect, inspect_at, InspectError};
-    crate::statedir::check(state_dir)?;
+    let state_dir = checked.path();
     let at = at
-        .map(|cut| super::replay::state_at(state_dir, cut))
+        .map(|cut| super::replay::state_at(checked, cut))
         .transpose()?;
     let inspected = match &at {
         Some(at) => inspect_at(state_dir, key, at),

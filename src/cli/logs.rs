@@ -51,8 +51,8 @@ fn load_state(state_dir: &Path) -> Result<crate::state::State, Failure> {
     }
 }
 
-pub fn run(args: &LogsArgs, state_dir: &Path, json: bool) -> Result<u8, Failure> {
-    crate::statedir::check(state_dir)?;
+pub fn run(args: &LogsArgs, checked: &crate::statedir::Checked, json: bool) -> Result<u8, Failure> {
+    let state_dir = checked.path();
     let state = load_state(state_dir)?;
     let journal_dir = crate::statedir::journal_dir(state_dir);
     let c = logs::resolve(&state, &journal_dir, &args.worker, args.pool.as_deref())?;

@@ -1,8 +1,6 @@
 //! `--at SEQ|TIME` on `pool status`, `sessions`, `trials` and `inspect`: the argument, the
 //! `"at"` key every such output gains, and the offline `sessions` view (docs/cli.md, "Replay").
 
-use std::path::Path;
-
 use serde::Serialize;
 
 use super::exit::{self, Failure};
@@ -27,12 +25,8 @@ pub fn time_arg(text: &str) -> Result<crate::event::Micros, String> {
 }
 
 /// The state after `cut`, offline: the state directory is checked, the journal read alone.
-pub fn state_at(state_dir: &Path, cut: Cut) -> Result<At, Failure> {
-    crate::statedir::check(state_dir)?;
-    Ok(crate::ops::replay::state_at(
-        &crate::statedir::journal_dir(state_dir),
-        cut,
-    )?)
+pub fn state_at(checked: &crate::statedir::Checked, cut: Cut) -> Result<At, Failure> {
+    Ok(crate::ops::replay::state_at(&checked.journal_dir(), cut)?)
 }
 
 /// A report with the point it was replayed to, when it was.
@@ -105,8 +99,12 @@ impl SessionRecord {
 }
 
 /// `dispatch sessions --at`: the session records after the cut.
-pub fn run_sessions(state_dir: &Path, cut: Cut, json: bool) -> Result<u8, Failure> {
-    let at = state_at(state_dir, cut)?;
+pub fn run_sessions(
+    checked: &crate::statedir::Checked,
+    cut: Cut,
+    json: bool,
+) -> Result<u8, Failure> {
+    let at = state_at(checked, cut)?;
     let sessions: Vec<SessionRecord> = at
         .state
         .sessions

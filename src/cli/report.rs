@@ -59,9 +59,12 @@ fn write_page(path: &Path, page: &str) -> Result<(), Failure> {
     })
 }
 
-pub fn run(args: &ReportArgs, state_dir: &Path, json: bool) -> Result<u8, Failure> {
-    crate::statedir::check(state_dir)?;
-    let r = crate::ops::report::report(state_dir, args.subject())?;
+pub fn run(
+    args: &ReportArgs,
+    checked: &crate::statedir::Checked,
+    json: bool,
+) -> Result<u8, Failure> {
+    let r = crate::ops::report::report(checked.path(), args.subject())?;
     if let Some(path) = &args.html {
         write_page(path, &super::report_html::render(&r))?;
     }

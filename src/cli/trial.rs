@@ -113,7 +113,9 @@ pub fn run<S: Scheduler>(cmd: &TrialCommand, ctx: &Ctx<S>, json: bool) -> Result
             let verdict = Verdict::parse(verdict).expect("clap allows only passed and failed");
             trial::judge(ctx, trial, verdict, reason)?
         }
-        TrialCommand::Show { trial } => return run_show(&ctx.state_dir, trial, None, json),
+        TrialCommand::Show { trial } => {
+            return run_show(&crate::statedir::check(&ctx.state_dir)?, trial, None, json)
+        }
     };
     if json {
         print_json(&v)?;
@@ -125,14 +127,14 @@ pub fn run<S: Scheduler>(cmd: &TrialCommand, ctx: &Ctx<S>, json: bool) -> Result
 
 /// `dispatch trial show` and `dispatch inspect --trial [--at SEQ|TIME]` (offline).
 pub fn run_show(
-    state_dir: &std::path::Path,
+    checked: &crate::statedir::Checked,
     trial: &str,
     at: Option<crate::state::replay::Cut>,
     json: bool,
 ) -> Result<u8, Failure> {
-    crate::statedir::check(state_dir)?;
+    let state_dir = checked.path();
     let at = at
-        .map(|cut| super::replay::state_at(state_dir, cut))
+        .map(|cut| super::replay::state_at(checked, cut))
         .transpose()?;
     let shown = match &at {
         Some(at) => trial::show_at(state_dir, trial, at)?,
@@ -164,14 +166,14 @@ pub fn run_show(
 
 /// `dispatch trials [--at SEQ|TIME]`.
 pub fn run_list(
-    state_dir: &std::path::Path,
+    checked: &crate::statedir::Checked,
     at: Option<crate::state::replay::Cut>,
     json: bool,
 ) -> Result<u8, Failure> {
-    crate::statedir::check(state_dir)?;
+    let state_dir = checked.path();
     let (all, point) = match at {
         Some(cut) => {
-            let at = super::replay::state_at(state_dir, cut)?;
+            let at = super::replay::state_at(checked, cut)?;
             (trial::list_at(&at), Some(at.point()))
         }
         None => (trial::list(state_dir)?, None),
