@@ -123,8 +123,9 @@ pub fn run_sessions(
     for s in &sessions {
         let job = s.job_id.map_or("-".to_owned(), |j| j.to_string());
         let mut line = format!(
-            "  {:<30} job {:<10} {:<10} {}",
-            s.session,
+            "  {} job {:<10} {:<10} {}",
+            // A mirror or target label may hold wide characters (path names cannot).
+            super::table::pad(&s.session, 30),
             job,
             s.origin.map_or("-", |o| crate::state::Word::as_str(o)),
             s.node.as_deref().unwrap_or("-")

@@ -112,7 +112,8 @@ pub fn cut(s: &str, width: usize) -> String {
     format!("{}…", &s[..end])
 }
 
-fn pad(s: &str, width: usize) -> String {
+/// `s` followed by spaces up to `width` columns (as a terminal shows it, wide characters too).
+pub(crate) fn pad(s: &str, width: usize) -> String {
     format!("{s}{}", " ".repeat(width.saturating_sub(cols(s))))
 }
 
