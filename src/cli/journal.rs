@@ -101,36 +101,39 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
                 json,
             )
         }
-        JournalCommand::Repair => {
-            crate::statedir::check(state_dir)?;
-            let r = ops::repair(&dir)?;
-            if json {
-                print_json(&r)?;
-            } else if let Some(m) = &r.merged {
-                crate::outln!(
-                    "merged a fork: {} events of {} branches that forked after seq {} now follow \
-                     the JournalMerged event, each with its own id; {} as it was is kept in {}",
-                    m.events,
-                    m.branches.len(),
-                    m.common_seq,
-                    m.segment,
-                    m.saved_as
-                );
-            } else if let Some(rec) = &r.recovered {
-                crate::outln!(
-                    "cut {} bytes at {} offset {} ({}); kept them in {}",
-                    rec.length,
-                    rec.segment,
-                    rec.offset,
-                    rec.reason,
-                    rec.saved_as
-                );
-            } else {
-                crate::outln!("the journal is clean; nothing to repair");
-            }
-            Ok(exit::OK)
-        }
+        JournalCommand::Repair => run_repair(&crate::statedir::check(state_dir)?, json),
     }
+}
+
+/// `dispatch journal repair`: cut a torn tail, or merge a fork.
+fn run_repair(checked: &crate::statedir::Checked, json: bool) -> Result<u8, Failure> {
+    let dir = checked.journal_dir();
+    let r = ops::repair(&dir)?;
+    if json {
+        print_json(&r)?;
+    } else if let Some(m) = &r.merged {
+        crate::outln!(
+            "merged a fork: {} events of {} branches that forked after seq {} now follow \
+             the JournalMerged event, each with its own id; {} as it was is kept in {}",
+            m.events,
+            m.branches.len(),
+            m.common_seq,
+            m.segment,
+            m.saved_as
+        );
+    } else if let Some(rec) = &r.recovered {
+        crate::outln!(
+            "cut {} bytes at {} offset {} ({}); kept them in {}",
+            rec.length,
+            rec.segment,
+            rec.offset,
+            rec.reason,
+            rec.saved_as
+        );
+    } else {
+        crate::outln!("the journal is clean; nothing to repair");
+    }
+    Ok(exit::OK)
 }
 
 /// `dispatch journal verify`: exit 0 clean, 1 a torn tail, 5 damage (a fork too).
