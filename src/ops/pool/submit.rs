@@ -507,7 +507,7 @@ fn step_request<S: Scheduler>(
     step.output = Some(dirs.evidence.join("stdout"));
     step.error = Some(dirs.evidence.join("stderr"));
     step.chdir = Some(dirs.checkout.clone());
-    step.client_log = Some(dirs.evidence.join("srun-client.log"));
+    step.client_log = Some(client_log_path(dirs));
     // The supervisor sets the worker's DISPATCH_* variables for the payload: one place, and
     // nothing the coordinator's own environment holds can leak into them.
     step
@@ -572,7 +572,7 @@ fn record_discovery<S: Scheduler>(
             failed(&proof)?;
             Err(OpError::Failed(format!(
                 "worker {worker}: {proof}; its budget is released. See {}",
-                plan.dirs.evidence.join("srun-client.log").display()
+                client_log_path(&plan.dirs).display()
             )))
         }
         Discovery::NotSeen(why) => {
@@ -701,7 +701,7 @@ async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> D
                     None => Discovery::NotSeen(format!(
                         "the srun client {exit} and no step was seen, but that it never ran is \
                          not proven; see {}",
-                        dirs.evidence.join("srun-client.log").display()
+                        client_log_path(dirs).display()
                     )),
                 };
             }
@@ -724,9 +724,23 @@ fn announced_step(dirs: &WorkerDirs, job: JobId) -> Option<u32> {
     })
 }
 
-/// What the worker's srun has said on its stderr so far (empty before it said anything).
+/// Where the worker's srun writes its own stderr.
+fn client_log_path(dirs: &WorkerDirs) -> std::path::PathBuf {
+    dirs.evidence.join("srun-client.log")
+}
+
+/// How much of srun's stderr is read: its step announcement or refusal comes within the first
+/// lines, and the log is read every few ms while the step is looked for.
+const CLIENT_LOG_READ: u64 = 64 * 1024;
+
+/// What the worker's srun has said on its stderr so far (empty before it said anything), at
+/// most [`CLIENT_LOG_READ`] bytes.
 fn client_log(dirs: &WorkerDirs) -> String {
-    std::fs::read_to_string(dirs.evidence.join("srun-client.log")).unwrap_or_default()
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let _ = std::fs::File::open(client_log_path(dirs))
+        .and_then(|f| f.take(CLIENT_LOG_READ).read_to_end(&mut bytes));
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// Ask the questions [`reconcile_policy::step_never_ran`] needs: the step listing, the job
