@@ -166,12 +166,12 @@ fn context(state_dir: std::path::PathBuf) -> Result<Ctx<CliScheduler>, exit::Fai
             format!("cannot find the dispatch executable: {e}"),
         )
     })?;
-    Ok(Ctx {
-        state_dir,
-        sched: CliScheduler::new(config),
-        caller: dispatch::event::current_user(),
+    Ok(Ctx::new(
+        dispatch::statedir::check(&state_dir)?,
+        CliScheduler::new(config),
+        dispatch::event::current_user(),
         exe,
-    })
+    ))
 }
 
 fn block_on<F: std::future::Future<Output = Result<u8, exit::Failure>>>(

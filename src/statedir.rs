@@ -87,8 +87,22 @@ impl Checked {
         &self.0
     }
 
+    /// Create it owner-only if it is missing, and check what was made ([`prepare`]).
+    pub fn prepare(&self) -> Result<(), StateDirError> {
+        prepare(&self.0).map(drop)
+    }
+
     pub fn journal_dir(&self) -> PathBuf {
         journal_dir(&self.0)
+    }
+}
+
+/// A checked state directory is read as the path it is: the check is what holding one proves.
+impl std::ops::Deref for Checked {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
     }
 }
 

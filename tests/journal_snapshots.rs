@@ -270,3 +270,43 @@ fn a_snapshot_with_reserved_bytes_set_or_a_name_its_header_denies_is_rejected() 
     std::fs::rename(&snap, &later).unwrap();
     assert_rejected(&dir, "named for seq", "renamed to a later seq");
 }
+
+/// `catch_up` is a whole load by other means: from a state read at any point, with any number of
+/// events appended since (across segment ends), it gives the whole replay's state; when the
+/// frame it read last is no longer there as it was (here: another journal stands in the
+/// directory) it reads the journal whole instead.
+#[test]
+fn catching_up_gives_the_state_a_whole_load_gives() {
+    fn case(first: u8, then: u8, rewrite: bool) -> quickcheck::TestResult {
+        let (first, then) = (usize::from(first % 60) + 1, usize::from(then % 60));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("j");
+        let opts = Options {
+            max_segment_bytes: 2 << 10,
+        };
+        build_journal(&dir, first, opts.clone());
+        let read = journal::load::<State>(&dir).unwrap();
+        if rewrite {
+            std::fs::remove_dir_all(&dir).unwrap();
+            build_journal(&dir, first, opts.clone());
+        }
+        let w = Writer::open(&dir, opts).unwrap();
+        for i in first..first + then {
+            w.append_one(pool_event(i + 1000)).unwrap();
+        }
+        drop(w);
+        let caught_up = journal::reader::catch_up(&dir, read).unwrap();
+        let whole = journal::load::<State>(&dir).unwrap();
+        let read_whole = rewrite.then_some(whole.scan.events);
+        quickcheck::TestResult::from_bool(
+            caught_up.state == whole.state
+                && caught_up.state == full_replay(&dir)
+                && caught_up.scan.head.as_ref().map(|h| h.last_seq)
+                    == whole.scan.head.as_ref().map(|h| h.last_seq)
+                && read_whole.unwrap_or(then as u64) == caught_up.scan.events,
+        )
+    }
+    quickcheck::QuickCheck::new()
+        .tests(60)
+        .quickcheck(case as fn(u8, u8, bool) -> quickcheck::TestResult);
+}

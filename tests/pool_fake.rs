@@ -1256,3 +1256,31 @@ fn prop_a_dry_run_answers_what_the_submit_then_does() {
     );
     assert!(went > 0 && refused > 0, "went {went}, refused {refused}");
 }
+
+/// A command reads the journal whole once: each later read under the lock (after its Slurm
+/// calls) folds in only what was appended since (`journal::reader::catch_up`).
+#[test]
+fn pool_submit_reads_the_journal_whole_once_and_catches_up_after() {
+    let fake = Fake::attached(60);
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"hang": 3}],
+        "squeue": [{"match": ["--steps"], "stdout": "901.0|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.w\n"}],
+    }));
+    let out = fake
+        .command(SUBMIT)
+        .env("DISPATCH_LOG", "dispatch::journal::reader=debug")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let whole = err.matches(" read whole: ").count();
+    let caught_up = err.matches(" caught up: ").count();
+    assert_eq!(whole, 1, "{err}");
+    assert!(
+        caught_up >= 2,
+        "the receipt and the launch's outcome: {err}"
+    );
+    let r: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!(r["step_id"], "901.0");
+}

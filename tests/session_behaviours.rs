@@ -12,7 +12,7 @@ use dispatch::ops::error::OpError;
 use dispatch::ops::session::launch::{launch, LaunchAction, LaunchRequest};
 use dispatch::ops::session::release::{release, ReleaseAction, ReplacedAction};
 use dispatch::ops::session::renew::{renew, RenewSettings};
-use dispatch::ops::session::{attach, read_state, report};
+use dispatch::ops::session::{attach, report};
 use dispatch::policy::session::renew::Backoff;
 use dispatch::slurm::{Answer, JobId};
 use support::scripted::*;
@@ -1817,4 +1817,12 @@ async fn a_held_job_the_probe_cannot_list_stays_held_until_the_next_launch() {
     );
     assert_eq!(w.slurm.argvs()[2], ["scontrol", "release", "900"]);
     w.slurm.assert_drained();
+}
+
+/// The journal's state as a command would read it; no journal yet is an empty state.
+fn read_state(state_dir: &Path) -> Result<dispatch::state::State, dispatch::journal::JournalError> {
+    match dispatch::journal::load(&state_dir.join("journal")) {
+        Err(dispatch::journal::JournalError::Missing(_)) => Ok(Default::default()),
+        read => read.map(|l| l.state),
+    }
 }

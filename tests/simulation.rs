@@ -329,12 +329,13 @@ impl Run {
             .tempdir_in(scratch())
             .unwrap();
         let sched = SimSlurm::new(seed);
-        let ctx = Ctx {
-            state_dir: dir.path().join("state"),
+        let ctx = Ctx::new(
+            dispatch::statedir::check(&dir.path().join("state"))
+                .expect("a test state directory passes the check"),
             sched,
-            caller: sim::USER.to_owned(),
-            exe: PathBuf::from("/opt/dispatch/bin/dispatch"),
-        };
+            sim::USER.to_owned(),
+            PathBuf::from("/opt/dispatch/bin/dispatch"),
+        );
         Run {
             ctx,
             sessions: Sessions::new(dir.path(), seed),

@@ -4,7 +4,6 @@ use clap::Args;
 
 use super::exit::Failure;
 use crate::ops::context::Ctx;
-use crate::ops::error::OpError;
 use crate::slurm::Scheduler;
 
 #[derive(Debug, Args)]
@@ -23,17 +22,6 @@ pub struct JobsArgs {
     pub watch: Option<u64>,
 }
 
-/// The state, or none before any journal exists (as `pool status` sees it).
-pub fn load_or_empty<S: Scheduler>(ctx: &Ctx<S>) -> Result<crate::state::State, Failure> {
-    match ctx.load() {
-        Ok(loaded) => Ok(loaded.state),
-        Err(OpError::Journal(crate::journal::JournalError::Missing(_))) => {
-            Ok(crate::state::State::default())
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// One look: refreshed first when asked.
 pub async fn look<S: Scheduler>(
     args: &JobsArgs,
@@ -44,7 +32,7 @@ pub async fn look<S: Scheduler>(
     } else {
         None
     };
-    let state = load_or_empty(ctx)?;
+    let state = ctx.read_state()?;
     Ok(crate::ops::jobs::jobs(
         &state,
         &ctx.state_dir,

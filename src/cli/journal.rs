@@ -254,8 +254,7 @@ fn run_dump(
 }
 
 pub fn run_audit(checked: &crate::statedir::Checked, json: bool) -> Result<u8, Failure> {
-    let state_dir = checked.path();
-    let r = crate::ops::audit::audit(state_dir)?;
+    let r = crate::ops::audit::audit(checked)?;
     if json {
         print_json(&r)?;
     } else {
@@ -360,13 +359,12 @@ pub fn run_inspect(
     json: bool,
 ) -> Result<u8, Failure> {
     use crate::ops::inspect::{inspect, inspect_at, InspectError};
-    let state_dir = checked.path();
     let at = at
         .map(|cut| super::replay::state_at(checked, cut))
         .transpose()?;
     let inspected = match &at {
-        Some(at) => inspect_at(state_dir, key, at),
-        None => inspect(state_dir, key),
+        Some(at) => inspect_at(checked, key, at),
+        None => inspect(checked, key),
     };
     let r = match inspected {
         Ok(r) => r,

@@ -22,7 +22,7 @@ async fn look<S: Scheduler>(a: &StatusArgs<'_>, ctx: &Ctx<S>) -> Result<ops::Sta
         reconcile::reconcile(ctx, a.pool).await?;
     }
     // No journal yet: no pools (as `sessions` and `trials` see it).
-    let state = super::jobs::load_or_empty(ctx)?;
+    let state = ctx.read_state()?;
     Ok(ops::StatusDoc::new(
         state,
         Some(ctx.pools_dir()),

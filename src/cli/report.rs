@@ -64,7 +64,7 @@ pub fn run(
     checked: &crate::statedir::Checked,
     json: bool,
 ) -> Result<u8, Failure> {
-    let r = crate::ops::report::report(checked.path(), args.subject())?;
+    let r = crate::ops::report::report(checked, args.subject())?;
     if let Some(path) = &args.html {
         write_page(path, &super::report_html::render(&r))?;
     }

@@ -132,13 +132,12 @@ pub fn run_show(
     at: Option<crate::state::replay::Cut>,
     json: bool,
 ) -> Result<u8, Failure> {
-    let state_dir = checked.path();
     let at = at
         .map(|cut| super::replay::state_at(checked, cut))
         .transpose()?;
     let shown = match &at {
-        Some(at) => trial::show_at(state_dir, trial, at)?,
-        None => trial::show(state_dir, trial)?,
+        Some(at) => trial::show_at(checked, trial, at)?,
+        None => trial::show(checked, trial)?,
     };
     let point = at.as_ref().map(|a| a.point());
     if json {
@@ -170,13 +169,12 @@ pub fn run_list(
     at: Option<crate::state::replay::Cut>,
     json: bool,
 ) -> Result<u8, Failure> {
-    let state_dir = checked.path();
     let (all, point) = match at {
         Some(cut) => {
             let at = super::replay::state_at(checked, cut)?;
             (trial::list_at(&at), Some(at.point()))
         }
-        None => (trial::list(state_dir)?, None),
+        None => (trial::list(checked)?, None),
     };
     if let (false, Some(p)) = (json, &point) {
         crate::outln!("{}", super::replay::heading(p));

@@ -284,7 +284,7 @@ fn pipelined(
 }
 
 /// Reduced state with the scan that produced it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Loaded<S> {
     pub state: S,
     pub scan: Scan,
@@ -317,7 +317,7 @@ pub fn load<S: Fold>(dir: &Path) -> Result<Loaded<S>, JournalError> {
             Err(why) => snapshot_rejected = Some(format!("{}: {why}", path.display())),
         }
     }
-    let (mut state, resume, snapshot_seq) = match start {
+    let (state, resume, snapshot_seq) = match start {
         Some((covers, state)) => {
             let frame_len = frame_len_at(dir, &covers)?;
             let resume = Resume {
@@ -332,6 +332,72 @@ pub fn load<S: Fold>(dir: &Path) -> Result<Loaded<S>, JournalError> {
         }
         None => (S::default(), None, None),
     };
+    let loaded = folded(dir, state, resume, snapshot_seq, snapshot_rejected)?;
+    tracing::debug!(
+        "journal {} read whole: {} events after snapshot {:?}",
+        dir.display(),
+        loaded.scan.events,
+        loaded.snapshot_seq
+    );
+    Ok(loaded)
+}
+
+/// `loaded` brought up to the journal's head: only the frames appended since it was read are
+/// folded in, once its last frame is found where it was read and with the same chain (the
+/// check a snapshot passes before it is used); else a whole [`load`]. So a command that takes
+/// the lock again after a wait reads what others appended meanwhile, not the journal again.
+pub fn catch_up<S: Fold>(dir: &Path, loaded: Loaded<S>) -> Result<Loaded<S>, JournalError> {
+    crate::statedir::trust::check_journal(dir)?;
+    match loaded
+        .scan
+        .head
+        .as_ref()
+        .and_then(|head| resume_after(dir, head))
+    {
+        Some(resume) => {
+            let caught_up = folded(
+                dir,
+                loaded.state,
+                Some(resume),
+                loaded.snapshot_seq,
+                loaded.snapshot_rejected,
+            )?;
+            let events = caught_up.scan.events;
+            tracing::debug!("journal {} caught up: {events} events", dir.display());
+            Ok(caught_up)
+        }
+        None => load(dir),
+    }
+}
+
+/// Where to go on from `head`, if its last frame is still in the journal as it was read.
+fn resume_after(dir: &Path, head: &scan::Head) -> Option<Resume> {
+    let covers = Covers {
+        journal_id: head.journal_id,
+        seq: head.last_seq,
+        chain: head.chain,
+        segment_no: head.segment_no,
+        frame_offset: head.last_frame_offset?,
+    };
+    snapshot::matches_journal(dir, &covers).ok()?;
+    Some(Resume {
+        journal_id: head.journal_id,
+        segment_no: head.segment_no,
+        offset: head.segment_len,
+        next_seq: head.last_seq + 1,
+        chain: head.chain,
+        last_frame_offset: covers.frame_offset,
+    })
+}
+
+/// `state` (as of `resume`, or empty) with every frame after `resume` folded in.
+fn folded<S: Fold>(
+    dir: &Path,
+    mut state: S,
+    resume: Option<Resume>,
+    snapshot_seq: Option<u64>,
+    snapshot_rejected: Option<String>,
+) -> Result<Loaded<S>, JournalError> {
     let scan = replay_ref_checked(dir, resume.as_ref(), |env| Ok(state.fold(env)?))?;
     if scan.status.refuses_writes() {
         return Err(JournalError::Damaged {

@@ -31,7 +31,6 @@ use super::error::OpError;
 use crate::event::asset::*;
 use crate::event::{Event, Sha256Digest};
 use crate::failpoint;
-use crate::journal::JournalError;
 use crate::names::check_path_name;
 use crate::policy::asset::{self as policy, AssetRefusal};
 use crate::slurm::Scheduler;
@@ -331,12 +330,8 @@ pub fn add<S: Scheduler>(ctx: &Ctx<S>, name: &str, req: &AddRequest) -> Result<A
     };
     // A cheap early refusal before building anything; the binding check that counts runs
     // again under the lock.
-    match ctx.load() {
-        Ok(loaded) => policy::check_add(&loaded.state.assets, name, wanted)?,
-        Err(OpError::Journal(JournalError::Missing(_))) => {}
-        Err(e) => return Err(e),
-    }
-    crate::statedir::prepare(&ctx.state_dir)?;
+    policy::check_add(&ctx.read_state()?.assets, name, wanted)?;
+    ctx.state_dir.prepare()?;
     let dir = assets_dir(&ctx.state_dir);
     crate::journal::files::create_private_dir(&dir)?;
     let mut temp = TempFiles::create(&dir).map_err(|e| {
@@ -419,18 +414,11 @@ fn place(tmp: &Path, target: &Path, sha256: &Sha256Digest) -> Result<(), String>
 }
 
 pub fn list<S: Scheduler>(ctx: &Ctx<S>) -> Result<AssetList, OpError> {
-    let assets = match ctx.load() {
-        Ok(loaded) => loaded
-            .state
-            .assets
-            .by_name
-            .values()
-            .map(|a| AssetView::of(&ctx.state_dir, a))
-            .collect(),
-        Err(OpError::Journal(JournalError::Missing(_))) => Vec::new(),
-        Err(e) => return Err(e),
-    };
-    Ok(AssetList { assets })
+    let state = ctx.read_state()?;
+    let assets = state.assets.by_name.values();
+    Ok(AssetList {
+        assets: assets.map(|a| AssetView::of(&ctx.state_dir, a)).collect(),
+    })
 }
 
 crate::words! {
@@ -468,23 +456,16 @@ pub struct VerifyReport {
 
 /// Recompute every selected asset's SHA-256 (all when `names` is empty).
 pub fn verify<S: Scheduler>(ctx: &Ctx<S>, names: &[String]) -> Result<VerifyReport, OpError> {
-    let loaded = match ctx.load() {
-        Ok(l) => Some(l),
-        Err(OpError::Journal(JournalError::Missing(_))) => None,
-        Err(e) => return Err(e),
-    };
-    let all = loaded.as_ref().map(|l| &l.state.assets.by_name);
-    if let Some(missing) = names
-        .iter()
-        .find(|n| !all.is_some_and(|a| a.contains_key(*n)))
-    {
+    let state = ctx.read_state()?;
+    let all = &state.assets.by_name;
+    if let Some(missing) = names.iter().find(|n| !all.contains_key(*n)) {
         return Err(AssetRefusal::NoSuchAsset {
             name: missing.clone(),
         }
         .into());
     }
     let mut out = Vec::new();
-    for a in all.into_iter().flat_map(|m| m.values()) {
+    for a in all.values() {
         if !names.is_empty() && !names.contains(&a.record.name) {
             continue;
         }

@@ -4,6 +4,7 @@
 //! every trial verdict was given on (its manifests' recorded SHA-256). Makes no Slurm call and
 //! writes nothing.
 
+use crate::statedir::Checked;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -56,7 +57,7 @@ pub struct EvidenceFailure {
     pub problems: Vec<String>,
 }
 
-pub fn audit(state_dir: &Path) -> Result<AuditReport, JournalError> {
+pub fn audit(state_dir: &Checked) -> Result<AuditReport, JournalError> {
     let journal_dir = crate::statedir::journal_dir(state_dir);
     let report = verify(&journal_dir)?;
     let damaged = report.status.refuses_writes();

@@ -1,6 +1,8 @@
 //! What every operation needs: where state lives, who is asking, how to reach Slurm, the clock.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use chrono::{Local, NaiveDateTime, TimeZone};
 
@@ -9,6 +11,7 @@ use crate::event::{Event, Micros};
 use crate::journal::{self, Committed, Loaded, Options, Writer};
 use crate::slurm::Scheduler;
 use crate::state::State;
+use crate::statedir::Checked;
 
 /// Where an operation says what it is doing while it waits (stderr in the CLI), one line at a
 /// time, as it happens: the one progress sink of pools, jobs and sessions. What is said once the
@@ -17,31 +20,41 @@ use crate::state::State;
 pub type Progress<'a> = &'a (dyn Fn(&str) + Send + Sync);
 
 pub struct Ctx<S: Scheduler> {
-    pub state_dir: PathBuf,
+    pub state_dir: Checked,
     pub sched: S,
     /// The Unix user name of the caller: the owner every allocation must have.
     pub caller: String,
     /// The dispatch executable that worker steps run (`dispatch worker run`).
     pub exe: PathBuf,
+    /// The state as this command last read it. A command reads the journal whole once; when it
+    /// reads again (after a wait, under the lock again) it folds in only what was appended
+    /// since (`journal::reader::catch_up`). Taken out while in use, so two uses at once each
+    /// read for themselves.
+    read: Mutex<Option<Loaded<State>>>,
+    /// Whether the state directory was made ready for writing (`Ctx::writer`) in this command.
+    prepared: AtomicBool,
 }
 
 impl<S: Scheduler> Ctx<S> {
+    pub fn new(state_dir: Checked, sched: S, caller: String, exe: PathBuf) -> Ctx<S> {
+        Ctx {
+            state_dir,
+            sched,
+            caller,
+            exe,
+            read: Mutex::new(None),
+            prepared: AtomicBool::new(false),
+        }
+    }
+
     pub fn journal_dir(&self) -> PathBuf {
-        crate::statedir::journal_dir(&self.state_dir)
+        self.state_dir.journal_dir()
     }
 
     /// Take the journal's writer lock (creating the journal if needed) and load state.
     pub fn lock_and_load(&self) -> Result<(Writer, Loaded<State>), OpError> {
-        crate::statedir::prepare(&self.state_dir)?;
-        let writer = Writer::open(&self.journal_dir(), Options::default())?;
-        // Whatever the command, the temporary files of asset adds that were killed go.
-        super::asset_files::sweep_dead_temps(&super::asset_files::assets_dir(&self.state_dir));
-        let loaded = journal::load(&self.journal_dir())?;
-        // Every writing command, offline ones included, keeps the replay tail bounded: past
-        // `SNAPSHOT_EVERY` events since the newest snapshot it writes one (optional work).
-        if let Err(e) = journal::reader::snapshot_if_due(&self.journal_dir(), &loaded) {
-            tracing::warn!("snapshot not written (optional): {e}");
-        }
+        let writer = self.writer()?;
+        let loaded = self.with_state(Loaded::clone)?;
         Ok((writer, loaded))
     }
 
@@ -56,8 +69,26 @@ impl<S: Scheduler> Ctx<S> {
 
     /// Load state without the lock (read-only commands).
     pub fn load(&self) -> Result<Loaded<State>, OpError> {
-        crate::statedir::check(&self.state_dir)?;
-        Ok(journal::load(&self.journal_dir())?)
+        self.with_state(Loaded::clone)
+    }
+
+    /// The state as the journal holds it now, without the lock; an empty one before the journal
+    /// exists (read-only commands and dry runs).
+    pub fn read_state(&self) -> Result<State, OpError> {
+        match self.with_state(|loaded| loaded.state.clone()) {
+            Err(OpError::Journal(journal::JournalError::Missing(_))) => Ok(State::default()),
+            read => read,
+        }
+    }
+
+    /// Write a snapshot if one is due. Optional work: a failure is a warning, never an error.
+    pub fn snapshot_quietly(&self) {
+        if !journal::reader::snapshot_may_be_due(&self.journal_dir()) {
+            return;
+        }
+        if let Err(e) = self.with_state(|_| ()) {
+            tracing::warn!("snapshot not written (optional): {e}");
+        }
     }
 
     pub fn now(&self) -> Micros {
@@ -67,20 +98,42 @@ impl<S: Scheduler> Ctx<S> {
     pub fn pools_dir(&self) -> PathBuf {
         self.state_dir.join("pools")
     }
-}
 
-/// Write a snapshot if one is due. Optional work: a failure is a warning, never an error.
-pub fn snapshot_quietly(journal_dir: &Path) {
-    if !journal::reader::snapshot_may_be_due(journal_dir) {
-        return;
-    }
-    match journal::load::<State>(journal_dir) {
-        Ok(loaded) => {
-            if let Err(e) = journal::reader::snapshot_if_due(journal_dir, &loaded) {
-                tracing::warn!("snapshot not written (optional): {e}");
-            }
+    /// The writer lock, the state directory and journal made first if missing.
+    fn writer(&self) -> Result<Writer, OpError> {
+        let first = !self.prepared.load(Ordering::Relaxed);
+        if first {
+            self.state_dir.prepare()?;
         }
-        Err(e) => tracing::warn!("snapshot not written (optional): {e}"),
+        let writer = Writer::open(&self.journal_dir(), Options::default())?;
+        if first {
+            // Whatever the command, the temporary files of asset adds that were killed go.
+            super::asset_files::sweep_dead_temps(&super::asset_files::assets_dir(&self.state_dir));
+            self.prepared.store(true, Ordering::Relaxed);
+        }
+        Ok(writer)
+    }
+
+    /// `f` of the state as the journal holds it now: read whole the first time, caught up
+    /// after. Every read keeps the replay tail bounded: past `SNAPSHOT_EVERY` events since the
+    /// newest snapshot it writes one (optional work).
+    fn with_state<T>(&self, f: impl FnOnce(&Loaded<State>) -> T) -> Result<T, OpError> {
+        let dir = self.journal_dir();
+        let last = self.read.lock().ok().and_then(|mut read| read.take());
+        let mut loaded = match last {
+            Some(last) => journal::reader::catch_up(&dir, last)?,
+            None => journal::load(&dir)?,
+        };
+        match journal::reader::snapshot_if_due(&dir, &loaded) {
+            Ok(Some(_)) => loaded.snapshot_seq = loaded.scan.head.as_ref().map(|h| h.last_seq),
+            Ok(None) => {}
+            Err(e) => tracing::warn!("snapshot not written (optional): {e}"),
+        }
+        let out = f(&loaded);
+        if let Ok(mut read) = self.read.lock() {
+            *read = Some(loaded);
+        }
+        Ok(out)
     }
 }
 
@@ -174,7 +227,7 @@ pub fn recorded_release_proof(journal_dir: &Path, id: uuid::Uuid) -> Option<Stri
     proof
 }
 
-/// Take the journal's writer lock, load the state as it is now, decide and append in `f`, and
+/// Take the journal's writer lock, read the state as it is now, decide and append in `f`, and
 /// release the lock. Nothing in `f` may wait (no Slurm call, no grace, no poll): a command that
 /// waits does so between two of these, and re-checks what it decided when it takes the lock
 /// again (issue 11: another command may have changed the state meanwhile).
@@ -182,6 +235,6 @@ pub(crate) fn locked<S: Scheduler, T>(
     ctx: &Ctx<S>,
     f: impl FnOnce(&Writer, &State) -> Result<T, OpError>,
 ) -> Result<T, OpError> {
-    let (writer, loaded) = ctx.lock_and_load()?;
-    f(&writer, &loaded.state)
+    let writer = ctx.writer()?;
+    ctx.with_state(|loaded| f(&writer, &loaded.state))?
 }

@@ -2,6 +2,7 @@
 //! coordinator's journal, the last event recorded about it, and what its own journal says (up
 //! to any damage, which is shown, never repaired). No Slurm call, nothing written.
 
+use crate::statedir::Checked;
 use std::path::Path;
 
 use serde::Serialize;
@@ -161,7 +162,7 @@ fn find_in_journal(
     Ok(found)
 }
 
-pub fn inspect(state_dir: &Path, key: &str) -> Result<InspectReport, InspectError> {
+pub fn inspect(state_dir: &Checked, key: &str) -> Result<InspectReport, InspectError> {
     let journal_dir = crate::statedir::journal_dir(state_dir);
     let loaded = journal::load(&journal_dir)?;
     inspect_in(state_dir, key, &loaded.state, None)
@@ -170,15 +171,16 @@ pub fn inspect(state_dir: &Path, key: &str) -> Result<InspectReport, InspectErro
 /// [`inspect`] as it was at a replay's cut (`--at`): `state` is the state after it, and
 /// neither journal shows an event past it (the worker's own by its time, `now`).
 pub fn inspect_at(
-    state_dir: &Path,
+    state_dir: &Checked,
     key: &str,
     at: &crate::state::replay::At,
 ) -> Result<InspectReport, InspectError> {
     inspect_in(state_dir, key, &at.state, Some((at.seq, at.now)))
 }
 
-fn inspect_in(
-    state_dir: &Path,
+/// [`inspect`] in a state already read (a trial shows each of its workers from one read).
+pub(crate) fn inspect_in(
+    state_dir: &Checked,
     key: &str,
     state: &State,
     until: Option<(u64, crate::event::Micros)>,

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::context::{micros_to_local, snapshot_quietly, Ctx};
+use super::context::{micros_to_local, Ctx};
 use super::error::OpError;
 use super::pool::{
     active_worker, ingest_worker_journal, locked, process_alive, reconcile_creation,
@@ -174,7 +174,7 @@ pub async fn reconcile<S: Scheduler>(
         if !state.pools.requests.is_empty() {
             report.resubmitted = crate::ops::pool::resubmit_due(ctx, only_pool).await?;
         }
-        snapshot_quietly(&ctx.journal_dir());
+        ctx.snapshot_quietly();
     }
     report.slurm_calls = ctx.sched.call_counts().since(&calls_before).total();
     Ok(report)

@@ -6,6 +6,7 @@
 //! The page is drawn in `cli::report_html` (inline CSS and SVG, no script). Its writer takes
 //! markup only as `&'static str` and escapes every string of data.
 
+use crate::statedir::Checked;
 use std::path::Path;
 
 use super::error::OpError;
@@ -26,7 +27,7 @@ fn not_found(subject: &Subject) -> OpError {
     ))
 }
 
-pub fn report(state_dir: &Path, subject: Subject) -> Result<Report, OpError> {
+pub fn report(state_dir: &Checked, subject: Subject) -> Result<Report, OpError> {
     let dir = crate::statedir::journal_dir(state_dir);
     crate::statedir::trust::check_journal(&dir)?;
     if journal::segment::list(&dir).map_or(true, |s| s.is_empty()) {

@@ -34,7 +34,7 @@ use crate::config::{has_worker_job_shape, sanitize_token, Config, ConfigError, T
 use crate::event::session::SessionAdopted;
 use crate::event::session::SessionKey;
 use crate::event::Event;
-use crate::journal::{self, JournalError};
+use crate::journal::JournalError;
 use crate::ops::context::{Ctx, Progress};
 use crate::ops::error::OpError;
 use crate::policy::session::absence::{self, Absence};
@@ -147,7 +147,9 @@ impl<S: Scheduler> Env<'_, S> {
             .map_err(|e| OpError::Usage(format!("job name {name:?}: {e}")))?;
         if has_worker_job_shape(&token)
             && !self.config.mirrors.contains_key(mirror)
-            && !read_state(&self.ctx.state_dir)?
+            && !self
+                .ctx
+                .read_state()?
                 .sessions
                 .sessions
                 .keys()
@@ -174,11 +176,7 @@ impl<S: Scheduler> Env<'_, S> {
         match self.resolve(mirror, target) {
             Err(OpError::Config(ConfigError::UnknownTarget { .. })) => {
                 let key = SessionKey::new(mirror, target);
-                if read_state(&self.ctx.state_dir)?
-                    .sessions
-                    .get(&key)
-                    .is_none()
-                {
+                if self.ctx.read_state()?.sessions.get(&key).is_none() {
                     return self.resolve(mirror, target);
                 }
                 let name = self.config.job_name(mirror);
@@ -216,17 +214,6 @@ pub fn lock_session<S: Scheduler>(
     let (writer, loaded) = env.ctx.lock_and_load()?;
     drop(writer);
     Ok((lock, loaded.state))
-}
-
-/// Read the state without writing: a missing journal is an empty state.
-pub fn read_state(state_dir: &Path) -> Result<State, OpError> {
-    crate::statedir::check(state_dir)?;
-    let dir = crate::statedir::journal_dir(state_dir);
-    match journal::load(&dir) {
-        Ok(l) => Ok(l.state),
-        Err(JournalError::Missing(_)) => Ok(State::default()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// An exclusive lock on one mirror's token, held while a command decides and acts.

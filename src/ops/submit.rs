@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use super::context::{
     await_proof, grace_seconds, locked, micros_to_local, recorded_release_proof, request_grace,
-    snapshot_quietly, Ctx, STOP_PROOF_TIMEOUT, STOP_WRAP_UP,
+    Ctx, STOP_PROOF_TIMEOUT, STOP_WRAP_UP,
 };
 use super::error::OpError;
 use super::spec::{Bound, WorkerSpec};
@@ -184,7 +184,7 @@ pub async fn submit<S: Scheduler>(
             how: "sbatch".to_owned(),
         }),
     )?;
-    snapshot_quietly(&ctx.journal_dir());
+    ctx.snapshot_quietly();
     Ok(JobSubmitReport {
         worker: checked.worker,
         submission_id: submission_id.to_string(),
@@ -395,7 +395,7 @@ pub async fn submit_dry_run<S: Scheduler>(
 ) -> Result<JobSubmitPlan, OpError> {
     let spec = &req.spec;
     let checked = check_request(req)?;
-    let state = super::pool::state_now(ctx)?;
+    let state = ctx.read_state()?;
     let (_, dirs) = plan(ctx, req, &state, &checked)?;
     let Checked {
         time_s,

@@ -8,6 +8,7 @@
 //! The verdict gathers each worker's evidence itself (its published manifest is re-verified
 //! now); `policy::trial` decides whether it supports a pass.
 
+use crate::statedir::Checked;
 use std::path::Path;
 
 use serde::Serialize;
@@ -201,7 +202,7 @@ pub fn judge<S: Scheduler>(
 }
 
 /// Every trial, in name order (offline). No journal yet means no trials.
-pub fn list(state_dir: &Path) -> Result<Vec<TrialView>, OpError> {
+pub fn list(state_dir: &Checked) -> Result<Vec<TrialView>, OpError> {
     let loaded = match journal::load::<State>(&crate::statedir::journal_dir(state_dir)) {
         Ok(l) => l,
         Err(crate::journal::JournalError::Missing(_)) => return Ok(Vec::new()),
@@ -226,14 +227,14 @@ pub fn list_at(at: &crate::state::replay::At) -> Vec<TrialView> {
 }
 
 /// One trial with every worker's timeline and own journal (offline).
-pub fn show(state_dir: &Path, trial: &str) -> Result<TrialShow, OpError> {
+pub fn show(state_dir: &Checked, trial: &str) -> Result<TrialShow, OpError> {
     let loaded = journal::load(&crate::statedir::journal_dir(state_dir))?;
     show_in(state_dir, trial, &loaded.state, None)
 }
 
 /// [`show`] as it was at a replay's cut (`--at`).
 pub fn show_at(
-    state_dir: &Path,
+    state_dir: &Checked,
     trial: &str,
     at: &crate::state::replay::At,
 ) -> Result<TrialShow, OpError> {
@@ -241,7 +242,7 @@ pub fn show_at(
 }
 
 fn show_in(
-    state_dir: &Path,
+    state_dir: &Checked,
     trial: &str,
     s: &State,
     at: Option<&crate::state::replay::At>,
@@ -254,10 +255,7 @@ fn show_in(
     let mut inspected = Vec::new();
     for w in &t.workers {
         let key = w.submission_id.to_string();
-        let one = match at {
-            Some(at) => inspect::inspect_at(state_dir, &key, at),
-            None => inspect::inspect(state_dir, &key),
-        };
+        let one = inspect::inspect_in(state_dir, &key, s, at.map(|at| (at.seq, at.now)));
         match one {
             Ok(r) => inspected.push(r),
             Err(inspect::InspectError::NotFound(_)) => {}

@@ -272,12 +272,13 @@ impl Sessions {
     pub async fn run(&self, sched: &SimSlurm, cmd: &SessionCmd) -> Result<SessionOk, OpError> {
         let quiet = |_: &str| {};
         // The sessions' own state directory over the cluster the pools use too.
-        let ctx = Ctx {
-            state_dir: self.state_dir.clone(),
+        let ctx = Ctx::new(
+            dispatch::statedir::check(&self.state_dir)
+                .expect("a test state directory passes the check"),
             sched,
-            caller: super::USER.to_owned(),
-            exe: PathBuf::from("/opt/dispatch/bin/dispatch"),
-        };
+            super::USER.to_owned(),
+            PathBuf::from("/opt/dispatch/bin/dispatch"),
+        );
         let env = Env {
             ctx: &ctx,
             config: &self.config,

@@ -489,12 +489,12 @@ pub fn env<'a>(
     slurm: &'a Scripted,
 ) -> Env<'a, &'a Scripted> {
     // Leaked: one small context and path per call, alive as long as the borrowed state dir.
-    let ctx = Box::leak(Box::new(Ctx {
-        state_dir: state_dir.to_owned(),
-        sched: slurm,
-        caller: dispatch::event::current_user(),
-        exe: PathBuf::from("/test/bin/dispatch"),
-    }));
+    let ctx = Box::leak(Box::new(Ctx::new(
+        dispatch::statedir::check(state_dir).expect("a test state directory passes the check"),
+        slurm,
+        dispatch::event::current_user(),
+        PathBuf::from("/test/bin/dispatch"),
+    )));
     Env {
         ctx,
         config,

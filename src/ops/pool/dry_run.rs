@@ -6,13 +6,11 @@
 use serde::Serialize;
 
 use super::submit::plan;
-use crate::journal::JournalError;
 use crate::names::check_path_name;
 use crate::ops::context::Ctx;
 use crate::ops::error::OpError;
 use crate::policy::placement::{self, NodeRoom};
 use crate::slurm::{JobId, Scheduler};
-use crate::state::State;
 
 use super::SubmitRequest;
 
@@ -60,15 +58,6 @@ impl std::fmt::Display for Room {
     }
 }
 
-/// The journal's state as it is, without the lock; no journal yet is an empty state.
-pub(crate) fn state_now<S: Scheduler>(ctx: &Ctx<S>) -> Result<State, OpError> {
-    match ctx.load() {
-        Ok(l) => Ok(l.state),
-        Err(OpError::Journal(JournalError::Missing(_))) => Ok(State::default()),
-        Err(e) => Err(e),
-    }
-}
-
 /// `pool submit --dry-run`: the submit's own [`plan`] on the journal as it is (no lock), and
 /// with `waiting`, whether the pool has room now.
 pub async fn submit_dry_run<S: Scheduler>(
@@ -78,7 +67,7 @@ pub async fn submit_dry_run<S: Scheduler>(
 ) -> Result<SubmitPlan, OpError> {
     check_path_name("pool", &req.pool).map_err(OpError::Usage)?;
     req.spec.check()?;
-    let state = state_now(ctx)?;
+    let state = ctx.read_state()?;
     let plan = plan(ctx, req, &state, waiting).await?;
     let room = match plan.node {
         Some(_) => Room::Now,

@@ -25,7 +25,6 @@ pub use attach::{attach, detach, AllocationState, AllocationView, AttachReport, 
 pub(crate) use create::reconcile_creation;
 pub use create::{create, creation_job_name, CreateReport, CreateRequest, Progress};
 pub use create::{CreateAction, CreationOutcome, CreationReconciled};
-pub(crate) use dry_run::state_now;
 pub use dry_run::{submit_dry_run, Room, SubmitPlan};
 pub(crate) use ingest::{ingest_worker_journal, sweep_publication, worker_journal_news};
 pub use queue::MAX_WAITING;

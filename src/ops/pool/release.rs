@@ -15,7 +15,7 @@ use crate::event::pool::*;
 use crate::event::Event;
 use crate::failpoint;
 use crate::names::check_path_name;
-use crate::ops::context::{await_proof, snapshot_quietly, Ctx, STOP_PROOF_TIMEOUT};
+use crate::ops::context::{await_proof, Ctx, STOP_PROOF_TIMEOUT};
 use crate::ops::error::OpError;
 use crate::policy::pool_create::{self as policy, ReleasePlan};
 use crate::slurm::{JobId, JobName, Scheduler};
@@ -300,7 +300,7 @@ async fn release_pool<S: Scheduler>(
         }))?;
         Ok(())
     })?;
-    snapshot_quietly(&ctx.journal_dir());
+    ctx.snapshot_quietly();
     Ok(ReleaseReport {
         pool,
         job_id: Some(allocation.job_id),

@@ -10,7 +10,7 @@
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::{locked, state_now, submit, SubmitRequest};
+use super::{locked, submit, SubmitRequest};
 use crate::event::pool::{WorkerRequest, WorkerResubmitRefused};
 use crate::event::Event;
 use crate::ops::context::Ctx;
@@ -78,7 +78,7 @@ pub(crate) async fn resubmit_due<S: Scheduler>(
     ctx: &Ctx<S>,
     only_pool: Option<&str>,
 ) -> Result<Vec<Resubmission>, OpError> {
-    let state = state_now(ctx)?;
+    let state = ctx.read_state()?;
     let due: Vec<(Uuid, Resubmittable)> = state
         .pools
         .requests

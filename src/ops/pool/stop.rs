@@ -14,8 +14,8 @@ use crate::event::pool::*;
 use crate::event::Event;
 use crate::failpoint;
 use crate::ops::context::{
-    await_proof, grace_seconds, recorded_release_proof, request_grace, snapshot_quietly, Ctx,
-    STOP_PROOF_TIMEOUT, STOP_WRAP_UP,
+    await_proof, grace_seconds, recorded_release_proof, request_grace, Ctx, STOP_PROOF_TIMEOUT,
+    STOP_WRAP_UP,
 };
 use crate::ops::error::OpError;
 use crate::policy::node as node_policy;
@@ -161,7 +161,7 @@ pub async fn stop_worker<S: Scheduler>(
         w.step_id.is_none_or(|s| s == step_no)
     })?;
     report.state = WorkerState::Released;
-    snapshot_quietly(&ctx.journal_dir());
+    ctx.snapshot_quietly();
     Ok(report)
 }
 

@@ -15,7 +15,7 @@ use crate::event::pool::*;
 use crate::event::{Event, Micros};
 use crate::failpoint;
 use crate::names::check_path_name;
-use crate::ops::context::{micros_to_local, snapshot_quietly, Ctx};
+use crate::ops::context::{micros_to_local, Ctx};
 use crate::ops::error::OpError;
 use crate::ops::poll::Poller;
 use crate::ops::spec::{Bound, WorkerSpec};
@@ -183,7 +183,7 @@ pub async fn submit_waiting<S: Scheduler>(
     };
     let discovery = discover_step(ctx, &search).await;
     record_discovery(ctx, req, &plan, discovery, &mut report)?;
-    snapshot_quietly(&ctx.journal_dir());
+    ctx.snapshot_quietly();
     Ok(report)
 }
 
@@ -578,7 +578,7 @@ fn record_discovery<S: Scheduler>(
         Discovery::NotSeen(why) => {
             // Launched, but neither seen nor proven never to have run: the outcome is unknown
             // (CLI.md: exit 4), and the budget stays held until reconcile settles it.
-            snapshot_quietly(&ctx.journal_dir());
+            ctx.snapshot_quietly();
             Err(OpError::Unknown(format!(
                 "worker {worker} (submission {submission_id}): its step {} was not seen within {} s \
                  ({why}); the launch outcome is unknown and its budget stays held. Run `dispatch \

@@ -4,9 +4,7 @@
 
 use std::ffi::OsString;
 
-use super::{
-    adopt_or_vouch, command_for, hold, lock_session, read_state, session, Env, OpError, Resolved,
-};
+use super::{adopt_or_vouch, command_for, hold, lock_session, session, Env, OpError, Resolved};
 use crate::policy::session::{probe_of, Probe};
 use crate::slurm::{JobId, JobQuery, JobState, Scheduler};
 
@@ -49,7 +47,7 @@ pub async fn plan<S: Scheduler>(
     shell: Option<String>,
 ) -> Result<AttachPlan, OpError> {
     let r = env.resolve(mirror, target)?;
-    let state = read_state(&env.ctx.state_dir)?;
+    let state = env.ctx.read_state()?;
     let s = session(&state, &r.key);
     let job = match s.and_then(|s| s.job_id()) {
         Some(job) => job,

@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use super::launch::{placement, LaunchRequest};
-use super::{name_probe, read_state, session, token_clash, Env, OpError, Resolved};
+use super::{name_probe, session, token_clash, Env, OpError, Resolved};
 use crate::policy::session::recorded::{recorded, Recorded};
 use crate::policy::session::Seen;
 use crate::slurm::{BatchPayload, BatchRequest, JobId, Placement, Scheduler};
@@ -44,7 +44,7 @@ pub async fn launch_dry_run<S: Scheduler>(
 ) -> Result<LaunchPlan, OpError> {
     let r = env.resolve(&req.mirror, &req.target)?;
     let placement = placement(env, &r)?;
-    let state = read_state(&env.ctx.state_dir)?;
+    let state = env.ctx.read_state()?;
     token_clash(&state, &r)?;
     let mut plan = LaunchPlan::submit(&r);
     let mut exclude = Vec::new();

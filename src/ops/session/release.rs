@@ -179,7 +179,7 @@ pub fn plan<S: Scheduler>(
     target: &str,
 ) -> Result<ReleasePlan, OpError> {
     let r = env.resolve_recorded(mirror, target)?;
-    let state = super::read_state(&env.ctx.state_dir)?;
+    let state = env.ctx.read_state()?;
     Ok(plan_of(&state, r.key))
 }
 

@@ -11,9 +11,7 @@ use serde::Serialize;
 
 use super::launch::{launch, LaunchReport, LaunchRequest};
 use super::release::cancel;
-use super::{
-    adopt_or_vouch, command_for, hold, lock_session, read_state, session, Env, OpError, Resolved,
-};
+use super::{adopt_or_vouch, command_for, hold, lock_session, session, Env, OpError, Resolved};
 use crate::event::session::SessionKey;
 use crate::policy::session::renew::{judge, turn, Action, Backoff, Turn};
 use crate::policy::session::{is_held, Probe};
@@ -140,7 +138,7 @@ async fn job_to_renew<S: Scheduler>(
             .map(|s| s.command.clone())
             .unwrap_or_default()
     };
-    let state = read_state(&env.ctx.state_dir)?;
+    let state = env.ctx.read_state()?;
     if let Some(job) = recorded(&state) {
         return Ok((job, command(&state)));
     }

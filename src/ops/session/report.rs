@@ -1,13 +1,13 @@
 //! `dispatch sessions`: one `squeue --me`, folded with the journal's sessions by the pure
 //! report builder. Read-only.
 
-use super::{read_state, Env, OpError};
+use super::{Env, OpError};
 use crate::policy::session::listing_of;
 use crate::policy::session::report::{build, Inputs, Report};
 use crate::slurm::{JobQuery, Scheduler};
 
 pub async fn sessions<S: Scheduler>(env: &Env<'_, S>) -> Result<Report, OpError> {
-    let state = read_state(&env.ctx.state_dir)?;
+    let state = env.ctx.read_state()?;
     let listing = listing_of(env.ctx.sched.list_jobs(&JobQuery::mine()).await);
     // Tokens map back to configured mirrors first (config order), then to mirrors the
     // journal knows.
