@@ -615,7 +615,7 @@ fn main() {
 
     // 1. Single durable append.
     eprintln!(
-        "[1/5] single durable append: {} appends per run, interleaved with raw write+fdatasync",
+        "[1/6] single durable append: {} appends per run, interleaved with raw write+fdatasync",
         cfg.single_appends
     );
     let mut gen = EventGen::new(0x5eed_0001);
@@ -657,7 +657,7 @@ fn main() {
 
     // 2. Replay.
     eprintln!(
-        "[2/5] building a {}-event journal through Writer::append batches",
+        "[2/6] building a {}-event journal through Writer::append batches",
         cfg.journal_events
     );
     let built = build_journal(cfg.journal_events, &mut scratch);
@@ -766,7 +766,7 @@ fn main() {
 
     // 3. Load through a snapshot near the head.
     eprintln!(
-        "[3/5] snapshot load: snapshot at seq {}, then {} more events",
+        "[3/6] snapshot load: snapshot at seq {}, then {} more events",
         built.events, cfg.tail_after_snapshot
     );
     let full = journal::load::<State>(&built.dir).expect("load");
@@ -849,7 +849,7 @@ fn main() {
     // 4. A crafted torn tail: 8 MiB of back-to-back frame headers, each with a valid header
     // CRC and each claiming a 1 MiB payload. The scan must cost about what reading and
     // CRC-ing the file once costs, however many candidates the headers make.
-    eprintln!("[4/5] crafted torn tail: 8 MiB of headers each claiming a 1 MiB payload");
+    eprintln!("[4/6] crafted torn tail: 8 MiB of headers each claiming a 1 MiB payload");
     let crafted = crafted_tail_journal(&mut scratch);
     let crafted_bytes = std::fs::metadata(last_segment(&crafted))
         .expect("stat")
@@ -896,7 +896,7 @@ fn main() {
         built.dir.clone()
     } else {
         eprintln!(
-            "[5/5] building a {}-event journal for the command rows",
+            "[5/6] building a {}-event journal for the command rows",
             cfg.command_events
         );
         build_journal(cfg.command_events, &mut scratch).dir
@@ -906,7 +906,7 @@ fn main() {
         prepare_for_commands(dir);
     }
     eprintln!(
-        "[5/5] commands: {} alternating runs each at {} and {} events (snapshot at the head, CHECKPOINT)",
+        "[5/6] commands: {} alternating runs each at {} and {} events (snapshot at the head, CHECKPOINT)",
         cfg.command_runs, cfg.command_events, cfg.command_small_events
     );
     let commands: [(&str, &[&str], f64); 3] = [
@@ -944,6 +944,35 @@ fn main() {
         );
     }
     json.insert("commands".into(), command_json.into());
+
+    // 6. A read again under the lock, as a command makes after each wait: the state it read
+    // caught up by the events appended since, against the whole load each read used to be.
+    let (caught_up, whole) = read_again(&cfg, &mut scratch);
+    let ratio = summary(
+        &caught_up
+            .iter()
+            .zip(&whole)
+            .map(|(c, w)| c / w)
+            .collect::<Vec<_>>(),
+    );
+    let (c, w) = (summary(&caught_up), summary(&whole));
+    let pass = ratio.median <= 0.1;
+    rows.push(Row {
+        name: "read again: catch_up (+1 event)".to_owned(),
+        measured: format!("{} ms", c.show(2)),
+        limit: format!("{} ms whole load", w.show(1)),
+        ratio,
+        target: "≤ 0.1×".to_owned(),
+        pass: Some(pass),
+    });
+    json.insert(
+        "read_again".into(),
+        serde_json::json!({
+            "catch_up_ms": c.json(), "whole_load_ms": w.json(), "ratio": ratio.json(),
+            "target_max": 0.1, "pass": pass,
+            "tail_events": journal::reader::SNAPSHOT_EVERY - 1,
+        }),
+    );
 
     // Output.
     println!();
@@ -1006,6 +1035,33 @@ fn main() {
     if cfg.strict && !all_pass {
         std::process::exit(1);
     }
+}
+
+/// Per run: a `catch_up` of a state read just before one more event was appended, and a whole
+/// `load` of the same journal (ms). The journal holds the longest tail a load may replay
+/// (`SNAPSHOT_EVERY - 1` events past the newest snapshot, here none), as a busy one does just
+/// before its next snapshot.
+fn read_again(cfg: &Config, scratch: &mut Scratch) -> (Vec<f64>, Vec<f64>) {
+    let built = build_journal(journal::reader::SNAPSHOT_EVERY - 1, scratch);
+    let mut gen = EventGen::new(0x5eed_0006);
+    let (mut caught_up, mut whole) = (Vec::new(), Vec::new());
+    for _ in 0..cfg.runs * 4 {
+        let read = journal::load::<State>(&built.dir).expect("load");
+        let w = Writer::open(&built.dir, Options::default()).expect("open writer");
+        w.append(gen.take(1)).expect("append");
+        drop(w);
+        let t = Instant::now();
+        let now = journal::reader::catch_up(&built.dir, read).expect("catch up");
+        caught_up.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        let again = journal::load::<State>(&built.dir).expect("load");
+        whole.push(t.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(
+            now.state, again.state,
+            "a catch-up is a whole load by other means"
+        );
+    }
+    (caught_up, whole)
 }
 
 /// A journal of Genesis + 20 events whose one segment ends in 8 MiB of frame headers, back to

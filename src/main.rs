@@ -64,7 +64,7 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
         Ok(dispatch::statedir::check(&state_dir()?)?)
     };
     match &cli.command {
-        Command::Journal(cmd) => cli::journal::run(cmd, &state_dir()?, cli.json),
+        Command::Journal(cmd) => cli::journal::run(cmd, &checked()?, cli.json),
         Command::Worker(cmd) => cli::worker::run(cmd),
         Command::Asset(cmd) => cli::asset::run(cmd, &ctx()?, cli.json),
         Command::Pool(cli::pool::PoolCommand::Create(args)) => {

@@ -1,7 +1,7 @@
 //! `dispatch journal …`: argument definitions and rendering.
 
+use crate::statedir::Checked;
 use std::io::Write;
-use std::path::Path;
 
 use clap::Subcommand;
 
@@ -57,12 +57,11 @@ pub enum JournalCommand {
     Repair,
 }
 
-pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Failure> {
-    let dir = crate::statedir::journal_dir(state_dir);
+pub fn run(cmd: &JournalCommand, checked: &Checked, json: bool) -> Result<u8, Failure> {
     match cmd {
         JournalCommand::Init => {
-            crate::statedir::prepare(state_dir)?;
-            let r = ops::init(&dir)?;
+            checked.prepare()?;
+            let r = ops::init(&checked.journal_dir())?;
             if json {
                 print_json(&r)?;
             } else if r.created {
@@ -76,7 +75,7 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
             }
             Ok(exit::OK)
         }
-        JournalCommand::Verify => run_verify(&crate::statedir::check(state_dir)?, json),
+        JournalCommand::Verify => run_verify(checked, json),
         JournalCommand::Dump {
             from,
             to,
@@ -93,20 +92,14 @@ pub fn run(cmd: &JournalCommand, state_dir: &Path, json: bool) -> Result<u8, Fai
                 *since,
                 *until,
             );
-            run_dump(
-                &crate::statedir::check(state_dir)?,
-                *from,
-                *to,
-                filter,
-                json,
-            )
+            run_dump(checked, *from, *to, filter, json)
         }
-        JournalCommand::Repair => run_repair(&crate::statedir::check(state_dir)?, json),
+        JournalCommand::Repair => run_repair(checked, json),
     }
 }
 
 /// `dispatch journal repair`: cut a torn tail, or merge a fork.
-fn run_repair(checked: &crate::statedir::Checked, json: bool) -> Result<u8, Failure> {
+fn run_repair(checked: &Checked, json: bool) -> Result<u8, Failure> {
     let dir = checked.journal_dir();
     let r = ops::repair(&dir)?;
     if json {
@@ -137,7 +130,7 @@ fn run_repair(checked: &crate::statedir::Checked, json: bool) -> Result<u8, Fail
 }
 
 /// `dispatch journal verify`: exit 0 clean, 1 a torn tail, 5 damage (a fork too).
-fn run_verify(checked: &crate::statedir::Checked, json: bool) -> Result<u8, Failure> {
+fn run_verify(checked: &Checked, json: bool) -> Result<u8, Failure> {
     let dir = checked.journal_dir();
     let r = ops::verify(&dir)?;
     if json {
@@ -195,7 +188,7 @@ fn run_verify(checked: &crate::statedir::Checked, json: bool) -> Result<u8, Fail
 
 /// `dispatch journal dump`: the events from seq `from` to `to` that pass `filter`, one a line.
 fn run_dump(
-    checked: &crate::statedir::Checked,
+    checked: &Checked,
     from: Option<u64>,
     to: Option<u64>,
     mut filter: crate::policy::journal_filter::Filter,
@@ -253,7 +246,7 @@ fn run_dump(
     Ok(exit::OK)
 }
 
-pub fn run_audit(checked: &crate::statedir::Checked, json: bool) -> Result<u8, Failure> {
+pub fn run_audit(checked: &Checked, json: bool) -> Result<u8, Failure> {
     let r = crate::ops::audit::audit(checked)?;
     if json {
         print_json(&r)?;
@@ -353,7 +346,7 @@ fn print_audit_rules(f: &crate::policy::audit::Findings) {
 
 /// `dispatch inspect WORKER [--at SEQ|TIME]`.
 pub fn run_inspect(
-    checked: &crate::statedir::Checked,
+    checked: &Checked,
     key: &str,
     at: Option<crate::state::replay::Cut>,
     json: bool,

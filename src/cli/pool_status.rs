@@ -37,7 +37,7 @@ pub async fn run<S: Scheduler>(
     json: bool,
 ) -> Result<u8, Failure> {
     if let Some(cut) = a.at {
-        let at = super::replay::state_at(&crate::statedir::check(&ctx.state_dir)?, cut)?;
+        let at = super::replay::state_at(&ctx.state_dir, cut)?;
         let point = at.point();
         let r = ops::status(&at.state, None, a.pool, at.now)?;
         if json {

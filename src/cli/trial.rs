@@ -113,9 +113,7 @@ pub fn run<S: Scheduler>(cmd: &TrialCommand, ctx: &Ctx<S>, json: bool) -> Result
             let verdict = Verdict::parse(verdict).expect("clap allows only passed and failed");
             trial::judge(ctx, trial, verdict, reason)?
         }
-        TrialCommand::Show { trial } => {
-            return run_show(&crate::statedir::check(&ctx.state_dir)?, trial, None, json)
-        }
+        TrialCommand::Show { trial } => return run_show(&ctx.state_dir, trial, None, json),
     };
     if json {
         print_json(&v)?;

@@ -25,6 +25,7 @@ pub mod renew;
 pub mod report;
 mod script;
 
+use crate::statedir::Checked;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -222,9 +223,9 @@ pub struct TokenLock {
 }
 
 impl TokenLock {
-    pub fn take(state_dir: &Path, token: &str) -> Result<TokenLock, OpError> {
+    pub fn take(state_dir: &Checked, token: &str) -> Result<TokenLock, OpError> {
         let dir = state_dir.join("sessions").join("locks");
-        crate::statedir::prepare(state_dir)?;
+        state_dir.prepare()?;
         crate::statedir::trust::create_below(state_dir, &dir).map_err(StateDirError::from)?;
         let path = dir.join(format!("{token}.lock"));
         crate::statedir::trust::check(&path, crate::statedir::trust::Want::File)
