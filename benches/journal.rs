@@ -5,6 +5,8 @@
 //! `cargo bench --bench journal -- --quick` (or `DISPATCH_BENCH_QUICK=1`) is a smoke run with
 //! smaller counts; its replay figures are not comparable with the 1M-event target.
 //! `--strict` makes the process exit 1 when a target is missed.
+//! Section 6 times a read again under the lock (`catch_up` of one new event) against the
+//! whole load of a 9,999-event tail that each such read was before.
 //! Section 5 runs the `dispatch` binary (this profile's build) as a whole process at 1 M events
 //! (in both modes) against the same command at 100 events: `trial open`, `trials`, `pool
 //! status`. `journal verify` is not among them: it must read every byte, so it scales with the
