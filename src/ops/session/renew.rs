@@ -15,6 +15,7 @@ use super::{
     adopt_or_vouch, command_for, hold, lock_session, read_state, session, Env, OpError, Resolved,
 };
 use crate::event::session::SessionKey;
+use crate::next::Next::Sessions;
 use crate::policy::session::renew::{judge, turn, Action, Backoff, Turn};
 use crate::policy::session::{is_held, Probe};
 use crate::slurm::{JobId, JobQuery, Scheduler};
@@ -279,7 +280,7 @@ impl<S: Scheduler> Renewal<'_, '_, S> {
             match cancel_old(self.env, &self.r.token, key, job).await {
                 Ok(()) => self.report.cancelled.push(job),
                 Err(e) => self.progress(format!(
-                    "cancelling the replaced job {job} failed: {e}; `dispatch sessions` flags \
+                    "cancelling the replaced job {job} failed: {e}; {Sessions} flags \
                      it, `{}` settles it",
                     command_for("release", key)
                 )),
