@@ -73,16 +73,13 @@ fn find_worker<'a>(
     let p = state.pools.pools.get(pool).ok_or_else(|| Refusal::NoPool {
         pool: pool.to_owned(),
     })?;
-    let w = p
-        .active
-        .values()
-        .find(|w| w.name == worker)
-        .ok_or_else(|| {
-            OpError::NotFound(format!(
-                "pool {pool:?} has no worker {worker:?} holding budget; {} lists them",
-                Next::PoolStatus(Some(&pool))
-            ))
-        })?;
+    let w = p.active.values().find(|w| w.name == worker);
+    let w = w.ok_or_else(|| {
+        OpError::NotFound(format!(
+            "pool {pool:?} has no worker {worker:?} holding budget; {} lists them",
+            Next::PoolStatus(Some(&pool))
+        ))
+    })?;
     Ok((p, w))
 }
 
