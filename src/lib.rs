@@ -28,6 +28,7 @@ pub mod event;
 pub mod failpoint;
 pub mod journal;
 pub mod names;
+pub mod next;
 pub mod ops;
 pub mod policy;
 pub mod slurm;

@@ -137,3 +137,120 @@ fn no_module_imports_from_a_floor_above_its_own_but_the_named_ones() {
          {mended:?}"
     );
 }
+
+/// Below `cli`, a message names the command to run as a `dispatch::next::Next`, and
+/// `cli::hint` spells it: no other layer knows how the CLI is spelled. A unit test module may
+/// pin the text a user reads.
+#[test]
+fn only_cli_spells_a_dispatch_command_line() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut spelled = Vec::new();
+    for f in files {
+        let rel = f.strip_prefix(&src).unwrap();
+        if rel.starts_with("cli") || rel == Path::new("main.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (line, literal) in string_literals(&without_test_modules(&text)) {
+            if literal.contains("`dispatch ") {
+                spelled.push(format!("{}:{line}: {literal}", rel.display()));
+            }
+        }
+    }
+    assert!(
+        spelled.is_empty(),
+        "command lines spelled outside src/cli/ (name a `next::Next` instead): {spelled:#?}"
+    );
+}
+
+#[test]
+fn a_continued_line_does_not_hide_a_command_line() {
+    let code = "let q = '\"'; // \"`dispatch x`\"\n\
+                f::<'a>(\"Run `dispatch \\\n    reconcile`\", r#\"q\"#, '\\'', '…');";
+    assert_eq!(
+        string_literals(code),
+        [
+            (2, "Run `dispatch reconcile`".to_owned()),
+            (3, "q".to_owned())
+        ]
+    );
+}
+
+/// `text` with each `#[cfg(test)] mod` blanked out, its lines kept so that lines still count.
+fn without_test_modules(text: &str) -> String {
+    let mut parts = text.split("\n#[cfg(test)]\nmod ");
+    let mut code = parts.next().unwrap().to_owned();
+    for part in parts {
+        let (module, after) = part.split_once("\n}\n").unwrap_or((part, ""));
+        code += &"\n".repeat(module.matches('\n').count() + 4);
+        code += after;
+    }
+    code
+}
+
+/// The text of each string literal in `code`, escapes resolved (a line continuation cannot
+/// split what it holds), with the line it starts on. Comments are skipped.
+fn string_literals(code: &str) -> Vec<(usize, String)> {
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let (b, mut i, mut line, mut found) = (code.as_bytes(), 0, 1, Vec::new());
+    while i < b.len() {
+        let rest = &code[i..];
+        let raw_hashes = (b[i] == b'r' && (i == 0 || !ident(b[i - 1])))
+            .then(|| rest.len() - 1 - rest[1..].trim_start_matches('#').len())
+            .filter(|&h| rest[1 + h..].starts_with('"'));
+        let skip = if rest.starts_with("//") {
+            rest.find('\n').unwrap_or(rest.len())
+        } else if rest.starts_with("/*") {
+            rest.find("*/").unwrap() + 2
+        } else if b[i] == b'\'' {
+            // A char literal, else a lifetime.
+            match rest[1..].chars().next() {
+                Some('\\') => rest[3..].find('\'').unwrap() + 4,
+                Some(c) if rest[1 + c.len_utf8()..].starts_with('\'') => 2 + c.len_utf8(),
+                _ => 1,
+            }
+        } else if let Some(h) = raw_hashes {
+            let close = format!("\"{}", "#".repeat(h));
+            let end = 2 + h + rest[2 + h..].find(&close).unwrap();
+            found.push((line, rest[2 + h..end].to_owned()));
+            end + close.len()
+        } else if b[i] == b'"' {
+            let (text, len) = cooked(&rest[1..]);
+            found.push((line, text));
+            len + 1
+        } else {
+            rest.chars().next().unwrap().len_utf8()
+        };
+        line += rest[..skip].matches('\n').count();
+        i += skip;
+    }
+    found
+}
+
+/// A string literal's text, from just after its opening quote, and its length in `s` with
+/// the closing quote.
+fn cooked(s: &str) -> (String, usize) {
+    let (mut text, mut chars) = (String::new(), s.char_indices());
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '"' => return (text, at + 1),
+            '\\' => match chars.next() {
+                Some((at, '\n')) => {
+                    let after = &s[at + 1..];
+                    let blank = &after[..after.len() - after.trim_start().len()];
+                    for _ in blank.chars() {
+                        chars.next();
+                    }
+                }
+                Some((_, 'n')) => text.push('\n'),
+                Some((_, 't')) => text.push('\t'),
+                Some((_, escaped)) => text.push(escaped),
+                None => break,
+            },
+            c => text.push(c),
+        }
+    }
+    panic!("a string literal with no end: {s:.80}")
+}

@@ -6,6 +6,7 @@ pub mod asset;
 pub mod doctor;
 pub mod exit;
 pub mod forget;
+mod hint;
 pub mod jobs;
 pub mod journal;
 pub mod logs;

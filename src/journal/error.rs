@@ -2,6 +2,7 @@ use std::path::PathBuf;
 
 use super::scan::{Damage, Status};
 use crate::event::PayloadError;
+use crate::next::Next::{self, JournalRepair, JournalVerify};
 
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
@@ -13,7 +14,7 @@ pub enum JournalError {
     },
     #[error(
         "the journal in {} is {}: {} at {} offset {}; dispatch refuses to write. \
-         Run `dispatch journal verify` for details",
+         Run {JournalVerify} for details",
         dir.display(), status.as_str(), damage.reason, damage.segment, damage.offset
     )]
     Damaged {
@@ -21,7 +22,10 @@ pub enum JournalError {
         status: Status,
         damage: Damage,
     },
-    #[error("the journal writer stopped after an I/O error ({0}); nothing more is written by this process. Run `dispatch journal verify`")]
+    #[error(
+        "the journal writer stopped after an I/O error ({0}); nothing more is written by this \
+         process. Run {JournalVerify}"
+    )]
     Poisoned(String),
     #[error(
         "a {kind} event encodes to {bytes} bytes, above the {} byte payload cap",
@@ -33,7 +37,7 @@ pub enum JournalError {
     Unwritable { kind: &'static str, reason: String },
     #[error(transparent)]
     Payload(#[from] PayloadError),
-    #[error("no journal in {}: run `dispatch journal init`", .0.display())]
+    #[error("no journal in {}: run {}", .0.display(), Next::JournalInit(None))]
     Missing(PathBuf),
     #[error("event {seq} has valid CRCs and chain but its payload does not decode: {reason}")]
     Undecodable { seq: u64, reason: String },
@@ -52,11 +56,13 @@ pub enum JournalError {
          with chain {expected_chain}, found {found}): another writer appended to the journal, so \
          the locks did not exclude it. {}",
         if *written {
-            "This command's events were written and may sit on a second branch; nothing more is \
-             done. Run `dispatch journal verify`, then `dispatch journal repair`, which merges \
-             branches keeping every event"
+            format!(
+                "This command's events were written and may sit on a second branch; nothing more \
+                 is done. Run {JournalVerify}, then {JournalRepair}, which merges branches \
+                 keeping every event"
+            )
         } else {
-            "Nothing was written by this command; run it again"
+            "Nothing was written by this command; run it again".to_owned()
         }
     )]
     TailMoved {

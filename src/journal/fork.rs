@@ -9,6 +9,7 @@
 //! recomputes. Then nothing is lost: every frame is a committed event of some branch, and a
 //! merge can keep them all.
 
+use crate::next::Next::JournalRepair;
 use std::collections::HashMap;
 
 use super::frame::{self, Chain, FrameRef};
@@ -67,7 +68,7 @@ impl Fork {
             })
             .collect();
         format!(
-            "forked after seq {}: {} branches, {}; `dispatch journal repair` merges them keeping every event",
+            "forked after seq {}: {} branches, {}; {JournalRepair} merges them keeping every event",
             self.common_seq,
             self.branches.len(),
             tips.join(", ")

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use crate::backoff::Backoff;
+use crate::next::Next::JournalVerify;
 
 /// Name of the lease file inside the journal directory.
 pub const LEASE_FILE: &str = "WRITER";
@@ -111,7 +112,7 @@ pub enum LeaseError {
     },
     #[error(
         "this command lost the journal's writer lock in {}: {why}. Nothing more is written by it; \
-         run it again (`dispatch journal verify` shows what reached the journal)",
+         run it again ({JournalVerify} shows what reached the journal)",
         dir.display()
     )]
     Lost { dir: PathBuf, why: String },

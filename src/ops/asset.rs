@@ -32,6 +32,7 @@ use crate::event::asset::*;
 use crate::event::{Event, Sha256Digest};
 use crate::failpoint;
 use crate::names::check_path_name;
+use crate::next::Next;
 use crate::policy::asset::{self as policy, AssetRefusal};
 use crate::slurm::Scheduler;
 use crate::state::asset::*;
@@ -395,9 +396,10 @@ fn place(tmp: &Path, target: &Path, sha256: &Sha256Digest) -> Result<(), String>
                 files::hash_file(target, None, |_| {}).map_err(|e| e.to_string())?;
             if existing != *sha256 {
                 return Err(format!(
-                    "{} exists with other contents (sha256 {}); run `dispatch asset verify`",
+                    "{} exists with other contents (sha256 {}); run {}",
                     target.display(),
-                    hex::encode(existing.0)
+                    hex::encode(existing.0),
+                    Next::AssetVerify(None)
                 ));
             }
             let _ = std::fs::remove_file(tmp);

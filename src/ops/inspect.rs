@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use crate::event::{Envelope, Event, Vocabulary, WorkerEvent};
 use crate::journal::{self, JournalError, Status};
+use crate::next::Next;
 use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
 
@@ -63,7 +64,12 @@ pub struct WorkerJournal {
 
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
-    #[error("no worker {0:?} in the journal (by name or submission id); `dispatch pool status` lists pool workers, `dispatch journal dump` every submission")]
+    #[error(
+        "no worker {0:?} in the journal (by name or submission id); {status} lists pool workers, \
+         {dump} every submission",
+        status = Next::PoolStatus(None),
+        dump = Next::JournalDump(None)
+    )]
     NotFound(String),
     #[error(transparent)]
     Journal(#[from] JournalError),

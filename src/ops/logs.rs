@@ -17,6 +17,7 @@ use uuid::Uuid;
 use super::error::OpError;
 use crate::event::Event;
 use crate::journal::{self, JournalError};
+use crate::next::Next::{self, Jobs};
 use crate::state::pool::WorkerState;
 use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
@@ -188,9 +189,10 @@ pub fn resolve(
     }
     match found.len() {
         0 => Err(OpError::NotFound(format!(
-            "no worker {key:?}{} (by name or submission id); `dispatch pool status` lists pool \
-             workers, `dispatch jobs` those started as their own jobs",
-            pool.map(|p| format!(" in pool {p:?}")).unwrap_or_default()
+            "no worker {key:?}{} (by name or submission id); {} lists pool workers, {Jobs} those \
+             started as their own jobs",
+            pool.map(|p| format!(" in pool {p:?}")).unwrap_or_default(),
+            Next::PoolStatus(None)
         ))),
         1 => Ok(found.remove(0)),
         _ => {

@@ -12,17 +12,21 @@ use std::path::Path;
 use super::error::OpError;
 use crate::event::WorkerEvent;
 use crate::journal::{self, JournalError};
+use crate::next::Next;
 use crate::policy::report::{AuditInput, Builder, Report, Selector, Subject};
 use crate::worker::dirs::WorkerDirs;
 
 fn not_found(subject: &Subject) -> OpError {
-    let lists = match subject {
-        Subject::Trial(_) => "`dispatch trials` lists trials",
-        Subject::Pool(_) => "`dispatch pool status` lists attached pools",
-        Subject::Worker(_) => "`dispatch journal dump --kind WorkerSubmitIntent` lists submissions",
+    let (lists, what) = match subject {
+        Subject::Trial(_) => (Next::Trials, "trials"),
+        Subject::Pool(_) => (Next::PoolStatus(None), "attached pools"),
+        Subject::Worker(_) => (
+            Next::JournalDump(Some(&"WorkerSubmitIntent")),
+            "submissions",
+        ),
     };
     OpError::NotFound(format!(
-        "the journal never named {}; {lists}",
+        "the journal never named {}; {lists} lists {what}",
         subject.describe()
     ))
 }

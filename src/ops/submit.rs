@@ -26,6 +26,7 @@ use crate::config::Target;
 use crate::event::jobs::*;
 use crate::event::Event;
 use crate::failpoint;
+use crate::next::Next::{self, Reconcile};
 use crate::policy::pool::Refusal;
 use crate::slurm::{
     ActionError, BatchPayload, BatchRequest, JobId, JobName, Placement, Scheduler, SlurmDuration,
@@ -211,9 +212,9 @@ fn record_outcome<S: Scheduler>(ctx: &Ctx<S>, outcome: Event) -> Result<(), OpEr
                     Ok(())
                 }
                 (Some(found), Some(job)) if found != job => Err(OpError::Failed(format!(
-                    "submission {submission_id}: sbatch answered job {job}, but `dispatch \
-                 reconcile` found job {found} by its name; cancel the one `squeue --me` does \
-                 not show as {}",
+                    "submission {submission_id}: sbatch answered job {job}, but {Reconcile} \
+                     found job {found} by its name; cancel the one `squeue --me` does not show \
+                     as {}",
                     j.job_name()
                 ))),
                 // reconcile's answer from the job's name stands: it is at least as new
@@ -221,8 +222,9 @@ fn record_outcome<S: Scheduler>(ctx: &Ctx<S>, outcome: Event) -> Result<(), OpEr
             },
             None => match made {
                 Some(job) => Err(OpError::Failed(format!(
-                    "sbatch created job {job} after `dispatch reconcile` had proven submission \
-                 {submission_id} never created; nothing tracks it: cancel it with `scancel {job}`"
+                    "sbatch created job {job} after {Reconcile} had proven submission \
+                     {submission_id} never created; nothing tracks it: cancel it with \
+                     `scancel {job}`"
                 ))),
                 None => Ok(()),
             },
@@ -338,7 +340,7 @@ fn sbatch_failed(e: &ActionError, definite: bool, checked: &Checked) -> OpError 
     } else {
         OpError::Unknown(format!(
             "worker {worker} (submission {submission_id}): sbatch gave no clear answer ({e}); a job named \
-             {:?} may exist and keeps its budget. Run `dispatch reconcile` to find it by name",
+             {:?} may exist and keeps its budget. Run {Reconcile} to find it by name",
             name.as_str()
         ))
     }
@@ -478,18 +480,21 @@ fn released_before(jobs: &Jobs, worker: &str) -> Option<(Uuid, JobId)> {
 fn not_active(jobs: &Jobs, worker: &str) -> OpError {
     match jobs.last_finished(worker) {
         Some(j) if j.state == JobWorkerState::Failed => OpError::Failed(format!(
-            "worker {worker} failed at submission and never ran: {}. No job exists and no budget \
-             is held; the name {worker:?} can be used again",
-            j.failure.as_deref().unwrap_or("the submission failed definitely")
+            "worker {worker} failed at submission and never ran: {}. No job exists and no \
+             budget is held; the name {worker:?} can be used again",
+            j.failure
+                .as_deref()
+                .unwrap_or("the submission failed definitely")
         )),
         Some(j) => OpError::Failed(format!(
             "worker {worker} is already over ({}); nothing to stop",
             j.state.as_str()
         )),
         None => OpError::NotFound(format!(
-            "no worker {worker:?} started by dispatch submit holds budget; `dispatch inspect {worker}` shows \
-             what the journal knows of that name (a pool's worker is stopped with \
-             `dispatch pool stop-worker POOL {worker}`)"
+            "no worker {worker:?} started by dispatch submit holds budget; {} shows what the \
+             journal knows of that name (a pool's worker is stopped with {})",
+            Next::Inspect(&worker),
+            Next::PoolStopWorker(Some(&worker))
         )),
     }
 }
@@ -550,7 +555,7 @@ pub async fn stop<S: Scheduler>(
         let Some(job_id) = j.job_id else {
             return Err(OpError::Unknown(format!(
                 "worker {worker} has no known job yet (its sbatch gave no answer); its budget stays held. \
-                 Run `dispatch reconcile` to find the job by name, then stop it again"
+                 Run {Reconcile} to find the job by name, then stop it again"
             )));
         };
         writer.append_one(Event::JobStopIntent(JobStopIntent {
@@ -584,7 +589,7 @@ pub async fn stop<S: Scheduler>(
         Err(cancel) => {
             return Err(OpError::Unknown(format!(
                 "job {job} of worker {worker} {cancel}, and the job is not proven over; its budget \
-                 stays held. Run `dispatch reconcile` to resolve it, or stop it again"
+                 stays held. Run {Reconcile} to resolve it, or stop it again"
             )))
         }
     };

@@ -1,6 +1,7 @@
 //! Decisions about assets: may a name be bound, may a worker use an asset. Pure.
 
 use crate::event::asset::{AssetKind, AssetRecord};
+use crate::next::Next::{self, AssetList};
 use crate::state::asset::{Asset, AssetState, Assets, ASSETS_KEPT};
 
 /// Why an asset operation is refused (exit 3). Each says what to do next.
@@ -17,15 +18,15 @@ pub enum AssetRefusal {
     },
     #[error(
         "there are already {ASSETS_KEPT} assets, the most dispatch keeps; use one of them \
-         (`dispatch asset list`)"
+         ({AssetList})"
     )]
     Full,
     #[error(
-        "no asset {name:?}; `dispatch asset list` lists them, `dispatch asset add-{kind} \
-         {name} …` adds one"
+        "no asset {name:?}; {AssetList} lists them, {} adds one",
+        Next::AssetAdd { kind, name }
     )]
     Unknown { name: String, kind: &'static str },
-    #[error("no asset {name:?}; `dispatch asset list` lists them")]
+    #[error("no asset {name:?}; {AssetList} lists them")]
     NoSuchAsset { name: String },
     #[error("asset {name:?} is a {actual} asset, not a {wanted} one; pass it as --{actual}")]
     WrongKind {
@@ -34,8 +35,8 @@ pub enum AssetRefusal {
         wanted: &'static str,
     },
     #[error(
-        "asset {name:?}: its file {file} {problem}; nothing was submitted. Run \
-         `dispatch asset verify {name}`"
+        "asset {name:?}: its file {file} {problem}; nothing was submitted. Run {}",
+        Next::AssetVerify(Some(name))
     )]
     FileChanged {
         name: String,

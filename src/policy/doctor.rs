@@ -5,6 +5,7 @@ pub mod lock_probe;
 
 use serde::{Deserialize, Serialize};
 
+use crate::next::Next::{self, Reconcile, Submit};
 use crate::statedir::trust::{self, Observed, Want};
 
 /// How one check came out. `Warn` does not make the cluster unready.
@@ -157,9 +158,8 @@ pub fn slurm_version(probe: &Probe) -> Check {
                 name,
                 format!("{} (untested)", first_line(stdout)),
                 format!(
-                    "dispatch is tested on Slurm {}; run `dispatch doctor --on-node` and watch the \
-                     first workers closely (docs/slurm-boundary.md lists what differs between \
-                     releases)",
+                    "dispatch is tested on Slurm {}; run {ON_NODE} and watch the first workers \
+                     closely (docs/slurm-boundary.md lists what differs between releases)",
                     TESTED_RELEASES.join(" and ")
                 ),
             ),
@@ -211,11 +211,13 @@ pub fn controller(ping: &Probe, squeue: &Probe) -> Check {
 /// `sacct` answering, disabled, or silent, and what each costs.
 pub fn accounting(sacct: &Probe) -> Check {
     let name = "accounting";
-    let cost = "without accounting a step that never appeared stays unknown (exit 4, its budget \
-                held) instead of being proven never to have run, and a `dispatch submit` whose \
-                sbatch gave no answer is found only while squeue still lists it; dispatch stays \
-                safe (nothing is released without proof) but more ends need `dispatch reconcile` \
-                later, or an operator's `dispatch forget`";
+    let cost = format!(
+        "without accounting a step that never appeared stays unknown (exit 4, its budget held) \
+         instead of being proven never to have run, and a {Submit} whose sbatch gave no answer is \
+         found only while squeue still lists it; dispatch stays safe (nothing is released \
+         without proof) but more ends need {Reconcile} later, or an operator's {}",
+        Next::Forget(None)
+    );
     match sacct {
         Probe::Exited { success: true, .. } => Check::ok(name, "sacct answers"),
         Probe::Exited { stderr, .. } if stderr.contains("accounting storage is disabled") => {
@@ -249,9 +251,9 @@ pub fn state_dir(path: &std::path::Path, seen: &StateDirSeen, me: u32) -> Check 
             name,
             format!("{shown} does not exist yet"),
             format!(
-                "`dispatch --state-dir {shown} journal init` creates it (owner-only), then run \
-                 the doctor again to test flock there; put it on a file system the compute \
-                 nodes see"
+                "{} creates it (owner-only), then run the doctor again to test flock there; put \
+                 it on a file system the compute nodes see",
+                Next::JournalInit(Some(&shown))
             ),
         ),
         StateDirSeen::Unreadable(e) => Check::fail(
@@ -297,28 +299,28 @@ pub fn file_system_name(magic: u64) -> Option<(&'static str, bool)> {
 }
 
 /// The state directory's file system: workers write their evidence there from the node.
+const ON_NODE: Next = Next::Doctor {
+    on_node: true,
+    lock_probe: false,
+};
+
 pub fn file_system(magic: Result<u64, String>) -> Check {
     let name = "state file system";
+    let look = format!("run {ON_NODE} to see whether the compute nodes see it");
     match magic {
-        Err(e) => Check::warn(
-            name,
-            format!("statfs failed: {e}"),
-            "run `dispatch doctor --on-node` to see whether the compute nodes see it",
-        ),
+        Err(e) => Check::warn(name, format!("statfs failed: {e}"), look),
         Ok(m) => match file_system_name(m) {
             Some((fs, true)) => Check::ok(name, format!("{fs} (a network file system)")),
             Some((fs, false)) => Check::warn(
                 name,
                 format!("{fs} (a local file system)"),
-                "workers write their evidence from the compute node: unless this directory is \
-                 exported to the nodes, use a state directory on a shared file system; \
-                 `dispatch doctor --on-node` tells",
+                format!(
+                    "workers write their evidence from the compute node: unless this directory \
+                     is exported to the nodes, use a state directory on a shared file system; \
+                     {ON_NODE} tells"
+                ),
             ),
-            None => Check::warn(
-                name,
-                format!("file system type 0x{m:x}"),
-                "run `dispatch doctor --on-node` to see whether the compute nodes see it",
-            ),
+            None => Check::warn(name, format!("file system type 0x{m:x}"), look),
         },
     }
 }
@@ -359,7 +361,10 @@ pub fn flock(seen: &FlockSeen) -> Check {
         FlockSeen::NotTested => Check::warn(
             name,
             "not tested: no state directory yet",
-            "create it (`dispatch journal init`) and run the doctor again",
+            format!(
+                "create it ({}) and run the doctor again",
+                Next::JournalInit(None)
+            ),
         ),
         FlockSeen::Works => Check::ok(name, "an exclusive lock excludes a second one"),
         FlockSeen::LockFailed(e) => Check::fail(name, format!("flock failed: {e}"), todo),
@@ -408,8 +413,9 @@ pub fn config(seen: &ConfigSeen) -> Check {
     match seen {
         ConfigSeen::Defaults => Check::ok(
             name,
-            "no config file: defaults (pools and `dispatch submit` need none; sessions need a \
-             target)",
+            format!(
+                "no config file: defaults (pools and {Submit} need none; sessions need a target)"
+            ),
         ),
         ConfigSeen::Loaded { path, targets: 0 } => Check::ok(name, format!("{path}: no targets")),
         ConfigSeen::Loaded { path, targets } => {

@@ -4,6 +4,7 @@
 
 use crate::event::overrides::{SessionForgotten, WorkerForgotten};
 use crate::event::session::SessionKey;
+use crate::next::Next::{self, Audit, Sessions};
 use crate::slurm::JobId;
 use crate::state::State;
 
@@ -13,8 +14,8 @@ pub const MAX_REASON_BYTES: usize = 4096;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ForgetRefusal {
     #[error(
-        "no worker {0:?} holds budget: nothing to forget. `dispatch inspect {0}` shows what \
-         happened to it"
+        "no worker {0:?} holds budget: nothing to forget. {inspect} shows what happened to it",
+        inspect = Next::Inspect(_0)
     )]
     NothingHeld(String),
     #[error(
@@ -27,8 +28,8 @@ pub enum ForgetRefusal {
         ids: String,
     },
     #[error(
-        "the record holds nothing for session {0}: nothing to forget. `dispatch sessions` \
-         lists the jobs Slurm knows"
+        "the record holds nothing for session {0}: nothing to forget. {Sessions} lists the \
+         jobs Slurm knows"
     )]
     NoSession(SessionKey),
 }
@@ -37,7 +38,7 @@ pub enum ForgetRefusal {
 pub fn reason_problem(flag: &str, reason: &str) -> Option<String> {
     if reason.trim().is_empty() {
         Some(format!(
-            "{flag} must say why (it is kept in the journal and shown by `dispatch audit`)"
+            "{flag} must say why (it is kept in the journal and shown by {Audit})"
         ))
     } else if reason.len() > MAX_REASON_BYTES {
         Some(format!(

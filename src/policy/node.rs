@@ -4,6 +4,7 @@
 //! (`worker::supervisor`) gathers the observations; nothing here touches a file.
 
 use crate::event::worker::{CheckoutPrepared, DirCheck};
+use crate::next::Next;
 
 /// Free space every filesystem holding a worker directory must keep beyond what the worker is
 /// known to need: room for the payload's first writes, logs and the publication's temp files.
@@ -80,7 +81,8 @@ pub fn owner_problem(worker: &str, owner: &OwnerSeen) -> Option<String> {
         OwnerSeen::Free | OwnerSeen::Ours => None,
         OwnerSeen::OursLive => Some(format!(
             "another supervisor of worker {worker} is already running in these directories; \
-             a submission never runs twice (see `dispatch pool status`)"
+             a submission never runs twice (see {})",
+            Next::PoolStatus(None)
         )),
         OwnerSeen::Other { submission, live } => Some(format!(
             "the directories belong to {} worker (submission {submission}); \

@@ -3,6 +3,7 @@
 
 use crate::event::pool::Allocation;
 use crate::event::Micros;
+use crate::next::Next::{self, Submit};
 use crate::policy::placement::{self, NoNode};
 use crate::slurm::{JobId, NodeShare};
 use crate::state::pool::{Pool, Pools, Resources};
@@ -121,13 +122,18 @@ pub enum Refusal {
     MultiNode { job_id: JobId, nodes: String },
     #[error("job {job_id} runs on no node Slurm names; attach it once `scontrol show job {job_id}` shows its node")]
     NoNode { job_id: JobId },
-    #[error("job {job_id} is already attached as pool {pool:?}; use that pool or `dispatch pool detach {pool}` first")]
+    #[error(
+        "job {job_id} is already attached as pool {pool:?}; use that pool or {} first",
+        Next::PoolDetach(pool)
+    )]
     AlreadyAttached { job_id: JobId, pool: String },
     #[error(
         "job {job_id} is held by pool {pool:?} of another state directory (journal {journal}, \
          marked from host {host}): a second pool would book its CPUs twice. Use that pool, or \
-         run `dispatch pool detach {pool}` on {host} first; `dispatch pool attach … --steal` \
-         takes it anyway (recorded as an override; that pool's workers keep running)"
+         run {} on {host} first; {} takes it anyway (recorded as an override; that pool's \
+         workers keep running)",
+        Next::PoolDetach(pool),
+        Next::PoolAttach { pool: None, job: None, steal: true }
     )]
     HeldElsewhere {
         job_id: JobId,
@@ -169,7 +175,10 @@ pub enum Refusal {
         /// Each node's free and whole CPUs, MB and GPUs (`placement::describe_free`).
         free: String,
     },
-    #[error("pool {pool:?} has no node {node:?} (its nodes: {nodes}); `dispatch pool status {pool}` shows them")]
+    #[error(
+        "pool {pool:?} has no node {node:?} (its nodes: {nodes}); {} shows them",
+        Next::PoolStatus(Some(pool))
+    )]
     UnknownNode {
         pool: String,
         node: String,
@@ -179,7 +188,11 @@ pub enum Refusal {
         "pool {pool:?} already has a worker named {worker:?} holding budget; choose another name"
     )]
     DuplicateWorker { pool: String, worker: String },
-    #[error("a worker named {worker:?} submitted with `dispatch submit` still holds budget; choose another name or `dispatch stop {worker}`")]
+    #[error(
+        "a worker named {worker:?} submitted with {Submit} still holds budget; choose another \
+         name or {}",
+        Next::Stop(worker)
+    )]
     DuplicateJobWorker { worker: String },
     #[error(
         "pool {pool:?} can never fit {cpus} CPUs, {mem_mb} MB and {gpus} GPUs on one node: {capacity}; \
@@ -231,15 +244,30 @@ pub enum Refusal {
         waiting: usize,
         limit: usize,
     },
-    #[error("no pool {pool:?}; `dispatch pool status` lists the pools")]
+    #[error("no pool {pool:?}; {} lists the pools", Next::PoolStatus(None))]
     NoPool { pool: String },
-    #[error("pool {pool:?} still has {workers} worker(s) holding budget; stop them first (`dispatch pool stop-worker`)")]
+    #[error(
+        "pool {pool:?} still has {workers} worker(s) holding budget; stop them first ({})",
+        Next::PoolStopWorker(None)
+    )]
     WorkersHoldBudget { pool: String, workers: usize },
-    #[error("pool {pool:?} is attached to your allocation {job_id}, which dispatch never cancels; `dispatch pool detach {pool}` forgets the pool (then `scancel {job_id}` ends the allocation if you want)")]
+    #[error(
+        "pool {pool:?} is attached to your allocation {job_id}, which dispatch never cancels; {} \
+         forgets the pool (then `scancel {job_id}` ends the allocation if you want)",
+        Next::PoolDetach(pool)
+    )]
     AttachedNotCreated { pool: String, job_id: JobId },
-    #[error("pool {pool:?} holds allocation {job_id}, which dispatch created and must cancel; `dispatch pool release {pool}` stops its workers and cancels it")]
+    #[error(
+        "pool {pool:?} holds allocation {job_id}, which dispatch created and must cancel; {} stops \
+         its workers and cancels it",
+        Next::PoolRelease(pool)
+    )]
     CreatedNotDetached { pool: String, job_id: JobId },
-    #[error("pool {pool:?} is being released (its allocation {job_id} is being cancelled); nothing more is submitted to it. `dispatch pool release {pool}` finishes the release")]
+    #[error(
+        "pool {pool:?} is being released (its allocation {job_id} is being cancelled); nothing \
+         more is submitted to it. {} finishes the release",
+        Next::PoolRelease(pool)
+    )]
     Releasing { pool: String, job_id: JobId },
 }
 

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::event::Micros;
+use crate::next::Next;
 use crate::slurm::{AcctRow, Answer, JobId, JobRow, Lookup, SlurmError, StepKind, StepRow};
 use crate::state::jobs::{JobWorker, JobWorkerState};
 use crate::state::pool::{Pool, Worker};
@@ -709,8 +710,8 @@ fn judge_job(state: &State, j: &JobWorker, obs: &JobsObservation, now: Micros) -
             format!(
                 "{why}; each reconcile makes a held watermark job for this (cancelled at once), \
                  which settles it once Slurm's listing shows that job; or the operator gives it \
-                 up: `dispatch forget {} --reason TEXT`",
-                j.worker
+                 up: {}",
+                Next::Forget(Some(&j.worker))
             )
         })),
     }

@@ -2,14 +2,22 @@
 //! needs every worker to have ended, completed, and published evidence that still verifies.
 
 use crate::event::trial::{TrialEvidence, Verdict};
+use crate::next::Next::{self, Reconcile};
 use crate::state::trial::{Trial, Trials, TRIALS_KEPT, WORKERS_PER_TRIAL};
 use crate::state::ENDED;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TrialRefusal {
-    #[error("trial {0:?} already exists; a new attempt is a new trial: `dispatch trial open NEW --follows {0}`")]
+    #[error(
+        "trial {0:?} already exists; a new attempt is a new trial: {open}",
+        open = Next::TrialOpen { trial: None, follows: Some(_0) }
+    )]
     Exists(String),
-    #[error("no trial {0:?}; open it first with `dispatch trial open {0}` (`dispatch trials` lists them)")]
+    #[error(
+        "no trial {0:?}; open it first with {open} ({trials} lists them)",
+        open = Next::TrialOpen { trial: Some(_0), follows: None },
+        trials = Next::Trials
+    )]
     Unknown(String),
     #[error("the journal already holds {TRIALS_KEPT} trials; no more can be opened")]
     Full,
@@ -20,14 +28,21 @@ pub enum TrialRefusal {
         trial: String,
         verdict: &'static str,
     },
-    #[error("trial {trial:?} was already judged {verdict}; verdicts are never relabelled. Record a new attempt as `dispatch trial open NEW --follows {trial}`")]
+    #[error(
+        "trial {trial:?} was already judged {verdict}; verdicts are never relabelled. Record a \
+         new attempt as {}",
+        Next::TrialOpen { trial: None, follows: Some(trial) }
+    )]
     Relabel {
         trial: String,
         verdict: &'static str,
     },
     #[error("trial {0:?} has no workers: there is nothing to judge as passed")]
     NoWorkers(String),
-    #[error("trial {trial:?} cannot pass: {problems}. Judge it `failed`, or wait (`dispatch reconcile`) until every worker has ended and published")]
+    #[error(
+        "trial {trial:?} cannot pass: {problems}. Judge it `failed`, or wait ({Reconcile}) until \
+         every worker has ended and published"
+    )]
     NotProven { trial: String, problems: String },
 }
 

@@ -13,6 +13,7 @@ use serde::Serialize;
 use super::State;
 use crate::event::ReduceError;
 use crate::event::{Envelope, Micros};
+use crate::next::Next::JournalVerify;
 
 /// Where to cut the journal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,9 +107,7 @@ impl At {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CutError {
-    #[error(
-        "the journal has no event {seq}: its last is {last}; `dispatch journal verify` shows it"
-    )]
+    #[error("the journal has no event {seq}: its last is {last}; {JournalVerify} shows it")]
     BeyondEnd { seq: u64, last: u64 },
     #[error("the journal holds no event at or before {time}: its first is at {first}")]
     BeforeStart { time: String, first: String },

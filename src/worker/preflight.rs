@@ -14,6 +14,7 @@ use super::dirs::WorkerDirs;
 use super::files;
 use crate::event::asset::{AssetKind, AssetRecord};
 use crate::event::worker::{AssetChecked, ReceivingChecks};
+use crate::next::Next;
 use crate::policy::node::{self, DirProbe, Need, OwnerSeen};
 use crate::statedir::trust;
 
@@ -213,12 +214,12 @@ pub fn check_asset(a: &LocalAsset) -> AssetChecked {
                 if !c.ok {
                     c.reason = format!(
                         "{} has sha256 {} ({bytes} bytes), not the recorded {} ({} bytes): \
-                         the shared asset was changed. Run `dispatch asset verify {}`",
+                         the shared asset was changed. Run {}",
                         a.path.display(),
                         hex::encode(h.0),
                         hex::encode(a.record.sha256.0),
                         a.record.bytes,
-                        a.record.name
+                        Next::AssetVerify(Some(&a.record.name))
                     );
                 }
             }

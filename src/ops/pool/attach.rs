@@ -9,6 +9,7 @@ use crate::event::pool::*;
 use crate::event::{Event, Micros};
 use crate::failpoint;
 use crate::names::check_path_name;
+use crate::next::Next;
 use crate::ops::context::Ctx;
 use crate::ops::error::OpError;
 use crate::policy::forget::reason_problem;
@@ -261,8 +262,12 @@ fn not_shown(intent: &AllocationMarkIntent, facts: &AllocationFacts) -> OpError 
 fn not_attached(e: OpError, intent: &AllocationMarkIntent) -> OpError {
     let (pool, job) = (&intent.pool, intent.job_id);
     let next = format!(
-        "; pool {pool} was not attached. Run `dispatch pool attach {pool} --job {job}` again \
-         when `scontrol show job {job}` answers"
+        "; pool {pool} was not attached. Run {} again when `scontrol show job {job}` answers",
+        Next::PoolAttach {
+            pool: Some(pool),
+            job: Some(&job),
+            steal: false
+        }
     );
     match e {
         OpError::Unknown(m) => OpError::Unknown(m + &next),

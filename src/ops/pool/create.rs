@@ -19,6 +19,7 @@ use crate::event::pool::*;
 use crate::event::{Event, Micros};
 use crate::failpoint;
 use crate::names::check_path_name;
+use crate::next::Next::{self, Reconcile};
 use crate::ops::context::{await_proof, micros_to_local, Ctx, STOP_PROOF_TIMEOUT};
 use crate::ops::error::OpError;
 use crate::ops::submit::job_name;
@@ -156,8 +157,9 @@ fn write_intent<S: Scheduler>(
     locked(ctx, |writer, state| {
         if policy::check_create(&state.pools, pool, time_s)?.is_some() {
             return Err(OpError::Failed(format!(
-                "another `dispatch pool create {pool}` started meanwhile; nothing was created. \
-                 Run it again to adopt its allocation"
+                "another {} started meanwhile; nothing was created. Run it again to adopt its \
+                 allocation",
+                Next::PoolCreate(&pool)
             )));
         }
         let mut events = vec![Event::PoolCreateIntent(intent.clone())];
@@ -276,7 +278,8 @@ pub async fn create<S: Scheduler>(
             ),
             None => format!(
                 "allocation {job} of pool {pool} ended before it could be attached ({proof}); \
-                 nothing is left of it. Run `dispatch pool create {pool}` again"
+                 nothing is left of it. Run {} again",
+                Next::PoolCreate(&pool)
             ),
         })),
         Settled::Waiting { job, state, reason } => {
@@ -295,12 +298,17 @@ fn report(pool: &str, action: CreateAction, name: &str, a: &Allocation) -> Creat
     }
 }
 
+fn release_cancels(pool: &str) -> String {
+    format!("{} cancels it", Next::PoolRelease(&pool))
+}
+
 fn still_waiting(pool: &str, job: JobId, state: &str, reason: &str, wait: Duration) -> OpError {
     OpError::Failed(format!(
         "allocation {job} of pool {pool} is still {state} ({reason}) after the {} s wait. It is \
-         recorded: `dispatch pool create {pool}` again waits for it, `dispatch pool release \
-         {pool}` cancels it",
-        wait.as_secs()
+         recorded: {} again waits for it, {}",
+        wait.as_secs(),
+        Next::PoolCreate(&pool),
+        release_cancels(pool)
     ))
 }
 
@@ -352,15 +360,16 @@ fn salloc_failed<S: Scheduler>(ctx: &Ctx<S>, intent: &PoolCreateIntent, e: Actio
     }
     if definite {
         return OpError::Failed(format!(
-            "pool {pool}: {e}. No allocation was created; correct the request and run \
-             `dispatch pool create {pool}` again"
+            "pool {pool}: {e}. No allocation was created; correct the request and run {} again",
+            Next::PoolCreate(&pool)
         ));
     }
     OpError::Unknown(format!(
         "pool {pool}: salloc gave no clear answer ({e}); an allocation named {:?} may exist. It \
-         is recorded: `dispatch pool create {pool}` or `dispatch reconcile` finds it by name, \
-         `dispatch pool release {pool}` cancels it",
-        intent.job_name
+         is recorded: {} or {Reconcile} finds it by name, {}",
+        intent.job_name,
+        Next::PoolCreate(&pool),
+        release_cancels(pool)
     ))
 }
 
@@ -564,10 +573,10 @@ pub(crate) async fn find_by_name<S: Scheduler>(
             Lost::Unknown(_) if wait && now < settled_at => {
                 if told.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY) {
                     progress(&format!(
-                        "an earlier `dispatch pool create {}` was interrupted while salloc ran; \
+                        "an earlier {} was interrupted while salloc ran; \
                          its allocation may still appear, so nothing is created for up to {} s \
                          while dispatch looks for {:?} by name",
-                        intent.pool,
+                        Next::PoolCreate(&intent.pool),
                         (settled_at.0 - now.0).max(0) / 1_000_000,
                         intent.job_name
                     ));
@@ -636,8 +645,8 @@ async fn until_running<S: Scheduler>(
                     .is_none_or(|(s, at)| *s != said || at.elapsed() >= PROGRESS_EVERY)
                 {
                     progress(&format!(
-                        "allocation {job} of pool {pool} is {said}; waiting (it is recorded: \
-                         `dispatch pool release {pool}` cancels it)"
+                        "allocation {job} of pool {pool} is {said}; waiting (it is recorded: {})",
+                        release_cancels(pool)
                     ));
                     told = Some((said, Instant::now()));
                 }
@@ -647,8 +656,9 @@ async fn until_running<S: Scheduler>(
                 if unknown >= UNKNOWN_POLLS || Instant::now() >= deadline {
                     return Err(OpError::Unknown(format!(
                         "cannot tell whether allocation {job} of pool {pool} runs (squeue: \
-                         {listed:?}); it is recorded: `dispatch pool create {pool}` again \
-                         attaches it, `dispatch pool release {pool}` cancels it"
+                         {listed:?}); it is recorded: {} again attaches it, {}",
+                        Next::PoolCreate(&pool),
+                        release_cancels(pool)
                     )));
                 }
             }
@@ -680,8 +690,9 @@ pub(crate) async fn attach_created<S: Scheduler>(
     let attached = locked(ctx, |writer, state| {
         if creation_now(state, intent).is_none_or(|c| c.job_id != Some(job)) {
             return Err(OpError::Failed(format!(
-                "the creation of pool {pool} was settled by another command meanwhile; \
-                 `dispatch pool status {pool}` shows it"
+                "the creation of pool {pool} was settled by another command meanwhile; {} \
+                 shows it",
+                Next::PoolStatus(Some(&pool))
             )));
         }
         match pool_policy::check_attach(&state.pools, pool, &facts, &ctx.caller, ctx.now()) {
@@ -730,7 +741,8 @@ async fn refused_after_grant<S: Scheduler>(
         }
         None => Err(OpError::Unknown(format!(
             "allocation {job} cannot be pool {pool} ({r}); it was cancelled but is not proven \
-             gone. `dispatch pool release {pool}` finishes it"
+             gone. {} finishes it",
+            Next::PoolRelease(&pool)
         ))),
     }
 }

@@ -15,6 +15,7 @@ use crate::event::pool::*;
 use crate::event::Event;
 use crate::failpoint;
 use crate::names::check_path_name;
+use crate::next::Next;
 use crate::ops::context::{await_proof, Ctx, STOP_PROOF_TIMEOUT};
 use crate::ops::error::OpError;
 use crate::policy::pool_create::{self as policy, ReleasePlan};
@@ -101,7 +102,8 @@ async fn release_by_name<S: Scheduler>(
     if let Err(e) = ctx.sched.cancel_by_name(&name).await {
         return Err(OpError::Unknown(format!(
             "{why}. Cancelling whatever is named {name} failed too ({e}); the creation stays \
-             recorded. Run `dispatch pool release {pool}` again"
+             recorded. Run {} again",
+            Next::PoolRelease(&pool)
         )));
     }
     failpoint::hit("pool-release-after-cancel");
@@ -163,7 +165,8 @@ async fn cancel_and_prove<S: Scheduler>(
         .ok_or_else(|| {
             OpError::Unknown(format!(
                 "allocation {job} of pool {pool} was cancelled but is not yet proven gone; \
-                 the pool stays recorded. Run `dispatch pool release {pool}` again"
+                 the pool stays recorded. Run {} again",
+                Next::PoolRelease(&pool)
             ))
         })
 }
@@ -261,7 +264,8 @@ async fn release_pool<S: Scheduler>(
         if !same(state) {
             return Err(OpError::Failed(format!(
                 "pool {pool} changed while this release looked at it; nothing was done. \
-                 `dispatch pool status {pool}` shows it now"
+                 {} shows it now",
+                Next::PoolStatus(Some(&pool))
             )));
         }
         if !state.pools.pools[&pool].releasing {
@@ -290,7 +294,8 @@ async fn release_pool<S: Scheduler>(
         if holding > 0 {
             return Err(OpError::Unknown(format!(
                 "{holding} worker(s) of pool {pool} still hold budget after its allocation {job} \
-                 was proven gone; run `dispatch pool release {pool}` again"
+                 was proven gone; run {} again",
+                Next::PoolRelease(&pool)
             )));
         }
         writer.append_one(Event::PoolReleased(PoolReleased {

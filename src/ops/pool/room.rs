@@ -25,6 +25,7 @@ use super::queue::Ticket;
 use super::{process_alive, read_facts, release_proven};
 use crate::backoff::Backoff;
 use crate::event::pool::Allocation;
+use crate::next::Next;
 use crate::ops::context::Ctx;
 use crate::ops::error::OpError;
 use crate::policy::pool::{self as policy, AllocationFacts, Refusal, WorkerAsk};
@@ -404,7 +405,8 @@ async fn look_at_head<S: Scheduler>(
         .ok_or_else(|| {
             OpError::Failed(format!(
                 "pool {pool_name} was detached or attached to another allocation while this \
-                 submit waited for room; nothing was submitted. Check `dispatch pool status`"
+                 submit waited for room; nothing was submitted. Check {}",
+                Next::PoolStatus(None)
             ))
         })?;
     if let Some(ended) = &pool.ended {

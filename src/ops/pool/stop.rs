@@ -13,6 +13,7 @@ use super::{
 use crate::event::pool::*;
 use crate::event::Event;
 use crate::failpoint;
+use crate::next::Next::{self, Reconcile};
 use crate::ops::context::{
     await_proof, grace_seconds, recorded_release_proof, request_grace, Ctx, STOP_PROOF_TIMEOUT,
     STOP_WRAP_UP,
@@ -72,9 +73,11 @@ fn find_worker<'a>(
     let p = state.pools.pools.get(pool).ok_or_else(|| Refusal::NoPool {
         pool: pool.to_owned(),
     })?;
-    let w = p.active.values().find(|w| w.name == worker).ok_or_else(|| {
+    let w = p.active.values().find(|w| w.name == worker);
+    let w = w.ok_or_else(|| {
         OpError::NotFound(format!(
-            "pool {pool:?} has no worker {worker:?} holding budget; `dispatch pool status {pool}` lists them"
+            "pool {pool:?} has no worker {worker:?} holding budget; {} lists them",
+            Next::PoolStatus(Some(&pool))
         ))
     })?;
     Ok((p, w))
@@ -152,7 +155,7 @@ pub async fn stop_worker<S: Scheduler>(
         };
         return Err(OpError::Unknown(format!(
             "step {step} of worker {worker} {cancel}, and the step is not proven over; its budget \
-             stays held. Run `dispatch reconcile` to resolve it, or stop it again"
+             stays held. Run {Reconcile} to resolve it, or stop it again"
         )));
     };
     // Released by this stop, or by a reconcile that proved the same meanwhile: either way
@@ -199,7 +202,7 @@ async fn known_step<S: Scheduler>(
     step_no.ok_or_else(|| {
         OpError::Unknown(format!(
             "worker {worker} has no known step yet, so there is nothing to cancel safely; its budget stays held. \
-             Run `dispatch reconcile`, then stop it again"
+             Run {Reconcile}, then stop it again"
         ))
     })
 }
@@ -220,7 +223,8 @@ fn write_stop_intent<S: Scheduler>(
             _ => {
                 return Err(OpError::Failed(format!(
                     "worker {worker} changed while this stop looked for its step (another command \
-                     settled it); nothing was signalled. `dispatch pool status {pool}` shows it now"
+                     settled it); nothing was signalled. {} shows it now",
+                    Next::PoolStatus(Some(&pool))
                 )))
             }
         }

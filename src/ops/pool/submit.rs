@@ -15,6 +15,7 @@ use crate::event::pool::*;
 use crate::event::{Event, Micros};
 use crate::failpoint;
 use crate::names::check_path_name;
+use crate::next::Next::{self, PoolRefresh, Reconcile};
 use crate::ops::context::{micros_to_local, Ctx};
 use crate::ops::error::OpError;
 use crate::ops::poll::Poller;
@@ -360,9 +361,9 @@ fn append_receipt<S: Scheduler>(
             .ok_or_else(|| {
                 OpError::Failed(format!(
                     "pool {} was detached or attached to another allocation while this \
-                     submit asked Slurm; nothing was submitted. Check `dispatch pool \
-                     status` and submit again",
-                    req.pool
+                     submit asked Slurm; nothing was submitted. Check {} and submit again",
+                    req.pool,
+                    Next::PoolStatus(None)
                 ))
             })?;
         // A resubmission is made once: another `reconcile` may have made it meanwhile.
@@ -440,7 +441,7 @@ async fn launch<S: Scheduler>(
             } else {
                 OpError::Unknown(format!(
                     "worker {worker} (submission {submission_id}): srun gave no answer ({e}); its budget stays \
-                     held. Run `dispatch reconcile` to resolve it"
+                     held. Run {Reconcile} to resolve it"
                 ))
             });
         }
@@ -581,8 +582,8 @@ fn record_discovery<S: Scheduler>(
             ctx.snapshot_quietly();
             Err(OpError::Unknown(format!(
                 "worker {worker} (submission {submission_id}): its step {} was not seen within {} s \
-                 ({why}); the launch outcome is unknown and its budget stays held. Run `dispatch \
-                 reconcile` (or `dispatch pool status --refresh`) to resolve it",
+                 ({why}); the launch outcome is unknown and its budget stays held. Run \
+                 {Reconcile} (or {PoolRefresh}) to resolve it",
                 plan.name,
                 STEP_DISCOVERY_TIMEOUT.as_secs()
             )))

@@ -29,6 +29,7 @@ use crate::event::session::{
 use crate::event::Event;
 use crate::event::Micros;
 use crate::failpoint;
+use crate::next::Next::Sessions;
 use crate::ops::poll::Poller;
 use crate::policy::session::recorded::{recorded, Recorded};
 use crate::policy::session::refusal::SessionRefusal;
@@ -668,7 +669,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                 .unwrap_or_default();
             OpError::Unknown(format!(
                 "{program} failed for {key}: {reason}. A job MAY have been submitted{hint}: the \
-                 next `{}` finds it by name and adopts it; `dispatch sessions` lists it; \
+                 next `{}` finds it by name and adopts it; {Sessions} lists it; \
                  `scancel --me --name={}` removes it",
                 command_for("launch", key),
                 self.r.job_name

@@ -23,6 +23,7 @@ use crate::event::session::{
 };
 use crate::event::Event;
 use crate::failpoint;
+use crate::next::Next::Sessions;
 use crate::ops::poll::Poller;
 use crate::policy::session::release::left_alone;
 use crate::policy::session::{probe_of, Probe, Seen};
@@ -527,7 +528,7 @@ pub async fn cancel<S: Scheduler>(
     if proof.starts_with("unconfirmed") {
         warnings.push(format!(
             "job {job} accepted the cancel but is not shown gone yet ({proof}); \
-             `dispatch sessions` lists it until it is"
+             {Sessions} lists it until it is"
         ));
     }
     env.ctx.append(Event::SessionReleased(SessionReleased {

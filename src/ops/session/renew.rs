@@ -13,6 +13,7 @@ use super::launch::{launch, LaunchReport, LaunchRequest};
 use super::release::cancel;
 use super::{adopt_or_vouch, command_for, hold, lock_session, session, Env, OpError, Resolved};
 use crate::event::session::SessionKey;
+use crate::next::Next::Sessions;
 use crate::policy::session::renew::{judge, turn, Action, Backoff, Turn};
 use crate::policy::session::{is_held, Probe};
 use crate::slurm::{JobId, JobQuery, Scheduler};
@@ -277,7 +278,7 @@ impl<S: Scheduler> Renewal<'_, '_, S> {
             match cancel_old(self.env, &self.r.token, key, job).await {
                 Ok(()) => self.report.cancelled.push(job),
                 Err(e) => self.progress(format!(
-                    "cancelling the replaced job {job} failed: {e}; `dispatch sessions` flags \
+                    "cancelling the replaced job {job} failed: {e}; {Sessions} flags \
                      it, `{}` settles it",
                     command_for("release", key)
                 )),

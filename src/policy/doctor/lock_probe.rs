@@ -2,7 +2,13 @@
 //! from this host to the others that ran the probe in the same window. Pure: the observations
 //! come from `ops::doctor::lock_probe`.
 
+use crate::next::Next;
 use serde::{Deserialize, Serialize};
+
+const LOCK_PROBE: Next = Next::Doctor {
+    on_node: false,
+    lock_probe: true,
+};
 
 use super::Check;
 
@@ -40,8 +46,7 @@ pub fn lock_probe(seen: &LockProbeSeen) -> Vec<Check> {
         return vec![Check::warn(
             "lock probe",
             format!(
-                "no other host ran `dispatch doctor --lock-probe` on this state directory in the \
-                 {} s window{}",
+                "no other host ran {LOCK_PROBE} on this state directory in the {} s window{}",
                 seen.window_s,
                 if same_host > 0 {
                     format!(" ({same_host} process(es) of this host did)")
@@ -49,8 +54,10 @@ pub fn lock_probe(seen: &LockProbeSeen) -> Vec<Check> {
                     String::new()
                 }
             ),
-            "run `dispatch doctor --lock-probe` on another login node at the same time (within \
-             the window), against the same state directory",
+            format!(
+                "run {LOCK_PROBE} on another login node at the same time (within the window), \
+                 against the same state directory"
+            ),
         )];
     }
     let mut checks = Vec::with_capacity(2 * others.len());
@@ -66,7 +73,10 @@ pub fn failed(why: &str) -> Check {
     Check::fail(
         "lock probe",
         format!("the probe could not run: {why}"),
-        "check that the state directory exists and is writable (`dispatch journal init`)",
+        format!(
+            "check that the state directory exists and is writable ({})",
+            Next::JournalInit(None)
+        ),
     )
 }
 

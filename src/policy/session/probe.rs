@@ -3,6 +3,7 @@
 
 use super::{Listing, Passed, Seen};
 use crate::event::session::SessionKey;
+use crate::next::Next::Sessions;
 use crate::slurm::JobRow;
 
 /// The rows a listing by name holds of that name, and the lines it printed that no parser
@@ -61,7 +62,7 @@ pub fn passed_note(seen: &Seen, key: &SessionKey, job_name: &str) -> Option<Stri
         )),
         Passed::OlderMatch => Some(format!(
             "more than one live job matches {key}: {} ({}) is not adopted; \
-             `dispatch sessions` lists it, `scancel {}` removes it",
+             {Sessions} lists it, `scancel {}` removes it",
             seen.id, seen.state, seen.id
         )),
         Passed::Excluded | Passed::Ended | Passed::Ending | Passed::HeldYounger => None,

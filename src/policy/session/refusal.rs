@@ -2,6 +2,7 @@
 //! `policy::pool::Refusal`, so callers and tests match on the reason, not on its text.
 
 use crate::event::session::SessionKey;
+use crate::next::Next::{SessionRelease, Submit};
 use crate::slurm::JobName;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,15 +36,15 @@ pub enum SessionRefusal {
     /// allocation or a `dispatch submit` job: a session must never adopt or cancel one.
     #[error(
         "mirror {mirror:?} would name its session's job {job_name}, the shape of the names \
-         dispatch gives pool allocations and `dispatch submit` jobs (<name>-<8 hex digits>): a \
-         session must not take one of those for its own. Name the mirror otherwise, or add it \
-         to [mirrors] in the configuration if that job really is this session's"
+         dispatch gives pool allocations and {Submit} jobs (<name>-<8 hex digits>): a session \
+         must not take one of those for its own. Name the mirror otherwise, or add it to \
+         [mirrors] in the configuration if that job really is this session's"
     )]
     WorkerJobName { mirror: String, job_name: JobName },
     /// The journal's bound on sessions is reached and this launch would add one.
     #[error(
-        "the journal already holds {max} sessions; release some with `dispatch session \
-         release` before starting {key}"
+        "the journal already holds {max} sessions; release some with {SessionRelease} before \
+         starting {key}"
     )]
     TooManySessions { max: usize, key: SessionKey },
 }

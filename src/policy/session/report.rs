@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::{match_target, Listing, Pins, Placed};
 use crate::config::has_worker_job_shape;
 use crate::event::session::SessionKey;
+use crate::next::Next::SessionLaunch;
 use crate::slurm::{JobId, JobRow};
 use crate::state::session::{Session, Sessions};
 
@@ -165,7 +166,7 @@ fn unsettled(report: &mut Report, s: &Session, rows: &[JobRow], answered_cleanly
             &s.key,
             sub.job_hint,
             Some(format!(
-                "{why}: `dispatch session launch` adopts it by name, or `scancel --me --name={}`",
+                "{why}: {SessionLaunch} adopts it by name, or `scancel --me --name={}`",
                 sub.job_name
             )),
         ));
