@@ -152,12 +152,14 @@ fn merge_and_rescan<E: Vocabulary>(
     scan: &scan::Scan,
     actor: &Actor,
 ) -> Result<(JournalMerged, scan::Scan), JournalError> {
-    let fork = scan.fork.as_ref().expect("a forked scan carries its fork");
+    let scan::Outcome::Forked(_, fork) = &scan.outcome else {
+        unreachable!("only a forked scan is merged")
+    };
     let head = scan.head.as_ref().expect("a fork has a trunk");
     let merged = super::merge::merge_fork::<E>(&head.segment_path, fork, actor)?;
     let rescan = scan::classify(dir, None, |_| true).map_err(io_err(dir, "read journal"))?;
     assert_ne!(
-        rescan.status,
+        rescan.status(),
         Status::Forked,
         "a merged fork is a line: every frame continues the one before it"
     );
@@ -708,20 +710,14 @@ fn classify_for_open<E: Vocabulary>(
     };
     let mut scan =
         scan::classify(dir, trusted.as_ref(), |_| true).map_err(io_err(dir, "read journal"))?;
-    if scan.status == Status::Forked && check == Check::EverythingAndMerge {
+    if scan.status() == Status::Forked && check == Check::EverythingAndMerge {
         let (merged, rescan) = merge_and_rescan::<E>(dir, &scan, actor)?;
         opened.merged = Some(merged);
         scan = rescan;
     }
-    match scan.status {
-        Status::Clean => Ok((scan.head, None)),
-        Status::TornTail => Ok((scan.head, scan.damage)),
-        Status::Corrupt | Status::Tampered | Status::Forked => Err(JournalError::Damaged {
-            dir: dir.to_owned(),
-            status: scan.status,
-            damage: scan.damage.expect("damaged scans carry their damage"),
-        }),
-    }
+    scan.refusal(dir)?;
+    let torn = scan.damage().cloned();
+    Ok((scan.head, torn))
 }
 
 /// Start a new journal: a fresh id and its first segment, starting from the genesis chain.
@@ -947,7 +943,7 @@ mod tests {
         assert!(len > MAX_WRITE_BYTES as u64);
         drop(w);
         let scan = scan::scan(dir.path(), None, |_| true).unwrap();
-        assert_eq!((scan.status, scan.events), (Status::Clean, 13));
+        assert_eq!((scan.status(), scan.events), (Status::Clean, 13));
     }
 
     #[test]
@@ -985,7 +981,7 @@ mod tests {
         assert_eq!(w.append_one(event(2)).unwrap().seq, 2);
         drop(w);
         let scan = scan::scan(dir.path(), None, |_| true).unwrap();
-        assert_eq!((scan.status, scan.events), (Status::Clean, 2));
+        assert_eq!((scan.status(), scan.events), (Status::Clean, 2));
     }
 
     #[test]
@@ -1017,7 +1013,7 @@ mod tests {
         assert_eq!(w.append_one(ok).unwrap().seq, 2);
         drop(w);
         let scan = scan::scan(dir.path(), None, |_| true).unwrap();
-        assert_eq!((scan.status, scan.events), (Status::Clean, 2));
+        assert_eq!((scan.status(), scan.events), (Status::Clean, 2));
     }
 
     /// Another host's writer, the locks having failed: frames appended behind this one's back.
