@@ -4,7 +4,6 @@
 //! renamed over it, so a crash leaves either the fork or the merge, never half of one; the old
 //! segment is kept whole under another name first.
 
-use std::fs::OpenOptions;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -134,11 +133,7 @@ pub(crate) fn merge_fork<E: Vocabulary>(
         Err(e) => return Err(io_err(&saved, "keep the forked segment")(e)),
     }
     let temp = dir.join(format!(".{name}.merging"));
-    let mut f = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
+    let mut f = super::files::private_file()
         .custom_flags(libc::O_NOFOLLOW)
         .open(&temp)
         .map_err(io_err(&temp, "write the merged segment"))?;

@@ -847,11 +847,7 @@ fn create_segment(
     .encode();
     let path = dir.join(segment::file_name(segment_no));
     let tmp = dir.join(format!("{}.tmp", segment::file_name(segment_no)));
-    let mut f = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
+    let mut f = super::files::private_file()
         .open(&tmp)
         .map_err(io_err(&tmp, "create segment"))?;
     f.write_all(&header)
