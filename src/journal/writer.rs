@@ -886,19 +886,29 @@ mod tests {
         }
     }
 
+    /// A writer on a fresh journal in `dir`, and its first segment.
+    fn open(dir: &Path) -> (Writer, PathBuf) {
+        let w = Writer::open_as(dir, Options::default(), actor()).unwrap();
+        (w, dir.join(segment::file_name(1)))
+    }
+
+    /// The class and event count a scan of `dir` finds.
+    fn scanned(dir: &Path) -> (Status, u64) {
+        let scan = scan::scan(dir, None, |_| true).unwrap();
+        (scan.status(), scan.events)
+    }
+
     #[test]
     fn the_segment_size_setting_has_a_floor_and_ignores_nonsense() {
-        assert_eq!(Options::segment_bytes_from(None), DEFAULT_MAX_SEGMENT_BYTES);
-        assert_eq!(
-            Options::segment_bytes_from(Some("")),
-            DEFAULT_MAX_SEGMENT_BYTES
-        );
-        assert_eq!(Options::segment_bytes_from(Some("1")), MIN_SEGMENT_BYTES);
-        assert_eq!(Options::segment_bytes_from(Some(" 10000 ")), 10_000);
-        assert_eq!(
-            Options::segment_bytes_from(Some("64M")),
-            DEFAULT_MAX_SEGMENT_BYTES
-        );
+        for (setting, bytes) in [
+            (None, DEFAULT_MAX_SEGMENT_BYTES),
+            (Some(""), DEFAULT_MAX_SEGMENT_BYTES),
+            (Some("1"), MIN_SEGMENT_BYTES),
+            (Some(" 10000 "), 10_000),
+            (Some("64M"), DEFAULT_MAX_SEGMENT_BYTES),
+        ] {
+            assert_eq!(Options::segment_bytes_from(setting), bytes, "{setting:?}");
+        }
     }
 
     #[test]
@@ -919,7 +929,7 @@ mod tests {
     #[test]
     fn no_single_write_exceeds_the_cap_however_large_the_request() {
         let dir = tempfile::tempdir().unwrap();
-        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
+        let (w, seg) = open(dir.path());
         let before = w.stats();
         // 12 events of ~900 KB: ~10.8 MB in one request, more than one 8 MiB write holds.
         let big: Vec<Event> = (0..12)
@@ -933,19 +943,15 @@ mod tests {
         let after = w.stats();
         assert_eq!(after.syncs - before.syncs, 1, "still one commit");
         assert!(after.writes - before.writes >= 2, "{after:?}");
-        let len = std::fs::metadata(dir.path().join(segment::file_name(1)))
-            .unwrap()
-            .len();
-        assert!(len > MAX_WRITE_BYTES as u64);
+        assert!(std::fs::metadata(&seg).unwrap().len() > MAX_WRITE_BYTES as u64);
         drop(w);
-        let scan = scan::scan(dir.path(), None, |_| true).unwrap();
-        assert_eq!((scan.status(), scan.events), (Status::Clean, 13));
+        assert_eq!(scanned(dir.path()), (Status::Clean, 13));
     }
 
     #[test]
     fn a_lone_appender_gets_one_commit_per_append() {
         let dir = tempfile::tempdir().unwrap();
-        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
+        let (w, _) = open(dir.path());
         let before = w.stats();
         for i in 0..20 {
             let c = w.append_one(event(i)).unwrap();
@@ -961,11 +967,10 @@ mod tests {
     #[test]
     fn an_oversized_event_refuses_its_whole_append_and_writes_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
+        let (w, seg) = open(dir.path());
         let huge = Event::PoolDetached(crate::event::pool::PoolDetached {
             pool: "x".repeat(frame::MAX_PAYLOAD),
         });
-        let seg = dir.path().join(segment::file_name(1));
         let len = std::fs::metadata(&seg).unwrap().len();
         let r = w.append(vec![event(1), huge]);
         assert!(
@@ -976,15 +981,13 @@ mod tests {
         // Not poisoned: the next append goes through with the next seq.
         assert_eq!(w.append_one(event(2)).unwrap().seq, 2);
         drop(w);
-        let scan = scan::scan(dir.path(), None, |_| true).unwrap();
-        assert_eq!((scan.status(), scan.events), (Status::Clean, 2));
+        assert_eq!(scanned(dir.path()), (Status::Clean, 2));
     }
 
     #[test]
     fn a_frame_a_reader_would_call_corrupt_is_never_written() {
         let dir = tempfile::tempdir().unwrap();
-        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
-        let seg = dir.path().join(segment::file_name(1));
+        let (w, seg) = open(dir.path());
         let len = std::fs::metadata(&seg).unwrap().len();
         let whole = rmp_serde::to_vec(&(Micros(1), uuid::Uuid::nil(), actor(), (1u8,))).unwrap();
         let mut trailing = whole.clone();
@@ -1008,8 +1011,7 @@ mod tests {
         };
         assert_eq!(w.append_one(ok).unwrap().seq, 2);
         drop(w);
-        let scan = scan::scan(dir.path(), None, |_| true).unwrap();
-        assert_eq!((scan.status(), scan.events), (Status::Clean, 2));
+        assert_eq!(scanned(dir.path()), (Status::Clean, 2));
     }
 
     /// Another host's writer, the locks having failed: frames appended behind this one's back.
@@ -1022,9 +1024,8 @@ mod tests {
     #[test]
     fn a_tail_that_moved_is_never_written_after() {
         let dir = tempfile::tempdir().unwrap();
-        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
+        let (w, seg) = open(dir.path());
         w.append_one(event(1)).unwrap();
-        let seg = dir.path().join(segment::file_name(1));
         append_behind_its_back(&seg);
         let moved = std::fs::read(&seg).unwrap();
         let e = w.append_one(event(2)).unwrap_err();
@@ -1041,8 +1042,7 @@ mod tests {
     #[test]
     fn a_tail_that_moved_while_writing_is_said_after_the_sync() {
         let dir = tempfile::tempdir().unwrap();
-        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
-        let seg = dir.path().join(segment::file_name(1));
+        let (w, seg) = open(dir.path());
         let e = std::thread::scope(|s| {
             let writer = s.spawn(|| {
                 crate::failpoint::arm_on_this_thread("journal-before-sync=sleep:400").unwrap();
@@ -1064,8 +1064,7 @@ mod tests {
     #[test]
     fn a_writer_whose_lease_was_taken_writes_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
-        let seg = dir.path().join(segment::file_name(1));
+        let (w, seg) = open(dir.path());
         let before = std::fs::read(&seg).unwrap();
         // What a takeover from another host leaves: the lease file is someone else's.
         let other =
