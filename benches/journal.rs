@@ -555,7 +555,7 @@ fn replay_run(dir: &Path, expect_events: u64) -> ReplayRun {
     let mut state = State::default();
     let scan = journal::replay(dir, None, |env| Ok(state.apply(&env)?)).expect("replay");
     let replay_secs = t.elapsed().as_secs_f64();
-    assert_eq!(scan.status, Status::Clean);
+    assert_eq!(scan.status(), Status::Clean);
     assert_eq!(scan.events, expect_events);
 
     // `load` with no snapshot: what every command pays on a journal without one.
@@ -862,7 +862,7 @@ fn main() {
         let t = Instant::now();
         let scan = journal::scan::scan(&crafted, None, |_| true).expect("scan");
         scan_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        assert_eq!(scan.status, Status::TornTail, "{:?}", scan.damage);
+        assert_eq!(scan.status(), Status::TornTail, "{:?}", scan.damage());
         let (secs, crc) = raw_read_crc(&crafted);
         std::hint::black_box(crc);
         read_ms.push(secs * 1e3);

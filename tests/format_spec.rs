@@ -49,7 +49,7 @@ fn the_example_reads_as_the_spec_says() {
         Ok(())
     })
     .unwrap();
-    assert_eq!(scan.status, Status::Clean);
+    assert_eq!(scan.status(), Status::Clean);
     let head = scan.head.unwrap();
     assert_eq!(head.last_seq, 2);
     assert!(hex::encode(head.chain).starts_with("b447ca24"));

@@ -150,12 +150,14 @@ fn every_command_classifies_random_damage_alike() {
         let (verified, verified_at) = verify(&at("verify"));
         let reference = scan::classify_with_reference_search(&at("reference"), None, |_| true)
             .unwrap()
-            .status
+            .status()
             .as_str()
             .to_owned();
-        let dumped = verdict_of(ops::dump(&at("dump"), 1, u64::MAX, |_| Ok(())).map(|s| s.status));
-        let loaded =
-            verdict_of(journal::load::<dispatch::state::State>(&at("load")).map(|l| l.scan.status));
+        let dumped =
+            verdict_of(ops::dump(&at("dump"), 1, u64::MAX, |_| Ok(())).map(|s| s.status()));
+        let loaded = verdict_of(
+            journal::load::<dispatch::state::State>(&at("load")).map(|l| l.scan.status()),
+        );
         let repaired = match ops::repair(&at("repair")) {
             Ok(_) => "writable".to_owned(),
             Err(e) => verdict_of(Err(e)),
@@ -179,7 +181,7 @@ fn every_command_classifies_random_damage_alike() {
                 .as_ref()
                 .map_or(String::new(), |h| hex::encode(h.chain)),
             scan.head.as_ref().map_or(0, |h| h.last_seq),
-            scan.damage.as_ref().map_or(0, |d| d.offset),
+            scan.damage().as_ref().map_or(0, |d| d.offset),
         );
         if verified_at.is_some_and(|v| v != from_scan) {
             return TestResult::error(format!("{case:?}: verify's head/offset differ"));

@@ -36,9 +36,9 @@ fn seg1(bytes: Vec<u8>) -> Vec<(String, Vec<u8>)> {
 fn assert_refused_untouched(dir: &Path, want: Status, ctx: &str) {
     let before = files_but_lock(dir);
     let scan = scan_dir(dir);
-    assert_eq!(scan.status, want, "{ctx}: scan says {:?}", scan.damage);
+    assert_eq!(scan.status(), want, "{ctx}: scan says {:?}", scan.damage());
     assert!(
-        !scan.damage.as_ref().unwrap().reason.is_empty(),
+        !scan.damage().as_ref().unwrap().reason.is_empty(),
         "{ctx}: damage needs a reason"
     );
     let report = ops::verify(dir).unwrap_or_else(|e| panic!("{ctx}: verify failed: {e}"));
@@ -141,8 +141,13 @@ fn every_cut_inside_the_last_frame_is_a_torn_tail_and_repairs_to_the_prefix() {
             &seg1(bytes[..cut].to_vec()),
         );
         let scan = scan_dir(&dir);
-        assert_eq!(scan.status, Status::TornTail, "{ctx}: {:?}", scan.damage);
-        let damage = scan.damage.unwrap();
+        assert_eq!(
+            scan.status(),
+            Status::TornTail,
+            "{ctx}: {:?}",
+            scan.damage()
+        );
+        let damage = scan.damage().unwrap();
         assert_eq!(damage.offset, last.start as u64, "{ctx}");
         assert_eq!(damage.bytes, (cut - last.start) as u64, "{ctx}");
         assert_eq!(
@@ -167,7 +172,7 @@ fn a_cut_at_a_frame_boundary_is_clean() {
             &format!("b{}", r.end),
             &seg1(bytes[..r.end].to_vec()),
         );
-        assert_eq!(scan_dir(&dir).status, Status::Clean);
+        assert_eq!(scan_dir(&dir).status(), Status::Clean);
         let w = Writer::open(&dir, Options::default()).unwrap();
         assert!(
             w.opened().repaired.is_none(),
@@ -192,13 +197,13 @@ fn zero_filled_tails_are_torn() {
         let dir = materialize(tmp.path(), &format!("over-{n}"), &seg1(zeroed));
         let scan = scan_dir(&dir);
         assert_eq!(
-            scan.status,
+            scan.status(),
             Status::TornTail,
             "last {n} zeroed: {:?}",
-            scan.damage
+            scan.damage()
         );
         let valid = fr.iter().rfind(|r| r.end <= len - n).unwrap().end;
-        assert_eq!(scan.damage.unwrap().offset, valid as u64);
+        assert_eq!(scan.damage().unwrap().offset, valid as u64);
         assert_eq!(ops::verify(&dir).unwrap().status.as_str(), "torn_tail");
         assert_repairs_to_prefix(&dir, &bytes, valid, n == 512);
 
@@ -207,8 +212,8 @@ fn zero_filled_tails_are_torn() {
         grown.resize(len + n, 0);
         let dir = materialize(tmp.path(), &format!("grown-{n}"), &seg1(grown));
         let scan = scan_dir(&dir);
-        assert_eq!(scan.status, Status::TornTail, "{n} zeros appended");
-        assert_eq!(scan.damage.unwrap().offset, len as u64);
+        assert_eq!(scan.status(), Status::TornTail, "{n} zeros appended");
+        assert_eq!(scan.damage().unwrap().offset, len as u64);
         assert_repairs_to_prefix(&dir, &bytes, len, n != 512);
     }
 }
@@ -225,7 +230,7 @@ fn a_bit_flip_in_every_byte_of_a_middle_frame_is_corrupt_and_left_alone() {
         let ctx = format!("flip at {at} in frame {mid:?}");
         assert_refused_untouched(&dir, Status::Corrupt, &ctx);
         assert_eq!(
-            scan_dir(&dir).damage.unwrap().offset,
+            scan_dir(&dir).damage().unwrap().offset,
             mid.start as u64,
             "{ctx}"
         );
@@ -261,7 +266,7 @@ fn duplicated_and_swapped_frames_are_corrupt() {
     dup.extend_from_slice(&bytes[a.end..]);
     let dir = materialize(tmp.path(), "dup", &seg1(dup));
     assert_refused_untouched(&dir, Status::Corrupt, "duplicated frame");
-    assert!(scan_dir(&dir).damage.unwrap().reason.contains("seq"));
+    assert!(scan_dir(&dir).damage().unwrap().reason.contains("seq"));
 
     // The last frame duplicated: nothing follows it, yet it is no torn write.
     let last = fr.last().unwrap().clone();
@@ -296,7 +301,7 @@ fn a_payload_rewritten_with_valid_crcs_is_tampered() {
         assert!(frame::decode(&b[r.start..]).is_ok(), "CRCs are valid again");
         let dir = materialize(tmp.path(), &format!("tamper-{i}"), &seg1(b));
         assert_refused_untouched(&dir, Status::Tampered, &format!("payload of {r:?}"));
-        let d = scan_dir(&dir).damage.unwrap();
+        let d = scan_dir(&dir).damage().cloned().unwrap();
         assert_eq!(d.offset, r.start as u64);
         assert!(d.reason.contains("chain"), "{}", d.reason);
     }
@@ -315,7 +320,7 @@ fn segmented(root: &Path) -> (Vec<(String, Vec<u8>)>, usize) {
     let files = files_but_lock(&dir);
     let n = files.len();
     assert!(n >= 4, "expected several segments, got {n}");
-    assert_eq!(scan_dir(&dir).status, Status::Clean);
+    assert_eq!(scan_dir(&dir).status(), Status::Clean);
     (files, n)
 }
 
@@ -368,7 +373,7 @@ fn damage_in_an_older_segment_is_corrupt_even_at_its_end() {
     let l = frames(last_seg).last().unwrap().start + 7;
     last_seg.truncate(l);
     let dir = materialize(tmp.path(), "newest", &fs);
-    assert_eq!(scan_dir(&dir).status, Status::TornTail);
+    assert_eq!(scan_dir(&dir).status(), Status::TornTail);
 }
 
 #[test]
@@ -380,7 +385,7 @@ fn a_missing_middle_segment_is_corrupt() {
         let removed = fs.remove(gone).0;
         let dir = materialize(tmp.path(), &format!("gone-{gone}"), &fs);
         assert_refused_untouched(&dir, Status::Corrupt, &format!("{removed} removed"));
-        assert!(scan_dir(&dir).damage.unwrap().reason.contains("missing"));
+        assert!(scan_dir(&dir).damage().unwrap().reason.contains("missing"));
     }
     // Without its first segment a journal cannot be checked from genesis.
     let dir = materialize(tmp.path(), "no-first", &files[1..]);
@@ -431,7 +436,7 @@ fn an_undecodable_payload_under_valid_crcs_and_chain_is_corrupt_at_its_frame() {
     // The frame walk sees it in every mode, decoding or not: a payload that is not one
     // MessagePack value breaks §6's one-value rule, which the scan checks itself so that
     // `load` (decoding on another thread) and `verify` agree.
-    assert_eq!(scan_dir(&dir).status, Status::Corrupt);
+    assert_eq!(scan_dir(&dir).status(), Status::Corrupt);
     let v = ops::verify(&dir).unwrap();
     assert_eq!(v.status, Status::Corrupt);
     let d = v.damage.unwrap();

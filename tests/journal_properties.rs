@@ -860,7 +860,7 @@ fn every_worker_event_survives_the_payload_codec_and_a_real_journal() {
             Ok(())
         })
         .unwrap();
-        if scan.status != Status::Clean || !matches!(replayed[0], WorkerEvent::Genesis(_)) {
+        if scan.status() != Status::Clean || !matches!(replayed[0], WorkerEvent::Genesis(_)) {
             return TestResult::error(format!("{scan:?}"));
         }
         TestResult::from_bool(replayed[1..] == events[..])
@@ -890,7 +890,7 @@ fn every_event_survives_a_real_journal() {
             Ok(())
         })
         .unwrap();
-        if scan.status != Status::Clean || replayed.len() != events.len() + 1 {
+        if scan.status() != Status::Clean || replayed.len() != events.len() + 1 {
             return TestResult::error(format!("{scan:?}"));
         }
         for ((env, want), c) in replayed[1..].iter().zip(&events).zip(&committed) {
@@ -1068,7 +1068,7 @@ fn the_classifier_takes_any_segment_file_without_panicking() {
         // Alone, as the whole file.
         let alone = materialize(tmp.path(), "alone", &[(segment::file_name(1), n.0.clone())]);
         let scan = classify(&alone);
-        if scan.status == Status::Clean && !n.0.is_empty() {
+        if scan.status() == Status::Clean && !n.0.is_empty() {
             return TestResult::error("noise classified clean");
         }
         let before = snapshot_files(&alone);
@@ -1094,8 +1094,12 @@ fn the_classifier_takes_any_segment_file_without_panicking() {
         } else {
             Status::TornTail
         };
-        if scan.status != want {
-            return TestResult::error(format!("garbage tail: {:?} {:?}", scan.status, scan.damage));
+        if scan.status() != want {
+            return TestResult::error(format!(
+                "garbage tail: {:?} {:?}",
+                scan.status(),
+                scan.damage()
+            ));
         }
         if want == Status::TornTail {
             let w = Writer::open(&tail, Options::default()).unwrap();
@@ -1173,10 +1177,12 @@ fn any_single_truncation_is_clean_or_torn_and_repair_keeps_whole_frames() {
         } else {
             Status::TornTail
         };
-        if scan.status != want || scan.events != kept_frames as u64 {
+        if scan.status() != want || scan.events != kept_frames as u64 {
             return TestResult::error(format!(
                 "cut {seg}:{at}: {:?} {:?}, {} events, want {want:?} {kept_frames}",
-                scan.status, scan.damage, scan.events
+                scan.status(),
+                scan.damage(),
+                scan.events
             ));
         }
         let w = Writer::open(&dir, Options::default()).unwrap();
@@ -1199,7 +1205,7 @@ fn any_single_truncation_is_clean_or_torn_and_repair_keeps_whole_frames() {
         // (the same journal id, from the header), ahead of any Recovered record.
         let regenesis = kept_frames == 0;
         let want_len = kept_frames + usize::from(regenesis) + usize::from(repaired.is_some());
-        if scan.status != Status::Clean
+        if scan.status() != Status::Clean
             || replayed.len() != want_len
             || replayed[..kept_frames] != built.envelopes[..kept_frames]
         {
@@ -1363,8 +1369,8 @@ fn crafted_tail_is_torn_and_scanned_in_linear_work(spacing: usize) {
     let before = frame::crc_bytes_on_this_thread();
     let scan = scan_dir(&dir);
     let work = frame::crc_bytes_on_this_thread() - before;
-    assert_eq!(scan.status, Status::TornTail, "{:?}", scan.damage);
-    let damage = scan.damage.as_ref().unwrap();
+    assert_eq!(scan.status(), Status::TornTail, "{:?}", scan.damage());
+    let damage = scan.damage().unwrap();
     assert_eq!((damage.offset, damage.bytes), (clean, tail as u64));
     let head = scan.head.as_ref().unwrap();
     assert_eq!((head.last_seq, head.segment_len), (21, clean));
@@ -1464,21 +1470,21 @@ fn the_scan_classifies_random_damage_as_the_reference_search_does() {
         let scan = dispatch::journal::scan::scan(&dir, None, |_| true).unwrap();
         let reference =
             dispatch::journal::scan::scan_with_reference_search(&dir, None, |_| true).unwrap();
-        if (scan.status, scan.events, &scan.head, &scan.damage)
+        if (scan.status(), scan.events, &scan.head, &scan.damage())
             != (
-                reference.status,
+                reference.status(),
                 reference.events,
                 &reference.head,
-                &reference.damage,
+                &reference.damage(),
             )
         {
             return TestResult::error(format!(
                 "{damages:?}: scan {:?} {:?} {:?}, reference {:?} {:?} {:?}",
-                scan.status,
-                scan.damage,
+                scan.status(),
+                scan.damage(),
                 scan.head,
-                reference.status,
-                reference.damage,
+                reference.status(),
+                reference.damage(),
                 reference.head
             ));
         }

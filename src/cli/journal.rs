@@ -228,16 +228,16 @@ fn run_dump(
     if let Err(e) = out.flush() {
         output::stdout_failed(e);
     }
-    if let Some(d) = scan.damage {
+    if let Some(d) = scan.damage() {
         eprintln!(
             "dispatch: the journal is {} at {} offset {}: {}; events after it are not shown. \
              Run `dispatch journal verify`",
-            scan.status.as_str(),
+            scan.status().as_str(),
             d.segment,
             d.offset,
             d.reason
         );
-        return Ok(if scan.status == crate::journal::Status::TornTail {
+        return Ok(if scan.status() == crate::journal::Status::TornTail {
             exit::FAILED
         } else {
             exit::DAMAGED

@@ -94,11 +94,7 @@ impl Checkpoint {
 /// that was verified or is rejected.
 pub fn write(dir: &Path, c: &Checkpoint) -> std::io::Result<()> {
     let tmp = dir.join(format!("{CHECKPOINT_FILE}.tmp-{}", std::process::id()));
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
+    let mut f = super::files::private_file()
         .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)?;
     f.write_all(&c.encode())?;

@@ -28,6 +28,14 @@ pub fn fsync_dir(dir: &Path) -> Result<(), JournalError> {
         .map_err(io_err(dir, "fsync directory"))
 }
 
+/// How every file the journal writes whole is opened: created or truncated, owner-only.
+pub(crate) fn private_file() -> std::fs::OpenOptions {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true).truncate(true).write(true).mode(0o600);
+    options
+}
+
 /// Open for reading, refusing a link (`ELOOP`) even if one appeared after the check.
 pub(crate) fn open_no_follow(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;

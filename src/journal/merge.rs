@@ -4,7 +4,6 @@
 //! renamed over it, so a crash leaves either the fork or the merge, never half of one; the old
 //! segment is kept whole under another name first.
 
-use std::fs::OpenOptions;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -134,11 +133,7 @@ pub(crate) fn merge_fork<E: Vocabulary>(
         Err(e) => return Err(io_err(&saved, "keep the forked segment")(e)),
     }
     let temp = dir.join(format!(".{name}.merging"));
-    let mut f = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
+    let mut f = super::files::private_file()
         .custom_flags(libc::O_NOFOLLOW)
         .open(&temp)
         .map_err(io_err(&temp, "write the merged segment"))?;
@@ -214,7 +209,7 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        assert_eq!(scan.status, Status::Clean);
+        assert_eq!(scan.status(), Status::Clean);
         out
     }
 
@@ -294,8 +289,8 @@ mod tests {
         let scan = scan::classify(dir.path(), None, |_| true).unwrap();
         // Two writers at least, each appending one frame at least: whichever lands second
         // repeats a seq.
-        assert_eq!(scan.status, Status::Forked, "{:?}", scan.damage);
-        let f = scan.fork.clone().unwrap();
+        assert_eq!(scan.status(), Status::Forked, "{:?}", scan.damage());
+        let f = scan.fork().cloned().unwrap();
         assert!(f.branches.len() >= 2);
         let w = Writer::open_merging_forks(dir.path(), Options::default()).unwrap();
         let merged = w.opened().merged.clone().unwrap();
@@ -331,8 +326,8 @@ mod tests {
         frame::encode(&mut bytes, &[7u8; 32], 3, event(9).kind(), 0, &payload(9));
         std::fs::write(&path, &bytes).unwrap();
         let scan = scan::classify(dir.path(), None, |_| true).unwrap();
-        assert_eq!(scan.status, Status::Corrupt);
-        let reason = scan.damage.unwrap().reason;
+        assert_eq!(scan.status(), Status::Corrupt);
+        let reason = scan.damage().unwrap().reason.clone();
         assert!(reason.contains("not a fork: seq 3 at offset"), "{reason}");
         assert!(Writer::open_merging_forks(dir.path(), Options::default()).is_err());
     }
@@ -347,8 +342,8 @@ mod tests {
         frame::encode(&mut bytes, &b1, 4, event(1).kind(), 0, &payload(22));
         std::fs::write(&path, &bytes).unwrap();
         let scan = scan::classify(dir.path(), None, |_| true).unwrap();
-        assert_eq!(scan.status, Status::Forked, "{:?}", scan.damage);
-        let f = scan.fork.unwrap();
+        assert_eq!(scan.status(), Status::Forked, "{:?}", scan.damage());
+        let f = scan.fork().unwrap();
         assert_eq!(f.common_seq, 2);
         let shape: Vec<(u64, u64, u64)> = f
             .branches
@@ -370,14 +365,14 @@ mod tests {
         fork(&case, &mut bytes, &chains);
         std::fs::write(&path, &bytes).unwrap();
         let scan = scan::classify(dir.path(), None, |_| true).unwrap();
-        let f = scan.fork.unwrap();
+        let f = scan.fork().unwrap();
         let name = path.file_name().unwrap().to_str().unwrap();
-        let record = record(name, &f, &bytes[f.offset as usize..]);
+        let record = record(name, f, &bytes[f.offset as usize..]);
         // What a merge that stopped after step 4's write leaves: the kept link and the file.
         std::fs::hard_link(&path, dir.path().join(&record.saved_as)).unwrap();
         std::fs::write(dir.path().join(format!(".{name}.merging")), b"partial").unwrap();
         let again = scan::classify(dir.path(), None, |_| true).unwrap();
-        assert_eq!(again.status, Status::Forked);
+        assert_eq!(again.status(), Status::Forked);
         let w = Writer::open_merging_forks(dir.path(), Options::default()).unwrap();
         assert_eq!(
             w.opened().merged.as_ref().unwrap().saved_as,

@@ -56,7 +56,7 @@ fn classified(
     match replayed {
         Err(JournalError::Undecodable { .. }) => {
             let scan = scan::classify(dir, resume, |_| true).map_err(io_error(dir))?;
-            debug_assert_eq!(scan.status, Status::Corrupt, "the classifier agrees");
+            debug_assert_eq!(scan.status(), Status::Corrupt, "the classifier agrees");
             Ok(scan)
         }
         other => other,
@@ -399,16 +399,7 @@ fn folded<S: Fold>(
     snapshot_rejected: Option<String>,
 ) -> Result<Loaded<S>, JournalError> {
     let scan = replay_ref_checked(dir, resume.as_ref(), |env| Ok(state.fold(env)?))?;
-    if scan.status.refuses_writes() {
-        return Err(JournalError::Damaged {
-            dir: dir.to_owned(),
-            status: scan.status,
-            damage: scan
-                .damage
-                .clone()
-                .expect("damaged scans carry their damage"),
-        });
-    }
+    scan.refusal(dir)?;
     Ok(Loaded {
         state,
         scan,
@@ -473,7 +464,7 @@ pub fn snapshot_if_due<S: Fold>(
         return Ok(None);
     };
     let since = head.last_seq - loaded.snapshot_seq.unwrap_or(0);
-    if since < SNAPSHOT_EVERY || loaded.scan.status != Status::Clean {
+    if since < SNAPSHOT_EVERY || loaded.scan.status() != Status::Clean {
         return Ok(None);
     }
     snapshot_now(dir, loaded).map(Some)
@@ -594,7 +585,7 @@ mod tests {
     type Summary = (Status, u64, Option<scan::Head>, Option<scan::Damage>);
 
     fn summary(s: &Scan) -> Summary {
-        (s.status, s.events, s.head.clone(), s.damage.clone())
+        (s.status(), s.events, s.head.clone(), s.damage().cloned())
     }
 
     /// Envelopes visited and the outcome, with errors as text (JournalError is not Eq).
@@ -686,8 +677,8 @@ mod tests {
             if let Some(r) = resume {
                 let part = scan::scan(dir, Some(r), |_| true).unwrap();
                 assert_eq!(
-                    (part.status, &part.head, &part.damage),
-                    (full.status, &full.head, &full.damage)
+                    (part.status(), &part.head, &part.damage()),
+                    (full.status(), &full.head, &full.damage())
                 );
                 assert_eq!(part.events + r.next_seq - 1, full.events);
             }
@@ -770,7 +761,8 @@ mod tests {
         // Spec §8: the damaged span runs to the next valid frame, in any segment.
         let damage = scan::scan(dir.path(), None, |_| true)
             .unwrap()
-            .damage
+            .damage()
+            .cloned()
             .unwrap();
         assert_eq!((damage.offset, damage.bytes), (at as u64, len as u64));
         // With nothing valid after it, to the end of that file.
@@ -781,7 +773,8 @@ mod tests {
         edit(&seg, |b| b[at..].iter_mut().for_each(|x| *x ^= 0x40));
         let damage = scan::scan(dir.path(), None, |_| true)
             .unwrap()
-            .damage
+            .damage()
+            .cloned()
             .unwrap();
         assert_eq!((damage.offset, damage.bytes), (at as u64, size - at as u64));
 
@@ -826,13 +819,13 @@ mod tests {
             chain: h.chain,
             last_frame_offset: h.last_frame_offset.unwrap(),
         };
-        assert_eq!(before.status, Status::Clean);
+        assert_eq!(before.status(), Status::Clean);
         edit(&seg, |b| b[5] ^= 0x01);
         let file_len = std::fs::metadata(&seg).unwrap().len();
         let got = scan::scan(dir.path(), Some(&resume), |_| true).unwrap();
-        let damage = got.damage.unwrap();
+        let damage = got.damage().unwrap();
         // As when the whole file was read: the header's damage spans the whole file.
-        assert_eq!(got.status, Status::Corrupt);
+        assert_eq!(got.status(), Status::Corrupt);
         assert_eq!((damage.offset, damage.bytes), (0, file_len));
         let want = run(dir.path(), Some(&resume), None, "reference");
         assert_eq!(run(dir.path(), Some(&resume), None, "pipelined"), want);
@@ -885,7 +878,7 @@ mod tests {
         assert_eq!(seen.len() as u64, h.last_seq);
         let classified = scan::classify(dir.path(), None, |_| true).unwrap();
         assert!(classified
-            .damage
+            .damage()
             .unwrap()
             .reason
             .contains("does not decode"));

@@ -3,7 +3,6 @@
 
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use sha2::{Digest, Sha256};
@@ -71,11 +70,7 @@ pub(crate) fn cut_torn_tail(
         .unwrap_or("segment");
     let saved_as = format!("{name}.torn-{valid_len}-{}", hex::encode(&sha[..6]));
     let saved_path = dir.join(&saved_as);
-    let mut f = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
+    let mut f = super::files::private_file()
         .open(&saved_path)
         .map_err(io_err(&saved_path, "save torn tail"))?;
     f.write_all(tail)

@@ -65,16 +65,67 @@ pub struct Head {
     pub last_frame_offset: Option<u64>,
 }
 
+/// The class of damage that ends a scan (a fork is told apart only after, §8.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    TornTail,
+    Corrupt,
+    Tampered,
+}
+
+/// How a scan ended: each damaged outcome carries its damage.
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    Clean,
+    Damaged(Class, Damage),
+    Forked(Damage, Box<Fork>),
+}
+
 #[derive(Clone, Debug)]
 pub struct Scan {
-    pub status: Status,
     /// Valid frames visited.
     pub events: u64,
     /// `None` when the journal has no segment at all.
     pub head: Option<Head>,
-    pub damage: Option<Damage>,
-    /// The fork, when the status is `Forked`.
-    pub fork: Option<Box<Fork>>,
+    pub outcome: Outcome,
+}
+
+impl Scan {
+    pub fn status(&self) -> Status {
+        match &self.outcome {
+            Outcome::Clean => Status::Clean,
+            Outcome::Damaged(Class::TornTail, _) => Status::TornTail,
+            Outcome::Damaged(Class::Corrupt, _) => Status::Corrupt,
+            Outcome::Damaged(Class::Tampered, _) => Status::Tampered,
+            Outcome::Forked(..) => Status::Forked,
+        }
+    }
+
+    pub fn damage(&self) -> Option<&Damage> {
+        match &self.outcome {
+            Outcome::Clean => None,
+            Outcome::Damaged(_, damage) | Outcome::Forked(damage, _) => Some(damage),
+        }
+    }
+
+    pub fn fork(&self) -> Option<&Fork> {
+        match &self.outcome {
+            Outcome::Forked(_, fork) => Some(fork),
+            _ => None,
+        }
+    }
+
+    /// The error every write and every load of the journal in `dir` refuses this scan with.
+    pub fn refusal(&self, dir: &Path) -> Result<(), super::JournalError> {
+        match self.damage() {
+            Some(damage) if self.status().refuses_writes() => Err(super::JournalError::Damaged {
+                dir: dir.to_owned(),
+                status: self.status(),
+                damage: damage.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Where to start scanning: the whole journal, or a known-good point inside it.
@@ -89,15 +140,9 @@ pub struct Resume {
     pub last_frame_offset: u64,
 }
 
-fn damaged(
-    status: Status,
-    name: &str,
-    offset: u64,
-    bytes: u64,
-    reason: String,
-) -> (Status, Damage) {
+fn damaged(class: Class, name: &str, offset: u64, bytes: u64, reason: String) -> (Class, Damage) {
     (
-        status,
+        class,
         Damage {
             segment: name.to_owned(),
             offset,
@@ -339,11 +384,9 @@ fn scan_using(
 ) -> std::io::Result<Scan> {
     let segments = segment::list(dir)?;
     let mut scan = Scan {
-        status: Status::Clean,
         events: 0,
         head: None,
-        damage: None,
-        fork: None,
+        outcome: Outcome::Clean,
     };
     let Some(&(last_no, _)) = segments.last() else {
         return Ok(scan);
@@ -366,9 +409,9 @@ fn scan_using(
             Ok(seg) => seg,
             Err(damage) => return Ok(scan.stopped(damage)),
         };
-        if let Some((status, reason)) = check_link(&seg.header, *no, &link, resume) {
+        if let Some((class, reason)) = check_link(&seg.header, *no, &link, resume) {
             let len = SEGMENT_HEADER_LEN as u64;
-            return Ok(scan.stopped(damaged(status, &seg.name, 0, len, reason)));
+            return Ok(scan.stopped(damaged(class, &seg.name, 0, len, reason)));
         }
         let start = Cursor::start(&seg, resume_here);
         let ctx = FrameContext {
@@ -393,9 +436,8 @@ fn scan_using(
 
 impl Scan {
     /// The scan, ended at `damage`.
-    fn stopped(mut self, (status, damage): (Status, Damage)) -> Scan {
-        self.status = status;
-        self.damage = Some(damage);
+    fn stopped(mut self, (class, damage): (Class, Damage)) -> Scan {
+        self.outcome = Outcome::Damaged(class, damage);
         self
     }
 }
@@ -427,7 +469,7 @@ fn load_segment<'a>(
     is_last: bool,
     resume_here: Option<&Resume>,
     bytes: &mut Vec<u8>,
-) -> std::io::Result<Result<Loaded<'a>, (Status, Damage)>> {
+) -> std::io::Result<Result<Loaded<'a>, (Class, Damage)>> {
     let name = path
         .file_name()
         .and_then(|n| n.to_str())
@@ -451,7 +493,7 @@ fn load_segment<'a>(
         }),
         Err(fault) => {
             let len = bytes.len() as u64;
-            Err(damaged(Status::Corrupt, &name, 0, len, fault.describe()))
+            Err(damaged(Class::Corrupt, &name, 0, len, fault.describe()))
         }
     })
 }
@@ -530,46 +572,46 @@ fn walk_frames(
 }
 
 /// A frame's damage: its class, why, and the span damaged.
-type Fault = (Status, String, u64);
+type Fault = (Class, String, u64);
 
 /// A check of a frame that is valid by §4: its class and why, if it fails.
-type FrameCheck = fn(&FrameRef<'_>, &Cursor, &FrameContext) -> Option<(Status, String)>;
+type FrameCheck = fn(&FrameRef<'_>, &Cursor, &FrameContext) -> Option<(Class, String)>;
 
 /// The checks of §8 after validity, in the order that decides: the first that fails gives
 /// the frame's class, the damage spanning the frame.
 const FRAME_CHECKS: [FrameCheck; 4] = [seq_fault, chain_fault, rules_fault, decode_fault];
 
 /// (2) seq (§6.1): a gap, duplicate or reorder is corrupt (a repeat may start a fork).
-fn seq_fault(f: &FrameRef<'_>, at: &Cursor, _: &FrameContext) -> Option<(Status, String)> {
+fn seq_fault(f: &FrameRef<'_>, at: &Cursor, _: &FrameContext) -> Option<(Class, String)> {
     (f.seq != at.expect_seq).then(|| {
         let why = format!(
             "seq {} where {} was expected (a gap, duplicate or reorder)",
             f.seq, at.expect_seq
         );
-        (Status::Corrupt, why)
+        (Class::Corrupt, why)
     })
 }
 
 /// (3) chain (§5): CRCs that hold over a chain that does not are tampering.
-fn chain_fault(f: &FrameRef<'_>, at: &Cursor, _: &FrameContext) -> Option<(Status, String)> {
+fn chain_fault(f: &FrameRef<'_>, at: &Cursor, _: &FrameContext) -> Option<(Class, String)> {
     let computed = frame::next_chain(&at.running, f.header, f.payload);
     (computed[..] != f.chain[..]).then(|| {
         let why = "CRCs hold but the hash chain does not";
         (
-            Status::Tampered,
+            Class::Tampered,
             format!("chain mismatch at seq {}: {why}", f.seq),
         )
     })
 }
 
 /// (4) undefined flag bits, or not exactly one MessagePack value (§4, §6): corrupt.
-fn rules_fault(f: &FrameRef<'_>, _: &Cursor, _: &FrameContext) -> Option<(Status, String)> {
-    frame_rule_fault(f).map(|why| (Status::Corrupt, why))
+fn rules_fault(f: &FrameRef<'_>, _: &Cursor, _: &FrameContext) -> Option<(Class, String)> {
+    frame_rule_fault(f).map(|why| (Class::Corrupt, why))
 }
 
 /// (5) a payload that does not decode, or seq 1 not this journal's Genesis (§6): corrupt.
-fn decode_fault(f: &FrameRef<'_>, _: &Cursor, ctx: &FrameContext) -> Option<(Status, String)> {
-    payload_fault(f, &ctx.journal_id, ctx.payloads).map(|why| (Status::Corrupt, why))
+fn decode_fault(f: &FrameRef<'_>, _: &Cursor, ctx: &FrameContext) -> Option<(Class, String)> {
+    payload_fault(f, &ctx.journal_id, ctx.payloads).map(|why| (Class::Corrupt, why))
 }
 
 /// The frame at the start of `rest` if it passes every check of §8, else its damage:
@@ -577,7 +619,7 @@ fn decode_fault(f: &FrameRef<'_>, _: &Cursor, ctx: &FrameContext) -> Option<(Sta
 fn check_frame<'a>(rest: &'a [u8], at: &Cursor, ctx: &FrameContext) -> Result<FrameRef<'a>, Fault> {
     let f = frame::decode(rest).map_err(|e| classify_fault(rest, e, ctx.is_last, ctx.find))?;
     match FRAME_CHECKS.iter().find_map(|check| check(&f, at, ctx)) {
-        Some((status, why)) => Err((status, why, f.len() as u64)),
+        Some((class, why)) => Err((class, why, f.len() as u64)),
         None => Ok(f),
     }
 }
@@ -589,7 +631,7 @@ fn stop_at_damage(
     seg: &Loaded<'_>,
     bytes: &[u8],
     at: &Cursor,
-    (status, reason, span): Fault,
+    (class, reason, span): Fault,
 ) -> std::io::Result<()> {
     let offset = at.offset + seg.skip;
     let fork = if seg.is_last && repeats(&bytes[at.offset..], at.expect_seq) {
@@ -598,26 +640,14 @@ fn stop_at_damage(
         None
     };
     let name = &seg.name;
-    let (status, damage) = match fork {
-        Some(Ok(fork)) => {
-            let damage = damaged(
-                Status::Forked,
-                name,
-                offset as u64,
-                fork.bytes,
-                fork.describe(),
-            );
-            scan.fork = Some(Box::new(fork));
-            damage
-        }
+    let damage = |bytes, reason| damaged(class, name, offset as u64, bytes, reason).1;
+    scan.outcome = match fork {
+        Some(Ok(fork)) => Outcome::Forked(damage(fork.bytes, fork.describe()), Box::new(fork)),
         Some(Err(why)) => {
-            let reason = format!("{reason}; not a fork: {why}");
-            damaged(status, name, offset as u64, span, reason)
+            Outcome::Damaged(class, damage(span, format!("{reason}; not a fork: {why}")))
         }
-        None => damaged(status, name, offset as u64, span, reason),
+        None => Outcome::Damaged(class, damage(span, reason)),
     };
-    scan.status = status;
-    scan.damage = Some(damage);
     scan.head = Some(head(seg, at));
     Ok(())
 }
@@ -690,7 +720,7 @@ fn check_link(
     file_no: u64,
     link: &Link,
     resume: Option<&Resume>,
-) -> Option<(Status, String)> {
+) -> Option<(Class, String)> {
     let Link {
         expect_no,
         expect_seq,
@@ -698,7 +728,7 @@ fn check_link(
     } = *link;
     if header.segment_no != file_no {
         return Some((
-            Status::Corrupt,
+            Class::Corrupt,
             format!(
                 "segment header says number {} but the file is number {file_no}",
                 header.segment_no
@@ -708,7 +738,7 @@ fn check_link(
     if let Some(id) = &link.journal_id {
         if &header.journal_id != id {
             return Some((
-                Status::Corrupt,
+                Class::Corrupt,
                 "segment belongs to another journal (journal id differs)".to_owned(),
             ));
         }
@@ -717,13 +747,13 @@ fn check_link(
         return None;
     }
     if file_no != expect_no {
-        return Some((Status::Corrupt, format!("segment {expect_no} is missing")));
+        return Some((Class::Corrupt, format!("segment {expect_no} is missing")));
     }
     match &link.chain {
         None if resume.is_none() => {
             if header.segment_no != 1 || header.first_seq != 1 {
                 return Some((
-                    Status::Corrupt,
+                    Class::Corrupt,
                     format!(
                         "the first segment is number {} starting at seq {}; earlier segments are missing",
                         header.segment_no, header.first_seq
@@ -732,7 +762,7 @@ fn check_link(
             }
             if header.prev_chain != frame::genesis_chain(&header.journal_id) {
                 return Some((
-                    Status::Tampered,
+                    Class::Tampered,
                     "first segment does not start from the genesis chain".to_owned(),
                 ));
             }
@@ -741,7 +771,7 @@ fn check_link(
         Some(chain) => {
             if header.first_seq != expect_seq {
                 return Some((
-                    Status::Corrupt,
+                    Class::Corrupt,
                     format!(
                         "segment starts at seq {} where {expect_seq} was expected",
                         header.first_seq
@@ -750,7 +780,7 @@ fn check_link(
             }
             if &header.prev_chain != chain {
                 return Some((
-                    Status::Tampered,
+                    Class::Tampered,
                     "segment does not continue the previous segment's chain".to_owned(),
                 ));
             }
@@ -765,38 +795,38 @@ fn classify_fault(
     fault: FrameFault,
     is_last: bool,
     find: FindValidFrame,
-) -> (Status, String, u64) {
+) -> (Class, String, u64) {
     let span = rest.len() as u64;
     let what = fault.describe();
     let next_valid = find(rest);
     if !is_last {
         // Spec §8: the damage runs to the next valid frame if one follows, in any segment.
         return (
-            Status::Corrupt,
+            Class::Corrupt,
             format!("{what} in a segment that is not the last"),
             next_valid.map_or(span, |at| at as u64),
         );
     }
     if let Some(at) = next_valid {
         return (
-            Status::Corrupt,
+            Class::Corrupt,
             format!("{what}, and a valid frame follows at +{at}"),
             at as u64,
         );
     }
     if fault == FrameFault::Short {
-        return (Status::TornTail, what, span);
+        return (Class::TornTail, what, span);
     }
     if rest.iter().all(|&b| b == 0) {
         return (
-            Status::TornTail,
+            Class::TornTail,
             "zero fill at the end of the last segment".to_owned(),
             span,
         );
     }
     if rest.len() > MAX_TORN_SPAN {
         return (
-            Status::Corrupt,
+            Class::Corrupt,
             format!(
                 "{what}, over {} bytes: longer than any single write",
                 rest.len()
@@ -805,7 +835,7 @@ fn classify_fault(
         );
     }
     (
-        Status::TornTail,
+        Class::TornTail,
         format!("{what} at the end of the last segment"),
         span,
     )

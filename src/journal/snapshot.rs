@@ -19,9 +19,7 @@
 //! 96+N u32 CRC-32 of bytes 0..96+N
 //! ```
 
-use std::fs::OpenOptions;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::files::fsync_dir;
@@ -230,12 +228,7 @@ pub fn write<S: Fold>(dir: &Path, covers: &Covers, state: &S) -> Result<PathBuf,
         std::process::id()
     ));
     let result = (|| -> std::io::Result<()> {
-        let mut f = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        let mut f = super::files::private_file().open(&tmp)?;
         f.write_all(&bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, &path)

@@ -152,12 +152,14 @@ fn merge_and_rescan<E: Vocabulary>(
     scan: &scan::Scan,
     actor: &Actor,
 ) -> Result<(JournalMerged, scan::Scan), JournalError> {
-    let fork = scan.fork.as_ref().expect("a forked scan carries its fork");
+    let scan::Outcome::Forked(_, fork) = &scan.outcome else {
+        unreachable!("only a forked scan is merged")
+    };
     let head = scan.head.as_ref().expect("a fork has a trunk");
     let merged = super::merge::merge_fork::<E>(&head.segment_path, fork, actor)?;
     let rescan = scan::classify(dir, None, |_| true).map_err(io_err(dir, "read journal"))?;
     assert_ne!(
-        rescan.status,
+        rescan.status(),
         Status::Forked,
         "a merged fork is a line: every frame continues the one before it"
     );
@@ -708,20 +710,14 @@ fn classify_for_open<E: Vocabulary>(
     };
     let mut scan =
         scan::classify(dir, trusted.as_ref(), |_| true).map_err(io_err(dir, "read journal"))?;
-    if scan.status == Status::Forked && check == Check::EverythingAndMerge {
+    if scan.status() == Status::Forked && check == Check::EverythingAndMerge {
         let (merged, rescan) = merge_and_rescan::<E>(dir, &scan, actor)?;
         opened.merged = Some(merged);
         scan = rescan;
     }
-    match scan.status {
-        Status::Clean => Ok((scan.head, None)),
-        Status::TornTail => Ok((scan.head, scan.damage)),
-        Status::Corrupt | Status::Tampered | Status::Forked => Err(JournalError::Damaged {
-            dir: dir.to_owned(),
-            status: scan.status,
-            damage: scan.damage.expect("damaged scans carry their damage"),
-        }),
-    }
+    scan.refusal(dir)?;
+    let torn = scan.damage().cloned();
+    Ok((scan.head, torn))
 }
 
 /// Start a new journal: a fresh id and its first segment, starting from the genesis chain.
@@ -851,11 +847,7 @@ fn create_segment(
     .encode();
     let path = dir.join(segment::file_name(segment_no));
     let tmp = dir.join(format!("{}.tmp", segment::file_name(segment_no)));
-    let mut f = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
+    let mut f = super::files::private_file()
         .open(&tmp)
         .map_err(io_err(&tmp, "create segment"))?;
     f.write_all(&header)
@@ -894,19 +886,29 @@ mod tests {
         }
     }
 
+    /// A writer on a fresh journal in `dir`, and its first segment.
+    fn open(dir: &Path) -> (Writer, PathBuf) {
+        let w = Writer::open_as(dir, Options::default(), actor()).unwrap();
+        (w, dir.join(segment::file_name(1)))
+    }
+
+    /// The class and event count a scan of `dir` finds.
+    fn scanned(dir: &Path) -> (Status, u64) {
+        let scan = scan::scan(dir, None, |_| true).unwrap();
+        (scan.status(), scan.events)
+    }
+
     #[test]
     fn the_segment_size_setting_has_a_floor_and_ignores_nonsense() {
-        assert_eq!(Options::segment_bytes_from(None), DEFAULT_MAX_SEGMENT_BYTES);
-        assert_eq!(
-            Options::segment_bytes_from(Some("")),
-            DEFAULT_MAX_SEGMENT_BYTES
-        );
-        assert_eq!(Options::segment_bytes_from(Some("1")), MIN_SEGMENT_BYTES);
-        assert_eq!(Options::segment_bytes_from(Some(" 10000 ")), 10_000);
-        assert_eq!(
-            Options::segment_bytes_from(Some("64M")),
-            DEFAULT_MAX_SEGMENT_BYTES
-        );
+        for (setting, bytes) in [
+            (None, DEFAULT_MAX_SEGMENT_BYTES),
+            (Some(""), DEFAULT_MAX_SEGMENT_BYTES),
+            (Some("1"), MIN_SEGMENT_BYTES),
+            (Some(" 10000 "), 10_000),
+            (Some("64M"), DEFAULT_MAX_SEGMENT_BYTES),
+        ] {
+            assert_eq!(Options::segment_bytes_from(setting), bytes, "{setting:?}");
+        }
     }
 
     #[test]
@@ -927,7 +929,7 @@ mod tests {
     #[test]
     fn no_single_write_exceeds_the_cap_however_large_the_request() {
         let dir = tempfile::tempdir().unwrap();
-        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
+        let (w, seg) = open(dir.path());
         let before = w.stats();
         // 12 events of ~900 KB: ~10.8 MB in one request, more than one 8 MiB write holds.
         let big: Vec<Event> = (0..12)
@@ -941,19 +943,15 @@ mod tests {
         let after = w.stats();
         assert_eq!(after.syncs - before.syncs, 1, "still one commit");
         assert!(after.writes - before.writes >= 2, "{after:?}");
-        let len = std::fs::metadata(dir.path().join(segment::file_name(1)))
-            .unwrap()
-            .len();
-        assert!(len > MAX_WRITE_BYTES as u64);
+        assert!(std::fs::metadata(&seg).unwrap().len() > MAX_WRITE_BYTES as u64);
         drop(w);
-        let scan = scan::scan(dir.path(), None, |_| true).unwrap();
-        assert_eq!((scan.status, scan.events), (Status::Clean, 13));
+        assert_eq!(scanned(dir.path()), (Status::Clean, 13));
     }
 
     #[test]
     fn a_lone_appender_gets_one_commit_per_append() {
         let dir = tempfile::tempdir().unwrap();
-        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
+        let (w, _) = open(dir.path());
         let before = w.stats();
         for i in 0..20 {
             let c = w.append_one(event(i)).unwrap();
@@ -969,11 +967,10 @@ mod tests {
     #[test]
     fn an_oversized_event_refuses_its_whole_append_and_writes_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
+        let (w, seg) = open(dir.path());
         let huge = Event::PoolDetached(crate::event::pool::PoolDetached {
             pool: "x".repeat(frame::MAX_PAYLOAD),
         });
-        let seg = dir.path().join(segment::file_name(1));
         let len = std::fs::metadata(&seg).unwrap().len();
         let r = w.append(vec![event(1), huge]);
         assert!(
@@ -984,15 +981,13 @@ mod tests {
         // Not poisoned: the next append goes through with the next seq.
         assert_eq!(w.append_one(event(2)).unwrap().seq, 2);
         drop(w);
-        let scan = scan::scan(dir.path(), None, |_| true).unwrap();
-        assert_eq!((scan.status, scan.events), (Status::Clean, 2));
+        assert_eq!(scanned(dir.path()), (Status::Clean, 2));
     }
 
     #[test]
     fn a_frame_a_reader_would_call_corrupt_is_never_written() {
         let dir = tempfile::tempdir().unwrap();
-        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
-        let seg = dir.path().join(segment::file_name(1));
+        let (w, seg) = open(dir.path());
         let len = std::fs::metadata(&seg).unwrap().len();
         let whole = rmp_serde::to_vec(&(Micros(1), uuid::Uuid::nil(), actor(), (1u8,))).unwrap();
         let mut trailing = whole.clone();
@@ -1016,8 +1011,7 @@ mod tests {
         };
         assert_eq!(w.append_one(ok).unwrap().seq, 2);
         drop(w);
-        let scan = scan::scan(dir.path(), None, |_| true).unwrap();
-        assert_eq!((scan.status, scan.events), (Status::Clean, 2));
+        assert_eq!(scanned(dir.path()), (Status::Clean, 2));
     }
 
     /// Another host's writer, the locks having failed: frames appended behind this one's back.
@@ -1030,9 +1024,8 @@ mod tests {
     #[test]
     fn a_tail_that_moved_is_never_written_after() {
         let dir = tempfile::tempdir().unwrap();
-        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
+        let (w, seg) = open(dir.path());
         w.append_one(event(1)).unwrap();
-        let seg = dir.path().join(segment::file_name(1));
         append_behind_its_back(&seg);
         let moved = std::fs::read(&seg).unwrap();
         let e = w.append_one(event(2)).unwrap_err();
@@ -1049,8 +1042,7 @@ mod tests {
     #[test]
     fn a_tail_that_moved_while_writing_is_said_after_the_sync() {
         let dir = tempfile::tempdir().unwrap();
-        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
-        let seg = dir.path().join(segment::file_name(1));
+        let (w, seg) = open(dir.path());
         let e = std::thread::scope(|s| {
             let writer = s.spawn(|| {
                 crate::failpoint::arm_on_this_thread("journal-before-sync=sleep:400").unwrap();
@@ -1072,8 +1064,7 @@ mod tests {
     #[test]
     fn a_writer_whose_lease_was_taken_writes_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
-        let seg = dir.path().join(segment::file_name(1));
+        let (w, seg) = open(dir.path());
         let before = std::fs::read(&seg).unwrap();
         // What a takeover from another host leaves: the lease file is someone else's.
         let other =

@@ -243,9 +243,9 @@ fn read_worker_journal(
         Ok(())
     }) {
         Ok(scan) => (
-            scan.status,
-            scan.head.map(|h| hex::encode(h.chain)),
-            scan.damage.map(|d| {
+            scan.status(),
+            scan.head.as_ref().map(|h| hex::encode(h.chain)),
+            scan.damage().map(|d| {
                 format!(
                     "{} at {} offset {} ({} bytes)",
                     d.reason, d.segment, d.offset, d.bytes

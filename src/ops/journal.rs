@@ -118,7 +118,7 @@ pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
     })?;
     // Damage before the first valid frame (a first segment that is not a journal, or missing)
     // leaves no head, but it is still damage to report, not an absent journal.
-    if scan.head.is_none() && scan.damage.is_none() {
+    if scan.head.is_none() && scan.damage().is_none() {
         return Err(JournalError::Missing(journal_dir.to_owned()));
     }
     let (last_seq, head) = scan
@@ -126,17 +126,17 @@ pub fn verify(journal_dir: &Path) -> Result<VerifyReport, JournalError> {
         .as_ref()
         .map_or((0, String::new()), |h| (h.last_seq, hex::encode(h.chain)));
     Ok(VerifyReport {
-        status: scan.status,
+        status: scan.status(),
         events: scan.events,
         last_seq,
         head,
-        damage: scan.damage.map(|d| DamageReport {
+        damage: scan.damage().cloned().map(|d| DamageReport {
             segment: d.segment,
             offset: d.offset,
             bytes: d.bytes,
             reason: d.reason,
         }),
-        fork: scan.fork.as_deref().map(ForkReport::of),
+        fork: scan.fork().map(ForkReport::of),
     })
 }
 

@@ -24,14 +24,7 @@ pub fn state_at(journal_dir: &Path, cut: Cut) -> Result<At, OpError> {
         replay.offer(env)?;
         Ok(())
     })?;
-    if scan.status.refuses_writes() {
-        return Err(JournalError::Damaged {
-            dir: journal_dir.to_owned(),
-            status: scan.status,
-            damage: scan.damage.expect("damaged scans carry their damage"),
-        }
-        .into());
-    }
+    scan.refusal(journal_dir)?;
     replay.finish().map_err(|e| match e {
         CutError::Reduce(r) => OpError::Journal(r.into()),
         other => OpError::NotFound(other.to_string()),

@@ -398,15 +398,15 @@ pub async fn adopt_by_name<S: Scheduler>(
     r: &Resolved<'_>,
     exclude: &[JobId],
     replacing: Option<JobId>,
-) -> Result<(NameProbe, Option<Seen>), OpError> {
+) -> Result<(NameProbe, Option<(JobId, Seen)>), OpError> {
     let probe = name_probe(env, r, exclude).await;
-    let Some(seen) = probe.plan.as_ref().and_then(|p| p.adopted()).cloned() else {
+    let Some((job, seen)) = probe.plan.as_ref().and_then(|p| p.adopted()) else {
         return Ok((probe, None));
     };
-    let job = seen.job_id.expect("only plain ids are adopted");
+    let seen = seen.clone();
     env.ctx
         .append(adopted(&r.key, job, &seen, "name_probe", replacing))?;
-    Ok((probe, Some(seen)))
+    Ok((probe, Some((job, seen))))
 }
 
 /// The record that session `key` holds `job`, which a name probe showed as `seen`; `how` says
@@ -436,7 +436,7 @@ fn adopted(
 pub async fn adopt_or_vouch<S: Scheduler>(
     env: &Env<'_, S>,
     r: &Resolved<'_>,
-) -> Result<(NameProbe, Option<Seen>), OpError> {
+) -> Result<(NameProbe, Option<(JobId, Seen)>), OpError> {
     let (mut probe, adopted) = adopt_by_name(env, r, &[], None).await?;
     if adopted.is_none() {
         vouch_absence(env, r, &mut probe).await;

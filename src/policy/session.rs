@@ -235,11 +235,36 @@ pub enum Passed {
     HeldYounger,
 }
 
+/// A name-probe row's id, decided once: a plain job, the only kind ever adopted, carries its
+/// `JobId`; anything else (`4242_3`, `4242+1`) is kept as squeue printed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Listed {
+    Plain(JobId),
+    NotPlain(String),
+}
+
+impl Listed {
+    pub fn plain(&self) -> Option<JobId> {
+        match self {
+            Listed::Plain(job) => Some(*job),
+            Listed::NotPlain(_) => None,
+        }
+    }
+}
+
+/// As squeue printed it.
+impl std::fmt::Display for Listed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Listed::Plain(job) => write!(f, "{job}"),
+            Listed::NotPlain(id) => f.write_str(id),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Seen {
-    /// As squeue printed it (`4242`, `4242_3`).
-    pub id: String,
-    pub job_id: Option<JobId>,
+    pub id: Listed,
     pub state: JobState,
     pub partition: String,
     pub account: Option<String>,
@@ -261,8 +286,10 @@ pub struct Adoption {
 }
 
 impl Adoption {
-    pub fn adopted(&self) -> Option<&Seen> {
-        self.adopt.map(|i| &self.seen[i])
+    /// The job to adopt, by its `JobId`: only a plain row is ever adopted.
+    pub fn adopted(&self) -> Option<(JobId, &Seen)> {
+        let seen = &self.seen[self.adopt?];
+        Some((seen.id.plain()?, seen))
     }
 
     pub fn passed(&self) -> impl Iterator<Item = &Seen> {
@@ -271,12 +298,13 @@ impl Adoption {
 
     /// Every live plain job of this target that is not excluded: the adopted one, older
     /// matches and ending ones. What a release must leave none of.
-    pub fn this_targets(&self) -> impl Iterator<Item = &Seen> {
-        self.seen.iter().filter(|s| {
+    pub fn this_targets(&self) -> impl Iterator<Item = (JobId, &Seen)> {
+        self.seen.iter().filter_map(|s| {
             matches!(
                 s.passed,
                 None | Some(Passed::OlderMatch) | Some(Passed::Ending) | Some(Passed::HeldYounger)
             )
+            .then_some((s.id.plain()?, s))
         })
     }
 
@@ -285,7 +313,7 @@ impl Adoption {
         self.seen
             .iter()
             .filter(|s| s.passed == Some(Passed::Ending))
-            .filter_map(|s| s.job_id)
+            .filter_map(|s| s.id.plain())
     }
 }
 
@@ -304,7 +332,11 @@ pub fn plan_adoption<'t>(
     let mut plan = Adoption::default();
     for row in sorted {
         let placed = Placed::of(row);
-        let passed = match row.plain_id() {
+        let id = match row.plain_id() {
+            Some(job) => Listed::Plain(job),
+            None => Listed::NotPlain(row.id.to_string()),
+        };
+        let passed = match id.plain() {
             None => Some(Passed::NotPlain),
             Some(j) if exclude.contains(&j) => Some(Passed::Excluded),
             Some(_) if !is_live(&row.state) => Some(Passed::Ended),
@@ -327,8 +359,7 @@ pub fn plan_adoption<'t>(
             plan.adopt = Some(plan.seen.len());
         }
         plan.seen.push(Seen {
-            id: row.id.to_string(),
-            job_id: row.plain_id(),
+            id,
             state: row.state.clone(),
             partition: row.partition.clone(),
             account: row.account.clone(),
@@ -598,7 +629,7 @@ mod tests {
         ]
         .concat();
         let plan = plan_adoption(&rows(&text), "T", [T], &[]);
-        assert_eq!(plan.adopted().unwrap().job_id, JobId::new(4242));
+        assert_eq!(plan.adopted().unwrap().0, JobId::new(4242).unwrap());
     }
 
     /// Behaviours 26, 27, 29: array elements never, newest first, the gone id skipped.
@@ -612,11 +643,10 @@ mod tests {
         ]
         .concat();
         let plan = plan_adoption(&rows(&text), "T", [T], &[]);
-        let adopted = plan.adopted().unwrap();
-        assert_eq!(adopted.job_id, JobId::new(39000077));
+        assert_eq!(plan.adopted().unwrap().0, JobId::new(39000077).unwrap());
         let passed: Vec<_> = plan
             .passed()
-            .map(|s| (s.id.as_str(), s.passed.clone().unwrap()))
+            .map(|s| (s.id.to_string(), s.passed.clone().unwrap()))
             .collect();
         assert_eq!(
             passed,
@@ -625,9 +655,10 @@ mod tests {
                 ("4242_3", Passed::NotPlain),
                 ("4242", Passed::OtherTarget(None)),
             ]
+            .map(|(id, why)| (id.to_owned(), why))
         );
         let excluded = plan_adoption(&rows(&text), "T", [T], &[JobId::new(39000077).unwrap()]);
-        assert_eq!(excluded.adopted().unwrap().job_id, JobId::new(39000001));
+        assert_eq!(excluded.adopted().unwrap().0, JobId::new(39000001).unwrap());
         let only_array = rows(&on_t("4242_3", 4250, "RUNNING"));
         assert_eq!(plan_adoption(&only_array, "T", [T], &[]).adopt, None);
         let ended = rows(&on_t("5", 5, "COMPLETED"));
@@ -828,9 +859,10 @@ mod tests {
                     Arbitration::NotListed => !is_live(&r.state),
                 }
             });
-            let adopted = plan_adoption(&rows, "T", [T], &[]).adopted().cloned();
-            let no_younger_held = adopted
-                .is_none_or(|a| !a.held || oldest.is_none_or(|o| a.job_id.unwrap() <= o));
+            let plan = plan_adoption(&rows, "T", [T], &[]);
+            let no_younger_held = plan
+                .adopted()
+                .is_none_or(|(job, a)| !a.held || oldest.is_none_or(|o| job <= o));
             agree && no_younger_held
         }
     }

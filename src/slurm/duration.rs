@@ -32,10 +32,6 @@ impl SlurmDuration {
         SlurmDuration::Finite(secs)
     }
 
-    pub fn from_minutes(minutes: u64) -> Option<SlurmDuration> {
-        minutes.checked_mul(60).map(SlurmDuration::Finite)
-    }
-
     pub fn as_secs(self) -> Option<u64> {
         match self {
             SlurmDuration::Finite(s) => Some(s),

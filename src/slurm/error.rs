@@ -35,47 +35,25 @@ impl fmt::Display for Excerpt<'_> {
     }
 }
 
-/// What a parser was trying to read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Parsed {
-    JobId,
-    SlurmId,
-    StepId,
-    Duration,
-    Memory,
-    ExitCode,
-    Timestamp,
-    Number,
-    ScontrolRecord,
-    SqueueJobRow,
-    SqueueStepRow,
-    SacctRow,
-    SbatchOutput,
-    SallocOutput,
-    /// A whole command output.
-    Output,
-}
-
-impl fmt::Display for Parsed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = match self {
-            Parsed::JobId => "job id",
-            Parsed::SlurmId => "Slurm job/step id",
-            Parsed::StepId => "step id",
-            Parsed::Duration => "duration",
-            Parsed::Memory => "memory size",
-            Parsed::ExitCode => "exit code",
-            Parsed::Timestamp => "timestamp",
-            Parsed::Number => "number",
-            Parsed::ScontrolRecord => "scontrol record",
-            Parsed::SqueueJobRow => "squeue job row",
-            Parsed::SqueueStepRow => "squeue step row",
-            Parsed::SacctRow => "sacct row",
-            Parsed::SbatchOutput => "sbatch output",
-            Parsed::SallocOutput => "salloc output",
-            Parsed::Output => "command output",
-        };
-        f.write_str(s)
+crate::words! {
+    /// What a parser was trying to read.
+    pub enum Parsed {
+        JobId => "job id",
+        SlurmId => "Slurm job/step id",
+        StepId => "step id",
+        Duration => "duration",
+        Memory => "memory size",
+        ExitCode => "exit code",
+        Timestamp => "timestamp",
+        Number => "number",
+        ScontrolRecord => "scontrol record",
+        SqueueJobRow => "squeue job row",
+        SqueueStepRow => "squeue step row",
+        SacctRow => "sacct row",
+        SbatchOutput => "sbatch output",
+        SallocOutput => "salloc output",
+        /// A whole command output.
+        Output => "command output",
     }
 }
 

@@ -287,13 +287,6 @@ impl SlurmId {
         Some(SlurmId { job, step })
     }
 
-    pub fn plain_job(job: JobId) -> SlurmId {
-        SlurmId {
-            job: JobRef::Plain(job),
-            step: None,
-        }
-    }
-
     pub fn job(&self) -> &JobRef {
         &self.job
     }

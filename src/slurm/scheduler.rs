@@ -3,6 +3,7 @@
 use std::ffi::OsString;
 use std::fs::OpenOptions;
 use std::future::Future;
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -123,7 +124,7 @@ pub trait Scheduler: Send + Sync {
     fn allocate_held(
         &self,
         req: &AllocRequest,
-        log: &std::path::Path,
+        log: &Path,
     ) -> impl Future<Output = Result<HeldAllocation, ActionError>> + Send {
         let _ = (req, log);
         async {
@@ -218,102 +219,36 @@ pub trait Scheduler: Send + Sync {
     }
 }
 
+/// Each async method of [`Scheduler`] for `&T`, handed to `T`'s own.
+macro_rules! forward {
+    ($($method:ident($($arg:ident: $ty:ty),*) -> $out:ty;)*) => {$(
+        fn $method(&self, $($arg: $ty),*) -> impl Future<Output = $out> + Send {
+            (**self).$method($($arg),*)
+        }
+    )*};
+}
+
 /// A scheduler may be borrowed (`ops::context::Ctx<&S>`): the seeded simulation runs sessions and pools,
 /// each with its own state directory, against one simulated cluster, and the scripted session
 /// tests keep their Slurm to script and check it. Every method forwards, the defaulted ones too
 /// (a default here would answer for the borrowed scheduler's own, e.g. `test_batch`).
 impl<T: Scheduler> Scheduler for &T {
-    fn submit_batch(
-        &self,
-        req: &BatchRequest,
-    ) -> impl Future<Output = Result<Submitted, ActionError>> + Send {
-        (**self).submit_batch(req)
-    }
-
-    fn test_batch(
-        &self,
-        req: &BatchRequest,
-    ) -> impl Future<Output = Result<TestedBatch, SlurmError>> + Send {
-        (**self).test_batch(req)
-    }
-
-    fn allocate(
-        &self,
-        req: &AllocRequest,
-    ) -> impl Future<Output = Result<Allocated, ActionError>> + Send {
-        (**self).allocate(req)
-    }
-
-    fn allocate_held(
-        &self,
-        req: &AllocRequest,
-        log: &std::path::Path,
-    ) -> impl Future<Output = Result<HeldAllocation, ActionError>> + Send {
-        (**self).allocate_held(req, log)
-    }
-
-    fn launch_step(
-        &self,
-        req: &StepRequest,
-    ) -> impl Future<Output = Result<LaunchedStep, ActionError>> + Send {
-        (**self).launch_step(req)
-    }
-
-    fn list_jobs(&self, query: &JobQuery) -> impl Future<Output = Answer<Vec<JobRow>>> + Send {
-        (**self).list_jobs(query)
-    }
-
-    fn list_steps(&self, job: JobId) -> impl Future<Output = Answer<Vec<StepRow>>> + Send {
-        (**self).list_steps(job)
-    }
-
-    fn show_job(&self, job: JobId) -> impl Future<Output = Answer<Vec<JobDetails>>> + Send {
-        (**self).show_job(job)
-    }
-
-    fn accounting(&self, query: &AcctQuery) -> impl Future<Output = Answer<Vec<AcctRow>>> + Send {
-        (**self).accounting(query)
-    }
-
-    fn cancel_job(
-        &self,
-        job: JobId,
-    ) -> impl Future<Output = Result<CancelReport, ActionError>> + Send {
-        (**self).cancel_job(job)
-    }
-
-    fn release_job(&self, job: JobId) -> impl Future<Output = Result<(), ActionError>> + Send {
-        (**self).release_job(job)
-    }
-
-    fn set_comment(
-        &self,
-        job: JobId,
-        comment: &str,
-    ) -> impl Future<Output = Result<(), ActionError>> + Send {
-        (**self).set_comment(job, comment)
-    }
-
-    fn cancel_step(
-        &self,
-        step: StepId,
-    ) -> impl Future<Output = Result<CancelReport, ActionError>> + Send {
-        (**self).cancel_step(step)
-    }
-
-    fn signal_step(
-        &self,
-        step: StepId,
-        signal: Signal,
-    ) -> impl Future<Output = Result<CancelReport, ActionError>> + Send {
-        (**self).signal_step(step, signal)
-    }
-
-    fn cancel_by_name(
-        &self,
-        name: &JobName,
-    ) -> impl Future<Output = Result<CancelReport, ActionError>> + Send {
-        (**self).cancel_by_name(name)
+    forward! {
+        submit_batch(req: &BatchRequest) -> Result<Submitted, ActionError>;
+        test_batch(req: &BatchRequest) -> Result<TestedBatch, SlurmError>;
+        allocate(req: &AllocRequest) -> Result<Allocated, ActionError>;
+        allocate_held(req: &AllocRequest, log: &Path) -> Result<HeldAllocation, ActionError>;
+        launch_step(req: &StepRequest) -> Result<LaunchedStep, ActionError>;
+        list_jobs(query: &JobQuery) -> Answer<Vec<JobRow>>;
+        list_steps(job: JobId) -> Answer<Vec<StepRow>>;
+        show_job(job: JobId) -> Answer<Vec<JobDetails>>;
+        accounting(query: &AcctQuery) -> Answer<Vec<AcctRow>>;
+        cancel_job(job: JobId) -> Result<CancelReport, ActionError>;
+        release_job(job: JobId) -> Result<(), ActionError>;
+        set_comment(job: JobId, comment: &str) -> Result<(), ActionError>;
+        cancel_step(step: StepId) -> Result<CancelReport, ActionError>;
+        signal_step(step: StepId, signal: Signal) -> Result<CancelReport, ActionError>;
+        cancel_by_name(name: &JobName) -> Result<CancelReport, ActionError>;
     }
 
     fn call_counts(&self) -> CallCounts {
@@ -561,7 +496,7 @@ impl Scheduler for CliScheduler {
     async fn allocate_held(
         &self,
         req: &AllocRequest,
-        log: &std::path::Path,
+        log: &Path,
     ) -> Result<HeldAllocation, ActionError> {
         let config = self.runner.config();
         super::held_salloc::allocate_held(&self.runner, req, log, config.timeout, config.kill_grace)

@@ -143,10 +143,6 @@ impl JobState {
     pub fn is_active(&self) -> bool {
         !self.is_terminal() && !matches!(self, JobState::Other(_))
     }
-
-    pub fn is_running(&self) -> bool {
-        matches!(self, JobState::Running)
-    }
 }
 
 impl fmt::Display for JobState {

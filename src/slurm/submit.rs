@@ -184,26 +184,20 @@ mod tests {
 
     #[test]
     fn a_test_only_refusal_is_read_from_its_allocation_failure_line() {
-        assert_eq!(
-            test_only_refusal(
-                "allocation failure: Requested node configuration is not available\n"
+        for (stderr, refusal) in [
+            (
+                "allocation failure: Requested node configuration is not available\n",
+                Some("Requested node configuration is not available"),
             ),
-            Some("Requested node configuration is not available")
-        );
-        assert_eq!(
-            test_only_refusal(
-                "sbatch: error: invalid partition specified: nope\nallocation failure: Invalid partition name specified\n"
+            (
+                "sbatch: error: invalid partition specified: nope\nallocation failure: Invalid partition name specified\n",
+                Some("Invalid partition name specified"),
             ),
-            Some("Invalid partition name specified")
-        );
-        assert_eq!(
-            test_only_refusal("allocation failure: Socket timed out\n"),
-            None
-        );
-        assert_eq!(
-            test_only_refusal("sbatch: Job 3 to start at 2026-12-01T10:00:00 using 1 processors on nodes vm in partition debug\n"),
-            None
-        );
+            ("allocation failure: Socket timed out\n", None),
+            ("sbatch: Job 3 to start at 2026-12-01T10:00:00 using 1 processors on nodes vm in partition debug\n", None),
+        ] {
+            assert_eq!(test_only_refusal(stderr), refusal, "{stderr:?}");
+        }
     }
     use quickcheck::quickcheck;
 
@@ -278,24 +272,21 @@ mod tests {
     #[test]
     fn refusals() {
         let refused = |stderr: &str| refusal_phrase("", stderr);
-        assert_eq!(
-            refused(
+        for (stderr, phrase) in [
+            (
                 "sbatch: error: invalid partition specified: nope\n\
-                 sbatch: error: Batch job submission failed: Invalid partition name specified\n"
+                 sbatch: error: Batch job submission failed: Invalid partition name specified\n",
+                "Invalid partition name specified",
             ),
-            Some("Invalid partition name specified")
-        );
-        assert_eq!(
-            refused(
+            (
                 "salloc: error: Memory specification can not be satisfied\n\
-                 salloc: error: Job submit/allocate failed: Requested node configuration is not available\n"
+                 salloc: error: Job submit/allocate failed: Requested node configuration is not available\n",
+                "Memory specification can not be satisfied",
             ),
-            Some("Memory specification can not be satisfied")
-        );
-        assert_eq!(
-            refused("sbatch: error: Invalid --time specification\n"),
-            Some("Invalid --time specification")
-        );
+            ("sbatch: error: Invalid --time specification\n", "Invalid --time specification"),
+        ] {
+            assert_eq!(refused(stderr), Some(phrase), "{stderr:?}");
+        }
         for unknown in [
             "",
             "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n",

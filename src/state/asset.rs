@@ -21,19 +21,6 @@ pub enum AssetState {
     Ready,
 }
 
-/// An asset's kind is shown by its word (`source`, `image`); its journal name is the event's.
-impl super::Word for crate::event::asset::AssetKind {
-    fn as_str(self) -> &'static str {
-        crate::event::asset::AssetKind::as_str(self)
-    }
-}
-
-impl super::Word for AssetState {
-    fn as_str(self) -> &'static str {
-        AssetState::as_str(self)
-    }
-}
-
 impl AssetState {
     pub fn as_str(self) -> &'static str {
         match self {

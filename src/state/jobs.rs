@@ -30,12 +30,6 @@ pub enum JobWorkerState {
     Forgotten,
 }
 
-impl super::Word for JobWorkerState {
-    fn as_str(self) -> &'static str {
-        JobWorkerState::as_str(self)
-    }
-}
-
 impl JobWorkerState {
     pub fn as_str(self) -> &'static str {
         match self {

@@ -19,6 +19,26 @@ pub trait Word: Copy {
     fn as_str(self) -> &'static str;
 }
 
+/// Types whose own `as_str` is their word. An asset's kind (`source`, `image`) and a trial's
+/// verdict (`passed`, `failed`) are shown by their word too; their journal names are the
+/// event's.
+macro_rules! own_word {
+    ($($t:ty),*) => {$(
+        impl Word for $t {
+            fn as_str(self) -> &'static str {
+                <$t>::as_str(self)
+            }
+        }
+    )*};
+}
+own_word!(
+    pool::WorkerState,
+    jobs::JobWorkerState,
+    asset::AssetState,
+    crate::event::asset::AssetKind,
+    crate::event::trial::Verdict
+);
+
 /// `#[serde(serialize_with = "crate::state::word")]`: a [`Word`] field as its word.
 pub fn word<T: Word, S: serde::Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(value.as_str())

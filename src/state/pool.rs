@@ -51,12 +51,6 @@ pub enum WorkerState {
     Forgotten,
 }
 
-impl super::Word for WorkerState {
-    fn as_str(self) -> &'static str {
-        WorkerState::as_str(self)
-    }
-}
-
 impl WorkerState {
     /// The word CLI.md fixes for `pool status`.
     pub fn as_str(self) -> &'static str {

@@ -284,20 +284,34 @@ mod tests {
         }
     }
 
+    fn submitted(m: &str, sub: u128, job: u32) -> SessionJobSubmitted {
+        SessionJobSubmitted {
+            session: key(m),
+            submission_id: Uuid::from_u128(sub),
+            job_id: id(job),
+        }
+    }
+
+    fn adopt(m: &str, job: u32) -> SessionAdopted {
+        SessionAdopted {
+            session: key(m),
+            job_id: id(job),
+            how: "name_probe".into(),
+            state: "RUNNING".into(),
+            partition: "p".into(),
+            account: None,
+            qos: None,
+            replacing: None,
+        }
+    }
+
     #[test]
     fn intent_then_id_binds_and_a_crash_leaves_a_submission() {
         let mut s = Sessions::default();
         s.launch_intent(Micros(1), &intent("a", 1, None));
         assert!(s.get(&key("a")).unwrap().may_have_unknown_job());
         assert_eq!(s.get(&key("a")).unwrap().job_id(), None);
-        s.job_submitted(
-            Micros(2),
-            &SessionJobSubmitted {
-                session: key("a"),
-                submission_id: Uuid::from_u128(1),
-                job_id: id(7),
-            },
-        );
+        s.job_submitted(Micros(2), &submitted("a", 1, 7));
         let a = s.get(&key("a")).unwrap();
         assert_eq!(a.job_id(), Some(id(7)));
         assert!(!a.may_have_unknown_job());
@@ -342,19 +356,7 @@ mod tests {
     #[test]
     fn a_job_proven_gone_settles_the_cancel_still_in_doubt() {
         let mut s = Sessions::default();
-        s.adopted(
-            Micros(1),
-            &SessionAdopted {
-                session: key("a"),
-                job_id: id(1),
-                how: "name_probe".into(),
-                state: "RUNNING".into(),
-                partition: "p".into(),
-                account: None,
-                qos: None,
-                replacing: None,
-            },
-        );
+        s.adopted(Micros(1), &adopt("a", 1));
         s.cancel_intent(&SessionCancelIntent {
             session: key("a"),
             job_id: id(1),
@@ -370,16 +372,6 @@ mod tests {
     #[test]
     fn holders_release_detach_and_stale_events() {
         let mut s = Sessions::default();
-        let adopt = |m: &str, j| SessionAdopted {
-            session: key(m),
-            job_id: id(j),
-            how: "name_probe".into(),
-            state: "RUNNING".into(),
-            partition: "p".into(),
-            account: None,
-            qos: None,
-            replacing: None,
-        };
         s.adopted(Micros(1), &adopt("a", 1));
         s.adopted(Micros(1), &adopt("b", 1));
         s.adopted(Micros(1), &adopt("c", 2));
@@ -424,28 +416,14 @@ mod tests {
     fn a_renewal_remembers_the_job_it_replaces_until_released() {
         let mut s = Sessions::default();
         s.launch_intent(Micros(1), &intent("a", 1, None));
-        s.job_submitted(
-            Micros(2),
-            &SessionJobSubmitted {
-                session: key("a"),
-                submission_id: Uuid::from_u128(1),
-                job_id: id(111),
-            },
-        );
+        s.job_submitted(Micros(2), &submitted("a", 1, 111));
         s.launch_intent(Micros(3), &intent("a", 2, Some(111)));
         assert_eq!(
             s.get(&key("a")).unwrap().job_id(),
             Some(id(111)),
             "the old job stays bound while the new submission is in flight"
         );
-        s.job_submitted(
-            Micros(4),
-            &SessionJobSubmitted {
-                session: key("a"),
-                submission_id: Uuid::from_u128(2),
-                job_id: id(222),
-            },
-        );
+        s.job_submitted(Micros(4), &submitted("a", 2, 222));
         let a = s.get(&key("a")).unwrap();
         assert_eq!((a.job_id(), a.replaced), (Some(id(222)), Some(id(111))));
         s.released(&SessionReleased {

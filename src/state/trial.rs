@@ -15,13 +15,6 @@ pub const TRIALS_KEPT: usize = 10_000;
 /// Workers one trial may have; joining more is refused.
 pub const WORKERS_PER_TRIAL: usize = 1024;
 
-/// A verdict is shown by its word (`passed`, `failed`); its journal name is the event's.
-impl super::Word for Verdict {
-    fn as_str(self) -> &'static str {
-        Verdict::as_str(self)
-    }
-}
-
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Judgement {
     pub verdict: Verdict,

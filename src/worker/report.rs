@@ -177,14 +177,8 @@ pub fn read_anchored(
     if let Some(e) = failure {
         return Err(e);
     }
-    if scan.status.refuses_writes() {
-        return Err(JournalError::Damaged {
-            dir,
-            status: scan.status,
-            damage: scan.damage.expect("damaged scans carry their damage"),
-        });
-    }
-    r.journal_status = Some(scan.status);
+    scan.refusal(&dir)?;
+    r.journal_status = Some(scan.status());
     if let Some(h) = scan.head {
         r.head = Some(hex::encode(h.chain));
         r.head_chain = Some(h.chain);

@@ -71,46 +71,40 @@ pub fn command_line(
     sup: &SupervisorArgs<'_>,
     command: &[String],
 ) -> Vec<OsString> {
-    let mut argv: Vec<OsString> = vec![
-        exe.as_os_str().to_owned(),
-        "worker".into(),
-        "run".into(),
-        "--submission-id".into(),
-        sup.submission_id.to_string().into(),
-        "--worker-dir".into(),
-        sup.dirs.root.clone().into_os_string(),
-        "--worker".into(),
-        sup.worker.into(),
-        "--publish-dir".into(),
-        sup.publish_dir.as_os_str().to_owned(),
-        "--deadline".into(),
-        sup.deadline.clone().into(),
-        "--grace".into(),
-        sup.budgets.grace_s.to_string().into(),
-        "--publication-timeout".into(),
-        sup.budgets.publication_timeout_s.to_string().into(),
-        "--native-state-budget".into(),
-        sup.budgets.native_state_s.to_string().into(),
-        "--cleanup-budget".into(),
-        sup.budgets.cleanup_s.to_string().into(),
+    let budgets = &sup.budgets;
+    let mut flags: Vec<(&str, OsString)> = vec![
+        ("--submission-id", sup.submission_id.to_string().into()),
+        ("--worker-dir", sup.dirs.root.clone().into_os_string()),
+        ("--worker", sup.worker.into()),
+        ("--publish-dir", sup.publish_dir.as_os_str().to_owned()),
+        ("--deadline", sup.deadline.clone().into()),
+        ("--grace", budgets.grace_s.to_string().into()),
+        (
+            "--publication-timeout",
+            budgets.publication_timeout_s.to_string().into(),
+        ),
+        (
+            "--native-state-budget",
+            budgets.native_state_s.to_string().into(),
+        ),
+        ("--cleanup-budget", budgets.cleanup_s.to_string().into()),
     ];
-    if let Some(pool) = sup.pool {
-        argv.extend(["--pool".into(), pool.into()]);
-    }
-    if let Some(glob) = sup.append_only_glob {
-        argv.extend(["--append-only-glob".into(), glob.into()]);
-    }
+    flags.extend(sup.pool.map(|pool| ("--pool", pool.into())));
+    flags.extend(
+        sup.append_only_glob
+            .map(|glob| ("--append-only-glob", glob.into())),
+    );
     for record in sup.assets {
         let local = LocalAsset {
             record: record.clone(),
             path: state_dir.join(&record.file),
         };
-        argv.extend([
-            "--asset".into(),
-            serde_json::to_string(&local)
-                .expect("an asset always serializes")
-                .into(),
-        ]);
+        let json = serde_json::to_string(&local).expect("an asset always serializes");
+        flags.push(("--asset", json.into()));
+    }
+    let mut argv: Vec<OsString> = vec![exe.as_os_str().to_owned(), "worker".into(), "run".into()];
+    for (flag, value) in flags {
+        argv.extend([flag.into(), value]);
     }
     argv.push("--".into());
     argv.extend(command.iter().map(OsString::from));

@@ -107,7 +107,7 @@ async fn find_by_name<S: Scheduler>(env: &Env<'_, S>, r: &Resolved<'_>) -> Resul
     }
     let (probe, adopted) = adopt_or_vouch(env, r).await?;
     match (adopted, probe.cannot_vouch()) {
-        (Some(seen), _) => Ok(seen.job_id.expect("only plain ids are adopted")),
+        (Some((job, _)), _) => Ok(job),
         (None, Some(why)) => Err(OpError::Unknown(format!(
             "no Slurm job is recorded for session {}, and {why}; nothing was done. Retry, or \
              look with `squeue --me --name={}`",

@@ -8,7 +8,6 @@ use serde::Serialize;
 use super::launch::{placement, LaunchRequest};
 use super::{name_probe, session, token_clash, Env, OpError, Resolved};
 use crate::policy::session::recorded::{recorded, Recorded};
-use crate::policy::session::Seen;
 use crate::slurm::{BatchPayload, BatchRequest, JobId, Placement, Scheduler};
 
 /// What `session launch` would do (docs/cli.md, `session launch --dry-run`).
@@ -71,9 +70,9 @@ pub async fn launch_dry_run<S: Scheduler>(
         }
         exclude.push(job);
     }
-    if let Some(seen) = adoptable(env, &r, &exclude).await? {
+    if let Some(job) = adoptable(env, &r, &exclude).await? {
         plan.would = Would::Adopt;
-        plan.job_id = seen.job_id;
+        plan.job_id = Some(job);
         return Ok(plan);
     }
     test_submit(env, &r, placement, plan).await
@@ -102,10 +101,10 @@ async fn adoptable<S: Scheduler>(
     env: &Env<'_, S>,
     r: &Resolved<'_>,
     exclude: &[JobId],
-) -> Result<Option<Seen>, OpError> {
+) -> Result<Option<JobId>, OpError> {
     let probe = name_probe(env, r, exclude).await;
-    if let Some(seen) = probe.plan.as_ref().and_then(|p| p.adopted()) {
-        return Ok(Some(seen.clone()));
+    if let Some((job, _)) = probe.plan.as_ref().and_then(|p| p.adopted()) {
+        return Ok(Some(job));
     }
     if let Some(lines) = probe.unreadable {
         return Err(OpError::Unknown(format!(

@@ -185,9 +185,9 @@ struct Keep {
 }
 
 impl Keep {
-    fn adopted(seen: Seen) -> Keep {
+    fn adopted((job, seen): (JobId, Seen)) -> Keep {
         Keep {
-            job: seen.job_id.expect("only plain ids are adopted"),
+            job,
             action: LaunchAction::Adopted,
             state: seen.state,
             node: seen.node,
@@ -345,7 +345,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
     async fn probe_within_wait(
         &mut self,
         exclude: &[JobId],
-    ) -> Result<(NameProbe, Option<Seen>), OpError> {
+    ) -> Result<(NameProbe, Option<(JobId, Seen)>), OpError> {
         let waits = self.env.waits;
         let mut poll = Poller::within(waits.poll_first, waits.poll_max, waits.run_budget);
         let mut told: Option<Instant> = None;
@@ -700,7 +700,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         &mut self,
         intent_at: Micros,
         exclude: &[JobId],
-    ) -> Result<Option<Seen>, OpError> {
+    ) -> Result<Option<(JobId, Seen)>, OpError> {
         let bound = self.env.ctx.sched.longest_call() + self.env.waits.submit_settle;
         let Some(left) = in_flight_wait(intent_at, Micros::now(), bound) else {
             return Ok(None);
@@ -723,13 +723,12 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         while in_flight_wait(intent_at, Micros::now(), bound).is_some() {
             let (probe, adopted) =
                 adopt_by_name(self.env, &self.r, exclude, self.req.replacing).await?;
-            if let Some(seen) = adopted {
+            if let Some((job, seen)) = adopted {
                 self.warnings.extend(probe.warnings);
-                let job = seen.job_id.expect("only plain ids are adopted");
                 (self.env.progress)(&format!(
                     "found job {job} of the interrupted launch of {key}; adopting it"
                 ));
-                return Ok(Some(seen));
+                return Ok(Some((job, seen)));
             }
             if told.elapsed() >= PROGRESS_EVERY {
                 (self.env.progress)(&format!(

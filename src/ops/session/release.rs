@@ -293,8 +293,7 @@ async fn find_unrecorded<S: Scheduler>(
     let (probe, adopted) = adopt_or_vouch(env, r).await?;
     warnings.extend(probe.warnings.iter().cloned());
     match (adopted, probe.cannot_vouch()) {
-        (Some(seen), _) => {
-            let job = seen.job_id.expect("only plain ids are adopted");
+        (Some((job, _)), _) => {
             warnings.push(format!(
                 "no job was recorded for {}; found job {job} of it by name, releasing it",
                 r.key
@@ -373,8 +372,8 @@ async fn sweep<S: Scheduler>(
         if live.is_empty() {
             return Ok(());
         }
-        for seen in live {
-            let job = release_stray(env, r, &seen, report).await?;
+        for (job, seen) in live {
+            release_stray(env, r, job, &seen, report).await?;
             settled.push(job);
         }
     }
@@ -394,7 +393,7 @@ async fn still_running<S: Scheduler>(
     r: &Resolved<'_>,
     exclude: &[JobId],
     report: &ReleaseReport,
-) -> Result<Vec<Seen>, OpError> {
+) -> Result<Vec<(JobId, Seen)>, OpError> {
     let mut probe = name_probe(env, r, exclude).await;
     let none_left = probe
         .plan
@@ -417,7 +416,7 @@ async fn still_running<S: Scheduler>(
         .plan
         .iter()
         .flat_map(|p| p.this_targets())
-        .cloned()
+        .map(|(job, seen)| (job, seen.clone()))
         .collect())
 }
 
@@ -425,10 +424,10 @@ async fn still_running<S: Scheduler>(
 async fn release_stray<S: Scheduler>(
     env: &Env<'_, S>,
     r: &Resolved<'_>,
+    job: JobId,
     seen: &Seen,
     report: &mut ReleaseReport,
-) -> Result<JobId, OpError> {
-    let job = seen.job_id.expect("this target's jobs are plain");
+) -> Result<(), OpError> {
     env.ctx
         .append(adopted(&r.key, job, seen, "release_sweep", None))?;
     report.warnings.push(format!(
@@ -445,7 +444,7 @@ async fn release_stray<S: Scheduler>(
     if report.action == ReleaseAction::Nothing {
         report.action = ReleaseAction::Released;
     }
-    Ok(job)
+    Ok(())
 }
 
 fn released_what(report: &ReleaseReport) -> String {

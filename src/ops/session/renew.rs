@@ -157,12 +157,11 @@ async fn find_by_name<S: Scheduler>(env: &Env<'_, S>, r: &Resolved<'_>) -> Resul
     let key = &r.key;
     let (probe, adopted) = adopt_or_vouch(env, r).await?;
     match (adopted, probe.cannot_vouch()) {
-        (Some(seen), _) => {
+        (Some((job, _)), _) => {
             (env.progress)(&format!(
-                "no job was recorded for {key}; found job {} by name",
-                seen.id
+                "no job was recorded for {key}; found job {job} by name"
             ));
-            Ok(seen.job_id.expect("only plain ids are adopted"))
+            Ok(job)
         }
         (None, Some(why)) => Err(OpError::Unknown(format!(
             "no job is recorded for {key}, and {why}; nothing was done. Retry, or look with \

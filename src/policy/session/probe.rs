@@ -72,6 +72,7 @@ pub fn passed_note(seen: &Seen, key: &SessionKey, job_name: &str) -> Option<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::session::Listed;
     use crate::slurm::squeue::parse_jobs;
     use crate::slurm::JobState;
 
@@ -105,8 +106,7 @@ mod tests {
 
     fn seen(passed: Option<Passed>) -> Seen {
         Seen {
-            id: "4242_3".into(),
-            job_id: None,
+            id: Listed::NotPlain("4242_3".into()),
             state: JobState::Running,
             partition: "savio3".into(),
             account: Some("fc_jevons".into()),
