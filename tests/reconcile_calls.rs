@@ -142,3 +142,92 @@ fn a_listed_job_without_a_step_seen_before_proves_that_step_over() {
         );
     }
 }
+
+/// A pool over n1..n3 whose node n3 fails between the job listing and the step listing
+/// (Slurm drops the node from the `--no-kill` job and its step in one move): the worker on n3
+/// is released with a proof that names the node, because the job is asked again after the
+/// steps; the worker on n1 runs on.
+#[test]
+fn a_step_gone_with_its_node_after_the_job_listing_is_proven_over_by_the_node() {
+    use dispatch::event::pool::*;
+    use dispatch::event::{Event, Micros};
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let job = dispatch::slurm::JobId::new(JOB).unwrap();
+    let now = Micros::now().secs();
+    let share = |n: u32| dispatch::slurm::NodeShare {
+        name: format!("n{n}"),
+        cpus: 4,
+        mem_mb: 8000,
+        gpus: Vec::new(),
+    };
+    let mut events = vec![
+        Event::PoolAttached(PoolAttached {
+            pool: "p".into(),
+            allocation: Allocation {
+                job_id: job,
+                node: "n[1-3]".into(),
+                user: "root".into(),
+                start_time: Micros::from_secs(now - 60),
+                end_time: Micros::from_secs(now + 3600),
+                cpus: 12,
+                mem_mb: 24000,
+                partition: "debug".into(),
+                account: "dev".into(),
+                qos: "normal".into(),
+            },
+        }),
+        Event::PoolNodes(PoolNodes {
+            pool: "p".into(),
+            job_id: job,
+            nodes: (1..=3).map(share).collect(),
+        }),
+    ];
+    for n in [1u32, 3] {
+        let id = uuid::Uuid::from_u128(u128::from(n));
+        events.extend([
+            Event::WorkerSubmitIntent(WorkerSubmitIntent {
+                pool: "p".into(),
+                worker: format!("w{n}"),
+                submission_id: id,
+                cpus: 1,
+                mem_mb: 10,
+                publication_timeout_s: 30,
+                command: vec!["true".into()],
+            }),
+            Event::WorkerPlaced(WorkerPlaced {
+                submission_id: id,
+                node: format!("n{n}"),
+                gpus: 0,
+            }),
+            Event::WorkerLaunched(WorkerLaunched {
+                submission_id: id,
+                srun_pid: 1,
+            }),
+            Event::WorkerStepObserved(WorkerStepObserved {
+                submission_id: id,
+                step_id: n,
+            }),
+        ]);
+    }
+    let w = dispatch::journal::Writer::open(&state.join("journal"), Default::default()).unwrap();
+    w.append(events).unwrap();
+    drop(w);
+    let row = |nodes: &str| job_row().replace("|vm|", &format!("|{nodes}|"));
+    let r = reconcile(
+        &state,
+        &json!({"squeue": [
+            {"match": ["--steps"], "stdout": format!("{JOB}.1|root|0:10|UNLIMITED|2026-11-29T17:00:00|n1|1|p.w1\n")},
+            {"match": [format!("--jobs={JOB}")], "times": 1, "stdout": row("n[1-3]")},
+            {"match": [format!("--jobs={JOB}")], "stdout": row("n[1-2]")},
+        ]}),
+    );
+    let resolved = r["resolved"].as_array().unwrap();
+    assert_eq!(resolved.len(), 1, "only the worker on n3 ends: {r}");
+    assert_eq!(resolved[0]["worker"], "w3", "{r}");
+    let proof = resolved[0]["proof"].as_str().unwrap();
+    assert!(
+        proof.starts_with("ended by the failure of node n3: "),
+        "{proof}"
+    );
+}

@@ -44,6 +44,7 @@ use crate::policy::reconcile::{
 use crate::slurm::{
     AcctQuery, AcctRow, Answer, JobId, JobName, JobQuery, JobRow, Lookup, Scheduler,
 };
+use crate::slurm::{StepKind, StepRow};
 use crate::state::jobs::JobWorker;
 use crate::state::pool::{Pool, Worker};
 use crate::state::State;
@@ -297,6 +298,17 @@ async fn observe_pool<'a, S: Scheduler>(
         }
         Some(steps)
     };
+    // Slurm drops a failed node from a `--no-kill` job and that node's steps in one move, but
+    // the job listing above was taken before the step listing: a seen step absent now may have
+    // gone with its node after the job was listed. Asked again, the job tells of the same
+    // moment as the steps, and the proof names the lost node.
+    let again;
+    if matches!(listed, Lookup::Listed(_)) && lost_a_seen_step(pool, job, steps.as_ref()) {
+        again = ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
+        if let fresh @ Lookup::Listed(_) = again.job(job) {
+            listed = fresh;
+        }
+    }
     let slurm = reconcile::observe_pool(job, &listed, steps.as_ref());
     let at = ctx.now();
     PoolLook {
@@ -304,6 +316,21 @@ async fn observe_pool<'a, S: Scheduler>(
         workers: observe_workers(ctx, pool),
         at,
     }
+}
+
+/// Whether a step listing of a pool spread over nodes lacks a step one of its workers was seen
+/// running as.
+fn lost_a_seen_step(pool: &Pool, job: JobId, steps: Option<&Answer<Vec<StepRow>>>) -> bool {
+    let (Some(Answer::Live(rows)), Some(_)) = (steps, &pool.spread) else {
+        return false;
+    };
+    let listed = |step: u32| {
+        rows.iter()
+            .any(|r| r.id.job == job && r.id.step == StepKind::Numbered(step))
+    };
+    pool.active
+        .values()
+        .any(|w| w.step_id.is_some_and(|step| !listed(step)))
 }
 
 /// Each active worker of `pool`, in order, with what its own journal says and whether its
