@@ -150,11 +150,10 @@ fn a_listed_job_without_a_step_seen_before_proves_that_step_over() {
 #[test]
 fn a_step_gone_with_its_node_after_the_job_listing_is_proven_over_by_the_node() {
     use dispatch::event::pool::*;
-    use dispatch::event::{Event, Micros};
+    use dispatch::event::Event;
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
     let job = dispatch::slurm::JobId::new(JOB).unwrap();
-    let now = Micros::now().secs();
     let share = |n: u32| dispatch::slurm::NodeShare {
         name: format!("n{n}"),
         cpus: 4,
@@ -164,18 +163,7 @@ fn a_step_gone_with_its_node_after_the_job_listing_is_proven_over_by_the_node() 
     let mut events = vec![
         Event::PoolAttached(PoolAttached {
             pool: "p".into(),
-            allocation: Allocation {
-                job_id: job,
-                node: "n[1-3]".into(),
-                user: "root".into(),
-                start_time: Micros::from_secs(now - 60),
-                end_time: Micros::from_secs(now + 3600),
-                cpus: 12,
-                mem_mb: 24000,
-                partition: "debug".into(),
-                account: "dev".into(),
-                qos: "normal".into(),
-            },
+            allocation: synthetic::allocation("n[1-3]", 12, 24000),
         }),
         Event::PoolNodes(PoolNodes {
             pool: "p".into(),

@@ -20,21 +20,9 @@ pub fn fake_bin() -> PathBuf {
 /// step i when `seen(i)`.
 pub fn write_pool_journal(state: &Path, n: u32, seen: impl Fn(u32) -> bool) {
     let w = Writer::open(&state.join("journal"), Options::default()).unwrap();
-    let now = Micros::now().secs();
     let mut events = vec![Event::PoolAttached(PoolAttached {
         pool: "p".into(),
-        allocation: Allocation {
-            job_id: dispatch::slurm::JobId::new(JOB).unwrap(),
-            node: "vm".into(),
-            user: "root".into(),
-            start_time: Micros::from_secs(now - 60),
-            end_time: Micros::from_secs(now + 3600),
-            cpus: 1024,
-            mem_mb: 1 << 20,
-            partition: "debug".into(),
-            account: "dev".into(),
-            qos: "normal".into(),
-        },
+        allocation: allocation("vm", 1024, 1 << 20),
     })];
     for i in 0..n {
         let id = Uuid::from_u128(u128::from(i) + 1);
@@ -59,6 +47,23 @@ pub fn write_pool_journal(state: &Path, n: u32, seen: impl Fn(u32) -> bool) {
         }
     }
     w.append(events).unwrap();
+}
+
+/// Job [`JOB`] of root's on `nodes`, started a minute ago, an hour to go.
+pub fn allocation(nodes: &str, cpus: u32, mem_mb: u64) -> Allocation {
+    let now = Micros::now().secs();
+    Allocation {
+        job_id: dispatch::slurm::JobId::new(JOB).unwrap(),
+        node: nodes.into(),
+        user: "root".into(),
+        start_time: Micros::from_secs(now - 60),
+        end_time: Micros::from_secs(now + 3600),
+        cpus,
+        mem_mb,
+        partition: "debug".into(),
+        account: "dev".into(),
+        qos: "normal".into(),
+    }
 }
 
 /// The allocation as `squeue --jobs` prints it (the driver's job format).
