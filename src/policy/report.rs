@@ -870,40 +870,42 @@ mod tests {
     use crate::event::trial::*;
     use crate::event::worker::*;
 
-    fn allocation() -> Allocation {
-        Allocation {
-            job_id: crate::event::test_job(9),
-            node: "n".into(),
-            user: "u".into(),
-            start_time: Micros(0),
-            end_time: Micros(1_000_000_000),
-            cpus: 4,
-            mem_mb: 1000,
-            partition: "debug".into(),
-            account: "dev".into(),
-            qos: "normal".into(),
-        }
+    /// Pool `p` attached to job 9 on node `n`.
+    fn attached() -> Event {
+        Event::PoolAttached(PoolAttached {
+            pool: "p".into(),
+            allocation: Allocation {
+                job_id: crate::event::test_job(9),
+                node: "n".into(),
+                user: "u".into(),
+                start_time: Micros(0),
+                end_time: Micros(1_000_000_000),
+                cpus: 4,
+                mem_mb: 1000,
+                partition: "debug".into(),
+                account: "dev".into(),
+                qos: "normal".into(),
+            },
+        })
+    }
+
+    fn intent(id: Uuid, worker: &str) -> Event {
+        Event::WorkerSubmitIntent(WorkerSubmitIntent {
+            pool: "p".into(),
+            worker: worker.into(),
+            submission_id: id,
+            cpus: 1,
+            mem_mb: 100,
+            publication_timeout_s: 30,
+            command: vec![],
+        })
     }
 
     /// A trial whose worker joined after its intent (as `pool submit` writes it), in a pool
     /// that another, unrelated worker also uses.
     fn journal(sid: Uuid, other: Uuid) -> Vec<Envelope> {
-        let intent = |id, worker: &str| {
-            Event::WorkerSubmitIntent(WorkerSubmitIntent {
-                pool: "p".into(),
-                worker: worker.into(),
-                submission_id: id,
-                cpus: 1,
-                mem_mb: 100,
-                publication_timeout_s: 30,
-                command: vec![],
-            })
-        };
         [
-            Event::PoolAttached(PoolAttached {
-                pool: "p".into(),
-                allocation: allocation(),
-            }),
+            attached(),
             Event::TrialOpened(TrialOpened {
                 trial: "t".into(),
                 pin: None,
@@ -1046,19 +1048,8 @@ mod tests {
     fn a_worker_shows_its_node_its_gpus_and_the_indexes_its_step_got() {
         let sid = Uuid::from_u128(1);
         let events: Vec<Envelope> = [
-            Event::PoolAttached(PoolAttached {
-                pool: "p".into(),
-                allocation: allocation(),
-            }),
-            Event::WorkerSubmitIntent(WorkerSubmitIntent {
-                pool: "p".into(),
-                worker: "w".into(),
-                submission_id: sid,
-                cpus: 1,
-                mem_mb: 100,
-                publication_timeout_s: 30,
-                command: vec![],
-            }),
+            attached(),
+            intent(sid, "w"),
             Event::WorkerPlaced(WorkerPlaced {
                 submission_id: sid,
                 node: "n".into(),
