@@ -8,7 +8,6 @@ pub use crate::backoff::Backoff;
 use crate::slurm::{Answer, JobId, JobRow, JobState};
 
 pub const DEFAULT_DRAIN_MINUTES: u64 = 20;
-pub const DEFAULT_POLL: Duration = Duration::from_secs(60);
 pub const BACKOFF_INITIAL: Duration = Duration::from_secs(30);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(1800);
 
