@@ -952,44 +952,30 @@ mod tests {
             env.time = Micros(5 + seq as i64);
             env
         };
-        b.offer_worker(
-            sid,
-            "w",
-            &own(
-                1,
-                WorkerEvent::SupervisorStarted(SupervisorStarted {
-                    submission_id: sid,
-                    job_id: Some(9),
-                    step_id: Some(0),
-                    node: "n".into(),
-                    cpu_set: "0".into(),
-                    deadline: Micros(777),
-                    grace_s: 0,
-                    command: vec![],
-                }),
-            ),
-        );
-        b.offer_worker(
-            sid,
-            "w",
-            &own(2, WorkerEvent::PayloadStarted(PayloadStarted { pid: 3 })),
-        );
-        b.offer_worker(
-            sid,
-            "w",
-            &own(
-                3,
-                WorkerEvent::Published(Published {
-                    dir: "/d".into(),
-                    manifest_sha256: Sha256Digest([7; 32]),
-                    files: 1,
-                    bytes: 1,
-                    commits: 0,
-                    patch_bytes: 0,
-                    took_ms: 1,
-                }),
-            ),
-        );
+        for (seq, event) in (1..).zip([
+            WorkerEvent::SupervisorStarted(SupervisorStarted {
+                submission_id: sid,
+                job_id: Some(9),
+                step_id: Some(0),
+                node: "n".into(),
+                cpu_set: "0".into(),
+                deadline: Micros(777),
+                grace_s: 0,
+                command: vec![],
+            }),
+            WorkerEvent::PayloadStarted(PayloadStarted { pid: 3 }),
+            WorkerEvent::Published(Published {
+                dir: "/d".into(),
+                manifest_sha256: Sha256Digest([7; 32]),
+                files: 1,
+                bytes: 1,
+                commits: 0,
+                patch_bytes: 0,
+                took_ms: 1,
+            }),
+        ]) {
+            b.offer_worker(sid, "w", &own(seq, event));
+        }
         let audit = AuditInput {
             status: crate::policy::audit::AuditStatus::Violations,
             violations: vec![
