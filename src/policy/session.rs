@@ -720,23 +720,15 @@ mod tests {
                 "7|7|{state}|p|a|q|u|1|1|{node}|9:58|10:00|N/A|N/A|None|n\n"
             )))
         };
-        assert_eq!(
-            poll_of(&live("RUNNING", "n0007"), j),
-            Poll::Running("n0007".into())
-        );
-        // A state word is never a node; a pending job has no node.
-        assert_eq!(
-            poll_of(&live("PENDING", ""), j),
-            Poll::Waiting(JobState::Pending)
-        );
-        assert_eq!(
-            poll_of(&live("CONFIGURING", "n1"), j),
-            Poll::Waiting(JobState::Configuring)
-        );
-        assert_eq!(
-            poll_of(&live("FAILED", "n1"), j),
-            Poll::Ended(Some(JobState::Failed))
-        );
+        for (state, node, want) in [
+            ("RUNNING", "n0007", Poll::Running("n0007".into())),
+            // A state word is never a node; a pending job has no node.
+            ("PENDING", "", Poll::Waiting(JobState::Pending)),
+            ("CONFIGURING", "n1", Poll::Waiting(JobState::Configuring)),
+            ("FAILED", "n1", Poll::Ended(Some(JobState::Failed))),
+        ] {
+            assert_eq!(poll_of(&live(state, node), j), want, "{state} on {node:?}");
+        }
         let invalid = Answer::Gone(crate::slurm::GoneProof::InvalidJobId {
             command: crate::slurm::SlurmCommand::Squeue,
             job: j,
