@@ -205,7 +205,7 @@ pub const MARKS: [Milestone; 9] = [
     Milestone::Forgotten,
 ];
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct WorkerTimeline {
     pub worker: String,
     pub submission_id: String,
