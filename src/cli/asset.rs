@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Subcommand;
 
 use super::exit::{self, Failure};
-use super::output::print_json;
+use super::output::{emit, print_json};
 use crate::ops::asset::{self as ops, AddRequest, AssetView};
 use crate::ops::context::Ctx;
 use crate::slurm::Scheduler;
@@ -71,11 +71,7 @@ fn print_asset(a: &AssetView) {
 pub fn run<S: Scheduler>(cmd: &AssetCommand, ctx: &Ctx<S>, json: bool) -> Result<u8, Failure> {
     let add = |name: &str, req: AddRequest| -> Result<u8, Failure> {
         let a = ops::add(ctx, name, &req)?;
-        if json {
-            print_json(&a)?;
-        } else {
-            print_asset(&a);
-        }
+        emit(json, &a, || print_asset(&a))?;
         Ok(exit::OK)
     };
     match cmd {
@@ -102,13 +98,11 @@ pub fn run<S: Scheduler>(cmd: &AssetCommand, ctx: &Ctx<S>, json: bool) -> Result
         }
         AssetCommand::Verify { names } => {
             let r = ops::verify(ctx, names)?;
-            if json {
-                print_json(&r)?;
-            } else {
+            emit(json, &r, || {
                 for v in &r.assets {
                     crate::outln!("{:<20} {:<10} {}", v.name, v.status, v.file);
                 }
-            }
+            })?;
             if r.ok {
                 Ok(exit::OK)
             } else {

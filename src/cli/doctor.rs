@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::exit::{self, Failure};
-use super::output::print_json;
+use super::output::emit;
 use crate::ops::doctor::{self, Options, Report};
 use crate::policy::doctor::Status;
 use crate::slurm::CliConfig;
@@ -98,11 +98,7 @@ pub async fn run(args: &DoctorArgs, ctx: Context<'_>) -> Result<u8, Failure> {
         };
         doctor::run(&opts).await
     };
-    if ctx.json {
-        print_json(&report)?;
-    } else {
-        render(&report);
-    }
+    emit(ctx.json, &report, || render(&report))?;
     Ok(if report.ready { exit::OK } else { exit::FAILED })
 }
 

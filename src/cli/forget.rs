@@ -3,7 +3,7 @@
 use clap::Args;
 
 use super::exit::Failure;
-use super::output::print_json;
+use super::output::emit;
 use crate::event::session::SessionKey;
 use crate::ops::context::Ctx;
 use crate::ops::forget::{self, ForgetReport};
@@ -62,10 +62,6 @@ pub fn run<S: Scheduler>(args: &ForgetArgs, ctx: &Ctx<S>, json: bool) -> Result<
         }
         _ => unreachable!("clap requires a worker, or --session with -T"),
     };
-    if json {
-        print_json(&report)?;
-    } else {
-        crate::outln!("{}", render(&report));
-    }
+    emit(json, &report, || crate::outln!("{}", render(&report)))?;
     Ok(super::exit::OK)
 }

@@ -6,7 +6,7 @@ use std::io::Write;
 use clap::Subcommand;
 
 use super::exit::{self, Failure};
-use super::output::{self, print_json};
+use super::output::{self, emit, print_json};
 use crate::ops::journal as ops;
 use crate::policy::audit::AuditStatus;
 
@@ -133,9 +133,7 @@ fn run_repair(checked: &Checked, json: bool) -> Result<u8, Failure> {
 fn run_verify(checked: &Checked, json: bool) -> Result<u8, Failure> {
     let dir = checked.journal_dir();
     let r = ops::verify(&dir)?;
-    if json {
-        print_json(&r)?;
-    } else {
+    emit(json, &r, || {
         crate::outln!(
             "{}: {} events, last seq {}, head {}",
             r.status,
@@ -178,7 +176,7 @@ fn run_verify(checked: &Checked, json: bool) -> Result<u8, Failure> {
                 ),
             }
         }
-    }
+    })?;
     Ok(match r.status {
         crate::journal::Status::Clean => exit::OK,
         crate::journal::Status::TornTail => exit::FAILED,
@@ -248,9 +246,7 @@ fn run_dump(
 
 pub fn run_audit(checked: &Checked, json: bool) -> Result<u8, Failure> {
     let r = crate::ops::audit::audit(checked)?;
-    if json {
-        print_json(&r)?;
-    } else {
+    emit(json, &r, || {
         crate::outln!(
             "audit: {} ({} events, journal {}, head {})",
             r.status,
@@ -290,7 +286,7 @@ pub fn run_audit(checked: &Checked, json: bool) -> Result<u8, Failure> {
         for f in &r.evidence.failed {
             crate::outln!("    {}: {}", f.dir, f.problems.join("; "));
         }
-    }
+    })?;
     Ok(match r.status {
         AuditStatus::Ok => exit::OK,
         AuditStatus::Damaged => exit::DAMAGED,

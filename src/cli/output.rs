@@ -36,6 +36,19 @@ pub fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `--json`: `value` as one JSON document; else what `human` prints.
+pub fn emit(
+    json: bool,
+    value: &impl serde::Serialize,
+    human: impl FnOnce(),
+) -> Result<(), Failure> {
+    if json {
+        return print_json(value);
+    }
+    human();
+    Ok(())
+}
+
 /// How much of a JSON document is written to stdout at a time.
 const JSON_BUFFER: usize = 64 * 1024;
 

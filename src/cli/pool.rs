@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 
 use super::exit::{self, Failure};
-use super::output::print_json;
+use super::output::{emit, print_json};
 use crate::ops::context::Ctx;
 use crate::ops::pool as ops;
 use crate::policy::pool::{Budgets, PUBLICATION_TIMEOUT_DEFAULT_S};
@@ -377,14 +377,12 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
         }
         PoolCommand::Detach { pool } => {
             let r = ops::detach(ctx, pool).await?;
-            if json {
-                print_json(&r)?;
-            } else {
+            emit(json, &r, || {
                 crate::outln!("pool {} detached; job {} is untouched", r.pool, r.job_id);
                 for w in &r.warnings {
                     eprintln!("warning: {w}");
                 }
-            }
+            })?;
         }
     }
     Ok(exit::OK)
@@ -431,9 +429,7 @@ async fn run_release<S: Scheduler>(
 ) -> Result<(), Failure> {
     let note = |m: &str| super::output::note(m);
     let r = ops::release(ctx, pool, Duration::from_secs(grace), &note).await?;
-    if json {
-        print_json(&r)?;
-    } else {
+    emit(json, &r, || {
         crate::outln!(
             "pool {} released: allocation {} gone ({}); {} worker(s) released",
             r.pool,
@@ -441,9 +437,8 @@ async fn run_release<S: Scheduler>(
                 .map_or_else(|| "none was made".to_owned(), |j| j.to_string()),
             r.proof,
             r.workers.len()
-        );
-    }
-    Ok(())
+        )
+    })
 }
 
 /// `dispatch pool attach`.
@@ -455,9 +450,7 @@ async fn run_attach<S: Scheduler>(
     json: bool,
 ) -> Result<(), Failure> {
     let r = ops::attach(ctx, pool, job, steal).await?;
-    if json {
-        print_json(&r)?;
-    } else {
+    emit(json, &r, || {
         let a = &r.allocation;
         crate::outln!(
             "attached job {} on {} as pool {}: {} CPUs, {} MB, until {} ({}/{}/{})",
@@ -471,8 +464,7 @@ async fn run_attach<S: Scheduler>(
             a.account,
             a.qos
         );
-    }
-    Ok(())
+    })
 }
 
 /// `dispatch pool submit --dry-run`.
@@ -483,9 +475,7 @@ async fn run_pool_submit_dry_run<S: Scheduler>(
     json: bool,
 ) -> Result<(), Failure> {
     let plan = ops::submit_dry_run(ctx, req, wait).await?;
-    if json {
-        print_json(&plan)?;
-    } else {
+    emit(json, &plan, || {
         crate::outln!(
             "would submit worker {} to pool {} as step {} of job {} on {}: {} CPU(s), {} MB, {} GPU(s), \
              room {} ({}/{} CPUs and {}/{} MB reserved), shutdown signalled at {}",
@@ -503,9 +493,8 @@ async fn run_pool_submit_dry_run<S: Scheduler>(
             plan.reserved_mem_mb,
             plan.capacity_mem_mb,
             plan.early_shutdown_at
-        );
-    }
-    Ok(())
+        )
+    })
 }
 
 /// `dispatch pool submit`, with `--wait [SECS]` as `wait` (`Some(None)`: no limit).
@@ -524,9 +513,7 @@ async fn run_pool_submit<S: Scheduler>(
     for w in &r.warnings {
         super::output::note(&format!("warning: {w}"));
     }
-    if json {
-        print_json(&r)?;
-    } else {
+    emit(json, &r, || {
         crate::outln!(
             "worker {} submitted to pool {} (submission {}): {}, step {}",
             r.worker,
@@ -534,9 +521,8 @@ async fn run_pool_submit<S: Scheduler>(
             r.submission_id,
             r.state.as_str(),
             r.step_id.as_deref().unwrap_or("not seen yet")
-        );
-    }
-    Ok(())
+        )
+    })
 }
 
 /// `dispatch pool create`: the placement comes from a config target or the flags.
@@ -580,9 +566,7 @@ pub async fn run_create<S: Scheduler>(
     };
     let note = |m: &str| super::output::note(m);
     let r = ops::create(ctx, &req, &note).await?;
-    if json {
-        print_json(&r)?;
-    } else {
+    emit(json, &r, || {
         let a = &r.allocation;
         crate::outln!(
             "{} job {} on {} as pool {}: {} CPUs, {} MB, until {} ({}/{}/{}); dispatch's to \
@@ -599,7 +583,7 @@ pub async fn run_create<S: Scheduler>(
             a.qos,
             r.pool
         );
-    }
+    })?;
     Ok(exit::OK)
 }
 

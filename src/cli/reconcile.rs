@@ -1,16 +1,14 @@
 //! `dispatch reconcile`: rendering of what it observed, resolved and left unknown.
 
 use super::exit::{self, Failure};
-use super::output::print_json;
+use super::output::emit;
 use crate::ops::context::Ctx;
 use crate::ops::reconcile;
 use crate::slurm::Scheduler;
 
 pub async fn run<S: Scheduler>(ctx: &Ctx<S>, json: bool) -> Result<u8, Failure> {
     let r = reconcile::reconcile(ctx, None).await?;
-    if json {
-        print_json(&r)?;
-    } else {
+    emit(json, &r, || {
         crate::outln!(
             "observed {} worker(s) with {} Slurm call(s); resolved {}, unknown {}",
             r.observed,
@@ -46,6 +44,6 @@ pub async fn run<S: Scheduler>(ctx: &Ctx<S>, json: bool) -> Result<u8, Failure> 
                 c.detail
             );
         }
-    }
+    })?;
     Ok(exit::OK)
 }

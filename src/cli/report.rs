@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use super::exit::{self, Failure};
-use super::output::print_json;
+use super::output::emit;
 use crate::policy::report::{Report, Subject};
 
 #[derive(Debug, clap::Args)]
@@ -68,11 +68,9 @@ pub fn run(
     if let Some(path) = &args.html {
         write_page(path, &super::report_html::render(&r))?;
     }
-    if json {
-        print_json(&r)?;
-    } else {
-        crate::out!("{}", render_text(&r, args.html.as_deref()));
-    }
+    emit(json, &r, || {
+        crate::out!("{}", render_text(&r, args.html.as_deref()))
+    })?;
     // The page of a damaged journal is written (forensics needs it most then), but the
     // command does not answer success over it: 5, as `audit` does.
     if r.audit.status == crate::policy::audit::AuditStatus::Damaged {

@@ -580,15 +580,7 @@ mod tests {
             state: "running".into(),
             cpus: 1,
             mem_mb: 100,
-            node: None,
-            gpus: 0,
-            step_gpus: None,
-            marks: vec![],
-            allocation_end: None,
-            allocation_end_us: None,
-            shutdown_deadline: None,
-            shutdown_deadline_us: None,
-            shutdown_deadline_source: None,
+            ..WorkerTimeline::default()
         };
         assert_eq!(placement_label(&w), "");
         w.node = Some("node2".into());

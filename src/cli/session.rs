@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 
 use super::exit::{self, Failure};
-use super::output::{note, print_json};
+use super::output::{emit, note, print_json};
 use crate::config::Config;
 use crate::event::session::SessionKey;
 use crate::ops::context::Ctx;
@@ -228,9 +228,7 @@ async fn run_launch_dry_run<S: Scheduler>(
     json: bool,
 ) -> Result<u8, Failure> {
     let plan = crate::ops::session::dry_run::launch_dry_run(env, req).await?;
-    if json {
-        print_json(&plan)?;
-    } else {
+    emit(json, &plan, || {
         crate::outln!(
             "would {} for {} on {} (job name {}){}",
             plan.would.as_str().replace('_', " "),
@@ -245,8 +243,8 @@ async fn run_launch_dry_run<S: Scheduler>(
                 ),
                 (None, None) => String::new(),
             }
-        );
-    }
+        )
+    })?;
     Ok(exit::OK)
 }
 
@@ -300,11 +298,7 @@ async fn run_release<S: Scheduler>(
     }
     let r = release::release(env, &session.mirror, &session.target, plan.job).await?;
     warn(&r.warnings);
-    if json {
-        print_json(&r)?;
-    } else {
-        render_release(&plan.key, &r);
-    }
+    emit(json, &r, || render_release(&plan.key, &r))?;
     Ok(exit::OK)
 }
 
@@ -411,9 +405,7 @@ async fn run_renew<S: Scheduler>(
             r.job_id, r.mirror, r.target
         ));
     }
-    if json {
-        print_json(&r)?;
-    } else {
+    emit(json, &r, || {
         crate::outln!(
             "session {}--{} holds job {} after {} check(s); relaunched {:?}, cancelled {:?}",
             r.mirror,
@@ -422,8 +414,8 @@ async fn run_renew<S: Scheduler>(
             r.iterations,
             numbers(&r.relaunched),
             numbers(&r.cancelled)
-        );
-    }
+        )
+    })?;
     Ok(exit::OK)
 }
 
@@ -525,13 +517,11 @@ pub async fn run_report<S: Scheduler>(
 ) -> Result<u8, Failure> {
     let files = session_files(ctx, config);
     let r = report::sessions(&env_of(ctx, config, config_path, &files, Waits::default())).await?;
-    if json {
-        print_json(&r)?;
-    } else {
+    emit(json, &r, || {
         let release =
             |mirror: &str, target: &str| command_for("release", &SessionKey::new(mirror, target));
         crate::out!("{}", super::table::sessions(&r, wide, &release));
-    }
+    })?;
     // A report built on a failed or partial listing may miss jobs: the outcome is unknown.
     Ok(if r.errors.is_empty() {
         exit::OK

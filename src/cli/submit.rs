@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::exit::{self, Failure};
-use super::output::print_json;
+use super::output::emit;
 use super::pool::{parse_time, SubmitExtras, WorkerArgs};
 use crate::ops::context::Ctx;
 use crate::slurm::Scheduler;
@@ -57,9 +57,7 @@ pub async fn run<S: Scheduler>(
     };
     if args.dry_run {
         let plan = crate::ops::submit::submit_dry_run(ctx, &req).await?;
-        if json {
-            print_json(&plan)?;
-        } else {
+        emit(json, &plan, || {
             crate::outln!(
                 "would submit worker {} as job {:?}: sbatch --test-only says it would start at {} on {} in partition {}",
                 plan.worker,
@@ -67,22 +65,20 @@ pub async fn run<S: Scheduler>(
                 plan.would_start,
                 plan.nodes,
                 plan.partition
-            );
-        }
+            )
+        })?;
         return Ok(exit::OK);
     }
     let r = crate::ops::submit::submit(ctx, &req).await?;
-    if json {
-        print_json(&r)?;
-    } else {
+    emit(json, &r, || {
         crate::outln!(
             "worker {} submitted as job {} (submission {})",
             r.worker,
             r.job_id
                 .map_or_else(|| "unknown".to_owned(), |j| j.to_string()),
             r.submission_id
-        );
-    }
+        )
+    })?;
     Ok(exit::OK)
 }
 
@@ -93,9 +89,7 @@ pub async fn stop<S: Scheduler>(
     json: bool,
 ) -> Result<u8, Failure> {
     let r = crate::ops::submit::stop(ctx, worker, Duration::from_secs(grace)).await?;
-    if json {
-        print_json(&r)?;
-    } else {
+    emit(json, &r, || {
         crate::outln!(
             "worker {} (job {}) {}: {}",
             r.worker,
@@ -106,7 +100,7 @@ pub async fn stop<S: Scheduler>(
                 "stopped"
             },
             r.proof.as_deref().unwrap_or("not proven yet")
-        );
-    }
+        )
+    })?;
     Ok(exit::OK)
 }

@@ -593,6 +593,7 @@ mod tests {
         };
         use crate::state::jobs::JobWorkerState;
         use crate::state::pool::WorkerState;
+        let res = |cpus, mem_mb, gpus| Resources { cpus, mem_mb, gpus };
         let alloc = |job: u32, left: Option<i64>, ended: Option<&str>| AllocationView {
             job_id: crate::event::test_job(job),
             node: "n0042.savio4".into(),
@@ -654,16 +655,8 @@ mod tests {
                     no_kill: None,
                     nodes_lost: Default::default(),
                     allocation: alloc(901, Some(3540), None),
-                    capacity: Resources {
-                        cpus: 4,
-                        mem_mb: 4096,
-                        gpus: 0,
-                    },
-                    reserved: Resources {
-                        cpus: 1,
-                        mem_mb: 100,
-                        gpus: 0,
-                    },
+                    capacity: res(4, 4096, 0),
+                    reserved: res(1, 100, 0),
                     nodes: Vec::new(),
                     workers: vec![
                         worker(
@@ -686,20 +679,12 @@ mod tests {
                     )]
                     .into(),
                     allocation: alloc(902, None, Some("squeue shows job 902 CANCELLED")),
-                    capacity: Resources {
-                        cpus: 2,
-                        mem_mb: 1024,
-                        gpus: 2,
-                    },
+                    capacity: res(2, 1024, 2),
                     reserved: Resources::default(),
                     nodes: ["g1", "g2"]
                         .map(|node| crate::policy::placement::NodeRoom {
                             node: node.into(),
-                            capacity: Resources {
-                                cpus: 1,
-                                mem_mb: 512,
-                                gpus: 1,
-                            },
+                            capacity: res(1, 512, 1),
                             reserved: Resources::default(),
                         })
                         .into(),

@@ -3,7 +3,7 @@
 use clap::Subcommand;
 
 use super::exit::{self, Failure};
-use super::output::print_json;
+use super::output::{emit, print_json};
 use crate::event::trial::Verdict;
 use crate::ops::context::Ctx;
 use crate::ops::trial::{self, TrialView};
@@ -115,11 +115,7 @@ pub fn run<S: Scheduler>(cmd: &TrialCommand, ctx: &Ctx<S>, json: bool) -> Result
         }
         TrialCommand::Show { trial } => return run_show(&ctx.state_dir, trial, None, json),
     };
-    if json {
-        print_json(&v)?;
-    } else {
-        crate::outln!("{}", render(&v));
-    }
+    emit(json, &v, || crate::outln!("{}", render(&v)))?;
     Ok(exit::OK)
 }
 

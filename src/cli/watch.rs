@@ -117,11 +117,7 @@ where
 {
     let Some(secs) = s.watch else {
         let r = look().await?;
-        if s.json {
-            super::output::print_json(&r)?;
-        } else {
-            crate::out!("{}", render(&r));
-        }
+        super::output::emit(s.json, &r, || crate::out!("{}", render(&r)))?;
         return Ok(exit::OK);
     };
     let json = s.json;

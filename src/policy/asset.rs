@@ -162,16 +162,7 @@ mod tests {
         a.intent(
             Micros(0),
             &AssetAddIntent {
-                asset: AssetRecord {
-                    name: name.into(),
-                    kind,
-                    sha256: Sha256Digest([1; 32]),
-                    bytes: 10,
-                    file: "assets/x".into(),
-                    commit: None,
-                    tree_files: None,
-                    tree_bytes: None,
-                },
+                asset: built(name, kind, 1, None),
                 origin: "/o".into(),
                 rev: None,
             },
@@ -236,26 +227,19 @@ mod tests {
 
     #[test]
     fn a_source_is_its_commit_and_an_image_its_digest() {
-        let a = built("s", AssetKind::Source, 1, Some("abc"));
-        assert!(same_asset(
-            &a,
-            &built("s", AssetKind::Source, 2, Some("abc"))
-        ));
-        assert!(!same_asset(
-            &a,
-            &built("s", AssetKind::Source, 1, Some("abd"))
-        ));
-        assert!(!same_asset(
-            &built("s", AssetKind::Source, 1, None),
-            &built("s", AssetKind::Source, 1, None)
-        ));
-        assert!(!same_asset(
-            &a,
-            &built("s", AssetKind::Image, 1, Some("abc"))
-        ));
-        let i = built("i", AssetKind::Image, 1, None);
-        assert!(same_asset(&i, &built("i", AssetKind::Image, 1, None)));
-        assert!(!same_asset(&i, &built("i", AssetKind::Image, 3, None)));
+        let source = |sha, commit| built("s", AssetKind::Source, sha, commit);
+        let image = |sha| built("i", AssetKind::Image, sha, None);
+        let abc = source(1, Some("abc"));
+        for (a, b, same) in [
+            (&abc, source(2, Some("abc")), true),
+            (&abc, source(1, Some("abd")), false),
+            (&source(1, None), source(1, None), false),
+            (&abc, built("s", AssetKind::Image, 1, Some("abc")), false),
+            (&image(1), image(1), true),
+            (&image(1), image(3), false),
+        ] {
+            assert_eq!(same_asset(a, &b), same, "{a:?} ~ {b:?}");
+        }
     }
 
     #[test]

@@ -159,34 +159,29 @@ mod tests {
     #[test]
     fn filters_learn_submissions_and_and_together() {
         let some = |s: &str| Some(s.to_owned());
-        assert_eq!(
-            seqs(Filter::new(some("w1"), None, vec![], None, None)),
-            [2, 4, 6, 7]
-        );
-        assert_eq!(
-            seqs(Filter::new(None, some("p"), vec![], None, None)),
-            [1, 2, 4]
-        );
-        assert_eq!(
-            seqs(Filter::new(some("w1"), some("q"), vec![], None, None)),
-            [6, 7]
-        );
-        let launched = vec!["WorkerLaunched".to_owned()];
-        assert_eq!(
-            seqs(Filter::new(some("w1"), None, launched.clone(), None, None)),
-            [4, 7]
-        );
+        let launched = || vec!["WorkerLaunched".to_owned()];
         // test_envelope's time is its seq, in microseconds.
         let (since, until) = (Some(Micros(3)), Some(Micros(6)));
-        assert_eq!(
-            seqs(Filter::new(None, None, launched, since, until)),
-            [4, 5]
-        );
         let by_id = Uuid::from_u128(2).to_string();
-        assert_eq!(
-            seqs(Filter::new(Some(by_id), None, vec![], None, None)),
-            [3, 5]
-        );
+        for (filter, want) in [
+            (
+                Filter::new(some("w1"), None, vec![], None, None),
+                &[2, 4, 6, 7][..],
+            ),
+            (Filter::new(None, some("p"), vec![], None, None), &[1, 2, 4]),
+            (
+                Filter::new(some("w1"), some("q"), vec![], None, None),
+                &[6, 7],
+            ),
+            (
+                Filter::new(some("w1"), None, launched(), None, None),
+                &[4, 7],
+            ),
+            (Filter::new(None, None, launched(), since, until), &[4, 5]),
+            (Filter::new(Some(by_id), None, vec![], None, None), &[3, 5]),
+        ] {
+            assert_eq!(seqs(filter), want);
+        }
         assert!(known_kind("WorkerLaunched").is_ok());
         assert!(known_kind("workerlaunched").is_err());
     }

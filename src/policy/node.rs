@@ -447,19 +447,18 @@ mod tests {
     fn another_owner_is_refused() {
         assert_eq!(owner_problem("w", &OwnerSeen::Free), None);
         assert_eq!(owner_problem("w", &OwnerSeen::Ours), None);
-        assert!(owner_problem("w", &OwnerSeen::OursLive)
-            .unwrap()
-            .contains("already running"));
         let other = |live| OwnerSeen::Other {
             submission: "x".into(),
             live,
         };
-        assert!(owner_problem("w", &other(true))
-            .unwrap()
-            .contains("another live worker"));
-        assert!(owner_problem("w", &other(false))
-            .unwrap()
-            .contains("another, finished, worker"));
+        for (seen, says) in [
+            (OwnerSeen::OursLive, "already running"),
+            (other(true), "another live worker"),
+            (other(false), "another, finished, worker"),
+        ] {
+            let problem = owner_problem("w", &seen).unwrap();
+            assert!(problem.contains(says), "{problem}");
+        }
     }
 
     #[test]
@@ -579,15 +578,14 @@ mod tests {
         };
         assert_eq!(check_extends(None, &seen), Ok(()));
         assert_eq!(check_extends(Some((&[1; 16], 5, &[7; 32])), &seen), Ok(()));
-        assert!(check_extends(Some((&[2; 16], 5, &[7; 32])), &seen)
-            .unwrap_err()
-            .contains("replaced"));
-        assert!(check_extends(Some((&[1; 16], 10, &[7; 32])), &seen)
-            .unwrap_err()
-            .contains("ends at seq 9"));
-        assert!(check_extends(Some((&[1; 16], 5, &[8; 32])), &seen)
-            .unwrap_err()
-            .contains("differs"));
+        for (ingested, says) in [
+            ((&[2; 16], 5, &[7; 32]), "replaced"),
+            ((&[1; 16], 10, &[7; 32]), "ends at seq 9"),
+            ((&[1; 16], 5, &[8; 32]), "differs"),
+        ] {
+            let problem = check_extends(Some(ingested), &seen).unwrap_err();
+            assert!(problem.contains(says), "{problem}");
+        }
     }
 
     #[test]

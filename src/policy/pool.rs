@@ -8,9 +8,7 @@ use crate::policy::placement::{self, NoNode};
 use crate::slurm::{JobId, NodeShare};
 use crate::state::pool::{Pool, Pools, Resources};
 
-/// Publication timeout bounds (CLI.md): whole seconds.
-pub const PUBLICATION_TIMEOUT_MIN_S: u32 = 1;
-pub const PUBLICATION_TIMEOUT_MAX_S: u32 = 300;
+/// The publication timeout's default (CLI.md), in whole seconds.
 pub const PUBLICATION_TIMEOUT_DEFAULT_S: u32 = 30;
 
 /// Time budgets a worker needs around its payload, in seconds.

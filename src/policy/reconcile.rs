@@ -816,12 +816,8 @@ mod tests {
             listed_on: Some((vec!["n1".into(), "n2".into()], "RUNNING".into())),
             ..Default::default()
         };
-        let judged = judge_pool(
-            &pool,
-            &obs,
-            &[seen(&on_n1, "p.w"), seen(&on_n3, "p.w1")],
-            Micros(0),
-        );
+        let both = [seen(&on_n1, "p.w"), seen(&on_n3, "p.w1")];
+        let judged = judge_pool(&pool, &obs, &both, Micros(0));
         assert_eq!(
             judged.nodes_lost,
             [(
@@ -842,12 +838,7 @@ mod tests {
             step_nodes: [(0, vec!["n1".to_owned()]), (1, vec!["n3".to_owned()])].into(),
             ..obs.clone()
         };
-        let judged = judge_pool(
-            &pool,
-            &stranded,
-            &[seen(&on_n1, "p.w"), seen(&on_n3, "p.w1")],
-            Micros(0),
-        );
+        let judged = judge_pool(&pool, &stranded, &both, Micros(0));
         assert!(judged.verdicts[0].running && judged.verdicts[0].terminal.is_none());
         let proof = judged.verdicts[1].terminal.as_deref().unwrap();
         assert!(!judged.verdicts[1].running);
@@ -862,6 +853,8 @@ mod tests {
         let judged = judge_pool(&pool, &spanning, &[seen(&on_n3, "p.w1")], Micros(0));
         assert_eq!(judged.verdicts[0].terminal, None);
         // Listed on every node: nothing is lost. Not listed: nothing is known.
+        let none_lost =
+            |pool: &Pool, obs| judge_pool(pool, obs, &[], Micros(0)).nodes_lost.is_empty();
         let whole = PoolObservation {
             listed_on: Some((
                 vec!["n1".into(), "n2".into(), "n3".into()],
@@ -869,20 +862,14 @@ mod tests {
             )),
             ..obs.clone()
         };
-        assert!(judge_pool(&pool, &whole, &[], Micros(0))
-            .nodes_lost
-            .is_empty());
+        assert!(none_lost(&pool, &whole));
         let unlisted = PoolObservation {
             listed_on: None,
             ..obs
         };
-        assert!(judge_pool(&pool, &unlisted, &[], Micros(0))
-            .nodes_lost
-            .is_empty());
+        assert!(none_lost(&pool, &unlisted));
         // A pool on one node loses no node: it ends with its allocation.
-        assert!(judge_pool(&pool_on(&["n1"]), &whole, &[], Micros(0))
-            .nodes_lost
-            .is_empty());
+        assert!(none_lost(&pool_on(&["n1"]), &whole));
     }
 
     fn worker(step: Option<u32>) -> Worker {
@@ -947,14 +934,19 @@ mod tests {
         Some(format!("job {JOB} is listed RUNNING"))
     }
 
+    /// The verdict on a worker `p.w` with `step` recorded, from `obs` alone.
+    fn verdict_of(step: Option<u32>, obs: &PoolObservation) -> Verdict {
+        verdict(&worker(step), "p.w", obs, &WorkerObservation::default())
+    }
+
+    /// The answer of a listing that did not answer.
+    fn unanswered<T>(command: SlurmCommand) -> Answer<T> {
+        Answer::Unknown(SlurmError::NotInAccounting { command })
+    }
+
     #[test]
     fn a_failed_query_proves_nothing() {
-        let v = verdict(
-            &worker(Some(3)),
-            "p.w",
-            &PoolObservation::default(),
-            &WorkerObservation::default(),
-        );
+        let v = verdict_of(Some(3), &PoolObservation::default());
         assert_eq!(v, Verdict::default());
     }
 
@@ -965,7 +957,7 @@ mod tests {
             steps: listing(&[(1, "p.other")]),
             ..Default::default()
         };
-        let seen = verdict(&worker(Some(3)), "p.w", &obs, &WorkerObservation::default());
+        let seen = verdict_of(Some(3), &obs);
         assert_eq!(
             seen.terminal.as_deref(),
             Some("job 900 is listed RUNNING and step 3, seen before, is absent from its step listing")
@@ -975,17 +967,11 @@ mod tests {
             ..obs.clone()
         };
         assert_eq!(
-            verdict(
-                &worker(Some(3)),
-                "p.w",
-                &unlisted,
-                &WorkerObservation::default()
-            )
-            .terminal,
+            verdict_of(Some(3), &unlisted).terminal,
             None,
             "a step listing without its job listed proves nothing"
         );
-        let never_seen = verdict(&worker(None), "p.w", &obs, &WorkerObservation::default());
+        let never_seen = verdict_of(None, &obs);
         assert_eq!(
             never_seen,
             Verdict::default(),
@@ -1071,9 +1057,8 @@ mod tests {
             steps: listing(&[(5, "p.w")]),
             ..Default::default()
         };
-        let v = verdict(&worker(None), "p.w", &obs, &WorkerObservation::default());
         assert_eq!(
-            v,
+            verdict_of(None, &obs),
             Verdict {
                 observe_step: Some(5),
                 terminal: None,
@@ -1095,23 +1080,11 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            verdict(
-                &worker(None),
-                "p.w",
-                &acct(true),
-                &WorkerObservation::default()
-            )
-            .terminal,
+            verdict_of(None, &acct(true)).terminal,
             Some("accounting shows step 2 CANCELLED".into())
         );
-        let running = verdict(
-            &worker(None),
-            "p.w",
-            &acct(false),
-            &WorkerObservation::default(),
-        );
         assert_eq!(
-            running,
+            verdict_of(None, &acct(false)),
             Verdict {
                 observe_step: Some(2),
                 terminal: None,
@@ -1168,11 +1141,7 @@ mod tests {
             allocation_over: Some("sacct: COMPLETED".into()),
             ..Default::default()
         };
-        assert!(
-            verdict(&worker(None), "p.w", &obs, &WorkerObservation::default())
-                .terminal
-                .is_some()
-        );
+        assert!(verdict_of(None, &obs).terminal.is_some());
     }
 
     #[test]
@@ -1233,9 +1202,7 @@ mod tests {
                 over: Some("accounting shows job 52 FAILED".into()),
             }
         );
-        let not_in_acct: Answer<Vec<AcctRow>> = Answer::Unknown(SlurmError::NotInAccounting {
-            command: SlurmCommand::Sacct,
-        });
+        let not_in_acct: Answer<Vec<AcctRow>> = unanswered(SlurmCommand::Sacct);
         assert_eq!(
             find_lost(name, at, soon, settle, mark, &none, Some(&not_in_acct)),
             Lost::Unknown(None),
@@ -1251,9 +1218,7 @@ mod tests {
             Lost::Unknown(None),
             "squeue alone forgets jobs after MinJobAge"
         );
-        let down: Answer<Vec<JobRow>> = Answer::Unknown(SlurmError::NotInAccounting {
-            command: SlurmCommand::Squeue,
-        });
+        let down: Answer<Vec<JobRow>> = unanswered(SlurmCommand::Squeue);
         assert_eq!(
             find_lost(name, at, later, settle, mark, &down, Some(&not_in_acct)),
             Lost::Unknown(None)
@@ -1333,11 +1298,10 @@ mod tests {
             let squeue: Answer<Vec<JobRow>> = if squeue_answered {
                 Answer::Live(job_rows(&[(7, "PENDING", "later")]))
             } else {
-                Answer::Unknown(SlurmError::NotInAccounting { command: SlurmCommand::Squeue })
+                unanswered(SlurmCommand::Squeue)
             };
-            let sacct: Option<Answer<Vec<AcctRow>>> = sacct_answered.then_some(
-                Answer::Unknown(SlurmError::NotInAccounting { command: SlurmCommand::Sacct }),
-            );
+            let sacct: Option<Answer<Vec<AcctRow>>> =
+                sacct_answered.then_some(unanswered(SlurmCommand::Sacct));
             let never = matches!(
                 find_lost("n", at, now, settle, JobId::new(7), &squeue, sacct.as_ref()),
                 Lost::NeverCreated(_)
@@ -1360,8 +1324,7 @@ mod tests {
                 .take(16)
                 .collect();
             let squeue = Answer::Live(job_rows(&rows));
-            let sacct: Answer<Vec<AcctRow>> =
-                Answer::Unknown(SlurmError::NotInAccounting { command: SlurmCommand::Sacct });
+            let sacct: Answer<Vec<AcctRow>> = unanswered(SlurmCommand::Sacct);
             let mark = mark.and_then(|m| JobId::new(u32::from(m) + 1));
             let lost = find_lost(
                 "n",
@@ -1402,7 +1365,7 @@ mod tests {
         let v = verdict(&worker(None), "p.w", &obs, &own);
         assert_eq!(v.terminal, None, "{v:?}");
         assert_eq!(v.observe_step, None, "{v:?}");
-        let v = verdict(&worker(None), "p.w", &obs, &WorkerObservation::default());
+        let v = verdict_of(None, &obs);
         assert!(
             v.terminal.is_some(),
             "without the history the name decides: {v:?}"
@@ -1419,9 +1382,7 @@ mod tests {
         let later = Micros::from_secs(2000);
         let name = "sim-w3-1a8c23db";
         let empty: Answer<Vec<JobRow>> = Answer::Live(Vec::new());
-        let not_in_acct: Answer<Vec<AcctRow>> = Answer::Unknown(SlurmError::NotInAccounting {
-            command: SlurmCommand::Sacct,
-        });
+        let not_in_acct: Answer<Vec<AcctRow>> = unanswered(SlurmCommand::Sacct);
         let acct = Some(&not_in_acct);
         let unknown_why = |lost: Lost| match lost {
             Lost::Unknown(Some(why)) => why,
@@ -1544,6 +1505,28 @@ mod tests {
             .collect()
     }
 
+    /// A `dispatch submit` worker of submission id `id` (1 CPU, 1 MB).
+    fn job_worker(
+        id: u128,
+        name: &str,
+        job_id: Option<JobId>,
+        state: JobWorkerState,
+        at: Micros,
+    ) -> JobWorker {
+        JobWorker {
+            worker: name.into(),
+            submission_id: Uuid::from_u128(id),
+            job_id,
+            state,
+            cpus: 1,
+            mem_mb: 1,
+            submitted_at: at,
+            assets: Vec::new(),
+            named: None,
+            failure: None,
+        }
+    }
+
     quickcheck! {
         /// The pool judge never releases without proof: a worker is released only when the
         /// allocation is proven over, accounting shows a terminal step, or its allocation is
@@ -1602,30 +1585,18 @@ mod tests {
         ) -> bool {
             let mut state = State::default();
             for (i, (job, unknown, at)) in workers.iter().take(6).enumerate() {
-                let id = Uuid::from_u128(i as u128 + 1);
-                state.jobs.active.insert(id, JobWorker {
-                    worker: format!("w{i}"),
-                    submission_id: id,
-                    job_id: job.map(|j| JobId::new(u32::from(j) + 1).unwrap()),
-                    state: if *unknown { JobWorkerState::Unknown } else { JobWorkerState::Queued },
-                    cpus: 1,
-                    mem_mb: 1,
-                    submitted_at: Micros::from_secs(i64::from(*at)),
-                    assets: Vec::new(),
-                    named: None,
-                    failure: None,
-                });
+                let w = job_worker(i as u128 + 1, &format!("w{i}"), job.map(|j| JobId::new(u32::from(j) + 1).unwrap()),
+                    if *unknown { JobWorkerState::Unknown } else { JobWorkerState::Queued }, Micros::from_secs(i64::from(*at)));
+                state.jobs.active.insert(w.submission_id, w);
             }
             let answer = |failed: bool| -> Answer<Vec<JobRow>> {
                 if failed {
-                    Answer::Unknown(SlurmError::NotInAccounting { command: SlurmCommand::Squeue })
+                    unanswered(SlurmCommand::Squeue)
                 } else {
                     Answer::Live(Vec::new())
                 }
             };
-            let acct = acct_asked.then_some(Answer::Unknown(SlurmError::NotInAccounting {
-                command: SlurmCommand::Sacct,
-            }));
+            let acct = acct_asked.then_some(unanswered(SlurmCommand::Sacct));
             let obs = JobsObservation {
                 by_id: answer(by_id_failed),
                 mine: answer(mine_failed),
@@ -1644,22 +1615,8 @@ mod tests {
     #[test]
     fn the_jobs_judge_takes_a_lone_answer_for_a_job_the_listing_left_unproven() {
         let mut state = State::default();
-        let id = Uuid::from_u128(1);
-        state.jobs.active.insert(
-            id,
-            JobWorker {
-                worker: "w".into(),
-                submission_id: id,
-                job_id: Some(job()),
-                state: JobWorkerState::Unknown,
-                cpus: 1,
-                mem_mb: 1,
-                submitted_at: Micros::from_secs(0),
-                assets: Vec::new(),
-                named: None,
-                failure: None,
-            },
-        );
+        let w = job_worker(1, "w", Some(job()), JobWorkerState::Unknown, Micros(0));
+        state.jobs.active.insert(w.submission_id, w);
         let mut obs = JobsObservation {
             by_id: Answer::Live(job_rows(&[(901, "RUNNING", "x")])),
             mine: Answer::Live(Vec::new()),

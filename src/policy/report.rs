@@ -205,7 +205,7 @@ pub const MARKS: [Milestone; 9] = [
     Milestone::Forgotten,
 ];
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct WorkerTimeline {
     pub worker: String,
     pub submission_id: String,
@@ -870,40 +870,42 @@ mod tests {
     use crate::event::trial::*;
     use crate::event::worker::*;
 
-    fn allocation() -> Allocation {
-        Allocation {
-            job_id: crate::event::test_job(9),
-            node: "n".into(),
-            user: "u".into(),
-            start_time: Micros(0),
-            end_time: Micros(1_000_000_000),
-            cpus: 4,
-            mem_mb: 1000,
-            partition: "debug".into(),
-            account: "dev".into(),
-            qos: "normal".into(),
-        }
+    /// Pool `p` attached to job 9 on node `n`.
+    fn attached() -> Event {
+        Event::PoolAttached(PoolAttached {
+            pool: "p".into(),
+            allocation: Allocation {
+                job_id: crate::event::test_job(9),
+                node: "n".into(),
+                user: "u".into(),
+                start_time: Micros(0),
+                end_time: Micros(1_000_000_000),
+                cpus: 4,
+                mem_mb: 1000,
+                partition: "debug".into(),
+                account: "dev".into(),
+                qos: "normal".into(),
+            },
+        })
+    }
+
+    fn intent(id: Uuid, worker: &str) -> Event {
+        Event::WorkerSubmitIntent(WorkerSubmitIntent {
+            pool: "p".into(),
+            worker: worker.into(),
+            submission_id: id,
+            cpus: 1,
+            mem_mb: 100,
+            publication_timeout_s: 30,
+            command: vec![],
+        })
     }
 
     /// A trial whose worker joined after its intent (as `pool submit` writes it), in a pool
     /// that another, unrelated worker also uses.
     fn journal(sid: Uuid, other: Uuid) -> Vec<Envelope> {
-        let intent = |id, worker: &str| {
-            Event::WorkerSubmitIntent(WorkerSubmitIntent {
-                pool: "p".into(),
-                worker: worker.into(),
-                submission_id: id,
-                cpus: 1,
-                mem_mb: 100,
-                publication_timeout_s: 30,
-                command: vec![],
-            })
-        };
         [
-            Event::PoolAttached(PoolAttached {
-                pool: "p".into(),
-                allocation: allocation(),
-            }),
+            attached(),
             Event::TrialOpened(TrialOpened {
                 trial: "t".into(),
                 pin: None,
@@ -950,44 +952,30 @@ mod tests {
             env.time = Micros(5 + seq as i64);
             env
         };
-        b.offer_worker(
-            sid,
-            "w",
-            &own(
-                1,
-                WorkerEvent::SupervisorStarted(SupervisorStarted {
-                    submission_id: sid,
-                    job_id: Some(9),
-                    step_id: Some(0),
-                    node: "n".into(),
-                    cpu_set: "0".into(),
-                    deadline: Micros(777),
-                    grace_s: 0,
-                    command: vec![],
-                }),
-            ),
-        );
-        b.offer_worker(
-            sid,
-            "w",
-            &own(2, WorkerEvent::PayloadStarted(PayloadStarted { pid: 3 })),
-        );
-        b.offer_worker(
-            sid,
-            "w",
-            &own(
-                3,
-                WorkerEvent::Published(Published {
-                    dir: "/d".into(),
-                    manifest_sha256: Sha256Digest([7; 32]),
-                    files: 1,
-                    bytes: 1,
-                    commits: 0,
-                    patch_bytes: 0,
-                    took_ms: 1,
-                }),
-            ),
-        );
+        for (seq, event) in (1..).zip([
+            WorkerEvent::SupervisorStarted(SupervisorStarted {
+                submission_id: sid,
+                job_id: Some(9),
+                step_id: Some(0),
+                node: "n".into(),
+                cpu_set: "0".into(),
+                deadline: Micros(777),
+                grace_s: 0,
+                command: vec![],
+            }),
+            WorkerEvent::PayloadStarted(PayloadStarted { pid: 3 }),
+            WorkerEvent::Published(Published {
+                dir: "/d".into(),
+                manifest_sha256: Sha256Digest([7; 32]),
+                files: 1,
+                bytes: 1,
+                commits: 0,
+                patch_bytes: 0,
+                took_ms: 1,
+            }),
+        ]) {
+            b.offer_worker(sid, "w", &own(seq, event));
+        }
         let audit = AuditInput {
             status: crate::policy::audit::AuditStatus::Violations,
             violations: vec![
@@ -1046,19 +1034,8 @@ mod tests {
     fn a_worker_shows_its_node_its_gpus_and_the_indexes_its_step_got() {
         let sid = Uuid::from_u128(1);
         let events: Vec<Envelope> = [
-            Event::PoolAttached(PoolAttached {
-                pool: "p".into(),
-                allocation: allocation(),
-            }),
-            Event::WorkerSubmitIntent(WorkerSubmitIntent {
-                pool: "p".into(),
-                worker: "w".into(),
-                submission_id: sid,
-                cpus: 1,
-                mem_mb: 100,
-                publication_timeout_s: 30,
-                command: vec![],
-            }),
+            attached(),
+            intent(sid, "w"),
             Event::WorkerPlaced(WorkerPlaced {
                 submission_id: sid,
                 node: "n".into(),

@@ -514,14 +514,7 @@ mod tests {
                 "savio-htc",
                 pins(Some("savio4_htc"), Some("fc_jevons"), Some("savio_normal")),
             ),
-            (
-                "carleton-htc",
-                pins(
-                    Some("savio4_htc"),
-                    Some("co_carleton"),
-                    Some("carleton_htc4_normal"),
-                ),
-            ),
+            ("carleton-htc", T.1),
         ];
         let j = job("savio4_htc", "co_carleton", "carleton_htc4_normal");
         assert_eq!(match_target(&j, targets), Some("carleton-htc"));
@@ -532,14 +525,7 @@ mod tests {
     fn most_specific_wins_ties_and_empty_pins_claim_nothing() {
         let j = job("savio4_htc", "co_carleton", "carleton_htc4_normal");
         let broad = ("broad", pins(Some("savio4_htc"), None, None));
-        let exact = (
-            "exact",
-            pins(
-                Some("savio4_htc"),
-                Some("co_carleton"),
-                Some("carleton_htc4_normal"),
-            ),
-        );
+        let exact = ("exact", T.1);
         assert_eq!(match_target(&j, [broad, exact]), Some("exact"));
         assert_eq!(match_target(&j, [exact, broad]), Some("exact"));
         let a = ("a", pins(Some("savio4_htc"), Some("co_carleton"), None));
@@ -669,27 +655,9 @@ mod tests {
 
     #[test]
     fn another_targets_job_is_named() {
-        let other = (
-            "other",
-            Pins {
-                partition: Some("savio3"),
-                account: Some("fc_jevons"),
-                qos: None,
-            },
-        );
-        let plan = plan_adoption(
-            &rows(&row(
-                "4242",
-                4242,
-                "RUNNING",
-                "savio3",
-                "fc_jevons",
-                "normal",
-            )),
-            "T",
-            [T, other],
-            &[],
-        );
+        let other = ("other", pins(Some("savio3"), Some("fc_jevons"), None));
+        let text = row("4242", 4242, "RUNNING", "savio3", "fc_jevons", "normal");
+        let plan = plan_adoption(&rows(&text), "T", [T, other], &[]);
         assert_eq!(
             plan.seen[0].passed,
             Some(Passed::OtherTarget(Some("other".into())))
@@ -752,23 +720,15 @@ mod tests {
                 "7|7|{state}|p|a|q|u|1|1|{node}|9:58|10:00|N/A|N/A|None|n\n"
             )))
         };
-        assert_eq!(
-            poll_of(&live("RUNNING", "n0007"), j),
-            Poll::Running("n0007".into())
-        );
-        // A state word is never a node; a pending job has no node.
-        assert_eq!(
-            poll_of(&live("PENDING", ""), j),
-            Poll::Waiting(JobState::Pending)
-        );
-        assert_eq!(
-            poll_of(&live("CONFIGURING", "n1"), j),
-            Poll::Waiting(JobState::Configuring)
-        );
-        assert_eq!(
-            poll_of(&live("FAILED", "n1"), j),
-            Poll::Ended(Some(JobState::Failed))
-        );
+        for (state, node, want) in [
+            ("RUNNING", "n0007", Poll::Running("n0007".into())),
+            // A state word is never a node; a pending job has no node.
+            ("PENDING", "", Poll::Waiting(JobState::Pending)),
+            ("CONFIGURING", "n1", Poll::Waiting(JobState::Configuring)),
+            ("FAILED", "n1", Poll::Ended(Some(JobState::Failed))),
+        ] {
+            assert_eq!(poll_of(&live(state, node), j), want, "{state} on {node:?}");
+        }
         let invalid = Answer::Gone(crate::slurm::GoneProof::InvalidJobId {
             command: crate::slurm::SlurmCommand::Squeue,
             job: j,

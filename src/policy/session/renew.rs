@@ -8,7 +8,6 @@ pub use crate::backoff::Backoff;
 use crate::slurm::{Answer, JobId, JobRow, JobState};
 
 pub const DEFAULT_DRAIN_MINUTES: u64 = 20;
-pub const DEFAULT_POLL: Duration = Duration::from_secs(60);
 pub const BACKOFF_INITIAL: Duration = Duration::from_secs(30);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(1800);
 
@@ -96,45 +95,32 @@ mod tests {
     /// Behaviour 68.
     #[test]
     fn decisions() {
-        assert_eq!(decide(&Probe::Unknown("x".into()), None, 20), Action::Hold);
-        assert_eq!(
-            decide(&live(JobState::Running), Some(600 * 60), 20),
-            Action::Hold
-        );
-        assert_eq!(decide(&live(JobState::Running), None, 20), Action::Hold);
-        assert_eq!(
-            decide(&live(JobState::Running), Some(20 * 60), 20),
-            Action::RelaunchDraining
-        );
-        assert_eq!(
-            decide(&live(JobState::Pending), Some(5 * 60), 20),
-            Action::Hold,
-            "a pending job is not draining"
-        );
-        assert_eq!(
-            decide(&Probe::Gone { state: None }, None, 20),
-            Action::RelaunchLost
-        );
-        assert_eq!(
-            decide(
-                &Probe::Gone {
-                    state: Some(JobState::Cancelled { by: Some(12345) })
-                },
-                None,
-                20
+        let gone = |state| Probe::Gone { state };
+        for (probe, left_s, want) in [
+            (Probe::Unknown("x".into()), None, Action::Hold),
+            (live(JobState::Running), Some(600 * 60), Action::Hold),
+            (live(JobState::Running), None, Action::Hold),
+            (
+                live(JobState::Running),
+                Some(20 * 60),
+                Action::RelaunchDraining,
             ),
-            Action::RelaunchLost
-        );
-        assert_eq!(
-            decide(
-                &Probe::Gone {
-                    state: Some(JobState::Completed)
-                },
+            // A pending job is not draining.
+            (live(JobState::Pending), Some(5 * 60), Action::Hold),
+            (gone(None), None, Action::RelaunchLost),
+            (
+                gone(Some(JobState::Cancelled { by: Some(12345) })),
                 None,
-                20
+                Action::RelaunchLost,
             ),
-            Action::RelaunchLost
-        );
+            (gone(Some(JobState::Completed)), None, Action::RelaunchLost),
+        ] {
+            assert_eq!(
+                decide(&probe, left_s, 20),
+                want,
+                "{probe:?}, {left_s:?} s left"
+            );
+        }
     }
 
     #[test]
