@@ -184,9 +184,7 @@ pub async fn reconcile<S: Scheduler>(
 /// answers (issue 11); each append takes the lock and checks first that what it is about is
 /// still as it was seen.
 fn first_look<S: Scheduler>(ctx: &Ctx<S>) -> Result<crate::journal::Loaded<State>, OpError> {
-    let (writer, loaded) = ctx.lock_and_load()?;
-    drop(writer);
-    Ok(loaded)
+    Ok(ctx.lock_and_load()?.1)
 }
 
 /// Every pool in turn: observe (its allocation and steps in Slurm, its workers' own journals),

@@ -212,9 +212,7 @@ pub fn lock_session<S: Scheduler>(
     token: &str,
 ) -> Result<(TokenLock, State), OpError> {
     let lock = TokenLock::take(&env.ctx.state_dir, token)?;
-    let (writer, loaded) = env.ctx.lock_and_load()?;
-    drop(writer);
-    Ok((lock, loaded.state))
+    Ok((lock, env.ctx.lock_and_load()?.1.state))
 }
 
 /// An exclusive lock on one mirror's token, held while a command decides and acts.

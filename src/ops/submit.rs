@@ -17,8 +17,8 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::context::{
-    await_proof, grace_seconds, locked, micros_to_local, recorded_release_proof, request_grace,
-    Ctx, STOP_PROOF_TIMEOUT, STOP_WRAP_UP,
+    append_if, await_proof, grace_seconds, locked, micros_to_local, recorded_release_proof,
+    request_grace, Ctx, STOP_PROOF_TIMEOUT, STOP_WRAP_UP,
 };
 use super::error::OpError;
 use super::spec::{Bound, WorkerSpec};
@@ -594,15 +594,15 @@ pub async fn stop<S: Scheduler>(
         }
     };
     // Released by this stop, or by a reconcile that proved the same meanwhile.
-    locked(ctx, |writer, state| {
-        if state.jobs.active.contains_key(&submission_id) {
-            writer.append_one(Event::JobTerminal(JobTerminal {
-                submission_id,
-                proof: proof.clone(),
-            }))?;
-        }
-        Ok(())
-    })?;
+    let terminal = Event::JobTerminal(JobTerminal {
+        submission_id,
+        proof: proof.clone(),
+    });
+    append_if(
+        ctx,
+        |s| s.jobs.active.contains_key(&submission_id),
+        vec![terminal],
+    )?;
     Ok(JobStopReport {
         worker: worker.to_owned(),
         submission_id: submission_id.to_string(),
