@@ -142,17 +142,18 @@ pub async fn submit<S: Scheduler>(
         Ok((bound, dirs))
     })?;
     failpoint::hit("submit-after-intent");
+    let failed = |definite, reason| {
+        let failed = JobSubmitFailed {
+            submission_id,
+            definite,
+            reason,
+        };
+        record_outcome(ctx, Event::JobSubmitFailed(failed))
+    };
     let script = dirs.root.join("batch.sh");
     let prepared = write_batch_script(ctx, &dirs, &script);
     if let Err(e) = prepared {
-        record_outcome(
-            ctx,
-            Event::JobSubmitFailed(JobSubmitFailed {
-                submission_id,
-                definite: true,
-                reason: format!("cannot prepare {}: {e}", dirs.root.display()),
-            }),
-        )?;
+        failed(true, format!("cannot prepare {}: {e}", dirs.root.display()))?;
         return Err(OpError::Failed(format!(
             "worker {worker}: cannot prepare {}: {e}; nothing was submitted",
             dirs.root.display()
@@ -166,14 +167,7 @@ pub async fn submit<S: Scheduler>(
         Ok(s) => s.job_id,
         Err(e) => {
             let definite = e.nothing_happened();
-            record_outcome(
-                ctx,
-                Event::JobSubmitFailed(JobSubmitFailed {
-                    submission_id,
-                    definite,
-                    reason: e.to_string(),
-                }),
-            )?;
+            failed(definite, e.to_string())?;
             return Err(sbatch_failed(&e, definite, &checked));
         }
     };
