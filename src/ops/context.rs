@@ -238,3 +238,20 @@ pub(crate) fn locked<S: Scheduler, T>(
     let writer = ctx.writer()?;
     ctx.with_state(|loaded| f(&writer, &loaded.state))?
 }
+
+/// [`locked`], appending `events` only while `still` holds of the state as it is now: another
+/// command may have settled what they are about meanwhile, and then they would say nothing.
+/// Whether they were appended.
+pub(crate) fn append_if<S: Scheduler>(
+    ctx: &Ctx<S>,
+    still: impl FnOnce(&State) -> bool,
+    events: Vec<Event>,
+) -> Result<bool, OpError> {
+    locked(ctx, |writer, state| {
+        let still = still(state);
+        if still {
+            writer.append(events)?;
+        }
+        Ok(still)
+    })
+}

@@ -8,11 +8,11 @@ use std::path::Path;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::event::{Envelope, Event, Vocabulary, WorkerEvent};
+use crate::event::{Envelope, Vocabulary, WorkerEvent};
 use crate::journal::{self, JournalError, Status};
 use crate::next::Next;
+use crate::ops::logs::{self, Candidate as Found};
 use crate::state::State;
-use crate::worker::dirs::WorkerDirs;
 
 /// Timeline entries kept per journal; a worker with more shows the newest ones.
 pub const MAX_TIMELINE: usize = 10_000;
@@ -75,50 +75,15 @@ pub enum InspectError {
     Journal(#[from] JournalError),
 }
 
-pub(crate) struct Found {
-    pub worker: String,
-    pub submission_id: Uuid,
-    pub pool: Option<String>,
-    pub state: String,
-}
-
-impl Found {
-    pub fn dirs(&self, state_dir: &Path) -> WorkerDirs {
-        WorkerDirs::of(state_dir, self.pool.as_deref(), self.submission_id)
-    }
-}
-
 /// The newest worker named `key`, or the one with that submission id, active or finished.
 pub(crate) fn find(state: &State, key: &str) -> Option<Found> {
+    logs::workers_where(state, None, named(key)).next()
+}
+
+/// Whether a worker is the one `key` names: by its name or its whole submission id.
+fn named(key: &str) -> impl Fn(&str, Uuid) -> bool + Copy + '_ {
     let id = Uuid::parse_str(key).ok();
-    let matches = |name: &str, sid: Uuid| id == Some(sid) || name == key;
-    for pool in state.pools.pools.values() {
-        let newest = pool
-            .active
-            .values()
-            .chain(pool.finished.iter().rev())
-            .find(|w| matches(&w.name, w.submission_id));
-        if let Some(w) = newest {
-            return Some(Found {
-                worker: w.name.clone(),
-                submission_id: w.submission_id,
-                pool: Some(pool.name.clone()),
-                state: w.state.as_str().to_owned(),
-            });
-        }
-    }
-    state
-        .jobs
-        .active
-        .values()
-        .chain(state.jobs.finished.iter().rev())
-        .find(|j| matches(&j.worker, j.submission_id))
-        .map(|j| Found {
-            worker: j.worker.clone(),
-            submission_id: j.submission_id,
-            pool: None,
-            state: j.state.as_str().to_owned(),
-        })
+    move |name, sid| id == Some(sid) || name == key
 }
 
 fn about(env: &Envelope, id: &str) -> bool {
@@ -134,38 +99,6 @@ fn keep(timeline: &mut Vec<Entry>, e: Entry) {
         timeline.remove(0);
     }
     timeline.push(e);
-}
-
-/// The newest submission intent named `key` (or with that id) in the whole journal: for a
-/// worker the reduced state has dropped (its pool detached, or long finished), which can only
-/// have ended.
-fn find_in_journal(
-    journal_dir: &Path,
-    key: &str,
-    last_seq: u64,
-) -> Result<Option<Found>, JournalError> {
-    let id = Uuid::parse_str(key).ok();
-    let mut found = None;
-    journal::replay(journal_dir, None, |env| {
-        if env.seq > last_seq {
-            return Ok(());
-        }
-        let (worker, submission_id, pool) = match &env.event {
-            Event::WorkerSubmitIntent(e) => (&e.worker, e.submission_id, Some(e.pool.clone())),
-            Event::JobSubmitIntent(e) => (&e.worker, e.submission_id, None),
-            _ => return Ok(()),
-        };
-        if id == Some(submission_id) || worker == key {
-            found = Some(Found {
-                worker: worker.clone(),
-                submission_id,
-                pool,
-                state: crate::state::ENDED.to_owned(),
-            });
-        }
-        Ok(())
-    })?;
-    Ok(found)
 }
 
 pub fn inspect(state_dir: &Checked, key: &str) -> Result<InspectReport, InspectError> {
@@ -195,7 +128,9 @@ pub(crate) fn inspect_in(
     let last_seq = until.map_or(u64::MAX, |(seq, _)| seq);
     let found = match find(state, key) {
         Some(f) => f,
-        None => find_in_journal(&journal_dir, key, last_seq)?
+        // A worker the reduced state has dropped (its pool detached, or long finished).
+        None => logs::intents_where(&journal_dir, last_seq, None, 1, named(key))?
+            .pop()
             .ok_or_else(|| InspectError::NotFound(key.to_owned()))?,
     };
     let id = found.submission_id.to_string();

@@ -104,43 +104,45 @@ pub fn names(key: &str, worker: &str, submission_id: Uuid) -> bool {
 /// Every worker in the state that `key` may mean, newest first per pool, pools before `submit`
 /// workers; only those of `pool` when it is given.
 pub fn candidates(state: &State, key: &str, pool: Option<&str>) -> Vec<Candidate> {
-    let mut out = Vec::new();
-    for p in state
-        .pools
-        .pools
-        .values()
-        .filter(|p| pool.is_none_or(|n| p.name == n))
-    {
-        for w in p.active.values().chain(p.finished.iter().rev()) {
-            if names(key, &w.name, w.submission_id) {
-                out.push(Candidate {
+    let named = |worker: &str, id| names(key, worker, id);
+    workers_where(state, pool, named)
+        .take(MAX_CANDIDATES)
+        .collect()
+}
+
+/// The workers in the state that `keep` keeps (by name and submission id), newest first per
+/// pool, pools before `submit` workers; only those of `pool` when it is given.
+pub(crate) fn workers_where<'s>(
+    state: &'s State,
+    pool: Option<&'s str>,
+    keep: impl Fn(&str, Uuid) -> bool + Copy + 's,
+) -> impl Iterator<Item = Candidate> + 's {
+    let pools = state.pools.pools.values();
+    let pooled = pools
+        .filter(move |p| pool.is_none_or(|n| p.name == n))
+        .flat_map(move |p| {
+            let workers = p.active.values().chain(p.finished.iter().rev());
+            workers
+                .filter(move |w| keep(&w.name, w.submission_id))
+                .map(|w| Candidate {
                     worker: w.name.clone(),
                     submission_id: w.submission_id,
                     pool: Some(p.name.clone()),
                     state: w.state.as_str().to_owned(),
-                });
-            }
-        }
-    }
-    if pool.is_none() {
-        for j in state
-            .jobs
-            .active
-            .values()
-            .chain(state.jobs.finished.iter().rev())
-        {
-            if names(key, &j.worker, j.submission_id) {
-                out.push(Candidate {
-                    worker: j.worker.clone(),
-                    submission_id: j.submission_id,
-                    pool: None,
-                    state: j.state.as_str().to_owned(),
-                });
-            }
-        }
-    }
-    out.truncate(MAX_CANDIDATES);
-    out
+                })
+        });
+    let jobs = state
+        .jobs
+        .active
+        .values()
+        .chain(state.jobs.finished.iter().rev());
+    let jobs = jobs.filter(move |j| pool.is_none() && keep(&j.worker, j.submission_id));
+    pooled.chain(jobs.map(|j| Candidate {
+        worker: j.worker.clone(),
+        submission_id: j.submission_id,
+        pool: None,
+        state: j.state.as_str().to_owned(),
+    }))
 }
 
 /// The submission intents `key` may mean in the whole journal, newest first: for workers the
@@ -150,16 +152,31 @@ fn candidates_in_journal(
     key: &str,
     pool: Option<&str>,
 ) -> Result<Vec<Candidate>, JournalError> {
+    let named = |worker: &str, id| names(key, worker, id);
+    intents_where(journal_dir, u64::MAX, pool, MAX_CANDIDATES, named)
+}
+
+/// The newest `max` submission intents up to seq `last_seq` that `keep` keeps (by name and
+/// submission id), newest first; only those of `pool` when it is given.
+pub(crate) fn intents_where(
+    journal_dir: &Path,
+    last_seq: u64,
+    pool: Option<&str>,
+    max: usize,
+    keep: impl Fn(&str, Uuid) -> bool,
+) -> Result<Vec<Candidate>, JournalError> {
     let mut found = Vec::new();
     journal::replay(journal_dir, None, |env| {
+        if env.seq > last_seq {
+            return Ok(());
+        }
         let (worker, submission_id, in_pool) = match &env.event {
             Event::WorkerSubmitIntent(e) => (&e.worker, e.submission_id, Some(&e.pool)),
             Event::JobSubmitIntent(e) => (&e.worker, e.submission_id, None),
             _ => return Ok(()),
         };
-        if names(key, worker, submission_id) && pool.is_none_or(|p| in_pool.is_some_and(|q| q == p))
-        {
-            if found.len() == MAX_CANDIDATES {
+        if keep(worker, submission_id) && pool.is_none_or(|p| in_pool.is_some_and(|q| q == p)) {
+            if found.len() == max {
                 found.remove(0);
             }
             found.push(Candidate {

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::context::{micros_to_local, Ctx};
+use super::context::{append_if, micros_to_local, Ctx};
 use super::error::OpError;
 use super::pool::{
     active_worker, ingest_worker_journal, locked, process_alive, reconcile_creation,
@@ -185,9 +185,7 @@ pub async fn reconcile<S: Scheduler>(
 /// answers (issue 11); each append takes the lock and checks first that what it is about is
 /// still as it was seen.
 fn first_look<S: Scheduler>(ctx: &Ctx<S>) -> Result<crate::journal::Loaded<State>, OpError> {
-    let (writer, loaded) = ctx.lock_and_load()?;
-    drop(writer);
-    Ok(loaded)
+    Ok(ctx.lock_and_load()?.1)
 }
 
 /// Every pool in turn: observe (its allocation and steps in Slurm, its workers' own journals),
@@ -403,17 +401,13 @@ fn record_pool<S: Scheduler>(
             job_id: pool.allocation.job_id,
             proof: how.clone(),
         };
-        locked(ctx, |writer, now| {
-            let same = now
-                .pools
+        let same = |now: &State| {
+            now.pools
                 .pools
                 .get(&pool.name)
-                .is_some_and(|p| p.allocation == pool.allocation && p.ended.is_none());
-            if same {
-                writer.append_one(Event::PoolAllocationEnded(ended))?;
-            }
-            Ok(())
-        })?;
+                .is_some_and(|p| p.allocation == pool.allocation && p.ended.is_none())
+        };
+        append_if(ctx, same, vec![Event::PoolAllocationEnded(ended)])?;
     }
     if !judgement.nodes_lost.is_empty() {
         locked(ctx, |writer, now| {
@@ -475,15 +469,11 @@ fn record_worker<S: Scheduler>(
     let unchanged =
         |now: &State| active_worker(now, pool, id).is_some_and(|x| x.step_id == w.step_id);
     if let Some(step_id) = v.observe_step {
-        locked(ctx, |writer, now| {
-            if unchanged(now) {
-                writer.append_one(Event::WorkerStepObserved(WorkerStepObserved {
-                    submission_id: id,
-                    step_id,
-                }))?;
-            }
-            Ok(())
-        })?;
+        let seen = WorkerStepObserved {
+            submission_id: id,
+            step_id,
+        };
+        append_if(ctx, unchanged, vec![Event::WorkerStepObserved(seen)])?;
     }
     if let Some(proof) = &v.terminal {
         failpoint::hit("reconcile-before-terminal");
@@ -497,18 +487,16 @@ fn record_worker<S: Scheduler>(
         return Ok(());
     }
     if let Some(proof) = &v.never_ran {
-        let failed = locked(ctx, |writer, now| {
-            if !unchanged(now) || w.step_id.is_some() {
-                return Ok(false);
-            }
-            writer.append_one(Event::WorkerLaunchFailed(WorkerLaunchFailed {
-                submission_id: id,
-                definite: true,
-                reason: proof.clone(),
-            }))?;
-            Ok(true)
-        })?;
-        if failed {
+        let failed = Event::WorkerLaunchFailed(WorkerLaunchFailed {
+            submission_id: id,
+            definite: true,
+            reason: proof.clone(),
+        });
+        if append_if(
+            ctx,
+            |now| unchanged(now) && w.step_id.is_none(),
+            vec![failed],
+        )? {
             report.resolved.push(resolved(proof));
         }
         return Ok(());
@@ -795,15 +783,11 @@ fn record_job_events<S: Scheduler>(
     j: &JobWorker,
     events: Vec<Event>,
 ) -> Result<(), OpError> {
-    locked(ctx, |writer, now| {
-        let same = now
-            .jobs
+    let same = |now: &State| {
+        now.jobs
             .active
             .get(&j.submission_id)
-            .is_some_and(|x| x.state == j.state && x.job_id == j.job_id);
-        if same {
-            writer.append(events)?;
-        }
-        Ok(())
-    })
+            .is_some_and(|x| x.state == j.state && x.job_id == j.job_id)
+    };
+    append_if(ctx, same, events).map(drop)
 }

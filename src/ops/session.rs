@@ -41,7 +41,7 @@ use crate::ops::error::OpError;
 use crate::policy::session::absence::{self, Absence};
 use crate::policy::session::probe::{passed_note, rows_named, unparsed};
 use crate::policy::session::refusal::SessionRefusal;
-use crate::policy::session::{listing_of, plan_adoption, Adoption, Pins, Seen};
+use crate::policy::session::{listing_of, plan_adoption, probe_of, Adoption, Pins, Probe, Seen};
 use crate::slurm::{JobId, JobName, JobQuery, Scheduler};
 use crate::state::session::Session;
 use crate::state::State;
@@ -201,6 +201,14 @@ impl<S: Scheduler> Env<'_, S> {
             .iter()
             .map(|(n, t)| (n.as_str(), Pins::of(t)))
     }
+
+    /// `squeue --jobs=J`: what it proves about J.
+    pub async fn probe(&self, job: JobId) -> Probe {
+        probe_of(
+            &self.ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await,
+            job,
+        )
+    }
 }
 
 /// Take the token lock of a session command that decides and acts, and load the state it
@@ -212,9 +220,7 @@ pub fn lock_session<S: Scheduler>(
     token: &str,
 ) -> Result<(TokenLock, State), OpError> {
     let lock = TokenLock::take(&env.ctx.state_dir, token)?;
-    let (writer, loaded) = env.ctx.lock_and_load()?;
-    drop(writer);
-    Ok((lock, loaded.state))
+    Ok((lock, env.ctx.lock_and_load()?.1.state))
 }
 
 /// An exclusive lock on one mirror's token, held while a command decides and acts.

@@ -17,8 +17,8 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::context::{
-    await_proof, grace_seconds, locked, micros_to_local, recorded_release_proof, request_grace,
-    Ctx, STOP_PROOF_TIMEOUT, STOP_WRAP_UP,
+    append_if, await_proof, grace_seconds, locked, micros_to_local, recorded_release_proof,
+    request_grace, Ctx, STOP_PROOF_TIMEOUT, STOP_WRAP_UP,
 };
 use super::error::OpError;
 use super::spec::{Bound, WorkerSpec};
@@ -142,17 +142,18 @@ pub async fn submit<S: Scheduler>(
         Ok((bound, dirs))
     })?;
     failpoint::hit("submit-after-intent");
+    let failed = |definite, reason| {
+        let failed = JobSubmitFailed {
+            submission_id,
+            definite,
+            reason,
+        };
+        record_outcome(ctx, Event::JobSubmitFailed(failed))
+    };
     let script = dirs.root.join("batch.sh");
     let prepared = write_batch_script(ctx, &dirs, &script);
     if let Err(e) = prepared {
-        record_outcome(
-            ctx,
-            Event::JobSubmitFailed(JobSubmitFailed {
-                submission_id,
-                definite: true,
-                reason: format!("cannot prepare {}: {e}", dirs.root.display()),
-            }),
-        )?;
+        failed(true, format!("cannot prepare {}: {e}", dirs.root.display()))?;
         return Err(OpError::Failed(format!(
             "worker {worker}: cannot prepare {}: {e}; nothing was submitted",
             dirs.root.display()
@@ -166,14 +167,7 @@ pub async fn submit<S: Scheduler>(
         Ok(s) => s.job_id,
         Err(e) => {
             let definite = e.nothing_happened();
-            record_outcome(
-                ctx,
-                Event::JobSubmitFailed(JobSubmitFailed {
-                    submission_id,
-                    definite,
-                    reason: e.to_string(),
-                }),
-            )?;
+            failed(definite, e.to_string())?;
             return Err(sbatch_failed(&e, definite, &checked));
         }
     };
@@ -594,15 +588,15 @@ pub async fn stop<S: Scheduler>(
         }
     };
     // Released by this stop, or by a reconcile that proved the same meanwhile.
-    locked(ctx, |writer, state| {
-        if state.jobs.active.contains_key(&submission_id) {
-            writer.append_one(Event::JobTerminal(JobTerminal {
-                submission_id,
-                proof: proof.clone(),
-            }))?;
-        }
-        Ok(())
-    })?;
+    let terminal = Event::JobTerminal(JobTerminal {
+        submission_id,
+        proof: proof.clone(),
+    });
+    append_if(
+        ctx,
+        |s| s.jobs.active.contains_key(&submission_id),
+        vec![terminal],
+    )?;
     Ok(JobStopReport {
         worker: worker.to_owned(),
         submission_id: submission_id.to_string(),

@@ -20,7 +20,7 @@ use crate::event::{Event, Micros};
 use crate::failpoint;
 use crate::names::check_path_name;
 use crate::next::Next::{self, Reconcile};
-use crate::ops::context::{await_proof, micros_to_local, Ctx, STOP_PROOF_TIMEOUT};
+use crate::ops::context::{append_if, await_proof, micros_to_local, Ctx, STOP_PROOF_TIMEOUT};
 use crate::ops::error::OpError;
 use crate::ops::submit::job_name;
 use crate::policy::holder::Holder;
@@ -196,16 +196,7 @@ fn salloc_job<S: Scheduler>(
             job_hint: Some(job),
         }) => {
             let reason = format!("outcome unknown: {error}");
-            ctx_append_if_same(
-                ctx,
-                intent,
-                vec![Event::PoolCreateFailed(PoolCreateFailed {
-                    pool: intent.pool.clone(),
-                    creation_id: intent.creation_id,
-                    definite: false,
-                    reason: reason.clone(),
-                })],
-            )?;
+            creation_failed(ctx, intent, false, reason.clone())?;
             Ok((job, Some(reason)))
         }
         Err(e) => Err(salloc_failed(ctx, intent, e)),
@@ -225,8 +216,7 @@ pub async fn create<S: Scheduler>(
         .ok_or_else(|| OpError::Usage(format!("--time {} is not a finite duration", req.time)))?;
     let deadline = Instant::now() + req.wait;
     let (earlier, journal) = {
-        let (writer, loaded) = ctx.lock_and_load()?;
-        drop(writer);
+        let loaded = ctx.lock_and_load()?.1;
         let earlier = policy::check_create(&loaded.state.pools, pool, time_s)?.cloned();
         (earlier, journal_id(&loaded.state))
     };
@@ -349,13 +339,7 @@ async fn allocate_with_progress<S: Scheduler>(
 fn salloc_failed<S: Scheduler>(ctx: &Ctx<S>, intent: &PoolCreateIntent, e: ActionError) -> OpError {
     let pool = &intent.pool;
     let definite = e.nothing_happened();
-    let failed = Event::PoolCreateFailed(PoolCreateFailed {
-        pool: pool.clone(),
-        creation_id: intent.creation_id,
-        definite,
-        reason: e.to_string(),
-    });
-    if let Err(j) = ctx_append_if_same(ctx, intent, vec![failed]) {
+    if let Err(j) = creation_failed(ctx, intent, definite, e.to_string()) {
         return j;
     }
     if definite {
@@ -373,15 +357,6 @@ fn salloc_failed<S: Scheduler>(ctx: &Ctx<S>, intent: &PoolCreateIntent, e: Actio
     ))
 }
 
-fn definite_failure(intent: &PoolCreateIntent, reason: String) -> Event {
-    Event::PoolCreateFailed(PoolCreateFailed {
-        pool: intent.pool.clone(),
-        creation_id: intent.creation_id,
-        definite: true,
-        reason,
-    })
-}
-
 /// The creation of `intent` as the journal holds it now, if it is still in flight.
 fn creation_now<'s>(state: &'s State, intent: &PoolCreateIntent) -> Option<&'s Creation> {
     state
@@ -391,19 +366,26 @@ fn creation_now<'s>(state: &'s State, intent: &PoolCreateIntent) -> Option<&'s C
         .filter(|c| c.intent.creation_id == intent.creation_id)
 }
 
-/// Append `events` about creation `intent` if it is still in flight (another command may have
+/// `PoolCreateFailed` for creation `intent` if it is still in flight (another command may have
 /// settled it while Slurm answered); else nothing.
-fn ctx_append_if_same<S: Scheduler>(
+pub(super) fn creation_failed<S: Scheduler>(
     ctx: &Ctx<S>,
     intent: &PoolCreateIntent,
-    events: Vec<Event>,
+    definite: bool,
+    reason: String,
 ) -> Result<(), OpError> {
-    locked(ctx, |writer, state| {
-        if creation_now(state, intent).is_some() {
-            writer.append(events)?;
-        }
-        Ok(())
-    })
+    let failed = Event::PoolCreateFailed(PoolCreateFailed {
+        pool: intent.pool.clone(),
+        creation_id: intent.creation_id,
+        definite,
+        reason,
+    });
+    append_if(
+        ctx,
+        |state| creation_now(state, intent).is_some(),
+        vec![failed],
+    )
+    .map(drop)
 }
 
 fn record_job<S: Scheduler>(
@@ -412,17 +394,15 @@ fn record_job<S: Scheduler>(
     job: JobId,
     how: &str,
 ) -> Result<(), OpError> {
-    locked(ctx, |writer, state| {
-        if creation_now(state, intent).is_some_and(|c| c.job_id.is_none()) {
-            writer.append_one(Event::PoolCreateJob(PoolCreateJob {
-                pool: intent.pool.clone(),
-                creation_id: intent.creation_id,
-                job_id: job,
-                how: how.to_owned(),
-            }))?;
-        }
-        Ok(())
-    })
+    let recorded = Event::PoolCreateJob(PoolCreateJob {
+        pool: intent.pool.clone(),
+        creation_id: intent.creation_id,
+        job_id: job,
+        how: how.to_owned(),
+    });
+    let unrecorded =
+        |state: &State| creation_now(state, intent).is_some_and(|c| c.job_id.is_none());
+    append_if(ctx, unrecorded, vec![recorded]).map(drop)
 }
 
 /// Proof that `job` is over: a terminal state or "Invalid job id" for it (never an empty
@@ -561,13 +541,13 @@ pub(crate) async fn find_by_name<S: Scheduler>(
                     intent.pool
                 ));
                 if let Some(over) = over {
-                    ctx_append_if_same(ctx, intent, vec![definite_failure(intent, over.clone())])?;
+                    creation_failed(ctx, intent, true, over.clone())?;
                     return Ok(Found::Nothing(over));
                 }
                 return Ok(Found::Job(job));
             }
             Lost::NeverCreated(proof) => {
-                ctx_append_if_same(ctx, intent, vec![definite_failure(intent, proof.clone())])?;
+                creation_failed(ctx, intent, true, proof.clone())?;
                 return Ok(Found::Nothing(proof));
             }
             Lost::Unknown(_) if wait && now < settled_at => {
@@ -631,7 +611,7 @@ async fn until_running<S: Scheduler>(
         match policy::seen_by_id(job, &listed.job(job), None) {
             CreationSeen::Running => return Ok(None),
             CreationSeen::Over(proof) => {
-                ctx_append_if_same(ctx, intent, vec![definite_failure(intent, proof.clone())])?;
+                creation_failed(ctx, intent, true, proof.clone())?;
                 return Ok(Some(Settled::Ended(proof)));
             }
             CreationSeen::Waiting { state, reason } => {
@@ -729,14 +709,8 @@ async fn refused_after_grant<S: Scheduler>(
     }
     match await_proof(STOP_PROOF_TIMEOUT, || job_over(ctx, job)).await {
         Some(proof) => {
-            ctx_append_if_same(
-                ctx,
-                intent,
-                vec![definite_failure(
-                    intent,
-                    format!("refused: {r}; cancelled: {proof}"),
-                )],
-            )?;
+            let reason = format!("refused: {r}; cancelled: {proof}");
+            creation_failed(ctx, intent, true, reason)?;
             Err(OpError::Refused(r))
         }
         None => Err(OpError::Unknown(format!(

@@ -105,13 +105,11 @@ fn record<S: Scheduler>(
     id: Uuid,
     events: Vec<Event>,
 ) -> Result<bool, OpError> {
-    locked(ctx, |writer, state| {
-        if active_worker(state, pool, id).is_none() {
-            return Ok(false);
-        }
-        writer.append(events)?;
-        Ok(true)
-    })
+    crate::ops::context::append_if(
+        ctx,
+        |state| active_worker(state, pool, id).is_some(),
+        events,
+    )
 }
 
 /// The journal's id, from its Genesis (every journal dispatch opens has one).

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::create::{find_by_name, job_over, Found, Progress};
+use super::create::{creation_failed, find_by_name, job_over, Found, Progress};
 use super::{locked, stop_worker};
 use crate::event::pool::*;
 use crate::event::Event;
@@ -47,11 +47,7 @@ pub async fn release<S: Scheduler>(
     progress: Progress<'_>,
 ) -> Result<ReleaseReport, OpError> {
     check_path_name("pool", pool).map_err(OpError::Usage)?;
-    let state = {
-        let (writer, loaded) = ctx.lock_and_load()?;
-        drop(writer);
-        loaded.state
-    };
+    let state = ctx.lock_and_load()?.1.state;
     match policy::check_release(&state.pools, pool)? {
         ReleasePlan::Creation(c) => release_creation(ctx, c, progress).await,
         ReleasePlan::Pool(p) => release_pool(ctx, p, grace, progress).await,
@@ -122,25 +118,9 @@ fn creation_released<S: Scheduler>(
     proof: String,
     job_id: Option<JobId>,
 ) -> Result<ReleaseReport, OpError> {
-    let pool = c.intent.pool.clone();
-    locked(ctx, |writer, state| {
-        let same = state
-            .pools
-            .creations
-            .get(&pool)
-            .is_some_and(|x| x.intent.creation_id == c.intent.creation_id);
-        if same {
-            writer.append_one(Event::PoolCreateFailed(PoolCreateFailed {
-                pool: pool.clone(),
-                creation_id: c.intent.creation_id,
-                definite: true,
-                reason: format!("released: {proof}"),
-            }))?;
-        }
-        Ok(())
-    })?;
+    creation_failed(ctx, &c.intent, true, format!("released: {proof}"))?;
     Ok(ReleaseReport {
-        pool,
+        pool: c.intent.pool.clone(),
         job_id,
         proof,
         workers: Vec::new(),
@@ -180,27 +160,24 @@ async fn stop_each_worker<S: Scheduler>(
     progress: Progress<'_>,
 ) -> Vec<ReleasedWorker> {
     let mut workers = Vec::new();
+    if p.ended.is_some() {
+        return workers;
+    }
     // Each worker as `stop-worker` stops it: TERM, its grace, cancel, proof, release. One
     // that cannot be proven stopped is released below with the allocation's end.
-    let holding: Vec<(String, uuid::Uuid)> = p
-        .active
-        .values()
-        .map(|w| (w.name.clone(), w.submission_id))
-        .collect();
-    if p.ended.is_none() {
-        for (name, id) in &holding {
-            progress(&format!("stopping worker {name} of pool {}", p.name));
-            match stop_worker(ctx, &p.name, name, grace).await {
-                Ok(r) => workers.push(ReleasedWorker {
-                    worker: name.clone(),
-                    submission_id: id.to_string(),
-                    proof: r.proof.unwrap_or_default(),
-                }),
-                Err(e) => progress(&format!(
-                    "worker {name} is not proven stopped ({e}); it is released once the \
-                     allocation is proven gone"
-                )),
-            }
+    for w in p.active.values() {
+        let name = &w.name;
+        progress(&format!("stopping worker {name} of pool {}", p.name));
+        match stop_worker(ctx, &p.name, name, grace).await {
+            Ok(r) => workers.push(ReleasedWorker {
+                worker: name.clone(),
+                submission_id: w.submission_id.to_string(),
+                proof: r.proof.unwrap_or_default(),
+            }),
+            Err(e) => progress(&format!(
+                "worker {name} is not proven stopped ({e}); it is released once the \
+                 allocation is proven gone"
+            )),
         }
     }
     workers
@@ -215,28 +192,19 @@ fn release_left<S: Scheduler>(
     proof: &str,
 ) -> Result<Vec<ReleasedWorker>, OpError> {
     let mut workers = Vec::new();
-    let left: Vec<(String, uuid::Uuid)> = {
-        let (writer, loaded) = ctx.lock_and_load()?;
-        drop(writer);
-        loaded
-            .state
-            .pools
-            .pools
-            .get(pool)
-            .map(|x| {
-                x.active
-                    .values()
-                    .map(|w| (w.name.clone(), w.submission_id))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    for (name, id) in left {
+    let state = ctx.lock_and_load()?.1.state;
+    for w in state
+        .pools
+        .pools
+        .get(pool)
+        .into_iter()
+        .flat_map(|x| x.active.values())
+    {
         let why = format!("its allocation {job} is over: {proof}");
-        if super::release_proven(ctx, pool, id, &why, |_| true)? {
+        if super::release_proven(ctx, pool, w.submission_id, &why, |_| true)? {
             workers.push(ReleasedWorker {
-                worker: name,
-                submission_id: id.to_string(),
+                worker: w.name.clone(),
+                submission_id: w.submission_id.to_string(),
                 proof: why,
             });
         }

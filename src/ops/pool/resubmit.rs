@@ -10,15 +10,16 @@
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::{locked, submit, SubmitRequest};
+use super::{submit, SubmitRequest};
 use crate::event::pool::{WorkerRequest, WorkerResubmitRefused};
 use crate::event::Event;
-use crate::ops::context::Ctx;
+use crate::ops::context::{append_if, Ctx};
 use crate::ops::error::OpError;
 use crate::ops::spec::WorkerSpec;
 use crate::policy::pool::Budgets;
 use crate::slurm::{MemoryMb, Scheduler};
 use crate::state::pool::Resubmittable;
+use crate::state::State;
 
 /// What became of one due resubmission.
 #[derive(Debug, Serialize)]
@@ -97,20 +98,17 @@ pub(crate) async fn resubmit_due<S: Scheduler>(
             ),
             Err(OpError::Refused(refusal)) => {
                 let reason = refusal.to_string();
-                locked(ctx, |writer, now| {
-                    if now
-                        .pools
+                let refused = Event::WorkerResubmitRefused(WorkerResubmitRefused {
+                    replaces,
+                    reason: reason.clone(),
+                });
+                let due = |now: &State| {
+                    now.pools
                         .requests
                         .get(&replaces)
                         .is_some_and(|x| x.due.is_some())
-                    {
-                        writer.append_one(Event::WorkerResubmitRefused(WorkerResubmitRefused {
-                            replaces,
-                            reason: reason.clone(),
-                        }))?;
-                    }
-                    Ok(())
-                })?;
+                };
+                append_if(ctx, due, vec![refused])?;
                 (None, ResubmitOutcome::Refused, reason)
             }
             Err(e) => (None, ResubmitOutcome::Unknown, e.to_string()),

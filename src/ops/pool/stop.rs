@@ -15,8 +15,8 @@ use crate::event::Event;
 use crate::failpoint;
 use crate::next::Next::{self, Reconcile};
 use crate::ops::context::{
-    await_proof, grace_seconds, recorded_release_proof, request_grace, Ctx, STOP_PROOF_TIMEOUT,
-    STOP_WRAP_UP,
+    append_if, await_proof, grace_seconds, recorded_release_proof, request_grace, Ctx,
+    STOP_PROOF_TIMEOUT, STOP_WRAP_UP,
 };
 use crate::ops::error::OpError;
 use crate::policy::node as node_policy;
@@ -106,11 +106,7 @@ pub async fn stop_worker<S: Scheduler>(
     // checks that the worker is still as this stop saw it. The grace and the proof polls
     // happen with the lock released (issue 11).
     let grace_s = grace_seconds(grace);
-    let state = {
-        let (writer, loaded) = ctx.lock_and_load()?;
-        drop(writer);
-        loaded.state
-    };
+    let state = ctx.lock_and_load()?.1.state;
     let (p, w) = match find_worker(&state, pool, worker) {
         Ok(found) => found,
         Err(e) => return already_released(&ctx.journal_dir(), &state, pool, worker).ok_or(e),
@@ -185,17 +181,14 @@ async fn known_step<S: Scheduler>(
         if let Answer::Live(rows) = ctx.sched.list_steps(job).await {
             step_no = numbered_step_named(&rows, &name);
             if let Some(n) = step_no {
-                locked(ctx, |writer, state| {
-                    if active_worker(state, pool, submission_id)
-                        .is_some_and(|w| w.step_id.is_none())
-                    {
-                        writer.append_one(Event::WorkerStepObserved(WorkerStepObserved {
-                            submission_id,
-                            step_id: n,
-                        }))?;
-                    }
-                    Ok(())
-                })?;
+                let unseen = |state: &State| {
+                    active_worker(state, pool, submission_id).is_some_and(|w| w.step_id.is_none())
+                };
+                let seen = WorkerStepObserved {
+                    submission_id,
+                    step_id: n,
+                };
+                append_if(ctx, unseen, vec![Event::WorkerStepObserved(seen)])?;
             }
         }
     }

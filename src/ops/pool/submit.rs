@@ -16,7 +16,7 @@ use crate::event::{Event, Micros};
 use crate::failpoint;
 use crate::names::check_path_name;
 use crate::next::Next::{self, PoolRefresh, Reconcile};
-use crate::ops::context::{micros_to_local, Ctx};
+use crate::ops::context::{append_if, micros_to_local, Ctx};
 use crate::ops::error::OpError;
 use crate::ops::poll::Poller;
 use crate::ops::spec::{Bound, WorkerSpec};
@@ -154,11 +154,7 @@ pub async fn submit_waiting<S: Scheduler>(
     req.spec.check()?;
     // A first look, to refuse early and to know what to ask Slurm; the lock is not held while
     // it answers. What counts is decided again under the lock, right before the receipt.
-    let loaded = {
-        let (writer, loaded) = ctx.lock_and_load()?;
-        drop(writer);
-        loaded
-    };
+    let loaded = ctx.lock_and_load()?.1;
     let mut plan = plan(ctx, req, &loaded.state, wait.is_some()).await?;
     let bound = write_receipt(ctx, req, &mut plan, wait.as_ref(), started).await?;
     failpoint::hit("pool-submit-after-intent");
@@ -548,18 +544,15 @@ fn record_discovery<S: Scheduler>(
     let failed = |reason: &str| launch_failed(ctx, req, submission_id, true, reason.to_owned());
     match discovery {
         Discovery::Found(step_no) => {
-            locked(ctx, |writer, state| {
-                match active_worker(state, &req.pool, submission_id) {
-                    Some(w) if w.step_id != Some(step_no) => {
-                        writer.append_one(Event::WorkerStepObserved(WorkerStepObserved {
-                            submission_id,
-                            step_id: step_no,
-                        }))?;
-                    }
-                    _ => {}
-                }
-                Ok(())
-            })?;
+            let unseen = |state: &State| {
+                active_worker(state, &req.pool, submission_id)
+                    .is_some_and(|w| w.step_id != Some(step_no))
+            };
+            let seen = WorkerStepObserved {
+                submission_id,
+                step_id: step_no,
+            };
+            append_if(ctx, unseen, vec![Event::WorkerStepObserved(seen)])?;
             report.step_id = Some(format!("{job}.{step_no}"));
             Ok(())
         }

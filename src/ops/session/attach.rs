@@ -5,8 +5,8 @@
 use std::ffi::OsString;
 
 use super::{adopt_or_vouch, command_for, hold, lock_session, session, Env, OpError, Resolved};
-use crate::policy::session::{probe_of, Probe};
-use crate::slurm::{JobId, JobQuery, JobState, Scheduler};
+use crate::policy::session::Probe;
+use crate::slurm::{JobId, JobState, Scheduler};
 
 #[derive(Clone, Debug)]
 pub struct AttachPlan {
@@ -64,8 +64,7 @@ pub async fn plan<S: Scheduler>(
     let (job, probe) = match hold::probe_held(env, job).await {
         (Probe::Live { .. }, true) => {
             let kept = hold::settle_recorded(env, &r, job).await?;
-            let answer = env.ctx.sched.list_jobs(&JobQuery::ids(vec![kept])).await;
-            (kept, probe_of(&answer, kept))
+            (kept, env.probe(kept).await)
         }
         (probe, _) => (job, probe),
     };

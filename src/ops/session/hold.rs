@@ -14,8 +14,9 @@ use crate::event::session::{SessionAdopted, SessionHoldDecided, SessionHoldSettl
 use crate::event::Event;
 use crate::failpoint;
 use crate::ops::poll::Poller;
+use crate::policy::session::probe::rows_named;
 use crate::policy::session::{
-    arbitrate, is_held, listing_of, probe_of, running_node, Arbitration, Listing, Probe,
+    arbitrate, is_held, listing_of, probe_of, running_node, Arbitration, Probe,
 };
 use crate::slurm::{Answer, JobId, JobQuery, JobRow, JobState, ScancelSaid, Scheduler};
 
@@ -61,17 +62,13 @@ pub async fn settle<S: Scheduler>(
             .sched
             .list_jobs(&JobQuery::mine_named(r.job_name.clone()))
             .await;
-        let listed = match listing_of(answer) {
-            Listing::Answered { rows, bad_lines } if bad_lines.is_empty() => Ok(rows
-                .into_iter()
-                .filter(|row| row.name == r.job_name.as_str())
-                .collect::<Vec<JobRow>>()),
-            // An unreadable line of this name may be an older racer's job.
-            Listing::Answered { bad_lines, .. } => {
-                Err(format!("squeue printed unreadable lines {bad_lines:?}"))
+        // An unreadable line of this name may be an older racer's job.
+        let listed = rows_named(listing_of(answer), r.job_name.as_str()).and_then(|n| {
+            match n.bad_lines.is_empty() {
+                true => Ok(n.rows),
+                false => Err(format!("squeue printed unreadable lines {:?}", n.bad_lines)),
             }
-            Listing::Failed(e) => Err(e),
-        };
+        });
         match listed.map(|rows| {
             let decision = arbitrate(&rows, &r.key.target, env.targets(), &exclude, ours);
             (rows, decision)

@@ -33,7 +33,7 @@ use crate::next::Next::Sessions;
 use crate::ops::poll::Poller;
 use crate::policy::session::recorded::{recorded, Recorded};
 use crate::policy::session::refusal::SessionRefusal;
-use crate::policy::session::{in_flight_wait, poll_of, probe_of, Poll, Probe, Seen};
+use crate::policy::session::{in_flight_wait, poll_of, Poll, Probe, Seen};
 use crate::slurm::{
     AcctQuery, ActionError, AllocRequest, BatchPayload, BatchRequest, JobId, JobName, JobQuery,
     JobState, MemoryMb, Placement, Refusal, Scheduler, SlurmDuration,
@@ -414,18 +414,6 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         Ok(())
     }
 
-    async fn probe(&self, job: JobId) -> Probe {
-        probe_of(
-            &self
-                .env
-                .ctx
-                .sched
-                .list_jobs(&JobQuery::ids(vec![job]))
-                .await,
-            job,
-        )
-    }
-
     fn report(
         self,
         job: JobId,
@@ -758,7 +746,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         let mut told = Instant::now();
         loop {
             poll.pause().await;
-            match self.probe(job).await {
+            match self.env.probe(job).await {
                 Probe::Gone { state } => return Ok(state),
                 Probe::Live { state, .. } => {
                     unknown_in_a_row = 0;

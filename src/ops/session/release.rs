@@ -26,8 +26,8 @@ use crate::failpoint;
 use crate::next::Next::Sessions;
 use crate::ops::poll::Poller;
 use crate::policy::session::release::left_alone;
-use crate::policy::session::{probe_of, Probe, Seen};
-use crate::slurm::{ActionError, JobId, JobQuery, Scheduler};
+use crate::policy::session::{Probe, Seen};
+use crate::slurm::{ActionError, JobId, Scheduler};
 use crate::state::State;
 
 /// What a release would do, for the prompt.
@@ -144,10 +144,7 @@ async fn settle_replaced<S: Scheduler>(
         }))?;
         return Ok(outcome(ReplacedAction::Detached, None));
     }
-    match probe_of(
-        &env.ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await,
-        job,
-    ) {
+    match env.probe(job).await {
         Probe::Gone { state } => {
             let proof = state.map_or("squeue: no such job".into(), |s| format!("squeue: {s}"));
             env.ctx.append(Event::SessionCleared(SessionCleared {
@@ -545,10 +542,7 @@ async fn prove_gone<S: Scheduler>(env: &Env<'_, S>, job: JobId) -> String {
         env.waits.gone_budget,
     );
     loop {
-        let last = match probe_of(
-            &env.ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await,
-            job,
-        ) {
+        let last = match env.probe(job).await {
             Probe::Gone { state: Some(s) } => return format!("squeue: {s}"),
             Probe::Gone { state: None } => return "squeue: no such job".into(),
             Probe::Live { state, .. } => format!("still {state}"),
