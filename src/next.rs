@@ -36,6 +36,12 @@ pub enum Next<'a> {
     PoolStopWorker(Option<Arg<'a>>),
     SessionLaunch,
     SessionRelease,
+    /// `session VERB MIRROR -T TARGET` of one session (the names shell-quoted).
+    Session {
+        verb: &'static str,
+        mirror: Arg<'a>,
+        target: Arg<'a>,
+    },
     TrialOpen {
         trial: Option<Arg<'a>>,
         follows: Option<Arg<'a>>,

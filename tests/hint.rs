@@ -38,6 +38,14 @@ fn each_next_reads_as_its_command_line() {
             "pool attach … --steal",
         ),
         (Next::PoolDetach(p), "pool detach p1"),
+        (
+            Next::Session {
+                verb: "launch",
+                mirror: &"m1",
+                target: &"it's",
+            },
+            r#"session launch m1 -T 'it'\''s'"#,
+        ),
         (Next::PoolStopWorker(None), "pool stop-worker"),
         (Next::PoolStopWorker(Some(w)), "pool stop-worker POOL w1"),
         (Next::SessionLaunch, "session launch"),

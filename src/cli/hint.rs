@@ -3,12 +3,27 @@
 use std::fmt;
 
 use crate::next::{Arg, Next};
+use crate::ops::session::shell_quote;
 
+/// In a message, the command line stands in backquotes.
 impl fmt::Display for Next<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}`", Line(self))
+    }
+}
+
+/// The command line alone, as a table cell shows it.
+pub fn command_line(next: &Next<'_>) -> String {
+    Line(next).to_string()
+}
+
+struct Line<'a>(&'a Next<'a>);
+
+impl fmt::Display for Line<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let on = |flag: bool, text: &'static str| if flag { text } else { "" };
-        f.write_str("`dispatch ")?;
-        match *self {
+        f.write_str("dispatch ")?;
+        match *self.0 {
             Next::Reconcile => f.write_str("reconcile"),
             Next::Audit => f.write_str("audit"),
             Next::Jobs => f.write_str("jobs"),
@@ -31,6 +46,14 @@ impl fmt::Display for Next<'_> {
             Next::PoolStopWorker(worker) => write!(f, "pool stop-worker{}", Opt(" POOL ", worker)),
             Next::SessionLaunch => f.write_str("session launch"),
             Next::SessionRelease => f.write_str("session release"),
+            Next::Session {
+                verb,
+                mirror,
+                target,
+            } => {
+                let quoted = |name: Arg| shell_quote(&name.to_string());
+                write!(f, "session {verb} {} -T {}", quoted(mirror), quoted(target))
+            }
             Next::TrialOpen { trial, follows } => {
                 let (trial, follows) = (trial.unwrap_or(&"NEW"), Opt(" --follows ", follows));
                 write!(f, "trial open {trial}{follows}")
@@ -51,8 +74,7 @@ impl fmt::Display for Next<'_> {
                     (on(on_node, " --on-node"), on(lock_probe, " --lock-probe"));
                 write!(f, "doctor{on_node}{lock_probe}")
             }
-        }?;
-        f.write_str("`")
+        }
     }
 }
 

@@ -263,7 +263,7 @@ async fn run_launch<S: Scheduler>(
     let key = SessionKey::new(&report.mirror, &report.target);
     if json || !is_terminal() {
         note(&format!(
-            "no terminal{}; attach with `{}`",
+            "no terminal{}; attach with {}",
             if json { " (--json)" } else { "" },
             command_for("attach", &key)
         ));
@@ -518,8 +518,10 @@ pub async fn run_report<S: Scheduler>(
     let files = session_files(ctx, config);
     let r = report::sessions(&env_of(ctx, config, config_path, &files, Waits::default())).await?;
     emit(json, &r, || {
-        let release =
-            |mirror: &str, target: &str| command_for("release", &SessionKey::new(mirror, target));
+        let release = |mirror: &str, target: &str| {
+            let key = SessionKey::new(mirror, target);
+            super::hint::command_line(&command_for("release", &key))
+        };
         crate::out!("{}", super::table::sessions(&r, wide, &release));
     })?;
     // A report built on a failed or partial listing may miss jobs: the outcome is unknown.

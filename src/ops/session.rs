@@ -24,7 +24,9 @@ pub mod release;
 pub mod renew;
 pub mod report;
 mod script;
+pub use script::shell_quote;
 
+use crate::next::Next;
 use crate::statedir::Checked;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
@@ -450,11 +452,11 @@ pub async fn adopt_or_vouch<S: Scheduler>(
     Ok((probe, adopted))
 }
 
-/// `dispatch session … MIRROR -T TARGET`, for messages.
-pub fn command_for(verb: &str, key: &SessionKey) -> String {
-    format!(
-        "dispatch session {verb} {} -T {}",
-        script::shell_quote(&key.mirror),
-        script::shell_quote(&key.target)
-    )
+/// The session command `verb` of `key`'s session, for messages.
+pub fn command_for<'a>(verb: &'static str, key: &'a SessionKey) -> Next<'a> {
+    Next::Session {
+        verb,
+        mirror: &key.mirror,
+        target: &key.target,
+    }
 }

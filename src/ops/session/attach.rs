@@ -82,8 +82,8 @@ pub async fn plan<S: Scheduler>(
             r.key
         ))),
         Probe::Gone { state } => Err(OpError::Failed(format!(
-            "Slurm job {job} of session {} is {} -- the allocation has ended. `{}` clears the \
-             record; `{}` starts a new one",
+            "Slurm job {job} of session {} is {} -- the allocation has ended. {} clears the \
+             record; {} starts a new one",
             r.key,
             state.map_or("gone".into(), |s| s.to_string()),
             command_for("release", &r.key),
@@ -114,7 +114,7 @@ async fn find_by_name<S: Scheduler>(env: &Env<'_, S>, r: &Resolved<'_>) -> Resul
         ))),
         (None, None) => Err(OpError::Failed(format!(
             "no Slurm job recorded for session {}, and none of its target runs under the name {}. \
-             Run `{}`",
+             Run {}",
             r.key,
             r.job_name,
             command_for("launch", &r.key)

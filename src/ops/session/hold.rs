@@ -100,7 +100,7 @@ pub async fn settle<S: Scheduler>(
     Err(OpError::Unknown(format!(
         "Slurm job {ours} of {} was submitted held, and the name probe that decides whether a \
          launch from another state directory made an older job failed ({why}). It stays held \
-         and recorded: retry `{}`, which settles it (or `{}` cancels it)",
+         and recorded: retry {}, which settles it (or {} cancels it)",
         r.key,
         command_for("launch", &r.key),
         command_for("release", &r.key)
@@ -123,7 +123,7 @@ pub async fn settle_recorded<S: Scheduler>(
     }
     let Some(kept) = settle_orphan(env, r, job, None).await? else {
         return Err(OpError::Failed(format!(
-            "{} had no job once its held job {job} was cancelled; start one with `{}`",
+            "{} had no job once its held job {job} was cancelled; start one with {}",
             r.key,
             command_for("launch", &r.key)
         )));
@@ -192,7 +192,7 @@ pub async fn release<S: Scheduler>(
     result.map_err(|e| {
         OpError::Unknown(format!(
             "Slurm job {job} of {key} was submitted held and releasing it failed: {e}. It is \
-             recorded; `{}` settles it again (or `scontrol release {job}` lets it run), `{}` \
+             recorded; {} settles it again (or `scontrol release {job}` lets it run), {} \
              cancels it",
             command_for("launch", key),
             command_for("release", key)

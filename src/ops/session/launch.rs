@@ -296,7 +296,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             }
             Recorded::Unknown(e) => Err(OpError::Unknown(format!(
                 "could not verify Slurm job {job} of session {}: {e}. Nothing was submitted. \
-                 Retry, or `{}` to cancel it",
+                 Retry, or {} to cancel it",
                 self.r.key,
                 command_for("release", &self.r.key)
             ))),
@@ -390,7 +390,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             return Err(OpError::Unknown(format!(
                 "squeue lists a job named {name} that dispatch cannot read ({lines:?}); it may \
                  be this session's. Nothing was submitted. Look with `squeue --me \
-                 --name={name}`; `scancel` it if it is not wanted, then retry `{}`",
+                 --name={name}`; `scancel` it if it is not wanted, then retry {}",
                 command_for("launch", key)
             )));
         }
@@ -401,7 +401,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             };
             return Err(OpError::Unknown(format!(
                 "{key}: {what}, and {why}; a job of this session may already be queued or run, \
-                 so nothing was submitted. Retry `{}` once squeue answers, or look with `squeue \
+                 so nothing was submitted. Retry {} once squeue answers, or look with `squeue \
                  --me --name={name}`",
                 command_for("launch", key),
             )));
@@ -461,7 +461,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         if !self.req.detached && state != JobState::Running {
             return Err(OpError::Failed(format!(
                 "Slurm job {job} of session {} is {state}, not running; nothing was submitted. \
-                 Attach once it runs: `{}`",
+                 Attach once it runs: {}",
                 self.r.key,
                 command_for("attach", &self.r.key)
             )));
@@ -509,7 +509,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         })) {
             return Err(OpError::Unknown(format!(
                 "{program} created Slurm job {job} for {key}, but recording it failed: {e}. \
-                 The next `{}` finds it by name; to remove it instead: `scancel {job}`",
+                 The next {} finds it by name; to remove it instead: `scancel {job}`",
                 command_for("launch", &key)
             )));
         }
@@ -618,12 +618,12 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         if let Err(j) = self.append(event) {
             return OpError::Unknown(format!(
                 "{reason}, so nothing was submitted for {key}; recording that failed ({j}). \
-                 Run `{}` again once the controller answers",
+                 Run {} again once the controller answers",
                 command_for("launch", key)
             ));
         }
         OpError::Unknown(format!(
-            "{reason}, so nothing was submitted for {key}. Run `{}` again once the controller \
+            "{reason}, so nothing was submitted for {key}. Run {} again once the controller \
              answers (`squeue --me` tells)",
             command_for("launch", key)
         ))
@@ -657,7 +657,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                 .unwrap_or_default();
             OpError::Unknown(format!(
                 "{program} failed for {key}: {reason}. A job MAY have been submitted{hint}: the \
-                 next `{}` finds it by name and adopts it; {Sessions} lists it; \
+                 next {} finds it by name and adopts it; {Sessions} lists it; \
                  `scancel --me --name={}` removes it",
                 command_for("launch", key),
                 self.r.job_name
@@ -672,7 +672,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                 Refusal::NotStarted(_) => "put Slurm's client programs on PATH",
             };
             OpError::Failed(format!(
-                "{key}: {reason}. No job was created; {fix}, then `{}`",
+                "{key}: {reason}. No job was created; {fix}, then {}",
                 command_for("launch", key)
             ))
         } else {
@@ -762,7 +762,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                     if poll.expired() {
                         return Err(OpError::Unknown(format!(
                             "Slurm job {job} of {key} is still {state} after ~{} s. Nothing was \
-                             submitted: a new job now could run beside it. Retry `{}` once \
+                             submitted: a new job now could run beside it. Retry {} once \
                              `squeue -j {job}` no longer lists it",
                             waits.run_budget.as_secs(),
                             command_for("launch", key)
@@ -774,7 +774,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                     if unknown_in_a_row >= waits.unknown_polls {
                         return Err(OpError::Unknown(format!(
                             "could not check whether Slurm job {job} of {key} has ended: {e}. \
-                             Nothing was submitted. Retry `{}`",
+                             Nothing was submitted. Retry {}",
                             command_for("launch", key)
                         )));
                     }
@@ -819,7 +819,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                     if unknown_in_a_row >= waits.unknown_polls {
                         return Err(OpError::Unknown(format!(
                             "could not poll Slurm job {job} of {key}: {e}. It is recorded: \
-                             `{}` once it runs, or `{}` to cancel it",
+                             {} once it runs, or {} to cancel it",
                             command_for("attach", key),
                             command_for("release", key)
                         )));
@@ -828,8 +828,8 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             }
             if poll.expired() {
                 return Err(OpError::Failed(format!(
-                    "Slurm job {job} of {key} still {last} after ~{} s. It is recorded: `{}` \
-                     once it runs, or `{}` to cancel it",
+                    "Slurm job {job} of {key} still {last} after ~{} s. It is recorded: {} \
+                     once it runs, or {} to cancel it",
                     waits.run_budget.as_secs(),
                     command_for("attach", key),
                     command_for("release", key)
@@ -857,7 +857,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         }
         (self.env.progress)(&format!(
             "job {job} of {} is {state}{}; waited {} s of up to {} s (the job is recorded: \
-             interrupt to stop waiting, then `{}` cancels it)",
+             interrupt to stop waiting, then {} cancels it)",
             self.r.key,
             reason
                 .as_deref()
@@ -879,7 +879,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         };
         OpError::Failed(format!(
             "Slurm job {job} of {} ended before it ran on a node (sacct state: {state}). It \
-             stays recorded; its output: {}. `{}` submits a new one",
+             stays recorded; its output: {}. {} submits a new one",
             self.r.key,
             self.log_hint(job),
             command_for("launch", &self.r.key)

@@ -162,7 +162,7 @@ async fn settle_replaced<S: Scheduler>(
             let proof = format!("squeue failed: {e}");
             warnings.push(format!(
                 "could not check job {job}, which a renewal replaced ({proof}); it stays \
-                 recorded: run `{}` again",
+                 recorded: run {} again",
                 command_for("release", key)
             ));
             Ok(outcome(ReplacedAction::Unknown, Some(proof)))
@@ -257,7 +257,7 @@ fn unchanged_since_asked(
     }
     Err(OpError::Failed(format!(
         "session {} changed while you were asked (it now holds {}); nothing was done. \
-         Run `{}` again",
+         Run {} again",
         r.key,
         plan.job.map_or("no job".into(), |j| format!("job {j}")),
         command_for("release", &r.key)
@@ -300,7 +300,7 @@ async fn find_unrecorded<S: Scheduler>(
         }
         (None, Some(why)) => {
             return Err(OpError::Unknown(format!(
-                "no job is recorded for {}, and {why}; nothing was done. Retry `{}`, or \
+                "no job is recorded for {}, and {why}; nothing was done. Retry {}, or \
                  look with `squeue --me --name={}`",
                 r.key,
                 command_for("release", &r.key),
@@ -402,7 +402,7 @@ async fn still_running<S: Scheduler>(
     if let Some(why) = probe.cannot_vouch() {
         return Err(OpError::Unknown(format!(
             "{} of {}; but {why}, so it is not known whether another job of this session \
-             still runs. Retry `{}`, or look with `squeue --me --name={}`",
+             still runs. Retry {}, or look with `squeue --me --name={}`",
             released_what(report),
             r.key,
             command_for("release", &r.key),
@@ -495,7 +495,7 @@ pub async fn cancel<S: Scheduler>(
             env.ctx
                 .append(Event::SessionCancelFailed(failed(true, reason.clone())))?;
             return Err(OpError::Failed(format!(
-                "{reason}. Session {key} still holds job {job}; retry `{retry}`"
+                "{reason}. Session {key} still holds job {job}; retry {retry}"
             )));
         }
         Err(ActionError::Unknown { error, .. }) => {
@@ -504,7 +504,7 @@ pub async fn cancel<S: Scheduler>(
                 .append(Event::SessionCancelFailed(failed(false, reason.clone())))?;
             return Err(OpError::Unknown(format!(
                 "scancel {job} gave no answer ({reason}); the job may or may not be cancelled. \
-                 Session {key} still holds it; retry `{retry}`"
+                 Session {key} still holds it; retry {retry}"
             )));
         }
         Err(e) => {

@@ -170,7 +170,7 @@ async fn find_by_name<S: Scheduler>(env: &Env<'_, S>, r: &Resolved<'_>) -> Resul
         ))),
         (None, None) => Err(OpError::Failed(format!(
             "no live session {key} to renew (nothing recorded, and no job of its target named \
-             {}): start one with `{}`",
+             {}): start one with {}",
             r.job_name,
             command_for("launch", key)
         ))),
@@ -227,7 +227,7 @@ impl<S: Scheduler> Renewal<'_, '_, S> {
             self.progress(format!("job {job}: state unknown ({e}); holding"));
             self.not_live = Some(OpError::Unknown(format!(
                 "could not check Slurm job {job} of {key} ({e}); it stays recorded and nothing \
-                 was relaunched. Retry `{}`",
+                 was relaunched. Retry {}",
                 command_for("renew", key)
             )));
         } else {
@@ -278,7 +278,7 @@ impl<S: Scheduler> Renewal<'_, '_, S> {
                 Ok(()) => self.report.cancelled.push(job),
                 Err(e) => self.progress(format!(
                     "cancelling the replaced job {job} failed: {e}; {Sessions} flags \
-                     it, `{}` settles it",
+                     it, {} settles it",
                     command_for("release", key)
                 )),
             }
@@ -316,7 +316,7 @@ impl<S: Scheduler> Renewal<'_, '_, S> {
 fn lost_and_not_relaunched(key: &SessionKey, job: JobId, e: &OpError) -> OpError {
     let text = format!(
         "Slurm job {job} of {key} is gone and its relaunch failed: {e}. The session holds no \
-         live job; retry `{}`",
+         live job; retry {}",
         command_for("renew", key)
     );
     match e {
