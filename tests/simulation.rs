@@ -492,12 +492,19 @@ impl Run {
             .start_paused(true)
             .build()
             .unwrap();
-        let ctx = &self.ctx;
+        // Each command is a process of its own: it starts with no state read, as a real one does.
+        let process = Ctx::new(
+            self.ctx.state_dir.clone(),
+            &self.ctx.sched,
+            self.ctx.caller.clone(),
+            self.ctx.exe.clone(),
+        );
+        let ctx = &process;
         let sessions = &self.sessions;
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
             rt.block_on(async {
                 if let Command::Session(c) = cmd {
-                    return Ran::Session(sessions.run(&ctx.sched, c).await);
+                    return Ran::Session(sessions.run(ctx.sched, c).await);
                 }
                 Ran::Op(match cmd {
                     Command::Attach {
@@ -510,7 +517,7 @@ impl Run {
                         no_kill,
                     } => {
                         let shape = (*nodes, (*cpus, *mem_mb, *gpus), *no_kill);
-                        let job = attach_target(ctx, shape, *limit_s);
+                        let job = attach_target(ctx.sched, shape, *limit_s);
                         pool::attach(ctx, pool, job, None).await.map(drop)
                     }
                     Command::PoolSubmit {
@@ -1008,11 +1015,11 @@ impl Run {
 /// An allocation to attach: over `nodes` nodes of `each` (CPUs, MB, GPUs), `--no-kill` or
 /// not; or, now and then, a job that is none (another's, or no job at all).
 fn attach_target(
-    ctx: &Ctx<SimSlurm>,
+    sim: &SimSlurm,
     (nodes, each, no_kill): (u32, (u32, u64, u32), bool),
     limit_s: i64,
 ) -> JobId {
-    let mut w = ctx.sched.world();
+    let mut w = sim.world();
     let existing: Vec<u32> = w.jobs.keys().copied().collect();
     if w.rng.chance(20) {
         if let Some(id) = w.rng.pick(&existing).copied() {
