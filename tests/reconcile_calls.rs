@@ -174,15 +174,7 @@ fn a_step_gone_with_its_node_after_the_job_listing_is_proven_over_by_the_node() 
     for n in [1u32, 3] {
         let id = uuid::Uuid::from_u128(u128::from(n));
         events.extend([
-            Event::WorkerSubmitIntent(WorkerSubmitIntent {
-                pool: "p".into(),
-                worker: format!("w{n}"),
-                submission_id: id,
-                cpus: 1,
-                mem_mb: 10,
-                publication_timeout_s: 30,
-                command: vec!["true".into()],
-            }),
+            synthetic::submitted(id, format!("w{n}")),
             Event::WorkerPlaced(WorkerPlaced {
                 submission_id: id,
                 node: format!("n{n}"),

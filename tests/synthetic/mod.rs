@@ -26,15 +26,7 @@ pub fn write_pool_journal(state: &Path, n: u32, seen: impl Fn(u32) -> bool) {
     })];
     for i in 0..n {
         let id = Uuid::from_u128(u128::from(i) + 1);
-        events.push(Event::WorkerSubmitIntent(WorkerSubmitIntent {
-            pool: "p".into(),
-            worker: format!("w{i}"),
-            submission_id: id,
-            cpus: 1,
-            mem_mb: 10,
-            publication_timeout_s: 30,
-            command: vec!["true".into()],
-        }));
+        events.push(submitted(id, format!("w{i}")));
         events.push(Event::WorkerLaunched(WorkerLaunched {
             submission_id: id,
             srun_pid: 1,
@@ -47,6 +39,19 @@ pub fn write_pool_journal(state: &Path, n: u32, seen: impl Fn(u32) -> bool) {
         }
     }
     w.append(events).unwrap();
+}
+
+/// Worker `worker` of pool `p` submitted as `id`: 1 CPU, 10 MB, `true`.
+pub fn submitted(id: Uuid, worker: String) -> Event {
+    Event::WorkerSubmitIntent(WorkerSubmitIntent {
+        pool: "p".into(),
+        worker,
+        submission_id: id,
+        cpus: 1,
+        mem_mb: 10,
+        publication_timeout_s: 30,
+        command: vec!["true".into()],
+    })
 }
 
 /// Job [`JOB`] of root's on `nodes`, started a minute ago, an hour to go.
