@@ -18,7 +18,7 @@
 //! supervisor's own journal, and `worker:supervisor-before-exit-record=abort` crashes only the
 //! supervisor.
 //!
-//! Every intent/effect boundary calls [`hit`] with its name; `ARCHITECTURE.md` lists them.
+//! Every intent/effect boundary calls [`hit`] with its name; `docs/testing.md` lists them.
 //! Unset, a failpoint costs two atomic loads.
 
 use std::cell::RefCell;

@@ -1,4 +1,4 @@
-//! ARCHITECTURE.md's failpoint table is the list of crash points a reader trusts: it must name
+//! docs/testing.md's failpoint table is the list of crash points a reader trusts: it must name
 //! exactly the points compiled into the code, and every one of them must be driven by some
 //! test (a point nothing crashes at is a boundary nobody has checked). Issue 11 §4, in the
 //! manner of tests/format_spec.rs pinning the hex example.
@@ -45,7 +45,7 @@ fn points_in_code(root: &Path) -> BTreeSet<String> {
 fn points_in_table(architecture: &str) -> BTreeSet<String> {
     let section = architecture
         .split_once("\n## Failpoints\n")
-        .expect("ARCHITECTURE.md has a Failpoints section")
+        .expect("docs/testing.md has a Failpoints section")
         .1;
     let table = section
         .split_once("| name | where |\n|---|---|\n")
@@ -65,7 +65,7 @@ fn points_in_table(architecture: &str) -> BTreeSet<String> {
 fn the_failpoint_table_names_exactly_the_points_in_the_code() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let code = points_in_code(root);
-    let table = points_in_table(&std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap());
+    let table = points_in_table(&std::fs::read_to_string(root.join("docs/testing.md")).unwrap());
     assert!(
         code.len() >= 30,
         "only {} points found: {code:?}",
@@ -75,7 +75,7 @@ fn the_failpoint_table_names_exactly_the_points_in_the_code() {
     let stale: Vec<_> = table.difference(&code).collect();
     assert!(
         undocumented.is_empty() && stale.is_empty(),
-        "in the code but not in ARCHITECTURE.md's table: {undocumented:?}; in the table but \
+        "in the code but not in docs/testing.md's table: {undocumented:?}; in the table but \
          not in the code: {stale:?}"
     );
 }
