@@ -206,7 +206,15 @@ async fn allocation_with_two_overlapping_steps_cancel_one() {
     assert_ne!(s0, s1);
 
     let report = s.cancel_step(s0).await.unwrap();
-    assert!(report.status.success(), "{report:?}");
+    // Once (22.05, under load, after a controller restart) scancel called a step it had just
+    // listed running an invalid job id: say what its srun and the listing saw then.
+    let srun_log = |n: &str| std::fs::read_to_string(dir.path().join(format!("{n}.srun.log")));
+    assert!(
+        report.status.success(),
+        "{report:?}\nsrun of {n0}: {:?}\nsteps now: {:?}",
+        srun_log(&n0),
+        s.list_steps(job).await
+    );
     // Proof by query, not by scancel's word: s0 leaves the step list, s1 stays.
     let after = poll(Duration::from_secs(30), || async {
         let rows = s.list_steps(job).await.live()?;
