@@ -2,9 +2,9 @@
 //! network, no external font) drawn from `policy::report::Report`.
 //!
 //! The page is written with maud's `html!`: markup comes only from its literals. Every data
-//! string is spliced as [`Text`], which escapes it with [`escape`]: names, reasons and notes are
+//! string is spliced as `Text`, which escapes it with [`escape`]: names, reasons and notes are
 //! anyone's (src/names.rs). Whatever else is spliced maud escapes itself. Only the stylesheet
-//! (a literal) and maud's own output closed as an SVG self-closing tag ([`closed`]) go in as
+//! (a literal) and maud's own output closed as an SVG self-closing tag (`closed`) go in as
 //! `PreEscaped`.
 
 use maud::{html, Markup, PreEscaped, Render, DOCTYPE};
