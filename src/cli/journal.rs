@@ -365,44 +365,38 @@ pub fn run_inspect(
         }
         Err(InspectError::Journal(e)) => return Err(e.into()),
     };
-    let point = at.as_ref().map(|a| a.point());
-    if json {
-        print_json(&super::replay::with_at(point, &r))?;
-        return Ok(exit::OK);
-    }
-    if let Some(p) = &point {
-        crate::outln!("{}", super::replay::heading(p));
-    }
-    crate::outln!(
-        "worker {} ({}), submission {}: {}",
-        r.worker,
-        r.pool
-            .as_deref()
-            .map_or("dispatch submit".to_owned(), |p| format!("pool {p}")),
-        r.submission_id,
-        r.state
-    );
-    crate::outln!(
-        "output: {} (stderr: {}; `dispatch logs`)",
-        r.stdout,
-        r.stderr
-    );
-    crate::outln!("coordinator journal:");
-    for e in &r.timeline {
-        print_entry(e);
-    }
-    match &r.worker_journal {
-        None => crate::outln!("worker journal: none (the supervisor never started)"),
-        Some(w) => {
-            crate::outln!("worker journal {} ({}):", w.path, w.status);
-            for e in &w.events {
-                print_entry(e);
-            }
-            if let Some(d) = &w.damage {
-                crate::outln!("  damage: {d}");
+    super::replay::emit_at(at.map(|a| a.point()), &r, json, || {
+        crate::outln!(
+            "worker {} ({}), submission {}: {}",
+            r.worker,
+            r.pool
+                .as_deref()
+                .map_or("dispatch submit".to_owned(), |p| format!("pool {p}")),
+            r.submission_id,
+            r.state
+        );
+        crate::outln!(
+            "output: {} (stderr: {}; `dispatch logs`)",
+            r.stdout,
+            r.stderr
+        );
+        crate::outln!("coordinator journal:");
+        for e in &r.timeline {
+            print_entry(e);
+        }
+        match &r.worker_journal {
+            None => crate::outln!("worker journal: none (the supervisor never started)"),
+            Some(w) => {
+                crate::outln!("worker journal {} ({}):", w.path, w.status);
+                for e in &w.events {
+                    print_entry(e);
+                }
+                if let Some(d) = &w.damage {
+                    crate::outln!("  damage: {d}");
+                }
             }
         }
-    }
+    })?;
     Ok(exit::OK)
 }
 

@@ -18,6 +18,13 @@ pub fn note(line: &str) {
     }
 }
 
+/// Each of `warnings` as a [`note`].
+pub fn warn(warnings: &[String]) {
+    for w in warnings {
+        note(&format!("warning: {w}"));
+    }
+}
+
 /// Print exactly one JSON document on stdout.
 pub fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
     // Through a buffer of its own: stdout's line buffer holds 1 KiB, and a document of

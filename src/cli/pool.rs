@@ -510,9 +510,7 @@ async fn run_pool_submit<S: Scheduler>(
             .then_some(wait_progress as fn(&ops::WaitProgress)),
     });
     let r = ops::submit_waiting(ctx, req, wait).await?;
-    for w in &r.warnings {
-        super::output::note(&format!("warning: {w}"));
-    }
+    super::output::warn(&r.warnings);
     emit(json, &r, || {
         crate::outln!(
             "worker {} submitted to pool {} (submission {}): {}, step {}",

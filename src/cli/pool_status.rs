@@ -38,14 +38,10 @@ pub async fn run<S: Scheduler>(
 ) -> Result<u8, Failure> {
     if let Some(cut) = a.at {
         let at = super::replay::state_at(&ctx.state_dir, cut)?;
-        let point = at.point();
         let r = ops::status(&at.state, None, a.pool, at.now)?;
-        if json {
-            super::output::print_json(&super::replay::with_at(Some(point), &r))?;
-        } else {
-            crate::outln!("{}", super::replay::heading(&point));
-            crate::out!("{}", super::table::pool_status(&r, a.wide));
-        }
+        super::replay::emit_at(Some(at.point()), &r, json, || {
+            crate::out!("{}", super::table::pool_status(&r, a.wide))
+        })?;
         return Ok(super::exit::OK);
     }
     let title = match a.pool {

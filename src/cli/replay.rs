@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::exit::{self, Failure};
-use super::output::print_json;
+use super::output::emit;
 use crate::state::replay::{At, Cut, Point};
 use crate::state::session::Session;
 
@@ -38,16 +38,29 @@ pub struct WithAt<'a, T: Serialize> {
     pub report: &'a T,
 }
 
-pub fn with_at<T: Serialize>(at: Option<Point>, report: &T) -> WithAt<'_, T> {
-    WithAt { at, report }
-}
-
 /// The first line of a human `--at` output.
 pub fn heading(p: &Point) -> String {
     format!(
         "as recorded after event {} ({}), replayed offline",
         p.seq, p.time
     )
+}
+
+/// `--json`: `report` with the point it was replayed to, when it was; else that point's
+/// [`heading`], when it was, then what `human` prints.
+pub fn emit_at<T: Serialize>(
+    at: Option<Point>,
+    report: &T,
+    json: bool,
+    human: impl FnOnce(),
+) -> Result<(), Failure> {
+    let heading = at.as_ref().map(heading);
+    emit(json, &WithAt { at, report }, || {
+        if let Some(h) = heading {
+            crate::outln!("{h}");
+        }
+        human();
+    })
 }
 
 /// One session record as the journal had it (no Slurm listing: that is today's, not then's).
@@ -112,32 +125,32 @@ pub fn run_sessions(
         .values()
         .map(SessionRecord::of)
         .collect();
-    if json {
-        print_json(&serde_json::json!({ "at": at.point(), "sessions": sessions }))?;
-        return Ok(exit::OK);
-    }
-    crate::outln!("{}", heading(&at.point()));
-    if sessions.is_empty() {
-        crate::outln!("no session held anything");
-    }
-    for s in &sessions {
-        let job = s.job_id.map_or("-".to_owned(), |j| j.to_string());
-        let mut line = format!(
-            "  {} job {:<10} {:<10} {}",
-            // A mirror or target label may hold wide characters (path names cannot).
-            super::table::pad(&s.session, 30),
-            job,
-            s.origin.map_or("-", |o| crate::state::Word::as_str(o)),
-            s.node.as_deref().unwrap_or("-")
-        );
-        if let Some(u) = &s.submission {
-            line.push_str(&format!(
-                "  submission {} {}",
-                u.job_name,
-                u.failure.as_deref().unwrap_or("in flight")
-            ));
+    // The point through a JSON value, as this output always had it: its keys sorted.
+    let doc = serde_json::json!({ "at": at.point(), "sessions": sessions });
+    emit(json, &doc, || {
+        crate::outln!("{}", heading(&at.point()));
+        if sessions.is_empty() {
+            crate::outln!("no session held anything");
         }
-        crate::outln!("{line}");
-    }
+        for s in &sessions {
+            let job = s.job_id.map_or("-".to_owned(), |j| j.to_string());
+            let mut line = format!(
+                "  {} job {:<10} {:<10} {}",
+                // A mirror or target label may hold wide characters (path names cannot).
+                super::table::pad(&s.session, 30),
+                job,
+                s.origin.map_or("-", |o| crate::state::Word::as_str(o)),
+                s.node.as_deref().unwrap_or("-")
+            );
+            if let Some(u) = &s.submission {
+                line.push_str(&format!(
+                    "  submission {} {}",
+                    u.job_name,
+                    u.failure.as_deref().unwrap_or("in flight")
+                ));
+            }
+            crate::outln!("{line}");
+        }
+    })?;
     Ok(exit::OK)
 }

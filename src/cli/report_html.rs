@@ -1,37 +1,36 @@
 //! `dispatch report --html`: one self-contained page (inline CSS and SVG; no script, no
 //! network, no external font) drawn from `policy::report::Report`.
 //!
-//! Every string that reaches the page goes through [`Page::text`], which escapes it: names,
-//! reasons and notes are anyone's (src/names.rs). [`Page::raw`] takes only `&'static str`,
-//! so markup can never be built from data.
+//! The page is written with maud's `html!`: markup comes only from its literals. Every data
+//! string is spliced as `Text`, which escapes it with [`escape`]: names, reasons and notes are
+//! anyone's (src/names.rs). Whatever else is spliced maud escapes itself. Only the stylesheet
+//! (a literal) and maud's own output closed as an SVG self-closing tag (`closed`) go in as
+//! `PreEscaped`.
 
-use crate::event::trial::Verdict;
+use maud::{html, Markup, PreEscaped, Render, DOCTYPE};
+
 use crate::policy::audit::AuditStatus;
-use crate::policy::report::{BudgetSeries, Milestone, Report, WorkerTimeline, MARKS};
+use crate::policy::report::{
+    BudgetPoint, BudgetSeries, EventLine, Milestone, Report, Subject, WorkerTimeline, MARKS,
+};
 
-/// A page being written: markup from literals, data only escaped.
-pub struct Page(String);
+/// Data on the page: escaped by dispatch's rules ([`escape`]), which are stricter than maud's
+/// (maud leaves `'` and control characters as they are).
+struct Text<T>(T);
 
-/// Numbers the page may print as they are.
-pub trait Num {
-    fn write_to(&self, out: &mut String);
+impl<T: AsRef<str>> Render for Text<T> {
+    fn render_to(&self, out: &mut String) {
+        out.push_str(&escape(self.0.as_ref()));
+    }
 }
 
-macro_rules! int_num {
-    ($($t:ty),*) => {$(
-        impl Num for $t {
-            fn write_to(&self, out: &mut String) {
-                out.push_str(&self.to_string());
-            }
-        }
-    )*};
-}
-int_num!(u32, u64, i64, usize);
+/// A coordinate or size as the page prints it: one decimal, a non-finite one as 0.0.
+struct Num(f64);
 
-impl Num for f64 {
-    fn write_to(&self, out: &mut String) {
-        let v = if self.is_finite() { *self } else { 0.0 };
-        out.push_str(&format!("{v:.1}"));
+impl std::fmt::Display for Num {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = if self.0.is_finite() { self.0 } else { 0.0 };
+        write!(f, "{v:.1}")
     }
 }
 
@@ -55,28 +54,33 @@ pub fn escape(s: &str) -> String {
     out
 }
 
-impl Page {
-    fn raw(&mut self, markup: &'static str) -> &mut Self {
-        self.0.push_str(markup);
-        self
-    }
-
-    fn text(&mut self, data: &str) -> &mut Self {
-        self.0.push_str(&escape(data));
-        self
-    }
-
-    fn num(&mut self, n: impl Num) -> &mut Self {
-        n.write_to(&mut self.0);
-        self
-    }
-
-    fn opt(&mut self, data: Option<&str>) -> &mut Self {
-        match data {
-            Some(d) => self.text(d),
-            None => self.raw("<span class=\"none\">—</span>"),
+/// Data that may be missing: escaped, or a grey dash.
+fn opt(data: Option<&str>) -> Markup {
+    html! {
+        @match data {
+            Some(d) => (Text(d)),
+            None => span.none { "—" },
         }
     }
+}
+
+/// An empty SVG element in its self-closing form (`<line …/>`), which maud does not write:
+/// `element` is maud's void form (`<line …>`), closed in place.
+fn closed(element: Markup) -> Markup {
+    let mut s = element.into_string();
+    s.pop();
+    s.push_str("/>");
+    PreEscaped(s)
+}
+
+/// A legend entry: a dot of `colour`, then `label`.
+fn legend(colour: &str, label: &str) -> Markup {
+    html! { span { i style={ "background:" (colour) } {} (label) } }
+}
+
+/// A table's header row.
+fn header(names: &[&str]) -> Markup {
+    html! { tr { @for name in names { th { (name) } } } "\n" }
 }
 
 const STYLE: &str = "<style>
@@ -133,141 +137,110 @@ fn x_of(t: i64, span: (i64, i64)) -> f64 {
 }
 
 pub fn render(r: &Report) -> String {
-    let mut p = Page(String::with_capacity(64 * 1024));
-    let subject = r.subject.describe();
-    p.raw("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">")
-        .raw("<meta name=\"viewport\" content=\"width=device-width\">")
-        .raw("<title>dispatch report: ")
-        .text(&subject)
-        .raw("</title>")
-        .raw(STYLE)
-        .raw("</head><body>\n<h1>dispatch report: ")
-        .text(&subject)
-        .raw("</h1><p class=\"meta\">")
-        .num(r.workers.len())
-        .raw(" worker(s); ")
-        .num(
-            r.events
-                .iter()
-                .filter(|e| e.source == "coordinator")
-                .count(),
-        )
-        .raw(" of the coordinator journal's ")
-        .num(r.journal_events)
-        .raw(" event(s) are about it, and ")
-        .num(
-            r.events
-                .iter()
-                .filter(|e| e.source != "coordinator")
-                .count(),
-        )
-        .raw(" of its workers' own journals");
-    if let Some((from, to)) = &r.span {
-        p.raw("; from ").text(from).raw(" to ").text(to);
-    }
-    p.raw("</p>\n");
-    if let Some(v) = &r.verdict {
-        p.raw(match v.verdict {
-            Verdict::Passed => "<p class=\"verdict-passed\" id=\"verdict\">",
-            Verdict::Failed => "<p class=\"verdict-failed\" id=\"verdict\">",
-        })
-        .raw("verdict <b>")
-        .text(v.verdict.as_str())
-        .raw("</b> at ")
-        .text(&v.at)
-        .raw(" (seq ")
-        .num(v.seq)
-        .raw("): ")
-        .text(&v.reason)
-        .raw("<br>journal chain head after the verdict: <span class=\"mono\">")
-        .opt(v.chain_head.as_deref())
-        .raw("</span></p>\n");
-    }
-    timeline(&mut p, r);
-    for series in &r.budget {
-        budget(&mut p, series, r.span_us);
-    }
-    if r.budget.is_empty() {
-        p.raw("<h2>Budget</h2><p class=\"meta\">No pool: each worker is its own Slurm job.</p>\n");
-    }
-    evidence(&mut p, r);
-    audit(&mut p, r);
-    events(&mut p, r);
-    p.raw("</body></html>\n");
-    p.0
-}
-
-fn timeline(p: &mut Page, r: &Report) {
-    p.raw("<h2>Timeline</h2>\n<div class=\"legend\">");
-    for what in MARKS {
-        p.raw("<span><i style=\"background:")
-            .raw(colour(what))
-            .raw("\"></i>")
-            .raw(label(what))
-            .raw("</span>");
-    }
-    p.raw("<span><i style=\"background:#b42318\"></i>allocation end</span>")
-        .raw("<span><i style=\"background:#f79009\"></i>early-shutdown deadline</span></div>\n");
-    let Some(span) = r.span_us else {
-        p.raw("<p class=\"meta\">Nothing recorded.</p>\n");
-        return;
+    let subject = Text(r.subject.describe());
+    let about = |coordinator: bool| {
+        let from = |e: &&EventLine| (e.source == "coordinator") == coordinator;
+        r.events.iter().filter(from).count()
     };
-    let height = 30.0 + ROW * r.workers.len().max(1) as f64;
-    p.raw("<svg id=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"")
-        .num(WIDTH)
-        .raw("\" height=\"")
-        .num(height)
-        .raw("\" role=\"img\"><title>timeline per worker</title>\n");
-    // Time axis: start and end.
-    p.raw("<text x=\"")
-        .num(LEFT)
-        .raw("\" y=\"14\">")
-        .text(&r.span.as_ref().map(|s| s.0.clone()).unwrap_or_default())
-        .raw("</text><text text-anchor=\"end\" x=\"")
-        .num(WIDTH - RIGHT)
-        .raw("\" y=\"14\">")
-        .text(&r.span.as_ref().map(|s| s.1.clone()).unwrap_or_default())
-        .raw("</text>\n");
-    for (i, w) in r.workers.iter().enumerate() {
-        worker_row(p, w, i, 30.0 + ROW * i as f64, span);
+    html! {
+        (DOCTYPE) "\n"
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width";
+                title { "dispatch report: " (subject) }
+                (PreEscaped(STYLE))
+            }
+            body {
+                "\n"
+                h1 { "dispatch report: " (subject) }
+                p.meta {
+                    (r.workers.len()) " worker(s); " (about(true))
+                    " of the coordinator journal's " (r.journal_events)
+                    " event(s) are about it, and " (about(false)) " of its workers' own journals"
+                    @if let Some((from, to)) = &r.span { "; from " (Text(from)) " to " (Text(to)) }
+                }
+                "\n"
+                @if let Some(v) = &r.verdict {
+                    p class={ "verdict-" (v.verdict.as_str()) } id="verdict" {
+                        "verdict " b { (v.verdict.as_str()) } " at " (Text(&v.at))
+                        " (seq " (v.seq) "): " (Text(&v.reason)) br;
+                        "journal chain head after the verdict: "
+                        span.mono { (opt(v.chain_head.as_deref())) }
+                    }
+                    "\n"
+                }
+                (timeline(r))
+                @for series in &r.budget { (budget(series, r.span_us)) }
+                @if r.budget.is_empty() {
+                    h2 { "Budget" }
+                    p.meta { "No pool: each worker is its own Slurm job." }
+                    "\n"
+                }
+                (evidence(r))
+                (audit(r))
+                (events(r))
+            }
+        }
+        "\n"
     }
-    p.raw("</svg>\n");
+    .into_string()
 }
 
-fn worker_row(p: &mut Page, w: &WorkerTimeline, index: usize, top: f64, span: (i64, i64)) {
-    let mid = top + ROW / 2.0;
-    p.raw("<g class=\"worker\" id=\"worker-")
-        .num(index)
-        .raw("\" data-worker=\"")
-        .text(&w.worker)
-        .raw("\" data-submission=\"")
-        .text(&w.submission_id)
-        .raw("\"><text x=\"8\" y=\"")
-        .num(mid - 4.0)
-        .raw("\">")
-        .text(&w.worker)
-        .raw("</text><text x=\"8\" y=\"")
-        .num(mid + 10.0)
-        .raw("\" style=\"fill:#5b6474\">")
-        .text(&w.state)
-        .raw(" · ")
-        .text(w.pool.as_deref().unwrap_or("own job"))
-        .text(&placement_label(w))
-        .raw("</text>\n");
-    if let (Some(first), Some(last)) = (w.marks.first(), w.marks.last()) {
-        p.raw("<line x1=\"")
-            .num(x_of(first.time_us, span))
-            .raw("\" x2=\"")
-            .num(x_of(last.time_us, span))
-            .raw("\" y1=\"")
-            .num(mid)
-            .raw("\" y2=\"")
-            .num(mid)
-            .raw("\" stroke=\"#98a2b3\" stroke-width=\"3\"/>\n");
+fn timeline(r: &Report) -> Markup {
+    let (from, to) = r
+        .span
+        .as_ref()
+        .map_or(("", ""), |(f, t)| (f.as_str(), t.as_str()));
+    html! {
+        h2 { "Timeline" } "\n"
+        div.legend {
+            @for what in MARKS { (legend(colour(what), label(what))) }
+            (legend("#b42318", "allocation end"))
+            (legend("#f79009", "early-shutdown deadline"))
+        }
+        "\n"
+        @if let Some(span) = r.span_us {
+            svg #timeline xmlns="http://www.w3.org/2000/svg" width=(Num(WIDTH))
+                height=(Num(30.0 + ROW * r.workers.len().max(1) as f64)) role="img" {
+                title { "timeline per worker" } "\n"
+                // Time axis: start and end.
+                text x=(Num(LEFT)) y="14" { (Text(from)) }
+                text text-anchor="end" x=(Num(WIDTH - RIGHT)) y="14" { (Text(to)) } "\n"
+                @for (i, w) in r.workers.iter().enumerate() {
+                    (worker_row(w, i, 30.0 + ROW * i as f64, span))
+                }
+            }
+            "\n"
+        } @else {
+            p.meta { "Nothing recorded." } "\n"
+        }
     }
-    worker_limits(p, w, top, span);
-    worker_marks(p, w, mid, span);
-    p.raw("</g>\n");
+}
+
+fn worker_row(w: &WorkerTimeline, index: usize, top: f64, span: (i64, i64)) -> Markup {
+    let mid = top + ROW / 2.0;
+    html! {
+        g.worker id={ "worker-" (index) } data-worker=(Text(&w.worker))
+            data-submission=(Text(&w.submission_id)) {
+            text x="8" y=(Num(mid - 4.0)) { (Text(&w.worker)) }
+            text x="8" y=(Num(mid + 10.0)) style="fill:#5b6474" {
+                (Text(&w.state)) " · " (Text(w.pool.as_deref().unwrap_or("own job")))
+                (Text(placement_label(w)))
+            }
+            "\n"
+            @if let (Some(first), Some(last)) = (w.marks.first(), w.marks.last()) {
+                (closed(html! {
+                    line x1=(Num(x_of(first.time_us, span))) x2=(Num(x_of(last.time_us, span)))
+                        y1=(Num(mid)) y2=(Num(mid)) stroke="#98a2b3" stroke-width="3";
+                }))
+                "\n"
+            }
+            (worker_limits(w, top, span))
+            (worker_marks(w, mid, span))
+        }
+        "\n"
+    }
 }
 
 /// Where a pool worker ran and the GPUs it held: " · node2 · GPU 1" (its step's indexes when
@@ -285,285 +258,254 @@ fn placement_label(w: &WorkerTimeline) -> String {
 
 /// A worker's allocation end and early-shutdown deadline: dashed lines across its row, and
 /// one past the last event said at the right edge.
-fn worker_limits(p: &mut Page, w: &WorkerTimeline, top: f64, span: (i64, i64)) {
+fn worker_limits(w: &WorkerTimeline, top: f64, span: (i64, i64)) -> Markup {
     let limits = [
-        (w.allocation_end_us, "#b42318", "allocation end "),
+        (w.allocation_end_us, "#b42318", "allocation end ", "end +"),
         (
             w.shutdown_deadline_us,
             "#f79009",
             "early-shutdown deadline ",
+            "deadline +",
         ),
     ];
-    for (n, (at, colour, what)) in limits.into_iter().enumerate() {
-        let Some(at) = at else { continue };
-        let x = x_of(at, span);
-        p.raw("<line stroke-dasharray=\"4 3\" stroke-width=\"2\" stroke=\"")
-            .raw(colour)
-            .raw("\" x1=\"")
-            .num(x)
-            .raw("\" x2=\"")
-            .num(x)
-            .raw("\" y1=\"")
-            .num(top + 4.0)
-            .raw("\" y2=\"")
-            .num(top + ROW - 4.0)
-            .raw("\"><title>")
-            .raw(what)
-            .text(&crate::event::Micros(at).to_rfc3339())
-            .raw("</title></line>");
-        if at > span.1 {
-            // Past the last event: said at the right edge, not drawn to scale.
-            p.raw("<text x=\"")
-                .num(x + 4.0)
-                .raw("\" y=\"")
-                .num(top + 14.0 + 12.0 * n as f64)
-                .raw("\" style=\"fill:")
-                .raw(colour)
-                .raw("\">")
-                .raw(if n == 0 { "end +" } else { "deadline +" })
-                .num((at - span.1) / 1_000_000)
-                .raw(" s</text>");
+    html! {
+        @for (n, (at, colour, what, past)) in limits.into_iter().enumerate() {
+            @if let Some(at) = at {
+                @let x = Num(x_of(at, span));
+                line stroke-dasharray="4 3" stroke-width="2" stroke=(colour) x1=(x) x2=(x)
+                    y1=(Num(top + 4.0)) y2=(Num(top + ROW - 4.0)) {
+                    title { (what) (Text(crate::event::Micros(at).to_rfc3339())) }
+                }
+                @if at > span.1 {
+                    // Past the last event: said at the right edge, not drawn to scale.
+                    text x=(Num(x.0 + 4.0)) y=(Num(top + 14.0 + 12.0 * n as f64))
+                        style={ "fill:" (colour) } {
+                        (past) ((at - span.1) / 1_000_000) " s"
+                    }
+                }
+                "\n"
+            }
         }
-        p.raw("\n");
     }
+}
+
+/// The first of two label lanes, above and below the line, that has room for a label at `x`
+/// (taken for it); a label that fits in neither is left to the mark's tooltip rather than
+/// drawn over another.
+fn take_lane(lanes: &mut [f64; 2], x: f64) -> Option<usize> {
+    let lane = lanes.iter().position(|&last| x - last >= LABEL_PITCH)?;
+    lanes[lane] = x;
+    Some(lane)
 }
 
 /// A worker's milestones on its line, each labelled where a label lane has room.
-fn worker_marks(p: &mut Page, w: &WorkerTimeline, mid: f64, span: (i64, i64)) {
-    // Two label lanes, above and below the line; a label that fits in neither is left to the
-    // mark's tooltip rather than drawn over another.
+fn worker_marks(w: &WorkerTimeline, mid: f64, span: (i64, i64)) -> Markup {
     let mut lanes = [f64::NEG_INFINITY; 2];
-    for m in &w.marks {
-        let x = x_of(m.time_us, span);
-        let lane = lanes.iter().position(|&last| x - last >= LABEL_PITCH);
-        if let Some(l) = lane {
-            lanes[l] = x;
+    html! {
+        @for m in &w.marks {
+            @let x = x_of(m.time_us, span);
+            g.mark data-what=(label(m.what)) data-seq=(m.seq) {
+                circle r="6" cx=(Num(x)) cy=(Num(mid)) fill=(colour(m.what)) {
+                    title {
+                        (label(m.what)) " at " (Text(&m.time)) " (" (Text(m.source.as_str()))
+                        " seq " (m.seq) ")"
+                    }
+                }
+                @if let Some(l) = take_lane(&mut lanes, x) {
+                    text text-anchor="middle" x=(Num(x))
+                        y=(Num(if l == 0 { mid - 9.0 } else { mid + 17.0 })) { (label(m.what)) }
+                }
+            }
+            "\n"
         }
-        p.raw("<g class=\"mark\" data-what=\"")
-            .raw(label(m.what))
-            .raw("\" data-seq=\"")
-            .num(m.seq)
-            .raw("\"><circle r=\"6\" cx=\"")
-            .num(x)
-            .raw("\" cy=\"")
-            .num(mid)
-            .raw("\" fill=\"")
-            .raw(colour(m.what))
-            .raw("\"><title>")
-            .raw(label(m.what))
-            .raw(" at ")
-            .text(&m.time)
-            .raw(" (")
-            .text(m.source.as_str())
-            .raw(" seq ")
-            .num(m.seq)
-            .raw(")</title></circle>");
-        if let Some(l) = lane {
-            p.raw("<text text-anchor=\"middle\" x=\"")
-                .num(x)
-                .raw("\" y=\"")
-                .num(if l == 0 { mid - 9.0 } else { mid + 17.0 })
-                .raw("\">")
-                .raw(label(m.what))
-                .raw("</text>");
-        }
-        p.raw("</g>\n");
     }
 }
 
-/// Which reserved amount and capacity a budget line draws.
-type Pick = fn(&crate::policy::report::BudgetPoint) -> (u64, u64);
+/// A budget chart's height, and the y of its capacity line and of zero.
+const H: f64 = 170.0;
+const TOP: f64 = 20.0;
+const BOTTOM: f64 = 150.0;
 
-fn budget(p: &mut Page, s: &BudgetSeries, span: Option<(i64, i64)>) {
-    const H: f64 = 170.0;
-    const TOP: f64 = 20.0;
-    const BOTTOM: f64 = 150.0;
-    p.raw("<h2>Budget of pool ")
-        .text(&s.pool)
-        .raw("</h2>\n<div class=\"legend\"><span><i style=\"background:#1570ef\"></i>CPUs reserved</span>")
-        .raw("<span><i style=\"background:#7a5af8\"></i>memory reserved</span>")
-        .raw("<span><i style=\"background:#b42318\"></i>capacity</span></div>\n");
-    let (Some(span), Some(last)) = (span, s.points.last()) else {
-        return;
+/// The y of `used` out of `cap` on a budget chart, at most 120 % of it.
+fn y_of(used: u64, cap: u64) -> f64 {
+    let frac = if cap == 0 {
+        0.0
+    } else {
+        (used as f64 / cap as f64).min(1.2)
     };
-    p.raw("<svg class=\"budget\" data-pool=\"")
-        .text(&s.pool)
-        .raw("\" xmlns=\"http://www.w3.org/2000/svg\" width=\"")
-        .num(WIDTH)
-        .raw("\" height=\"")
-        .num(H)
-        .raw("\" role=\"img\"><title>reserved budget against capacity</title>\n")
-        .raw("<line stroke=\"#b42318\" stroke-dasharray=\"6 3\" stroke-width=\"2\" x1=\"")
-        .num(LEFT)
-        .raw("\" x2=\"")
-        .num(WIDTH - RIGHT)
-        .raw("\" y1=\"")
-        .num(TOP)
-        .raw("\" y2=\"")
-        .num(TOP)
-        .raw("\"/><text x=\"8\" y=\"")
-        .num(TOP + 4.0)
-        .raw("\">capacity ")
-        .num(last.capacity_cpus)
-        .raw(" CPUs, ")
-        .num(last.capacity_mem_mb)
-        .raw(" MB</text><text x=\"8\" y=\"")
-        .num(BOTTOM)
-        .raw("\">0</text>\n");
-    let y_of = |used: u64, cap: u64| {
-        let frac = if cap == 0 {
-            0.0
-        } else {
-            (used as f64 / cap as f64).min(1.2)
-        };
-        BOTTOM - frac * (BOTTOM - TOP)
-    };
+    BOTTOM - frac * (BOTTOM - TOP)
+}
+
+/// Which reserved amount and capacity a budget line draws.
+type Pick = fn(&BudgetPoint) -> (u64, u64);
+
+fn budget(s: &BudgetSeries, span: Option<(i64, i64)>) -> Markup {
     let series: [(&'static str, Pick); 2] = [
         ("#1570ef", |b| (b.cpus, b.capacity_cpus)),
         ("#7a5af8", |b| (b.mem_mb, b.capacity_mem_mb)),
     ];
-    for (colour, pick) in series {
-        p.raw("<path fill=\"none\" stroke-width=\"2\" stroke=\"")
-            .raw(colour)
-            .raw("\" d=\"");
-        let mut previous_y = None;
-        for (i, b) in s.points.iter().enumerate() {
-            let (used, cap) = pick(b);
-            let (x, y) = (x_of(b.time_us, span), y_of(used, cap));
-            p.raw(if i == 0 { "M" } else { " H" }).num(x);
-            if i == 0 {
-                p.raw(" ").num(y);
-            } else if previous_y != Some(y) {
-                p.raw(" V").num(y);
+    html! {
+        h2 { "Budget of pool " (Text(&s.pool)) } "\n"
+        div.legend {
+            (legend("#1570ef", "CPUs reserved"))
+            (legend("#7a5af8", "memory reserved"))
+            (legend("#b42318", "capacity"))
+        }
+        "\n"
+        @if let (Some(span), Some(last)) = (span, s.points.last()) {
+            svg.budget data-pool=(Text(&s.pool)) xmlns="http://www.w3.org/2000/svg"
+                width=(Num(WIDTH)) height=(Num(H)) role="img" {
+                title { "reserved budget against capacity" } "\n"
+                (closed(html! {
+                    line stroke="#b42318" stroke-dasharray="6 3" stroke-width="2" x1=(Num(LEFT))
+                        x2=(Num(WIDTH - RIGHT)) y1=(Num(TOP)) y2=(Num(TOP));
+                }))
+                text x="8" y=(Num(TOP + 4.0)) {
+                    "capacity " (last.capacity_cpus) " CPUs, " (last.capacity_mem_mb) " MB"
+                }
+                text x="8" y=(Num(BOTTOM)) { "0" } "\n"
+                @for (colour, pick) in series {
+                    (closed(html! {
+                        path fill="none" stroke-width="2" stroke=(colour) d=(steps(s, span, pick));
+                    }))
+                    "\n"
+                }
+                // A dot per budget change on the CPU line, with what was reserved then as its
+                // tooltip.
+                @for b in &s.points {
+                    circle r="2.5" fill="#1570ef" cx=(Num(x_of(b.time_us, span)))
+                        cy=(Num(y_of(b.cpus, b.capacity_cpus))) {
+                        title {
+                            "seq " (b.seq) " " (Text(&b.time)) ": " (b.cpus) "/" (b.capacity_cpus)
+                            " CPUs, " (b.mem_mb) "/" (b.capacity_mem_mb) " MB"
+                        }
+                    }
+                }
             }
-            previous_y = Some(y);
+            "\n"
         }
-        p.raw(" H").num(WIDTH - RIGHT).raw("\"/>\n");
-    }
-    budget_points(p, s, span, &y_of);
-    p.raw("</svg>\n");
-}
-
-/// A dot per budget change on the CPU line, with what was reserved then as its tooltip.
-fn budget_points(p: &mut Page, s: &BudgetSeries, span: (i64, i64), y_of: &dyn Fn(u64, u64) -> f64) {
-    for b in &s.points {
-        p.raw("<circle r=\"2.5\" fill=\"#1570ef\" cx=\"")
-            .num(x_of(b.time_us, span))
-            .raw("\" cy=\"")
-            .num(y_of(b.cpus, b.capacity_cpus))
-            .raw("\"><title>seq ")
-            .num(b.seq)
-            .raw(" ")
-            .text(&b.time)
-            .raw(": ")
-            .num(b.cpus)
-            .raw("/")
-            .num(b.capacity_cpus)
-            .raw(" CPUs, ")
-            .num(b.mem_mb)
-            .raw("/")
-            .num(b.capacity_mem_mb)
-            .raw(" MB</title></circle>");
     }
 }
 
-fn evidence(p: &mut Page, r: &Report) {
-    p.raw("<h2>Evidence</h2>\n");
-    if r.verdict.is_some() {
-        p.raw("<p class=\"meta\">As the verdict recorded it; the worker journal head is the one ingested at the verdict.</p>\n");
-    }
-    p.raw("<table id=\"evidence\"><tr><th>worker</th><th>submission</th><th>state</th><th>outcome</th>")
-        .raw("<th>manifest SHA-256</th><th>published directory</th><th>worker journal head (seq)</th></tr>\n");
-    for e in &r.evidence {
-        p.raw("<tr><td>")
-            .text(&e.worker)
-            .raw("</td><td class=\"mono\">")
-            .text(&e.submission_id)
-            .raw("</td><td>")
-            .text(&e.state)
-            .raw("</td><td>")
-            .opt(e.outcome.as_deref())
-            .raw("</td><td class=\"mono\">")
-            .opt(e.manifest_sha256.as_deref())
-            .raw("</td><td class=\"mono\">")
-            .opt(e.published_dir.as_deref())
-            .raw("</td><td class=\"mono\">")
-            .opt(e.worker_journal_head.as_deref());
-        if let Some(seq) = e.worker_journal_seq {
-            p.raw(" (").num(seq).raw(")");
-        }
-        p.raw("</td></tr>\n");
-    }
-    p.raw("</table>\n");
-}
-
-fn audit(p: &mut Page, r: &Report) {
-    let a = &r.audit;
-    p.raw("<h2>Audit</h2>\n<p id=\"audit-status\">whole journal: <span class=\"")
-        .raw(if a.status == AuditStatus::Ok {
-            "ok"
-        } else {
-            "bad"
+/// A budget line as SVG path data: a step across to each point, up or down to its level
+/// when that changed, and on to the right edge.
+fn steps(s: &BudgetSeries, span: (i64, i64), pick: Pick) -> String {
+    let mut previous_y = None;
+    let mut d: String = s
+        .points
+        .iter()
+        .map(|b| {
+            let (used, cap) = pick(b);
+            let (x, y) = (Num(x_of(b.time_us, span)), y_of(used, cap));
+            match previous_y.replace(y) {
+                None => format!("M{x} {}", Num(y)),
+                Some(p) if p == y => format!(" H{x}"),
+                Some(_) => format!(" H{x} V{}", Num(y)),
+            }
         })
-        .raw("\">")
-        .text(&a.status.to_string())
-        .raw("</span> (journal ")
-        .text(a.journal_status.as_str())
-        .raw(", ")
-        .num(a.violation_count)
-        .raw(" violation(s), ")
-        .num(a.override_count)
-        .raw(" operator override(s))</p>\n");
-    if a.findings.is_empty() {
-        p.raw("<p class=\"ok\">Nothing the audit found concerns this ")
-            .raw(match r.subject {
-                crate::policy::report::Subject::Trial(_) => "trial",
-                crate::policy::report::Subject::Pool(_) => "pool",
-                crate::policy::report::Subject::Worker(_) => "worker",
-            })
-            .raw(".</p>\n");
-        return;
-    }
-    p.raw("<table id=\"findings\"><tr><th>seq</th><th>finding</th><th>detail</th></tr>\n");
-    for f in &a.findings {
-        p.raw("<tr class=\"finding bad\"><td>");
-        match f.seq {
-            Some(seq) => p.num(seq),
-            None => p.raw("—"),
-        };
-        p.raw("</td><td>")
-            .text(f.what.as_str())
-            .raw("</td><td>")
-            .text(&f.detail)
-            .raw("</td></tr>\n");
-    }
-    p.raw("</table>\n");
+        .collect();
+    d.push_str(&format!(" H{}", Num(WIDTH - RIGHT)));
+    d
 }
 
-fn events(p: &mut Page, r: &Report) {
-    p.raw("<h2>Events</h2>\n<table id=\"events\"><tr><th>seq</th><th>time</th><th>source</th><th>kind</th><th>event</th></tr>\n");
-    for e in &r.events {
-        p.raw("<tr class=\"event\" data-seq=\"")
-            .num(e.seq)
-            .raw("\" data-kind=\"")
-            .text(e.kind)
-            .raw("\"><td>")
-            .num(e.seq)
-            .raw("</td><td>")
-            .text(&e.time)
-            .raw("</td><td>")
-            .text(&e.source)
-            .raw("</td><td>")
-            .text(e.kind)
-            .raw("</td><td class=\"mono\">")
-            .text(&e.summary)
-            .raw("</td></tr>\n");
+fn evidence(r: &Report) -> Markup {
+    html! {
+        h2 { "Evidence" } "\n"
+        @if r.verdict.is_some() {
+            p.meta {
+                "As the verdict recorded it; the worker journal head is the one ingested at the verdict."
+            }
+            "\n"
+        }
+        table #evidence {
+            (header(&[
+                "worker",
+                "submission",
+                "state",
+                "outcome",
+                "manifest SHA-256",
+                "published directory",
+                "worker journal head (seq)",
+            ]))
+            @for e in &r.evidence {
+                tr {
+                    td { (Text(&e.worker)) }
+                    td.mono { (Text(&e.submission_id)) }
+                    td { (Text(&e.state)) }
+                    td { (opt(e.outcome.as_deref())) }
+                    td.mono { (opt(e.manifest_sha256.as_deref())) }
+                    td.mono { (opt(e.published_dir.as_deref())) }
+                    td.mono {
+                        (opt(e.worker_journal_head.as_deref()))
+                        @if let Some(seq) = e.worker_journal_seq { " (" (seq) ")" }
+                    }
+                }
+                "\n"
+            }
+        }
+        "\n"
     }
-    p.raw("</table>\n");
-    if r.events_dropped > 0 {
-        p.raw("<p class=\"meta\">")
-            .num(r.events_dropped)
-            .raw(" more event(s) not shown.</p>\n");
+}
+
+fn audit(r: &Report) -> Markup {
+    let a = &r.audit;
+    let status = if a.status == AuditStatus::Ok {
+        "ok"
+    } else {
+        "bad"
+    };
+    let subject = match r.subject {
+        Subject::Trial(_) => "trial",
+        Subject::Pool(_) => "pool",
+        Subject::Worker(_) => "worker",
+    };
+    html! {
+        h2 { "Audit" } "\n"
+        p #audit-status {
+            "whole journal: " span class=(status) { (Text(a.status.to_string())) }
+            " (journal " (Text(a.journal_status.as_str())) ", " (a.violation_count)
+            " violation(s), " (a.override_count) " operator override(s))"
+        }
+        "\n"
+        @if a.findings.is_empty() {
+            p.ok { "Nothing the audit found concerns this " (subject) "." } "\n"
+        } @else {
+            table #findings {
+                (header(&["seq", "finding", "detail"]))
+                @for f in &a.findings {
+                    tr.finding.bad {
+                        td { @match f.seq { Some(seq) => (seq), None => "—" } }
+                        td { (Text(f.what.as_str())) }
+                        td { (Text(&f.detail)) }
+                    }
+                    "\n"
+                }
+            }
+            "\n"
+        }
+    }
+}
+
+fn events(r: &Report) -> Markup {
+    html! {
+        h2 { "Events" } "\n"
+        table #events {
+            (header(&["seq", "time", "source", "kind", "event"]))
+            @for e in &r.events {
+                tr.event data-seq=(e.seq) data-kind=(Text(e.kind)) {
+                    td { (e.seq) }
+                    td { (Text(&e.time)) }
+                    td { (Text(&e.source)) }
+                    td { (Text(e.kind)) }
+                    td.mono { (Text(&e.summary)) }
+                }
+                "\n"
+            }
+        }
+        "\n"
+        @if r.events_dropped > 0 {
+            p.meta { (r.events_dropped) " more event(s) not shown." } "\n"
+        }
     }
 }
 

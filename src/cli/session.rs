@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 
 use super::exit::{self, Failure};
-use super::output::{emit, note, print_json};
+use super::output::{emit, note, print_json, warn};
 use crate::config::Config;
 use crate::event::session::SessionKey;
 use crate::ops::context::Ctx;
@@ -113,14 +113,7 @@ fn waits_for(secs: u64) -> Waits {
     }
 }
 
-fn warn(warnings: &[String]) {
-    for w in warnings {
-        note(&format!("warning: {w}"));
-    }
-}
-
 fn is_terminal() -> bool {
-    use std::io::IsTerminal;
     std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
 }
 

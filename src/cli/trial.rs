@@ -3,7 +3,7 @@
 use clap::Subcommand;
 
 use super::exit::{self, Failure};
-use super::output::{emit, print_json};
+use super::output::emit;
 use crate::event::trial::Verdict;
 use crate::ops::context::Ctx;
 use crate::ops::trial::{self, TrialView};
@@ -133,27 +133,21 @@ pub fn run_show(
         Some(at) => trial::show_at(checked, trial, at)?,
         None => trial::show(checked, trial)?,
     };
-    let point = at.as_ref().map(|a| a.point());
-    if json {
-        print_json(&super::replay::with_at(point, &shown))?;
-        return Ok(exit::OK);
-    }
-    if let Some(p) = &point {
-        crate::outln!("{}", super::replay::heading(p));
-    }
-    crate::outln!("{}", render(&shown.trial));
-    for r in &shown.inspected {
-        crate::outln!(
-            "\nworker {} ({}): {} events in the coordinator's journal, last {}; own journal {}",
-            r.worker,
-            r.state,
-            r.timeline.len(),
-            r.last_event.as_ref().map_or("-", |e| e.kind),
-            r.worker_journal
-                .as_ref()
-                .map_or("absent", |j| j.status.as_str())
-        );
-    }
+    super::replay::emit_at(at.map(|a| a.point()), &shown, json, || {
+        crate::outln!("{}", render(&shown.trial));
+        for r in &shown.inspected {
+            crate::outln!(
+                "\nworker {} ({}): {} events in the coordinator's journal, last {}; own journal {}",
+                r.worker,
+                r.state,
+                r.timeline.len(),
+                r.last_event.as_ref().map_or("-", |e| e.kind),
+                r.worker_journal
+                    .as_ref()
+                    .map_or("absent", |j| j.status.as_str())
+            );
+        }
+    })?;
     Ok(exit::OK)
 }
 
@@ -170,18 +164,14 @@ pub fn run_list(
         }
         None => (trial::list(checked)?, None),
     };
-    if let (false, Some(p)) = (json, &point) {
-        crate::outln!("{}", super::replay::heading(p));
-    }
-    if json {
-        let doc = serde_json::json!({ "trials": all });
-        print_json(&super::replay::with_at(point, &doc))?;
-    } else if all.is_empty() {
-        crate::outln!("no trials (open one with `dispatch trial open NAME`)");
-    } else {
+    let doc = serde_json::json!({ "trials": all });
+    super::replay::emit_at(point, &doc, json, || {
+        if all.is_empty() {
+            crate::outln!("no trials (open one with `dispatch trial open NAME`)");
+        }
         for v in &all {
             crate::outln!("{}", render(v));
         }
-    }
+    })?;
     Ok(exit::OK)
 }
