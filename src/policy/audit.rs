@@ -568,7 +568,7 @@ impl Auditor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{test_job, Micros};
+    use crate::event::test_job;
 
     use crate::event::pool::*;
 
@@ -581,21 +581,7 @@ mod tests {
     }
 
     fn attach() -> Event {
-        Event::PoolAttached(PoolAttached {
-            pool: "p".into(),
-            allocation: Allocation {
-                job_id: test_job(1),
-                node: "n".into(),
-                user: "u".into(),
-                start_time: Micros(0),
-                end_time: Micros(1),
-                cpus: 4,
-                mem_mb: 4,
-                partition: "d".into(),
-                account: "a".into(),
-                qos: "q".into(),
-            },
-        })
+        Event::PoolAttached(crate::policy::fixtures::attached("p", 1, "n", 4))
     }
 
     fn intent(id: u128) -> Event {

@@ -99,8 +99,9 @@ pub fn seen_by_id(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::pool::{PoolAttached, PoolCreateIntent, PoolOwned};
+    use crate::event::pool::{PoolCreateIntent, PoolOwned};
     use crate::event::Micros;
+    use crate::policy::fixtures::attached;
     use crate::slurm::squeue::parse_jobs;
     use crate::slurm::{Answer, GoneProof, SlurmCommand};
     use uuid::Uuid;
@@ -121,28 +122,6 @@ mod tests {
         }
     }
 
-    fn attached(pools: &mut Pools, pool: &str, job_id: u32) {
-        let allocation = crate::event::pool::Allocation {
-            job_id: crate::event::test_job(job_id),
-            node: "vm".into(),
-            user: "ana".into(),
-            start_time: Micros(1),
-            end_time: Micros(2),
-            cpus: 8,
-            mem_mb: 8000,
-            partition: "debug".into(),
-            account: "dev".into(),
-            qos: "normal".into(),
-        };
-        pools.attach(
-            Micros(1),
-            &PoolAttached {
-                pool: pool.into(),
-                allocation,
-            },
-        );
-    }
-
     #[test]
     fn create_refuses_an_existing_pool_and_a_short_time_and_finds_its_earlier_creation() {
         let mut pools = Pools::default();
@@ -156,7 +135,7 @@ mod tests {
             check_create(&pools, "p", 600).unwrap().map(|c| c.since),
             Some(Micros(5))
         );
-        attached(&mut pools, "q", 9);
+        pools.attach(Micros(1), &attached("q", 9, "vm", 8));
         assert!(matches!(
             check_create(&pools, "q", 600),
             Err(Refusal::PoolExists { job_id, .. }) if job_id.get() == 9
@@ -175,12 +154,12 @@ mod tests {
             check_release(&pools, "p"),
             Ok(ReleasePlan::Creation(_))
         ));
-        attached(&mut pools, "u", 3);
+        pools.attach(Micros(1), &attached("u", 3, "vm", 8));
         assert!(matches!(
             check_release(&pools, "u"),
             Err(Refusal::AttachedNotCreated { job_id, .. }) if job_id.get() == 3
         ));
-        attached(&mut pools, "p", 4);
+        pools.attach(Micros(1), &attached("p", 4, "vm", 8));
         pools.owned(&PoolOwned {
             pool: "p".into(),
             creation_id: Uuid::from_u128(7),

@@ -872,21 +872,7 @@ mod tests {
 
     /// Pool `p` attached to job 9 on node `n`.
     fn attached() -> Event {
-        Event::PoolAttached(PoolAttached {
-            pool: "p".into(),
-            allocation: Allocation {
-                job_id: crate::event::test_job(9),
-                node: "n".into(),
-                user: "u".into(),
-                start_time: Micros(0),
-                end_time: Micros(1_000_000_000),
-                cpus: 4,
-                mem_mb: 1000,
-                partition: "debug".into(),
-                account: "dev".into(),
-                qos: "normal".into(),
-            },
-        })
+        Event::PoolAttached(crate::policy::fixtures::attached("p", 9, "n", 4))
     }
 
     fn intent(id: Uuid, worker: &str) -> Event {
