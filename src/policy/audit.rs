@@ -571,6 +571,7 @@ mod tests {
     use crate::event::test_job;
 
     use crate::event::pool::*;
+    use crate::policy::fixtures;
 
     fn run(events: Vec<Event>) -> Findings {
         let mut a = Auditor::default();
@@ -581,19 +582,11 @@ mod tests {
     }
 
     fn attach() -> Event {
-        Event::PoolAttached(crate::policy::fixtures::attached("p", 1, "n", 4))
+        Event::PoolAttached(fixtures::attached("p", 1, "n", 4))
     }
 
     fn intent(id: u128) -> Event {
-        Event::WorkerSubmitIntent(WorkerSubmitIntent {
-            pool: "p".into(),
-            worker: "w".into(),
-            submission_id: Uuid::from_u128(id),
-            cpus: 1,
-            mem_mb: 1,
-            publication_timeout_s: 30,
-            command: vec![],
-        })
+        Event::WorkerSubmitIntent(fixtures::intent("p", "w", Uuid::from_u128(id)))
     }
 
     fn terminal(id: u128, proof: &str) -> Event {
@@ -740,17 +733,8 @@ mod tests {
 
     #[test]
     fn trial_rules_are_caught() {
-        use crate::event::Sha256Digest;
-
         use crate::event::trial::*;
-        let open = |t: &str| {
-            Event::TrialOpened(TrialOpened {
-                trial: t.into(),
-                pin: None,
-                follows: None,
-                note: String::new(),
-            })
-        };
+        let open = |t: &str| Event::TrialOpened(fixtures::opened(t));
         let join = |t: &str, id: u128| {
             Event::TrialWorkerJoined(TrialWorkerJoined {
                 trial: t.into(),
@@ -762,14 +746,7 @@ mod tests {
                 trial: t.into(),
                 verdict,
                 reason: String::new(),
-                evidence: vec![TrialEvidence {
-                    submission_id: Uuid::from_u128(1),
-                    worker: "w".into(),
-                    state: state.into(),
-                    outcome: Some("completed".into()),
-                    published_dir: published.then(|| "/p".into()),
-                    manifest_sha256: published.then_some(Sha256Digest([1; 32])),
-                }],
+                evidence: vec![fixtures::evidence(state, Some("completed"), published)],
             })
         };
         let good = run(vec![

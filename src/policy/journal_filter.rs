@@ -112,21 +112,13 @@ mod tests {
     use crate::event::test_envelope;
 
     use crate::event::pool::*;
+    use crate::policy::fixtures;
     use uuid::Uuid;
 
     fn history() -> Vec<Envelope> {
         let sid = |n| Uuid::from_u128(n);
-        let intent = |pool: &str, worker: &str, n| {
-            Event::WorkerSubmitIntent(WorkerSubmitIntent {
-                pool: pool.into(),
-                worker: worker.into(),
-                submission_id: sid(n),
-                cpus: 1,
-                mem_mb: 1,
-                publication_timeout_s: 30,
-                command: vec![],
-            })
-        };
+        let intent =
+            |pool, worker, n| Event::WorkerSubmitIntent(fixtures::intent(pool, worker, sid(n)));
         let launched = |n| {
             Event::WorkerLaunched(WorkerLaunched {
                 submission_id: sid(n),

@@ -19,8 +19,10 @@ pub mod trial;
 /// Fixtures the policy modules' tests share.
 #[cfg(test)]
 pub(crate) mod fixtures {
-    use crate::event::pool::{Allocation, PoolAttached};
-    use crate::event::Micros;
+    use crate::event::pool::{Allocation, PoolAttached, WorkerSubmitIntent};
+    use crate::event::trial::{TrialEvidence, TrialOpened};
+    use crate::event::{Micros, Sha256Digest};
+    use uuid::Uuid;
 
     /// Pool `pool` attached to job `job` on `node` with `cpus` CPUs and 1000 MB, for 1000 s.
     pub fn attached(pool: &str, job: u32, node: &str, cpus: u32) -> PoolAttached {
@@ -38,6 +40,42 @@ pub(crate) mod fixtures {
                 account: "dev".into(),
                 qos: "normal".into(),
             },
+        }
+    }
+
+    /// Worker `worker`'s intent in pool `pool` (1 CPU, 100 MB, no command).
+    pub fn intent(pool: &str, worker: &str, id: Uuid) -> WorkerSubmitIntent {
+        WorkerSubmitIntent {
+            pool: pool.into(),
+            worker: worker.into(),
+            submission_id: id,
+            cpus: 1,
+            mem_mb: 100,
+            publication_timeout_s: 30,
+            command: vec![],
+        }
+    }
+
+    /// Trial `trial` opened with no pin, no predecessor and no note.
+    pub fn opened(trial: &str) -> TrialOpened {
+        TrialOpened {
+            trial: trial.into(),
+            pin: None,
+            follows: None,
+            note: String::new(),
+        }
+    }
+
+    /// The evidence of worker `w` (submission 1): its `state` and `outcome`, and whether it
+    /// published (in `/p`).
+    pub fn evidence(state: &str, outcome: Option<&str>, published: bool) -> TrialEvidence {
+        TrialEvidence {
+            submission_id: Uuid::from_u128(1),
+            worker: "w".into(),
+            state: state.into(),
+            outcome: outcome.map(Into::into),
+            published_dir: published.then(|| "/p".into()),
+            manifest_sha256: published.then_some(Sha256Digest([0; 32])),
         }
     }
 }

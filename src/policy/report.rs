@@ -876,15 +876,7 @@ mod tests {
     }
 
     fn intent(id: Uuid, worker: &str) -> Event {
-        Event::WorkerSubmitIntent(WorkerSubmitIntent {
-            pool: "p".into(),
-            worker: worker.into(),
-            submission_id: id,
-            cpus: 1,
-            mem_mb: 100,
-            publication_timeout_s: 30,
-            command: vec![],
-        })
+        Event::WorkerSubmitIntent(crate::policy::fixtures::intent("p", worker, id))
     }
 
     /// A trial whose worker joined after its intent (as `pool submit` writes it), in a pool
@@ -892,12 +884,7 @@ mod tests {
     fn journal(sid: Uuid, other: Uuid) -> Vec<Envelope> {
         [
             attached(),
-            Event::TrialOpened(TrialOpened {
-                trial: "t".into(),
-                pin: None,
-                follows: None,
-                note: String::new(),
-            }),
+            Event::TrialOpened(crate::policy::fixtures::opened("t")),
             intent(other, "x"),
             intent(sid, "w"),
             Event::TrialWorkerJoined(TrialWorkerJoined {
