@@ -154,6 +154,15 @@ impl Auditor {
         }
     }
 
+    /// `effect-without-intent`: an outcome for `subject` with no `intent` journaled before it.
+    fn no_intent(&mut self, env: &Envelope, intent: &str, subject: impl std::fmt::Display) {
+        self.flag(
+            env,
+            "effect-without-intent",
+            format!("no {intent} for {subject} before it"),
+        );
+    }
+
     fn merged(&mut self, env: &Envelope, m: &crate::event::JournalMerged) {
         if self.merges.len() == MAX_MERGES_KEPT {
             self.merges.remove(0);
@@ -186,11 +195,7 @@ impl Auditor {
         match self.workers.get(&id) {
             Some((_, b)) => Some(*b),
             None => {
-                self.flag(
-                    env,
-                    "effect-without-intent",
-                    format!("no WorkerSubmitIntent for {id} before it"),
-                );
+                self.no_intent(env, "WorkerSubmitIntent", id);
                 None
             }
         }
@@ -223,11 +228,7 @@ impl Auditor {
 
     fn job_effect(&mut self, env: &Envelope, id: Uuid, releases: bool) {
         match self.jobs.get(&id).copied() {
-            None => self.flag(
-                env,
-                "effect-without-intent",
-                format!("no JobSubmitIntent for {id} before it"),
-            ),
+            None => self.no_intent(env, "JobSubmitIntent", id),
             Some(Budget::Released { seq }) if releases => self.flag(
                 env,
                 "released-twice",
@@ -398,10 +399,10 @@ impl Auditor {
     /// `effect-without-intent` for a `pool create` outcome with no intent before it.
     fn creation_effect(&mut self, env: &Envelope, creation_id: Uuid) {
         if !self.creations.contains(&creation_id) {
-            self.flag(
+            self.no_intent(
                 env,
-                "effect-without-intent",
-                format!("no PoolCreateIntent for creation {creation_id} before it"),
+                "PoolCreateIntent",
+                format_args!("creation {creation_id}"),
             );
         }
     }
@@ -421,11 +422,7 @@ impl Auditor {
     /// A pool's release: its intent first, a proof, and no worker in it still holding budget.
     fn pool_released(&mut self, env: &Envelope, pool: &str, proof: &str) {
         if !self.releasing.remove(pool) {
-            self.flag(
-                env,
-                "effect-without-intent",
-                format!("no PoolReleaseIntent for pool {pool:?} before it"),
-            );
+            self.no_intent(env, "PoolReleaseIntent", format_args!("pool {pool:?}"));
         }
         self.require_proof(env, proof, format_args!("pool {pool:?}"));
         if let Some(n) = self.pools.remove(pool).filter(|n| *n > 0) {
@@ -483,22 +480,14 @@ impl Auditor {
             Some(None) => {}
         }
         if !self.workers.contains_key(&id) && !self.jobs.contains_key(&id) {
-            self.flag(
-                env,
-                "effect-without-intent",
-                format!("no submission intent for {id} before it"),
-            );
+            self.no_intent(env, "submission intent", id);
         }
     }
 
     /// `effect-without-intent` for a session job's outcome with no launch intent before it.
     fn session_effect(&mut self, env: &Envelope, submission_id: Uuid) {
         if !self.session_submissions.contains(&submission_id) {
-            self.flag(
-                env,
-                "effect-without-intent",
-                format!("no SessionLaunchIntent for {submission_id} before it"),
-            );
+            self.no_intent(env, "SessionLaunchIntent", submission_id);
         }
     }
 
