@@ -354,6 +354,12 @@ struct FinalState {
     placement: Option<crate::state::pool::Placement>,
 }
 
+/// A submission in the reduced state: a pool's worker and its pool's name, or a job's worker.
+enum Held<'a> {
+    Pool(&'a crate::state::pool::Worker, &'a str),
+    Job(&'a crate::state::jobs::JobWorker),
+}
+
 /// Pass 2: fold the journal, keeping what the page shows.
 #[derive(Debug)]
 pub struct Builder {
@@ -630,24 +636,30 @@ impl Builder {
             .collect()
     }
 
-    fn name_of(&self, id: &Uuid) -> (String, Option<String>) {
+    /// Submission `id` as the reduced state has it, active or finished: a pool's worker (with
+    /// its pool) or a `dispatch submit` worker.
+    fn held(&self, id: &Uuid) -> Option<Held<'_>> {
         for p in self.state.pools.pools.values() {
             if let Some(w) = p
                 .active
                 .get(id)
                 .or_else(|| p.finished.iter().find(|w| w.submission_id == *id))
             {
-                return (w.name.clone(), Some(p.name.clone()));
+                return Some(Held::Pool(w, &p.name));
             }
         }
-        if let Some(j) = self.state.jobs.active.get(id).or_else(|| {
-            self.state
-                .jobs
-                .finished
-                .iter()
-                .find(|j| j.submission_id == *id)
-        }) {
-            return (j.worker.clone(), None);
+        let jobs = &self.state.jobs;
+        jobs.active
+            .get(id)
+            .or_else(|| jobs.finished.iter().find(|j| j.submission_id == *id))
+            .map(Held::Job)
+    }
+
+    fn name_of(&self, id: &Uuid) -> (String, Option<String>) {
+        match self.held(id) {
+            Some(Held::Pool(w, pool)) => return (w.name.clone(), Some(pool.to_owned())),
+            Some(Held::Job(j)) => return (j.worker.clone(), None),
+            None => {}
         }
         for t in self.state.trials.trials.values() {
             if let Some(w) = t.workers.iter().find(|w| w.submission_id == *id) {
@@ -663,39 +675,25 @@ impl Builder {
 
     /// What the reduced state has at the end: the state and the reservation.
     fn final_state(&self, id: &Uuid) -> FinalState {
-        for p in self.state.pools.pools.values() {
-            if let Some(w) = p
-                .active
-                .get(id)
-                .or_else(|| p.finished.iter().find(|w| w.submission_id == *id))
-            {
-                return FinalState {
-                    state: w.state.as_str().to_owned(),
-                    cpus: w.cpus,
-                    mem_mb: w.mem_mb,
-                    placement: w.placement.clone(),
-                };
-            }
-        }
-        if let Some(j) = self.state.jobs.active.get(id).or_else(|| {
-            self.state
-                .jobs
-                .finished
-                .iter()
-                .find(|j| j.submission_id == *id)
-        }) {
-            return FinalState {
+        match self.held(id) {
+            Some(Held::Pool(w, _)) => FinalState {
+                state: w.state.as_str().to_owned(),
+                cpus: w.cpus,
+                mem_mb: w.mem_mb,
+                placement: w.placement.clone(),
+            },
+            Some(Held::Job(j)) => FinalState {
                 state: j.state.as_str().to_owned(),
                 cpus: j.cpus,
                 mem_mb: j.mem_mb,
                 placement: None,
-            };
-        }
-        FinalState {
-            state: crate::state::ENDED.to_owned(),
-            cpus: 0,
-            mem_mb: 0,
-            placement: None,
+            },
+            None => FinalState {
+                state: crate::state::ENDED.to_owned(),
+                cpus: 0,
+                mem_mb: 0,
+                placement: None,
+            },
         }
     }
 
