@@ -109,7 +109,6 @@ pub fn known_kind(name: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::test_envelope;
 
     use crate::event::pool::*;
     use crate::policy::fixtures;
@@ -125,7 +124,7 @@ mod tests {
                 srun_pid: 1,
             })
         };
-        [
+        fixtures::envelopes([
             Event::PoolDetached(PoolDetached { pool: "p".into() }),
             intent("p", "w1", 1),
             intent("q", "w2", 2),
@@ -133,11 +132,7 @@ mod tests {
             launched(2),
             intent("q", "w1", 3),
             launched(3),
-        ]
-        .into_iter()
-        .enumerate()
-        .map(|(i, e)| test_envelope(i as u64 + 1, e))
-        .collect()
+        ])
     }
 
     fn seqs(mut f: Filter) -> Vec<u64> {

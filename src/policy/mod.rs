@@ -21,8 +21,29 @@ pub mod trial;
 pub(crate) mod fixtures {
     use crate::event::pool::{Allocation, PoolAttached, WorkerSubmitIntent};
     use crate::event::trial::{TrialEvidence, TrialOpened};
-    use crate::event::{Micros, Sha256Digest};
+    use crate::event::{test_envelope, Envelope, Event, Micros, Sha256Digest};
+    use crate::slurm::JobRow;
     use uuid::Uuid;
+
+    /// squeue's rows for jobs (id, state, name) of user `u` on node `n`.
+    pub fn job_rows(rows: &[(u32, &str, &str)]) -> Vec<JobRow> {
+        rows.iter()
+            .flat_map(|(id, state, name)| {
+                crate::slurm::squeue::parse_jobs(&format!(
+                    "{id}|{id}|{state}|p|a|q|u|1|1|n|9:58|10:00|N/A|N/A|None|{name}\n"
+                ))
+                .unwrap()
+            })
+            .collect()
+    }
+
+    /// `events` in envelopes, numbered from seq 1.
+    pub fn envelopes(events: impl IntoIterator<Item = Event>) -> Vec<Envelope> {
+        (1..)
+            .zip(events)
+            .map(|(seq, e)| test_envelope(seq, e))
+            .collect()
+    }
 
     /// Pool `pool` attached to job `job` on `node` with `cpus` CPUs and 1000 MB, for 1000 s.
     pub fn attached(pool: &str, job: u32, node: &str, cpus: u32) -> PoolAttached {

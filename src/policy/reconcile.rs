@@ -734,9 +734,9 @@ pub fn recorded_job_ids(state: &State) -> impl Iterator<Item = (Micros, JobId)> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::fixtures::attached;
+    use crate::policy::fixtures::{attached, job_rows};
     use crate::slurm::sacct::parse_rows;
-    use crate::slurm::squeue::{parse_jobs, parse_steps};
+    use crate::slurm::squeue::parse_steps;
     use crate::slurm::{GoneProof, SlurmCommand};
     use crate::state::pool::WorkerState;
     use quickcheck::quickcheck;
@@ -873,17 +873,6 @@ mod tests {
             srun: None,
             placement: None,
         }
-    }
-
-    fn job_rows(rows: &[(u32, &str, &str)]) -> Vec<JobRow> {
-        rows.iter()
-            .flat_map(|(id, state, name)| {
-                parse_jobs(&format!(
-                    "{id}|{id}|{state}|debug|dev|normal|root|1|1|vm|9:58|10:00|N/A|N/A|None|{name}\n"
-                ))
-                .unwrap()
-            })
-            .collect()
     }
 
     fn acct_rows(rows: &[(&str, &str, &str)]) -> Vec<AcctRow> {
@@ -1269,9 +1258,7 @@ mod tests {
             );
             never == (squeue_answered && sacct_answered && u64::from(after_s) >= settle.as_secs())
         }
-    }
 
-    quickcheck! {
         /// Whatever the listing and the watermark: "never created" only when the listing shows
         /// a job at or above the watermark, and then whenever it does (past the delay, both
         /// answered, the name absent).

@@ -862,6 +862,7 @@ impl Builder {
 mod tests {
     use super::*;
     use crate::event::{test_envelope, Sha256Digest};
+    use crate::policy::fixtures::{self, envelopes};
 
     use crate::event::pool::*;
 
@@ -870,19 +871,19 @@ mod tests {
 
     /// Pool `p` attached to job 9 on node `n`.
     fn attached() -> Event {
-        Event::PoolAttached(crate::policy::fixtures::attached("p", 9, "n", 4))
+        Event::PoolAttached(fixtures::attached("p", 9, "n", 4))
     }
 
     fn intent(id: Uuid, worker: &str) -> Event {
-        Event::WorkerSubmitIntent(crate::policy::fixtures::intent("p", worker, id))
+        Event::WorkerSubmitIntent(fixtures::intent("p", worker, id))
     }
 
     /// A trial whose worker joined after its intent (as `pool submit` writes it), in a pool
     /// that another, unrelated worker also uses.
     fn journal(sid: Uuid, other: Uuid) -> Vec<Envelope> {
-        [
+        envelopes([
             attached(),
-            Event::TrialOpened(crate::policy::fixtures::opened("t")),
+            Event::TrialOpened(fixtures::opened("t")),
             intent(other, "x"),
             intent(sid, "w"),
             Event::TrialWorkerJoined(TrialWorkerJoined {
@@ -897,11 +898,7 @@ mod tests {
                 submission_id: sid,
                 proof: "gone".into(),
             }),
-        ]
-        .into_iter()
-        .enumerate()
-        .map(|(i, e)| test_envelope(i as u64 + 1, e))
-        .collect()
+        ])
     }
 
     #[test]
@@ -1004,7 +1001,7 @@ mod tests {
     #[test]
     fn a_worker_shows_its_node_its_gpus_and_the_indexes_its_step_got() {
         let sid = Uuid::from_u128(1);
-        let events: Vec<Envelope> = [
+        let events = envelopes([
             attached(),
             intent(sid, "w"),
             Event::WorkerPlaced(WorkerPlaced {
@@ -1012,11 +1009,7 @@ mod tests {
                 node: "n".into(),
                 gpus: 1,
             }),
-        ]
-        .into_iter()
-        .enumerate()
-        .map(|(i, e)| test_envelope(i as u64 + 1, e))
-        .collect();
+        ]);
         let mut selector = Selector::new(Subject::Worker("w".into()));
         events.iter().for_each(|e| selector.offer(e));
         let mut b = Builder::new(selector.finish().unwrap());
