@@ -624,19 +624,7 @@ mod tests {
         let id = Uuid::from_u128(9);
         let created = |job_id| {
             vec![
-                Event::PoolCreateIntent(PoolCreateIntent {
-                    pool: "p".into(),
-                    creation_id: id,
-                    job_name: "x-pool-p-00000009".into(),
-                    salloc_limit_s: 40,
-                    cpus: 4,
-                    mem_mb: 4,
-                    time_s: 600,
-                    partition: None,
-                    account: None,
-                    qos: None,
-                    nodelist: None,
-                }),
+                Event::PoolCreateIntent(fixtures::create_intent("p", 9)),
                 Event::PoolCreateJob(PoolCreateJob {
                     pool: "p".into(),
                     creation_id: id,

@@ -19,7 +19,7 @@ pub mod trial;
 /// Fixtures the policy modules' tests share.
 #[cfg(test)]
 pub(crate) mod fixtures {
-    use crate::event::pool::{Allocation, PoolAttached, WorkerSubmitIntent};
+    use crate::event::pool::{Allocation, PoolAttached, PoolCreateIntent, WorkerSubmitIntent};
     use crate::event::trial::{TrialEvidence, TrialOpened};
     use crate::event::{test_envelope, Envelope, Event, Micros, Sha256Digest};
     use crate::slurm::JobRow;
@@ -61,6 +61,23 @@ pub(crate) mod fixtures {
                 account: "dev".into(),
                 qos: "normal".into(),
             },
+        }
+    }
+
+    /// The intent of `pool create` `creation` for pool `pool` (8 CPUs, 8000 MB, 30 minutes).
+    pub fn create_intent(pool: &str, creation: u128) -> PoolCreateIntent {
+        PoolCreateIntent {
+            pool: pool.into(),
+            creation_id: Uuid::from_u128(creation),
+            job_name: format!("dispatch-pool-{pool}-{creation:08x}"),
+            salloc_limit_s: 632,
+            cpus: 8,
+            mem_mb: 8000,
+            time_s: 1800,
+            partition: None,
+            account: None,
+            qos: None,
+            nodelist: Some("vm".into()),
         }
     }
 

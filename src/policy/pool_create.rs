@@ -99,28 +99,12 @@ pub fn seen_by_id(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::pool::{PoolCreateIntent, PoolOwned};
+    use crate::event::pool::PoolOwned;
     use crate::event::Micros;
-    use crate::policy::fixtures::attached;
+    use crate::policy::fixtures::{attached, create_intent};
     use crate::slurm::squeue::parse_jobs;
     use crate::slurm::{Answer, GoneProof, SlurmCommand};
     use uuid::Uuid;
-
-    fn intent(pool: &str) -> PoolCreateIntent {
-        PoolCreateIntent {
-            pool: pool.into(),
-            creation_id: Uuid::from_u128(7),
-            job_name: "dispatch-pool-p-00000000".into(),
-            salloc_limit_s: 632,
-            cpus: 8,
-            mem_mb: 8000,
-            time_s: 1800,
-            partition: None,
-            account: None,
-            qos: None,
-            nodelist: Some("vm".into()),
-        }
-    }
 
     #[test]
     fn create_refuses_an_existing_pool_and_a_short_time_and_finds_its_earlier_creation() {
@@ -130,7 +114,7 @@ mod tests {
             Err(Refusal::TimeLimitTooShort { need_s: 180, .. })
         ));
         assert_eq!(check_create(&pools, "p", 180), Ok(None));
-        pools.create_intent(Micros(5), &intent("p"));
+        pools.create_intent(Micros(5), &create_intent("p", 7));
         assert_eq!(
             check_create(&pools, "p", 600).unwrap().map(|c| c.since),
             Some(Micros(5))
@@ -149,7 +133,7 @@ mod tests {
             check_release(&pools, "p"),
             Err(Refusal::NoPool { .. })
         ));
-        pools.create_intent(Micros(5), &intent("p"));
+        pools.create_intent(Micros(5), &create_intent("p", 7));
         assert!(matches!(
             check_release(&pools, "p"),
             Ok(ReleasePlan::Creation(_))
