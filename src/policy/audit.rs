@@ -154,6 +154,15 @@ impl Auditor {
         }
     }
 
+    /// `effect-without-intent`: an outcome for `subject` with no `intent` journaled before it.
+    fn no_intent(&mut self, env: &Envelope, intent: &str, subject: impl std::fmt::Display) {
+        self.flag(
+            env,
+            "effect-without-intent",
+            format!("no {intent} for {subject} before it"),
+        );
+    }
+
     fn merged(&mut self, env: &Envelope, m: &crate::event::JournalMerged) {
         if self.merges.len() == MAX_MERGES_KEPT {
             self.merges.remove(0);
@@ -186,11 +195,7 @@ impl Auditor {
         match self.workers.get(&id) {
             Some((_, b)) => Some(*b),
             None => {
-                self.flag(
-                    env,
-                    "effect-without-intent",
-                    format!("no WorkerSubmitIntent for {id} before it"),
-                );
+                self.no_intent(env, "WorkerSubmitIntent", id);
                 None
             }
         }
@@ -223,11 +228,7 @@ impl Auditor {
 
     fn job_effect(&mut self, env: &Envelope, id: Uuid, releases: bool) {
         match self.jobs.get(&id).copied() {
-            None => self.flag(
-                env,
-                "effect-without-intent",
-                format!("no JobSubmitIntent for {id} before it"),
-            ),
+            None => self.no_intent(env, "JobSubmitIntent", id),
             Some(Budget::Released { seq }) if releases => self.flag(
                 env,
                 "released-twice",
@@ -398,10 +399,10 @@ impl Auditor {
     /// `effect-without-intent` for a `pool create` outcome with no intent before it.
     fn creation_effect(&mut self, env: &Envelope, creation_id: Uuid) {
         if !self.creations.contains(&creation_id) {
-            self.flag(
+            self.no_intent(
                 env,
-                "effect-without-intent",
-                format!("no PoolCreateIntent for creation {creation_id} before it"),
+                "PoolCreateIntent",
+                format_args!("creation {creation_id}"),
             );
         }
     }
@@ -421,11 +422,7 @@ impl Auditor {
     /// A pool's release: its intent first, a proof, and no worker in it still holding budget.
     fn pool_released(&mut self, env: &Envelope, pool: &str, proof: &str) {
         if !self.releasing.remove(pool) {
-            self.flag(
-                env,
-                "effect-without-intent",
-                format!("no PoolReleaseIntent for pool {pool:?} before it"),
-            );
+            self.no_intent(env, "PoolReleaseIntent", format_args!("pool {pool:?}"));
         }
         self.require_proof(env, proof, format_args!("pool {pool:?}"));
         if let Some(n) = self.pools.remove(pool).filter(|n| *n > 0) {
@@ -483,22 +480,14 @@ impl Auditor {
             Some(None) => {}
         }
         if !self.workers.contains_key(&id) && !self.jobs.contains_key(&id) {
-            self.flag(
-                env,
-                "effect-without-intent",
-                format!("no submission intent for {id} before it"),
-            );
+            self.no_intent(env, "submission intent", id);
         }
     }
 
     /// `effect-without-intent` for a session job's outcome with no launch intent before it.
     fn session_effect(&mut self, env: &Envelope, submission_id: Uuid) {
         if !self.session_submissions.contains(&submission_id) {
-            self.flag(
-                env,
-                "effect-without-intent",
-                format!("no SessionLaunchIntent for {submission_id} before it"),
-            );
+            self.no_intent(env, "SessionLaunchIntent", submission_id);
         }
     }
 
@@ -568,9 +557,10 @@ impl Auditor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{test_job, Micros};
+    use crate::event::test_job;
 
     use crate::event::pool::*;
+    use crate::policy::fixtures;
 
     fn run(events: Vec<Event>) -> Findings {
         let mut a = Auditor::default();
@@ -581,33 +571,11 @@ mod tests {
     }
 
     fn attach() -> Event {
-        Event::PoolAttached(PoolAttached {
-            pool: "p".into(),
-            allocation: Allocation {
-                job_id: test_job(1),
-                node: "n".into(),
-                user: "u".into(),
-                start_time: Micros(0),
-                end_time: Micros(1),
-                cpus: 4,
-                mem_mb: 4,
-                partition: "d".into(),
-                account: "a".into(),
-                qos: "q".into(),
-            },
-        })
+        Event::PoolAttached(fixtures::attached("p", 1, "n", 4))
     }
 
     fn intent(id: u128) -> Event {
-        Event::WorkerSubmitIntent(WorkerSubmitIntent {
-            pool: "p".into(),
-            worker: "w".into(),
-            submission_id: Uuid::from_u128(id),
-            cpus: 1,
-            mem_mb: 1,
-            publication_timeout_s: 30,
-            command: vec![],
-        })
+        Event::WorkerSubmitIntent(fixtures::intent("p", "w", Uuid::from_u128(id)))
     }
 
     fn terminal(id: u128, proof: &str) -> Event {
@@ -656,19 +624,7 @@ mod tests {
         let id = Uuid::from_u128(9);
         let created = |job_id| {
             vec![
-                Event::PoolCreateIntent(PoolCreateIntent {
-                    pool: "p".into(),
-                    creation_id: id,
-                    job_name: "x-pool-p-00000009".into(),
-                    salloc_limit_s: 40,
-                    cpus: 4,
-                    mem_mb: 4,
-                    time_s: 600,
-                    partition: None,
-                    account: None,
-                    qos: None,
-                    nodelist: None,
-                }),
+                Event::PoolCreateIntent(fixtures::create_intent("p", 9)),
                 Event::PoolCreateJob(PoolCreateJob {
                     pool: "p".into(),
                     creation_id: id,
@@ -754,17 +710,8 @@ mod tests {
 
     #[test]
     fn trial_rules_are_caught() {
-        use crate::event::Sha256Digest;
-
         use crate::event::trial::*;
-        let open = |t: &str| {
-            Event::TrialOpened(TrialOpened {
-                trial: t.into(),
-                pin: None,
-                follows: None,
-                note: String::new(),
-            })
-        };
+        let open = |t: &str| Event::TrialOpened(fixtures::opened(t));
         let join = |t: &str, id: u128| {
             Event::TrialWorkerJoined(TrialWorkerJoined {
                 trial: t.into(),
@@ -776,14 +723,7 @@ mod tests {
                 trial: t.into(),
                 verdict,
                 reason: String::new(),
-                evidence: vec![TrialEvidence {
-                    submission_id: Uuid::from_u128(1),
-                    worker: "w".into(),
-                    state: state.into(),
-                    outcome: Some("completed".into()),
-                    published_dir: published.then(|| "/p".into()),
-                    manifest_sha256: published.then_some(Sha256Digest([1; 32])),
-                }],
+                evidence: vec![fixtures::evidence(state, Some("completed"), published)],
             })
         };
         let good = run(vec![

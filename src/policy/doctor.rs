@@ -39,19 +39,16 @@ impl Check {
 
     fn warn(name: impl Into<String>, seen: impl Into<String>, todo: impl Into<String>) -> Check {
         Check {
-            name: name.into(),
             status: Status::Warn,
-            seen: seen.into(),
             todo: Some(todo.into()),
+            ..Check::ok(name, seen)
         }
     }
 
     fn fail(name: impl Into<String>, seen: impl Into<String>, todo: impl Into<String>) -> Check {
         Check {
-            name: name.into(),
             status: Status::Fail,
-            seen: seen.into(),
-            todo: Some(todo.into()),
+            ..Check::warn(name, seen, todo)
         }
     }
 }
@@ -462,16 +459,11 @@ pub fn target(seen: &TargetSeen, accounting_on: bool) -> Check {
         &seen.partition_known,
     );
     note(format!("account {:?}", seen.account), &seen.account_known);
+    let mut what = format!("partition {}, account {}", seen.partition, seen.account);
     if let Some((qos, known)) = &seen.qos {
         note(format!("qos {qos:?}"), known);
+        what += &format!(", qos {qos}");
     }
-    let what = match &seen.qos {
-        Some((q, _)) => format!(
-            "partition {}, account {}, qos {q}",
-            seen.partition, seen.account
-        ),
-        None => format!("partition {}, account {}", seen.partition, seen.account),
-    };
     if !fails.is_empty() {
         Check::fail(
             name,

@@ -109,31 +109,22 @@ pub fn known_kind(name: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::test_envelope;
 
     use crate::event::pool::*;
+    use crate::policy::fixtures;
     use uuid::Uuid;
 
     fn history() -> Vec<Envelope> {
         let sid = |n| Uuid::from_u128(n);
-        let intent = |pool: &str, worker: &str, n| {
-            Event::WorkerSubmitIntent(WorkerSubmitIntent {
-                pool: pool.into(),
-                worker: worker.into(),
-                submission_id: sid(n),
-                cpus: 1,
-                mem_mb: 1,
-                publication_timeout_s: 30,
-                command: vec![],
-            })
-        };
+        let intent =
+            |pool, worker, n| Event::WorkerSubmitIntent(fixtures::intent(pool, worker, sid(n)));
         let launched = |n| {
             Event::WorkerLaunched(WorkerLaunched {
                 submission_id: sid(n),
                 srun_pid: 1,
             })
         };
-        [
+        fixtures::envelopes([
             Event::PoolDetached(PoolDetached { pool: "p".into() }),
             intent("p", "w1", 1),
             intent("q", "w2", 2),
@@ -141,11 +132,7 @@ mod tests {
             launched(2),
             intent("q", "w1", 3),
             launched(3),
-        ]
-        .into_iter()
-        .enumerate()
-        .map(|(i, e)| test_envelope(i as u64 + 1, e))
-        .collect()
+        ])
     }
 
     fn seqs(mut f: Filter) -> Vec<u64> {

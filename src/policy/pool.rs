@@ -666,18 +666,12 @@ mod tests {
         ));
         // Less, but more than is free now.
         let mut busy = pools.clone();
-        busy.submit(
-            now,
-            &crate::event::pool::WorkerSubmitIntent {
-                pool: "p".into(),
-                worker: "x".into(),
-                submission_id: uuid::Uuid::from_u128(1),
-                cpus: 3,
-                mem_mb: 10,
-                publication_timeout_s: 30,
-                command: vec!["true".into()],
-            },
-        );
+        let x = crate::event::pool::WorkerSubmitIntent {
+            cpus: 3,
+            mem_mb: 10,
+            ..crate::policy::fixtures::intent("p", "x", uuid::Uuid::from_u128(1))
+        };
+        busy.submit(now, &x);
         let b = &busy.pools["p"];
         assert!(matches!(
             check_submit(b, &facts(), &ask(2, 1), "ana", now),

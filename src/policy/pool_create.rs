@@ -99,49 +99,12 @@ pub fn seen_by_id(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::pool::{PoolAttached, PoolCreateIntent, PoolOwned};
+    use crate::event::pool::PoolOwned;
     use crate::event::Micros;
+    use crate::policy::fixtures::{attached, create_intent};
     use crate::slurm::squeue::parse_jobs;
     use crate::slurm::{Answer, GoneProof, SlurmCommand};
     use uuid::Uuid;
-
-    fn intent(pool: &str) -> PoolCreateIntent {
-        PoolCreateIntent {
-            pool: pool.into(),
-            creation_id: Uuid::from_u128(7),
-            job_name: "dispatch-pool-p-00000000".into(),
-            salloc_limit_s: 632,
-            cpus: 8,
-            mem_mb: 8000,
-            time_s: 1800,
-            partition: None,
-            account: None,
-            qos: None,
-            nodelist: Some("vm".into()),
-        }
-    }
-
-    fn attached(pools: &mut Pools, pool: &str, job_id: u32) {
-        let allocation = crate::event::pool::Allocation {
-            job_id: crate::event::test_job(job_id),
-            node: "vm".into(),
-            user: "ana".into(),
-            start_time: Micros(1),
-            end_time: Micros(2),
-            cpus: 8,
-            mem_mb: 8000,
-            partition: "debug".into(),
-            account: "dev".into(),
-            qos: "normal".into(),
-        };
-        pools.attach(
-            Micros(1),
-            &PoolAttached {
-                pool: pool.into(),
-                allocation,
-            },
-        );
-    }
 
     #[test]
     fn create_refuses_an_existing_pool_and_a_short_time_and_finds_its_earlier_creation() {
@@ -151,12 +114,12 @@ mod tests {
             Err(Refusal::TimeLimitTooShort { need_s: 180, .. })
         ));
         assert_eq!(check_create(&pools, "p", 180), Ok(None));
-        pools.create_intent(Micros(5), &intent("p"));
+        pools.create_intent(Micros(5), &create_intent("p", 7));
         assert_eq!(
             check_create(&pools, "p", 600).unwrap().map(|c| c.since),
             Some(Micros(5))
         );
-        attached(&mut pools, "q", 9);
+        pools.attach(Micros(1), &attached("q", 9, "vm", 8));
         assert!(matches!(
             check_create(&pools, "q", 600),
             Err(Refusal::PoolExists { job_id, .. }) if job_id.get() == 9
@@ -170,17 +133,17 @@ mod tests {
             check_release(&pools, "p"),
             Err(Refusal::NoPool { .. })
         ));
-        pools.create_intent(Micros(5), &intent("p"));
+        pools.create_intent(Micros(5), &create_intent("p", 7));
         assert!(matches!(
             check_release(&pools, "p"),
             Ok(ReleasePlan::Creation(_))
         ));
-        attached(&mut pools, "u", 3);
+        pools.attach(Micros(1), &attached("u", 3, "vm", 8));
         assert!(matches!(
             check_release(&pools, "u"),
             Err(Refusal::AttachedNotCreated { job_id, .. }) if job_id.get() == 3
         ));
-        attached(&mut pools, "p", 4);
+        pools.attach(Micros(1), &attached("p", 4, "vm", 8));
         pools.owned(&PoolOwned {
             pool: "p".into(),
             creation_id: Uuid::from_u128(7),

@@ -734,8 +734,9 @@ pub fn recorded_job_ids(state: &State) -> impl Iterator<Item = (Micros, JobId)> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::fixtures::{attached, job_rows};
     use crate::slurm::sacct::parse_rows;
-    use crate::slurm::squeue::{parse_jobs, parse_steps};
+    use crate::slurm::squeue::parse_steps;
     use crate::slurm::{GoneProof, SlurmCommand};
     use crate::state::pool::WorkerState;
     use quickcheck::quickcheck;
@@ -751,26 +752,9 @@ mod tests {
     /// its nodes journaled.
     fn pool_on(nodes: &[&str]) -> Pool {
         let mut pools = crate::state::pool::Pools::default();
-        let allocation = crate::event::pool::Allocation {
-            job_id: job(),
-            node: nodes.join(","),
-            user: "u".into(),
-            start_time: Micros(0),
-            end_time: Micros::from_secs(3600),
-            cpus: 4 * nodes.len() as u32,
-            mem_mb: 1000,
-            partition: "p".into(),
-            account: "a".into(),
-            qos: "q".into(),
-        };
         let pool = "p".to_owned();
-        pools.attach(
-            Micros(0),
-            &crate::event::pool::PoolAttached {
-                pool: pool.clone(),
-                allocation,
-            },
-        );
+        let cpus = 4 * nodes.len() as u32;
+        pools.attach(Micros(0), &attached(&pool, JOB, &nodes.join(","), cpus));
         if nodes.len() > 1 {
             pools.nodes(&crate::event::pool::PoolNodes {
                 pool: pool.clone(),
@@ -891,29 +875,6 @@ mod tests {
         }
     }
 
-    fn job_rows(rows: &[(u32, &str, &str)]) -> Vec<JobRow> {
-        rows.iter()
-            .flat_map(|(id, state, name)| {
-                parse_jobs(&format!(
-                    "{id}|{id}|{state}|debug|dev|normal|root|1|1|vm|9:58|10:00|N/A|N/A|None|{name}\n"
-                ))
-                .unwrap()
-            })
-            .collect()
-    }
-
-    fn step_rows(steps: &[(u32, u32, &str)]) -> Vec<StepRow> {
-        steps
-            .iter()
-            .flat_map(|(j, s, name)| {
-                parse_steps(&format!(
-                    "{j}.{s}|root|0:10|UNLIMITED|2026-11-29T17:00:00|vm|1|{name}\n"
-                ))
-                .unwrap()
-            })
-            .collect()
-    }
-
     fn acct_rows(rows: &[(&str, &str, &str)]) -> Vec<AcctRow> {
         rows.iter()
             .flat_map(|(id, state, name)| {
@@ -924,6 +885,16 @@ mod tests {
                 .unwrap()
             })
             .collect()
+    }
+
+    /// Step `step` of worker `p.w` in accounting, `state`.
+    fn acct_step(step: u32, state: &str, terminal: bool) -> AcctStep {
+        AcctStep {
+            step,
+            name: "p.w".into(),
+            state: state.into(),
+            terminal,
+        }
     }
 
     fn listing(rows: &[(u32, &str)]) -> Option<Vec<(u32, String)>> {
@@ -1016,38 +987,28 @@ mod tests {
             assert!(proof.contains(named), "{named} missing from {proof}");
         }
         // Take any one piece away: not proven.
-        assert_eq!(
-            step_never_ran("p.w", &SrunSeen::Running, started, since, &obs),
-            None
-        );
-        assert_eq!(
-            step_never_ran("p.w", &SrunSeen::NotKnown, started, since, &obs),
-            None
-        );
-        assert_eq!(step_never_ran("p.w", &srun, Some(true), since, &obs), None);
-        assert_eq!(step_never_ran("p.w", &srun, None, since, &obs), None);
         let early = NEVER_RAN_SETTLE - Duration::from_millis(1);
-        assert_eq!(step_never_ran("p.w", &srun, started, early, &obs), None);
-        let mut o = obs.clone();
-        o.allocation_listed = None;
-        assert_eq!(step_never_ran("p.w", &srun, started, since, &o), None);
-        let mut o = obs.clone();
-        o.steps = None;
-        assert_eq!(step_never_ran("p.w", &srun, started, since, &o), None);
-        let mut o = obs.clone();
-        o.steps = listing(&[(3, "p.w")]);
-        assert_eq!(step_never_ran("p.w", &srun, started, since, &o), None);
-        let mut o = obs.clone();
-        o.accounting_job = None;
-        assert_eq!(step_never_ran("p.w", &srun, started, since, &o), None);
-        let mut o = obs.clone();
-        o.accounting = Some(vec![AcctStep {
-            step: 3,
-            name: "p.w".into(),
-            state: "FAILED".into(),
-            terminal: true,
-        }]);
-        assert_eq!(step_never_ran("p.w", &srun, started, since, &o), None);
+        for (srun, started, since) in [
+            (SrunSeen::Running, started, since),
+            (SrunSeen::NotKnown, started, since),
+            (srun.clone(), Some(true), since),
+            (srun.clone(), None, since),
+            (srun.clone(), started, early),
+        ] {
+            assert_eq!(step_never_ran("p.w", &srun, started, since, &obs), None);
+        }
+        let takes: [fn(&mut PoolObservation); 5] = [
+            |o| o.allocation_listed = None,
+            |o| o.steps = None,
+            |o| o.steps = listing(&[(3, "p.w")]),
+            |o| o.accounting_job = None,
+            |o| o.accounting = Some(vec![acct_step(3, "FAILED", true)]),
+        ];
+        for take in takes {
+            let mut o = obs.clone();
+            take(&mut o);
+            assert_eq!(step_never_ran("p.w", &srun, started, since, &o), None);
+        }
     }
 
     #[test]
@@ -1071,12 +1032,7 @@ mod tests {
     #[test]
     fn accounting_proves_a_terminal_state() {
         let acct = |terminal| PoolObservation {
-            accounting: Some(vec![AcctStep {
-                step: 2,
-                name: "p.w".into(),
-                state: "CANCELLED".into(),
-                terminal,
-            }]),
+            accounting: Some(vec![acct_step(2, "CANCELLED", terminal)]),
             ..Default::default()
         };
         assert_eq!(
@@ -1227,22 +1183,16 @@ mod tests {
 
     /// Steps of allocation 900 and of other jobs, from arbitrary numbers.
     fn arbitrary_steps(steps: &[(bool, u8)]) -> Vec<StepRow> {
-        let rows: Vec<(u32, u32, String)> = steps
+        steps
             .iter()
-            .map(|(ours, s)| {
-                (
-                    if *ours { JOB } else { 901 },
-                    u32::from(*s),
-                    format!("p.w{s}"),
-                )
+            .flat_map(|(ours, s)| {
+                let j = if *ours { JOB } else { 901 };
+                parse_steps(&format!(
+                    "{j}.{s}|root|0:10|UNLIMITED|2026-11-29T17:00:00|vm|1|p.w{s}\n"
+                ))
+                .unwrap()
             })
-            .collect();
-        step_rows(
-            &rows
-                .iter()
-                .map(|(j, s, n)| (*j, *s, n.as_str()))
-                .collect::<Vec<_>>(),
-        )
+            .collect()
     }
 
     quickcheck! {
@@ -1308,9 +1258,7 @@ mod tests {
             );
             never == (squeue_answered && sacct_answered && u64::from(after_s) >= settle.as_secs())
         }
-    }
 
-    quickcheck! {
         /// Whatever the listing and the watermark: "never created" only when the listing shows
         /// a job at or above the watermark, and then whenever it does (past the delay, both
         /// answered, the name absent).
@@ -1349,12 +1297,7 @@ mod tests {
         let obs = PoolObservation {
             allocation_listed: listed(),
             steps: listing(&[]),
-            accounting: Some(vec![AcctStep {
-                step: 1,
-                name: "p.w".into(),
-                state: "CANCELLED".into(),
-                terminal: true,
-            }]),
+            accounting: Some(vec![acct_step(1, "CANCELLED", true)]),
             accounting_job: Some("RUNNING".into()),
             ..Default::default()
         };

@@ -354,6 +354,12 @@ struct FinalState {
     placement: Option<crate::state::pool::Placement>,
 }
 
+/// A submission in the reduced state: a pool's worker and its pool's name, or a job's worker.
+enum Held<'a> {
+    Pool(&'a crate::state::pool::Worker, &'a str),
+    Job(&'a crate::state::jobs::JobWorker),
+}
+
 /// Pass 2: fold the journal, keeping what the page shows.
 #[derive(Debug)]
 pub struct Builder {
@@ -630,24 +636,30 @@ impl Builder {
             .collect()
     }
 
-    fn name_of(&self, id: &Uuid) -> (String, Option<String>) {
+    /// Submission `id` as the reduced state has it, active or finished: a pool's worker (with
+    /// its pool) or a `dispatch submit` worker.
+    fn held(&self, id: &Uuid) -> Option<Held<'_>> {
         for p in self.state.pools.pools.values() {
             if let Some(w) = p
                 .active
                 .get(id)
                 .or_else(|| p.finished.iter().find(|w| w.submission_id == *id))
             {
-                return (w.name.clone(), Some(p.name.clone()));
+                return Some(Held::Pool(w, &p.name));
             }
         }
-        if let Some(j) = self.state.jobs.active.get(id).or_else(|| {
-            self.state
-                .jobs
-                .finished
-                .iter()
-                .find(|j| j.submission_id == *id)
-        }) {
-            return (j.worker.clone(), None);
+        let jobs = &self.state.jobs;
+        jobs.active
+            .get(id)
+            .or_else(|| jobs.finished.iter().find(|j| j.submission_id == *id))
+            .map(Held::Job)
+    }
+
+    fn name_of(&self, id: &Uuid) -> (String, Option<String>) {
+        match self.held(id) {
+            Some(Held::Pool(w, pool)) => return (w.name.clone(), Some(pool.to_owned())),
+            Some(Held::Job(j)) => return (j.worker.clone(), None),
+            None => {}
         }
         for t in self.state.trials.trials.values() {
             if let Some(w) = t.workers.iter().find(|w| w.submission_id == *id) {
@@ -663,39 +675,25 @@ impl Builder {
 
     /// What the reduced state has at the end: the state and the reservation.
     fn final_state(&self, id: &Uuid) -> FinalState {
-        for p in self.state.pools.pools.values() {
-            if let Some(w) = p
-                .active
-                .get(id)
-                .or_else(|| p.finished.iter().find(|w| w.submission_id == *id))
-            {
-                return FinalState {
-                    state: w.state.as_str().to_owned(),
-                    cpus: w.cpus,
-                    mem_mb: w.mem_mb,
-                    placement: w.placement.clone(),
-                };
-            }
-        }
-        if let Some(j) = self.state.jobs.active.get(id).or_else(|| {
-            self.state
-                .jobs
-                .finished
-                .iter()
-                .find(|j| j.submission_id == *id)
-        }) {
-            return FinalState {
+        match self.held(id) {
+            Some(Held::Pool(w, _)) => FinalState {
+                state: w.state.as_str().to_owned(),
+                cpus: w.cpus,
+                mem_mb: w.mem_mb,
+                placement: w.placement.clone(),
+            },
+            Some(Held::Job(j)) => FinalState {
                 state: j.state.as_str().to_owned(),
                 cpus: j.cpus,
                 mem_mb: j.mem_mb,
                 placement: None,
-            };
-        }
-        FinalState {
-            state: crate::state::ENDED.to_owned(),
-            cpus: 0,
-            mem_mb: 0,
-            placement: None,
+            },
+            None => FinalState {
+                state: crate::state::ENDED.to_owned(),
+                cpus: 0,
+                mem_mb: 0,
+                placement: None,
+            },
         }
     }
 
@@ -864,6 +862,7 @@ impl Builder {
 mod tests {
     use super::*;
     use crate::event::{test_envelope, Sha256Digest};
+    use crate::policy::fixtures::{self, envelopes};
 
     use crate::event::pool::*;
 
@@ -872,46 +871,19 @@ mod tests {
 
     /// Pool `p` attached to job 9 on node `n`.
     fn attached() -> Event {
-        Event::PoolAttached(PoolAttached {
-            pool: "p".into(),
-            allocation: Allocation {
-                job_id: crate::event::test_job(9),
-                node: "n".into(),
-                user: "u".into(),
-                start_time: Micros(0),
-                end_time: Micros(1_000_000_000),
-                cpus: 4,
-                mem_mb: 1000,
-                partition: "debug".into(),
-                account: "dev".into(),
-                qos: "normal".into(),
-            },
-        })
+        Event::PoolAttached(fixtures::attached("p", 9, "n", 4))
     }
 
     fn intent(id: Uuid, worker: &str) -> Event {
-        Event::WorkerSubmitIntent(WorkerSubmitIntent {
-            pool: "p".into(),
-            worker: worker.into(),
-            submission_id: id,
-            cpus: 1,
-            mem_mb: 100,
-            publication_timeout_s: 30,
-            command: vec![],
-        })
+        Event::WorkerSubmitIntent(fixtures::intent("p", worker, id))
     }
 
     /// A trial whose worker joined after its intent (as `pool submit` writes it), in a pool
     /// that another, unrelated worker also uses.
     fn journal(sid: Uuid, other: Uuid) -> Vec<Envelope> {
-        [
+        envelopes([
             attached(),
-            Event::TrialOpened(TrialOpened {
-                trial: "t".into(),
-                pin: None,
-                follows: None,
-                note: String::new(),
-            }),
+            Event::TrialOpened(fixtures::opened("t")),
             intent(other, "x"),
             intent(sid, "w"),
             Event::TrialWorkerJoined(TrialWorkerJoined {
@@ -926,11 +898,7 @@ mod tests {
                 submission_id: sid,
                 proof: "gone".into(),
             }),
-        ]
-        .into_iter()
-        .enumerate()
-        .map(|(i, e)| test_envelope(i as u64 + 1, e))
-        .collect()
+        ])
     }
 
     #[test]
@@ -1033,7 +1001,7 @@ mod tests {
     #[test]
     fn a_worker_shows_its_node_its_gpus_and_the_indexes_its_step_got() {
         let sid = Uuid::from_u128(1);
-        let events: Vec<Envelope> = [
+        let events = envelopes([
             attached(),
             intent(sid, "w"),
             Event::WorkerPlaced(WorkerPlaced {
@@ -1041,11 +1009,7 @@ mod tests {
                 node: "n".into(),
                 gpus: 1,
             }),
-        ]
-        .into_iter()
-        .enumerate()
-        .map(|(i, e)| test_envelope(i as u64 + 1, e))
-        .collect();
+        ]);
         let mut selector = Selector::new(Subject::Worker("w".into()));
         events.iter().for_each(|e| selector.offer(e));
         let mut b = Builder::new(selector.finish().unwrap());

@@ -135,34 +135,16 @@ pub fn check_verdict(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::trial::{TrialOpened, TrialWorkerJoined};
-    use crate::event::{Micros, Sha256Digest};
+    use crate::event::trial::TrialWorkerJoined;
+    use crate::event::Micros;
+    use crate::policy::fixtures::{self, evidence};
     use crate::state::trial::Judgement;
     use uuid::Uuid;
 
     fn opened(name: &str) -> Trials {
         let mut t = Trials::default();
-        t.opened(
-            Micros(1),
-            &TrialOpened {
-                trial: name.into(),
-                pin: None,
-                follows: None,
-                note: String::new(),
-            },
-        );
+        t.opened(Micros(1), &fixtures::opened(name));
         t
-    }
-
-    fn evidence(state: &str, outcome: Option<&str>, published: bool) -> TrialEvidence {
-        TrialEvidence {
-            submission_id: Uuid::from_u128(1),
-            worker: "w".into(),
-            state: state.into(),
-            outcome: outcome.map(Into::into),
-            published_dir: published.then(|| "/p".into()),
-            manifest_sha256: published.then_some(Sha256Digest([0; 32])),
-        }
     }
 
     #[test]

@@ -85,15 +85,10 @@ pub fn by_listing(name: &str, mine: &Answer<Vec<JobRow>>) -> Absence {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::slurm::squeue::parse_jobs;
     use crate::slurm::{SlurmCommand, SlurmError};
 
-    fn row(id: u32, state: &str, name: &str) -> String {
-        format!("{id}|{id}|{state}|p|a|q|u|1|1|n|9:58|10:00|N/A|N/A|None|{name}\n")
-    }
-
-    fn listing(text: &str) -> Answer<Vec<JobRow>> {
-        Answer::Live(parse_jobs(text).unwrap())
+    fn listing(rows: &[(u32, &str, &str)]) -> Answer<Vec<JobRow>> {
+        Answer::Live(crate::policy::fixtures::job_rows(rows))
     }
 
     #[test]
@@ -111,20 +106,20 @@ mod tests {
 
     #[test]
     fn another_job_of_the_user_vouches_for_the_listing() {
-        let text = [row(7, "RUNNING", "alloc7"), row(9, "CANCELLED", "ss-m1")].concat();
+        let jobs = [(7, "RUNNING", "alloc7"), (9, "CANCELLED", "ss-m1")];
         assert!(matches!(
-            by_listing("ss-m0", &listing(&text)),
+            by_listing("ss-m0", &listing(&jobs)),
             Absence::Proven(p) if p.contains("job 9")
         ));
         // This session's job that ended (a release's cancel) vouches too.
         assert!(matches!(
-            by_listing("ss-m0", &listing(&row(5, "CANCELLED", "ss-m0"))),
+            by_listing("ss-m0", &listing(&[(5, "CANCELLED", "ss-m0")])),
             Absence::Proven(_)
         ));
         // A job of the name there that the name listing did not show: they disagree.
-        let text = [row(7, "RUNNING", "alloc7"), row(8, "PENDING", "ss-m0")].concat();
+        let jobs = [(7, "RUNNING", "alloc7"), (8, "PENDING", "ss-m0")];
         assert!(matches!(
-            by_listing("ss-m0", &listing(&text)),
+            by_listing("ss-m0", &listing(&jobs)),
             Absence::Unproven(_)
         ));
     }

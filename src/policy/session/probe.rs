@@ -72,22 +72,14 @@ pub fn passed_note(seen: &Seen, key: &SessionKey, job_name: &str) -> Option<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::fixtures::job_rows;
     use crate::policy::session::Listed;
-    use crate::slurm::squeue::parse_jobs;
     use crate::slurm::JobState;
-
-    fn rows(text: &str) -> Vec<JobRow> {
-        parse_jobs(text).unwrap()
-    }
-
-    fn line(id: &str, name: &str) -> String {
-        format!("{id}|{id}|RUNNING|p|a|q|u|1|1|n|9:58|10:00|N/A|N/A|None|{name}\n")
-    }
 
     #[test]
     fn only_rows_of_the_name_count_and_bad_lines_are_kept() {
         let listing = Listing::Answered {
-            rows: rows(&[line("5", "sucoder-x"), line("6", "sucoder-xy")].concat()),
+            rows: job_rows(&[(5, "RUNNING", "sucoder-x"), (6, "RUNNING", "sucoder-xy")]),
             bad_lines: vec!["garbage".into()],
         };
         let got = rows_named(listing, "sucoder-x").unwrap();

@@ -44,42 +44,35 @@ mod tests {
     #[test]
     fn a_live_job_is_reused_unless_it_is_ending_or_held() {
         let live = |state| Probe::Live { state, node: None };
-        assert_eq!(
-            recorded(live(JobState::Running), false),
-            Recorded::Reuse {
-                state: JobState::Running,
-                node: None
-            }
-        );
-        assert_eq!(
-            recorded(live(JobState::Completing), false),
-            Recorded::WaitThenSubmit(JobState::Completing)
-        );
-        assert_eq!(
-            recorded(live(JobState::Pending), true),
-            Recorded::SettleHeld
-        );
-        assert_eq!(
-            recorded(live(JobState::Completing), true),
-            Recorded::SettleHeld,
-            "a held job is settled first, whatever its state"
-        );
-        assert_eq!(
-            recorded(Probe::Gone { state: None }, true),
-            Recorded::Gone(None)
-        );
-        assert_eq!(
-            recorded(
-                Probe::Gone {
-                    state: Some(JobState::Completed)
-                },
-                false
+        let gone = |state| Probe::Gone { state };
+        let reuse = Recorded::Reuse {
+            state: JobState::Running,
+            node: None,
+        };
+        let ending = Recorded::WaitThenSubmit(JobState::Completing);
+        for (probe, held, want) in [
+            (live(JobState::Running), false, reuse),
+            (live(JobState::Completing), false, ending),
+            (live(JobState::Pending), true, Recorded::SettleHeld),
+            // A held job is settled first, whatever its state.
+            (live(JobState::Completing), true, Recorded::SettleHeld),
+            (gone(None), true, Recorded::Gone(None)),
+            (
+                gone(Some(JobState::Completed)),
+                false,
+                Recorded::Gone(Some(JobState::Completed)),
             ),
-            Recorded::Gone(Some(JobState::Completed))
-        );
-        assert_eq!(
-            recorded(Probe::Unknown("timeout".into()), true),
-            Recorded::Unknown("timeout".into())
-        );
+            (
+                Probe::Unknown("timeout".into()),
+                true,
+                Recorded::Unknown("timeout".into()),
+            ),
+        ] {
+            assert_eq!(
+                recorded(probe.clone(), held),
+                want,
+                "{probe:?}, held {held}"
+            );
+        }
     }
 }
