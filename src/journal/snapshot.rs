@@ -250,7 +250,7 @@ pub fn write<S: Fold>(dir: &Path, covers: &Covers, state: &S) -> Result<PathBuf,
 mod tests {
     use super::*;
     use crate::event::pool::PoolDetached;
-    use crate::event::{Actor, Event};
+    use crate::event::{test_actor, Event};
     use crate::journal::{scan, Options, Writer};
 
     /// A fold that only counts: the journal's own tests know no `State` either.
@@ -294,13 +294,7 @@ mod tests {
     #[test]
     fn matches_journal_decides_as_reading_the_whole_segment() {
         let dir = tempfile::tempdir().unwrap();
-        let actor = Actor {
-            user: "u".to_owned(),
-            host: "h".to_owned(),
-            pid: 1,
-            command: Vec::new(),
-        };
-        let w = Writer::open_as(dir.path(), Options::default(), actor).unwrap();
+        let w = Writer::open_as(dir.path(), Options::default(), test_actor()).unwrap();
         let events = (0..40)
             .map(|i| {
                 Event::PoolDetached(PoolDetached {

@@ -868,23 +868,7 @@ fn create_segment(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::pool::WorkerLaunched;
-
-    fn event(i: u32) -> Event {
-        Event::WorkerLaunched(WorkerLaunched {
-            submission_id: Uuid::from_u128(u128::from(i)),
-            srun_pid: i,
-        })
-    }
-
-    fn actor() -> Actor {
-        Actor {
-            user: "u".to_owned(),
-            host: "h".to_owned(),
-            pid: 1,
-            command: Vec::new(),
-        }
-    }
+    use crate::event::{test_actor as actor, test_launched as event};
 
     /// A writer on a fresh journal in `dir`, and its first segment.
     fn open(dir: &Path) -> (Writer, PathBuf) {
