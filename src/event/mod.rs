@@ -161,7 +161,6 @@ pub trait Vocabulary: Clone + std::fmt::Debug + PartialEq + Sized {
     fn decode_known_body(kind: u16, bytes: &[u8]) -> Option<Self>;
     /// The journal's first event.
     fn genesis(g: Genesis) -> Self;
-    fn as_genesis(&self) -> Option<&Genesis>;
     /// The writer's record of a torn tail it cut.
     fn recovered(r: Recovered) -> Self;
     /// The record of a fork's branches merged, written before them.
@@ -277,13 +276,6 @@ macro_rules! vocabulary {
 
             fn genesis(g: Genesis) -> Self {
                 $name::Genesis(g)
-            }
-
-            fn as_genesis(&self) -> Option<&Genesis> {
-                match self {
-                    $name::Genesis(g) => Some(g),
-                    _ => None,
-                }
             }
 
             fn recovered(r: Recovered) -> Self {
