@@ -389,7 +389,7 @@ impl Core {
         if self.segment_len + self.buf.len() as u64 > opts.max_segment_bytes
             && self.segment_len > segment::SEGMENT_HEADER_LEN as u64
         {
-            written = self.rotate(dir, self.next_seq, self.chain);
+            written = self.rotate(dir);
         }
         let segment_start = self.segment_len;
         let last_start = ends.len().checked_sub(2).map_or(0, |i| ends[i]);
@@ -605,30 +605,32 @@ impl Core {
                 match std::os::unix::fs::FileExt::read_exact_at(&self.file, &mut stored, chain_at) {
                     Err(e) => format!("a segment that cannot be read ({e})"),
                     Ok(()) if stored == chain => return Ok(()),
-                    Ok(()) => format!("chain {}", hex(&stored)),
+                    Ok(()) => format!("chain {}", hex::encode(stored)),
                 }
             }
         };
         Err(JournalError::TailMoved {
             segment: segment::file_name(self.segment_no),
             expected_len: len,
-            expected_chain: hex(&chain),
+            expected_chain: hex::encode(chain),
             found,
             written,
         })
     }
 
-    fn rotate(&mut self, dir: &Path, first_seq: u64, chain: Chain) -> Result<(), JournalError> {
-        debug_assert!(
-            first_seq == self.next_seq && chain == self.chain,
-            "a new segment continues the head"
-        );
+    /// Start the next segment, continuing the head.
+    fn rotate(&mut self, dir: &Path) -> Result<(), JournalError> {
         debug_assert!(
             self.last_frame_offset.is_some(),
             "only a segment with a frame is rotated"
         );
-        let (file, len) =
-            create_segment(dir, self.journal_id, self.segment_no + 1, first_seq, chain)?;
+        let (file, len) = create_segment(
+            dir,
+            self.journal_id,
+            self.segment_no + 1,
+            self.next_seq,
+            self.chain,
+        )?;
         self.file = file;
         self.segment_no += 1;
         self.segment_len = len;
@@ -663,10 +665,6 @@ impl<E: Vocabulary> Drop for JournalWriter<E> {
 const SEGMENT_CHAIN_AT: u64 = 48;
 /// How far from a frame's end its chain value starts: the chain, then the frame CRC (§4).
 const FRAME_CHAIN_FROM_END: u64 = (frame::CHAIN_LEN + 4) as u64;
-
-fn hex(bytes: &[u8]) -> String {
-    hex::encode(bytes)
-}
 
 /// Take the journal's locks, this host's `flock` on `LOCK` then the cross-host lease, once
 /// the directory is trusted: a journal that another user could have written, or that a link
