@@ -380,14 +380,7 @@ fn resume_after(dir: &Path, head: &scan::Head) -> Option<Resume> {
         frame_offset: head.last_frame_offset?,
     };
     snapshot::matches_journal(dir, &covers).ok()?;
-    Some(Resume {
-        journal_id: head.journal_id,
-        segment_no: head.segment_no,
-        offset: head.segment_len,
-        next_seq: head.last_seq + 1,
-        chain: head.chain,
-        last_frame_offset: covers.frame_offset,
-    })
+    head.resume()
 }
 
 /// `state` (as of `resume`, or empty) with every frame after `resume` folded in.
@@ -641,15 +634,7 @@ mod tests {
                 continue;
             }
             let at = scan::scan(dir, None, |f| f.seq < k).unwrap();
-            let h = at.head.unwrap();
-            resumes.push(Some(Resume {
-                journal_id: h.journal_id,
-                segment_no: h.segment_no,
-                offset: h.segment_len,
-                next_seq: h.last_seq + 1,
-                chain: h.chain,
-                last_frame_offset: h.last_frame_offset.unwrap(),
-            }));
+            resumes.push(Some(at.head.unwrap().resume().unwrap()));
         }
         let mut reference = None;
         for resume in &resumes {
@@ -811,14 +796,7 @@ mod tests {
         .unwrap();
         let h = at_frame.head.unwrap();
         assert_eq!((h.segment_no, h.segment_len), (no, (at + len) as u64));
-        let resume = Resume {
-            journal_id: h.journal_id,
-            segment_no: h.segment_no,
-            offset: h.segment_len,
-            next_seq: h.last_seq + 1,
-            chain: h.chain,
-            last_frame_offset: h.last_frame_offset.unwrap(),
-        };
+        let resume = h.resume().unwrap();
         assert_eq!(before.status(), Status::Clean);
         edit(&seg, |b| b[5] ^= 0x01);
         let file_len = std::fs::metadata(&seg).unwrap().len();
