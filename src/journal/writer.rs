@@ -288,10 +288,6 @@ impl<E: Vocabulary> JournalWriter<E> {
         Ok(writer)
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     pub fn opened(&self) -> &Opened {
         &self.opened
     }
@@ -307,10 +303,6 @@ impl<E: Vocabulary> JournalWriter<E> {
 
     pub fn stats(&self) -> Stats {
         self.lock_core().stats
-    }
-
-    pub fn head_chain(&self) -> Chain {
-        self.lock_core().chain
     }
 
     fn lock_core(&self) -> MutexGuard<'_, Core> {
