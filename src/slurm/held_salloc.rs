@@ -141,7 +141,6 @@ fn exited(status: ExitInfo, text: &Lines) -> ActionError {
         status,
         stdout: String::new(),
         stderr: text.all().to_owned(),
-        elapsed: Duration::ZERO,
     };
     let hint = parse_salloc(text.all()).ok().and_then(|r| r.job());
     if status.success() {

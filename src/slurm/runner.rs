@@ -26,7 +26,6 @@ pub struct Output {
     /// Lossy UTF-8: invalid bytes become U+FFFD, which no parser accepts as a digit.
     pub stdout: String,
     pub stderr: String,
-    pub elapsed: Duration,
 }
 
 /// Settings of the runner.
@@ -257,7 +256,6 @@ impl Runner {
                 status: ExitInfo::from_status(status),
                 stdout: lossy(child.out),
                 stderr: lossy(child.err),
-                elapsed: started.elapsed(),
             });
         }
         child.stop(limit, self.config.kill_grace).await;

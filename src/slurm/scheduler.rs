@@ -638,7 +638,6 @@ mod tests {
             status: ExitInfo::Code(code),
             stdout: stdout.into(),
             stderr: stderr.into(),
-            elapsed: Duration::ZERO,
         }
     }
 
