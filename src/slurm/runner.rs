@@ -491,10 +491,10 @@ fn should_scrub(command: SlurmCommand, key: &OsStr) -> bool {
     if k.starts_with(b"SLURM_") {
         return true;
     }
-    command
-        .scrubbed_prefixes()
-        .iter()
-        .any(|p| k.starts_with(p.as_bytes()))
+    // The command's own prefix (`SBATCH_`, `SQUEUE_`, ...) changes what it does or prints:
+    // filters such as `SQUEUE_STATES`/`SQUEUE_USERS` could turn a live job into an empty answer.
+    let own = format!("{}_", command.program().to_ascii_uppercase());
+    k.starts_with(own.as_bytes())
 }
 
 #[cfg(test)]
