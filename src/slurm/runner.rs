@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 
-use super::error::{Excerpt, SlurmError};
+use super::error::{Excerpt, ParseError, SlurmError};
 
 pub use super::command::{ExitInfo, SlurmCommand};
 
@@ -26,6 +26,28 @@ pub struct Output {
     /// Lossy UTF-8: invalid bytes become U+FFFD, which no parser accepts as a digit.
     pub stdout: String,
     pub stderr: String,
+}
+
+impl Output {
+    /// The child ran and did not exit as asked: its whole answer, kept.
+    pub(crate) fn failed(self, command: SlurmCommand) -> SlurmError {
+        SlurmError::Failed {
+            command,
+            status: self.status,
+            stdout: self.stdout,
+            stderr: self.stderr,
+        }
+    }
+
+    /// The child's answer does not parse: why, and its whole answer.
+    pub(crate) fn unparsable(self, command: SlurmCommand, source: ParseError) -> SlurmError {
+        SlurmError::Unparsable {
+            command,
+            source,
+            stdout: self.stdout,
+            stderr: self.stderr,
+        }
+    }
 }
 
 /// Settings of the runner.
