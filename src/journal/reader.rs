@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::error::JournalError;
-use super::files::open_no_follow;
+use super::files::{io_err, open_no_follow};
 use super::scan::{self, Resume, Scan, Status};
 use super::snapshot::Fold;
 use super::snapshot::{self, Covers};
@@ -55,7 +55,8 @@ fn classified(
 ) -> Result<Scan, JournalError> {
     match replayed {
         Err(JournalError::Undecodable { .. }) => {
-            let scan = scan::classify(dir, resume, |_| true).map_err(io_error(dir))?;
+            let scan =
+                scan::classify(dir, resume, |_| true).map_err(io_err(dir, "read journal"))?;
             debug_assert_eq!(scan.status(), Status::Corrupt, "the classifier agrees");
             Ok(scan)
         }
@@ -112,16 +113,8 @@ fn replay_frames(
                 }
             }
         })
-        .map_err(io_error(dir))?;
+        .map_err(io_err(dir, "read journal"))?;
         failure.map_or(Ok(scan), Err)
-    }
-}
-
-fn io_error(dir: &Path) -> impl FnOnce(std::io::Error) -> JournalError + '_ {
-    |source| JournalError::Io {
-        path: dir.to_owned(),
-        what: "read journal".to_owned(),
-        source,
     }
 }
 
@@ -153,7 +146,7 @@ pub fn replay_sequential(
             }
         }
     })
-    .map_err(io_error(dir))?;
+    .map_err(io_err(dir, "read journal"))?;
     classified(dir, resume, failure.map_or(Ok(scan), Err))
 }
 
@@ -269,7 +262,7 @@ fn pipelined(
                     let _ = recycle_tx.send(batch);
                 }
                 Message::Done(result) => {
-                    outcome = Some(result.map_err(io_error(dir)));
+                    outcome = Some(result.map_err(io_err(dir, "read journal")));
                     break 'receive;
                 }
             }
@@ -405,16 +398,12 @@ fn frame_len_at(dir: &Path, covers: &Covers) -> Result<u64, JournalError> {
     // `matches_journal` already decoded this frame; the payload length sits at offset 4.
     use std::io::{Read, Seek, SeekFrom};
     let path = dir.join(super::segment::file_name(covers.segment_no));
-    let io = |source| JournalError::Io {
-        path: path.clone(),
-        what: "read segment".to_owned(),
-        source,
-    };
-    let mut f = open_no_follow(&path).map_err(io)?;
+    let mut f = open_no_follow(&path).map_err(io_err(&path, "read segment"))?;
     f.seek(SeekFrom::Start(covers.frame_offset + 4))
-        .map_err(io)?;
+        .map_err(io_err(&path, "read segment"))?;
     let mut len = [0u8; 4];
-    f.read_exact(&mut len).map_err(io)?;
+    f.read_exact(&mut len)
+        .map_err(io_err(&path, "read segment"))?;
     Ok(u64::from(u32::from_le_bytes(len)) + super::frame::OVERHEAD as u64)
 }
 
