@@ -135,14 +135,10 @@ pub fn decode<S: Fold>(bytes: &[u8]) -> Result<(Covers, S), String> {
     if crc32fast::hash(&bytes[..HEADER_LEN + n]) != u32_at(HEADER_LEN + n) {
         return Err("snapshot CRC mismatch".to_owned());
     }
-    let mut journal_id = [0u8; 16];
-    journal_id.copy_from_slice(&bytes[16..32]);
-    let mut chain = [0u8; 32];
-    chain.copy_from_slice(&bytes[40..72]);
     let covers = Covers {
-        journal_id,
+        journal_id: bytes[16..32].try_into().expect("16 bytes"),
         seq: u64_at(32),
-        chain,
+        chain: bytes[40..72].try_into().expect("32 bytes"),
         segment_no: u64_at(72),
         frame_offset: u64_at(80),
     };
