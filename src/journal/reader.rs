@@ -587,25 +587,16 @@ mod tests {
             "reference" => replay_sequential(dir, resume, |env| visit(&env)),
             "replay" => replay(dir, resume, |env| visit(&env)),
             "replay_ref" => replay_ref(dir, resume, &mut visit),
-            "pipelined" | "single" => {
+            "pipelined" | "single" | "pipelined_ref" => {
                 let mut decoder = PayloadDecoder::new();
                 let replayed =
-                    replay_frames(dir, resume, how == "pipelined", |seq, kind, flags, p| {
-                        let env = decoder
-                            .decode(seq, kind, flags, p)
-                            .map_err(|e| undecodable(seq, e))?;
-                        visit(&env)
+                    replay_frames(dir, resume, how != "single", |seq, kind, flags, p| {
+                        let env = match how {
+                            "pipelined_ref" => decoder.decode_ref(seq, kind, flags, p).cloned(),
+                            _ => decoder.decode(seq, kind, flags, p),
+                        };
+                        visit(&env.map_err(|e| undecodable(seq, e))?)
                     });
-                classified(dir, resume, replayed)
-            }
-            "pipelined_ref" => {
-                let mut decoder = PayloadDecoder::new();
-                let replayed = replay_frames(dir, resume, true, |seq, kind, flags, p| {
-                    let env = decoder
-                        .decode_ref(seq, kind, flags, p)
-                        .map_err(|e| undecodable(seq, e))?;
-                    visit(env)
-                });
                 classified(dir, resume, replayed)
             }
             _ => unreachable!(),
