@@ -525,25 +525,21 @@ mod tests {
 
     #[test]
     fn scrub_rules() {
-        assert!(should_scrub(
-            SlurmCommand::Squeue,
-            OsStr::new("SQUEUE_STATES")
-        ));
-        assert!(should_scrub(
-            SlurmCommand::Squeue,
-            OsStr::new("SLURM_TIME_FORMAT")
-        ));
-        assert!(should_scrub(SlurmCommand::Srun, OsStr::new("SLURM_JOB_ID")));
-        assert!(!should_scrub(SlurmCommand::Srun, OsStr::new("SLURM_CONF")));
-        assert!(!should_scrub(
-            SlurmCommand::Sacct,
-            OsStr::new("SQUEUE_STATES")
-        ));
-        assert!(should_scrub(
-            SlurmCommand::Scancel,
-            OsStr::new("SCANCEL_USER")
-        ));
-        assert!(!should_scrub(SlurmCommand::Squeue, OsStr::new("PATH")));
+        for (command, key, scrub) in [
+            (SlurmCommand::Squeue, "SQUEUE_STATES", true),
+            (SlurmCommand::Squeue, "SLURM_TIME_FORMAT", true),
+            (SlurmCommand::Srun, "SLURM_JOB_ID", true),
+            (SlurmCommand::Srun, "SLURM_CONF", false),
+            (SlurmCommand::Sacct, "SQUEUE_STATES", false),
+            (SlurmCommand::Scancel, "SCANCEL_USER", true),
+            (SlurmCommand::Squeue, "PATH", false),
+        ] {
+            assert_eq!(
+                should_scrub(command, OsStr::new(key)),
+                scrub,
+                "{command} {key}"
+            );
+        }
     }
 
     #[test]
