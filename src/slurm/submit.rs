@@ -181,7 +181,10 @@ pub fn refusal_phrase(stdout: &str, stderr: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::test_job as id;
+
+    fn id(n: u32) -> JobId {
+        JobId::new(n).unwrap()
+    }
 
     #[test]
     fn a_test_only_refusal_is_read_from_its_allocation_failure_line() {
