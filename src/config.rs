@@ -473,12 +473,8 @@ confined = true
             msg.contains("/x/c.toml") && msg.contains("line 3") && msg.contains("account"),
             "{msg}"
         );
-        let e = Config::parse(
-            "[targets.a]\npartition = \"p\"\naccount = \"a\"\nqueue = \"x\"\n",
-            Path::new("c.toml"),
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("queue"), "{e}");
+        let e = err("[targets.a]\npartition = \"p\"\naccount = \"a\"\nqueue = \"x\"\n");
+        assert!(e.contains("queue"), "{e}");
     }
 
     #[test]
@@ -578,13 +574,15 @@ confined = true
         );
     }
 
+    /// The message of a config that fails to load.
+    fn err(text: &str) -> String {
+        Config::parse(text, Path::new("c.toml"))
+            .unwrap_err()
+            .to_string()
+    }
+
     #[test]
     fn checks_beyond_toml_name_the_line_and_the_key() {
-        let err = |text: &str| {
-            Config::parse(text, Path::new("c.toml"))
-                .unwrap_err()
-                .to_string()
-        };
         let e = err("\njob_name_prefix = \"bad prefix\"\n");
         assert!(e.contains("c.toml: line 2: job_name_prefix"), "{e}");
         let e = err("[targets.a]\npartition = \"p\"\naccount = \"\"\n");
@@ -603,11 +601,6 @@ confined = true
 
     #[test]
     fn control_characters_and_option_like_names_are_refused_at_load() {
-        let err = |text: &str| {
-            Config::parse(text, Path::new("c.toml"))
-                .unwrap_err()
-                .to_string()
-        };
         let e = err("[targets.\"t\\ntouch PWNED\"]\npartition = \"p\"\naccount = \"a\"\n");
         assert!(
             e.contains("target name \"t\\ntouch PWNED\" contains a control"),
@@ -635,11 +628,6 @@ confined = true
 
     #[test]
     fn time_and_mem_are_checked_at_load_with_their_line() {
-        let err = |text: &str| {
-            Config::parse(text, Path::new("c.toml"))
-                .unwrap_err()
-                .to_string()
-        };
         let e = err("[targets.t]\npartition = \"p\"\naccount = \"a\"\ntime = \"2 hours\"\n");
         assert!(
             e.contains("c.toml: line 4: targets.t.time = \"2 hours\""),
@@ -662,11 +650,6 @@ confined = true
     /// with the file, its line and its real key (it named `targets.t.(placement)` at launch).
     #[test]
     fn placement_words_are_checked_at_load_with_their_line() {
-        let err = |text: &str| {
-            Config::parse(text, Path::new("c.toml"))
-                .unwrap_err()
-                .to_string()
-        };
         let e = err("[targets.t]\npartition = \"debug; touch x\"\naccount = \"a\"\n");
         assert!(
             e.contains("c.toml: line 2: targets.t.partition = \"debug; touch x\"")

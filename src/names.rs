@@ -45,9 +45,7 @@ pub fn check_label(what: &str, name: &str) -> Result<(), String> {
     if name.len() > MAX_LABEL_BYTES {
         return refuse(&format!("is longer than {MAX_LABEL_BYTES} bytes"));
     }
-    if name.chars().any(char::is_control) {
-        return refuse("contains a control character (newline, tab, escape, ...)");
-    }
+    check_no_control(&format!("{what} name"), name)?;
     if name.starts_with('-') {
         return refuse("starts with '-'");
     }
@@ -87,23 +85,27 @@ pub mod arg {
     use clap::builder::TypedValueParser;
     use clap::error::{Error, ErrorKind};
 
+    /// A name of `what` (named in the message), checked by one of this module's rules.
     #[derive(Clone, Copy, Debug)]
-    pub enum Rule {
-        Path(&'static str),
-        Label(&'static str),
+    pub struct NameParser {
+        what: &'static str,
+        check: fn(&str, &str) -> Result<(), String>,
     }
-
-    #[derive(Clone, Copy, Debug)]
-    pub struct NameParser(Rule);
 
     /// A pool, worker, trial or asset name (`what` names it in the message).
     pub fn path_name(what: &'static str) -> NameParser {
-        NameParser(Rule::Path(what))
+        NameParser {
+            what,
+            check: super::check_path_name,
+        }
     }
 
     /// A mirror or target name.
     pub fn label(what: &'static str) -> NameParser {
-        NameParser(Rule::Label(what))
+        NameParser {
+            what,
+            check: super::check_label,
+        }
     }
 
     impl TypedValueParser for NameParser {
@@ -115,9 +117,7 @@ pub mod arg {
             _arg: Option<&clap::Arg>,
             value: &std::ffi::OsStr,
         ) -> Result<String, Error> {
-            let what = match self.0 {
-                Rule::Path(w) | Rule::Label(w) => w,
-            };
+            let what = self.what;
             let refuse = |message: String| {
                 Err(Error::raw(ErrorKind::ValueValidation, format!("{message}\n")).with_cmd(cmd))
             };
@@ -128,11 +128,7 @@ pub mod arg {
                     super::short(&lossy)
                 ));
             };
-            let checked = match self.0 {
-                Rule::Path(w) => super::check_path_name(w, text),
-                Rule::Label(w) => super::check_label(w, text),
-            };
-            match checked {
+            match (self.check)(what, text) {
                 Ok(()) => Ok(text.to_owned()),
                 Err(message) => refuse(message),
             }

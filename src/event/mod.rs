@@ -161,7 +161,6 @@ pub trait Vocabulary: Clone + std::fmt::Debug + PartialEq + Sized {
     fn decode_known_body(kind: u16, bytes: &[u8]) -> Option<Self>;
     /// The journal's first event.
     fn genesis(g: Genesis) -> Self;
-    fn as_genesis(&self) -> Option<&Genesis>;
     /// The writer's record of a torn tail it cut.
     fn recovered(r: Recovered) -> Self;
     /// The record of a fork's branches merged, written before them.
@@ -277,13 +276,6 @@ macro_rules! vocabulary {
 
             fn genesis(g: Genesis) -> Self {
                 $name::Genesis(g)
-            }
-
-            fn as_genesis(&self) -> Option<&Genesis> {
-                match self {
-                    $name::Genesis(g) => Some(g),
-                    _ => None,
-                }
             }
 
             fn recovered(r: Recovered) -> Self {
@@ -673,25 +665,40 @@ pub enum PayloadError {
     Decode(#[from] rmp_serde::decode::Error),
 }
 
-/// The `seq`-th envelope of a test history: fixed actor and id, `seq` as its time.
 /// A job id for tests: `n` must not be 0.
 #[cfg(test)]
 pub(crate) fn test_job(n: u32) -> crate::slurm::JobId {
     crate::slurm::JobId::new(n).expect("a test job id is not 0")
 }
 
+/// The actor of test histories and journals: user `u` on host `h`, pid 1, no command.
+#[cfg(test)]
+pub(crate) fn test_actor() -> Actor {
+    Actor {
+        user: "u".into(),
+        host: "h".into(),
+        pid: 1,
+        command: vec![],
+    }
+}
+
+/// A small event for test journals: a launch whose submission id and pid are `i`.
+#[cfg(test)]
+pub(crate) fn test_launched(i: u32) -> Event {
+    Event::WorkerLaunched(pool::WorkerLaunched {
+        submission_id: Uuid::from_u128(u128::from(i)),
+        srun_pid: i,
+    })
+}
+
+/// The `seq`-th envelope of a test history: fixed actor and id, `seq` as its time.
 #[cfg(test)]
 pub(crate) fn test_envelope<E>(seq: u64, event: E) -> Envelope<E> {
     Envelope {
         seq,
         time: Micros(seq as i64),
         id: Uuid::nil(),
-        actor: Actor {
-            user: "u".into(),
-            host: "h".into(),
-            pid: 1,
-            command: vec![],
-        },
+        actor: test_actor(),
         event,
     }
 }

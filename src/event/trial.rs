@@ -53,11 +53,9 @@ impl Verdict {
     }
 
     pub fn parse(s: &str) -> Option<Verdict> {
-        match s {
-            "passed" => Some(Verdict::Passed),
-            "failed" => Some(Verdict::Failed),
-            _ => None,
-        }
+        [Verdict::Passed, Verdict::Failed]
+            .into_iter()
+            .find(|v| v.as_str() == s)
     }
 }
 

@@ -116,9 +116,7 @@ impl FrameRef<'_> {
     }
 
     pub fn chain_value(&self) -> Chain {
-        let mut c = [0u8; CHAIN_LEN];
-        c.copy_from_slice(self.chain);
-        c
+        self.chain.try_into().expect("32 bytes")
     }
 }
 

@@ -153,26 +153,10 @@ mod tests {
     use quickcheck::{Arbitrary, Gen, QuickCheck};
 
     use super::*;
-    use crate::event::pool::WorkerLaunched;
+    use crate::event::{test_actor as actor, test_launched as event};
     use crate::event::{Envelope, Event};
     use crate::journal::scan::{self, Status};
     use crate::journal::{Options, Writer};
-
-    fn actor() -> Actor {
-        Actor {
-            user: "u".to_owned(),
-            host: "h".to_owned(),
-            pid: 1,
-            command: Vec::new(),
-        }
-    }
-
-    fn event(i: u32) -> Event {
-        Event::WorkerLaunched(WorkerLaunched {
-            submission_id: Uuid::from_u128(u128::from(i)),
-            srun_pid: i,
-        })
-    }
 
     fn payload(i: u32) -> Vec<u8> {
         let mut out = Vec::new();

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::error::JournalError;
-use super::files::open_no_follow;
+use super::files::{io_err, open_no_follow};
 use super::scan::{self, Resume, Scan, Status};
 use super::snapshot::Fold;
 use super::snapshot::{self, Covers};
@@ -55,7 +55,8 @@ fn classified(
 ) -> Result<Scan, JournalError> {
     match replayed {
         Err(JournalError::Undecodable { .. }) => {
-            let scan = scan::classify(dir, resume, |_| true).map_err(io_error(dir))?;
+            let scan =
+                scan::classify(dir, resume, |_| true).map_err(io_err(dir, "read journal"))?;
             debug_assert_eq!(scan.status(), Status::Corrupt, "the classifier agrees");
             Ok(scan)
         }
@@ -112,16 +113,8 @@ fn replay_frames(
                 }
             }
         })
-        .map_err(io_error(dir))?;
+        .map_err(io_err(dir, "read journal"))?;
         failure.map_or(Ok(scan), Err)
-    }
-}
-
-fn io_error(dir: &Path) -> impl FnOnce(std::io::Error) -> JournalError + '_ {
-    |source| JournalError::Io {
-        path: dir.to_owned(),
-        what: "read journal".to_owned(),
-        source,
     }
 }
 
@@ -153,7 +146,7 @@ pub fn replay_sequential(
             }
         }
     })
-    .map_err(io_error(dir))?;
+    .map_err(io_err(dir, "read journal"))?;
     classified(dir, resume, failure.map_or(Ok(scan), Err))
 }
 
@@ -269,7 +262,7 @@ fn pipelined(
                     let _ = recycle_tx.send(batch);
                 }
                 Message::Done(result) => {
-                    outcome = Some(result.map_err(io_error(dir)));
+                    outcome = Some(result.map_err(io_err(dir, "read journal")));
                     break 'receive;
                 }
             }
@@ -380,14 +373,7 @@ fn resume_after(dir: &Path, head: &scan::Head) -> Option<Resume> {
         frame_offset: head.last_frame_offset?,
     };
     snapshot::matches_journal(dir, &covers).ok()?;
-    Some(Resume {
-        journal_id: head.journal_id,
-        segment_no: head.segment_no,
-        offset: head.segment_len,
-        next_seq: head.last_seq + 1,
-        chain: head.chain,
-        last_frame_offset: covers.frame_offset,
-    })
+    head.resume()
 }
 
 /// `state` (as of `resume`, or empty) with every frame after `resume` folded in.
@@ -412,16 +398,12 @@ fn frame_len_at(dir: &Path, covers: &Covers) -> Result<u64, JournalError> {
     // `matches_journal` already decoded this frame; the payload length sits at offset 4.
     use std::io::{Read, Seek, SeekFrom};
     let path = dir.join(super::segment::file_name(covers.segment_no));
-    let io = |source| JournalError::Io {
-        path: path.clone(),
-        what: "read segment".to_owned(),
-        source,
-    };
-    let mut f = open_no_follow(&path).map_err(io)?;
+    let mut f = open_no_follow(&path).map_err(io_err(&path, "read segment"))?;
     f.seek(SeekFrom::Start(covers.frame_offset + 4))
-        .map_err(io)?;
+        .map_err(io_err(&path, "read segment"))?;
     let mut len = [0u8; 4];
-    f.read_exact(&mut len).map_err(io)?;
+    f.read_exact(&mut len)
+        .map_err(io_err(&path, "read segment"))?;
     Ok(u64::from(u32::from_le_bytes(len)) + super::frame::OVERHEAD as u64)
 }
 
@@ -605,25 +587,16 @@ mod tests {
             "reference" => replay_sequential(dir, resume, |env| visit(&env)),
             "replay" => replay(dir, resume, |env| visit(&env)),
             "replay_ref" => replay_ref(dir, resume, &mut visit),
-            "pipelined" | "single" => {
+            "pipelined" | "single" | "pipelined_ref" => {
                 let mut decoder = PayloadDecoder::new();
                 let replayed =
-                    replay_frames(dir, resume, how == "pipelined", |seq, kind, flags, p| {
-                        let env = decoder
-                            .decode(seq, kind, flags, p)
-                            .map_err(|e| undecodable(seq, e))?;
-                        visit(&env)
+                    replay_frames(dir, resume, how != "single", |seq, kind, flags, p| {
+                        let env = match how {
+                            "pipelined_ref" => decoder.decode_ref(seq, kind, flags, p).cloned(),
+                            _ => decoder.decode(seq, kind, flags, p),
+                        };
+                        visit(&env.map_err(|e| undecodable(seq, e))?)
                     });
-                classified(dir, resume, replayed)
-            }
-            "pipelined_ref" => {
-                let mut decoder = PayloadDecoder::new();
-                let replayed = replay_frames(dir, resume, true, |seq, kind, flags, p| {
-                    let env = decoder
-                        .decode_ref(seq, kind, flags, p)
-                        .map_err(|e| undecodable(seq, e))?;
-                    visit(env)
-                });
                 classified(dir, resume, replayed)
             }
             _ => unreachable!(),
@@ -641,15 +614,7 @@ mod tests {
                 continue;
             }
             let at = scan::scan(dir, None, |f| f.seq < k).unwrap();
-            let h = at.head.unwrap();
-            resumes.push(Some(Resume {
-                journal_id: h.journal_id,
-                segment_no: h.segment_no,
-                offset: h.segment_len,
-                next_seq: h.last_seq + 1,
-                chain: h.chain,
-                last_frame_offset: h.last_frame_offset.unwrap(),
-            }));
+            resumes.push(Some(at.head.unwrap().resume().unwrap()));
         }
         let mut reference = None;
         for resume in &resumes {
@@ -731,14 +696,7 @@ mod tests {
     fn torn_tails() {
         for cut in [1, 7, 30] {
             let dir = fresh();
-            let last = last_segment(dir.path());
-            let len = std::fs::metadata(&last).unwrap().len();
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&last)
-                .unwrap()
-                .set_len(len - cut)
-                .unwrap();
+            edit(&last_segment(dir.path()), |b| b.truncate(b.len() - cut));
             let (_, result) = all_paths_agree(dir.path());
             assert_eq!(result.unwrap().0, Status::TornTail, "cut {cut}");
         }
@@ -811,14 +769,7 @@ mod tests {
         .unwrap();
         let h = at_frame.head.unwrap();
         assert_eq!((h.segment_no, h.segment_len), (no, (at + len) as u64));
-        let resume = Resume {
-            journal_id: h.journal_id,
-            segment_no: h.segment_no,
-            offset: h.segment_len,
-            next_seq: h.last_seq + 1,
-            chain: h.chain,
-            last_frame_offset: h.last_frame_offset.unwrap(),
-        };
+        let resume = h.resume().unwrap();
         assert_eq!(before.status(), Status::Clean);
         edit(&seg, |b| b[5] ^= 0x01);
         let file_len = std::fs::metadata(&seg).unwrap().len();

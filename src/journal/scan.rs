@@ -65,6 +65,20 @@ pub struct Head {
     pub last_frame_offset: Option<u64>,
 }
 
+impl Head {
+    /// Where a scan goes on after this head: `None` when its segment has no frame yet.
+    pub fn resume(&self) -> Option<Resume> {
+        Some(Resume {
+            journal_id: self.journal_id,
+            segment_no: self.segment_no,
+            offset: self.segment_len,
+            next_seq: self.last_seq + 1,
+            chain: self.chain,
+            last_frame_offset: self.last_frame_offset?,
+        })
+    }
+}
+
 /// The class of damage that ends a scan (a fork is told apart only after, §8.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Class {

@@ -122,16 +122,12 @@ impl SegmentHeader {
             return Err(HeaderFault::NonZero("reserved bytes"));
         }
         let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
-        let mut journal_id = [0u8; 16];
-        journal_id.copy_from_slice(&bytes[16..32]);
-        let mut prev_chain = [0u8; 32];
-        prev_chain.copy_from_slice(&bytes[48..80]);
         Ok(SegmentHeader {
             format_version,
-            journal_id,
+            journal_id: bytes[16..32].try_into().expect("16 bytes"),
             segment_no: u64_at(32),
             first_seq: u64_at(40),
-            prev_chain,
+            prev_chain: bytes[48..80].try_into().expect("32 bytes"),
             created_micros: u64_at(80) as i64,
         })
     }

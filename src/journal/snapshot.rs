@@ -135,14 +135,10 @@ pub fn decode<S: Fold>(bytes: &[u8]) -> Result<(Covers, S), String> {
     if crc32fast::hash(&bytes[..HEADER_LEN + n]) != u32_at(HEADER_LEN + n) {
         return Err("snapshot CRC mismatch".to_owned());
     }
-    let mut journal_id = [0u8; 16];
-    journal_id.copy_from_slice(&bytes[16..32]);
-    let mut chain = [0u8; 32];
-    chain.copy_from_slice(&bytes[40..72]);
     let covers = Covers {
-        journal_id,
+        journal_id: bytes[16..32].try_into().expect("16 bytes"),
         seq: u64_at(32),
-        chain,
+        chain: bytes[40..72].try_into().expect("32 bytes"),
         segment_no: u64_at(72),
         frame_offset: u64_at(80),
     };
@@ -250,7 +246,7 @@ pub fn write<S: Fold>(dir: &Path, covers: &Covers, state: &S) -> Result<PathBuf,
 mod tests {
     use super::*;
     use crate::event::pool::PoolDetached;
-    use crate::event::{Actor, Event};
+    use crate::event::{test_actor, Event};
     use crate::journal::{scan, Options, Writer};
 
     /// A fold that only counts: the journal's own tests know no `State` either.
@@ -294,13 +290,7 @@ mod tests {
     #[test]
     fn matches_journal_decides_as_reading_the_whole_segment() {
         let dir = tempfile::tempdir().unwrap();
-        let actor = Actor {
-            user: "u".to_owned(),
-            host: "h".to_owned(),
-            pid: 1,
-            command: Vec::new(),
-        };
-        let w = Writer::open_as(dir.path(), Options::default(), actor).unwrap();
+        let w = Writer::open_as(dir.path(), Options::default(), test_actor()).unwrap();
         let events = (0..40)
             .map(|i| {
                 Event::PoolDetached(PoolDetached {

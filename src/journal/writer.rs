@@ -288,10 +288,6 @@ impl<E: Vocabulary> JournalWriter<E> {
         Ok(writer)
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     pub fn opened(&self) -> &Opened {
         &self.opened
     }
@@ -307,10 +303,6 @@ impl<E: Vocabulary> JournalWriter<E> {
 
     pub fn stats(&self) -> Stats {
         self.lock_core().stats
-    }
-
-    pub fn head_chain(&self) -> Chain {
-        self.lock_core().chain
     }
 
     fn lock_core(&self) -> MutexGuard<'_, Core> {
@@ -389,7 +381,7 @@ impl Core {
         if self.segment_len + self.buf.len() as u64 > opts.max_segment_bytes
             && self.segment_len > segment::SEGMENT_HEADER_LEN as u64
         {
-            written = self.rotate(dir, self.next_seq, self.chain);
+            written = self.rotate(dir);
         }
         let segment_start = self.segment_len;
         let last_start = ends.len().checked_sub(2).map_or(0, |i| ends[i]);
@@ -605,30 +597,32 @@ impl Core {
                 match std::os::unix::fs::FileExt::read_exact_at(&self.file, &mut stored, chain_at) {
                     Err(e) => format!("a segment that cannot be read ({e})"),
                     Ok(()) if stored == chain => return Ok(()),
-                    Ok(()) => format!("chain {}", hex(&stored)),
+                    Ok(()) => format!("chain {}", hex::encode(stored)),
                 }
             }
         };
         Err(JournalError::TailMoved {
             segment: segment::file_name(self.segment_no),
             expected_len: len,
-            expected_chain: hex(&chain),
+            expected_chain: hex::encode(chain),
             found,
             written,
         })
     }
 
-    fn rotate(&mut self, dir: &Path, first_seq: u64, chain: Chain) -> Result<(), JournalError> {
-        debug_assert!(
-            first_seq == self.next_seq && chain == self.chain,
-            "a new segment continues the head"
-        );
+    /// Start the next segment, continuing the head.
+    fn rotate(&mut self, dir: &Path) -> Result<(), JournalError> {
         debug_assert!(
             self.last_frame_offset.is_some(),
             "only a segment with a frame is rotated"
         );
-        let (file, len) =
-            create_segment(dir, self.journal_id, self.segment_no + 1, first_seq, chain)?;
+        let (file, len) = create_segment(
+            dir,
+            self.journal_id,
+            self.segment_no + 1,
+            self.next_seq,
+            self.chain,
+        )?;
         self.file = file;
         self.segment_no += 1;
         self.segment_len = len;
@@ -663,10 +657,6 @@ impl<E: Vocabulary> Drop for JournalWriter<E> {
 const SEGMENT_CHAIN_AT: u64 = 48;
 /// How far from a frame's end its chain value starts: the chain, then the frame CRC (§4).
 const FRAME_CHAIN_FROM_END: u64 = (frame::CHAIN_LEN + 4) as u64;
-
-fn hex(bytes: &[u8]) -> String {
-    hex::encode(bytes)
-}
 
 /// Take the journal's locks, this host's `flock` on `LOCK` then the cross-host lease, once
 /// the directory is trusted: a journal that another user could have written, or that a link
@@ -868,23 +858,7 @@ fn create_segment(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::pool::WorkerLaunched;
-
-    fn event(i: u32) -> Event {
-        Event::WorkerLaunched(WorkerLaunched {
-            submission_id: Uuid::from_u128(u128::from(i)),
-            srun_pid: i,
-        })
-    }
-
-    fn actor() -> Actor {
-        Actor {
-            user: "u".to_owned(),
-            host: "h".to_owned(),
-            pid: 1,
-            command: Vec::new(),
-        }
-    }
+    use crate::event::{test_actor as actor, test_launched as event};
 
     /// A writer on a fresh journal in `dir`, and its first segment.
     fn open(dir: &Path) -> (Writer, PathBuf) {

@@ -80,12 +80,7 @@ pub(super) fn failed_submission(
         }),
         _ => ActionError::Unknown {
             job_hint,
-            error: SlurmError::Failed {
-                command,
-                status: out.status,
-                stdout: out.stdout,
-                stderr: out.stderr,
-            },
+            error: out.failed(command),
         },
     }
 }

@@ -58,13 +58,6 @@ impl<T> Answer<T> {
         }
     }
 
-    pub fn unknown(&self) -> Option<&SlurmError> {
-        match self {
-            Answer::Unknown(e) => Some(e),
-            _ => None,
-        }
-    }
-
     pub fn as_ref(&self) -> Answer<&T> {
         match self {
             Answer::Live(t) => Answer::Live(t),

@@ -45,20 +45,6 @@ impl SlurmCommand {
     pub(super) fn index(self) -> usize {
         self as usize
     }
-
-    /// Environment prefixes that change what this command does or prints (filters such
-    /// as `SQUEUE_STATES`/`SQUEUE_USERS` could turn a live job into an empty answer).
-    pub(super) fn scrubbed_prefixes(self) -> &'static [&'static str] {
-        match self {
-            SlurmCommand::Sbatch => &["SBATCH_"],
-            SlurmCommand::Salloc => &["SALLOC_"],
-            SlurmCommand::Srun => &["SRUN_"],
-            SlurmCommand::Squeue => &["SQUEUE_"],
-            SlurmCommand::Scontrol => &["SCONTROL_"],
-            SlurmCommand::Scancel => &["SCANCEL_"],
-            SlurmCommand::Sacct => &["SACCT_"],
-        }
-    }
 }
 
 impl fmt::Display for SlurmCommand {

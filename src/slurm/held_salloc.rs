@@ -54,11 +54,9 @@ pub async fn allocate_held(
 ) -> Result<HeldAllocation, ActionError> {
     assert!(req.hold, "allocate_held needs a request with --hold");
     let args = req.argv()?;
-    let file = create_log(log)
-        .map_err(|e| ActionError::Local(format!("salloc log {}: {e}", log.display())))?;
-    let stderr = file
-        .try_clone()
-        .map_err(|e| ActionError::Local(format!("salloc log {}: {e}", log.display())))?;
+    let local = |e| ActionError::Local(format!("salloc log {}: {e}", log.display()));
+    let file = create_log(log).map_err(local)?;
+    let stderr = file.try_clone().map_err(local)?;
     let (mut child, pid) = runner
         .spawn_session(SlurmCommand::Salloc, &args, Stdio::null(), stderr.into())
         .map_err(|e| ActionError::unanswered(e, None))?;
@@ -141,21 +139,18 @@ fn exited(status: ExitInfo, text: &Lines) -> ActionError {
         status,
         stdout: String::new(),
         stderr: text.all().to_owned(),
-        elapsed: Duration::ZERO,
     };
     let hint = parse_salloc(text.all()).ok().and_then(|r| r.job());
     if status.success() {
         // Exit 0 without a job id: nothing we can name, but something may exist.
+        let source = super::error::ParseError::new(
+            Parsed::SallocOutput,
+            text.all(),
+            "exit 0 without 'Pending job allocation N'",
+        );
         return ActionError::Unknown {
             job_hint: hint,
-            error: unparsable_error(
-                super::error::ParseError::new(
-                    Parsed::SallocOutput,
-                    text.all(),
-                    "exit 0 without 'Pending job allocation N'",
-                ),
-                text.all(),
-            ),
+            error: out.unparsable(SlurmCommand::Salloc, source),
         };
     }
     failed_submission(SlurmCommand::Salloc, out, hint)
@@ -164,16 +159,12 @@ fn exited(status: ExitInfo, text: &Lines) -> ActionError {
 fn unparsable(source: super::error::ParseError, stderr: &str) -> ActionError {
     ActionError::Unknown {
         job_hint: None,
-        error: unparsable_error(source, stderr),
-    }
-}
-
-fn unparsable_error(source: super::error::ParseError, stderr: &str) -> SlurmError {
-    SlurmError::Unparsable {
-        command: SlurmCommand::Salloc,
-        source,
-        stdout: String::new(),
-        stderr: stderr.to_owned(),
+        error: SlurmError::Unparsable {
+            command: SlurmCommand::Salloc,
+            source,
+            stdout: String::new(),
+            stderr: stderr.to_owned(),
+        },
     }
 }
 

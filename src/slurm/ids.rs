@@ -160,12 +160,6 @@ impl TaskRange {
     pub fn new(start: u32, end: u32) -> Option<TaskRange> {
         (start <= end).then_some(TaskRange { start, end })
     }
-    pub fn start(self) -> u32 {
-        self.start
-    }
-    pub fn end(self) -> u32 {
-        self.end
-    }
 }
 
 impl fmt::Display for TaskRange {
@@ -189,12 +183,6 @@ impl ArrayTasks {
     /// `None` when `ranges` is empty (Slurm never prints `123_[]`).
     pub fn new(ranges: Vec<TaskRange>, throttle: Option<u32>) -> Option<ArrayTasks> {
         (!ranges.is_empty()).then_some(ArrayTasks { ranges, throttle })
-    }
-    pub fn ranges(&self) -> &[TaskRange] {
-        &self.ranges
-    }
-    pub fn throttle(&self) -> Option<u32> {
-        self.throttle
     }
 
     fn parse(inner: &str, whole: &str) -> Result<ArrayTasks, ParseError> {

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 
-use super::error::{Excerpt, SlurmError};
+use super::error::{Excerpt, ParseError, SlurmError};
 
 pub use super::command::{ExitInfo, SlurmCommand};
 
@@ -26,7 +26,28 @@ pub struct Output {
     /// Lossy UTF-8: invalid bytes become U+FFFD, which no parser accepts as a digit.
     pub stdout: String,
     pub stderr: String,
-    pub elapsed: Duration,
+}
+
+impl Output {
+    /// The child ran and did not exit as asked: its whole answer, kept.
+    pub(crate) fn failed(self, command: SlurmCommand) -> SlurmError {
+        SlurmError::Failed {
+            command,
+            status: self.status,
+            stdout: self.stdout,
+            stderr: self.stderr,
+        }
+    }
+
+    /// The child's answer does not parse: why, and its whole answer.
+    pub(crate) fn unparsable(self, command: SlurmCommand, source: ParseError) -> SlurmError {
+        SlurmError::Unparsable {
+            command,
+            source,
+            stdout: self.stdout,
+            stderr: self.stderr,
+        }
+    }
 }
 
 /// Settings of the runner.
@@ -257,7 +278,6 @@ impl Runner {
                 status: ExitInfo::from_status(status),
                 stdout: lossy(child.out),
                 stderr: lossy(child.err),
-                elapsed: started.elapsed(),
             });
         }
         child.stop(limit, self.config.kill_grace).await;
@@ -493,10 +513,10 @@ fn should_scrub(command: SlurmCommand, key: &OsStr) -> bool {
     if k.starts_with(b"SLURM_") {
         return true;
     }
-    command
-        .scrubbed_prefixes()
-        .iter()
-        .any(|p| k.starts_with(p.as_bytes()))
+    // The command's own prefix (`SBATCH_`, `SQUEUE_`, ...) changes what it does or prints:
+    // filters such as `SQUEUE_STATES`/`SQUEUE_USERS` could turn a live job into an empty answer.
+    let own = format!("{}_", command.program().to_ascii_uppercase());
+    k.starts_with(own.as_bytes())
 }
 
 #[cfg(test)]
@@ -505,25 +525,21 @@ mod tests {
 
     #[test]
     fn scrub_rules() {
-        assert!(should_scrub(
-            SlurmCommand::Squeue,
-            OsStr::new("SQUEUE_STATES")
-        ));
-        assert!(should_scrub(
-            SlurmCommand::Squeue,
-            OsStr::new("SLURM_TIME_FORMAT")
-        ));
-        assert!(should_scrub(SlurmCommand::Srun, OsStr::new("SLURM_JOB_ID")));
-        assert!(!should_scrub(SlurmCommand::Srun, OsStr::new("SLURM_CONF")));
-        assert!(!should_scrub(
-            SlurmCommand::Sacct,
-            OsStr::new("SQUEUE_STATES")
-        ));
-        assert!(should_scrub(
-            SlurmCommand::Scancel,
-            OsStr::new("SCANCEL_USER")
-        ));
-        assert!(!should_scrub(SlurmCommand::Squeue, OsStr::new("PATH")));
+        for (command, key, scrub) in [
+            (SlurmCommand::Squeue, "SQUEUE_STATES", true),
+            (SlurmCommand::Squeue, "SLURM_TIME_FORMAT", true),
+            (SlurmCommand::Srun, "SLURM_JOB_ID", true),
+            (SlurmCommand::Srun, "SLURM_CONF", false),
+            (SlurmCommand::Sacct, "SQUEUE_STATES", false),
+            (SlurmCommand::Scancel, "SCANCEL_USER", true),
+            (SlurmCommand::Squeue, "PATH", false),
+        ] {
+            assert_eq!(
+                should_scrub(command, OsStr::new(key)),
+                scrub,
+                "{command} {key}"
+            );
+        }
     }
 
     #[test]

@@ -308,12 +308,7 @@ impl CliScheduler {
         if out.status.success() {
             return Ok(());
         }
-        Err(ActionError::unknown(SlurmError::Failed {
-            command: SlurmCommand::Scontrol,
-            status: out.status,
-            stdout: out.stdout,
-            stderr: out.stderr,
-        }))
+        Err(ActionError::unknown(out.failed(SlurmCommand::Scontrol)))
     }
 
     async fn cancel(&self, target: CancelTarget) -> Result<CancelReport, ActionError> {
@@ -358,12 +353,7 @@ fn classify_query<T>(
                 return Answer::Gone(GoneProof::InvalidJobId { command, job });
             }
         }
-        return Answer::Unknown(SlurmError::Failed {
-            command,
-            status: out.status,
-            stdout: out.stdout,
-            stderr: out.stderr,
-        });
+        return Answer::Unknown(out.failed(command));
     }
     // squeue prints format errors on stderr and still exits 0 (notes §3.2).
     if out.stderr.to_ascii_lowercase().contains("error") {
@@ -380,25 +370,16 @@ fn classify_query<T>(
             } else {
                 // Non-blank text that yields no rows cannot happen with our parsers;
                 // refuse to call it empty if it ever does.
-                Answer::Unknown(SlurmError::Unparsable {
-                    command,
-                    source: ParseError::new(
-                        super::error::Parsed::Output,
-                        &out.stdout,
-                        "text without rows",
-                    ),
-                    stdout: out.stdout,
-                    stderr: out.stderr,
-                })
+                let source = ParseError::new(
+                    super::error::Parsed::Output,
+                    &out.stdout,
+                    "text without rows",
+                );
+                Answer::Unknown(out.unparsable(command, source))
             }
         }
         Ok(rows) => Answer::Live(rows),
-        Err(source) => Answer::Unknown(SlurmError::Unparsable {
-            command,
-            source,
-            stdout: out.stdout,
-            stderr: out.stderr,
-        }),
+        Err(source) => Answer::Unknown(out.unparsable(command, source)),
     }
 }
 
@@ -414,12 +395,7 @@ impl Scheduler for CliScheduler {
             return Err(failed_submission(SlurmCommand::Sbatch, out, None));
         }
         parse_sbatch_parsable(&out.stdout).map_err(|source| {
-            ActionError::unknown(SlurmError::Unparsable {
-                command: SlurmCommand::Sbatch,
-                source,
-                stdout: out.stdout.clone(),
-                stderr: out.stderr.clone(),
-            })
+            ActionError::unknown(out.clone().unparsable(SlurmCommand::Sbatch, source))
         })
     }
 
@@ -434,12 +410,7 @@ impl Scheduler for CliScheduler {
             .run(SlurmCommand::Sbatch, &args, self.timeout())
             .await?;
         if !out.status.success() {
-            return Err(SlurmError::Failed {
-                command: SlurmCommand::Sbatch,
-                status: out.status,
-                stdout: out.stdout,
-                stderr: out.stderr,
-            });
+            return Err(out.failed(SlurmCommand::Sbatch));
         }
         parse_test_only(&out.stderr).ok_or(SlurmError::ErrorOnSuccess {
             command: SlurmCommand::Sbatch,
@@ -466,29 +437,24 @@ impl Scheduler for CliScheduler {
         let report = match parse_salloc(&out.stderr) {
             Ok(r) => r,
             Err(source) => {
-                return Err(ActionError::unknown(SlurmError::Unparsable {
-                    command: SlurmCommand::Salloc,
-                    source,
-                    stdout: out.stdout,
-                    stderr: out.stderr,
-                }))
+                return Err(ActionError::unknown(
+                    out.unparsable(SlurmCommand::Salloc, source),
+                ))
             }
         };
         match (out.status.success(), report.granted) {
             (true, Some(job_id)) => Ok(Allocated { job_id }),
-            (true, None) => Err(ActionError::Unknown {
-                job_hint: report.job(),
-                error: SlurmError::Unparsable {
-                    command: SlurmCommand::Salloc,
-                    source: ParseError::new(
-                        super::error::Parsed::SallocOutput,
-                        &out.stderr,
-                        "exit 0 without 'Granted job allocation N'",
-                    ),
-                    stdout: out.stdout,
-                    stderr: out.stderr,
-                },
-            }),
+            (true, None) => {
+                let source = ParseError::new(
+                    super::error::Parsed::SallocOutput,
+                    &out.stderr,
+                    "exit 0 without 'Granted job allocation N'",
+                );
+                Err(ActionError::Unknown {
+                    job_hint: report.job(),
+                    error: out.unparsable(SlurmCommand::Salloc, source),
+                })
+            }
             (false, _) => Err(failed_submission(SlurmCommand::Salloc, out, report.job())),
         }
     }
@@ -638,7 +604,6 @@ mod tests {
             status: ExitInfo::Code(code),
             stdout: stdout.into(),
             stderr: stderr.into(),
-            elapsed: Duration::ZERO,
         }
     }
 

@@ -182,6 +182,10 @@ pub fn refusal_phrase(stdout: &str, stderr: &str) -> Option<&'static str> {
 mod tests {
     use super::*;
 
+    fn id(n: u32) -> JobId {
+        JobId::new(n).unwrap()
+    }
+
     #[test]
     fn a_test_only_refusal_is_read_from_its_allocation_failure_line() {
         for (stderr, refusal) in [
@@ -200,10 +204,6 @@ mod tests {
         }
     }
     use quickcheck::quickcheck;
-
-    fn id(n: u32) -> JobId {
-        JobId::new(n).unwrap()
-    }
 
     #[test]
     fn sbatch_cases() {

@@ -14,19 +14,11 @@ use crate::event::Micros;
 /// How many assets the reduced state holds; adding more is refused.
 pub const ASSETS_KEPT: usize = 1024;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum AssetState {
-    /// Intent without outcome: the file may or may not be in place.
-    Pending,
-    Ready,
-}
-
-impl AssetState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AssetState::Pending => "pending",
-            AssetState::Ready => "ready",
-        }
+state_words! {
+    pub enum AssetState {
+        /// Intent without outcome: the file may or may not be in place.
+        Pending => "pending",
+        Ready => "ready",
     }
 }
 

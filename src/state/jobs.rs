@@ -17,30 +17,17 @@ use crate::slurm::JobId;
 /// Finished job workers the reduced state remembers (the journal keeps them all).
 pub const FINISHED_JOBS_KEPT: usize = 256;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum JobWorkerState {
-    Submitted,
-    /// sbatch gave no answer: a job may exist.
-    Unknown,
-    Queued,
-    Stopping,
-    Released,
-    Failed,
-    /// Given up by an operator (`dispatch forget`): budget released without proof.
-    Forgotten,
-}
-
-impl JobWorkerState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobWorkerState::Submitted => "submitted",
-            JobWorkerState::Unknown => "unknown",
-            JobWorkerState::Queued => "queued",
-            JobWorkerState::Stopping => "stopping",
-            JobWorkerState::Released => "released",
-            JobWorkerState::Failed => "failed",
-            JobWorkerState::Forgotten => "forgotten",
-        }
+state_words! {
+    pub enum JobWorkerState {
+        Submitted => "submitted",
+        /// sbatch gave no answer: a job may exist.
+        Unknown => "unknown",
+        Queued => "queued",
+        Stopping => "stopping",
+        Released => "released",
+        Failed => "failed",
+        /// Given up by an operator (`dispatch forget`): budget released without proof.
+        Forgotten => "forgotten",
     }
 }
 

@@ -1,5 +1,34 @@
 //! Reducers: all state is a fold of the journal's events. Pure: no I/O, no clock.
 
+/// A state enum shown by its words: the enum with the derives every state has (serde names
+/// are the variants', the snapshot's), `as_str` (the word CLI.md fixes for it) and its
+/// [`Word`].
+macro_rules! state_words {
+    ($(#[$meta:meta])* pub enum $name:ident {
+        $($(#[$vmeta:meta])* $variant:ident => $word:literal,)+
+    }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $word,)+
+                }
+            }
+        }
+
+        impl $crate::state::Word for $name {
+            fn as_str(self) -> &'static str {
+                <$name>::as_str(self)
+            }
+        }
+    };
+}
+
 pub mod asset;
 pub mod jobs;
 pub mod pool;
@@ -19,9 +48,8 @@ pub trait Word: Copy {
     fn as_str(self) -> &'static str;
 }
 
-/// Types whose own `as_str` is their word. An asset's kind (`source`, `image`) and a trial's
-/// verdict (`passed`, `failed`) are shown by their word too; their journal names are the
-/// event's.
+/// An asset's kind (`source`, `image`) and a trial's verdict (`passed`, `failed`) are shown
+/// by their own `as_str` too; their journal names are the event's.
 macro_rules! own_word {
     ($($t:ty),*) => {$(
         impl Word for $t {
@@ -31,13 +59,7 @@ macro_rules! own_word {
         }
     )*};
 }
-own_word!(
-    pool::WorkerState,
-    jobs::JobWorkerState,
-    asset::AssetState,
-    crate::event::asset::AssetKind,
-    crate::event::trial::Verdict
-);
+own_word!(crate::event::asset::AssetKind, crate::event::trial::Verdict);
 
 /// `#[serde(serialize_with = "crate::state::word")]`: a [`Word`] field as its word.
 pub fn word<T: Word, S: serde::Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {

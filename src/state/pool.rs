@@ -38,34 +38,21 @@ pub struct Creation {
     pub shape: Option<PoolCreateShape>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum WorkerState {
-    Submitted,
-    Unknown,
-    Running,
-    Stopping,
-    Exited,
-    Released,
-    Failed,
-    /// Given up by an operator (`dispatch forget`): budget released without proof.
-    Forgotten,
+state_words! {
+    pub enum WorkerState {
+        Submitted => "submitted",
+        Unknown => "unknown",
+        Running => "running",
+        Stopping => "stopping",
+        Exited => "exited",
+        Released => "released",
+        Failed => "failed",
+        /// Given up by an operator (`dispatch forget`): budget released without proof.
+        Forgotten => "forgotten",
+    }
 }
 
 impl WorkerState {
-    /// The word CLI.md fixes for `pool status`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WorkerState::Submitted => "submitted",
-            WorkerState::Unknown => "unknown",
-            WorkerState::Running => "running",
-            WorkerState::Stopping => "stopping",
-            WorkerState::Exited => "exited",
-            WorkerState::Released => "released",
-            WorkerState::Failed => "failed",
-            WorkerState::Forgotten => "forgotten",
-        }
-    }
-
     pub fn holds_budget(self) -> bool {
         !matches!(
             self,

@@ -47,14 +47,12 @@ impl Cut {
         if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
             return Ok(Cut::Time(Micros(t.timestamp_micros())));
         }
-        for form in ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f"] {
-            if let Ok(t) = NaiveDateTime::parse_from_str(text, form) {
-                return local(t)
-                    .map(Cut::Time)
-                    .ok_or_else(|| format!("{text} does not exist in the local time zone"));
-            }
-        }
-        for form in ["%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M"] {
+        for form in [
+            "%Y-%m-%d %H:%M:%S%.f",
+            "%Y-%m-%dT%H:%M:%S%.f",
+            "%Y-%m-%d %H:%M",
+            "%Y-%m-%dT%H:%M",
+        ] {
             if let Ok(t) = NaiveDateTime::parse_from_str(text, form) {
                 return local(t)
                     .map(Cut::Time)

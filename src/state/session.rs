@@ -264,13 +264,10 @@ fn forget(s: &mut Session, job_id: JobId) {
 mod tests {
     use super::*;
     use crate::event::session::*;
+    use crate::event::test_job as id;
 
     fn key(m: &str) -> SessionKey {
         SessionKey::new(m, "t")
-    }
-
-    fn id(n: u32) -> JobId {
-        JobId::new(n).unwrap()
     }
 
     fn intent(m: &str, sub: u128, replacing: Option<u32>) -> SessionLaunchIntent {

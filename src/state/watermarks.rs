@@ -91,10 +91,7 @@ impl Watermarks {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn id(n: u32) -> JobId {
-        JobId::new(n).unwrap()
-    }
+    use crate::event::test_job as id;
 
     fn intent(n: u128) -> WatermarkIntent {
         WatermarkIntent {

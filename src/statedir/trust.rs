@@ -318,71 +318,56 @@ pub const TOP_LEVEL: [&str; 5] = ["journal", "assets", "pools", "jobs", "session
 mod tests {
     use super::*;
 
-    fn seen(seen: Seen, uid: u32, mode: u32) -> Observed {
-        Observed { seen, uid, mode }
-    }
-
-    fn verdict(o: Observed, want: Want) -> Result<(), Untrusted> {
+    fn verdict(seen: Seen, uid: u32, mode: u32, want: Want) -> Result<(), Untrusted> {
+        let o = Observed { seen, uid, mode };
         judge(Path::new("/s/x y"), &o, 1000, want, || "/elsewhere".into())
     }
 
     #[test]
     fn only_our_own_unshared_entries_of_the_right_kind_pass() {
-        assert!(verdict(seen(Seen::Dir, 1000, 0o700), Want::Dir).is_ok());
-        assert!(verdict(seen(Seen::Dir, 1000, 0o755), Want::Dir).is_ok());
-        assert!(verdict(seen(Seen::File, 1000, 0o444), Want::File).is_ok());
-        assert!(verdict(seen(Seen::File, 1000, 0o600), Want::File).is_ok());
-        for (o, want) in [
-            (seen(Seen::Dir, 0, 0o700), Want::Dir),
-            (seen(Seen::Dir, 1000, 0o770), Want::Dir),
-            (seen(Seen::Dir, 1000, 0o1777), Want::Dir),
-            (seen(Seen::File, 1000, 0o602), Want::File),
-            (seen(Seen::File, 1000, 0o600), Want::Dir),
-            (seen(Seen::Dir, 1000, 0o700), Want::File),
-            (seen(Seen::Other, 1000, 0o600), Want::File),
-            (seen(Seen::Symlink, 1000, 0o777), Want::File),
-            (seen(Seen::Symlink, 1000, 0o777), Want::Dir),
+        for (seen, uid, mode, want, ok) in [
+            (Seen::Dir, 1000, 0o700, Want::Dir, true),
+            (Seen::Dir, 1000, 0o755, Want::Dir, true),
+            (Seen::File, 1000, 0o444, Want::File, true),
+            (Seen::File, 1000, 0o600, Want::File, true),
+            (Seen::Dir, 0, 0o700, Want::Dir, false),
+            (Seen::Dir, 1000, 0o770, Want::Dir, false),
+            (Seen::Dir, 1000, 0o1777, Want::Dir, false),
+            (Seen::File, 1000, 0o602, Want::File, false),
+            (Seen::File, 1000, 0o600, Want::Dir, false),
+            (Seen::Dir, 1000, 0o700, Want::File, false),
+            (Seen::Other, 1000, 0o600, Want::File, false),
+            (Seen::Symlink, 1000, 0o777, Want::File, false),
+            (Seen::Symlink, 1000, 0o777, Want::Dir, false),
         ] {
-            assert!(verdict(o.clone(), want).is_err(), "{o:?} as {want:?}");
+            let v = verdict(seen, uid, mode, want);
+            assert_eq!(v.is_ok(), ok, "{seen:?} {uid} {mode:o} as {want:?}");
         }
     }
 
     #[test]
     fn every_refusal_names_the_path_and_its_fix() {
-        let cases = [
+        for (seen, uid, mode, want, fix) in [
+            (Seen::Dir, 0, 0o700, Want::Dir, "`chown -R 1000 '/s/x y'`"),
+            (Seen::File, 0, 0o600, Want::File, "`chown 1000 '/s/x y'`"),
+            (Seen::Dir, 1000, 0o777, Want::Dir, "`chmod 700 '/s/x y'`"),
+            (Seen::File, 1000, 0o620, Want::File, "`chmod go-w '/s/x y'`"),
             (
-                seen(Seen::Dir, 0, 0o700),
-                Want::Dir,
-                "`chown -R 1000 '/s/x y'`",
-            ),
-            (
-                seen(Seen::File, 0, 0o600),
-                Want::File,
-                "`chown 1000 '/s/x y'`",
-            ),
-            (
-                seen(Seen::Dir, 1000, 0o777),
-                Want::Dir,
-                "`chmod 700 '/s/x y'`",
-            ),
-            (
-                seen(Seen::File, 1000, 0o620),
-                Want::File,
-                "`chmod go-w '/s/x y'`",
-            ),
-            (
-                seen(Seen::Symlink, 1000, 0o777),
+                Seen::Symlink,
+                1000,
+                0o777,
                 Want::Dir,
                 "`rm '/s/x y' && mv /elsewhere '/s/x y'`",
             ),
             (
-                seen(Seen::Other, 1000, 0o600),
+                Seen::Other,
+                1000,
+                0o600,
                 Want::File,
                 "`mv '/s/x y' '/s/x y.untrusted'`",
             ),
-        ];
-        for (o, want, fix) in cases {
-            let message = verdict(o, want).unwrap_err().to_string();
+        ] {
+            let message = verdict(seen, uid, mode, want).unwrap_err().to_string();
             assert!(message.starts_with("/s/x y "), "{message}");
             assert!(message.contains(fix), "{message} lacks {fix}");
         }

@@ -90,28 +90,24 @@ fn probe_dir(role: &str, path: &Path, root: Option<&Path>, need: Need) -> DirPro
         free_inodes: 0,
         need,
     };
-    let created = std::fs::DirBuilder::new()
+    if let Err(problem) = look_at_dir(&mut p, path, root) {
+        p.problem = Some(problem);
+    }
+    p
+}
+
+/// What [`probe_dir`] finds, up to the first problem.
+fn look_at_dir(p: &mut DirProbe, path: &Path, root: Option<&Path>) -> Result<(), String> {
+    std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
-        .create(path);
-    if let Err(e) = created {
-        p.problem = Some(format!("{} cannot be created: {e}", path.display()));
-        return p;
-    }
+        .create(path)
+        .map_err(|e| format!("{} cannot be created: {e}", path.display()))?;
     // The same rule as for everything below the coordinator's state directory: a real
     // directory, this user's, writable by nobody else.
-    match std::fs::symlink_metadata(path) {
-        Ok(m) => {
-            if let Err(untrusted) = trust::judge_metadata(path, &m, trust::Want::Dir) {
-                p.problem = Some(untrusted.to_string());
-                return p;
-            }
-        }
-        Err(e) => {
-            p.problem = Some(format!("{} cannot be inspected: {e}", path.display()));
-            return p;
-        }
-    }
+    let m = std::fs::symlink_metadata(path)
+        .map_err(|e| format!("{} cannot be inspected: {e}", path.display()))?;
+    trust::judge_metadata(path, &m, trust::Want::Dir).map_err(|u| u.to_string())?;
     let probe = path.join(format!(".dispatch-probe-{}", std::process::id()));
     let writable = OpenOptions::new()
         .write(true)
@@ -122,8 +118,7 @@ fn probe_dir(role: &str, path: &Path, root: Option<&Path>, need: Need) -> DirPro
         .and_then(|()| std::fs::remove_file(&probe));
     if let Err(e) = writable {
         let _ = std::fs::remove_file(&probe);
-        p.problem = Some(format!("{} is not writable: {e}", path.display()));
-        return p;
+        return Err(format!("{} is not writable: {e}", path.display()));
     }
     let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
     p.path = canonical.display().to_string();
@@ -131,15 +126,9 @@ fn probe_dir(role: &str, path: &Path, root: Option<&Path>, need: Need) -> DirPro
         let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_owned());
         p.inside_root = canonical.starts_with(&root) && canonical != root;
     }
-    match files::space(&canonical) {
-        Ok((dev, bytes, inodes)) => {
-            p.fs_id = dev;
-            p.free_bytes = bytes;
-            p.free_inodes = inodes;
-        }
-        Err(e) => p.problem = Some(format!("free space of {}: {e}", path.display())),
-    }
-    p
+    (p.fs_id, p.free_bytes, p.free_inodes) =
+        files::space(&canonical).map_err(|e| format!("free space of {}: {e}", path.display()))?;
+    Ok(())
 }
 
 /// Take the worker's root for this submission: create it if missing, and hold its owner lock.

@@ -169,11 +169,7 @@ pub fn read_anchored(
             }
         }
     })
-    .map_err(|source| JournalError::Io {
-        path: dir.clone(),
-        what: "read worker journal".to_owned(),
-        source,
-    })?;
+    .map_err(crate::journal::files::io_err(&dir, "read worker journal"))?;
     if let Some(e) = failure {
         return Err(e);
     }

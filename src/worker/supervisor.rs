@@ -296,11 +296,6 @@ fn payload_env(cmd: &mut Command, spec: &RunSpec) {
     }
 }
 
-/// How the payload ended, and whether it was interrupted.
-struct Ended {
-    exited: PayloadExited,
-}
-
 /// Wait for `child` on a thread of its own: its end is known the moment it comes (a poll
 /// of every [`POLL`] saw it 5 ms late on average, on every worker's way out), while the
 /// supervision loop goes on looking at the clock and for a stop.
@@ -381,8 +376,8 @@ fn supervise(
     }
 }
 
-/// Start the payload and supervise it to its end.
-fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<Ended, JournalError> {
+/// Start the payload and supervise it to its end; returns how it ended.
+fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<PayloadExited, JournalError> {
     failpoint::hit("supervisor-before-spawn");
     let mut cmd = Command::new(&spec.command[0]);
     cmd.args(&spec.command[1..])
@@ -399,7 +394,7 @@ fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<Ended, JournalError> 
                 interrupted: false,
             };
             journal.append_one(Event::PayloadExited(exited.clone()))?;
-            return Ok(Ended { exited });
+            return Ok(exited);
         }
     };
     let pgid = child.id();
@@ -426,7 +421,7 @@ fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<Ended, JournalError> 
     };
     failpoint::hit("supervisor-before-exit-record");
     journal.append_one(Event::PayloadExited(exited.clone()))?;
-    Ok(Ended { exited })
+    Ok(exited)
 }
 
 /// What [`settle_and_publish`] found.
@@ -445,7 +440,7 @@ fn settle_and_publish(
     journal: &Writer,
     spec: &RunSpec,
     n: &NodeSpec,
-    ended: Option<&Ended>,
+    ended: Option<&PayloadExited>,
 ) -> Result<Settled, JournalError> {
     let Some(ended) = ended else {
         return Ok(Settled {
@@ -462,16 +457,9 @@ fn settle_and_publish(
     };
     let started = Instant::now();
     let budget = Duration::from_secs(u64::from(n.native_state_s.max(MIN_STEP_BUDGET_S)));
-    // Half the native-state budget for writers to let go; hashing may use the rest.
-    let quiet = settle::wait_quiet(
-        &[
-            &n.dirs.checkout,
-            &n.dirs.runtime,
-            &n.dirs.cache,
-            &n.dirs.state,
-        ],
-        started + budget / 2,
-    );
+    // Half the native-state budget for writers to let go; hashing may use the rest. The
+    // worker's directories but the last, evidence (where the worker journal is).
+    let quiet = settle::wait_quiet(&n.dirs.all()[..4], started + budget / 2);
     let is_quiet = quiet.quiet;
     let (hashed, logs) = settle::hash_state(
         &n.dirs.state,
@@ -481,7 +469,7 @@ fn settle_and_publish(
     );
     let class = node::state_class(&AfterPayload {
         payload_started: true,
-        interrupted: ended.exited.interrupted,
+        interrupted: ended.interrupted,
         quiet: is_quiet,
         hashes_complete: hashed.complete,
         logs_whole: logs.ok,
@@ -547,7 +535,7 @@ fn settle_and_clean(
     journal: &Writer,
     spec: &RunSpec,
     n: &NodeSpec,
-    ended: Option<&Ended>,
+    ended: Option<&PayloadExited>,
 ) -> Result<Event, JournalError> {
     let settled = settle_and_publish(journal, spec, n, ended)?;
     let (class, reason) = settled.class;
@@ -568,12 +556,11 @@ fn settle_and_clean(
 /// Record the supervisor's finish (after `last`, not yet committed) and return its exit code.
 fn finish(
     journal: &Writer,
-    ended: Option<&Ended>,
+    exited: Option<&PayloadExited>,
     mut last: Vec<Event>,
 ) -> Result<i32, JournalError> {
-    let exited = ended.map(|e| &e.exited);
     let code = node::exit_code(
-        ended.is_none(),
+        exited.is_none(),
         exited.and_then(|e| e.code),
         exited.and_then(|e| e.signal),
     );
