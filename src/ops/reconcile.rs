@@ -576,8 +576,7 @@ async fn reconcile_jobs<S: Scheduler>(
                     job_id: Some(job),
                     detail: format!("made held and cancelled at once: job {job}"),
                 });
-                let fresh = ctx.load()?.state;
-                return record_job_decisions(ctx, &fresh, &obs, ctx.now(), report);
+                return record_job_decisions(ctx, &ctx.load()?.state, &obs, ctx.now(), report);
             }
             Err(e) => {
                 report.watermark = Some(WatermarkNote {

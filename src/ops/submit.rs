@@ -151,8 +151,7 @@ pub async fn submit<S: Scheduler>(
         record_outcome(ctx, Event::JobSubmitFailed(failed))
     };
     let script = dirs.root.join("batch.sh");
-    let prepared = write_batch_script(ctx, &dirs, &script);
-    if let Err(e) = prepared {
+    if let Err(e) = write_batch_script(ctx, &dirs, &script) {
         failed(true, format!("cannot prepare {}: {e}", dirs.root.display()))?;
         return Err(OpError::Failed(format!(
             "worker {worker}: cannot prepare {}: {e}; nothing was submitted",

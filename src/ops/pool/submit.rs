@@ -325,8 +325,7 @@ async fn write_receipt<S: Scheduler>(
                 plan.facts_read_at = at;
             }
         }
-        let receipt = append_receipt(ctx, req, plan, &intent);
-        match receipt {
+        match append_receipt(ctx, req, plan, &intent) {
             // A submitter without --wait took the room meanwhile: wait again, first in line.
             Err(OpError::Refused(Refusal::Budget { .. })) if ticket.is_some() => continue,
             Ok((bound, node)) => {

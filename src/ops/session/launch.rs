@@ -498,10 +498,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             Call::Made(result) => result,
         };
         failpoint::hit("session-after-submit");
-        let job = match result {
-            Ok(job) => job,
-            Err(e) => return Err(self.submit_failed(submission_id, program, e)),
-        };
+        let job = result.map_err(|e| self.submit_failed(submission_id, program, e))?;
         if let Err(e) = self.append(Event::SessionJobSubmitted(SessionJobSubmitted {
             session: key.clone(),
             submission_id,

@@ -177,8 +177,7 @@ pub fn plan<S: Scheduler>(
     target: &str,
 ) -> Result<ReleasePlan, OpError> {
     let r = env.resolve_recorded(mirror, target)?;
-    let state = env.ctx.read_state()?;
-    Ok(plan_of(&state, r.key))
+    Ok(plan_of(&env.ctx.read_state()?, r.key))
 }
 
 /// Release. `expected` is the job the user agreed to (from [`plan`]); if the session holds
