@@ -410,8 +410,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
     }
 
     fn append(&self, event: Event) -> Result<(), OpError> {
-        self.env.ctx.append(event)?;
-        Ok(())
+        self.env.ctx.append(event).map(drop)
     }
 
     fn report(
@@ -898,8 +897,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         answer
             .live()
             .and_then(|rows| rows.into_iter().find(|r| r.job_id() == Some(job)))
-            .map(|r| r.state.to_string())
-            .unwrap_or_else(|| "?".into())
+            .map_or_else(|| "?".into(), |r| r.state.to_string())
     }
 
     fn log_hint(&self, job: JobId) -> String {
