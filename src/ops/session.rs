@@ -440,6 +440,11 @@ pub async fn adopt_or_vouch<S: Scheduler>(
     Ok((probe, adopted))
 }
 
+/// What squeue said of a job that is gone: its last state, or no such job.
+pub fn gone_reason(state: Option<&crate::slurm::JobState>) -> String {
+    state.map_or("squeue: no such job".into(), |s| format!("squeue: {s}"))
+}
+
 /// The session command `verb` of `key`'s session, for messages.
 pub fn command_for<'a>(verb: &'static str, key: &'a SessionKey) -> Next<'a> {
     Next::Session {

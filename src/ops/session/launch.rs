@@ -19,8 +19,8 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{
-    adopt_by_name, command_for, hold, lock_session, script, session, token_clash, Env, NameProbe,
-    OpError, Resolved, MAX_SESSIONS,
+    adopt_by_name, command_for, gone_reason, hold, lock_session, script, session, token_clash, Env,
+    NameProbe, OpError, Resolved, MAX_SESSIONS,
 };
 use crate::event::session::{
     SessionCleared, SessionJobSubmitted, SessionLaunchIntent, SessionNodeResolved,
@@ -231,13 +231,6 @@ enum Found {
     Keep(Keep),
     /// Nothing to adopt, and nothing that forbids a submit: the probe, for its ending jobs.
     Nothing(NameProbe),
-}
-
-fn gone_reason(state: Option<&JobState>) -> String {
-    match state {
-        Some(s) => format!("squeue: {s}"),
-        None => "squeue: no such job".into(),
-    }
 }
 
 impl<S: Scheduler> Launch<'_, '_, S> {
