@@ -520,10 +520,9 @@ pub(crate) async fn find_job<S: Scheduler>(
         // without one, an answer that lacks the name proves nothing.
         // Read without the writer's lock: nothing is appended here, and the poll must not
         // hold up other commands.
-        let watermark = reconcile_policy::watermark(
-            settled_at,
-            crate::policy::reconcile::recorded_job_ids(&ctx.load()?.state),
-        );
+        let state = ctx.load()?.state;
+        let recorded = reconcile_policy::recorded_job_ids(&state);
+        let watermark = reconcile_policy::watermark(settled_at, recorded);
         let (mine, sacct) = look_by_name(ctx, c, now >= settled_at).await;
         match reconcile_policy::find_lost(
             &intent.job_name,
