@@ -89,13 +89,12 @@ pub fn disarm_on_this_thread() {
 
 fn parse_action(item: &str, action: &str) -> Result<(Action, Option<u64>), String> {
     let (action, on_hit) = match action.split_once('@') {
-        Some((a, k)) => (
-            a,
-            Some(
-                k.parse::<u64>()
-                    .map_err(|_| format!("bad hit count in `{item}`"))?,
-            ),
-        ),
+        Some((a, k)) => {
+            let k = k
+                .parse()
+                .map_err(|_| format!("bad hit count in `{item}`"))?;
+            (a, Some(k))
+        }
         None => (action, None),
     };
     let action = match action.split_once(':') {
@@ -126,15 +125,13 @@ fn items(spec: &str) -> impl Iterator<Item = &str> {
 fn parse(spec: &str) -> Result<Table, String> {
     let mut out = HashMap::new();
     for item in items(spec) {
-        let (own, body) = match item.strip_prefix(WORKER_PREFIX) {
-            Some(rest) => (false, rest),
-            None => (true, item),
-        };
-        let (name, action) = body
+        let forwarded = item.strip_prefix(WORKER_PREFIX);
+        let (name, action) = forwarded
+            .unwrap_or(item)
             .split_once('=')
             .ok_or_else(|| format!("`{item}` is not name=action"))?;
         let (action, on_hit) = parse_action(item, action)?;
-        if own {
+        if forwarded.is_none() {
             out.insert(
                 name.to_owned(),
                 Armed {
@@ -176,14 +173,7 @@ pub fn hit(name: &str) {
             act(name, action);
         }
     }
-    let table = table();
-    if table.is_empty() {
-        return;
-    }
-    let Some(armed) = table.get(name) else {
-        return;
-    };
-    if fires(armed) {
+    if let Some(armed) = table().get(name).filter(|a| fires(a)) {
         act(name, armed.action);
     }
 }

@@ -149,26 +149,19 @@ fn slurm_config() -> CliConfig {
 }
 
 fn context(state_dir: std::path::PathBuf) -> Result<Ctx<CliScheduler>, exit::Failure> {
+    let failed = |message: String| exit::Failure::new(exit::FAILED, message);
     // Absolute: the paths handed to worker steps are used from other working directories.
     let state_dir = std::path::absolute(&state_dir).map_err(|e| {
-        exit::Failure::new(
-            exit::FAILED,
-            format!(
-                "cannot resolve the state directory {}: {e}",
-                state_dir.display()
-            ),
-        )
+        failed(format!(
+            "cannot resolve the state directory {}: {e}",
+            state_dir.display()
+        ))
     })?;
-    let config = slurm_config();
-    let exe = std::env::current_exe().map_err(|e| {
-        exit::Failure::new(
-            exit::FAILED,
-            format!("cannot find the dispatch executable: {e}"),
-        )
-    })?;
+    let exe = std::env::current_exe()
+        .map_err(|e| failed(format!("cannot find the dispatch executable: {e}")))?;
     Ok(Ctx::new(
         dispatch::statedir::check(&state_dir)?,
-        CliScheduler::new(config),
+        CliScheduler::new(slurm_config()),
         dispatch::event::current_user(),
         exe,
     ))

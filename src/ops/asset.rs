@@ -354,12 +354,10 @@ pub fn add<S: Scheduler>(ctx: &Ctx<S>, name: &str, req: &AddRequest) -> Result<A
         }
         policy::AddPlan::Bind { abandon_pending } => abandon_pending,
     };
-    let events = add_intent(name, &record, &origin, &rev, abandon_pending);
-    writer.append(events)?;
+    writer.append(add_intent(name, &record, &origin, &rev, abandon_pending))?;
     failpoint::hit("asset-add-after-intent");
     let target = ctx.state_dir.join(&rel);
-    let placed = place(&tmp, &target, &sha256);
-    if let Err(why) = placed {
+    if let Err(why) = place(&tmp, &target, &sha256) {
         writer.append_one(Event::AssetAddFailed(AssetAddFailed {
             name: name.to_owned(),
             reason: why.clone(),

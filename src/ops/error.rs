@@ -45,13 +45,7 @@ pub enum OpError {
     Journal(#[from] JournalError),
     /// The state directory cannot be used (not ours: exit 3; unusable: exit 1).
     #[error(transparent)]
-    StateDir(crate::statedir::StateDirError),
-}
-
-impl From<crate::statedir::StateDirError> for OpError {
-    fn from(e: crate::statedir::StateDirError) -> OpError {
-        OpError::StateDir(e)
-    }
+    StateDir(#[from] crate::statedir::StateDirError),
 }
 
 impl From<crate::statedir::trust::TrustError> for OpError {

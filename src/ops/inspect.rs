@@ -103,8 +103,7 @@ fn keep(timeline: &mut Vec<Entry>, e: Entry) {
 
 pub fn inspect(state_dir: &Checked, key: &str) -> Result<InspectReport, InspectError> {
     let journal_dir = crate::statedir::journal_dir(state_dir);
-    let loaded = journal::load(&journal_dir)?;
-    inspect_in(state_dir, key, &loaded.state, None)
+    inspect_in(state_dir, key, &journal::load(&journal_dir)?.state, None)
 }
 
 /// [`inspect`] as it was at a replay's cut (`--at`): `state` is the state after it, and

@@ -90,18 +90,12 @@ pub fn jobs(
     let listed = refresh.map_or(&[][..], |r| r.listed.as_slice());
     let mut active: Vec<&JobWorker> = state.jobs.active.values().collect();
     active.sort_by_key(|j| j.submitted_at);
-    let mut jobs: Vec<JobView> = active
+    let jobs = active
         .into_iter()
-        .map(|j| JobView::of(state_dir, j, true, listed))
+        .map(|j| (j, true))
+        .chain(state.jobs.finished.iter().rev().map(|j| (j, false)))
+        .map(|(j, active)| JobView::of(state_dir, j, active, listed))
         .collect();
-    jobs.extend(
-        state
-            .jobs
-            .finished
-            .iter()
-            .rev()
-            .map(|j| JobView::of(state_dir, j, false, listed)),
-    );
     JobsReport {
         jobs,
         refresh: refresh.map(|r| RefreshView {

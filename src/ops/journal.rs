@@ -206,8 +206,7 @@ fn require_segments(journal_dir: &Path) -> Result<(), JournalError> {
         return Err(JournalError::Missing(journal_dir.to_owned()));
     }
     crate::statedir::trust::check_journal(journal_dir)?;
-    let empty = journal::segment::list(journal_dir).map_or(true, |s| s.is_empty());
-    if empty {
+    if journal::segment::list(journal_dir).map_or(true, |s| s.is_empty()) {
         return Err(JournalError::Missing(journal_dir.to_owned()));
     }
     Ok(())

@@ -27,8 +27,8 @@ use serde::Serialize;
 use super::context::{append_if, micros_to_local, Ctx};
 use super::error::OpError;
 use super::pool::{
-    active_worker, ingest_worker_journal, locked, process_alive, reconcile_creation,
-    release_proven, step_name, CreationReconciled,
+    active_worker, locked, process_alive, reconcile_creation, release_proven, step_name,
+    worker_journal_news, CreationReconciled,
 };
 use crate::event::jobs::{JobSubmitFailed, JobSubmitted, JobTerminal};
 use crate::event::pool::{
@@ -502,7 +502,8 @@ fn record_worker<S: Scheduler>(
         return Ok(());
     }
     locked(ctx, |writer, now| {
-        ingest_worker_journal(writer, now, pool, id, &ctx.pools_dir(), false)
+        writer.append(worker_journal_news(now, pool, id, &ctx.pools_dir(), false))?;
+        Ok(())
     })?;
     if v.observe_step.is_none() && w.step_id.is_none() {
         report.unknown.push(Unresolved {
@@ -576,8 +577,7 @@ async fn reconcile_jobs<S: Scheduler>(
                     job_id: Some(job),
                     detail: format!("made held and cancelled at once: job {job}"),
                 });
-                let fresh = ctx.load()?.state;
-                return record_job_decisions(ctx, &fresh, &obs, ctx.now(), report);
+                return record_job_decisions(ctx, &ctx.load()?.state, &obs, ctx.now(), report);
             }
             Err(e) => {
                 report.watermark = Some(WatermarkNote {

@@ -289,6 +289,7 @@ pub fn token_clash(state: &State, r: &Resolved) -> Result<(), OpError> {
 }
 
 /// The result of `squeue --me --name=<job name>` for one launch.
+#[derive(Default)]
 pub struct NameProbe {
     pub plan: Option<Adoption>,
     /// Why the probe gave nothing usable, if it did not.
@@ -319,7 +320,7 @@ pub async fn name_probe<S: Scheduler>(
         .sched
         .list_jobs(&JobQuery::mine_named(r.job_name.clone()))
         .await;
-    let mut probe = NameProbe::empty();
+    let mut probe = NameProbe::default();
     let named = match rows_named(listing_of(answer), r.job_name.as_str()) {
         Ok(named) => named,
         Err(e) => {
@@ -342,19 +343,6 @@ pub async fn name_probe<S: Scheduler>(
 }
 
 impl NameProbe {
-    /// A probe that has seen nothing yet.
-    fn empty() -> NameProbe {
-        NameProbe {
-            plan: None,
-            failed: None,
-            unreadable: None,
-            listed: 0,
-            unvouched: None,
-            vouched: None,
-            warnings: Vec::new(),
-        }
-    }
-
     /// Why this probe cannot vouch that no job of the session's name and target runs: it
     /// failed, it listed lines of this name that no parser understood, or it listed nothing
     /// and [`vouch_absence`] could not corroborate that.
@@ -450,6 +438,11 @@ pub async fn adopt_or_vouch<S: Scheduler>(
         vouch_absence(env, r, &mut probe).await;
     }
     Ok((probe, adopted))
+}
+
+/// What squeue said of a job that is gone: its last state, or no such job.
+pub fn gone_reason(state: Option<&crate::slurm::JobState>) -> String {
+    state.map_or("squeue: no such job".into(), |s| format!("squeue: {s}"))
 }
 
 /// The session command `verb` of `key`'s session, for messages.

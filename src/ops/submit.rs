@@ -151,8 +151,7 @@ pub async fn submit<S: Scheduler>(
         record_outcome(ctx, Event::JobSubmitFailed(failed))
     };
     let script = dirs.root.join("batch.sh");
-    let prepared = write_batch_script(ctx, &dirs, &script);
-    if let Err(e) = prepared {
+    if let Err(e) = write_batch_script(ctx, &dirs, &script) {
         failed(true, format!("cannot prepare {}: {e}", dirs.root.display()))?;
         return Err(OpError::Failed(format!(
             "worker {worker}: cannot prepare {}: {e}; nothing was submitted",
@@ -272,27 +271,21 @@ fn receipt<S: Scheduler>(
     checked: &Checked,
 ) -> Vec<Event> {
     let spec = &req.spec;
-    let Checked {
-        time_s,
-        submission_id,
-        worker,
-        name,
-    } = checked;
-    let submission_id = *submission_id;
+    let submission_id = checked.submission_id;
     let intent = Event::JobSubmitIntent(JobSubmitIntent {
         submission_id,
-        worker: worker.clone(),
+        worker: checked.worker.clone(),
         target: req.target_name.clone(),
         cpus: spec.cpus,
         mem_mb: spec.mem.get(),
-        time_s: *time_s,
+        time_s: checked.time_s,
         publication_timeout_s: spec.budgets.publication_timeout_s,
         command: spec.command.clone(),
     });
     let mut receipt = bound.receipt(intent, submission_id);
     receipt.push(Event::JobNamed(JobNamed {
         submission_id,
-        job_name: name.as_str().to_owned(),
+        job_name: checked.name.as_str().to_owned(),
         sbatch_limit_s: u32::try_from(ctx.sched.longest_call().as_secs_f64().ceil() as u64)
             .unwrap_or(u32::MAX),
     }));

@@ -255,8 +255,7 @@ fn show_in(
     let mut inspected = Vec::new();
     for w in &t.workers {
         let key = w.submission_id.to_string();
-        let one = inspect::inspect_in(state_dir, &key, s, at.map(|at| (at.seq, at.now)));
-        match one {
+        match inspect::inspect_in(state_dir, &key, s, at.map(|at| (at.seq, at.now))) {
             Ok(r) => inspected.push(r),
             Err(inspect::InspectError::NotFound(_)) => {}
             Err(inspect::InspectError::Journal(e)) => return Err(e.into()),

@@ -438,13 +438,10 @@ pub(crate) async fn settle_creation<S: Scheduler>(
     deadline: Instant,
     progress: Progress<'_>,
 ) -> Result<Settled, OpError> {
-    let job = match c.job_id {
-        Some(job) => job,
-        None => match find_by_name(ctx, c, true, progress).await? {
-            Found::Job(job) => job,
-            Found::Nothing(proof) => return Ok(Settled::Ended(proof)),
-            Found::Unknown(why) => return Err(OpError::Unknown(why)),
-        },
+    let job = match find_job(ctx, c, true, progress).await? {
+        Found::Job(job) => job,
+        Found::Nothing(proof) => return Ok(Settled::Ended(proof)),
+        Found::Unknown(why) => return Err(OpError::Unknown(why)),
     };
     attach_created(ctx, &c.intent, job, deadline, progress).await
 }
@@ -500,15 +497,18 @@ fn creation_prefix(intent: &PoolCreateIntent) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Look for the job of creation `c` by its name: squeue (`--me --states=all`) and, once its
-/// salloc's limit plus the settle margin has passed, accounting. `wait`: poll until found or
-/// settled (a create or release); else look once (reconcile).
-pub(crate) async fn find_by_name<S: Scheduler>(
+/// The job of creation `c`: the one recorded, else looked for by its name: squeue (`--me
+/// --states=all`) and, once its salloc's limit plus the settle margin has passed, accounting.
+/// `wait`: poll until found or settled (a create or release); else look once (reconcile).
+pub(crate) async fn find_job<S: Scheduler>(
     ctx: &Ctx<S>,
     c: &Creation,
     wait: bool,
     progress: Progress<'_>,
 ) -> Result<Found, OpError> {
+    if let Some(job) = c.job_id {
+        return Ok(Found::Job(job));
+    }
     let intent = &c.intent;
     let settle = reconcile_policy::settle_delay(Some(intent.salloc_limit_s));
     let settled_at = reconcile_policy::settled_at(c.since, settle);
@@ -520,10 +520,9 @@ pub(crate) async fn find_by_name<S: Scheduler>(
         // without one, an answer that lacks the name proves nothing.
         // Read without the writer's lock: nothing is appended here, and the poll must not
         // hold up other commands.
-        let watermark = reconcile_policy::watermark(
-            settled_at,
-            crate::policy::reconcile::recorded_job_ids(&ctx.load()?.state),
-        );
+        let state = ctx.load()?.state;
+        let recorded = reconcile_policy::recorded_job_ids(&state);
+        let watermark = reconcile_policy::watermark(settled_at, recorded);
         let (mine, sacct) = look_by_name(ctx, c, now >= settled_at).await;
         match reconcile_policy::find_lost(
             &intent.job_name,
@@ -758,14 +757,11 @@ pub(crate) async fn reconcile_creation<S: Scheduler>(
         outcome,
         detail,
     };
-    let job = match c.job_id {
-        Some(job) => job,
-        None => match find_by_name(ctx, c, false, &quiet).await {
-            Ok(Found::Job(job)) => job,
-            Ok(Found::Nothing(proof)) => return outcome(CreationOutcome::Ended, proof),
-            Ok(Found::Unknown(why)) => return outcome(CreationOutcome::Unknown, why),
-            Err(e) => return outcome(CreationOutcome::Unknown, e.to_string()),
-        },
+    let job = match find_job(ctx, c, false, &quiet).await {
+        Ok(Found::Job(job)) => job,
+        Ok(Found::Nothing(proof)) => return outcome(CreationOutcome::Ended, proof),
+        Ok(Found::Unknown(why)) => return outcome(CreationOutcome::Unknown, why),
+        Err(e) => return outcome(CreationOutcome::Unknown, e.to_string()),
     };
     match attach_created(ctx, &c.intent, job, Instant::now(), &quiet).await {
         Ok(Settled::Attached(a)) => outcome(

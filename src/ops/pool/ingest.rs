@@ -7,8 +7,7 @@ use uuid::Uuid;
 use super::published_dir;
 use crate::event::pool::*;
 use crate::event::Event;
-use crate::journal::{JournalError, Writer};
-use crate::ops::error::OpError;
+use crate::journal::JournalError;
 use crate::policy::node as node_policy;
 use crate::state::pool::*;
 use crate::state::State;
@@ -54,25 +53,11 @@ pub(super) fn extends_ingested(w: &Worker, r: &report::WorkerReport) -> Result<(
     )
 }
 
-/// Read what a worker's own journal says and record what is new: how the payload ended
-/// (`WorkerExited`) and a summary anchored to the journal's chain (`WorkerReportIngested`).
-/// A damaged journal, or one that no longer extends what was ingested from it, is recorded as
-/// such (`WorkerJournalDamaged`) and never trusted again. `step_over`: the worker's step is
-/// proven over, so its supervisor can write nothing more.
-pub(crate) fn ingest_worker_journal(
-    writer: &Writer,
-    state: &State,
-    pool: &str,
-    submission_id: Uuid,
-    pools_dir: &Path,
-    step_over: bool,
-) -> Result<(), OpError> {
-    let events = worker_journal_news(state, pool, submission_id, pools_dir, step_over);
-    writer.append(events)?;
-    Ok(())
-}
-
-/// What [`ingest_worker_journal`] records, for a caller that commits it with more.
+/// What is new in a worker's own journal, to record: how the payload ended (`WorkerExited`)
+/// and a summary anchored to the journal's chain (`WorkerReportIngested`). A damaged journal,
+/// or one that no longer extends what was ingested from it, is recorded as such
+/// (`WorkerJournalDamaged`) and never trusted again. `step_over`: the worker's step is proven
+/// over, so its supervisor can write nothing more.
 pub(crate) fn worker_journal_news(
     state: &State,
     pool: &str,

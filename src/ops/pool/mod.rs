@@ -26,7 +26,7 @@ pub(crate) use create::reconcile_creation;
 pub use create::{create, creation_job_name, CreateReport, CreateRequest, Progress};
 pub use create::{CreateAction, CreationOutcome, CreationReconciled};
 pub use dry_run::{submit_dry_run, Room, SubmitPlan};
-pub(crate) use ingest::{ingest_worker_journal, sweep_publication, worker_journal_news};
+pub(crate) use ingest::{sweep_publication, worker_journal_news};
 pub use queue::MAX_WAITING;
 pub use release::{release, ReleaseReport};
 pub(crate) use resubmit::resubmit_due;

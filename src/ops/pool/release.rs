@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::create::{creation_failed, find_by_name, job_over, Found, Progress};
+use super::create::{creation_failed, find_job, job_over, Found, Progress};
 use super::{locked, stop_worker};
 use crate::event::pool::*;
 use crate::event::Event;
@@ -62,24 +62,21 @@ async fn release_creation<S: Scheduler>(
     progress: Progress<'_>,
 ) -> Result<ReleaseReport, OpError> {
     let pool = c.intent.pool.clone();
-    let job = match c.job_id {
-        Some(job) => job,
-        None => match find_by_name(ctx, c, true, progress).await? {
-            Found::Job(job) => job,
-            Found::Nothing(proof) => {
-                return Ok(ReleaseReport {
-                    pool,
-                    job_id: None,
-                    proof,
-                    workers: Vec::new(),
-                })
-            }
-            // Nothing proves that its salloc made nothing (a lost answer, and listings that
-            // cannot tell an empty answer from a lie), so no later create may run; releasing
-            // is the way out: cancel whatever carries its name. scancel by name acts on every
-            // job of that name, so once it answered, nothing of this creation is left to run.
-            Found::Unknown(why) => return release_by_name(ctx, c, &why).await,
-        },
+    let job = match find_job(ctx, c, true, progress).await? {
+        Found::Job(job) => job,
+        Found::Nothing(proof) => {
+            return Ok(ReleaseReport {
+                pool,
+                job_id: None,
+                proof,
+                workers: Vec::new(),
+            })
+        }
+        // Nothing proves that its salloc made nothing (a lost answer, and listings that
+        // cannot tell an empty answer from a lie), so no later create may run; releasing
+        // is the way out: cancel whatever carries its name. scancel by name acts on every
+        // job of that name, so once it answered, nothing of this creation is left to run.
+        Found::Unknown(why) => return release_by_name(ctx, c, &why).await,
     };
     let proof = cancel_and_prove(ctx, &pool, job).await?;
     creation_released(ctx, c, proof, Some(job))

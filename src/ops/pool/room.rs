@@ -175,8 +175,7 @@ impl Proving {
             .retain(|id, _| pool.active.contains_key(id));
         let mut due = Vec::new();
         for w in pool.active.values() {
-            let step = self.due_step(&pools_dir, pool, w, now, fallback_due, &mut round);
-            if let Some(step) = step {
+            if let Some(step) = self.due_step(&pools_dir, pool, w, now, fallback_due, &mut round) {
                 due.push((w.submission_id, step));
             }
         }

@@ -205,6 +205,7 @@ impl NodeView {
 }
 
 /// One pool's worker directories, for `pool status`: found once for all its workers.
+#[derive(Default)]
 struct PoolDirs {
     /// The pool's `workers` directory; `None` without the state directory.
     workers: Option<PathBuf>,
@@ -216,10 +217,7 @@ struct PoolDirs {
 impl PoolDirs {
     fn of(pools_dir: Option<&Path>, pool: &str) -> PoolDirs {
         let Some(dir) = pools_dir else {
-            return PoolDirs {
-                workers: None,
-                trusted: None,
-            };
+            return PoolDirs::default();
         };
         let workers = WorkerDirs::workers_of(dir, pool);
         let trusted = match trust::check_below(dir, &workers) {

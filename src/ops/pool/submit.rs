@@ -301,10 +301,9 @@ async fn write_receipt<S: Scheduler>(
         publication_timeout_s: spec.budgets.publication_timeout_s,
         command: spec.command.clone(),
     });
-    let ticket = match wait {
-        Some(_) => Some(Ticket::take(&ctx.state_dir, &ctx.pools_dir(), &req.pool)?),
-        None => None,
-    };
+    let ticket = wait
+        .map(|_| Ticket::take(&ctx.state_dir, &ctx.pools_dir(), &req.pool))
+        .transpose()?;
     loop {
         if let (Some(wait), Some(ticket)) = (wait, &ticket) {
             let asked = room::Asked {
@@ -325,8 +324,7 @@ async fn write_receipt<S: Scheduler>(
                 plan.facts_read_at = at;
             }
         }
-        let receipt = append_receipt(ctx, req, plan, &intent);
-        match receipt {
+        match append_receipt(ctx, req, plan, &intent) {
             // A submitter without --wait took the room meanwhile: wait again, first in line.
             Err(OpError::Refused(Refusal::Budget { .. })) if ticket.is_some() => continue,
             Ok((bound, node)) => {

@@ -19,8 +19,8 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{
-    adopt_by_name, command_for, hold, lock_session, script, session, token_clash, Env, NameProbe,
-    OpError, Resolved, MAX_SESSIONS,
+    adopt_by_name, command_for, gone_reason, hold, lock_session, script, session, token_clash, Env,
+    NameProbe, OpError, Resolved, MAX_SESSIONS,
 };
 use crate::event::session::{
     SessionCleared, SessionJobSubmitted, SessionLaunchIntent, SessionNodeResolved,
@@ -233,13 +233,6 @@ enum Found {
     Nothing(NameProbe),
 }
 
-fn gone_reason(state: Option<&JobState>) -> String {
-    match state {
-        Some(s) => format!("squeue: {s}"),
-        None => "squeue: no such job".into(),
-    }
-}
-
 impl<S: Scheduler> Launch<'_, '_, S> {
     /// Step 1: the job the record names, unless the launch replaces it. Reused when it is
     /// live; left out (`exclude`) once proven ending or gone; a held one is settled as its dead
@@ -410,8 +403,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
     }
 
     fn append(&self, event: Event) -> Result<(), OpError> {
-        self.env.ctx.append(event)?;
-        Ok(())
+        self.env.ctx.append(event).map(drop)
     }
 
     fn report(
@@ -498,10 +490,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             Call::Made(result) => result,
         };
         failpoint::hit("session-after-submit");
-        let job = match result {
-            Ok(job) => job,
-            Err(e) => return Err(self.submit_failed(submission_id, program, e)),
-        };
+        let job = result.map_err(|e| self.submit_failed(submission_id, program, e))?;
         if let Err(e) = self.append(Event::SessionJobSubmitted(SessionJobSubmitted {
             session: key.clone(),
             submission_id,
@@ -901,8 +890,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         answer
             .live()
             .and_then(|rows| rows.into_iter().find(|r| r.job_id() == Some(job)))
-            .map(|r| r.state.to_string())
-            .unwrap_or_else(|| "?".into())
+            .map_or_else(|| "?".into(), |r| r.state.to_string())
     }
 
     fn log_hint(&self, job: JobId) -> String {

@@ -14,8 +14,8 @@
 use serde::Serialize;
 
 use super::{
-    adopt_or_vouch, adopted, command_for, lock_session, name_probe, session, vouch_absence, Env,
-    OpError, Resolved,
+    adopt_or_vouch, adopted, command_for, gone_reason, lock_session, name_probe, session,
+    vouch_absence, Env, OpError, Resolved,
 };
 use crate::event::session::{
     SessionCancelFailed, SessionCancelIntent, SessionCleared, SessionDetached, SessionKey,
@@ -146,7 +146,7 @@ async fn settle_replaced<S: Scheduler>(
     }
     match env.probe(job).await {
         Probe::Gone { state } => {
-            let proof = state.map_or("squeue: no such job".into(), |s| format!("squeue: {s}"));
+            let proof = gone_reason(state.as_ref());
             env.ctx.append(Event::SessionCleared(SessionCleared {
                 session: key.clone(),
                 job_id: job,
@@ -177,8 +177,7 @@ pub fn plan<S: Scheduler>(
     target: &str,
 ) -> Result<ReleasePlan, OpError> {
     let r = env.resolve_recorded(mirror, target)?;
-    let state = env.ctx.read_state()?;
-    Ok(plan_of(&state, r.key))
+    Ok(plan_of(&env.ctx.read_state()?, r.key))
 }
 
 /// Release. `expected` is the job the user agreed to (from [`plan`]); if the session holds
@@ -543,8 +542,7 @@ async fn prove_gone<S: Scheduler>(env: &Env<'_, S>, job: JobId) -> String {
     );
     loop {
         let last = match env.probe(job).await {
-            Probe::Gone { state: Some(s) } => return format!("squeue: {s}"),
-            Probe::Gone { state: None } => return "squeue: no such job".into(),
+            Probe::Gone { state } => return gone_reason(state.as_ref()),
             Probe::Live { state, .. } => format!("still {state}"),
             Probe::Unknown(e) => format!("squeue failed: {e}"),
         };

@@ -304,10 +304,7 @@ impl<S: Scheduler> Renewal<'_, '_, S> {
     }
 
     fn finish(self) -> Result<RenewReport, OpError> {
-        match self.not_live {
-            Some(e) => Err(e),
-            None => Ok(self.report),
-        }
+        self.not_live.map_or(Ok(self.report), Err)
     }
 }
 
