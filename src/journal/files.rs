@@ -36,6 +36,19 @@ pub(crate) fn private_file() -> std::fs::OpenOptions {
     options
 }
 
+/// Open a lock file (made owner-only if missing, never truncated), refusing a link: the
+/// journal's `LOCK` and a session's token lock.
+pub(crate) fn open_lock_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
 /// Open for reading, refusing a link (`ELOOP`) even if one appeared after the check.
 pub(crate) fn open_no_follow(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;

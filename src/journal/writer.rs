@@ -665,13 +665,7 @@ fn lock_journal(dir: &Path) -> Result<(File, Lease), JournalError> {
     crate::statedir::trust::check_journal(dir)?;
     create_private_dir(dir)?;
     let lock_path = dir.join(LOCK_FILE);
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&lock_path)
+    let lock = super::files::open_lock_file(&lock_path)
         .map_err(io_err(&lock_path, "open lock file"))?;
     let settings = lease::Settings::from_env();
     lock_this_host(&lock, &lock_path, settings)?;

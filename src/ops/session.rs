@@ -28,8 +28,7 @@ pub use script::shell_quote;
 
 use crate::next::Next;
 use crate::statedir::Checked;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::File;
 use std::path::Path;
 use std::time::Duration;
 
@@ -245,14 +244,7 @@ impl TokenLock {
                 source,
             })
         };
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(io)?;
+        let file = crate::journal::files::open_lock_file(&path).map_err(io)?;
         if file.try_lock().is_err() {
             tracing::warn!(
                 "another dispatch command is working on mirror token {token:?}; waiting for it"
