@@ -665,8 +665,8 @@ fn lock_journal(dir: &Path) -> Result<(File, Lease), JournalError> {
     crate::statedir::trust::check_journal(dir)?;
     create_private_dir(dir)?;
     let lock_path = dir.join(LOCK_FILE);
-    let lock = super::files::open_lock_file(&lock_path)
-        .map_err(io_err(&lock_path, "open lock file"))?;
+    let lock =
+        super::files::open_lock_file(&lock_path).map_err(io_err(&lock_path, "open lock file"))?;
     let settings = lease::Settings::from_env();
     lock_this_host(&lock, &lock_path, settings)?;
     let lease = Lease::acquire(dir, settings)?;
