@@ -497,6 +497,16 @@ fn creation_prefix(intent: &PoolCreateIntent) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// A job given out after `settled_at` (the same rule as a lost `dispatch submit`): without
+/// one, an answer that lacks the creation's name proves nothing. Read without the writer's
+/// lock, and kept no longer than this call: nothing is appended here, and a poll must not
+/// hold up other commands or a whole state across its waits.
+fn watermark_now<S: Scheduler>(ctx: &Ctx<S>, settled_at: Micros) -> Result<Option<JobId>, OpError> {
+    let state = ctx.load()?.state;
+    let recorded = reconcile_policy::recorded_job_ids(&state);
+    Ok(reconcile_policy::watermark(settled_at, recorded))
+}
+
 /// The job of creation `c`: the one recorded, else looked for by its name: squeue (`--me
 /// --states=all`) and, once its salloc's limit plus the settle margin has passed, accounting.
 /// `wait`: poll until found or settled (a create or release); else look once (reconcile).
@@ -516,13 +526,7 @@ pub(crate) async fn find_job<S: Scheduler>(
     let mut watermark_tried = false;
     loop {
         let now = ctx.now();
-        // A job given out after the settle point (the same rule as a lost `dispatch submit`):
-        // without one, an answer that lacks the name proves nothing.
-        // Read without the writer's lock: nothing is appended here, and the poll must not
-        // hold up other commands.
-        let state = ctx.load()?.state;
-        let recorded = reconcile_policy::recorded_job_ids(&state);
-        let watermark = reconcile_policy::watermark(settled_at, recorded);
+        let watermark = watermark_now(ctx, settled_at)?;
         let (mine, sacct) = look_by_name(ctx, c, now >= settled_at).await;
         match reconcile_policy::find_lost(
             &intent.job_name,
