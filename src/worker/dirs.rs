@@ -64,14 +64,14 @@ impl WorkerDirs {
         }
     }
 
+    /// The directories the payload writes: all but evidence (the supervisor's journal).
+    pub fn payload_dirs(&self) -> [&Path; 4] {
+        [&self.checkout, &self.runtime, &self.cache, &self.state]
+    }
+
     pub fn all(&self) -> [&Path; 5] {
-        [
-            &self.checkout,
-            &self.runtime,
-            &self.cache,
-            &self.state,
-            &self.evidence,
-        ]
+        let [checkout, runtime, cache, state] = self.payload_dirs();
+        [checkout, runtime, cache, state, &self.evidence]
     }
 
     /// Create them all, owner-only, below `trusted` (the state directory, or a directory in

@@ -457,9 +457,8 @@ fn settle_and_publish(
     };
     let started = Instant::now();
     let budget = Duration::from_secs(u64::from(n.native_state_s.max(MIN_STEP_BUDGET_S)));
-    // Half the native-state budget for writers to let go; hashing may use the rest. The
-    // worker's directories but the last, evidence (where the worker journal is).
-    let quiet = settle::wait_quiet(&n.dirs.all()[..4], started + budget / 2);
+    // Half the native-state budget for writers to let go; hashing may use the rest.
+    let quiet = settle::wait_quiet(&n.dirs.payload_dirs(), started + budget / 2);
     let is_quiet = quiet.quiet;
     let (hashed, logs) = settle::hash_state(
         &n.dirs.state,
