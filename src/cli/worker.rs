@@ -11,7 +11,7 @@ use crate::policy::node::DEFAULT_APPEND_ONLY_GLOB;
 use crate::policy::pool::{Budgets, PUBLICATION_TIMEOUT_DEFAULT_S};
 use crate::worker::dirs::WorkerDirs;
 use crate::worker::preflight::LocalAsset;
-use crate::worker::supervisor::{self, NodeSpec, RunSpec};
+use crate::worker::supervisor::{self, NodeSpec, Resume, RunSpec};
 
 #[derive(Debug, Subcommand)]
 pub enum WorkerCommand {
@@ -70,6 +70,17 @@ pub struct RunArgs {
     /// File names in the native-state directory that are append-only logs (`*` and `?`)
     #[arg(long, default_value = DEFAULT_APPEND_ONLY_GLOB)]
     append_only_glob: String,
+    /// Continue an earlier worker: its published directory (verified against its manifest;
+    /// the checkout starts from its workspace)
+    #[arg(long, value_name = "DIR", requires_all = ["worker_dir", "resume_state_from"])]
+    resume_from: Option<PathBuf>,
+    /// With --resume-from: the earlier worker's native-state directory, copied into this
+    /// worker's and checked against its recorded hashes
+    #[arg(long, value_name = "DIR", requires = "resume_from")]
+    resume_state_from: Option<PathBuf>,
+    /// This worker's generation (1 for a first run)
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    generation: u32,
     /// The payload's command and arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -113,6 +124,11 @@ pub fn run(cmd: &WorkerCommand) -> Result<u8, Failure> {
         native_state_s: a.native_state_budget,
         cleanup_s: a.cleanup_budget,
         append_only_glob: a.append_only_glob.clone(),
+        resume: a.resume_from.clone().map(|from| Resume {
+            from,
+            state_from: a.resume_state_from.clone().unwrap_or_default(),
+            generation: a.generation,
+        }),
     });
     let evidence_dir = match (&a.evidence_dir, &node) {
         (Some(e), _) => e.clone(),

@@ -251,6 +251,7 @@ fn batch_for<S: Scheduler>(
             budgets,
             append_only_glob: spec.append_only_glob.as_deref(),
             assets: &bound.assets,
+            resume: None,
         },
         &spec.command,
     );

@@ -238,6 +238,10 @@ pub enum StateClass {
     /// The payload was interrupted, or its state is not known to be consistent: kept as it
     /// is, for inspection; nothing may resume from it unattended.
     CrashClassPartial,
+    /// The payload saved its state and declared a checkpoint (the contract is in
+    /// docs/operations.md, "Checkpoints"): hashed and made read-only like a sealed state, and
+    /// what a continuation resumes from by default.
+    Checkpointed,
     /// The payload never started.
     Empty,
 }
@@ -247,6 +251,7 @@ impl StateClass {
         match self {
             StateClass::Sealed => "sealed",
             StateClass::CrashClassPartial => "crash_class_partial",
+            StateClass::Checkpointed => "checkpointed",
             StateClass::Empty => "empty",
         }
     }

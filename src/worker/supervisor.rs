@@ -60,6 +60,25 @@ pub struct NodeSpec {
     pub native_state_s: u32,
     pub cleanup_s: u32,
     pub append_only_glob: String,
+    /// Set when this worker continues an earlier one (a generation after the first).
+    pub resume: Option<Resume>,
+}
+
+/// What a continuation starts from: its predecessor's verified publication and native state.
+/// The supervisor checks both before the payload starts and refuses (exit 3) if either does
+/// not match what the predecessor recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resume {
+    /// The predecessor's published directory (`<published>/<worker>-<submission>`): its
+    /// manifest, `workspace.bundle`/`workspace.patch` (or workspace copy) and evidence. Given
+    /// to the payload, read-only, as `DISPATCH_RESUME_FROM`.
+    pub from: PathBuf,
+    /// The predecessor's native-state directory, copied (not shared) into this worker's own
+    /// and checked against the hashes the predecessor recorded.
+    pub state_from: PathBuf,
+    /// This worker's generation: 1 for a first run, its predecessor's plus one. Given to the
+    /// payload as `DISPATCH_GENERATION`.
+    pub generation: u32,
 }
 
 /// The argv that starts the supervisor around `command`: what `pool submit` runs in a step and
@@ -90,6 +109,11 @@ pub fn command_line(
         ("--cleanup-budget", budgets.cleanup_s.to_string().into()),
     ];
     flags.extend(sup.pool.map(|pool| ("--pool", pool.into())));
+    if let Some(r) = sup.resume {
+        flags.push(("--resume-from", r.from.clone().into_os_string()));
+        flags.push(("--resume-state-from", r.state_from.clone().into_os_string()));
+        flags.push(("--generation", r.generation.to_string().into()));
+    }
     flags.extend(
         sup.append_only_glob
             .map(|glob| ("--append-only-glob", glob.into())),
@@ -123,6 +147,8 @@ pub struct SupervisorArgs<'a> {
     pub budgets: Budgets,
     pub append_only_glob: Option<&'a str>,
     pub assets: &'a [AssetRecord],
+    /// A continuation's predecessor (`None` for a first run).
+    pub resume: Option<&'a Resume>,
 }
 
 pub fn journal_dir(evidence_dir: &Path) -> PathBuf {

@@ -476,6 +476,7 @@ fn step_request<S: Scheduler>(
             budgets: spec.budgets,
             append_only_glob: spec.append_only_glob.as_deref(),
             assets: &bound.assets,
+            resume: None,
         },
         &spec.command,
     );
