@@ -144,7 +144,7 @@ fn chromium() -> String {
     }
     panic!(
         "chromium is not installed: this test renders the report in a real headless browser. \
-         Install it with `apt-get install -y --no-install-recommends chromium` (.ci/run does)"
+         Install it with `apt-get install -y --no-install-recommends chromium` (tools/test does)"
     );
 }
 

@@ -44,7 +44,7 @@ pub fn require_bindfs() {
     const HOW: &str =
         "tests/two_hosts.rs models two login nodes as two bindfs (FUSE) mounts of one \
          directory and fails without them: install bindfs (`apt-get install bindfs`, which brings \
-         fusermount; `.ci/run` does it) and run where /dev/fuse exists (a container needs \
+         fusermount; `tools/test` does it) and run where /dev/fuse exists (a container needs \
          `--device /dev/fuse --cap-add SYS_ADMIN`)";
     if !Path::new("/dev/fuse").exists() {
         panic!("/dev/fuse does not exist. {HOW}");
