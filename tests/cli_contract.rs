@@ -1,5 +1,6 @@
-//! The CLI contract (`docs/cli.md`) checked against the binary: every command and flag is
-//! documented, the documentation names nothing that does not exist, "not found" is one exit
+//! The CLI contract (`docs/cli.md`) and the table of `docs/commands.md` checked against the
+//! binary: every command and flag is documented, the documentation names nothing that does not
+//! exist, "not found" is one exit
 //! code everywhere, hints name commands that parse, and completions and man pages cover every
 //! command.
 
@@ -387,4 +388,120 @@ fn every_help_example_parses() {
         }
     }
     assert!(checked > 40, "only {checked} examples");
+}
+
+fn commands_page() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/commands.md")).unwrap()
+}
+
+/// docs/commands.md's table: for each row, the command path its first cell names (the longest
+/// command path the cell's first backticked synopsis starts with) and every `--flag` that cell
+/// shows. A row naming no command is an error string.
+fn command_rows(page: &str, paths: &[String]) -> Vec<Result<(String, Vec<String>), String>> {
+    page.lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|row| {
+            let cell = row[1..].split(" | ").next().unwrap_or_default();
+            let synopsis = cell.split('`').nth(1).unwrap_or_default();
+            let path = paths
+                .iter()
+                .filter(|p| {
+                    let words = p.strip_prefix("dispatch ").unwrap_or(p);
+                    synopsis == words || synopsis.starts_with(&format!("{words} "))
+                })
+                .max_by_key(|p| p.len())
+                .ok_or_else(|| format!("a row names no command: {synopsis:?}"))?;
+            Ok((path.clone(), flags_in(cell)))
+        })
+        .collect()
+}
+
+/// Every flag written in `text`: `--name` (a lowercase letter, then letters, digits and `-`) or
+/// `-X` (one letter), each after a space, bracket, parenthesis or backtick.
+fn flags_in(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (at, _) in text.match_indices('-') {
+        let before_ok = at == 0 || text[..at].ends_with([' ', '[', '(', '`', '|']);
+        let rest = &text[at + 1..];
+        if !before_ok {
+            continue;
+        }
+        if let Some(long) = rest.strip_prefix('-') {
+            let name: String = long
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
+                .collect();
+            if name.starts_with(|c: char| c.is_ascii_lowercase()) {
+                found.push(format!("--{}", name.trim_end_matches('-')));
+            }
+        } else {
+            let mut chars = rest.chars();
+            let (letter, next) = (chars.next(), chars.next());
+            if letter.is_some_and(|c| c.is_ascii_alphabetic())
+                && next.is_none_or(|c| !c.is_alphanumeric() && c != '-')
+            {
+                found.push(format!("-{}", letter.unwrap()));
+            }
+        }
+    }
+    found
+}
+
+/// The flags a row must show for `cmd`: for each visible long flag, its long form and its short
+/// one if it has one (a row may show either).
+fn row_flags(cmd: &clap::Command) -> Vec<(String, Option<String>)> {
+    cmd.get_arguments()
+        .filter(|a| !a.is_global_set() && !a.is_hide_set())
+        .filter_map(|a| Some((a.get_long()?, a.get_short())))
+        .filter(|(l, _)| !matches!(*l, "help" | "version"))
+        .map(|(l, s)| (format!("--{l}"), s.map(|c| format!("-{c}"))))
+        .collect()
+}
+
+/// docs/commands.md has a row for every command (a group such as `pool` has none of its own),
+/// and each row shows every flag of its command (long, or its short form); it shows no flag
+/// the command lacks and no command the binary does not have.
+#[test]
+fn the_commands_table_shows_every_command_and_flag_and_nothing_else() {
+    let tree = command_paths();
+    let paths: Vec<String> = tree.iter().map(|(p, _)| p.clone()).collect();
+    let global: Vec<String> = row_flags(&Cli::command())
+        .into_iter()
+        .flat_map(|(l, s)| [Some(l), s])
+        .flatten()
+        .collect();
+    let mut wrong = Vec::new();
+    let mut shown: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for row in command_rows(&commands_page(), &paths) {
+        match row {
+            Ok((path, flags)) => shown.entry(path).or_default().extend(flags),
+            Err(e) => wrong.push(e),
+        }
+    }
+    for (path, cmd) in &tree {
+        if cmd.has_subcommands() {
+            continue;
+        }
+        let Some(flags) = shown.get(path) else {
+            wrong.push(format!("no row for `{path}`"));
+            continue;
+        };
+        let real = row_flags(cmd);
+        for (long, short) in &real {
+            if !flags.contains(long) && !short.as_ref().is_some_and(|s| flags.contains(s)) {
+                wrong.push(format!("{path}: the row lacks {long}"));
+            }
+        }
+        let known = |f: &String| {
+            global.contains(f) || real.iter().any(|(l, s)| l == f || s.as_ref() == Some(f))
+        };
+        for f in flags.iter().filter(|f| !known(f)) {
+            wrong.push(format!("{path}: the row shows {f}, which it does not have"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "docs/commands.md and the binary disagree:\n{}",
+        wrong.join("\n")
+    );
 }
