@@ -13,7 +13,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use multinode::{output, script, text, Cluster};
+use multinode::{output, script, text, Cluster, Job};
 use support::unique_name;
 
 const STEP_BOUND: Duration = Duration::from_secs(60);
@@ -866,4 +866,227 @@ fn a_multi_node_submit_killed_at_every_boundary_never_runs_a_step_on_an_unjourna
     assert_eq!(steps_seen, 2, "steps listed at the end");
     let audit = dispatch(None, &["audit", "--json"]);
     assert!(audit.status.success(), "{}", text(&audit.stdout));
+}
+
+/// `scontrol show job J`'s `KEY=value` fields.
+fn show_job(c: &Cluster, job: u32) -> BTreeMap<String, String> {
+    let out = output(
+        c.slurm("scontrol", &["show", "job", "-o", &job.to_string()]),
+        STEP_BOUND,
+    );
+    text(&out.stdout)
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// `sacct -n -P -j J -o JobID,State,ExitCode`: state and exit code by job or step id.
+fn sacct_states(c: &Cluster, job: u32) -> BTreeMap<String, (String, String)> {
+    let out = output(
+        c.slurm(
+            "sacct",
+            &[
+                "-n",
+                "-P",
+                "-j",
+                &job.to_string(),
+                "-o",
+                "JobID,State,ExitCode",
+            ],
+        ),
+        STEP_BOUND,
+    );
+    text(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split('|');
+            Some((
+                f.next()?.to_owned(),
+                (f.next()?.to_owned(), f.next()?.to_owned()),
+            ))
+        })
+        .collect()
+}
+
+/// Preemption on this cluster (`tools/slurm-dev-cluster … preempt on` when `status` says it is
+/// off; left on: other tests may rely on it, and nothing changes for a job while no `high` job
+/// waits for its resources). Returns the QOS normal's GraceTime.
+fn preemption_on() -> Duration {
+    let status = output(script(&["preempt", "status"]), STEP_BOUND);
+    let said = if status.status.success() {
+        text(&status.stdout)
+    } else {
+        let on = output(script(&["preempt", "on"]), Duration::from_secs(120));
+        assert!(
+            on.status.success(),
+            "preempt on: {}{}",
+            text(&on.stdout),
+            text(&on.stderr)
+        );
+        text(&on.stdout)
+    };
+    let grace = said
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("GraceTime="))
+        .map(|v| v.trim_end_matches(';'))
+        .unwrap_or_else(|| panic!("no GraceTime in {said:?}"));
+    let secs = grace
+        .split(':')
+        .try_fold(0u64, |acc, p| p.parse::<u64>().map(|n| acc * 60 + n))
+        .unwrap_or_else(|e| panic!("GraceTime={grace}: {e}"));
+    assert!(secs > 0, "a preempted job gets some grace: {said}");
+    Duration::from_secs(secs)
+}
+
+/// A child process killed (and reaped) when dropped, also when the test panics.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for(what: &str, bound: Duration, mut done: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(t0.elapsed() < bound, "{what}: not within {bound:?}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Issue 38: what dispatch will rely on when a pool's allocation is preempted, with the dev
+/// cluster's preemption on (QOS `high` preempts `normal`, PreemptMode=CANCEL, GraceTime on
+/// `normal`). A `high` job that needs node3 preempts the `normal` salloc allocation holding it
+/// (`--exclusive`, so no other job can be the one preempted): the step gets SIGTERM at once;
+/// during the grace `scontrol` shows the job RUNNING with `PreemptTime` set and `EndTime` =
+/// `PreemptTime` + GraceTime; at the end the job is PREEMPTED in `scontrol` (with `PreemptTime`)
+/// and in sacct, the step ended as its trap chose (COMPLETED 0:0), and the `high` job ran.
+#[test]
+fn a_high_job_preempts_a_normal_allocation_its_step_gets_term_and_it_ends_preempted() {
+    let c = Cluster::require();
+    let grace = preemption_on();
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let d = dir.path().display();
+    let normal = c.salloc(
+        &unique_name("mn-preempted"),
+        &[
+            "-q",
+            "normal",
+            "-N1",
+            "-w",
+            "node3",
+            "--exclusive",
+            "--mem=1000",
+        ],
+    );
+    let trap = format!(
+        "trap 'echo TERM >{d}/term; sleep 1; exit 0' TERM; echo up >{d}/up; \
+         while :; do sleep 0.2; done"
+    );
+    let job_id = normal.id.to_string();
+    let step_args = [
+        "--jobid",
+        &job_id,
+        "-n1",
+        "-c1",
+        "--mem=100",
+        "sh",
+        "-c",
+        &trap,
+    ];
+    let step = c
+        .slurm("srun", &step_args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map(KillOnDrop)
+        .expect("start srun");
+    let up = dir.path().join("up");
+    wait_for("the step started", STEP_BOUND, || up.exists());
+
+    let name = unique_name("mn-preemptor");
+    let sbatch = [
+        "--parsable",
+        "-q",
+        "high",
+        "-w",
+        "node3",
+        "-c1",
+        "--mem=100",
+        "-t",
+        "2",
+        "-o",
+        "/dev/null",
+        "-J",
+        &name,
+        "--wrap",
+        "true",
+    ];
+    let out = output(c.slurm("sbatch", &sbatch), STEP_BOUND);
+    let high = Job {
+        cluster: &c,
+        id: text(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("sbatch {sbatch:?}: {e}: {}", text(&out.stderr))),
+    };
+    let term = dir.path().join("term");
+    wait_for("the step's SIGTERM", Duration::from_secs(30), || {
+        term.exists()
+    });
+
+    let during = show_job(&c, normal.id);
+    let time = |fields: &BTreeMap<String, String>, key: &str| {
+        let v = &fields[key];
+        chrono::NaiveDateTime::parse_from_str(v, "%Y-%m-%dT%H:%M:%S")
+            .unwrap_or_else(|e| panic!("{key}={v}: {e} ({fields:?})"))
+    };
+    assert_eq!(during["JobState"], "RUNNING", "in its grace: {during:?}");
+    let grace_left = time(&during, "EndTime") - time(&during, "PreemptTime");
+    assert_eq!(
+        grace_left.num_seconds() as u64,
+        grace.as_secs(),
+        "EndTime = PreemptTime + GraceTime: {during:?}"
+    );
+
+    let bound = grace + Duration::from_secs(120);
+    wait_for("sacct shows the job PREEMPTED", bound, || {
+        sacct_states(&c, normal.id)
+            .get(&job_id)
+            .map(|s| s.0.as_str())
+            == Some("PREEMPTED")
+    });
+    let after = show_job(&c, normal.id);
+    assert_eq!(after["JobState"], "PREEMPTED", "{after:?}");
+    assert!(after["PreemptTime"] != "None", "{after:?}");
+    let step_state = sacct_states(&c, normal.id);
+    assert_eq!(
+        step_state.get(&format!("{job_id}.0")),
+        Some(&("COMPLETED".to_owned(), "0:0".to_owned())),
+        "the step ended as its TERM trap chose: {step_state:?}"
+    );
+    wait_for("the high job ran and ended", bound, || {
+        sacct_states(&c, high.id)
+            .get(&high.id.to_string())
+            .map(|s| s.0.as_str())
+            == Some("COMPLETED")
+    });
+    drop(step);
+    let left = output(
+        c.slurm(
+            "squeue",
+            &["-h", "-j", &format!("{job_id},{}", high.id), "-o", "%i %T"],
+        ),
+        STEP_BOUND,
+    );
+    let left = text(&left.stdout);
+    assert!(
+        left.lines()
+            .all(|l| l.ends_with("PREEMPTED") || l.ends_with("COMPLETED")),
+        "no job of this test is left pending or running: {left}"
+    );
 }
