@@ -388,3 +388,49 @@ fn every_help_example_parses() {
     }
     assert!(checked > 40, "only {checked} examples");
 }
+
+/// Issue 36 item 6: `--mem` takes what sbatch takes (`4GB`, `512MB`: both refused before), on
+/// every command that has it, and a refusal and `--help` name the forms that work.
+#[test]
+fn mem_takes_what_sbatch_takes_and_names_the_forms() {
+    let lines: [&[&str]; 3] = [
+        &[
+            "pool", "submit", "p", "--cpus", "1", "--mem", "MEM", "--", "true",
+        ],
+        &[
+            "submit", "--cpus", "1", "--mem", "MEM", "--time", "10", "--", "true",
+        ],
+        &[
+            "pool", "create", "p", "--cpus", "1", "--mem", "MEM", "--time", "10",
+        ],
+    ];
+    for line in lines {
+        for mem in ["4GB", "512MB", "4gb", "1024K", "512"] {
+            let argv: Vec<&str> = std::iter::once("dispatch")
+                .chain(line.iter().map(|a| if *a == "MEM" { mem } else { a }))
+                .collect();
+            if let Err(e) = Cli::try_parse_from(&argv) {
+                panic!("{argv:?}: {e}");
+            }
+        }
+        let argv: Vec<&str> = line
+            .iter()
+            .map(|a| if *a == "MEM" { "4.5G" } else { a })
+            .collect();
+        let out = dispatch(&argv);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{argv:?}: {err}");
+        assert!(err.contains("512M, 512MB, 4G, 4GB"), "{argv:?}: {err}");
+        let help: Vec<&str> = line
+            .iter()
+            .take_while(|a| !a.starts_with('-'))
+            .copied()
+            .collect();
+        let help = dispatch(&[help.as_slice(), &["--help"]].concat());
+        let help = String::from_utf8_lossy(&help.stdout);
+        assert!(
+            help.contains("512M, 512MB, 4G, 4GB"),
+            "{line:?} --help: {help}"
+        );
+    }
+}
