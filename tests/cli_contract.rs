@@ -434,3 +434,52 @@ fn mem_takes_what_sbatch_takes_and_names_the_forms() {
         );
     }
 }
+
+/// Issue 36 item 8: a command given without `--` is a usage error (exit 2) that says the
+/// command goes after `--` and shows the line corrected, which parses; in `--json` too.
+#[test]
+fn a_command_without_double_dash_is_shown_where_it_goes() {
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &[
+                "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "echo", "hi",
+            ],
+            "`dispatch pool submit p --cpus 1 --mem 100M -- echo hi`",
+        ),
+        (
+            &[
+                "submit", "--cpus", "1", "--mem", "1G", "--time", "10", "ls", "-l", "it's",
+            ],
+            r"`dispatch submit --cpus 1 --mem 1G --time 10 -- ls -l 'it'\''s'`",
+        ),
+        (
+            &["session", "launch", "m", "-T", "t", "echo", "hi"],
+            "`dispatch session launch m -T t -- echo hi`",
+        ),
+        (
+            &["session", "attach", "m", "-T", "t", "bash"],
+            "`dispatch session attach m -T t -- bash`",
+        ),
+    ];
+    for (args, corrected) in cases {
+        let out = dispatch(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("the command to run goes after `--`") && err.contains(corrected),
+            "{args:?}: {err}"
+        );
+        if !corrected.contains('\'') {
+            assert_hints_parse(args, corrected);
+        }
+        let json = dispatch(&[&["--json"], args].concat());
+        let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+        let message = doc["error"]["message"].as_str().unwrap();
+        let with_json = corrected.replacen("`dispatch ", "`dispatch --json ", 1);
+        assert!(message.contains(&with_json), "{args:?}: {message}");
+    }
+    // A word clap does not know where no command is taken gets no such hint.
+    let out = dispatch(&["pool", "status", "p", "extra"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("goes after `--`"));
+}

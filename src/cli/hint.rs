@@ -17,6 +17,13 @@ pub fn command_line(next: &Next<'_>) -> String {
     Line(next).to_string()
 }
 
+/// A line the user typed, with what it lacked put in (the words after `dispatch`), as a
+/// message shows it: each word shell-quoted where the shell would read it otherwise.
+pub fn typed_line(words: &[String]) -> String {
+    let words: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
+    format!("`dispatch {}`", words.join(" "))
+}
+
 struct Line<'a>(&'a Next<'a>);
 
 impl fmt::Display for Line<'_> {
