@@ -51,6 +51,9 @@ impl fmt::Display for Line<'_> {
             }
             Next::PoolDetach(pool) => write!(f, "pool detach {pool}"),
             Next::PoolStopWorker(worker) => write!(f, "pool stop-worker{}", Opt(" POOL ", worker)),
+            Next::PoolStopWorkerIn { pool, worker } => {
+                write!(f, "pool stop-worker {pool} {worker}")
+            }
             Next::SessionLaunch => f.write_str("session launch"),
             Next::SessionRelease => f.write_str("session release"),
             Next::Session {
