@@ -432,11 +432,13 @@ async fn run_release<S: Scheduler>(
     let note = |m: &str| super::output::note(m);
     let r = ops::release(ctx, pool, Duration::from_secs(grace), &note).await?;
     emit(json, &r, || {
+        let gone = r.job_id.map_or_else(
+            || "no allocation of it is left".to_owned(),
+            |j| format!("allocation {j} gone"),
+        );
         crate::outln!(
-            "pool {} released: allocation {} gone ({}); {} worker(s) released",
+            "pool {} released: {gone} ({}); {} worker(s) released",
             r.pool,
-            r.job_id
-                .map_or_else(|| "none was made".to_owned(), |j| j.to_string()),
             r.proof,
             r.workers.len()
         )

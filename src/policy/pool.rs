@@ -275,6 +275,20 @@ pub enum Refusal {
         Next::PoolRelease(pool)
     )]
     Releasing { pool: String, job_id: JobId },
+    /// Slurm keeps a creation's job pending for a reason waiting never changes
+    /// (`policy::pool_create::never_runs`); it was cancelled and proven over.
+    #[error(
+        "pool {pool:?}: allocation {job_id} can never run: Slurm keeps it PENDING ({reason}). \
+         It was cancelled ({proof}); nothing is left. {change}; then run {} again",
+        Next::PoolCreate(pool)
+    )]
+    NeverRuns {
+        pool: String,
+        job_id: JobId,
+        reason: String,
+        change: String,
+        proof: String,
+    },
 }
 
 /// The minimum lifetime an allocation must have left to be attached.
