@@ -233,3 +233,54 @@ fn a_release_that_finds_the_creations_job_over_names_it() {
     let (_, out, _) = fake.run(&["pool", "status", "--json"]);
     assert_eq!(out.trim(), r#"{"pools":[],"creating":[]}"#);
 }
+
+/// Issue 36 item 7: a job squeue shows PENDING for a reason that means it can never run is
+/// recorded, cancelled and, proven over, refused (exit 3) with the reason and what to change,
+/// well before `--wait`; the creation is over, nothing in flight.
+#[test]
+fn a_job_that_can_never_run_is_cancelled_and_refused_at_once() {
+    let fake = Fake::new();
+    fake.scenario(json!({"salloc": [{"hang": 60}], "squeue": [{"stdout": ""}]}));
+    let args = [
+        "pool", "create", "p", "--cpus", "64", "--mem", "4G", "--time", "1:00:00", "--wait", "60",
+    ];
+    let started = std::time::Instant::now();
+    let child = fake
+        .command(&args)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let name = intent_job_name(&fake);
+    fake.scenario(json!({
+        "salloc": [{"hang": 60}],
+        "scancel": [{"stdout": ""}],
+        "squeue": [
+            {"times": 1, "stdout": row("PENDING", &name).replace("|None|", "|PartitionConfig|")},
+            {"stdout": row("CANCELLED", &name)},
+        ],
+    }));
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(started.elapsed().as_secs() < 40, "{:?}", started.elapsed());
+    for needed in [
+        "allocation 901 can never run",
+        "PartitionConfig",
+        "--cpus",
+        "pool create p",
+    ] {
+        assert!(err.contains(needed), "{needed}: {err}");
+    }
+    let calls = fake.calls();
+    assert!(
+        calls
+            .iter()
+            .any(|(p, argv)| p == "scancel" && argv.contains(&"901".to_owned())),
+        "{calls:?}"
+    );
+    let kinds = fake.kinds();
+    let at = kinds.iter().position(|k| k == "PoolCreateJob").unwrap();
+    assert_eq!(kinds[at + 1..], ["PoolCreateFailed"], "{kinds:?}");
+    let (_, out, _) = fake.run(&["pool", "status", "--json"]);
+    assert_eq!(out.trim(), r#"{"pools":[],"creating":[]}"#);
+}
