@@ -196,12 +196,8 @@ fn slurm_value_fault(t: &Target) -> Option<(&'static str, &str, String)> {
         }
     }
     if let Some(mem) = &t.mem {
-        if let Err(e) = crate::slurm::MemoryMb::parse(mem) {
-            return Some((
-                "mem",
-                mem,
-                format!("{e}; give a size such as 500M, 4G or 1T"),
-            ));
+        if let Err(e) = crate::slurm::MemoryMb::parse_request(mem) {
+            return Some(("mem", mem, e.to_string()));
         }
     }
     None
@@ -644,6 +640,16 @@ confined = true
         assert!(e.contains("line 3: targets.t.time"), "{e}");
         let e = err("[targets]\nt.partition = \"p\"\nt.account = \"a\"\nt.mem = \"lots\"\n");
         assert!(e.contains("line 4: targets.t.mem"), "{e}");
+    }
+
+    /// Issue 36 item 6: the config's `mem` takes what sbatch takes (`4GB`), and a refusal names
+    /// the forms that work.
+    #[test]
+    fn mem_takes_what_sbatch_takes_and_names_the_forms() {
+        let ok = "[targets.t]\npartition = \"p\"\naccount = \"a\"\nmem = \"4GB\"\n";
+        Config::parse(ok, Path::new("c.toml")).unwrap();
+        let e = err("[targets.t]\npartition = \"p\"\naccount = \"a\"\nmem = \"4.5G\"\n");
+        assert!(e.contains("512M, 512MB, 4G, 4GB"), "{e}");
     }
 
     /// Issue 21 item 10: a partition, account or qos that is not one Slurm word fails at load

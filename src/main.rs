@@ -11,29 +11,10 @@ use dispatch::ops::context::Ctx;
 use dispatch::slurm::{CliConfig, CliScheduler};
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            if !e.use_stderr() {
-                return ExitCode::from(exit::OK); // --help, --version
-            }
-            // A script that asked for --json gets its one document even for a usage error.
-            if std::env::args_os().any(|a| a == "--json") {
-                let message = e.render().to_string();
-                // The first paragraph: the error itself, without usage and help hints.
-                let message = message
-                    .trim_start_matches("error: ")
-                    .split("\n\n")
-                    .next()
-                    .unwrap_or_default()
-                    .trim_end();
-                let doc =
-                    serde_json::json!({"error": {"exit_code": exit::USAGE, "message": message}});
-                dispatch::outln!("{doc}");
-            }
-            return ExitCode::from(exit::USAGE);
-        }
+        Err(e) => return usage_error(&args, e),
     };
     init_tracing(cli.verbose, cli.quiet, &cli.color);
     if let Some(secs) = cli.wait_lock {
@@ -53,6 +34,38 @@ fn main() -> ExitCode {
         }
     };
     ExitCode::from(code)
+}
+
+/// Clap's error (with a tip where `cli::usage` has one), exit 2; `--help` and `--version`
+/// exit 0.
+fn usage_error(args: &[std::ffi::OsString], e: clap::Error) -> ExitCode {
+    let tip = cli::usage::tip(args, &e);
+    let e = match &tip {
+        Some(tip) => cli::usage::with_tip(e, tip),
+        None => e,
+    };
+    let _ = e.print();
+    if !e.use_stderr() {
+        return ExitCode::from(exit::OK); // --help, --version
+    }
+    // A script that asked for --json gets its one document even for a usage error.
+    if args.iter().any(|a| a == "--json") {
+        let message = e.render().to_string();
+        // The first paragraph: the error itself, without usage and help hints; and the tip.
+        let message = message
+            .trim_start_matches("error: ")
+            .split("\n\n")
+            .next()
+            .unwrap_or_default()
+            .trim_end();
+        let message = match tip {
+            Some(tip) => format!("{message}; {tip}"),
+            None => message.to_owned(),
+        };
+        let doc = serde_json::json!({"error": {"exit_code": exit::USAGE, "message": message}});
+        dispatch::outln!("{doc}");
+    }
+    ExitCode::from(exit::USAGE)
 }
 
 fn run(cli: &Cli) -> Result<u8, exit::Failure> {

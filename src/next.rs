@@ -34,6 +34,11 @@ pub enum Next<'a> {
     PoolDetach(Arg<'a>),
     /// With a worker, its pool too.
     PoolStopWorker(Option<Arg<'a>>),
+    /// `pool stop-worker POOL WORKER` of one worker, its pool named.
+    PoolStopWorkerIn {
+        pool: Arg<'a>,
+        worker: Arg<'a>,
+    },
     SessionLaunch,
     SessionRelease,
     /// `session VERB MIRROR -T TARGET` of one session (the names shell-quoted).

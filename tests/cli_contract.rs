@@ -505,3 +505,98 @@ fn the_commands_table_shows_every_command_and_flag_and_nothing_else() {
         wrong.join("\n")
     );
 }
+
+/// Issue 36 item 6: `--mem` takes what sbatch takes (`4GB`, `512MB`: both refused before), on
+/// every command that has it, and a refusal and `--help` name the forms that work.
+#[test]
+fn mem_takes_what_sbatch_takes_and_names_the_forms() {
+    let lines: [&[&str]; 3] = [
+        &[
+            "pool", "submit", "p", "--cpus", "1", "--mem", "MEM", "--", "true",
+        ],
+        &[
+            "submit", "--cpus", "1", "--mem", "MEM", "--time", "10", "--", "true",
+        ],
+        &[
+            "pool", "create", "p", "--cpus", "1", "--mem", "MEM", "--time", "10",
+        ],
+    ];
+    for line in lines {
+        for mem in ["4GB", "512MB", "4gb", "1024K", "512"] {
+            let argv: Vec<&str> = std::iter::once("dispatch")
+                .chain(line.iter().map(|a| if *a == "MEM" { mem } else { a }))
+                .collect();
+            if let Err(e) = Cli::try_parse_from(&argv) {
+                panic!("{argv:?}: {e}");
+            }
+        }
+        let argv: Vec<&str> = line
+            .iter()
+            .map(|a| if *a == "MEM" { "4.5G" } else { a })
+            .collect();
+        let out = dispatch(&argv);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{argv:?}: {err}");
+        assert!(err.contains("512M, 512MB, 4G, 4GB"), "{argv:?}: {err}");
+        let help: Vec<&str> = line
+            .iter()
+            .take_while(|a| !a.starts_with('-'))
+            .copied()
+            .collect();
+        let help = dispatch(&[help.as_slice(), &["--help"]].concat());
+        let help = String::from_utf8_lossy(&help.stdout);
+        assert!(
+            help.contains("512M, 512MB, 4G, 4GB"),
+            "{line:?} --help: {help}"
+        );
+    }
+}
+
+/// Issue 36 item 8: a command given without `--` is a usage error (exit 2) that says the
+/// command goes after `--` and shows the line corrected, which parses; in `--json` too.
+#[test]
+fn a_command_without_double_dash_is_shown_where_it_goes() {
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &[
+                "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "echo", "hi",
+            ],
+            "`dispatch pool submit p --cpus 1 --mem 100M -- echo hi`",
+        ),
+        (
+            &[
+                "submit", "--cpus", "1", "--mem", "1G", "--time", "10", "ls", "-l", "it's",
+            ],
+            r"`dispatch submit --cpus 1 --mem 1G --time 10 -- ls -l 'it'\''s'`",
+        ),
+        (
+            &["session", "launch", "m", "-T", "t", "echo", "hi"],
+            "`dispatch session launch m -T t -- echo hi`",
+        ),
+        (
+            &["session", "attach", "m", "-T", "t", "bash"],
+            "`dispatch session attach m -T t -- bash`",
+        ),
+    ];
+    for (args, corrected) in cases {
+        let out = dispatch(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("the command to run goes after `--`") && err.contains(corrected),
+            "{args:?}: {err}"
+        );
+        if !corrected.contains('\'') {
+            assert_hints_parse(args, corrected);
+        }
+        let json = dispatch(&[&["--json"], args].concat());
+        let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+        let message = doc["error"]["message"].as_str().unwrap();
+        let with_json = corrected.replacen("`dispatch ", "`dispatch --json ", 1);
+        assert!(message.contains(&with_json), "{args:?}: {message}");
+    }
+    // A word clap does not know where no command is taken gets no such hint.
+    let out = dispatch(&["pool", "status", "p", "extra"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("goes after `--`"));
+}

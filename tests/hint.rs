@@ -48,6 +48,10 @@ fn each_next_reads_as_its_command_line() {
         ),
         (Next::PoolStopWorker(None), "pool stop-worker"),
         (Next::PoolStopWorker(Some(w)), "pool stop-worker POOL w1"),
+        (
+            Next::PoolStopWorkerIn { pool: p, worker: w },
+            "pool stop-worker p1 w1",
+        ),
         (Next::SessionLaunch, "session launch"),
         (Next::SessionRelease, "session release"),
         (

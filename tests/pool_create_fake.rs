@@ -151,3 +151,136 @@ fn an_empty_listing_never_lets_a_second_salloc_through_within_the_settle_delay()
     let r: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(r["creations"][0]["outcome"], "unknown", "{r}");
 }
+
+/// The job name of the creation in flight, from its `PoolCreateIntent` (written before salloc
+/// runs), waited for while `child` runs.
+fn intent_job_name(fake: &Fake) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, out, _) = fake.run(&["journal", "dump", "--json", "--kind", "PoolCreateIntent"]);
+        // Before the create made the journal, dump says there is none.
+        let first: Option<Value> = out.lines().next().map(|l| serde_json::from_str(l).unwrap());
+        if let Some(name) = first.as_ref().and_then(|e| e["event"]["job_name"].as_str()) {
+            return name.to_owned();
+        }
+        assert!(std::time::Instant::now() < deadline, "no PoolCreateIntent");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// Issue 36 item 7: a create interrupted while salloc waits, after squeue named its job (the
+/// progress line on stderr said "job 901 is PENDING"): `pool status` names that job, not "not
+/// known yet", and `pool release` cancels it and names it in its message.
+#[test]
+fn an_interrupted_create_names_the_job_squeue_showed_in_status_and_release() {
+    let fake = Fake::new();
+    fake.scenario(json!({"salloc": [{"hang": 60}], "squeue": [{"stdout": ""}]}));
+    let args = [
+        "pool", "create", "p", "--cpus", "4", "--mem", "4G", "--time", "1:00:00", "--wait", "60",
+    ];
+    let mut child = fake.command(&args).spawn().unwrap();
+    let name = intent_job_name(&fake);
+    fake.scenario(json!({
+        "salloc": [{"hang": 60}],
+        "squeue": [{"stdout": row("PENDING", &name).replace("|None|", "|Resources|")}],
+    }));
+    // Until squeue was asked by name at least once (and a little more for the append).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !fake.programs().iter().any(|p| p == "squeue") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            fake.programs()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let (_, out, _) = fake.run(&["pool", "status", "--json"]);
+    let status: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(status["creating"][0]["job_id"], 901, "{status}");
+    let (_, out, _) = fake.run(&["pool", "status"]);
+    assert!(out.contains("job 901"), "{out}");
+    assert!(!out.contains("not known yet"), "{out}");
+
+    fake.scenario(json!({
+        "scancel": [{"stdout": ""}],
+        "squeue": [
+            {"times": 1, "stdout": row("PENDING", &name)},
+            {"stdout": row("CANCELLED", &name)},
+        ],
+    }));
+    let (code, out, err) = fake.run(&["pool", "release", "p"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("allocation 901 gone"), "{out}");
+    assert!(!out.contains("none"), "{out}");
+}
+
+/// Issue 36 item 7: a creation whose job is found by name already over (salloc cancelled it
+/// when the create was interrupted) is released naming that job, not "allocation none was
+/// made gone (squeue shows job 901 CANCELLED)".
+#[test]
+fn a_release_that_finds_the_creations_job_over_names_it() {
+    let fake = Fake::new();
+    let name = interrupted_create(&fake);
+    fake.scenario(json!({"squeue": [{"stdout": row("CANCELLED", &name)}]}));
+    let (code, out, err) = fake.run(&["pool", "release", "p"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("allocation 901 gone"), "{out}");
+    assert!(!out.contains("none was made"), "{out}");
+    let (_, out, _) = fake.run(&["pool", "status", "--json"]);
+    assert_eq!(out.trim(), r#"{"pools":[],"creating":[]}"#);
+}
+
+/// Issue 36 item 7: a job squeue shows PENDING for a reason that means it can never run is
+/// recorded, cancelled and, proven over, refused (exit 3) with the reason and what to change,
+/// well before `--wait`; the creation is over, nothing in flight.
+#[test]
+fn a_job_that_can_never_run_is_cancelled_and_refused_at_once() {
+    let fake = Fake::new();
+    fake.scenario(json!({"salloc": [{"hang": 60}], "squeue": [{"stdout": ""}]}));
+    let args = [
+        "pool", "create", "p", "--cpus", "64", "--mem", "4G", "--time", "1:00:00", "--wait", "60",
+    ];
+    let started = std::time::Instant::now();
+    let child = fake
+        .command(&args)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let name = intent_job_name(&fake);
+    fake.scenario(json!({
+        "salloc": [{"hang": 60}],
+        "scancel": [{"stdout": ""}],
+        "squeue": [
+            {"times": 1, "stdout": row("PENDING", &name).replace("|None|", "|PartitionConfig|")},
+            {"stdout": row("CANCELLED", &name)},
+        ],
+    }));
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(started.elapsed().as_secs() < 40, "{:?}", started.elapsed());
+    for needed in [
+        "allocation 901 can never run",
+        "PartitionConfig",
+        "--cpus",
+        "pool create p",
+    ] {
+        assert!(err.contains(needed), "{needed}: {err}");
+    }
+    let calls = fake.calls();
+    assert!(
+        calls
+            .iter()
+            .any(|(p, argv)| p == "scancel" && argv.contains(&"901".to_owned())),
+        "{calls:?}"
+    );
+    let kinds = fake.kinds();
+    let at = kinds.iter().position(|k| k == "PoolCreateJob").unwrap();
+    assert_eq!(kinds[at + 1..], ["PoolCreateFailed"], "{kinds:?}");
+    let (_, out, _) = fake.run(&["pool", "status", "--json"]);
+    assert_eq!(out.trim(), r#"{"pools":[],"creating":[]}"#);
+}

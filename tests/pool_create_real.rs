@@ -383,3 +383,44 @@ fn a_release_killed_at_any_point_is_finished_by_the_next_release() {
         st.audit_ok();
     }
 }
+
+/// Issue 36 item 7: a request no node of the partition can hold (`--cpus 64` on the dev
+/// cluster's node) pends on 22.05 with `PartitionConfig`, which waiting never changes: refused
+/// at once (exit 3, not after `--wait`) with the reason and what to change, its job recorded,
+/// cancelled and proven over, nothing left in flight. (24.11 refuses it at submission.)
+#[test]
+fn a_request_that_can_never_run_is_refused_at_once_with_what_to_change() {
+    let _one = one_at_a_time();
+    let _cluster = require_cluster();
+    let pool = unique("never");
+    let _cleanup = Cleanup(names_of(&pool));
+    let st = State::new();
+    let started = std::time::Instant::now();
+    let r = st.run(&[
+        "pool", "create", &pool, "--cpus", "64", "--mem", "100M", "--time", "10:00", "--wait", "45",
+    ]);
+    let took = started.elapsed();
+    assert_eq!(r.code, 3, "{}{}", r.stdout, r.stderr);
+    assert!(took.as_secs() < 30, "took {took:?}: {}", r.stderr);
+    for needed in [
+        "can never run",
+        "PartitionConfig",
+        "--cpus",
+        "cancelled",
+        "pool create",
+    ] {
+        assert!(r.stderr.contains(needed), "{needed}: {}", r.stderr);
+    }
+    assert!(live_jobs_of(&pool).is_empty(), "{:?}", live_jobs_of(&pool));
+    let status = json(&st.run(&["pool", "status", "--json"]).stdout);
+    assert_eq!(status["creating"], serde_json::json!([]), "{status}");
+    assert_eq!(status["pools"], serde_json::json!([]), "{status}");
+    let kinds = st.run(&["journal", "dump", "--json"]).stdout;
+    for kind in ["PoolCreateIntent", "PoolCreateJob", "PoolCreateFailed"] {
+        assert!(
+            kinds.contains(&format!("\"kind\":\"{kind}\"")),
+            "{kind}: {kinds}"
+        );
+    }
+    st.audit_ok();
+}

@@ -577,3 +577,50 @@ fn a_supervisor_killed_at_any_point_leaves_a_journal_that_says_how_far_it_got() 
         assert!(r.cleaned.is_none(), "{point}: cleanup recorded");
     }
 }
+
+/// Issue 36 item 5: `pool detach` of a pool whose worker exited (its own journal says so) but
+/// is not yet reconciled names `reconcile`, which proves it over, not `pool stop-worker`; a
+/// worker whose step may still run is named with `pool stop-worker`.
+#[test]
+fn detach_names_reconcile_for_an_exited_worker_and_stop_worker_for_a_running_one() {
+    use dispatch::event::pool::WorkerSubmitIntent;
+    use dispatch::event::Event;
+
+    let x = OnePoolWorker::new();
+    let detach = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_dispatch"))
+            .arg("--state-dir")
+            .arg(&x.sd)
+            .args(["pool", "detach", "p"])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = detach();
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        err.contains("`dispatch reconcile`") && err.contains("exited") && err.contains("w"),
+        "{err}"
+    );
+    assert!(!err.contains("stop-worker"), "{err}");
+
+    x.record(vec![Event::WorkerSubmitIntent(WorkerSubmitIntent {
+        pool: "p".into(),
+        worker: "busy".into(),
+        submission_id: uuid::Uuid::new_v4(),
+        cpus: 1,
+        mem_mb: 100,
+        publication_timeout_s: 30,
+        command: vec!["sleep".into(), "1000".into()],
+    })]);
+    let (code, err) = detach();
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        err.contains("busy") && err.contains("`dispatch pool stop-worker p busy`"),
+        "{err}"
+    );
+    assert!(err.contains("`dispatch reconcile`"), "{err}");
+}

@@ -17,6 +17,13 @@ pub fn command_line(next: &Next<'_>) -> String {
     Line(next).to_string()
 }
 
+/// A line the user typed, with what it lacked put in (the words after `dispatch`), as a
+/// message shows it: each word shell-quoted where the shell would read it otherwise.
+pub fn typed_line(words: &[String]) -> String {
+    let words: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
+    format!("`dispatch {}`", words.join(" "))
+}
+
 struct Line<'a>(&'a Next<'a>);
 
 impl fmt::Display for Line<'_> {
@@ -44,6 +51,9 @@ impl fmt::Display for Line<'_> {
             }
             Next::PoolDetach(pool) => write!(f, "pool detach {pool}"),
             Next::PoolStopWorker(worker) => write!(f, "pool stop-worker{}", Opt(" POOL ", worker)),
+            Next::PoolStopWorkerIn { pool, worker } => {
+                write!(f, "pool stop-worker {pool} {worker}")
+            }
             Next::SessionLaunch => f.write_str("session launch"),
             Next::SessionRelease => f.write_str("session release"),
             Next::Session {

@@ -22,6 +22,7 @@ pub mod shell;
 pub mod submit;
 pub mod table;
 pub mod trial;
+pub mod usage;
 pub mod watch;
 pub mod worker;
 

@@ -16,7 +16,7 @@ fn parse_job_id(s: &str) -> Result<JobId, String> {
 }
 
 fn parse_mem(s: &str) -> Result<MemoryMb, String> {
-    let m = MemoryMb::parse(s).map_err(|e| format!("{e}: give a size such as 500M, 4G or 1T"))?;
+    let m = MemoryMb::parse_request(s).map_err(|e| e.to_string())?;
     if m.get() == 0 {
         return Err("memory must be at least 1M".to_owned());
     }
@@ -54,7 +54,8 @@ pub struct WorkerArgs {
     /// CPUs reserved for the worker
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub cpus: u32,
-    /// Memory reserved for the worker (500M, 4G, 1T; a bare number is MB)
+    /// Memory reserved for the worker: whole MB (512) or a whole number with a unit K, M, G or
+    /// T, optionally followed by B (512M, 512MB, 4G, 4GB, 1T)
     #[arg(long, value_parser = parse_mem)]
     pub mem: MemoryMb,
     /// Worker name (default: w-<8 hex digits of the submission id>)
@@ -147,7 +148,8 @@ pub struct CreateArgs {
     /// CPUs of the allocation on each node (the pool's capacity)
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub cpus: u32,
-    /// Memory of the allocation on each node (500M, 4G, 1T; a bare number is MB)
+    /// Memory of the allocation on each node: whole MB (512) or a whole number with a unit K,
+    /// M, G or T, optionally followed by B (512M, 512MB, 4G, 4GB, 1T)
     #[arg(long, value_parser = parse_mem)]
     pub mem: MemoryMb,
     /// Nodes of the allocation. Over one node it is made with `--no-kill`: a failed node ends
@@ -430,11 +432,13 @@ async fn run_release<S: Scheduler>(
     let note = |m: &str| super::output::note(m);
     let r = ops::release(ctx, pool, Duration::from_secs(grace), &note).await?;
     emit(json, &r, || {
+        let gone = r.job_id.map_or_else(
+            || "no allocation of it is left".to_owned(),
+            |j| format!("allocation {j} gone"),
+        );
         crate::outln!(
-            "pool {} released: allocation {} gone ({}); {} worker(s) released",
+            "pool {} released: {gone} ({}); {} worker(s) released",
             r.pool,
-            r.job_id
-                .map_or_else(|| "none was made".to_owned(), |j| j.to_string()),
             r.proof,
             r.workers.len()
         )

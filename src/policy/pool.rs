@@ -1,12 +1,16 @@
 //! Placement and lifetime decisions for pools: may this allocation be attached, may this worker
 //! be submitted, when must a worker start shutting down.
 
+use std::collections::BTreeSet;
+
+use uuid::Uuid;
+
 use crate::event::pool::Allocation;
 use crate::event::Micros;
 use crate::next::Next::{self, Submit};
 use crate::policy::placement::{self, NoNode};
 use crate::slurm::{JobId, NodeShare};
-use crate::state::pool::{Pool, Pools, Resources};
+use crate::state::pool::{Pool, Pools, Resources, Worker, WorkerState};
 
 /// The publication timeout's default (CLI.md), in whole seconds.
 pub const PUBLICATION_TIMEOUT_DEFAULT_S: u32 = 30;
@@ -244,11 +248,15 @@ pub enum Refusal {
     },
     #[error("no pool {pool:?}; {} lists the pools", Next::PoolStatus(None))]
     NoPool { pool: String },
-    #[error(
-        "pool {pool:?} still has {workers} worker(s) holding budget; stop them first ({})",
-        Next::PoolStopWorker(None)
-    )]
-    WorkersHoldBudget { pool: String, workers: usize },
+    /// Workers still hold budget: those whose step may still run are stopped
+    /// (`pool stop-worker`); those whose own journal says they exited need only `reconcile`,
+    /// which proves their steps over.
+    #[error("{}", workers_hold_budget(pool, running, exited))]
+    WorkersHoldBudget {
+        pool: String,
+        running: Vec<String>,
+        exited: Vec<String>,
+    },
     #[error(
         "pool {pool:?} is attached to your allocation {job_id}, which dispatch never cancels; {} \
          forgets the pool (then `scancel {job_id}` ends the allocation if you want)",
@@ -267,6 +275,20 @@ pub enum Refusal {
         Next::PoolRelease(pool)
     )]
     Releasing { pool: String, job_id: JobId },
+    /// Slurm keeps a creation's job pending for a reason waiting never changes
+    /// (`policy::pool_create::never_runs`); it was cancelled and proven over.
+    #[error(
+        "pool {pool:?}: allocation {job_id} can never run: Slurm keeps it PENDING ({reason}). \
+         It was cancelled ({proof}); nothing is left. {change}; then run {} again",
+        Next::PoolCreate(pool)
+    )]
+    NeverRuns {
+        pool: String,
+        job_id: JobId,
+        reason: String,
+        change: String,
+        proof: String,
+    },
 }
 
 /// The minimum lifetime an allocation must have left to be attached.
@@ -527,8 +549,58 @@ pub fn check_room(
     place_in(pool, facts, ask)
 }
 
-/// May `pool` be detached?
-pub fn check_detach(pools: &Pools, pool: &str) -> Result<(), Refusal> {
+/// Names shown in one refusal; the rest are counted.
+const NAMES_SHOWN: usize = 5;
+
+/// `a, b, c and 2 more`.
+fn some_names(names: &[String]) -> String {
+    let shown = names[..names.len().min(NAMES_SHOWN)].join(", ");
+    match names.len().saturating_sub(NAMES_SHOWN) {
+        0 => shown,
+        more => format!("{shown} and {more} more"),
+    }
+}
+
+/// [`Refusal::WorkersHoldBudget`]'s words: each kind of worker with what frees it.
+fn workers_hold_budget(pool: &str, running: &[String], exited: &[String]) -> String {
+    let mut parts = Vec::new();
+    if let Some(first) = running.first() {
+        let stop = Next::PoolStopWorkerIn {
+            pool: &pool,
+            worker: first,
+        };
+        let each = if running.len() > 1 {
+            ", one by one"
+        } else {
+            ""
+        };
+        parts.push(format!(
+            "{} worker(s) whose step may still run ({}): stop them first{each} ({stop})",
+            running.len(),
+            some_names(running),
+        ));
+    }
+    if !exited.is_empty() {
+        parts.push(format!(
+            "{} worker(s) that exited, as their own journals say, but whose end is not yet \
+             reconciled ({}): {} (or {}) proves their steps over and frees their budget",
+            exited.len(),
+            some_names(exited),
+            Next::Reconcile,
+            Next::PoolRefresh,
+        ));
+    }
+    format!(
+        "pool {pool:?} still has workers holding budget; nothing was done. {}; then {} again",
+        parts.join("; "),
+        Next::PoolDetach(&pool),
+    )
+}
+
+/// May `pool` be detached? `ended`: the active workers whose own journal says the payload
+/// exited (or the supervisor finished), read by the caller; a worker the state already
+/// records as exited counts too.
+pub fn check_detach(pools: &Pools, pool: &str, ended: &BTreeSet<Uuid>) -> Result<(), Refusal> {
     let p = pools.pools.get(pool).ok_or_else(|| Refusal::NoPool {
         pool: pool.to_owned(),
     })?;
@@ -540,9 +612,15 @@ pub fn check_detach(pools: &Pools, pool: &str) -> Result<(), Refusal> {
         });
     }
     if !p.active.is_empty() {
+        let (exited, running): (Vec<&Worker>, Vec<&Worker>) = p
+            .active
+            .values()
+            .partition(|w| w.state == WorkerState::Exited || ended.contains(&w.submission_id));
+        let names = |ws: Vec<&Worker>| ws.into_iter().map(|w| w.name.clone()).collect();
         return Err(Refusal::WorkersHoldBudget {
             pool: pool.to_owned(),
-            workers: p.active.len(),
+            running: names(running),
+            exited: names(exited),
         });
     }
     Ok(())
@@ -644,6 +722,48 @@ mod tests {
             check_attach(&pools, "p", &facts(), "ana", now),
             Err(Refusal::PoolExists { .. })
         ));
+    }
+
+    /// Issue 36 item 5: a detach refused for workers tells a worker whose step may still run
+    /// (stop it) from one whose end is only not yet reconciled (reconcile).
+    #[test]
+    fn detach_tells_workers_to_stop_from_workers_to_reconcile() {
+        let now = Micros::from_secs(NOW);
+        let mut pools = attached();
+        let none = BTreeSet::new();
+        assert_eq!(check_detach(&pools, "p", &none), Ok(()));
+        for (n, name) in [(1, "run"), (2, "done"), (3, "seen")] {
+            let x = crate::policy::fixtures::intent("p", name, Uuid::from_u128(n));
+            pools.submit(now, &x);
+        }
+        pools.exited(&crate::event::pool::WorkerExited {
+            submission_id: Uuid::from_u128(3),
+            code: Some(0),
+            signal: None,
+        });
+        let ended = BTreeSet::from([Uuid::from_u128(2)]);
+        let e = check_detach(&pools, "p", &ended).unwrap_err();
+        assert_eq!(
+            e,
+            Refusal::WorkersHoldBudget {
+                pool: "p".into(),
+                running: vec!["run".into()],
+                exited: vec!["done".into(), "seen".into()],
+            }
+        );
+        let text = e.to_string();
+        for needed in [
+            "(run): stop them first (`dispatch pool stop-worker p run`)",
+            "(done, seen): `dispatch reconcile` (or `dispatch pool status --refresh`)",
+            "then `dispatch pool detach p` again",
+        ] {
+            assert!(text.contains(needed), "{needed}: {text}");
+        }
+        let all = BTreeSet::from([Uuid::from_u128(1), Uuid::from_u128(2)]);
+        let text = check_detach(&pools, "p", &all).unwrap_err().to_string();
+        assert!(!text.contains("stop-worker"), "{text}");
+        let many: Vec<String> = (0..7).map(|i| format!("w{i}")).collect();
+        assert_eq!(some_names(&many), "w0, w1, w2, w3, w4 and 2 more");
     }
 
     #[test]

@@ -96,9 +96,100 @@ pub fn seen_by_id(
     }
 }
 
+/// What a pending creation's request must change (a sentence) when Slurm's reason says it can never run: the
+/// request is more than the partition's nodes hold, or past a per-job (or per-node) maximum of
+/// the partition, QOS or association. Waiting never changes that (only an administrator
+/// does), so `pool create` refuses at once instead of waiting out `--wait`. `None`: the job
+/// may still run (Resources, Priority, `ReqNodeNotAvail, UnavailableNodes:…` for nodes down
+/// or drained for now, aggregate limits `AssocGrp*`/`QOSGrp*`, per-user or per-account
+/// limits that the user's own jobs ending frees, holds, dependencies).
+/// Slurm's reason codes: https://slurm.schedmd.com/job_reason_codes.html; 22.05 pends a
+/// `--cpus` past every node with `PartitionConfig` where 24.11 refuses it at submission.
+pub fn never_runs(state: &JobState, reason: &str) -> Option<&'static str> {
+    if *state != JobState::Pending {
+        return None;
+    }
+    let per_job_limit = (reason.starts_with("QOSMax") || reason.starts_with("AssocMax"))
+        && (reason.contains("PerJob") || reason.contains("PerNode"));
+    Some(match reason {
+        "PartitionConfig" => {
+            "No node of the partition has that much: ask for fewer --cpus, less --mem or \
+             fewer --gpus-per-node, fewer --nodes, or another partition"
+        }
+        "PartitionNodeLimit" => {
+            "--nodes is outside the partition's node limits (or the nodes it needs are down \
+             or drained): ask for fewer --nodes, or another partition"
+        }
+        "PartitionTimeLimit" => {
+            "--time is past the partition's time limit (`scontrol show partition` shows \
+             MaxTime): ask for less --time, or another partition"
+        }
+        "BadConstraints" => {
+            "Its constraints cannot be met (--nodelist, or what the request asks of a node): \
+             name another node, or ask for less"
+        }
+        "InvalidAccount" | "InvalidQOS" | "AccountNotAllowed" | "QOSNotAllowed" => {
+            "The account or QOS cannot be used here: choose another (--account, --qos, or \
+             the target's in the config)"
+        }
+        _ if per_job_limit => {
+            "It is past a per-job or per-node maximum of its QOS or association \
+             (`sacctmgr show qos`, `sacctmgr show assoc` list them): ask for less, or use \
+             another QOS or account"
+        }
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 36 item 7: the reasons that mean a pending job can never run, and some that do
+    /// not (it may run once resources, nodes or the user's other jobs free up).
+    #[test]
+    fn never_runs_only_on_reasons_waiting_cannot_change() {
+        let pending = JobState::Pending;
+        for reason in [
+            "PartitionConfig",
+            "PartitionNodeLimit",
+            "PartitionTimeLimit",
+            "QOSMaxCpuPerJobLimit",
+            "QOSMaxMemoryPerJob",
+            "QOSMaxWallDurationPerJobLimit",
+            "QOSMaxGRESPerNode",
+            "AssocMaxCpuPerJobLimit",
+            "AssocMaxNodePerJobLimit",
+            "BadConstraints",
+            "InvalidAccount",
+        ] {
+            assert!(never_runs(&pending, reason).is_some(), "{reason}");
+        }
+        for reason in [
+            "Resources",
+            "Priority",
+            "None",
+            "ReqNodeNotAvail, UnavailableNodes:vm",
+            "ReqNodeNotAvail",
+            "AssocGrpCpuLimit",
+            "QOSGrpNodeLimit",
+            "QOSMaxJobsPerUserLimit",
+            "QOSMaxCpuPerUserLimit",
+            "MaxCpuPerAccount",
+            "JobHeldUser",
+            "Dependency",
+            "BeginTime",
+            "NodeDown",
+            "",
+        ] {
+            assert_eq!(never_runs(&pending, reason), None, "{reason}");
+        }
+        assert_eq!(never_runs(&JobState::Running, "PartitionConfig"), None);
+        let cpus = never_runs(&pending, "PartitionConfig").unwrap();
+        assert!(cpus.contains("--cpus"), "{cpus}");
+        let time = never_runs(&pending, "PartitionTimeLimit").unwrap();
+        assert!(time.contains("--time"), "{time}");
+    }
     use crate::event::pool::PoolOwned;
     use crate::event::Micros;
     use crate::policy::fixtures::{attached, create_intent};

@@ -35,7 +35,7 @@ pub use duration::SlurmDuration;
 pub use error::{ParseError, Parsed, Refusal, RequestError, SlurmError};
 pub use exit_code::ExitCode;
 pub use ids::{JobId, JobRef, SlurmId, StepId, StepKind};
-pub use memory::MemoryMb;
+pub use memory::{MemoryMb, MEMORY_REQUEST_FORMS};
 pub use nodes::NodeShare;
 pub use request::{
     AcctQuery, AllocRequest, BatchPayload, BatchRequest, CancelTarget, JobName, JobQuery,

@@ -241,7 +241,7 @@ pub fn journal_of(ops: &[Op]) -> Vec<Event> {
             }
             Op::Detach(pool) => {
                 let name = format!("p{pool}");
-                if pool::check_detach(&state.pools, &name).is_ok() {
+                if pool::check_detach(&state.pools, &name, &Default::default()).is_ok() {
                     push(
                         &mut state,
                         &mut events,

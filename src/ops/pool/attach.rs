@@ -1,7 +1,12 @@
 //! `dispatch pool attach` and `pool detach`: a user's running allocation becomes a pool, and stops being one.
 
-use serde::Serialize;
+use std::collections::BTreeSet;
+use std::path::Path;
 
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::ingest::{extends_ingested, read_worker_journal};
 use super::{journal_id, locked, read_facts};
 use crate::event::host::current_host;
 use crate::event::overrides::AllocationStolen;
@@ -16,6 +21,7 @@ use crate::policy::forget::reason_problem;
 use crate::policy::holder::{self, Holder, Holding};
 use crate::policy::pool::{self as policy, AllocationFacts};
 use crate::slurm::{Answer, JobId, Scheduler};
+use crate::state::State;
 
 #[derive(Debug, Serialize)]
 pub struct AttachReport {
@@ -311,7 +317,8 @@ pub struct DetachReport {
 pub async fn detach<S: Scheduler>(ctx: &Ctx<S>, pool: &str) -> Result<DetachReport, OpError> {
     let (job_id, journal) = {
         let (_writer, loaded) = ctx.lock_and_load()?;
-        policy::check_detach(&loaded.state.pools, pool)?;
+        let ended = ended_by_journal(&ctx.pools_dir(), &loaded.state, pool);
+        policy::check_detach(&loaded.state.pools, pool, &ended)?;
         let p = &loaded.state.pools.pools[pool];
         (p.allocation.clone(), journal_id(&loaded.state))
     };
@@ -325,7 +332,8 @@ pub async fn detach<S: Scheduler>(ctx: &Ctx<S>, pool: &str) -> Result<DetachRepo
         }
     };
     locked(ctx, |writer, state| {
-        policy::check_detach(&state.pools, pool)?;
+        let ended = ended_by_journal(&ctx.pools_dir(), state, pool);
+        policy::check_detach(&state.pools, pool, &ended)?;
         if state.pools.pools[pool].allocation != job_id {
             return Err(OpError::Failed(format!(
                 "pool {pool} was attached anew while this detach asked Slurm; nothing was \
@@ -355,6 +363,25 @@ pub async fn detach<S: Scheduler>(ctx: &Ctx<S>, pool: &str) -> Result<DetachRepo
         unmarked,
         warnings,
     })
+}
+
+/// The active workers of `pool` whose own journal, still trusted, says they ended (the payload
+/// exited, or the supervisor finished): a detach's refusal names `reconcile` for them, which
+/// proves their steps over, and `pool stop-worker` only for the others.
+fn ended_by_journal(pools_dir: &Path, state: &State, pool: &str) -> BTreeSet<Uuid> {
+    let Some(p) = state.pools.pools.get(pool) else {
+        return BTreeSet::new();
+    };
+    p.active
+        .values()
+        .filter(|w| w.journal_damage.is_none())
+        .filter(|w| {
+            matches!(read_worker_journal(pools_dir, pool, w),
+                Ok(Some(r)) if extends_ingested(w, &r).is_ok()
+                    && (r.exited.is_some() || r.finished.is_some()))
+        })
+        .map(|w| w.submission_id)
+        .collect()
 }
 
 /// The comment `job` is to get once detached, if it now holds this journal's mark; a job

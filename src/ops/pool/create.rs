@@ -36,6 +36,12 @@ use crate::state::State;
 
 /// How often a wait says it is still waiting, and the pause between its polls.
 const PROGRESS_EVERY: Duration = Duration::from_secs(15);
+/// How often squeue is asked about the job salloc waits for: its id is recorded as soon as it
+/// is listed, and a reason that means it can never run ends the wait.
+const LOOK_EVERY: Duration = Duration::from_secs(3);
+/// How long salloc gets to exit once the job it waits for was cancelled (it says the job was
+/// revoked and exits at once).
+const SALLOC_AFTER_CANCEL: Duration = Duration::from_secs(10);
 const POLL_EVERY: Duration = Duration::from_secs(2);
 /// Failed polls in a row after which a wait gives up (outcome unknown).
 const UNKNOWN_POLLS: u32 = 5;
@@ -221,28 +227,22 @@ pub async fn create<S: Scheduler>(
         (earlier, journal_id(&loaded.state))
     };
     if let Some(c) = earlier {
-        match settle_creation(ctx, &c, deadline, progress).await? {
-            Settled::Attached(allocation) => {
-                return Ok(report(
-                    pool,
-                    CreateAction::Adopted,
-                    &c.intent.job_name,
-                    &allocation,
-                ))
-            }
-            Settled::Ended(proof) => progress(&format!(
-                "the earlier create of pool {pool} left no allocation ({proof}); creating one"
-            )),
-            Settled::Waiting { job, state, reason } => {
-                return Err(still_waiting(pool, job, &state, &reason, req.wait))
-            }
+        if let Some(adopted) = settle_earlier(ctx, &c, req.wait, deadline, progress).await? {
+            return Ok(adopted);
         }
     }
 
     let (intent, alloc) = write_intent(ctx, req, time_s, journal)?;
     let name = alloc.name.clone();
     failpoint::hit("pool-create-after-intent");
-    let answer = allocate_with_progress(ctx, &alloc, pool, progress).await;
+    let answer = match allocate_with_progress(ctx, &alloc, &intent, progress).await? {
+        Waited::Answered(answer) => answer,
+        Waited::NeverRuns {
+            job,
+            reason,
+            change,
+        } => return Err(cancelled_never_runs(ctx, &intent, (job, reason, change)).await),
+    };
     failpoint::hit("pool-create-after-salloc");
     let (job, unclear) = salloc_job(ctx, &intent, answer)?;
     let how = if unclear.is_some() {
@@ -278,6 +278,35 @@ pub async fn create<S: Scheduler>(
     }
 }
 
+/// An earlier, interrupted creation of the pool, settled first: its allocation adopted (the
+/// report), or proven to leave nothing (`None`: a new one is created), or still pending.
+async fn settle_earlier<S: Scheduler>(
+    ctx: &Ctx<S>,
+    c: &Creation,
+    wait: Duration,
+    deadline: Instant,
+    progress: Progress<'_>,
+) -> Result<Option<CreateReport>, OpError> {
+    let pool = c.intent.pool.as_str();
+    match settle_creation(ctx, c, deadline, progress).await? {
+        Settled::Attached(allocation) => Ok(Some(report(
+            pool,
+            CreateAction::Adopted,
+            &c.intent.job_name,
+            &allocation,
+        ))),
+        Settled::Ended(proof) => {
+            progress(&format!(
+                "the earlier create of pool {pool} left no allocation ({proof}); creating one"
+            ));
+            Ok(None)
+        }
+        Settled::Waiting { job, state, reason } => {
+            Err(still_waiting(pool, job, &state, &reason, wait))
+        }
+    }
+}
+
 fn report(pool: &str, action: CreateAction, name: &str, a: &Allocation) -> CreateReport {
     CreateReport {
         pool: pool.to_owned(),
@@ -302,35 +331,107 @@ fn still_waiting(pool: &str, job: JobId, state: &str, reason: &str, wait: Durati
     ))
 }
 
-/// salloc blocks while its job is pending: meanwhile, say every [`PROGRESS_EVERY`] what
-/// Slurm says it waits for (squeue's reason).
+/// What salloc's wait came to.
+enum Waited {
+    /// salloc answered.
+    Answered(Result<crate::slurm::Allocated, ActionError>),
+    /// Slurm keeps its job pending for a reason waiting never changes
+    /// (`policy::never_runs`); the job is recorded and was cancelled.
+    NeverRuns {
+        job: JobId,
+        reason: String,
+        change: &'static str,
+    },
+}
+
+/// salloc blocks while its job is pending: meanwhile squeue is asked by the job's name every
+/// [`LOOK_EVERY`]. The job it lists is recorded at once (`PoolCreateJob`, found by name), so a
+/// create interrupted from then on leaves its job named for `pool status` and `pool release`;
+/// a reason that means the job can never run cancels it; and every [`PROGRESS_EVERY`] the
+/// user is told what Slurm says it waits for.
 async fn allocate_with_progress<S: Scheduler>(
     ctx: &Ctx<S>,
     alloc: &AllocRequest,
-    pool: &str,
+    intent: &PoolCreateIntent,
     progress: Progress<'_>,
-) -> Result<crate::slurm::Allocated, ActionError> {
+) -> Result<Waited, OpError> {
+    let pool = intent.pool.as_str();
     let salloc = ctx.sched.allocate(alloc);
     tokio::pin!(salloc);
     let started = Instant::now();
+    let (mut told, mut recorded) = (started, false);
     loop {
         tokio::select! {
-            answer = &mut salloc => return answer,
-            () = tokio::time::sleep(PROGRESS_EVERY) => {
-                let rows = ctx.sched.list_jobs(&JobQuery::mine_named(alloc.name.clone())).await;
-                let said = rows
-                    .live()
-                    .and_then(|rows| rows.into_iter().next())
-                    .map(|r| format!("job {} is {} ({})", r.job_id, r.state, r.reason))
-                    .unwrap_or_else(|| "squeue does not list it yet".to_owned());
-                progress(&format!(
-                    "waiting for the allocation of pool {pool}: {said}; {} s so far (salloc gives \
-                     up and cancels it after --wait)",
-                    started.elapsed().as_secs()
-                ));
+            answer = &mut salloc => return Ok(Waited::Answered(answer)),
+            () = tokio::time::sleep(LOOK_EVERY) => {}
+        }
+        let rows = ctx
+            .sched
+            .list_jobs(&JobQuery::mine_named(alloc.name.clone()))
+            .await;
+        let row = rows
+            .live()
+            .and_then(|rows| rows.into_iter().find(|r| r.name == alloc.name.as_str()));
+        if let Some(r) = &row {
+            if !recorded {
+                record_job(ctx, intent, r.job_id, "name")?;
+                recorded = true;
+            }
+            if let Some(change) = policy::never_runs(&r.state, &r.reason) {
+                if let Err(e) = ctx.sched.cancel_job(r.job_id).await {
+                    tracing::warn!("scancel {}: {e}", r.job_id);
+                }
+                // salloc sees its job revoked and exits; its answer says nothing more.
+                let _ = tokio::time::timeout(SALLOC_AFTER_CANCEL, &mut salloc).await;
+                let (job, reason) = (r.job_id, r.reason.clone());
+                return Ok(Waited::NeverRuns {
+                    job,
+                    reason,
+                    change,
+                });
             }
         }
+        if told.elapsed() >= PROGRESS_EVERY {
+            let said = row
+                .map(|r| format!("job {} is {} ({})", r.job_id, r.state, r.reason))
+                .unwrap_or_else(|| "squeue does not list it yet".to_owned());
+            progress(&format!(
+                "waiting for the allocation of pool {pool}: {said}; {} s so far (salloc gives \
+                 up and cancels it after --wait)",
+                started.elapsed().as_secs()
+            ));
+            told = Instant::now();
+        }
     }
+}
+
+/// A creation whose job can never run, cancelled ([`Waited::NeverRuns`]): proven over, it is
+/// a definite failure, refused (exit 3) with what to change; else exit 4, and `pool release`
+/// finishes it (the job is recorded).
+async fn cancelled_never_runs<S: Scheduler>(
+    ctx: &Ctx<S>,
+    intent: &PoolCreateIntent,
+    (job, reason, change): (JobId, String, &str),
+) -> OpError {
+    let pool = intent.pool.clone();
+    let Some(proof) = await_proof(STOP_PROOF_TIMEOUT, || job_over(ctx, job)).await else {
+        return OpError::Unknown(format!(
+            "allocation {job} of pool {pool} can never run (PENDING, {reason}); it was \
+             cancelled but is not proven gone. {} finishes it",
+            Next::PoolRelease(&pool)
+        ));
+    };
+    let failure = format!("never runs: PENDING ({reason}); cancelled: {proof}");
+    if let Err(e) = creation_failed(ctx, intent, true, failure) {
+        return e;
+    }
+    OpError::Refused(Refusal::NeverRuns {
+        pool,
+        job_id: job,
+        reason,
+        change: change.to_owned(),
+        proof,
+    })
 }
 
 /// salloc did not grant the allocation and named no job: a definite refusal is exit 1 with
@@ -440,7 +541,7 @@ pub(crate) async fn settle_creation<S: Scheduler>(
 ) -> Result<Settled, OpError> {
     let job = match find_job(ctx, c, true, progress).await? {
         Found::Job(job) => job,
-        Found::Nothing(proof) => return Ok(Settled::Ended(proof)),
+        Found::Nothing(_, proof) => return Ok(Settled::Ended(proof)),
         Found::Unknown(why) => return Err(OpError::Unknown(why)),
     };
     attach_created(ctx, &c.intent, job, deadline, progress).await
@@ -449,8 +550,8 @@ pub(crate) async fn settle_creation<S: Scheduler>(
 pub(crate) enum Found {
     /// Its job (recorded).
     Job(JobId),
-    /// Proven never made, or made and over (recorded).
-    Nothing(String),
+    /// Proven never made, or made (the job, when found) and over (recorded).
+    Nothing(Option<JobId>, String),
     Unknown(String),
 }
 
@@ -545,13 +646,13 @@ pub(crate) async fn find_job<S: Scheduler>(
                 ));
                 if let Some(over) = over {
                     creation_failed(ctx, intent, true, over.clone())?;
-                    return Ok(Found::Nothing(over));
+                    return Ok(Found::Nothing(Some(job), over));
                 }
                 return Ok(Found::Job(job));
             }
             Lost::NeverCreated(proof) => {
                 creation_failed(ctx, intent, true, proof.clone())?;
-                return Ok(Found::Nothing(proof));
+                return Ok(Found::Nothing(None, proof));
             }
             Lost::Unknown(_) if wait && now < settled_at => {
                 if told.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY) {
@@ -763,7 +864,7 @@ pub(crate) async fn reconcile_creation<S: Scheduler>(
     };
     let job = match find_job(ctx, c, false, &quiet).await {
         Ok(Found::Job(job)) => job,
-        Ok(Found::Nothing(proof)) => return outcome(CreationOutcome::Ended, proof),
+        Ok(Found::Nothing(_, proof)) => return outcome(CreationOutcome::Ended, proof),
         Ok(Found::Unknown(why)) => return outcome(CreationOutcome::Unknown, why),
         Err(e) => return outcome(CreationOutcome::Unknown, e.to_string()),
     };

@@ -25,7 +25,8 @@ use crate::state::pool::*;
 #[derive(Debug, Serialize)]
 pub struct ReleaseReport {
     pub pool: String,
-    /// The allocation cancelled; none when the creation never made one.
+    /// The allocation cancelled (or found over); none when no job of the creation was ever
+    /// known (it made none, or one `scancel --name` cancelled).
     pub job_id: Option<JobId>,
     /// What proved it gone (or never made).
     pub proof: String,
@@ -64,10 +65,10 @@ async fn release_creation<S: Scheduler>(
     let pool = c.intent.pool.clone();
     let job = match find_job(ctx, c, true, progress).await? {
         Found::Job(job) => job,
-        Found::Nothing(proof) => {
+        Found::Nothing(job_id, proof) => {
             return Ok(ReleaseReport {
                 pool,
-                job_id: None,
+                job_id,
                 proof,
                 workers: Vec::new(),
             })

@@ -106,7 +106,7 @@ pub fn placement(env: &Env<'_, impl Scheduler>, r: &Resolved) -> Result<Placemen
     let mem = t
         .mem
         .as_deref()
-        .map(|m| MemoryMb::parse(m).map_err(|e| bad("mem", m, e.to_string())))
+        .map(|m| MemoryMb::parse_request(m).map_err(|e| bad("mem", m, e.to_string())))
         .transpose()?;
     let p = Placement {
         partition: Some(t.partition.clone()),
