@@ -101,7 +101,8 @@ pub fn seen_by_id(
 /// the partition, QOS or association. Waiting never changes that (only an administrator
 /// does), so `pool create` refuses at once instead of waiting out `--wait`. `None`: the job
 /// may still run (Resources, Priority, `ReqNodeNotAvail, UnavailableNodes:…` for nodes down
-/// or drained for now, aggregate limits `AssocGrp*`/`QOSGrp*`, per-user or per-account
+/// or drained for now, `PartitionNodeLimit`, which Slurm also gives while the nodes a job
+/// needs are down or drained, aggregate limits `AssocGrp*`/`QOSGrp*`, per-user or per-account
 /// limits that the user's own jobs ending frees, holds, dependencies).
 /// Slurm's reason codes: https://slurm.schedmd.com/job_reason_codes.html; 22.05 pends a
 /// `--cpus` past every node with `PartitionConfig` where 24.11 refuses it at submission.
@@ -115,10 +116,6 @@ pub fn never_runs(state: &JobState, reason: &str) -> Option<&'static str> {
         "PartitionConfig" => {
             "No node of the partition has that much: ask for fewer --cpus, less --mem or \
              fewer --gpus-per-node, fewer --nodes, or another partition"
-        }
-        "PartitionNodeLimit" => {
-            "--nodes is outside the partition's node limits (or the nodes it needs are down \
-             or drained): ask for fewer --nodes, or another partition"
         }
         "PartitionTimeLimit" => {
             "--time is past the partition's time limit (`scontrol show partition` shows \
@@ -152,7 +149,6 @@ mod tests {
         let pending = JobState::Pending;
         for reason in [
             "PartitionConfig",
-            "PartitionNodeLimit",
             "PartitionTimeLimit",
             "QOSMaxCpuPerJobLimit",
             "QOSMaxMemoryPerJob",
@@ -180,6 +176,7 @@ mod tests {
             "Dependency",
             "BeginTime",
             "NodeDown",
+            "PartitionNodeLimit",
             "",
         ] {
             assert_eq!(never_runs(&pending, reason), None, "{reason}");
