@@ -28,8 +28,7 @@ fn main() -> ExitCode {
                     .next()
                     .unwrap_or_default()
                     .trim_end();
-                let doc =
-                    serde_json::json!({"error": {"exit_code": exit::USAGE, "message": message}});
+                let doc = exit::Failure::new(exit::USAGE, message).document();
                 dispatch::outln!("{doc}");
             }
             return ExitCode::from(exit::USAGE);
@@ -46,8 +45,7 @@ fn main() -> ExitCode {
             eprintln!("dispatch: {}", f.message);
             if cli.json {
                 // Scripts reading --json still get exactly one document.
-                let doc = serde_json::json!({"error": {"exit_code": f.code, "message": f.message}});
-                dispatch::outln!("{doc}");
+                dispatch::outln!("{}", f.document());
             }
             f.code
         }
