@@ -1101,4 +1101,38 @@ mod tests {
         assert!(matches!(e, JournalError::TailMoved { .. }), "{e}");
         assert_eq!(std::fs::read(&next).unwrap(), b"the other writer's segment");
     }
+
+    /// A journal being created is no journal until it is whole: a reader looking at every
+    /// moment of a creation (each write paused) finds either no segment, or segment 1 with its
+    /// Genesis; never a segment with its header alone, nor a torn Genesis.
+    #[test]
+    fn a_journal_is_never_seen_before_its_genesis() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        for round in 0..10 {
+            let dir = tempfile::tempdir().unwrap();
+            let done = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    crate::failpoint::arm_on_this_thread("journal-before-write=sleep:5").unwrap();
+                    let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
+                    assert!(w.opened().created);
+                    done.store(true, Ordering::SeqCst);
+                });
+                while !done.load(Ordering::SeqCst) {
+                    if segment::list(dir.path()).unwrap().is_empty() {
+                        continue;
+                    }
+                    let (status, last_seq) = scanned(dir.path());
+                    assert_eq!((status, last_seq), (Status::Clean, 1), "round {round}");
+                }
+            });
+            assert_eq!(scanned(dir.path()), (Status::Clean, 1));
+            let names: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".tmp"))
+                .collect();
+            assert!(names.is_empty(), "round {round}: {names:?} left behind");
+        }
+    }
 }
