@@ -27,8 +27,7 @@ fn main() -> ExitCode {
             eprintln!("dispatch: {}", f.message);
             if cli.json {
                 // Scripts reading --json still get exactly one document.
-                let doc = serde_json::json!({"error": {"exit_code": f.code, "message": f.message}});
-                dispatch::outln!("{doc}");
+                dispatch::outln!("{}", f.document());
             }
             f.code
         }
@@ -62,7 +61,7 @@ fn usage_error(args: &[std::ffi::OsString], e: clap::Error) -> ExitCode {
             Some(tip) => format!("{message}; {tip}"),
             None => message.to_owned(),
         };
-        let doc = serde_json::json!({"error": {"exit_code": exit::USAGE, "message": message}});
+        let doc = exit::Failure::new(exit::USAGE, message).document();
         dispatch::outln!("{doc}");
     }
     ExitCode::from(exit::USAGE)

@@ -252,6 +252,68 @@ fn dump_prints_json_lines_within_from_and_to() {
 }
 
 #[test]
+fn dump_of_a_worker_the_journal_never_named_is_not_found_and_says_what_to_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    // w0, and w1 of one event: its intent (seq 9).
+    let state = state_with_events(tmp.path(), 8);
+    for worker in ["nosuch", "00000000-0000-0000-0000-00005eed0009"] {
+        let r = dispatch(&state, &["journal", "dump", "--worker", worker]);
+        assert_eq!(r.code, 3, "{worker}: {}", r.stderr);
+        assert!(r.stdout.is_empty(), "{}", r.stdout);
+        assert!(
+            r.stderr.contains(&format!("no worker {worker:?}")),
+            "{}",
+            r.stderr
+        );
+        assert!(r.stderr.contains("`dispatch pool status`"), "{}", r.stderr);
+    }
+    // A worker the journal names is found, even when no event of it passes the other filters.
+    let r = dispatch(&state, &["journal", "dump", "--worker", "w1"]);
+    assert_eq!((r.code, r.stdout.lines().count()), (0, 1), "{}", r.stderr);
+    let r = dispatch(
+        &state,
+        &[
+            "journal",
+            "dump",
+            "--worker",
+            "w1",
+            "--kind",
+            "WorkerExited",
+        ],
+    );
+    assert_eq!((r.code, r.stdout.as_str()), (0, ""), "{}", r.stderr);
+    let r = dispatch(
+        &state,
+        &[
+            "journal",
+            "dump",
+            "--worker",
+            "00000000-0000-0000-0000-00005eed0001",
+            "--from",
+            "99",
+        ],
+    );
+    assert_eq!((r.code, r.stdout.as_str()), (0, ""), "{}", r.stderr);
+}
+
+#[test]
+fn dump_of_an_unknown_kind_lists_the_kinds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = state_with_events(tmp.path(), 1);
+    let r = dispatch(&state, &["journal", "dump", "--kind", "WorkerExit"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    for kind in [
+        "Genesis",
+        "WorkerSubmitIntent",
+        "WorkerExited",
+        "PayloadExited",
+    ] {
+        assert!(r.stderr.contains(kind), "{kind}: {}", r.stderr);
+    }
+    assert!(r.stderr.contains("\"WorkerExit\""), "{}", r.stderr);
+}
+
+#[test]
 fn out_of_range_flag_values_are_usage_errors_that_name_the_range() {
     let tmp = tempfile::tempdir().unwrap();
     let state = state_with_events(tmp.path(), 2);

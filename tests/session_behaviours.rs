@@ -138,7 +138,8 @@ impl Scripted {
 
 fn err_text(r: Result<impl std::fmt::Debug, OpError>) -> (String, &'static str) {
     let e = r.expect_err("expected an error");
-    let kind = match &e {
+    // An error about the session's job (named by the error document) is its error's kind.
+    let kind = match e.underlying() {
         OpError::Failed(_) => "failed",
         OpError::Unknown(_) => "unknown",
         OpError::SessionRefused(_) => "refused",

@@ -532,10 +532,16 @@ fn crash_while_held_then_relaunch_releases_it() {
         launch.extend(["--wait", "1"]);
         let r = f.run(&launch);
         assert_eq!(r.code, 1, "{point}: {}", r.stderr);
-        let message = json_of(&r)["error"]["message"].as_str().unwrap().to_owned();
+        let error = json_of(&r)["error"].clone();
+        let message = error["message"].as_str().unwrap().to_owned();
         assert!(
             message.contains("31337") && message.contains("still PENDING"),
             "{point}: {message}"
+        );
+        assert_eq!(
+            (&error["job_id"], &error["state"]),
+            (&json!(31337), &json!("PENDING")),
+            "{point}: {error}"
         );
         assert!(
             f.calls().contains(&release(31337)),
@@ -545,6 +551,48 @@ fn crash_while_held_then_relaunch_releases_it() {
         assert!(!f.programs().contains(&"sbatch".to_owned()), "{point}");
         assert!(!f.programs().contains(&"scancel".to_owned()), "{point}");
     }
+}
+
+/// Issue 36 item 13: a launch that adopts a job still PENDING when its `--wait` runs out fails
+/// (exit 1), and its error document names the job, its state and that it was adopted: the job
+/// is the session's now, and a script must be able to tell which.
+#[test]
+fn an_adopted_job_still_pending_after_the_wait_is_named_by_the_error_document() {
+    let pending = row("4242", "PENDING", "", T, NAME);
+    let f = Fake::new(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": pending},
+            {"match": ["--jobs=4242"], "stdout": pending},
+        ],
+        "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
+    }));
+    let mut launch = LAUNCH_T.to_vec();
+    launch.extend(["--wait", "1"]);
+    let r = f.run(&launch);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let error = &json_of(&r)["error"];
+    assert_eq!(
+        (
+            &error["exit_code"],
+            &error["job_id"],
+            &error["state"],
+            &error["action"]
+        ),
+        (
+            &json!(1),
+            &json!(4242),
+            &json!("PENDING"),
+            &json!("adopted")
+        ),
+        "{error}"
+    );
+    let message = error["message"].as_str().unwrap();
+    for what in ["job 4242", "adopted", "still PENDING"] {
+        assert!(message.contains(what), "{what}: {message}");
+    }
+    assert!(r.stderr.contains(message), "{}", r.stderr);
+    assert!(!f.programs().contains(&"sbatch".to_owned()));
+    assert!(!f.programs().contains(&"scancel".to_owned()));
 }
 
 /// An attach after such a crash settles the held job too (it would otherwise never run):

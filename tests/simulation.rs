@@ -707,7 +707,7 @@ impl Run {
                 format!("ok {ok:?}")
             }
             Outcome::Session(Err(e)) => {
-                if matches!(e, OpError::Unknown(_)) {
+                if matches!(e.underlying(), OpError::Unknown(_)) {
                     self.stats.unknown_outcomes += 1;
                 }
                 format!("error: {e}")

@@ -24,6 +24,8 @@ pub const DAMAGED: u8 = 5;
 pub struct Failure {
     pub code: u8,
     pub message: String,
+    /// Keys the `--json` error document carries beside `exit_code` and `message` (docs/cli.md).
+    pub detail: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Failure {
@@ -31,7 +33,17 @@ impl Failure {
         Failure {
             code,
             message: message.into(),
+            detail: serde_json::Map::new(),
         }
+    }
+
+    /// The `--json` error document: `{"error": {"exit_code", "message", …detail}}`.
+    pub fn document(&self) -> serde_json::Value {
+        let mut error = serde_json::Map::new();
+        error.insert("exit_code".to_owned(), self.code.into());
+        error.insert("message".to_owned(), self.message.clone().into());
+        error.extend(self.detail.clone());
+        serde_json::json!({ "error": error })
     }
 }
 
@@ -76,6 +88,14 @@ impl From<OpError> for Failure {
             OpError::Config(c) => Failure::new(USAGE, c.to_string()),
             OpError::Journal(j) => j.into(),
             OpError::StateDir(s) => s.into(),
+            OpError::AboutJob(about) => {
+                let mut f = Failure::from(*about.error);
+                let job_id = serde_json::to_value(about.job_id).expect("a job id is a number");
+                f.detail.insert("job_id".to_owned(), job_id);
+                f.detail.insert("state".to_owned(), about.state.into());
+                f.detail.insert("action".to_owned(), about.action.into());
+                f
+            }
         }
     }
 }

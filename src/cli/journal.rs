@@ -241,6 +241,10 @@ fn run_dump(
             exit::DAMAGED
         });
     }
+    if let Some(worker) = filter.worker_never_named() {
+        let not_found = crate::ops::inspect::InspectError::NotFound(worker.to_owned());
+        return Err(Failure::new(exit::REFUSED, not_found.to_string()));
+    }
     Ok(exit::OK)
 }
 

@@ -252,7 +252,7 @@ impl<E: Vocabulary> JournalWriter<E> {
         let core = match &head {
             None => {
                 opened.created = true;
-                create_journal(dir)?
+                create_journal::<E>(dir, &opts, &actor, &lease)?
             }
             Some(head) => {
                 let (core, repaired) = reopen_at(head, torn.as_ref())?;
@@ -704,12 +704,30 @@ fn classify_for_open<E: Vocabulary>(
     Ok((scan.head, torn))
 }
 
-/// Start a new journal: a fresh id and its first segment, starting from the genesis chain.
-fn create_journal(dir: &Path) -> Result<Core, JournalError> {
+/// Start a new journal: a fresh id and its first segment, starting from the genesis chain and
+/// holding the `Genesis` event before it takes its name (journal-format.md §7). A reader never
+/// sees a journal whose creation is not complete: before the name, there is no journal at all.
+/// A segment with its header only would read as a journal at seq 0 that the genesis then
+/// continues, and a reader that took it for the journal (the coordinator ingesting a worker's)
+/// would find the chain it noted at seq 0 gone.
+fn create_journal<E: Vocabulary>(
+    dir: &Path,
+    opts: &Options,
+    actor: &Actor,
+    lease: &Lease,
+) -> Result<Core, JournalError> {
     let journal_id = *Uuid::new_v4().as_bytes();
     let chain = frame::genesis_chain(&journal_id);
-    let (file, len) = create_segment(dir, journal_id, 1, 1, chain)?;
-    Ok(Core::new(file, journal_id, 1, chain, 1, len, None))
+    let (file, len, tmp) = start_segment(dir, journal_id, 1, 1, chain)?;
+    let mut core = Core::new(file, journal_id, 1, chain, 1, len, None);
+    let genesis = E::genesis(Genesis {
+        journal_id: Uuid::from_bytes(journal_id),
+        format_version: FORMAT_VERSION,
+    });
+    core.commit(dir, opts, actor, &[genesis], lease)?;
+    put_in_place_once(&tmp, &dir.join(segment::file_name(1)))?;
+    fsync_dir(dir)?;
+    Ok(core)
 }
 
 /// Open the last segment for appending at `head`, cutting the torn tail first (or finding a
@@ -812,7 +830,8 @@ fn put_in_place_once(tmp: &Path, path: &Path) -> Result<(), JournalError> {
     }
 }
 
-/// Create a segment durably: header to a temp file, fsync, rename, fsync the directory.
+/// Create a segment durably: header to a temp file, fsync, link into place, fsync the
+/// directory.
 fn create_segment(
     dir: &Path,
     journal_id: [u8; 16],
@@ -820,6 +839,22 @@ fn create_segment(
     first_seq: u64,
     prev_chain: Chain,
 ) -> Result<(File, u64), JournalError> {
+    let (file, len, tmp) = start_segment(dir, journal_id, segment_no, first_seq, prev_chain)?;
+    put_in_place_once(&tmp, &dir.join(segment::file_name(segment_no)))?;
+    fsync_dir(dir)?;
+    Ok((file, len))
+}
+
+/// A segment under its temporary name (`segment-NNNNNNNN.djl.tmp`, which readers ignore):
+/// its header written and `fsync`ed, the file open for appending, and that name. A file of that
+/// name, left by a writer that died before moving it into place, is replaced.
+fn start_segment(
+    dir: &Path,
+    journal_id: [u8; 16],
+    segment_no: u64,
+    first_seq: u64,
+    prev_chain: Chain,
+) -> Result<(File, u64, PathBuf), JournalError> {
     let header = SegmentHeader {
         format_version: FORMAT_VERSION,
         journal_id,
@@ -829,24 +864,18 @@ fn create_segment(
         created_micros: Micros::now().0,
     }
     .encode();
-    let path = dir.join(segment::file_name(segment_no));
     let tmp = dir.join(format!("{}.tmp", segment::file_name(segment_no)));
+    // Not `O_APPEND` (the temporary name is truncated): the file position after the header is
+    // where the frames go.
     let mut f = super::files::private_file()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)
         .map_err(io_err(&tmp, "create segment"))?;
     f.write_all(&header)
         .map_err(io_err(&tmp, "write segment header"))?;
     f.sync_all().map_err(io_err(&tmp, "fsync segment"))?;
-    drop(f);
-    put_in_place_once(&tmp, &path)?;
-    fsync_dir(dir)?;
-    let file = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
-        .map_err(io_err(&path, "open segment"))?;
-    Ok((file, header.len() as u64))
+    Ok((f, header.len() as u64, tmp))
 }
 
 #[cfg(test)]
@@ -1071,5 +1100,39 @@ mod tests {
         let e = r.unwrap_err();
         assert!(matches!(e, JournalError::TailMoved { .. }), "{e}");
         assert_eq!(std::fs::read(&next).unwrap(), b"the other writer's segment");
+    }
+
+    /// A journal being created is no journal until it is whole: a reader looking at every
+    /// moment of a creation (each write paused) finds either no segment, or segment 1 with its
+    /// Genesis; never a segment with its header alone, nor a torn Genesis.
+    #[test]
+    fn a_journal_is_never_seen_before_its_genesis() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        for round in 0..10 {
+            let dir = tempfile::tempdir().unwrap();
+            let done = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    crate::failpoint::arm_on_this_thread("journal-before-write=sleep:5").unwrap();
+                    let w = Writer::open_as(dir.path(), Options::default(), actor()).unwrap();
+                    assert!(w.opened().created);
+                    done.store(true, Ordering::SeqCst);
+                });
+                while !done.load(Ordering::SeqCst) {
+                    if segment::list(dir.path()).unwrap().is_empty() {
+                        continue;
+                    }
+                    let (status, last_seq) = scanned(dir.path());
+                    assert_eq!((status, last_seq), (Status::Clean, 1), "round {round}");
+                }
+            });
+            assert_eq!(scanned(dir.path()), (Status::Clean, 1));
+            let names: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".tmp"))
+                .collect();
+            assert!(names.is_empty(), "round {round}: {names:?} left behind");
+        }
     }
 }

@@ -100,7 +100,11 @@ async fn git_version(search_path: Option<&std::ffi::OsStr>) -> Probe {
 
 pub fn state_dir_seen(path: &Path) -> StateDirSeen {
     match std::fs::metadata(path) {
-        Ok(m) => StateDirSeen::Present(Observed::of(&m)),
+        Ok(m) => {
+            let observed = Observed::of(&m);
+            let owner_name = crate::sys::user_name(observed.uid);
+            StateDirSeen::Present(observed, owner_name)
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => StateDirSeen::Missing,
         Err(e) => StateDirSeen::Unreadable(e.to_string()),
     }
@@ -148,7 +152,7 @@ pub fn flock_test(state_dir: &Path) -> FlockSeen {
 async fn local_checks(state_dir: &Path, search_path: Option<&std::ffi::OsStr>) -> Vec<Check> {
     let seen = state_dir_seen(state_dir);
     let mut checks = vec![verdict::state_dir(state_dir, &seen, crate::sys::geteuid())];
-    if matches!(seen, StateDirSeen::Present(_)) {
+    if matches!(seen, StateDirSeen::Present(..)) {
         checks.push(verdict::file_system(statfs_magic(state_dir)));
     }
     checks.push(verdict::flock(&flock_test(state_dir)));
@@ -177,7 +181,7 @@ pub async fn node_probe(state_dir: &Path, marker: Option<&str>) -> Report {
         std::fs::read_to_string(state_dir.join(marker_name(nonce))).is_ok_and(|t| t == nonce)
     });
     checks.push(verdict::node_state_dir(state_dir, &seen, same));
-    if matches!(seen, StateDirSeen::Present(_)) {
+    if matches!(seen, StateDirSeen::Present(..)) {
         let mut lock = verdict::flock(&flock_test(state_dir));
         lock.name = "node: flock".to_owned();
         checks.push(lock);
@@ -501,6 +505,25 @@ async fn on_node(runner: &Runner, opts: &Options) -> (Vec<Check>, bool) {
                 stderr: out.stderr,
             };
             (vec![verdict::node_unreached(&said, &exe)], false)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_directory_seen_names_its_owner_as_the_user_database_does() {
+        let d = tempfile::tempdir().unwrap();
+        let me = crate::sys::geteuid();
+        match state_dir_seen(d.path()) {
+            StateDirSeen::Present(o, name) => {
+                assert_eq!(o.uid, me);
+                assert_eq!(name, crate::sys::user_name(me));
+                assert!(name.is_some(), "uid {me} has a name here");
+            }
+            other => panic!("{other:?}"),
         }
     }
 }

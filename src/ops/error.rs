@@ -46,6 +46,32 @@ pub enum OpError {
     /// The state directory cannot be used (not ours: exit 3; unusable: exit 1).
     #[error(transparent)]
     StateDir(#[from] crate::statedir::StateDirError),
+    /// Any of the above, about a Slurm job that is the session's now: the error document names
+    /// it (its exit code is its error's).
+    #[error(transparent)]
+    AboutJob(AboutJob),
+}
+
+impl OpError {
+    /// The error itself, whatever it is about (an [`AboutJob`] only adds what it names).
+    pub fn underlying(&self) -> &OpError {
+        match self {
+            OpError::AboutJob(about) => about.error.underlying(),
+            other => other,
+        }
+    }
+}
+
+/// An error about a Slurm job a `session launch` made or kept as the session's: a script reads
+/// from the error document which job that is (`job_id`), how it stood (`state`) and how the
+/// launch came by it (`action`: `submitted`, `reused` or `adopted`), as from a success's.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct AboutJob {
+    pub job_id: crate::slurm::JobId,
+    pub state: String,
+    pub action: &'static str,
+    pub error: Box<OpError>,
 }
 
 impl From<crate::statedir::trust::TrustError> for OpError {

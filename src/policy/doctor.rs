@@ -236,7 +236,8 @@ pub fn accounting(sacct: &Probe) -> Check {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StateDirSeen {
     Missing,
-    Present(Observed),
+    /// What `stat` saw, and the owner's user name if the user database knows it.
+    Present(Observed, Option<String>),
     Unreadable(String),
 }
 
@@ -258,11 +259,18 @@ pub fn state_dir(path: &std::path::Path, seen: &StateDirSeen, me: u32) -> Check 
             format!("{shown}: {e}"),
             "use a state directory you can read (--state-dir or DISPATCH_STATE_DIR)",
         ),
-        StateDirSeen::Present(o) => {
-            let facts = format!("{shown}: owner uid {}, mode {:04o}", o.uid, o.mode & 0o7777);
+        StateDirSeen::Present(o, owner_name) => {
+            let facts = format!(
+                "{shown}: owner {}, mode {:04o}",
+                trust::user_shown(o.uid, owner_name.as_deref()),
+                o.mode & 0o7777
+            );
             match trust::judge(path, o, me, Want::Dir, std::path::PathBuf::new) {
                 Ok(()) => Check::ok(name, facts),
-                Err(refusal) => Check::fail(name, facts, refusal.to_string()),
+                Err(refusal) => {
+                    let refusal = refusal.owned_by(owner_name.clone());
+                    Check::fail(name, facts, refusal.to_string())
+                }
             }
         }
     }
@@ -516,7 +524,7 @@ pub fn node_state_dir(
 ) -> Check {
     let name = NODE_STATE_DIR;
     match seen_on_node {
-        StateDirSeen::Present(_) if same == Some(false) => Check::fail(
+        StateDirSeen::Present(..) if same == Some(false) => Check::fail(
             name,
             format!(
                 "{} exists on the node but is another directory: the marker written on this \
@@ -526,14 +534,14 @@ pub fn node_state_dir(
             "workers write their evidence there from the node: use a state directory on a \
              file system the compute nodes mount at the same path (not /tmp or local scratch)",
         ),
-        StateDirSeen::Present(_) if same == Some(true) => Check::ok(
+        StateDirSeen::Present(..) if same == Some(true) => Check::ok(
             name,
             format!(
                 "{} is visible and is this host's (its marker was read on the node)",
                 path.display()
             ),
         ),
-        StateDirSeen::Present(_) => Check::ok(name, format!("{} is visible", path.display())),
+        StateDirSeen::Present(..) => Check::ok(name, format!("{} is visible", path.display())),
         StateDirSeen::Missing => Check::fail(
             name,
             format!("{} does not exist on the node", path.display()),
@@ -609,11 +617,14 @@ mod tests {
     fn the_state_directory_must_be_ours_and_closed() {
         let path = std::path::Path::new("/s");
         let dir = |uid, mode| {
-            StateDirSeen::Present(Observed {
-                seen: Seen::Dir,
-                uid,
-                mode,
-            })
+            StateDirSeen::Present(
+                Observed {
+                    seen: Seen::Dir,
+                    uid,
+                    mode,
+                },
+                None,
+            )
         };
         assert_eq!(state_dir(path, &dir(7, 0o700), 7).status, Status::Ok);
         let open = state_dir(path, &dir(7, 0o777), 7);
@@ -624,6 +635,32 @@ mod tests {
             state_dir(path, &StateDirSeen::Missing, 7).status,
             Status::Warn
         );
+    }
+
+    #[test]
+    fn another_users_state_directory_names_its_owner_by_name_and_uid() {
+        let path = std::path::Path::new("/s");
+        let observed = Observed {
+            seen: Seen::Dir,
+            uid: 1001,
+            mode: 0o700,
+        };
+        let theirs = state_dir(
+            path,
+            &StateDirSeen::Present(observed.clone(), Some("alice".to_owned())),
+            7,
+        );
+        assert_eq!(theirs.status, Status::Fail);
+        assert_eq!(theirs.seen, "/s: owner uid 1001 (alice), mode 0700");
+        let todo = theirs.todo.unwrap();
+        assert!(
+            todo.contains("/s belongs to uid 1001 (alice), not to you (uid 7)"),
+            "{todo}"
+        );
+        // A uid the user database does not know is named by its number alone.
+        let nameless = state_dir(path, &StateDirSeen::Present(observed, None), 7);
+        assert_eq!(nameless.seen, "/s: owner uid 1001, mode 0700");
+        assert!(nameless.todo.unwrap().contains("belongs to uid 1001, not"));
     }
 
     #[test]

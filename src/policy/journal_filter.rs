@@ -20,6 +20,8 @@ pub struct Filter {
     pub until: Option<Micros>,
     of_worker: HashSet<String>,
     of_pool: HashSet<String>,
+    /// Whether an event named the `worker` asked for (its intent, or its submission id).
+    worker_named: bool,
 }
 
 impl Filter {
@@ -55,11 +57,15 @@ impl Filter {
                 }
             };
             if self.worker.as_deref() == Some(worker) {
+                self.worker_named = true;
                 remember(&mut self.of_worker);
             }
             if pool.is_some() && self.pool.as_deref() == pool {
                 remember(&mut self.of_pool);
             }
+        }
+        if sid.is_some() && sid == self.worker {
+            self.worker_named = true;
         }
         let worker_ok = self.worker.as_deref().is_none_or(|w| {
             sid.as_deref() == Some(w) || sid.as_ref().is_some_and(|s| self.of_worker.contains(s))
@@ -69,6 +75,12 @@ impl Filter {
                 || sid.as_ref().is_some_and(|s| self.of_pool.contains(s))
         });
         worker_ok && pool_ok && self.admits_kind_and_time(env)
+    }
+
+    /// The `--worker` asked for, if no event the filter saw named it: after a whole journal, a
+    /// worker it does not know (not found), not one whose events the other filters left out.
+    pub fn worker_never_named(&self) -> Option<&str> {
+        self.worker.as_deref().filter(|_| !self.worker_named)
     }
 
     fn admits_kind_and_time(&self, env: &Envelope) -> bool {
@@ -102,7 +114,11 @@ pub fn known_kind(name: &str) -> Result<String, String> {
         .find(|(_, n)| *n == name)
         .map(|(_, n)| (*n).to_owned())
         .ok_or_else(|| {
-            format!("no event kind {name:?}; kinds are as `journal dump` prints them (WorkerSubmitIntent, PoolAttached, …; docs/cli.md)")
+            let kinds: Vec<&str> = crate::event::KNOWN_KINDS.iter().map(|(_, n)| *n).collect();
+            format!(
+                "no event kind {name:?}; the kinds, as `journal dump` prints them: {}",
+                kinds.join(", ")
+            )
         })
 }
 

@@ -68,14 +68,17 @@ impl Observed {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Untrusted {
     #[error(
-        "{} belongs to uid {owner}, not to you (uid {me}): dispatch neither reads nor writes \
+        "{} belongs to {}, not to you (uid {me}): dispatch neither reads nor writes \
          what another user could have put in its state directory. If its contents are yours, \
          give it back (as root): `{}`; otherwise move it aside: `{}`",
-        path.display(), chown(*me, path, *want), move_aside(path)
+        path.display(), user_shown(*owner, owner_name.as_deref()), chown(*me, path, *want),
+        move_aside(path)
     )]
     Foreign {
         path: PathBuf,
         owner: u32,
+        /// The owner's user name, when the system's user database knows it.
+        owner_name: Option<String>,
         me: u32,
         want: Want,
     },
@@ -100,6 +103,48 @@ pub enum Untrusted {
         path.display(), want.noun(), move_aside(path)
     )]
     NotA { path: PathBuf, want: Want },
+}
+
+impl Untrusted {
+    /// This refusal naming the owner `name` (another user's entry), as the user database
+    /// gives it for its uid: [`judge`] sees only the uid.
+    pub fn owned_by(self, name: Option<String>) -> Untrusted {
+        match self {
+            Untrusted::Foreign {
+                path,
+                owner,
+                me,
+                want,
+                ..
+            } => Untrusted::Foreign {
+                path,
+                owner,
+                owner_name: name,
+                me,
+                want,
+            },
+            other => other,
+        }
+    }
+
+    /// [`Untrusted::owned_by`] the name the system's user database gives the owner.
+    fn with_owner_named(self) -> Untrusted {
+        match &self {
+            Untrusted::Foreign { owner, .. } => {
+                let name = crate::sys::user_name(*owner);
+                self.owned_by(name)
+            }
+            _ => self,
+        }
+    }
+}
+
+/// A user as dispatch names one: `uid 1001 (alice)`, or `uid 1001` when it has no name.
+pub fn user_shown(uid: u32, name: Option<&str>) -> String {
+    match name {
+        Some(name) => format!("uid {uid} ({name})"),
+        None => format!("uid {uid}"),
+    }
 }
 
 /// An entry could not be looked at (permission denied, say): not a verdict on it.
@@ -186,6 +231,7 @@ pub fn judge(
         Err(Untrusted::Foreign {
             path,
             owner: o.uid,
+            owner_name: None,
             me,
             want,
         })
@@ -205,6 +251,7 @@ pub fn judge_metadata(path: &Path, m: &std::fs::Metadata, want: Want) -> Result<
     judge(path, &Observed::of(m), crate::sys::geteuid(), want, || {
         std::fs::read_link(path).unwrap_or_else(|_| PathBuf::from("?"))
     })
+    .map_err(Untrusted::with_owner_named)
 }
 
 /// Check one entry without following it. `Ok(false)`: it does not exist.
@@ -230,7 +277,8 @@ pub fn check_root(path: &Path) -> Result<bool, TrustError> {
                 crate::sys::geteuid(),
                 Want::Dir,
                 PathBuf::new,
-            )?;
+            )
+            .map_err(Untrusted::with_owner_named)?;
             Ok(true)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),

@@ -139,7 +139,10 @@ pub fn read(evidence_dir: &Path) -> Result<Option<WorkerReport>, JournalError> {
 }
 
 /// Like [`read`], and also note the chain value at seq `anchor` (to check that the journal
-/// still extends what was read from it before).
+/// still extends what was read from it before). A journal without a frame yet (a segment holding
+/// its header only: left by a supervisor that died creating it, or by an older dispatch, which
+/// made the segment before its `Genesis`) reads as `Ok(None)`, like no journal: what it is
+/// becomes known with its `Genesis`, and nothing is ingested at seq 0 before that.
 pub fn read_anchored(
     evidence_dir: &Path,
     anchor: Option<u64>,
@@ -175,11 +178,166 @@ pub fn read_anchored(
     }
     scan.refusal(&dir)?;
     r.journal_status = Some(scan.status());
-    if let Some(h) = scan.head {
-        r.head = Some(hex::encode(h.chain));
-        r.head_chain = Some(h.chain);
-        r.journal_id = h.journal_id;
-        r.last_seq = h.last_seq;
+    let Some(h) = scan.head.filter(|h| h.last_seq > 0) else {
+        return Ok(None);
+    };
+    if anchor == Some(0) {
+        // Seq 0 has no frame: its chain is the genesis chain, which segment 1 continues. Only
+        // an older dispatch ingested a journal there.
+        r.chain_at_anchor = Some(journal::frame::genesis_chain(&h.journal_id));
     }
+    r.head = Some(hex::encode(h.chain));
+    r.head_chain = Some(h.chain);
+    r.journal_id = h.journal_id;
+    r.last_seq = h.last_seq;
     Ok(Some(r))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+    use crate::journal::{JournalWriter, Options};
+    use crate::policy::node::{check_extends, JournalSeen};
+
+    /// What the coordinator does with a worker journal each time it looks: read it anchored at
+    /// what it ingested before, refuse it unless it extends that, and ingest it anew.
+    fn ingest_again(
+        evidence: &Path,
+        ingested: &mut Option<WorkerReportIngested>,
+    ) -> Result<(), String> {
+        let anchor = ingested.as_ref().map(|i| i.last_seq);
+        let Some(r) = read_anchored(evidence, anchor).map_err(|e| e.to_string())? else {
+            return Ok(());
+        };
+        check_extends(
+            ingested
+                .as_ref()
+                .map(|i| (i.journal_id.as_bytes(), i.last_seq, &i.head.0)),
+            &JournalSeen {
+                journal_id: r.journal_id,
+                last_seq: r.last_seq,
+                chain_at_ingested: r.chain_at_anchor,
+            },
+        )?;
+        *ingested = Some(r.ingested(uuid::Uuid::nil(), false));
+        Ok(())
+    }
+
+    /// One supervisor creating its journal (each write paused, so that a reader looking meanwhile
+    /// sees every stage of the creation) while a coordinator ingests it over and over.
+    fn race_creation_against_ingestion(evidence: &Path) -> Result<(), String> {
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let supervisor = s.spawn(|| {
+                crate::failpoint::arm_on_this_thread("journal-before-write=sleep:5").unwrap();
+                let dir = super::super::supervisor::journal_dir(evidence);
+                let w = JournalWriter::<WorkerEvent>::open(&dir, Options::default()).unwrap();
+                w.append_one(WorkerEvent::PayloadStarted(PayloadStarted { pid: 7 }))
+                    .unwrap();
+                done.store(true, Ordering::SeqCst);
+            });
+            let mut ingested = None;
+            while !done.load(Ordering::SeqCst) {
+                ingest_again(evidence, &mut ingested)?;
+            }
+            supervisor.join().unwrap();
+            ingest_again(evidence, &mut ingested)?;
+            match ingested {
+                Some(i) if i.last_seq == 2 => Ok(()),
+                other => Err(format!("the finished journal was not ingested: {other:?}")),
+            }
+        })
+    }
+
+    /// The first segment of a journal whose creation stopped after its header, as a supervisor
+    /// that died creating it (or an older dispatch, while creating it) leaves it.
+    fn header_only_journal(evidence: &Path) -> [u8; 16] {
+        let dir = super::super::supervisor::journal_dir(evidence);
+        crate::journal::files::create_private_dir(&dir).unwrap();
+        let journal_id = *uuid::Uuid::new_v4().as_bytes();
+        let header = journal::segment::SegmentHeader {
+            format_version: journal::segment::FORMAT_VERSION,
+            journal_id,
+            segment_no: 1,
+            first_seq: 1,
+            prev_chain: journal::frame::genesis_chain(&journal_id),
+            created_micros: 0,
+        };
+        let seg = dir.join(journal::segment::file_name(1));
+        std::fs::write(&seg, header.encode()).unwrap();
+        std::fs::set_permissions(&seg, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        journal_id
+    }
+
+    #[test]
+    fn a_journal_without_a_frame_is_never_ingested_so_its_genesis_never_contradicts_seq_0() {
+        let d = tempfile::tempdir().unwrap();
+        let journal_id = header_only_journal(d.path());
+        assert_eq!(read_anchored(d.path(), None).unwrap(), None);
+        let mut ingested = None;
+        ingest_again(d.path(), &mut ingested).unwrap();
+        assert_eq!(ingested, None, "nothing to ingest before the Genesis");
+        let dir = super::super::supervisor::journal_dir(d.path());
+        let w = JournalWriter::<WorkerEvent>::open(&dir, Options::default()).unwrap();
+        assert_eq!(
+            w.journal_id().into_bytes(),
+            journal_id,
+            "the same journal, continued"
+        );
+        drop(w);
+        ingest_again(d.path(), &mut ingested).unwrap();
+        let i = ingested.expect("the journal is ingested once it has its Genesis");
+        assert_eq!((i.journal_id.into_bytes(), i.last_seq), (journal_id, 1));
+    }
+
+    #[test]
+    fn an_ingestion_at_seq_0_by_an_older_dispatch_is_continued_by_the_genesis() {
+        let d = tempfile::tempdir().unwrap();
+        let journal_id = header_only_journal(d.path());
+        // What an older dispatch recorded of the journal above: seq 0, the genesis chain.
+        let mut ingested = Some(WorkerReportIngested {
+            submission_id: uuid::Uuid::nil(),
+            journal_id: uuid::Uuid::from_bytes(journal_id),
+            last_seq: 0,
+            head: crate::event::Sha256Digest(journal::frame::genesis_chain(&journal_id)),
+            preflight: None,
+            publication: None,
+            published_dir: None,
+            manifest_sha256: None,
+            state_class: None,
+            finished: None,
+        });
+        let dir = super::super::supervisor::journal_dir(d.path());
+        drop(JournalWriter::<WorkerEvent>::open(&dir, Options::default()).unwrap());
+        ingest_again(d.path(), &mut ingested).unwrap();
+        assert_eq!(ingested.as_ref().map(|i| i.last_seq), Some(1));
+        // A journal whose Genesis is not the one segment 1's header promised is another journal.
+        let other = tempfile::tempdir().unwrap();
+        drop(
+            JournalWriter::<WorkerEvent>::open(
+                &super::super::supervisor::journal_dir(other.path()),
+                Options::default(),
+            )
+            .unwrap(),
+        );
+        let mut from_elsewhere = Some(WorkerReportIngested {
+            last_seq: 0,
+            ..ingested.clone().unwrap()
+        });
+        let err = ingest_again(other.path(), &mut from_elsewhere).unwrap_err();
+        assert!(err.contains("replaced by another journal"), "{err}");
+    }
+
+    #[test]
+    fn a_journal_being_created_reads_as_not_yet_never_as_a_journal_to_distrust_later() {
+        for round in 0..20 {
+            let d = tempfile::tempdir().unwrap();
+            if let Err(why) = race_creation_against_ingestion(d.path()) {
+                panic!("round {round}: {why}");
+            }
+        }
+    }
 }

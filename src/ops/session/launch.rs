@@ -68,6 +68,17 @@ pub enum LaunchAction {
     Adopted,
 }
 
+impl LaunchAction {
+    /// As the JSON documents spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LaunchAction::Submitted => "submitted",
+            LaunchAction::Reused => "reused",
+            LaunchAction::Adopted => "adopted",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct LaunchReport {
     pub mirror: String,
@@ -444,19 +455,21 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         // answer names its node, or the command fails saying it is still pending. (Other live
         // states without a node, SUSPENDED or CONFIGURING, are kept as they are when detached.)
         if state == JobState::Pending || (!self.req.detached && node.is_none()) {
-            let (state, node) = self.wait_running(job).await?;
+            let (state, node) = self.wait_running(job, action).await?;
             return Ok(self.report(job, action, state, Some(node)));
         }
         if let Some(n) = &node {
             self.record_node(job, n)?;
         }
         if !self.req.detached && state != JobState::Running {
-            return Err(OpError::Failed(format!(
-                "Slurm job {job} of session {} is {state}, not running; nothing was submitted. \
-                 Attach once it runs: {}",
+            let not_running = OpError::Failed(format!(
+                "Slurm job {job} of session {}, {}, is {state}, not running; nothing was \
+                 submitted. Attach once it runs: {}",
                 self.r.key,
+                action.as_str(),
                 command_for("attach", &self.r.key)
-            )));
+            ));
+            return Err(about_job(job, action, &state, not_running));
         }
         Ok(self.report(job, action, state, node))
     }
@@ -509,7 +522,7 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             true => LaunchAction::Adopted,
             false => LaunchAction::Submitted,
         };
-        let (state, node) = self.wait_running(kept.job).await?;
+        let (state, node) = self.wait_running(kept.job, action).await?;
         Ok(self.report(kept.job, action, state, Some(node)))
     }
 
@@ -774,7 +787,11 @@ impl<S: Scheduler> Launch<'_, '_, S> {
 
     /// Poll until the job runs on a node, within the budget, saying what it waits for. The id
     /// is already durable.
-    async fn wait_running(&self, job: JobId) -> Result<(JobState, String), OpError> {
+    async fn wait_running(
+        &self,
+        job: JobId,
+        action: LaunchAction,
+    ) -> Result<(JobState, String), OpError> {
         let waits = self.env.waits;
         let mut poll = Poller::within(waits.poll_first, waits.poll_max, waits.run_budget);
         let mut unknown_in_a_row = 0;
@@ -802,27 +819,31 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                     self.say_waiting(job, &state, reason, poll.elapsed(), &mut told);
                     last = state;
                 }
-                Poll::Ended(state) => return Err(self.ended_unrun(job, state).await),
+                Poll::Ended(state) => return Err(self.ended_unrun(job, action, state).await),
                 Poll::Unknown(e) => {
                     unknown_in_a_row += 1;
                     if unknown_in_a_row >= waits.unknown_polls {
-                        return Err(OpError::Unknown(format!(
-                            "could not poll Slurm job {job} of {key}: {e}. It is recorded: \
-                             {} once it runs, or {} to cancel it",
+                        let unknown = OpError::Unknown(format!(
+                            "could not poll Slurm job {job} of {key}, {}: {e}. It is recorded \
+                             as the session's: {} once it runs, or {} to cancel it",
+                            action.as_str(),
                             command_for("attach", key),
                             command_for("release", key)
-                        )));
+                        ));
+                        return Err(about_job(job, action, &last, unknown));
                     }
                 }
             }
             if poll.expired() {
-                return Err(OpError::Failed(format!(
-                    "Slurm job {job} of {key} still {last} after ~{} s. It is recorded: {} \
-                     once it runs, or {} to cancel it",
+                let pending = OpError::Failed(format!(
+                    "Slurm job {job} of {key}, {}, still {last} after ~{} s. It is recorded as \
+                     the session's: {} once it runs, or {} to cancel it",
+                    action.as_str(),
                     waits.run_budget.as_secs(),
                     command_for("attach", key),
                     command_for("release", key)
-                )));
+                ));
+                return Err(about_job(job, action, &last, pending));
             }
             poll.pause().await;
         }
@@ -861,18 +882,25 @@ impl<S: Scheduler> Launch<'_, '_, S> {
 
     /// The job ended before it ran on a node: what it ended as (squeue's last word, else
     /// accounting's), and where its output is.
-    async fn ended_unrun(&self, job: JobId, state: Option<JobState>) -> OpError {
+    async fn ended_unrun(
+        &self,
+        job: JobId,
+        action: LaunchAction,
+        state: Option<JobState>,
+    ) -> OpError {
         let state = match state {
             Some(s) => s.to_string(),
             None => self.accounting_state(job).await,
         };
-        OpError::Failed(format!(
-            "Slurm job {job} of {} ended before it ran on a node (sacct state: {state}). It \
-             stays recorded; its output: {}. {} submits a new one",
+        let ended = OpError::Failed(format!(
+            "Slurm job {job} of {}, {}, ended before it ran on a node (sacct state: {state}). \
+             It stays recorded; its output: {}. {} submits a new one",
             self.r.key,
+            action.as_str(),
             self.log_hint(job),
             command_for("launch", &self.r.key)
-        ))
+        ));
+        about_job(job, action, &state, ended)
     }
 
     async fn accounting_state(&self, job: JobId) -> String {
@@ -934,6 +962,21 @@ fn test_verdict(
         status,
         stderr,
     })))
+}
+
+/// `error`, about the session's job `job` as `action` came by it, last seen in `state`.
+fn about_job(
+    job: JobId,
+    action: LaunchAction,
+    state: &dyn std::fmt::Display,
+    error: OpError,
+) -> OpError {
+    OpError::AboutJob(crate::ops::error::AboutJob {
+        job_id: job,
+        state: state.to_string(),
+        action: action.as_str(),
+        error: Box::new(error),
+    })
 }
 
 #[cfg(test)]

@@ -327,6 +327,7 @@ fn lost_and_not_relaunched(key: &SessionKey, job: JobId, e: &OpError) -> OpError
         | OpError::NotFound(_)
         | OpError::Failed(_) => OpError::Failed(text),
         OpError::Unknown(_) | OpError::Journal(_) | OpError::StateDir(_) => OpError::Unknown(text),
+        OpError::AboutJob(about) => lost_and_not_relaunched(key, job, about.error.underlying()),
     }
 }
 
