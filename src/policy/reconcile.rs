@@ -208,6 +208,26 @@ pub fn step_never_ran(
     ))
 }
 
+/// Is a launch srun reported failed a definite launch failure, which releases the worker's
+/// budget? Only when srun said so in its own words for the worker's step (`srun_words`:
+/// `slurm::srun_log::launch_refused`, read from the log of the one srun started for it) and
+/// the supervisor's journal was read and records no start (`supervisor_started` is
+/// `Some(false)`): the controller created the step, slurmd refused to start its task, and
+/// nothing of the worker ran. srun's announcement of the step alone proves nothing either way;
+/// an unreadable journal, or a supervisor that started, is not this proof.
+pub fn launch_refused(
+    srun_words: Option<&str>,
+    supervisor_started: Option<bool>,
+) -> Option<String> {
+    let words = srun_words?;
+    (supervisor_started == Some(false)).then(|| {
+        format!(
+            "Slurm created the step but did not launch it, and the supervisor's journal records \
+             no start; srun said: {words}"
+        )
+    })
+}
+
 /// What the worker's own journal said, and what is known of its srun.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkerObservation {
@@ -870,6 +890,7 @@ mod tests {
             assets: Vec::new(),
             report: None,
             journal_damage: None,
+            launch_failure: None,
             srun: None,
             placement: None,
         }
@@ -1009,6 +1030,20 @@ mod tests {
             take(&mut o);
             assert_eq!(step_never_ran("p.w", &srun, started, since, &o), None);
         }
+    }
+
+    #[test]
+    fn a_launch_srun_said_failed_is_definite_only_if_no_supervisor_started() {
+        let words = "Task launch for StepId=16.2 failed on node node1: Unable to layout tasks \
+                     on given cpus";
+        let proof = launch_refused(Some(words), Some(false)).unwrap();
+        assert!(proof.ends_with(&format!("srun said: {words}")), "{proof}");
+        assert!(proof.contains("records no start"), "{proof}");
+        // A supervisor that started ran something; an unreadable journal proves nothing.
+        assert_eq!(launch_refused(Some(words), Some(true)), None);
+        assert_eq!(launch_refused(Some(words), None), None);
+        // srun's announcement without a word of a failed launch is no proof.
+        assert_eq!(launch_refused(None, Some(false)), None);
     }
 
     #[test]

@@ -220,6 +220,9 @@ pub struct WorkerTimeline {
     pub gpus: u32,
     /// The GPU indexes its step got, as its supervisor recorded them (`SLURM_STEP_GPUS`).
     pub step_gpus: Option<String>,
+    /// Why its launch failed, as its last definite `WorkerLaunchFailed` says (for a launch
+    /// Slurm refused, srun's own words).
+    pub launch_failure: Option<String>,
     pub marks: Vec<Mark>,
     /// The pool allocation's end when the worker was submitted.
     pub allocation_end: Option<String>,
@@ -342,6 +345,7 @@ struct Track {
     deadline: Option<(Micros, DeadlineSource)>,
     published: bool,
     step_gpus: Option<String>,
+    launch_failure: Option<String>,
     ingested: Option<crate::event::pool::WorkerReportIngested>,
     at_verdict: Option<crate::event::pool::WorkerReportIngested>,
 }
@@ -499,6 +503,9 @@ impl Builder {
                     track.named = Some((e.worker.clone(), Some(e.pool.clone())))
                 }
                 Event::JobSubmitIntent(e) => track.named = Some((e.worker.clone(), None)),
+                Event::WorkerLaunchFailed(e) if e.definite => {
+                    track.launch_failure = Some(e.reason.clone())
+                }
                 _ => {}
             }
             if let Some((end, publication_timeout_s)) = end {
@@ -766,6 +773,7 @@ impl Builder {
             node: placement.as_ref().map(|p| p.node.clone()),
             gpus: placement.as_ref().map_or(0, |p| p.gpus),
             step_gpus: track.step_gpus,
+            launch_failure: track.launch_failure,
             marks,
             allocation_end: track.allocation_end.map(Micros::to_rfc3339),
             allocation_end_us: track.allocation_end.map(|t| t.0),
