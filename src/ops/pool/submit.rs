@@ -661,7 +661,8 @@ struct StepSearch<'a> {
 /// also said its task started (file reads, looked at every few ms; most often the step is
 /// found so, with no Slurm call). srun's announcement, or the step in the listing, says only
 /// that the controller created the step: slurmd may still refuse to launch its task, and srun
-/// then says so in its own words (a definite launch failure, `LaunchRefused`). When the srun
+/// then says so in its own words (a definite launch failure, `LaunchRefused`), within
+/// milliseconds. A step listed before srun announced it is found as listed. When the srun
 /// has exited without a step, wait out the settle delay and ask whether together the evidence
 /// proves that the step never ran. A step created but neither started nor refused by the end
 /// is reported as found, as the step listing would: reconcile settles it.
@@ -695,7 +696,15 @@ async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> D
         }
         if created.is_none() {
             match ctx.sched.list_steps(job).await {
-                Answer::Live(rows) => created = numbered_step_named(&rows, name),
+                // Listed before srun announced it: found, as the listing shows it (srun's
+                // word on the launch, when it comes, is read once it announced the step).
+                Answer::Live(rows) => {
+                    if let Some(n) = numbered_step_named(&rows, name) {
+                        if srun_log::launched_step(&client_log(dirs), job).is_none() {
+                            return Discovery::Found(n);
+                        }
+                    }
+                }
                 Answer::Gone(_) => {}
                 Answer::Unknown(e) => last_unknown = Some(e.to_string()),
             }
@@ -737,8 +746,8 @@ async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> D
 }
 
 /// What the worker's files say of its launch so far (file reads): the step the supervisor
-/// recorded at its start; or the step srun announced (kept in `created`, with one the listing
-/// found) once srun said its task started, or that its launch failed with no supervisor start
+/// recorded at its start; or the step srun announced (kept in `created`) once srun said its
+/// task started, or that its launch failed with no supervisor start
 /// ([`reconcile_policy::launch_refused`]). `None` while neither has said.
 fn launch_news(
     pools_dir: &Path,
@@ -754,7 +763,7 @@ fn launch_news(
         return Some(Discovery::Found(step));
     }
     let log = client_log(dirs);
-    let step = srun_log::launched_step(&log, job).or(*created)?;
+    let step = srun_log::launched_step(&log, job)?;
     *created = Some(step);
     if srun_log::tasks_started(&log) {
         return Some(Discovery::Found(step));
