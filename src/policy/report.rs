@@ -350,6 +350,13 @@ struct Track {
     at_verdict: Option<crate::event::pool::WorkerReportIngested>,
 }
 
+impl Track {
+    /// A definite launch failure's reason (the last one counts).
+    fn failed(&mut self, reason: &str) {
+        self.launch_failure = Some(reason.to_owned());
+    }
+}
+
 /// A worker as the reduced state has it at the end.
 struct FinalState {
     state: String,
@@ -503,9 +510,7 @@ impl Builder {
                     track.named = Some((e.worker.clone(), Some(e.pool.clone())))
                 }
                 Event::JobSubmitIntent(e) => track.named = Some((e.worker.clone(), None)),
-                Event::WorkerLaunchFailed(e) if e.definite => {
-                    track.launch_failure = Some(e.reason.clone())
-                }
+                Event::WorkerLaunchFailed(e) if e.definite => track.failed(&e.reason),
                 _ => {}
             }
             if let Some((end, publication_timeout_s)) = end {

@@ -717,21 +717,8 @@ async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> D
             return found;
         }
         if let Some(exit) = &srun_exit {
-            if let Some(line) = srun_log::step_refused(&client_log(dirs)) {
-                return Discovery::CreationFailed(line.to_owned());
-            }
-            if let Some(step) = created {
-                return Discovery::Found(step);
-            }
-            if launched_at.elapsed() >= reconcile_policy::NEVER_RAN_SETTLE {
-                return match never_ran(ctx, search, exit).await {
-                    Some(proof) => Discovery::NeverRan(proof),
-                    None => Discovery::NotSeen(format!(
-                        "the srun client {exit} and no step was seen, but that it never ran is \
-                         not proven; see {}",
-                        client_log_path(dirs).display()
-                    )),
-                };
+            if let Some(found) = after_srun_ended(ctx, search, exit, created).await {
+                return found;
             }
         }
         if launched_at.elapsed() > STEP_DISCOVERY_TIMEOUT {
@@ -743,6 +730,36 @@ async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> D
             };
         }
     }
+}
+
+/// What is known once the worker's srun has ended (`exit`: how) with no word of its launch:
+/// the controller's refusal to create the step; the step it created (`created`), found, as
+/// reconcile will settle it; or, past the settle delay, whether the step is proven never to
+/// have run. `None` while the settle delay runs.
+async fn after_srun_ended<S: Scheduler>(
+    ctx: &Ctx<S>,
+    search: &StepSearch<'_>,
+    exit: &str,
+    created: Option<u32>,
+) -> Option<Discovery> {
+    let dirs = search.dirs;
+    if let Some(line) = srun_log::step_refused(&client_log(dirs)) {
+        return Some(Discovery::CreationFailed(line.to_owned()));
+    }
+    if let Some(step) = created {
+        return Some(Discovery::Found(step));
+    }
+    if search.launched_at.elapsed() < reconcile_policy::NEVER_RAN_SETTLE {
+        return None;
+    }
+    Some(match never_ran(ctx, search, exit).await {
+        Some(proof) => Discovery::NeverRan(proof),
+        None => Discovery::NotSeen(format!(
+            "the srun client {exit} and no step was seen, but that it never ran is not proven; \
+             see {}",
+            client_log_path(dirs).display()
+        )),
+    })
 }
 
 /// What the worker's files say of its launch so far (file reads): the step the supervisor
@@ -772,6 +789,14 @@ fn launch_news(
     let proof =
         reconcile_policy::launch_refused(Some(&words), supervisor_started(pools_dir, dirs))?;
     Some(Discovery::LaunchRefused { step, proof })
+}
+
+/// srun's own words that the launch of the step it announced in the worker's client log
+/// failed (`slurm::srun_log::launch_refused`), if it said so: for `reconcile`, which judges
+/// them beside the supervisor's journal (`policy::reconcile::launch_refused`).
+pub(crate) fn srun_refused_launch(dirs: &WorkerDirs, job: JobId) -> Option<String> {
+    let log = client_log(dirs);
+    srun_log::launch_refused(&log, job, srun_log::launched_step(&log, job)?)
 }
 
 /// Where the worker's srun writes its own stderr.
