@@ -1090,3 +1090,240 @@ fn a_high_job_preempts_a_normal_allocation_its_step_gets_term_and_it_ends_preemp
         "no job of this test is left pending or running: {left}"
     );
 }
+
+/// Issue 36's pool: 2 nodes × 4 CPUs with both GPUs (`salloc -N2 --gres=gpu:2 -c 4 --mem
+/// 4000`), attached as `p`; `cpu1` (1 CPU) was started while `gpu1` (1 CPU, 1 GPU) ran, and
+/// gpu1's step has ended since (its core is free again): a 2-CPU step on node1 now gets cores
+/// 0 and 2. The node
+/// declares 4 cores on a host of 2 CPUs, and slurmd folds the step's cores onto the real CPUs
+/// (0 and 2 are both CPU 0): on 22.05, binding the task to cores then failed after the step
+/// was created ("Unable to layout tasks on given cpus").
+struct Issue36<'c> {
+    job: multinode::Job<'c>,
+    state: tempfile::TempDir,
+    /// Directories put first on PATH for dispatch (a wrapper of srun).
+    path_first: Vec<std::path::PathBuf>,
+}
+
+impl<'c> Issue36<'c> {
+    fn new(c: &'c Cluster) -> Issue36<'c> {
+        let gres = format!("--gres=gpu:{}", c.gpus);
+        let job = c.salloc(
+            &unique_name("mn-issue36"),
+            &["-N2", &gres, "-c", &c.cpus.to_string(), "--mem", "4000"],
+        );
+        let s = Issue36 {
+            job,
+            state: tempfile::tempdir().unwrap(),
+            path_first: Vec::new(),
+        };
+        let attached = s.dispatch(&["pool", "attach", "p", "--job", &s.job.id.to_string()]);
+        assert!(attached.status.success(), "{}", text(&attached.stderr));
+        s
+    }
+
+    fn dispatch(&self, args: &[&str]) -> std::process::Output {
+        let c = self.job.cluster;
+        let mut cmd = c.dispatch(self.state.path());
+        let mut path = self.path_first.clone();
+        path.push(c.env["SLURM_DEV_MULTI_BIN"].clone().into());
+        path.extend(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        ));
+        cmd.env("PATH", std::env::join_paths(path).unwrap());
+        cmd.args(args);
+        output(cmd, STEP_BOUND)
+    }
+
+    fn submit(&self, name: &str, cpus: &str, mem: &str, gpus: &str, payload: &str) -> Output {
+        self.dispatch(&[
+            "pool", "submit", "p", "--cpus", cpus, "--mem", mem, "--gpus", gpus, "--name", name,
+            "--", "sh", "-c", payload,
+        ])
+    }
+
+    /// gpu1 (on core 0) and cpu1 (on core 1) running, then gpu1's step over: node1's free
+    /// cores are 0, 2 and 3, and Slurm gives a 2-CPU step the first two.
+    fn cpu1_beside_gpu1_then_gpu1_over(&self) {
+        let go = tempfile::tempdir_in("/tmp").unwrap();
+        let go_file = go.path().join("go");
+        let gpu1 = format!(
+            "n=0; until [ -e {} ]; do n=$((n+1)); [ $n -lt 600 ] || exit 9; sleep 0.1; done; \
+             echo gpu1 ran",
+            go_file.display()
+        );
+        let ran = self.submit("gpu1", "1", "100M", "1", &gpu1);
+        assert!(ran.status.success(), "gpu1: {}", text(&ran.stderr));
+        let cpu1 = self.submit("cpu1", "1", "100M", "0", "echo cpu1 ran; sleep 120");
+        assert!(cpu1.status.success(), "cpu1: {}", text(&cpu1.stderr));
+        std::fs::write(&go_file, "").unwrap();
+        let c = self.job.cluster;
+        let deadline = Instant::now() + STEP_BOUND;
+        loop {
+            let steps = output(
+                c.slurm(
+                    "squeue",
+                    &["-h", "-s", "-j", &self.job.id.to_string(), "-o", "%j"],
+                ),
+                STEP_BOUND,
+            );
+            if steps.status.success() && !text(&steps.stdout).contains("p.gpu1") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "gpu1's step did not end");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn json(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.dispatch(args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+}
+
+use std::process::Output;
+
+/// Issue 36: where placement finds room for a 2-CPU worker beside two 1-CPU ones, Slurm lays
+/// it out too: `pool submit` exits 0 and the payload runs and prints (on 22.05, before the
+/// step asked `--cpu-bind=none`, slurmd refused its layout and it never ran).
+#[test]
+fn a_two_cpu_worker_runs_where_placement_found_room_beside_one_cpu_workers() {
+    let c = Cluster::require();
+    let s = Issue36::new(&c);
+    s.cpu1_beside_gpu1_then_gpu1_over();
+    let long = s.submit("long", "2", "1G", "0", "echo long ran on $SLURMD_NODENAME");
+    assert!(
+        long.status.success(),
+        "long: {}; the srun clients said: {}",
+        text(&long.stderr),
+        srun_logs(s.state.path())
+    );
+    let deadline = Instant::now() + STEP_BOUND;
+    loop {
+        let logs = text(&s.dispatch(&["logs", "long"]).stdout);
+        if logs.contains("long ran on node1") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "long printed nothing; the srun clients said: {}",
+            srun_logs(s.state.path())
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Issue 36: a step the controller created and slurmd refused to launch is a launch failure in
+/// srun's own words, not a running step. The refusal is Slurm's own: a wrapper of srun first on
+/// PATH asks long's step to bind its task to CPU 3, which the step does not have (the hosts of
+/// the dev cluster have 2 CPUs), and slurmd refuses the launch after the step was created
+/// ("Task launch for StepId=J.S failed on node node1: Unable to satisfy cpu bind request", on
+/// 22.05 and 24.11 alike). `pool submit` exits 1 with those words; the journal has a definite
+/// `WorkerLaunchFailed` and no step observed for it; `pool status`, `logs`, `inspect` and
+/// `report` show the words.
+#[test]
+fn a_launch_slurm_refused_after_creating_the_step_fails_the_submit_in_sruns_words() {
+    let c = Cluster::require();
+    let mut s = Issue36::new(&c);
+    let wrapper = tempfile::tempdir_in("/tmp").unwrap();
+    let real = format!("{}/srun", c.env["SLURM_DEV_MULTI_BIN"]);
+    let script = format!(
+        "#!/bin/sh\n\
+         long=\n\
+         for a; do case $a in --job-name=p.long) long=1;; esac; done\n\
+         [ -n \"$long\" ] || exec '{real}' \"$@\"\n\
+         for a; do shift; case $a in --cpu-bind=*) ;; *) set -- \"$@\" \"$a\";; esac; done\n\
+         exec '{real}' --cpu-bind=map_cpu:3 \"$@\"\n"
+    );
+    let srun = wrapper.path().join("srun");
+    std::fs::write(&srun, script).unwrap();
+    std::fs::set_permissions(&srun, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    s.path_first.push(wrapper.path().to_owned());
+    s.cpu1_beside_gpu1_then_gpu1_over();
+
+    let long = s.submit("long", "2", "1G", "0", "echo long ran");
+    let err = text(&long.stderr);
+    let words = "failed on node node1: Unable to satisfy cpu bind request";
+    assert_eq!(
+        long.status.code(),
+        Some(1),
+        "{err}; stdout: {}",
+        text(&long.stdout)
+    );
+    assert!(
+        err.contains("Task launch for StepId=") && err.contains(words),
+        "{err}"
+    );
+
+    // The journal: a definite launch failure, and no step observed, for long.
+    let dump = s.dispatch(&["journal", "dump", "--json"]);
+    let events: Vec<serde_json::Value> = text(&dump.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let id = events
+        .iter()
+        .find(|e| e["kind"] == "WorkerSubmitIntent" && e["event"]["worker"] == "long")
+        .map(|e| e["event"]["submission_id"].clone())
+        .expect("long's intent");
+    let about: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["event"]["submission_id"] == id)
+        .collect();
+    let kinds: Vec<&str> = about.iter().filter_map(|e| e["kind"].as_str()).collect();
+    assert!(!kinds.contains(&"WorkerStepObserved"), "{kinds:?}");
+    let failed = about
+        .iter()
+        .find(|e| e["kind"] == "WorkerLaunchFailed")
+        .unwrap_or_else(|| panic!("no WorkerLaunchFailed: {kinds:?}"));
+    assert_eq!(failed["event"]["definite"], true, "{failed}");
+    assert!(
+        failed["event"]["reason"].as_str().unwrap().contains(words),
+        "{failed}"
+    );
+
+    // Every view says it, in srun's words.
+    let status = s.json(&["pool", "status", "p", "--json"]);
+    let workers = status["pools"][0]["workers"].as_array().unwrap();
+    let view = workers.iter().find(|w| w["name"] == "long").unwrap();
+    assert_eq!(view["state"], "failed", "{view}");
+    assert!(
+        view["launch_failure"].as_str().unwrap().contains(words),
+        "{view}"
+    );
+    let cpu1 = workers.iter().find(|w| w["name"] == "cpu1").unwrap();
+    assert_eq!(cpu1["state"], "running", "{cpu1}");
+    let table = text(&s.dispatch(&["pool", "status", "p", "--wide"]).stdout);
+    assert!(
+        table.contains("launch failed: ") && table.contains(words),
+        "{table}"
+    );
+    let logs = s.dispatch(&["logs", "long"]);
+    assert!(
+        text(&logs.stderr).contains("never ran") && text(&logs.stderr).contains(words),
+        "{}",
+        text(&logs.stderr)
+    );
+    let inspect = s.json(&["inspect", "long", "--json"]);
+    assert!(
+        inspect["launch_failure"].as_str().unwrap().contains(words),
+        "{inspect}"
+    );
+    let report = s.dispatch(&["report", "--pool", "p"]);
+    let report = text(&report.stdout);
+    assert!(
+        report.contains("launch failed: ") && report.contains(words),
+        "{report}"
+    );
+    let line = report
+        .lines()
+        .find(|l| l.trim_start().starts_with("long "))
+        .unwrap();
+    assert!(
+        line.contains("failed") && !line.contains("running"),
+        "{report}"
+    );
+    let audit = s.dispatch(&["audit", "--json"]);
+    assert!(audit.status.success(), "{}", text(&audit.stdout));
+}

@@ -379,6 +379,9 @@ pub fn run_inspect(
             r.submission_id,
             r.state
         );
+        if let Some(why) = &r.launch_failure {
+            crate::outln!("launch failed: {why}");
+        }
         crate::outln!(
             "output: {} (stderr: {}; `dispatch logs`)",
             r.stdout,

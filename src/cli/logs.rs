@@ -72,6 +72,7 @@ pub fn run(args: &LogsArgs, checked: &crate::statedir::Checked, json: bool) -> R
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
         Err(e) => return Err(read_failed(&path, e)),
     };
+    let launch_failure = logs::launch_failure(&state, &c);
     if json {
         print_json(&serde_json::json!({
             "worker": c.worker,
@@ -83,7 +84,14 @@ pub fn run(args: &LogsArgs, checked: &crate::statedir::Checked, json: bool) -> R
             "exists": exists,
             "bytes": bytes.len(),
             "text": String::from_utf8_lossy(&bytes),
+            "launch_failure": launch_failure,
         }))?;
+    } else if let Some(why) = &launch_failure {
+        write_bytes(&bytes);
+        note(&format!(
+            "worker {} never ran: its launch failed: {why}",
+            c.worker
+        ));
     } else if !exists {
         note(&format!(
             "worker {} has no {stream} yet ({} does not exist: its step has not started)",

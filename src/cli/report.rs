@@ -107,6 +107,9 @@ fn render_text(r: &Report, html: Option<&Path>) -> String {
             w.state,
             marks.join(" → ")
         ));
+        if let Some(why) = &w.launch_failure {
+            s.push_str(&format!("  {:<20} launch failed: {why}\n", ""));
+        }
     }
     for f in &r.audit.findings {
         s.push_str(&format!("  audit {}: {}\n", f.what, f.detail));

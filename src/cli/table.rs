@@ -221,7 +221,11 @@ pub fn pool_status(r: &StatusReport, wide: bool) -> String {
                 count(u64::from(w.cpus), "CPU"),
                 mem(w.mem_mb),
             ]);
-            details.push(worker_details(w.gpus, &w.node));
+            let mut lines = worker_details(w.gpus, &w.node);
+            if let Some(why) = &w.launch_failure {
+                lines.insert(0, (format!("launch failed: {why}"), true));
+            }
+            details.push(lines);
         }
     }
     let drawn = workers.render(0, width(wide));
@@ -623,6 +627,7 @@ mod tests {
             step_id: step.map(str::to_owned),
             exit_code: None,
             exit_signal: None,
+            launch_failure: None,
             stdout: None,
             stderr: None,
             node: NodeView::default(),

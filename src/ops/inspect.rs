@@ -28,6 +28,9 @@ pub struct InspectReport {
     pub timeline: Vec<Entry>,
     pub last_event: Option<Entry>,
     pub worker_journal: Option<WorkerJournal>,
+    /// Why its launch failed, as its last `WorkerLaunchFailed` says (for a launch Slurm
+    /// refused, srun's own words); null when none was recorded.
+    pub launch_failure: Option<String>,
     /// Its output files (`dispatch logs` prints them).
     pub stdout: String,
     pub stderr: String,
@@ -134,9 +137,13 @@ pub(crate) fn inspect_in(
     };
     let id = found.submission_id.to_string();
     let mut timeline = Vec::new();
+    let mut launch_failure = None;
     journal::replay(&journal_dir, None, |env| {
         if env.seq <= last_seq && about(&env, &id) {
             keep(&mut timeline, Entry::of(&env));
+            if let crate::event::Event::WorkerLaunchFailed(e) = &env.event {
+                launch_failure = Some(e.reason.clone());
+            }
         }
         Ok(())
     })?;
@@ -157,6 +164,7 @@ pub(crate) fn inspect_in(
         last_event: timeline.last().cloned(),
         timeline,
         worker_journal,
+        launch_failure,
     })
 }
 

@@ -252,21 +252,15 @@ pub fn ended(state: Option<&State>, dirs: &WorkerDirs, c: &Candidate) -> Option<
         }
     }
     let state = state?;
+    if let Some(why) = launch_failure(state, c) {
+        return Some(format!("its launch failed: {why}"));
+    }
     let now = match &c.pool {
-        Some(pool) => state.pools.pools.get(pool).and_then(|p| {
-            p.active
-                .get(&c.submission_id)
-                .or_else(|| {
-                    p.finished
-                        .iter()
-                        .find(|w| w.submission_id == c.submission_id)
-                })
-                .map(|w| {
-                    (
-                        w.state == WorkerState::Exited || !w.state.holds_budget(),
-                        w.state.as_str(),
-                    )
-                })
+        Some(_) => pool_worker(state, c).map(|w| {
+            (
+                w.state == WorkerState::Exited || !w.state.holds_budget(),
+                w.state.as_str(),
+            )
         }),
         None => state
             .jobs
@@ -287,6 +281,22 @@ pub fn ended(state: Option<&State>, dirs: &WorkerDirs, c: &Candidate) -> Option<
         Some((false, _)) => None,
         None => Some("the coordinator no longer holds it".to_owned()),
     }
+}
+
+/// The pool worker `c` means, active or finished, as the state holds it.
+fn pool_worker<'s>(state: &'s State, c: &Candidate) -> Option<&'s crate::state::pool::Worker> {
+    let p = state.pools.pools.get(c.pool.as_deref()?)?;
+    p.active.get(&c.submission_id).or_else(|| {
+        p.finished
+            .iter()
+            .find(|w| w.submission_id == c.submission_id)
+    })
+}
+
+/// Why the launch of pool worker `c` failed, as the state recorded it (for a launch Slurm
+/// refused, srun's own words): its step never ran, so it has no output to show.
+pub fn launch_failure(state: &State, c: &Candidate) -> Option<String> {
+    pool_worker(state, c)?.launch_failure.clone()
 }
 
 /// The file to read: `stderr` or `stdout` of the worker's evidence directory, after checking

@@ -27,8 +27,8 @@ use serde::Serialize;
 use super::context::{append_if, micros_to_local, Ctx};
 use super::error::OpError;
 use super::pool::{
-    active_worker, locked, process_alive, reconcile_creation, release_proven, step_name,
-    worker_journal_news, CreationReconciled,
+    active_worker, locked, process_alive, reconcile_creation, release_proven, srun_refused_launch,
+    step_name, worker_journal_news, CreationReconciled,
 };
 use crate::event::jobs::{JobSubmitFailed, JobSubmitted, JobTerminal};
 use crate::event::pool::{
@@ -380,6 +380,9 @@ fn observe_workers<'a, S: Scheduler>(ctx: &Ctx<S>, pool: &'a Pool) -> Vec<Worker
                         .chain(pool.finished.iter())
                         .filter_map(|x| x.step_id)
                         .collect(),
+                    srun_launch_refused: (supervisor_started == Some(false))
+                        .then(|| srun_refused_launch(&dirs, pool.allocation.job_id))
+                        .flatten(),
                 },
             }
         })
@@ -486,7 +489,11 @@ fn record_worker<S: Scheduler>(
         }
         return Ok(());
     }
-    if let Some(proof) = &v.never_ran {
+    // A step proven never to have run had no step recorded; one Slurm refused to launch may
+    // have had (srun announced it).
+    let launch_failure = (v.never_ran.as_ref().map(|p| (p, w.step_id.is_none())))
+        .or(v.launch_refused.as_ref().map(|p| (p, true)));
+    if let Some((proof, stepless_or_refused)) = launch_failure {
         let failed = Event::WorkerLaunchFailed(WorkerLaunchFailed {
             submission_id: id,
             definite: true,
@@ -494,7 +501,7 @@ fn record_worker<S: Scheduler>(
         });
         if append_if(
             ctx,
-            |now| unchanged(now) && w.step_id.is_none(),
+            |now| unchanged(now) && stepless_or_refused,
             vec![failed],
         )? {
             report.resolved.push(resolved(proof));

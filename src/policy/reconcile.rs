@@ -208,6 +208,26 @@ pub fn step_never_ran(
     ))
 }
 
+/// Is a launch srun reported failed a definite launch failure, which releases the worker's
+/// budget? Only when srun said so in its own words for the worker's step (`srun_words`:
+/// `slurm::srun_log::launch_refused`, read from the log of the one srun started for it) and
+/// the supervisor's journal was read and records no start (`supervisor_started` is
+/// `Some(false)`): the controller created the step, slurmd refused to start its task, and
+/// nothing of the worker ran. srun's announcement of the step alone proves nothing either way;
+/// an unreadable journal, or a supervisor that started, is not this proof.
+pub fn launch_refused(
+    srun_words: Option<&str>,
+    supervisor_started: Option<bool>,
+) -> Option<String> {
+    let words = srun_words?;
+    (supervisor_started == Some(false)).then(|| {
+        format!(
+            "Slurm created the step but did not launch it, and the supervisor's journal records \
+             no start; srun said: {words}"
+        )
+    })
+}
+
 /// What the worker's own journal said, and what is known of its srun.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkerObservation {
@@ -222,6 +242,9 @@ pub struct WorkerObservation {
     /// step of this worker's name among them is an earlier worker's of the same name, never
     /// this one's.
     pub others_steps: Vec<u32>,
+    /// srun's own words that the launch of the step it announced failed
+    /// (`slurm::srun_log::launch_refused`, from the log of the srun started for it).
+    pub srun_launch_refused: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -235,6 +258,9 @@ pub struct Verdict {
     /// Proof that its step never ran ([`step_never_ran`]): releases its budget as a definite
     /// launch failure.
     pub never_ran: Option<String>,
+    /// Proof that Slurm created its step and refused to launch it ([`launch_refused`]), also
+    /// when its step was recorded: releases its budget as a definite launch failure.
+    pub launch_refused: Option<String>,
 }
 
 /// `pool` without the steps in `others`: a name is not unique across a pool's history (a
@@ -265,6 +291,10 @@ pub fn verdict(
         v.terminal = Some(format!(
             "the allocation is over ({how}), so every step in it is"
         ));
+        return v;
+    }
+    v.launch_refused = launch_refused(own.srun_launch_refused.as_deref(), own.supervisor_started);
+    if v.launch_refused.is_some() {
         return v;
     }
     let listed_by_name = pool
@@ -870,6 +900,7 @@ mod tests {
             assets: Vec::new(),
             report: None,
             journal_damage: None,
+            launch_failure: None,
             srun: None,
             placement: None,
         }
@@ -1012,6 +1043,45 @@ mod tests {
     }
 
     #[test]
+    fn a_launch_srun_said_failed_is_definite_only_if_no_supervisor_started() {
+        let words = "Task launch for StepId=16.2 failed on node node1: Unable to layout tasks \
+                     on given cpus";
+        let proof = launch_refused(Some(words), Some(false)).unwrap();
+        assert!(proof.ends_with(&format!("srun said: {words}")), "{proof}");
+        assert!(proof.contains("records no start"), "{proof}");
+        // A supervisor that started ran something; an unreadable journal proves nothing.
+        assert_eq!(launch_refused(Some(words), Some(true)), None);
+        assert_eq!(launch_refused(Some(words), None), None);
+        // srun's announcement without a word of a failed launch is no proof.
+        assert_eq!(launch_refused(None, Some(false)), None);
+    }
+
+    /// Issue 36: the step was recorded (srun announced it) and is gone; srun's words that its
+    /// launch failed, with no supervisor start, make it a launch failure, not a release.
+    #[test]
+    fn reconcile_judges_a_recorded_step_whose_launch_srun_said_failed_a_launch_failure() {
+        let w = worker(Some(2));
+        let pool = PoolObservation {
+            allocation_listed: listed(),
+            steps: listing(&[]),
+            ..PoolObservation::default()
+        };
+        let mut own = WorkerObservation {
+            supervisor_started: Some(false),
+            srun_launch_refused: Some("Task launch for StepId=16.2 failed".into()),
+            ..WorkerObservation::default()
+        };
+        let v = verdict(&w, "p.w", &pool, &own);
+        assert!(v.launch_refused.unwrap().ends_with("StepId=16.2 failed"));
+        assert_eq!((v.terminal, v.never_ran), (None, None));
+        // A supervisor that started: the step ran; as before, its absence is judged.
+        own.supervisor_started = Some(true);
+        let v = verdict(&w, "p.w", &pool, &own);
+        assert_eq!(v.launch_refused, None);
+        assert!(v.terminal.is_some(), "{v:?}");
+    }
+
+    #[test]
     fn a_listed_step_is_observed_and_running() {
         let obs = PoolObservation {
             allocation_listed: listed(),
@@ -1025,6 +1095,7 @@ mod tests {
                 terminal: None,
                 running: true,
                 never_ran: None,
+                launch_refused: None,
             }
         );
     }
@@ -1046,6 +1117,7 @@ mod tests {
                 terminal: None,
                 running: false,
                 never_ran: None,
+                launch_refused: None,
             }
         );
     }

@@ -220,6 +220,9 @@ pub struct WorkerTimeline {
     pub gpus: u32,
     /// The GPU indexes its step got, as its supervisor recorded them (`SLURM_STEP_GPUS`).
     pub step_gpus: Option<String>,
+    /// Why its launch failed, as its last definite `WorkerLaunchFailed` says (for a launch
+    /// Slurm refused, srun's own words).
+    pub launch_failure: Option<String>,
     pub marks: Vec<Mark>,
     /// The pool allocation's end when the worker was submitted.
     pub allocation_end: Option<String>,
@@ -342,8 +345,16 @@ struct Track {
     deadline: Option<(Micros, DeadlineSource)>,
     published: bool,
     step_gpus: Option<String>,
+    launch_failure: Option<String>,
     ingested: Option<crate::event::pool::WorkerReportIngested>,
     at_verdict: Option<crate::event::pool::WorkerReportIngested>,
+}
+
+impl Track {
+    /// A definite launch failure's reason (the last one counts).
+    fn failed(&mut self, reason: &str) {
+        self.launch_failure = Some(reason.to_owned());
+    }
 }
 
 /// A worker as the reduced state has it at the end.
@@ -499,6 +510,7 @@ impl Builder {
                     track.named = Some((e.worker.clone(), Some(e.pool.clone())))
                 }
                 Event::JobSubmitIntent(e) => track.named = Some((e.worker.clone(), None)),
+                Event::WorkerLaunchFailed(e) if e.definite => track.failed(&e.reason),
                 _ => {}
             }
             if let Some((end, publication_timeout_s)) = end {
@@ -766,6 +778,7 @@ impl Builder {
             node: placement.as_ref().map(|p| p.node.clone()),
             gpus: placement.as_ref().map_or(0, |p| p.gpus),
             step_gpus: track.step_gpus,
+            launch_failure: track.launch_failure,
             marks,
             allocation_end: track.allocation_end.map(Micros::to_rfc3339),
             allocation_end_us: track.allocation_end.map(|t| t.0),

@@ -387,8 +387,8 @@ pub struct StepRequest {
     /// `--gres=…`: the step's generic resources. Without it a step inherits every GRES of the
     /// job (every GPU of a GPU allocation); `none` gives it none.
     pub gres: Option<String>,
-    /// `--nodes=1 --nodelist=NODE --exact`: the step runs on that node of the allocation, with
-    /// only the CPUs and memory it asks for. Without it Slurm picks, and a step asks for the
+    /// `--nodes=1 --nodelist=NODE --exact --cpu-bind=none`: the step runs on that node of the
+    /// allocation, with only the CPUs and memory it asks for, its task on all of those CPUs. Without it Slurm picks, and a step asks for the
     /// job's node count.
     pub node: Option<String>,
     /// The task's stdout/stderr, written on the node (`--output`/`--error`).
@@ -427,7 +427,8 @@ impl StepRequest {
         }
     }
 
-    /// `srun --jobid=J [--verbose] [--overlap] --job-name=N [--nodes=1 --nodelist=NODE --exact] --ntasks=1
+    /// `srun --jobid=J [--verbose] [--overlap] --job-name=N [--nodes=1 --nodelist=NODE --exact
+    /// --cpu-bind=none] --ntasks=1
     /// --cpus-per-task=C --mem=MM [--gres=G] [--output=F] [--error=F] [--chdir=D] -- CMD [ARGS...]`
     pub fn argv(&self) -> Result<Vec<OsString>, RequestError> {
         if self.command.is_empty() || self.command[0].is_empty() {
@@ -466,10 +467,18 @@ impl StepRequest {
         argv.push(flag("job-name", &self.name));
         if let Some(node) = &self.node {
             check_word("node", node)?;
+            // `--cpu-bind=none`: the step's one task gets every CPU of the step, as a mask of
+            // them (slurmd's task/affinity still confines it to them), with no layout of tasks
+            // over cores. That layout is what slurmd refused on a node that declares more CPUs
+            // than its host has (config_overrides): it folds the step's core ids onto the real
+            // CPUs, cores 0 and 2 of a 2-CPU step become one CPU, and 22.05's implicit binding
+            // to cores then fails with "Unable to layout tasks on given cpus" after the step
+            // was created. Explicit, it also overrides a SLURM_CPU_BIND in the environment.
             argv.extend([
                 OsString::from("--nodes=1"),
                 flag("nodelist", node),
                 OsString::from("--exact"),
+                OsString::from("--cpu-bind=none"),
             ]);
         }
         argv.extend([
@@ -875,6 +884,19 @@ mod tests {
         r.gres = Some("none".into());
         let argv = strs(r.argv().unwrap());
         assert_eq!(argv[4..6], ["--mem=100M", "--gres=none"]);
+        // On a node: exactly its CPUs, the one task on all of them (no layout over cores).
+        r.node = Some("node1".into());
+        let argv = strs(r.argv().unwrap());
+        assert_eq!(
+            argv[2..7],
+            [
+                "--nodes=1",
+                "--nodelist=node1",
+                "--exact",
+                "--cpu-bind=none",
+                "--ntasks=1"
+            ]
+        );
         r.gres = Some("gpu:1,license:2".into());
         assert!(r.argv().is_err(), "one GRES word");
         r.command.clear();

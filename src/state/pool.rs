@@ -89,6 +89,13 @@ pub struct Worker {
     /// submitted before placement was journaled, on the pool's only node, with no GPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placement>,
+    /// Why its launch failed (`WorkerLaunchFailed`'s reason: for a launch Slurm refused, srun's
+    /// own words), so the views of a failed worker can say it from state alone. Kept only for
+    /// a placed worker: a snapshot encodes a worker's fields by position, and a reason behind an
+    /// absent (skipped) placement would be read as the placement. Every worker this version
+    /// launches was placed in its receipt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_failure: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -404,6 +411,7 @@ impl Pools {
                 journal_damage: None,
                 srun: None,
                 placement: None,
+                launch_failure: None,
             },
         );
         self.by_submission.insert(e.submission_id, e.pool.clone());
@@ -467,6 +475,11 @@ impl Pools {
     }
 
     pub fn launch_failed(&mut self, e: &WorkerLaunchFailed) {
+        if let Some(w) = self.worker_mut(&e.submission_id) {
+            if w.placement.is_some() {
+                w.launch_failure = Some(e.reason.clone());
+            }
+        }
         if e.definite {
             self.finish(&e.submission_id, WorkerState::Failed);
         } else if let Some(w) = self.worker_mut(&e.submission_id) {
@@ -794,5 +807,48 @@ mod tests {
         submit(&mut pools, 5, "n1", 2);
         pools.detach(&PoolDetached { pool: "p".into() });
         assert!(pools.requests.is_empty());
+    }
+
+    /// Issue 36: a failed worker's view says why from state alone, and a snapshot of it reads
+    /// back (a worker's fields are encoded by position: the reason is kept only beside its
+    /// placement, never behind a skipped one).
+    #[test]
+    fn a_launch_failures_reason_is_kept_with_a_placed_worker_and_survives_a_snapshot() {
+        let mut pools = Pools::default();
+        pools.attach(Micros(0), &attached(7));
+        let intent = |id: u128| WorkerSubmitIntent {
+            pool: "p".into(),
+            worker: format!("w{id}"),
+            submission_id: Uuid::from_u128(id),
+            cpus: 1,
+            mem_mb: 10,
+            publication_timeout_s: 30,
+            command: vec!["true".into()],
+        };
+        let failed = |id: u128| WorkerLaunchFailed {
+            submission_id: Uuid::from_u128(id),
+            definite: true,
+            reason: "srun said: Task launch for StepId=16.2 failed".into(),
+        };
+        pools.submit(Micros(0), &intent(1));
+        pools.placed(&WorkerPlaced {
+            submission_id: Uuid::from_u128(1),
+            node: "node1".into(),
+            gpus: 0,
+        });
+        pools.launch_failed(&failed(1));
+        // Submitted before placement was journaled: no reason kept.
+        pools.submit(Micros(0), &intent(2));
+        pools.launch_failed(&failed(2));
+        let finished = &pools.pools["p"].finished;
+        assert_eq!(finished[0].state, WorkerState::Failed);
+        assert_eq!(
+            finished[0].launch_failure.as_deref(),
+            Some("srun said: Task launch for StepId=16.2 failed")
+        );
+        assert_eq!(finished[1].launch_failure, None);
+        let bytes = rmp_serde::to_vec(&pools).unwrap();
+        let back: Pools = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(back, pools);
     }
 }

@@ -1217,6 +1217,11 @@ impl World {
                     req.job
                 ),
             );
+            // And, as a real srun does when slurmd started the task, that it did.
+            srun_says(
+                req,
+                &format!("srun: launch/slurm: _task_start: Node {host}, 1 tasks started"),
+            );
         }
         j.next_step += 1;
         j.steps.insert(

@@ -38,7 +38,7 @@ pub use status::{
 };
 pub(crate) use stop::release_proven;
 pub use stop::{stop_worker, StopReport};
-pub(crate) use submit::process_alive;
+pub(crate) use submit::{process_alive, srun_refused_launch};
 pub use submit::{submit, submit_waiting, SubmitReport, SubmitRequest, STEP_DISCOVERY_TIMEOUT};
 
 use std::path::Path;

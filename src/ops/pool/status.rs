@@ -87,6 +87,8 @@ pub struct WorkerView {
     pub step_id: Option<String>,
     pub exit_code: Option<i32>,
     pub exit_signal: Option<i32>,
+    /// Why its launch failed (for a launch Slurm refused, srun's own words); null otherwise.
+    pub launch_failure: Option<String>,
     /// Its output files (`dispatch logs` prints them); null without the state directory.
     pub stdout: Option<String>,
     pub stderr: Option<String>,
@@ -328,6 +330,7 @@ impl WorkerView {
             step_id: w.step_id.map(|s| format!("{job}.{s}")),
             exit_code: w.exit_code,
             exit_signal: w.exit_signal,
+            launch_failure: w.launch_failure.clone(),
             stdout,
             stderr,
             node,

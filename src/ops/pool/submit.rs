@@ -489,8 +489,10 @@ fn step_request<S: Scheduler>(
     );
     // Without --overlap Slurm gives each worker CPUs no other worker holds, and the step's
     // cpuset confines it to them; with --overlap, workers were seen sharing CPU 0. The budget
-    // check above keeps the steps from waiting on each other. No --cpu-bind: `cores` made
-    // Slurm 22.05 fail to lay out a 3-CPU task on a node declaring more CPUs than it has.
+    // check above keeps the steps from waiting on each other. On its node the request is one
+    // Slurm can always lay out where placement found room: `--cpu-bind=none` (request.rs), so
+    // the one task gets the step's CPUs as they are, never a layout over cores that slurmd may
+    // refuse after the step was created (issue 36).
     step.overlap = false;
     // On the node its budget is held on, with exactly what it reserves there (`--exact`).
     step.node = plan.node.clone();
@@ -561,6 +563,14 @@ fn record_discovery<S: Scheduler>(
                 "worker {worker}: Slurm refused to create its step: {reason}; its budget is released"
             )))
         }
+        Discovery::LaunchRefused { step, proof } => {
+            failed(&proof)?;
+            Err(OpError::Failed(format!(
+                "worker {worker}: step {job}.{step}: {proof}; nothing of it ran and its budget \
+                 is released. See {}",
+                client_log_path(&plan.dirs).display()
+            )))
+        }
         Discovery::NeverRan(proof) => {
             failed(&proof)?;
             Err(OpError::Failed(format!(
@@ -584,8 +594,16 @@ fn record_discovery<S: Scheduler>(
 }
 
 enum Discovery {
+    /// The step runs: the supervisor recorded its start, or srun said its task started (or,
+    /// at the end of the search, the step was created and nothing said more).
     Found(u32),
     CreationFailed(String),
+    /// The controller created step `step`, slurmd refused to launch its task, in srun's words,
+    /// and nothing of the supervisor started (`policy::reconcile::launch_refused`).
+    LaunchRefused {
+        step: u32,
+        proof: String,
+    },
     /// Proven never to have run (`policy::reconcile::step_never_ran`).
     NeverRan(String),
     NotSeen(String),
@@ -638,11 +656,16 @@ struct StepSearch<'a> {
     since: Micros,
 }
 
-/// Find the step a detached srun created: by the step id srun announced in its client log or
-/// the supervisor recorded (file reads, looked at every few ms; most often the step is found so,
-/// with no Slurm call), or by name in the step listing. When the srun has exited
-/// without one, wait out the settle delay and ask whether together the evidence proves that the
-/// step never ran.
+/// Find the step a detached srun created and learn whether it runs: by the step id the
+/// supervisor recorded at its start, or the step srun announced in its client log once srun
+/// also said its task started (file reads, looked at every few ms; most often the step is
+/// found so, with no Slurm call). srun's announcement, or the step in the listing, says only
+/// that the controller created the step: slurmd may still refuse to launch its task, and srun
+/// then says so in its own words (a definite launch failure, `LaunchRefused`), within
+/// milliseconds. A step listed before srun announced it is found as listed. When the srun
+/// has exited without a step, wait out the settle delay and ask whether together the evidence
+/// proves that the step never ran. A step created but neither started nor refused by the end
+/// is reported as found, as the step listing would: reconcile settles it.
 async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> Discovery {
     let StepSearch {
         job,
@@ -652,8 +675,10 @@ async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> D
         launched_at,
         ..
     } = *search;
+    let pools_dir = ctx.pools_dir();
     let mut last_unknown = None;
     let mut srun_exit: Option<String> = None;
+    let mut created: Option<u32> = None;
     // srun announces the step 10-15 ms after it starts (measured on both dev clusters): the
     // listing is for an srun that has not, so the first waits a few times that, and a listing
     // asked sooner would only load the controller while it creates the step (and while other
@@ -661,60 +686,117 @@ async fn discover_step<S: Scheduler>(ctx: &Ctx<S>, search: &StepSearch<'_>) -> D
     let mut poll = Poller::new(FIRST_LISTING, POLL);
     loop {
         // Meanwhile srun's client log and the supervisor's own journal (file reads) are looked
-        // at every few ms: either names the step as soon as it exists.
+        // at every few ms: either tells as soon as the step runs or its launch failed.
         let until = tokio::time::Instant::now() + poll.next_pause();
         while tokio::time::Instant::now() < until {
             tokio::time::sleep(FILE_POLL).await;
-            if let Some(step) = announced_step(dirs, job) {
-                return Discovery::Found(step);
+            if let Some(found) = launch_news(&pools_dir, dirs, job, &mut created) {
+                return found;
             }
         }
-        match ctx.sched.list_steps(job).await {
-            Answer::Live(rows) => {
-                if let Some(n) = numbered_step_named(&rows, name) {
-                    return Discovery::Found(n);
+        if created.is_none() {
+            match ctx.sched.list_steps(job).await {
+                // Listed before srun announced it: found, as the listing shows it (srun's
+                // word on the launch, when it comes, is read once it announced the step).
+                Answer::Live(rows) => {
+                    if let Some(n) = numbered_step_named(&rows, name) {
+                        if srun_log::launched_step(&client_log(dirs), job).is_none() {
+                            return Discovery::Found(n);
+                        }
+                    }
                 }
+                Answer::Gone(_) => {}
+                Answer::Unknown(e) => last_unknown = Some(e.to_string()),
             }
-            Answer::Gone(_) => {}
-            Answer::Unknown(e) => last_unknown = Some(e.to_string()),
-        }
-        if let Some(step) = announced_step(dirs, job) {
-            return Discovery::Found(step);
         }
         if srun_exit.is_none() {
             srun_exit = srun_ended(srun_pid);
         }
+        // Read after srun's end was seen, so what it said before it ended is in the log.
+        if let Some(found) = launch_news(&pools_dir, dirs, job, &mut created) {
+            return found;
+        }
         if let Some(exit) = &srun_exit {
-            if let Some(line) = srun_log::step_refused(&client_log(dirs)) {
-                return Discovery::CreationFailed(line.to_owned());
-            }
-            if launched_at.elapsed() >= reconcile_policy::NEVER_RAN_SETTLE {
-                return match never_ran(ctx, search, exit).await {
-                    Some(proof) => Discovery::NeverRan(proof),
-                    None => Discovery::NotSeen(format!(
-                        "the srun client {exit} and no step was seen, but that it never ran is \
-                         not proven; see {}",
-                        client_log_path(dirs).display()
-                    )),
-                };
+            if let Some(found) = after_srun_ended(ctx, search, exit, created).await {
+                return found;
             }
         }
         if launched_at.elapsed() > STEP_DISCOVERY_TIMEOUT {
-            return Discovery::NotSeen(last_unknown.unwrap_or_else(|| "still pending".to_owned()));
+            return match created {
+                Some(step) => Discovery::Found(step),
+                None => {
+                    Discovery::NotSeen(last_unknown.unwrap_or_else(|| "still pending".to_owned()))
+                }
+            };
         }
     }
 }
 
-/// The step id srun announced in its client log once the controller created the step, or
-/// else the one the worker's supervisor recorded at its start, if either has (file reads).
-fn announced_step(dirs: &WorkerDirs, job: JobId) -> Option<u32> {
-    srun_log::launched_step(&client_log(dirs), job).or_else(|| {
-        report::read(&dirs.evidence)
-            .ok()
-            .flatten()
-            .and_then(|r| r.started)
-            .and_then(|s| s.step_id)
+/// What is known once the worker's srun has ended (`exit`: how) with no word of its launch:
+/// the controller's refusal to create the step; the step it created (`created`), found, as
+/// reconcile will settle it; or, past the settle delay, whether the step is proven never to
+/// have run. `None` while the settle delay runs.
+async fn after_srun_ended<S: Scheduler>(
+    ctx: &Ctx<S>,
+    search: &StepSearch<'_>,
+    exit: &str,
+    created: Option<u32>,
+) -> Option<Discovery> {
+    let dirs = search.dirs;
+    if let Some(line) = srun_log::step_refused(&client_log(dirs)) {
+        return Some(Discovery::CreationFailed(line.to_owned()));
+    }
+    if let Some(step) = created {
+        return Some(Discovery::Found(step));
+    }
+    if search.launched_at.elapsed() < reconcile_policy::NEVER_RAN_SETTLE {
+        return None;
+    }
+    Some(match never_ran(ctx, search, exit).await {
+        Some(proof) => Discovery::NeverRan(proof),
+        None => Discovery::NotSeen(format!(
+            "the srun client {exit} and no step was seen, but that it never ran is not proven; \
+             see {}",
+            client_log_path(dirs).display()
+        )),
     })
+}
+
+/// What the worker's files say of its launch so far (file reads): the step the supervisor
+/// recorded at its start; or the step srun announced (kept in `created`) once srun said its
+/// task started, or that its launch failed with no supervisor start
+/// ([`reconcile_policy::launch_refused`]). `None` while neither has said.
+fn launch_news(
+    pools_dir: &Path,
+    dirs: &WorkerDirs,
+    job: JobId,
+    created: &mut Option<u32>,
+) -> Option<Discovery> {
+    let started = report::read(&dirs.evidence)
+        .ok()
+        .flatten()
+        .and_then(|r| r.started);
+    if let Some(step) = started.and_then(|s| s.step_id) {
+        return Some(Discovery::Found(step));
+    }
+    let log = client_log(dirs);
+    let step = srun_log::launched_step(&log, job)?;
+    *created = Some(step);
+    if srun_log::tasks_started(&log) {
+        return Some(Discovery::Found(step));
+    }
+    let words = srun_log::launch_refused(&log, job, step)?;
+    let proof =
+        reconcile_policy::launch_refused(Some(&words), supervisor_started(pools_dir, dirs))?;
+    Some(Discovery::LaunchRefused { step, proof })
+}
+
+/// srun's own words that the launch of the step it announced in the worker's client log
+/// failed (`slurm::srun_log::launch_refused`), if it said so: for `reconcile`, which judges
+/// them beside the supervisor's journal (`policy::reconcile::launch_refused`).
+pub(crate) fn srun_refused_launch(dirs: &WorkerDirs, job: JobId) -> Option<String> {
+    let log = client_log(dirs);
+    srun_log::launch_refused(&log, job, srun_log::launched_step(&log, job)?)
 }
 
 /// Where the worker's srun writes its own stderr.
