@@ -1,6 +1,7 @@
-//! The `sessions` report: every job named `<prefix>…` grouped by the target it belongs to,
-//! jobs no target claims, orphans (live jobs no session names), stale sessions (their job is
-//! gone) and sessions whose fate the listing cannot tell.
+//! The `sessions` report: every job named `<prefix>…` (the config's prefix, or one it adopts
+//! under) grouped by the target it belongs to, jobs no target claims, orphans (live jobs no
+//! session names), stale sessions (their job is gone) and sessions whose fate the listing
+//! cannot tell.
 
 use std::collections::BTreeSet;
 
@@ -61,7 +62,9 @@ pub struct Report {
 }
 
 pub struct Inputs<'a, T> {
-    pub prefix: &'a str,
+    /// The prefixes of session job names (`Config::session_prefixes`): the config's own, then
+    /// those it adopts under.
+    pub prefixes: &'a [&'a str],
     /// Configured targets, in name order.
     pub targets: T,
     /// Mirror names to map tokens back to, in the order to try (config first).
@@ -204,11 +207,14 @@ where
     }
     let sessions = inputs.sessions;
     let (rows, answered_cleanly) = listed_rows(inputs.listing, &mut report.errors);
-    let mut ours: Vec<&JobRow> = rows
+    let mut ours: Vec<(&JobRow, &str)> = rows
         .iter()
-        .filter(|r| r.name.starts_with(inputs.prefix))
+        .filter_map(|r| {
+            let prefix = inputs.prefixes.iter().find(|p| r.name.starts_with(**p))?;
+            Some((r, &r.name[prefix.len()..]))
+        })
         .collect();
-    ours.sort_by_key(|r| r.job_id);
+    ours.sort_by_key(|(r, _)| r.job_id);
     let replaced: BTreeSet<JobId> = sessions
         .sessions
         .values()
@@ -219,8 +225,7 @@ where
         .values()
         .filter_map(|s| s.cancelling)
         .collect();
-    for row in ours {
-        let token = &row.name[inputs.prefix.len()..];
+    for (row, token) in ours {
         let Some(entry) = job_entry(row, token, sessions, inputs.mirrors, &replaced, &cancelling)
         else {
             continue;
@@ -286,12 +291,33 @@ mod tests {
             "exp-20261203".to_owned(),
         ];
         build(Inputs {
-            prefix: "sucoder-",
+            prefixes: &["dispatch-", "sucoder-"],
             targets: [("carleton-htc", HTC)],
             mirrors: &mirrors,
             sessions,
             listing: &listing,
         })
+    }
+
+    /// With the default configuration, a session's job is listed under dispatch's own prefix
+    /// and under sucoder's, which sessions adopt; a worker's job stays out under either.
+    #[test]
+    fn jobs_under_the_own_and_the_adopted_prefix_are_listed_by_token() {
+        let text = [
+            row("600", 600, "dispatch-SuCoder", "savio4_htc"),
+            row("601", 601, "sucoder-exp-20261203", "savio4_htc"),
+            row("602", 602, "dispatch-w1-1234abcd", "savio4_htc"),
+            row("603", 603, "other-SuCoder", "savio4_htc"),
+        ]
+        .concat();
+        let r = report(&text, &Sessions::default(), vec![]);
+        let listed: Vec<_> = r.targets[0]
+            .jobs
+            .iter()
+            .map(|e| (e.job_id, e.token.as_str()))
+            .collect();
+        assert_eq!(listed, [(600, "SuCoder"), (601, "exp-20261203")]);
+        assert!(r.unmatched.is_empty());
     }
 
     /// A pool's allocation and a `dispatch submit` job under the prefix are not sessions: not
@@ -382,7 +408,7 @@ mod tests {
         adopt(&mut sessions, "SuCoder", 39025067);
         let mirrors = vec![];
         let r = build(Inputs {
-            prefix: "sucoder-",
+            prefixes: &["sucoder-"],
             targets: [("carleton-htc", HTC)],
             mirrors: &mirrors,
             sessions: &sessions,
