@@ -166,15 +166,14 @@ fn err_text(r: Result<impl std::fmt::Debug, OpError>) -> (String, &'static str) 
 
 // ---------------------------------------------------------------- sanitization and argv
 
-/// 1, 2, 3: one token everywhere; the same `--job-name` for sbatch and salloc.
-#[tokio::test]
-async fn b01_b03_job_name_is_the_same_for_sbatch_and_salloc() {
-    let w = World::new();
+/// A launch of `w`'s session on T (sbatch) and one on U (salloc), each finding no job, its
+/// job named `name`: every Slurm call's argv, the sbatch's and the salloc's.
+async fn launch_on_t_and_u(w: &World, name: &str) -> (Vec<Vec<String>>, Vec<String>, Vec<String>) {
     w.q().by_name.push_back(gone());
     w.q().sbatch.push_back(submitted(11));
     w.q()
         .by_id
-        .push_back(live(&row("11", "RUNNING", "n1", T, NAME)));
+        .push_back(live(&row("11", "RUNNING", "n1", T, name)));
     w.launch("T", true).await.unwrap();
     w.q().by_name.push_back(gone());
     w.q().salloc.push_back(Ok(dispatch::slurm::Allocated {
@@ -182,16 +181,24 @@ async fn b01_b03_job_name_is_the_same_for_sbatch_and_salloc() {
     }));
     w.q()
         .by_id
-        .push_back(live(&row("12", "RUNNING", "n2", OTHER, NAME)));
+        .push_back(live(&row("12", "RUNNING", "n2", OTHER, name)));
     w.launch("U", true).await.unwrap();
     let argvs = w.slurm.argvs();
-    let sbatch = argvs.iter().find(|a| a[0] == "sbatch").unwrap();
-    let salloc = argvs.iter().find(|a| a[0] == "salloc").unwrap();
+    let sbatch = argvs.iter().find(|a| a[0] == "sbatch").unwrap().clone();
+    let salloc = argvs.iter().find(|a| a[0] == "salloc").unwrap().clone();
+    (argvs, sbatch, salloc)
+}
+
+/// 1, 2, 3: one token everywhere; the same `--job-name` for sbatch and salloc.
+#[tokio::test]
+async fn b01_b03_job_name_is_the_same_for_sbatch_and_salloc() {
+    let w = World::new();
+    let (_, sbatch, salloc) = launch_on_t_and_u(&w, NAME).await;
     assert_eq!(sbatch[2], "--job-name=sucoder-sample");
     assert_eq!(salloc[2], "--job-name=sucoder-sample", "{salloc:?}");
     assert_eq!(
         salloc,
-        &[
+        [
             "salloc",
             "--no-shell",
             "--job-name=sucoder-sample",
@@ -210,23 +217,7 @@ async fn b01_b03_job_name_is_the_same_for_sbatch_and_salloc() {
 #[tokio::test]
 async fn default_names_are_dispatchs_own_and_probes_ask_for_sucoders_too() {
     let w = World::default_names();
-    w.q().by_name.push_back(gone());
-    w.q().sbatch.push_back(submitted(11));
-    w.q()
-        .by_id
-        .push_back(live(&row("11", "RUNNING", "n1", T, "dispatch-sample")));
-    w.launch("T", true).await.unwrap();
-    w.q().by_name.push_back(gone());
-    w.q().salloc.push_back(Ok(dispatch::slurm::Allocated {
-        job_id: JobId::new(12).unwrap(),
-    }));
-    w.q()
-        .by_id
-        .push_back(live(&row("12", "RUNNING", "n2", OTHER, "dispatch-sample")));
-    w.launch("U", true).await.unwrap();
-    let argvs = w.slurm.argvs();
-    let sbatch = argvs.iter().find(|a| a[0] == "sbatch").unwrap();
-    let salloc = argvs.iter().find(|a| a[0] == "salloc").unwrap();
+    let (argvs, sbatch, salloc) = launch_on_t_and_u(&w, "dispatch-sample").await;
     assert_eq!(sbatch[2], "--job-name=dispatch-sample");
     assert_eq!(salloc[2], "--job-name=dispatch-sample", "{salloc:?}");
     let probes: Vec<_> = argvs

@@ -299,36 +299,18 @@ mod tests {
         })
     }
 
-    /// With the default configuration, a session's job is listed under dispatch's own prefix
-    /// and under sucoder's, which sessions adopt; a worker's job stays out under either.
-    #[test]
-    fn jobs_under_the_own_and_the_adopted_prefix_are_listed_by_token() {
-        let text = [
-            row("600", 600, "dispatch-SuCoder", "savio4_htc"),
-            row("601", 601, "sucoder-exp-20261203", "savio4_htc"),
-            row("602", 602, "dispatch-w1-1234abcd", "savio4_htc"),
-            row("603", 603, "other-SuCoder", "savio4_htc"),
-        ]
-        .concat();
-        let r = report(&text, &Sessions::default(), vec![]);
-        let listed: Vec<_> = r.targets[0]
-            .jobs
-            .iter()
-            .map(|e| (e.job_id, e.token.as_str()))
-            .collect();
-        assert_eq!(listed, [(600, "SuCoder"), (601, "exp-20261203")]);
-        assert!(r.unmatched.is_empty());
-    }
-
-    /// A pool's allocation and a `dispatch submit` job under the prefix are not sessions: not
-    /// listed, not orphans; a mirror that is known keeps its job even in that shape.
+    /// A pool's allocation and a `dispatch submit` job under a session prefix are not
+    /// sessions: not listed, not orphans; a mirror that is known keeps its job even in that
+    /// shape. Session jobs are listed by token under dispatch's own prefix and sucoder's alike
+    /// (the default's), and under no other.
     #[test]
     fn pool_and_submit_jobs_are_not_sessions() {
         let text = [
-            row("500", 500, "sucoder-pool-ap-00c77252", "savio4_htc"),
+            row("500", 500, "dispatch-pool-ap-00c77252", "savio4_htc"),
             row("501", 501, "sucoder-w1-1234abcd", "savio4_htc"),
             row("502", 502, "sucoder-exp-20261203", "savio4_htc"),
-            row("503", 503, "sucoder-SuCoder", "elsewhere"),
+            row("503", 503, "dispatch-SuCoder", "elsewhere"),
+            row("504", 504, "other-SuCoder", "savio4_htc"),
         ]
         .concat();
         let r = report(&text, &Sessions::default(), vec![]);
