@@ -313,7 +313,7 @@ fn placement_alone(nodes: u32) -> Duration {
     const CALLS: u32 = 2000;
     let t = Instant::now();
     for _ in 0..CALLS {
-        let rooms = placement::node_rooms(pool, &facts);
+        let rooms = placement::node_rooms(pool, &facts.live_shares());
         let node = placement::place(&rooms, need, None).unwrap();
         assert_eq!(node.len(), format!("n{nodes}").len());
     }

@@ -5,7 +5,14 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-pub const DEFAULT_JOB_NAME_PREFIX: &str = "sucoder-";
+/// The start of every job name dispatch gives (pools, `dispatch submit` jobs, watermark
+/// beacons, sessions) unless the config's `job_name_prefix` says otherwise.
+pub const DEFAULT_JOB_NAME_PREFIX: &str = "dispatch-";
+
+/// The prefix of the session jobs of sucoder, the tool dispatch's sessions replace: by default
+/// a session also finds and adopts its live job under this name, so a session that tool
+/// started is never doubled (`Config::adopt_job_name_prefixes`).
+pub const LEGACY_JOB_NAME_PREFIX: &str = "sucoder-";
 
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -28,30 +35,64 @@ pub struct Mirror {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "ConfigFile")]
 pub struct Config {
-    #[serde(default = "default_prefix")]
+    /// The start of every job name dispatch gives.
     pub job_name_prefix: String,
-    #[serde(default)]
+    /// Other prefixes a session's job may have been named under (by another tool, or by an
+    /// earlier configuration): a session finds and adopts its live job under any of them, in
+    /// the one name probe that looks for its own name. The config key of that name; when it
+    /// is absent, [`LEGACY_JOB_NAME_PREFIX`] if `job_name_prefix` is not configured either,
+    /// else none (a configured prefix works alone, as it always did).
+    pub adopt_job_name_prefixes: Vec<String>,
     pub targets: BTreeMap<String, Target>,
-    #[serde(default)]
     pub mirrors: BTreeMap<String, Mirror>,
     /// Where session batch scripts and Slurm logs go (see `session_files_dir`).
     pub session_files: Option<PathBuf>,
 }
 
-fn default_prefix() -> String {
-    DEFAULT_JOB_NAME_PREFIX.to_owned()
+/// The file as written: which keys are there decides the defaults of the others.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    job_name_prefix: Option<String>,
+    adopt_job_name_prefixes: Option<Vec<String>>,
+    #[serde(default)]
+    targets: BTreeMap<String, Target>,
+    #[serde(default)]
+    mirrors: BTreeMap<String, Mirror>,
+    session_files: Option<PathBuf>,
+}
+
+impl From<ConfigFile> for Config {
+    fn from(f: ConfigFile) -> Config {
+        let adopt = f
+            .adopt_job_name_prefixes
+            .unwrap_or_else(|| match f.job_name_prefix {
+                Some(_) => Vec::new(),
+                None => vec![LEGACY_JOB_NAME_PREFIX.to_owned()],
+            });
+        Config {
+            job_name_prefix: f
+                .job_name_prefix
+                .unwrap_or_else(|| DEFAULT_JOB_NAME_PREFIX.to_owned()),
+            adopt_job_name_prefixes: adopt,
+            targets: f.targets,
+            mirrors: f.mirrors,
+            session_files: f.session_files,
+        }
+    }
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config {
-            job_name_prefix: default_prefix(),
+        Config::from(ConfigFile {
+            job_name_prefix: None,
+            adopt_job_name_prefixes: None,
             targets: BTreeMap::new(),
             mirrors: BTreeMap::new(),
             session_files: None,
-        }
+        })
     }
 }
 
@@ -284,14 +325,17 @@ impl Config {
             path: path.to_owned(),
             message: format!("{at}{message}"),
         };
-        if sanitize_token(&self.job_name_prefix) != self.job_name_prefix {
-            return Err(malformed(
-                at(&[], Some("job_name_prefix")),
-                format!(
-                    "job_name_prefix {:?} may only hold [A-Za-z0-9._-]",
-                    self.job_name_prefix
-                ),
-            ));
+        for (key, prefix) in std::iter::once(("job_name_prefix", &self.job_name_prefix)).chain(
+            self.adopt_job_name_prefixes
+                .iter()
+                .map(|p| ("adopt_job_name_prefixes", p)),
+        ) {
+            if sanitize_token(prefix) != *prefix {
+                return Err(malformed(
+                    at(&[], Some(key)),
+                    format!("{key} {prefix:?} may only hold [A-Za-z0-9._-]"),
+                ));
+            }
         }
         let no_control = |table: &[&str], key: &str, value: &str| {
             let what = [table, &[key]].concat().join(".");
@@ -396,6 +440,27 @@ impl Config {
     /// The Slurm job name of a mirror's session.
     pub fn job_name(&self, mirror: &str) -> String {
         format!("{}{}", self.job_name_prefix, sanitize_token(mirror))
+    }
+
+    /// Every prefix a session's job may be named under: `job_name_prefix` (the name a new job
+    /// gets), then each of `adopt_job_name_prefixes` that differs from it.
+    pub fn session_prefixes(&self) -> Vec<&str> {
+        let mut all = vec![self.job_name_prefix.as_str()];
+        for p in &self.adopt_job_name_prefixes {
+            if !all.contains(&p.as_str()) {
+                all.push(p);
+            }
+        }
+        all
+    }
+
+    /// Every name a mirror's session job may have, its own first ([`Self::session_prefixes`]).
+    pub fn session_job_names(&self, mirror: &str) -> Vec<String> {
+        let token = sanitize_token(mirror);
+        self.session_prefixes()
+            .into_iter()
+            .map(|p| format!("{p}{token}"))
+            .collect()
     }
 }
 
@@ -536,7 +601,37 @@ confined = true
     fn missing_file_means_defaults() {
         let c = Config::load(Path::new("/nonexistent/dispatch.toml")).unwrap();
         assert_eq!(c, Config::default());
-        assert_eq!(c.job_name_prefix, "sucoder-");
+        assert_eq!(c.job_name_prefix, "dispatch-");
+        assert_eq!(c.adopt_job_name_prefixes, ["sucoder-"]);
+    }
+
+    /// dispatch names its jobs `dispatch-…`; a session also finds its job under sucoder's
+    /// name, unless a prefix is configured (which then works alone, as it always did) or the
+    /// prefixes to adopt under are.
+    #[test]
+    fn own_names_by_default_and_sucoders_adopted() {
+        let parse = |text: &str| Config::parse(text, Path::new("c.toml")).unwrap();
+        let c = parse("");
+        assert_eq!(c.job_name("K Agg"), "dispatch-K_Agg");
+        assert_eq!(
+            c.session_job_names("K Agg"),
+            ["dispatch-K_Agg", "sucoder-K_Agg"]
+        );
+        let c = parse("job_name_prefix = \"sucoder-\"\n");
+        assert_eq!(c.session_job_names("m"), ["sucoder-m"]);
+        let c = parse("job_name_prefix = \"x-\"\n");
+        assert_eq!(c.session_job_names("m"), ["x-m"]);
+        let c = parse(
+            "job_name_prefix = \"x-\"\nadopt_job_name_prefixes = [\"sucoder-\", \"x-\", \"y.\"]\n",
+        );
+        assert_eq!(c.session_job_names("m"), ["x-m", "sucoder-m", "y.m"]);
+        let c = parse("adopt_job_name_prefixes = []\n");
+        assert_eq!(c.session_job_names("m"), ["dispatch-m"]);
+        let e = err("adopt_job_name_prefixes = [\"ok-\", \"not ok\"]\n");
+        assert!(
+            e.contains("c.toml: line 1: adopt_job_name_prefixes \"not ok\""),
+            "{e}"
+        );
     }
 
     #[test]

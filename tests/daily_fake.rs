@@ -455,13 +455,14 @@ fn session_launch_progress_names_the_pending_reason() {
     )
     .unwrap();
     let pending = |reason: &str| {
-        format!("4242|4242|PENDING|debug|dev|normal|u|1|1||1:00:00|1:00:00|N/A|N/A|{reason}|sucoder-sample\n")
+        format!("4242|4242|PENDING|debug|dev|normal|u|1|1||1:00:00|1:00:00|N/A|N/A|{reason}|dispatch-sample\n")
     };
     fake.scenario(json!({
         "squeue": [
             // Before the submit nothing; after it, the launch's own held job (sbatch --hold).
-            {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": ""},
-            {"match": ["--me", "--name=sucoder-sample"], "stdout": pending("JobHeldUser")},
+            // (Named dispatch's way, and asked for beside sucoder's name: no prefix configured.)
+            {"match": ["--me", "--name=dispatch-sample,sucoder-sample"], "times": 1, "stdout": ""},
+            {"match": ["--me", "--name=dispatch-sample,sucoder-sample"], "stdout": pending("JobHeldUser")},
             {"match": ["--jobs=4242"], "times": 1, "stdout": pending("Priority")},
             {"match": ["--jobs=4242"], "stdout": pending("QOSMaxJobsPerUserLimit")},
         ],

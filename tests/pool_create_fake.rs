@@ -77,7 +77,7 @@ fn live_slurm(fake: &Fake, name: &str) {
 fn a_create_after_an_unanswered_salloc_adopts_its_allocation_by_name() {
     let fake = Fake::new();
     let name = interrupted_create(&fake);
-    assert!(name.starts_with("sucoder-pool-p-"), "{name}");
+    assert!(name.starts_with("dispatch-pool-p-"), "{name}");
     live_slurm(&fake, &name);
     let (code, out, err) = fake.run(CREATE);
     assert_eq!(code, 0, "{err}");

@@ -21,7 +21,14 @@ const T: (&str, &str, &str) = ("savio4_htc", "co_carleton", "carleton_htc4_norma
 const OTHER: (&str, &str, &str) = ("savio3", "fc_jevons", "normal");
 const NAME: &str = "sucoder-sample";
 
-const CONFIG: &str = r#"
+/// The configured prefix of [`CONFIG`]: a configured `job_name_prefix` works alone, exactly as
+/// before dispatch's own `dispatch-` became the default, so these tests pin that path's argv
+/// (one name in every probe). The default's (`dispatch-` names, sucoder's adopted) are pinned
+/// by the tests that take it out (`default_names`).
+const PINNED_PREFIX: &str = "job_name_prefix = \"sucoder-\"\n";
+
+const CONFIG: &str = r#"job_name_prefix = "sucoder-"
+
 [targets.T]
 partition = "savio4_htc"
 account = "co_carleton"
@@ -62,9 +69,18 @@ struct World {
 
 impl World {
     fn new() -> World {
+        World::with_config(CONFIG)
+    }
+
+    /// [`CONFIG`] without its `job_name_prefix`: dispatch's own names, sucoder's adopted.
+    fn default_names() -> World {
+        World::with_config(&CONFIG.replace(PINNED_PREFIX, ""))
+    }
+
+    fn with_config(config: &str) -> World {
         let tmp = tempfile::tempdir().unwrap();
         let state = tmp.path().join("state");
-        let config = Config::parse(CONFIG, Path::new("/test/config.toml")).unwrap();
+        let config = Config::parse(config, Path::new("/test/config.toml")).unwrap();
         let slurm = Scripted::new(&state);
         World {
             _tmp: tmp,
@@ -151,15 +167,14 @@ fn err_text(r: Result<impl std::fmt::Debug, OpError>) -> (String, &'static str) 
 
 // ---------------------------------------------------------------- sanitization and argv
 
-/// 1, 2, 3: one token everywhere; the same `--job-name` for sbatch and salloc.
-#[tokio::test]
-async fn b01_b03_job_name_is_the_same_for_sbatch_and_salloc() {
-    let w = World::new();
+/// A launch of `w`'s session on T (sbatch) and one on U (salloc), each finding no job, its
+/// job named `name`: every Slurm call's argv, the sbatch's and the salloc's.
+async fn launch_on_t_and_u(w: &World, name: &str) -> (Vec<Vec<String>>, Vec<String>, Vec<String>) {
     w.q().by_name.push_back(gone());
     w.q().sbatch.push_back(submitted(11));
     w.q()
         .by_id
-        .push_back(live(&row("11", "RUNNING", "n1", T, NAME)));
+        .push_back(live(&row("11", "RUNNING", "n1", T, name)));
     w.launch("T", true).await.unwrap();
     w.q().by_name.push_back(gone());
     w.q().salloc.push_back(Ok(dispatch::slurm::Allocated {
@@ -167,16 +182,24 @@ async fn b01_b03_job_name_is_the_same_for_sbatch_and_salloc() {
     }));
     w.q()
         .by_id
-        .push_back(live(&row("12", "RUNNING", "n2", OTHER, NAME)));
+        .push_back(live(&row("12", "RUNNING", "n2", OTHER, name)));
     w.launch("U", true).await.unwrap();
     let argvs = w.slurm.argvs();
-    let sbatch = argvs.iter().find(|a| a[0] == "sbatch").unwrap();
-    let salloc = argvs.iter().find(|a| a[0] == "salloc").unwrap();
+    let sbatch = argvs.iter().find(|a| a[0] == "sbatch").unwrap().clone();
+    let salloc = argvs.iter().find(|a| a[0] == "salloc").unwrap().clone();
+    (argvs, sbatch, salloc)
+}
+
+/// 1, 2, 3: one token everywhere; the same `--job-name` for sbatch and salloc.
+#[tokio::test]
+async fn b01_b03_job_name_is_the_same_for_sbatch_and_salloc() {
+    let w = World::new();
+    let (_, sbatch, salloc) = launch_on_t_and_u(&w, NAME).await;
     assert_eq!(sbatch[2], "--job-name=sucoder-sample");
     assert_eq!(salloc[2], "--job-name=sucoder-sample", "{salloc:?}");
     assert_eq!(
         salloc,
-        &[
+        [
             "salloc",
             "--no-shell",
             "--job-name=sucoder-sample",
@@ -188,6 +211,48 @@ async fn b01_b03_job_name_is_the_same_for_sbatch_and_salloc() {
             "--hold",
         ]
     );
+}
+
+/// The default configuration: a new session job is named `dispatch-<token>`, for sbatch and
+/// salloc alike, and every name probe asks for that name and sucoder's in one listing.
+#[tokio::test]
+async fn default_names_are_dispatchs_own_and_probes_ask_for_sucoders_too() {
+    let w = World::default_names();
+    let (argvs, sbatch, salloc) = launch_on_t_and_u(&w, "dispatch-sample").await;
+    assert_eq!(sbatch[2], "--job-name=dispatch-sample");
+    assert_eq!(salloc[2], "--job-name=dispatch-sample", "{salloc:?}");
+    let probes: Vec<_> = argvs
+        .iter()
+        .filter(|a| a.iter().any(|x| x.starts_with("--name=")))
+        .collect();
+    assert!(probes.len() >= 2, "{argvs:?}");
+    for p in probes {
+        assert_eq!(p.last().unwrap(), "--name=dispatch-sample,sucoder-sample");
+    }
+}
+
+/// The default configuration adopts sucoder's live job of the session (`sucoder-<token>`)
+/// instead of submitting beside it; with both tools' jobs live on the target, it still adopts
+/// exactly one and submits nothing (the one-job-per-session invariant across both names).
+#[tokio::test]
+async fn default_names_adopt_one_live_job_under_either_name() {
+    let w = World::default_names();
+    w.q()
+        .by_name
+        .push_back(live(&row("77", "RUNNING", "n1", T, "sucoder-sample")));
+    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Adopted);
+    w.slurm.assert_drained();
+    assert_eq!(w.record("T").0, Some(77));
+    assert!(!w.slurm.argvs().iter().any(|a| a[0] == "sbatch"));
+
+    let w = World::default_names();
+    let both = row("77", "RUNNING", "n1", T, "sucoder-sample")
+        + &row("78", "RUNNING", "n1", T, "dispatch-sample");
+    w.q().by_name.push_back(live(&both));
+    assert_eq!(w.launch("T", true).await.unwrap(), LaunchAction::Adopted);
+    w.slurm.assert_drained();
+    assert!(matches!(w.record("T").0, Some(77 | 78)));
+    assert!(!w.slurm.argvs().iter().any(|a| a[0] == "sbatch"));
 }
 
 /// 2: names with spaces, slashes, quotes and non-ASCII become safe tokens in the job name.

@@ -14,7 +14,14 @@ const T: (&str, &str, &str) = ("savio4_htc", "co_carleton", "carleton_htc4_norma
 const OTHER: (&str, &str, &str) = ("savio3", "fc_jevons", "normal");
 const NAME: &str = "sucoder-sample";
 
-const CONFIG: &str = r#"
+/// The configured prefix of [`CONFIG`]: a configured `job_name_prefix` works alone, exactly as
+/// before dispatch's own `dispatch-` became the default, so these tests pin that path's argv
+/// (one name in every probe). The default's (`dispatch-` names, sucoder's adopted) are pinned
+/// by the tests that take it out (`default_names`).
+const PINNED_PREFIX: &str = "job_name_prefix = \"sucoder-\"\n";
+
+const CONFIG: &str = r#"job_name_prefix = "sucoder-"
+
 [targets.T]
 partition = "savio4_htc"
 account = "co_carleton"
@@ -42,10 +49,19 @@ struct Run {
     stderr: String,
 }
 
+/// [`CONFIG`] without its `job_name_prefix`: the default names.
+fn default_names() -> String {
+    CONFIG.replace(PINNED_PREFIX, "")
+}
+
 impl Fake {
     fn new(scenario: Value) -> Fake {
+        Fake::with_config(CONFIG, scenario)
+    }
+
+    fn with_config(config: &str, scenario: Value) -> Fake {
         let tmp = tempfile::tempdir().unwrap();
-        std::fs::write(tmp.path().join("config.toml"), CONFIG).unwrap();
+        std::fs::write(tmp.path().join("config.toml"), config).unwrap();
         let f = Fake { tmp };
         f.scenario(scenario);
         f
@@ -247,6 +263,75 @@ fn lost_state_adopts_by_name() {
     assert_eq!(json_of(&r)["job_id"], 4242);
     assert_eq!(f.calls(), [name_probe()]);
     assert!(!f.programs().contains(&"sbatch".to_owned()));
+}
+
+/// With no prefix configured, a live session job of sucoder (the tool sessions replace),
+/// named `sucoder-<token>`, is found by the one name probe, which asks for dispatch's own name
+/// beside it, and adopted: the existing tool's session is never doubled. No sbatch.
+#[test]
+fn default_names_adopt_sucoders_live_job() {
+    let f = Fake::with_config(
+        &default_names(),
+        json!({
+            "squeue": [{"match": ["--me", "--name=dispatch-sample,sucoder-sample"],
+                        "stdout": running(4242, T)}],
+            "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
+        }),
+    );
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json_of(&r)["action"], "adopted");
+    assert_eq!(json_of(&r)["job_id"], 4242);
+    let mut probe = name_probe();
+    *probe.last_mut().unwrap() = "--name=dispatch-sample,sucoder-sample".into();
+    assert_eq!(f.calls(), [probe]);
+    // `dispatch sessions` lists it under its token, beside dispatch's own names.
+    f.scenario(json!({"squeue": [{"match": ["--me"], "stdout": running(4242, T)}]}));
+    let r = f.run(&["--json", "sessions"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let listed = &json_of(&r)["targets"][0]["jobs"][0];
+    assert_eq!(
+        (&listed["job_id"], &listed["token"]),
+        (&json!(4242), &json!("sample"))
+    );
+}
+
+/// With no prefix configured, a new session job is named `dispatch-<token>`: every name probe
+/// of the launch asks for it and sucoder's name in one listing, and the held job of its own
+/// name is found and released.
+#[test]
+fn default_names_submit_a_dispatch_named_job() {
+    let both = "--name=dispatch-sample,sucoder-sample";
+    let f = Fake::with_config(
+        &default_names(),
+        json!({
+            "squeue": [
+                {"match": ["--me", both], "times": 1, "stdout": ""},
+                {"match": ["--me", both], "stdout": held_row(4242, T, "dispatch-sample")},
+                {"match": ["--jobs=4242"],
+                 "stdout": row("4242", "RUNNING", "n0007", T, "dispatch-sample")},
+            ],
+            "sbatch": [{"stdout": "4242\n"}],
+        }),
+    );
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json_of(&r)["action"], "submitted");
+    let calls = f.calls();
+    let sbatch: Vec<_> = calls.iter().filter(|c| c[0] == "sbatch").collect();
+    assert_eq!(sbatch.len(), 2, "{calls:?}");
+    assert!(sbatch
+        .iter()
+        .all(|c| c.contains(&"--job-name=dispatch-sample".to_owned())));
+    let probes: Vec<_> = calls
+        .iter()
+        .filter(|c| c.iter().any(|a| a.starts_with("--name=")))
+        .collect();
+    assert_eq!(probes.len(), 2, "{calls:?}");
+    assert!(
+        probes.iter().all(|c| c.last().unwrap() == both),
+        "{probes:?}"
+    );
 }
 
 /// 24: a job of this name on another target is reported and not adopted: a second job is

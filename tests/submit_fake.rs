@@ -55,11 +55,11 @@ fn an_sbatch_without_answer_keeps_its_budget_until_reconcile_finds_the_job_by_na
     assert_eq!(calls.len(), 1, "{calls:?}");
     let (cmd, argv) = &calls[0];
     assert_eq!(cmd, "sbatch");
-    // The job is named after the worker under the configured prefix, with a suffix unique to
+    // The job is named after the worker under the default prefix (dispatch's own), with a suffix unique to
     // the submission.
     let name = job_name(&fake);
     let suffix = name
-        .strip_prefix("sucoder-lost-worker-")
+        .strip_prefix("dispatch-lost-worker-")
         .unwrap_or_else(|| panic!("{name}"));
     assert!(
         suffix.len() == 8 && suffix.bytes().all(|b| b.is_ascii_hexdigit()),
@@ -735,11 +735,11 @@ fn a_lost_submit_with_no_later_job_is_settled_by_a_watermark_reconcile_makes() {
     );
 
     past_settle_delay(limit_s);
-    let beacon = "sucoder-watermark-[0-9a-f]{8}";
+    let beacon = "dispatch-watermark-[0-9a-f]{8}";
     fake.scenario(json!({
         "squeue": [
             {"match": ["--me"], "times": 1, "stdout": ""},
-            {"match": ["--me"], "stdout": squeue_row(77, "CANCELLED", "sucoder-watermark-0badcafe")},
+            {"match": ["--me"], "stdout": squeue_row(77, "CANCELLED", "dispatch-watermark-0badcafe")},
         ],
         "sacct": [{"stdout": ""}],
         "sbatch": [{"match": ["--hold", format!("--job-name={beacon}")], "stdout": "77\n"}],
@@ -801,7 +801,7 @@ fn a_watermark_whose_cancel_was_lost_is_cancelled_by_the_next_reconcile() {
     assert_eq!(cancelled[0]["event"]["answered"], false);
 
     fake.scenario(json!({
-        "squeue": [{"match": ["--me"], "stdout": squeue_row(78, "CANCELLED", "sucoder-watermark-0badcafe")}],
+        "squeue": [{"match": ["--me"], "stdout": squeue_row(78, "CANCELLED", "dispatch-watermark-0badcafe")}],
         "sacct": [{"stdout": ""}],
         "scancel": [{"argv": ["78"], "stdout": ""}],
     }));
@@ -838,7 +838,7 @@ fn a_reconcile_killed_while_making_its_watermark_is_finished_by_the_next() {
     for fp in ["watermark-after-intent", "watermark-after-made"] {
         let (fake, limit_s) = lost_before_sbatch("w");
         past_settle_delay(limit_s);
-        let listed = squeue_row(90, "CANCELLED", "sucoder-watermark-0badcafe");
+        let listed = squeue_row(90, "CANCELLED", "dispatch-watermark-0badcafe");
         fake.scenario(json!({
             "squeue": [
                 {"match": ["--me"], "times": 1, "stdout": ""},
@@ -915,7 +915,7 @@ fn prop_a_dry_run_answers_what_the_submit_then_does() {
             if code == 0 {
                 let plan: Value = serde_json::from_str(dry_out.trim()).unwrap();
                 let report: Value = serde_json::from_str(out.trim()).unwrap();
-                let shape = format!("sucoder-{name}-");
+                let shape = format!("dispatch-{name}-");
                 if !plan["job_name"].as_str().unwrap().starts_with(&shape)
                     || report["worker"] != name.as_str()
                 {

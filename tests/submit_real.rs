@@ -84,7 +84,7 @@ fn a_finished_job_whose_sbatch_answer_was_lost_is_found_by_name_and_released() {
     let worker = format!("gone-a-{}", std::process::id());
     crash(&state, "submit-after-sbatch", &strs(&submit_args(&worker)));
     let name = job_name(&state);
-    assert!(name.starts_with(&format!("sucoder-{worker}-")), "{name}");
+    assert!(name.starts_with(&format!("dispatch-{worker}-")), "{name}");
 
     // The job runs `true` under the supervisor and ends; squeue without --states=all no longer
     // lists it, which is what left it unknown for ever before.
@@ -186,7 +186,7 @@ fn a_submission_killed_before_sbatch_is_proven_never_created_after_the_settle_de
         .unwrap()
         .to_owned();
     assert!(
-        beacon_name.starts_with("sucoder-watermark-"),
+        beacon_name.starts_with("dispatch-watermark-"),
         "{beacon_name}"
     );
     // Held, then cancelled at once: it never ran.

@@ -288,9 +288,9 @@ fn job_id(n: u32) -> JobId {
     JobId::new(n).unwrap()
 }
 
-/// The session's job name (`job_name_prefix` + mirror).
+/// The session's job name (the default `job_name_prefix`, `dispatch-`, + mirror).
 fn session_name(h: &Host, i: usize) -> String {
-    format!("sucoder-m-{}-{i}", h.name)
+    format!("dispatch-m-{}-{i}", h.name)
 }
 
 /// Host `h`'s commands, the kinds interleaved evenly, each cycle's commands in order.
@@ -435,15 +435,20 @@ fn scenario(hosts: &[Host]) -> Value {
             squeue.push(json!({"argv": listing, "stdout": job_row(j, "RUNNING", "vm", "alloc")}));
         }
         for i in 0..SUBMITS {
-            let name = format!("--job-name=sucoder-s-{}-{i}-[0-9a-f]{{8}}", h.name);
+            let name = format!("--job-name=dispatch-s-{}-{i}-[0-9a-f]{{8}}", h.name);
             sbatch.push(json!({"match": [name], "stdout": format!("{}\n", submit_job(h, i))}));
         }
         for i in 0..SESSION_CYCLES {
             let (k, name) = (session_job(h, i), session_name(h, i));
+            // With no prefix configured, sucoder's name is asked for beside dispatch's own.
+            let sucoders = name.replacen("dispatch-", "sucoder-", 1);
             let probe = strs(
-                JobQuery::mine_named(JobName::new(name.clone()).unwrap())
-                    .argv()
-                    .unwrap(),
+                JobQuery::mine_named_any(vec![
+                    JobName::new(name.clone()).unwrap(),
+                    JobName::new(sucoders).unwrap(),
+                ])
+                .argv()
+                .unwrap(),
             );
             let held = job_row(k, "PENDING", "", &name).replace("|None|", "|JobHeldUser|");
             squeue.push(json!({"argv": probe, "times": 1, "stdout": ""}));

@@ -84,9 +84,10 @@ pub enum Command {
     #[command(subcommand)]
     Pool(pool::PoolCommand),
     /// Run one worker as its own Slurm job (the ordinary path; the worker owns the allocation)
-    #[command(after_help = "Examples:\n  \
-        dispatch submit -T savio-htc --cpus 4 --mem 16G --time 2:00:00 --name w1 -- ./run.sh\n  \
-        dispatch submit --cpus 1 --mem 2G --time 30 --source src --trial t1 -- make test")]
+    #[command(after_help = concat!(pool::where_it_runs!(), "\n\nExamples:\n  \
+        dispatch submit -T savio-htc --cpus 4 --mem 16G --time 2:00:00 --source src --name w1 -- ./run.sh\n  \
+        dispatch submit -T savio-htc --cpus 1 --mem 2G --time 30 --name w2 -- \"$HOME/jobs/run.sh\"\n  \
+        dispatch submit --cpus 1 --mem 2G --time 30 --source src --trial t1 -- make test"))]
     Submit(submit::SubmitArgs),
     /// Stop a worker started by `dispatch submit`: TERM, the grace, then cancel its job
     #[command(after_help = "Examples:\n  \

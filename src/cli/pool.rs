@@ -11,6 +11,18 @@ use crate::ops::pool as ops;
 use crate::policy::pool::{Budgets, PUBLICATION_TIMEOUT_DEFAULT_S};
 use crate::slurm::{JobId, MemoryMb, Scheduler};
 
+/// Where a worker's command runs, said in `pool submit --help` and `submit --help`: a user's
+/// `./run.sh` from the login node's directory is not there.
+macro_rules! where_it_runs {
+    () => {
+        "The command runs on the node in the worker's private checkout, $DISPATCH_WORKSPACE (the \
+         --source asset's pinned commit, or an empty directory without --source), not in the \
+         directory you submit from: ./run.sh is run.sh of that repository. Give a script of \
+         your own by its absolute path, on a file system the node sees."
+    };
+}
+pub(super) use where_it_runs;
+
 fn parse_job_id(s: &str) -> Result<JobId, String> {
     JobId::parse(s).map_err(|e| format!("{e}: a job id is a plain positive number such as 1234"))
 }
@@ -73,7 +85,8 @@ pub struct WorkerArgs {
     #[arg(long, default_value_t = Budgets::DEFAULT_CLEANUP_S, allow_hyphen_values = true,
           value_parser = whole_seconds(0, 3600))]
     pub cleanup_budget: u32,
-    /// The payload's command and arguments
+    /// The payload's command and arguments, run in the worker's private checkout
+    /// ($DISPATCH_WORKSPACE: --source's pinned commit, else an empty directory)
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
@@ -254,11 +267,12 @@ pub enum PoolCommand {
         steal: Option<String>,
     },
     /// Start a worker as its own job step inside the pool's allocation
-    #[command(after_help = "Examples:\n  \
-        dispatch pool submit p --cpus 2 --mem 4G --name w1 -- ./run.sh\n  \
+    #[command(after_help = concat!(where_it_runs!(), "\n\nExamples:\n  \
+        dispatch pool submit p --cpus 2 --mem 4G --source src --name w1 -- ./run.sh\n  \
+        dispatch pool submit p --cpus 2 --mem 4G --name w2 -- \"$HOME/jobs/run.sh\"\n  \
         dispatch pool submit p --cpus 1 --mem 2G --source src --image py311 --trial t1 -- make test\n  \
-        dispatch pool submit p --cpus 4 --mem 16G --gpus 1 --name train -- python train.py\n  \
-        dispatch pool submit p --cpus 1 --mem 1G --node node2 --name probe -- ./probe.sh")]
+        dispatch pool submit p --cpus 4 --mem 16G --gpus 1 --source src --name train -- python train.py\n  \
+        dispatch pool submit p --cpus 1 --mem 1G --node node2 --name probe -- hostname"))]
     Submit(SubmitArgs),
     /// Show pools, their allocations, reservations and workers (no Slurm call unless --refresh)
     #[command(after_help = "Examples:\n  \

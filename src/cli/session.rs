@@ -42,8 +42,8 @@ pub enum SessionCommand {
         #[arg(long)]
         detached: bool,
         /// Seconds to wait for the job to run. A failed name probe is asked again within
-        /// them: it fails closed (nothing is submitted without its answer, unlike the seed's
-        /// sucoder, since a job it cannot see may run), so a blip only delays the launch
+        /// them: it fails closed (nothing is submitted without its answer, since a job it
+        /// cannot see may run), so a blip only delays the launch
         #[arg(long, value_name = "SECS", default_value_t = 600,
               value_parser = clap::value_parser!(u64).range(1..=86_400))]
         wait: u64,

@@ -698,7 +698,7 @@ mod tests {
             ],
             creating: vec![CreatingView {
                 pool: "big".into(),
-                job_name: "sucoder-pool-big-1a2b3c4d".into(),
+                job_name: "dispatch-pool-big-1a2b3c4d".into(),
                 job_id: None,
                 since: "2026-12-01T10:05:00".into(),
                 failure: None,
@@ -708,7 +708,7 @@ mod tests {
             worker: worker.into(),
             submission_id: id.into(),
             job_id: job.map(crate::event::test_job),
-            job_name: format!("sucoder-{worker}"),
+            job_name: format!("dispatch-{worker}"),
             state,
             active: true,
             cpus: 2,

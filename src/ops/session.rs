@@ -40,7 +40,7 @@ use crate::journal::JournalError;
 use crate::ops::context::{Ctx, Progress};
 use crate::ops::error::OpError;
 use crate::policy::session::absence::{self, Absence};
-use crate::policy::session::probe::{passed_note, rows_named, unparsed};
+use crate::policy::session::probe::{passed_note, rows_named, spoken, unparsed};
 use crate::policy::session::refusal::SessionRefusal;
 use crate::policy::session::{listing_of, plan_adoption, probe_of, Adoption, Pins, Probe, Seen};
 use crate::slurm::{JobId, JobName, JobQuery, Scheduler};
@@ -104,7 +104,12 @@ pub struct Resolved<'a> {
     pub key: SessionKey,
     pub target: &'a Target,
     pub token: String,
+    /// The name the session's job gets: `<job_name_prefix><token>`.
     pub job_name: JobName,
+    /// The other names its live job may have (`<prefix><token>` for each of the config's
+    /// `adopt_job_name_prefixes`: by default sucoder's): found and adopted as `job_name` is,
+    /// in the same listing, never given to a job.
+    pub also_named: Vec<JobName>,
     /// False for a session the journal records on a target the configuration no longer has
     /// (see `Env::resolve_recorded`): `target` pins nothing then.
     pub configured: bool,
@@ -144,9 +149,7 @@ impl<S: Scheduler> Env<'_, S> {
             }
             .into());
         }
-        let name = self.config.job_name(mirror);
-        let job_name = JobName::new(name.clone())
-            .map_err(|e| OpError::Usage(format!("job name {name:?}: {e}")))?;
+        let (job_name, also_named) = session_job_names(self.config, mirror)?;
         if has_worker_job_shape(&token)
             && !self.config.mirrors.contains_key(mirror)
             && !self
@@ -168,6 +171,7 @@ impl<S: Scheduler> Env<'_, S> {
             target: t,
             token,
             job_name,
+            also_named,
             configured: true,
         })
     }
@@ -181,13 +185,13 @@ impl<S: Scheduler> Env<'_, S> {
                 if self.ctx.read_state()?.sessions.get(&key).is_none() {
                     return self.resolve(mirror, target);
                 }
-                let name = self.config.job_name(mirror);
+                let (job_name, also_named) = session_job_names(self.config, mirror)?;
                 Ok(Resolved {
                     key,
                     target: &UNCONFIGURED,
                     token: sanitize_token(mirror),
-                    job_name: JobName::new(name.clone())
-                        .map_err(|e| OpError::Usage(format!("job name {name:?}: {e}")))?,
+                    job_name,
+                    also_named,
                     configured: false,
                 })
             }
@@ -209,6 +213,35 @@ impl<S: Scheduler> Env<'_, S> {
             &self.ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await,
             job,
         )
+    }
+}
+
+/// A mirror's session job names ([`Config::session_job_names`]): the one a new job gets, and
+/// the others its live job is adopted under.
+fn session_job_names(config: &Config, mirror: &str) -> Result<(JobName, Vec<JobName>), OpError> {
+    let mut names = config.session_job_names(mirror).into_iter().map(|name| {
+        JobName::new(name.clone()).map_err(|e| OpError::Usage(format!("job name {name:?}: {e}")))
+    });
+    let own = names.next().expect("a session has its own job name")?;
+    Ok((own, names.collect::<Result<_, _>>()?))
+}
+
+impl Resolved<'_> {
+    /// Every name the session's job may have, its own first: what a name probe asks for, in
+    /// one listing, so that no job of the session is missed beside another.
+    pub fn probe_names(&self) -> Vec<JobName> {
+        std::iter::once(&self.job_name)
+            .chain(&self.also_named)
+            .cloned()
+            .collect()
+    }
+
+    /// [`Self::probe_names`] as text.
+    pub fn name_strs(&self) -> Vec<&str> {
+        std::iter::once(&self.job_name)
+            .chain(&self.also_named)
+            .map(JobName::as_str)
+            .collect()
     }
 }
 
@@ -280,7 +313,8 @@ pub fn token_clash(state: &State, r: &Resolved) -> Result<(), OpError> {
     Ok(())
 }
 
-/// The result of `squeue --me --name=<job name>` for one launch.
+/// The result of `squeue --me --name=<job names>` for one launch: the session's own job name
+/// and those it adopts under ([`Resolved::probe_names`]), in one listing.
 #[derive(Default)]
 pub struct NameProbe {
     pub plan: Option<Adoption>,
@@ -310,10 +344,10 @@ pub async fn name_probe<S: Scheduler>(
     let answer = env
         .ctx
         .sched
-        .list_jobs(&JobQuery::mine_named(r.job_name.clone()))
+        .list_jobs(&JobQuery::mine_named_any(r.probe_names()))
         .await;
     let mut probe = NameProbe::default();
-    let named = match rows_named(listing_of(answer), r.job_name.as_str()) {
+    let named = match rows_named(listing_of(answer), &r.name_strs()) {
         Ok(named) => named,
         Err(e) => {
             probe.failed = Some(e);
@@ -328,7 +362,7 @@ pub async fn name_probe<S: Scheduler>(
     let plan = plan_adoption(&named.rows, &r.key.target, env.targets(), exclude);
     probe.warnings = plan
         .passed()
-        .filter_map(|seen| passed_note(seen, &r.key, r.job_name.as_str()))
+        .filter_map(|seen| passed_note(seen, &r.key, &spoken(&r.name_strs())))
         .collect();
     probe.plan = Some(plan);
     probe
@@ -372,7 +406,7 @@ pub async fn vouch_absence<S: Scheduler>(
             Err(e) => probe.warnings.push(format!("no watermark job: {e}")),
         }
     }
-    match absence::by_listing(r.job_name.as_str(), &mine) {
+    match absence::by_listing(&r.name_strs(), &mine) {
         Absence::Proven(how) => probe.vouched = Some(how),
         Absence::Unproven(why) => probe.unvouched = Some(why),
     }

@@ -4,7 +4,8 @@
 //! CPUs twice. A journal that holds an allocation as a pool writes a mark into the job's
 //! `Comment` (its owner may set it: `scontrol update JobId=J Comment=…`, or salloc's
 //! `--comment` for a pool dispatch creates), and every attach and submit reads it back from
-//! `scontrol show job`, which they ask anyway. The mark is one whitespace-free token,
+//! `scontrol show job`, which they ask anyway (`policy::pool::check_holder` and
+//! `check_still_held` decide on it). The mark is one whitespace-free token,
 //! `dispatch-pool/<journal id>/<host>/<pool>`, beside whatever else the comment says.
 //!
 //! Slurm has no compare-and-set on a comment: two attaches that read an unmarked job at the
@@ -13,8 +14,6 @@
 //! refuses from its next command on.
 
 use uuid::Uuid;
-
-use crate::policy::pool::{AllocationFacts, Refusal};
 
 /// The first part of the mark's token.
 pub const MARK_PREFIX: &str = "dispatch-pool/";
@@ -125,46 +124,6 @@ fn truncate(mut s: String, max: usize) -> String {
         s.truncate(end);
     }
     s
-}
-
-/// Who holds the allocation, as its comment says, for a journal `own` about to take it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Holding {
-    /// The mark names this journal: nothing to write.
-    Ours,
-    /// No mark: this journal marks it.
-    Unmarked,
-    /// Another journal's mark, taken over with `--steal` (recorded as an override).
-    Stolen(Holder),
-}
-
-/// May journal `own` take the allocation `facts` describe? Another journal's mark refuses,
-/// naming it, unless `steal`.
-pub fn check_holder(facts: &AllocationFacts, own: Uuid, steal: bool) -> Result<Holding, Refusal> {
-    match Holder::in_comment(&facts.comment) {
-        None => Ok(Holding::Unmarked),
-        Some(h) if h.journal_id == own => Ok(Holding::Ours),
-        Some(h) if steal => Ok(Holding::Stolen(h)),
-        Some(h) => Err(held_elsewhere(facts, h)),
-    }
-}
-
-/// May journal `own` go on using (submit to) the allocation? Only another journal's mark
-/// refuses: no mark is a pool attached before marks existed, or a comment the user rewrote.
-pub fn check_still_held(facts: &AllocationFacts, own: Option<Uuid>) -> Result<(), Refusal> {
-    match Holder::in_comment(&facts.comment) {
-        Some(h) if Some(h.journal_id) != own => Err(held_elsewhere(facts, h)),
-        _ => Ok(()),
-    }
-}
-
-fn held_elsewhere(facts: &AllocationFacts, h: Holder) -> Refusal {
-    Refusal::HeldElsewhere {
-        job_id: facts.job_id,
-        pool: h.pool,
-        journal: h.journal_id,
-        host: h.host,
-    }
 }
 
 #[cfg(test)]

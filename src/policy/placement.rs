@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::policy::pool::AllocationFacts;
 use crate::slurm::NodeShare;
 use crate::state::pool::{Pool, Resources};
 
@@ -37,30 +36,11 @@ impl NodeRoom {
     }
 }
 
-/// What Slurm shows the allocation holding on each node now. Without `-d`'s groups (an answer
-/// that has none), a single-node allocation holds all of its CPUs and memory on its node.
-pub fn live_shares(facts: &AllocationFacts) -> Vec<NodeShare> {
-    if !facts.shares.is_empty() {
-        return facts.shares.clone();
-    }
-    match facts.nodes.one() {
-        Some(node) => vec![NodeShare {
-            name: node.to_owned(),
-            cpus: facts.cpus,
-            mem_mb: facts.mem_mb,
-            gpus: Vec::new(),
-        }],
-        None => Vec::new(),
-    }
-}
-
 /// Every node of the pool, in the allocation's order. A node Slurm no longer shows in the job,
-/// or that the journal says left it, has no capacity: nothing new is placed there.
-pub fn node_rooms(pool: &Pool, facts: &AllocationFacts) -> Vec<NodeRoom> {
-    let live: BTreeMap<String, NodeShare> = live_shares(facts)
-        .into_iter()
-        .map(|l| (l.name.clone(), l))
-        .collect();
+/// or that the journal says left it, has no capacity: nothing new is placed there. `live` is
+/// what Slurm shows the allocation holding now (`AllocationFacts::live_shares`).
+pub fn node_rooms(pool: &Pool, live: &[NodeShare]) -> Vec<NodeRoom> {
+    let live: BTreeMap<&str, &NodeShare> = live.iter().map(|l| (l.name.as_str(), l)).collect();
     let lost = |node: &str| {
         pool.spread
             .as_ref()
@@ -72,7 +52,7 @@ pub fn node_rooms(pool: &Pool, facts: &AllocationFacts) -> Vec<NodeRoom> {
         .iter()
         .map(|recorded| {
             let capacity = live
-                .get(&recorded.name)
+                .get(recorded.name.as_str())
                 .filter(|l| !lost(&l.name))
                 .map_or(Resources::default(), |l| {
                     Resources::of(recorded).min(Resources::of(l))

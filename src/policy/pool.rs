@@ -8,6 +8,7 @@ use uuid::Uuid;
 use crate::event::pool::Allocation;
 use crate::event::Micros;
 use crate::next::Next::{self, Submit};
+use crate::policy::holder::Holder;
 use crate::policy::placement::{self, NoNode};
 use crate::slurm::{JobId, NodeShare};
 use crate::state::pool::{Pool, Pools, Resources, Worker, WorkerState};
@@ -107,6 +108,26 @@ pub struct AllocationFacts {
     pub shares: Vec<NodeShare>,
 }
 
+impl AllocationFacts {
+    /// What Slurm shows the allocation holding on each node now. Without `-d`'s groups (an
+    /// answer that has none), a single-node allocation holds all of its CPUs and memory on its
+    /// node.
+    pub fn live_shares(&self) -> Vec<NodeShare> {
+        if !self.shares.is_empty() {
+            return self.shares.clone();
+        }
+        match self.nodes.one() {
+            Some(node) => vec![NodeShare {
+                name: node.to_owned(),
+                cpus: self.cpus,
+                mem_mb: self.mem_mb,
+                gpus: Vec::new(),
+            }],
+            None => Vec::new(),
+        }
+    }
+}
+
 /// Why a pool operation is refused (exit 3). Each says what to do next.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
@@ -140,7 +161,7 @@ pub enum Refusal {
     HeldElsewhere {
         job_id: JobId,
         pool: String,
-        journal: uuid::Uuid,
+        journal: Uuid,
         host: String,
     },
     #[error("pool {pool:?} already exists (job {job_id}); detach it first or choose another name")]
@@ -383,12 +404,52 @@ pub fn check_attach(
     })
 }
 
+/// Who holds the allocation, as its comment says, for a journal `own` about to take it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Holding {
+    /// The mark names this journal: nothing to write.
+    Ours,
+    /// No mark: this journal marks it.
+    Unmarked,
+    /// Another journal's mark, taken over with `--steal` (recorded as an override).
+    Stolen(Holder),
+}
+
+/// May journal `own` take the allocation `facts` describe? Another journal's mark refuses,
+/// naming it, unless `steal`.
+pub fn check_holder(facts: &AllocationFacts, own: Uuid, steal: bool) -> Result<Holding, Refusal> {
+    match Holder::in_comment(&facts.comment) {
+        None => Ok(Holding::Unmarked),
+        Some(h) if h.journal_id == own => Ok(Holding::Ours),
+        Some(h) if steal => Ok(Holding::Stolen(h)),
+        Some(h) => Err(held_elsewhere(facts, h)),
+    }
+}
+
+/// May journal `own` go on using (submit to) the allocation? Only another journal's mark
+/// refuses: no mark is a pool attached before marks existed, or a comment the user rewrote.
+pub fn check_still_held(facts: &AllocationFacts, own: Option<Uuid>) -> Result<(), Refusal> {
+    match Holder::in_comment(&facts.comment) {
+        Some(h) if Some(h.journal_id) != own => Err(held_elsewhere(facts, h)),
+        _ => Ok(()),
+    }
+}
+
+fn held_elsewhere(facts: &AllocationFacts, h: Holder) -> Refusal {
+    Refusal::HeldElsewhere {
+        job_id: facts.job_id,
+        pool: h.pool,
+        journal: h.journal_id,
+        host: h.host,
+    }
+}
+
 /// A worker asking for room in a pool.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerAsk {
     /// The journal asking: an allocation another journal's mark names refuses
-    /// (`policy::holder::check_still_held`).
-    pub journal: Option<uuid::Uuid>,
+    /// ([`check_still_held`]).
+    pub journal: Option<Uuid>,
     pub name: String,
     pub cpus: u32,
     pub mem_mb: u64,
@@ -461,13 +522,13 @@ fn check_admissible(
                 .map_or_else(|| "none".to_owned(), |t| t.to_rfc3339()),
         });
     }
-    crate::policy::holder::check_still_held(facts, ask.journal)?;
+    check_still_held(facts, ask.journal)?;
     let need_s = ask.budgets.shutdown_window_s() + i64::from(ask.budgets.min_run_s);
     check_live(facts, caller, now, need_s)?;
     // A job of the same incarnation on a node the pool never had is not this allocation; one
     // that lost a node (`--no-kill`) still is, and nothing is placed on the node it lost.
     let recorded = pool.node_shares();
-    let live = placement::live_shares(facts);
+    let live = facts.live_shares();
     if let Some(stranger) = live
         .iter()
         .find(|l| recorded.iter().all(|r| r.name != l.name))
@@ -503,7 +564,7 @@ pub fn check_could_fit(
 
 /// The node for `ask`, or why there is none ([`placement::place`]).
 fn place_in(pool: &Pool, facts: &AllocationFacts, ask: &WorkerAsk) -> Result<String, Refusal> {
-    let rooms = placement::node_rooms(pool, facts);
+    let rooms = placement::node_rooms(pool, &facts.live_shares());
     placement::place(&rooms, ask.need(), ask.node.as_deref()).map_err(|why| match why {
         NoNode::Unknown => Refusal::UnknownNode {
             pool: pool.name.clone(),
@@ -789,7 +850,7 @@ mod tests {
         let x = crate::event::pool::WorkerSubmitIntent {
             cpus: 3,
             mem_mb: 10,
-            ..crate::policy::fixtures::intent("p", "x", uuid::Uuid::from_u128(1))
+            ..crate::policy::fixtures::intent("p", "x", Uuid::from_u128(1))
         };
         busy.submit(now, &x);
         let b = &busy.pools["p"];

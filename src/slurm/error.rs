@@ -218,6 +218,8 @@ pub enum RequestError {
     EmptyCommand,
     #[error("no job ids to query")]
     NoJobIds,
+    #[error("no job names to query")]
+    NoJobNames,
 }
 
 #[cfg(test)]

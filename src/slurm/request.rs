@@ -509,8 +509,9 @@ impl StepRequest {
 pub enum JobSelect {
     /// `--jobs=1,2,3`.
     Ids(Vec<JobId>),
-    /// `--me --name=N`.
-    MineNamed(JobName),
+    /// `--me --name=N[,N…]`: jobs of any of these names, in one listing (never empty; a job
+    /// name holds no comma).
+    MineNamed(Vec<JobName>),
     /// `--me`.
     Mine,
 }
@@ -531,8 +532,14 @@ impl JobQuery {
     }
 
     pub fn mine_named(name: JobName) -> JobQuery {
+        JobQuery::mine_named_any(vec![name])
+    }
+
+    /// The user's jobs of any of `names`, in one listing: what it shows of one name it shows
+    /// beside the others, one view of the controller (no names: [`RequestError::NoJobNames`]).
+    pub fn mine_named_any(names: Vec<JobName>) -> JobQuery {
         JobQuery {
-            select: JobSelect::MineNamed(name),
+            select: JobSelect::MineNamed(names),
             include_finished: false,
         }
     }
@@ -568,9 +575,13 @@ impl JobQuery {
         }
         match &self.select {
             JobSelect::Ids(ids) => argv.push(flag("jobs", id_list(ids)?)),
-            JobSelect::MineNamed(n) => {
+            JobSelect::MineNamed(names) if names.is_empty() => {
+                return Err(RequestError::NoJobNames)
+            }
+            JobSelect::MineNamed(names) => {
                 argv.push("--me".into());
-                argv.push(flag("name", n));
+                let names: Vec<&str> = names.iter().map(JobName::as_str).collect();
+                argv.push(flag("name", names.join(",")));
             }
             JobSelect::Mine => argv.push("--me".into()),
         }
@@ -923,6 +934,23 @@ mod tests {
                 "--me",
                 "--name=a b"
             ]
+        );
+        assert_eq!(
+            strs(
+                JobQuery::mine_named_any(vec![name("dispatch-m"), name("sucoder-m")])
+                    .argv()
+                    .unwrap()
+            ),
+            [
+                "--noheader",
+                &format!("--format={JOB_FORMAT}"),
+                "--me",
+                "--name=dispatch-m,sucoder-m"
+            ]
+        );
+        assert_eq!(
+            JobQuery::mine_named_any(vec![]).argv(),
+            Err(RequestError::NoJobNames)
         );
         assert_eq!(JobQuery::ids(vec![]).argv(), Err(RequestError::NoJobIds));
         assert_eq!(JobQuery::ids(vec![j(3)]).single_id(), Some(j(3)));

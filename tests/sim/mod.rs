@@ -716,32 +716,35 @@ impl World {
     fn list_jobs(&mut self, q: &JobQuery) -> Answer<Vec<JobRow>> {
         let key = match &q.select {
             JobSelect::Ids(ids) => format!("squeue {ids:?} {}", q.include_finished),
-            JobSelect::MineNamed(n) => format!("squeue name {}", self.name_key(n.as_str())),
+            JobSelect::MineNamed(names) => format!(
+                "squeue name {}",
+                names
+                    .iter()
+                    .map(|n| self.name_key(n.as_str()))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
             JobSelect::Mine => format!("squeue mine {}", q.include_finished),
         };
         let now = self.call(key);
-        let named = match &q.select {
-            JobSelect::MineNamed(n) => Some(n.as_str().to_owned()),
-            _ => None,
+        let named: Vec<String> = match &q.select {
+            JobSelect::MineNamed(names) => names.iter().map(|n| n.as_str().to_owned()).collect(),
+            _ => Vec::new(),
         };
-        if let Some(n) = &named {
+        for n in &named {
             self.lied_about.remove(n);
             self.probe_failed.remove(n);
         }
         if self.fault(self.faults.query_unknown) {
             self.counts.unknown_answers += 1;
-            if let Some(n) = named {
-                self.probe_failed.insert(n);
-            }
+            self.probe_failed.extend(named);
             return Answer::Unknown(squeue_failed(
                 "slurm_load_jobs error: Socket timed out on send/recv operation",
             ));
         }
         if self.blackout(now) {
             self.counts.empty_lies += 1;
-            if let JobSelect::MineNamed(n) = &q.select {
-                self.lied_about.insert(n.as_str().to_owned());
-            }
+            self.lied_about.extend(named);
             return Answer::Live(Vec::new());
         }
         let visible = |j: &&SimJob| !j.forgotten(now) && (q.include_finished || j.live());
@@ -763,9 +766,9 @@ impl World {
                     }
                 }
             }
-            JobSelect::MineNamed(n) => {
+            JobSelect::MineNamed(names) => {
                 for j in self.jobs.values().filter(visible) {
-                    if j.name == n.as_str() {
+                    if names.iter().any(|n| j.name == n.as_str()) {
                         text.push_str(&self.job_row(j, now));
                     }
                 }

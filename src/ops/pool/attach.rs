@@ -18,8 +18,8 @@ use crate::next::Next;
 use crate::ops::context::Ctx;
 use crate::ops::error::OpError;
 use crate::policy::forget::reason_problem;
-use crate::policy::holder::{self, Holder, Holding};
-use crate::policy::pool::{self as policy, AllocationFacts};
+use crate::policy::holder::{self, Holder};
+use crate::policy::pool::{self as policy, AllocationFacts, Holding};
 use crate::slurm::{Answer, JobId, Scheduler};
 use crate::state::State;
 
@@ -137,7 +137,7 @@ pub async fn attach<S: Scheduler>(
     failpoint::hit("pool-attach-after-mark-intent");
     // Lost to another journal's attach between our read and our update: its mark shows.
     let read_back = set_comment(ctx, &intent, |f| {
-        match holder::check_holder(f, journal, false)? {
+        match policy::check_holder(f, journal, false)? {
             Holding::Ours => Ok(()),
             Holding::Unmarked | Holding::Stolen(_) => Err(not_shown(&intent, f)),
         }
@@ -170,7 +170,7 @@ fn begin_attach<S: Scheduler>(
 ) -> Result<Begun, OpError> {
     locked(ctx, |writer, state| {
         let allocation = policy::check_attach(&state.pools, pool, facts, &ctx.caller, ctx.now())?;
-        let holding = holder::check_holder(facts, holder.journal_id, steal.is_some())?;
+        let holding = policy::check_holder(facts, holder.journal_id, steal.is_some())?;
         if holding == Holding::Ours {
             writer.append(attached(pool, &allocation, facts))?;
             return Ok(Begun::Attached(allocation));
@@ -236,7 +236,7 @@ pub(super) fn attached(pool: &str, allocation: &Allocation, facts: &AllocationFa
         pool: pool.to_owned(),
         allocation: allocation.clone(),
     })];
-    let shares = crate::policy::placement::live_shares(facts);
+    let shares = facts.live_shares();
     if shares.len() > 1 || shares.iter().any(|s| !s.gpus.is_empty()) {
         events.push(Event::PoolNodes(PoolNodes {
             pool: pool.to_owned(),

@@ -92,6 +92,6 @@ pub async fn submit_dry_run<S: Scheduler>(
         capacity_mem_mb: allocation.mem_mb.min(plan.facts.mem_mb),
         early_shutdown_at: plan.deadline.to_rfc3339(),
         assets: plan.assets,
-        nodes: placement::node_rooms(plan.pool, &plan.facts),
+        nodes: placement::node_rooms(plan.pool, &plan.facts.live_shares()),
     })
 }

@@ -60,10 +60,10 @@ pub async fn settle<S: Scheduler>(
         let answer = env
             .ctx
             .sched
-            .list_jobs(&JobQuery::mine_named(r.job_name.clone()))
+            .list_jobs(&JobQuery::mine_named_any(r.probe_names()))
             .await;
-        // An unreadable line of this name may be an older racer's job.
-        let listed = rows_named(listing_of(answer), r.job_name.as_str()).and_then(|n| {
+        // An unreadable line of these names may be an older racer's job.
+        let listed = rows_named(listing_of(answer), &r.name_strs()).and_then(|n| {
             match n.bad_lines.is_empty() {
                 true => Ok(n.rows),
                 false => Err(format!("squeue printed unreadable lines {:?}", n.bad_lines)),

@@ -344,8 +344,8 @@ impl<S: Scheduler> Launch<'_, '_, S> {
 
     /// The name probe, asked again while it fails, until the launch's `--wait` is over: it
     /// fails closed (no answer, no submit: it is the arbiter between state directories), so a
-    /// controller blip must not become "cannot launch". The seed's sucoder went on past a failed
-    /// probe instead, which can submit a second job beside one it could not see.
+    /// controller blip must not become "cannot launch". Going on past a failed probe (as sucoder,
+    /// the tool sessions replace, did) can submit a second job beside one it could not see.
     async fn probe_within_wait(
         &mut self,
         exclude: &[JobId],

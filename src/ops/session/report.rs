@@ -18,7 +18,7 @@ pub async fn sessions<S: Scheduler>(env: &Env<'_, S>) -> Result<Report, OpError>
         }
     }
     Ok(build(Inputs {
-        prefix: &env.config.job_name_prefix,
+        prefixes: &env.config.session_prefixes(),
         targets: env.targets(),
         mirrors: &mirrors,
         sessions: &state.sessions,

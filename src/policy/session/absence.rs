@@ -48,8 +48,10 @@ pub enum Absence {
 }
 
 /// Step 2: the user's listing (`squeue --me --states=all`) asked after a name listing that
-/// showed nothing of `name`.
-pub fn by_listing(name: &str, mine: &Answer<Vec<JobRow>>) -> Absence {
+/// showed nothing of any of `names` (a session's own job name and those it adopts under).
+pub fn by_listing(names: &[&str], mine: &Answer<Vec<JobRow>>) -> Absence {
+    let name = super::probe::spoken(names);
+    let name = name.as_str();
     let rows = match mine {
         Answer::Live(rows) => rows,
         Answer::Gone(_) => return Absence::Unproven(nothing_listed(name)),
@@ -64,7 +66,7 @@ pub fn by_listing(name: &str, mine: &Answer<Vec<JobRow>>) -> Absence {
     // (live jobs only) leaves out: only a live one of the name contradicts it.
     if let Some(row) = rows
         .iter()
-        .find(|r| r.name == name && !r.state.is_terminal())
+        .find(|r| names.contains(&r.name.as_str()) && !r.state.is_terminal())
     {
         return Absence::Unproven(format!(
             "squeue listed no job named {name}, but the user's listing right after shows job {} \
@@ -94,32 +96,46 @@ mod tests {
     #[test]
     fn an_empty_listing_of_the_user_proves_nothing_alone() {
         assert_eq!(
-            by_listing("ss-m0", &Answer::Live(vec![])),
+            by_listing(&["ss-m0"], &Answer::Live(vec![])),
             Absence::Unproven(nothing_listed("ss-m0"))
         );
         let failed = Answer::Unknown(SlurmError::Spawn {
             command: SlurmCommand::Squeue,
             message: "timeout".into(),
         });
-        assert!(matches!(by_listing("ss-m0", &failed), Absence::Unproven(_)));
+        assert!(matches!(
+            by_listing(&["ss-m0"], &failed),
+            Absence::Unproven(_)
+        ));
     }
 
     #[test]
     fn another_job_of_the_user_vouches_for_the_listing() {
         let jobs = [(7, "RUNNING", "alloc7"), (9, "CANCELLED", "ss-m1")];
         assert!(matches!(
-            by_listing("ss-m0", &listing(&jobs)),
+            by_listing(&["ss-m0"], &listing(&jobs)),
             Absence::Proven(p) if p.contains("job 9")
         ));
         // This session's job that ended (a release's cancel) vouches too.
         assert!(matches!(
-            by_listing("ss-m0", &listing(&[(5, "CANCELLED", "ss-m0")])),
+            by_listing(&["ss-m0"], &listing(&[(5, "CANCELLED", "ss-m0")])),
+            Absence::Proven(_)
+        ));
+        // A live job of a name the session adopts under, there and not in the name listing:
+        // they disagree as well.
+        let jobs = [(7, "RUNNING", "alloc7"), (8, "RUNNING", "old-m0")];
+        assert!(matches!(
+            by_listing(&["ss-m0", "old-m0"], &listing(&jobs)),
+            Absence::Unproven(u) if u.contains("job 8")
+        ));
+        assert!(matches!(
+            by_listing(&["ss-m0"], &listing(&jobs)),
             Absence::Proven(_)
         ));
         // A job of the name there that the name listing did not show: they disagree.
         let jobs = [(7, "RUNNING", "alloc7"), (8, "PENDING", "ss-m0")];
         assert!(matches!(
-            by_listing("ss-m0", &listing(&jobs)),
+            by_listing(&["ss-m0"], &listing(&jobs)),
             Absence::Unproven(_)
         ));
     }

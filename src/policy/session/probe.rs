@@ -14,17 +14,26 @@ pub struct Named {
     pub bad_lines: Vec<String>,
 }
 
-/// The listing's rows of `name`; `Err` is why the listing gave nothing usable. squeue --name
+/// The listing's rows of any of `names` (a session's own name, and those it adopts under:
+/// `Config::session_job_names`); `Err` is why the listing gave nothing usable. squeue --name
 /// matches exactly, but a listing is only trusted as far as it goes: rows of another name are
 /// dropped.
-pub fn rows_named(listing: Listing, name: &str) -> Result<Named, String> {
+pub fn rows_named(listing: Listing, names: &[&str]) -> Result<Named, String> {
     match listing {
         Listing::Answered { rows, bad_lines } => Ok(Named {
-            rows: rows.into_iter().filter(|row| row.name == name).collect(),
+            rows: rows
+                .into_iter()
+                .filter(|row| names.contains(&row.name.as_str()))
+                .collect(),
             bad_lines,
         }),
         Listing::Failed(e) => Err(e),
     }
+}
+
+/// A session's job names for a message: `dispatch-m`, or `dispatch-m or sucoder-m`.
+pub fn spoken(names: &[&str]) -> String {
+    names.join(" or ")
 }
 
 /// Why a listing with `bad_lines` is a failed probe.
@@ -82,12 +91,20 @@ mod tests {
             rows: job_rows(&[(5, "RUNNING", "sucoder-x"), (6, "RUNNING", "sucoder-xy")]),
             bad_lines: vec!["garbage".into()],
         };
-        let got = rows_named(listing, "sucoder-x").unwrap();
+        let got = rows_named(listing.clone(), &["sucoder-x"]).unwrap();
         assert_eq!(got.rows.len(), 1);
         assert_eq!(got.rows[0].name, "sucoder-x");
         assert_eq!(got.bad_lines, ["garbage"]);
+        // A session's own name and a name it adopts under, from one listing.
+        let both = rows_named(listing, &["dispatch-x", "sucoder-x"]).unwrap();
+        assert_eq!(both.rows.len(), 1);
+        assert_eq!(both.rows[0].name, "sucoder-x");
         assert_eq!(
-            rows_named(Listing::Failed("timeout".into()), "sucoder-x"),
+            spoken(&["dispatch-x", "sucoder-x"]),
+            "dispatch-x or sucoder-x"
+        );
+        assert_eq!(
+            rows_named(Listing::Failed("timeout".into()), &["sucoder-x"]),
             Err("timeout".into())
         );
         assert_eq!(

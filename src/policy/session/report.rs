@@ -1,6 +1,7 @@
-//! The `sessions` report: every job named `<prefix>…` grouped by the target it belongs to,
-//! jobs no target claims, orphans (live jobs no session names), stale sessions (their job is
-//! gone) and sessions whose fate the listing cannot tell.
+//! The `sessions` report: every job named `<prefix>…` (the config's prefix, or one it adopts
+//! under) grouped by the target it belongs to, jobs no target claims, orphans (live jobs no
+//! session names), stale sessions (their job is gone) and sessions whose fate the listing
+//! cannot tell.
 
 use std::collections::BTreeSet;
 
@@ -61,7 +62,9 @@ pub struct Report {
 }
 
 pub struct Inputs<'a, T> {
-    pub prefix: &'a str,
+    /// The prefixes of session job names (`Config::session_prefixes`): the config's own, then
+    /// those it adopts under.
+    pub prefixes: &'a [&'a str],
     /// Configured targets, in name order.
     pub targets: T,
     /// Mirror names to map tokens back to, in the order to try (config first).
@@ -204,11 +207,14 @@ where
     }
     let sessions = inputs.sessions;
     let (rows, answered_cleanly) = listed_rows(inputs.listing, &mut report.errors);
-    let mut ours: Vec<&JobRow> = rows
+    let mut ours: Vec<(&JobRow, &str)> = rows
         .iter()
-        .filter(|r| r.name.starts_with(inputs.prefix))
+        .filter_map(|r| {
+            let prefix = inputs.prefixes.iter().find(|p| r.name.starts_with(**p))?;
+            Some((r, &r.name[prefix.len()..]))
+        })
         .collect();
-    ours.sort_by_key(|r| r.job_id);
+    ours.sort_by_key(|(r, _)| r.job_id);
     let replaced: BTreeSet<JobId> = sessions
         .sessions
         .values()
@@ -219,8 +225,7 @@ where
         .values()
         .filter_map(|s| s.cancelling)
         .collect();
-    for row in ours {
-        let token = &row.name[inputs.prefix.len()..];
+    for (row, token) in ours {
         let Some(entry) = job_entry(row, token, sessions, inputs.mirrors, &replaced, &cancelling)
         else {
             continue;
@@ -286,7 +291,7 @@ mod tests {
             "exp-20261203".to_owned(),
         ];
         build(Inputs {
-            prefix: "sucoder-",
+            prefixes: &["dispatch-", "sucoder-"],
             targets: [("carleton-htc", HTC)],
             mirrors: &mirrors,
             sessions,
@@ -294,15 +299,18 @@ mod tests {
         })
     }
 
-    /// A pool's allocation and a `dispatch submit` job under the prefix are not sessions: not
-    /// listed, not orphans; a mirror that is known keeps its job even in that shape.
+    /// A pool's allocation and a `dispatch submit` job under a session prefix are not
+    /// sessions: not listed, not orphans; a mirror that is known keeps its job even in that
+    /// shape. Session jobs are listed by token under dispatch's own prefix and sucoder's alike
+    /// (the default's), and under no other.
     #[test]
     fn pool_and_submit_jobs_are_not_sessions() {
         let text = [
-            row("500", 500, "sucoder-pool-ap-00c77252", "savio4_htc"),
+            row("500", 500, "dispatch-pool-ap-00c77252", "savio4_htc"),
             row("501", 501, "sucoder-w1-1234abcd", "savio4_htc"),
             row("502", 502, "sucoder-exp-20261203", "savio4_htc"),
-            row("503", 503, "sucoder-SuCoder", "elsewhere"),
+            row("503", 503, "dispatch-SuCoder", "elsewhere"),
+            row("504", 504, "other-SuCoder", "savio4_htc"),
         ]
         .concat();
         let r = report(&text, &Sessions::default(), vec![]);
@@ -382,7 +390,7 @@ mod tests {
         adopt(&mut sessions, "SuCoder", 39025067);
         let mirrors = vec![];
         let r = build(Inputs {
-            prefix: "sucoder-",
+            prefixes: &["sucoder-"],
             targets: [("carleton-htc", HTC)],
             mirrors: &mirrors,
             sessions: &sessions,
