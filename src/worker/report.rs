@@ -108,6 +108,13 @@ impl WorkerReport {
         }
     }
 
+    /// How the supervisor says the payload ended, once it finished (a non-zero exit is
+    /// `failed`, whatever an older supervisor wrote).
+    pub fn outcome(&self) -> Option<crate::policy::node::Outcome> {
+        let f = self.finished.as_ref()?;
+        crate::policy::node::Outcome::told(Some(&f.outcome), Some(f.exit_code), None)
+    }
+
     /// What the coordinator records of this report (and `pool status` shows), given whether
     /// the worker's step is proven over.
     pub fn ingested(&self, submission_id: uuid::Uuid, step_over: bool) -> WorkerReportIngested {
@@ -128,7 +135,7 @@ impl WorkerReport {
                 self.cleaned.as_ref().map(|c| c.state_class.as_str()),
                 step_over,
             ),
-            finished: self.finished.as_ref().map(|f| f.outcome.clone()),
+            finished: self.outcome().map(|o| o.as_str().to_owned()),
         }
     }
 }
