@@ -11,6 +11,7 @@ use crate::event::Micros;
 use crate::journal::JournalError;
 use crate::ops::error::OpError;
 use crate::ops::logs::LogPaths;
+use crate::policy::node::Outcome;
 use crate::policy::placement::NodeRoom;
 use crate::policy::pool::Refusal;
 use crate::slurm::JobId;
@@ -85,8 +86,14 @@ pub struct WorkerView {
     pub on_node: String,
     pub gpus: u32,
     pub step_id: Option<String>,
+    /// Its payload's exit code, or the signal that ended it: as the coordinator recorded them,
+    /// else as the worker's own journal says them now.
     pub exit_code: Option<i32>,
     pub exit_signal: Option<i32>,
+    /// What the worker's own journal says beyond `state` while its step is not proven over
+    /// (`pool status --refresh` proves it): `exited`, `publishing` or `published`; null when
+    /// it says nothing more, or once the worker no longer holds budget.
+    pub stage: Option<Stage>,
     /// Its output files (`dispatch logs` prints them); null without the state directory.
     pub stdout: Option<String>,
     pub stderr: Option<String>,
@@ -112,6 +119,36 @@ pub struct NodeView {
     /// (`CUDA_VISIBLE_DEVICES`), as its supervisor recorded them; null for none.
     pub step_gpus: Option<String>,
     pub cuda_visible_devices: Option<String>,
+    /// How the payload ended (`policy::node::Outcome`: `completed`, `failed`, `interrupted`,
+    /// `refused`); null while it runs, or when no journal says.
+    pub outcome: Option<Outcome>,
+    /// The payload's exit (code, signal) as the journal read now says it.
+    #[serde(skip)]
+    pub exited: Option<(Option<i32>, Option<i32>)>,
+}
+
+crate::words! {
+    /// How far a worker that still holds budget got, as its own journal says.
+    pub enum Stage {
+        /// Its payload ended; the supervisor settles, publishes and cleans up.
+        Exited => "exited",
+        /// Its publication has begun.
+        Publishing => "publishing",
+        /// Its publication is done.
+        Published => "published",
+    }
+}
+
+impl Stage {
+    /// The stage of a worker whose payload ended (`outcome`), by its publication's outcome.
+    fn of(outcome: Option<Outcome>, publication: Option<&PublicationView>) -> Option<Stage> {
+        match publication.map(|p| p.outcome.as_str()) {
+            Some("started") => Some(Stage::Publishing),
+            Some("published") => Some(Stage::Published),
+            _ if outcome.is_some_and(|o| o != Outcome::Refused) => Some(Stage::Exited),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -174,6 +211,18 @@ impl NodeView {
         {
             p.took_ms = Some(x.took_ms);
         }
+        v.exited = r.exited.as_ref().map(|e| (e.code, e.signal));
+        v.outcome = r.outcome().or_else(|| {
+            let e = r.exited.as_ref();
+            (r.refused.is_some() || e.is_some()).then(|| {
+                Outcome::of(
+                    r.refused.is_some(),
+                    e.and_then(|e| e.code),
+                    e.and_then(|e| e.signal),
+                    e.is_some_and(|e| e.interrupted),
+                )
+            })
+        });
         if let Some(d) = &r.devices {
             v.step_gpus.clone_from(&d.step_gpus);
             v.cuda_visible_devices.clone_from(&d.cuda_visible_devices);
@@ -315,8 +364,21 @@ impl WorkerView {
             .as_deref()
             .map(|d| WorkerDirs::evidence_in(d, &submission_id));
         let logs = evidence.as_deref().map(LogPaths::in_evidence);
-        let node = node_view(dirs, w, evidence.as_deref());
+        let mut node = node_view(dirs, w, evidence.as_deref());
         let (stdout, stderr) = logs.map(|l| (l.stdout, l.stderr)).unzip();
+        let (exit_code, exit_signal) = match (w.exit_code, w.exit_signal) {
+            (None, None) => node.exited.unwrap_or_default(),
+            recorded => recorded,
+        };
+        let finished = w.report.as_ref().and_then(|r| r.finished.as_deref());
+        node.outcome = node
+            .outcome
+            .or_else(|| Outcome::told(finished, exit_code, exit_signal));
+        let stage = w
+            .state
+            .holds_budget()
+            .then(|| Stage::of(node.outcome, node.publication.as_ref()))
+            .flatten();
         WorkerView {
             name: w.name.clone(),
             submission_id,
@@ -326,8 +388,9 @@ impl WorkerView {
             on_node: pool.node_of(w).to_owned(),
             gpus: w.placement.as_ref().map_or(0, |p| p.gpus),
             step_id: w.step_id.map(|s| format!("{job}.{s}")),
-            exit_code: w.exit_code,
-            exit_signal: w.exit_signal,
+            exit_code,
+            exit_signal,
+            stage,
             stdout,
             stderr,
             node,
