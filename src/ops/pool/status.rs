@@ -12,7 +12,7 @@ use crate::journal::JournalError;
 use crate::ops::error::OpError;
 use crate::ops::logs::LogPaths;
 use crate::policy::node::Outcome;
-use crate::policy::placement::NodeRoom;
+use crate::policy::placement::{self, NodeRoom};
 use crate::policy::pool::Refusal;
 use crate::slurm::JobId;
 use crate::state::pool::*;
@@ -56,9 +56,12 @@ pub struct PoolView<W = Vec<WorkerView>> {
     /// Nodes that left the allocation, and the proof.
     pub nodes_lost: BTreeMap<String, String>,
     pub allocation: AllocationView,
+    /// What the pool can hold now: its nodes' capacities summed, a lost node's not counted
+    /// (what `pool submit --dry-run` places against, without asking Slurm).
     pub capacity: Resources,
     pub reserved: Resources,
-    /// Each node's capacity (as recorded at attach) and what the workers placed there reserve.
+    /// Each node's capacity (as recorded at attach; nothing on a lost node) and what the
+    /// workers placed there reserve.
     pub nodes: Vec<NodeRoom>,
     pub workers: W,
 }
@@ -513,16 +516,7 @@ fn build<'s, W>(
         .filter(|p| pool.is_none_or(|name| p.name == name))
         .map(|p| {
             let (cpus, mem_mb) = p.reserved();
-            let reserved = p.reserved_by_node();
-            let nodes: Vec<NodeRoom> = p
-                .node_shares()
-                .iter()
-                .map(|n| NodeRoom {
-                    node: n.name.clone(),
-                    capacity: Resources::of(n),
-                    reserved: reserved.get(n.name.as_str()).copied().unwrap_or_default(),
-                })
-                .collect();
+            let nodes = placement::recorded_rooms(p);
             PoolView {
                 pool: p.name.clone(),
                 owner: if p.created.is_some() {
@@ -542,11 +536,7 @@ fn build<'s, W>(
                     .map(|s| s.lost.clone())
                     .unwrap_or_default(),
                 allocation: AllocationView::of(&p.allocation, Some(now), p.ended.as_ref()),
-                capacity: Resources {
-                    cpus: u64::from(p.allocation.cpus),
-                    mem_mb: p.allocation.mem_mb,
-                    gpus: nodes.iter().map(|n| n.capacity.gpus).sum(),
-                },
+                capacity: placement::capacity_now(&nodes),
                 reserved: Resources {
                     cpus,
                     mem_mb,
@@ -571,4 +561,50 @@ fn build<'s, W>(
         })
         .collect();
     StatusReport { pools, creating }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Event;
+    use crate::policy::fixtures::{attached, envelopes};
+    use crate::slurm::NodeShare;
+
+    /// Issue 36, item 3: after a node of a 3-node pool is lost, `pool status` shows what the
+    /// pool can hold now (as `pool submit --dry-run` does), the lost node with nothing.
+    #[test]
+    fn a_lost_node_leaves_the_capacity_the_pool_has_now() {
+        let share = |name: &str| NodeShare {
+            name: name.into(),
+            cpus: 4,
+            mem_mb: 1000,
+            gpus: vec![0],
+        };
+        let mut state = State::default();
+        for env in envelopes([
+            Event::PoolAttached(attached("p", 9, "a", 12)),
+            Event::PoolNodes(PoolNodes {
+                pool: "p".into(),
+                job_id: crate::event::test_job(9),
+                nodes: vec![share("a"), share("b"), share("c")],
+            }),
+            Event::PoolNodeLost(PoolNodeLost {
+                pool: "p".into(),
+                job_id: crate::event::test_job(9),
+                node: "b".into(),
+                proof: "job 9 is listed RUNNING on a,c".into(),
+            }),
+        ]) {
+            state.apply(&env).unwrap();
+        }
+        let r = status_of(&state, Some("p"), Micros(0)).unwrap();
+        let p = &r.pools[0];
+        assert_eq!(
+            (p.capacity.cpus, p.capacity.mem_mb, p.capacity.gpus),
+            (8, 2000, 2)
+        );
+        let b = p.nodes.iter().find(|n| n.node == "b").unwrap();
+        assert_eq!(b.capacity, Resources::default());
+        assert!(p.nodes_lost.contains_key("b"));
+    }
 }
