@@ -412,15 +412,22 @@ pub fn with_exit(word: &str, code: Option<i32>, signal: Option<i32>) -> String {
     }
 }
 
+/// `failed: exit 3`, `interrupted: signal 15`: a payload that did not complete; `None` for
+/// one that did, was refused (said elsewhere) or has not ended.
+fn payload_failure(
+    outcome: Option<crate::policy::node::Outcome>,
+    code: Option<i32>,
+    signal: Option<i32>,
+) -> Option<String> {
+    use crate::policy::node::Outcome;
+    let outcome = outcome.filter(|o| matches!(o, Outcome::Failed | Outcome::Interrupted))?;
+    Some(with_exit(outcome.as_str(), code, signal).replacen(", ", ": ", 1))
+}
+
 /// The line under a worker whose payload failed or was interrupted: how, and where to look.
 /// Never cut: it ends with the command to copy.
 fn failure_line(w: &crate::ops::pool::WorkerView, wide: bool) -> Option<(String, Shown)> {
-    use crate::policy::node::Outcome;
-    let outcome = w
-        .node
-        .outcome
-        .filter(|o| matches!(o, Outcome::Failed | Outcome::Interrupted))?;
-    let how = with_exit(outcome.as_str(), w.exit_code, w.exit_signal).replacen(", ", ": ", 1);
+    let how = payload_failure(w.node.outcome, w.exit_code, w.exit_signal)?;
     Some((
         format!(
             "{how}; `dispatch logs {} --stderr` shows what it said",
@@ -504,7 +511,11 @@ pub fn jobs(r: &JobsReport, wide: bool) -> String {
             j.worker.clone(),
             id(&j.submission_id, wide),
             j.job_id.map_or_else(|| "-".to_owned(), |n| n.to_string()),
-            j.state.as_str().to_owned(),
+            with_exit(
+                j.stage.map_or(j.state.as_str(), |s| s.as_str()),
+                j.exit_code,
+                j.exit_signal,
+            ),
         ];
         if refreshed {
             row.push(match (&j.slurm_state, &j.reason) {
@@ -526,6 +537,17 @@ pub fn jobs(r: &JobsReport, wide: bool) -> String {
             out.push_str(&note_line(
                 0,
                 &format!("{} failed: {f}", j.worker),
+                width(wide),
+            ));
+        }
+        if let Some(how) = payload_failure(j.outcome, j.exit_code, j.exit_signal) {
+            out.push_str(&warning_lines(
+                0,
+                &format!(
+                    "{} {how}; `dispatch logs {} --stderr` shows what it said",
+                    j.worker,
+                    id(&j.submission_id, wide)
+                ),
                 width(wide),
             ));
         }
@@ -826,6 +848,10 @@ mod tests {
             mem_mb: 2048,
             submitted_at: "2026-12-01T09:30:00.000000Z".into(),
             failure: None,
+            outcome: None,
+            exit_code: None,
+            exit_signal: None,
+            stage: None,
             slurm_state: None,
             reason: None,
             node: None,
@@ -849,6 +875,9 @@ mod tests {
         running.cpus = 1;
         running.slurm_state = Some("RUNNING".into());
         running.reason = Some("None".into());
+        running.stage = Some(crate::ops::pool::Stage::Published);
+        running.exit_code = Some(1);
+        running.outcome = Some(crate::policy::node::Outcome::Failed);
         let mut failed = job(
             "bad",
             "8eeca6fd-0000-4000-8000-000000000005",

@@ -115,6 +115,22 @@ impl WorkerReport {
         crate::policy::node::Outcome::told(Some(&f.outcome), Some(f.exit_code), None)
     }
 
+    /// How the payload ended as far as this journal says: the supervisor's outcome, else its
+    /// refusal or the payload's exit; `None` while it runs.
+    pub fn payload_outcome(&self) -> Option<crate::policy::node::Outcome> {
+        let e = self.exited.as_ref();
+        self.outcome().or_else(|| {
+            (self.refused.is_some() || e.is_some()).then(|| {
+                crate::policy::node::Outcome::of(
+                    self.refused.is_some(),
+                    e.and_then(|e| e.code),
+                    e.and_then(|e| e.signal),
+                    e.is_some_and(|e| e.interrupted),
+                )
+            })
+        })
+    }
+
     /// What the coordinator records of this report (and `pool status` shows), given whether
     /// the worker's step is proven over.
     pub fn ingested(&self, submission_id: uuid::Uuid, step_over: bool) -> WorkerReportIngested {

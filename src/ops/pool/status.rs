@@ -143,9 +143,10 @@ crate::words! {
 }
 
 impl Stage {
-    /// The stage of a worker whose payload ended (`outcome`), by its publication's outcome.
-    fn of(outcome: Option<Outcome>, publication: Option<&PublicationView>) -> Option<Stage> {
-        match publication.map(|p| p.outcome.as_str()) {
+    /// The stage of a worker whose payload ended (`outcome`), by its publication's outcome
+    /// (`started`, `published`, …).
+    pub(crate) fn of(outcome: Option<Outcome>, publication: Option<&str>) -> Option<Stage> {
+        match publication {
             Some("started") => Some(Stage::Publishing),
             Some("published") => Some(Stage::Published),
             _ if outcome.is_some_and(|o| o != Outcome::Refused) => Some(Stage::Exited),
@@ -215,17 +216,7 @@ impl NodeView {
             p.took_ms = Some(x.took_ms);
         }
         v.exited = r.exited.as_ref().map(|e| (e.code, e.signal));
-        v.outcome = r.outcome().or_else(|| {
-            let e = r.exited.as_ref();
-            (r.refused.is_some() || e.is_some()).then(|| {
-                Outcome::of(
-                    r.refused.is_some(),
-                    e.and_then(|e| e.code),
-                    e.and_then(|e| e.signal),
-                    e.is_some_and(|e| e.interrupted),
-                )
-            })
-        });
+        v.outcome = r.payload_outcome();
         if let Some(d) = &r.devices {
             v.step_gpus.clone_from(&d.step_gpus);
             v.cuda_visible_devices.clone_from(&d.cuda_visible_devices);
@@ -380,7 +371,10 @@ impl WorkerView {
         let stage = w
             .state
             .holds_budget()
-            .then(|| Stage::of(node.outcome, node.publication.as_ref()))
+            .then(|| {
+                let publication = node.publication.as_ref().map(|p| p.outcome.as_str());
+                Stage::of(node.outcome, publication)
+            })
             .flatten();
         WorkerView {
             name: w.name.clone(),
