@@ -1297,6 +1297,10 @@ fn journal_of_a_failed_payload(evidence: &std::path::Path) {
     )
     .unwrap();
     w.append(vec![
+        WorkerEvent::StepDevices(StepDevices {
+            step_gpus: Some("2".into()),
+            cuda_visible_devices: Some("0".into()),
+        }),
         WorkerEvent::PayloadStarted(PayloadStarted { pid: 4242 }),
         WorkerEvent::PayloadExited(PayloadExited {
             code: Some(3),
@@ -1362,6 +1366,7 @@ fn a_failed_payload_is_shown_failed_with_its_exit_code_before_and_after_the_refr
     assert_eq!(w["stage"], "published", "{w}");
     assert_eq!(w["outcome"], "failed", "{w}");
     assert_eq!(w["exit_code"], 3, "{w}");
+    assert_eq!(w["step_gpus"], "2", "{w}");
     let (_, text, _) = fake.run(&["pool", "status"]);
     assert!(text.contains("published, exit 3"), "{text}");
     let row = text.lines().find(|l| l.contains(&id[..8])).unwrap();
@@ -1382,7 +1387,14 @@ fn a_failed_payload_is_shown_failed_with_its_exit_code_before_and_after_the_refr
         (&json!("failed"), &json!(3)),
         "{w}"
     );
+    // What the supervisor recorded of the step's GPUs is kept after the release.
+    assert_eq!(
+        (&w["step_gpus"], &w["cuda_visible_devices"]),
+        (&json!("2"), &json!("0")),
+        "{w}"
+    );
     let (_, text, _) = fake.run(&["pool", "status"]);
     assert!(text.contains("released, exit 3"), "{text}");
+    assert!(text.contains("GPU 2 of its node"), "{text}");
     assert!(text.contains("failed: exit 3"), "{text}");
 }

@@ -872,6 +872,7 @@ mod tests {
             journal_damage: None,
             srun: None,
             placement: None,
+            devices: None,
         }
     }
 

@@ -213,6 +213,7 @@ impl State {
             Event::TrialWorkerJoined(e) => self.trial_worker_joined(e),
             Event::TrialJudged(e) => self.trials.judged(env.time, e),
             Event::WorkerJournalDamaged(e) => self.pools.journal_damaged(e),
+            Event::WorkerDevicesIngested(e) => self.pools.devices_ingested(e),
             Event::WorkerForgotten(e) => self.worker_forgotten(&e.submission_id),
             Event::SessionForgotten(e) => self.sessions.forgotten(e),
             Event::Unknown { kind, flags, .. } => self.unknown(env.seq, *kind, *flags)?,

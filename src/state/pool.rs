@@ -13,9 +13,10 @@ use crate::event::asset::{AssetRecord, WorkerAssetsBound};
 use crate::event::pool::{
     Allocation, PoolAllocationEnded, PoolAttached, PoolCreateFailed, PoolCreateIntent,
     PoolCreateJob, PoolCreateShape, PoolDetached, PoolNodeLost, PoolNodes, PoolOwned,
-    PoolReleaseIntent, PoolReleased, WorkerExited, WorkerJournalDamaged, WorkerLaunchFailed,
-    WorkerLaunched, WorkerPlaced, WorkerReportIngested, WorkerRequest, WorkerResubmitRefused,
-    WorkerResubmitted, WorkerStepObserved, WorkerStopIntent, WorkerSubmitIntent, WorkerTerminal,
+    PoolReleaseIntent, PoolReleased, WorkerDevicesIngested, WorkerExited, WorkerJournalDamaged,
+    WorkerLaunchFailed, WorkerLaunched, WorkerPlaced, WorkerReportIngested, WorkerRequest,
+    WorkerResubmitRefused, WorkerResubmitted, WorkerStepObserved, WorkerStopIntent,
+    WorkerSubmitIntent, WorkerTerminal,
 };
 use crate::event::Micros;
 use crate::slurm::{JobId, NodeShare};
@@ -89,6 +90,9 @@ pub struct Worker {
     /// submitted before placement was journaled, on the pool's only node, with no GPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placement>,
+    /// The GPUs its step got, as its supervisor recorded them (`WorkerDevicesIngested`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices: Option<WorkerDevicesIngested>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -404,6 +408,7 @@ impl Pools {
                 journal_damage: None,
                 srun: None,
                 placement: None,
+                devices: None,
             },
         );
         self.by_submission.insert(e.submission_id, e.pool.clone());
@@ -509,6 +514,14 @@ impl Pools {
         if let Some(w) = self.worker_mut(&e.submission_id) {
             if w.journal_damage.is_none() {
                 w.report = Some(e.clone());
+            }
+        }
+    }
+
+    pub fn devices_ingested(&mut self, e: &WorkerDevicesIngested) {
+        if let Some(w) = self.worker_mut(&e.submission_id) {
+            if w.journal_damage.is_none() {
+                w.devices = Some(e.clone());
             }
         }
     }

@@ -359,6 +359,12 @@ impl WorkerView {
             .map(|d| WorkerDirs::evidence_in(d, &submission_id));
         let logs = evidence.as_deref().map(LogPaths::in_evidence);
         let mut node = node_view(dirs, w, evidence.as_deref());
+        // A released worker's view comes from state: the GPUs its supervisor recorded too.
+        if let (None, Some(d)) = (&node.step_gpus, &w.devices) {
+            node.step_gpus.clone_from(&d.step_gpus);
+            node.cuda_visible_devices
+                .clone_from(&d.cuda_visible_devices);
+        }
         let (stdout, stderr) = logs.map(|l| (l.stdout, l.stderr)).unzip();
         let (exit_code, exit_signal) = match (w.exit_code, w.exit_signal) {
             (None, None) => node.exited.unwrap_or_default(),
