@@ -222,22 +222,7 @@ pub fn pool_status(r: &StatusReport, wide: bool) -> String {
     }
     let mut out = creating;
     out.push_str(&pools_table(r, wide));
-    for p in r
-        .pools
-        .iter()
-        .filter(|p| p.allocation.ended_proof.is_some())
-    {
-        let proof = p.allocation.ended_proof.as_deref().unwrap_or_default();
-        let forget = match p.owner {
-            crate::ops::pool::Owner::Created => crate::next::Next::PoolRelease(&p.pool),
-            crate::ops::pool::Owner::Attached => crate::next::Next::PoolDetach(&p.pool),
-        };
-        out.push_str(&warning_lines(
-            0,
-            &format!("pool {} ended: {proof}; {forget} forgets it", p.pool),
-            width(wide),
-        ));
-    }
+    out.push_str(&ended_lines(r, wide));
     if r.pools.iter().all(|p| p.workers.is_empty()) {
         return out;
     }
@@ -286,6 +271,26 @@ pub fn pool_status(r: &StatusReport, wide: bool) -> String {
                 Shown::Whole => note_line(4, text, None),
             });
         }
+    }
+    out
+}
+
+/// A warning for each pool whose allocation is proven over, with the command that forgets it.
+fn ended_lines(r: &StatusReport, wide: bool) -> String {
+    let mut out = String::new();
+    for p in &r.pools {
+        let Some(proof) = p.allocation.ended_proof.as_deref() else {
+            continue;
+        };
+        let forget = match p.owner {
+            crate::ops::pool::Owner::Created => crate::next::Next::PoolRelease(&p.pool),
+            crate::ops::pool::Owner::Attached => crate::next::Next::PoolDetach(&p.pool),
+        };
+        out.push_str(&warning_lines(
+            0,
+            &format!("pool {} ended: {proof}; {forget} forgets it", p.pool),
+            width(wide),
+        ));
     }
     out
 }

@@ -352,6 +352,28 @@ struct Track {
     at_verdict: Option<crate::event::pool::WorkerReportIngested>,
 }
 
+impl Track {
+    /// What the coordinator recorded of the worker's own journal: how its payload exited,
+    /// and the summary it ingested (a publication is a milestone).
+    fn worker_news(&mut self, env: &Envelope) {
+        if let Event::WorkerExited(e) = &env.event {
+            self.exit = Some((e.code, e.signal));
+        }
+        if let Event::WorkerReportIngested(r) = &env.event {
+            if r.publication.as_deref() == Some("published") && !self.published {
+                self.published = true;
+                self.marks.push(mark(
+                    Milestone::Published,
+                    MarkSource::Coordinator,
+                    env.seq,
+                    env.time,
+                ));
+            }
+            self.ingested = Some(r.clone());
+        }
+    }
+}
+
 /// A worker as the reduced state has it at the end.
 struct FinalState {
     state: String,
@@ -521,21 +543,7 @@ impl Builder {
                     .marks
                     .push(mark(what, MarkSource::Coordinator, env.seq, env.time));
             }
-            if let Event::WorkerExited(e) = &env.event {
-                track.exit = Some((e.code, e.signal));
-            }
-            if let Event::WorkerReportIngested(r) = &env.event {
-                if r.publication.as_deref() == Some("published") && !track.published {
-                    track.published = true;
-                    track.marks.push(mark(
-                        Milestone::Published,
-                        MarkSource::Coordinator,
-                        env.seq,
-                        env.time,
-                    ));
-                }
-                track.ingested = Some(r.clone());
-            }
+            track.worker_news(env);
         }
         if let (Subject::Trial(t), Event::TrialJudged(j)) = (&self.selected.subject, &env.event) {
             if &j.trial == t && self.verdict.is_none() {

@@ -151,8 +151,7 @@ impl State {
         match &env.event {
             Event::Genesis(g) => self.genesis(g),
             Event::Recovered(r) => self.recovered(r),
-            // The branches' events say what happened; a merge changes no state (§8.1).
-            Event::JournalMerged(_) => {}
+            Event::JournalMerged(_) => {} // Its branches' events say what happened (§8.1).
             Event::PoolAttached(e) => self.pools.attach(env.time, e),
             Event::PoolDetached(e) => self.pools.detach(e),
             Event::PoolCreateIntent(e) => self.pools.create_intent(env.time, e),
