@@ -366,6 +366,50 @@ fn jobs_lists_every_submit_worker_and_refresh_asks_only_about_them() {
     assert!(fake.kinds().iter().any(|k| k == "JobTerminal"));
 }
 
+/// Issue 36, item 2: a `dispatch submit` worker whose payload exited 3 (an older supervisor
+/// wrote `completed` for it) is shown failed with its code by `jobs`, in JSON and the table.
+#[test]
+fn jobs_show_a_failed_payload_with_its_exit_code() {
+    use dispatch::event::worker::{PayloadExited, PayloadStarted, SupervisorFinished};
+    use dispatch::event::{Actor, WorkerEvent};
+    let fake = Fake::new();
+    let id = job_worker(&fake, "b", 43);
+    let w = dispatch::journal::JournalWriter::<WorkerEvent>::open_as(
+        &evidence(&fake, None, &id).join("journal"),
+        dispatch::journal::Options::default(),
+        Actor::current(),
+    )
+    .unwrap();
+    w.append(vec![
+        WorkerEvent::PayloadStarted(PayloadStarted { pid: 42 }),
+        WorkerEvent::PayloadExited(PayloadExited {
+            code: Some(3),
+            signal: None,
+            interrupted: false,
+        }),
+        WorkerEvent::SupervisorFinished(SupervisorFinished {
+            outcome: "completed".into(),
+            exit_code: 3,
+        }),
+    ])
+    .unwrap();
+    drop(w);
+    fake.scenario(json!({}));
+    let r = json_of(&fake, &["--json", "jobs"]);
+    let j = &r["jobs"][0];
+    assert_eq!(j["state"], "queued", "the coordinator's word stays: {r}");
+    assert_eq!(j["stage"], "exited", "{r}");
+    assert_eq!(
+        (&j["outcome"], &j["exit_code"]),
+        (&json!("failed"), &json!(3)),
+        "{r}"
+    );
+    let (code, out, err) = fake.run(&["jobs"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("exited, exit 3"), "{out}");
+    assert!(out.contains("b failed: exit 3"), "{out}");
+}
+
 /// Read one line from a child's stdout within `within` (the reader runs on its own thread).
 fn lines_of(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
     use std::io::BufRead;

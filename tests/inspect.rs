@@ -140,3 +140,51 @@ fn a_worker_of_a_detached_pool_is_still_found() {
     assert_eq!(r["submission_id"], Uuid::from_u128(2).to_string());
     assert_eq!(r["last_event"]["kind"], "WorkerTerminal", "{r}");
 }
+
+/// Issue 36, item 2: a payload that exited 3 is shown failed, with its code, in JSON and in
+/// the header line, even when its (older) supervisor recorded `completed`.
+#[test]
+fn a_payload_that_exited_non_zero_is_inspected_as_a_failure_with_its_code() {
+    use dispatch::event::worker::SupervisorFinished;
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    synthetic::write_pool_journal(&state, 3, |_| true);
+    let id = Uuid::from_u128(2);
+    let dirs = WorkerDirs::new(&state.join("pools"), "p", id);
+    let wj = dispatch::worker::supervisor::journal_dir(&dirs.evidence);
+    let w = JournalWriter::<WorkerEvent>::open(&wj, Options::default()).unwrap();
+    w.append(vec![
+        WorkerEvent::PayloadStarted(PayloadStarted { pid: 42 }),
+        WorkerEvent::PayloadExited(PayloadExited {
+            code: Some(3),
+            signal: None,
+            interrupted: false,
+        }),
+        WorkerEvent::SupervisorFinished(SupervisorFinished {
+            outcome: "completed".into(),
+            exit_code: 3,
+        }),
+    ])
+    .unwrap();
+    drop(w);
+    let (code, r) = inspect(&state, "w1");
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(r["outcome"], "failed", "{r}");
+    assert_eq!(
+        (&r["exit_code"], &r["exit_signal"]),
+        (&Value::from(3), &Value::Null),
+        "{r}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_dispatch"))
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["inspect", "w1"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let header = text.lines().next().unwrap();
+    assert!(
+        header.contains("exit 3") && header.contains("failed"),
+        "{text}"
+    );
+}

@@ -172,6 +172,22 @@ const ADDED_SINCE_THE_GOLDENS: &[(&str, &[&str])] = &[
             "/pools/1/nodes",
             "/pools/1/no_kill",
             "/pools/1/nodes_lost",
+            // How a payload ended, and what its journal says before --refresh (issue 36).
+            "/pools/0/workers/0/stage",
+            "/pools/0/workers/0/outcome",
+        ],
+    ),
+    (
+        "jobs",
+        &[
+            "/jobs/0/outcome",
+            "/jobs/0/exit_code",
+            "/jobs/0/exit_signal",
+            "/jobs/0/stage",
+            "/jobs/1/outcome",
+            "/jobs/1/exit_code",
+            "/jobs/1/exit_signal",
+            "/jobs/1/stage",
         ],
     ),
 ];

@@ -411,6 +411,11 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
             state_class: Option::arbitrary(g),
             finished: Option::arbitrary(g),
         }),
+        143 => Event::WorkerDevicesIngested(WorkerDevicesIngested {
+            submission_id: uuid(g),
+            step_gpus: Option::arbitrary(g),
+            cuda_visible_devices: Option::arbitrary(g),
+        }),
         135 => Event::WorkerJournalDamaged(WorkerJournalDamaged {
             submission_id: uuid(g),
             status: text(g),

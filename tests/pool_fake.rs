@@ -1284,3 +1284,117 @@ fn pool_submit_reads_the_journal_whole_once_and_catches_up_after() {
     let r: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
     assert_eq!(r["step_id"], "901.0");
 }
+
+/// A worker journal as an older supervisor left it for a payload that exited 3: published,
+/// its state called sealed, its outcome `completed`.
+fn journal_of_a_failed_payload(evidence: &std::path::Path) {
+    use dispatch::event::worker::*;
+    use dispatch::event::{Actor, Sha256Digest, WorkerEvent};
+    let w = dispatch::journal::JournalWriter::<WorkerEvent>::open_as(
+        &evidence.join("journal"),
+        dispatch::journal::Options::default(),
+        Actor::current(),
+    )
+    .unwrap();
+    w.append(vec![
+        WorkerEvent::StepDevices(StepDevices {
+            step_gpus: Some("2".into()),
+            cuda_visible_devices: Some("0".into()),
+        }),
+        WorkerEvent::PayloadStarted(PayloadStarted { pid: 4242 }),
+        WorkerEvent::PayloadExited(PayloadExited {
+            code: Some(3),
+            signal: None,
+            interrupted: false,
+        }),
+        WorkerEvent::Published(Published {
+            dir: "/published/w".into(),
+            manifest_sha256: Sha256Digest([7; 32]),
+            files: 1,
+            bytes: 1,
+            commits: 0,
+            patch_bytes: 0,
+            took_ms: 1,
+        }),
+        WorkerEvent::CleanedUp(CleanedUp {
+            removed: vec![],
+            kept: vec![],
+            state_class: "sealed".into(),
+            reason: "the payload finished on its own".into(),
+            errors: vec![],
+        }),
+        WorkerEvent::SupervisorFinished(SupervisorFinished {
+            outcome: "completed".into(),
+            exit_code: 3,
+        }),
+    ])
+    .unwrap();
+}
+
+/// Issue 36, items 2 and 3: a payload that exited 3 is a failure wherever its end is shown,
+/// with its code; before the refresh proves its step over, `pool status` says what the
+/// worker journal knows (it exited and published) instead of `running`.
+#[test]
+fn a_failed_payload_is_shown_failed_with_its_exit_code_before_and_after_the_refresh() {
+    let fake = Fake::attached(60);
+    let step_row = "901.0|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.w\n";
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"hang": 120}],
+        "squeue": [{"match": ["--steps"], "stdout": step_row}],
+    }));
+    let (code, out, err) = fake.run(SUBMIT);
+    assert_eq!(code, 0, "{err}");
+    let id = serde_json::from_str::<Value>(out.trim()).unwrap()["submission_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    journal_of_a_failed_payload(
+        &fake
+            .state()
+            .join("pools/p/workers")
+            .join(&id)
+            .join("evidence"),
+    );
+    let worker = |fake: &Fake| {
+        let (code, out, err) = fake.run(&["pool", "status", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<Value>(out.trim()).unwrap()["pools"][0]["workers"][0].clone()
+    };
+    let w = worker(&fake);
+    assert_eq!(w["state"], "running", "the coordinator's word stays: {w}");
+    assert_eq!(w["stage"], "published", "{w}");
+    assert_eq!(w["outcome"], "failed", "{w}");
+    assert_eq!(w["exit_code"], 3, "{w}");
+    assert_eq!(w["step_gpus"], "2", "{w}");
+    let (_, text, _) = fake.run(&["pool", "status"]);
+    assert!(text.contains("published, exit 3"), "{text}");
+    let row = text.lines().find(|l| l.contains(&id[..8])).unwrap();
+    assert!(!row.contains("running"), "{text}");
+    assert!(text.contains("failed: exit 3"), "{text}");
+
+    fake.scenario(json!({
+        "squeue": [{"match": ["--steps"], "stdout": ""}, {"stdout": job_row("RUNNING")}],
+        "sacct": [{"stdout": ""}],
+    }));
+    let (code, _, err) = fake.run(&["pool", "status", "--refresh"]);
+    assert_eq!(code, 0, "{err}");
+    let w = worker(&fake);
+    assert_eq!(w["state"], "released", "{w}");
+    assert_eq!(w["stage"], Value::Null, "{w}");
+    assert_eq!(
+        (&w["outcome"], &w["exit_code"]),
+        (&json!("failed"), &json!(3)),
+        "{w}"
+    );
+    // What the supervisor recorded of the step's GPUs is kept after the release.
+    assert_eq!(
+        (&w["step_gpus"], &w["cuda_visible_devices"]),
+        (&json!("2"), &json!("0")),
+        "{w}"
+    );
+    let (_, text, _) = fake.run(&["pool", "status"]);
+    assert!(text.contains("released, exit 3"), "{text}");
+    assert!(text.contains("GPU 2 of its node"), "{text}");
+    assert!(text.contains("failed: exit 3"), "{text}");
+}

@@ -207,6 +207,34 @@ fn node_mode_exports_private_dirs_publishes_and_cleans_up() {
     assert_eq!(r.finished.unwrap().outcome, "completed");
 }
 
+/// Issue 36, item 2: a payload that exits 3 on its own, or cannot be started at all, is a
+/// failure: the supervisor records `failed` and leaves its state crash-class, never sealed.
+#[test]
+fn a_payload_that_fails_is_recorded_failed_and_its_state_is_not_sealed() {
+    for (cmd, code) in [
+        (
+            &["sh", "-c", "echo half > \"$DISPATCH_STATE_DIR/db\"; exit 3"][..],
+            3,
+        ),
+        (&["no-such-command-for-dispatch"][..], 127),
+    ] {
+        let root = tempfile::tempdir().unwrap();
+        let st = node_supervisor(root.path(), cmd).status().unwrap();
+        assert_eq!(st.code(), Some(code), "{cmd:?}");
+        let r = report::read(&node_dirs(root.path()).evidence)
+            .unwrap()
+            .unwrap();
+        let f = r.finished.as_ref().unwrap();
+        assert_eq!(
+            (f.outcome.as_str(), f.exit_code),
+            ("failed", code),
+            "{cmd:?}"
+        );
+        let class = r.cleaned.as_ref().map(|c| c.state_class.as_str());
+        assert_eq!(class, Some("crash_class_partial"), "{cmd:?}");
+    }
+}
+
 #[test]
 fn a_writer_that_outlives_the_payload_makes_the_state_crash_class() {
     let root = tempfile::tempdir().unwrap();

@@ -370,14 +370,15 @@ pub fn run_inspect(
         Err(InspectError::Journal(e)) => return Err(e.into()),
     };
     super::replay::emit_at(at.map(|a| a.point()), &r, json, || {
+        let outcome = r.outcome.map(|o| format!(" ({o})")).unwrap_or_default();
         crate::outln!(
-            "worker {} ({}), submission {}: {}",
+            "worker {} ({}), submission {}: {}{outcome}",
             r.worker,
             r.pool
                 .as_deref()
                 .map_or("dispatch submit".to_owned(), |p| format!("pool {p}")),
             r.submission_id,
-            r.state
+            super::table::with_exit(&r.state, r.exit_code, r.exit_signal)
         );
         if let Some(why) = &r.launch_failure {
             crate::outln!("launch failed: {why}");

@@ -432,7 +432,11 @@ fn evidence(r: &Report) -> Markup {
                     td { (Text(&e.worker)) }
                     td.mono { (Text(&e.submission_id)) }
                     td { (Text(&e.state)) }
-                    td { (opt(e.outcome.as_deref())) }
+                    td {
+                        (opt(e.outcome.as_deref()))
+                        @if let Some(code) = e.exit_code { " (exit " (code) ")" }
+                        @if let Some(signal) = e.exit_signal { " (signal " (signal) ")" }
+                    }
                     td.mono { (opt(e.manifest_sha256.as_deref())) }
                     td.mono { (opt(e.published_dir.as_deref())) }
                     td.mono {

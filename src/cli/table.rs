@@ -126,6 +126,44 @@ fn note_line(indent: usize, text: &str, width: Option<usize>) -> String {
     format!("{}{text}\n", " ".repeat(indent))
 }
 
+/// A warning under a row, printed whole: wrapped at spaces to the width (unless `--wide`),
+/// each further line indented two more, and never inside a command in backquotes (it is there
+/// to be copied).
+fn warning_lines(indent: usize, text: &str, width: Option<usize>) -> String {
+    let Some(width) = width else {
+        return note_line(indent, text, None);
+    };
+    // Words, a command in backquotes counting as one.
+    let mut words: Vec<String> = Vec::new();
+    let mut quoted = false;
+    for word in text.split(' ') {
+        match words.last_mut() {
+            Some(last) if quoted => {
+                last.push(' ');
+                last.push_str(word);
+            }
+            _ => words.push(word.to_owned()),
+        }
+        quoted ^= word.matches('`').count() % 2 == 1;
+    }
+    let mut out = String::new();
+    let mut line = String::new();
+    for word in words {
+        let at = if out.is_empty() { indent } else { indent + 2 };
+        if !line.is_empty() && at + cols(&line) + 1 + cols(&word) > width {
+            out.push_str(&note_line(at, &line, None));
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(&word);
+    }
+    let at = if out.is_empty() { indent } else { indent + 2 };
+    out.push_str(&note_line(at, &line, None));
+    out
+}
+
 /// `1 CPU`, `4 CPUs`.
 pub fn count(n: u64, what: &str) -> String {
     if n == 1 {
@@ -184,18 +222,7 @@ pub fn pool_status(r: &StatusReport, wide: bool) -> String {
     }
     let mut out = creating;
     out.push_str(&pools_table(r, wide));
-    for p in r
-        .pools
-        .iter()
-        .filter(|p| p.allocation.ended_proof.is_some())
-    {
-        let proof = p.allocation.ended_proof.as_deref().unwrap_or_default();
-        out.push_str(&note_line(
-            0,
-            &format!("pool {} ended: {proof}", p.pool),
-            width(wide),
-        ));
-    }
+    out.push_str(&ended_lines(r, wide));
     if r.pools.iter().all(|p| p.workers.is_empty()) {
         return out;
     }
@@ -208,24 +235,29 @@ pub fn pool_status(r: &StatusReport, wide: bool) -> String {
     );
     // The lines under each row, by row index, since the table is drawn as a whole; each says
     // whether it may be cut (a path may not: it is there to be copied).
-    let mut details: Vec<Vec<(String, bool)>> = Vec::new();
+    let mut details: Vec<Vec<(String, Shown)>> = Vec::new();
     for p in &r.pools {
         for w in &p.workers {
             workers.row(vec![
                 p.pool.clone(),
                 w.name.clone(),
                 id(&w.submission_id, wide),
-                w.state.as_str().to_owned(),
+                with_exit(
+                    w.stage.map_or(w.state.as_str(), |s| s.as_str()),
+                    w.exit_code,
+                    w.exit_signal,
+                ),
                 w.on_node.clone(),
                 w.step_id.clone().unwrap_or_else(|| "-".to_owned()),
                 count(u64::from(w.cpus), "CPU"),
                 mem(w.mem_mb),
             ]);
-            let mut lines = worker_details(w.gpus, &w.node);
+            let mut d = worker_details(w.gpus, &w.node, &id(&w.submission_id, wide));
             if let Some(why) = &w.launch_failure {
-                lines.insert(0, (format!("launch failed: {why}"), true));
+                d.insert(0, (format!("launch failed: {why}"), Shown::Wrapped));
             }
-            details.push(lines);
+            d.extend(failure_line(w, wide));
+            details.push(d);
         }
     }
     let drawn = workers.render(0, width(wide));
@@ -235,10 +267,33 @@ pub fn pool_status(r: &StatusReport, wide: bool) -> String {
     for (row, d) in lines.zip(&details) {
         out.push_str(row);
         out.push('\n');
-        for (text, may_cut) in d {
-            let width = if *may_cut { width(wide) } else { None };
-            out.push_str(&note_line(4, text, width));
+        for (text, shown) in d {
+            out.push_str(&match shown {
+                Shown::Cut => note_line(4, text, width(wide)),
+                Shown::Wrapped => warning_lines(4, text, width(wide)),
+                Shown::Whole => note_line(4, text, None),
+            });
         }
+    }
+    out
+}
+
+/// A warning for each pool whose allocation is proven over, with the command that forgets it.
+fn ended_lines(r: &StatusReport, wide: bool) -> String {
+    let mut out = String::new();
+    for p in &r.pools {
+        let Some(proof) = p.allocation.ended_proof.as_deref() else {
+            continue;
+        };
+        let forget = match p.owner {
+            crate::ops::pool::Owner::Created => crate::next::Next::PoolRelease(&p.pool),
+            crate::ops::pool::Owner::Attached => crate::next::Next::PoolDetach(&p.pool),
+        };
+        out.push_str(&warning_lines(
+            0,
+            &format!("pool {} ended: {proof}; {forget} forgets it", p.pool),
+            width(wide),
+        ));
     }
     out
 }
@@ -320,7 +375,7 @@ fn node_lines<W>(p: &crate::ops::pool::PoolView<W>, wide: bool) -> String {
     for n in &p.nodes {
         let (c, used) = (n.capacity, n.reserved);
         let lost = p.nodes_lost.get(&n.node);
-        out.push_str(&note_line(
+        out.push_str(&warning_lines(
             4,
             &format!(
                 "{} on {}: {}/{}, {}/{}, {}/{}{}",
@@ -339,12 +394,15 @@ fn node_lines<W>(p: &crate::ops::pool::PoolView<W>, wide: bool) -> String {
         ));
     }
     if p.nodes.len() > 1 && p.no_kill.is_none() {
-        out.push_str(&note_line(
+        out.push_str(&warning_lines(
             4,
             &format!(
                 "{}: Slurm does not show whether job {} has --no-kill; without it a failed node \
-                 ends the whole allocation",
-                p.pool, p.allocation.job_id
+                 ends the whole allocation and every worker in it. To lose only the workers of a \
+                 failed node, make the allocation with `salloc --no-kill`, or let {} make it",
+                p.pool,
+                p.allocation.job_id,
+                crate::next::Next::PoolCreate(&p.pool)
             ),
             width(wide),
         ));
@@ -352,8 +410,55 @@ fn node_lines<W>(p: &crate::ops::pool::PoolView<W>, wide: bool) -> String {
     out
 }
 
-/// The lines under a worker's row: what its own journal says, each with whether it may be cut.
-fn worker_details(gpus: u32, n: &NodeView) -> Vec<(String, bool)> {
+/// A worker's state word and how its payload ended, when that is known: `released, exit 3`,
+/// `published, signal 9`.
+pub fn with_exit(word: &str, code: Option<i32>, signal: Option<i32>) -> String {
+    match (signal, code) {
+        (Some(s), _) => format!("{word}, signal {s}"),
+        (None, Some(c)) => format!("{word}, exit {c}"),
+        (None, None) => word.to_owned(),
+    }
+}
+
+/// `failed: exit 3`, `interrupted: signal 15`: a payload that did not complete; `None` for
+/// one that did, was refused (said elsewhere) or has not ended.
+fn payload_failure(
+    outcome: Option<crate::policy::node::Outcome>,
+    code: Option<i32>,
+    signal: Option<i32>,
+) -> Option<String> {
+    use crate::policy::node::Outcome;
+    let outcome = outcome.filter(|o| matches!(o, Outcome::Failed | Outcome::Interrupted))?;
+    Some(with_exit(outcome.as_str(), code, signal).replacen(", ", ": ", 1))
+}
+
+/// The line under a worker whose payload failed or was interrupted: how, and where to look.
+/// Never cut: it ends with the command to copy.
+fn failure_line(w: &crate::ops::pool::WorkerView, wide: bool) -> Option<(String, Shown)> {
+    let how = payload_failure(w.node.outcome, w.exit_code, w.exit_signal)?;
+    Some((
+        format!(
+            "{how}; `dispatch logs {} --stderr` shows what it said",
+            id(&w.submission_id, wide)
+        ),
+        Shown::Wrapped,
+    ))
+}
+
+/// How a line under a row is shown at 80 columns.
+#[derive(Clone, Copy)]
+enum Shown {
+    /// Cut with `…` (a detail that the JSON holds whole).
+    Cut,
+    /// Whole, wrapped: a warning, which ends with what to do.
+    Wrapped,
+    /// Whole on one line: a path, there to be copied.
+    Whole,
+}
+
+/// The lines under a worker's row (`id` as the row shows it): what its own journal says,
+/// each with how it is shown.
+fn worker_details(gpus: u32, n: &NodeView, id: &str) -> Vec<(String, Shown)> {
     let mut d = Vec::new();
     if gpus > 0 || n.step_gpus.is_some() {
         let seen = match (&n.step_gpus, &n.cuda_visible_devices) {
@@ -361,29 +466,36 @@ fn worker_details(gpus: u32, n: &NodeView) -> Vec<(String, bool)> {
             (Some(s), None) => format!(": GPU {s} of its node"),
             _ => String::new(),
         };
-        d.push((format!("{}{seen}", count(u64::from(gpus), "GPU")), true));
+        d.push((
+            format!("{}{seen}", count(u64::from(gpus), "GPU")),
+            Shown::Cut,
+        ));
     }
     if let Some(r) = &n.refusal {
-        d.push((format!("refused before the payload started: {r}"), true));
+        d.push((
+            format!("refused before the payload started: {r}"),
+            Shown::Wrapped,
+        ));
     }
     if let Some(p) = &n.publication {
         let dir = p.dir.as_deref().map(|d| format!(" in {d}"));
         d.push((
             format!("publication {}{}", p.outcome, dir.unwrap_or_default()),
-            false,
+            Shown::Whole,
         ));
     }
     if let Some(c) = &n.state_class {
-        d.push((format!("native state {c}"), true));
+        d.push((format!("native state {c}"), Shown::Cut));
     }
     if let Some(j) = n.worker_journal.as_ref().filter(|j| j.reason.is_some()) {
         d.push((
             format!(
-                "worker journal {}: {}; not trusted",
+                "worker journal {}: {}; not trusted: {} shows it as it is",
                 j.status,
-                j.reason.as_deref().unwrap_or_default()
+                j.reason.as_deref().unwrap_or_default(),
+                crate::next::Next::Inspect(&id)
             ),
-            true,
+            Shown::Wrapped,
         ));
     }
     d
@@ -407,7 +519,11 @@ pub fn jobs(r: &JobsReport, wide: bool) -> String {
             j.worker.clone(),
             id(&j.submission_id, wide),
             j.job_id.map_or_else(|| "-".to_owned(), |n| n.to_string()),
-            j.state.as_str().to_owned(),
+            with_exit(
+                j.stage.map_or(j.state.as_str(), |s| s.as_str()),
+                j.exit_code,
+                j.exit_signal,
+            ),
         ];
         if refreshed {
             row.push(match (&j.slurm_state, &j.reason) {
@@ -429,6 +545,17 @@ pub fn jobs(r: &JobsReport, wide: bool) -> String {
             out.push_str(&note_line(
                 0,
                 &format!("{} failed: {f}", j.worker),
+                width(wide),
+            ));
+        }
+        if let Some(how) = payload_failure(j.outcome, j.exit_code, j.exit_signal) {
+            out.push_str(&warning_lines(
+                0,
+                &format!(
+                    "{} {how}; `dispatch logs {} --stderr` shows what it said",
+                    j.worker,
+                    id(&j.submission_id, wide)
+                ),
                 width(wide),
             ));
         }
@@ -628,6 +755,7 @@ mod tests {
             exit_code: None,
             exit_signal: None,
             launch_failure: None,
+            stage: None,
             stdout: None,
             stderr: None,
             node: NodeView::default(),
@@ -651,6 +779,19 @@ mod tests {
             took_ms: Some(12),
         });
         published.node.state_class = Some("sealed".into());
+        published.exit_code = Some(0);
+        published.node.outcome = Some(crate::policy::node::Outcome::Completed);
+        // Exited 3 on its own; its step not yet proven over: what its journal knows is shown.
+        let mut failed = worker(
+            "w3",
+            "3c0ffee0-0000-4000-8000-000000000006",
+            WorkerState::Running,
+            Some("901.2"),
+        );
+        failed.exit_code = Some(3);
+        failed.stage = Some(crate::ops::pool::Stage::Exited);
+        failed.node.outcome = Some(crate::policy::node::Outcome::Failed);
+        failed.node.state_class = Some("crash_class_partial".into());
         let status = StatusReport {
             pools: vec![
                 PoolView {
@@ -671,13 +812,14 @@ mod tests {
                             Some("901.0"),
                         ),
                         published,
+                        failed,
                     ],
                 },
                 PoolView {
                     pool: "gpu".into(),
                     owner: Owner::Created,
                     releasing: true,
-                    no_kill: Some(true),
+                    no_kill: None,
                     nodes_lost: [(
                         "g2".to_owned(),
                         "job 902 is listed RUNNING on g1".to_owned(),
@@ -715,6 +857,10 @@ mod tests {
             mem_mb: 2048,
             submitted_at: "2026-12-01T09:30:00.000000Z".into(),
             failure: None,
+            outcome: None,
+            exit_code: None,
+            exit_signal: None,
+            stage: None,
             slurm_state: None,
             reason: None,
             node: None,
@@ -738,6 +884,9 @@ mod tests {
         running.cpus = 1;
         running.slurm_state = Some("RUNNING".into());
         running.reason = Some("None".into());
+        running.stage = Some(crate::ops::pool::Stage::Published);
+        running.exit_code = Some(1);
+        running.outcome = Some(crate::policy::node::Outcome::Failed);
         let mut failed = job(
             "bad",
             "8eeca6fd-0000-4000-8000-000000000005",

@@ -136,10 +136,12 @@ pub fn run_show(
     super::replay::emit_at(at.map(|a| a.point()), &shown, json, || {
         crate::outln!("{}", render(&shown.trial));
         for r in &shown.inspected {
+            let outcome = r.outcome.map(|o| format!(" {o}")).unwrap_or_default();
             crate::outln!(
-                "\nworker {} ({}): {} events in the coordinator's journal, last {}; own journal {}",
+                "\nworker {} ({}{outcome}): {} events in the coordinator's journal, last {}; own \
+                 journal {}",
                 r.worker,
-                r.state,
+                super::table::with_exit(&r.state, r.exit_code, r.exit_signal),
                 r.timeline.len(),
                 r.last_event.as_ref().map_or("-", |e| e.kind),
                 r.worker_journal

@@ -208,6 +208,18 @@ pub struct WorkerCleanedUp {
     pub errors: Vec<String>,
 }
 
+/// The GPUs a worker's step got, as its supervisor recorded them (`StepDevices` in its own
+/// journal), ingested so that they are still shown once the worker is released.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerDevicesIngested {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
+    pub submission_id: Uuid,
+    /// `SLURM_STEP_GPUS`: the node's GPU indexes; `None`: unset.
+    pub step_gpus: Option<String>,
+    /// `CUDA_VISIBLE_DEVICES`: what the payload sees; `None`: unset.
+    pub cuda_visible_devices: Option<String>,
+}
+
 /// A worker's own journal is damaged or was rewritten: reported, and never trusted again.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerJournalDamaged {

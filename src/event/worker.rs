@@ -237,7 +237,9 @@ pub struct CleanedUp {
 /// The supervisor's last word.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SupervisorFinished {
-    /// `completed`, `interrupted` or `refused`.
+    /// `completed` (exit 0), `failed` (another exit code; older supervisors wrote `completed`
+    /// for it, which readers tell as `failed`), `interrupted` or `refused`
+    /// (`policy::node::Outcome`).
     pub outcome: String,
     pub exit_code: i32,
 }

@@ -34,7 +34,7 @@ pub const SNAPSHOT_MAGIC: &[u8; 8] = b"DISPSNAP";
 /// creations in flight, who owns the allocation, and a release begun. (Job ids that were `u64`
 /// becoming `slurm::JobId` changed no byte of a state: `tests/job_id_compat.rs` loads a version
 /// 7 snapshot of the `u64` code and writes it back alike.)
-pub const SNAPSHOT_VERSION: u16 = 7;
+pub const SNAPSHOT_VERSION: u16 = 8;
 const HEADER_LEN: usize = 96;
 /// Snapshots kept on disk; older ones are removed after a new one is in place.
 pub const SNAPSHOTS_KEPT: usize = 2;

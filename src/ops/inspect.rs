@@ -25,6 +25,12 @@ pub struct InspectReport {
     pub pool: Option<String>,
     /// As the reducers have it now.
     pub state: String,
+    /// How its payload ended (`policy::node::Outcome`: a non-zero exit is `failed`), and its
+    /// exit code or the signal that ended it, as its own journal (else the coordinator's)
+    /// recorded them; null while it runs or when nothing says.
+    pub outcome: Option<crate::policy::node::Outcome>,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
     pub timeline: Vec<Entry>,
     pub last_event: Option<Entry>,
     pub worker_journal: Option<WorkerJournal>,
@@ -63,6 +69,57 @@ pub struct WorkerJournal {
     pub head: Option<String>,
     pub damage: Option<String>,
     pub events: Vec<Entry>,
+    /// How its payload ended, as these events say (up to any damage).
+    #[serde(skip)]
+    ended: Ended,
+}
+
+/// What a worker's journals say of its payload's end.
+#[derive(Clone, Debug, Default)]
+struct Ended {
+    refused: bool,
+    /// Code, signal, interrupted.
+    exited: Option<(Option<i32>, Option<i32>, bool)>,
+    /// The supervisor's outcome and exit code.
+    finished: Option<(String, i32)>,
+}
+
+impl Ended {
+    fn offer(&mut self, e: &WorkerEvent) {
+        match e {
+            WorkerEvent::PreflightRefused(_) => self.refused = true,
+            WorkerEvent::PayloadExited(x) => self.exited = Some((x.code, x.signal, x.interrupted)),
+            WorkerEvent::SupervisorFinished(f) => {
+                self.finished = Some((f.outcome.clone(), f.exit_code))
+            }
+            _ => {}
+        }
+    }
+
+    /// The outcome, code and signal; `coordinator`: the exit the coordinator recorded, for a
+    /// worker whose own journal says nothing of it.
+    fn told(
+        &self,
+        coordinator: Option<(Option<i32>, Option<i32>)>,
+    ) -> (
+        Option<crate::policy::node::Outcome>,
+        Option<i32>,
+        Option<i32>,
+    ) {
+        use crate::policy::node::Outcome;
+        let (code, signal) = self
+            .exited
+            .map(|(c, s, _)| (c, s))
+            .or(coordinator)
+            .unwrap_or_default();
+        let outcome = match (&self.finished, self.exited) {
+            (Some((word, exit)), _) => Outcome::told(Some(word), Some(*exit), signal),
+            (None, Some((c, s, interrupted))) => Some(Outcome::of(false, c, s, interrupted)),
+            (None, None) if self.refused => Some(Outcome::Refused),
+            (None, None) => Outcome::told(None, code, signal),
+        };
+        (outcome, code, signal)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -138,8 +195,12 @@ pub(crate) fn inspect_in(
     let id = found.submission_id.to_string();
     let mut timeline = Vec::new();
     let mut launch_failure = None;
+    let mut exited = None;
     journal::replay(&journal_dir, None, |env| {
         if env.seq <= last_seq && about(&env, &id) {
+            if let crate::event::Event::WorkerExited(e) = &env.event {
+                exited = Some((e.code, e.signal));
+            }
             keep(&mut timeline, Entry::of(&env));
             if let crate::event::Event::WorkerLaunchFailed(e) = &env.event {
                 launch_failure = Some(e.reason.clone());
@@ -154,7 +215,14 @@ pub(crate) fn inspect_in(
         until.map(|(_, now)| now),
     )?;
     let logs = super::logs::LogPaths::of(&dirs);
+    let (outcome, exit_code, exit_signal) = worker_journal
+        .as_ref()
+        .map_or_else(Ended::default, |w| w.ended.clone())
+        .told(exited);
     Ok(InspectReport {
+        outcome,
+        exit_code,
+        exit_signal,
         stdout: logs.stdout,
         stderr: logs.stderr,
         worker: found.worker,
@@ -178,8 +246,10 @@ fn read_worker_journal(
         return Ok(None);
     }
     let mut events = Vec::new();
+    let mut ended = Ended::default();
     let (status, head, damage) = match journal::reader::replay_of::<WorkerEvent>(dir, None, |env| {
         if until.is_none_or(|t| env.time <= t) {
+            ended.offer(&env.event);
             keep(&mut events, Entry::of(&env));
         }
         Ok(())
@@ -207,5 +277,6 @@ fn read_worker_journal(
         head,
         damage,
         events,
+        ended,
     }))
 }

@@ -11,10 +11,13 @@ use serde::Serialize;
 
 use super::logs::LogPaths;
 use super::reconcile::ListedJob;
+use crate::ops::pool::Stage;
+use crate::policy::node::Outcome;
 use crate::slurm::JobId;
 use crate::state::jobs::JobWorker;
 use crate::state::State;
 use crate::worker::dirs::WorkerDirs;
+use crate::worker::report;
 
 #[derive(Debug, Serialize)]
 pub struct JobsReport {
@@ -46,6 +49,13 @@ pub struct JobView {
     pub mem_mb: u64,
     pub submitted_at: String,
     pub failure: Option<String>,
+    /// As `pool status` has them, from the worker's own journal: how its payload ended
+    /// (`completed`, `failed`, `interrupted`, `refused`), its exit code or signal, and while
+    /// it holds budget how far it got (`exited`, `publishing`, `published`).
+    pub outcome: Option<Outcome>,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    pub stage: Option<Stage>,
     /// Slurm's state of its job in this refresh's listing (`PENDING`, `RUNNING`, …); null
     /// without `--refresh` or when the listing did not show it.
     pub slurm_state: Option<String>,
@@ -60,8 +70,14 @@ impl JobView {
     fn of(state_dir: &Path, j: &JobWorker, active: bool, listed: &[ListedJob]) -> JobView {
         let id = j.submission_id.to_string();
         let seen = listed.iter().find(|l| l.submission_id == id);
-        let logs = LogPaths::of(&WorkerDirs::of(state_dir, None, j.submission_id));
+        let dirs = WorkerDirs::of(state_dir, None, j.submission_id);
+        let logs = LogPaths::of(&dirs);
+        let ended = Ended::of(state_dir, &dirs, active);
         JobView {
+            outcome: ended.outcome,
+            exit_code: ended.code,
+            exit_signal: ended.signal,
+            stage: ended.stage,
             worker: j.worker.clone(),
             submission_id: id,
             job_id: j.job_id,
@@ -77,6 +93,36 @@ impl JobView {
             node: seen.and_then(|l| l.node.clone()),
             stdout: logs.stdout,
             stderr: logs.stderr,
+        }
+    }
+}
+
+/// What a job worker's own journal says of its payload's end.
+#[derive(Default)]
+struct Ended {
+    outcome: Option<Outcome>,
+    code: Option<i32>,
+    signal: Option<i32>,
+    stage: Option<Stage>,
+}
+
+impl Ended {
+    /// Read from its journal (below the trusted state directory); nothing when there is none
+    /// or it cannot be trusted. `active`: it still holds budget (a stage is shown).
+    fn of(state_dir: &Path, dirs: &WorkerDirs, active: bool) -> Ended {
+        if !dirs.check(state_dir).unwrap_or(false) {
+            return Ended::default();
+        }
+        let Ok(Some(r)) = report::read(&dirs.evidence) else {
+            return Ended::default();
+        };
+        let outcome = r.payload_outcome();
+        let publication = r.publication.as_ref().map(|p| p.outcome());
+        Ended {
+            outcome,
+            code: r.exited.as_ref().and_then(|e| e.code),
+            signal: r.exited.as_ref().and_then(|e| e.signal),
+            stage: active.then(|| Stage::of(outcome, publication)).flatten(),
         }
     }
 }

@@ -237,15 +237,20 @@ pub fn resolve(
 /// only: following a worker costs the controller nothing.
 pub fn ended(state: Option<&State>, dirs: &WorkerDirs, c: &Candidate) -> Option<String> {
     if let Ok(Some(r)) = crate::worker::report::read(&dirs.evidence) {
+        // How it ended, in the words every view uses (a non-zero exit is `failed`).
+        let outcome = r
+            .payload_outcome()
+            .map(|o| format!(" ({o})"))
+            .unwrap_or_default();
         if let Some(e) = &r.exited {
             return Some(match (e.code, e.signal) {
-                (Some(code), _) => format!("the payload exited with code {code}"),
-                (None, Some(sig)) => format!("the payload was killed by signal {sig}"),
-                (None, None) => "the payload exited".to_owned(),
+                (Some(code), _) => format!("the payload exited with code {code}{outcome}"),
+                (None, Some(sig)) => format!("the payload was killed by signal {sig}{outcome}"),
+                (None, None) => format!("the payload exited{outcome}"),
             });
         }
-        if let Some(f) = &r.finished {
-            return Some(format!("the supervisor finished ({})", f.outcome));
+        if r.finished.is_some() {
+            return Some(format!("the supervisor finished{outcome}"));
         }
         if r.refused.is_some() {
             return Some("the supervisor refused to start the payload".to_owned());

@@ -152,7 +152,7 @@ fn evidence_of(state_dir: &Path, state: &State, w: &TrialWorker) -> (TrialEviden
     let Ok(Some(r)) = report::read(&dirs.evidence) else {
         return (e, false);
     };
-    e.outcome = r.finished.map(|f| f.outcome);
+    e.outcome = r.outcome().map(|o| o.as_str().to_owned());
     let mut verifies = false;
     if let Some(Publication::Published(p)) = r.publication {
         verifies = publish::verify_recorded(Path::new(&p.dir), &p.manifest_sha256).is_ok();

@@ -260,6 +260,7 @@ impl Auditor {
             Event::WorkerAssetsBound(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerReportIngested(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerJournalDamaged(e) => self.touch_worker(env, e.submission_id),
+            Event::WorkerDevicesIngested(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerLaunchFailed(e) if e.definite => self.release_worker(env, e.submission_id),
             Event::WorkerLaunchFailed(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerTerminal(e) => {

@@ -263,6 +263,9 @@ pub struct AfterPayload {
     pub payload_started: bool,
     /// Signalled, killed at the deadline, stopped, or dead by a signal.
     pub interrupted: bool,
+    /// It exited on its own with a non-zero code: whatever it left is not known to be
+    /// consistent, so it is never `sealed`.
+    pub failed: bool,
     pub quiet: bool,
     pub hashes_complete: bool,
     pub logs_whole: bool,
@@ -275,6 +278,9 @@ pub fn state_class(a: &AfterPayload) -> (StateClass, String) {
     }
     if a.interrupted {
         return crash("the payload was interrupted (signal, deadline or stop)");
+    }
+    if a.failed {
+        return crash("the payload failed (it exited with a non-zero code)");
     }
     if !a.quiet {
         return crash("writers still held files open when the quiescence wait ended");
@@ -321,6 +327,55 @@ pub fn exit_code(refused: bool, code: Option<i32>, signal: Option<i32>) -> i32 {
         return 3;
     }
     code.unwrap_or_else(|| 128 + signal.unwrap_or(0))
+}
+
+crate::words! {
+    /// How a worker's payload ended, as every view tells it (`pool status`, `jobs`, `inspect`,
+    /// `report`, a trial's evidence) and as its supervisor records it (`SupervisorFinished`).
+    pub enum Outcome {
+        /// It exited 0 on its own.
+        Completed => "completed",
+        /// It exited with another code on its own, or could not be started (127): a failure.
+        Failed => "failed",
+        /// A signal ended it, or it was stopped (deadline, `pool stop`, the step's end).
+        Interrupted => "interrupted",
+        /// A safety check refused it before it started.
+        Refused => "refused",
+    }
+}
+
+impl Outcome {
+    /// How the payload ended: `refused` when it never started, else from its exit (code,
+    /// signal, whether it was interrupted).
+    pub fn of(refused: bool, code: Option<i32>, signal: Option<i32>, interrupted: bool) -> Outcome {
+        match code {
+            _ if refused => Outcome::Refused,
+            _ if interrupted || signal.is_some() => Outcome::Interrupted,
+            Some(0) => Outcome::Completed,
+            _ => Outcome::Failed,
+        }
+    }
+
+    /// What a reader tells of a recorded outcome (`SupervisorFinished.outcome`, or its
+    /// ingested copy) and the exit recorded beside it: a supervisor before `failed` existed
+    /// wrote `completed` for any exit it was not interrupted in, so a non-zero code makes it
+    /// `failed`. Without a recorded outcome (the supervisor did not finish), the exit alone
+    /// tells, when it is known.
+    pub fn told(recorded: Option<&str>, code: Option<i32>, signal: Option<i32>) -> Option<Outcome> {
+        let word = match recorded {
+            None if code.is_none() && signal.is_none() => return None,
+            None => return Some(Outcome::of(false, code, signal, false)),
+            Some(w) => w,
+        };
+        match word {
+            "completed" if code.is_some_and(|c| c != 0) => Some(Outcome::Failed),
+            "completed" => Some(Outcome::Completed),
+            "failed" => Some(Outcome::Failed),
+            "interrupted" => Some(Outcome::Interrupted),
+            "refused" => Some(Outcome::Refused),
+            _ => None,
+        }
+    }
 }
 
 /// A worker journal as read now, against what was ingested from it before.
@@ -535,6 +590,7 @@ mod tests {
         let clean = AfterPayload {
             payload_started: true,
             interrupted: false,
+            failed: false,
             quiet: true,
             hashes_complete: true,
             logs_whole: true,
@@ -542,6 +598,7 @@ mod tests {
         assert_eq!(state_class(&clean).0, StateClass::Sealed);
         for f in [
             |a: &mut AfterPayload| a.interrupted = true,
+            |a: &mut AfterPayload| a.failed = true,
             |a: &mut AfterPayload| a.quiet = false,
             |a: &mut AfterPayload| a.logs_whole = false,
             |a: &mut AfterPayload| a.hashes_complete = false,
@@ -565,6 +622,34 @@ mod tests {
         assert_eq!(p.remove, ["runtime", "cache"]);
         assert!(p.keep.contains(&"checkout"));
         assert!(cleanup_plan(false, false).remove.contains(&"checkout"));
+    }
+
+    /// A non-zero exit is a failure wherever it is told, even where an older supervisor
+    /// recorded `completed` for it.
+    #[test]
+    fn a_non_zero_exit_is_a_failure() {
+        assert_eq!(Outcome::of(false, Some(0), None, false), Outcome::Completed);
+        assert_eq!(Outcome::of(false, Some(3), None, false), Outcome::Failed);
+        assert_eq!(Outcome::of(false, Some(127), None, false), Outcome::Failed);
+        assert_eq!(
+            Outcome::of(false, None, Some(9), true),
+            Outcome::Interrupted
+        );
+        assert_eq!(
+            Outcome::of(false, Some(143), None, true),
+            Outcome::Interrupted
+        );
+        assert_eq!(Outcome::of(true, None, None, false), Outcome::Refused);
+        let told = |r, c| Outcome::told(r, c, None).map(Outcome::as_str);
+        assert_eq!(told(Some("completed"), Some(3)), Some("failed"));
+        assert_eq!(told(Some("completed"), Some(0)), Some("completed"));
+        assert_eq!(told(Some("interrupted"), Some(143)), Some("interrupted"));
+        assert_eq!(told(None, Some(3)), Some("failed"));
+        assert_eq!(told(None, None), None);
+        assert_eq!(
+            Outcome::told(None, None, Some(9)),
+            Some(Outcome::Interrupted)
+        );
     }
 
     #[test]

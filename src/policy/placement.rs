@@ -40,7 +40,27 @@ impl NodeRoom {
 /// or that the journal says left it, has no capacity: nothing new is placed there. `live` is
 /// what Slurm shows the allocation holding now (`AllocationFacts::live_shares`).
 pub fn node_rooms(pool: &Pool, live: &[NodeShare]) -> Vec<NodeRoom> {
-    let live: BTreeMap<&str, &NodeShare> = live.iter().map(|l| (l.name.as_str(), l)).collect();
+    let live: BTreeMap<&str, Resources> = live
+        .iter()
+        .map(|l| (l.name.as_str(), Resources::of(l)))
+        .collect();
+    rooms(pool, |node| live.get(node).copied())
+}
+
+/// [`node_rooms`] without asking Slurm (`pool status`): each node as attach recorded it, a
+/// node the journal says left the allocation with nothing.
+pub fn recorded_rooms(pool: &Pool) -> Vec<NodeRoom> {
+    let recorded: BTreeMap<String, Resources> = pool
+        .node_shares()
+        .iter()
+        .map(|n| (n.name.clone(), Resources::of(n)))
+        .collect();
+    rooms(pool, |node| recorded.get(node).copied())
+}
+
+/// Each node's room: the smaller of what attach recorded and `live` shows of it (`None`: not
+/// shown), nothing on a node the journal says was lost, less what its workers reserve.
+fn rooms(pool: &Pool, live: impl Fn(&str) -> Option<Resources>) -> Vec<NodeRoom> {
     let lost = |node: &str| {
         pool.spread
             .as_ref()
@@ -51,12 +71,9 @@ pub fn node_rooms(pool: &Pool, live: &[NodeShare]) -> Vec<NodeRoom> {
     pool.node_shares()
         .iter()
         .map(|recorded| {
-            let capacity = live
-                .get(recorded.name.as_str())
-                .filter(|l| !lost(&l.name))
-                .map_or(Resources::default(), |l| {
-                    Resources::of(recorded).min(Resources::of(l))
-                });
+            let capacity = live(&recorded.name)
+                .filter(|_| !lost(&recorded.name))
+                .map_or(Resources::default(), |l| Resources::of(recorded).min(l));
             // Never more than attach recorded: Slurm showing more later grants nothing.
             debug_assert!(capacity.fits(Resources::of(recorded)));
             NodeRoom {
@@ -69,6 +86,13 @@ pub fn node_rooms(pool: &Pool, live: &[NodeShare]) -> Vec<NodeRoom> {
             }
         })
         .collect()
+}
+
+/// What the pool can hold now: its nodes' capacities summed (a lost node adds nothing).
+pub fn capacity_now(rooms: &[NodeRoom]) -> Resources {
+    rooms
+        .iter()
+        .fold(Resources::default(), |sum, r| sum.plus(r.capacity))
 }
 
 /// Why a worker has no node.

@@ -903,6 +903,7 @@ mod tests {
             launch_failure: None,
             srun: None,
             placement: None,
+            devices: None,
         }
     }
 

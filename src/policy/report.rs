@@ -267,7 +267,11 @@ pub struct EvidenceRow {
     pub worker: String,
     pub submission_id: String,
     pub state: String,
+    /// How its payload ended (`policy::node::Outcome`: a non-zero exit is `failed`).
     pub outcome: Option<String>,
+    /// Its payload's exit code, or the signal that ended it, as a journal recorded them.
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
     pub manifest_sha256: Option<String>,
     pub published_dir: Option<String>,
     /// The worker journal's chain head the coordinator had ingested (at the verdict, for a
@@ -346,6 +350,8 @@ struct Track {
     published: bool,
     step_gpus: Option<String>,
     launch_failure: Option<String>,
+    /// How its payload ended (code, signal), as either journal recorded it.
+    exit: Option<(Option<i32>, Option<i32>)>,
     ingested: Option<crate::event::pool::WorkerReportIngested>,
     at_verdict: Option<crate::event::pool::WorkerReportIngested>,
 }
@@ -354,6 +360,26 @@ impl Track {
     /// A definite launch failure's reason (the last one counts).
     fn failed(&mut self, reason: &str) {
         self.launch_failure = Some(reason.to_owned());
+    }
+
+    /// What the coordinator recorded of the worker's own journal: how its payload exited,
+    /// and the summary it ingested (a publication is a milestone).
+    fn worker_news(&mut self, env: &Envelope) {
+        if let Event::WorkerExited(e) = &env.event {
+            self.exit = Some((e.code, e.signal));
+        }
+        if let Event::WorkerReportIngested(r) = &env.event {
+            if r.publication.as_deref() == Some("published") && !self.published {
+                self.published = true;
+                self.marks.push(mark(
+                    Milestone::Published,
+                    MarkSource::Coordinator,
+                    env.seq,
+                    env.time,
+                ));
+            }
+            self.ingested = Some(r.clone());
+        }
     }
 }
 
@@ -527,18 +553,7 @@ impl Builder {
                     .marks
                     .push(mark(what, MarkSource::Coordinator, env.seq, env.time));
             }
-            if let Event::WorkerReportIngested(r) = &env.event {
-                if r.publication.as_deref() == Some("published") && !track.published {
-                    track.published = true;
-                    track.marks.push(mark(
-                        Milestone::Published,
-                        MarkSource::Coordinator,
-                        env.seq,
-                        env.time,
-                    ));
-                }
-                track.ingested = Some(r.clone());
-            }
+            track.worker_news(env);
         }
         if let (Subject::Trial(t), Event::TrialJudged(j)) = (&self.selected.subject, &env.event) {
             if &j.trial == t && self.verdict.is_none() {
@@ -622,7 +637,10 @@ impl Builder {
             }
             WorkerEvent::PayloadStarted(_) => Some(Milestone::Running),
             WorkerEvent::ShutdownSignalled(_) => Some(Milestone::StopAsked),
-            WorkerEvent::PayloadExited(_) => Some(Milestone::Exited),
+            WorkerEvent::PayloadExited(e) => {
+                track.exit = Some((e.code, e.signal));
+                Some(Milestone::Exited)
+            }
             WorkerEvent::Published(_) if !track.published => {
                 track.published = true;
                 Some(Milestone::Published)
@@ -717,17 +735,25 @@ impl Builder {
         name: &str,
         state: &str,
         head: Option<&crate::event::pool::WorkerReportIngested>,
+        exit: Option<(Option<i32>, Option<i32>)>,
     ) -> EvidenceRow {
         let recorded = self
             .recorded
             .as_ref()
             .and_then(|r| r.iter().find(|e| e.submission_id == *id));
+        let (exit_code, exit_signal) = exit.unwrap_or_default();
+        let outcome = |recorded: Option<&str>| {
+            crate::policy::node::Outcome::told(recorded, exit_code, exit_signal)
+                .map(|o| o.as_str().to_owned())
+        };
         match recorded {
             Some(e) => EvidenceRow {
                 worker: e.worker.clone(),
                 submission_id: id.to_string(),
                 state: e.state.clone(),
-                outcome: e.outcome.clone(),
+                outcome: outcome(e.outcome.as_deref()),
+                exit_code,
+                exit_signal,
                 manifest_sha256: e.manifest_sha256.map(|d| hex::encode(d.0)),
                 published_dir: e.published_dir.clone(),
                 worker_journal_head: head.map(|r| hex::encode(r.head.0)),
@@ -737,7 +763,9 @@ impl Builder {
                 worker: name.to_owned(),
                 submission_id: id.to_string(),
                 state: state.to_owned(),
-                outcome: head.and_then(|r| r.finished.clone()),
+                outcome: outcome(head.and_then(|r| r.finished.as_deref())),
+                exit_code,
+                exit_signal,
                 manifest_sha256: head.and_then(|r| r.manifest_sha256.map(|d| hex::encode(d.0))),
                 published_dir: head.and_then(|r| r.published_dir.clone()),
                 worker_journal_head: head.map(|r| hex::encode(r.head.0)),
@@ -767,7 +795,7 @@ impl Builder {
         } else {
             track.ingested.as_ref()
         };
-        let evidence = self.evidence_row(id, &name, &state, head);
+        let evidence = self.evidence_row(id, &name, &state, head, track.exit);
         let timeline = WorkerTimeline {
             worker: name,
             submission_id: id.to_string(),
@@ -1046,6 +1074,46 @@ mod tests {
         assert_eq!(
             (w.node.as_deref(), w.gpus, w.step_gpus.as_deref()),
             (Some("n"), 1, Some("1"))
+        );
+    }
+
+    /// Issue 36: a payload that exited 3 is a failure in the evidence, with its code, even
+    /// where an older supervisor recorded `completed` and that was ingested.
+    #[test]
+    fn a_non_zero_exit_is_evidence_of_a_failure() {
+        let sid = Uuid::from_u128(1);
+        let ingested = WorkerReportIngested {
+            submission_id: sid,
+            journal_id: Uuid::from_u128(9),
+            last_seq: 9,
+            head: Sha256Digest([1; 32]),
+            preflight: Some("passed".into()),
+            publication: Some("published".into()),
+            published_dir: Some("/d".into()),
+            manifest_sha256: Some(Sha256Digest([7; 32])),
+            state_class: Some("sealed".into()),
+            finished: Some("completed".into()),
+        };
+        let events = envelopes([
+            attached(),
+            intent(sid, "w"),
+            Event::WorkerExited(WorkerExited {
+                submission_id: sid,
+                code: Some(3),
+                signal: None,
+            }),
+            Event::WorkerReportIngested(ingested),
+        ]);
+        let mut selector = Selector::new(Subject::Worker("w".into()));
+        events.iter().for_each(|e| selector.offer(e));
+        let mut b = Builder::new(selector.finish().unwrap());
+        for e in &events {
+            b.offer(e).unwrap();
+        }
+        let e = &b.finish(AuditInput::default(), None).evidence[0];
+        assert_eq!(
+            (e.outcome.as_deref(), e.exit_code, e.exit_signal),
+            (Some("failed"), Some(3), None)
         );
     }
 

@@ -151,8 +151,7 @@ impl State {
         match &env.event {
             Event::Genesis(g) => self.genesis(g),
             Event::Recovered(r) => self.recovered(r),
-            // The branches' events say what happened; a merge changes no state (§8.1).
-            Event::JournalMerged(_) => {}
+            Event::JournalMerged(_) => {} // Its branches' events say what happened (§8.1).
             Event::PoolAttached(e) => self.pools.attach(env.time, e),
             Event::PoolDetached(e) => self.pools.detach(e),
             Event::PoolCreateIntent(e) => self.pools.create_intent(env.time, e),
@@ -213,6 +212,7 @@ impl State {
             Event::TrialWorkerJoined(e) => self.trial_worker_joined(e),
             Event::TrialJudged(e) => self.trials.judged(env.time, e),
             Event::WorkerJournalDamaged(e) => self.pools.journal_damaged(e),
+            Event::WorkerDevicesIngested(e) => self.pools.devices_ingested(e),
             Event::WorkerForgotten(e) => self.worker_forgotten(&e.submission_id),
             Event::SessionForgotten(e) => self.sessions.forgotten(e),
             Event::Unknown { kind, flags, .. } => self.unknown(env.seq, *kind, *flags)?,

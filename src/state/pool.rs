@@ -13,9 +13,10 @@ use crate::event::asset::{AssetRecord, WorkerAssetsBound};
 use crate::event::pool::{
     Allocation, PoolAllocationEnded, PoolAttached, PoolCreateFailed, PoolCreateIntent,
     PoolCreateJob, PoolCreateShape, PoolDetached, PoolNodeLost, PoolNodes, PoolOwned,
-    PoolReleaseIntent, PoolReleased, WorkerExited, WorkerJournalDamaged, WorkerLaunchFailed,
-    WorkerLaunched, WorkerPlaced, WorkerReportIngested, WorkerRequest, WorkerResubmitRefused,
-    WorkerResubmitted, WorkerStepObserved, WorkerStopIntent, WorkerSubmitIntent, WorkerTerminal,
+    PoolReleaseIntent, PoolReleased, WorkerDevicesIngested, WorkerExited, WorkerJournalDamaged,
+    WorkerLaunchFailed, WorkerLaunched, WorkerPlaced, WorkerReportIngested, WorkerRequest,
+    WorkerResubmitRefused, WorkerResubmitted, WorkerStepObserved, WorkerStopIntent,
+    WorkerSubmitIntent, WorkerTerminal,
 };
 use crate::event::Micros;
 use crate::slurm::{JobId, NodeShare};
@@ -87,15 +88,17 @@ pub struct Worker {
     pub srun: Option<SrunStarted>,
     /// The node its budget is held on and the GPUs it reserves there (`WorkerPlaced`). `None`:
     /// submitted before placement was journaled, on the pool's only node, with no GPU.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Always written (snapshot version 8), as are the fields after it.
+    #[serde(default)]
     pub placement: Option<Placement>,
     /// Why its launch failed (`WorkerLaunchFailed`'s reason: for a launch Slurm refused, srun's
-    /// own words), so the views of a failed worker can say it from state alone. Kept only for
-    /// a placed worker: a snapshot encodes a worker's fields by position, and a reason behind an
-    /// absent (skipped) placement would be read as the placement. Every worker this version
-    /// launches was placed in its receipt.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// own words), so the views of a failed worker can say it from state alone. Always written
+    /// (snapshot version 8): a snapshot encodes a worker's fields by position.
+    #[serde(default)]
     pub launch_failure: Option<String>,
+    /// The GPUs its step got, as its supervisor recorded them (`WorkerDevicesIngested`).
+    #[serde(default)]
+    pub devices: Option<WorkerDevicesIngested>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -412,6 +415,7 @@ impl Pools {
                 srun: None,
                 placement: None,
                 launch_failure: None,
+                devices: None,
             },
         );
         self.by_submission.insert(e.submission_id, e.pool.clone());
@@ -476,9 +480,7 @@ impl Pools {
 
     pub fn launch_failed(&mut self, e: &WorkerLaunchFailed) {
         if let Some(w) = self.worker_mut(&e.submission_id) {
-            if w.placement.is_some() {
-                w.launch_failure = Some(e.reason.clone());
-            }
+            w.launch_failure = Some(e.reason.clone());
         }
         if e.definite {
             self.finish(&e.submission_id, WorkerState::Failed);
@@ -522,6 +524,14 @@ impl Pools {
         if let Some(w) = self.worker_mut(&e.submission_id) {
             if w.journal_damage.is_none() {
                 w.report = Some(e.clone());
+            }
+        }
+    }
+
+    pub fn devices_ingested(&mut self, e: &WorkerDevicesIngested) {
+        if let Some(w) = self.worker_mut(&e.submission_id) {
+            if w.journal_damage.is_none() {
+                w.devices = Some(e.clone());
             }
         }
     }
@@ -810,8 +820,7 @@ mod tests {
     }
 
     /// Issue 36: a failed worker's view says why from state alone, and a snapshot of it reads
-    /// back (a worker's fields are encoded by position: the reason is kept only beside its
-    /// placement, never behind a skipped one).
+    /// back, placed or not (a worker's fields are encoded by position, all of them written).
     #[test]
     fn a_launch_failures_reason_is_kept_with_a_placed_worker_and_survives_a_snapshot() {
         let mut pools = Pools::default();
@@ -837,7 +846,7 @@ mod tests {
             gpus: 0,
         });
         pools.launch_failed(&failed(1));
-        // Submitted before placement was journaled: no reason kept.
+        // Submitted before placement was journaled: its reason is kept too.
         pools.submit(Micros(0), &intent(2));
         pools.launch_failed(&failed(2));
         let finished = &pools.pools["p"].finished;
@@ -846,7 +855,8 @@ mod tests {
             finished[0].launch_failure.as_deref(),
             Some("srun said: Task launch for StepId=16.2 failed")
         );
-        assert_eq!(finished[1].launch_failure, None);
+        assert_eq!(finished[1].launch_failure, finished[0].launch_failure);
+        assert_eq!(finished[1].placement, None);
         let bytes = rmp_serde::to_vec(&pools).unwrap();
         let back: Pools = rmp_serde::from_slice(&bytes).unwrap();
         assert_eq!(back, pools);

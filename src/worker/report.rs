@@ -108,6 +108,29 @@ impl WorkerReport {
         }
     }
 
+    /// How the supervisor says the payload ended, once it finished (a non-zero exit is
+    /// `failed`, whatever an older supervisor wrote).
+    pub fn outcome(&self) -> Option<crate::policy::node::Outcome> {
+        let f = self.finished.as_ref()?;
+        crate::policy::node::Outcome::told(Some(&f.outcome), Some(f.exit_code), None)
+    }
+
+    /// How the payload ended as far as this journal says: the supervisor's outcome, else its
+    /// refusal or the payload's exit; `None` while it runs.
+    pub fn payload_outcome(&self) -> Option<crate::policy::node::Outcome> {
+        let e = self.exited.as_ref();
+        self.outcome().or_else(|| {
+            (self.refused.is_some() || e.is_some()).then(|| {
+                crate::policy::node::Outcome::of(
+                    self.refused.is_some(),
+                    e.and_then(|e| e.code),
+                    e.and_then(|e| e.signal),
+                    e.is_some_and(|e| e.interrupted),
+                )
+            })
+        })
+    }
+
     /// What the coordinator records of this report (and `pool status` shows), given whether
     /// the worker's step is proven over.
     pub fn ingested(&self, submission_id: uuid::Uuid, step_over: bool) -> WorkerReportIngested {
@@ -128,7 +151,7 @@ impl WorkerReport {
                 self.cleaned.as_ref().map(|c| c.state_class.as_str()),
                 step_over,
             ),
-            finished: self.finished.as_ref().map(|f| f.outcome.clone()),
+            finished: self.outcome().map(|o| o.as_str().to_owned()),
         }
     }
 }

@@ -473,6 +473,7 @@ fn settle_and_publish(
             class: node::state_class(&AfterPayload {
                 payload_started: false,
                 interrupted: false,
+                failed: false,
                 quiet: true,
                 hashes_complete: true,
                 logs_whole: true,
@@ -495,6 +496,8 @@ fn settle_and_publish(
     let class = node::state_class(&AfterPayload {
         payload_started: true,
         interrupted: ended.interrupted,
+        failed: node::Outcome::of(false, ended.code, ended.signal, ended.interrupted)
+            == node::Outcome::Failed,
         quiet: is_quiet,
         hashes_complete: hashed.complete,
         logs_whole: logs.ok,
@@ -590,12 +593,11 @@ fn finish(
         exited.and_then(|e| e.signal),
     );
     let outcome = match exited {
-        None => "refused",
-        Some(e) if e.interrupted => "interrupted",
-        Some(_) => "completed",
+        None => node::Outcome::Refused,
+        Some(e) => node::Outcome::of(false, e.code, e.signal, e.interrupted),
     };
     last.push(Event::SupervisorFinished(SupervisorFinished {
-        outcome: outcome.to_owned(),
+        outcome: outcome.as_str().to_owned(),
         exit_code: code,
     }));
     journal.append(last)?;

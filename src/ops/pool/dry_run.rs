@@ -74,7 +74,9 @@ pub async fn submit_dry_run<S: Scheduler>(
         None => Room::AfterWaiting,
     };
     let (reserved_cpus, reserved_mem_mb) = plan.pool.reserved();
-    let allocation = &plan.pool.allocation;
+    let nodes = placement::node_rooms(plan.pool, &plan.facts.live_shares());
+    // `pool status` sums the same rooms, as recorded (no Slurm call).
+    let capacity = placement::capacity_now(&nodes);
     Ok(SubmitPlan {
         dry_run: true,
         pool: req.pool.clone(),
@@ -88,10 +90,10 @@ pub async fn submit_dry_run<S: Scheduler>(
         room,
         reserved_cpus,
         reserved_mem_mb,
-        capacity_cpus: allocation.cpus.min(plan.facts.cpus),
-        capacity_mem_mb: allocation.mem_mb.min(plan.facts.mem_mb),
+        capacity_cpus: u32::try_from(capacity.cpus).unwrap_or(u32::MAX),
+        capacity_mem_mb: capacity.mem_mb,
         early_shutdown_at: plan.deadline.to_rfc3339(),
         assets: plan.assets,
-        nodes: placement::node_rooms(plan.pool, &plan.facts.live_shares()),
+        nodes,
     })
 }

@@ -111,6 +111,16 @@ pub(crate) fn worker_journal_news(
             signal: e.signal,
         }));
     }
+    if let Some(d) = &r.devices {
+        let devices = WorkerDevicesIngested {
+            submission_id,
+            step_gpus: d.step_gpus.clone(),
+            cuda_visible_devices: d.cuda_visible_devices.clone(),
+        };
+        if w.devices.as_ref() != Some(&devices) {
+            events.push(Event::WorkerDevicesIngested(devices));
+        }
+    }
     let ingested = r.ingested(submission_id, step_over);
     if w.report.as_ref() != Some(&ingested) {
         events.push(Event::WorkerReportIngested(ingested));

@@ -34,7 +34,7 @@ pub use resubmit::Resubmission;
 pub use room::{Wait, WaitProgress, FALLBACK_PROOF_EVERY};
 pub use status::{
     status, status_of, AssetUseView, CreatingView, NodeView, Owner, PoolView, PublicationView,
-    StatusDoc, StatusReport, WorkerJournalView, WorkerView,
+    Stage, StatusDoc, StatusReport, WorkerJournalView, WorkerView,
 };
 pub(crate) use stop::release_proven;
 pub use stop::{stop_worker, StopReport};

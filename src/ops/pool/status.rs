@@ -11,7 +11,8 @@ use crate::event::Micros;
 use crate::journal::JournalError;
 use crate::ops::error::OpError;
 use crate::ops::logs::LogPaths;
-use crate::policy::placement::NodeRoom;
+use crate::policy::node::Outcome;
+use crate::policy::placement::{self, NodeRoom};
 use crate::policy::pool::Refusal;
 use crate::slurm::JobId;
 use crate::state::pool::*;
@@ -55,9 +56,12 @@ pub struct PoolView<W = Vec<WorkerView>> {
     /// Nodes that left the allocation, and the proof.
     pub nodes_lost: BTreeMap<String, String>,
     pub allocation: AllocationView,
+    /// What the pool can hold now: its nodes' capacities summed, a lost node's not counted
+    /// (what `pool submit --dry-run` places against, without asking Slurm).
     pub capacity: Resources,
     pub reserved: Resources,
-    /// Each node's capacity (as recorded at attach) and what the workers placed there reserve.
+    /// Each node's capacity (as recorded at attach; nothing on a lost node) and what the
+    /// workers placed there reserve.
     pub nodes: Vec<NodeRoom>,
     pub workers: W,
 }
@@ -85,10 +89,16 @@ pub struct WorkerView {
     pub on_node: String,
     pub gpus: u32,
     pub step_id: Option<String>,
+    /// Its payload's exit code, or the signal that ended it: as the coordinator recorded them,
+    /// else as the worker's own journal says them now.
     pub exit_code: Option<i32>,
     pub exit_signal: Option<i32>,
     /// Why its launch failed (for a launch Slurm refused, srun's own words); null otherwise.
     pub launch_failure: Option<String>,
+    /// What the worker's own journal says beyond `state` while its step is not proven over
+    /// (`pool status --refresh` proves it): `exited`, `publishing` or `published`; null when
+    /// it says nothing more, or once the worker no longer holds budget.
+    pub stage: Option<Stage>,
     /// Its output files (`dispatch logs` prints them); null without the state directory.
     pub stdout: Option<String>,
     pub stderr: Option<String>,
@@ -114,6 +124,37 @@ pub struct NodeView {
     /// (`CUDA_VISIBLE_DEVICES`), as its supervisor recorded them; null for none.
     pub step_gpus: Option<String>,
     pub cuda_visible_devices: Option<String>,
+    /// How the payload ended (`policy::node::Outcome`: `completed`, `failed`, `interrupted`,
+    /// `refused`); null while it runs, or when no journal says.
+    pub outcome: Option<Outcome>,
+    /// The payload's exit (code, signal) as the journal read now says it.
+    #[serde(skip)]
+    pub exited: Option<(Option<i32>, Option<i32>)>,
+}
+
+crate::words! {
+    /// How far a worker that still holds budget got, as its own journal says.
+    pub enum Stage {
+        /// Its payload ended; the supervisor settles, publishes and cleans up.
+        Exited => "exited",
+        /// Its publication has begun.
+        Publishing => "publishing",
+        /// Its publication is done.
+        Published => "published",
+    }
+}
+
+impl Stage {
+    /// The stage of a worker whose payload ended (`outcome`), by its publication's outcome
+    /// (`started`, `published`, …).
+    pub(crate) fn of(outcome: Option<Outcome>, publication: Option<&str>) -> Option<Stage> {
+        match publication {
+            Some("started") => Some(Stage::Publishing),
+            Some("published") => Some(Stage::Published),
+            _ if outcome.is_some_and(|o| o != Outcome::Refused) => Some(Stage::Exited),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -176,6 +217,8 @@ impl NodeView {
         {
             p.took_ms = Some(x.took_ms);
         }
+        v.exited = r.exited.as_ref().map(|e| (e.code, e.signal));
+        v.outcome = r.payload_outcome();
         if let Some(d) = &r.devices {
             v.step_gpus.clone_from(&d.step_gpus);
             v.cuda_visible_devices.clone_from(&d.cuda_visible_devices);
@@ -317,8 +360,30 @@ impl WorkerView {
             .as_deref()
             .map(|d| WorkerDirs::evidence_in(d, &submission_id));
         let logs = evidence.as_deref().map(LogPaths::in_evidence);
-        let node = node_view(dirs, w, evidence.as_deref());
+        let mut node = node_view(dirs, w, evidence.as_deref());
+        // A released worker's view comes from state: the GPUs its supervisor recorded too.
+        if let (None, Some(d)) = (&node.step_gpus, &w.devices) {
+            node.step_gpus.clone_from(&d.step_gpus);
+            node.cuda_visible_devices
+                .clone_from(&d.cuda_visible_devices);
+        }
         let (stdout, stderr) = logs.map(|l| (l.stdout, l.stderr)).unzip();
+        let (exit_code, exit_signal) = match (w.exit_code, w.exit_signal) {
+            (None, None) => node.exited.unwrap_or_default(),
+            recorded => recorded,
+        };
+        let finished = w.report.as_ref().and_then(|r| r.finished.as_deref());
+        node.outcome = node
+            .outcome
+            .or_else(|| Outcome::told(finished, exit_code, exit_signal));
+        let stage = w
+            .state
+            .holds_budget()
+            .then(|| {
+                let publication = node.publication.as_ref().map(|p| p.outcome.as_str());
+                Stage::of(node.outcome, publication)
+            })
+            .flatten();
         WorkerView {
             name: w.name.clone(),
             submission_id,
@@ -328,9 +393,10 @@ impl WorkerView {
             on_node: pool.node_of(w).to_owned(),
             gpus: w.placement.as_ref().map_or(0, |p| p.gpus),
             step_id: w.step_id.map(|s| format!("{job}.{s}")),
-            exit_code: w.exit_code,
-            exit_signal: w.exit_signal,
+            exit_code,
+            exit_signal,
             launch_failure: w.launch_failure.clone(),
+            stage,
             stdout,
             stderr,
             node,
@@ -453,16 +519,7 @@ fn build<'s, W>(
         .filter(|p| pool.is_none_or(|name| p.name == name))
         .map(|p| {
             let (cpus, mem_mb) = p.reserved();
-            let reserved = p.reserved_by_node();
-            let nodes: Vec<NodeRoom> = p
-                .node_shares()
-                .iter()
-                .map(|n| NodeRoom {
-                    node: n.name.clone(),
-                    capacity: Resources::of(n),
-                    reserved: reserved.get(n.name.as_str()).copied().unwrap_or_default(),
-                })
-                .collect();
+            let nodes = placement::recorded_rooms(p);
             PoolView {
                 pool: p.name.clone(),
                 owner: if p.created.is_some() {
@@ -482,11 +539,7 @@ fn build<'s, W>(
                     .map(|s| s.lost.clone())
                     .unwrap_or_default(),
                 allocation: AllocationView::of(&p.allocation, Some(now), p.ended.as_ref()),
-                capacity: Resources {
-                    cpus: u64::from(p.allocation.cpus),
-                    mem_mb: p.allocation.mem_mb,
-                    gpus: nodes.iter().map(|n| n.capacity.gpus).sum(),
-                },
+                capacity: placement::capacity_now(&nodes),
                 reserved: Resources {
                     cpus,
                     mem_mb,
@@ -511,4 +564,50 @@ fn build<'s, W>(
         })
         .collect();
     StatusReport { pools, creating }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Event;
+    use crate::policy::fixtures::{attached, envelopes};
+    use crate::slurm::NodeShare;
+
+    /// Issue 36, item 3: after a node of a 3-node pool is lost, `pool status` shows what the
+    /// pool can hold now (as `pool submit --dry-run` does), the lost node with nothing.
+    #[test]
+    fn a_lost_node_leaves_the_capacity_the_pool_has_now() {
+        let share = |name: &str| NodeShare {
+            name: name.into(),
+            cpus: 4,
+            mem_mb: 1000,
+            gpus: vec![0],
+        };
+        let mut state = State::default();
+        for env in envelopes([
+            Event::PoolAttached(attached("p", 9, "a", 12)),
+            Event::PoolNodes(PoolNodes {
+                pool: "p".into(),
+                job_id: crate::event::test_job(9),
+                nodes: vec![share("a"), share("b"), share("c")],
+            }),
+            Event::PoolNodeLost(PoolNodeLost {
+                pool: "p".into(),
+                job_id: crate::event::test_job(9),
+                node: "b".into(),
+                proof: "job 9 is listed RUNNING on a,c".into(),
+            }),
+        ]) {
+            state.apply(&env).unwrap();
+        }
+        let r = status_of(&state, Some("p"), Micros(0)).unwrap();
+        let p = &r.pools[0];
+        assert_eq!(
+            (p.capacity.cpus, p.capacity.mem_mb, p.capacity.gpus),
+            (8, 2000, 2)
+        );
+        let b = p.nodes.iter().find(|n| n.node == "b").unwrap();
+        assert_eq!(b.capacity, Resources::default());
+        assert!(p.nodes_lost.contains_key("b"));
+    }
 }
