@@ -692,6 +692,13 @@ fn known_worker_event(code: u16, g: &mut Gen) -> WorkerEvent {
             step_gpus: Option::arbitrary(g),
             cuda_visible_devices: Option::arbitrary(g),
         }),
+        220 => WorkerEvent::CheckpointDeclared(CheckpointDeclared {
+            marker: text(g),
+            declared_at: micros(g),
+            code: Option::arbitrary(g),
+            signal: Option::arbitrary(g),
+            killed_after_grace: bool::arbitrary(g),
+        }),
         other => panic!("no generator for event kind {other}"),
     }
 }

@@ -50,6 +50,22 @@ pub struct PayloadExited {
     pub interrupted: bool,
 }
 
+/// The payload declared a checkpoint: its marker (`DISPATCH_CHECKPOINT`) existed when it ended.
+/// Written in the commit of its `PayloadExited`, before the native state is hashed; whether the
+/// checkpoint counts (an exit 0 of its own) is the state class, in `CleanedUp`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointDeclared {
+    /// The marker's path.
+    pub marker: String,
+    /// The marker's modification time: when the payload declared the checkpoint.
+    pub declared_at: Micros,
+    /// The payload's exit, as its `PayloadExited` says.
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    /// SIGKILL was sent at the end of the grace before the payload ended.
+    pub killed_after_grace: bool,
+}
+
 /// A directory with the role it plays for the worker (`checkout`, `runtime`, …).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NamedPath {
@@ -228,7 +244,7 @@ pub struct CleanupStarted {
 pub struct CleanedUp {
     pub removed: Vec<String>,
     pub kept: Vec<String>,
-    /// `sealed`, `crash_class_partial` or `empty`.
+    /// `sealed`, `checkpointed`, `crash_class_partial` or `empty`.
     pub state_class: String,
     pub reason: String,
     pub errors: Vec<String>,
@@ -240,4 +256,26 @@ pub struct SupervisorFinished {
     /// `completed`, `interrupted` or `refused`.
     pub outcome: String,
     pub exit_code: i32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// journal-format.md gives this body byte for byte.
+    #[test]
+    fn checkpoint_declared_is_the_bytes_journal_format_gives() {
+        let body = CheckpointDeclared {
+            marker: "/w/runtime/checkpoint-declared".to_owned(),
+            declared_at: Micros(1_700_000_000_000_000),
+            code: Some(0),
+            signal: None,
+            killed_after_grace: false,
+        };
+        assert_eq!(
+            crate::event::body_hex(&body),
+            "95 be 2f 77 2f 72 75 6e 74 69 6d 65 2f 63 68 65 63 6b 70 6f 69 6e 74 2d 64 65 63 6c \
+             61 72 65 64 cf 00 06 0a 24 18 1e 40 00 00 c0 c2"
+        );
+    }
 }

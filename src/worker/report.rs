@@ -59,6 +59,8 @@ pub struct WorkerReport {
     pub publication: Option<Publication>,
     pub cleanup_started: Option<CleanupStarted>,
     pub cleaned: Option<CleanedUp>,
+    /// The payload declared a checkpoint (`CheckpointDeclared`).
+    pub checkpoint: Option<CheckpointDeclared>,
     pub finished: Option<SupervisorFinished>,
 }
 
@@ -92,6 +94,7 @@ impl WorkerReport {
             WorkerEvent::PublicationFailed(f) => self.publication = Some(Publication::Failed(f)),
             WorkerEvent::CleanupStarted(c) => self.cleanup_started = Some(c),
             WorkerEvent::CleanedUp(c) => self.cleaned = Some(c),
+            WorkerEvent::CheckpointDeclared(c) => self.checkpoint = Some(c),
             WorkerEvent::SupervisorFinished(f) => self.finished = Some(f),
             _ => {}
         }
