@@ -465,7 +465,7 @@ vocabulary! {
 }
 
 vocabulary! {
-    /// Every event kind of a worker's own journal (kinds 150–169 and 220, beside `Genesis` and
+    /// Every event kind of a worker's own journal (kinds 150–169 and 220–221, beside `Genesis` and
     /// `Recovered`), written by its supervisor on the node and read by the coordinator as evidence.
     WorkerEvent {
         1 => Genesis(Genesis), must_understand;
@@ -492,6 +492,7 @@ vocabulary! {
         168 => SupervisorFinished(worker::SupervisorFinished);
         169 => StepDevices(worker::StepDevices);
         220 => CheckpointDeclared(worker::CheckpointDeclared);
+        221 => ResumedFrom(worker::ResumedFrom);
     }
 }
 

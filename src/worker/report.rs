@@ -61,6 +61,8 @@ pub struct WorkerReport {
     pub cleaned: Option<CleanedUp>,
     /// The payload declared a checkpoint (`CheckpointDeclared`).
     pub checkpoint: Option<CheckpointDeclared>,
+    /// What this continuation took up from its predecessor (`ResumedFrom`).
+    pub resumed: Option<ResumedFrom>,
     pub finished: Option<SupervisorFinished>,
 }
 
@@ -95,6 +97,7 @@ impl WorkerReport {
             WorkerEvent::CleanupStarted(c) => self.cleanup_started = Some(c),
             WorkerEvent::CleanedUp(c) => self.cleaned = Some(c),
             WorkerEvent::CheckpointDeclared(c) => self.checkpoint = Some(c),
+            WorkerEvent::ResumedFrom(r) => self.resumed = Some(r),
             WorkerEvent::SupervisorFinished(f) => self.finished = Some(f),
             _ => {}
         }

@@ -292,6 +292,27 @@ const MIN_STEP_BUDGET_S: u32 = 1;
 /// How long cloning and verifying the checkout may take.
 const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(1800);
 
+/// For a continuation, once everything else before the payload is done: take up the
+/// predecessor's work and state (`resume::take_up`), recorded as `ResumedFrom`; returns why
+/// the payload may not start, if so.
+fn continue_predecessor(journal: &Writer, n: &NodeSpec) -> Result<Option<Refused>, JournalError> {
+    let Some(resume) = &n.resume else {
+        return Ok(None);
+    };
+    let source = preflight::source_of(&n.assets);
+    let deadline = Instant::now() + CHECKOUT_TIMEOUT;
+    match super::resume::take_up(resume, &n.dirs, source, deadline) {
+        Ok(taken) => {
+            journal.append_one(Event::ResumedFrom(taken))?;
+            Ok(None)
+        }
+        Err(reason) => Ok(Some(Refused {
+            stage: "resume",
+            reason,
+        })),
+    }
+}
+
 /// The file a payload creates to declare a checkpoint (`DISPATCH_CHECKPOINT`), in its runtime
 /// directory: its own, so nothing else makes it, and it does not exist when the payload starts
 /// (`clear_checkpoint_marker`). docs/operations.md, "Checkpoints", is the contract.
@@ -340,8 +361,17 @@ fn checkpoint_declared(
 
 /// The environment the payload gets: the worker's own directories, and nothing of another's.
 fn payload_env(cmd: &mut Command, spec: &RunSpec) {
+    let resume = spec.node.as_ref().and_then(|n| n.resume.as_ref());
     cmd.env("DISPATCH_DEADLINE", spec.deadline.secs().to_string())
-        .env("DISPATCH_EVIDENCE_DIR", &spec.evidence_dir);
+        .env("DISPATCH_EVIDENCE_DIR", &spec.evidence_dir)
+        .env(
+            "DISPATCH_GENERATION",
+            resume.map_or(1, |r| r.generation).to_string(),
+        );
+    match resume {
+        Some(r) => cmd.env("DISPATCH_RESUME_FROM", &r.from),
+        None => cmd.env_remove("DISPATCH_RESUME_FROM"),
+    };
     match &spec.node {
         Some(n) => {
             cmd.env("DISPATCH_WORKSPACE", &n.dirs.checkout)
@@ -699,7 +729,10 @@ pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
     install_stop_handlers();
     let started = supervisor_started(spec);
     let mut refused = match &spec.node {
-        Some(n) => prepare(&journal, n, started)?,
+        Some(n) => match prepare(&journal, n, started)? {
+            None => continue_predecessor(&journal, n)?,
+            refused => refused,
+        },
         None => {
             journal.append(vec![started, step_devices()])?;
             None
