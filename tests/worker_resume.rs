@@ -65,7 +65,7 @@ fn now_s() -> i64 {
 fn generation(
     root: &Path,
     sid: &str,
-    asset: &LocalAsset,
+    asset: Option<&LocalAsset>,
     resume: Option<(&Path, &Path, u32)>,
     script: &str,
 ) -> Command {
@@ -76,8 +76,10 @@ fn generation(
         .arg("--publish-dir")
         .arg(root.join("published"))
         .args(["--deadline", &(now_s() + 3600).to_string(), "--grace", "2"])
-        .args(["--native-state-budget", "4"])
-        .args(["--asset", &serde_json::to_string(asset).unwrap()]);
+        .args(["--native-state-budget", "4"]);
+    if let Some(asset) = asset {
+        c.args(["--asset", &serde_json::to_string(asset).unwrap()]);
+    }
     if let Some((from, state_from, n)) = resume {
         c.arg("--resume-from")
             .arg(from)
@@ -101,7 +103,7 @@ fn first_generation(root: &Path, asset: &LocalAsset) -> (PathBuf, PathBuf) {
         git -c user.name=t -c user.email=t@example.org commit -qm gen1; \
         echo wip > uncommitted.txt; echo more >> README; \
         touch \"$DISPATCH_CHECKPOINT\"";
-    let st = generation(root, SID1, asset, None, script)
+    let st = generation(root, SID1, Some(asset), None, script)
         .status()
         .unwrap();
     assert_eq!(st.code(), Some(0));
@@ -139,7 +141,7 @@ fn a_continuation_starts_from_its_predecessors_work_and_its_own_copy_of_the_stat
     let asset = source_asset(root.path());
     let (published, state1) = first_generation(root.path(), &asset);
     let resume = Some((published.as_path(), state1.as_path(), 2));
-    let st = generation(root.path(), SID2, &asset, resume, SECOND)
+    let st = generation(root.path(), SID2, Some(&asset), resume, SECOND)
         .status()
         .unwrap();
     assert_eq!(st.code(), Some(0));
@@ -173,6 +175,8 @@ fn a_continuation_starts_from_its_predecessors_work_and_its_own_copy_of_the_stat
         other => panic!("{other:?}"),
     };
     assert_eq!(p.commits, 1, "gen1's commit, on top of the pinned one");
+    // Taking it up changed nothing in the predecessor's publication.
+    dispatch::worker::publish::verify_published(&published).unwrap();
     unseal(&state1);
     unseal(&dirs.state);
 }
@@ -187,7 +191,7 @@ fn refused_after(tamper: impl FnOnce(&Path, &Path), says: &str) {
     let ran = root.path().join("ran");
     let script = format!("touch {}", ran.display());
     let resume = Some((published.as_path(), state1.as_path(), 2));
-    let st = generation(root.path(), SID2, &asset, resume, &script)
+    let st = generation(root.path(), SID2, Some(&asset), resume, &script)
         .status()
         .unwrap();
     assert_eq!(st.code(), Some(3));
@@ -240,4 +244,30 @@ fn a_state_file_the_listing_lacks_refuses_the_continuation() {
         },
         "extra: in the predecessor's state but not in its listing",
     );
+}
+
+#[test]
+fn without_a_source_asset_the_published_workspace_copy_is_copied_back() {
+    let root = tempfile::tempdir().unwrap();
+    let first = "mkdir -p d; echo a > d/file; echo 1 > \"$DISPATCH_STATE_DIR/n\"; \
+                 touch \"$DISPATCH_CHECKPOINT\"";
+    let st = generation(root.path(), SID1, None, None, first)
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(0));
+    let dirs1 = dispatch::worker::dirs::WorkerDirs::at(root.path().join(SID1));
+    let published = root.path().join("published").join(format!("w-{SID1}"));
+    let second = "cat d/file \"$DISPATCH_STATE_DIR/n\" > \"$DISPATCH_EVIDENCE_DIR/seen\"";
+    let resume = Some((published.as_path(), dirs1.state.as_path(), 2));
+    let st = generation(root.path(), SID2, None, resume, second)
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(0));
+    let dirs2 = dispatch::worker::dirs::WorkerDirs::at(root.path().join(SID2));
+    let seen = std::fs::read_to_string(dirs2.evidence.join("seen")).unwrap();
+    assert_eq!(seen, "a\n1\n");
+    let r = report::read(&dirs2.evidence).unwrap().unwrap();
+    assert_eq!(r.resumed.as_ref().unwrap().head, None);
+    unseal(&dirs1.state);
+    unseal(&dirs2.state);
 }
