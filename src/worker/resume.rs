@@ -24,7 +24,7 @@ use crate::policy::manifest::{Manifest, MANIFEST_NAME};
 use crate::policy::node::NATIVE_WALK_MAX_ENTRIES;
 
 /// One native-state file as the predecessor's listing gives it: bytes and lowercase hex SHA-256.
-type Listing = BTreeMap<String, (u64, String)>;
+pub type Listing = BTreeMap<String, (u64, String)>;
 
 /// Take up the predecessor's work and state into `dirs`. Returns the record of what was taken,
 /// or why the continuation may not start.
@@ -139,7 +139,7 @@ fn vouched_listing(from: &Path, deadline: Instant) -> Result<Listing, String> {
 }
 
 /// `<sha256>  <bytes>  <path>` lines, as `settle::hash_state` writes them.
-fn parse_listing(text: &str) -> Option<Listing> {
+pub fn parse_listing(text: &str) -> Option<Listing> {
     text.lines()
         .map(|line| {
             let mut parts = line.splitn(3, "  ");
@@ -153,7 +153,7 @@ fn parse_listing(text: &str) -> Option<Listing> {
 /// Copy the predecessor's state into `to` (empty: a state is never copied over another),
 /// hashing each file as it is read, and check it against `listing`. Symlinks are copied as
 /// links (the listing, like the sealing, is about regular files). Returns files and bytes.
-fn copy_state(
+pub fn copy_state(
     from: &Path,
     to: &Path,
     listing: &Listing,
