@@ -697,6 +697,23 @@ fn known_worker_event(code: u16, g: &mut Gen) -> WorkerEvent {
             step_gpus: Option::arbitrary(g),
             cuda_visible_devices: Option::arbitrary(g),
         }),
+        220 => WorkerEvent::CheckpointDeclared(CheckpointDeclared {
+            marker: text(g),
+            declared_at: micros(g),
+            code: Option::arbitrary(g),
+            signal: Option::arbitrary(g),
+            killed_after_grace: bool::arbitrary(g),
+        }),
+        221 => WorkerEvent::ResumedFrom(ResumedFrom {
+            generation: u32::arbitrary(g),
+            from: text(g),
+            manifest_sha256: digest(g),
+            state_from: text(g),
+            state_files: u64::arbitrary(g),
+            state_bytes: u64::arbitrary(g),
+            head: Option::arbitrary(g),
+            took_ms: u64::arbitrary(g),
+        }),
         other => panic!("no generator for event kind {other}"),
     }
 }

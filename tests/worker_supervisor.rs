@@ -128,6 +128,16 @@ const SID: &str = "6f1c1c1e-0000-4000-8000-000000000002";
 /// `dispatch worker run` in node mode: directories below `root/w`, publication into
 /// `root/published`, a 2 s native-state budget.
 fn node_supervisor(root: &std::path::Path, cmd: &[&str]) -> Command {
+    node_supervisor_until(root, now_s() + 3600, 1, cmd)
+}
+
+/// [`node_supervisor`] with its early-shutdown deadline and grace.
+fn node_supervisor_until(
+    root: &std::path::Path,
+    deadline: i64,
+    grace: u32,
+    cmd: &[&str],
+) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_dispatch"));
     c.args(["worker", "run", "--submission-id", SID, "--worker", "w"])
         .arg("--worker-dir")
@@ -136,9 +146,9 @@ fn node_supervisor(root: &std::path::Path, cmd: &[&str]) -> Command {
         .arg(root.join("published"))
         .args([
             "--deadline",
-            &(now_s() + 3600).to_string(),
+            &deadline.to_string(),
             "--grace",
-            "1",
+            &grace.to_string(),
             "--native-state-budget",
             "2",
             "--",
@@ -184,6 +194,10 @@ fn node_mode_exports_private_dirs_publishes_and_cleans_up() {
         ("DISPATCH_CACHE_DIR", &d.cache),
         ("DISPATCH_STATE_DIR", &d.state),
         ("DISPATCH_EVIDENCE_DIR", &d.evidence),
+        (
+            "DISPATCH_CHECKPOINT",
+            &d.runtime.join("checkpoint-declared"),
+        ),
     ] {
         assert!(
             env.contains(&format!("{k}={}\n", v.display())),
@@ -203,6 +217,7 @@ fn node_mode_exports_private_dirs_publishes_and_cleans_up() {
     assert!(m.files.iter().any(|f| f.path == "workspace/result.txt"));
     assert!(m.files.iter().any(|f| f.path == "evidence/env"));
     assert_eq!(r.cleaned.as_ref().unwrap().state_class, "sealed");
+    assert!(r.checkpoint.is_none(), "no marker, no checkpoint");
     assert!(!d.checkout.exists() && !d.runtime.exists() && !d.cache.exists());
     assert_eq!(r.finished.unwrap().outcome, "completed");
 }
@@ -233,6 +248,120 @@ fn a_payload_that_fails_is_recorded_failed_and_its_state_is_not_sealed() {
         let class = r.cleaned.as_ref().map(|c| c.state_class.as_str());
         assert_eq!(class, Some("crash_class_partial"), "{cmd:?}");
     }
+}
+
+// ---- checkpoints (docs/operations.md, "Checkpoints") ----
+
+/// A payload that counts in its native state and, on TERM, saves and declares a checkpoint.
+const CHECKPOINTING: &str = "trap 'echo 42 > \"$DISPATCH_STATE_DIR/n\"; \
+     touch \"$DISPATCH_CHECKPOINT\"; exit 0' TERM; \
+     while :; do sleep 0.1; done";
+
+fn mode_of(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode()
+}
+
+/// Let a temp dir holding sealed (read-only) state be removed.
+fn unseal(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+}
+
+#[test]
+fn a_checkpoint_declared_at_the_deadline_is_hashed_and_sealed() {
+    let root = tempfile::tempdir().unwrap();
+    let st = node_supervisor_until(root.path(), now_s() + 2, 10, &["sh", "-c", CHECKPOINTING])
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(0));
+    let d = node_dirs(root.path());
+    let r = report::read(&d.evidence).unwrap().unwrap();
+    assert_eq!(r.signals[0].reason, "deadline");
+    let c = r.checkpoint.as_ref().expect("CheckpointDeclared");
+    assert_eq!(
+        (c.code, c.signal, c.killed_after_grace),
+        (Some(0), None, false)
+    );
+    assert!(
+        c.marker.ends_with("/runtime/checkpoint-declared"),
+        "{}",
+        c.marker
+    );
+    let cleaned = r.cleaned.as_ref().unwrap();
+    assert_eq!(cleaned.state_class, "checkpointed", "{}", cleaned.reason);
+    let hashed = r.native_state.as_ref().unwrap();
+    assert!(hashed.complete && hashed.files.iter().any(|f| f.path == "n"));
+    assert_eq!(std::fs::read_to_string(d.state.join("n")).unwrap(), "42\n");
+    assert_eq!(mode_of(&d.state.join("n")) & 0o222, 0, "not sealed");
+    assert_eq!(mode_of(&d.state) & 0o222, 0, "not sealed");
+    let class = std::fs::read_to_string(d.root.join("STATE-CLASS")).unwrap();
+    assert!(class.starts_with("checkpointed\n"), "{class}");
+    unseal(&d.state);
+}
+
+#[test]
+fn a_checkpoint_declared_by_a_payload_killed_after_the_grace_is_crash_class() {
+    let root = tempfile::tempdir().unwrap();
+    let script = "echo 1 > \"$DISPATCH_STATE_DIR/n\"; touch \"$DISPATCH_CHECKPOINT\"; \
+                  trap '' TERM; sleep 30 & wait; sleep 30";
+    let st = node_supervisor_until(root.path(), now_s() + 2, 1, &["sh", "-c", script])
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(128 + 9));
+    let r = report::read(&node_dirs(root.path()).evidence)
+        .unwrap()
+        .unwrap();
+    let c = r.checkpoint.as_ref().expect("CheckpointDeclared");
+    assert_eq!((c.signal, c.killed_after_grace), (Some(9), true));
+    let cleaned = r.cleaned.as_ref().unwrap();
+    assert_eq!(cleaned.state_class, "crash_class_partial");
+    assert!(
+        cleaned
+            .reason
+            .contains("declared a checkpoint but was killed after the grace"),
+        "{}",
+        cleaned.reason
+    );
+    // Crash-class state is kept as it was, writable.
+    assert_ne!(mode_of(&node_dirs(root.path()).state.join("n")) & 0o200, 0);
+}
+
+#[test]
+fn a_checkpoint_declared_without_a_signal_and_an_exit_0_counts() {
+    let root = tempfile::tempdir().unwrap();
+    let r = node_run(
+        root.path(),
+        "echo 7 > \"$DISPATCH_STATE_DIR/n\"; : > \"$DISPATCH_CHECKPOINT\"",
+    );
+    assert!(r.signals.is_empty());
+    assert!(!r.exited.as_ref().unwrap().interrupted);
+    assert!(r.checkpoint.is_some());
+    assert_eq!(r.cleaned.as_ref().unwrap().state_class, "checkpointed");
+    assert_eq!(r.finished.as_ref().unwrap().outcome, "completed");
+    unseal(&node_dirs(root.path()).state);
+}
+
+#[test]
+fn a_checkpoint_declared_with_a_non_zero_exit_is_crash_class() {
+    let root = tempfile::tempdir().unwrap();
+    let st = node_supervisor(
+        root.path(),
+        &["sh", "-c", "touch \"$DISPATCH_CHECKPOINT\"; exit 4"],
+    )
+    .status()
+    .unwrap();
+    assert_eq!(st.code(), Some(4));
+    let r = report::read(&node_dirs(root.path()).evidence)
+        .unwrap()
+        .unwrap();
+    let cleaned = r.cleaned.as_ref().unwrap();
+    assert_eq!(cleaned.state_class, "crash_class_partial");
+    assert!(
+        cleaned.reason.contains("exited with code 4"),
+        "{}",
+        cleaned.reason
+    );
 }
 
 #[test]

@@ -466,7 +466,7 @@ vocabulary! {
 }
 
 vocabulary! {
-    /// Every event kind of a worker's own journal (kinds 150–169, beside `Genesis` and
+    /// Every event kind of a worker's own journal (kinds 150–169 and 220–221, beside `Genesis` and
     /// `Recovered`), written by its supervisor on the node and read by the coordinator as evidence.
     WorkerEvent {
         1 => Genesis(Genesis), must_understand;
@@ -492,7 +492,21 @@ vocabulary! {
         167 => CleanedUp(worker::CleanedUp);
         168 => SupervisorFinished(worker::SupervisorFinished);
         169 => StepDevices(worker::StepDevices);
+        220 => CheckpointDeclared(worker::CheckpointDeclared);
+        221 => ResumedFrom(worker::ResumedFrom);
     }
+}
+
+/// A body's MessagePack bytes as journal-format.md writes its examples: lowercase hex,
+/// space-separated. For the tests that check those examples.
+#[cfg(test)]
+pub(crate) fn body_hex<T: Serialize>(body: &T) -> String {
+    rmp_serde::to_vec(body)
+        .expect("a body always encodes")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Nesting depth left to an element of the payload array: [`decode_payload`] starts at

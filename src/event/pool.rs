@@ -167,7 +167,7 @@ pub struct WorkerReportIngested {
     pub publication: Option<String>,
     pub published_dir: Option<String>,
     pub manifest_sha256: Option<Sha256Digest>,
-    /// `sealed`, `crash_class_partial` or `empty`.
+    /// `sealed`, `checkpointed`, `crash_class_partial` or `empty`.
     pub state_class: Option<String>,
     /// The supervisor's outcome, once it finished.
     pub finished: Option<String>,

@@ -50,6 +50,44 @@ pub struct PayloadExited {
     pub interrupted: bool,
 }
 
+/// The payload declared a checkpoint: its marker (`DISPATCH_CHECKPOINT`) existed when it ended.
+/// Written in the commit of its `PayloadExited`, before the native state is hashed; whether the
+/// checkpoint counts (an exit 0 of its own) is the state class, in `CleanedUp`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointDeclared {
+    /// The marker's path.
+    pub marker: String,
+    /// The marker's modification time: when the payload declared the checkpoint.
+    pub declared_at: Micros,
+    /// The payload's exit, as its `PayloadExited` says.
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    /// SIGKILL was sent at the end of the grace before the payload ended.
+    pub killed_after_grace: bool,
+}
+
+/// This worker continues an earlier one: its predecessor's publication was verified against
+/// its manifest, its checkout moved to the predecessor's work, and its native state copied and
+/// checked file by file. Written before the payload starts; a continuation that cannot do this
+/// is refused instead (`PreflightRefused`, stage `resume`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumedFrom {
+    /// This worker's generation (2 for the first continuation).
+    pub generation: u32,
+    /// The predecessor's published directory (`DISPATCH_RESUME_FROM`).
+    pub from: String,
+    /// SHA-256 of its `MANIFEST.json`.
+    pub manifest_sha256: Sha256Digest,
+    /// The predecessor's native-state directory the state was copied from.
+    pub state_from: String,
+    pub state_files: u64,
+    pub state_bytes: u64,
+    /// The predecessor's `HEAD`, where the checkout now is (none without a source asset: the
+    /// published workspace copy was copied back).
+    pub head: Option<String>,
+    pub took_ms: u64,
+}
+
 /// A directory with the role it plays for the worker (`checkout`, `runtime`, …).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NamedPath {
@@ -124,7 +162,7 @@ pub struct CheckoutPrepared {
 /// The supervisor refused to start the payload.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PreflightRefused {
-    /// `directories`, `assets`, `checkout` or `start`.
+    /// `directories`, `assets`, `checkout`, `resume` or `start`.
     pub stage: String,
     pub reason: String,
 }
@@ -228,7 +266,7 @@ pub struct CleanupStarted {
 pub struct CleanedUp {
     pub removed: Vec<String>,
     pub kept: Vec<String>,
-    /// `sealed`, `crash_class_partial` or `empty`.
+    /// `sealed`, `checkpointed`, `crash_class_partial` or `empty`.
     pub state_class: String,
     pub reason: String,
     pub errors: Vec<String>,
@@ -242,4 +280,46 @@ pub struct SupervisorFinished {
     /// (`policy::node::Outcome`).
     pub outcome: String,
     pub exit_code: i32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// journal-format.md gives this body byte for byte.
+    #[test]
+    fn checkpoint_declared_is_the_bytes_journal_format_gives() {
+        let body = CheckpointDeclared {
+            marker: "/w/runtime/checkpoint-declared".to_owned(),
+            declared_at: Micros(1_700_000_000_000_000),
+            code: Some(0),
+            signal: None,
+            killed_after_grace: false,
+        };
+        assert_eq!(
+            crate::event::body_hex(&body),
+            "95 be 2f 77 2f 72 75 6e 74 69 6d 65 2f 63 68 65 63 6b 70 6f 69 6e 74 2d 64 65 63 6c \
+             61 72 65 64 cf 00 06 0a 24 18 1e 40 00 00 c0 c2"
+        );
+    }
+
+    /// journal-format.md gives this body byte for byte.
+    #[test]
+    fn resumed_from_is_the_bytes_journal_format_gives() {
+        let body = ResumedFrom {
+            generation: 2,
+            from: "/p/w-1".to_owned(),
+            manifest_sha256: Sha256Digest([0xab; 32]),
+            state_from: "/s".to_owned(),
+            state_files: 3,
+            state_bytes: 300,
+            head: None,
+            took_ms: 12,
+        };
+        let digest = ["ab"; 32].join(" ");
+        assert_eq!(
+            crate::event::body_hex(&body),
+            format!("98 02 a6 2f 70 2f 77 2d 31 c4 20 {digest} a2 2f 73 03 cd 01 2c c0 0c")
+        );
+    }
 }

@@ -261,7 +261,8 @@ impl StateClass {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AfterPayload {
     pub payload_started: bool,
-    /// Signalled, killed at the deadline, stopped, or dead by a signal.
+    /// Signalled, killed at the deadline, stopped, or dead by a signal. A declared checkpoint
+    /// is what a payload does when signalled: it counts instead (see `checkpoint_declared`).
     pub interrupted: bool,
     /// It exited on its own with a non-zero code: whatever it left is not known to be
     /// consistent, so it is never `sealed`.
@@ -269,6 +270,26 @@ pub struct AfterPayload {
     pub quiet: bool,
     pub hashes_complete: bool,
     pub logs_whole: bool,
+    /// The payload created its checkpoint marker (`DISPATCH_CHECKPOINT`) before it ended.
+    pub checkpoint_declared: bool,
+    /// The payload's exit code; `None` when a signal ended it.
+    pub exit_code: Option<i32>,
+    /// The supervisor sent SIGKILL at the end of the grace before the payload ended.
+    pub killed_after_grace: bool,
+}
+
+/// Why a declared checkpoint does not count, if so: the payload must have exited 0 on its own,
+/// not been killed after the grace nor died by a signal.
+fn checkpoint_refusal(a: &AfterPayload) -> Option<String> {
+    let said = "the payload declared a checkpoint but";
+    if a.killed_after_grace {
+        return Some(format!("{said} was killed after the grace"));
+    }
+    match a.exit_code {
+        Some(0) => None,
+        Some(code) => Some(format!("{said} exited with code {code}, not 0")),
+        None => Some(format!("{said} died by a signal")),
+    }
 }
 
 pub fn state_class(a: &AfterPayload) -> (StateClass, String) {
@@ -276,7 +297,11 @@ pub fn state_class(a: &AfterPayload) -> (StateClass, String) {
     if !a.payload_started {
         return (StateClass::Empty, "the payload never started".to_owned());
     }
-    if a.interrupted {
+    if a.checkpoint_declared {
+        if let Some(why) = checkpoint_refusal(a) {
+            return crash(&why);
+        }
+    } else if a.interrupted {
         return crash("the payload was interrupted (signal, deadline or stop)");
     }
     if a.failed {
@@ -290,6 +315,13 @@ pub fn state_class(a: &AfterPayload) -> (StateClass, String) {
     }
     if !a.hashes_complete {
         return crash("the native state could not be hashed completely within its budget");
+    }
+    if a.checkpoint_declared {
+        return (
+            StateClass::Checkpointed,
+            "the payload declared a checkpoint and exited 0, with quiescent, whole state"
+                .to_owned(),
+        );
     }
     (
         StateClass::Sealed,
@@ -594,6 +626,9 @@ mod tests {
             quiet: true,
             hashes_complete: true,
             logs_whole: true,
+            checkpoint_declared: false,
+            exit_code: Some(0),
+            killed_after_grace: false,
         };
         assert_eq!(state_class(&clean).0, StateClass::Sealed);
         for f in [
@@ -611,6 +646,82 @@ mod tests {
         never.payload_started = false;
         never.interrupted = true;
         assert_eq!(state_class(&never).0, StateClass::Empty);
+    }
+
+    fn after(checkpoint_declared: bool, exit_code: Option<i32>, killed: bool) -> AfterPayload {
+        AfterPayload {
+            payload_started: true,
+            interrupted: true,
+            failed: false,
+            quiet: true,
+            hashes_complete: true,
+            logs_whole: true,
+            checkpoint_declared,
+            exit_code,
+            killed_after_grace: killed,
+        }
+    }
+
+    #[test]
+    fn a_declared_checkpoint_counts_only_after_an_exit_0_of_its_own() {
+        // Signalled at the deadline, saved, declared, exited 0: checkpointed.
+        let (class, why) = state_class(&after(true, Some(0), false));
+        assert_eq!(class, StateClass::Checkpointed, "{why}");
+        // The same without a signal (a clean finish that asks for more).
+        let mut own = after(true, Some(0), false);
+        own.interrupted = false;
+        assert_eq!(state_class(&own).0, StateClass::Checkpointed);
+        for (a, says) in [
+            (after(true, None, true), "killed after the grace"),
+            (after(true, Some(0), true), "killed after the grace"),
+            (after(true, Some(3), false), "exited with code 3"),
+            (after(true, None, false), "died by a signal"),
+        ] {
+            let (class, why) = state_class(&a);
+            assert_eq!(class, StateClass::CrashClassPartial, "{a:?}");
+            assert!(why.contains("declared a checkpoint but"), "{why}");
+            assert!(why.contains(says), "{why}");
+        }
+        // The usual checks still hold.
+        let mut torn = after(true, Some(0), false);
+        torn.logs_whole = false;
+        assert_eq!(state_class(&torn).0, StateClass::CrashClassPartial);
+        // Without a marker, an interruption is crash-class as ever.
+        assert_eq!(
+            state_class(&after(false, Some(0), false)).0,
+            StateClass::CrashClassPartial
+        );
+    }
+
+    quickcheck::quickcheck! {
+        /// Checkpointed implies a marker, an exit 0 and no kill, and every check passed;
+        /// a marker never makes a state sealed.
+        fn checkpointed_needs_marker_exit_0_no_kill_and_whole_state(
+            bits: u8, code: Option<i8>
+        ) -> bool {
+            let bit = |i: u8| bits & (1 << i) != 0;
+            let a = AfterPayload {
+                payload_started: bit(0),
+                interrupted: bit(1),
+                failed: bit(7),
+                quiet: bit(2),
+                hashes_complete: bit(3),
+                logs_whole: bit(4),
+                checkpoint_declared: bit(5),
+                exit_code: code.map(i32::from),
+                killed_after_grace: bit(6),
+            };
+            let (class, _) = state_class(&a);
+            let whole = a.quiet && a.hashes_complete && a.logs_whole;
+            let checkpointed = class == StateClass::Checkpointed;
+            let expected = a.payload_started
+                && !a.failed
+                && a.checkpoint_declared
+                && a.exit_code == Some(0)
+                && !a.killed_after_grace
+                && whole;
+            checkpointed == expected && !(a.checkpoint_declared && class == StateClass::Sealed)
+        }
     }
 
     #[test]

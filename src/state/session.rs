@@ -432,14 +432,6 @@ mod tests {
         assert_eq!((a.job_id(), a.replaced), (Some(id(222)), None));
     }
 
-    fn hex(bytes: &[u8]) -> String {
-        bytes
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
-
     /// journal-format.md gives these two bodies byte for byte.
     #[test]
     fn hold_bodies_are_the_bytes_journal_format_gives() {
@@ -450,7 +442,7 @@ mod tests {
             winner: id(899),
         };
         assert_eq!(
-            hex(&rmp_serde::to_vec(&decided).unwrap()),
+            crate::event::body_hex(&decided),
             "93 92 a6 73 61 6d 70 6c 65 a1 54 cd 03 84 cd 03 83"
         );
         let settled = SessionHoldSettled {
@@ -461,7 +453,7 @@ mod tests {
             reason: String::new(),
         };
         assert_eq!(
-            hex(&rmp_serde::to_vec(&settled).unwrap()),
+            crate::event::body_hex(&settled),
             "95 92 a6 73 61 6d 70 6c 65 a1 54 cd 03 84 a9 63 61 6e 63 65 6c 6c 65 64 c3 a0"
         );
     }

@@ -107,7 +107,7 @@ pub fn run(
     if let Err(e) = std::fs::write(&marker, format!("{}\n{reason}\n", class.as_str())) {
         done.errors.push(format!("write {}: {e}", marker.display()));
     }
-    if class == StateClass::Sealed {
+    if matches!(class, StateClass::Sealed | StateClass::Checkpointed) {
         done.errors.extend(seal(&dirs.state));
     }
     done

@@ -8,6 +8,7 @@ pub mod git;
 pub mod preflight;
 pub mod publish;
 pub mod report;
+pub mod resume;
 pub mod settle;
 pub mod stop_request;
 pub mod supervisor;

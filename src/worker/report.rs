@@ -59,6 +59,10 @@ pub struct WorkerReport {
     pub publication: Option<Publication>,
     pub cleanup_started: Option<CleanupStarted>,
     pub cleaned: Option<CleanedUp>,
+    /// The payload declared a checkpoint (`CheckpointDeclared`).
+    pub checkpoint: Option<CheckpointDeclared>,
+    /// What this continuation took up from its predecessor (`ResumedFrom`).
+    pub resumed: Option<ResumedFrom>,
     pub finished: Option<SupervisorFinished>,
 }
 
@@ -92,6 +96,8 @@ impl WorkerReport {
             WorkerEvent::PublicationFailed(f) => self.publication = Some(Publication::Failed(f)),
             WorkerEvent::CleanupStarted(c) => self.cleanup_started = Some(c),
             WorkerEvent::CleanedUp(c) => self.cleaned = Some(c),
+            WorkerEvent::CheckpointDeclared(c) => self.checkpoint = Some(c),
+            WorkerEvent::ResumedFrom(r) => self.resumed = Some(r),
             WorkerEvent::SupervisorFinished(f) => self.finished = Some(f),
             _ => {}
         }

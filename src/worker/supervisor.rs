@@ -281,7 +281,7 @@ fn prepare(
             }));
         }
     }
-    Ok(None)
+    Ok(clear_checkpoint_marker(&n.dirs))
 }
 
 /// A budget of 0 (allowed on the command line: it narrows the early-shutdown window) still
@@ -292,16 +292,93 @@ const MIN_STEP_BUDGET_S: u32 = 1;
 /// How long cloning and verifying the checkout may take.
 const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(1800);
 
+/// For a continuation, once everything else before the payload is done: take up the
+/// predecessor's work and state (`resume::take_up`), recorded as `ResumedFrom`; returns why
+/// the payload may not start, if so.
+fn continue_predecessor(journal: &Writer, n: &NodeSpec) -> Result<Option<Refused>, JournalError> {
+    let Some(resume) = &n.resume else {
+        return Ok(None);
+    };
+    let source = preflight::source_of(&n.assets);
+    let deadline = Instant::now() + CHECKOUT_TIMEOUT;
+    match super::resume::take_up(resume, &n.dirs, source, deadline) {
+        Ok(taken) => {
+            journal.append_one(Event::ResumedFrom(taken))?;
+            Ok(None)
+        }
+        Err(reason) => Ok(Some(Refused {
+            stage: "resume",
+            reason,
+        })),
+    }
+}
+
+/// The file a payload creates to declare a checkpoint (`DISPATCH_CHECKPOINT`), in its runtime
+/// directory: its own, so nothing else makes it, and it does not exist when the payload starts
+/// (`clear_checkpoint_marker`). docs/operations.md, "Checkpoints", is the contract.
+pub fn checkpoint_marker(dirs: &WorkerDirs) -> PathBuf {
+    dirs.runtime.join(CHECKPOINT_MARKER)
+}
+
+pub const CHECKPOINT_MARKER: &str = "checkpoint-declared";
+
+/// Remove a marker an earlier run of this worker left, so only this payload's counts.
+fn clear_checkpoint_marker(dirs: &WorkerDirs) -> Option<Refused> {
+    let marker = checkpoint_marker(dirs);
+    match std::fs::remove_file(&marker) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Some(Refused {
+            stage: "start",
+            reason: format!(
+                "cannot remove a stale checkpoint marker {}: {e}",
+                marker.display()
+            ),
+        }),
+        _ => None,
+    }
+}
+
+/// The payload's declaration, if its marker exists now that it has ended.
+fn checkpoint_declared(
+    spec: &RunSpec,
+    exited: &PayloadExited,
+    killed_after_grace: bool,
+) -> Option<CheckpointDeclared> {
+    let marker = checkpoint_marker(&spec.node.as_ref()?.dirs);
+    let m = marker.symlink_metadata().ok()?;
+    let declared_at = m
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(Micros(0), |d| Micros(d.as_micros() as i64));
+    Some(CheckpointDeclared {
+        marker: marker.display().to_string(),
+        declared_at,
+        code: exited.code,
+        signal: exited.signal,
+        killed_after_grace,
+    })
+}
+
 /// The environment the payload gets: the worker's own directories, and nothing of another's.
 fn payload_env(cmd: &mut Command, spec: &RunSpec) {
+    let resume = spec.node.as_ref().and_then(|n| n.resume.as_ref());
     cmd.env("DISPATCH_DEADLINE", spec.deadline.secs().to_string())
-        .env("DISPATCH_EVIDENCE_DIR", &spec.evidence_dir);
+        .env("DISPATCH_EVIDENCE_DIR", &spec.evidence_dir)
+        .env(
+            "DISPATCH_GENERATION",
+            resume.map_or(1, |r| r.generation).to_string(),
+        );
+    match resume {
+        Some(r) => cmd.env("DISPATCH_RESUME_FROM", &r.from),
+        None => cmd.env_remove("DISPATCH_RESUME_FROM"),
+    };
     match &spec.node {
         Some(n) => {
             cmd.env("DISPATCH_WORKSPACE", &n.dirs.checkout)
                 .env("DISPATCH_RUNTIME_DIR", &n.dirs.runtime)
                 .env("DISPATCH_CACHE_DIR", &n.dirs.cache)
                 .env("DISPATCH_STATE_DIR", &n.dirs.state)
+                .env("DISPATCH_CHECKPOINT", checkpoint_marker(&n.dirs))
                 .current_dir(&n.dirs.checkout);
             if let Some(image) = n.assets.iter().find(|a| a.record.kind == AssetKind::Image) {
                 cmd.env("DISPATCH_IMAGE", &image.path);
@@ -315,6 +392,7 @@ fn payload_env(cmd: &mut Command, spec: &RunSpec) {
                 "DISPATCH_CACHE_DIR",
                 "DISPATCH_STATE_DIR",
                 "DISPATCH_IMAGE",
+                "DISPATCH_CHECKPOINT",
             ] {
                 cmd.env_remove(k);
             }
@@ -345,20 +423,20 @@ fn wait_in_background(
 }
 
 /// Wait for the payload's end: its group is TERMed on a stop or at the deadline, and KILLed
-/// once the grace (the stop's own, if it named one) has run out. Returns how it ended and
-/// whether a TERM was sent.
+/// once the grace (the stop's own, if it named one) has run out. Returns how it ended,
+/// whether a TERM was sent and whether the KILL at the end of the grace was.
 fn supervise(
     journal: &Writer,
     spec: &RunSpec,
     pgid: u32,
     exit: &std::sync::mpsc::Receiver<std::process::ExitStatus>,
-) -> Result<(std::process::ExitStatus, bool), JournalError> {
+) -> Result<(std::process::ExitStatus, bool, bool), JournalError> {
     let mut term_sent_at: Option<Micros> = None;
     let mut grace_s = spec.grace_s;
     let mut kill_sent = false;
     loop {
         match exit.recv_timeout(POLL) {
-            Ok(status) => return Ok((status, term_sent_at.is_some())),
+            Ok(status) => return Ok((status, term_sent_at.is_some(), kill_sent)),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
                 unreachable!("the waiting thread sends before it ends")
@@ -402,8 +480,15 @@ fn supervise(
     }
 }
 
+/// How the payload ended: its record, and what else decides its state's class.
+struct Ended {
+    exited: PayloadExited,
+    killed_after_grace: bool,
+    checkpoint: Option<CheckpointDeclared>,
+}
+
 /// Start the payload and supervise it to its end; returns how it ended.
-fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<PayloadExited, JournalError> {
+fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<Ended, JournalError> {
     failpoint::hit("supervisor-before-spawn");
     let mut cmd = Command::new(&spec.command[0]);
     cmd.args(&spec.command[1..])
@@ -420,14 +505,18 @@ fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<PayloadExited, Journa
                 interrupted: false,
             };
             journal.append_one(Event::PayloadExited(exited.clone()))?;
-            return Ok(exited);
+            return Ok(Ended {
+                exited,
+                killed_after_grace: false,
+                checkpoint: None,
+            });
         }
     };
     let pgid = child.id();
     journal.append_one(Event::PayloadStarted(PayloadStarted { pid: pgid }))?;
 
     let exit = wait_in_background(child, pgid);
-    let (status, term_sent) = supervise(journal, spec, pgid, &exit)?;
+    let (status, term_sent, killed_after_grace) = supervise(journal, spec, pgid, &exit)?;
     // The step is the cleanup boundary: nothing the payload started outlives it.
     signal_group(pgid, libc::SIGKILL);
     // A stop may reach the payload without us: a Slurm whose process tracking signals every
@@ -446,8 +535,15 @@ fn run_payload(journal: &Writer, spec: &RunSpec) -> Result<PayloadExited, Journa
         interrupted: term_sent || status.signal().is_some() || stopped,
     };
     failpoint::hit("supervisor-before-exit-record");
-    journal.append_one(Event::PayloadExited(exited.clone()))?;
-    Ok(exited)
+    let checkpoint = checkpoint_declared(spec, &exited, killed_after_grace);
+    let mut commit = vec![Event::PayloadExited(exited.clone())];
+    commit.extend(checkpoint.clone().map(Event::CheckpointDeclared));
+    journal.append(commit)?;
+    Ok(Ended {
+        exited,
+        killed_after_grace,
+        checkpoint,
+    })
 }
 
 /// What [`settle_and_publish`] found.
@@ -466,7 +562,7 @@ fn settle_and_publish(
     journal: &Writer,
     spec: &RunSpec,
     n: &NodeSpec,
-    ended: Option<&PayloadExited>,
+    ended: Option<&Ended>,
 ) -> Result<Settled, JournalError> {
     let Some(ended) = ended else {
         return Ok(Settled {
@@ -477,6 +573,9 @@ fn settle_and_publish(
                 quiet: true,
                 hashes_complete: true,
                 logs_whole: true,
+                checkpoint_declared: false,
+                exit_code: None,
+                killed_after_grace: false,
             }),
             published: false,
             records: Vec::new(),
@@ -495,12 +594,19 @@ fn settle_and_publish(
     );
     let class = node::state_class(&AfterPayload {
         payload_started: true,
-        interrupted: ended.interrupted,
-        failed: node::Outcome::of(false, ended.code, ended.signal, ended.interrupted)
-            == node::Outcome::Failed,
+        interrupted: ended.exited.interrupted,
+        failed: node::Outcome::of(
+            false,
+            ended.exited.code,
+            ended.exited.signal,
+            ended.exited.interrupted,
+        ) == node::Outcome::Failed,
         quiet: is_quiet,
         hashes_complete: hashed.complete,
         logs_whole: logs.ok,
+        checkpoint_declared: ended.checkpoint.is_some(),
+        exit_code: ended.exited.code,
+        killed_after_grace: ended.killed_after_grace,
     });
     let records = vec![
         Event::WritersQuiesced(quiet),
@@ -563,7 +669,7 @@ fn settle_and_clean(
     journal: &Writer,
     spec: &RunSpec,
     n: &NodeSpec,
-    ended: Option<&PayloadExited>,
+    ended: Option<&Ended>,
 ) -> Result<Event, JournalError> {
     let settled = settle_and_publish(journal, spec, n, ended)?;
     let (class, reason) = settled.class;
@@ -629,7 +735,10 @@ pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
     install_stop_handlers();
     let started = supervisor_started(spec);
     let mut refused = match &spec.node {
-        Some(n) => prepare(&journal, n, started)?,
+        Some(n) => match prepare(&journal, n, started)? {
+            None => continue_predecessor(&journal, n)?,
+            refused => refused,
+        },
         None => {
             journal.append(vec![started, step_devices()])?;
             None
@@ -664,5 +773,5 @@ pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
     if let Some(n) = &spec.node {
         last.push(settle_and_clean(&journal, spec, n, ended.as_ref())?);
     }
-    Ok(finish(&journal, ended.as_ref(), last)?)
+    Ok(finish(&journal, ended.as_ref().map(|e| &e.exited), last)?)
 }

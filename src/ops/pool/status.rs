@@ -118,7 +118,7 @@ pub struct NodeView {
     pub preflight: Option<String>,
     pub refusal: Option<String>,
     pub publication: Option<PublicationView>,
-    /// `sealed`, `crash_class_partial` or `empty`.
+    /// `sealed`, `checkpointed`, `crash_class_partial` or `empty`.
     pub state_class: Option<String>,
     /// The node's GPU indexes the step got (`SLURM_STEP_GPUS`), and what the payload sees
     /// (`CUDA_VISIBLE_DEVICES`), as its supervisor recorded them; null for none.
