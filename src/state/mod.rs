@@ -148,6 +148,8 @@ impl State {
 
     /// Which reducer each event goes to: one arm per kind, so that a new kind cannot be
     /// forgotten (the match is exhaustive).
+    // long: one arm per kind (or one arm per family of kinds), exhaustive, so that a new kind
+    // cannot be forgotten; splitting it would hide a kind behind a wildcard.
     fn fold_event(&mut self, env: &Envelope) -> Result<(), ReduceError> {
         match &env.event {
             Event::Genesis(g) => self.genesis(g),
@@ -167,10 +169,6 @@ impl State {
             Event::WorkerRequest(e) => self.pools.request(e),
             Event::WorkerResubmitted(e) => self.pools.resubmitted(e),
             Event::WorkerResubmitRefused(e) => self.pools.resubmit_refused(e),
-            Event::WorkerContinued(e) => self.jobs.continuations.continued(env.time, e),
-            Event::ContinuationRefused(e) => self.jobs.continuations.refused(e),
-            Event::ContinuationAsked(e) => self.continuation_asked(e),
-            Event::JobRequest(e) => self.jobs.continuations.job_request(e),
             Event::PoolNodes(e) => self.pools.nodes(e),
             Event::PoolCreateShape(e) => self.pools.create_shape(e),
             Event::PoolNodeLost(e) => self.pools.node_lost(e),
@@ -186,12 +184,7 @@ impl State {
             | Event::AllocationStolen(_) => {}
             // Audit records: the worker's budget is settled by its own terminal event.
             Event::WorkerCleanupIntent(_) | Event::WorkerCleanedUp(_) => {}
-            Event::WorkerLaunchFailed(e) => {
-                if e.definite {
-                    self.jobs.continuations.dropped(&e.submission_id);
-                }
-                self.pools.launch_failed(e)
-            }
+            Event::WorkerLaunchFailed(e) => self.worker_launch_failed(e),
             Event::WorkerStepObserved(e) => self.pools.step_observed(e),
             Event::WorkerStopIntent(e) => self.worker_stop_intent(e),
             Event::WorkerExited(e) => self.pools.exited(e),
@@ -208,24 +201,16 @@ impl State {
             Event::SessionCleared(e) => self.sessions.cleared(e),
             // Journaled for the audit; the job kept is bound by SessionJobSubmitted/Adopted.
             Event::SessionHoldDecided(_) | Event::SessionHoldSettled(_) => {}
-            Event::JobSubmitIntent(e) => self.jobs.intent(env.time, e),
-            Event::JobSubmitted(e) => self.jobs.submitted(e),
-            Event::JobSubmitFailed(e) => {
-                if e.definite {
-                    self.jobs.continuations.dropped(&e.submission_id);
-                }
-                self.jobs.failed(e)
-            }
-            Event::JobTerminal(e) => {
-                let c = &mut self.jobs.continuations;
-                c.ended(&e.submission_id, &e.proof, None);
-                self.jobs.terminal(e)
-            }
-            Event::JobStopIntent(e) => {
-                self.jobs.continuations.stopped(&e.submission_id);
-                self.jobs.stop_intent(e)
-            }
-            Event::JobNamed(e) => self.jobs.named(e),
+            Event::JobSubmitIntent(_)
+            | Event::JobSubmitted(_)
+            | Event::JobSubmitFailed(_)
+            | Event::JobTerminal(_)
+            | Event::JobStopIntent(_)
+            | Event::JobNamed(_)
+            | Event::WorkerContinued(_)
+            | Event::ContinuationRefused(_)
+            | Event::ContinuationAsked(_)
+            | Event::JobRequest(_) => self.jobs_event(env),
             Event::AssetAddIntent(e) => self.assets.intent(env.time, e),
             Event::AssetAdded(e) => self.assets.added(e),
             Event::AssetAddFailed(e) => self.assets.failed(e),
@@ -254,6 +239,47 @@ impl State {
             self.recoveries.pop_front();
         }
         self.recoveries.push_back(r.clone());
+    }
+
+    /// `dispatch submit`'s workers, and the continuations of every worker.
+    fn jobs_event(&mut self, env: &Envelope) {
+        let c = &mut self.jobs.continuations;
+        match &env.event {
+            Event::JobSubmitIntent(e) => self.jobs.intent(env.time, e),
+            Event::JobSubmitted(e) => self.jobs.submitted(e),
+            Event::JobSubmitFailed(e) => {
+                if e.definite {
+                    c.dropped(&e.submission_id);
+                }
+                self.jobs.failed(e)
+            }
+            Event::JobTerminal(e) => {
+                c.ended(&e.submission_id, &e.proof, None);
+                self.jobs.terminal(e)
+            }
+            Event::JobStopIntent(e) => {
+                c.stopped(&e.submission_id);
+                self.jobs.stop_intent(e)
+            }
+            Event::JobNamed(e) => self.jobs.named(e),
+            Event::WorkerContinued(e) => {
+                // One successor: a resubmission it would also have been is settled by it.
+                self.pools.requests.remove(&e.predecessor);
+                c.continued(env.time, e)
+            }
+            Event::ContinuationRefused(e) => c.refused(e),
+            Event::ContinuationAsked(e) => self.continuation_asked(e),
+            Event::JobRequest(e) => c.job_request(e),
+            _ => {}
+        }
+    }
+
+    /// Nothing of a worker whose launch definitely failed ran: it is not continued.
+    fn worker_launch_failed(&mut self, e: &crate::event::pool::WorkerLaunchFailed) {
+        if e.definite {
+            self.jobs.continuations.dropped(&e.submission_id);
+        }
+        self.pools.launch_failed(e)
     }
 
     /// Kept with who the worker is (its intent, earlier in the same commit) and, for a pool

@@ -60,7 +60,13 @@ pub struct WorkerReport {
     pub cleanup_started: Option<CleanupStarted>,
     pub cleaned: Option<CleanedUp>,
     pub finished: Option<SupervisorFinished>,
+    /// The payload declared a checkpoint (a frame of kind [`CHECKPOINT_DECLARED`]).
+    pub checkpoint_declared: bool,
 }
+
+/// The worker journal's kind for a checkpoint the payload declared (`CheckpointDeclared`),
+/// read by its number: the coordinator needs only that it is there.
+pub const CHECKPOINT_DECLARED: u16 = 220;
 
 fn push_kept<T>(v: &mut Vec<T>, x: T) {
     if v.len() < KEPT {
@@ -155,6 +161,7 @@ pub fn read_anchored(
         if Some(f.seq) == anchor {
             r.chain_at_anchor = Some(f.chain_value());
         }
+        r.checkpoint_declared |= f.kind == CHECKPOINT_DECLARED;
         match event::decode_payload_of::<WorkerEvent>(f.seq, f.kind, f.flags, f.payload) {
             Ok(env) => {
                 r.fold(env.event);
