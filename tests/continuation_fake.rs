@@ -151,6 +151,20 @@ fn a_job_stopped_at_its_deadline_with_a_checkpoint_is_continued_once_and_the_cha
     assert!(terminal < successor, "{kinds:?}");
     // One continuation was asked: the successor asks none.
     assert_eq!(of_kind(&fake, "ContinuationAsked").len(), 1);
+    // `inspect` shows the chain, from either generation.
+    for key in [first.to_string(), "long".to_owned()] {
+        let (code, out, err) = fake.run(&["inspect", &key, "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let chain = &serde_json::from_str::<Value>(out.trim()).unwrap()["chain"];
+        assert_eq!(chain[0]["generation"], 1, "{chain}");
+        assert_eq!(chain[0]["job_id"], 77);
+        assert_eq!(chain[1]["generation"], 2);
+        assert_eq!(chain[1]["job_id"], 78);
+        assert_eq!(chain[1]["continued_after"], "time-limit");
+        assert_eq!(chain[1]["resumed_from"], from.as_str());
+    }
+    let (_, text, _) = fake.run(&["inspect", "long"]);
+    assert!(text.contains("generation 2: submission"), "{text}");
 
     // The successor ends the same way: its chain stops at N, and nothing is submitted again.
     let second: Uuid = c["submission_id"].as_str().unwrap().parse().unwrap();

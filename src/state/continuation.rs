@@ -95,6 +95,29 @@ impl Continuations {
             .find(|g| g.continued.submission_id == *id)
     }
 
+    /// The lineage submission `id` belongs to, first generation first: each submission with
+    /// the continuation that made it (none for the first), as far as the state remembers.
+    pub fn chain(&self, id: Uuid) -> Vec<(Uuid, Option<&Generation>)> {
+        let mut back = vec![(id, self.made(&id))];
+        while let Some(g) = back.last().and_then(|(_, g)| *g) {
+            let pred = g.continued.predecessor;
+            if back.iter().any(|(x, _)| *x == pred) {
+                break;
+            }
+            back.push((pred, self.made(&pred)));
+        }
+        back.reverse();
+        let mut at = id;
+        while let Some(next) = self.lineage.iter().find(|g| g.continued.predecessor == at) {
+            at = next.continued.submission_id;
+            if back.iter().any(|(x, _)| *x == at) {
+                break;
+            }
+            back.push((at, Some(next)));
+        }
+        back
+    }
+
     /// `who`: the active worker of that submission (none: the event changes nothing).
     /// `request`: the pool worker's `WorkerRequest`, written before it in the same commit.
     pub fn ask(
@@ -242,6 +265,13 @@ mod tests {
         assert!(c.asked.is_empty());
         assert_eq!(c.generation_of(&Uuid::from_u128(2)), 2);
         assert_eq!(c.generation_of(&Uuid::from_u128(1)), 1);
+        let chain: Vec<u128> = c
+            .chain(Uuid::from_u128(1))
+            .iter()
+            .map(|(id, _)| id.as_u128())
+            .collect();
+        assert_eq!(chain, [1, 2], "from its first generation on");
+        assert_eq!(c.chain(Uuid::from_u128(2)).len(), 2, "from its last back");
     }
 
     fn hex(bytes: &[u8]) -> String {
