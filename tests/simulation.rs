@@ -534,6 +534,8 @@ impl Run {
                             node: None,
                             resubmits: 0,
                             replaces: None,
+                            continuation: None,
+                            continues: None,
                         };
                         pool::submit(ctx, &req).await.map(drop)
                     }
@@ -558,6 +560,8 @@ impl Run {
                             target: None,
                             time: SlurmDuration::Finite(*time_s),
                             spec: spec(worker.as_deref(), *cpus, *mem_mb),
+                            continuation: None,
+                            continues: None,
                         };
                         submit::submit(ctx, &req).await.map(drop)
                     }

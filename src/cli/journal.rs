@@ -388,6 +388,7 @@ pub fn run_inspect(
             r.stdout,
             r.stderr
         );
+        print_chain(&r.chain);
         crate::outln!("coordinator journal:");
         for e in &r.timeline {
             print_entry(e);
@@ -406,6 +407,33 @@ pub fn run_inspect(
         }
     })?;
     Ok(exit::OK)
+}
+
+/// A worker's lineage, one line per generation.
+fn print_chain(chain: &[crate::ops::inspect::Link]) {
+    for l in chain {
+        crate::outln!(
+            "generation {}: submission {}{}{}{}",
+            l.generation,
+            l.submission_id,
+            l.job_id.map_or(String::new(), |j| format!(", job {j}")),
+            l.state
+                .as_deref()
+                .map_or(String::new(), |s| format!(", {s}")),
+            l.continued_after
+                .as_deref()
+                .map_or(String::new(), |c| format!(
+                    ", continued after {c} ({}) from {}{}",
+                    l.proof.as_deref().unwrap_or(""),
+                    l.resumed_from.as_deref().unwrap_or("?"),
+                    if l.from_crash_class {
+                        ", a crash-class state"
+                    } else {
+                        ""
+                    }
+                )),
+        );
+    }
 }
 
 /// One event of `inspect`'s timelines as a readable line.

@@ -135,6 +135,47 @@ pub struct SubmitExtras {
     pub append_only_glob: Option<String>,
 }
 
+/// Continuation of a worker past the end of its job or allocation (`pool submit` and `submit`
+/// alike).
+#[derive(Debug, Args)]
+pub struct ContinueArgs {
+    /// When the worker's run is proven over by a cause `--continue-on` names, with its state
+    /// checkpointed (it created $DISPATCH_CHECKPOINT and exited 0) and published,
+    /// `dispatch reconcile` starts a successor from that publication, at most N times in all
+    #[arg(long = "continue", value_name = "N", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub continues: u32,
+    /// The causes a continuation is for, comma-separated (default: all): `time-limit` (Slurm's
+    /// TIMEOUT, or the early-shutdown deadline the supervisor signalled), `preempted` (Slurm's
+    /// PREEMPTED), `node-failure` (Slurm's NODE_FAIL, or a node the pool lost), `lost` (the job
+    /// or allocation ended otherwise while the worker ran: CANCELLED by another, BOOT_FAIL,
+    /// DEADLINE, the pool's allocation over), `checkpoint` (the payload declared a checkpoint
+    /// and exited 0 on its own: it asks for more)
+    #[arg(long, value_name = "CAUSE[,CAUSE]", value_parser = parse_causes, requires = "continues")]
+    pub continue_on: Option<String>,
+    /// Continue from a crash-class state too (the payload was killed, or its state is not
+    /// known to be whole); the successor's receipt says so
+    #[arg(long, requires = "continues")]
+    pub continue_crashed: bool,
+}
+
+fn parse_causes(s: &str) -> Result<String, String> {
+    crate::policy::continuation::parse_causes(Some(s)).map(|_| s.to_owned())
+}
+
+impl ContinueArgs {
+    /// What the receipt records, if continuation is asked.
+    pub fn ask(&self) -> Option<crate::ops::spec::ContinueAsk> {
+        let causes = crate::policy::continuation::parse_causes(self.continue_on.as_deref())
+            .expect("checked by clap");
+        (self.continues > 0).then_some(crate::ops::spec::ContinueAsk {
+            continues: self.continues,
+            causes,
+            crashed: self.continue_crashed,
+        })
+    }
+}
+
 /// A Slurm node name: letters, digits, `.`, `_`, `-` (one node, not a host list).
 fn parse_node(s: &str) -> Result<String, String> {
     let ok = !s.is_empty()
@@ -220,6 +261,8 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "N", default_value_t = 0,
           value_parser = clap::value_parser!(u32).range(0..=16))]
     pub resubmit_on_node_failure: u32,
+    #[command(flatten)]
+    pub continuation: ContinueArgs,
     /// Seconds between SIGTERM and SIGKILL when the worker must stop early
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=300))]
     pub grace: u32,
@@ -416,6 +459,7 @@ async fn run_submit_command<S: Scheduler>(
         gpus,
         node,
         resubmit_on_node_failure,
+        continuation,
         grace,
         assets,
         wait,
@@ -428,6 +472,8 @@ async fn run_submit_command<S: Scheduler>(
         node: node.clone(),
         resubmits: *resubmit_on_node_failure,
         replaces: None,
+        continuation: continuation.ask(),
+        continues: None,
     };
     if *dry_run {
         run_pool_submit_dry_run(ctx, &req, wait.is_some(), json).await

@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::exit::{self, Failure};
 use super::output::emit;
-use super::pool::{parse_time, SubmitExtras, WorkerArgs};
+use super::pool::{parse_time, ContinueArgs, SubmitExtras, WorkerArgs};
 use crate::ops::context::Ctx;
 use crate::slurm::Scheduler;
 
@@ -26,6 +26,8 @@ pub struct SubmitArgs {
     pub worker: WorkerArgs,
     #[command(flatten)]
     pub assets: SubmitExtras,
+    #[command(flatten)]
+    pub continuation: ContinueArgs,
     /// Check everything a submit checks, ask `sbatch --test-only` where and when the job would
     /// start, and say so; submit nothing, journal nothing
     #[arg(long)]
@@ -54,6 +56,8 @@ pub async fn run<S: Scheduler>(
         target,
         time: args.time,
         spec: args.worker.spec(args.grace, &args.assets),
+        continuation: args.continuation.ask(),
+        continues: None,
     };
     if args.dry_run {
         let plan = crate::ops::submit::submit_dry_run(ctx, &req).await?;

@@ -61,3 +61,27 @@ pub struct JobTerminal {
     pub submission_id: Uuid,
     pub proof: String,
 }
+
+/// Everything `dispatch submit` was asked beyond its `JobSubmitIntent`, for a worker that
+/// asked to be continued (`ContinuationAsked`), written in the commit of that intent: the
+/// request again, so `reconcile` can submit its successor without the configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRequest {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
+    pub submission_id: Uuid,
+    pub job_name_prefix: String,
+    pub target: Option<String>,
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    pub qos: Option<String>,
+    pub time_s: u64,
+    pub command: Vec<String>,
+    pub publication_timeout_s: u32,
+    pub native_state_s: u32,
+    pub cleanup_s: u32,
+    pub grace_s: u32,
+    pub source: Option<String>,
+    pub image: Option<String>,
+    pub append_only_glob: Option<String>,
+    pub trial: Option<String>,
+}

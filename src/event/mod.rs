@@ -450,6 +450,10 @@ vocabulary! {
         190 => WorkerRequest(pool::WorkerRequest);
         191 => WorkerResubmitted(pool::WorkerResubmitted);
         192 => WorkerResubmitRefused(pool::WorkerResubmitRefused);
+        193 => WorkerContinued(pool::WorkerContinued);
+        194 => ContinuationRefused(pool::ContinuationRefused);
+        195 => ContinuationAsked(pool::ContinuationAsked);
+        196 => JobRequest(jobs::JobRequest);
         200 => SessionLaunchIntent(session::SessionLaunchIntent), must_understand;
         201 => SessionJobSubmitted(session::SessionJobSubmitted), must_understand;
         202 => SessionSubmitFailed(session::SessionSubmitFailed), must_understand;

@@ -348,3 +348,45 @@ pub struct AllocationMarked {
     pub ok: bool,
     pub reason: String,
 }
+
+/// What a worker asked of its continuation (`--continue N`, `--continue-on`,
+/// `--continue-crashed`), written in the commit of its intent (`WorkerSubmitIntent` with its
+/// `WorkerRequest`, or `JobSubmitIntent` with its `JobRequest`): how many more generations may
+/// follow it, for which causes, and whether from a crash-class state too.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContinuationAsked {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
+    pub submission_id: Uuid,
+    pub continues_left: u32,
+    /// `time-limit`, `preempted`, `node-failure`, `lost`, `checkpoint`.
+    pub causes: Vec<String>,
+    pub crashed: bool,
+}
+
+/// A worker continues its predecessor, written in the commit of the new one's intent
+/// (`submission_id`): the predecessor is proven over, and this is why and from what.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerContinued {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
+    pub submission_id: Uuid,
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
+    pub predecessor: Uuid,
+    /// The new worker's generation: its predecessor's plus one (a first run is 1).
+    pub generation: u32,
+    /// `time-limit`, `preempted`, `node-failure`, `lost` or `checkpoint`.
+    pub cause: String,
+    /// The words that prove the cause (Slurm's, or the predecessor's journal's).
+    pub proof: String,
+    pub published_dir: Option<String>,
+    pub manifest_sha256: Option<Sha256Digest>,
+    /// It resumes from a `crash_class_partial` state (`--continue-crashed`).
+    pub from_crash_class: bool,
+}
+
+/// The predecessor is not continued (`reason`); it is not tried again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContinuationRefused {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
+    pub predecessor: Uuid,
+    pub reason: String,
+}

@@ -33,6 +33,10 @@ pub struct InspectReport {
     pub exit_signal: Option<i32>,
     pub timeline: Vec<Entry>,
     pub last_event: Option<Entry>,
+    /// Its lineage, when it continued another worker or was continued (`--continue N`): every
+    /// generation, first first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<Link>,
     pub worker_journal: Option<WorkerJournal>,
     /// Why its launch failed, as its last `WorkerLaunchFailed` says (for a launch Slurm
     /// refused, srun's own words); null when none was recorded.
@@ -40,6 +44,22 @@ pub struct InspectReport {
     /// Its output files (`dispatch logs` prints them).
     pub stdout: String,
     pub stderr: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Link {
+    pub generation: u32,
+    pub submission_id: String,
+    /// Its Slurm job (`dispatch submit`), when the state still holds it.
+    pub job_id: Option<crate::slurm::JobId>,
+    /// The worker's state now, when the state still holds it.
+    pub state: Option<String>,
+    /// What ended the generation before it and made this one (`WorkerContinued`).
+    pub continued_after: Option<String>,
+    pub proof: Option<String>,
+    /// The publication it resumed from, and whether from a crash-class state.
+    pub resumed_from: Option<String>,
+    pub from_crash_class: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -223,6 +243,7 @@ pub(crate) fn inspect_in(
         outcome,
         exit_code,
         exit_signal,
+        chain: chain(state, found.submission_id),
         stdout: logs.stdout,
         stderr: logs.stderr,
         worker: found.worker,
@@ -234,6 +255,35 @@ pub(crate) fn inspect_in(
         worker_journal,
         launch_failure,
     })
+}
+
+/// The generations of `id`'s lineage; empty when it is alone.
+fn chain(state: &State, id: uuid::Uuid) -> Vec<Link> {
+    let links = state.jobs.continuations.chain(id);
+    if links.len() < 2 {
+        return Vec::new();
+    }
+    links
+        .into_iter()
+        .map(|(sid, made)| {
+            let job = state
+                .jobs
+                .active
+                .get(&sid)
+                .or_else(|| state.jobs.finished.iter().find(|j| j.submission_id == sid));
+            let c = made.map(|g| &g.continued);
+            Link {
+                generation: c.map_or(1, |c| c.generation),
+                submission_id: sid.to_string(),
+                job_id: job.and_then(|j| j.job_id),
+                state: job.map(|j| j.state.as_str().to_owned()),
+                continued_after: c.map(|c| c.cause.clone()),
+                proof: c.map(|c| c.proof.clone()),
+                resumed_from: c.and_then(|c| c.published_dir.clone()),
+                from_crash_class: c.is_some_and(|c| c.from_crash_class),
+            }
+        })
+        .collect()
 }
 
 /// The worker's own journal up to its first damage, with the damage described; with `until`,

@@ -5,6 +5,7 @@ pub mod asset;
 pub mod asset_files;
 pub mod audit;
 pub mod context;
+pub mod continuation;
 pub mod doctor;
 pub mod error;
 pub mod facts;

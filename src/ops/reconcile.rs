@@ -25,6 +25,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::context::{append_if, micros_to_local, Ctx};
+use super::continuation::{continue_due, Scope};
 use super::error::OpError;
 use super::pool::{
     active_worker, locked, process_alive, reconcile_creation, release_proven, srun_refused_launch,
@@ -70,6 +71,10 @@ pub struct ReconcileReport {
     /// Workers a node failure ended, submitted again (`--resubmit-on-node-failure`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub resubmitted: Vec<crate::ops::pool::Resubmission>,
+    /// Workers proven over that asked to be continued (`--continue N`): continued, refused,
+    /// or waiting (for room, or for their pool).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub continued: Vec<crate::ops::continuation::Continuation>,
 }
 
 /// A watermark job made (its id) or tried (why there is none).
@@ -162,6 +167,10 @@ pub async fn reconcile<S: Scheduler>(
     let mut report = ReconcileReport::default();
     super::watermark::sweep(ctx, state, ctx.now()).await?;
     reconcile_jobs(ctx, state, &mut report).await?;
+    // Only a job worker that asked can be continued here; pool workers after their pools.
+    if !state.jobs.continuations.asked.is_empty() {
+        report.continued = continue_due(ctx, Scope::Jobs).await?;
+    }
     for c in state.pools.creations.values() {
         if only_pool.is_none_or(|n| c.intent.pool == n) {
             report.creations.push(reconcile_creation(ctx, c).await);
@@ -170,12 +179,18 @@ pub async fn reconcile<S: Scheduler>(
     // A creation attached just now is a pool this run does not list: the next one does.
     if !pools.is_empty() {
         reconcile_pools(ctx, &pools, &mut report).await?;
-        // Only a worker that asked for it can become due: otherwise no second look at the
-        // journal on reconcile's path.
-        if !state.pools.requests.is_empty() {
-            report.resubmitted = crate::ops::pool::resubmit_due(ctx, only_pool).await?;
-        }
         ctx.snapshot_quietly();
+    }
+    // After the pools' proofs, before their resubmissions (which wait for this decision); a
+    // continuation waiting for a pool that is gone is still listed.
+    if !state.jobs.continuations.asked.is_empty() {
+        let pools = continue_due(ctx, Scope::Pools(only_pool)).await?;
+        report.continued.extend(pools);
+    }
+    // Only a worker that asked for it can become due: otherwise no second look at the
+    // journal on reconcile's path.
+    if !pools.is_empty() && !state.pools.requests.is_empty() {
+        report.resubmitted = crate::ops::pool::resubmit_due(ctx, only_pool).await?;
     }
     report.slurm_calls = ctx.sched.call_counts().since(&calls_before).total();
     Ok(report)

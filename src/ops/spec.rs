@@ -50,6 +50,59 @@ impl WorkerSpec {
     }
 }
 
+/// A continuation asked for (`--continue N`, `--continue-on`, `--continue-crashed`).
+#[derive(Clone, Debug)]
+pub struct ContinueAsk {
+    pub continues: u32,
+    pub causes: Vec<crate::policy::continuation::Cause>,
+    pub crashed: bool,
+}
+
+impl ContinueAsk {
+    /// Its record in the receipt of `submission_id`.
+    pub fn asked(&self, submission_id: Uuid) -> Event {
+        Event::ContinuationAsked(crate::event::pool::ContinuationAsked {
+            submission_id,
+            continues_left: self.continues,
+            causes: self.causes.iter().map(|c| c.as_str().to_owned()).collect(),
+            crashed: self.crashed,
+        })
+    }
+
+    /// What the successor asks: one continuation fewer, or none.
+    pub fn next(&self) -> Option<ContinueAsk> {
+        (self.continues > 1).then(|| ContinueAsk {
+            continues: self.continues - 1,
+            ..self.clone()
+        })
+    }
+}
+
+/// A successor's link to its predecessor: its receipt's `WorkerContinued` and what its
+/// supervisor resumes from.
+#[derive(Clone, Debug)]
+pub struct Continues {
+    pub continued: crate::event::pool::WorkerContinued,
+    pub resume: crate::worker::supervisor::Resume,
+}
+
+/// What a receipt records of a continuation: the predecessor it continues
+/// (`WorkerContinued`) and the continuation it asks for itself (`ContinuationAsked`).
+pub fn continuation_events(
+    continues: Option<&Continues>,
+    ask: Option<&ContinueAsk>,
+    submission_id: Uuid,
+) -> Vec<Event> {
+    let continued = continues.map(|c| {
+        Event::WorkerContinued(crate::event::pool::WorkerContinued {
+            submission_id,
+            ..c.continued.clone()
+        })
+    });
+    let asked = ask.map(|a| a.asked(submission_id));
+    continued.into_iter().chain(asked).collect()
+}
+
 /// What a submission carries beyond its intent, checked against the journal under its lock.
 pub struct Bound {
     /// The source and image assets, in that order.

@@ -21,9 +21,10 @@ use super::context::{
     request_grace, Ctx, STOP_PROOF_TIMEOUT, STOP_WRAP_UP,
 };
 use super::error::OpError;
-use super::spec::{Bound, WorkerSpec};
+use super::spec::{Bound, ContinueAsk, Continues, WorkerSpec};
 use crate::config::Target;
 use crate::event::jobs::*;
+use crate::event::pool::WorkerContinued;
 use crate::event::Event;
 use crate::failpoint;
 use crate::next::Next::{self, Reconcile};
@@ -48,6 +49,10 @@ pub struct JobSubmitRequest {
     pub target: Option<Target>,
     pub time: SlurmDuration,
     pub spec: WorkerSpec,
+    /// A continuation asked for (`--continue N`).
+    pub continuation: Option<ContinueAsk>,
+    /// The predecessor this submission continues (by `reconcile`).
+    pub continues: Option<Continues>,
 }
 
 #[derive(Debug, Serialize)]
@@ -136,6 +141,9 @@ pub async fn submit<S: Scheduler>(
     // Decide and write the receipt under the lock; sbatch runs without it (it can take its
     // whole timeout), and the outcome is appended under the lock again.
     let (bound, dirs) = locked(ctx, |writer, state| {
+        if let Some(c) = &req.continues {
+            still_waiting(state, &c.continued, worker)?;
+        }
         let (bound, dirs) = plan(ctx, req, state, &checked)?;
         // The durable receipt, with the assets the worker uses in the same commit.
         writer.append(receipt(ctx, req, &bound, &checked))?;
@@ -251,7 +259,7 @@ fn batch_for<S: Scheduler>(
             budgets,
             append_only_glob: spec.append_only_glob.as_deref(),
             assets: &bound.assets,
-            resume: None,
+            resume: req.continues.as_ref().map(|c| &c.resume),
         },
         &spec.command,
     );
@@ -290,7 +298,57 @@ fn receipt<S: Scheduler>(
         sbatch_limit_s: u32::try_from(ctx.sched.longest_call().as_secs_f64().ceil() as u64)
             .unwrap_or(u32::MAX),
     }));
+    let (continues, ask) = (req.continues.as_ref(), req.continuation.as_ref());
+    receipt.extend(super::spec::continuation_events(
+        continues,
+        ask,
+        submission_id,
+    ));
+    if ask.is_some() {
+        receipt.push(Event::JobRequest(job_request(req, checked)));
+    }
     receipt
+}
+
+/// A continuation is made once: another `reconcile` may have made it, or refused it,
+/// meanwhile (then the predecessor no longer waits).
+pub(crate) fn still_waiting(
+    state: &crate::state::State,
+    continued: &WorkerContinued,
+    worker: &str,
+) -> Result<(), OpError> {
+    let waiting = state.jobs.continuations.asked.get(&continued.predecessor);
+    if waiting.is_none_or(|c| c.ended.is_none()) {
+        return Err(OpError::Failed(format!(
+            "worker {worker} (submission {}) was continued or refused by another command \
+             meanwhile; nothing was submitted",
+            continued.predecessor
+        )));
+    }
+    Ok(())
+}
+
+/// The request again, for the successor `reconcile` submits.
+fn job_request(req: &JobSubmitRequest, checked: &Checked) -> JobRequest {
+    let (spec, budgets, target) = (&req.spec, &req.spec.budgets, req.target.as_ref());
+    JobRequest {
+        submission_id: checked.submission_id,
+        job_name_prefix: req.job_name_prefix.clone(),
+        target: req.target_name.clone(),
+        partition: target.map(|t| t.partition.clone()),
+        account: target.map(|t| t.account.clone()),
+        qos: target.and_then(|t| t.qos.clone()),
+        time_s: checked.time_s,
+        command: spec.command.clone(),
+        publication_timeout_s: budgets.publication_timeout_s,
+        native_state_s: budgets.native_state_s,
+        cleanup_s: budgets.cleanup_s,
+        grace_s: budgets.grace_s,
+        source: spec.source.clone(),
+        image: spec.image.clone(),
+        append_only_glob: spec.append_only_glob.clone(),
+        trial: spec.trial.clone(),
+    }
 }
 
 /// The worker's directories and its batch script (`exec "$@"`), written and fsynced at

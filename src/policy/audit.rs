@@ -17,6 +17,14 @@
 //! - `passed-without-evidence`: a `passed` verdict with no workers, or with a worker that had
 //!   not ended, had not completed, or had published nothing.
 //!
+//! - `continued-while-live`: a successor's receipt (`WorkerContinued`) before its predecessor's
+//!   budget was released with proof (two generations of a worker live at once);
+//! - `continued-unasked`: a continuation its predecessor did not ask for (`ContinuationAsked`:
+//!   none, no continuation left, another cause, a crash-class state not allowed), or a second
+//!   one of the same predecessor;
+//! - `generation-skipped`: a successor's generation that is not its predecessor's plus one, or
+//!   a successor asking more continuations than its predecessor had left less one.
+//!
 //! Operator decisions (`dispatch forget`) are no violation, and no proof: each is listed in
 //! `overrides`. A forgotten worker's budget counts as released by that decision.
 
@@ -75,12 +83,24 @@ pub struct Auditor {
     releasing: HashSet<String>,
     /// Per trial: the seq of its verdict, once judged.
     trials: HashMap<String, Option<u64>>,
+    /// Per submission that asked to be continued: what it asked, and its generation.
+    continuations: HashMap<Uuid, Lineage>,
     violations: Vec<Violation>,
     violation_count: u64,
     overrides: Vec<Override>,
     override_count: u64,
     merges: Vec<MergeNote>,
     events: u64,
+}
+
+/// What the audit keeps of a worker in a lineage.
+#[derive(Debug, Default)]
+struct Lineage {
+    generation: u32,
+    asked: Option<crate::event::pool::ContinuationAsked>,
+    /// Its predecessor's continuations left, when it continued one.
+    predecessor_left: Option<u32>,
+    continued: bool,
 }
 
 /// Rules a single event breaks on its own: no order of branches explains them.
@@ -302,6 +322,8 @@ impl Auditor {
                 self.overridden(env, format!("session {}", e.session), &e.reason);
             }
             Event::AllocationStolen(e) => self.allocation_stolen(env, e),
+            Event::WorkerContinued(e) => self.continued(env, e),
+            Event::ContinuationAsked(e) => self.continuation_asked(env, e),
             Event::TrialOpened(e) => self.trial_opened(env, &e.trial),
             Event::TrialWorkerJoined(e) => self.trial_joined(env, &e.trial, e.submission_id),
             Event::TrialJudged(e) => self.judged(env, e),
@@ -310,6 +332,85 @@ impl Auditor {
                 self.session_effect(env, *submission_id)
             }
             _ => {}
+        }
+    }
+
+    /// Is submission `id`'s budget released (by proof, a definite failure or an override)?
+    fn released(&self, id: &Uuid) -> bool {
+        let budget = self
+            .workers
+            .get(id)
+            .map(|(_, b)| *b)
+            .or(self.jobs.get(id).copied());
+        matches!(budget, Some(Budget::Released { .. }))
+    }
+
+    /// `continued-while-live`, `continued-unasked`, `generation-skipped`.
+    fn continued(&mut self, env: &Envelope, e: &crate::event::pool::WorkerContinued) {
+        let pred = e.predecessor;
+        if !self.released(&pred) {
+            self.flag(
+                env,
+                "continued-while-live",
+                format!(
+                    "{} continues {pred}, whose end is not proven",
+                    e.submission_id
+                ),
+            );
+        }
+        let before = self.continuations.entry(pred).or_default();
+        let (generation, asked, twice) = (
+            before.generation.max(1),
+            before.asked.clone(),
+            before.continued,
+        );
+        before.continued = true;
+        let why = match &asked {
+            _ if twice => Some("it was already continued".to_owned()),
+            None => Some("it asked for no continuation".to_owned()),
+            Some(a) if a.continues_left == 0 => Some("it had no continuation left".to_owned()),
+            Some(a) if !a.causes.contains(&e.cause) => {
+                Some(format!("it did not ask to be continued after {}", e.cause))
+            }
+            Some(a) if e.from_crash_class && !a.crashed => {
+                Some("it did not allow a crash-class state".to_owned())
+            }
+            Some(_) => None,
+        };
+        if let Some(why) = why {
+            self.flag(env, "continued-unasked", format!("{pred}: {why}"));
+        }
+        if e.generation != generation + 1 {
+            self.flag(
+                env,
+                "generation-skipped",
+                format!(
+                    "{} is generation {}, after generation {generation}",
+                    e.submission_id, e.generation
+                ),
+            );
+        }
+        let next = self.continuations.entry(e.submission_id).or_default();
+        next.generation = e.generation;
+        next.predecessor_left = asked.map(|a| a.continues_left);
+    }
+
+    /// `generation-skipped`: a successor asks at most one continuation fewer than its
+    /// predecessor had left.
+    fn continuation_asked(&mut self, env: &Envelope, e: &crate::event::pool::ContinuationAsked) {
+        let entry = self.continuations.entry(e.submission_id).or_default();
+        entry.asked = Some(e.clone());
+        if let Some(left) = entry.predecessor_left {
+            if e.continues_left >= left {
+                self.flag(
+                    env,
+                    "generation-skipped",
+                    format!(
+                        "{} asks {} continuations; its predecessor had {left} left",
+                        e.submission_id, e.continues_left
+                    ),
+                );
+            }
         }
     }
 
@@ -588,6 +689,62 @@ mod tests {
 
     fn rules(f: &Findings) -> Vec<&'static str> {
         f.violations.iter().map(|v| v.rule).collect()
+    }
+
+    fn asked(id: u128, left: u32) -> Event {
+        Event::ContinuationAsked(ContinuationAsked {
+            submission_id: Uuid::from_u128(id),
+            continues_left: left,
+            causes: vec!["time-limit".into()],
+            crashed: false,
+        })
+    }
+
+    fn continued(id: u128, predecessor: u128, generation: u32, cause: &str) -> Event {
+        Event::WorkerContinued(WorkerContinued {
+            submission_id: Uuid::from_u128(id),
+            predecessor: Uuid::from_u128(predecessor),
+            generation,
+            cause: cause.into(),
+            proof: "squeue shows job 7 TIMEOUT".into(),
+            published_dir: None,
+            manifest_sha256: None,
+            from_crash_class: false,
+        })
+    }
+
+    #[test]
+    fn a_lineage_is_one_generation_at_a_time_each_asked_for() {
+        let good = run(vec![
+            attach(),
+            intent(1),
+            asked(1, 2),
+            terminal(1, "squeue shows job 1 TIMEOUT"),
+            intent(2),
+            continued(2, 1, 2, "time-limit"),
+            asked(2, 1),
+        ]);
+        assert_eq!(rules(&good), Vec::<&str>::new());
+        let bad = run(vec![
+            attach(),
+            intent(1),
+            asked(1, 1),
+            intent(2),
+            continued(2, 1, 2, "time-limit"),
+            asked(2, 1),
+            terminal(1, "gone"),
+            intent(3),
+            continued(3, 1, 3, "preempted"),
+        ]);
+        assert_eq!(
+            rules(&bad),
+            [
+                "continued-while-live",
+                "generation-skipped",
+                "continued-unasked",
+                "generation-skipped",
+            ]
+        );
     }
 
     #[test]

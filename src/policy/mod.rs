@@ -2,6 +2,7 @@
 
 pub mod asset;
 pub mod audit;
+pub mod continuation;
 pub mod doctor;
 pub mod forget;
 pub mod holder;

@@ -72,6 +72,14 @@ impl JobWorker {
 pub struct Jobs {
     pub active: BTreeMap<Uuid, JobWorker>,
     pub finished: VecDeque<JobWorker>,
+    /// Every worker that asked to be continued, pool workers too, and the lineage: here, as
+    /// the last field of a struct without optional fields, because a snapshot is MessagePack
+    /// arrays (a field after `State`'s optional last one could not be told apart from it).
+    #[serde(
+        default,
+        skip_serializing_if = "super::continuation::Continuations::is_empty"
+    )]
+    pub continuations: super::continuation::Continuations,
 }
 
 impl Jobs {

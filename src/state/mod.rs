@@ -30,6 +30,7 @@ macro_rules! state_words {
 }
 
 pub mod asset;
+pub mod continuation;
 pub mod jobs;
 pub mod pool;
 pub mod replay;
@@ -147,6 +148,8 @@ impl State {
 
     /// Which reducer each event goes to: one arm per kind, so that a new kind cannot be
     /// forgotten (the match is exhaustive).
+    // long: one arm per kind (or one arm per family of kinds), exhaustive, so that a new kind
+    // cannot be forgotten; splitting it would hide a kind behind a wildcard.
     fn fold_event(&mut self, env: &Envelope) -> Result<(), ReduceError> {
         match &env.event {
             Event::Genesis(g) => self.genesis(g),
@@ -169,7 +172,7 @@ impl State {
             Event::PoolCreateShape(e) => self.pools.create_shape(e),
             Event::PoolNodeLost(e) => self.pools.node_lost(e),
             Event::WorkerLaunched(e) => self.pools.launched(e, &env.actor.host),
-            Event::PoolAllocationEnded(e) => self.pools.allocation_ended(e),
+            Event::PoolAllocationEnded(e) => self.allocation_ended(e),
             // Marks live in Slurm; PoolAttached binds the pool; a steal is for the audit.
             Event::WatermarkIntent(e) => self.watermarks.intent(env.time, e),
             Event::WatermarkMade(e) => self.watermarks.made(e),
@@ -180,11 +183,11 @@ impl State {
             | Event::AllocationStolen(_) => {}
             // Audit records: the worker's budget is settled by its own terminal event.
             Event::WorkerCleanupIntent(_) | Event::WorkerCleanedUp(_) => {}
-            Event::WorkerLaunchFailed(e) => self.pools.launch_failed(e),
+            Event::WorkerLaunchFailed(e) => self.worker_launch_failed(e),
             Event::WorkerStepObserved(e) => self.pools.step_observed(e),
-            Event::WorkerStopIntent(e) => self.pools.stop_intent(e),
+            Event::WorkerStopIntent(e) => self.worker_stop_intent(e),
             Event::WorkerExited(e) => self.pools.exited(e),
-            Event::WorkerTerminal(e) => self.pools.terminal(e),
+            Event::WorkerTerminal(e) => self.worker_terminal(e),
             Event::SessionLaunchIntent(e) => self.sessions.launch_intent(env.time, e),
             Event::SessionJobSubmitted(e) => self.sessions.job_submitted(env.time, e),
             Event::SessionSubmitFailed(e) => self.sessions.submit_failed(e),
@@ -197,12 +200,16 @@ impl State {
             Event::SessionCleared(e) => self.sessions.cleared(e),
             // Journaled for the audit; the job kept is bound by SessionJobSubmitted/Adopted.
             Event::SessionHoldDecided(_) | Event::SessionHoldSettled(_) => {}
-            Event::JobSubmitIntent(e) => self.jobs.intent(env.time, e),
-            Event::JobSubmitted(e) => self.jobs.submitted(e),
-            Event::JobSubmitFailed(e) => self.jobs.failed(e),
-            Event::JobTerminal(e) => self.jobs.terminal(e),
-            Event::JobStopIntent(e) => self.jobs.stop_intent(e),
-            Event::JobNamed(e) => self.jobs.named(e),
+            Event::JobSubmitIntent(_)
+            | Event::JobSubmitted(_)
+            | Event::JobSubmitFailed(_)
+            | Event::JobTerminal(_)
+            | Event::JobStopIntent(_)
+            | Event::JobNamed(_)
+            | Event::WorkerContinued(_)
+            | Event::ContinuationRefused(_)
+            | Event::ContinuationAsked(_)
+            | Event::JobRequest(_) => self.jobs_event(env),
             Event::AssetAddIntent(e) => self.assets.intent(env.time, e),
             Event::AssetAdded(e) => self.assets.added(e),
             Event::AssetAddFailed(e) => self.assets.failed(e),
@@ -234,6 +241,112 @@ impl State {
         self.recoveries.push_back(r.clone());
     }
 
+    /// `dispatch submit`'s workers, and the continuations of every worker.
+    fn jobs_event(&mut self, env: &Envelope) {
+        let c = &mut self.jobs.continuations;
+        match &env.event {
+            Event::JobSubmitIntent(e) => self.jobs.intent(env.time, e),
+            Event::JobSubmitted(e) => self.jobs.submitted(e),
+            Event::JobSubmitFailed(e) => {
+                if e.definite {
+                    c.dropped(&e.submission_id);
+                }
+                self.jobs.failed(e)
+            }
+            Event::JobTerminal(e) => {
+                c.ended(&e.submission_id, &e.proof, None);
+                self.jobs.terminal(e)
+            }
+            Event::JobStopIntent(e) => {
+                c.stopped(&e.submission_id);
+                self.jobs.stop_intent(e)
+            }
+            Event::JobNamed(e) => self.jobs.named(e),
+            Event::WorkerContinued(e) => {
+                // One successor: a resubmission it would also have been is settled by it.
+                self.pools.requests.remove(&e.predecessor);
+                c.continued(env.time, e)
+            }
+            Event::ContinuationRefused(e) => c.refused(e),
+            Event::ContinuationAsked(e) => self.continuation_asked(e),
+            Event::JobRequest(e) => c.job_request(e),
+            _ => {}
+        }
+    }
+
+    /// Nothing of a worker whose launch definitely failed ran: it is not continued.
+    fn worker_launch_failed(&mut self, e: &crate::event::pool::WorkerLaunchFailed) {
+        if e.definite {
+            self.jobs.continuations.dropped(&e.submission_id);
+        }
+        self.pools.launch_failed(e)
+    }
+
+    /// Kept with who the worker is (its intent, earlier in the same commit) and, for a pool
+    /// worker, its `WorkerRequest`.
+    fn continuation_asked(&mut self, e: &crate::event::pool::ContinuationAsked) {
+        use continuation::Submitted;
+        let id = &e.submission_id;
+        let pool_worker = self.pools.by_submission.get(id).and_then(|p| {
+            let w = self.pools.pools.get(p)?.active.get(id)?;
+            Some(Submitted {
+                worker: w.name.clone(),
+                pool: Some(p.clone()),
+                cpus: w.cpus,
+                mem_mb: w.mem_mb,
+            })
+        });
+        let who = pool_worker.or_else(|| {
+            self.jobs.active.get(id).map(|j| Submitted {
+                worker: j.worker.clone(),
+                pool: None,
+                cpus: j.cpus,
+                mem_mb: j.mem_mb,
+            })
+        });
+        let request = self.pools.requests.get(id).map(|r| r.request.clone());
+        self.jobs.continuations.ask(e, who, request);
+    }
+
+    /// A stop a user asked for; a pool's release stops its workers too, and those stay due
+    /// for the pool's next allocation.
+    fn worker_stop_intent(&mut self, e: &crate::event::pool::WorkerStopIntent) {
+        let releasing = self
+            .pools
+            .by_submission
+            .get(&e.submission_id)
+            .and_then(|p| self.pools.pools.get(p))
+            .is_some_and(|p| p.releasing);
+        if !releasing {
+            self.jobs.continuations.stopped(&e.submission_id);
+        }
+        self.pools.stop_intent(e);
+    }
+
+    /// The proof, and whether the worker's node was recorded lost when it came.
+    fn worker_terminal(&mut self, e: &crate::event::pool::WorkerTerminal) {
+        let id = &e.submission_id;
+        let node_lost = self.pools.by_submission.get(id).and_then(|p| {
+            let pool = self.pools.pools.get(p)?;
+            let node = pool.node_of(pool.active.get(id)?);
+            pool.spread.as_ref()?.lost.get(node).cloned()
+        });
+        self.jobs.continuations.ended(id, &e.proof, node_lost);
+        self.pools.terminal(e);
+    }
+
+    fn allocation_ended(&mut self, e: &crate::event::pool::PoolAllocationEnded) {
+        let current = self
+            .pools
+            .pools
+            .get(&e.pool)
+            .is_some_and(|p| p.allocation.job_id == e.job_id);
+        if current {
+            self.jobs.continuations.allocation_ended(&e.pool, &e.proof);
+        }
+        self.pools.allocation_ended(e);
+    }
+
     /// One submission id is either a pool worker's or a job's; the other ignores it.
     fn assets_bound(&mut self, e: &crate::event::asset::WorkerAssetsBound) {
         self.pools.assets_bound(e);
@@ -250,6 +363,7 @@ impl State {
     /// One submission id is either a pool worker's or a job's; the other ignores it, and so
     /// do trials it never joined.
     fn worker_forgotten(&mut self, submission_id: &Uuid) {
+        self.jobs.continuations.dropped(submission_id);
         self.pools.forgotten(submission_id);
         self.jobs.forgotten(submission_id);
         self.trials.forgotten(submission_id);

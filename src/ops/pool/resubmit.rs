@@ -71,6 +71,8 @@ fn replacement(replaces: Uuid, due: &Resubmittable) -> SubmitRequest {
         node: None,
         resubmits: r.resubmits_left.saturating_sub(1),
         replaces: Some(replaces),
+        continuation: None,
+        continues: None,
     }
 }
 
@@ -84,7 +86,12 @@ pub(crate) async fn resubmit_due<S: Scheduler>(
         .pools
         .requests
         .iter()
-        .filter(|(_, r)| r.due.is_some() && only_pool.is_none_or(|p| r.pool == p))
+        // A worker that asked to be continued waits for that decision first (one successor).
+        .filter(|(id, r)| {
+            r.due.is_some()
+                && only_pool.is_none_or(|p| r.pool == p)
+                && !state.jobs.continuations.asked.contains_key(id)
+        })
         .map(|(id, r)| (*id, r.clone()))
         .collect();
     let mut done = Vec::with_capacity(due.len());

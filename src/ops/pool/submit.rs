@@ -51,13 +51,17 @@ pub struct SubmitRequest {
     pub resubmits: u32,
     /// The worker a node failure ended, that this submission replaces (by `reconcile`).
     pub replaces: Option<Uuid>,
+    /// A continuation asked for (`--continue N`).
+    pub continuation: Option<crate::ops::spec::ContinueAsk>,
+    /// The predecessor this submission continues (by `reconcile`).
+    pub continues: Option<crate::ops::spec::Continues>,
 }
 
 impl SubmitRequest {
     /// What the receipt keeps of the request for a resubmission, if any is asked for.
     fn kept(&self, submission_id: Uuid) -> Option<WorkerRequest> {
         let (spec, budgets) = (&self.spec, &self.spec.budgets);
-        (self.resubmits > 0).then(|| WorkerRequest {
+        (self.resubmits > 0 || self.continuation.is_some()).then(|| WorkerRequest {
             submission_id,
             resubmits_left: self.resubmits,
             command: spec.command.clone(),
@@ -360,6 +364,9 @@ fn append_receipt<S: Scheduler>(
                     Next::PoolStatus(None)
                 ))
             })?;
+        if let Some(c) = &req.continues {
+            crate::ops::submit::still_waiting(state, &c.continued, &plan.worker)?;
+        }
         // A resubmission is made once: another `reconcile` may have made it meanwhile.
         if let Some(replaces) = req.replaces {
             let requests = &state.pools.requests;
@@ -389,6 +396,11 @@ fn append_receipt<S: Scheduler>(
                 replaces,
             }));
         }
+        receipt.extend(crate::ops::spec::continuation_events(
+            req.continues.as_ref(),
+            req.continuation.as_ref(),
+            submission_id,
+        ));
         writer.append(receipt)?;
         Ok((bound, node))
     })
@@ -476,7 +488,7 @@ fn step_request<S: Scheduler>(
             budgets: spec.budgets,
             append_only_glob: spec.append_only_glob.as_deref(),
             assets: &bound.assets,
-            resume: None,
+            resume: req.continues.as_ref().map(|c| &c.resume),
         },
         &spec.command,
     );

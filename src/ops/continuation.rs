@@ -1,0 +1,391 @@
+//! Workers continued past the end of their job or allocation (`--continue N`): `reconcile`
+//! runs [`continue_due`] after it has recorded what it proved, before `resubmit_due` (the
+//! resubmission after a node failure, which a worker that asked to be continued waits for).
+//!
+//! For each worker that asked and is proven over (`state::continuation`), the facts of its
+//! end are gathered (its terminal proof, its pool's lost node or ended allocation, and its own
+//! journal: the deadline's SIGTERM, a declared checkpoint, its state class, its publication)
+//! and `policy::continuation::decide` says whether it is continued. A refusal is recorded
+//! (`ContinuationRefused`) and not decided again. A continuation is an ordinary submission of
+//! the same request (`dispatch submit`'s new job; `pool submit`'s, in the same pool) whose
+//! receipt names its predecessor (`WorkerContinued`, which settles it, so a crash after it
+//! never submits twice; a crash before it leaves it waiting for the next `reconcile`), and
+//! whose supervisor resumes from the predecessor's publication and native state. A pool
+//! without room, being released, or gone leaves it waiting, with why: never dropped.
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::context::{append_if, Ctx};
+use super::error::OpError;
+use super::spec::{ContinueAsk, Continues, WorkerSpec};
+use crate::event::jobs::JobRequest;
+use crate::event::pool::{ContinuationRefused, WorkerContinued, WorkerRequest};
+use crate::event::{Event, Sha256Digest};
+use crate::failpoint;
+use crate::policy::continuation::{self as policy, Asked, Cause, Decision, Ended};
+use crate::policy::node::StateClass;
+use crate::policy::pool::Budgets;
+use crate::slurm::{MemoryMb, Scheduler, SlurmDuration};
+use crate::state::continuation::{Continuable, Request};
+use crate::state::State;
+use crate::worker::dirs::WorkerDirs;
+use crate::worker::report::{self, Publication};
+use crate::worker::supervisor::Resume;
+
+/// What became of one worker that waited for its continuation.
+#[derive(Debug, Serialize)]
+pub struct Continuation {
+    pub pool: Option<String>,
+    pub worker: String,
+    pub predecessor: String,
+    /// The successor's generation, when one is decided.
+    pub generation: Option<u32>,
+    /// The successor, once its receipt is written.
+    pub submission_id: Option<String>,
+    pub outcome: ContinueOutcome,
+    /// Why.
+    pub detail: String,
+}
+
+crate::words! {
+    pub enum ContinueOutcome {
+        Continued => "continued",
+        /// Not continued, recorded, not decided again.
+        Refused => "refused",
+        /// Due, and waiting for room (or for its pool): tried again by the next `reconcile`.
+        Waiting => "waiting",
+        /// Tried again by the next `reconcile`.
+        Unknown => "unknown",
+    }
+}
+
+/// Whose continuations a run decides.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Scope<'a> {
+    /// `dispatch submit`'s workers.
+    Jobs,
+    /// Pool workers: of one pool, or of every pool.
+    Pools(Option<&'a str>),
+}
+
+impl Scope<'_> {
+    fn covers(self, c: &Continuable) -> bool {
+        match (self, c.pool.as_deref()) {
+            (Scope::Jobs, pool) => pool.is_none(),
+            (Scope::Pools(only), Some(pool)) => only.is_none_or(|p| p == pool),
+            (Scope::Pools(_), None) => false,
+        }
+    }
+}
+
+/// Decide, and submit, every continuation due in `scope`, in submission-id order.
+pub(crate) async fn continue_due<S: Scheduler>(
+    ctx: &Ctx<S>,
+    scope: Scope<'_>,
+) -> Result<Vec<Continuation>, OpError> {
+    let state = ctx.read_state()?;
+    let due: Vec<(Uuid, Continuable)> = state
+        .jobs
+        .continuations
+        .ended_ones()
+        .filter(|(_, c)| scope.covers(c))
+        .map(|(id, c)| (*id, c.clone()))
+        .collect();
+    let mut done = Vec::with_capacity(due.len());
+    for (id, c) in due {
+        let ended = ended_facts(ctx, &state, id, &c);
+        let decision = policy::decide(&ended, &asked(&c));
+        let mut line = Continuation {
+            pool: c.pool.clone(),
+            worker: c.worker.clone(),
+            predecessor: id.to_string(),
+            generation: None,
+            submission_id: None,
+            outcome: ContinueOutcome::Unknown,
+            detail: String::new(),
+        };
+        match decision {
+            Decision::Refuse(reason) => {
+                refuse(ctx, id, &reason)?;
+                (line.outcome, line.detail) = (ContinueOutcome::Refused, reason);
+            }
+            Decision::Continue {
+                cause,
+                proof,
+                from_crash_class,
+            } => {
+                let continued = WorkerContinued {
+                    submission_id: Uuid::nil(),
+                    predecessor: id,
+                    generation: c.generation + 1,
+                    cause: cause.as_str().to_owned(),
+                    proof,
+                    published_dir: ended.published.as_ref().map(|p| p.0.clone()),
+                    manifest_sha256: manifest_of(&ended),
+                    from_crash_class,
+                };
+                line.generation = Some(continued.generation);
+                submit_successor(ctx, &state, &c, continued, &mut line).await?;
+            }
+        }
+        done.push(line);
+    }
+    Ok(done)
+}
+
+/// `ContinuationRefused`, unless another command settled it meanwhile.
+fn refuse<S: Scheduler>(ctx: &Ctx<S>, predecessor: Uuid, reason: &str) -> Result<(), OpError> {
+    let refused = Event::ContinuationRefused(ContinuationRefused {
+        predecessor,
+        reason: reason.to_owned(),
+    });
+    failpoint::hit("continue-before-refusal");
+    let waiting = |now: &State| {
+        now.jobs
+            .continuations
+            .asked
+            .get(&predecessor)
+            .is_some_and(|c| c.ended.is_some())
+    };
+    append_if(ctx, waiting, vec![refused])?;
+    Ok(())
+}
+
+fn asked(c: &Continuable) -> Asked {
+    Asked {
+        continues_left: c.asked.continues_left,
+        causes: c
+            .asked
+            .causes
+            .iter()
+            .filter_map(|w| Cause::parse(w))
+            .collect(),
+        crashed: c.asked.crashed,
+    }
+}
+
+fn manifest_of(e: &Ended) -> Option<Sha256Digest> {
+    let hex = &e.published.as_ref()?.1;
+    let bytes: [u8; 32] = hex::decode(hex).ok()?.try_into().ok()?;
+    Some(Sha256Digest(bytes))
+}
+
+/// What is known of the end of worker `id`: the state's record and its own journal.
+fn ended_facts<S: Scheduler>(ctx: &Ctx<S>, state: &State, id: Uuid, c: &Continuable) -> Ended {
+    let dirs = WorkerDirs::of(&ctx.state_dir, c.pool.as_deref(), id);
+    // An unreadable journal gives no facts: the decision then refuses for want of them.
+    let own = report::read(&dirs.evidence)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let published = match &own.publication {
+        Some(Publication::Published(p)) => Some((p.dir.clone(), hex::encode(p.manifest_sha256.0))),
+        _ => None,
+    };
+    let state_class = own.cleaned.as_ref().and_then(|x| class_of(&x.state_class));
+    let trial = match &c.request {
+        Some(Request::Job(r)) => r.trial.as_deref(),
+        Some(Request::Pool(r)) => r.trial.as_deref(),
+        None => None,
+    };
+    Ended {
+        terminal_proof: c.ended.clone().unwrap_or_default(),
+        node_lost: c.node_lost.clone(),
+        allocation_ended: c.allocation_ended.clone(),
+        deadline_signalled: own.signals.iter().any(|s| s.reason == "deadline"),
+        checkpoint_declared: own.checkpoint.is_some(),
+        state_class,
+        published,
+        stopped: c.stopped,
+        trial_judged: trial
+            .and_then(|t| state.trials.trials.get(t))
+            .is_some_and(|t| t.judgement.is_some()),
+    }
+}
+
+fn class_of(word: &str) -> Option<StateClass> {
+    [
+        StateClass::Sealed,
+        StateClass::CrashClassPartial,
+        StateClass::Checkpointed,
+        StateClass::Empty,
+    ]
+    .into_iter()
+    .find(|c| c.as_str() == word)
+}
+
+/// What the successor resumes from: the predecessor's publication and native state.
+fn resume_of<S: Scheduler>(ctx: &Ctx<S>, c: &Continuable, continued: &WorkerContinued) -> Resume {
+    let dirs = WorkerDirs::of(&ctx.state_dir, c.pool.as_deref(), continued.predecessor);
+    Resume {
+        from: continued.published_dir.clone().unwrap_or_default().into(),
+        state_from: dirs.state,
+        generation: continued.generation,
+    }
+}
+
+/// The successor's submission; `line` says what became of it.
+async fn submit_successor<S: Scheduler>(
+    ctx: &Ctx<S>,
+    state: &State,
+    c: &Continuable,
+    continued: WorkerContinued,
+    line: &mut Continuation,
+) -> Result<(), OpError> {
+    let continues = Continues {
+        resume: resume_of(ctx, c, &continued),
+        continued,
+    };
+    let ask = ContinueAsk {
+        continues: c.asked.continues_left,
+        causes: asked(c).causes,
+        crashed: c.asked.crashed,
+    }
+    .next();
+    failpoint::hit("continue-before-submit");
+    let submitted = match &c.request {
+        Some(Request::Job(r)) => {
+            let req = job_successor(c, r, ask, continues);
+            crate::ops::submit::submit(ctx, &req)
+                .await
+                .map(|s| s.submission_id)
+        }
+        Some(Request::Pool(r)) => {
+            if let Some(why) = pool_unready(state, c) {
+                (line.outcome, line.detail) = (ContinueOutcome::Waiting, why);
+                return Ok(());
+            }
+            let req = pool_successor(c, r, ask, continues);
+            crate::ops::pool::submit(ctx, &req)
+                .await
+                .map(|s| s.submission_id)
+        }
+        None => Err(OpError::Failed(format!(
+            "worker {}: its receipt kept no request to submit again",
+            c.worker
+        ))),
+    };
+    failpoint::hit("continue-after-submit");
+    match submitted {
+        Ok(id) => {
+            line.submission_id = Some(id);
+            (line.outcome, line.detail) = (ContinueOutcome::Continued, String::new());
+        }
+        Err(OpError::Refused(refusal)) if c.pool.is_some() => {
+            line.outcome = ContinueOutcome::Waiting;
+            line.detail = format!("continuation waiting for room: {refusal}");
+        }
+        Err(e) => (line.outcome, line.detail) = (ContinueOutcome::Unknown, e.to_string()),
+    }
+    Ok(())
+}
+
+/// Why a pool worker's continuation cannot be placed in its pool now, if it cannot.
+pub fn pool_unready(state: &State, c: &Continuable) -> Option<String> {
+    let name = c.pool.as_deref()?;
+    match state.pools.pools.get(name) {
+        None => Some(format!(
+            "continuation waiting for room: pool {name} is gone; it waits for the pool's next \
+             allocation"
+        )),
+        Some(p) if p.releasing => Some(format!(
+            "continuation waiting for room: pool {name} is being released"
+        )),
+        Some(p) if p.ended.is_some() => Some(format!(
+            "continuation waiting for room: the allocation of pool {name} is over"
+        )),
+        Some(_) => None,
+    }
+}
+
+/// The predecessor's spec again, from the request its receipt kept.
+fn spec_of(c: &Continuable, r: &Request) -> WorkerSpec {
+    // The two kept requests name these fields alike.
+    macro_rules! parts {
+        ($r:expr) => {
+            (
+                &$r.command,
+                [
+                    $r.publication_timeout_s,
+                    $r.native_state_s,
+                    $r.cleanup_s,
+                    $r.grace_s,
+                ],
+                &$r.source,
+                &$r.image,
+                &$r.append_only_glob,
+                &$r.trial,
+            )
+        };
+    }
+    let (command, budgets, source, image, glob, trial) = match r {
+        Request::Job(r) => parts!(r),
+        Request::Pool(r) => parts!(r),
+    };
+    let [publication_timeout_s, native_state_s, cleanup_s, grace_s] = budgets;
+    WorkerSpec {
+        worker: Some(c.worker.clone()),
+        cpus: c.cpus,
+        mem: MemoryMb::new(c.mem_mb),
+        budgets: Budgets {
+            publication_timeout_s,
+            native_state_s,
+            cleanup_s,
+            grace_s,
+            min_run_s: Budgets::DEFAULT_MIN_RUN_S,
+        },
+        command: command.clone(),
+        source: source.clone(),
+        image: image.clone(),
+        append_only_glob: glob.clone(),
+        trial: trial.clone(),
+    }
+}
+
+fn job_successor(
+    c: &Continuable,
+    r: &JobRequest,
+    ask: Option<ContinueAsk>,
+    continues: Continues,
+) -> crate::ops::submit::JobSubmitRequest {
+    let target = match (&r.partition, &r.account) {
+        (Some(partition), Some(account)) => Some(crate::config::Target {
+            partition: partition.clone(),
+            account: account.clone(),
+            qos: r.qos.clone(),
+            time: None,
+            cpus_per_task: None,
+            mem: None,
+            confined: false,
+        }),
+        _ => None,
+    };
+    crate::ops::submit::JobSubmitRequest {
+        job_name_prefix: r.job_name_prefix.clone(),
+        target_name: r.target.clone(),
+        target,
+        time: SlurmDuration::from_secs(r.time_s),
+        spec: spec_of(c, &Request::Job(r.clone())),
+        continuation: ask,
+        continues: Some(continues),
+    }
+}
+
+fn pool_successor(
+    c: &Continuable,
+    r: &WorkerRequest,
+    ask: Option<ContinueAsk>,
+    continues: Continues,
+) -> crate::ops::pool::SubmitRequest {
+    crate::ops::pool::SubmitRequest {
+        pool: c.pool.clone().unwrap_or_default(),
+        spec: spec_of(c, &Request::Pool(r.clone())),
+        gpus: r.gpus,
+        node: None,
+        resubmits: r.resubmits_left,
+        replaces: None,
+        continuation: ask,
+        continues: Some(continues),
+    }
+}

@@ -1,0 +1,383 @@
+//! Is a worker that asked to be continued (`--continue N`) continued, and why: pure. A
+//! continuation needs a proven end (the caller only asks once `WorkerTerminal`/`JobTerminal`
+//! landed), a cause proven by Slurm (the terminal state in the proof, a node the pool lost, the
+//! allocation's end) or by the worker's own journal (SIGTERM at its early-shutdown deadline, a
+//! checkpoint declared after a clean finish), never guessed from timing; a cause the user asked
+//! for; a continuation left; a state it may resume from; and a verified publication. A worker a
+//! user stopped, or whose trial was judged, is never continued.
+
+use std::fmt;
+
+use super::node::StateClass;
+
+crate::words! {
+    /// Why a worker's run ended, as far as a continuation is concerned.
+    pub enum Cause {
+        /// Slurm's `TIMEOUT`, or the early-shutdown deadline the supervisor signalled.
+        TimeLimit => "time-limit",
+        /// Slurm's `PREEMPTED`.
+        Preempted => "preempted",
+        /// Slurm's `NODE_FAIL`, or the worker's node was lost from its pool.
+        NodeFailure => "node-failure",
+        /// The job or allocation ended otherwise while the worker ran (`CANCELLED` by someone
+        /// else, `BOOT_FAIL`, `DEADLINE`, the pool's allocation over).
+        Lost => "lost",
+        /// The payload declared a checkpoint and exited 0 on its own: it asked for more.
+        Checkpoint => "checkpoint",
+    }
+}
+
+impl Cause {
+    pub const ALL: [Cause; 5] = [
+        Cause::TimeLimit,
+        Cause::Preempted,
+        Cause::NodeFailure,
+        Cause::Lost,
+        Cause::Checkpoint,
+    ];
+
+    pub fn parse(word: &str) -> Option<Cause> {
+        Cause::ALL.into_iter().find(|c| c.as_str() == word)
+    }
+}
+
+/// What is known of one ended worker that asked to be continued.
+#[derive(Clone, Debug, Default)]
+pub struct Ended {
+    /// The proof that ended it (`WorkerTerminal.proof`, `JobTerminal.proof`).
+    pub terminal_proof: String,
+    /// The proof that its pool lost its node (`PoolNodeLost`).
+    pub node_lost: Option<String>,
+    /// The proof that its pool's allocation is over (`PoolAllocationEnded`).
+    pub allocation_ended: Option<String>,
+    /// Its journal records SIGTERM at its early-shutdown deadline (`ShutdownSignalled`,
+    /// reason `deadline`).
+    pub deadline_signalled: bool,
+    /// Its journal records a checkpoint declared (`CheckpointDeclared`, kind 220).
+    pub checkpoint_declared: bool,
+    /// Its native state's class, from its journal's cleanup record.
+    pub state_class: Option<StateClass>,
+    /// Its verified publication: the directory and the manifest's digest (`Published`).
+    pub published: Option<(String, String)>,
+    /// A user stopped it (`pool stop-worker`, `dispatch stop`).
+    pub stopped: bool,
+    /// The trial it joined was judged.
+    pub trial_judged: bool,
+}
+
+/// What the user asked (`ContinuationAsked`).
+#[derive(Clone, Debug)]
+pub struct Asked {
+    pub continues_left: u32,
+    pub causes: Vec<Cause>,
+    pub crashed: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Continue {
+        cause: Cause,
+        /// The words that prove the cause.
+        proof: String,
+        from_crash_class: bool,
+    },
+    /// Not continued, and why; not decided again.
+    Refuse(String),
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Decision::Continue { cause, proof, .. } => write!(f, "continued: {cause} ({proof})"),
+            Decision::Refuse(why) => write!(f, "not continued: {why}"),
+        }
+    }
+}
+
+/// The Slurm job states a proof names (`… shows job 7 TIMEOUT`), last one first.
+fn slurm_states(proof: &str) -> impl Iterator<Item = &str> {
+    proof
+        .split(|c: char| !(c.is_ascii_uppercase() || c == '_'))
+        .filter(|w| w.len() > 2)
+        .rev()
+}
+
+/// A cause Slurm's own state word proves, if the proof names one.
+fn cause_in(proof: &str) -> Option<Cause> {
+    slurm_states(proof).find_map(|s| match s {
+        "TIMEOUT" => Some(Cause::TimeLimit),
+        "PREEMPTED" => Some(Cause::Preempted),
+        "NODE_FAIL" => Some(Cause::NodeFailure),
+        _ => None,
+    })
+}
+
+/// A job ended otherwise than by its own finish or the causes above.
+fn lost_in(proof: &str) -> bool {
+    slurm_states(proof).any(|s| matches!(s, "CANCELLED" | "BOOT_FAIL" | "DEADLINE" | "REVOKED"))
+}
+
+/// Why it ended, with the words that prove it: Slurm's proof first, then its own journal's.
+pub fn cause(e: &Ended) -> Option<(Cause, String)> {
+    if let Some(p) = &e.node_lost {
+        return Some((Cause::NodeFailure, p.clone()));
+    }
+    if let Some(c) = cause_in(&e.terminal_proof) {
+        return Some((c, e.terminal_proof.clone()));
+    }
+    if let Some(p) = &e.allocation_ended {
+        return Some((cause_in(p).unwrap_or(Cause::Lost), p.clone()));
+    }
+    if e.deadline_signalled {
+        return Some((
+            Cause::TimeLimit,
+            format!(
+                "its journal records SIGTERM at its early-shutdown deadline; {}",
+                e.terminal_proof
+            ),
+        ));
+    }
+    if lost_in(&e.terminal_proof) {
+        return Some((Cause::Lost, e.terminal_proof.clone()));
+    }
+    if e.checkpoint_declared {
+        return Some((
+            Cause::Checkpoint,
+            format!(
+                "its journal records a checkpoint declared after a clean finish; {}",
+                e.terminal_proof
+            ),
+        ));
+    }
+    None
+}
+
+/// Is the ended worker continued?
+pub fn decide(e: &Ended, asked: &Asked) -> Decision {
+    let refuse = |why: String| Decision::Refuse(why);
+    if e.stopped {
+        return refuse("a user stopped it".to_owned());
+    }
+    if e.trial_judged {
+        return refuse("its trial was judged".to_owned());
+    }
+    let Some((cause, proof)) = cause(e) else {
+        return refuse(format!(
+            "its end proves no cause a continuation is for ({})",
+            e.terminal_proof
+        ));
+    };
+    if !asked.causes.contains(&cause) {
+        return refuse(format!(
+            "it ended by {cause} ({proof}), a cause not asked for"
+        ));
+    }
+    if asked.continues_left == 0 {
+        return refuse("no continuation is left".to_owned());
+    }
+    let from_crash_class = match e.state_class {
+        Some(StateClass::Checkpointed) => false,
+        Some(StateClass::Sealed) if e.checkpoint_declared => false,
+        Some(StateClass::CrashClassPartial) if asked.crashed => true,
+        Some(class) => {
+            return refuse(format!(
+                "its native state is {}, not a checkpoint{}",
+                class.as_str(),
+                if class == StateClass::CrashClassPartial {
+                    " (--continue-crashed allows it)"
+                } else {
+                    ""
+                }
+            ))
+        }
+        None => return refuse("no state class is recorded in its journal".to_owned()),
+    };
+    if e.published.is_none() {
+        return refuse("no verified publication: its journal records none".to_owned());
+    }
+    Decision::Continue {
+        cause,
+        proof,
+        from_crash_class,
+    }
+}
+
+/// The causes of `--continue-on` (comma-separated words), or every cause.
+pub fn parse_causes(words: Option<&str>) -> Result<Vec<Cause>, String> {
+    let Some(words) = words else {
+        return Ok(Cause::ALL.to_vec());
+    };
+    let mut causes = Vec::new();
+    for w in words.split(',').map(str::trim) {
+        let c = Cause::parse(w).ok_or_else(|| {
+            format!(
+                "--continue-on: {w:?} is not a cause (one of {})",
+                Cause::ALL.map(Cause::as_str).join(", ")
+            )
+        })?;
+        if !causes.contains(&c) {
+            causes.push(c);
+        }
+    }
+    Ok(causes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quickcheck::quickcheck;
+
+    fn checkpointed(proof: &str) -> Ended {
+        Ended {
+            terminal_proof: proof.to_owned(),
+            state_class: Some(StateClass::Checkpointed),
+            published: Some(("/p/w-1".into(), "ab".into())),
+            ..Ended::default()
+        }
+    }
+
+    fn all(left: u32) -> Asked {
+        Asked {
+            continues_left: left,
+            causes: Cause::ALL.to_vec(),
+            crashed: false,
+        }
+    }
+
+    #[test]
+    fn each_cause_is_read_from_its_proof() {
+        let of = |e: &Ended| cause(e).map(|c| c.0);
+        assert_eq!(
+            of(&checkpointed("squeue shows job 7 TIMEOUT")),
+            Some(Cause::TimeLimit)
+        );
+        assert_eq!(
+            of(&checkpointed("accounting shows job 7 PREEMPTED")),
+            Some(Cause::Preempted)
+        );
+        assert_eq!(
+            of(&checkpointed("squeue shows job 7 NODE_FAIL")),
+            Some(Cause::NodeFailure)
+        );
+        assert_eq!(
+            of(&checkpointed("squeue shows job 7 CANCELLED")),
+            Some(Cause::Lost)
+        );
+        assert_eq!(of(&checkpointed("squeue shows job 7 COMPLETED")), None);
+        let mut e = checkpointed("squeue shows job 7 COMPLETED");
+        e.deadline_signalled = true;
+        assert_eq!(of(&e), Some(Cause::TimeLimit));
+        e.deadline_signalled = false;
+        e.checkpoint_declared = true;
+        assert_eq!(of(&e), Some(Cause::Checkpoint));
+        e.allocation_ended = Some("squeue shows job 9 PREEMPTED".into());
+        assert_eq!(of(&e), Some(Cause::Preempted));
+        e.allocation_ended = Some("job 9: Invalid job id".into());
+        assert_eq!(of(&e), Some(Cause::Lost));
+        e.node_lost = Some("job 9 is listed RUNNING on n1 and no longer on n2".into());
+        assert_eq!(of(&e), Some(Cause::NodeFailure));
+    }
+
+    #[test]
+    fn a_crash_class_state_is_continued_only_when_allowed_and_said() {
+        let mut e = checkpointed("squeue shows job 7 TIMEOUT");
+        e.state_class = Some(StateClass::CrashClassPartial);
+        assert!(matches!(decide(&e, &all(1)), Decision::Refuse(_)));
+        let allowed = Asked {
+            crashed: true,
+            ..all(1)
+        };
+        assert!(matches!(
+            decide(&e, &allowed),
+            Decision::Continue {
+                from_crash_class: true,
+                ..
+            }
+        ));
+        e.state_class = Some(StateClass::Sealed);
+        assert!(matches!(decide(&e, &allowed), Decision::Refuse(_)));
+        e.checkpoint_declared = true;
+        assert!(matches!(
+            decide(&e, &all(1)),
+            Decision::Continue {
+                from_crash_class: false,
+                ..
+            }
+        ));
+    }
+
+    fn ended_from(bits: u16, which: u8) -> Ended {
+        let proofs = [
+            "squeue shows job 7 TIMEOUT",
+            "squeue shows job 7 PREEMPTED",
+            "squeue shows job 7 NODE_FAIL",
+            "squeue shows job 7 COMPLETED",
+            "squeue shows job 7 CANCELLED",
+            "job 7: Invalid job id",
+        ];
+        let classes = [
+            None,
+            Some(StateClass::Sealed),
+            Some(StateClass::CrashClassPartial),
+            Some(StateClass::Checkpointed),
+            Some(StateClass::Empty),
+        ];
+        let bit = |n: u16| bits & (1 << n) != 0;
+        Ended {
+            terminal_proof: proofs[usize::from(which) % proofs.len()].to_owned(),
+            node_lost: bit(0).then(|| "node n2 lost".to_owned()),
+            allocation_ended: bit(1).then(|| "squeue shows job 9 TIMEOUT".to_owned()),
+            deadline_signalled: bit(2),
+            checkpoint_declared: bit(3),
+            state_class: classes[usize::from(bits >> 8) % classes.len()],
+            published: bit(4).then(|| ("/p".to_owned(), "00".to_owned())),
+            stopped: bit(5),
+            trial_judged: bit(6),
+        }
+    }
+
+    quickcheck! {
+        /// A continuation needs every condition: not stopped, no trial judged, a cause proven
+        /// and asked for, a continuation left, a checkpoint (or, allowed, a crash-class state,
+        /// said so), a publication.
+        fn prop_continued_only_with_every_condition(bits: u16, which: u8, left: u8, mask: u8, crashed: bool) -> bool {
+            let e = ended_from(bits, which);
+            let causes: Vec<Cause> = Cause::ALL.into_iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, c)| c).collect();
+            let asked = Asked { continues_left: u32::from(left % 3), causes: causes.clone(), crashed };
+            match decide(&e, &asked) {
+                Decision::Continue { cause: c, from_crash_class, .. } => {
+                    let ok_class = match e.state_class {
+                        Some(StateClass::Checkpointed) => !from_crash_class,
+                        Some(StateClass::Sealed) => e.checkpoint_declared && !from_crash_class,
+                        Some(StateClass::CrashClassPartial) => crashed && from_crash_class,
+                        _ => false,
+                    };
+                    !e.stopped && !e.trial_judged && causes.contains(&c) && asked.continues_left > 0
+                        && ok_class && e.published.is_some() && cause(&e).map(|x| x.0) == Some(c)
+                }
+                Decision::Refuse(_) => true,
+            }
+        }
+
+        /// A run that only finished (COMPLETED, nothing in its journal, no node or allocation
+        /// lost) is never continued: no cause is guessed.
+        fn prop_no_cause_is_guessed(bits: u16, left: u8) -> bool {
+            let mut e = ended_from(bits, 3);
+            e.node_lost = None;
+            e.allocation_ended = None;
+            e.deadline_signalled = false;
+            e.checkpoint_declared = false;
+            matches!(decide(&e, &all(u32::from(left))), Decision::Refuse(_))
+        }
+    }
+
+    #[test]
+    fn causes_parse_from_words() {
+        assert_eq!(parse_causes(None).unwrap().len(), 5);
+        assert_eq!(
+            parse_causes(Some("time-limit,preempted,time-limit")).unwrap(),
+            [Cause::TimeLimit, Cause::Preempted]
+        );
+        assert!(parse_causes(Some("timeout")).is_err());
+    }
+}

@@ -1,0 +1,305 @@
+//! Workers that asked to be continued (`--continue N`), and the lineage of those that were.
+//!
+//! A worker that asked (`ContinuationAsked`, in its receipt's commit) is kept here from its
+//! receipt until its successor's receipt (`WorkerContinued`) or a refusal
+//! (`ContinuationRefused`) settles it; a definite launch failure or `dispatch forget` drops it
+//! (nothing of it ran, or an operator gave it up). Its end (`WorkerTerminal`, `JobTerminal`)
+//! only records the proof: whether it is continued is `policy::continuation`'s decision,
+//! driven by `reconcile`. A stop a user asked for (outside a pool's release) is recorded, so
+//! it is never continued. Its pool's end and its node's loss are recorded too, so the cause
+//! stays known after the pool is released.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::event::jobs::JobRequest;
+use crate::event::pool::{ContinuationAsked, ContinuationRefused, WorkerContinued, WorkerRequest};
+use crate::event::Micros;
+
+/// How many continuations the reduced state remembers (the journal keeps them all).
+pub const LINEAGE_KEPT: usize = 1024;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Continuations {
+    /// By submission id: workers that asked, until continued or refused.
+    pub asked: BTreeMap<Uuid, Continuable>,
+    /// The most recent continuations, oldest first.
+    pub lineage: VecDeque<Generation>,
+}
+
+/// One continuation: the event, and when its receipt was written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Generation {
+    pub at: Micros,
+    pub continued: WorkerContinued,
+}
+
+/// What a `dispatch submit` or `pool submit` worker needs to be submitted again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    Job(JobRequest),
+    Pool(WorkerRequest),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Continuable {
+    pub worker: String,
+    /// Its pool; `None` for a `dispatch submit` worker.
+    pub pool: Option<String>,
+    pub cpus: u32,
+    pub mem_mb: u64,
+    /// 1 for a first run.
+    pub generation: u32,
+    pub asked: ContinuationAsked,
+    /// The request again (`JobRequest`, `WorkerRequest`); `None` until it is folded.
+    pub request: Option<Request>,
+    /// A user stopped it.
+    pub stopped: bool,
+    /// The proof that ended it: from then on a continuation is decided.
+    pub ended: Option<String>,
+    /// Its pool lost its node (`PoolNodeLost`): the proof.
+    pub node_lost: Option<String>,
+    /// Its pool's allocation is over (`PoolAllocationEnded`): the proof.
+    pub allocation_ended: Option<String>,
+}
+
+/// Who a worker is, as its receipt recorded it.
+pub struct Submitted {
+    pub worker: String,
+    pub pool: Option<String>,
+    pub cpus: u32,
+    pub mem_mb: u64,
+}
+
+impl Continuations {
+    pub fn is_empty(&self) -> bool {
+        self.asked.is_empty() && self.lineage.is_empty()
+    }
+
+    /// The generation of submission `id`: 1 unless it continued another.
+    pub fn generation_of(&self, id: &Uuid) -> u32 {
+        self.lineage
+            .iter()
+            .rev()
+            .find(|g| g.continued.submission_id == *id)
+            .map_or(1, |g| g.continued.generation)
+    }
+
+    /// The continuation that made `id`, if it continued another.
+    pub fn made(&self, id: &Uuid) -> Option<&Generation> {
+        self.lineage
+            .iter()
+            .rev()
+            .find(|g| g.continued.submission_id == *id)
+    }
+
+    /// The lineage submission `id` belongs to, first generation first: each submission with
+    /// the continuation that made it (none for the first), as far as the state remembers.
+    pub fn chain(&self, id: Uuid) -> Vec<(Uuid, Option<&Generation>)> {
+        let mut back = vec![(id, self.made(&id))];
+        while let Some(g) = back.last().and_then(|(_, g)| *g) {
+            let pred = g.continued.predecessor;
+            if back.iter().any(|(x, _)| *x == pred) {
+                break;
+            }
+            back.push((pred, self.made(&pred)));
+        }
+        back.reverse();
+        let mut at = id;
+        while let Some(next) = self.lineage.iter().find(|g| g.continued.predecessor == at) {
+            at = next.continued.submission_id;
+            if back.iter().any(|(x, _)| *x == at) {
+                break;
+            }
+            back.push((at, Some(next)));
+        }
+        back
+    }
+
+    /// `who`: the active worker of that submission (none: the event changes nothing).
+    /// `request`: the pool worker's `WorkerRequest`, written before it in the same commit.
+    pub fn ask(
+        &mut self,
+        e: &ContinuationAsked,
+        who: Option<Submitted>,
+        request: Option<WorkerRequest>,
+    ) {
+        let Some(who) = who else {
+            return;
+        };
+        let generation = self.generation_of(&e.submission_id);
+        self.asked.insert(
+            e.submission_id,
+            Continuable {
+                worker: who.worker,
+                pool: who.pool,
+                cpus: who.cpus,
+                mem_mb: who.mem_mb,
+                generation,
+                asked: e.clone(),
+                request: request.map(Request::Pool),
+                stopped: false,
+                ended: None,
+                node_lost: None,
+                allocation_ended: None,
+            },
+        );
+    }
+
+    pub fn job_request(&mut self, e: &JobRequest) {
+        if let Some(c) = self.asked.get_mut(&e.submission_id) {
+            c.request = Some(Request::Job(e.clone()));
+        }
+    }
+
+    pub fn stopped(&mut self, id: &Uuid) {
+        if let Some(c) = self.asked.get_mut(id) {
+            c.stopped = true;
+        }
+    }
+
+    /// `node_lost`: the proof its pool lost its node, if it did.
+    pub fn ended(&mut self, id: &Uuid, proof: &str, node_lost: Option<String>) {
+        if let Some(c) = self.asked.get_mut(id) {
+            if c.ended.is_none() {
+                c.ended = Some(proof.to_owned());
+                c.node_lost = node_lost;
+            }
+        }
+    }
+
+    /// The allocation of `pool` is over: every worker of it that asked learns it.
+    pub fn allocation_ended(&mut self, pool: &str, proof: &str) {
+        for c in self.asked.values_mut() {
+            if c.pool.as_deref() == Some(pool) && c.allocation_ended.is_none() {
+                c.allocation_ended = Some(proof.to_owned());
+            }
+        }
+    }
+
+    /// Nothing of it ran, or an operator gave it up.
+    pub fn dropped(&mut self, id: &Uuid) {
+        self.asked.remove(id);
+    }
+
+    pub fn continued(&mut self, at: Micros, e: &WorkerContinued) {
+        self.asked.remove(&e.predecessor);
+        if self.lineage.len() == LINEAGE_KEPT {
+            self.lineage.pop_front();
+        }
+        self.lineage.push_back(Generation {
+            at,
+            continued: e.clone(),
+        });
+    }
+
+    pub fn refused(&mut self, e: &ContinuationRefused) {
+        self.asked.remove(&e.predecessor);
+    }
+
+    /// The workers that ended and wait for a decision (or room), by submission id.
+    pub fn ended_ones(&self) -> impl Iterator<Item = (&Uuid, &Continuable)> {
+        self.asked.iter().filter(|(_, c)| c.ended.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asked(id: u128, left: u32) -> ContinuationAsked {
+        ContinuationAsked {
+            submission_id: Uuid::from_u128(id),
+            continues_left: left,
+            causes: vec!["time-limit".into()],
+            crashed: false,
+        }
+    }
+
+    fn who() -> Option<Submitted> {
+        Some(Submitted {
+            worker: "w".into(),
+            pool: None,
+            cpus: 1,
+            mem_mb: 10,
+        })
+    }
+
+    #[test]
+    fn a_worker_that_asked_is_kept_until_continued_or_refused() {
+        let mut c = Continuations::default();
+        c.ask(&asked(1, 2), who(), None);
+        c.ask(&asked(9, 2), None, None);
+        assert_eq!(
+            c.asked.len(),
+            1,
+            "an event about no active worker changes nothing"
+        );
+        c.ended(&Uuid::from_u128(1), "squeue shows job 7 TIMEOUT", None);
+        c.ended(&Uuid::from_u128(1), "later", None);
+        assert_eq!(
+            c.asked[&Uuid::from_u128(1)].ended.as_deref(),
+            Some("squeue shows job 7 TIMEOUT"),
+            "the first proof stands"
+        );
+        let continued = WorkerContinued {
+            submission_id: Uuid::from_u128(2),
+            predecessor: Uuid::from_u128(1),
+            generation: 2,
+            cause: "time-limit".into(),
+            proof: "squeue shows job 7 TIMEOUT".into(),
+            published_dir: None,
+            manifest_sha256: None,
+            from_crash_class: false,
+        };
+        c.continued(Micros(5), &continued);
+        assert!(c.asked.is_empty());
+        c.ask(&asked(2, 1), who(), None);
+        assert_eq!(c.asked[&Uuid::from_u128(2)].generation, 2);
+        c.refused(&ContinuationRefused {
+            predecessor: Uuid::from_u128(2),
+            reason: "a user stopped it".into(),
+        });
+        assert!(c.asked.is_empty());
+        assert_eq!(c.generation_of(&Uuid::from_u128(2)), 2);
+        assert_eq!(c.generation_of(&Uuid::from_u128(1)), 1);
+        let chain: Vec<u128> = c
+            .chain(Uuid::from_u128(1))
+            .iter()
+            .map(|(id, _)| id.as_u128())
+            .collect();
+        assert_eq!(chain, [1, 2], "from its first generation on");
+        assert_eq!(c.chain(Uuid::from_u128(2)).len(), 2, "from its last back");
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// journal-format.md gives this body byte for byte.
+    #[test]
+    fn a_continued_body_is_the_bytes_journal_format_gives() {
+        let continued = WorkerContinued {
+            submission_id: Uuid::from_u128(2),
+            predecessor: Uuid::from_u128(1),
+            generation: 2,
+            cause: "time-limit".into(),
+            proof: "squeue shows job 7 TIMEOUT".into(),
+            published_dir: None,
+            manifest_sha256: None,
+            from_crash_class: false,
+        };
+        assert_eq!(
+            hex(&rmp_serde::to_vec(&continued).unwrap()),
+            "98 c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 02 c4 10 00 00 00 00 00 00 00 00 \
+             00 00 00 00 00 00 00 01 02 aa 74 69 6d 65 2d 6c 69 6d 69 74 ba 73 71 75 65 75 65 20 \
+             73 68 6f 77 73 20 6a 6f 62 20 37 20 54 49 4d 45 4f 55 54 c0 c0 c2"
+        );
+    }
+}

@@ -1,0 +1,318 @@
+//! Continuation of `dispatch submit` workers (`--continue N`, issue 37) against the fake Slurm,
+//! with the predecessor's own journal written by the test as its supervisor would have: the
+//! successor is submitted by `reconcile` only once the predecessor is proven over, with the
+//! cause its proof gives, from its publication; once, whatever crashes; never past N; a
+//! worker without a checkpoint, or a publication, is refused and recorded.
+
+mod fake_cli;
+
+use dispatch::event::worker::{CleanedUp, Published, ShutdownSignalled};
+use dispatch::event::{Sha256Digest, WorkerEvent};
+use dispatch::journal::{JournalWriter, Options};
+use dispatch::worker::dirs::WorkerDirs;
+use fake_cli::Fake;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+fn submit(fake: &Fake, extra: &[&str]) -> Uuid {
+    let mut args = vec![
+        "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", "long", "--json",
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "true"]);
+    let (code, out, err) = fake.run(&args);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    r["submission_id"].as_str().unwrap().parse().unwrap()
+}
+
+/// What the predecessor's supervisor would have recorded: stopped at its deadline (or not),
+/// published (or not), and its state's class.
+fn worker_journal(fake: &Fake, id: Uuid, deadline: bool, published: bool, class: &str) -> String {
+    let dirs = WorkerDirs::for_job(&fake.state().join("jobs"), id);
+    let dir = dispatch::worker::supervisor::journal_dir(&dirs.evidence);
+    let w = JournalWriter::<WorkerEvent>::open(&dir, Options::default()).unwrap();
+    let published_dir = fake
+        .state()
+        .join("jobs/published")
+        .join(format!("long-{id}"))
+        .display()
+        .to_string();
+    if deadline {
+        w.append_one(WorkerEvent::ShutdownSignalled(ShutdownSignalled {
+            signal: "TERM".into(),
+            reason: "deadline".into(),
+        }))
+        .unwrap();
+    }
+    if published {
+        w.append_one(WorkerEvent::Published(Published {
+            dir: published_dir.clone(),
+            manifest_sha256: Sha256Digest([0x11; 32]),
+            files: 1,
+            bytes: 2,
+            commits: 0,
+            patch_bytes: 0,
+            took_ms: 3,
+        }))
+        .unwrap();
+    }
+    w.append_one(WorkerEvent::CleanedUp(CleanedUp {
+        removed: vec![],
+        kept: vec!["state".into()],
+        state_class: class.into(),
+        reason: String::new(),
+        errors: vec![],
+    }))
+    .unwrap();
+    published_dir
+}
+
+/// Job `job` is over, the next sbatch answers `next`.
+fn over_then(job: u32, next: u32) -> Value {
+    json!({
+        "squeue": [{"match": [format!("--jobs={job}")], "stderr": "slurm_load_jobs error: Invalid job id specified\n", "exit": 1}],
+        "sbatch": [{"stdout": format!("{next}\n")}],
+    })
+}
+
+fn of_kind(fake: &Fake, kind: &str) -> Vec<Value> {
+    fake.events()
+        .into_iter()
+        .filter(|e| e["kind"] == kind)
+        .map(|e| e["event"].clone())
+        .collect()
+}
+
+fn reconcile(fake: &Fake) -> Value {
+    let (code, out, err) = fake.run(&["reconcile", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(out.trim()).unwrap()
+}
+
+#[test]
+fn a_job_stopped_at_its_deadline_with_a_checkpoint_is_continued_once_and_the_chain_stops_at_n() {
+    let fake = Fake::new();
+    fake.scenario(json!({"sbatch": [{"stdout": "77\n"}]}));
+    let first = submit(&fake, &["--continue", "1", "--continue-on", "time-limit"]);
+    let asked = of_kind(&fake, "ContinuationAsked");
+    assert_eq!(asked[0]["continues_left"], 1, "{asked:?}");
+    assert_eq!(asked[0]["causes"], json!(["time-limit"]));
+    assert_eq!(of_kind(&fake, "JobRequest")[0]["time_s"], 600);
+
+    // Not over yet: nothing is continued, whatever its journal says.
+    let from = worker_journal(&fake, first, true, true, "checkpointed");
+    fake.scenario(json!({"squeue": [{"match": ["--jobs=77"], "stdout": "77|77|RUNNING|debug|dev|normal|root|1|1|vm|4:00|5:00|2026-11-29T17:00:00|2026-11-29T17:05:00|None|x\n"}]}));
+    let r = reconcile(&fake);
+    assert!(r.get("continued").is_none(), "{r}");
+    assert!(!fake.programs().contains(&"sbatch".to_owned()));
+
+    fake.scenario(over_then(77, 78));
+    let r = reconcile(&fake);
+    assert_eq!(r["continued"][0]["outcome"], "continued", "{r}");
+    assert_eq!(r["continued"][0]["generation"], 2);
+    let continued = of_kind(&fake, "WorkerContinued");
+    assert_eq!(continued.len(), 1);
+    let c = &continued[0];
+    assert_eq!(c["predecessor"], first.to_string());
+    assert_eq!(c["cause"], "time-limit");
+    assert!(
+        c["proof"]
+            .as_str()
+            .unwrap()
+            .contains("early-shutdown deadline"),
+        "{c}"
+    );
+    assert_eq!(c["published_dir"], from.as_str());
+    assert_eq!(c["from_crash_class"], false);
+    // The successor's job resumes from the predecessor's publication, as generation 2, with
+    // the same name and request; it was submitted only after the proof was recorded.
+    let sbatch = fake
+        .calls()
+        .into_iter()
+        .find(|(c, _)| c == "sbatch")
+        .expect("the successor's sbatch")
+        .1;
+    let after = |flag: &str| {
+        sbatch
+            .iter()
+            .position(|a| a == flag)
+            .map(|i| &sbatch[i + 1])
+    };
+    assert_eq!(after("--resume-from"), Some(&from));
+    assert_eq!(after("--generation").map(String::as_str), Some("2"));
+    assert!(after("--resume-state-from")
+        .unwrap()
+        .contains(&first.to_string()));
+    assert!(sbatch.contains(&"--time=00:10:00".to_owned()), "{sbatch:?}");
+    let kinds = fake.kinds();
+    let terminal = kinds.iter().position(|k| k == "JobTerminal").unwrap();
+    let successor = kinds.iter().rposition(|k| k == "JobSubmitIntent").unwrap();
+    assert!(terminal < successor, "{kinds:?}");
+    // One continuation was asked: the successor asks none.
+    assert_eq!(of_kind(&fake, "ContinuationAsked").len(), 1);
+    // `inspect` shows the chain, from either generation.
+    for key in [first.to_string(), "long".to_owned()] {
+        let (code, out, err) = fake.run(&["inspect", &key, "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let chain = &serde_json::from_str::<Value>(out.trim()).unwrap()["chain"];
+        assert_eq!(chain[0]["generation"], 1, "{chain}");
+        assert_eq!(chain[0]["job_id"], 77);
+        assert_eq!(chain[1]["generation"], 2);
+        assert_eq!(chain[1]["job_id"], 78);
+        assert_eq!(chain[1]["continued_after"], "time-limit");
+        assert_eq!(chain[1]["resumed_from"], from.as_str());
+    }
+    let (_, text, _) = fake.run(&["inspect", "long"]);
+    assert!(text.contains("generation 2: submission"), "{text}");
+
+    // The successor ends the same way: its chain stops at N, and nothing is submitted again.
+    let second: Uuid = c["submission_id"].as_str().unwrap().parse().unwrap();
+    worker_journal(&fake, second, true, true, "checkpointed");
+    fake.scenario(over_then(78, 79));
+    let r = reconcile(&fake);
+    assert!(r.get("continued").is_none(), "{r}");
+    let r = reconcile(&fake);
+    assert!(r.get("continued").is_none(), "{r}");
+    assert!(!fake.programs().contains(&"sbatch".to_owned()));
+    assert_eq!(of_kind(&fake, "WorkerContinued").len(), 1);
+}
+
+#[test]
+fn a_worker_without_a_checkpoint_or_publication_is_refused_and_recorded() {
+    for (class, published, crashed, expect) in [
+        ("crash_class_partial", true, false, "crash_class_partial"),
+        ("checkpointed", false, false, "no verified publication"),
+        ("sealed", true, false, "sealed"),
+        ("crash_class_partial", true, true, ""),
+    ] {
+        let fake = Fake::new();
+        fake.scenario(json!({"sbatch": [{"stdout": "77\n"}]}));
+        let mut flags = vec!["--continue", "2"];
+        if crashed {
+            flags.push("--continue-crashed");
+        }
+        let first = submit(&fake, &flags);
+        worker_journal(&fake, first, true, published, class);
+        fake.scenario(over_then(77, 78));
+        let r = reconcile(&fake);
+        let refused = of_kind(&fake, "ContinuationRefused");
+        if expect.is_empty() {
+            assert_eq!(r["continued"][0]["outcome"], "continued", "{r}");
+            let c = &of_kind(&fake, "WorkerContinued")[0];
+            assert_eq!(c["from_crash_class"], true, "{c}");
+            assert!(refused.is_empty());
+        } else {
+            assert_eq!(r["continued"][0]["outcome"], "refused", "{class}: {r}");
+            let reason = refused[0]["reason"].as_str().unwrap();
+            assert!(reason.contains(expect), "{class}: {reason}");
+            assert_eq!(refused[0]["predecessor"], first.to_string());
+            assert!(!fake.programs().contains(&"sbatch".to_owned()));
+            // Recorded once, and not decided again.
+            let r = reconcile(&fake);
+            assert!(r.get("continued").is_none(), "{r}");
+        }
+    }
+}
+
+#[test]
+fn a_cause_not_asked_for_or_a_finish_without_a_cause_is_not_continued() {
+    for (flags, deadline, expect) in [
+        (
+            vec!["--continue", "2", "--continue-on", "preempted"],
+            true,
+            "not asked",
+        ),
+        (vec!["--continue", "2"], false, "no cause"),
+    ] {
+        let fake = Fake::new();
+        fake.scenario(json!({"sbatch": [{"stdout": "77\n"}]}));
+        let first = submit(&fake, &flags);
+        worker_journal(&fake, first, deadline, true, "checkpointed");
+        fake.scenario(over_then(77, 78));
+        reconcile(&fake);
+        let refused = of_kind(&fake, "ContinuationRefused");
+        assert!(
+            refused[0]["reason"].as_str().unwrap().contains(expect),
+            "{refused:?}"
+        );
+    }
+}
+
+/// kill -9 at each boundary of a continuation, then `reconcile`: exactly one successor.
+#[test]
+fn a_crash_at_each_continuation_boundary_gives_exactly_one_successor() {
+    for fp in [
+        "continue-before-submit",
+        "submit-after-intent",
+        "continue-after-submit",
+    ] {
+        let fake = Fake::new();
+        fake.scenario(json!({"sbatch": [{"stdout": "77\n"}]}));
+        let first = submit(&fake, &["--continue", "3"]);
+        worker_journal(&fake, first, true, true, "checkpointed");
+        fake.scenario(over_then(77, 78));
+        fake.crash(fp, &["reconcile", "--json"]);
+        let before = fake.programs().iter().filter(|c| *c == "sbatch").count();
+        // The next reconcile: the successor's job (if sbatch ran) is listed running.
+        let name = of_kind(&fake, "JobNamed")
+            .last()
+            .map(|n| n["job_name"].as_str().unwrap().to_owned())
+            .unwrap();
+        fake.scenario(json!({
+            "squeue": [
+                {"match": ["--jobs=77"], "stderr": "slurm_load_jobs error: Invalid job id specified\n", "exit": 1},
+                {"match": ["--me"], "stdout": if before == 1 { format!("78|78|RUNNING|debug|dev|normal|root|1|1|vm|4:00|5:00|2026-11-29T17:00:00|2026-11-29T17:05:00|None|{name}\n") } else { String::new() }},
+                {"match": ["--jobs=78"], "stdout": format!("78|78|RUNNING|debug|dev|normal|root|1|1|vm|4:00|5:00|2026-11-29T17:00:00|2026-11-29T17:05:00|None|{name}\n")},
+            ],
+            "sacct": [{"stdout": ""}],
+            "sbatch": [{"stdout": "78\n"}],
+        }));
+        reconcile(&fake);
+        reconcile(&fake);
+        let after = fake.programs().iter().filter(|c| *c == "sbatch").count();
+        let continued = of_kind(&fake, "WorkerContinued");
+        assert_eq!(continued.len(), 1, "{fp}: {continued:?}");
+        assert_eq!(continued[0]["predecessor"], first.to_string());
+        assert!(
+            before + after <= 1,
+            "{fp}: the successor was submitted twice"
+        );
+        if fp != "submit-after-intent" {
+            assert_eq!(before + after, 1, "{fp}: the successor was never submitted");
+        }
+    }
+}
+
+#[test]
+fn a_refusal_crash_leaves_it_to_be_decided_again() {
+    let fake = Fake::new();
+    fake.scenario(json!({"sbatch": [{"stdout": "77\n"}]}));
+    let first = submit(&fake, &["--continue", "1"]);
+    worker_journal(&fake, first, true, false, "checkpointed");
+    fake.scenario(over_then(77, 78));
+    fake.crash("continue-before-refusal", &["reconcile", "--json"]);
+    assert!(of_kind(&fake, "ContinuationRefused").is_empty());
+    fake.scenario(over_then(77, 78));
+    reconcile(&fake);
+    reconcile(&fake);
+    assert_eq!(of_kind(&fake, "ContinuationRefused").len(), 1);
+}
+
+#[test]
+fn the_continue_flags_are_checked_by_the_parser() {
+    let fake = Fake::new();
+    fake.scenario(json!({}));
+    for bad in [
+        vec!["--continue", "2", "--continue-on", "timeout"],
+        vec!["--continue-on", "preempted"],
+        vec!["--continue-crashed"],
+    ] {
+        let mut args = vec!["submit", "--cpus", "1", "--mem", "100M", "--time", "10"];
+        args.extend_from_slice(&bad);
+        args.extend_from_slice(&["--", "true"]);
+        let (code, _, err) = fake.run(&args);
+        assert_eq!(code, 2, "{bad:?}: {err}");
+    }
+    assert!(fake.calls().is_empty());
+}
