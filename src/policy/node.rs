@@ -278,6 +278,23 @@ pub struct AfterPayload {
     pub killed_after_grace: bool,
 }
 
+impl AfterPayload {
+    /// A payload that never started: nothing after it happened.
+    pub fn never_started() -> AfterPayload {
+        AfterPayload {
+            payload_started: false,
+            interrupted: false,
+            failed: false,
+            quiet: true,
+            hashes_complete: true,
+            logs_whole: true,
+            checkpoint_declared: false,
+            exit_code: None,
+            killed_after_grace: false,
+        }
+    }
+}
+
 /// Why a declared checkpoint does not count, if so: the payload must have exited 0 on its own,
 /// not been killed after the grace nor died by a signal.
 fn checkpoint_refusal(a: &AfterPayload) -> Option<String> {

@@ -566,17 +566,7 @@ fn settle_and_publish(
 ) -> Result<Settled, JournalError> {
     let Some(ended) = ended else {
         return Ok(Settled {
-            class: node::state_class(&AfterPayload {
-                payload_started: false,
-                interrupted: false,
-                failed: false,
-                quiet: true,
-                hashes_complete: true,
-                logs_whole: true,
-                checkpoint_declared: false,
-                exit_code: None,
-                killed_after_grace: false,
-            }),
+            class: node::state_class(&AfterPayload::never_started()),
             published: false,
             records: Vec::new(),
         });
