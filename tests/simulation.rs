@@ -353,9 +353,12 @@ impl Run {
         self.ctx.state_dir.join("journal")
     }
 
-    /// The journal's state now (none before the first command).
+    /// The journal's state now (none before the first command, nor after a crash while the
+    /// first command made the journal: a journal takes its name only once its Genesis is
+    /// durable, journal-format.md §7).
     fn state(&self) -> Result<Option<State>, String> {
-        if !self.journal_dir().exists() {
+        let segments = dispatch::journal::segment::list(&self.journal_dir());
+        if segments.map_or(true, |s| s.is_empty()) {
             return Ok(None);
         }
         dispatch::journal::load(&self.journal_dir())

@@ -223,6 +223,9 @@ fn worker_row(w: &WorkerTimeline, index: usize, top: f64, span: (i64, i64)) -> M
     html! {
         g.worker id={ "worker-" (index) } data-worker=(Text(&w.worker))
             data-submission=(Text(&w.submission_id)) {
+            @if let Some(why) = &w.launch_failure {
+                title { "launch failed: " (Text(why)) }
+            }
             text x="8" y=(Num(mid - 4.0)) { (Text(&w.worker)) }
             text x="8" y=(Num(mid + 10.0)) style="fill:#5b6474" {
                 (Text(&w.state)) " · " (Text(w.pool.as_deref().unwrap_or("own job")))
@@ -535,6 +538,24 @@ mod tests {
         assert_eq!(placement_label(&w), " · node2 · 2 GPU");
         w.step_gpus = Some("0,1".into());
         assert_eq!(placement_label(&w), " · node2 · GPU 0,1");
+    }
+
+    /// Issue 36: a launch Slurm refused says so, in srun's words, on the worker's row.
+    #[test]
+    fn a_launch_failure_is_told_on_its_row() {
+        let mut w = WorkerTimeline {
+            worker: "long".into(),
+            state: "failed".into(),
+            ..WorkerTimeline::default()
+        };
+        let quiet = worker_row(&w, 0, 0.0, (0, 1)).into_string();
+        assert!(!quiet.contains("launch failed"), "{quiet}");
+        w.launch_failure = Some("srun: Unable to layout tasks on given cpus <1>".into());
+        let row = worker_row(&w, 0, 0.0, (0, 1)).into_string();
+        assert!(
+            row.contains("<title>launch failed: srun: Unable to layout tasks on given cpus &lt;1&gt;</title>"),
+            "{row}"
+        );
     }
 
     #[test]

@@ -118,7 +118,7 @@ impl Cluster {
     }
 
     /// Every node usable; a node still `completing` an earlier test's job (seconds, longer
-    /// under load) is waited for, at most a minute.
+    /// under load), or still `planned` for one, is waited for, at most a minute.
     fn require_usable(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -137,9 +137,14 @@ impl Cluster {
             if out.status.success() && usable {
                 return;
             }
-            let completing = self.nodes.iter().any(|n| state(n) == "completing");
+            // `planned`: backfill kept the node for a job that is gone now (the preemption
+            // test's `high` job); the next scheduling pass frees it.
+            let settling = self
+                .nodes
+                .iter()
+                .any(|n| matches!(state(n), "completing" | "planned"));
             assert!(
-                completing && Instant::now() < deadline,
+                settling && Instant::now() < deadline,
                 "the {NODES}-node Slurm {} dev cluster is not there or not every node is usable \
                  (sinfo: {} {}); run `{}` (as root)",
                 cluster_version(),

@@ -342,7 +342,9 @@ impl Sessions {
 
     fn state(&self) -> Result<Option<State>, String> {
         let dir = self.state_dir.join("journal");
-        if !dir.exists() {
+        // No journal yet, or a crash while the first command made it (it takes its name only
+        // once its Genesis is durable).
+        if dispatch::journal::segment::list(&dir).map_or(true, |s| s.is_empty()) {
             return Ok(None);
         }
         dispatch::journal::load(&dir)
