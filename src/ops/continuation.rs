@@ -94,8 +94,6 @@ pub(crate) async fn continue_due<S: Scheduler>(
         .collect();
     let mut done = Vec::with_capacity(due.len());
     for (id, c) in due {
-        let ended = ended_facts(ctx, &state, id, &c);
-        let decision = policy::decide(&ended, &asked(&c));
         let mut line = Continuation {
             pool: c.pool.clone(),
             worker: c.worker.clone(),
@@ -105,6 +103,17 @@ pub(crate) async fn continue_due<S: Scheduler>(
             outcome: ContinueOutcome::Unknown,
             detail: String::new(),
         };
+        let ended = match ended_facts(ctx, &state, id, &c) {
+            Ok(ended) => ended,
+            // Its own journal could not be read now: decided by a later `reconcile`, never
+            // refused for a read that may succeed then.
+            Err(e) => {
+                line.detail = format!("its worker journal could not be read: {e}");
+                done.push(line);
+                continue;
+            }
+        };
+        let decision = policy::decide(&ended, &asked(&c));
         match decision {
             Decision::Refuse(reason) => {
                 refuse(ctx, id, &reason)?;
@@ -172,13 +181,19 @@ fn manifest_of(e: &Ended) -> Option<Sha256Digest> {
 }
 
 /// What is known of the end of worker `id`: the state's record and its own journal.
-fn ended_facts<S: Scheduler>(ctx: &Ctx<S>, state: &State, id: Uuid, c: &Continuable) -> Ended {
+/// An I/O error reading its journal is an error (tried again later); a damaged journal, or
+/// none, gives no facts, and the decision refuses for want of them.
+fn ended_facts<S: Scheduler>(
+    ctx: &Ctx<S>,
+    state: &State,
+    id: Uuid,
+    c: &Continuable,
+) -> Result<Ended, crate::journal::JournalError> {
     let dirs = WorkerDirs::of(&ctx.state_dir, c.pool.as_deref(), id);
-    // An unreadable journal gives no facts: the decision then refuses for want of them.
-    let own = report::read(&dirs.evidence)
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    let own = match report::read(&dirs.evidence) {
+        Err(e @ crate::journal::JournalError::Io { .. }) => return Err(e),
+        read => read.ok().flatten().unwrap_or_default(),
+    };
     let published = match &own.publication {
         Some(Publication::Published(p)) => Some((p.dir.clone(), hex::encode(p.manifest_sha256.0))),
         _ => None,
@@ -189,7 +204,7 @@ fn ended_facts<S: Scheduler>(ctx: &Ctx<S>, state: &State, id: Uuid, c: &Continua
         Some(Request::Pool(r)) => r.trial.as_deref(),
         None => None,
     };
-    Ended {
+    Ok(Ended {
         terminal_proof: c.ended.clone().unwrap_or_default(),
         node_lost: c.node_lost.clone(),
         allocation_ended: c.allocation_ended.clone(),
@@ -201,7 +216,7 @@ fn ended_facts<S: Scheduler>(ctx: &Ctx<S>, state: &State, id: Uuid, c: &Continua
         trial_judged: trial
             .and_then(|t| state.trials.trials.get(t))
             .is_some_and(|t| t.judgement.is_some()),
-    }
+    })
 }
 
 fn class_of(word: &str) -> Option<StateClass> {
