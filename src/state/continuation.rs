@@ -244,17 +244,7 @@ mod tests {
             Some("squeue shows job 7 TIMEOUT"),
             "the first proof stands"
         );
-        let continued = WorkerContinued {
-            submission_id: Uuid::from_u128(2),
-            predecessor: Uuid::from_u128(1),
-            generation: 2,
-            cause: "time-limit".into(),
-            proof: "squeue shows job 7 TIMEOUT".into(),
-            published_dir: None,
-            manifest_sha256: None,
-            from_crash_class: false,
-        };
-        c.continued(Micros(5), &continued);
+        c.continued(Micros(5), &second_after_first());
         assert!(c.asked.is_empty());
         c.ask(&asked(2, 1), who(), None);
         assert_eq!(c.asked[&Uuid::from_u128(2)].generation, 2);
@@ -274,18 +264,9 @@ mod tests {
         assert_eq!(c.chain(Uuid::from_u128(2)).len(), 2, "from its last back");
     }
 
-    fn hex(bytes: &[u8]) -> String {
-        bytes
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
-
-    /// journal-format.md gives this body byte for byte.
-    #[test]
-    fn a_continued_body_is_the_bytes_journal_format_gives() {
-        let continued = WorkerContinued {
+    /// Submission 2 continuing 1 as its generation 2, after a time-out.
+    fn second_after_first() -> WorkerContinued {
+        WorkerContinued {
             submission_id: Uuid::from_u128(2),
             predecessor: Uuid::from_u128(1),
             generation: 2,
@@ -294,9 +275,14 @@ mod tests {
             published_dir: None,
             manifest_sha256: None,
             from_crash_class: false,
-        };
+        }
+    }
+
+    /// journal-format.md gives this body byte for byte.
+    #[test]
+    fn a_continued_body_is_the_bytes_journal_format_gives() {
         assert_eq!(
-            hex(&rmp_serde::to_vec(&continued).unwrap()),
+            crate::event::body_hex(&second_after_first()),
             "98 c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 02 c4 10 00 00 00 00 00 00 00 00 \
              00 00 00 00 00 00 00 01 02 aa 74 69 6d 65 2d 6c 69 6d 69 74 ba 73 71 75 65 75 65 20 \
              73 68 6f 77 73 20 6a 6f 62 20 37 20 54 49 4d 45 4f 55 54 c0 c0 c2"
