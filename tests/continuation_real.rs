@@ -20,80 +20,164 @@ fn events(state: &Path) -> Vec<serde_json::Value> {
 }
 
 /// The payload of the continuation test: counts in its native state every 0.1 s; on SIGTERM
-/// saves the count, appends what this generation counted to `counted`, and declares a
-/// checkpoint.
+/// saves the count, appends what this generation counted to `counted`, commits a line naming
+/// its generation in its checkout, and declares a checkpoint.
 const COUNTER: &str = r#"f="$DISPATCH_STATE_DIR/count"
 n=$(cat "$f" 2>/dev/null || echo 0)
 start=$n
-trap 'echo $n > "$f"; echo $((n - start)) >> "$DISPATCH_STATE_DIR/counted"; touch "$DISPATCH_CHECKPOINT"; exit 0' TERM
+trap 'echo $n > "$f"; echo $((n - start)) >> "$DISPATCH_STATE_DIR/counted"; echo "generation $DISPATCH_GENERATION" >> generations; git add generations && git -c user.name=t -c user.email=t@example.org commit -qm "generation $DISPATCH_GENERATION"; touch "$DISPATCH_CHECKPOINT"; exit 0' TERM
 while :; do n=$((n + 1)); sleep 0.1; done"#;
 
-/// Issue 37 on the real cluster: a counter submitted with `--time 2 --continue 2` runs as three
-/// jobs, each submitted only after the last was proven over, each resuming from the last's
-/// checkpoint, and the final count is the sum of what each generation counted.
+/// A payload that ignores SIGTERM: killed after the grace, it declares nothing.
+const STUBBORN: &str = r#"trap '' TERM
+echo "$DISPATCH_GENERATION" >> "$DISPATCH_STATE_DIR/runs"
+while :; do sleep 0.1; done"#;
+
+/// The budgets every worker of this test gets: short, so a 2-minute job leaves a run.
+const BUDGETS: [&str; 8] = [
+    "--publication-timeout",
+    "5",
+    "--native-state-budget",
+    "5",
+    "--cleanup-budget",
+    "5",
+    "--grace",
+    "5",
+];
+
+fn submit(state: &Path, name: &str, extra: &[&str], script: &str) {
+    let mut args = vec![
+        "submit", "--cpus", "1", "--mem", "100M", "--time", "2", "--name", name, "--json",
+    ];
+    args.extend_from_slice(&BUDGETS);
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "sh", "-c", script]);
+    let r = dispatch(state, &args);
+    assert_eq!(r.code, 0, "submit {name}: {}", r.stderr);
+}
+
+/// Every submission of worker `name`, first first.
+fn submissions(evs: &[serde_json::Value], name: &str) -> Vec<String> {
+    evs.iter()
+        .filter(|e| e["kind"] == "JobSubmitIntent" && e["event"]["worker"] == name)
+        .map(|e| e["event"]["submission_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn of_kind<'a>(
+    evs: &'a [serde_json::Value],
+    kind: &str,
+    key: &str,
+    id: &str,
+) -> Vec<&'a serde_json::Value> {
+    evs.iter()
+        .filter(|e| e["kind"] == kind && e["event"][key] == id)
+        .map(|e| &e["event"])
+        .collect()
+}
+
+/// A source repository of one commit, added as asset `src`.
+fn add_source(state: &Path, root: &Path) {
+    let repo = root.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    support::git(&repo, &["init", "-q"]);
+    std::fs::write(repo.join("README"), "a counter\n").unwrap();
+    support::git(&repo, &["add", "."]);
+    support::git(&repo, &["commit", "-qm", "first"]);
+    let r = dispatch(
+        state,
+        &["asset", "add-source", "src", repo.to_str().unwrap()],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+/// Issue 37 on the real cluster, four workers side by side, each job `--time 2`:
+/// - a counter with `--continue 2` runs as three jobs, each submitted only after the last was
+///   proven over, each resuming from the last's checkpoint: the final count is the sum of what
+///   each generation counted, its checkout holds every generation's commit, `inspect` shows the
+///   chain;
+/// - a payload that ignores SIGTERM (killed after the grace) is not continued by default;
+/// - with `--continue-crashed` it is, once (`--continue 1`), recorded as from a crash-class
+///   state, and the chain stops at N;
+/// - a worker a user stopped is never continued.
 #[test]
-fn a_counter_continued_across_three_jobs_counts_everything_once() {
+fn continued_workers_count_everything_once_and_only_what_was_asked_is_continued() {
     let _cluster = require_cluster();
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
-    let worker = format!("counter-{}", std::process::id());
-    let args = [
-        "submit",
-        "--cpus",
-        "1",
-        "--mem",
-        "100M",
-        "--time",
-        "2",
-        "--continue",
-        "2",
-        "--publication-timeout",
-        "5",
-        "--native-state-budget",
-        "5",
-        "--cleanup-budget",
-        "5",
-        "--grace",
-        "5",
-        "--name",
-        &worker,
-        "--json",
-        "--",
-        "sh",
-        "-c",
+    let pid = std::process::id();
+    let [counter, stubborn, crashed, stopped] =
+        ["counter", "stubborn", "crashed", "stopped"].map(|w| format!("{w}-{pid}"));
+    add_source(&state, tmp.path());
+    submit(
+        &state,
+        &counter,
+        &["--continue", "2", "--source", "src"],
         COUNTER,
-    ];
-    let r = dispatch(&state, &args);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    );
+    submit(&state, &stubborn, &["--continue", "1"], STUBBORN);
+    submit(
+        &state,
+        &crashed,
+        &["--continue", "1", "--continue-crashed"],
+        STUBBORN,
+    );
+    submit(&state, &stopped, &["--continue", "3"], COUNTER);
+    let r = dispatch(&state, &["stop", &stopped, "--grace", "2", "--json"]);
+    assert_eq!(r.code, 0, "stop: {}{}", r.stdout, r.stderr);
     // reconcile proves each job over and continues it; three generations take about 6 min.
     let deadline = Instant::now() + Duration::from_secs(12 * 60);
-    let last = loop {
+    let evs = loop {
         let r = dispatch(&state, &["reconcile", "--json"]);
         assert_eq!(r.code, 0, "{}", r.stderr);
-        let report = json(&r.stdout);
-        for c in report["continued"].as_array().into_iter().flatten() {
-            assert_ne!(c["outcome"], "refused", "{report}");
-        }
         let evs = events(&state);
-        let continued: Vec<&serde_json::Value> = evs
-            .iter()
-            .filter(|e| e["kind"] == "WorkerContinued")
-            .collect();
-        let ended = evs.iter().filter(|e| e["kind"] == "JobTerminal").count();
-        if continued.len() == 2 && ended == 3 {
-            break continued[1]["event"]["submission_id"]
-                .as_str()
-                .unwrap()
-                .to_owned();
+        let ended = |name: &str| {
+            submissions(&evs, name)
+                .iter()
+                .filter(|id| !of_kind(&evs, "JobTerminal", "submission_id", id).is_empty())
+                .count()
+        };
+        let settled = |name: &str| {
+            let ids = submissions(&evs, name);
+            let last = ids.last().unwrap();
+            !of_kind(&evs, "ContinuationRefused", "predecessor", last).is_empty()
+        };
+        if ended(&counter) == 3
+            && ended(&crashed) == 2
+            && ended(&stubborn) == 1
+            && ended(&stopped) == 1
+            && settled(&stubborn)
+            && settled(&stopped)
+        {
+            break evs;
         }
-        assert!(
-            Instant::now() < deadline,
-            "not three generations in time: {evs:?}"
-        );
+        assert!(Instant::now() < deadline, "not settled in time: {evs:?}");
         std::thread::sleep(Duration::from_secs(5));
     };
-    let evs = events(&state);
-    // Each successor's receipt comes after its predecessor's proven end.
+    counter_chain(&state, &evs, &counter);
+    // Ignoring SIGTERM is no checkpoint: refused, never continued.
+    let ids = submissions(&evs, &stubborn);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    // Allowed crash-class states: continued once, said so, and the chain stops at N = 1.
+    let ids = submissions(&evs, &crashed);
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    let c = of_kind(&evs, "WorkerContinued", "predecessor", &ids[0]);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0]["from_crash_class"], true, "{c:?}");
+    assert_eq!(c[0]["generation"], 2, "{c:?}");
+    assert!(of_kind(&evs, "WorkerContinued", "predecessor", &ids[1]).is_empty());
+    // Stopped by its user: never continued.
+    let ids = submissions(&evs, &stopped);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let audit = dispatch(&state, &["audit", "--json"]);
+    assert_eq!(audit.code, 0, "{}{}", audit.stdout, audit.stderr);
+}
+
+/// The counter's three generations: each submitted after its predecessor's proven end, the
+/// count whole, every generation's commit in the last checkout, the chain in `inspect`.
+fn counter_chain(state: &Path, evs: &[serde_json::Value], counter: &str) {
+    let ids = submissions(evs, counter);
+    assert_eq!(ids.len(), 3, "{ids:?}");
     let seq_of = |kind: &str, id: &str| {
         evs.iter()
             .find(|e| e["kind"] == kind && e["event"]["submission_id"] == id)
@@ -101,26 +185,21 @@ fn a_counter_continued_across_three_jobs_counts_everything_once() {
             .as_u64()
             .unwrap()
     };
-    for (i, c) in evs
-        .iter()
-        .filter(|e| e["kind"] == "WorkerContinued")
-        .enumerate()
-    {
-        let c = &c["event"];
+    for (i, pair) in ids.windows(2).enumerate() {
+        let c = of_kind(evs, "WorkerContinued", "predecessor", &pair[0]);
+        assert_eq!(c.len(), 1, "{c:?}");
+        let c = c[0];
+        assert_eq!(c["submission_id"], pair[1].as_str(), "{c}");
         assert_eq!(c["generation"], i + 2, "{c}");
         assert_eq!(c["cause"], "time-limit", "{c}");
         assert_eq!(c["from_crash_class"], false, "{c}");
-        let (pred, succ) = (
-            c["predecessor"].as_str().unwrap(),
-            c["submission_id"].as_str().unwrap(),
-        );
         assert!(
-            seq_of("JobTerminal", pred) < seq_of("JobSubmitIntent", succ),
+            seq_of("JobTerminal", &pair[0]) < seq_of("JobSubmitIntent", &pair[1]),
             "{c}"
         );
     }
     // Nothing lost, nothing counted twice: the last state's count is the sum of the counts.
-    let last: uuid::Uuid = last.parse().unwrap();
+    let last: uuid::Uuid = ids[2].parse().unwrap();
     let dirs = dispatch::worker::dirs::WorkerDirs::for_job(&state.join("jobs"), last);
     let count: u64 = std::fs::read_to_string(dirs.state.join("count"))
         .unwrap()
@@ -135,6 +214,34 @@ fn a_counter_continued_across_three_jobs_counts_everything_once() {
     assert_eq!(counted.len(), 3, "{counted:?}");
     assert!(counted.iter().all(|c| *c > 0), "{counted:?}");
     assert_eq!(count, counted.iter().sum::<u64>(), "{counted:?}");
-    let audit = dispatch(&state, &["audit", "--json"]);
-    assert_eq!(audit.code, 0, "{}{}", audit.stdout, audit.stderr);
+    let r = dispatch(state, &["inspect", counter, "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let inspect = json(&r.stdout);
+    let chain = inspect["chain"].as_array().expect("a chain");
+    let generations: Vec<u64> = chain
+        .iter()
+        .map(|g| g["generation"].as_u64().unwrap())
+        .collect();
+    assert_eq!(generations, [1, 2, 3], "{inspect}");
+    // The last publication's bundle carries every generation's commit on the pinned one.
+    let published = std::fs::read_dir(state.join("jobs/published"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(ids[2].as_str()))
+        .expect("the last generation's publication");
+    let repo = state.parent().unwrap().join("repo");
+    support::git(
+        &repo,
+        &["fetch", "-q"]
+            .into_iter()
+            .chain([published.join("workspace.bundle").to_str().unwrap(), "HEAD"])
+            .collect::<Vec<_>>(),
+    );
+    let log = support::git(&repo, &["log", "--format=%s", "FETCH_HEAD"]);
+    let subjects: Vec<&str> = log.lines().collect();
+    assert_eq!(
+        subjects,
+        ["generation 3", "generation 2", "generation 1", "first"],
+        "{log}"
+    );
 }
