@@ -6,7 +6,7 @@
 
 mod fake_cli;
 
-use dispatch::event::worker::{CleanedUp, Published, ShutdownSignalled};
+use dispatch::event::worker::{CheckpointPublished, CleanedUp, Published, ShutdownSignalled};
 use dispatch::event::{Sha256Digest, WorkerEvent};
 use dispatch::journal::{JournalWriter, Options};
 use dispatch::worker::dirs::WorkerDirs;
@@ -76,6 +76,22 @@ fn over_then(job: u32, next: u32) -> Value {
     })
 }
 
+/// The successor's sbatch arguments.
+fn successor_sbatch(fake: &Fake) -> Vec<String> {
+    fake.calls()
+        .into_iter()
+        .find(|(c, _)| c == "sbatch")
+        .expect("the successor's sbatch")
+        .1
+}
+
+/// The value the successor's sbatch gave `flag`.
+fn successor_flag(fake: &Fake, flag: &str) -> Option<String> {
+    let sbatch = successor_sbatch(fake);
+    let i = sbatch.iter().position(|a| a == flag)?;
+    sbatch.get(i + 1).cloned()
+}
+
 fn of_kind(fake: &Fake, kind: &str) -> Vec<Value> {
     fake.events()
         .into_iter()
@@ -127,20 +143,10 @@ fn a_job_stopped_at_its_deadline_with_a_checkpoint_is_continued_once_and_the_cha
     assert_eq!(c["from_crash_class"], false);
     // The successor's job resumes from the predecessor's publication, as generation 2, with
     // the same name and request; it was submitted only after the proof was recorded.
-    let sbatch = fake
-        .calls()
-        .into_iter()
-        .find(|(c, _)| c == "sbatch")
-        .expect("the successor's sbatch")
-        .1;
-    let after = |flag: &str| {
-        sbatch
-            .iter()
-            .position(|a| a == flag)
-            .map(|i| &sbatch[i + 1])
-    };
-    assert_eq!(after("--resume-from"), Some(&from));
-    assert_eq!(after("--generation").map(String::as_str), Some("2"));
+    let sbatch = successor_sbatch(&fake);
+    let after = |flag: &str| successor_flag(&fake, flag);
+    assert_eq!(after("--resume-from").as_ref(), Some(&from));
+    assert_eq!(after("--generation").as_deref(), Some("2"));
     assert!(after("--resume-state-from")
         .unwrap()
         .contains(&first.to_string()));
@@ -315,4 +321,51 @@ fn the_continue_flags_are_checked_by_the_parser() {
         assert_eq!(code, 2, "{bad:?}: {err}");
     }
     assert!(fake.calls().is_empty());
+}
+
+/// A job its node failure ended (squeue: `NODE_FAIL`) left nothing of its end in its journal
+/// (the node took its supervisor with it), only the checkpoints its payload asked for while it
+/// ran: it is continued from the newest, its state from that checkpoint's own copy.
+#[test]
+fn a_job_a_node_failure_ended_resumes_from_the_checkpoint_it_saved_while_running() {
+    let fake = Fake::new();
+    fake.scenario(json!({"sbatch": [{"stdout": "77\n"}]}));
+    let first = submit(&fake, &["--continue", "1", "--continue-on", "node-failure"]);
+    let dirs = WorkerDirs::for_job(&fake.state().join("jobs"), first);
+    let w = JournalWriter::<WorkerEvent>::open(
+        &dispatch::worker::supervisor::journal_dir(&dirs.evidence),
+        Options::default(),
+    )
+    .unwrap();
+    let saved = fake
+        .state()
+        .join("jobs/published")
+        .join(format!("long-{first}-checkpoint-2"));
+    std::fs::create_dir_all(saved.join("state")).unwrap();
+    for n in 1..=2 {
+        w.append_one(WorkerEvent::CheckpointPublished(CheckpointPublished {
+            number: n,
+            dir: saved.display().to_string().replace("-2", &format!("-{n}")),
+            manifest_sha256: Sha256Digest([n as u8; 32]),
+            files: 1,
+            bytes: 2,
+            took_ms: 3,
+            removed: None,
+        }))
+        .unwrap();
+    }
+    fake.scenario(json!({
+        "squeue": [{"match": ["--jobs=77"], "stdout": "77|77|NODE_FAIL|debug|dev|normal|root|1|1|vm|4:00|5:00|2026-11-29T17:00:00|2026-11-29T17:05:00|None|x\n"}],
+        "sbatch": [{"stdout": "78\n"}],
+    }));
+    let r = reconcile(&fake);
+    assert_eq!(r["continued"][0]["outcome"], "continued", "{r}");
+    let c = &of_kind(&fake, "WorkerContinued")[0];
+    assert_eq!(c["cause"], "node-failure", "{c}");
+    assert_eq!(c["from_crash_class"], false, "{c}");
+    assert_eq!(c["published_dir"], saved.display().to_string(), "{c}");
+    assert_eq!(
+        successor_flag(&fake, "--resume-state-from"),
+        Some(saved.join("state").display().to_string())
+    );
 }

@@ -135,17 +135,26 @@ const SECOND: &str = "env | grep ^DISPATCH_ > \"$DISPATCH_EVIDENCE_DIR/env\"; \
     cat committed.txt uncommitted.txt README > \"$DISPATCH_EVIDENCE_DIR/work\"; \
     git log --format=%s > \"$DISPATCH_EVIDENCE_DIR/log\"";
 
+/// Generation 2 (`SECOND`) from `from` and `state_from`: it ran, exit 0.
+fn second_generation(
+    root: &Path,
+    asset: &LocalAsset,
+    from: &Path,
+    state_from: &Path,
+) -> dispatch::worker::dirs::WorkerDirs {
+    let st = generation(root, SID2, Some(asset), Some((from, state_from, 2)), SECOND)
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(0));
+    dispatch::worker::dirs::WorkerDirs::at(root.join(SID2))
+}
+
 #[test]
 fn a_continuation_starts_from_its_predecessors_work_and_its_own_copy_of_the_state() {
     let root = tempfile::tempdir().unwrap();
     let asset = source_asset(root.path());
     let (published, state1) = first_generation(root.path(), &asset);
-    let resume = Some((published.as_path(), state1.as_path(), 2));
-    let st = generation(root.path(), SID2, Some(&asset), resume, SECOND)
-        .status()
-        .unwrap();
-    assert_eq!(st.code(), Some(0));
-    let dirs = dispatch::worker::dirs::WorkerDirs::at(root.path().join(SID2));
+    let dirs = second_generation(root.path(), &asset, &published, &state1);
     let read = |name: &str| std::fs::read_to_string(dirs.evidence.join(name)).unwrap();
     assert_eq!(read("state"), "5\ndeep\n");
     assert_eq!(read("work"), "gen1\nwip\npinned\nmore\n");
@@ -270,4 +279,81 @@ fn without_a_source_asset_the_published_workspace_copy_is_copied_back() {
     assert_eq!(r.resumed.as_ref().unwrap().head, None);
     unseal(&dirs1.state);
     unseal(&dirs2.state);
+}
+
+/// A payload that asks for checkpoints while it runs (`DISPATCH_CHECKPOINT_NOW`), each after
+/// saving its state and committing, then dies with its supervisor (as on a node that fails:
+/// no end of its own is recorded, nothing published at the end). Each checkpoint is published
+/// beside the final publication's place, the newest two kept; the continuation resumes from
+/// the newest: its state copy and its workspace.
+#[test]
+fn a_continuation_resumes_from_the_newest_checkpoint_taken_while_running() {
+    let root = tempfile::tempdir().unwrap();
+    let asset = source_asset(root.path());
+    let script = "s=\"$DISPATCH_STATE_DIR\"; \
+        ask() { echo $1 > \"$s/n\"; echo $1 > c.txt; git add c.txt; \
+          git -c user.name=t -c user.email=t@example.org commit -qm c$1; \
+          touch \"$DISPATCH_CHECKPOINT_NOW\"; \
+          while [ -e \"$DISPATCH_CHECKPOINT_NOW\" ]; do sleep 0.02; done; }; \
+        ask 1; ask 2; ask 3; echo 4 > \"$s/n\"; kill -9 $PPID";
+    let st = generation(root.path(), SID1, Some(&asset), None, script)
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), None, "its supervisor was killed");
+    let dirs1 = dispatch::worker::dirs::WorkerDirs::at(root.path().join(SID1));
+    let r = report::read(&dirs1.evidence).unwrap().unwrap();
+    assert!(r.publication.is_none() && r.exited.is_none(), "{r:?}");
+    let saved = r.saved.expect("CheckpointPublished");
+    assert_eq!(saved.number, 3);
+    let name = |n: u32| {
+        root.path()
+            .join("published")
+            .join(format!("w-{SID1}-checkpoint-{n}"))
+    };
+    assert_eq!(saved.dir, name(3).display().to_string());
+    assert_eq!(saved.removed, Some(name(1).display().to_string()));
+    assert!(!name(1).exists() && name(2).is_dir());
+    dispatch::worker::publish::verify_recorded(&name(3), &saved.manifest_sha256).unwrap();
+    // The continuation: from checkpoint 3, its state and its work.
+    let dirs = second_generation(root.path(), &asset, &name(3), &name(3).join("state"));
+    let read = |name: &str| std::fs::read_to_string(dirs.evidence.join(name)).unwrap();
+    assert_eq!(read("log"), "c3\nc2\nc1\npinned\n");
+    let n = std::fs::read_to_string(dirs.evidence.join("state")).unwrap_or_default();
+    assert!(n.starts_with("3\n"), "{n:?}");
+    let r = report::read(&dirs.evidence).unwrap().unwrap();
+    let resumed = r.resumed.expect("ResumedFrom");
+    assert_eq!(resumed.manifest_sha256, saved.manifest_sha256);
+    assert_eq!(resumed.state_files, 1);
+    unseal(&dirs.state);
+}
+
+/// A checkpoint publication's state is its own `state/`: a continuation told to copy another
+/// directory against its listing is refused before its payload runs.
+#[test]
+fn a_checkpoint_resumed_with_another_state_directory_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let asset = source_asset(root.path());
+    let script = "echo 1 > \"$DISPATCH_STATE_DIR/n\"; touch \"$DISPATCH_CHECKPOINT_NOW\"; \
+        while [ -e \"$DISPATCH_CHECKPOINT_NOW\" ]; do sleep 0.02; done; kill -9 $PPID";
+    generation(root.path(), SID1, Some(&asset), None, script)
+        .status()
+        .unwrap();
+    let dirs1 = dispatch::worker::dirs::WorkerDirs::at(root.path().join(SID1));
+    let from = root
+        .path()
+        .join("published")
+        .join(format!("w-{SID1}-checkpoint-1"));
+    let resume = Some((from.as_path(), dirs1.state.as_path(), 2));
+    let st = generation(root.path(), SID2, Some(&asset), resume, "true")
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(3));
+    let dirs = dispatch::worker::dirs::WorkerDirs::at(root.path().join(SID2));
+    let r = report::read(&dirs.evidence).unwrap().unwrap();
+    let refused = r.refused.expect("PreflightRefused");
+    assert!(
+        refused.reason.contains("checkpoint publication"),
+        "{}",
+        refused.reason
+    );
 }

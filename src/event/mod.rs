@@ -470,7 +470,7 @@ vocabulary! {
 }
 
 vocabulary! {
-    /// Every event kind of a worker's own journal (kinds 150–169 and 220–221, beside `Genesis` and
+    /// Every event kind of a worker's own journal (kinds 150–169 and 220–224, beside `Genesis` and
     /// `Recovered`), written by its supervisor on the node and read by the coordinator as evidence.
     WorkerEvent {
         1 => Genesis(Genesis), must_understand;
@@ -498,6 +498,9 @@ vocabulary! {
         169 => StepDevices(worker::StepDevices);
         220 => CheckpointDeclared(worker::CheckpointDeclared);
         221 => ResumedFrom(worker::ResumedFrom);
+        222 => CheckpointPublishing(worker::CheckpointPublishing);
+        223 => CheckpointPublished(worker::CheckpointPublished);
+        224 => CheckpointUnpublished(worker::CheckpointUnpublished);
     }
 }
 

@@ -88,6 +88,46 @@ pub struct ResumedFrom {
     pub took_ms: u64,
 }
 
+/// The payload asked for a checkpoint while running (it created `DISPATCH_CHECKPOINT_NOW`):
+/// its workspace and a copy of its native state are being published as checkpoint `number`,
+/// into `dir` through `temp_dir`. Written before anything is copied; `CheckpointPublished` or
+/// `CheckpointUnpublished` says how it ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointPublishing {
+    /// 1 for this worker's first checkpoint while running, then 2, 3…
+    pub number: u32,
+    pub dir: String,
+    pub temp_dir: String,
+    pub timeout_s: u32,
+}
+
+/// Checkpoint `number` is published in `dir` (renamed into place and fsynced): the workspace
+/// as a final publication has it and the native state's copy under `state/`, each file in its
+/// manifest. A continuation after an end that left no publication of its own resumes from the
+/// newest of these.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointPublished {
+    pub number: u32,
+    pub dir: String,
+    /// SHA-256 of its `MANIFEST.json`.
+    pub manifest_sha256: Sha256Digest,
+    pub files: u64,
+    pub bytes: u64,
+    pub took_ms: u64,
+    /// The older checkpoint removed once this one was in place (only the newest two are
+    /// kept).
+    pub removed: Option<String>,
+}
+
+/// Checkpoint `number` was not published (its timeout, or an error): nothing of it is visible.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointUnpublished {
+    pub number: u32,
+    pub reason: String,
+    /// Its temporary directory is gone.
+    pub temp_removed: bool,
+}
+
 /// A directory with the role it plays for the worker (`checkout`, `runtime`, …).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NamedPath {
@@ -320,6 +360,44 @@ mod tests {
         assert_eq!(
             crate::event::body_hex(&body),
             format!("98 02 a6 2f 70 2f 77 2d 31 c4 20 {digest} a2 2f 73 03 cd 01 2c c0 0c")
+        );
+    }
+
+    /// journal-format.md gives these bodies byte for byte.
+    #[test]
+    fn checkpoint_publication_records_are_the_bytes_journal_format_gives() {
+        let publishing = CheckpointPublishing {
+            number: 1,
+            dir: "/p/w-1-checkpoint-1".to_owned(),
+            temp_dir: "/p/.t".to_owned(),
+            timeout_s: 60,
+        };
+        assert_eq!(
+            crate::event::body_hex(&publishing),
+            "94 01 b3 2f 70 2f 77 2d 31 2d 63 68 65 63 6b 70 6f 69 6e 74 2d 31 a5 2f 70 2f 2e 74 3c"
+        );
+        let published = CheckpointPublished {
+            number: 3,
+            dir: "/p/c3".to_owned(),
+            manifest_sha256: Sha256Digest([0xab; 32]),
+            files: 2,
+            bytes: 10,
+            took_ms: 5,
+            removed: Some("/p/c1".to_owned()),
+        };
+        let digest = ["ab"; 32].join(" ");
+        assert_eq!(
+            crate::event::body_hex(&published),
+            format!("97 03 a5 2f 70 2f 63 33 c4 20 {digest} 02 0a 05 a5 2f 70 2f 63 31")
+        );
+        let unpublished = CheckpointUnpublished {
+            number: 2,
+            reason: "full".to_owned(),
+            temp_removed: true,
+        };
+        assert_eq!(
+            crate::event::body_hex(&unpublished),
+            "93 02 a4 66 75 6c 6c c3"
         );
     }
 }

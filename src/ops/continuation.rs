@@ -123,15 +123,21 @@ pub(crate) async fn continue_due<S: Scheduler>(
                 cause,
                 proof,
                 from_crash_class,
+                from_saved,
             } => {
+                let from = if from_saved {
+                    ended.saved.as_ref()
+                } else {
+                    ended.published.as_ref()
+                };
                 let continued = WorkerContinued {
                     submission_id: Uuid::nil(),
                     predecessor: id,
                     generation: c.generation + 1,
                     cause: cause.as_str().to_owned(),
                     proof,
-                    published_dir: ended.published.as_ref().map(|p| p.0.clone()),
-                    manifest_sha256: manifest_of(&ended),
+                    published_dir: from.map(|p| p.0.clone()),
+                    manifest_sha256: from.and_then(manifest_of),
                     from_crash_class,
                 };
                 line.generation = Some(continued.generation);
@@ -174,8 +180,9 @@ fn asked(c: &Continuable) -> Asked {
     }
 }
 
-fn manifest_of(e: &Ended) -> Option<Sha256Digest> {
-    let hex = &e.published.as_ref()?.1;
+/// A `(directory, manifest hex)` pair's digest.
+fn manifest_of(published: &(String, String)) -> Option<Sha256Digest> {
+    let hex = &published.1;
     let bytes: [u8; 32] = hex::decode(hex).ok()?.try_into().ok()?;
     Some(Sha256Digest(bytes))
 }
@@ -199,6 +206,10 @@ fn ended_facts<S: Scheduler>(
         _ => None,
     };
     let state_class = own.cleaned.as_ref().and_then(|x| class_of(&x.state_class));
+    let saved = own
+        .saved
+        .as_ref()
+        .map(|c| (c.dir.clone(), hex::encode(c.manifest_sha256.0)));
     let trial = match &c.request {
         Some(Request::Job(r)) => r.trial.as_deref(),
         Some(Request::Pool(r)) => r.trial.as_deref(),
@@ -212,6 +223,7 @@ fn ended_facts<S: Scheduler>(
         checkpoint_declared: own.checkpoint.is_some(),
         state_class,
         published,
+        saved,
         stopped: c.stopped,
         trial_judged: trial
             .and_then(|t| state.trials.trials.get(t))
@@ -230,12 +242,19 @@ fn class_of(word: &str) -> Option<StateClass> {
     .find(|c| c.as_str() == word)
 }
 
-/// What the successor resumes from: the predecessor's publication and native state.
+/// What the successor resumes from: the predecessor's publication and native state (its
+/// own state directory, or the copy a checkpoint publication holds).
 fn resume_of<S: Scheduler>(ctx: &Ctx<S>, c: &Continuable, continued: &WorkerContinued) -> Resume {
     let dirs = WorkerDirs::of(&ctx.state_dir, c.pool.as_deref(), continued.predecessor);
+    let from: std::path::PathBuf = continued.published_dir.clone().unwrap_or_default().into();
+    let saved_state = from.join(crate::worker::publish::CHECKPOINT_STATE);
     Resume {
-        from: continued.published_dir.clone().unwrap_or_default().into(),
-        state_from: dirs.state,
+        state_from: if saved_state.is_dir() {
+            saved_state
+        } else {
+            dirs.state
+        },
+        from,
         generation: continued.generation,
     }
 }

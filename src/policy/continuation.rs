@@ -59,6 +59,10 @@ pub struct Ended {
     pub state_class: Option<StateClass>,
     /// Its verified publication: the directory and the manifest's digest (`Published`).
     pub published: Option<(String, String)>,
+    /// The newest checkpoint it published while running (`CheckpointPublished`): the
+    /// directory and the manifest's digest. What it resumes from when its end published
+    /// nothing it may resume from (a node that failed took its supervisor with it).
+    pub saved: Option<(String, String)>,
     /// A user stopped it (`pool stop-worker`, `dispatch stop`).
     pub stopped: bool,
     /// The trial it joined was judged.
@@ -80,6 +84,9 @@ pub enum Decision {
         /// The words that prove the cause.
         proof: String,
         from_crash_class: bool,
+        /// From the newest checkpoint published while it ran (`Ended::saved`), not from
+        /// the publication at its end.
+        from_saved: bool,
     },
     /// Not continued, and why; not decided again.
     Refuse(String),
@@ -175,12 +182,30 @@ pub fn decide(e: &Ended, asked: &Asked) -> Decision {
     if asked.continues_left == 0 {
         return refuse("no continuation is left".to_owned());
     }
+    let from_end = from_its_end(e, asked);
+    let (from_crash_class, from_saved) = match from_end {
+        Ok(false) => (false, false),
+        // A checkpoint the payload declared is preferred to a crash-class state.
+        _ if e.saved.is_some() => (false, true),
+        Ok(true) => (true, false),
+        Err(why) => return refuse(why),
+    };
+    Decision::Continue {
+        cause,
+        proof,
+        from_crash_class,
+        from_saved,
+    }
+}
+
+/// May it resume from what its end published: `Ok(from_crash_class)`, or why not.
+fn from_its_end(e: &Ended, asked: &Asked) -> Result<bool, String> {
     let from_crash_class = match e.state_class {
         Some(StateClass::Checkpointed) => false,
         Some(StateClass::Sealed) if e.checkpoint_declared => false,
         Some(StateClass::CrashClassPartial) if asked.crashed => true,
         Some(class) => {
-            return refuse(format!(
+            return Err(format!(
                 "its native state is {}, not a checkpoint{}",
                 class.as_str(),
                 if class == StateClass::CrashClassPartial {
@@ -190,16 +215,18 @@ pub fn decide(e: &Ended, asked: &Asked) -> Decision {
                 }
             ))
         }
-        None => return refuse("no state class is recorded in its journal".to_owned()),
+        None => {
+            return Err(
+                "no state class is recorded in its journal, and it published no checkpoint \
+                 while it ran"
+                    .to_owned(),
+            )
+        }
     };
     if e.published.is_none() {
-        return refuse("no verified publication: its journal records none".to_owned());
+        return Err("no verified publication: its journal records none".to_owned());
     }
-    Decision::Continue {
-        cause,
-        proof,
-        from_crash_class,
-    }
+    Ok(from_crash_class)
 }
 
 /// The causes of `--continue-on` (comma-separated words), or every cause.
@@ -244,6 +271,13 @@ mod tests {
         }
     }
 
+    fn crashed_allowed() -> Asked {
+        Asked {
+            crashed: true,
+            ..all(1)
+        }
+    }
+
     #[test]
     fn each_cause_is_read_from_its_proof() {
         let of = |e: &Ended| cause(e).map(|c| c.0);
@@ -283,10 +317,7 @@ mod tests {
         let mut e = checkpointed("squeue shows job 7 TIMEOUT");
         e.state_class = Some(StateClass::CrashClassPartial);
         assert!(matches!(decide(&e, &all(1)), Decision::Refuse(_)));
-        let allowed = Asked {
-            crashed: true,
-            ..all(1)
-        };
+        let allowed = crashed_allowed();
         assert!(matches!(
             decide(&e, &allowed),
             Decision::Continue {
@@ -301,6 +332,46 @@ mod tests {
             decide(&e, &all(1)),
             Decision::Continue {
                 from_crash_class: false,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_run_with_nothing_of_its_end_resumes_from_the_checkpoint_it_saved_while_running() {
+        let mut e = Ended {
+            terminal_proof: "released: its pool lost node n3".into(),
+            node_lost: Some("job 9 is listed RUNNING on n1 and no longer on n3".into()),
+            ..Ended::default()
+        };
+        assert!(matches!(decide(&e, &all(1)), Decision::Refuse(_)));
+        e.saved = Some(("/p/w-1-checkpoint-2".into(), "ab".into()));
+        assert_eq!(
+            decide(&e, &all(1)),
+            Decision::Continue {
+                cause: Cause::NodeFailure,
+                proof: "job 9 is listed RUNNING on n1 and no longer on n3".into(),
+                from_crash_class: false,
+                from_saved: true,
+            }
+        );
+        // A crash-class end, allowed, still yields to the checkpoint the payload declared.
+        e.state_class = Some(StateClass::CrashClassPartial);
+        e.published = Some(("/p/w-1".into(), "cd".into()));
+        assert!(matches!(
+            decide(&e, &crashed_allowed()),
+            Decision::Continue {
+                from_saved: true,
+                from_crash_class: false,
+                ..
+            }
+        ));
+        // A checkpoint at its end is newer than any saved while it ran.
+        e.state_class = Some(StateClass::Checkpointed);
+        assert!(matches!(
+            decide(&e, &all(1)),
+            Decision::Continue {
+                from_saved: false,
                 ..
             }
         ));
@@ -331,6 +402,7 @@ mod tests {
             checkpoint_declared: bit(3),
             state_class: classes[usize::from(bits >> 8) % classes.len()],
             published: bit(4).then(|| ("/p".to_owned(), "00".to_owned())),
+            saved: bit(7).then(|| ("/p-checkpoint-1".to_owned(), "01".to_owned())),
             stopped: bit(5),
             trial_judged: bit(6),
         }
@@ -345,15 +417,22 @@ mod tests {
             let causes: Vec<Cause> = Cause::ALL.into_iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, c)| c).collect();
             let asked = Asked { continues_left: u32::from(left % 3), causes: causes.clone(), crashed };
             match decide(&e, &asked) {
-                Decision::Continue { cause: c, from_crash_class, .. } => {
+                Decision::Continue { cause: c, from_crash_class, from_saved, .. } => {
                     let ok_class = match e.state_class {
                         Some(StateClass::Checkpointed) => !from_crash_class,
                         Some(StateClass::Sealed) => e.checkpoint_declared && !from_crash_class,
                         Some(StateClass::CrashClassPartial) => crashed && from_crash_class,
                         _ => false,
                     };
+                    // From its end's publication, or else from a checkpoint it saved while
+                    // running (never a crash-class state then).
+                    let ok_from = if from_saved {
+                        e.saved.is_some() && !from_crash_class
+                    } else {
+                        ok_class && e.published.is_some()
+                    };
                     !e.stopped && !e.trial_judged && causes.contains(&c) && asked.continues_left > 0
-                        && ok_class && e.published.is_some() && cause(&e).map(|x| x.0) == Some(c)
+                        && ok_from && cause(&e).map(|x| x.0) == Some(c)
                 }
                 Decision::Refuse(_) => true,
             }

@@ -1,6 +1,7 @@
 //! The on-node side of a worker: the supervisor that runs inside the worker's job step.
 
 pub mod checkout;
+pub mod checkpoint;
 pub mod cleanup;
 pub mod dirs;
 pub mod files;

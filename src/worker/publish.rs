@@ -30,6 +30,14 @@ pub fn published_name(worker: &str, submission_id: Uuid) -> String {
     format!("{worker}-{submission_id}")
 }
 
+/// Where checkpoint `number` of a running worker is published, beside its final publication.
+pub fn checkpoint_name(worker: &str, submission_id: Uuid, number: u32) -> String {
+    format!("{worker}-{submission_id}-checkpoint-{number}")
+}
+
+/// A checkpoint publication's copy of the native state, below its directory.
+pub const CHECKPOINT_STATE: &str = "state";
+
 fn temp_prefix(worker: &str, submission_id: Uuid) -> String {
     format!(".tmp-{worker}-{submission_id}-")
 }
@@ -43,6 +51,19 @@ pub struct Request<'a> {
     /// The commit the checkout started from; `None` when the worker had no source asset.
     pub pinned: Option<&'a str>,
     pub timeout_s: u32,
+    /// `Some(n)`: checkpoint `n` of a payload still running (the workspace and a copy of the
+    /// native state under `state/`); `None`: the final publication (the workspace and the
+    /// evidence).
+    pub checkpoint: Option<u32>,
+}
+
+impl Request<'_> {
+    fn name(&self) -> String {
+        match self.checkpoint {
+            Some(n) => checkpoint_name(self.worker, self.submission_id, n),
+            None => published_name(self.worker, self.submission_id),
+        }
+    }
 }
 
 /// How a publication ended.
@@ -64,6 +85,35 @@ impl Outcome {
             Outcome::Published(p) => WorkerEvent::Published(p.clone()),
             Outcome::TimedOut(t) => WorkerEvent::PublicationTimedOut(t.clone()),
             Outcome::Failed(f) => WorkerEvent::PublicationFailed(f.clone()),
+        }
+    }
+
+    /// The record of this outcome for checkpoint `number`, which removed `removed` once it
+    /// was in place.
+    pub fn checkpoint_event(&self, number: u32, removed: Option<String>) -> WorkerEvent {
+        match self {
+            Outcome::Published(p) => WorkerEvent::CheckpointPublished(CheckpointPublished {
+                number,
+                dir: p.dir.clone(),
+                manifest_sha256: p.manifest_sha256,
+                files: p.files,
+                bytes: p.bytes,
+                took_ms: p.took_ms,
+                removed,
+            }),
+            Outcome::TimedOut(t) => WorkerEvent::CheckpointUnpublished(CheckpointUnpublished {
+                number,
+                reason: format!(
+                    "its {} s timeout ran out at stage {} after {} ms",
+                    t.timeout_s, t.stage, t.took_ms
+                ),
+                temp_removed: t.temp_removed,
+            }),
+            Outcome::Failed(f) => WorkerEvent::CheckpointUnpublished(CheckpointUnpublished {
+                number,
+                reason: f.reason.clone(),
+                temp_removed: f.temp_removed,
+            }),
         }
     }
 }
@@ -298,8 +348,16 @@ impl Staging {
             }
             None => self.copy_tree(&req.dirs.checkout, Path::new("workspace"))?,
         }
-        self.stage = "evidence";
-        self.copy_tree(&req.dirs.evidence, Path::new("evidence"))?;
+        match req.checkpoint {
+            Some(_) => {
+                self.stage = "state";
+                self.copy_tree(&req.dirs.state, Path::new(CHECKPOINT_STATE))?;
+            }
+            None => {
+                self.stage = "evidence";
+                self.copy_tree(&req.dirs.evidence, Path::new("evidence"))?;
+            }
+        }
         let manifest_sha256 = self.seal(req)?;
         failpoint::hit("supervisor-publish-before-rename");
         self.stage = "rename";
@@ -385,22 +443,33 @@ pub fn publish(
 ) -> Result<Outcome, JournalError> {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(u64::from(req.timeout_s));
-    let name = published_name(req.worker, req.submission_id);
+    let name = req.name();
     let dir = req.publish_dir.join(&name);
     let temp = req.publish_dir.join(format!(
-        "{}{}",
+        "{}{}-{}",
         temp_prefix(req.worker, req.submission_id),
+        req.checkpoint.unwrap_or(0),
         std::process::id()
     ));
     let mut commit = records;
-    commit.push(WorkerEvent::PublicationStarted(PublicationStarted {
-        dir: dir.display().to_string(),
-        temp_dir: temp.display().to_string(),
-        timeout_s: req.timeout_s,
-    }));
+    let (dir_text, temp_dir) = (dir.display().to_string(), temp.display().to_string());
+    commit.push(match req.checkpoint {
+        Some(number) => WorkerEvent::CheckpointPublishing(CheckpointPublishing {
+            number,
+            dir: dir_text,
+            temp_dir,
+            timeout_s: req.timeout_s,
+        }),
+        None => WorkerEvent::PublicationStarted(PublicationStarted {
+            dir: dir_text,
+            temp_dir,
+            timeout_s: req.timeout_s,
+        }),
+    });
     journal.append(commit)?;
     failpoint::hit("supervisor-publish-after-intent");
-    // Left by an earlier run of this same submission that died: it can never finish.
+    // Left by an earlier run of this same submission that died, or by a checkpoint of this
+    // one that stopped: it can never finish.
     sweep_temps(req.publish_dir, req.worker, req.submission_id);
     let mut s = Staging {
         temp: temp.clone(),

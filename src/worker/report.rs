@@ -63,6 +63,8 @@ pub struct WorkerReport {
     pub checkpoint: Option<CheckpointDeclared>,
     /// What this continuation took up from its predecessor (`ResumedFrom`).
     pub resumed: Option<ResumedFrom>,
+    /// The newest checkpoint published while the payload ran (`CheckpointPublished`).
+    pub saved: Option<CheckpointPublished>,
     pub finished: Option<SupervisorFinished>,
 }
 
@@ -98,6 +100,7 @@ impl WorkerReport {
             WorkerEvent::CleanedUp(c) => self.cleaned = Some(c),
             WorkerEvent::CheckpointDeclared(c) => self.checkpoint = Some(c),
             WorkerEvent::ResumedFrom(r) => self.resumed = Some(r),
+            WorkerEvent::CheckpointPublished(c) => self.saved = Some(c),
             WorkerEvent::SupervisorFinished(f) => self.finished = Some(f),
             _ => {}
         }

@@ -51,7 +51,7 @@ pub fn take_up(
     })?;
     let (manifest_sha256, _) = files::hash_file(&from.join(MANIFEST_NAME), Some(deadline), |_| {})
         .map_err(|e| e.to_string())?;
-    let listing = vouched_listing(from, deadline)?;
+    let listing = listing_of(resume, &manifest, deadline)?;
     let state = &dirs.state;
     if std::fs::read_dir(state)
         .map_err(|e| format!("{}: {e}", state.display()))?
@@ -136,6 +136,38 @@ fn vouched_listing(from: &Path, deadline: Instant) -> Result<Listing, String> {
         ));
     }
     Ok(listing)
+}
+
+/// What the predecessor's native state must be: a checkpoint publication's own `state/` copy,
+/// as its manifest lists it, or the listing a final publication's evidence vouches for.
+fn listing_of(resume: &Resume, manifest: &Manifest, deadline: Instant) -> Result<Listing, String> {
+    let from = &resume.from;
+    if !from.join(publish::CHECKPOINT_STATE).is_dir() {
+        return vouched_listing(from, deadline);
+    }
+    if resume.state_from != from.join(publish::CHECKPOINT_STATE) {
+        return Err(format!(
+            "{} is a checkpoint publication; its state is its own {}/, not {}",
+            from.display(),
+            publish::CHECKPOINT_STATE,
+            resume.state_from.display()
+        ));
+    }
+    Ok(checkpoint_listing(manifest))
+}
+
+/// A checkpoint publication's native state (its `state/` copy, published while the payload
+/// ran): the manifest, verified above, vouches for every file of it.
+fn checkpoint_listing(manifest: &Manifest) -> Listing {
+    let prefix = format!("{}/", publish::CHECKPOINT_STATE);
+    manifest
+        .files
+        .iter()
+        .filter_map(|e| {
+            let rel = e.path.strip_prefix(&prefix)?;
+            Some((rel.to_owned(), (e.bytes, e.sha256.clone())))
+        })
+        .collect()
 }
 
 /// `<sha256>  <bytes>  <path>` lines, as `settle::hash_state` writes them.

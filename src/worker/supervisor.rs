@@ -33,6 +33,8 @@ use crate::policy::pool::Budgets;
 /// How often the supervisor looks at the clock and for a stop while the payload runs (its end
 /// is seen at once: `wait_in_background`).
 const POLL: Duration = Duration::from_millis(10);
+/// Every how many polls the supervisor looks for a checkpoint the payload asked for (100 ms).
+const CHECKPOINT_LOOK_EVERY: u64 = 10;
 /// How long a failed payload exit waits for a stop signal sent in the same sweep.
 const STOP_SWEEP_WAIT: Duration = Duration::from_millis(50);
 
@@ -322,10 +324,15 @@ pub fn checkpoint_marker(dirs: &WorkerDirs) -> PathBuf {
 
 pub const CHECKPOINT_MARKER: &str = "checkpoint-declared";
 
-/// Remove a marker an earlier run of this worker left, so only this payload's counts.
+/// Remove a marker (or a checkpoint request) an earlier run of this worker left, so only this
+/// payload's counts.
 fn clear_checkpoint_marker(dirs: &WorkerDirs) -> Option<Refused> {
-    let marker = checkpoint_marker(dirs);
-    match std::fs::remove_file(&marker) {
+    [
+        checkpoint_marker(dirs),
+        super::checkpoint::request_path(dirs),
+    ]
+    .into_iter()
+    .find_map(|marker| match std::fs::remove_file(&marker) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Some(Refused {
             stage: "start",
             reason: format!(
@@ -334,7 +341,7 @@ fn clear_checkpoint_marker(dirs: &WorkerDirs) -> Option<Refused> {
             ),
         }),
         _ => None,
-    }
+    })
 }
 
 /// The payload's declaration, if its marker exists now that it has ended.
@@ -379,6 +386,10 @@ fn payload_env(cmd: &mut Command, spec: &RunSpec) {
                 .env("DISPATCH_CACHE_DIR", &n.dirs.cache)
                 .env("DISPATCH_STATE_DIR", &n.dirs.state)
                 .env("DISPATCH_CHECKPOINT", checkpoint_marker(&n.dirs))
+                .env(
+                    "DISPATCH_CHECKPOINT_NOW",
+                    super::checkpoint::request_path(&n.dirs),
+                )
                 .current_dir(&n.dirs.checkout);
             if let Some(image) = n.assets.iter().find(|a| a.record.kind == AssetKind::Image) {
                 cmd.env("DISPATCH_IMAGE", &image.path);
@@ -393,6 +404,7 @@ fn payload_env(cmd: &mut Command, spec: &RunSpec) {
                 "DISPATCH_STATE_DIR",
                 "DISPATCH_IMAGE",
                 "DISPATCH_CHECKPOINT",
+                "DISPATCH_CHECKPOINT_NOW",
             ] {
                 cmd.env_remove(k);
             }
@@ -434,7 +446,10 @@ fn supervise(
     let mut term_sent_at: Option<Micros> = None;
     let mut grace_s = spec.grace_s;
     let mut kill_sent = false;
+    let mut checkpoints = super::checkpoint::Checkpoints::default();
+    let mut polls = 0u64;
     loop {
+        polls += 1;
         match exit.recv_timeout(POLL) {
             Ok(status) => return Ok((status, term_sent_at.is_some(), kill_sent)),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
@@ -443,6 +458,9 @@ fn supervise(
             }
         }
         let now = Micros::now();
+        if term_sent_at.is_none() && polls.is_multiple_of(CHECKPOINT_LOOK_EVERY) {
+            checkpoints.take_if_asked(journal, spec, now)?;
+        }
         match term_sent_at {
             None => {
                 let stop = STOP_REQUESTED.load(Ordering::SeqCst);
@@ -619,6 +637,7 @@ fn settle_and_publish(
             publish_dir: dir,
             pinned,
             timeout_s: n.publication_timeout_s,
+            checkpoint: None,
         },
         journal,
         records,
