@@ -1327,3 +1327,172 @@ fn a_launch_slurm_refused_after_creating_the_step_fails_the_submit_in_sruns_word
     let audit = s.dispatch(&["audit", "--json"]);
     assert!(audit.status.success(), "{}", text(&audit.stdout));
 }
+
+/// The payload of the pool continuation test: counts in its native state every 0.1 s, and
+/// notes at its start its generation, the count it starts from and its node (`starts`); on
+/// SIGTERM saves the count and declares a checkpoint.
+const COUNTER: &str = r#"f="$DISPATCH_STATE_DIR/count"
+n=$(cat "$f" 2>/dev/null || echo 0)
+echo "$DISPATCH_GENERATION $n $(hostname)" >> "$DISPATCH_STATE_DIR/starts"
+trap 'echo $n > "$f"; touch "$DISPATCH_CHECKPOINT"; exit 0' TERM
+while :; do n=$((n + 1)); sleep 0.1; done"#;
+
+/// A worker of pool `p`: its native state directory.
+fn state_of(state: &std::path::Path, id: &str) -> std::path::PathBuf {
+    dispatch::worker::dirs::WorkerDirs::of(state, Some("p"), id.parse().unwrap()).state
+}
+
+/// Issue 37 in a pool whose node fails. Slurm (22.05 and 24.11) kills the steps of a node set
+/// DOWN (`scontrol`, its slurmd alive) at once, without a SIGTERM ("Killing JobId=J StepId=S
+/// due to failed node"; `srun: error: Node failure on node3`): a payload there never
+/// checkpoints and its supervisor never publishes. So a counter on node3 that asked `--continue
+/// 1 --continue-on node-failure` is proven over by the node's failure and its continuation is
+/// refused, once, saying why; one that asked both that and `--resubmit-on-node-failure 1` is
+/// then submitted again from scratch on a surviving node, as is one that asked only to be
+/// resubmitted (`docs/cli.md`); the audit is clean.
+#[test]
+fn a_worker_killed_with_its_node_is_not_continued_and_one_that_asked_is_resubmitted() {
+    let c = Cluster::require();
+    let state = tempfile::tempdir().unwrap();
+    let config = state.path().join("config.toml");
+    std::fs::write(&config, "job_name_prefix = \"dispatch-mn-\"\n").unwrap();
+    let dispatch = |args: &[&str]| {
+        let mut cmd = c.dispatch(state.path());
+        cmd.arg("--config").arg(&config).args(args);
+        output(cmd, Duration::from_secs(150))
+    };
+    let json = |out: &std::process::Output| -> serde_json::Value {
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let created = dispatch(&[
+        "pool", "create", "p", "--nodes", "3", "--cpus", "3", "--mem", "500M", "--time", "10:00",
+        "--wait", "60", "--json",
+    ]);
+    let job = json(&created)["allocation"]["job_id"].as_u64().unwrap();
+    let _cancel = multinode::Job {
+        cluster: &c,
+        id: job as u32,
+    };
+    let submit = |name: &str, asks: &[&str]| -> String {
+        let mut args = vec![
+            "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--node", "node3", "--name",
+            name, "--json",
+        ];
+        args.extend_from_slice(asks);
+        args.extend_from_slice(&["--grace", "3", "--", "sh", "-c", COUNTER]);
+        json(&dispatch(&args))["submission_id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let continue_on_node_failure = ["--continue", "1", "--continue-on", "node-failure"];
+    let counter = submit("counter", &continue_on_node_failure);
+    let both = submit(
+        "both",
+        &[
+            &continue_on_node_failure[..],
+            &["--resubmit-on-node-failure", "1"],
+        ]
+        .concat(),
+    );
+    let again = submit("again", &["--resubmit-on-node-failure", "1"]);
+    let started = [&counter, &both, &again];
+    wait_for("the workers to start", STEP_BOUND, || {
+        started
+            .iter()
+            .all(|id| state_of(state.path(), id).join("starts").exists())
+    });
+    std::thread::sleep(Duration::from_secs(1));
+
+    let revive = Revive("node3");
+    let t0 = Instant::now();
+    fail_node3(&c, NodeFailure::SetDown);
+    let deadline =
+        Instant::now() + Duration::from_secs(3 * c.slurmd_timeout + 2 * c.msg_timeout + 30);
+    let (mut continued, mut resubmitted) = (Vec::new(), Vec::new());
+    while continued.len() < 2 || resubmitted.len() < 2 {
+        let r = json(&dispatch(&["reconcile", "--json"]));
+        continued.extend(r["continued"].as_array().into_iter().flatten().cloned());
+        resubmitted.extend(r["resubmitted"].as_array().into_iter().flatten().cloned());
+        assert!(
+            Instant::now() < deadline,
+            "not decided in time: {r}; {}",
+            srun_logs(state.path())
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eprintln!("decided {:?} after node3 was set DOWN", t0.elapsed());
+    // Decided once each, never again.
+    json(&dispatch(&["reconcile", "--json"]));
+    let r = json(&dispatch(&["reconcile", "--json"]));
+    assert!(
+        r["continued"].is_null() && r["resubmitted"].is_null(),
+        "{r}"
+    );
+
+    // No SIGTERM reached node3's payloads: none saved its count.
+    for id in started {
+        assert!(
+            !state_of(state.path(), id).join("count").exists(),
+            "a payload on the node set DOWN got SIGTERM: revisit this test"
+        );
+    }
+    let mut refused: Vec<&str> = Vec::new();
+    for line in &continued {
+        assert_eq!(line["outcome"], "refused", "{line}");
+        let detail = line["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("its supervisor did not finish"),
+            "the refusal says why: {line}"
+        );
+        refused.push(line["predecessor"].as_str().unwrap());
+    }
+    refused.sort_unstable();
+    let mut want = vec![counter.as_str(), both.as_str()];
+    want.sort_unstable();
+    assert_eq!(refused, want, "{continued:?}");
+    let mut replaced: Vec<&str> = Vec::new();
+    for line in &resubmitted {
+        assert_eq!(line["outcome"], "submitted", "{line}");
+        replaced.push(line["replaces"].as_str().unwrap());
+    }
+    replaced.sort_unstable();
+    let mut want = vec![both.as_str(), again.as_str()];
+    want.sort_unstable();
+    assert_eq!(replaced, want, "{resubmitted:?}");
+
+    // The replacements start from scratch, on a surviving node, and run.
+    let doc = json(&dispatch(&["pool", "status", "p", "--json"]));
+    let workers = doc["pools"][0]["workers"].as_array().unwrap();
+    for line in &resubmitted {
+        let id = line["submission_id"].as_str().unwrap();
+        wait_for("a replacement to start", STEP_BOUND, || {
+            state_of(state.path(), id).join("starts").exists()
+        });
+        let starts = std::fs::read_to_string(state_of(state.path(), id).join("starts")).unwrap();
+        assert_eq!(starts.lines().count(), 1, "{starts}");
+        assert!(starts.starts_with("1 0 node"), "from scratch: {starts}");
+        assert!(!starts.contains("node3"), "{starts}");
+        let w = workers
+            .iter()
+            .find(|w| w["submission_id"] == id)
+            .unwrap_or_else(|| panic!("{id} not in pool status: {doc}"));
+        assert_eq!(w["state"], "running", "{w}");
+        assert!(matches!(w["node"].as_str(), Some("node1" | "node2")), "{w}");
+    }
+    for id in started {
+        let w = workers.iter().find(|w| w["submission_id"] == id.as_str());
+        assert_eq!(w.unwrap()["state"], "released", "{doc}");
+    }
+
+    json(&dispatch(&["pool", "release", "p", "--json"]));
+    let audit = dispatch(&["audit", "--json"]);
+    assert!(
+        audit.status.success(),
+        "{}{}",
+        text(&audit.stdout),
+        text(&audit.stderr)
+    );
+    drop(revive);
+}

@@ -55,6 +55,8 @@ pub struct Ended {
     pub deadline_signalled: bool,
     /// Its journal records a checkpoint declared (`CheckpointDeclared`, kind 220).
     pub checkpoint_declared: bool,
+    /// Its journal records its supervisor's end (`SupervisorFinished`).
+    pub supervisor_finished: bool,
     /// Its native state's class, from its journal's cleanup record.
     pub state_class: Option<StateClass>,
     /// Its verified publication: the directory and the manifest's digest (`Published`).
@@ -189,6 +191,15 @@ pub fn decide(e: &Ended, asked: &Asked) -> Decision {
                     ""
                 }
             ))
+        }
+        // Killed with its step (Slurm kills a failed node's steps at once, without a SIGTERM),
+        // or never started: nothing of its state was checkpointed, hashed or published.
+        None if !e.supervisor_finished => {
+            return refuse(
+                "its supervisor did not finish (killed with its step, or never started): no \
+                 checkpoint was declared and nothing was published"
+                    .to_owned(),
+            )
         }
         None => return refuse("no state class is recorded in its journal".to_owned()),
     };
@@ -329,6 +340,7 @@ mod tests {
             allocation_ended: bit(1).then(|| "squeue shows job 9 TIMEOUT".to_owned()),
             deadline_signalled: bit(2),
             checkpoint_declared: bit(3),
+            supervisor_finished: bit(7),
             state_class: classes[usize::from(bits >> 8) % classes.len()],
             published: bit(4).then(|| ("/p".to_owned(), "00".to_owned())),
             stopped: bit(5),
@@ -369,6 +381,24 @@ mod tests {
             e.checkpoint_declared = false;
             matches!(decide(&e, &all(u32::from(left))), Decision::Refuse(_))
         }
+    }
+
+    /// A worker killed with its node (its supervisor too) is refused saying so.
+    #[test]
+    fn a_worker_whose_supervisor_did_not_finish_is_refused_saying_so() {
+        let mut e = checkpointed("ended by the failure of node n3: job 9 is listed RUNNING");
+        e.node_lost = Some("job 9 is listed RUNNING on n1,n2 and no longer on n3".into());
+        e.state_class = None;
+        e.published = None;
+        let Decision::Refuse(why) = decide(&e, &all(1)) else {
+            panic!("continued without a checkpoint");
+        };
+        assert!(why.starts_with("its supervisor did not finish"), "{why}");
+        e.supervisor_finished = true;
+        assert_eq!(
+            decide(&e, &all(1)),
+            Decision::Refuse("no state class is recorded in its journal".into())
+        );
     }
 
     #[test]
