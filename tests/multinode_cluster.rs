@@ -1327,3 +1327,331 @@ fn a_launch_slurm_refused_after_creating_the_step_fails_the_submit_in_sruns_word
     let audit = s.dispatch(&["audit", "--json"]);
     assert!(audit.status.success(), "{}", text(&audit.stdout));
 }
+
+/// The payload of the pool continuation tests: counts in its native state every 0.1 s, and
+/// notes at its start its generation, the count it starts from and its node (`starts`); on
+/// SIGTERM saves the count and declares a checkpoint. `$STOP_AT`, when set, is a count at
+/// which its first generation saves, declares a checkpoint and exits 0 on its own; `$SAVE_AT`,
+/// a count at which its first generation saves and asks for a checkpoint while it runs
+/// (`DISPATCH_CHECKPOINT_NOW`), then counts on once it is taken.
+const COUNTER: &str = r#"f="$DISPATCH_STATE_DIR/count"
+n=$(cat "$f" 2>/dev/null || echo 0)
+echo "$DISPATCH_GENERATION $n $(hostname)" >> "$DISPATCH_STATE_DIR/starts"
+trap 'echo $n > "$f"; touch "$DISPATCH_CHECKPOINT"; exit 0' TERM
+while :; do
+  n=$((n + 1)); sleep 0.1
+  if [ "$DISPATCH_GENERATION" = 1 ] && [ "$n" = "${STOP_AT:-}" ]; then
+    echo $n > "$f"; touch "$DISPATCH_CHECKPOINT"; exit 0
+  fi
+  if [ "$DISPATCH_GENERATION" = 1 ] && [ "$n" = "${SAVE_AT:-}" ]; then
+    echo $n > "$f"; touch "$DISPATCH_CHECKPOINT_NOW"
+    while [ -e "$DISPATCH_CHECKPOINT_NOW" ]; do sleep 0.05; done
+  fi
+done"#;
+
+/// A pool `p` made over the 3 nodes (`--no-kill`), its allocation cancelled when dropped.
+struct NodePool<'c> {
+    c: &'c Cluster,
+    state: tempfile::TempDir,
+    config: std::path::PathBuf,
+    _job: multinode::Job<'c>,
+}
+
+impl<'c> NodePool<'c> {
+    fn create(c: &'c Cluster) -> NodePool<'c> {
+        let state = tempfile::tempdir().unwrap();
+        let config = state.path().join("config.toml");
+        std::fs::write(&config, "job_name_prefix = \"dispatch-mn-\"\n").unwrap();
+        let mut cmd = c.dispatch(state.path());
+        cmd.arg("--config").arg(&config).args([
+            "pool", "create", "p", "--nodes", "3", "--cpus", "4", "--mem", "500M", "--time",
+            "10:00", "--wait", "60", "--json",
+        ]);
+        let created = output(cmd, Duration::from_secs(150));
+        assert!(created.status.success(), "{}", text(&created.stderr));
+        let doc: serde_json::Value = serde_json::from_slice(&created.stdout).unwrap();
+        let id = doc["allocation"]["job_id"].as_u64().unwrap() as u32;
+        NodePool {
+            c,
+            state,
+            config,
+            _job: multinode::Job { cluster: c, id },
+        }
+    }
+
+    fn dispatch(&self, args: &[&str]) -> Output {
+        let mut cmd = self.c.dispatch(self.state.path());
+        cmd.arg("--config").arg(&self.config).args(args);
+        output(cmd, Duration::from_secs(150))
+    }
+
+    fn json(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.dispatch(args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    /// `pool submit p` of COUNTER on node3 (`env` before it): its submission id.
+    fn submit_counter(&self, name: &str, asks: &[&str], env: &[&str]) -> String {
+        let mut args = vec![
+            "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--node", "node3", "--name",
+            name, "--json",
+        ];
+        args.extend_from_slice(asks);
+        args.extend_from_slice(&["--grace", "3", "--", "env"]);
+        args.extend_from_slice(env);
+        args.extend_from_slice(&["sh", "-c", COUNTER]);
+        self.json(&args)["submission_id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// A worker's native state directory.
+    fn state_of(&self, id: &str) -> std::path::PathBuf {
+        dispatch::worker::dirs::WorkerDirs::of(self.state.path(), Some("p"), id.parse().unwrap())
+            .state
+    }
+
+    /// What a worker noted at each start: (generation, count, node) a line.
+    fn starts(&self, id: &str) -> String {
+        std::fs::read_to_string(self.state_of(id).join("starts")).unwrap_or_default()
+    }
+
+    /// `reconcile` until `done` says what it collected is complete: every run's `continued`
+    /// and `resubmitted` lines.
+    fn reconcile_until(
+        &self,
+        bound: Duration,
+        mut done: impl FnMut(&[serde_json::Value], &[serde_json::Value]) -> bool,
+    ) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+        let deadline = Instant::now() + bound;
+        let (mut continued, mut resubmitted) = (Vec::new(), Vec::new());
+        while !done(&continued, &resubmitted) {
+            let r = self.json(&["reconcile", "--json"]);
+            continued.extend(r["continued"].as_array().into_iter().flatten().cloned());
+            resubmitted.extend(r["resubmitted"].as_array().into_iter().flatten().cloned());
+            assert!(
+                Instant::now() < deadline,
+                "not decided in time: {r}; {}",
+                srun_logs(self.state.path())
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        (continued, resubmitted)
+    }
+
+    /// The worker of that submission in `pool status p`.
+    fn status_of(&self, id: &str) -> serde_json::Value {
+        let doc = self.json(&["pool", "status", "p", "--json"]);
+        doc["pools"][0]["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["submission_id"] == id)
+            .unwrap_or_else(|| panic!("{id} not in pool status: {doc}"))
+            .clone()
+    }
+
+    /// Release the pool; the audit is clean.
+    fn release_and_audit(&self) {
+        self.json(&["pool", "release", "p", "--json"]);
+        let audit = self.dispatch(&["audit", "--json"]);
+        assert!(
+            audit.status.success(),
+            "{}{}",
+            text(&audit.stdout),
+            text(&audit.stderr)
+        );
+    }
+}
+
+/// The predecessor ids of `lines` (`continued`'s `predecessor`, `resubmitted`'s `replaces`),
+/// sorted.
+fn sorted_ids<'a>(lines: &'a [serde_json::Value], key: &str) -> Vec<&'a str> {
+    let mut ids: Vec<&str> = lines.iter().map(|l| l[key].as_str().unwrap()).collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// Issue 37 in a pool whose node fails. Slurm (22.05 and 24.11) kills the steps of a node set
+/// DOWN (`scontrol`, its slurmd alive) at once, without a SIGTERM ("Killing JobId=J StepId=S
+/// due to failed node"; `srun: error: Node failure on node3`): a payload there never
+/// checkpoints and its supervisor never publishes. So a counter on node3 that asked `--continue
+/// 1 --continue-on node-failure` is proven over by the node's failure and its continuation is
+/// refused, once, saying why; one that asked both that and `--resubmit-on-node-failure 1` is
+/// then submitted again from scratch on a surviving node, as is one that asked only to be
+/// resubmitted (`docs/cli.md`); one that asked for a checkpoint while it ran
+/// (`DISPATCH_CHECKPOINT_NOW`) is continued from it on a surviving node; the audit is clean.
+#[test]
+fn a_worker_killed_with_its_node_is_not_continued_and_one_that_asked_is_resubmitted() {
+    let c = Cluster::require();
+    let p = NodePool::create(&c);
+    let continue_on_node_failure = ["--continue", "1", "--continue-on", "node-failure"];
+    let saver = p.submit_counter("saver", &continue_on_node_failure, &["SAVE_AT=10"]);
+    let counter = p.submit_counter("counter", &continue_on_node_failure, &[]);
+    let both = p.submit_counter(
+        "both",
+        &[
+            &continue_on_node_failure[..],
+            &["--resubmit-on-node-failure", "1"],
+        ]
+        .concat(),
+        &[],
+    );
+    let again = p.submit_counter("again", &["--resubmit-on-node-failure", "1"], &[]);
+    let started = [&counter, &both, &again];
+    wait_for("the workers to start", STEP_BOUND, || {
+        started.iter().all(|id| !p.starts(id).is_empty())
+    });
+    let evidence =
+        dispatch::worker::dirs::WorkerDirs::of(p.state.path(), Some("p"), saver.parse().unwrap())
+            .evidence;
+    wait_for("the saver's checkpoint", STEP_BOUND, || {
+        dispatch::worker::report::read(&evidence)
+            .ok()
+            .flatten()
+            .is_some_and(|r| r.saved.is_some())
+    });
+    std::thread::sleep(Duration::from_secs(1));
+
+    let revive = Revive("node3");
+    let t0 = Instant::now();
+    fail_node3(&c, NodeFailure::SetDown);
+    let bound = Duration::from_secs(3 * c.slurmd_timeout + 2 * c.msg_timeout + 30);
+    let (continued, resubmitted) = p.reconcile_until(bound, |c, r| c.len() >= 3 && r.len() >= 2);
+    eprintln!("decided {:?} after node3 was set DOWN", t0.elapsed());
+    // Decided once each, never again.
+    p.json(&["reconcile", "--json"]);
+    let r = p.json(&["reconcile", "--json"]);
+    assert!(
+        r["continued"].is_null() && r["resubmitted"].is_null(),
+        "{r}"
+    );
+
+    // No SIGTERM reached node3's payloads: none saved its count.
+    for id in started {
+        assert!(
+            !p.state_of(id).join("count").exists(),
+            "a payload on the node set DOWN got SIGTERM: revisit this test"
+        );
+    }
+    let (saved, continued): (Vec<_>, Vec<_>) = continued
+        .into_iter()
+        .partition(|line| line["predecessor"] == saver.as_str());
+    for line in &continued {
+        assert_eq!(line["outcome"], "refused", "{line}");
+        let detail = line["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("its supervisor did not finish"),
+            "the refusal says why: {line}"
+        );
+    }
+    // The one that saved a checkpoint while it ran goes on from it, elsewhere.
+    assert_eq!(saved.len(), 1, "{saved:?}");
+    assert_eq!(saved[0]["outcome"], "continued", "{saved:?}");
+    let successor = saved[0]["submission_id"].as_str().unwrap();
+    wait_for("the saver's successor to start", STEP_BOUND, || {
+        p.starts(successor).lines().count() == 2
+    });
+    let starts = p.starts(successor);
+    let lines: Vec<Vec<&str>> = starts.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(lines[0], ["1", "0", "node3"], "{starts}");
+    assert_eq!(lines[1][..2], ["2", "10"], "{starts}");
+    assert_ne!(lines[1][2], "node3", "{starts}");
+    let mut want = vec![counter.as_str(), both.as_str()];
+    want.sort_unstable();
+    assert_eq!(sorted_ids(&continued, "predecessor"), want, "{continued:?}");
+    let mut want = vec![both.as_str(), again.as_str()];
+    want.sort_unstable();
+    assert_eq!(
+        sorted_ids(&resubmitted, "replaces"),
+        want,
+        "{resubmitted:?}"
+    );
+
+    // The replacements start from scratch, on a surviving node, and run.
+    for line in &resubmitted {
+        assert_eq!(line["outcome"], "submitted", "{line}");
+        let id = line["submission_id"].as_str().unwrap();
+        wait_for("a replacement to start", STEP_BOUND, || {
+            !p.starts(id).is_empty()
+        });
+        let starts = p.starts(id);
+        assert_eq!(starts.lines().count(), 1, "{starts}");
+        assert!(starts.starts_with("1 0 node"), "from scratch: {starts}");
+        assert!(!starts.contains("node3"), "{starts}");
+        let w = p.status_of(id);
+        assert_eq!(w["state"], "running", "{w}");
+        assert!(matches!(w["node"].as_str(), Some("node1" | "node2")), "{w}");
+    }
+    for id in started {
+        assert_eq!(p.status_of(id)["state"], "released");
+    }
+    p.release_and_audit();
+    drop(revive);
+}
+
+/// Issue 37 in a pool whose node fails after its worker checkpointed: a counter on node3 that
+/// asked `--continue 1 --continue-on checkpoint` declares a checkpoint and exits 0 on its own,
+/// its supervisor publishes, and then, before any `reconcile`, node3 is set DOWN. The next
+/// `reconcile` records the node's loss and the worker's end together; its own journal proves
+/// it ended on its own before, so the cause is its checkpoint, not the node's failure, and it
+/// is continued on a surviving node from that checkpoint: generation 2, counting on from the
+/// count it saved.
+#[test]
+fn a_worker_that_checkpointed_before_its_node_failed_is_continued_on_a_surviving_node() {
+    let c = Cluster::require();
+    let p = NodePool::create(&c);
+    let counter = p.submit_counter(
+        "counter",
+        &["--continue", "1", "--continue-on", "checkpoint"],
+        &["STOP_AT=20"],
+    );
+    let evidence =
+        dispatch::worker::dirs::WorkerDirs::of(p.state.path(), Some("p"), counter.parse().unwrap())
+            .evidence;
+    wait_for("its supervisor to finish", STEP_BOUND, || {
+        dispatch::worker::report::read(&evidence)
+            .ok()
+            .flatten()
+            .is_some_and(|r| r.finished.is_some())
+    });
+
+    let revive = Revive("node3");
+    let t0 = Instant::now();
+    fail_node3(&c, NodeFailure::SetDown);
+    let bound = Duration::from_secs(3 * c.slurmd_timeout + 2 * c.msg_timeout + 30);
+    let (continued, _) = p.reconcile_until(bound, |c, _| !c.is_empty());
+    eprintln!("decided {:?} after node3 was set DOWN", t0.elapsed());
+    assert_eq!(continued.len(), 1, "{continued:?}");
+    let line = &continued[0];
+    assert_eq!(line["outcome"], "continued", "{line}");
+    assert_eq!(line["predecessor"], counter.as_str(), "{line}");
+    assert_eq!(line["generation"], 2, "{line}");
+    let successor = line["submission_id"].as_str().unwrap().to_owned();
+    let dump = p.dispatch(&["journal", "dump", "--json"]);
+    let receipt = text(&dump.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| e["kind"] == "WorkerContinued")
+        .expect("a WorkerContinued receipt");
+    assert_eq!(receipt["event"]["cause"], "checkpoint", "{receipt}");
+    assert_eq!(receipt["event"]["from_crash_class"], false, "{receipt}");
+
+    // The successor runs on a surviving node, from the count its predecessor saved.
+    wait_for("the successor to start", STEP_BOUND, || {
+        p.starts(&successor).lines().count() == 2
+    });
+    let starts = p.starts(&successor);
+    let lines: Vec<Vec<&str>> = starts.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(lines[0], ["1", "0", "node3"], "{starts}");
+    assert_eq!(lines[1][..2], ["2", "20"], "{starts}");
+    assert_ne!(lines[1][2], "node3", "{starts}");
+    let w = p.status_of(&successor);
+    assert_eq!(w["state"], "running", "{w}");
+    assert!(matches!(w["node"].as_str(), Some("node1" | "node2")), "{w}");
+    assert_eq!(p.status_of(&counter)["state"], "released");
+    p.release_and_audit();
+    drop(revive);
+}

@@ -147,8 +147,10 @@ pub struct ContinueArgs {
     pub continues: u32,
     /// The causes a continuation is for, comma-separated (default: all): `time-limit` (Slurm's
     /// TIMEOUT, or the early-shutdown deadline the supervisor signalled), `preempted` (Slurm's
-    /// PREEMPTED), `node-failure` (Slurm's NODE_FAIL, or a node the pool lost), `lost` (the job
-    /// or allocation ended otherwise while the worker ran: CANCELLED by another, BOOT_FAIL,
+    /// PREEMPTED), `node-failure` (Slurm's NODE_FAIL, or a node the pool lost; Slurm kills a
+    /// failed node's steps without a SIGTERM, so such a run has no checkpoint and is not
+    /// continued), `lost` (the job or allocation ended otherwise while the worker ran:
+    /// CANCELLED by another, BOOT_FAIL,
     /// DEADLINE, the pool's allocation over), `checkpoint` (the payload declared a checkpoint
     /// and exited 0 on its own: it asks for more)
     #[arg(long, value_name = "CAUSE[,CAUSE]", value_parser = parse_causes, requires = "continues")]

@@ -221,6 +221,8 @@ fn ended_facts<S: Scheduler>(
         allocation_ended: c.allocation_ended.clone(),
         deadline_signalled: own.signals.iter().any(|s| s.reason == "deadline"),
         checkpoint_declared: own.checkpoint.is_some(),
+        supervisor_finished: own.finished.is_some(),
+        term_forwarded: own.signals.iter().any(|s| s.reason == "forwarded"),
         state_class,
         published,
         saved,

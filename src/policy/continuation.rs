@@ -55,6 +55,11 @@ pub struct Ended {
     pub deadline_signalled: bool,
     /// Its journal records a checkpoint declared (`CheckpointDeclared`, kind 220).
     pub checkpoint_declared: bool,
+    /// Its journal records its supervisor's end (`SupervisorFinished`).
+    pub supervisor_finished: bool,
+    /// Its journal records a SIGTERM from outside forwarded to the payload (`ShutdownSignalled`,
+    /// reason `forwarded`: a stop, a preemption, a job's end).
+    pub term_forwarded: bool,
     /// Its native state's class, from its journal's cleanup record.
     pub state_class: Option<StateClass>,
     /// Its verified publication: the directory and the manifest's digest (`Published`).
@@ -125,14 +130,18 @@ fn lost_in(proof: &str) -> bool {
 }
 
 /// Why it ended, with the words that prove it: Slurm's proof first, then its own journal's.
+/// A run whose supervisor finished without a SIGTERM from outside ended on its own: its node's
+/// loss or its allocation's end, even when recorded with its end, came after (Slurm kills a
+/// failed node's steps outright, supervisor and all).
 pub fn cause(e: &Ended) -> Option<(Cause, String)> {
-    if let Some(p) = &e.node_lost {
+    let on_its_own = e.supervisor_finished && !e.term_forwarded;
+    if let Some(p) = e.node_lost.as_ref().filter(|_| !on_its_own) {
         return Some((Cause::NodeFailure, p.clone()));
     }
     if let Some(c) = cause_in(&e.terminal_proof) {
         return Some((c, e.terminal_proof.clone()));
     }
-    if let Some(p) = &e.allocation_ended {
+    if let Some(p) = e.allocation_ended.as_ref().filter(|_| !on_its_own) {
         return Some((cause_in(p).unwrap_or(Cause::Lost), p.clone()));
     }
     if e.deadline_signalled {
@@ -215,13 +224,18 @@ fn from_its_end(e: &Ended, asked: &Asked) -> Result<bool, String> {
                 }
             ))
         }
-        None => {
+        // Killed with its step (Slurm kills a failed node's steps at once, without a SIGTERM),
+        // or never started: nothing of its state was checkpointed, hashed or published at its
+        // end.
+        None if !e.supervisor_finished => {
             return Err(
-                "no state class is recorded in its journal, and it published no checkpoint \
-                 while it ran"
+                "its supervisor did not finish (killed with its step, or never started): no \
+                 checkpoint was declared at its end, nothing was published, and it published \
+                 no checkpoint while it ran ($DISPATCH_CHECKPOINT_NOW)"
                     .to_owned(),
             )
         }
+        None => return Err("no state class is recorded in its journal".to_owned()),
     };
     if e.published.is_none() {
         return Err("no verified publication: its journal records none".to_owned());
@@ -400,9 +414,11 @@ mod tests {
             allocation_ended: bit(1).then(|| "squeue shows job 9 TIMEOUT".to_owned()),
             deadline_signalled: bit(2),
             checkpoint_declared: bit(3),
+            supervisor_finished: bit(7),
+            term_forwarded: bit(9),
             state_class: classes[usize::from(bits >> 8) % classes.len()],
             published: bit(4).then(|| ("/p".to_owned(), "00".to_owned())),
-            saved: bit(7).then(|| ("/p-checkpoint-1".to_owned(), "01".to_owned())),
+            saved: bit(11).then(|| ("/p-checkpoint-1".to_owned(), "01".to_owned())),
             stopped: bit(5),
             trial_judged: bit(6),
         }
@@ -448,6 +464,54 @@ mod tests {
             e.checkpoint_declared = false;
             matches!(decide(&e, &all(u32::from(left))), Decision::Refuse(_))
         }
+    }
+
+    /// A checkpointed run on node n3, which its pool lost.
+    fn on_lost_node() -> Ended {
+        Ended {
+            node_lost: Some("job 9 is listed RUNNING on n1,n2 and no longer on n3".into()),
+            ..checkpointed("ended by the failure of node n3: job 9 is listed RUNNING")
+        }
+    }
+
+    /// A run that checkpointed and ended on its own before its node failed (both recorded by
+    /// one `reconcile`) ended by its checkpoint; one whose supervisor got a TERM from outside,
+    /// or did not finish, by its node's failure.
+    #[test]
+    fn a_run_that_ended_on_its_own_is_not_ended_by_its_nodes_later_failure() {
+        let mut e = on_lost_node();
+        e.checkpoint_declared = true;
+        e.supervisor_finished = true;
+        let of = |e: &Ended| cause(e).map(|c| c.0);
+        assert_eq!(of(&e), Some(Cause::Checkpoint));
+        e.allocation_ended = Some("squeue shows job 9 TIMEOUT".into());
+        assert_eq!(
+            of(&e),
+            Some(Cause::Checkpoint),
+            "nor by its allocation's end"
+        );
+        e.term_forwarded = true;
+        assert_eq!(of(&e), Some(Cause::NodeFailure));
+        e.term_forwarded = false;
+        e.supervisor_finished = false;
+        assert_eq!(of(&e), Some(Cause::NodeFailure));
+    }
+
+    /// A worker killed with its node (its supervisor too) is refused saying so.
+    #[test]
+    fn a_worker_whose_supervisor_did_not_finish_is_refused_saying_so() {
+        let mut e = on_lost_node();
+        e.state_class = None;
+        e.published = None;
+        let Decision::Refuse(why) = decide(&e, &all(1)) else {
+            panic!("continued without a checkpoint");
+        };
+        assert!(why.starts_with("its supervisor did not finish"), "{why}");
+        (e.supervisor_finished, e.term_forwarded) = (true, true);
+        assert_eq!(
+            decide(&e, &all(1)),
+            Decision::Refuse("no state class is recorded in its journal".into())
+        );
     }
 
     #[test]
