@@ -1413,6 +1413,27 @@ impl<'c> NodePool<'c> {
             .state
     }
 
+    /// Wait until the worker journal of `id` shows `what`.
+    fn wait_journal(
+        &self,
+        id: &str,
+        what: &str,
+        shows: impl Fn(&dispatch::worker::report::WorkerReport) -> bool,
+    ) {
+        let evidence = dispatch::worker::dirs::WorkerDirs::of(
+            self.state.path(),
+            Some("p"),
+            id.parse().unwrap(),
+        )
+        .evidence;
+        wait_for(what, STEP_BOUND, || {
+            dispatch::worker::report::read(&evidence)
+                .ok()
+                .flatten()
+                .is_some_and(|r| shows(&r))
+        });
+    }
+
     /// What a worker noted at each start: (generation, count, node) a line.
     fn starts(&self, id: &str) -> String {
         std::fs::read_to_string(self.state_of(id).join("starts")).unwrap_or_default()
@@ -1504,15 +1525,7 @@ fn a_worker_killed_with_its_node_is_not_continued_and_one_that_asked_is_resubmit
     wait_for("the workers to start", STEP_BOUND, || {
         started.iter().all(|id| !p.starts(id).is_empty())
     });
-    let evidence =
-        dispatch::worker::dirs::WorkerDirs::of(p.state.path(), Some("p"), saver.parse().unwrap())
-            .evidence;
-    wait_for("the saver's checkpoint", STEP_BOUND, || {
-        dispatch::worker::report::read(&evidence)
-            .ok()
-            .flatten()
-            .is_some_and(|r| r.saved.is_some())
-    });
+    p.wait_journal(&saver, "the saver's checkpoint", |r| r.saved.is_some());
     std::thread::sleep(Duration::from_secs(1));
 
     let revive = Revive("node3");
@@ -1608,14 +1621,8 @@ fn a_worker_that_checkpointed_before_its_node_failed_is_continued_on_a_surviving
         &["--continue", "1", "--continue-on", "checkpoint"],
         &["STOP_AT=20"],
     );
-    let evidence =
-        dispatch::worker::dirs::WorkerDirs::of(p.state.path(), Some("p"), counter.parse().unwrap())
-            .evidence;
-    wait_for("its supervisor to finish", STEP_BOUND, || {
-        dispatch::worker::report::read(&evidence)
-            .ok()
-            .flatten()
-            .is_some_and(|r| r.finished.is_some())
+    p.wait_journal(&counter, "its supervisor to finish", |r| {
+        r.finished.is_some()
     });
 
     let revive = Revive("node3");
