@@ -148,8 +148,8 @@ pub struct ContinueArgs {
     /// The causes a continuation is for, comma-separated (default: all): `time-limit` (Slurm's
     /// TIMEOUT, or the early-shutdown deadline the supervisor signalled), `preempted` (Slurm's
     /// PREEMPTED), `node-failure` (Slurm's NODE_FAIL, or a node the pool lost; Slurm kills a
-    /// failed node's steps without a SIGTERM, so such a run has no checkpoint and is not
-    /// continued), `lost` (the job or allocation ended otherwise while the worker ran:
+    /// failed node's steps without a SIGTERM, so such a run resumes from the newest checkpoint
+    /// it published while it ran, $DISPATCH_CHECKPOINT_NOW, or is not continued), `lost` (the job or allocation ended otherwise while the worker ran:
     /// CANCELLED by another, BOOT_FAIL,
     /// DEADLINE, the pool's allocation over), `checkpoint` (the payload declared a checkpoint
     /// and exited 0 on its own: it asks for more)
