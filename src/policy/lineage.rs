@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 
+use serde::Serialize;
 use uuid::Uuid;
 
 use crate::event::pool::WorkerContinued;
@@ -34,19 +35,22 @@ crate::words! {
     }
 }
 
-/// One worker's place in its lineage, as the listings show it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One worker's place in its lineage, as the listings show it (their JSON keys:
+/// docs/cli.md, `pool status`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Lineage {
     /// 1 for a first run.
     pub generation: u32,
     /// The continuations it asked and may still have, until it is continued or refused.
     pub continues_left: Option<u32>,
-    /// The worker it continued.
+    /// The worker it continued (its submission id).
     pub predecessor: Option<Uuid>,
     /// The worker that continued it.
     pub successor: Option<Uuid>,
+    #[serde(rename = "continuation")]
     pub standing: Option<Standing>,
     /// Why it waits (`Waiting`), or why it was refused (`Refused`).
+    #[serde(rename = "continuation_why")]
     pub why: Option<String>,
 }
 

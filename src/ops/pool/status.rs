@@ -11,6 +11,7 @@ use crate::event::Micros;
 use crate::journal::JournalError;
 use crate::ops::error::OpError;
 use crate::ops::logs::LogPaths;
+use crate::policy::lineage::{Lineage, Lineages};
 use crate::policy::node::Outcome;
 use crate::policy::placement::{self, NodeRoom};
 use crate::policy::pool::Refusal;
@@ -102,6 +103,9 @@ pub struct WorkerView {
     /// Its output files (`dispatch logs` prints them); null without the state directory.
     pub stdout: Option<String>,
     pub stderr: Option<String>,
+    /// Its generation, and where its continuation stands (`--continue N`).
+    #[serde(flatten)]
+    pub lineage: Lineage,
     #[serde(flatten)]
     pub node: NodeView,
 }
@@ -348,7 +352,7 @@ fn node_view(dirs: &PoolDirs, w: &Worker, evidence: Option<&Path>) -> NodeView {
 }
 
 impl WorkerView {
-    fn of(pool: &Pool, dirs: &PoolDirs, w: &Worker) -> WorkerView {
+    fn of(pool: &Pool, dirs: &PoolDirs, lineages: &Lineages, w: &Worker) -> WorkerView {
         let job = pool.allocation.job_id;
         let submission_id = w
             .submission_id
@@ -399,6 +403,7 @@ impl WorkerView {
             stage,
             stdout,
             stderr,
+            lineage: lineages.of_worker(w.submission_id),
             node,
         }
     }
@@ -418,8 +423,11 @@ pub fn status(
     now: Micros,
 ) -> Result<StatusReport, OpError> {
     known(state, pool)?;
+    let lineages = Lineages::of(state);
     Ok(build(state, pools_dir, pool, now, |p, dirs| {
-        workers_of(p).map(|w| WorkerView::of(p, &dirs, w)).collect()
+        workers_of(p)
+            .map(|w| WorkerView::of(p, &dirs, &lineages, w))
+            .collect()
     }))
 }
 
@@ -464,12 +472,17 @@ impl StatusDoc {
 
 impl Serialize for StatusDoc {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let lineages = Lineages::of(&self.state);
         build(
             &self.state,
             self.pools_dir.as_deref(),
             self.pool.as_deref(),
             self.now,
-            |pool, dirs| StreamedWorkers { pool, dirs },
+            |pool, dirs| StreamedWorkers {
+                pool,
+                dirs,
+                lineages: &lineages,
+            },
         )
         .serialize(s)
     }
@@ -479,11 +492,14 @@ impl Serialize for StatusDoc {
 struct StreamedWorkers<'s> {
     pool: &'s Pool,
     dirs: PoolDirs,
+    lineages: &'s Lineages<'s>,
 }
 
 impl Serialize for StreamedWorkers<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(workers_of(self.pool).map(|w| WorkerView::of(self.pool, &self.dirs, w)))
+        s.collect_seq(
+            workers_of(self.pool).map(|w| WorkerView::of(self.pool, &self.dirs, self.lineages, w)),
+        )
     }
 }
 
