@@ -1398,3 +1398,199 @@ fn a_failed_payload_is_shown_failed_with_its_exit_code_before_and_after_the_refr
     assert!(text.contains("GPU 2 of its node"), "{text}");
     assert!(text.contains("failed: exit 3"), "{text}");
 }
+
+/// What worker `id`'s supervisor in pool `p` would have recorded: SIGTERM at its deadline, a
+/// verified publication, its native state checkpointed (a continuation may resume from it).
+fn checkpointed_at_deadline(fake: &Fake, id: &str) {
+    use dispatch::event::worker::{CleanedUp, Published, ShutdownSignalled};
+    use dispatch::event::{Sha256Digest, WorkerEvent};
+    use dispatch::journal::{JournalWriter, Options};
+    let dirs = dispatch::worker::dirs::WorkerDirs::new(
+        &fake.state().join("pools"),
+        "p",
+        id.parse().unwrap(),
+    );
+    let dir = dispatch::worker::supervisor::journal_dir(&dirs.evidence);
+    let w = JournalWriter::<WorkerEvent>::open(&dir, Options::default()).unwrap();
+    let published = fake
+        .state()
+        .join("pools/p/published")
+        .join(format!("w-{id}"));
+    for e in [
+        WorkerEvent::ShutdownSignalled(ShutdownSignalled {
+            signal: "TERM".into(),
+            reason: "deadline".into(),
+        }),
+        WorkerEvent::Published(Published {
+            dir: published.display().to_string(),
+            manifest_sha256: Sha256Digest([0x11; 32]),
+            files: 1,
+            bytes: 2,
+            commits: 0,
+            patch_bytes: 0,
+            took_ms: 3,
+        }),
+        WorkerEvent::CleanedUp(CleanedUp {
+            removed: vec![],
+            kept: vec!["state".into()],
+            state_class: "checkpointed".into(),
+            reason: String::new(),
+            errors: vec![],
+        }),
+    ] {
+        w.append_one(e).unwrap();
+    }
+}
+
+/// `pool status --json`'s view of the worker of submission `id` in pool `p`, and the human
+/// table (within 80 columns); neither asks Slurm anything.
+fn status_of_worker(fake: &Fake, id: &str) -> (Value, String) {
+    fake.scenario(json!({}));
+    let (code, out, err) = fake.run(&["pool", "status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let (_, text, _) = fake.run(&["pool", "status"]);
+    assert!(fake.calls().is_empty(), "pool status asked Slurm");
+    let st: Value = serde_json::from_str(out.trim()).unwrap();
+    let w = st["pools"][0]["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["submission_id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("no worker {id}: {st}"));
+    for line in text.lines().filter(|l| !l.contains(" in /")) {
+        assert!(line.chars().count() <= 80, "{line:?} passes 80 columns");
+    }
+    (w, text)
+}
+
+/// Issue 37, item 3: a pool worker whose continuation cannot be placed (another worker took
+/// its room) stays due and visible in `pool status`: "continuation waiting", with the words
+/// `reconcile` gives; once room comes, `reconcile` continues it and its successor is shown as
+/// generation 2, naming its predecessor.
+#[test]
+fn a_continuation_without_room_is_shown_waiting_with_why_until_it_is_continued() {
+    let fake = Fake::attached(60);
+    let step =
+        |n: u32, w: &str| format!("901.{n}|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.{w}\n");
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"hang": 30}],
+        "squeue": [{"match": ["--steps"], "stdout": step(0, "w")}],
+    }));
+    let (code, out, err) = fake.run(&[
+        "pool",
+        "submit",
+        "p",
+        "--cpus",
+        "2",
+        "--mem",
+        "100M",
+        "--name",
+        "w",
+        "--continue",
+        "1",
+        "--json",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let first = serde_json::from_str::<Value>(out.trim()).unwrap()["submission_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (w, text) = status_of_worker(&fake, &first);
+    assert_eq!(
+        (&w["generation"], &w["continues_left"]),
+        (&json!(1), &json!(1)),
+        "{w}"
+    );
+    assert_eq!(w["continuation"], Value::Null);
+    assert!(text.contains("GEN"), "{text}");
+
+    // Its step ends at its deadline with a checkpoint; the reconcile that proves it over is
+    // killed before it submits the successor: the continuation is due.
+    checkpointed_at_deadline(&fake, &first);
+    fake.scenario(json!({
+        "squeue": [{"match": ["--steps"], "stdout": ""}, {"stdout": job_row("RUNNING")}],
+        "sacct": [{"stdout": ""}],
+    }));
+    fake.crash("continue-before-submit", &["reconcile", "--json"]);
+    let (w, text) = status_of_worker(&fake, &first);
+    assert_eq!(
+        (&w["state"], &w["continuation"]),
+        (&json!("released"), &json!("due")),
+        "{w}"
+    );
+    assert!(text.contains("continuation due"), "{text}");
+
+    // Another worker takes 3 of the 4 CPUs: no room for its 2.
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"hang": 30}],
+        "squeue": [{"match": ["--steps"], "stdout": step(1, "x")}],
+    }));
+    let (code, _, err) = fake.run(&[
+        "pool", "submit", "p", "--cpus", "3", "--mem", "100M", "--name", "x", "--", "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (w, text) = status_of_worker(&fake, &first);
+    assert_eq!(w["continuation"], "waiting", "{w}");
+    let why = w["continuation_why"].as_str().unwrap().to_owned();
+    assert!(
+        why.starts_with("continuation waiting for room: pool \"p\" has no node with room"),
+        "{why}"
+    );
+    assert!(text.contains("continuation waiting"), "{text}");
+    assert!(
+        text.contains("continuation waiting for room: pool \"p\""),
+        "{text}"
+    );
+
+    // reconcile tries, and leaves it waiting in the same words.
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "squeue": [{"match": ["--steps"], "stdout": step(1, "x")}, {"stdout": job_row("RUNNING")}],
+        "sacct": [{"stdout": ""}],
+    }));
+    let (code, out, err) = fake.run(&["reconcile", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["continued"][0]["outcome"], "waiting", "{r}");
+    assert_eq!(r["continued"][0]["detail"], why.as_str(), "{r}");
+    assert!(!fake.programs().contains(&"srun".to_owned()));
+
+    // x's step ends: room comes, and reconcile continues w as its generation 2.
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"hang": 30}],
+        "squeue": [{"match": ["--steps"], "stdout": step(2, "w")}, {"stdout": job_row("RUNNING")}],
+        "sacct": [{"stdout": ""}],
+    }));
+    let (code, out, err) = fake.run(&["reconcile", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["continued"][0]["outcome"], "continued", "{r}");
+    let second = r["continued"][0]["submission_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (w, text) = status_of_worker(&fake, &second);
+    assert_eq!(
+        (&w["generation"], &w["continues_left"]),
+        (&json!(2), &Value::Null),
+        "{w}"
+    );
+    assert_eq!(w["predecessor"], first.as_str());
+    assert_eq!(w["continuation"], Value::Null);
+    assert!(text.contains("continued as generation 2"), "{text}");
+    let gen2 = text.lines().find(|l| l.contains(&second[..8])).unwrap();
+    assert!(gen2.contains(" 2 "), "{text}");
+    let (w, _) = status_of_worker(&fake, &first);
+    assert_eq!(
+        (&w["continuation"], &w["successor"]),
+        (&json!("continued"), &json!(second)),
+        "{w}"
+    );
+    println!("{text}");
+}
