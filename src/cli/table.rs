@@ -228,6 +228,13 @@ pub fn pool_status(r: &StatusReport, wide: bool) -> String {
         return out;
     }
     out.push('\n');
+    out.push_str(&workers_table(r, wide));
+    out
+}
+
+/// The table of every pool's workers, each row with the lines under it.
+fn workers_table(r: &StatusReport, wide: bool) -> String {
+    let mut out = String::new();
     let generations = r
         .pools
         .iter()
@@ -619,31 +626,7 @@ pub fn jobs(r: &JobsReport, wide: bool) -> String {
     }
     let mut out = t.render(0, width(wide));
     for j in &r.jobs {
-        if let Some(f) = &j.failure {
-            out.push_str(&note_line(
-                0,
-                &format!("{} failed: {f}", j.worker),
-                width(wide),
-            ));
-        }
-        if let Some(how) = payload_failure(j.outcome, j.exit_code, j.exit_signal) {
-            out.push_str(&warning_lines(
-                0,
-                &format!(
-                    "{} {how}; `dispatch logs {} --stderr` shows what it said",
-                    j.worker,
-                    id(&j.submission_id, wide)
-                ),
-                width(wide),
-            ));
-        }
-        if let Some((line, shown)) = continuation_line(&j.lineage, wide) {
-            let line = format!("{} {line}", j.worker);
-            out.push_str(&match shown {
-                Shown::Cut => note_line(0, &line, width(wide)),
-                _ => warning_lines(0, &line, width(wide)),
-            });
-        }
+        out.push_str(&job_lines(j, wide));
     }
     if let Some(x) = &r.refresh {
         out.push_str(&format!(
@@ -652,6 +635,37 @@ pub fn jobs(r: &JobsReport, wide: bool) -> String {
             x.resolved,
             x.unknown
         ));
+    }
+    out
+}
+
+/// The lines after the jobs table about one worker: how it failed, its continuation.
+fn job_lines(j: &crate::ops::jobs::JobView, wide: bool) -> String {
+    let mut out = String::new();
+    if let Some(f) = &j.failure {
+        out.push_str(&note_line(
+            0,
+            &format!("{} failed: {f}", j.worker),
+            width(wide),
+        ));
+    }
+    if let Some(how) = payload_failure(j.outcome, j.exit_code, j.exit_signal) {
+        out.push_str(&warning_lines(
+            0,
+            &format!(
+                "{} {how}; `dispatch logs {} --stderr` shows what it said",
+                j.worker,
+                id(&j.submission_id, wide)
+            ),
+            width(wide),
+        ));
+    }
+    if let Some((line, shown)) = continuation_line(&j.lineage, wide) {
+        let line = format!("{} {line}", j.worker);
+        out.push_str(&match shown {
+            Shown::Cut => note_line(0, &line, width(wide)),
+            _ => warning_lines(0, &line, width(wide)),
+        });
     }
     out
 }
