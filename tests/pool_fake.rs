@@ -1594,3 +1594,71 @@ fn a_continuation_without_room_is_shown_waiting_with_why_until_it_is_continued()
     );
     println!("{text}");
 }
+
+/// Issue 37, item 3: a continuation waiting for a pool that is gone (detached after its worker
+/// ended) is listed beside the pools, with `reconcile`'s words, never dropped from view.
+#[test]
+fn a_continuation_waiting_for_a_gone_pool_is_still_listed() {
+    let fake = Fake::attached(60);
+    let step = "901.0|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.w\n";
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"hang": 30}],
+        "squeue": [{"match": ["--steps"], "stdout": step}],
+    }));
+    let (code, out, err) = fake.run(&[
+        "pool",
+        "submit",
+        "p",
+        "--cpus",
+        "1",
+        "--mem",
+        "100M",
+        "--name",
+        "w",
+        "--continue",
+        "1",
+        "--json",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let first = serde_json::from_str::<Value>(out.trim()).unwrap()["submission_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    checkpointed_at_deadline(&fake, &first);
+    fake.scenario(json!({
+        "squeue": [{"match": ["--steps"], "stdout": ""}, {"stdout": job_row("RUNNING")}],
+        "sacct": [{"stdout": ""}],
+    }));
+    fake.crash("continue-before-submit", &["reconcile", "--json"]);
+    fake.scenario(json!({"scontrol": [{"stdout": show_job(60, 3600)}]}));
+    let (code, _, err) = fake.run(&["pool", "detach", "p"]);
+    assert_eq!(code, 0, "{err}");
+
+    fake.scenario(json!({}));
+    let (code, out, err) = fake.run(&["pool", "status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let (_, text, _) = fake.run(&["pool", "status"]);
+    assert!(fake.calls().is_empty(), "pool status asked Slurm");
+    let st: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(st["pools"], json!([]), "{st}");
+    let w = &st["waiting_for_gone_pools"][0];
+    assert_eq!((&w["pool"], &w["name"]), (&json!("p"), &json!("w")), "{st}");
+    assert_eq!(
+        (&w["submission_id"], &w["continuation"]),
+        (&json!(first), &json!("waiting"))
+    );
+    let why = w["continuation_why"].as_str().unwrap();
+    assert!(why.contains("pool p is gone"), "{why}");
+    let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(words.contains("worker w of pool p"), "{text}");
+    assert!(words.contains(why), "{text}");
+
+    let (code, out, err) = fake.run(&["reconcile", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["continued"][0]["outcome"], "waiting", "{r}");
+    assert_eq!(r["continued"][0]["detail"], why, "{r}");
+}

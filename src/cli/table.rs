@@ -215,9 +215,11 @@ fn width(wide: bool) -> Option<usize> {
 pub fn pool_status(r: &StatusReport, wide: bool) -> String {
     // A creation in flight may hold an allocation: never let it look like nothing.
     let creating = creating_lines(r, wide);
+    // Nor a continuation waiting for a pool that is gone.
+    let gone = gone_pool_lines(r, wide);
     if r.pools.is_empty() {
-        if !creating.is_empty() {
-            return creating;
+        if !creating.is_empty() || !gone.is_empty() {
+            return creating + &gone;
         }
         return "no pools; attach one with `dispatch pool attach POOL --job JOBID`\n".to_owned();
     }
@@ -225,10 +227,33 @@ pub fn pool_status(r: &StatusReport, wide: bool) -> String {
     out.push_str(&pools_table(r, wide));
     out.push_str(&ended_lines(r, wide));
     if r.pools.iter().all(|p| p.workers.is_empty()) {
-        return out;
+        return out + &gone;
     }
     out.push('\n');
     out.push_str(&workers_table(r, wide));
+    out + &gone
+}
+
+/// A warning for each worker of a pool that is gone whose continuation waits: why, and what
+/// submits it.
+fn gone_pool_lines(r: &StatusReport, wide: bool) -> String {
+    let mut out = String::new();
+    for g in &r.waiting_for_gone_pools {
+        let Some((line, _)) = continuation_line(&g.lineage, wide) else {
+            continue;
+        };
+        out.push_str(&warning_lines(
+            0,
+            &format!(
+                "worker {} of pool {} ({}, generation {}): {line}",
+                g.name,
+                g.pool,
+                id(&g.submission_id, wide),
+                g.lineage.generation
+            ),
+            width(wide),
+        ));
+    }
     out
 }
 
@@ -961,6 +986,7 @@ mod tests {
                 since: "2026-12-01T10:05:00".into(),
                 failure: None,
             }],
+            waiting_for_gone_pools: Vec::new(),
         };
         let job = |worker: &str, id: &str, job: Option<u32>, state: JobWorkerState| JobView {
             worker: worker.into(),

@@ -115,6 +115,21 @@ impl<'s> Lineages<'s> {
         }
         l
     }
+
+    /// The ended workers of pools the state no longer has (detached, released), whose
+    /// continuations wait for them: no pool's row lists them. By submission id.
+    pub fn of_gone_pools(&self) -> impl Iterator<Item = (Uuid, &'s Continuable)> + '_ {
+        self.state
+            .jobs
+            .continuations
+            .ended_ones()
+            .filter(|(_, c)| {
+                c.pool
+                    .as_deref()
+                    .is_some_and(|p| !self.state.pools.pools.contains_key(p))
+            })
+            .map(|(id, c)| (*id, c))
+    }
 }
 
 /// Why an ended worker's continuation cannot be placed now, if it cannot.
@@ -307,8 +322,12 @@ mod tests {
             why,
             "continuation waiting for room: pool p is being released"
         );
+        assert_eq!(Lineages::of(&state).of_gone_pools().count(), 0);
         state.pools.pools.clear();
-        let why = Lineages::of(&state).of_worker(id(1)).why.unwrap();
+        let all = Lineages::of(&state);
+        let why = all.of_worker(id(1)).why.unwrap();
         assert!(why.contains("pool p is gone"), "{why}");
+        let gone: Vec<Uuid> = all.of_gone_pools().map(|(id, _)| id).collect();
+        assert_eq!(gone, [id(1)], "listed beside the pools that remain");
     }
 }

@@ -31,6 +31,20 @@ pub struct StatusReport<W = Vec<WorkerView>> {
     /// `pool create`s not yet a pool: an allocation of theirs may exist (`pool create` again
     /// adopts it, `pool release` cancels it).
     pub creating: Vec<CreatingView>,
+    /// Workers of pools that are gone whose continuations wait for them (no pool lists them);
+    /// the key is absent when there is none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waiting_for_gone_pools: Vec<GonePoolWorker>,
+}
+
+/// A worker of a pool that is gone, its continuation waiting.
+#[derive(Debug, Serialize)]
+pub struct GonePoolWorker {
+    pub pool: String,
+    pub name: String,
+    pub submission_id: String,
+    #[serde(flatten)]
+    pub lineage: Lineage,
 }
 
 #[derive(Debug, Serialize)]
@@ -579,7 +593,22 @@ fn build<'s, W>(
             failure: c.failure.clone(),
         })
         .collect();
-    StatusReport { pools, creating }
+    let lineages = Lineages::of(state);
+    let waiting_for_gone_pools = lineages
+        .of_gone_pools()
+        .filter(|(_, c)| pool.is_none_or(|name| c.pool.as_deref() == Some(name)))
+        .map(|(id, c)| GonePoolWorker {
+            pool: c.pool.clone().unwrap_or_default(),
+            name: c.worker.clone(),
+            submission_id: id.to_string(),
+            lineage: lineages.of_worker(id),
+        })
+        .collect();
+    StatusReport {
+        pools,
+        creating,
+        waiting_for_gone_pools,
+    }
 }
 
 #[cfg(test)]
