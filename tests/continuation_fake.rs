@@ -6,9 +6,6 @@
 
 mod fake_cli;
 
-use dispatch::event::worker::{CleanedUp, Published, ShutdownSignalled};
-use dispatch::event::{Sha256Digest, WorkerEvent};
-use dispatch::journal::{JournalWriter, Options};
 use dispatch::worker::dirs::WorkerDirs;
 use fake_cli::Fake;
 use serde_json::{json, Value};
@@ -30,41 +27,14 @@ fn submit(fake: &Fake, extra: &[&str]) -> Uuid {
 /// published (or not), and its state's class.
 fn worker_journal(fake: &Fake, id: Uuid, deadline: bool, published: bool, class: &str) -> String {
     let dirs = WorkerDirs::for_job(&fake.state().join("jobs"), id);
-    let dir = dispatch::worker::supervisor::journal_dir(&dirs.evidence);
-    let w = JournalWriter::<WorkerEvent>::open(&dir, Options::default()).unwrap();
     let published_dir = fake
         .state()
         .join("jobs/published")
         .join(format!("long-{id}"))
         .display()
         .to_string();
-    if deadline {
-        w.append_one(WorkerEvent::ShutdownSignalled(ShutdownSignalled {
-            signal: "TERM".into(),
-            reason: "deadline".into(),
-        }))
-        .unwrap();
-    }
-    if published {
-        w.append_one(WorkerEvent::Published(Published {
-            dir: published_dir.clone(),
-            manifest_sha256: Sha256Digest([0x11; 32]),
-            files: 1,
-            bytes: 2,
-            commits: 0,
-            patch_bytes: 0,
-            took_ms: 3,
-        }))
-        .unwrap();
-    }
-    w.append_one(WorkerEvent::CleanedUp(CleanedUp {
-        removed: vec![],
-        kept: vec!["state".into()],
-        state_class: class.into(),
-        reason: String::new(),
-        errors: vec![],
-    }))
-    .unwrap();
+    let dir = published.then_some(published_dir.as_str());
+    fake_cli::supervisor_journal(&dirs.evidence, deadline, dir, class);
     published_dir
 }
 

@@ -1399,58 +1399,82 @@ fn a_failed_payload_is_shown_failed_with_its_exit_code_before_and_after_the_refr
     assert!(text.contains("failed: exit 3"), "{text}");
 }
 
-/// What worker `id`'s supervisor in pool `p` would have recorded: SIGTERM at its deadline, a
-/// verified publication, its native state checkpointed (a continuation may resume from it).
-fn checkpointed_at_deadline(fake: &Fake, id: &str) {
-    use dispatch::event::worker::{CleanedUp, Published, ShutdownSignalled};
-    use dispatch::event::{Sha256Digest, WorkerEvent};
-    use dispatch::journal::{JournalWriter, Options};
+/// Worker `w` of pool `p` with `cpus` CPUs, asking for one continuation, in step 901.0: its
+/// submission id.
+fn submit_continuing(fake: &Fake, cpus: &str) -> String {
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"hang": 30}],
+        "squeue": [{"match": ["--steps"], "stdout": step_of(0, "w")}],
+    }));
+    let args = "pool submit p --mem 100M --name w --continue 1 --json --cpus";
+    let mut args: Vec<&str> = args.split(' ').collect();
+    args.extend([cpus, "--", "true"]);
+    let (code, out, err) = fake.run(&args);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str::<Value>(out.trim()).unwrap()["submission_id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Step `901.n` of worker `w`, as squeue lists it.
+fn step_of(n: u32, w: &str) -> String {
+    format!("901.{n}|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.{w}\n")
+}
+
+/// `reconcile --json` while squeue lists `steps` in the running allocation 901 (a launch's
+/// step among them).
+fn reconcile_listing(fake: &Fake, steps: &str) -> Value {
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"hang": 30}],
+        "squeue": [{"match": ["--steps"], "stdout": steps}, {"stdout": job_row("RUNNING")}],
+        "sacct": [{"stdout": ""}],
+    }));
+    let (code, out, err) = fake.run(&["reconcile", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(out.trim()).unwrap()
+}
+
+/// Worker `id` of pool `p` ends at its deadline with a checkpoint, and the reconcile that
+/// proves it over is killed before it submits the successor: its continuation is due.
+fn ended_before_its_successor(fake: &Fake, id: &str) {
     let dirs = dispatch::worker::dirs::WorkerDirs::new(
         &fake.state().join("pools"),
         "p",
         id.parse().unwrap(),
     );
-    let dir = dispatch::worker::supervisor::journal_dir(&dirs.evidence);
-    let w = JournalWriter::<WorkerEvent>::open(&dir, Options::default()).unwrap();
     let published = fake
         .state()
         .join("pools/p/published")
         .join(format!("w-{id}"));
-    for e in [
-        WorkerEvent::ShutdownSignalled(ShutdownSignalled {
-            signal: "TERM".into(),
-            reason: "deadline".into(),
-        }),
-        WorkerEvent::Published(Published {
-            dir: published.display().to_string(),
-            manifest_sha256: Sha256Digest([0x11; 32]),
-            files: 1,
-            bytes: 2,
-            commits: 0,
-            patch_bytes: 0,
-            took_ms: 3,
-        }),
-        WorkerEvent::CleanedUp(CleanedUp {
-            removed: vec![],
-            kept: vec!["state".into()],
-            state_class: "checkpointed".into(),
-            reason: String::new(),
-            errors: vec![],
-        }),
-    ] {
-        w.append_one(e).unwrap();
-    }
+    let published = published.display().to_string();
+    fake_cli::supervisor_journal(&dirs.evidence, true, Some(&published), "checkpointed");
+    fake.scenario(json!({
+        "squeue": [{"match": ["--steps"], "stdout": ""}, {"stdout": job_row("RUNNING")}],
+        "sacct": [{"stdout": ""}],
+    }));
+    fake.crash("continue-before-submit", &["reconcile", "--json"]);
 }
 
-/// `pool status --json`'s view of the worker of submission `id` in pool `p`, and the human
-/// table (within 80 columns); neither asks Slurm anything.
-fn status_of_worker(fake: &Fake, id: &str) -> (Value, String) {
+/// `pool status --json` and the human table (within 80 columns but for a path); neither
+/// asks Slurm anything.
+fn pool_status_now(fake: &Fake) -> (Value, String) {
     fake.scenario(json!({}));
     let (code, out, err) = fake.run(&["pool", "status", "--json"]);
     assert_eq!(code, 0, "{err}");
     let (_, text, _) = fake.run(&["pool", "status"]);
     assert!(fake.calls().is_empty(), "pool status asked Slurm");
-    let st: Value = serde_json::from_str(out.trim()).unwrap();
+    for line in text.lines().filter(|l| !l.contains(" in /")) {
+        assert!(line.chars().count() <= 80, "{line:?} passes 80 columns");
+    }
+    (serde_json::from_str(out.trim()).unwrap(), text)
+}
+
+/// `pool status --json`'s view of the worker of submission `id` in pool `p`, and the table.
+fn status_of_worker(fake: &Fake, id: &str) -> (Value, String) {
+    let (st, text) = pool_status_now(fake);
     let w = st["pools"][0]["workers"]
         .as_array()
         .unwrap()
@@ -1458,9 +1482,6 @@ fn status_of_worker(fake: &Fake, id: &str) -> (Value, String) {
         .find(|w| w["submission_id"] == id)
         .cloned()
         .unwrap_or_else(|| panic!("no worker {id}: {st}"));
-    for line in text.lines().filter(|l| !l.contains(" in /")) {
-        assert!(line.chars().count() <= 80, "{line:?} passes 80 columns");
-    }
     (w, text)
 }
 
@@ -1471,34 +1492,8 @@ fn status_of_worker(fake: &Fake, id: &str) -> (Value, String) {
 #[test]
 fn a_continuation_without_room_is_shown_waiting_with_why_until_it_is_continued() {
     let fake = Fake::attached(60);
-    let step =
-        |n: u32, w: &str| format!("901.{n}|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.{w}\n");
-    fake.scenario(json!({
-        "scontrol": [{"stdout": show_job(60, 3600)}],
-        "srun": [{"hang": 30}],
-        "squeue": [{"match": ["--steps"], "stdout": step(0, "w")}],
-    }));
-    let (code, out, err) = fake.run(&[
-        "pool",
-        "submit",
-        "p",
-        "--cpus",
-        "2",
-        "--mem",
-        "100M",
-        "--name",
-        "w",
-        "--continue",
-        "1",
-        "--json",
-        "--",
-        "true",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let first = serde_json::from_str::<Value>(out.trim()).unwrap()["submission_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let step = step_of;
+    let first = submit_continuing(&fake, "2");
     let (w, text) = status_of_worker(&fake, &first);
     assert_eq!(
         (&w["generation"], &w["continues_left"]),
@@ -1510,12 +1505,7 @@ fn a_continuation_without_room_is_shown_waiting_with_why_until_it_is_continued()
 
     // Its step ends at its deadline with a checkpoint; the reconcile that proves it over is
     // killed before it submits the successor: the continuation is due.
-    checkpointed_at_deadline(&fake, &first);
-    fake.scenario(json!({
-        "squeue": [{"match": ["--steps"], "stdout": ""}, {"stdout": job_row("RUNNING")}],
-        "sacct": [{"stdout": ""}],
-    }));
-    fake.crash("continue-before-submit", &["reconcile", "--json"]);
+    ended_before_its_successor(&fake, &first);
     let (w, text) = status_of_worker(&fake, &first);
     assert_eq!(
         (&w["state"], &w["continuation"]),
@@ -1548,28 +1538,13 @@ fn a_continuation_without_room_is_shown_waiting_with_why_until_it_is_continued()
     );
 
     // reconcile tries, and leaves it waiting in the same words.
-    fake.scenario(json!({
-        "scontrol": [{"stdout": show_job(60, 3600)}],
-        "squeue": [{"match": ["--steps"], "stdout": step(1, "x")}, {"stdout": job_row("RUNNING")}],
-        "sacct": [{"stdout": ""}],
-    }));
-    let (code, out, err) = fake.run(&["reconcile", "--json"]);
-    assert_eq!(code, 0, "{err}");
-    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    let r = reconcile_listing(&fake, &step(1, "x"));
     assert_eq!(r["continued"][0]["outcome"], "waiting", "{r}");
     assert_eq!(r["continued"][0]["detail"], why.as_str(), "{r}");
     assert!(!fake.programs().contains(&"srun".to_owned()));
 
     // x's step ends: room comes, and reconcile continues w as its generation 2.
-    fake.scenario(json!({
-        "scontrol": [{"stdout": show_job(60, 3600)}],
-        "srun": [{"hang": 30}],
-        "squeue": [{"match": ["--steps"], "stdout": step(2, "w")}, {"stdout": job_row("RUNNING")}],
-        "sacct": [{"stdout": ""}],
-    }));
-    let (code, out, err) = fake.run(&["reconcile", "--json"]);
-    assert_eq!(code, 0, "{err}");
-    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    let r = reconcile_listing(&fake, &step(2, "w"));
     assert_eq!(r["continued"][0]["outcome"], "continued", "{r}");
     let second = r["continued"][0]["submission_id"]
         .as_str()
@@ -1592,7 +1567,6 @@ fn a_continuation_without_room_is_shown_waiting_with_why_until_it_is_continued()
         (&json!("continued"), &json!(second)),
         "{w}"
     );
-    println!("{text}");
 }
 
 /// Issue 37, item 3: a continuation waiting for a pool that is gone (detached after its worker
@@ -1600,49 +1574,13 @@ fn a_continuation_without_room_is_shown_waiting_with_why_until_it_is_continued()
 #[test]
 fn a_continuation_waiting_for_a_gone_pool_is_still_listed() {
     let fake = Fake::attached(60);
-    let step = "901.0|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.w\n";
-    fake.scenario(json!({
-        "scontrol": [{"stdout": show_job(60, 3600)}],
-        "srun": [{"hang": 30}],
-        "squeue": [{"match": ["--steps"], "stdout": step}],
-    }));
-    let (code, out, err) = fake.run(&[
-        "pool",
-        "submit",
-        "p",
-        "--cpus",
-        "1",
-        "--mem",
-        "100M",
-        "--name",
-        "w",
-        "--continue",
-        "1",
-        "--json",
-        "--",
-        "true",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let first = serde_json::from_str::<Value>(out.trim()).unwrap()["submission_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    checkpointed_at_deadline(&fake, &first);
-    fake.scenario(json!({
-        "squeue": [{"match": ["--steps"], "stdout": ""}, {"stdout": job_row("RUNNING")}],
-        "sacct": [{"stdout": ""}],
-    }));
-    fake.crash("continue-before-submit", &["reconcile", "--json"]);
+    let first = submit_continuing(&fake, "1");
+    ended_before_its_successor(&fake, &first);
     fake.scenario(json!({"scontrol": [{"stdout": show_job(60, 3600)}]}));
     let (code, _, err) = fake.run(&["pool", "detach", "p"]);
     assert_eq!(code, 0, "{err}");
 
-    fake.scenario(json!({}));
-    let (code, out, err) = fake.run(&["pool", "status", "--json"]);
-    assert_eq!(code, 0, "{err}");
-    let (_, text, _) = fake.run(&["pool", "status"]);
-    assert!(fake.calls().is_empty(), "pool status asked Slurm");
-    let st: Value = serde_json::from_str(out.trim()).unwrap();
+    let (st, text) = pool_status_now(&fake);
     assert_eq!(st["pools"], json!([]), "{st}");
     let w = &st["waiting_for_gone_pools"][0];
     assert_eq!((&w["pool"], &w["name"]), (&json!("p"), &json!("w")), "{st}");
