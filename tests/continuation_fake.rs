@@ -6,7 +6,7 @@
 
 mod fake_cli;
 
-use dispatch::event::worker::{CheckpointPublished, CleanedUp, Published, ShutdownSignalled};
+use dispatch::event::worker::CheckpointPublished;
 use dispatch::event::{Sha256Digest, WorkerEvent};
 use dispatch::journal::{JournalWriter, Options};
 use dispatch::worker::dirs::WorkerDirs;
@@ -30,41 +30,14 @@ fn submit(fake: &Fake, extra: &[&str]) -> Uuid {
 /// published (or not), and its state's class.
 fn worker_journal(fake: &Fake, id: Uuid, deadline: bool, published: bool, class: &str) -> String {
     let dirs = WorkerDirs::for_job(&fake.state().join("jobs"), id);
-    let dir = dispatch::worker::supervisor::journal_dir(&dirs.evidence);
-    let w = JournalWriter::<WorkerEvent>::open(&dir, Options::default()).unwrap();
     let published_dir = fake
         .state()
         .join("jobs/published")
         .join(format!("long-{id}"))
         .display()
         .to_string();
-    if deadline {
-        w.append_one(WorkerEvent::ShutdownSignalled(ShutdownSignalled {
-            signal: "TERM".into(),
-            reason: "deadline".into(),
-        }))
-        .unwrap();
-    }
-    if published {
-        w.append_one(WorkerEvent::Published(Published {
-            dir: published_dir.clone(),
-            manifest_sha256: Sha256Digest([0x11; 32]),
-            files: 1,
-            bytes: 2,
-            commits: 0,
-            patch_bytes: 0,
-            took_ms: 3,
-        }))
-        .unwrap();
-    }
-    w.append_one(WorkerEvent::CleanedUp(CleanedUp {
-        removed: vec![],
-        kept: vec!["state".into()],
-        state_class: class.into(),
-        reason: String::new(),
-        errors: vec![],
-    }))
-    .unwrap();
+    let dir = published.then_some(published_dir.as_str());
+    fake_cli::supervisor_journal(&dirs.evidence, deadline, dir, class);
     published_dir
 }
 
@@ -219,6 +192,94 @@ fn a_worker_without_a_checkpoint_or_publication_is_refused_and_recorded() {
             assert!(r.get("continued").is_none(), "{r}");
         }
     }
+}
+
+/// `dispatch jobs` (JSON and table) of the worker of submission `id`; no Slurm call.
+fn jobs_row(fake: &Fake, id: Uuid) -> (Value, String) {
+    fake.scenario(json!({}));
+    let (code, out, err) = fake.run(&["jobs", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let (_, text, _) = fake.run(&["jobs"]);
+    assert!(fake.calls().is_empty(), "jobs asked Slurm");
+    for line in text.lines() {
+        assert!(line.chars().count() <= 80, "{line:?} passes 80 columns");
+    }
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    let row = r["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["submission_id"] == id.to_string())
+        .cloned()
+        .unwrap_or_else(|| panic!("no job {id}: {r}"));
+    (row, text)
+}
+
+/// Issue 37: `jobs` shows a worker whose continuation is due (its end proven, its successor
+/// not yet submitted), then each generation with its lineage; a refusal with its reason.
+#[test]
+fn jobs_shows_a_due_continuation_each_generation_and_a_refusal() {
+    let fake = Fake::new();
+    fake.scenario(json!({"sbatch": [{"stdout": "77\n"}]}));
+    let first = submit(&fake, &["--continue", "2"]);
+    let (row, text) = jobs_row(&fake, first);
+    assert_eq!(
+        (&row["generation"], &row["continues_left"]),
+        (&json!(1), &json!(2)),
+        "{row}"
+    );
+    assert!(text.contains("GEN"), "{text}");
+    worker_journal(&fake, first, true, true, "checkpointed");
+    fake.scenario(over_then(77, 78));
+    fake.crash("continue-before-submit", &["reconcile", "--json"]);
+    let (row, text) = jobs_row(&fake, first);
+    assert_eq!(
+        (&row["state"], &row["continuation"]),
+        (&json!("released"), &json!("due")),
+        "{row}"
+    );
+    assert_eq!(row["continuation_why"], Value::Null);
+    assert!(text.contains("continuation due"), "{text}");
+
+    fake.scenario(over_then(77, 78));
+    let r = reconcile(&fake);
+    assert_eq!(r["continued"][0]["outcome"], "continued", "{r}");
+    let second: Uuid = r["continued"][0]["submission_id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (row, text) = jobs_row(&fake, second);
+    assert_eq!(
+        (&row["generation"], &row["continues_left"]),
+        (&json!(2), &json!(1)),
+        "{row}"
+    );
+    assert_eq!(row["predecessor"], first.to_string());
+    let (row, _) = jobs_row(&fake, first);
+    assert_eq!(
+        (&row["continuation"], &row["successor"]),
+        (&json!("continued"), &json!(second.to_string())),
+        "{row}"
+    );
+    assert!(text.contains("continued as generation 2"), "{text}");
+
+    // The second ends without a publication: refused, and the reason is shown.
+    worker_journal(&fake, second, true, false, "checkpointed");
+    fake.scenario(over_then(78, 79));
+    reconcile(&fake);
+    let (row, text) = jobs_row(&fake, second);
+    assert_eq!(row["continuation"], "refused", "{row}");
+    let why = row["continuation_why"].as_str().unwrap();
+    assert_eq!(
+        why,
+        of_kind(&fake, "ContinuationRefused")[0]["reason"],
+        "{row}"
+    );
+    assert!(
+        text.contains("continuation refused: no verified publication"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -181,6 +181,13 @@ const ADDED_SINCE_THE_GOLDENS: &[(&str, &[&str])] = &[
             "/pools/0/workers/0/outcome",
             // Why a launch failed, in srun's words (issue 36).
             "/pools/0/workers/0/launch_failure",
+            // Each worker's lineage, and where its continuation stands (issue 37).
+            "/pools/0/workers/0/generation",
+            "/pools/0/workers/0/continues_left",
+            "/pools/0/workers/0/predecessor",
+            "/pools/0/workers/0/successor",
+            "/pools/0/workers/0/continuation",
+            "/pools/0/workers/0/continuation_why",
         ],
     ),
     (
@@ -194,6 +201,19 @@ const ADDED_SINCE_THE_GOLDENS: &[(&str, &[&str])] = &[
             "/jobs/1/exit_code",
             "/jobs/1/exit_signal",
             "/jobs/1/stage",
+            // Each worker's lineage, and where its continuation stands (issue 37).
+            "/jobs/0/generation",
+            "/jobs/0/continues_left",
+            "/jobs/0/predecessor",
+            "/jobs/0/successor",
+            "/jobs/0/continuation",
+            "/jobs/0/continuation_why",
+            "/jobs/1/generation",
+            "/jobs/1/continues_left",
+            "/jobs/1/predecessor",
+            "/jobs/1/successor",
+            "/jobs/1/continuation",
+            "/jobs/1/continuation_why",
         ],
     ),
 ];

@@ -1398,3 +1398,205 @@ fn a_failed_payload_is_shown_failed_with_its_exit_code_before_and_after_the_refr
     assert!(text.contains("GPU 2 of its node"), "{text}");
     assert!(text.contains("failed: exit 3"), "{text}");
 }
+
+/// Worker `w` of pool `p` with `cpus` CPUs, asking for one continuation, in step 901.0: its
+/// submission id.
+fn submit_continuing(fake: &Fake, cpus: &str) -> String {
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"hang": 30}],
+        "squeue": [{"match": ["--steps"], "stdout": step_of(0, "w")}],
+    }));
+    let args = "pool submit p --mem 100M --name w --continue 1 --json --cpus";
+    let mut args: Vec<&str> = args.split(' ').collect();
+    args.extend([cpus, "--", "true"]);
+    let (code, out, err) = fake.run(&args);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str::<Value>(out.trim()).unwrap()["submission_id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Step `901.n` of worker `w`, as squeue lists it.
+fn step_of(n: u32, w: &str) -> String {
+    format!("901.{n}|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.{w}\n")
+}
+
+/// `reconcile --json` while squeue lists `steps` in the running allocation 901 (a launch's
+/// step among them).
+fn reconcile_listing(fake: &Fake, steps: &str) -> Value {
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"hang": 30}],
+        "squeue": [{"match": ["--steps"], "stdout": steps}, {"stdout": job_row("RUNNING")}],
+        "sacct": [{"stdout": ""}],
+    }));
+    let (code, out, err) = fake.run(&["reconcile", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(out.trim()).unwrap()
+}
+
+/// Worker `id` of pool `p` ends at its deadline with a checkpoint, and the reconcile that
+/// proves it over is killed before it submits the successor: its continuation is due.
+fn ended_before_its_successor(fake: &Fake, id: &str) {
+    let dirs = dispatch::worker::dirs::WorkerDirs::new(
+        &fake.state().join("pools"),
+        "p",
+        id.parse().unwrap(),
+    );
+    let published = fake
+        .state()
+        .join("pools/p/published")
+        .join(format!("w-{id}"));
+    let published = published.display().to_string();
+    fake_cli::supervisor_journal(&dirs.evidence, true, Some(&published), "checkpointed");
+    fake.scenario(json!({
+        "squeue": [{"match": ["--steps"], "stdout": ""}, {"stdout": job_row("RUNNING")}],
+        "sacct": [{"stdout": ""}],
+    }));
+    fake.crash("continue-before-submit", &["reconcile", "--json"]);
+}
+
+/// `pool status --json` and the human table (within 80 columns but for a path); neither
+/// asks Slurm anything.
+fn pool_status_now(fake: &Fake) -> (Value, String) {
+    fake.scenario(json!({}));
+    let (code, out, err) = fake.run(&["pool", "status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let (_, text, _) = fake.run(&["pool", "status"]);
+    assert!(fake.calls().is_empty(), "pool status asked Slurm");
+    for line in text.lines().filter(|l| !l.contains(" in /")) {
+        assert!(line.chars().count() <= 80, "{line:?} passes 80 columns");
+    }
+    (serde_json::from_str(out.trim()).unwrap(), text)
+}
+
+/// `pool status --json`'s view of the worker of submission `id` in pool `p`, and the table.
+fn status_of_worker(fake: &Fake, id: &str) -> (Value, String) {
+    let (st, text) = pool_status_now(fake);
+    let w = st["pools"][0]["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["submission_id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("no worker {id}: {st}"));
+    (w, text)
+}
+
+/// Issue 37, item 3: a pool worker whose continuation cannot be placed (another worker took
+/// its room) stays due and visible in `pool status`: "continuation waiting", with the words
+/// `reconcile` gives; once room comes, `reconcile` continues it and its successor is shown as
+/// generation 2, naming its predecessor.
+#[test]
+fn a_continuation_without_room_is_shown_waiting_with_why_until_it_is_continued() {
+    let fake = Fake::attached(60);
+    let step = step_of;
+    let first = submit_continuing(&fake, "2");
+    let (w, text) = status_of_worker(&fake, &first);
+    assert_eq!(
+        (&w["generation"], &w["continues_left"]),
+        (&json!(1), &json!(1)),
+        "{w}"
+    );
+    assert_eq!(w["continuation"], Value::Null);
+    assert!(text.contains("GEN"), "{text}");
+
+    // Its step ends at its deadline with a checkpoint; the reconcile that proves it over is
+    // killed before it submits the successor: the continuation is due.
+    ended_before_its_successor(&fake, &first);
+    let (w, text) = status_of_worker(&fake, &first);
+    assert_eq!(
+        (&w["state"], &w["continuation"]),
+        (&json!("released"), &json!("due")),
+        "{w}"
+    );
+    assert!(text.contains("continuation due"), "{text}");
+
+    // Another worker takes 3 of the 4 CPUs: no room for its 2.
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(60, 3600)}],
+        "srun": [{"hang": 30}],
+        "squeue": [{"match": ["--steps"], "stdout": step(1, "x")}],
+    }));
+    let (code, _, err) = fake.run(&[
+        "pool", "submit", "p", "--cpus", "3", "--mem", "100M", "--name", "x", "--", "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (w, text) = status_of_worker(&fake, &first);
+    assert_eq!(w["continuation"], "waiting", "{w}");
+    let why = w["continuation_why"].as_str().unwrap().to_owned();
+    assert!(
+        why.starts_with("continuation waiting for room: pool \"p\" has no node with room"),
+        "{why}"
+    );
+    assert!(text.contains("continuation waiting"), "{text}");
+    assert!(
+        text.contains("continuation waiting for room: pool \"p\""),
+        "{text}"
+    );
+
+    // reconcile tries, and leaves it waiting in the same words.
+    let r = reconcile_listing(&fake, &step(1, "x"));
+    assert_eq!(r["continued"][0]["outcome"], "waiting", "{r}");
+    assert_eq!(r["continued"][0]["detail"], why.as_str(), "{r}");
+    assert!(!fake.programs().contains(&"srun".to_owned()));
+
+    // x's step ends: room comes, and reconcile continues w as its generation 2.
+    let r = reconcile_listing(&fake, &step(2, "w"));
+    assert_eq!(r["continued"][0]["outcome"], "continued", "{r}");
+    let second = r["continued"][0]["submission_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (w, text) = status_of_worker(&fake, &second);
+    assert_eq!(
+        (&w["generation"], &w["continues_left"]),
+        (&json!(2), &Value::Null),
+        "{w}"
+    );
+    assert_eq!(w["predecessor"], first.as_str());
+    assert_eq!(w["continuation"], Value::Null);
+    assert!(text.contains("continued as generation 2"), "{text}");
+    let gen2 = text.lines().find(|l| l.contains(&second[..8])).unwrap();
+    assert!(gen2.contains(" 2 "), "{text}");
+    let (w, _) = status_of_worker(&fake, &first);
+    assert_eq!(
+        (&w["continuation"], &w["successor"]),
+        (&json!("continued"), &json!(second)),
+        "{w}"
+    );
+}
+
+/// Issue 37, item 3: a continuation waiting for a pool that is gone (detached after its worker
+/// ended) is listed beside the pools, with `reconcile`'s words, never dropped from view.
+#[test]
+fn a_continuation_waiting_for_a_gone_pool_is_still_listed() {
+    let fake = Fake::attached(60);
+    let first = submit_continuing(&fake, "1");
+    ended_before_its_successor(&fake, &first);
+    fake.scenario(json!({"scontrol": [{"stdout": show_job(60, 3600)}]}));
+    let (code, _, err) = fake.run(&["pool", "detach", "p"]);
+    assert_eq!(code, 0, "{err}");
+
+    let (st, text) = pool_status_now(&fake);
+    assert_eq!(st["pools"], json!([]), "{st}");
+    let w = &st["waiting_for_gone_pools"][0];
+    assert_eq!((&w["pool"], &w["name"]), (&json!("p"), &json!("w")), "{st}");
+    assert_eq!(
+        (&w["submission_id"], &w["continuation"]),
+        (&json!(first), &json!("waiting"))
+    );
+    let why = w["continuation_why"].as_str().unwrap();
+    assert!(why.contains("pool p is gone"), "{why}");
+    let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(words.contains("worker w of pool p"), "{text}");
+    assert!(words.contains(why), "{text}");
+
+    let (code, out, err) = fake.run(&["reconcile", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["continued"][0]["outcome"], "waiting", "{r}");
+    assert_eq!(r["continued"][0]["detail"], why, "{r}");
+}

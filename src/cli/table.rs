@@ -4,6 +4,7 @@
 
 use crate::ops::jobs::JobsReport;
 use crate::ops::pool::{AllocationState, NodeView, StatusReport};
+use crate::policy::lineage::{Lineage, Standing};
 use crate::policy::session::report::{JobEntry, Report};
 use unicode_width::UnicodeWidthStr;
 
@@ -214,9 +215,11 @@ fn width(wide: bool) -> Option<usize> {
 pub fn pool_status(r: &StatusReport, wide: bool) -> String {
     // A creation in flight may hold an allocation: never let it look like nothing.
     let creating = creating_lines(r, wide);
+    // Nor a continuation waiting for a pool that is gone.
+    let gone = gone_pool_lines(r, wide);
     if r.pools.is_empty() {
-        if !creating.is_empty() {
-            return creating;
+        if !creating.is_empty() || !gone.is_empty() {
+            return creating + &gone;
         }
         return "no pools; attach one with `dispatch pool attach POOL --job JOBID`\n".to_owned();
     }
@@ -224,25 +227,64 @@ pub fn pool_status(r: &StatusReport, wide: bool) -> String {
     out.push_str(&pools_table(r, wide));
     out.push_str(&ended_lines(r, wide));
     if r.pools.iter().all(|p| p.workers.is_empty()) {
-        return out;
+        return out + &gone;
     }
     out.push('\n');
+    out.push_str(&workers_table(r, wide));
+    out + &gone
+}
+
+/// A warning for each worker of a pool that is gone whose continuation waits: why, and what
+/// submits it.
+fn gone_pool_lines(r: &StatusReport, wide: bool) -> String {
+    let mut out = String::new();
+    for g in &r.waiting_for_gone_pools {
+        let Some((line, _)) = continuation_line(&g.lineage, wide) else {
+            continue;
+        };
+        out.push_str(&warning_lines(
+            0,
+            &format!(
+                "worker {} of pool {} ({}, generation {}): {line}",
+                g.name,
+                g.pool,
+                id(&g.submission_id, wide),
+                g.lineage.generation
+            ),
+            width(wide),
+        ));
+    }
+    out
+}
+
+/// The table of every pool's workers, each row with the lines under it.
+fn workers_table(r: &StatusReport, wide: bool) -> String {
+    let mut out = String::new();
+    let generations = r
+        .pools
+        .iter()
+        .flat_map(|p| &p.workers)
+        .any(|w| w.lineage.shown());
     let mut workers = Table::new(
-        &[
-            "POOL", "WORKER", "ID", "STATE", "NODE", "STEP", "CPUS", "MEM",
-        ],
-        &[1, 0, 4],
+        &with_gen(
+            &[
+                "POOL", "WORKER", "ID", "STATE", "NODE", "STEP", "CPUS", "MEM",
+            ],
+            generations,
+        ),
+        if generations { &[1, 0, 5] } else { &[1, 0, 4] },
     );
     // The lines under each row, by row index, since the table is drawn as a whole; each says
     // whether it may be cut (a path may not: it is there to be copied).
     let mut details: Vec<Vec<(String, Shown)>> = Vec::new();
     for p in &r.pools {
         for w in &p.workers {
-            workers.row(vec![
+            let mut row = vec![
                 p.pool.clone(),
                 w.name.clone(),
                 id(&w.submission_id, wide),
-                with_exit(
+                state_cell(
+                    &w.lineage,
                     w.stage.map_or(w.state.as_str(), |s| s.as_str()),
                     w.exit_code,
                     w.exit_signal,
@@ -251,12 +293,17 @@ pub fn pool_status(r: &StatusReport, wide: bool) -> String {
                 w.step_id.clone().unwrap_or_else(|| "-".to_owned()),
                 count(u64::from(w.cpus), "CPU"),
                 mem(w.mem_mb),
-            ]);
+            ];
+            if generations {
+                row.insert(2, generation_cell(&w.lineage));
+            }
+            workers.row(row);
             let mut d = worker_details(w.gpus, &w.node, &id(&w.submission_id, wide));
             if let Some(why) = &w.launch_failure {
                 d.insert(0, (format!("launch failed: {why}"), Shown::Wrapped));
             }
             d.extend(failure_line(w, wide));
+            d.extend(continuation_line(&w.lineage, wide));
             details.push(d);
         }
     }
@@ -410,6 +457,63 @@ fn node_lines<W>(p: &crate::ops::pool::PoolView<W>, wide: bool) -> String {
     out
 }
 
+/// The headers of a workers' table, with GEN after WORKER when a generation is shown.
+fn with_gen(headers: &[&'static str], generations: bool) -> Vec<&'static str> {
+    let mut h = headers.to_vec();
+    if generations {
+        let at = h.iter().position(|x| *x == "WORKER").map_or(0, |i| i + 1);
+        h.insert(at, "GEN");
+    }
+    h
+}
+
+/// A worker's GEN cell: its generation when it is a later one or asked to be continued.
+fn generation_cell(l: &Lineage) -> String {
+    if l.shown() {
+        l.generation.to_string()
+    } else {
+        "-".to_owned()
+    }
+}
+
+/// A worker's STATE cell: `continuation due` or `continuation waiting` while its
+/// continuation is to be submitted (the line under it says why), else its word and exit.
+fn state_cell(l: &Lineage, word: &str, code: Option<i32>, signal: Option<i32>) -> String {
+    match l.standing {
+        Some(Standing::Due) => "continuation due".to_owned(),
+        Some(Standing::Waiting) => "continuation waiting".to_owned(),
+        _ => with_exit(word, code, signal),
+    }
+}
+
+/// The line about a worker's continuation, and how it is shown: why it is due, waits or was
+/// refused (whole, wrapped: it ends with what happens next), or which worker continued it.
+fn continuation_line(l: &Lineage, wide: bool) -> Option<(String, Shown)> {
+    let why = l.why.as_deref().unwrap_or_default();
+    let reconcile = crate::next::Next::Reconcile;
+    Some(match l.standing? {
+        Standing::Due => (
+            format!("continuation due: {reconcile} decides it and submits its successor"),
+            Shown::Wrapped,
+        ),
+        Standing::Waiting => (
+            format!("{why}; {reconcile} submits it once there is room"),
+            Shown::Wrapped,
+        ),
+        Standing::Refused => (format!("continuation refused: {why}"), Shown::Wrapped),
+        Standing::Continued => (
+            format!(
+                "continued as generation {}: {}",
+                l.generation + 1,
+                l.successor
+                    .map(|s| id(&s.to_string(), wide))
+                    .unwrap_or_default()
+            ),
+            Shown::Cut,
+        ),
+    })
+}
+
 /// A worker's state word and how its payload ended, when that is known: `released, exit 3`,
 /// `published, signal 9`.
 pub fn with_exit(word: &str, code: Option<i32>, signal: Option<i32>) -> String {
@@ -508,23 +612,29 @@ pub fn jobs(r: &JobsReport, wide: bool) -> String {
         return "no jobs; start a worker as its own job with `dispatch submit`\n".to_owned();
     }
     let refreshed = r.refresh.is_some();
-    let mut headers = vec!["WORKER", "ID", "JOB", "STATE"];
+    let generations = r.jobs.iter().any(|j| j.lineage.shown());
+    let mut headers = with_gen(&["WORKER", "ID", "JOB", "STATE"], generations);
     if refreshed {
         headers.push("SLURM");
     }
     headers.extend(["CPUS", "MEM", "SUBMITTED"]);
-    let mut t = Table::new(&headers, &[0, 4]);
+    let slurm = if generations { 5 } else { 4 };
+    let mut t = Table::new(&headers, &[0, slurm]);
     for j in &r.jobs {
         let mut row = vec![
             j.worker.clone(),
             id(&j.submission_id, wide),
             j.job_id.map_or_else(|| "-".to_owned(), |n| n.to_string()),
-            with_exit(
+            state_cell(
+                &j.lineage,
                 j.stage.map_or(j.state.as_str(), |s| s.as_str()),
                 j.exit_code,
                 j.exit_signal,
             ),
         ];
+        if generations {
+            row.insert(1, generation_cell(&j.lineage));
+        }
         if refreshed {
             row.push(match (&j.slurm_state, &j.reason) {
                 (Some(s), Some(why)) if why != "None" => format!("{s} ({why})"),
@@ -541,24 +651,7 @@ pub fn jobs(r: &JobsReport, wide: bool) -> String {
     }
     let mut out = t.render(0, width(wide));
     for j in &r.jobs {
-        if let Some(f) = &j.failure {
-            out.push_str(&note_line(
-                0,
-                &format!("{} failed: {f}", j.worker),
-                width(wide),
-            ));
-        }
-        if let Some(how) = payload_failure(j.outcome, j.exit_code, j.exit_signal) {
-            out.push_str(&warning_lines(
-                0,
-                &format!(
-                    "{} {how}; `dispatch logs {} --stderr` shows what it said",
-                    j.worker,
-                    id(&j.submission_id, wide)
-                ),
-                width(wide),
-            ));
-        }
+        out.push_str(&job_lines(j, wide));
     }
     if let Some(x) = &r.refresh {
         out.push_str(&format!(
@@ -567,6 +660,37 @@ pub fn jobs(r: &JobsReport, wide: bool) -> String {
             x.resolved,
             x.unknown
         ));
+    }
+    out
+}
+
+/// The lines after the jobs table about one worker: how it failed, its continuation.
+fn job_lines(j: &crate::ops::jobs::JobView, wide: bool) -> String {
+    let mut out = String::new();
+    if let Some(f) = &j.failure {
+        out.push_str(&note_line(
+            0,
+            &format!("{} failed: {f}", j.worker),
+            width(wide),
+        ));
+    }
+    if let Some(how) = payload_failure(j.outcome, j.exit_code, j.exit_signal) {
+        out.push_str(&warning_lines(
+            0,
+            &format!(
+                "{} {how}; `dispatch logs {} --stderr` shows what it said",
+                j.worker,
+                id(&j.submission_id, wide)
+            ),
+            width(wide),
+        ));
+    }
+    if let Some((line, shown)) = continuation_line(&j.lineage, wide) {
+        let line = format!("{} {line}", j.worker);
+        out.push_str(&match shown {
+            Shown::Cut => note_line(0, &line, width(wide)),
+            _ => warning_lines(0, &line, width(wide)),
+        });
     }
     out
 }
@@ -758,6 +882,7 @@ mod tests {
             stage: None,
             stdout: None,
             stderr: None,
+            lineage: first_generation(),
             node: NodeView::default(),
         };
         let mut published = worker(
@@ -792,6 +917,31 @@ mod tests {
         failed.stage = Some(crate::ops::pool::Stage::Exited);
         failed.node.outcome = Some(crate::policy::node::Outcome::Failed);
         failed.node.state_class = Some("crash_class_partial".into());
+        // A generation 2, and a worker whose continuation waits for room.
+        let mut later = worker(
+            "w1",
+            "0b5e7c1e-8a1f-4a55-9f6e-0d4b8e2a9c11",
+            WorkerState::Running,
+            Some("901.0"),
+        );
+        later.lineage.generation = 2;
+        later.lineage.continues_left = Some(1);
+        let mut waiting = worker(
+            "sim",
+            "5e1ec7ed-0000-4000-8000-000000000007",
+            WorkerState::Released,
+            Some("901.3"),
+        );
+        (waiting.cpus, waiting.mem_mb) = (2, 2048);
+        waiting.exit_code = Some(0);
+        waiting.lineage.continues_left = Some(3);
+        waiting.lineage.standing = Some(Standing::Waiting);
+        waiting.lineage.why = Some(
+            "continuation waiting for room: pool \"p\" has no node with room for 2 CPUs, 2048 \
+             MB and 0 GPUs now (n0042.savio4 1/4 CPUs, 1948/4096 MB, 0/0 GPUs free); stop a \
+             worker, ask for less, or wait for room with --wait"
+                .into(),
+        );
         let status = StatusReport {
             pools: vec![
                 PoolView {
@@ -804,16 +954,7 @@ mod tests {
                     capacity: res(4, 4096, 0),
                     reserved: res(1, 100, 0),
                     nodes: Vec::new(),
-                    workers: vec![
-                        worker(
-                            "w1",
-                            "0b5e7c1e-8a1f-4a55-9f6e-0d4b8e2a9c11",
-                            WorkerState::Running,
-                            Some("901.0"),
-                        ),
-                        published,
-                        failed,
-                    ],
+                    workers: vec![later, published, failed, waiting],
                 },
                 PoolView {
                     pool: "gpu".into(),
@@ -845,6 +986,7 @@ mod tests {
                 since: "2026-12-01T10:05:00".into(),
                 failure: None,
             }],
+            waiting_for_gone_pools: Vec::new(),
         };
         let job = |worker: &str, id: &str, job: Option<u32>, state: JobWorkerState| JobView {
             worker: worker.into(),
@@ -866,6 +1008,7 @@ mod tests {
             node: None,
             stdout: String::new(),
             stderr: String::new(),
+            lineage: first_generation(),
         };
         let mut pending = job(
             "b",
@@ -897,8 +1040,28 @@ mod tests {
         failed.failure = Some(
             "sbatch refused the job: \"sbatch: error: Batch job submission failed: Invalid partition name specified\"".into(),
         );
+        // Continued once, and its successor, whose end is proven: due.
+        let mut continued = job(
+            "count",
+            "c0a1c0a1-0000-4000-8000-000000000008",
+            Some(41),
+            JobWorkerState::Released,
+        );
+        continued.active = false;
+        continued.lineage.standing = Some(Standing::Continued);
+        continued.lineage.successor = Some("c0a1c0a2-0000-4000-8000-000000000009".parse().unwrap());
+        let mut due = job(
+            "count",
+            "c0a1c0a2-0000-4000-8000-000000000009",
+            Some(42),
+            JobWorkerState::Released,
+        );
+        due.active = false;
+        due.lineage.generation = 2;
+        due.lineage.continues_left = Some(1);
+        due.lineage.standing = Some(Standing::Due);
         let jobs = JobsReport {
-            jobs: vec![pending, running, failed],
+            jobs: vec![pending, running, failed, due, continued],
             refresh: Some(RefreshView {
                 resolved: 0,
                 unknown: 0,
@@ -944,6 +1107,17 @@ mod tests {
             errors: vec![],
         };
         (status, jobs, sessions)
+    }
+
+    fn first_generation() -> Lineage {
+        Lineage {
+            generation: 1,
+            continues_left: None,
+            predecessor: None,
+            successor: None,
+            standing: None,
+            why: None,
+        }
     }
 
     fn drawn(wide: bool) -> String {

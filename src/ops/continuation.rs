@@ -24,6 +24,7 @@ use crate::event::pool::{ContinuationRefused, WorkerContinued, WorkerRequest};
 use crate::event::{Event, Sha256Digest};
 use crate::failpoint;
 use crate::policy::continuation::{self as policy, Asked, Cause, Decision, Ended};
+use crate::policy::lineage::pool_unready;
 use crate::policy::node::StateClass;
 use crate::policy::pool::Budgets;
 use crate::slurm::{MemoryMb, Scheduler, SlurmDuration};
@@ -315,24 +316,6 @@ async fn submit_successor<S: Scheduler>(
         Err(e) => (line.outcome, line.detail) = (ContinueOutcome::Unknown, e.to_string()),
     }
     Ok(())
-}
-
-/// Why a pool worker's continuation cannot be placed in its pool now, if it cannot.
-pub fn pool_unready(state: &State, c: &Continuable) -> Option<String> {
-    let name = c.pool.as_deref()?;
-    match state.pools.pools.get(name) {
-        None => Some(format!(
-            "continuation waiting for room: pool {name} is gone; it waits for the pool's next \
-             allocation"
-        )),
-        Some(p) if p.releasing => Some(format!(
-            "continuation waiting for room: pool {name} is being released"
-        )),
-        Some(p) if p.ended.is_some() => Some(format!(
-            "continuation waiting for room: the allocation of pool {name} is over"
-        )),
-        Some(_) => None,
-    }
 }
 
 /// The predecessor's spec again, from the request its receipt kept.

@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::logs::LogPaths;
 use super::reconcile::ListedJob;
 use crate::ops::pool::Stage;
+use crate::policy::lineage::{Lineage, Lineages};
 use crate::policy::node::Outcome;
 use crate::slurm::JobId;
 use crate::state::jobs::JobWorker;
@@ -64,10 +65,19 @@ pub struct JobView {
     pub node: Option<String>,
     pub stdout: String,
     pub stderr: String,
+    /// Its generation, and where its continuation stands (`--continue N`), as in `pool status`.
+    #[serde(flatten)]
+    pub lineage: Lineage,
 }
 
 impl JobView {
-    fn of(state_dir: &Path, j: &JobWorker, active: bool, listed: &[ListedJob]) -> JobView {
+    fn of(
+        state_dir: &Path,
+        j: &JobWorker,
+        active: bool,
+        listed: &[ListedJob],
+        lineages: &Lineages,
+    ) -> JobView {
         let id = j.submission_id.to_string();
         let seen = listed.iter().find(|l| l.submission_id == id);
         let dirs = WorkerDirs::of(state_dir, None, j.submission_id);
@@ -93,6 +103,7 @@ impl JobView {
             node: seen.and_then(|l| l.node.clone()),
             stdout: logs.stdout,
             stderr: logs.stderr,
+            lineage: lineages.of_worker(j.submission_id),
         }
     }
 }
@@ -136,11 +147,12 @@ pub fn jobs(
     let listed = refresh.map_or(&[][..], |r| r.listed.as_slice());
     let mut active: Vec<&JobWorker> = state.jobs.active.values().collect();
     active.sort_by_key(|j| j.submitted_at);
+    let lineages = Lineages::of(state);
     let jobs = active
         .into_iter()
         .map(|j| (j, true))
         .chain(state.jobs.finished.iter().rev().map(|j| (j, false)))
-        .map(|(j, active)| JobView::of(state_dir, j, active, listed))
+        .map(|(j, active)| JobView::of(state_dir, j, active, listed, &lineages))
         .collect();
     JobsReport {
         jobs,

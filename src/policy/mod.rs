@@ -7,6 +7,7 @@ pub mod doctor;
 pub mod forget;
 pub mod holder;
 pub mod journal_filter;
+pub mod lineage;
 pub mod manifest;
 pub mod node;
 pub mod placement;

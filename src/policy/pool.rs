@@ -9,7 +9,7 @@ use crate::event::pool::Allocation;
 use crate::event::Micros;
 use crate::next::Next::{self, Submit};
 use crate::policy::holder::Holder;
-use crate::policy::placement::{self, NoNode};
+use crate::policy::placement::{self, NoNode, NodeRoom};
 use crate::slurm::{JobId, NodeShare};
 use crate::state::pool::{Pool, Pools, Resources, Worker, WorkerState};
 
@@ -565,7 +565,13 @@ pub fn check_could_fit(
 /// The node for `ask`, or why there is none ([`placement::place`]).
 fn place_in(pool: &Pool, facts: &AllocationFacts, ask: &WorkerAsk) -> Result<String, Refusal> {
     let rooms = placement::node_rooms(pool, &facts.live_shares());
-    placement::place(&rooms, ask.need(), ask.node.as_deref()).map_err(|why| match why {
+    place_among(pool, &rooms, ask)
+}
+
+/// The node of `pool` for `ask` among `rooms` (live, or as recorded), or the refusal that
+/// says why there is none.
+pub fn place_among(pool: &Pool, rooms: &[NodeRoom], ask: &WorkerAsk) -> Result<String, Refusal> {
+    placement::place(rooms, ask.need(), ask.node.as_deref()).map_err(|why| match why {
         NoNode::Unknown => Refusal::UnknownNode {
             pool: pool.name.clone(),
             node: ask.node.clone().unwrap_or_default(),
@@ -580,14 +586,14 @@ fn place_in(pool: &Pool, facts: &AllocationFacts, ask: &WorkerAsk) -> Result<Str
             cpus: ask.cpus,
             mem_mb: ask.mem_mb,
             gpus: ask.gpus,
-            free: placement::describe_free(&rooms),
+            free: placement::describe_free(rooms),
         },
         NoNode::Never => Refusal::NeverFits {
             pool: pool.name.clone(),
             cpus: ask.cpus,
             mem_mb: ask.mem_mb,
             gpus: ask.gpus,
-            capacity: placement::describe_capacity(&rooms),
+            capacity: placement::describe_capacity(rooms),
         },
     })
 }

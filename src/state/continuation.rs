@@ -27,6 +27,11 @@ pub struct Continuations {
     pub asked: BTreeMap<Uuid, Continuable>,
     /// The most recent continuations, oldest first.
     pub lineage: VecDeque<Generation>,
+    /// The most recent refusals, oldest first (at most [`LINEAGE_KEPT`]): `pool status` and
+    /// `jobs` show a refused worker's reason. Last, and written only when it holds one: a
+    /// snapshot written before it reads as none (journal-format.md §9).
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub refused: VecDeque<ContinuationRefused>,
 }
 
 /// One continuation: the event, and when its receipt was written.
@@ -75,7 +80,16 @@ pub struct Submitted {
 
 impl Continuations {
     pub fn is_empty(&self) -> bool {
-        self.asked.is_empty() && self.lineage.is_empty()
+        self.asked.is_empty() && self.lineage.is_empty() && self.refused.is_empty()
+    }
+
+    /// Why worker `id`'s continuation was refused, if the state remembers a refusal.
+    pub fn refusal_of(&self, id: &Uuid) -> Option<&str> {
+        self.refused
+            .iter()
+            .rev()
+            .find(|r| r.predecessor == *id)
+            .map(|r| r.reason.as_str())
     }
 
     /// The generation of submission `id`: 1 unless it continued another.
@@ -196,7 +210,13 @@ impl Continuations {
     }
 
     pub fn refused(&mut self, e: &ContinuationRefused) {
-        self.asked.remove(&e.predecessor);
+        if self.asked.remove(&e.predecessor).is_none() {
+            return;
+        }
+        if self.refused.len() == LINEAGE_KEPT {
+            self.refused.pop_front();
+        }
+        self.refused.push_back(e.clone());
     }
 
     /// The workers that ended and wait for a decision (or room), by submission id.
@@ -253,6 +273,21 @@ mod tests {
             reason: "a user stopped it".into(),
         });
         assert!(c.asked.is_empty());
+        assert_eq!(
+            c.refusal_of(&Uuid::from_u128(2)),
+            Some("a user stopped it"),
+            "a refusal's reason is kept for the listings"
+        );
+        assert_eq!(c.refusal_of(&Uuid::from_u128(1)), None);
+        c.refused(&ContinuationRefused {
+            predecessor: Uuid::from_u128(3),
+            reason: "of no worker that asked".into(),
+        });
+        assert_eq!(
+            c.refused.len(),
+            1,
+            "a refusal of no waiting worker is not kept"
+        );
         assert_eq!(c.generation_of(&Uuid::from_u128(2)), 2);
         assert_eq!(c.generation_of(&Uuid::from_u128(1)), 1);
         let chain: Vec<u128> = c
@@ -262,6 +297,25 @@ mod tests {
             .collect();
         assert_eq!(chain, [1, 2], "from its first generation on");
         assert_eq!(c.chain(Uuid::from_u128(2)).len(), 2, "from its last back");
+    }
+
+    /// A snapshot's state written before refusals were kept (two fields) reads as none kept;
+    /// one that keeps a refusal reads it back.
+    #[test]
+    fn refusals_are_read_from_a_snapshot_and_absent_from_an_older_one() {
+        let mut c = Continuations::default();
+        c.ask(&asked(1, 2), who(), None);
+        let older = rmp_serde::to_vec(&c).unwrap();
+        c.refused(&ContinuationRefused {
+            predecessor: Uuid::from_u128(1),
+            reason: "no continuation is left".into(),
+        });
+        let now = rmp_serde::to_vec(&c).unwrap();
+        let read: Continuations = rmp_serde::from_slice(&now).unwrap();
+        assert_eq!(read, c);
+        let read: Continuations = rmp_serde::from_slice(&older).unwrap();
+        assert!(read.refused.is_empty());
+        assert_eq!(read.asked.len(), 1);
     }
 
     /// Submission 2 continuing 1 as its generation 2, after a time-out.

@@ -126,3 +126,41 @@ impl Fake {
             .collect()
     }
 }
+
+/// What a worker's supervisor would have recorded in its own journal (below `evidence`):
+/// SIGTERM at its early-shutdown deadline (or not), a verified publication in `published` (or
+/// none), and its native state's `class`.
+pub fn supervisor_journal(evidence: &Path, deadline: bool, published: Option<&str>, class: &str) {
+    use dispatch::event::worker::{CleanedUp, Published, ShutdownSignalled};
+    use dispatch::event::{Sha256Digest, WorkerEvent};
+    use dispatch::journal::{JournalWriter, Options};
+    let dir = dispatch::worker::supervisor::journal_dir(evidence);
+    let w = JournalWriter::<WorkerEvent>::open(&dir, Options::default()).unwrap();
+    if deadline {
+        w.append_one(WorkerEvent::ShutdownSignalled(ShutdownSignalled {
+            signal: "TERM".into(),
+            reason: "deadline".into(),
+        }))
+        .unwrap();
+    }
+    if let Some(dir) = published {
+        w.append_one(WorkerEvent::Published(Published {
+            dir: dir.to_owned(),
+            manifest_sha256: Sha256Digest([0x11; 32]),
+            files: 1,
+            bytes: 2,
+            commits: 0,
+            patch_bytes: 0,
+            took_ms: 3,
+        }))
+        .unwrap();
+    }
+    w.append_one(WorkerEvent::CleanedUp(CleanedUp {
+        removed: vec![],
+        kept: vec!["state".into()],
+        state_class: class.into(),
+        reason: String::new(),
+        errors: vec![],
+    }))
+    .unwrap();
+}

@@ -11,6 +11,7 @@ use crate::event::Micros;
 use crate::journal::JournalError;
 use crate::ops::error::OpError;
 use crate::ops::logs::LogPaths;
+use crate::policy::lineage::{Lineage, Lineages};
 use crate::policy::node::Outcome;
 use crate::policy::placement::{self, NodeRoom};
 use crate::policy::pool::Refusal;
@@ -30,6 +31,20 @@ pub struct StatusReport<W = Vec<WorkerView>> {
     /// `pool create`s not yet a pool: an allocation of theirs may exist (`pool create` again
     /// adopts it, `pool release` cancels it).
     pub creating: Vec<CreatingView>,
+    /// Workers of pools that are gone whose continuations wait for them (no pool lists them);
+    /// the key is absent when there is none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waiting_for_gone_pools: Vec<GonePoolWorker>,
+}
+
+/// A worker of a pool that is gone, its continuation waiting.
+#[derive(Debug, Serialize)]
+pub struct GonePoolWorker {
+    pub pool: String,
+    pub name: String,
+    pub submission_id: String,
+    #[serde(flatten)]
+    pub lineage: Lineage,
 }
 
 #[derive(Debug, Serialize)]
@@ -102,6 +117,9 @@ pub struct WorkerView {
     /// Its output files (`dispatch logs` prints them); null without the state directory.
     pub stdout: Option<String>,
     pub stderr: Option<String>,
+    /// Its generation, and where its continuation stands (`--continue N`).
+    #[serde(flatten)]
+    pub lineage: Lineage,
     #[serde(flatten)]
     pub node: NodeView,
 }
@@ -348,7 +366,7 @@ fn node_view(dirs: &PoolDirs, w: &Worker, evidence: Option<&Path>) -> NodeView {
 }
 
 impl WorkerView {
-    fn of(pool: &Pool, dirs: &PoolDirs, w: &Worker) -> WorkerView {
+    fn of(pool: &Pool, dirs: &PoolDirs, lineages: &Lineages, w: &Worker) -> WorkerView {
         let job = pool.allocation.job_id;
         let submission_id = w
             .submission_id
@@ -399,6 +417,7 @@ impl WorkerView {
             stage,
             stdout,
             stderr,
+            lineage: lineages.of_worker(w.submission_id),
             node,
         }
     }
@@ -418,8 +437,11 @@ pub fn status(
     now: Micros,
 ) -> Result<StatusReport, OpError> {
     known(state, pool)?;
+    let lineages = Lineages::of(state);
     Ok(build(state, pools_dir, pool, now, |p, dirs| {
-        workers_of(p).map(|w| WorkerView::of(p, &dirs, w)).collect()
+        workers_of(p)
+            .map(|w| WorkerView::of(p, &dirs, &lineages, w))
+            .collect()
     }))
 }
 
@@ -464,12 +486,17 @@ impl StatusDoc {
 
 impl Serialize for StatusDoc {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let lineages = Lineages::of(&self.state);
         build(
             &self.state,
             self.pools_dir.as_deref(),
             self.pool.as_deref(),
             self.now,
-            |pool, dirs| StreamedWorkers { pool, dirs },
+            |pool, dirs| StreamedWorkers {
+                pool,
+                dirs,
+                lineages: &lineages,
+            },
         )
         .serialize(s)
     }
@@ -479,11 +506,14 @@ impl Serialize for StatusDoc {
 struct StreamedWorkers<'s> {
     pool: &'s Pool,
     dirs: PoolDirs,
+    lineages: &'s Lineages<'s>,
 }
 
 impl Serialize for StreamedWorkers<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(workers_of(self.pool).map(|w| WorkerView::of(self.pool, &self.dirs, w)))
+        s.collect_seq(
+            workers_of(self.pool).map(|w| WorkerView::of(self.pool, &self.dirs, self.lineages, w)),
+        )
     }
 }
 
@@ -563,7 +593,22 @@ fn build<'s, W>(
             failure: c.failure.clone(),
         })
         .collect();
-    StatusReport { pools, creating }
+    let lineages = Lineages::of(state);
+    let waiting_for_gone_pools = lineages
+        .of_gone_pools()
+        .filter(|(_, c)| pool.is_none_or(|name| c.pool.as_deref() == Some(name)))
+        .map(|(id, c)| GonePoolWorker {
+            pool: c.pool.clone().unwrap_or_default(),
+            name: c.worker.clone(),
+            submission_id: id.to_string(),
+            lineage: lineages.of_worker(id),
+        })
+        .collect();
+    StatusReport {
+        pools,
+        creating,
+        waiting_for_gone_pools,
+    }
 }
 
 #[cfg(test)]
