@@ -9,7 +9,8 @@ use uuid::Uuid;
 
 use crate::event::asset::{AssetRecord, WorkerAssetsBound};
 use crate::event::jobs::{
-    JobNamed, JobStopIntent, JobSubmitFailed, JobSubmitIntent, JobSubmitted, JobTerminal,
+    JobNamed, JobRequeued, JobStopIntent, JobSubmitFailed, JobSubmitIntent, JobSubmitted,
+    JobTerminal,
 };
 use crate::event::Micros;
 use crate::slurm::JobId;
@@ -48,6 +49,15 @@ pub struct JobWorker {
     /// Why its submission failed definitely (`JobSubmitFailed.reason`), once it has.
     #[serde(default)]
     pub failure: Option<String>,
+    /// The largest `Restarts=` recorded for its job (`JobRequeued`): 0 until Slurm was seen to
+    /// requeue it. Last, and written only when it is not 0, so a snapshot without it (version 8
+    /// as first defined) reads as 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restarts: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl JobWorker {
@@ -97,6 +107,7 @@ impl Jobs {
                 assets: Vec::new(),
                 named: None,
                 failure: None,
+                restarts: 0,
             },
         );
     }
@@ -129,6 +140,15 @@ impl Jobs {
     pub fn named(&mut self, e: &JobNamed) {
         if let Some(j) = self.active.get_mut(&e.submission_id) {
             j.named = Some(e.clone());
+        }
+    }
+
+    /// Another run of its job: a count never goes down (an older answer changes nothing).
+    pub fn requeued(&mut self, e: &JobRequeued) {
+        if let Some(j) = self.active.get_mut(&e.submission_id) {
+            if j.job_id == Some(e.job_id) {
+                j.restarts = j.restarts.max(e.restarts);
+            }
         }
     }
 
