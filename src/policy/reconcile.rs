@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use crate::event::Micros;
 use crate::next::Next;
+use crate::slurm::sacct::runs;
 use crate::slurm::{AcctRow, Answer, JobId, JobRow, Lookup, SlurmError, StepKind, StepRow};
 use crate::state::jobs::{JobWorker, JobWorkerState};
 use crate::state::pool::{Pool, Worker};
@@ -105,18 +106,18 @@ pub fn observe_pool(
     obs
 }
 
-/// Add what accounting says about allocation `job`: its own terminal state, and its steps.
+/// Add what accounting says about allocation `job`: its own terminal state, and its steps, of
+/// its newest run only (`slurm::sacct::runs`: an earlier run's steps share the new run's ids).
 pub fn add_accounting(obs: &mut PoolObservation, job: JobId, rows: &[AcctRow]) {
     if let Some(over) = accounting_over(job, rows) {
         obs.allocation_over.get_or_insert(over);
     }
-    obs.accounting_job = rows
-        .iter()
-        .find(|r| r.id_raw.step().is_none() && r.id_raw.job().base() == job)
-        .map(|r| r.state.to_string());
+    let newest = runs(rows, job).pop();
+    obs.accounting_job = newest.as_ref().map(|run| run.job.state.to_string());
     obs.accounting = Some(
-        rows.iter()
-            .filter(|r| r.id_raw.job().base() == job)
+        newest
+            .iter()
+            .flat_map(|run| &run.steps)
             .filter_map(|r| match r.id_raw.step() {
                 Some(StepKind::Numbered(n)) => Some(AcctStep {
                     step: n,
@@ -130,10 +131,12 @@ pub fn add_accounting(obs: &mut PoolObservation, job: JobId, rows: &[AcctRow]) {
     );
 }
 
-/// "accounting shows job J STATE" when sacct has job `job`'s own row in a terminal state.
+/// "accounting shows job J STATE" when sacct has job `job`'s own row of its newest run in a
+/// terminal state (an earlier run of a requeued job ended, the job did not).
 pub fn accounting_over(job: JobId, rows: &[AcctRow]) -> Option<String> {
-    rows.iter()
-        .find(|r| r.id_raw.step().is_none() && r.id_raw.job().base() == job)
+    runs(rows, job)
+        .pop()
+        .map(|run| run.job)
         .filter(|r| r.state.is_terminal())
         .map(|r| format!("accounting shows job {job} {}", r.state))
 }
@@ -1540,6 +1543,7 @@ mod tests {
             assets: Vec::new(),
             named: None,
             failure: None,
+            restarts: 0,
         }
     }
 
