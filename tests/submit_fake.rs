@@ -75,6 +75,7 @@ fn an_sbatch_without_answer_keeps_its_budget_until_reconcile_finds_the_job_by_na
         "--cpus-per-task=2",
         "--mem=1024M",
         "--no-requeue",
+        "--open-mode=append",
     ] {
         assert!(
             argv.contains(&flag.to_owned()),
