@@ -13,10 +13,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::event::jobs::JobRequeued;
 use crate::event::Micros;
 use crate::next::Next;
 use crate::slurm::sacct::runs;
-use crate::slurm::{AcctRow, Answer, JobId, JobRow, Lookup, SlurmError, StepKind, StepRow};
+use crate::slurm::{
+    AcctRow, Answer, JobDetails, JobId, JobRow, JobState, Lookup, SlurmError, StepKind, StepRow,
+};
 use crate::state::jobs::{JobWorker, JobWorkerState};
 use crate::state::pool::{Pool, Worker};
 use crate::state::State;
@@ -657,6 +660,8 @@ pub struct JobsObservation {
     pub acct_by_name: Option<Answer<Vec<AcctRow>>>,
     /// Jobs missing from a listing of several ids and left unproven, each asked about alone.
     pub alone: Vec<(JobId, Answer<Vec<JobRow>>)>,
+    /// `scontrol show job` of the jobs [`wants_restarts`] named: their `Restarts=`.
+    pub details: Vec<(JobId, Answer<Vec<JobDetails>>)>,
 }
 
 impl JobsObservation {
@@ -748,6 +753,55 @@ fn judge_job(state: &State, j: &JobWorker, obs: &JobsObservation, now: Micros) -
             )
         })),
     }
+}
+
+/// Is job `job` worth a `scontrol show job` for its `Restarts=`? Only the listing's states a
+/// requeue passes through (docs/notes-requeue.md: `COMPLETING`, then `PENDING` with reason
+/// `BeginTime`, or held, `job requeued in held state`; the `REQUEUE*` states), and an end
+/// (the last moment Slurm still shows the count beside it). A running job costs nothing: a
+/// requeued job's new run either refuses at once (its worker journal was begun) and ends, or
+/// is the first that ran, and either way its end is asked about. The count itself is Slurm's
+/// word; these states only decide when to ask.
+pub fn wants_restarts(obs: &JobsObservation, job: JobId) -> bool {
+    let listed = match obs.by_id.job(job) {
+        Lookup::Listed(row) => Some(row),
+        _ => obs
+            .alone
+            .iter()
+            .find(|(id, _)| *id == job)
+            .and_then(|(_, a)| a.job(job).live()),
+    };
+    listed.is_some_and(|row| {
+        let reason = row.reason.to_ascii_lowercase();
+        row.state.is_terminal()
+            || reason.contains("requeue")
+            || matches!(
+                row.state,
+                JobState::Completing
+                    | JobState::Requeued
+                    | JobState::RequeueFed
+                    | JobState::RequeueHold
+            )
+            || (row.state == JobState::Pending && reason == "begintime")
+    })
+}
+
+/// Another run of `j`'s job: `scontrol show job` shows a larger `Restarts=` than the journal
+/// records for it. The event that records it, with Slurm's words as its proof.
+pub fn requeued(j: &JobWorker, obs: &JobsObservation) -> Option<JobRequeued> {
+    let job = j.job_id?;
+    let (_, answer) = obs.details.iter().find(|(id, _)| *id == job)?;
+    let d = answer.as_ref().live()?.iter().find(|d| d.job_id == job)?;
+    let restarts = d.restarts.filter(|n| *n > j.restarts)?;
+    Some(JobRequeued {
+        submission_id: j.submission_id,
+        job_id: job,
+        restarts,
+        proof: format!(
+            "scontrol shows job {job} Restarts={restarts} JobState={}",
+            d.state
+        ),
+    })
 }
 
 /// The jobs this journal knows were given out after a moment, with that moment (the
@@ -1623,6 +1677,7 @@ mod tests {
                 acct_by_id: acct.clone(),
                 acct_by_name: None,
                 alone: Vec::new(),
+                details: Vec::new(),
             };
             let judged = judge_jobs(&state, &obs, Micros::from_secs(i64::from(now_s)));
             judged.len() == state.jobs.active.len()
@@ -1643,6 +1698,7 @@ mod tests {
             acct_by_id: None,
             acct_by_name: None,
             alone: Vec::new(),
+            details: Vec::new(),
         };
         let now = Micros::from_secs(10);
         assert_eq!(
