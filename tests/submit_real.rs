@@ -249,14 +249,30 @@ fn a_requeued_job_is_another_run_whose_supervisor_refuses_and_the_first_runs_evi
     let r = dispatch(
         &state,
         &[
-            "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", &worker, "--json",
-            "--", "sh", "-c", "echo first run; exec sleep 600",
+            "submit",
+            "--cpus",
+            "1",
+            "--mem",
+            "100M",
+            "--time",
+            "10",
+            "--name",
+            &worker,
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "echo first run; exec sleep 600",
         ],
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let submitted = json(&r.stdout);
     let job = submitted["job_id"].as_u64().unwrap().to_string();
-    let sid: uuid::Uuid = submitted["submission_id"].as_str().unwrap().parse().unwrap();
+    let sid: uuid::Uuid = submitted["submission_id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     let dirs = dispatch::worker::dirs::WorkerDirs::of(&state, None, sid);
     let cancel = scopeguard(job.clone());
 
@@ -268,11 +284,17 @@ fn a_requeued_job_is_another_run_whose_supervisor_refuses_and_the_first_runs_evi
         .and_then(|r| r.payload_pid)
         .is_none()
     {
-        assert!(Instant::now() < deadline, "job {job}'s payload never started");
+        assert!(
+            Instant::now() < deadline,
+            "job {job}'s payload never started"
+        );
         std::thread::sleep(Duration::from_millis(300));
     }
 
-    let refused = Command::new("scontrol").args(["requeue", &job]).output().unwrap();
+    let refused = Command::new("scontrol")
+        .args(["requeue", &job])
+        .output()
+        .unwrap();
     assert!(!refused.status.success(), "a --no-requeue job was requeued");
     scontrol_ok(&["update", &format!("JobId={job}"), "Requeue=1"]);
     scontrol_ok(&["requeue", &job]);
@@ -284,11 +306,10 @@ fn a_requeued_job_is_another_run_whose_supervisor_refuses_and_the_first_runs_evi
     assert_eq!(report["requeued"][0]["restarts"], 1, "{report}");
     assert_eq!(requeued_events(&state).len(), 1);
 
-    // The new run waits out Slurm's requeue delay (about 2 min); let it start now.
-    let _ = Command::new("scontrol")
-        .args(["update", &format!("JobId={job}"), "StartTime=now"])
-        .status();
-    let deadline = Instant::now() + Duration::from_secs(240);
+    // The new run waits out Slurm's requeue delay (about 2 min). Not shortened: on 24.11 a
+    // `scontrol update StartTime=now` at once after the requeue started the new run within a
+    // second, and it failed before its batch script ran (FAILED 1:0, nothing on stderr).
+    let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let r = dispatch(&state, &["reconcile", "--json"]);
         assert_eq!(r.code, 0, "{}", r.stderr);
@@ -302,14 +323,19 @@ fn a_requeued_job_is_another_run_whose_supervisor_refuses_and_the_first_runs_evi
     }
     drop(cancel);
     assert_eq!(requeued_events(&state).len(), 1, "the same count twice");
-    let first = dispatch::worker::report::read(&dirs.evidence).unwrap().unwrap();
+    let first = dispatch::worker::report::read(&dirs.evidence)
+        .unwrap()
+        .unwrap();
     assert_eq!(
         first.started.as_ref().and_then(|s| s.job_id),
         Some(job.parse().unwrap())
     );
     assert!(first.payload_pid.is_some(), "the first run's journal");
     let stdout = std::fs::read_to_string(dirs.evidence.join("stdout")).unwrap();
-    assert!(stdout.contains("first run"), "the first run's stdout was lost: {stdout:?}");
+    assert!(
+        stdout.contains("first run"),
+        "the first run's stdout was lost: {stdout:?}"
+    );
     let stderr = std::fs::read_to_string(dirs.evidence.join("stderr")).unwrap();
     assert!(
         stderr.contains(&format!("Slurm requeued job {job} (Restarts=1)")),

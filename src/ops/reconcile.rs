@@ -706,33 +706,37 @@ async fn observe_jobs<S: Scheduler>(
         })
         .copied()
         .collect();
-    let names: Vec<JobName> = unfound
-        .iter()
-        .filter_map(|j| JobName::new(j.job_name()).ok())
-        .collect();
-    let acct_by_name = match unfound.iter().map(|j| j.submitted_at).min() {
-        Some(since) if !names.is_empty() => {
-            let margin = Micros(reconcile::SETTLE_MARGIN.as_micros() as i64);
-            Some(
-                ctx.sched
-                    .accounting(&AcctQuery {
-                        jobs: vec![],
-                        names,
-                        since: micros_to_local(Micros(since.0 - margin.0)),
-                    })
-                    .await,
-            )
-        }
-        _ => None,
-    };
     JobsObservation {
         by_id,
         mine,
         acct_by_id,
-        acct_by_name,
+        acct_by_name: accounting_by_name(ctx, &unfound).await,
         alone: Vec::new(),
         details: Vec::new(),
     }
+}
+
+/// Accounting by name for the lost submissions the user's job listing did not find, from the
+/// oldest one's intent less the settle margin; `None` when there are none.
+async fn accounting_by_name<S: Scheduler>(
+    ctx: &Ctx<S>,
+    unfound: &[&JobWorker],
+) -> Option<Answer<Vec<AcctRow>>> {
+    let names: Vec<JobName> = unfound
+        .iter()
+        .filter_map(|j| JobName::new(j.job_name()).ok())
+        .collect();
+    let since = unfound.iter().map(|j| j.submitted_at).min()?;
+    if names.is_empty() {
+        return None;
+    }
+    let margin = Micros(reconcile::SETTLE_MARGIN.as_micros() as i64);
+    let query = AcctQuery {
+        jobs: vec![],
+        names,
+        since: micros_to_local(Micros(since.0 - margin.0)),
+    };
+    Some(ctx.sched.accounting(&query).await)
 }
 
 /// Ask alone about each known job the listing of several ids left unproven (not listed, and
