@@ -1715,4 +1715,55 @@ mod tests {
             }
         );
     }
+
+    /// Only where a requeue passes, or at the end, is `scontrol show job` worth its call; a
+    /// count recorded is never recorded again, nor a smaller one.
+    #[test]
+    fn a_requeue_is_asked_about_where_it_passes_and_recorded_once_per_larger_count() {
+        let obs_of = |state: &str, reason: &str| {
+            let mut rows = job_rows(&[(JOB, state, "w")]);
+            rows[0].reason = reason.to_owned();
+            JobsObservation {
+                by_id: Answer::Live(rows),
+                mine: Answer::Live(Vec::new()),
+                acct_by_id: None,
+                acct_by_name: None,
+                alone: Vec::new(),
+                details: Vec::new(),
+            }
+        };
+        for (state, reason, asks) in [
+            ("RUNNING", "None", false),
+            ("PENDING", "Priority", false),
+            ("PENDING", "Resources", false),
+            ("PENDING", "BeginTime", true),
+            ("PENDING", "job requeued in held state", true),
+            ("COMPLETING", "None", true),
+            ("REQUEUE_HOLD", "None", true),
+            ("FAILED", "NonZeroExitCode", true),
+        ] {
+            assert_eq!(
+                wants_restarts(&obs_of(state, reason), job()),
+                asks,
+                "{state} {reason}"
+            );
+        }
+        let mut w = job_worker(1, "w", Some(job()), JobWorkerState::Queued, Micros(0));
+        let mut obs = obs_of("PENDING", "BeginTime");
+        let line = format!("JobId={JOB} JobState=PENDING Reason=BeginTime Restarts=2 BatchFlag=1");
+        obs.details.push((
+            job(),
+            Answer::Live(crate::slurm::scontrol::parse_show_job(&line).unwrap()),
+        ));
+        let seen = requeued(&w, &obs).expect("a larger count");
+        assert_eq!((seen.job_id, seen.restarts), (job(), 2));
+        assert_eq!(
+            seen.proof,
+            format!("scontrol shows job {JOB} Restarts=2 JobState=PENDING")
+        );
+        w.restarts = 2;
+        assert_eq!(requeued(&w, &obs), None, "recorded already");
+        w.restarts = 3;
+        assert_eq!(requeued(&w, &obs), None, "an older answer");
+    }
 }
