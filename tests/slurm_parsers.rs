@@ -621,7 +621,7 @@ fn a_requeued_job_shows_its_restarts_and_sacct_its_runs() {
         let job = d.job_id;
         let newest = parse_rows(&fixture_in(r, "real-sacct-requeued").stdout).unwrap();
         assert_eq!(runs(&newest, job).len(), 1, "{r}: without --duplicates");
-        let all = parse_rows(&fixture_in(r, "real-sacct-requeued-duplicates").stdout).unwrap();
+        let all = parse_rows(&fixture_in(r, "real-requeued-sacct-duplicates").stdout).unwrap();
         let both = runs(&all, job);
         assert_eq!(both.len(), 2, "{r}: --duplicates lists both runs");
         assert_eq!(both[0].job.state, JobState::Requeued, "{r}");
@@ -662,7 +662,7 @@ fn an_earlier_runs_step_is_never_the_new_runs() {
         accounting_over, add_accounting, step_over, PoolObservation,
     };
     for r in RELEASES {
-        let f = fixture_in(r, "real-sacct-requeued-duplicates");
+        let f = fixture_in(r, "real-requeued-sacct-duplicates");
         let job = jobs_arg(&recorded_argv(&f))[0];
         let rows = parse_rows(&f.stdout).unwrap();
         let mut obs = PoolObservation::default();
