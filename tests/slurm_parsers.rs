@@ -597,3 +597,80 @@ fn completing_job() {
         assert!(!rows[0].state.is_terminal());
     }
 }
+
+/// A requeued batch job (docs/notes-requeue.md): `Restarts=1` in the new run, recorded on both
+/// releases; the answer without `--duplicates` is the new run alone, with it both runs, oldest
+/// first, and the new run's step ids start again at 0.
+#[test]
+fn a_requeued_job_shows_its_restarts_and_sacct_its_runs() {
+    use dispatch::slurm::sacct::runs;
+    for r in RELEASES {
+        let f = fixture_in(r, "real-scontrol-show-job-requeued");
+        let d = &parse_show_job(&f.stdout).unwrap()[0];
+        assert_eq!(d.restarts, Some(1), "{}", f.name);
+        assert_eq!(d.state, JobState::Running, "{}", f.name);
+        assert_eq!(d.batch, Some(true), "{}", f.name);
+        let fresh = fixture_in(r, "real-scontrol-show-job-batch");
+        assert_eq!(
+            parse_show_job(&fresh.stdout).unwrap()[0].restarts,
+            Some(0),
+            "{}",
+            fresh.name
+        );
+
+        let job = d.job_id;
+        let newest = parse_rows(&fixture_in(r, "real-sacct-requeued").stdout).unwrap();
+        assert_eq!(runs(&newest, job).len(), 1, "{r}: without --duplicates");
+        let all = parse_rows(&fixture_in(r, "real-requeued-sacct-duplicates").stdout).unwrap();
+        let both = runs(&all, job);
+        assert_eq!(both.len(), 2, "{r}: --duplicates lists both runs");
+        assert_eq!(both[0].job.state, JobState::Requeued, "{r}");
+        assert!(
+            !both[0].job.state.is_terminal(),
+            "{r}: an earlier run is not the job's end"
+        );
+        assert_eq!(both[1].job.state, JobState::Running, "{r}");
+        let step = |run: &dispatch::slurm::sacct::AcctRun<'_>, n: u32| {
+            run.steps
+                .iter()
+                .find(|s| s.step_id().map(|s| s.step) == Some(StepKind::Numbered(n)))
+                .map(|s| s.state.to_string())
+        };
+        assert_eq!(step(&both[0], 1).as_deref(), Some("CANCELLED"), "{r}");
+        assert_eq!(
+            step(&both[1], 1).as_deref(),
+            Some("RUNNING"),
+            "{r}: step 1 again"
+        );
+        let ids = |run: &dispatch::slurm::sacct::AcctRun<'_>| -> Vec<String> {
+            run.steps.iter().map(|s| s.id_raw.to_string()).collect()
+        };
+        assert_eq!(
+            ids(&both[1]),
+            ids(&runs(&newest, job)[0]),
+            "{r}: the same new run"
+        );
+    }
+}
+
+/// An earlier run's steps are never a new run's: with both runs in a `--duplicates` answer, the
+/// step the new run still runs (step 1, `CANCELLED` in the earlier run) is not proven over, and
+/// the job's own state is the new run's.
+#[test]
+fn an_earlier_runs_step_is_never_the_new_runs() {
+    use dispatch::policy::reconcile::{
+        accounting_over, add_accounting, step_over, PoolObservation,
+    };
+    for r in RELEASES {
+        let f = fixture_in(r, "real-requeued-sacct-duplicates");
+        let job = jobs_arg(&recorded_argv(&f))[0];
+        let rows = parse_rows(&f.stdout).unwrap();
+        let mut obs = PoolObservation::default();
+        add_accounting(&mut obs, job, &rows);
+        assert_eq!(step_over(1, true, &obs), None, "{r}: {obs:?}");
+        assert_eq!(obs.accounting_job.as_deref(), Some("RUNNING"), "{r}");
+        assert_eq!(accounting_over(job, &rows), None, "{r}");
+        let steps: Vec<u32> = obs.accounting.unwrap().iter().map(|s| s.step).collect();
+        assert_eq!(steps, vec![0, 1], "{r}: the new run's steps, once each");
+    }
+}

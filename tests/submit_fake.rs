@@ -75,6 +75,7 @@ fn an_sbatch_without_answer_keeps_its_budget_until_reconcile_finds_the_job_by_na
         "--cpus-per-task=2",
         "--mem=1024M",
         "--no-requeue",
+        "--open-mode=append",
     ] {
         assert!(
             argv.contains(&flag.to_owned()),
@@ -934,4 +935,86 @@ fn prop_a_dry_run_answers_what_the_submit_then_does() {
         SEEN[1].load(Ordering::Relaxed),
     );
     assert!(went > 0 && refused > 0, "went {went}, refused {refused}");
+}
+
+/// `scontrol show job` of job `id` in state `state`, requeued `restarts` times.
+fn show_job_line(id: u32, name: &str, state: &str, reason: &str, restarts: u32) -> String {
+    format!(
+        "JobId={id} JobName={name} UserId=root(0) GroupId=root(0) Account=dev QOS=normal \
+         JobState={state} Reason={reason} Dependency=(null) Requeue=1 Restarts={restarts} \
+         BatchFlag=1 Reboot=0 ExitCode=0:0 Partition=debug NodeList=vm\n"
+    )
+}
+
+/// Slurm requeued a `dispatch submit` job (an administrator; `Restarts=` grows, the job id
+/// stays): reconcile records each larger count once (`JobRequeued`), never reads the earlier
+/// run's end as the job's, and proves the job over only by the newest run's end, in one
+/// commit with the count that run showed. A running job costs no `scontrol` call.
+#[test]
+fn reconcile_records_a_requeued_job_as_another_run_and_ends_it_only_by_its_newest() {
+    let fake = Fake::new();
+    fake.scenario(json!({"sbatch": [{"stdout": "77\n"}]}));
+    let (code, _, err) = fake.run(&[
+        "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", "rq", "--", "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let name = job_name(&fake);
+    let reconcile = |squeue_state: &str, reason: &str, show: Option<(&str, u32)>| {
+        let mut row = squeue_row(77, squeue_state, &name);
+        row = row.replace("|None|", &format!("|{reason}|"));
+        let mut scenario = json!({"squeue": [{"match": ["--jobs=77"], "stdout": row}]});
+        if let Some((state, restarts)) = show {
+            scenario["scontrol"] = json!([{"match": ["show", "job", "77"],
+                "stdout": show_job_line(77, &name, state, reason, restarts)}]);
+        }
+        fake.scenario(scenario);
+        let (code, out, err) = fake.run(&["reconcile", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<Value>(out.trim()).unwrap()
+    };
+    let requeues = |fake: &Fake| -> Vec<Value> {
+        fake.events()
+            .into_iter()
+            .filter(|e| e["kind"] == "JobRequeued")
+            .map(|e| e["event"].clone())
+            .collect()
+    };
+
+    let r = reconcile("RUNNING", "None", None);
+    assert_eq!(r["resolved"], json!([]), "{r}");
+    assert!(
+        !fake.programs().contains(&"scontrol".to_owned()),
+        "a running job cost a scontrol call"
+    );
+
+    // Requeued: the earlier run ended (COMPLETING, then PENDING BeginTime), the job did not.
+    for _ in 0..2 {
+        let r = reconcile("PENDING", "BeginTime", Some(("PENDING", 1)));
+        assert_eq!(
+            r["resolved"],
+            json!([]),
+            "the earlier run's end is not the job's: {r}"
+        );
+    }
+    let seen = requeues(&fake);
+    assert_eq!(seen.len(), 1, "one record per larger count: {seen:?}");
+    assert_eq!(seen[0]["job_id"], 77);
+    assert_eq!(seen[0]["restarts"], 1);
+    assert!(
+        seen[0]["proof"].as_str().unwrap().contains("Restarts=1"),
+        "{seen:?}"
+    );
+    let r = reconcile("COMPLETING", "None", Some(("COMPLETING", 1)));
+    assert_eq!(r["resolved"], json!([]), "{r}");
+    assert_eq!(requeues(&fake).len(), 1);
+
+    // Requeued once more, and that run's supervisor refused (exit 3): the job is over, and the
+    // count the newest run showed is recorded just before its end.
+    let r = reconcile("FAILED", "NonZeroExitCode", Some(("FAILED", 2)));
+    assert_eq!(r["resolved"][0]["job_id"], 77, "{r}");
+    assert_eq!(r["requeued"][0]["restarts"], 2, "{r}");
+    let kinds = fake.kinds();
+    let at = kinds.iter().position(|k| k == "JobTerminal").unwrap();
+    assert_eq!(kinds[at - 1], "JobRequeued", "{kinds:?}");
+    assert_eq!(requeues(&fake)[1]["restarts"], 2);
 }

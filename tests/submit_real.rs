@@ -214,3 +214,142 @@ fn a_submission_killed_before_sbatch_is_proven_never_created_after_the_settle_de
     let audit = dispatch(&state, &["audit", "--json"]);
     assert_eq!(audit.code, 0, "{}", audit.stdout);
 }
+
+/// `scontrol` as the cluster's operator (these tests run as root), exit status checked.
+fn scontrol_ok(args: &[&str]) {
+    let out = Command::new("scontrol").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "scontrol {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn requeued_events(state: &Path) -> Vec<serde_json::Value> {
+    events(state)
+        .into_iter()
+        .filter(|e| e["kind"] == "JobRequeued")
+        .map(|e| e["event"].clone())
+        .collect()
+}
+
+/// Issue 37, item 6, on real Slurm: dispatch submits `--no-requeue`, so the operator must first
+/// allow it (`scontrol update JobId=J Requeue=1`; `scontrol requeue` alone is refused), then
+/// requeues the running job. reconcile records the new run (`JobRequeued`, Restarts=1) and does
+/// not take the first run's end for the job's; the new run's supervisor refuses (its worker
+/// journal was begun), the job ends FAILED, and reconcile releases it by that end. The first
+/// run's evidence stays: its journal (one start, the payload signalled by the requeue), and its
+/// stdout beside the refusal in the appended stderr.
+#[test]
+fn a_requeued_job_is_another_run_whose_supervisor_refuses_and_the_first_runs_evidence_stays() {
+    let _cluster = require_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let worker = format!("rq-{}", std::process::id());
+    let r = dispatch(
+        &state,
+        &[
+            "submit",
+            "--cpus",
+            "1",
+            "--mem",
+            "100M",
+            "--time",
+            "10",
+            "--name",
+            &worker,
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "echo first run; exec sleep 600",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let submitted = json(&r.stdout);
+    let job = submitted["job_id"].as_u64().unwrap().to_string();
+    let sid: uuid::Uuid = submitted["submission_id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let dirs = dispatch::worker::dirs::WorkerDirs::of(&state, None, sid);
+    let cancel = scopeguard(job.clone());
+
+    // The payload runs (its start is in the worker journal).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while dispatch::worker::report::read(&dirs.evidence)
+        .ok()
+        .flatten()
+        .and_then(|r| r.payload_pid)
+        .is_none()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "job {job}'s payload never started"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    let refused = Command::new("scontrol")
+        .args(["requeue", &job])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "a --no-requeue job was requeued");
+    scontrol_ok(&["update", &format!("JobId={job}"), "Requeue=1"]);
+    scontrol_ok(&["requeue", &job]);
+
+    let r = dispatch(&state, &["reconcile", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let report = json(&r.stdout);
+    assert_eq!(report["resolved"], serde_json::json!([]), "{report}");
+    assert_eq!(report["requeued"][0]["restarts"], 1, "{report}");
+    assert_eq!(requeued_events(&state).len(), 1);
+
+    // The new run waits out Slurm's requeue delay (about 2 min). Not shortened: on 24.11 a
+    // `scontrol update StartTime=now` at once after the requeue started the new run within a
+    // second, and it failed before its batch script ran (FAILED 1:0, nothing on stderr).
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let r = dispatch(&state, &["reconcile", "--json"]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let report = json(&r.stdout);
+        if let Some(proof) = report["resolved"][0]["proof"].as_str() {
+            assert!(proof.contains("FAILED"), "{proof}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "job {job} did not end: {report}");
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    drop(cancel);
+    assert_eq!(requeued_events(&state).len(), 1, "the same count twice");
+    let first = dispatch::worker::report::read(&dirs.evidence)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        first.started.as_ref().and_then(|s| s.job_id),
+        Some(job.parse().unwrap())
+    );
+    assert!(first.payload_pid.is_some(), "the first run's journal");
+    let stdout = std::fs::read_to_string(dirs.evidence.join("stdout")).unwrap();
+    assert!(
+        stdout.contains("first run"),
+        "the first run's stdout was lost: {stdout:?}"
+    );
+    let stderr = std::fs::read_to_string(dirs.evidence.join("stderr")).unwrap();
+    assert!(
+        stderr.contains(&format!("Slurm requeued job {job} (Restarts=1)")),
+        "{stderr}"
+    );
+}
+
+/// Cancels job `job` when dropped (a test that fails midway leaves nothing running).
+fn scopeguard(job: String) -> impl Drop {
+    struct Cancel(String);
+    impl Drop for Cancel {
+        fn drop(&mut self) {
+            let _ = Command::new("scancel").arg(&self.0).status();
+        }
+    }
+    Cancel(job)
+}

@@ -781,3 +781,63 @@ fn detach_names_reconcile_for_an_exited_worker_and_stop_worker_for_a_running_one
     );
     assert!(err.contains("`dispatch reconcile`"), "{err}");
 }
+
+/// Every file below `dir` with its bytes, in order: what a later run must leave as it was.
+fn tree_bytes(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if e.file_type().unwrap().is_dir() {
+                todo.push(p);
+            } else {
+                out.push((p.clone(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Slurm requeued the job (the same job id started again, `SLURM_RESTART_COUNT=1`): the
+/// supervisor starts a second time in the same worker's directories. It refuses before the
+/// payload, says why, and leaves the first run's evidence (its journal, its publication) as
+/// it was: one submission never runs twice.
+#[test]
+fn a_second_run_of_a_requeued_job_refuses_and_leaves_the_first_runs_evidence() {
+    let root = tempfile::tempdir().unwrap();
+    let first = node_run(
+        root.path(),
+        "echo first > \"$DISPATCH_STATE_DIR/n\"; echo one > \"$DISPATCH_RUNTIME_DIR/r\"",
+    );
+    assert!(first.finished.is_some());
+    let d = node_dirs(root.path());
+    let evidence = tree_bytes(&d.evidence);
+    let published = tree_bytes(&root.path().join("published"));
+    let marker = root.path().join("ran-again");
+    let out = node_supervisor(
+        root.path(),
+        &["sh", "-c", "touch \"$1\"", "sh", marker.to_str().unwrap()],
+    )
+    .env("SLURM_JOB_ID", "77")
+    .env("SLURM_RESTART_COUNT", "1")
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(3), "a refusal's exit code");
+    assert!(!marker.exists(), "the payload ran a second time");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("requeued"), "{stderr}");
+    assert!(stderr.contains("Restarts=1"), "{stderr}");
+    assert_eq!(
+        tree_bytes(&d.evidence),
+        evidence,
+        "the first run's evidence changed"
+    );
+    assert_eq!(tree_bytes(&root.path().join("published")), published);
+    let again = report::read(&d.evidence).unwrap().unwrap();
+    assert_eq!(
+        again.finished, first.finished,
+        "the journal's end is the first run's"
+    );
+}

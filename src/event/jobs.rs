@@ -62,6 +62,23 @@ pub struct JobTerminal {
     pub proof: String,
 }
 
+/// `reconcile` saw job `job_id` of this submission with a larger `Restarts=` than any recorded
+/// (`scontrol show job`): Slurm requeued the job (an administrator, or
+/// `PrologFlags=ForceRequeueOnFail`, though dispatch submits `--no-requeue`). Each requeue
+/// starts another run of the same job id; its step ids start again at 0. The first run's
+/// evidence stays the worker's: a second run's supervisor refuses before it writes anything
+/// (docs/operations.md, "A requeued job").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRequeued {
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
+    pub submission_id: Uuid,
+    pub job_id: JobId,
+    /// `Restarts=` as Slurm showed it: the run seen is the `restarts + 1`th.
+    pub restarts: u32,
+    /// What showed it, in Slurm's words.
+    pub proof: String,
+}
+
 /// Everything `dispatch submit` was asked beyond its `JobSubmitIntent`, for a worker that
 /// asked to be continued (`ContinuationAsked`), written in the commit of that intent: the
 /// request again, so `reconcile` can submit its successor without the configuration.

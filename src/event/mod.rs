@@ -440,6 +440,7 @@ vocabulary! {
         141 => TrialWorkerJoined(trial::TrialWorkerJoined), must_understand;
         142 => TrialJudged(trial::TrialJudged), must_understand;
         143 => WorkerDevicesIngested(pool::WorkerDevicesIngested);
+        144 => JobRequeued(jobs::JobRequeued);
         170 => WorkerForgotten(overrides::WorkerForgotten), must_understand;
         171 => SessionForgotten(overrides::SessionForgotten), must_understand;
         172 => AllocationStolen(overrides::AllocationStolen);

@@ -75,6 +75,9 @@ pub struct ReconcileReport {
     /// or waiting (for room, or for their pool).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub continued: Vec<crate::ops::continuation::Continuation>,
+    /// `dispatch submit` jobs Slurm requeued, seen with a larger `Restarts=` than recorded.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub requeued: Vec<Requeued>,
 }
 
 /// A watermark job made (its id) or tried (why there is none).
@@ -82,6 +85,17 @@ pub struct ReconcileReport {
 pub struct WatermarkNote {
     pub job_id: Option<JobId>,
     pub detail: String,
+}
+
+/// Another run of a `dispatch submit` worker's job, seen by this run (`JobRequeued`).
+#[derive(Debug, Serialize)]
+pub struct Requeued {
+    pub worker: String,
+    pub submission_id: String,
+    pub job_id: JobId,
+    /// `Restarts=`: the run seen is the `restarts + 1`th of the job id.
+    pub restarts: u32,
+    pub proof: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -583,6 +597,11 @@ async fn reconcile_jobs<S: Scheduler>(
     if known.len() > 1 {
         follow_up_jobs(ctx, known.iter().map(|(_, id)| *id), &mut obs).await;
     }
+    for (_, job) in &known {
+        if reconcile::wants_restarts(&obs, *job) {
+            obs.details.push((*job, ctx.sched.show_job(*job).await));
+        }
+    }
     let wanted = reconcile::judge_jobs(state, &obs, now)
         .into_iter()
         .find_map(|(j, d)| d.wants_watermark().then(|| j.job_name_prefix()).flatten());
@@ -622,7 +641,17 @@ fn record_job_decisions<S: Scheduler>(
 ) -> Result<(), OpError> {
     for (j, decision) in reconcile::judge_jobs(state, obs, now) {
         report.observed += 1;
-        record_job_decision(ctx, j, decision, report)?;
+        let requeued = reconcile::requeued(j, obs);
+        if let Some(r) = &requeued {
+            report.requeued.push(Requeued {
+                worker: j.worker.clone(),
+                submission_id: j.submission_id.to_string(),
+                job_id: r.job_id,
+                restarts: r.restarts,
+                proof: r.proof.clone(),
+            });
+        }
+        record_job_decision(ctx, j, decision, requeued.map(Event::JobRequeued), report)?;
     }
     Ok(())
 }
@@ -677,32 +706,37 @@ async fn observe_jobs<S: Scheduler>(
         })
         .copied()
         .collect();
-    let names: Vec<JobName> = unfound
-        .iter()
-        .filter_map(|j| JobName::new(j.job_name()).ok())
-        .collect();
-    let acct_by_name = match unfound.iter().map(|j| j.submitted_at).min() {
-        Some(since) if !names.is_empty() => {
-            let margin = Micros(reconcile::SETTLE_MARGIN.as_micros() as i64);
-            Some(
-                ctx.sched
-                    .accounting(&AcctQuery {
-                        jobs: vec![],
-                        names,
-                        since: micros_to_local(Micros(since.0 - margin.0)),
-                    })
-                    .await,
-            )
-        }
-        _ => None,
-    };
     JobsObservation {
         by_id,
         mine,
         acct_by_id,
-        acct_by_name,
+        acct_by_name: accounting_by_name(ctx, &unfound).await,
         alone: Vec::new(),
+        details: Vec::new(),
     }
+}
+
+/// Accounting by name for the lost submissions the user's job listing did not find, from the
+/// oldest one's intent less the settle margin; `None` when there are none.
+async fn accounting_by_name<S: Scheduler>(
+    ctx: &Ctx<S>,
+    unfound: &[&JobWorker],
+) -> Option<Answer<Vec<AcctRow>>> {
+    let names: Vec<JobName> = unfound
+        .iter()
+        .filter_map(|j| JobName::new(j.job_name()).ok())
+        .collect();
+    let since = unfound.iter().map(|j| j.submitted_at).min()?;
+    if names.is_empty() {
+        return None;
+    }
+    let margin = Micros(reconcile::SETTLE_MARGIN.as_micros() as i64);
+    let query = AcctQuery {
+        jobs: vec![],
+        names,
+        since: micros_to_local(Micros(since.0 - margin.0)),
+    };
+    Some(ctx.sched.accounting(&query).await)
 }
 
 /// Ask alone about each known job the listing of several ids left unproven (not listed, and
@@ -730,6 +764,7 @@ fn record_job_decision<S: Scheduler>(
     ctx: &Ctx<S>,
     j: &JobWorker,
     decision: JobDecision,
+    requeued: Option<Event>,
     report: &mut ReconcileReport,
 ) -> Result<(), OpError> {
     let resolved = |proof: String, job: Option<JobId>| Resolved {
@@ -745,10 +780,18 @@ fn record_job_decision<S: Scheduler>(
             proof: proof.to_owned(),
         })
     };
+    // Another run of its job, seen now: recorded first, and in the commit of its end.
+    let runs = |then: Option<Event>| requeued.clone().into_iter().chain(then).collect();
+    match decision {
+        JobDecision::Nothing | JobDecision::Unknown(_) if requeued.is_some() => {
+            record_job_events(ctx, j, runs(None))?;
+        }
+        _ => {}
+    }
     match decision {
         JobDecision::Nothing => {}
         JobDecision::Over { job, proof } => {
-            record_job(ctx, j, terminal(&proof))?;
+            record_job_events(ctx, j, runs(Some(terminal(&proof))))?;
             report.resolved.push(resolved(proof, Some(job)));
         }
         JobDecision::Found { job, how, over } => {

@@ -413,7 +413,9 @@ fn batch_request(
     batch.output = Some(dirs.evidence.join("stdout"));
     batch.error = Some(dirs.evidence.join("stderr"));
     batch.chdir = Some(dirs.checkout.clone());
-    batch.extra = vec!["--no-requeue".to_owned()];
+    // A job Slurm requeues anyway starts its batch script again with the same files: appended
+    // to, the first run's stdout and stderr stay (Slurm truncates them by default).
+    batch.extra = vec!["--no-requeue".to_owned(), "--open-mode=append".to_owned()];
     batch
 }
 

@@ -13,9 +13,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::event::jobs::JobRequeued;
 use crate::event::Micros;
 use crate::next::Next;
-use crate::slurm::{AcctRow, Answer, JobId, JobRow, Lookup, SlurmError, StepKind, StepRow};
+use crate::slurm::sacct::runs;
+use crate::slurm::{
+    AcctRow, Answer, JobDetails, JobId, JobRow, JobState, Lookup, SlurmError, StepKind, StepRow,
+};
 use crate::state::jobs::{JobWorker, JobWorkerState};
 use crate::state::pool::{Pool, Worker};
 use crate::state::State;
@@ -105,18 +109,18 @@ pub fn observe_pool(
     obs
 }
 
-/// Add what accounting says about allocation `job`: its own terminal state, and its steps.
+/// Add what accounting says about allocation `job`: its own terminal state, and its steps, of
+/// its newest run only (`slurm::sacct::runs`: an earlier run's steps share the new run's ids).
 pub fn add_accounting(obs: &mut PoolObservation, job: JobId, rows: &[AcctRow]) {
     if let Some(over) = accounting_over(job, rows) {
         obs.allocation_over.get_or_insert(over);
     }
-    obs.accounting_job = rows
-        .iter()
-        .find(|r| r.id_raw.step().is_none() && r.id_raw.job().base() == job)
-        .map(|r| r.state.to_string());
+    let newest = runs(rows, job).pop();
+    obs.accounting_job = newest.as_ref().map(|run| run.job.state.to_string());
     obs.accounting = Some(
-        rows.iter()
-            .filter(|r| r.id_raw.job().base() == job)
+        newest
+            .iter()
+            .flat_map(|run| &run.steps)
             .filter_map(|r| match r.id_raw.step() {
                 Some(StepKind::Numbered(n)) => Some(AcctStep {
                     step: n,
@@ -130,10 +134,12 @@ pub fn add_accounting(obs: &mut PoolObservation, job: JobId, rows: &[AcctRow]) {
     );
 }
 
-/// "accounting shows job J STATE" when sacct has job `job`'s own row in a terminal state.
+/// "accounting shows job J STATE" when sacct has job `job`'s own row of its newest run in a
+/// terminal state (an earlier run of a requeued job ended, the job did not).
 pub fn accounting_over(job: JobId, rows: &[AcctRow]) -> Option<String> {
-    rows.iter()
-        .find(|r| r.id_raw.step().is_none() && r.id_raw.job().base() == job)
+    runs(rows, job)
+        .pop()
+        .map(|run| run.job)
         .filter(|r| r.state.is_terminal())
         .map(|r| format!("accounting shows job {job} {}", r.state))
 }
@@ -654,6 +660,8 @@ pub struct JobsObservation {
     pub acct_by_name: Option<Answer<Vec<AcctRow>>>,
     /// Jobs missing from a listing of several ids and left unproven, each asked about alone.
     pub alone: Vec<(JobId, Answer<Vec<JobRow>>)>,
+    /// `scontrol show job` of the jobs [`wants_restarts`] named: their `Restarts=`.
+    pub details: Vec<(JobId, Answer<Vec<JobDetails>>)>,
 }
 
 impl JobsObservation {
@@ -745,6 +753,55 @@ fn judge_job(state: &State, j: &JobWorker, obs: &JobsObservation, now: Micros) -
             )
         })),
     }
+}
+
+/// Is job `job` worth a `scontrol show job` for its `Restarts=`? Only the listing's states a
+/// requeue passes through (docs/notes-requeue.md: `COMPLETING`, then `PENDING` with reason
+/// `BeginTime`, or held, `job requeued in held state`; the `REQUEUE*` states), and an end
+/// (the last moment Slurm still shows the count beside it). A running job costs nothing: a
+/// requeued job's new run either refuses at once (its worker journal was begun) and ends, or
+/// is the first that ran, and either way its end is asked about. The count itself is Slurm's
+/// word; these states only decide when to ask.
+pub fn wants_restarts(obs: &JobsObservation, job: JobId) -> bool {
+    let listed = match obs.by_id.job(job) {
+        Lookup::Listed(row) => Some(row),
+        _ => obs
+            .alone
+            .iter()
+            .find(|(id, _)| *id == job)
+            .and_then(|(_, a)| a.job(job).live()),
+    };
+    listed.is_some_and(|row| {
+        let reason = row.reason.to_ascii_lowercase();
+        row.state.is_terminal()
+            || reason.contains("requeue")
+            || matches!(
+                row.state,
+                JobState::Completing
+                    | JobState::Requeued
+                    | JobState::RequeueFed
+                    | JobState::RequeueHold
+            )
+            || (row.state == JobState::Pending && reason == "begintime")
+    })
+}
+
+/// Another run of `j`'s job: `scontrol show job` shows a larger `Restarts=` than the journal
+/// records for it. The event that records it, with Slurm's words as its proof.
+pub fn requeued(j: &JobWorker, obs: &JobsObservation) -> Option<JobRequeued> {
+    let job = j.job_id?;
+    let (_, answer) = obs.details.iter().find(|(id, _)| *id == job)?;
+    let d = answer.as_ref().live()?.iter().find(|d| d.job_id == job)?;
+    let restarts = d.restarts.filter(|n| *n > j.restarts)?;
+    Some(JobRequeued {
+        submission_id: j.submission_id,
+        job_id: job,
+        restarts,
+        proof: format!(
+            "scontrol shows job {job} Restarts={restarts} JobState={}",
+            d.state
+        ),
+    })
 }
 
 /// The jobs this journal knows were given out after a moment, with that moment (the
@@ -1540,6 +1597,7 @@ mod tests {
             assets: Vec::new(),
             named: None,
             failure: None,
+            restarts: 0,
         }
     }
 
@@ -1619,6 +1677,7 @@ mod tests {
                 acct_by_id: acct.clone(),
                 acct_by_name: None,
                 alone: Vec::new(),
+                details: Vec::new(),
             };
             let judged = judge_jobs(&state, &obs, Micros::from_secs(i64::from(now_s)));
             judged.len() == state.jobs.active.len()
@@ -1639,6 +1698,7 @@ mod tests {
             acct_by_id: None,
             acct_by_name: None,
             alone: Vec::new(),
+            details: Vec::new(),
         };
         let now = Micros::from_secs(10);
         assert_eq!(
@@ -1654,5 +1714,56 @@ mod tests {
                 proof: format!("squeue shows job {JOB} COMPLETED"),
             }
         );
+    }
+
+    /// Only where a requeue passes, or at the end, is `scontrol show job` worth its call; a
+    /// count recorded is never recorded again, nor a smaller one.
+    #[test]
+    fn a_requeue_is_asked_about_where_it_passes_and_recorded_once_per_larger_count() {
+        let obs_of = |state: &str, reason: &str| {
+            let mut rows = job_rows(&[(JOB, state, "w")]);
+            rows[0].reason = reason.to_owned();
+            JobsObservation {
+                by_id: Answer::Live(rows),
+                mine: Answer::Live(Vec::new()),
+                acct_by_id: None,
+                acct_by_name: None,
+                alone: Vec::new(),
+                details: Vec::new(),
+            }
+        };
+        for (state, reason, asks) in [
+            ("RUNNING", "None", false),
+            ("PENDING", "Priority", false),
+            ("PENDING", "Resources", false),
+            ("PENDING", "BeginTime", true),
+            ("PENDING", "job requeued in held state", true),
+            ("COMPLETING", "None", true),
+            ("REQUEUE_HOLD", "None", true),
+            ("FAILED", "NonZeroExitCode", true),
+        ] {
+            assert_eq!(
+                wants_restarts(&obs_of(state, reason), job()),
+                asks,
+                "{state} {reason}"
+            );
+        }
+        let mut w = job_worker(1, "w", Some(job()), JobWorkerState::Queued, Micros(0));
+        let mut obs = obs_of("PENDING", "BeginTime");
+        let line = format!("JobId={JOB} JobState=PENDING Reason=BeginTime Restarts=2 BatchFlag=1");
+        obs.details.push((
+            job(),
+            Answer::Live(crate::slurm::scontrol::parse_show_job(&line).unwrap()),
+        ));
+        let seen = requeued(&w, &obs).expect("a larger count");
+        assert_eq!((seen.job_id, seen.restarts), (job(), 2));
+        assert_eq!(
+            seen.proof,
+            format!("scontrol shows job {JOB} Restarts=2 JobState=PENDING")
+        );
+        w.restarts = 2;
+        assert_eq!(requeued(&w, &obs), None, "recorded already");
+        w.restarts = 3;
+        assert_eq!(requeued(&w, &obs), None, "an older answer");
     }
 }

@@ -72,6 +72,33 @@ impl AcctRow {
     }
 }
 
+/// One run of a job in a sacct answer: the job's own row and the rows of its steps. A requeued
+/// batch job keeps its id and starts again, its step ids from 0; `sacct --duplicates` lists
+/// every run, oldest first, each job row followed by its steps (the earlier run's job row
+/// `REQUEUED`); without it sacct shows the newest run alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcctRun<'a> {
+    pub job: &'a AcctRow,
+    pub steps: Vec<&'a AcctRow>,
+}
+
+/// The runs of job `job` in `rows` (by the raw id's base job), oldest first. A step row before
+/// any row of its job belongs to no run it can be told apart from, and is left out.
+pub fn runs(rows: &[AcctRow], job: JobId) -> Vec<AcctRun<'_>> {
+    let mut out: Vec<AcctRun<'_>> = Vec::new();
+    for r in rows.iter().filter(|r| r.id_raw.job().base() == job) {
+        match (r.id_raw.step(), out.last_mut()) {
+            (None, _) => out.push(AcctRun {
+                job: r,
+                steps: Vec::new(),
+            }),
+            (Some(_), Some(run)) => run.steps.push(r),
+            (Some(_), None) => {}
+        }
+    }
+    out
+}
+
 pub fn parse_rows(stdout: &str) -> Result<Vec<AcctRow>, ParseError> {
     stdout
         .lines()

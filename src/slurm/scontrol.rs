@@ -202,6 +202,10 @@ pub struct JobDetails {
     /// `ReqTRES` while nothing is allocated (`AllocTRES=(null)`), as 22.05's `TRES` shows.
     pub tres_mem: Option<MemoryMb>,
     pub batch: Option<bool>,
+    /// `Restarts=`: how many times Slurm requeued the job. Each requeue starts another run of
+    /// the same job id, whose step ids start again at 0 (docs/slurm-boundary.md, "Requeue").
+    #[serde(default)]
+    pub restarts: Option<u32>,
     pub command: Option<String>,
     pub work_dir: Option<String>,
     /// What the job holds on each node (`-d`'s groups); empty without them.
@@ -304,6 +308,7 @@ fn parse_record(line: &str) -> Result<JobDetails, ParseError> {
     let tres_mem = r.tres_mem()?;
     let num_cpus = r.num_cpus()?;
     let batch = r.batch()?;
+    let restarts = r.count("Restarts")?;
     Ok(JobDetails {
         job_id,
         array_job_id,
@@ -328,6 +333,7 @@ fn parse_record(line: &str) -> Result<JobDetails, ParseError> {
         num_cpus,
         tres_mem,
         batch,
+        restarts,
         command: r.text("Command"),
         work_dir: r.text("WorkDir"),
         node_shares: node_shares(&pairs).map_err(|e| r.within(e))?,
@@ -411,10 +417,13 @@ impl Record<'_> {
 
     /// `NumCPUs`, a plain count.
     fn num_cpus(&self) -> Result<Option<u32>, ParseError> {
-        self.get("NumCPUs")
-            .map(|v| {
-                parse_u32(v).map_err(|e| self.invalid(format!("NumCPUs={v:?}: {}", e.reason())))
-            })
+        self.count("NumCPUs")
+    }
+
+    /// A field that is a plain count (`NumCPUs`, `Restarts`).
+    fn count(&self, k: &str) -> Result<Option<u32>, ParseError> {
+        self.get(k)
+            .map(|v| parse_u32(v).map_err(|e| self.invalid(format!("{k}={v:?}: {}", e.reason()))))
             .transpose()
     }
 

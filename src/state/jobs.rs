@@ -9,7 +9,8 @@ use uuid::Uuid;
 
 use crate::event::asset::{AssetRecord, WorkerAssetsBound};
 use crate::event::jobs::{
-    JobNamed, JobStopIntent, JobSubmitFailed, JobSubmitIntent, JobSubmitted, JobTerminal,
+    JobNamed, JobRequeued, JobStopIntent, JobSubmitFailed, JobSubmitIntent, JobSubmitted,
+    JobTerminal,
 };
 use crate::event::Micros;
 use crate::slurm::JobId;
@@ -48,6 +49,15 @@ pub struct JobWorker {
     /// Why its submission failed definitely (`JobSubmitFailed.reason`), once it has.
     #[serde(default)]
     pub failure: Option<String>,
+    /// The largest `Restarts=` recorded for its job (`JobRequeued`): 0 until Slurm was seen to
+    /// requeue it. Last, and written only when it is not 0, so a snapshot without it (version 8
+    /// as first defined) reads as 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restarts: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl JobWorker {
@@ -97,6 +107,7 @@ impl Jobs {
                 assets: Vec::new(),
                 named: None,
                 failure: None,
+                restarts: 0,
             },
         );
     }
@@ -129,6 +140,15 @@ impl Jobs {
     pub fn named(&mut self, e: &JobNamed) {
         if let Some(j) = self.active.get_mut(&e.submission_id) {
             j.named = Some(e.clone());
+        }
+    }
+
+    /// Another run of its job: a count never goes down (an older answer changes nothing).
+    pub fn requeued(&mut self, e: &JobRequeued) {
+        if let Some(j) = self.active.get_mut(&e.submission_id) {
+            if j.job_id == Some(e.job_id) {
+                j.restarts = j.restarts.max(e.restarts);
+            }
         }
     }
 
@@ -209,5 +229,48 @@ mod tests {
         let held = &jobs.active[&second.submission_id];
         assert_eq!(held.state, JobWorkerState::Unknown, "no proof, still held");
         assert_eq!(held.failure, None);
+    }
+
+    fn requeued(submission_id: Uuid, job: u32, restarts: u32) -> JobRequeued {
+        JobRequeued {
+            submission_id,
+            job_id: JobId::new(job).unwrap(),
+            restarts,
+            proof: format!("scontrol shows job {job} Restarts={restarts}"),
+        }
+    }
+
+    /// journal-format.md gives this body byte for byte.
+    #[test]
+    fn a_requeued_body_is_the_bytes_journal_format_gives() {
+        assert_eq!(
+            crate::event::body_hex(&requeued(Uuid::from_u128(1), 7, 1)),
+            "94 c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 01 07 01 bf 73 63 6f 6e 74 72 \
+             6f 6c 20 73 68 6f 77 73 20 6a 6f 62 20 37 20 52 65 73 74 61 72 74 73 3d 31"
+        );
+    }
+
+    #[test]
+    fn a_restart_count_only_grows_and_only_for_the_workers_job() {
+        let mut jobs = Jobs::default();
+        let w = intent("w");
+        let id = w.submission_id;
+        jobs.intent(Micros(1), &w);
+        jobs.submitted(&JobSubmitted {
+            submission_id: id,
+            job_id: JobId::new(7).unwrap(),
+            how: "sbatch".to_owned(),
+        });
+        jobs.requeued(&requeued(id, 8, 3));
+        assert_eq!(
+            jobs.active[&id].restarts, 0,
+            "another job's count is not this one's"
+        );
+        jobs.requeued(&requeued(id, 7, 2));
+        jobs.requeued(&requeued(id, 7, 1));
+        assert_eq!(
+            jobs.active[&id].restarts, 2,
+            "an older answer changes nothing"
+        );
     }
 }

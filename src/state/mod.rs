@@ -206,6 +206,7 @@ impl State {
             | Event::JobTerminal(_)
             | Event::JobStopIntent(_)
             | Event::JobNamed(_)
+            | Event::JobRequeued(_)
             | Event::WorkerContinued(_)
             | Event::ContinuationRefused(_)
             | Event::ContinuationAsked(_)
@@ -262,6 +263,7 @@ impl State {
                 self.jobs.stop_intent(e)
             }
             Event::JobNamed(e) => self.jobs.named(e),
+            Event::JobRequeued(e) => self.jobs.requeued(e),
             Event::WorkerContinued(e) => {
                 // One successor: a resubmission it would also have been is settled by it.
                 self.pools.requests.remove(&e.predecessor);

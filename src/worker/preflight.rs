@@ -152,6 +152,30 @@ pub fn claim(worker: &str, submission_id: Uuid, root: &Path) -> Result<OwnerLock
     })
 }
 
+/// Has a run of this submission already begun here? Its worker journal (`journal_dir`) exists
+/// with a segment: an earlier supervisor opened it. Slurm requeued the job (the same job id
+/// started again: `restarts`, its `SLURM_RESTART_COUNT`), or something started the supervisor
+/// twice. What that run recorded is its evidence, so a second run refuses before it writes
+/// anything: why, or `None` when no run began here.
+pub fn earlier_run(journal_dir: &Path, job: Option<u64>, restarts: Option<u32>) -> Option<String> {
+    let segments = crate::journal::segment::list(journal_dir).ok()?;
+    if segments.is_empty() {
+        return None;
+    }
+    let requeued = match (job, restarts) {
+        (Some(job), Some(n)) if n > 0 => {
+            format!("Slurm requeued job {job} (Restarts={n}) and started it again")
+        }
+        _ => "this supervisor was started again".to_owned(),
+    };
+    Some(format!(
+        "a run of this submission already began here (its worker journal {} exists): {requeued}. \
+         A submission never runs twice: the earlier run's evidence stays as it was, and this \
+         run ends without starting the payload",
+        journal_dir.display()
+    ))
+}
+
 /// Check the worker's directories (and the publication directory, for space and access),
 /// once its root is claimed.
 pub fn check_dirs(

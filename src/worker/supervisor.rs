@@ -740,7 +740,16 @@ pub fn run(spec: &RunSpec) -> Result<i32, SupervisorError> {
         },
         None => None,
     };
-    let journal = Writer::open(&journal_dir(&spec.evidence_dir), Options::default())?;
+    let journal_dir = journal_dir(&spec.evidence_dir);
+    let (job, restarts) = (
+        env_number("SLURM_JOB_ID"),
+        env_number("SLURM_RESTART_COUNT"),
+    );
+    if let Some(reason) = preflight::earlier_run(&journal_dir, job, restarts) {
+        eprintln!("dispatch worker: refused before the payload started: {reason}");
+        return Ok(node::exit_code(true, None, None));
+    }
+    let journal = Writer::open(&journal_dir, Options::default())?;
     install_stop_handlers();
     let started = supervisor_started(spec);
     let mut refused = match &spec.node {
