@@ -193,6 +193,11 @@ pub struct JobDetails {
     pub submit_time: Option<SlurmTime>,
     pub start_time: Option<SlurmTime>,
     pub end_time: Option<SlurmTime>,
+    /// When Slurm preempted the job (`PreemptTime`), null while it is not: during the grace
+    /// the job is still `RUNNING` and `EndTime` is this plus the grace; once it is killed
+    /// (`PREEMPTED`) both are the kill's time.
+    #[serde(default)]
+    pub preempt_time: Option<SlurmTime>,
     pub partition: Option<String>,
     pub node_list: Option<String>,
     pub batch_host: Option<String>,
@@ -212,6 +217,15 @@ pub struct JobDetails {
 }
 
 impl JobDetails {
+    /// While Slurm's preemption grace runs: the job is still `RUNNING` with a `PreemptTime`,
+    /// and ends (is killed) at `EndTime`. `(preempted at, ends at)`.
+    pub fn preempted_in_grace(&self) -> Option<(SlurmTime, SlurmTime)> {
+        match (&self.state, self.preempt_time, self.end_time) {
+            (JobState::Running, Some(at), Some(end)) => Some((at, end)),
+            _ => None,
+        }
+    }
+
     pub fn get(&self, key: &str) -> Option<&str> {
         self.fields
             .iter()
@@ -321,6 +335,9 @@ fn parse_record(line: &str) -> Result<JobDetails, ParseError> {
         submit_time: r.parsed("SubmitTime", SlurmTime::parse)?,
         start_time: r.parsed("StartTime", SlurmTime::parse)?,
         end_time: r.parsed("EndTime", SlurmTime::parse)?,
+        preempt_time: r
+            .parsed("PreemptTime", SlurmTime::parse)?
+            .filter(|t| t.at().is_some()),
         partition: r.text("Partition"),
         node_list: r.text("NodeList"),
         batch_host: r.text("BatchHost"),
@@ -445,6 +462,37 @@ mod tests {
 
     const RUNNING_ALLOC: &str =
         include_str!("../../tests/fixtures/slurm/notes-scontrol-show-job-running-alloc.stdout");
+
+    /// Issue 38: in its grace a preempted job is still `RUNNING`, with `PreemptTime` (when it
+    /// was preempted) and `EndTime` (when it is killed: that plus the grace), as 22.05 prints
+    /// them on the dev cluster; `PreemptTime=None` is no preemption.
+    #[test]
+    fn preempt_time_is_read_and_a_running_job_with_one_is_in_its_grace() {
+        let grace = RUNNING_ALLOC.replace(
+            "EndTime=2026-11-29T16:22:52",
+            "EndTime=2026-11-29T16:14:00 Deadline=N/A PreemptEligibleTime=2026-11-29T16:12:52 \
+             PreemptTime=2026-11-29T16:13:30",
+        );
+        let j = &parse_show_job(&grace).unwrap()[0];
+        let t = |s: &str| SlurmTime::parse(s).unwrap();
+        assert_eq!(j.preempt_time, Some(t("2026-11-29T16:13:30")));
+        assert_eq!(
+            j.preempted_in_grace(),
+            Some((t("2026-11-29T16:13:30"), t("2026-11-29T16:14:00")))
+        );
+        let over = grace.replace("JobState=RUNNING", "JobState=PREEMPTED");
+        let j = &parse_show_job(&over).unwrap()[0];
+        assert_eq!(j.preempted_in_grace(), None, "killed: no grace left");
+        let none = RUNNING_ALLOC.replace(
+            "EndTime=2026-11-29T16:22:52",
+            "EndTime=2026-11-29T16:22:52 PreemptEligibleTime=2026-11-29T16:12:52 PreemptTime=None",
+        );
+        let j = &parse_show_job(&none).unwrap()[0];
+        assert_eq!(j.preempt_time, None);
+        assert_eq!(j.preempted_in_grace(), None);
+        let j = &parse_show_job(RUNNING_ALLOC).unwrap()[0];
+        assert_eq!(j.preempted_in_grace(), None);
+    }
 
     #[test]
     fn verbatim_running_allocation() {

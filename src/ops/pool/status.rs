@@ -11,6 +11,7 @@ use crate::event::Micros;
 use crate::journal::JournalError;
 use crate::ops::error::OpError;
 use crate::ops::logs::LogPaths;
+use crate::ops::reconcile::PoolPreempted;
 use crate::policy::node::Outcome;
 use crate::policy::placement::{self, NodeRoom};
 use crate::policy::pool::Refusal;
@@ -418,7 +419,7 @@ pub fn status(
     now: Micros,
 ) -> Result<StatusReport, OpError> {
     known(state, pool)?;
-    Ok(build(state, pools_dir, pool, now, |p, dirs| {
+    Ok(build(state, pools_dir, pool, now, &[], |p, dirs| {
         workers_of(p).map(|w| WorkerView::of(p, &dirs, w)).collect()
     }))
 }
@@ -432,6 +433,8 @@ pub struct StatusDoc {
     pools_dir: Option<PathBuf>,
     pool: Option<String>,
     now: Micros,
+    /// What a refresh saw of allocations in a preemption's grace.
+    preempted: Vec<PoolPreempted>,
 }
 
 impl StatusDoc {
@@ -447,18 +450,26 @@ impl StatusDoc {
             pools_dir,
             pool: pool.map(str::to_owned),
             now,
+            preempted: Vec::new(),
         })
+    }
+
+    /// With what a refresh saw of allocations in a preemption's grace (`ReconcileReport`).
+    pub fn with_preempted(mut self, preempted: Vec<PoolPreempted>) -> StatusDoc {
+        self.preempted = preempted;
+        self
     }
 
     /// The whole report, every worker's view made at once.
     pub fn report(&self) -> StatusReport {
-        status(
+        build(
             &self.state,
             self.pools_dir.as_deref(),
             self.pool.as_deref(),
             self.now,
+            &self.preempted,
+            |p, dirs| workers_of(p).map(|w| WorkerView::of(p, &dirs, w)).collect(),
         )
-        .expect("the pool was checked when the document was made")
     }
 }
 
@@ -469,6 +480,7 @@ impl Serialize for StatusDoc {
             self.pools_dir.as_deref(),
             self.pool.as_deref(),
             self.now,
+            &self.preempted,
             |pool, dirs| StreamedWorkers { pool, dirs },
         )
         .serialize(s)
@@ -510,6 +522,7 @@ fn build<'s, W>(
     pools_dir: Option<&Path>,
     pool: Option<&str>,
     now: Micros,
+    preempted: &[PoolPreempted],
     workers: impl Fn(&'s Pool, PoolDirs) -> W,
 ) -> StatusReport<W> {
     let pools = state
@@ -538,7 +551,14 @@ fn build<'s, W>(
                     .as_ref()
                     .map(|s| s.lost.clone())
                     .unwrap_or_default(),
-                allocation: AllocationView::of(&p.allocation, Some(now), p.ended.as_ref()),
+                allocation: AllocationView {
+                    preempted: preempted
+                        .iter()
+                        .find(|x| x.pool == p.name && x.job_id == p.allocation.job_id)
+                        .filter(|_| p.ended.is_none())
+                        .map(|x| x.preempted.clone()),
+                    ..AllocationView::of(&p.allocation, Some(now), p.ended.as_ref())
+                },
                 capacity: placement::capacity_now(&nodes),
                 reserved: Resources {
                     cpus,
