@@ -388,3 +388,52 @@ fn reconcile_watch_runs_a_round_every_secs_and_sigterm_ends_it_with_exit_0() {
     assert!(summaries[1].contains("next round at"), "{err}");
     assert_eq!(of_kind(&fake, "WorkerContinued").len(), 1);
 }
+
+/// Issue 38, item 3: in a preemption's grace Slurm lists the job `RUNNING` with its end pulled
+/// forward; `jobs --refresh` then asks `scontrol show job` (only then) and shows it
+/// "preempted, ends at …" from `PreemptTime` and `EndTime`, holding its budget; a job whose end
+/// is its start plus its limit costs no such call.
+#[test]
+fn jobs_refresh_shows_a_job_in_its_preemption_grace() {
+    let fake = Fake::new();
+    fake.scenario(json!({"sbatch": [{"stdout": "77\n"}]}));
+    submit(&fake, &["--continue", "1", "--continue-on", "preempted"]);
+    let listed = |end: &str| {
+        format!("77|77|RUNNING|debug|dev|normal|root|1|1|vm|9:00|10:00|2026-11-29T17:00:00|{end}|None|x\n")
+    };
+    let shown = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/slurm/notes-scontrol-show-job-running-alloc.stdout"
+    ))
+    .unwrap()
+    .replace("JobId=1 ", "JobId=77 ")
+    .replace(
+        "EndTime=2026-11-29T16:22:52",
+        "EndTime=2026-11-29T17:01:30 PreemptEligibleTime=2026-11-29T17:00:00 PreemptTime=2026-11-29T17:01:00",
+    );
+    fake.scenario(json!({
+        "squeue": [{"match": ["--jobs=77"], "stdout": listed("2026-11-29T17:01:30")}],
+        "scontrol": [{"stdout": shown}],
+    }));
+    let (code, out, err) = fake.run(&["jobs", "--refresh", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        r["jobs"][0]["preempted"],
+        json!({"at": "2026-11-29T17:01:00", "ends_at": "2026-11-29T17:01:30"}),
+        "{r}"
+    );
+    assert_eq!(r["jobs"][0]["active"], true);
+    let (code, out, err) = fake.run(&["jobs", "--refresh", "--wide"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("preempted, ends at 17:01:30"), "{out}");
+
+    fake.scenario(json!({
+        "squeue": [{"match": ["--jobs=77"], "stdout": listed("2026-11-29T17:10:00")}],
+    }));
+    let (code, out, err) = fake.run(&["jobs", "--refresh", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["jobs"][0]["preempted"], Value::Null, "{r}");
+    assert!(!fake.programs().contains(&"scontrol".to_owned()));
+}

@@ -194,6 +194,9 @@ const ADDED_SINCE_THE_GOLDENS: &[(&str, &[&str])] = &[
             "/jobs/1/exit_code",
             "/jobs/1/exit_signal",
             "/jobs/1/stage",
+            // A job in a preemption's grace, as a refresh found it (issue 38).
+            "/jobs/0/preempted",
+            "/jobs/1/preempted",
         ],
     ),
 ];

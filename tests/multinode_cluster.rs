@@ -1420,11 +1420,18 @@ fn a_preempted_submit_job_shows_its_grace_ends_preempted_and_is_continued_with_t
     };
     // In the grace: still RUNNING to Slurm, shown preempted with its end.
     let mut shown = serde_json::Value::Null;
-    wait_for("jobs --refresh shows the grace", Duration::from_secs(20), || {
+    let t0 = Instant::now();
+    while shown["preempted"].is_null() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "jobs --refresh shows no grace: {shown}; scontrol: {:?}; high job: {:?}",
+            show_job(&c, first.id),
+            show_job(&c, high.id)
+        );
         let r = dispatch_json(&c, &state, &["jobs", "--refresh", "--json"]);
         shown = r["jobs"][0].clone();
-        !shown["preempted"].is_null()
-    });
+        std::thread::sleep(Duration::from_millis(500));
+    }
     assert_eq!(shown["slurm_state"], "RUNNING", "{shown}");
     assert_eq!(shown["active"], true, "{shown}");
     let during = show_job(&c, first.id);

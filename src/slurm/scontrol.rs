@@ -234,12 +234,25 @@ impl JobDetails {
     }
 }
 
-/// Parses the whole stdout: one record per non-empty line.
+/// Parses the whole stdout: one record per job, each starting with `JobId=`. A batch job's
+/// `Command=` holds its arguments as given, newlines included (a `dispatch submit` payload
+/// `sh -c` script): a line that does not start a record continues the one before, its
+/// newline kept in the value.
 pub fn parse_show_job(stdout: &str) -> Result<Vec<JobDetails>, ParseError> {
-    stdout
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(parse_record)
+    let mut records: Vec<String> = Vec::new();
+    for line in stdout.lines() {
+        match records.last_mut() {
+            Some(record) if !line.starts_with("JobId=") => {
+                record.push('\n');
+                record.push_str(line);
+            }
+            _ if line.trim().is_empty() => {}
+            _ => records.push(line.to_owned()),
+        }
+    }
+    records
+        .iter()
+        .map(|r| parse_record(r.trim_end_matches(['\n', ' '])))
         .collect()
 }
 
@@ -470,7 +483,7 @@ mod tests {
     fn preempt_time_is_read_and_a_running_job_with_one_is_in_its_grace() {
         let grace = RUNNING_ALLOC.replace(
             "EndTime=2026-11-29T16:22:52",
-            "EndTime=2026-11-29T16:14:00 Deadline=N/A PreemptEligibleTime=2026-11-29T16:12:52 \
+            "EndTime=2026-11-29T16:14:00 PreemptEligibleTime=2026-11-29T16:12:52 \
              PreemptTime=2026-11-29T16:13:30",
         );
         let j = &parse_show_job(&grace).unwrap()[0];
@@ -492,6 +505,26 @@ mod tests {
         assert_eq!(j.preempted_in_grace(), None);
         let j = &parse_show_job(RUNNING_ALLOC).unwrap()[0];
         assert_eq!(j.preempted_in_grace(), None);
+    }
+
+    /// A batch job whose arguments hold newlines (a `sh -c` script) prints its `Command=` over
+    /// several lines: still one record, the script whole in `command`.
+    #[test]
+    fn a_command_with_newlines_stays_one_record() {
+        let script = "f=\"$X/count\"\nn=$(cat \"$f\")\nstart=$n\nwhile :; do sleep 1; done";
+        let out = RUNNING_ALLOC.trim_end().replace(
+            "Command=(null) WorkDir=/tmp",
+            &format!("Command=/s/batch.sh sh -c {script} WorkDir=/w"),
+        );
+        let two = format!("{out}\n{}", RUNNING_ALLOC.replace("JobId=1 ", "JobId=2 "));
+        let jobs = parse_show_job(&two).unwrap();
+        assert_eq!(jobs.len(), 2);
+        assert_eq!(
+            jobs[0].command.as_deref(),
+            Some(format!("/s/batch.sh sh -c {script}").as_str())
+        );
+        assert_eq!(jobs[0].work_dir.as_deref(), Some("/w"));
+        assert_eq!(jobs[1].job_id.get(), 2);
     }
 
     #[test]
