@@ -1330,11 +1330,12 @@ fn a_launch_slurm_refused_after_creating_the_step_fails_the_submit_in_sruns_word
 
 /// The counter of tests/continuation_real.rs: counts in its native state every 0.1 s; on
 /// SIGTERM saves the count, appends what this generation counted, declares a checkpoint and
-/// exits 0.
+/// exits 0. It ignores a second TERM: Slurm signals every process of the batch step, and the
+/// supervisor forwards its own TERM to the payload too.
 const COUNTER: &str = r#"f="$DISPATCH_STATE_DIR/count"
 n=$(cat "$f" 2>/dev/null || echo 0)
 start=$n
-trap 'echo $n > "$f"; echo $((n - start)) >> "$DISPATCH_STATE_DIR/counted"; touch "$DISPATCH_CHECKPOINT"; exit 0' TERM
+trap 'trap "" TERM; echo $n > "$f"; echo $((n - start)) >> "$DISPATCH_STATE_DIR/counted"; touch "$DISPATCH_CHECKPOINT"; exit 0' TERM
 while :; do n=$((n + 1)); sleep 0.1; done"#;
 
 /// dispatch on this cluster with `state`: the parsed JSON of its stdout (`--json` given by

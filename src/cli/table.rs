@@ -559,6 +559,17 @@ pub fn jobs(r: &JobsReport, wide: bool) -> String {
     }
     let mut out = t.render(0, width(wide));
     for j in &r.jobs {
+        if j.preempted.is_some() {
+            out.push_str(&warning_lines(
+                0,
+                &format!(
+                    "{} {} (Slurm's grace)",
+                    j.worker,
+                    preempted_until(j.preempted.as_ref())
+                ),
+                width(wide),
+            ));
+        }
         if let Some(f) = &j.failure {
             out.push_str(&note_line(
                 0,
