@@ -366,10 +366,7 @@ fn reconcile_watch_runs_a_round_every_secs_and_sigterm_ends_it_with_exit_0() {
     fake.scenario(over_then(77, 78));
     let round2: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
     let between = t0.elapsed();
-    assert!(
-        between >= std::time::Duration::from_secs(9),
-        "{between:?}"
-    );
+    assert!(between >= std::time::Duration::from_secs(9), "{between:?}");
     assert_eq!(round2["continued"][0]["outcome"], "continued", "{round2}");
     // SIGTERM while it waits for round 3: it ends before that round, with success.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };

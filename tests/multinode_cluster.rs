@@ -1386,10 +1386,32 @@ fn a_preempted_submit_job_shows_its_grace_ends_preempted_and_is_continued_with_t
         &c,
         &state,
         &[
-            "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--continue", "1",
-            "--continue-on", "preempted", "--grace", "3", "--publication-timeout", "3",
-            "--native-state-budget", "2", "--cleanup-budget", "2", "--name", &worker, "--json",
-            "--", "sh", "-c", COUNTER,
+            "submit",
+            "--cpus",
+            "1",
+            "--mem",
+            "100M",
+            "--time",
+            "10",
+            "--continue",
+            "1",
+            "--continue-on",
+            "preempted",
+            "--grace",
+            "3",
+            "--publication-timeout",
+            "3",
+            "--native-state-budget",
+            "2",
+            "--cleanup-budget",
+            "2",
+            "--name",
+            &worker,
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            COUNTER,
         ],
     );
     let first = Job {
@@ -1408,8 +1430,21 @@ fn a_preempted_submit_job_shows_its_grace_ends_preempted_and_is_continued_with_t
 
     let name = unique_name("mn-preemptor");
     let sbatch = [
-        "--parsable", "-q", "high", "-w", &node, "--exclusive", "--mem=1000", "-t", "3", "-o",
-        "/dev/null", "-J", &name, "--wrap", "sleep 300",
+        "--parsable",
+        "-q",
+        "high",
+        "-w",
+        &node,
+        "--exclusive",
+        "--mem=1000",
+        "-t",
+        "3",
+        "-o",
+        "/dev/null",
+        "-J",
+        &name,
+        "--wrap",
+        "sleep 300",
     ];
     let out = output(c.slurm("sbatch", &sbatch), STEP_BOUND);
     let high = Job {
@@ -1436,8 +1471,16 @@ fn a_preempted_submit_job_shows_its_grace_ends_preempted_and_is_continued_with_t
     assert_eq!(shown["slurm_state"], "RUNNING", "{shown}");
     assert_eq!(shown["active"], true, "{shown}");
     let during = show_job(&c, first.id);
-    assert_eq!(shown["preempted"]["at"], during["PreemptTime"].as_str(), "{during:?}");
-    assert_eq!(shown["preempted"]["ends_at"], during["EndTime"].as_str(), "{during:?}");
+    assert_eq!(
+        shown["preempted"]["at"],
+        during["PreemptTime"].as_str(),
+        "{during:?}"
+    );
+    assert_eq!(
+        shown["preempted"]["ends_at"],
+        during["EndTime"].as_str(),
+        "{during:?}"
+    );
     let mut cmd = c.dispatch(&state);
     cmd.args(["jobs", "--refresh"]);
     let table = text(&output(cmd, STEP_BOUND).stdout);
@@ -1468,10 +1511,17 @@ fn a_preempted_submit_job_shows_its_grace_ends_preempted_and_is_continued_with_t
     let continued = journal_events(&c, &state, "WorkerContinued");
     assert_eq!(continued[0]["cause"], "preempted", "{continued:?} {report}");
     assert!(
-        continued[0]["proof"].as_str().unwrap().contains("PREEMPTED"),
+        continued[0]["proof"]
+            .as_str()
+            .unwrap()
+            .contains("PREEMPTED"),
         "{continued:?}"
     );
-    let second_id: uuid::Uuid = continued[0]["submission_id"].as_str().unwrap().parse().unwrap();
+    let second_id: uuid::Uuid = continued[0]["submission_id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     let second_job = journal_events(&c, &state, "JobSubmitted")
         .into_iter()
         .find(|e| e["submission_id"] == second_id.to_string())

@@ -25,8 +25,10 @@ async fn look<S: Scheduler>(a: &StatusArgs<'_>, ctx: &Ctx<S>) -> Result<ops::Sta
     };
     // No journal yet: no pools (as `sessions` and `trials` see it).
     let state = ctx.read_state()?;
-    Ok(ops::StatusDoc::new(state, Some(ctx.pools_dir()), a.pool, ctx.now())?
-        .with_preempted(preempted))
+    Ok(
+        ops::StatusDoc::new(state, Some(ctx.pools_dir()), a.pool, ctx.now())?
+            .with_preempted(preempted),
+    )
 }
 
 pub async fn run<S: Scheduler>(

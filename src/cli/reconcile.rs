@@ -161,7 +161,8 @@ async fn watch<S: Scheduler>(ctx: &Ctx<S>, every: Duration, json: bool) -> Resul
 
 /// What one round did, and what the next is due to try again, on one line.
 pub fn summary(r: &ReconcileReport) -> String {
-    let count = |outcome: ContinueOutcome| r.continued.iter().filter(|c| c.outcome == outcome).count();
+    let count =
+        |outcome: ContinueOutcome| r.continued.iter().filter(|c| c.outcome == outcome).count();
     let mut due = Vec::new();
     if !r.unknown.is_empty() {
         due.push(format!("{} worker(s) still unknown", r.unknown.len()));
@@ -173,7 +174,12 @@ pub fn summary(r: &ReconcileReport) -> String {
     let creating = r
         .creations
         .iter()
-        .filter(|c| !matches!(c.outcome, CreationOutcome::Attached | CreationOutcome::Ended))
+        .filter(|c| {
+            !matches!(
+                c.outcome,
+                CreationOutcome::Attached | CreationOutcome::Ended
+            )
+        })
         .count();
     if creating > 0 {
         due.push(format!("{creating} pool create(s) in flight"));

@@ -559,35 +559,7 @@ pub fn jobs(r: &JobsReport, wide: bool) -> String {
     }
     let mut out = t.render(0, width(wide));
     for j in &r.jobs {
-        if j.preempted.is_some() {
-            out.push_str(&warning_lines(
-                0,
-                &format!(
-                    "{} {} (Slurm's grace)",
-                    j.worker,
-                    preempted_until(j.preempted.as_ref())
-                ),
-                width(wide),
-            ));
-        }
-        if let Some(f) = &j.failure {
-            out.push_str(&note_line(
-                0,
-                &format!("{} failed: {f}", j.worker),
-                width(wide),
-            ));
-        }
-        if let Some(how) = payload_failure(j.outcome, j.exit_code, j.exit_signal) {
-            out.push_str(&warning_lines(
-                0,
-                &format!(
-                    "{} {how}; `dispatch logs {} --stderr` shows what it said",
-                    j.worker,
-                    id(&j.submission_id, wide)
-                ),
-                width(wide),
-            ));
-        }
+        out.push_str(&job_notes(j, wide));
     }
     if let Some(x) = &r.refresh {
         out.push_str(&format!(
@@ -595,6 +567,41 @@ pub fn jobs(r: &JobsReport, wide: bool) -> String {
             count(x.slurm_calls, "Slurm call"),
             x.resolved,
             x.unknown
+        ));
+    }
+    out
+}
+
+/// The lines under a job's row: its preemption's grace, its failure, its payload's failure.
+fn job_notes(j: &crate::ops::jobs::JobView, wide: bool) -> String {
+    let mut out = String::new();
+    if j.preempted.is_some() {
+        out.push_str(&warning_lines(
+            0,
+            &format!(
+                "{} {} (Slurm's grace)",
+                j.worker,
+                preempted_until(j.preempted.as_ref())
+            ),
+            width(wide),
+        ));
+    }
+    if let Some(f) = &j.failure {
+        out.push_str(&note_line(
+            0,
+            &format!("{} failed: {f}", j.worker),
+            width(wide),
+        ));
+    }
+    if let Some(how) = payload_failure(j.outcome, j.exit_code, j.exit_signal) {
+        out.push_str(&warning_lines(
+            0,
+            &format!(
+                "{} {how}; `dispatch logs {} --stderr` shows what it said",
+                j.worker,
+                id(&j.submission_id, wide)
+            ),
+            width(wide),
         ));
     }
     out
@@ -1024,4 +1031,3 @@ mod tests {
         assert!(!wide.contains('…'), "{wide}");
     }
 }
-

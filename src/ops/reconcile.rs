@@ -271,7 +271,7 @@ async fn continue_pools_due<S: Scheduler>(
     only_pool: Option<&str>,
     preempted: &[PoolPreempted],
 ) -> Result<Vec<crate::ops::continuation::Continuation>, OpError> {
-    use crate::ops::continuation::{ContinueOutcome, Continuation};
+    use crate::ops::continuation::{Continuation, ContinueOutcome};
     if preempted.is_empty() {
         return continue_due(ctx, Scope::Pools(only_pool)).await;
     }
@@ -279,7 +279,11 @@ async fn continue_pools_due<S: Scheduler>(
     let mut names = std::collections::BTreeSet::new();
     let mut done = Vec::new();
     for (id, c) in state.jobs.continuations.ended_ones() {
-        let Some(pool) = c.pool.as_deref().filter(|p| only_pool.is_none_or(|o| o == *p)) else {
+        let Some(pool) = c
+            .pool
+            .as_deref()
+            .filter(|p| only_pool.is_none_or(|o| o == *p))
+        else {
             continue;
         };
         match preempted.iter().find(|x| x.pool == pool) {
