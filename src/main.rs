@@ -106,7 +106,7 @@ fn run(cli: &Cli) -> Result<u8, exit::Failure> {
         Command::Logs(args) => cli::logs::run(args, &checked()?, cli.json),
         Command::Jobs(args) => block_on(cli::jobs::run(args, &ctx()?, cli.json)),
         Command::Audit => cli::journal::run_audit(&checked()?, cli.json),
-        Command::Reconcile => block_on(cli::reconcile::run(&ctx()?, cli.json)),
+        Command::Reconcile(args) => block_on(cli::reconcile::run(args, &ctx()?, cli.json)),
         Command::Session(cmd) => {
             let (config, path, ctx) = config_and_context(cli, &env)?;
             block_on(cli::session::run(cmd, &ctx, &config, &path, cli.json))

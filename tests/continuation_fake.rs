@@ -430,3 +430,121 @@ fn a_job_a_node_failure_ended_resumes_from_the_checkpoint_it_saved_while_running
         Some(saved.join("state").display().to_string())
     );
 }
+
+/// Issue 38, item 3: a job Slurm lists `PREEMPTED` is proven over by that listing, and the
+/// continuation's cause is `preempted` from that proof (its journal records no deadline: the
+/// SIGTERM was Slurm's), so a worker that asked only for `preempted` is continued.
+#[test]
+fn a_job_slurm_lists_preempted_is_continued_with_the_cause_preempted() {
+    let fake = Fake::new();
+    fake.scenario(json!({"sbatch": [{"stdout": "77\n"}]}));
+    let first = submit(&fake, &["--continue", "1", "--continue-on", "preempted"]);
+    worker_journal(&fake, first, false, true, "checkpointed");
+    fake.scenario(json!({
+        "squeue": [{"match": ["--jobs=77"], "stdout": "77|77|PREEMPTED|debug|dev|normal|root|1|1|vm|0:00|10:00|2026-11-29T17:00:00|2026-11-29T17:01:30|None|x\n"}],
+        "sbatch": [{"stdout": "78\n"}],
+    }));
+    let r = reconcile(&fake);
+    assert_eq!(r["continued"][0]["outcome"], "continued", "{r}");
+    let terminal = of_kind(&fake, "JobTerminal");
+    assert!(
+        terminal[0]["proof"].as_str().unwrap().contains("PREEMPTED"),
+        "{terminal:?}"
+    );
+    let continued = of_kind(&fake, "WorkerContinued");
+    assert_eq!(continued[0]["cause"], "preempted", "{continued:?}");
+}
+
+/// Issue 38, item 4: `reconcile --watch 10 --json` reconciles every 10 s, one JSON document a
+/// round on its own line and a summary line a round on stderr; the second round continues the
+/// job proven over since the first; SIGTERM ends it after the round in flight, exit 0.
+#[test]
+fn reconcile_watch_runs_a_round_every_secs_and_sigterm_ends_it_with_exit_0() {
+    use std::io::{BufRead, BufReader};
+    let fake = Fake::new();
+    fake.scenario(json!({"sbatch": [{"stdout": "77\n"}]}));
+    let first = submit(&fake, &["--continue", "1", "--continue-on", "time-limit"]);
+    fake.scenario(json!({"squeue": [{"match": ["--jobs=77"], "stdout": "77|77|RUNNING|debug|dev|normal|root|1|1|vm|4:00|5:00|2026-11-29T17:00:00|2026-11-29T17:05:00|None|x\n"}]}));
+    let mut child = fake
+        .command(&["reconcile", "--watch", "10", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let t0 = std::time::Instant::now();
+    let round1: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(round1["observed"], 1, "{round1}");
+    assert!(round1.get("continued").is_none(), "{round1}");
+    worker_journal(&fake, first, true, true, "checkpointed");
+    fake.scenario(over_then(77, 78));
+    let round2: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let between = t0.elapsed();
+    assert!(between >= std::time::Duration::from_secs(9), "{between:?}");
+    assert_eq!(round2["continued"][0]["outcome"], "continued", "{round2}");
+    // SIGTERM while it waits for round 3: it ends before that round, with success.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    assert!(rest.is_empty(), "no third round: {rest:?}");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let summaries: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("dispatch: reconcile round "))
+        .collect();
+    assert_eq!(summaries.len(), 2, "{err}");
+    assert!(summaries[1].contains("continued 1"), "{err}");
+    assert!(summaries[1].contains("next round at"), "{err}");
+    assert_eq!(of_kind(&fake, "WorkerContinued").len(), 1);
+}
+
+/// Issue 38, item 3: in a preemption's grace Slurm lists the job `RUNNING` with its end pulled
+/// forward; `jobs --refresh` then asks `scontrol show job` (only then) and shows it
+/// "preempted, ends at …" from `PreemptTime` and `EndTime`, holding its budget; a job whose end
+/// is its start plus its limit costs no such call.
+#[test]
+fn jobs_refresh_shows_a_job_in_its_preemption_grace() {
+    let fake = Fake::new();
+    fake.scenario(json!({"sbatch": [{"stdout": "77\n"}]}));
+    submit(&fake, &["--continue", "1", "--continue-on", "preempted"]);
+    let listed = |end: &str| {
+        format!("77|77|RUNNING|debug|dev|normal|root|1|1|vm|9:00|10:00|2026-11-29T17:00:00|{end}|None|x\n")
+    };
+    let shown = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/slurm/notes-scontrol-show-job-running-alloc.stdout"
+    ))
+    .unwrap()
+    .replace("JobId=1 ", "JobId=77 ")
+    .replace(
+        "EndTime=2026-11-29T16:22:52",
+        "EndTime=2026-11-29T17:01:30 PreemptEligibleTime=2026-11-29T17:00:00 PreemptTime=2026-11-29T17:01:00",
+    );
+    fake.scenario(json!({
+        "squeue": [{"match": ["--jobs=77"], "stdout": listed("2026-11-29T17:01:30")}],
+        "scontrol": [{"stdout": shown}],
+    }));
+    let (code, out, err) = fake.run(&["jobs", "--refresh", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        r["jobs"][0]["preempted"],
+        json!({"at": "2026-11-29T17:01:00", "ends_at": "2026-11-29T17:01:30"}),
+        "{r}"
+    );
+    assert_eq!(r["jobs"][0]["active"], true);
+    let (code, out, err) = fake.run(&["jobs", "--refresh", "--wide"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("preempted, ends at 17:01:30"), "{out}");
+
+    fake.scenario(json!({
+        "squeue": [{"match": ["--jobs=77"], "stdout": listed("2026-11-29T17:10:00")}],
+    }));
+    let (code, out, err) = fake.run(&["jobs", "--refresh", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["jobs"][0]["preempted"], Value::Null, "{r}");
+    assert!(!fake.programs().contains(&"scontrol".to_owned()));
+}

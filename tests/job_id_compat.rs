@@ -214,6 +214,9 @@ const ADDED_SINCE_THE_GOLDENS: &[(&str, &[&str])] = &[
             "/jobs/1/successor",
             "/jobs/1/continuation",
             "/jobs/1/continuation_why",
+            // A job in a preemption's grace, as a refresh found it (issue 38).
+            "/jobs/0/preempted",
+            "/jobs/1/preempted",
         ],
     ),
 ];

@@ -1662,3 +1662,227 @@ fn a_worker_that_checkpointed_before_its_node_failed_is_continued_on_a_surviving
     p.release_and_audit();
     drop(revive);
 }
+
+/// dispatch on this cluster with `state`: the parsed JSON of its stdout (`--json` given by
+/// the caller), after checking it succeeded.
+fn dispatch_json(c: &Cluster, state: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let mut cmd = c.dispatch(state);
+    cmd.args(args);
+    let out = output(cmd, Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "dispatch {args:?}: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    serde_json::from_str(text(&out.stdout).trim())
+        .unwrap_or_else(|e| panic!("dispatch {args:?}: {e}: {}", text(&out.stdout)))
+}
+
+fn journal_events(c: &Cluster, state: &std::path::Path, kind: &str) -> Vec<serde_json::Value> {
+    let mut cmd = c.dispatch(state);
+    cmd.args(["journal", "dump", "--json"]);
+    let out = output(cmd, STEP_BOUND);
+    text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["kind"] == kind)
+        .map(|e| e["event"].clone())
+        .collect()
+}
+
+/// Issue 38, item 3: a `dispatch submit` counter in QOS `normal` (the default here) that asked
+/// `--continue 1 --continue-on preempted` is preempted by a `high` job that needs its whole
+/// node. In the grace `jobs --refresh` shows it "preempted, ends at …" (Slurm's `PreemptTime`
+/// and pulled-forward `EndTime`); its proven end (`JobTerminal`) names Slurm's `PREEMPTED`;
+/// once the `high` job is gone, reconcile continues it with the cause `preempted`, and
+/// generation 2 resumes the count from generation 1's checkpoint. A batch job's shell gets
+/// Slurm's TERM only when the grace ends (its steps get it at once), with KillWait before the
+/// KILL: the supervisor forwards it and the payload checkpoints then. Every job made here is
+/// cancelled, also on failure.
+#[test]
+fn a_preempted_submit_job_shows_its_grace_ends_preempted_and_is_continued_with_that_cause() {
+    let c = Cluster::require();
+    let grace = preemption_on();
+    let tmp = tempfile::tempdir_in("/tmp").unwrap();
+    let state = tmp.path().join("state");
+    let worker = unique_name("mn-preempted-counter");
+    let submitted = dispatch_json(
+        &c,
+        &state,
+        &[
+            "submit",
+            "--cpus",
+            "1",
+            "--mem",
+            "100M",
+            "--time",
+            "10",
+            "--continue",
+            "1",
+            "--continue-on",
+            "preempted",
+            "--grace",
+            "3",
+            "--publication-timeout",
+            "3",
+            "--native-state-budget",
+            "2",
+            "--cleanup-budget",
+            "2",
+            "--name",
+            &worker,
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            COUNTER,
+        ],
+    );
+    let first = Job {
+        cluster: &c,
+        id: submitted["job_id"].as_u64().expect("a job id") as u32,
+    };
+    // Running, on a node, and counting for a while.
+    let mut node = String::new();
+    wait_for("the counter's job runs", Duration::from_secs(60), || {
+        let r = dispatch_json(&c, &state, &["jobs", "--refresh", "--json"]);
+        let j = &r["jobs"][0];
+        node = j["node"].as_str().unwrap_or_default().to_owned();
+        j["slurm_state"] == "RUNNING" && !node.is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(3));
+
+    let name = unique_name("mn-preemptor");
+    let sbatch = [
+        "--parsable",
+        "-q",
+        "high",
+        "-w",
+        &node,
+        "--exclusive",
+        "--mem=1000",
+        "-t",
+        "3",
+        "-o",
+        "/dev/null",
+        "-J",
+        &name,
+        "--wrap",
+        "sleep 300",
+    ];
+    let out = output(c.slurm("sbatch", &sbatch), STEP_BOUND);
+    let high = Job {
+        cluster: &c,
+        id: text(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("sbatch {sbatch:?}: {e}: {}", text(&out.stderr))),
+    };
+    // In the grace: still RUNNING to Slurm, shown preempted with its end.
+    let mut shown = serde_json::Value::Null;
+    let t0 = Instant::now();
+    while shown["preempted"].is_null() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "jobs --refresh shows no grace: {shown}; scontrol: {:?}; high job: {:?}",
+            show_job(&c, first.id),
+            show_job(&c, high.id)
+        );
+        let r = dispatch_json(&c, &state, &["jobs", "--refresh", "--json"]);
+        shown = r["jobs"][0].clone();
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(shown["slurm_state"], "RUNNING", "{shown}");
+    assert_eq!(shown["active"], true, "{shown}");
+    let during = show_job(&c, first.id);
+    assert_eq!(
+        shown["preempted"]["at"],
+        during["PreemptTime"].as_str(),
+        "{during:?}"
+    );
+    assert_eq!(
+        shown["preempted"]["ends_at"],
+        during["EndTime"].as_str(),
+        "{during:?}"
+    );
+    let mut cmd = c.dispatch(&state);
+    cmd.args(["jobs", "--refresh"]);
+    let table = text(&output(cmd, STEP_BOUND).stdout);
+    assert!(table.contains("preempted, ends at"), "{table}");
+    assert!(
+        journal_events(&c, &state, "JobTerminal").is_empty(),
+        "nothing is proven over in the grace"
+    );
+
+    // Killed at the grace's end: PREEMPTED is the proof; the high job is cancelled before the
+    // continuation is decided.
+    wait_for(
+        "Slurm shows the job PREEMPTED",
+        grace + Duration::from_secs(90),
+        || show_job(&c, first.id).get("JobState").map(String::as_str) == Some("PREEMPTED"),
+    );
+    drop(high);
+    let mut report = serde_json::Value::Null;
+    wait_for("reconcile continues it", Duration::from_secs(90), || {
+        report = dispatch_json(&c, &state, &["reconcile", "--json"]);
+        !journal_events(&c, &state, "WorkerContinued").is_empty()
+    });
+    let terminal = journal_events(&c, &state, "JobTerminal");
+    assert!(
+        terminal[0]["proof"].as_str().unwrap().contains("PREEMPTED"),
+        "{terminal:?}"
+    );
+    let continued = journal_events(&c, &state, "WorkerContinued");
+    assert_eq!(continued[0]["cause"], "preempted", "{continued:?} {report}");
+    assert!(
+        continued[0]["proof"]
+            .as_str()
+            .unwrap()
+            .contains("PREEMPTED"),
+        "{continued:?}"
+    );
+    let second_id: uuid::Uuid = continued[0]["submission_id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let second_job = journal_events(&c, &state, "JobSubmitted")
+        .into_iter()
+        .find(|e| e["submission_id"] == second_id.to_string())
+        .and_then(|e| e["job_id"].as_u64())
+        .expect("generation 2's job");
+    let _second = Job {
+        cluster: &c,
+        id: second_job as u32,
+    };
+
+    // Generation 2 counts on from generation 1's checkpoint; stopped, the count is the sum.
+    let dirs = dispatch::worker::dirs::WorkerDirs::for_job(&state.join("jobs"), second_id);
+    wait_for("generation 2 runs", Duration::from_secs(60), || {
+        let r = dispatch_json(&c, &state, &["jobs", "--refresh", "--json"]);
+        r["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|j| j["submission_id"] == second_id.to_string() && j["slurm_state"] == "RUNNING")
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let mut cmd = c.dispatch(&state);
+    cmd.args(["stop", &worker, "--grace", "5"]);
+    let stopped = output(cmd, Duration::from_secs(120));
+    assert!(stopped.status.success(), "{}", text(&stopped.stderr));
+    let read = |f: &str| std::fs::read_to_string(dirs.state.join(f)).unwrap_or_default();
+    let counted: Vec<u64> = read("counted")
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(counted.len(), 2, "{counted:?}");
+    assert!(counted.iter().all(|n| *n > 0), "{counted:?}");
+    assert_eq!(
+        read("count").trim().parse::<u64>().unwrap(),
+        counted.iter().sum::<u64>(),
+        "{counted:?}"
+    );
+    drop(first);
+}

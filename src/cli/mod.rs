@@ -152,8 +152,9 @@ pub enum Command {
     /// Replay the journal against Slurm and resolve what can be proven
     #[command(after_help = "Examples:\n  \
         dispatch reconcile\n  \
-        dispatch reconcile --json | jq .unknown")]
-    Reconcile,
+        dispatch reconcile --json | jq .unknown\n  \
+        dispatch reconcile --watch 60")]
+    Reconcile(reconcile::ReconcileArgs),
     /// Give up on a worker or a session that no proof can settle (the controller lost its
     /// accounting, the cluster was rebuilt): releases its budget, or drops the session's record,
     /// as an operator decision that `audit` lists as an override, never as proof. Offline

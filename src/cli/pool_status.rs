@@ -18,17 +18,17 @@ pub struct StatusArgs<'a> {
 
 /// One look: reconciled first with `--refresh`, then state and each worker's own journal.
 async fn look<S: Scheduler>(a: &StatusArgs<'_>, ctx: &Ctx<S>) -> Result<ops::StatusDoc, Failure> {
-    if a.refresh {
-        reconcile::reconcile(ctx, a.pool).await?;
-    }
+    let preempted = if a.refresh {
+        reconcile::reconcile(ctx, a.pool).await?.preempted
+    } else {
+        Vec::new()
+    };
     // No journal yet: no pools (as `sessions` and `trials` see it).
     let state = ctx.read_state()?;
-    Ok(ops::StatusDoc::new(
-        state,
-        Some(ctx.pools_dir()),
-        a.pool,
-        ctx.now(),
-    )?)
+    Ok(
+        ops::StatusDoc::new(state, Some(ctx.pools_dir()), a.pool, ctx.now())?
+            .with_preempted(preempted),
+    )
 }
 
 pub async fn run<S: Scheduler>(

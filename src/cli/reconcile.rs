@@ -1,49 +1,223 @@
-//! `dispatch reconcile`: rendering of what it observed, resolved and left unknown.
+//! `dispatch reconcile [--watch SECS]`: rendering of what it observed, resolved and left
+//! unknown; with `--watch`, the same run again every SECS seconds until SIGINT or SIGTERM, for
+//! a terminal multiplexer (docs/operations.md, "Driving reconcile").
+//!
+//! A signal only sets a flag: the round in flight finishes (its appends are whole) and the
+//! command exits 0 before the next. A round that fails says so on stderr (and, with `--json`,
+//! as its error document on its line) and the next one comes as planned.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
 
 use super::exit::{self, Failure};
-use super::output::emit;
+use super::output::{emit, note};
 use crate::ops::context::Ctx;
-use crate::ops::reconcile;
+use crate::ops::continuation::ContinueOutcome;
+use crate::ops::pool::CreationOutcome;
+use crate::ops::reconcile::{self, ReconcileReport};
 use crate::slurm::Scheduler;
 
-pub async fn run<S: Scheduler>(ctx: &Ctx<S>, json: bool) -> Result<u8, Failure> {
-    let r = reconcile::reconcile(ctx, None).await?;
-    emit(json, &r, || {
-        crate::outln!(
-            "observed {} worker(s) with {} Slurm call(s); resolved {}, unknown {}",
-            r.observed,
-            r.slurm_calls,
-            r.resolved.len(),
-            r.unknown.len()
-        );
-        for x in &r.resolved {
-            crate::outln!(
-                "  released {}/{}: {}",
-                x.pool.as_deref().unwrap_or("submit"),
-                x.worker,
-                x.proof
-            );
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// Reconcile again every SECS seconds (10 to 86400) until SIGINT or SIGTERM, which end it
+    /// (exit 0) after the round in flight: a summary line a round on stderr, one JSON document
+    /// a round (one a line) with --json
+    #[arg(long, value_name = "SECS", value_parser = parse_watch_secs)]
+    pub watch: Option<u64>,
+}
+
+/// Bounds of `--watch SECS`: often enough for renewals and continuations, never a busy loop
+/// against the controller.
+pub const WATCH_SECS: std::ops::RangeInclusive<u64> = 10..=86_400;
+
+fn parse_watch_secs(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if WATCH_SECS.contains(&n) => Ok(n),
+        _ => Err(format!(
+            "must be whole seconds from {} to {}, not {s:?}",
+            WATCH_SECS.start(),
+            WATCH_SECS.end()
+        )),
+    }
+}
+
+pub async fn run<S: Scheduler>(
+    args: &ReconcileArgs,
+    ctx: &Ctx<S>,
+    json: bool,
+) -> Result<u8, Failure> {
+    match args.watch {
+        None => {
+            let r = reconcile::reconcile(ctx, None).await?;
+            emit(json, &r, || render(&r))?;
+            Ok(exit::OK)
         }
-        for x in &r.unknown {
-            crate::outln!(
-                "  still unknown {}/{} ({}): budget held",
-                x.pool.as_deref().unwrap_or("submit"),
-                x.worker,
-                x.state
-            );
-            if let Some(why) = &x.why {
-                crate::outln!("    {why}");
+        Some(secs) => watch(ctx, Duration::from_secs(secs), json).await,
+    }
+}
+
+fn render(r: &ReconcileReport) {
+    crate::outln!(
+        "observed {} worker(s) with {} Slurm call(s); resolved {}, unknown {}",
+        r.observed,
+        r.slurm_calls,
+        r.resolved.len(),
+        r.unknown.len()
+    );
+    for x in &r.resolved {
+        crate::outln!(
+            "  released {}/{}: {}",
+            x.pool.as_deref().unwrap_or("submit"),
+            x.worker,
+            x.proof
+        );
+    }
+    for x in &r.unknown {
+        crate::outln!(
+            "  still unknown {}/{} ({}): budget held",
+            x.pool.as_deref().unwrap_or("submit"),
+            x.worker,
+            x.state
+        );
+        if let Some(why) = &x.why {
+            crate::outln!("    {why}");
+        }
+    }
+    for c in &r.creations {
+        crate::outln!(
+            "  pool create {} ({}): {}: {}",
+            c.pool,
+            c.job_name,
+            c.outcome,
+            c.detail
+        );
+    }
+    for c in &r.continued {
+        crate::outln!(
+            "  continuation {}/{}: {}: {}",
+            c.pool.as_deref().unwrap_or("submit"),
+            c.worker,
+            c.outcome,
+            c.detail
+        );
+    }
+}
+
+/// How often the wait between rounds checks for a signal.
+const TICK: Duration = Duration::from_millis(100);
+
+/// One round every `every` (start to start) until SIGINT or SIGTERM.
+async fn watch<S: Scheduler>(ctx: &Ctx<S>, every: Duration, json: bool) -> Result<u8, Failure> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // Only a flag, never an exit: a round is never cut short in the middle of an append.
+        if let Err(e) = signal_hook::flag::register(signal, stop.clone()) {
+            return Err(Failure::new(
+                exit::FAILED,
+                format!("cannot handle SIGINT and SIGTERM for --watch: {e}"),
+            ));
+        }
+    }
+    let mut round = 0u64;
+    loop {
+        let started = tokio::time::Instant::now();
+        round += 1;
+        let next = chrono::Local::now() + every;
+        let next = format!("next round at {}", next.format("%H:%M:%S"));
+        match reconcile::reconcile(ctx, None).await {
+            Ok(r) => {
+                if json {
+                    super::output::print_json(&r)?;
+                } else {
+                    render(&r);
+                }
+                note(&format!("reconcile round {round}: {}; {next}", summary(&r)));
+            }
+            Err(e) => {
+                let failure = Failure::from(e);
+                if json {
+                    super::output::print_json(&failure.document())?;
+                }
+                note(&format!(
+                    "reconcile round {round} failed (exit {}): {}; {next}",
+                    failure.code, failure.message
+                ));
             }
         }
-        for c in &r.creations {
-            crate::outln!(
-                "  pool create {} ({}): {}: {}",
-                c.pool,
-                c.job_name,
-                c.outcome,
-                c.detail
-            );
+        while started.elapsed() < every {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(exit::OK);
+            }
+            tokio::time::sleep(TICK.min(every.saturating_sub(started.elapsed()))).await;
         }
-    })?;
-    Ok(exit::OK)
+        if stop.load(Ordering::Relaxed) {
+            return Ok(exit::OK);
+        }
+    }
+}
+
+/// What one round did, and what the next is due to try again, on one line.
+pub fn summary(r: &ReconcileReport) -> String {
+    let count =
+        |outcome: ContinueOutcome| r.continued.iter().filter(|c| c.outcome == outcome).count();
+    let mut due = Vec::new();
+    if !r.unknown.is_empty() {
+        due.push(format!("{} worker(s) still unknown", r.unknown.len()));
+    }
+    let waiting = count(ContinueOutcome::Waiting) + count(ContinueOutcome::Unknown);
+    if waiting > 0 {
+        due.push(format!("{waiting} continuation(s) waiting"));
+    }
+    let creating = r
+        .creations
+        .iter()
+        .filter(|c| {
+            !matches!(
+                c.outcome,
+                CreationOutcome::Attached | CreationOutcome::Ended
+            )
+        })
+        .count();
+    if creating > 0 {
+        due.push(format!("{creating} pool create(s) in flight"));
+    }
+    let due = if due.is_empty() {
+        "nothing due".to_owned()
+    } else {
+        format!("due: {}", due.join(", "))
+    };
+    format!(
+        "observed {}, resolved {}, continued {}, resubmitted {} with {} Slurm call(s); {due}",
+        r.observed,
+        r.resolved.len(),
+        count(ContinueOutcome::Continued),
+        r.resubmitted.len(),
+        r.slurm_calls
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_takes_ten_seconds_to_a_day() {
+        assert_eq!(parse_watch_secs("10"), Ok(10));
+        assert_eq!(parse_watch_secs("86400"), Ok(86_400));
+        assert!(parse_watch_secs("9").is_err());
+        assert!(parse_watch_secs("86401").is_err());
+        assert!(parse_watch_secs("1m").is_err());
+    }
+
+    #[test]
+    fn a_quiet_round_says_nothing_is_due() {
+        let r = ReconcileReport::default();
+        assert_eq!(
+            summary(&r),
+            "observed 0, resolved 0, continued 0, resubmitted 0 with 0 Slurm call(s); nothing due"
+        );
+    }
 }

@@ -398,7 +398,11 @@ fn pools_table(r: &StatusReport, wide: bool) -> String {
             },
             a.job_id.to_string(),
             a.node.clone(),
-            state.to_string(),
+            if a.preempted.is_some() {
+                "preempted".to_owned()
+            } else {
+                state.to_string()
+            },
             left,
             format!("{}/{}", p.reserved.cpus, count(p.capacity.cpus, "CPU")),
             format!("{}/{}", mem(p.reserved.mem_mb), mem(p.capacity.mem_mb)),
@@ -408,6 +412,17 @@ fn pools_table(r: &StatusReport, wide: bool) -> String {
     // A pool over several nodes, or with GPUs, is budgeted per node: one line each.
     for p in r.pools.iter() {
         out.push_str(&node_lines(p, wide));
+    }
+    for p in r.pools.iter().filter(|p| p.allocation.preempted.is_some()) {
+        out.push_str(&warning_lines(
+            0,
+            &format!(
+                "pool {}: {} (Slurm's grace; its workers got SIGTERM)",
+                p.pool,
+                preempted_until(p.allocation.preempted.as_ref())
+            ),
+            width(wide),
+        ));
     }
     out
 }
@@ -607,6 +622,8 @@ fn worker_details(gpus: u32, n: &NodeView, id: &str) -> Vec<(String, Shown)> {
 
 /// `dispatch jobs`: one row per `dispatch submit` worker; the SLURM column only after
 /// `--refresh` (what its listing showed now).
+///
+/// A job in a preemption's grace shows `preempted, ends at HH:MM:SS` instead of its state.
 pub fn jobs(r: &JobsReport, wide: bool) -> String {
     if r.jobs.is_empty() {
         return "no jobs; start a worker as its own job with `dispatch submit`\n".to_owned();
@@ -637,6 +654,7 @@ pub fn jobs(r: &JobsReport, wide: bool) -> String {
         }
         if refreshed {
             row.push(match (&j.slurm_state, &j.reason) {
+                _ if j.preempted.is_some() => preempted_until(j.preempted.as_ref()),
                 (Some(s), Some(why)) if why != "None" => format!("{s} ({why})"),
                 (Some(s), _) => s.clone(),
                 (None, _) => "-".to_owned(),
@@ -664,9 +682,21 @@ pub fn jobs(r: &JobsReport, wide: bool) -> String {
     out
 }
 
-/// The lines after the jobs table about one worker: how it failed, its continuation.
+/// The lines after the jobs table about one worker: its preemption's grace, how it failed,
+/// its continuation.
 fn job_lines(j: &crate::ops::jobs::JobView, wide: bool) -> String {
     let mut out = String::new();
+    if j.preempted.is_some() {
+        out.push_str(&warning_lines(
+            0,
+            &format!(
+                "{} {} (Slurm's grace)",
+                j.worker,
+                preempted_until(j.preempted.as_ref())
+            ),
+            width(wide),
+        ));
+    }
     if let Some(f) = &j.failure {
         out.push_str(&note_line(
             0,
@@ -769,6 +799,12 @@ pub fn sessions(r: &Report, wide: bool, release_hint: &dyn Fn(&str, &str) -> Str
     out
 }
 
+/// `preempted, ends at 13:30:02`: a job or allocation in a preemption's grace.
+pub fn preempted_until(p: Option<&crate::ops::reconcile::Preempted>) -> String {
+    p.map(crate::ops::reconcile::Preempted::until)
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -866,6 +902,7 @@ mod tests {
                 None => AllocationState::Running,
             }),
             ended_proof: ended.map(str::to_owned),
+            preempted: None,
         };
         let worker = |name: &str, id: &str, state: WorkerState, step: Option<&str>| WorkerView {
             name: name.into(),
@@ -1006,6 +1043,7 @@ mod tests {
             slurm_state: None,
             reason: None,
             node: None,
+            preempted: None,
             stdout: String::new(),
             stderr: String::new(),
             lineage: first_generation(),

@@ -63,6 +63,9 @@ pub struct JobView {
     /// Slurm's reason in that listing (`Priority`, `Resources`, `None`, …).
     pub reason: Option<String>,
     pub node: Option<String>,
+    /// In a preemption's grace in this refresh: `{"at", "ends_at"}` (`PreemptTime`, and when
+    /// Slurm kills it); null otherwise.
+    pub preempted: Option<super::reconcile::Preempted>,
     pub stdout: String,
     pub stderr: String,
     /// Its generation, and where its continuation stands (`--continue N`), as in `pool status`.
@@ -101,6 +104,7 @@ impl JobView {
             slurm_state: seen.map(|l| l.state.clone()),
             reason: seen.map(|l| l.reason.clone()),
             node: seen.and_then(|l| l.node.clone()),
+            preempted: seen.and_then(|l| l.preempted.clone()),
             stdout: logs.stdout,
             stderr: logs.stderr,
             lineage: lineages.of_worker(j.submission_id),

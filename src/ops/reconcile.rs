@@ -78,6 +78,19 @@ pub struct ReconcileReport {
     /// `dispatch submit` jobs Slurm requeued, seen with a larger `Restarts=` than recorded.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub requeued: Vec<Requeued>,
+    /// Pools whose allocation Slurm preempted and whose grace runs (`pool status --refresh`
+    /// shows "preempted, ends at …"): an observation, not a recorded fact.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub preempted: Vec<PoolPreempted>,
+}
+
+/// A pool's allocation in a preemption's grace.
+#[derive(Clone, Debug, Serialize)]
+pub struct PoolPreempted {
+    pub pool: String,
+    pub job_id: JobId,
+    #[serde(flatten)]
+    pub preempted: Preempted,
 }
 
 /// A watermark job made (its id) or tried (why there is none).
@@ -108,6 +121,58 @@ pub struct ListedJob {
     pub reason: String,
     /// The node list, once it has one.
     pub node: Option<String>,
+    /// Slurm preempted it and its grace runs: when, and when it is killed (`scontrol show
+    /// job`'s `PreemptTime` and `EndTime`); null otherwise.
+    pub preempted: Option<Preempted>,
+}
+
+/// A job Slurm preempted that still runs its grace, as `scontrol show job` shows it: still
+/// `RUNNING`, its end pulled forward. Only the later `PREEMPTED` proves it over.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Preempted {
+    /// `PreemptTime`, Slurm's local time (`2026-12-06T13:29:32`).
+    pub at: String,
+    /// `EndTime`: when Slurm kills it.
+    pub ends_at: String,
+}
+
+impl Preempted {
+    /// `preempted, ends at 13:30:02` (the clock part of Slurm's time).
+    pub fn until(&self) -> String {
+        let time = self
+            .ends_at
+            .split_once('T')
+            .map_or(self.ends_at.as_str(), |(_, t)| t);
+        format!("preempted, ends at {time}")
+    }
+}
+
+/// At most this many jobs listed with their end pulled forward are asked about (`scontrol show
+/// job`) in one run: each is in a preemption's grace, which lasts minutes.
+const MAX_PREEMPTION_LOOKS: usize = 16;
+
+/// Whether the job `row` lists is in a preemption's grace: asked only when the listing hints
+/// at it (its end pulled forward), and said only when `scontrol show job` shows `PreemptTime`.
+async fn preemption_of<S: Scheduler>(
+    ctx: &Ctx<S>,
+    row: &JobRow,
+    looks: &mut usize,
+) -> Option<Preempted> {
+    if !row.end_pulled_forward() || *looks >= MAX_PREEMPTION_LOOKS {
+        return None;
+    }
+    *looks += 1;
+    let Answer::Live(details) = ctx.sched.show_job(row.job_id).await else {
+        return None;
+    };
+    let (at, end) = details
+        .iter()
+        .find(|d| d.job_id == row.job_id)?
+        .preempted_in_grace()?;
+    Some(Preempted {
+        at: at.to_string(),
+        ends_at: end.to_string(),
+    })
 }
 
 #[derive(Debug, Serialize)]
@@ -198,7 +263,7 @@ pub async fn reconcile<S: Scheduler>(
     // After the pools' proofs, before their resubmissions (which wait for this decision); a
     // continuation waiting for a pool that is gone is still listed.
     if !state.jobs.continuations.asked.is_empty() {
-        let pools = continue_due(ctx, Scope::Pools(only_pool)).await?;
+        let pools = continue_pools_due(ctx, only_pool, &report.preempted).await?;
         report.continued.extend(pools);
     }
     // Only a worker that asked for it can become due: otherwise no second look at the
@@ -208,6 +273,57 @@ pub async fn reconcile<S: Scheduler>(
     }
     report.slurm_calls = ctx.sched.call_counts().since(&calls_before).total();
     Ok(report)
+}
+
+/// The pool workers' continuations due, but none of a pool whose allocation is in Slurm's
+/// preemption grace (`preempted`): its workers got Slurm's SIGTERM, and one that checkpointed
+/// and exited already ended as if on its own; its cause is Slurm's, `preempted`, proven when
+/// the allocation's end is (`PoolAllocationEnded` naming `PREEMPTED`), and a successor belongs
+/// in no allocation about to be killed. They wait, listed, for a later run.
+async fn continue_pools_due<S: Scheduler>(
+    ctx: &Ctx<S>,
+    only_pool: Option<&str>,
+    preempted: &[PoolPreempted],
+) -> Result<Vec<crate::ops::continuation::Continuation>, OpError> {
+    use crate::ops::continuation::{Continuation, ContinueOutcome};
+    if preempted.is_empty() {
+        return continue_due(ctx, Scope::Pools(only_pool)).await;
+    }
+    let state = ctx.read_state()?;
+    let mut names = std::collections::BTreeSet::new();
+    let mut done = Vec::new();
+    for (id, c) in state.jobs.continuations.ended_ones() {
+        let Some(pool) = c
+            .pool
+            .as_deref()
+            .filter(|p| only_pool.is_none_or(|o| o == *p))
+        else {
+            continue;
+        };
+        match preempted.iter().find(|x| x.pool == pool) {
+            Some(x) => done.push(Continuation {
+                pool: Some(pool.to_owned()),
+                worker: c.worker.clone(),
+                predecessor: id.to_string(),
+                generation: None,
+                submission_id: None,
+                outcome: ContinueOutcome::Waiting,
+                detail: format!(
+                    "its pool's allocation (job {}) is in Slurm's preemption grace, {}: \
+                     decided once its end is proven",
+                    x.job_id,
+                    x.preempted.until()
+                ),
+            }),
+            None => {
+                names.insert(pool.to_owned());
+            }
+        }
+    }
+    for pool in &names {
+        done.extend(continue_due(ctx, Scope::Pools(Some(pool))).await?);
+    }
+    Ok(done)
 }
 
 /// The state as a first look sees it. Decided from it with the lock released while Slurm
@@ -236,10 +352,18 @@ async fn reconcile_pools<S: Scheduler>(
             .expect("pools is not empty"),
         accounting: None,
         follow_ups: 0,
+        preemption_looks: 0,
     };
     for pool in pools {
         let job = pool.allocation.job_id;
         let mut look = observe_pool(ctx, pool, job, &mut shared).await;
+        if let Some(preempted) = look.preempted.take() {
+            report.preempted.push(PoolPreempted {
+                pool: pool.name.clone(),
+                job_id: job,
+                preempted,
+            });
+        }
         let mut judgement = reconcile::judge_pool(pool, &look.slurm, &look.workers, look.at);
         if judgement.wants_accounting() {
             if let Some(rows) = shared.accounting(ctx).await {
@@ -262,6 +386,8 @@ struct PoolsLook {
     accounting: Option<Answer<Vec<AcctRow>>>,
     /// Jobs missing from the listing asked about one by one so far.
     follow_ups: usize,
+    /// Allocations asked about for their preemption so far (`preemption_of`).
+    preemption_looks: usize,
 }
 
 impl PoolsLook {
@@ -288,6 +414,8 @@ struct PoolLook<'a> {
     slurm: PoolObservation,
     workers: Vec<WorkerSeen<'a>>,
     at: Micros,
+    /// The allocation is in a preemption's grace.
+    preempted: Option<Preempted>,
 }
 
 /// Ask Slurm about pool `pool`'s allocation `job` and its steps, and read its active workers'
@@ -336,12 +464,17 @@ async fn observe_pool<'a, S: Scheduler>(
             listed = fresh;
         }
     }
+    let preempted = match listed.live() {
+        Some(row) => preemption_of(ctx, row, &mut shared.preemption_looks).await,
+        None => None,
+    };
     let slurm = reconcile::observe_pool(job, &listed, steps.as_ref());
     let at = ctx.now();
     PoolLook {
         slurm,
         workers: observe_workers(ctx, pool),
         at,
+        preempted,
     }
 }
 
@@ -582,6 +715,7 @@ async fn reconcile_jobs<S: Scheduler>(
         .filter_map(|j| j.job_id.map(|id| (*j, id)))
         .collect();
     let mut obs = observe_jobs(ctx, &active, &known).await;
+    let mut looks = 0;
     for (j, id) in &known {
         if let Some(row) = obs.by_id.job(*id).live() {
             report.listed.push(ListedJob {
@@ -590,6 +724,7 @@ async fn reconcile_jobs<S: Scheduler>(
                 state: row.state.to_string(),
                 reason: row.reason.clone(),
                 node: row.node_list.clone(),
+                preempted: preemption_of(ctx, row, &mut looks).await,
             });
         }
     }

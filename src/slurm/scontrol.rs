@@ -193,6 +193,11 @@ pub struct JobDetails {
     pub submit_time: Option<SlurmTime>,
     pub start_time: Option<SlurmTime>,
     pub end_time: Option<SlurmTime>,
+    /// When Slurm preempted the job (`PreemptTime`), null while it is not: during the grace
+    /// the job is still `RUNNING` and `EndTime` is this plus the grace; once it is killed
+    /// (`PREEMPTED`) both are the kill's time.
+    #[serde(default)]
+    pub preempt_time: Option<SlurmTime>,
     pub partition: Option<String>,
     pub node_list: Option<String>,
     pub batch_host: Option<String>,
@@ -216,6 +221,15 @@ pub struct JobDetails {
 }
 
 impl JobDetails {
+    /// While Slurm's preemption grace runs: the job is still `RUNNING` with a `PreemptTime`,
+    /// and ends (is killed) at `EndTime`. `(preempted at, ends at)`.
+    pub fn preempted_in_grace(&self) -> Option<(SlurmTime, SlurmTime)> {
+        match (&self.state, self.preempt_time, self.end_time) {
+            (JobState::Running, Some(at), Some(end)) => Some((at, end)),
+            _ => None,
+        }
+    }
+
     pub fn get(&self, key: &str) -> Option<&str> {
         self.fields
             .iter()
@@ -224,12 +238,25 @@ impl JobDetails {
     }
 }
 
-/// Parses the whole stdout: one record per non-empty line.
+/// Parses the whole stdout: one record per job, each starting with `JobId=`. A batch job's
+/// `Command=` holds its arguments as given, newlines included (a `dispatch submit` payload
+/// `sh -c` script): a line that does not start a record continues the one before, its
+/// newline kept in the value.
 pub fn parse_show_job(stdout: &str) -> Result<Vec<JobDetails>, ParseError> {
-    stdout
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(parse_record)
+    let mut records: Vec<String> = Vec::new();
+    for line in stdout.lines() {
+        match records.last_mut() {
+            Some(record) if !line.starts_with("JobId=") => {
+                record.push('\n');
+                record.push_str(line);
+            }
+            _ if line.trim().is_empty() => {}
+            _ => records.push(line.to_owned()),
+        }
+    }
+    records
+        .iter()
+        .map(|r| parse_record(r.trim_end_matches(['\n', ' '])))
         .collect()
 }
 
@@ -326,6 +353,9 @@ fn parse_record(line: &str) -> Result<JobDetails, ParseError> {
         submit_time: r.parsed("SubmitTime", SlurmTime::parse)?,
         start_time: r.parsed("StartTime", SlurmTime::parse)?,
         end_time: r.parsed("EndTime", SlurmTime::parse)?,
+        preempt_time: r
+            .parsed("PreemptTime", SlurmTime::parse)?
+            .filter(|t| t.at().is_some()),
         partition: r.text("Partition"),
         node_list: r.text("NodeList"),
         batch_host: r.text("BatchHost"),
@@ -454,6 +484,57 @@ mod tests {
 
     const RUNNING_ALLOC: &str =
         include_str!("../../tests/fixtures/slurm/notes-scontrol-show-job-running-alloc.stdout");
+
+    /// Issue 38: in its grace a preempted job is still `RUNNING`, with `PreemptTime` (when it
+    /// was preempted) and `EndTime` (when it is killed: that plus the grace), as 22.05 prints
+    /// them on the dev cluster; `PreemptTime=None` is no preemption.
+    #[test]
+    fn preempt_time_is_read_and_a_running_job_with_one_is_in_its_grace() {
+        let grace = RUNNING_ALLOC.replace(
+            "EndTime=2026-11-29T16:22:52",
+            "EndTime=2026-11-29T16:14:00 PreemptEligibleTime=2026-11-29T16:12:52 \
+             PreemptTime=2026-11-29T16:13:30",
+        );
+        let j = &parse_show_job(&grace).unwrap()[0];
+        let t = |s: &str| SlurmTime::parse(s).unwrap();
+        assert_eq!(j.preempt_time, Some(t("2026-11-29T16:13:30")));
+        assert_eq!(
+            j.preempted_in_grace(),
+            Some((t("2026-11-29T16:13:30"), t("2026-11-29T16:14:00")))
+        );
+        let over = grace.replace("JobState=RUNNING", "JobState=PREEMPTED");
+        let j = &parse_show_job(&over).unwrap()[0];
+        assert_eq!(j.preempted_in_grace(), None, "killed: no grace left");
+        let none = RUNNING_ALLOC.replace(
+            "EndTime=2026-11-29T16:22:52",
+            "EndTime=2026-11-29T16:22:52 PreemptEligibleTime=2026-11-29T16:12:52 PreemptTime=None",
+        );
+        let j = &parse_show_job(&none).unwrap()[0];
+        assert_eq!(j.preempt_time, None);
+        assert_eq!(j.preempted_in_grace(), None);
+        let j = &parse_show_job(RUNNING_ALLOC).unwrap()[0];
+        assert_eq!(j.preempted_in_grace(), None);
+    }
+
+    /// A batch job whose arguments hold newlines (a `sh -c` script) prints its `Command=` over
+    /// several lines: still one record, the script whole in `command`.
+    #[test]
+    fn a_command_with_newlines_stays_one_record() {
+        let script = "f=\"$X/count\"\nn=$(cat \"$f\")\nstart=$n\nwhile :; do sleep 1; done";
+        let out = RUNNING_ALLOC.trim_end().replace(
+            "Command=(null) WorkDir=/tmp",
+            &format!("Command=/s/batch.sh sh -c {script} WorkDir=/w"),
+        );
+        let two = format!("{out}\n{}", RUNNING_ALLOC.replace("JobId=1 ", "JobId=2 "));
+        let jobs = parse_show_job(&two).unwrap();
+        assert_eq!(jobs.len(), 2);
+        assert_eq!(
+            jobs[0].command.as_deref(),
+            Some(format!("/s/batch.sh sh -c {script}").as_str())
+        );
+        assert_eq!(jobs[0].work_dir.as_deref(), Some("/w"));
+        assert_eq!(jobs[1].job_id.get(), 2);
+    }
 
     #[test]
     fn verbatim_running_allocation() {

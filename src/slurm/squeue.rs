@@ -55,6 +55,23 @@ impl JobRow {
         self.id.as_plain()
     }
 
+    /// A running job whose listed end comes before its start plus its time limit: Slurm pulls
+    /// the end forward when it preempts a job (to the preemption plus the grace). A hint to
+    /// ask `scontrol show job` for its `PreemptTime`, never a proof of preemption (an admin
+    /// may have moved the end too).
+    pub fn end_pulled_forward(&self) -> bool {
+        let (Some(start), Some(end), Some(limit)) =
+            (self.start.at(), self.end.at(), self.time_limit.as_secs())
+        else {
+            return false;
+        };
+        self.state == JobState::Running
+            && i64::try_from(limit)
+                .ok()
+                .and_then(chrono::TimeDelta::try_seconds)
+                .is_some_and(|limit| end < start + limit)
+    }
+
     /// Whether this row is about job `id` (its own id or its printed plain id).
     pub fn is_job(&self, id: JobId) -> bool {
         self.job_id == id || self.plain_id() == Some(id)
@@ -163,6 +180,23 @@ fn parse_step_row(line: &str) -> Result<StepRow, ParseError> {
 mod tests {
     use super::*;
     use quickcheck::quickcheck;
+
+    /// Issue 38: a running job whose end is before its start plus its limit (Slurm pulled it
+    /// forward at a preemption: 22.05 lists it so in the grace) is worth asking about.
+    #[test]
+    fn a_running_job_ending_before_its_limit_has_its_end_pulled_forward() {
+        let row = |state: &str, limit: &str, end: &str| {
+            let line = format!(
+                "1|1|{state}|debug|dev|normal|root|1|1|vm|9:55|{limit}|2026-12-06T13:29:31|{end}|None|x\n"
+            );
+            parse_jobs(&line).unwrap().remove(0)
+        };
+        assert!(row("RUNNING", "10:00", "2026-12-06T13:30:02").end_pulled_forward());
+        assert!(!row("RUNNING", "10:00", "2026-12-06T13:39:31").end_pulled_forward());
+        assert!(!row("PENDING", "10:00", "2026-12-06T13:30:02").end_pulled_forward());
+        assert!(!row("RUNNING", "UNLIMITED", "2026-12-06T13:30:02").end_pulled_forward());
+        assert!(!row("RUNNING", "10:00", "N/A").end_pulled_forward());
+    }
 
     #[test]
     fn job_rows() {

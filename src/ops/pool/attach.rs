@@ -70,6 +70,9 @@ pub struct AllocationView {
     /// What proved it over (`PoolAllocationEnded`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_proof: Option<String>,
+    /// Slurm preempted it and its grace runs (`pool status --refresh`: `{"at", "ends_at"}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preempted: Option<crate::ops::reconcile::Preempted>,
 }
 
 crate::words! {
@@ -107,6 +110,7 @@ impl AllocationView {
             seconds_left: now
                 .filter(|_| ended.is_none())
                 .map(|n| (a.end_time.secs() - n.secs()).max(0)),
+            preempted: None,
         }
     }
 }

@@ -11,6 +11,7 @@ use crate::event::Micros;
 use crate::journal::JournalError;
 use crate::ops::error::OpError;
 use crate::ops::logs::LogPaths;
+use crate::ops::reconcile::PoolPreempted;
 use crate::policy::lineage::{Lineage, Lineages};
 use crate::policy::node::Outcome;
 use crate::policy::placement::{self, NodeRoom};
@@ -438,7 +439,7 @@ pub fn status(
 ) -> Result<StatusReport, OpError> {
     known(state, pool)?;
     let lineages = Lineages::of(state);
-    Ok(build(state, pools_dir, pool, now, |p, dirs| {
+    Ok(build(state, pools_dir, pool, now, &[], |p, dirs| {
         workers_of(p)
             .map(|w| WorkerView::of(p, &dirs, &lineages, w))
             .collect()
@@ -454,6 +455,8 @@ pub struct StatusDoc {
     pools_dir: Option<PathBuf>,
     pool: Option<String>,
     now: Micros,
+    /// What a refresh saw of allocations in a preemption's grace.
+    preempted: Vec<PoolPreempted>,
 }
 
 impl StatusDoc {
@@ -469,18 +472,31 @@ impl StatusDoc {
             pools_dir,
             pool: pool.map(str::to_owned),
             now,
+            preempted: Vec::new(),
         })
+    }
+
+    /// With what a refresh saw of allocations in a preemption's grace (`ReconcileReport`).
+    pub fn with_preempted(mut self, preempted: Vec<PoolPreempted>) -> StatusDoc {
+        self.preempted = preempted;
+        self
     }
 
     /// The whole report, every worker's view made at once.
     pub fn report(&self) -> StatusReport {
-        status(
+        let lineages = Lineages::of(&self.state);
+        build(
             &self.state,
             self.pools_dir.as_deref(),
             self.pool.as_deref(),
             self.now,
+            &self.preempted,
+            |p, dirs| {
+                workers_of(p)
+                    .map(|w| WorkerView::of(p, &dirs, &lineages, w))
+                    .collect()
+            },
         )
-        .expect("the pool was checked when the document was made")
     }
 }
 
@@ -492,6 +508,7 @@ impl Serialize for StatusDoc {
             self.pools_dir.as_deref(),
             self.pool.as_deref(),
             self.now,
+            &self.preempted,
             |pool, dirs| StreamedWorkers {
                 pool,
                 dirs,
@@ -533,6 +550,21 @@ fn known(state: &State, pool: Option<&str>) -> Result<(), OpError> {
     }
 }
 
+/// The workers whose continuation waits for a pool that is gone (of `pool`, or of any).
+fn waiting_for_gone_pools(state: &State, pool: Option<&str>) -> Vec<GonePoolWorker> {
+    let lineages = Lineages::of(state);
+    lineages
+        .of_gone_pools()
+        .filter(|(_, c)| pool.is_none_or(|name| c.pool.as_deref() == Some(name)))
+        .map(|(id, c)| GonePoolWorker {
+            pool: c.pool.clone().unwrap_or_default(),
+            name: c.worker.clone(),
+            submission_id: id.to_string(),
+            lineage: lineages.of_worker(id),
+        })
+        .collect()
+}
+
 /// The report of the pools asked for, each pool's workers as `workers` makes them from the
 /// pool and its directories.
 fn build<'s, W>(
@@ -540,6 +572,7 @@ fn build<'s, W>(
     pools_dir: Option<&Path>,
     pool: Option<&str>,
     now: Micros,
+    preempted: &[PoolPreempted],
     workers: impl Fn(&'s Pool, PoolDirs) -> W,
 ) -> StatusReport<W> {
     let pools = state
@@ -568,7 +601,14 @@ fn build<'s, W>(
                     .as_ref()
                     .map(|s| s.lost.clone())
                     .unwrap_or_default(),
-                allocation: AllocationView::of(&p.allocation, Some(now), p.ended.as_ref()),
+                allocation: AllocationView {
+                    preempted: preempted
+                        .iter()
+                        .find(|x| x.pool == p.name && x.job_id == p.allocation.job_id)
+                        .filter(|_| p.ended.is_none())
+                        .map(|x| x.preempted.clone()),
+                    ..AllocationView::of(&p.allocation, Some(now), p.ended.as_ref())
+                },
                 capacity: placement::capacity_now(&nodes),
                 reserved: Resources {
                     cpus,
@@ -593,17 +633,7 @@ fn build<'s, W>(
             failure: c.failure.clone(),
         })
         .collect();
-    let lineages = Lineages::of(state);
-    let waiting_for_gone_pools = lineages
-        .of_gone_pools()
-        .filter(|(_, c)| pool.is_none_or(|name| c.pool.as_deref() == Some(name)))
-        .map(|(id, c)| GonePoolWorker {
-            pool: c.pool.clone().unwrap_or_default(),
-            name: c.worker.clone(),
-            submission_id: id.to_string(),
-            lineage: lineages.of_worker(id),
-        })
-        .collect();
+    let waiting_for_gone_pools = waiting_for_gone_pools(state, pool);
     StatusReport {
         pools,
         creating,
