@@ -458,3 +458,56 @@ fn the_continue_flags_are_checked_by_the_parser() {
     }
     assert!(fake.calls().is_empty());
 }
+
+/// The report's timeline shows the chain as one worker: one row, a segment per generation;
+/// each submission keeps its own item, with its generation and what ended it.
+#[test]
+fn the_report_draws_a_continued_worker_as_one_row() {
+    let fake = Fake::new();
+    let (first, second, from, sha) = continued_once(&fake);
+    resumed_journal(&fake, second, 2, &from, sha);
+    let page = fake.dir.path().join("report.html");
+    let page_arg = page.display().to_string();
+    for key in [first.to_string(), "long".to_owned(), second.to_string()] {
+        let (code, out, err) =
+            fake.run(&["report", "--worker", &key, "--json", "--html", &page_arg]);
+        assert_eq!(code, 0, "{err}");
+        let r: Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(
+            r["chains"],
+            json!([{"chain": first.to_string(), "worker": "long",
+                    "generations": [first.to_string(), second.to_string()]}]),
+            "{key}"
+        );
+        let item = |id: Uuid| {
+            r["workers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|w| w["submission_id"] == id.to_string())
+                .unwrap()
+                .clone()
+        };
+        let (one, two) = (item(first), item(second));
+        assert_eq!(
+            (one["generation"].clone(), two["generation"].clone()),
+            (json!(1), json!(2))
+        );
+        assert_eq!(
+            (one["job_id"].clone(), two["job_id"].clone()),
+            (json!(77), json!(78))
+        );
+        assert_eq!(one["chain"], two["chain"]);
+        assert_eq!(one["ended_by"], "time-limit");
+        assert_eq!(one["continued_as"], second.to_string());
+        assert_eq!(one["state_class"], "checkpointed");
+        assert_eq!(one["published_dir"], from.as_str());
+        assert_eq!(two["resumed_from"], from.as_str());
+        assert_eq!(two["ended_by"], Value::Null);
+        let html = std::fs::read_to_string(&page).unwrap();
+        assert_eq!(html.matches("<g class=\"worker").count(), 1, "{html}");
+        assert_eq!(html.matches("<g class=\"generation\"").count(), 2, "{html}");
+        assert!(html.contains("long · 2 generations"), "{html}");
+        assert!(html.contains("generation 1: submission"), "{html}");
+    }
+}
