@@ -156,7 +156,7 @@ pub fn render(r: &Report) -> String {
                 "\n"
                 h1 { "dispatch report: " (subject) }
                 p.meta {
-                    (r.workers.len()) " worker(s); " (about(true))
+                    (r.chains.len()) " worker(s); " (about(true))
                     " of the coordinator journal's " (r.journal_events)
                     " event(s) are about it, and " (about(false)) " of its workers' own journals"
                     @if let Some((from, to)) = &r.span { "; from " (Text(from)) " to " (Text(to)) }
@@ -245,7 +245,7 @@ fn worker_row(w: &WorkerTimeline, index: usize, top: f64, span: (i64, i64)) -> M
                 "\n"
             }
             (worker_limits(w, top, span))
-            (worker_marks(w, mid, span))
+            (worker_marks(w, mid, span, &mut [f64::NEG_INFINITY; 2]))
         }
         "\n"
     }
@@ -271,6 +271,13 @@ fn chain_row(
 ) -> Markup {
     let mid = top + ROW / 2.0;
     let last = chain.last().copied();
+    // One pair of label lanes for the whole row: a generation's first label never covers the
+    // one before's last.
+    let mut lanes = [f64::NEG_INFINITY; 2];
+    let segments: Vec<Markup> = chain
+        .iter()
+        .map(|w| segment(w, top, span, &mut lanes))
+        .collect();
     html! {
         g.worker.chain id={ "worker-" (index) } data-worker=(Text(&row.worker))
             data-chain=(Text(&row.chain)) data-generations=(chain.len()) {
@@ -281,14 +288,14 @@ fn chain_row(
                 }
             }
             "\n"
-            @for w in chain { (segment(w, top, span)) }
+            @for drawn in segments { (drawn) }
         }
         "\n"
     }
 }
 
 /// One generation on its lineage's row.
-fn segment(w: &WorkerTimeline, top: f64, span: (i64, i64)) -> Markup {
+fn segment(w: &WorkerTimeline, top: f64, span: (i64, i64), lanes: &mut [f64; 2]) -> Markup {
     let mid = top + ROW / 2.0;
     let g = &w.segment;
     html! {
@@ -305,13 +312,13 @@ fn segment(w: &WorkerTimeline, top: f64, span: (i64, i64)) -> Markup {
                     line x1=(Num(x1)) x2=(Num(x1)) y1=(Num(top + 6.0)) y2=(Num(top + ROW - 6.0))
                         stroke="#344054" stroke-width="1";
                 }))
-                text x=(Num(x1 + 3.0)) y=(Num(top + ROW - 4.0)) style="fill:#344054" {
+                text x=(Num(x1 + 3.0)) y=(Num(top + ROW - 1.0)) style="fill:#344054" {
                     "g" (g.generation)
                 }
                 "\n"
             }
             (worker_limits(w, top, span))
-            (worker_marks(w, mid, span))
+            (worker_marks(w, mid, span, lanes))
         }
         "\n"
     }
@@ -399,9 +406,8 @@ fn take_lane(lanes: &mut [f64; 2], x: f64) -> Option<usize> {
     Some(lane)
 }
 
-/// A worker's milestones on its line, each labelled where a label lane has room.
-fn worker_marks(w: &WorkerTimeline, mid: f64, span: (i64, i64)) -> Markup {
-    let mut lanes = [f64::NEG_INFINITY; 2];
+/// A worker's milestones on its line, each labelled where a label lane (of its row) has room.
+fn worker_marks(w: &WorkerTimeline, mid: f64, span: (i64, i64), lanes: &mut [f64; 2]) -> Markup {
     html! {
         @for m in &w.marks {
             @let x = x_of(m.time_us, span);
@@ -412,7 +418,7 @@ fn worker_marks(w: &WorkerTimeline, mid: f64, span: (i64, i64)) -> Markup {
                         " seq " (m.seq) ")"
                     }
                 }
-                @if let Some(l) = take_lane(&mut lanes, x) {
+                @if let Some(l) = take_lane(lanes, x) {
                     text text-anchor="middle" x=(Num(x))
                         y=(Num(if l == 0 { mid - 9.0 } else { mid + 17.0 })) { (label(m.what)) }
                 }
