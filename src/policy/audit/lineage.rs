@@ -167,8 +167,8 @@ impl Auditor {
         let why = match self.released_at(&e.predecessor) {
             Some(end) if end < intent => return,
             Some(end) => format!(
-                "its intent (seq {intent}) came before the proven end of generation it continues \
-                 (seq {end}): two generations were live at once"
+                "its intent (seq {intent}) came before the proven end of the generation it \
+                 continues (seq {end}): two generations were live at once"
             ),
             None => format!(
                 "no proven end of the generation it continues (JobTerminal, WorkerTerminal or a \
