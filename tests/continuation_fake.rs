@@ -6,9 +6,15 @@
 
 mod fake_cli;
 
-use dispatch::event::worker::CheckpointPublished;
-use dispatch::event::{Sha256Digest, WorkerEvent};
-use dispatch::journal::{JournalWriter, Options};
+use std::path::Path;
+
+use dispatch::event::jobs::JobSubmitIntent;
+use dispatch::event::pool::WorkerContinued;
+use dispatch::event::worker::{
+    CheckpointPublished, CleanedUp, PayloadStarted, Published, ResumedFrom, ShutdownSignalled,
+};
+use dispatch::event::{Event, Sha256Digest, WorkerEvent};
+use dispatch::journal::{JournalWriter, Options, Writer};
 use dispatch::worker::dirs::WorkerDirs;
 use fake_cli::Fake;
 use serde_json::{json, Value};
@@ -30,15 +36,178 @@ fn submit(fake: &Fake, extra: &[&str]) -> Uuid {
 /// published (or not), and its state's class.
 fn worker_journal(fake: &Fake, id: Uuid, deadline: bool, published: bool, class: &str) -> String {
     let dirs = WorkerDirs::for_job(&fake.state().join("jobs"), id);
+    let dir = dispatch::worker::supervisor::journal_dir(&dirs.evidence);
+    let w = JournalWriter::<WorkerEvent>::open(&dir, Options::default()).unwrap();
     let published_dir = fake
         .state()
         .join("jobs/published")
         .join(format!("long-{id}"))
         .display()
         .to_string();
-    let dir = published.then_some(published_dir.as_str());
-    fake_cli::supervisor_journal(&dirs.evidence, deadline, dir, class);
+    if deadline {
+        w.append_one(WorkerEvent::ShutdownSignalled(ShutdownSignalled {
+            signal: "TERM".into(),
+            reason: "deadline".into(),
+        }))
+        .unwrap();
+    }
+    if published {
+        w.append_one(WorkerEvent::Published(Published {
+            dir: published_dir.clone(),
+            manifest_sha256: plant_publication(&published_dir, id),
+            files: 1,
+            bytes: 2,
+            commits: 0,
+            patch_bytes: 0,
+            took_ms: 3,
+        }))
+        .unwrap();
+    }
+    w.append_one(WorkerEvent::CleanedUp(CleanedUp {
+        removed: vec![],
+        kept: vec!["state".into()],
+        state_class: class.into(),
+        reason: String::new(),
+        errors: vec![],
+    }))
+    .unwrap();
     published_dir
+}
+
+/// A publication that verifies (a manifest listing no files) at `dir`: its manifest's SHA-256.
+fn plant_publication(dir: &str, id: Uuid) -> Sha256Digest {
+    use sha2::Digest;
+    let manifest = format!(
+        r#"{{"format":1,"worker":"long","submission_id":"{id}","pinned_commit":null,"head_commit":null,"files":[]}}"#
+    );
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(Path::new(dir).join("MANIFEST.json"), &manifest).unwrap();
+    Sha256Digest(sha2::Sha256::digest(manifest.as_bytes()).into())
+}
+
+/// What a continuation's supervisor records before its payload starts: it took up `from`
+/// (manifest `sha`), as generation `generation`; then its payload ran.
+fn resumed_journal(fake: &Fake, id: Uuid, generation: u32, from: &str, sha: Sha256Digest) {
+    let dirs = WorkerDirs::for_job(&fake.state().join("jobs"), id);
+    let dir = dispatch::worker::supervisor::journal_dir(&dirs.evidence);
+    let w = JournalWriter::<WorkerEvent>::open(&dir, Options::default()).unwrap();
+    w.append_one(WorkerEvent::ResumedFrom(ResumedFrom {
+        generation,
+        from: from.to_owned(),
+        manifest_sha256: sha,
+        state_from: "state".into(),
+        state_files: 1,
+        state_bytes: 2,
+        head: None,
+        took_ms: 3,
+    }))
+    .unwrap();
+    w.append_one(WorkerEvent::PayloadStarted(PayloadStarted { pid: 4242 }))
+        .unwrap();
+}
+
+fn audit(fake: &Fake) -> (i32, Value) {
+    let (code, out, err) = fake.run(&["audit", "--json"]);
+    let r = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+    (code, r)
+}
+
+/// A worker continued once (`--continue 1`): its successor's id, and the publication (its
+/// directory and manifest) it was continued from.
+fn continued_once(fake: &Fake) -> (Uuid, Uuid, String, Sha256Digest) {
+    fake.scenario(json!({"sbatch": [{"stdout": "77\n"}]}));
+    let first = submit(fake, &["--continue", "1", "--continue-on", "time-limit"]);
+    let from = worker_journal(fake, first, true, true, "checkpointed");
+    fake.scenario(over_then(77, 78));
+    let r = reconcile(fake);
+    assert_eq!(r["continued"][0]["outcome"], "continued", "{r}");
+    let c = &of_kind(fake, "WorkerContinued")[0];
+    let second = c["submission_id"].as_str().unwrap().parse().unwrap();
+    let sha: String = c["manifest_sha256"].as_str().unwrap().to_owned();
+    let sha = Sha256Digest(hex::decode(sha).unwrap().try_into().unwrap());
+    (first, second, from, sha)
+}
+
+/// An honest chain passes `audit`; a successor whose `ResumedFrom` names another manifest than
+/// its predecessor published, or a generation past N, fails it, naming the worker, the
+/// generations and what to look at.
+#[test]
+fn audit_passes_an_honest_chain_and_names_a_tampered_one() {
+    let fake = Fake::new();
+    let (_, second, from, sha) = continued_once(&fake);
+    resumed_journal(&fake, second, 2, &from, sha);
+    let (code, r) = audit(&fake);
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(r["status"], "ok");
+
+    // The successor's own journal says it took up another manifest.
+    let tampered = Fake::new();
+    let (first_t, second_t, from_t, _) = continued_once(&tampered);
+    resumed_journal(&tampered, second_t, 2, &from_t, Sha256Digest([0x5a; 32]));
+    let (code, r) = audit(&tampered);
+    assert_eq!(code, 1, "{r}");
+    let v = &r["rules"]["violations"][0];
+    assert_eq!(v["rule"], "resumed-unverified", "{r}");
+    assert_eq!(v["kind"], "WorkerContinued");
+    let detail = v["detail"].as_str().unwrap();
+    for said in [
+        format!("worker long: generation 2 ({second_t})"),
+        format!("generation 1 ({first_t})"),
+        "records ResumedFrom".to_owned(),
+        "manifest 5a5a5a5a5a5a5a5a".to_owned(),
+        "`dispatch inspect long`".to_owned(),
+    ] {
+        assert!(detail.contains(&said), "{said}: {detail}");
+    }
+
+    // A third generation past N = 1, appended after the second's proven end.
+    worker_journal(&fake, second, true, true, "checkpointed");
+    fake.scenario(over_then(78, 79));
+    reconcile(&fake);
+    let third = Uuid::from_u128(3);
+    let (intent, mut receipt) = (second_intent(&fake, second, third), None);
+    for e in fake.events() {
+        if e["kind"] == "WorkerContinued" {
+            receipt = Some(e["event"].clone());
+        }
+    }
+    let mut receipt: WorkerContinued = serde_json::from_value(receipt.unwrap()).unwrap();
+    (
+        receipt.submission_id,
+        receipt.predecessor,
+        receipt.generation,
+    ) = (third, second, 3);
+    let w = Writer::open(&fake.state().join("journal"), Options::default()).unwrap();
+    w.append(vec![intent, Event::WorkerContinued(receipt)])
+        .unwrap();
+    drop(w);
+    let (code, r) = audit(&fake);
+    assert_eq!(code, 1, "{r}");
+    let v = &r["rules"]["violations"][0];
+    assert_eq!(v["rule"], "continued-unasked", "{r}");
+    let detail = v["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with(&format!(
+            "worker long: generation 3 ({third}) after generation 2 ({second}): past N: the \
+             lineage asked 1 continuation(s) and had none left"
+        )),
+        "{detail}"
+    );
+}
+
+/// The second generation's intent again, as a third submission `id`'s.
+fn second_intent(fake: &Fake, second: Uuid, id: Uuid) -> Event {
+    let body = fake
+        .events()
+        .into_iter()
+        .find(|e| {
+            e["kind"] == "JobSubmitIntent" && e["event"]["submission_id"] == second.to_string()
+        })
+        .unwrap()["event"]
+        .clone();
+    let mut intent: JobSubmitIntent = serde_json::from_value(body).unwrap();
+    intent.submission_id = id;
+    Event::JobSubmitIntent(intent)
 }
 
 /// Job `job` is over, the next sbatch answers `next`.
@@ -547,4 +716,57 @@ fn jobs_refresh_shows_a_job_in_its_preemption_grace() {
     let r: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(r["jobs"][0]["preempted"], Value::Null, "{r}");
     assert!(!fake.programs().contains(&"scontrol".to_owned()));
+}
+
+/// The report's timeline shows the chain as one worker: one row, a segment per generation;
+/// each submission keeps its own item, with its generation and what ended it.
+#[test]
+fn the_report_draws_a_continued_worker_as_one_row() {
+    let fake = Fake::new();
+    let (first, second, from, sha) = continued_once(&fake);
+    resumed_journal(&fake, second, 2, &from, sha);
+    let page = fake.dir.path().join("report.html");
+    let page_arg = page.display().to_string();
+    for key in [first.to_string(), "long".to_owned(), second.to_string()] {
+        let (code, out, err) =
+            fake.run(&["report", "--worker", &key, "--json", "--html", &page_arg]);
+        assert_eq!(code, 0, "{err}");
+        let r: Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(
+            r["chains"],
+            json!([{"chain": first.to_string(), "worker": "long",
+                    "generations": [first.to_string(), second.to_string()]}]),
+            "{key}"
+        );
+        let item = |id: Uuid| {
+            r["workers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|w| w["submission_id"] == id.to_string())
+                .unwrap()
+                .clone()
+        };
+        let (one, two) = (item(first), item(second));
+        assert_eq!(
+            (one["generation"].clone(), two["generation"].clone()),
+            (json!(1), json!(2))
+        );
+        assert_eq!(
+            (one["job_id"].clone(), two["job_id"].clone()),
+            (json!(77), json!(78))
+        );
+        assert_eq!(one["chain"], two["chain"]);
+        assert_eq!(one["ended_by"], "time-limit");
+        assert_eq!(one["continued_as"], second.to_string());
+        assert_eq!(one["state_class"], "checkpointed");
+        assert_eq!(one["published_dir"], from.as_str());
+        assert_eq!(two["resumed_from"], from.as_str());
+        assert_eq!(two["ended_by"], Value::Null);
+        let html = std::fs::read_to_string(&page).unwrap();
+        assert_eq!(html.matches("<g class=\"worker").count(), 1, "{html}");
+        assert_eq!(html.matches("<g class=\"generation\"").count(), 2, "{html}");
+        assert!(html.contains("long · 2 generations"), "{html}");
+        assert!(html.contains("generation 1: submission"), "{html}");
+    }
 }

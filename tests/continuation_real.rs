@@ -244,4 +244,26 @@ fn counter_chain(state: &Path, evs: &[serde_json::Value], counter: &str) {
         ["generation 3", "generation 2", "generation 1", "first"],
         "{log}"
     );
+    // The audit checks the lineage too: one generation live at a time, within N, each
+    // resumed from the publication the one before recorded (both worker journals agree).
+    let audit = dispatch(state, &["audit", "--json"]);
+    assert_eq!(audit.code, 0, "{}{}", audit.stdout, audit.stderr);
+    // The report's timeline shows the chain as one worker, a segment per generation.
+    let report = dispatch(state, &["report", "--worker", counter, "--json"]);
+    assert_eq!(report.code, 0, "{}", report.stderr);
+    let report = json(&report.stdout);
+    let rows = report["chains"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{report}");
+    assert_eq!(
+        rows[0]["generations"].as_array().unwrap().len(),
+        3,
+        "{report}"
+    );
+    let ended: Vec<&str> = report["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w["ended_by"].as_str())
+        .collect();
+    assert_eq!(ended.len(), 2, "{report}");
 }

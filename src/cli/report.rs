@@ -87,7 +87,7 @@ fn render_text(r: &Report, html: Option<&Path>) -> String {
     let mut s = format!(
         "{}: {} worker(s), {} event(s); audit {}\n",
         r.subject.describe(),
-        r.workers.len(),
+        r.chains.len(),
         r.events.len(),
         r.audit.status
     );
@@ -109,6 +109,17 @@ fn render_text(r: &Report, html: Option<&Path>) -> String {
         ));
         if let Some(why) = &w.launch_failure {
             s.push_str(&format!("  {:<20} launch failed: {why}\n", ""));
+        }
+        let g = &w.segment;
+        if g.generation > 1 || g.continued_as.is_some() {
+            let ended = g
+                .ended_by
+                .as_deref()
+                .map_or(String::new(), |cause| format!(", continued after {cause}"));
+            s.push_str(&format!(
+                "  {:<20} generation {} of {}{ended}\n",
+                "", g.generation, g.chain
+            ));
         }
     }
     for f in &r.audit.findings {

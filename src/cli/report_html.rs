@@ -11,7 +11,8 @@ use maud::{html, Markup, PreEscaped, Render, DOCTYPE};
 
 use crate::policy::audit::AuditStatus;
 use crate::policy::report::{
-    BudgetPoint, BudgetSeries, EventLine, Milestone, Report, Subject, WorkerTimeline, MARKS,
+    BudgetPoint, BudgetSeries, ChainRow, EventLine, Milestone, Report, Subject, WorkerTimeline,
+    MARKS,
 };
 
 /// Data on the page: escaped by dispatch's rules ([`escape`]), which are stricter than maud's
@@ -155,7 +156,7 @@ pub fn render(r: &Report) -> String {
                 "\n"
                 h1 { "dispatch report: " (subject) }
                 p.meta {
-                    (r.workers.len()) " worker(s); " (about(true))
+                    (r.chains.len()) " worker(s); " (about(true))
                     " of the coordinator journal's " (r.journal_events)
                     " event(s) are about it, and " (about(false)) " of its workers' own journals"
                     @if let Some((from, to)) = &r.span { "; from " (Text(from)) " to " (Text(to)) }
@@ -202,13 +203,17 @@ fn timeline(r: &Report) -> Markup {
         "\n"
         @if let Some(span) = r.span_us {
             svg #timeline xmlns="http://www.w3.org/2000/svg" width=(Num(WIDTH))
-                height=(Num(30.0 + ROW * r.workers.len().max(1) as f64)) role="img" {
+                height=(Num(30.0 + ROW * r.chains.len().max(1) as f64)) role="img" {
                 title { "timeline per worker" } "\n"
                 // Time axis: start and end.
                 text x=(Num(LEFT)) y="14" { (Text(from)) }
                 text text-anchor="end" x=(Num(WIDTH - RIGHT)) y="14" { (Text(to)) } "\n"
-                @for (i, w) in r.workers.iter().enumerate() {
-                    (worker_row(w, i, 30.0 + ROW * i as f64, span))
+                @for (i, row) in r.chains.iter().enumerate() {
+                    @let top = 30.0 + ROW * i as f64;
+                    @match generations(r, row).as_slice() {
+                        [w] => (worker_row(w, i, top, span)),
+                        chain => (chain_row(row, chain, i, top, span)),
+                    }
                 }
             }
             "\n"
@@ -240,10 +245,110 @@ fn worker_row(w: &WorkerTimeline, index: usize, top: f64, span: (i64, i64)) -> M
                 "\n"
             }
             (worker_limits(w, top, span))
-            (worker_marks(w, mid, span))
+            (worker_marks(w, mid, span, &mut [f64::NEG_INFINITY; 2]))
         }
         "\n"
     }
+}
+
+/// The items of a row's generations, in order.
+fn generations<'a>(r: &'a Report, row: &ChainRow) -> Vec<&'a WorkerTimeline> {
+    row.generations
+        .iter()
+        .filter_map(|id| r.workers.iter().find(|w| &w.submission_id == id))
+        .collect()
+}
+
+/// A worker continued across generations (`--continue N`): one row, a segment per generation
+/// from its first milestone to its last, each with its marks, limits and a tooltip saying its
+/// job, node, start, end, what ended it, its state class and its publication.
+fn chain_row(
+    row: &ChainRow,
+    chain: &[&WorkerTimeline],
+    index: usize,
+    top: f64,
+    span: (i64, i64),
+) -> Markup {
+    let mid = top + ROW / 2.0;
+    let last = chain.last().copied();
+    // One pair of label lanes for the whole row: a generation's first label never covers the
+    // one before's last.
+    let mut lanes = [f64::NEG_INFINITY; 2];
+    let segments: Vec<Markup> = chain
+        .iter()
+        .map(|w| segment(w, top, span, &mut lanes))
+        .collect();
+    html! {
+        g.worker.chain id={ "worker-" (index) } data-worker=(Text(&row.worker))
+            data-chain=(Text(&row.chain)) data-generations=(chain.len()) {
+            text x="8" y=(Num(mid - 4.0)) { (Text(&row.worker)) " · " (chain.len()) " generations" }
+            @if let Some(w) = last {
+                text x="8" y=(Num(mid + 10.0)) style="fill:#5b6474" {
+                    (Text(&w.state)) " · " (Text(w.pool.as_deref().unwrap_or("own jobs")))
+                }
+            }
+            "\n"
+            @for drawn in segments { (drawn) }
+        }
+        "\n"
+    }
+}
+
+/// One generation on its lineage's row.
+fn segment(w: &WorkerTimeline, top: f64, span: (i64, i64), lanes: &mut [f64; 2]) -> Markup {
+    let mid = top + ROW / 2.0;
+    let g = &w.segment;
+    html! {
+        g.generation data-generation=(g.generation) data-submission=(Text(&w.submission_id)) {
+            title { (Text(segment_text(w))) }
+            @if let (Some(first), Some(last)) = (w.marks.first(), w.marks.last()) {
+                @let (x1, x2) = (x_of(first.time_us, span), x_of(last.time_us, span));
+                (closed(html! {
+                    line x1=(Num(x1)) x2=(Num(x2)) y1=(Num(mid)) y2=(Num(mid))
+                        stroke=(if g.generation.is_multiple_of(2) { "#667085" } else { "#98a2b3" })
+                        stroke-width="3";
+                }))
+                (closed(html! {
+                    line x1=(Num(x1)) x2=(Num(x1)) y1=(Num(top + 6.0)) y2=(Num(top + ROW - 6.0))
+                        stroke="#344054" stroke-width="1";
+                }))
+                text x=(Num(x1 + 3.0)) y=(Num(top + ROW - 1.0)) style="fill:#344054" {
+                    "g" (g.generation)
+                }
+                "\n"
+            }
+            (worker_limits(w, top, span))
+            (worker_marks(w, mid, span, lanes))
+        }
+        "\n"
+    }
+}
+
+/// What a generation's tooltip says (data: escaped where it is spliced).
+fn segment_text(w: &WorkerTimeline) -> String {
+    let g = &w.segment;
+    let or_dash = |s: Option<&str>| s.unwrap_or("—").to_owned();
+    let job = match (&g.job_id, &w.pool) {
+        (Some(j), Some(pool)) => format!("allocation {j} of pool {pool}"),
+        (Some(j), None) => format!("job {j}"),
+        (None, Some(pool)) => format!("pool {pool}"),
+        (None, None) => "no job yet".to_owned(),
+    };
+    let ended = match (&g.ended_by, &g.ended_proof) {
+        (Some(cause), Some(proof)) => format!("ended by {cause} ({proof})"),
+        _ => format!("{} now", w.state),
+    };
+    format!(
+        "generation {}: submission {}, {job}, node {}, from {} to {}, {ended}, state class {}, \
+         published {}",
+        g.generation,
+        w.submission_id,
+        or_dash(w.node.as_deref()),
+        or_dash(w.marks.first().map(|m| m.time.as_str())),
+        or_dash(w.marks.last().map(|m| m.time.as_str())),
+        or_dash(g.state_class.as_deref()),
+        or_dash(g.published_dir.as_deref()),
+    )
 }
 
 /// Where a pool worker ran and the GPUs it held: " · node2 · GPU 1" (its step's indexes when
@@ -301,9 +406,8 @@ fn take_lane(lanes: &mut [f64; 2], x: f64) -> Option<usize> {
     Some(lane)
 }
 
-/// A worker's milestones on its line, each labelled where a label lane has room.
-fn worker_marks(w: &WorkerTimeline, mid: f64, span: (i64, i64)) -> Markup {
-    let mut lanes = [f64::NEG_INFINITY; 2];
+/// A worker's milestones on its line, each labelled where a label lane (of its row) has room.
+fn worker_marks(w: &WorkerTimeline, mid: f64, span: (i64, i64), lanes: &mut [f64; 2]) -> Markup {
     html! {
         @for m in &w.marks {
             @let x = x_of(m.time_us, span);
@@ -314,7 +418,7 @@ fn worker_marks(w: &WorkerTimeline, mid: f64, span: (i64, i64)) -> Markup {
                         " seq " (m.seq) ")"
                     }
                 }
-                @if let Some(l) = take_lane(&mut lanes, x) {
+                @if let Some(l) = take_lane(lanes, x) {
                     text text-anchor="middle" x=(Num(x))
                         y=(Num(if l == 0 { mid - 9.0 } else { mid + 17.0 })) { (label(m.what)) }
                 }
@@ -556,6 +660,94 @@ mod tests {
             row.contains("<title>launch failed: srun: Unable to layout tasks on given cpus &lt;1&gt;</title>"),
             "{row}"
         );
+    }
+
+    /// Issue 37: a worker continued across generations is one row, a segment per generation.
+    #[test]
+    fn a_chain_is_one_row_with_a_segment_per_generation() {
+        use crate::policy::report::{Mark, MarkSource, Segment};
+        let mark = |what, t: i64| Mark {
+            what,
+            source: MarkSource::Coordinator,
+            seq: t as u64,
+            time: format!("t{t}"),
+            time_us: t,
+        };
+        let generation = |n: u32, id: &str, marks: Vec<Mark>| WorkerTimeline {
+            worker: "long".into(),
+            submission_id: id.into(),
+            state: "released".into(),
+            marks,
+            segment: Segment {
+                chain: "a".into(),
+                generation: n,
+                job_id: crate::slurm::JobId::new(76 + n),
+                ended_by: (n == 1).then(|| "time-limit".into()),
+                ended_proof: (n == 1).then(|| "squeue shows job 77 TIMEOUT".into()),
+                state_class: Some("checkpointed".into()),
+                published_dir: Some(format!("/p/long-{id}")),
+                ..Segment::default()
+            },
+            ..WorkerTimeline::default()
+        };
+        let chain = [
+            generation(
+                1,
+                "a",
+                vec![mark(Milestone::Submitted, 0), mark(Milestone::Released, 40)],
+            ),
+            generation(
+                2,
+                "b",
+                vec![mark(Milestone::Submitted, 50), mark(Milestone::Running, 90)],
+            ),
+        ];
+        let row = ChainRow {
+            chain: "a".into(),
+            worker: "long".into(),
+            generations: vec!["a".into(), "b".into()],
+        };
+        let drawn = chain_row(&row, &[&chain[0], &chain[1]], 0, 30.0, (0, 100)).into_string();
+        assert_eq!(
+            drawn.matches("<g class=\"generation\"").count(),
+            2,
+            "{drawn}"
+        );
+        assert!(drawn.contains("data-generations=\"2\""), "{drawn}");
+        assert!(drawn.contains(">long · 2 generations<"), "{drawn}");
+        assert!(
+            drawn.contains(
+                "<title>generation 1: submission a, job 77, node —, from t0 to t40, ended by \
+                 time-limit (squeue shows job 77 TIMEOUT), state class checkpointed, published \
+                 /p/long-a</title>"
+            ),
+            "{drawn}"
+        );
+        assert!(drawn.contains("released now, state class"), "{drawn}");
+        // In a page: one row for the two generations.
+        let r = Report {
+            subject: Subject::Worker("long".into()),
+            span: Some(("t0".into(), "t90".into())),
+            span_us: Some((0, 100)),
+            journal_events: 9,
+            workers: chain.to_vec(),
+            chains: vec![row],
+            workers_truncated: false,
+            budget: vec![],
+            events: vec![],
+            events_dropped: 0,
+            evidence: vec![],
+            verdict: None,
+            audit: crate::policy::report::AuditSection {
+                status: AuditStatus::Ok,
+                journal_status: crate::journal::Status::Clean,
+                violation_count: 0,
+                override_count: 0,
+                findings: vec![],
+            },
+        };
+        let page = render(&r);
+        assert_eq!(page.matches("<g class=\"worker").count(), 1, "{page}");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use super::journal::{verify, VerifyReport};
 use crate::event::{Event, Sha256Digest};
 use crate::journal::{self, JournalError};
 use crate::policy::audit::AuditStatus;
-use crate::policy::audit::{Auditor, Findings};
+use crate::policy::audit::{Auditor, Findings, GenerationJournal};
 use crate::state::State;
 use crate::worker::publish;
 
@@ -76,7 +76,8 @@ pub fn audit(state_dir: &Checked) -> Result<AuditReport, JournalError> {
             if let Event::TrialJudged(j) = &env.event {
                 for e in &j.evidence {
                     if let (Some(dir), Some(sha)) = (&e.published_dir, e.manifest_sha256) {
-                        verdict_evidence.push((j.trial.clone(), PathBuf::from(dir), sha));
+                        let what = format!("evidence of trial {:?}", j.trial);
+                        verdict_evidence.push((what, PathBuf::from(dir), sha));
                     }
                 }
             }
@@ -87,6 +88,7 @@ pub fn audit(state_dir: &Checked) -> Result<AuditReport, JournalError> {
         if let Err(e) = replay {
             reducers.error = Some(e.to_string());
         }
+        verdict_evidence.extend(check_lineage(state_dir, &mut auditor));
         rules = Some(auditor.finish());
         if reducers.error.is_none() {
             snapshot = Some(match journal::load::<State>(&journal_dir) {
@@ -126,14 +128,67 @@ pub fn audit(state_dir: &Checked) -> Result<AuditReport, JournalError> {
     })
 }
 
-/// The evidence a trial verdict rests on, as recorded: each manifest's SHA-256 and the files
-/// it lists. A verdict whose evidence is gone or changed is reported under its trial.
+/// Each continuation's publication against both generations' own journals (`policy::audit`'s
+/// `resumed-unverified`); returns the publications they resumed from, to be verified against
+/// the manifests their receipts recorded.
+fn check_lineage(state_dir: &Path, auditor: &mut Auditor) -> Vec<(String, PathBuf, Sha256Digest)> {
+    let links = auditor.links().to_vec();
+    let mut resumed_from = Vec::new();
+    for link in links.iter().take(MAX_PUBLISHED_CHECKED) {
+        let before = generation_journal(
+            state_dir,
+            link.predecessor_pool.as_deref(),
+            link.predecessor,
+        );
+        let after = generation_journal(state_dir, link.successor_pool.as_deref(), link.successor);
+        auditor.resumed(link, &before, &after);
+        if let (Some(dir), Some(sha)) = (&link.published_dir, link.manifest_sha256) {
+            let what = format!(
+                "generation {} of worker {} resumed from it",
+                link.generation, link.worker
+            );
+            resumed_from.push((what, PathBuf::from(dir), sha));
+        }
+    }
+    resumed_from
+}
+
+/// What a generation's own journal says of its publication and of what it resumed from.
+fn generation_journal(state_dir: &Path, pool: Option<&str>, id: uuid::Uuid) -> GenerationJournal {
+    let dirs = crate::worker::dirs::WorkerDirs::of(state_dir, pool, id);
+    let path = crate::worker::supervisor::journal_dir(&dirs.evidence);
+    let mut journal = GenerationJournal {
+        path: path.display().to_string(),
+        ..GenerationJournal::default()
+    };
+    let read = dirs
+        .check(state_dir)
+        .map_err(JournalError::from)
+        .and_then(|_| crate::worker::report::read(&dirs.evidence));
+    match read {
+        Ok(Some(r)) => {
+            if let Some(crate::worker::report::Publication::Published(p)) = r.publication.as_ref() {
+                journal.published = Some((p.dir.clone(), p.manifest_sha256));
+            }
+            journal.saved = r.saved.as_ref().map(|c| (c.dir.clone(), c.manifest_sha256));
+            journal.payload_started = r.payload_pid.is_some() || r.exited.is_some();
+            journal.resumed = r.resumed;
+        }
+        Ok(None) => {}
+        Err(e) => journal.unreadable = Some(e.to_string()),
+    }
+    journal
+}
+
+/// Publications as recorded where they were relied on (a trial verdict's evidence, what a
+/// continuation resumed from): each manifest's SHA-256 and the files it lists. One gone or
+/// changed is reported with what relied on it (`what`).
 fn check_verdict_evidence(
     check: &mut EvidenceCheck,
     state_dir: &Path,
     recorded: &[(String, PathBuf, Sha256Digest)],
 ) {
-    for (trial, dir, sha) in recorded {
+    for (what, dir, sha) in recorded {
         if check.checked as usize >= MAX_PUBLISHED_CHECKED {
             check.complete = false;
             return;
@@ -145,7 +200,7 @@ fn check_verdict_evidence(
         };
         if let Err(problems) = problems {
             check.failed.push(EvidenceFailure {
-                dir: format!("{} (evidence of trial {trial:?})", dir.display()),
+                dir: format!("{} ({what})", dir.display()),
                 problems,
             });
         }

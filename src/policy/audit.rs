@@ -17,13 +17,17 @@
 //! - `passed-without-evidence`: a `passed` verdict with no workers, or with a worker that had
 //!   not ended, had not completed, or had published nothing.
 //!
-//! - `continued-while-live`: a successor's receipt (`WorkerContinued`) before its predecessor's
-//!   budget was released with proof (two generations of a worker live at once);
+//! - `continued-while-live`: a successor's intent (its receipt, `WorkerContinued`, is in the
+//!   intent's commit) before its predecessor's budget was released with proof (two
+//!   generations of a worker live at once);
 //! - `continued-unasked`: a continuation its predecessor did not ask for (`ContinuationAsked`:
-//!   none, no continuation left, another cause, a crash-class state not allowed), or a second
+//!   none, no continuation left of N, another cause, a crash-class state not allowed), or a second
 //!   one of the same predecessor;
 //! - `generation-skipped`: a successor's generation that is not its predecessor's plus one, or
-//!   a successor asking more continuations than its predecessor had left less one.
+//!   a successor asking more continuations than its predecessor had left less one;
+//! - `resumed-unverified` (after the replay, from the worker journals: `lineage`): a successor
+//!   whose receipt names no publication, or one its predecessor's own `Published` record does
+//!   not name, or whose own `ResumedFrom` names another manifest (or none, its payload started).
 //!
 //! Operator decisions (`dispatch forget`) are no violation, and no proof: each is listed in
 //! `overrides`. A forgotten worker's budget counts as released by that decision.
@@ -85,6 +89,10 @@ pub struct Auditor {
     trials: HashMap<String, Option<u64>>,
     /// Per submission that asked to be continued: what it asked, and its generation.
     continuations: HashMap<Uuid, Lineage>,
+    /// Per submission: its intent's seq, its worker's name and its pool (none for its own job).
+    submitted: HashMap<Uuid, lineage::Submitted>,
+    /// Every continuation, in journal order, for the checks of its publication.
+    links: Vec<lineage::Link>,
     violations: Vec<Violation>,
     violation_count: u64,
     overrides: Vec<Override>,
@@ -93,15 +101,9 @@ pub struct Auditor {
     events: u64,
 }
 
-/// What the audit keeps of a worker in a lineage.
-#[derive(Debug, Default)]
-struct Lineage {
-    generation: u32,
-    asked: Option<crate::event::pool::ContinuationAsked>,
-    /// Its predecessor's continuations left, when it continued one.
-    predecessor_left: Option<u32>,
-    continued: bool,
-}
+mod lineage;
+use lineage::Lineage;
+pub use lineage::{GenerationJournal, Link};
 
 /// Rules a single event breaks on its own: no order of branches explains them.
 const BROKEN_IN_ANY_ORDER: &[&str] = &["release-without-proof", "passed-without-evidence"];
@@ -152,14 +154,19 @@ pub struct Findings {
 
 impl Auditor {
     fn flag(&mut self, env: &Envelope, rule: &'static str, detail: String) {
+        self.flag_at(env.seq, env.event.kind_name(), rule, detail);
+    }
+
+    /// A violation by the event at `seq` (of `kind`), found after the replay.
+    fn flag_at(&mut self, seq: u64, kind: &'static str, rule: &'static str, detail: String) {
         let violation = Violation {
-            seq: env.seq,
-            kind: env.event.kind_name(),
+            seq,
+            kind,
             rule,
             detail,
         };
         if let Some(merge) = self.merges.last_mut() {
-            let merged = (merge.seq + 1..=merge.seq + merge.events).contains(&env.seq);
+            let merged = (merge.seq + 1..=merge.seq + merge.events).contains(&seq);
             if merged && !BROKEN_IN_ANY_ORDER.contains(&rule) {
                 merge.explained_count += 1;
                 if merge.explained.len() < MAX_VIOLATIONS_KEPT {
@@ -269,7 +276,7 @@ impl Auditor {
             Event::JournalMerged(m) => self.merged(env, m),
             Event::PoolAttached(e) => self.pool_attached(env, &e.pool),
             Event::PoolDetached(e) => self.pool_detached(env, &e.pool),
-            Event::WorkerSubmitIntent(e) => self.worker_intent(env, e.submission_id, &e.pool),
+            Event::WorkerSubmitIntent(e) => self.worker_intent(env, e),
             Event::WorkerLaunched(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerStepObserved(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerStopIntent(e) => self.touch_worker(env, e.submission_id),
@@ -291,7 +298,7 @@ impl Auditor {
                 );
                 self.release_worker(env, e.submission_id);
             }
-            Event::JobSubmitIntent(e) => self.job_intent(env, e.submission_id),
+            Event::JobSubmitIntent(e) => self.job_intent(env, e.submission_id, &e.worker),
             Event::JobSubmitted(e) => self.job_effect(env, e.submission_id, false),
             Event::JobStopIntent(e) => self.job_effect(env, e.submission_id, false),
             Event::JobNamed(e) => self.job_effect(env, e.submission_id, false),
@@ -332,85 +339,6 @@ impl Auditor {
                 self.session_effect(env, *submission_id)
             }
             _ => {}
-        }
-    }
-
-    /// Is submission `id`'s budget released (by proof, a definite failure or an override)?
-    fn released(&self, id: &Uuid) -> bool {
-        let budget = self
-            .workers
-            .get(id)
-            .map(|(_, b)| *b)
-            .or(self.jobs.get(id).copied());
-        matches!(budget, Some(Budget::Released { .. }))
-    }
-
-    /// `continued-while-live`, `continued-unasked`, `generation-skipped`.
-    fn continued(&mut self, env: &Envelope, e: &crate::event::pool::WorkerContinued) {
-        let pred = e.predecessor;
-        if !self.released(&pred) {
-            self.flag(
-                env,
-                "continued-while-live",
-                format!(
-                    "{} continues {pred}, whose end is not proven",
-                    e.submission_id
-                ),
-            );
-        }
-        let before = self.continuations.entry(pred).or_default();
-        let (generation, asked, twice) = (
-            before.generation.max(1),
-            before.asked.clone(),
-            before.continued,
-        );
-        before.continued = true;
-        let why = match &asked {
-            _ if twice => Some("it was already continued".to_owned()),
-            None => Some("it asked for no continuation".to_owned()),
-            Some(a) if a.continues_left == 0 => Some("it had no continuation left".to_owned()),
-            Some(a) if !a.causes.contains(&e.cause) => {
-                Some(format!("it did not ask to be continued after {}", e.cause))
-            }
-            Some(a) if e.from_crash_class && !a.crashed => {
-                Some("it did not allow a crash-class state".to_owned())
-            }
-            Some(_) => None,
-        };
-        if let Some(why) = why {
-            self.flag(env, "continued-unasked", format!("{pred}: {why}"));
-        }
-        if e.generation != generation + 1 {
-            self.flag(
-                env,
-                "generation-skipped",
-                format!(
-                    "{} is generation {}, after generation {generation}",
-                    e.submission_id, e.generation
-                ),
-            );
-        }
-        let next = self.continuations.entry(e.submission_id).or_default();
-        next.generation = e.generation;
-        next.predecessor_left = asked.map(|a| a.continues_left);
-    }
-
-    /// `generation-skipped`: a successor asks at most one continuation fewer than its
-    /// predecessor had left.
-    fn continuation_asked(&mut self, env: &Envelope, e: &crate::event::pool::ContinuationAsked) {
-        let entry = self.continuations.entry(e.submission_id).or_default();
-        entry.asked = Some(e.clone());
-        if let Some(left) = entry.predecessor_left {
-            if e.continues_left >= left {
-                self.flag(
-                    env,
-                    "generation-skipped",
-                    format!(
-                        "{} asks {} continuations; its predecessor had {left} left",
-                        e.submission_id, e.continues_left
-                    ),
-                );
-            }
         }
     }
 
@@ -462,7 +390,9 @@ impl Auditor {
     }
 
     /// `duplicate-intent`, `intent-outside-pool`; otherwise the worker holds budget in `pool`.
-    fn worker_intent(&mut self, env: &Envelope, id: Uuid, pool: &str) {
+    fn worker_intent(&mut self, env: &Envelope, e: &crate::event::pool::WorkerSubmitIntent) {
+        let (id, pool) = (e.submission_id, e.pool.as_str());
+        self.submitted_as(env, id, &e.worker, Some(pool));
         if !self.fresh_submission(env, id) {
             return;
         }
@@ -481,7 +411,8 @@ impl Auditor {
     }
 
     /// `duplicate-intent`; otherwise the job holds budget.
-    fn job_intent(&mut self, env: &Envelope, id: Uuid) {
+    fn job_intent(&mut self, env: &Envelope, id: Uuid, worker: &str) {
+        self.submitted_as(env, id, worker, None);
         if self.fresh_submission(env, id) {
             self.jobs.insert(id, Budget::Held);
         }
@@ -664,7 +595,7 @@ mod tests {
     use crate::event::pool::*;
     use crate::policy::fixtures;
 
-    fn run(events: Vec<Event>) -> Findings {
+    pub(super) fn run(events: Vec<Event>) -> Findings {
         let mut a = Auditor::default();
         for (i, event) in events.into_iter().enumerate() {
             a.observe(&crate::event::test_envelope(i as u64 + 1, event));
@@ -672,79 +603,23 @@ mod tests {
         a.finish()
     }
 
-    fn attach() -> Event {
+    pub(super) fn attach() -> Event {
         Event::PoolAttached(fixtures::attached("p", 1, "n", 4))
     }
 
-    fn intent(id: u128) -> Event {
+    pub(super) fn intent(id: u128) -> Event {
         Event::WorkerSubmitIntent(fixtures::intent("p", "w", Uuid::from_u128(id)))
     }
 
-    fn terminal(id: u128, proof: &str) -> Event {
+    pub(super) fn terminal(id: u128, proof: &str) -> Event {
         Event::WorkerTerminal(WorkerTerminal {
             submission_id: Uuid::from_u128(id),
             proof: proof.into(),
         })
     }
 
-    fn rules(f: &Findings) -> Vec<&'static str> {
+    pub(super) fn rules(f: &Findings) -> Vec<&'static str> {
         f.violations.iter().map(|v| v.rule).collect()
-    }
-
-    fn asked(id: u128, left: u32) -> Event {
-        Event::ContinuationAsked(ContinuationAsked {
-            submission_id: Uuid::from_u128(id),
-            continues_left: left,
-            causes: vec!["time-limit".into()],
-            crashed: false,
-        })
-    }
-
-    fn continued(id: u128, predecessor: u128, generation: u32, cause: &str) -> Event {
-        Event::WorkerContinued(WorkerContinued {
-            submission_id: Uuid::from_u128(id),
-            predecessor: Uuid::from_u128(predecessor),
-            generation,
-            cause: cause.into(),
-            proof: "squeue shows job 7 TIMEOUT".into(),
-            published_dir: None,
-            manifest_sha256: None,
-            from_crash_class: false,
-        })
-    }
-
-    #[test]
-    fn a_lineage_is_one_generation_at_a_time_each_asked_for() {
-        let good = run(vec![
-            attach(),
-            intent(1),
-            asked(1, 2),
-            terminal(1, "squeue shows job 1 TIMEOUT"),
-            intent(2),
-            continued(2, 1, 2, "time-limit"),
-            asked(2, 1),
-        ]);
-        assert_eq!(rules(&good), Vec::<&str>::new());
-        let bad = run(vec![
-            attach(),
-            intent(1),
-            asked(1, 1),
-            intent(2),
-            continued(2, 1, 2, "time-limit"),
-            asked(2, 1),
-            terminal(1, "gone"),
-            intent(3),
-            continued(3, 1, 3, "preempted"),
-        ]);
-        assert_eq!(
-            rules(&bad),
-            [
-                "continued-while-live",
-                "generation-skipped",
-                "continued-unasked",
-                "generation-skipped",
-            ]
-        );
     }
 
     #[test]

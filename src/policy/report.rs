@@ -15,6 +15,9 @@ use uuid::Uuid;
 use crate::event::{Envelope, Event, Micros, Vocabulary, WorkerEnvelope, WorkerEvent};
 use crate::state::State;
 
+mod lineage;
+pub use lineage::{ChainRow, Segment};
+
 /// Submissions a report covers at most (a pool's whole history, say).
 pub const MAX_WORKERS: usize = 1_000;
 /// Events about the subject kept for the event table; more are counted, not kept.
@@ -55,6 +58,8 @@ pub struct Selector {
     seen: HashSet<Uuid>,
     pools: BTreeSet<String>,
     pool_of: HashMap<Uuid, String>,
+    /// The continuations seen (a worker subject is each generation of its lineage).
+    lineages: crate::state::continuation::Continuations,
 }
 
 /// What pass 1 found.
@@ -77,6 +82,7 @@ impl Selector {
             seen: HashSet::new(),
             pools: BTreeSet::new(),
             pool_of: HashMap::new(),
+            lineages: Default::default(),
         }
     }
 
@@ -119,6 +125,19 @@ impl Selector {
                 if &e.worker == w || e.submission_id.to_string() == *w =>
             {
                 self.add(e.submission_id)
+            }
+            // A worker is each generation of its lineage, whichever one was named.
+            (Subject::Worker(_), Event::WorkerContinued(e)) => {
+                self.lineages.continued(env.time, e);
+                if self.seen.contains(&e.predecessor) || self.seen.contains(&e.submission_id) {
+                    let chain: Vec<Uuid> = self
+                        .lineages
+                        .chain(e.submission_id)
+                        .into_iter()
+                        .map(|(id, _)| id)
+                        .collect();
+                    chain.into_iter().for_each(|id| self.add(id));
+                }
             }
             _ => {}
         }
@@ -231,6 +250,10 @@ pub struct WorkerTimeline {
     pub shutdown_deadline: Option<String>,
     pub shutdown_deadline_us: Option<i64>,
     pub shutdown_deadline_source: Option<DeadlineSource>,
+    /// Its lineage's row and its segment on it (`--continue N`; generation 1 alone when it
+    /// continued none and was not continued).
+    #[serde(flatten)]
+    pub segment: Segment,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -331,6 +354,8 @@ pub struct Report {
     pub span_us: Option<(i64, i64)>,
     pub journal_events: u64,
     pub workers: Vec<WorkerTimeline>,
+    /// The timeline's rows: one per worker, each generation of a lineage on one.
+    pub chains: Vec<ChainRow>,
     pub workers_truncated: bool,
     pub budget: Vec<BudgetSeries>,
     pub events: Vec<EventLine>,
@@ -354,6 +379,11 @@ struct Track {
     exit: Option<(Option<i32>, Option<i32>)>,
     ingested: Option<crate::event::pool::WorkerReportIngested>,
     at_verdict: Option<crate::event::pool::WorkerReportIngested>,
+    /// Its own job, or its pool's allocation at its intent.
+    job_id: Option<crate::slurm::JobId>,
+    /// What its own journal says: its state's class and its publication.
+    state_class: Option<String>,
+    published_dir: Option<String>,
 }
 
 impl Track {
@@ -530,8 +560,15 @@ impl Builder {
                     .map(|p| (p.allocation.end_time, e.publication_timeout_s)),
                 _ => None,
             };
+            let allocation = match &env.event {
+                Event::WorkerSubmitIntent(e) => self.state.pools.pools.get(&e.pool),
+                _ => None,
+            }
+            .map(|p| p.allocation.job_id);
             let track = self.tracks.entry(id).or_default();
+            track.job_id = track.job_id.or(allocation);
             match &env.event {
+                Event::JobSubmitted(e) => track.job_id = Some(e.job_id),
                 Event::WorkerSubmitIntent(e) => {
                     track.named = Some((e.worker.clone(), Some(e.pool.clone())))
                 }
@@ -641,8 +678,13 @@ impl Builder {
                 track.exit = Some((e.code, e.signal));
                 Some(Milestone::Exited)
             }
-            WorkerEvent::Published(_) if !track.published => {
+            WorkerEvent::CleanedUp(e) => {
+                track.state_class = Some(e.state_class.clone());
+                None
+            }
+            WorkerEvent::Published(p) if !track.published => {
                 track.published = true;
+                track.published_dir = Some(p.dir.clone());
                 Some(Milestone::Published)
             }
             _ => None,
@@ -796,6 +838,17 @@ impl Builder {
             track.ingested.as_ref()
         };
         let evidence = self.evidence_row(id, &name, &state, head, track.exit);
+        let ingested = track.ingested.as_ref();
+        let segment = Segment {
+            job_id: track.job_id,
+            state_class: track
+                .state_class
+                .or_else(|| ingested.and_then(|r| r.state_class.clone())),
+            published_dir: track
+                .published_dir
+                .or_else(|| ingested.and_then(|r| r.published_dir.clone())),
+            ..Segment::of(&self.state.jobs.continuations, id)
+        };
         let timeline = WorkerTimeline {
             worker: name,
             submission_id: id.to_string(),
@@ -813,6 +866,7 @@ impl Builder {
             shutdown_deadline: track.deadline.map(|(t, _)| t.to_rfc3339()),
             shutdown_deadline_us: track.deadline.map(|(t, _)| t.0),
             shutdown_deadline_source: track.deadline.map(|(_, s)| s),
+            segment,
         };
         (timeline, evidence)
     }
@@ -834,6 +888,7 @@ impl Builder {
             span_us: self.first.zip(self.last).map(|(f, l)| (f.0, l.0)),
             journal_events: self.state.events,
             subject: self.selected.subject.clone(),
+            chains: lineage::rows(&workers),
             workers,
             workers_truncated: self.selected.truncated,
             budget: self.budget.into_values().collect(),
