@@ -39,6 +39,7 @@
 
 mod sim;
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
@@ -48,16 +49,18 @@ use std::time::{Duration, Instant};
 
 use dispatch::failpoint::{self, Crash};
 use dispatch::ops::context::Ctx;
+use dispatch::ops::continuation::Continuation;
 use dispatch::ops::error::OpError;
 use dispatch::ops::pool::{self, step_name, SubmitRequest};
 use dispatch::ops::reconcile::reconcile;
-use dispatch::ops::spec::WorkerSpec;
+use dispatch::ops::spec::{ContinueAsk, WorkerSpec};
 use dispatch::ops::submit::{self, JobSubmitRequest};
 use dispatch::policy::audit::Auditor;
 use dispatch::policy::pool::Budgets;
 use dispatch::slurm::{JobId, MemoryMb, SlurmDuration};
 use dispatch::state::State;
 
+use sim::continuation::{self as cont, Lineage};
 use sim::sessions::{self as sess, SessionCmd, SessionOk, Sessions};
 use sim::{Phase, Rng, SimSlurm};
 
@@ -113,6 +116,11 @@ struct Stats {
     faults: sim::FaultCounts,
     recoveries: u64,
     released: u64,
+    /// Workers that asked to be continued, continuations made, refusals recorded.
+    asked: u64,
+    continued: u64,
+    refused: u64,
+    refused_by_reason: BTreeMap<String, u64>,
 }
 
 impl Stats {
@@ -141,6 +149,12 @@ impl Stats {
         a.steps_off_first_node += b.steps_off_first_node;
         self.recoveries += o.recoveries;
         self.released += o.released;
+        self.asked += o.asked;
+        self.continued += o.continued;
+        self.refused += o.refused;
+        for (k, v) in &o.refused_by_reason {
+            *self.refused_by_reason.entry(k.clone()).or_default() += v;
+        }
     }
 }
 
@@ -163,6 +177,7 @@ enum Command {
         cpus: u32,
         mem_mb: u64,
         gpus: u32,
+        cont: Option<ContinueAsk>,
     },
     StopWorker {
         pool: String,
@@ -178,6 +193,7 @@ enum Command {
         cpus: u32,
         mem_mb: u64,
         time_s: u64,
+        cont: Option<ContinueAsk>,
     },
     Stop {
         worker: String,
@@ -294,6 +310,11 @@ struct Run {
     next_name: u64,
     opts: Opts,
     sessions: Sessions,
+    /// Continuation's own choices (what a submission asks, a worker's fate, a preemption):
+    /// a stream of their own, so the other choices of a seed stay as they were.
+    cont_rng: Rng,
+    /// The continuation lines of the last reconcile that returned.
+    last_continued: RefCell<Vec<Continuation>>,
 }
 
 /// Fault settings the default run leaves out.
@@ -304,6 +325,9 @@ struct Opts {
     reuse_names: bool,
     /// SIM_NO_SESSIONS=1: no session commands (the runs of seeds found before they joined).
     no_sessions: bool,
+    /// SIM_NO_CONTINUATION=1: no worker asks to be continued, nothing is preempted (the runs
+    /// of seeds found before continuation joined).
+    no_continuation: bool,
 }
 
 impl Opts {
@@ -311,6 +335,7 @@ impl Opts {
         Opts {
             reuse_names: std::env::var_os("SIM_REUSE_NAMES").is_some(),
             no_sessions: std::env::var_os("SIM_NO_SESSIONS").is_some(),
+            no_continuation: std::env::var_os("SIM_NO_CONTINUATION").is_some(),
         }
     }
 }
@@ -346,6 +371,8 @@ impl Run {
             order: Vec::new(),
             next_name: 0,
             opts,
+            cont_rng: Rng::new(seed.wrapping_mul(131).wrapping_add(37)),
+            last_continued: RefCell::new(Vec::new()),
         }
     }
 
@@ -423,7 +450,7 @@ impl Run {
                 }
             })
         };
-        match r.below(100) {
+        let mut cmd = match r.below(100) {
             0..=9 => Command::Attach {
                 pool: r.pick(POOLS).unwrap(),
                 cpus: r.range(2, 8) as u32,
@@ -443,6 +470,7 @@ impl Run {
                 cpus: r.range(1, 3) as u32,
                 mem_mb: r.range(1, 3) * 500,
                 gpus: u32::from(r.chance(30)),
+                cont: None,
             },
             35..=44 => match r.pick(&active_workers) {
                 Some((p, w)) => Command::StopWorker {
@@ -461,6 +489,7 @@ impl Run {
                 cpus: r.range(1, 4) as u32,
                 mem_mb: r.range(1, 4) * 500,
                 time_s: r.range(120, 7200),
+                cont: None,
             },
             78..=84 => match r.pick(&active_jobs) {
                 Some(w) => Command::Stop {
@@ -476,7 +505,13 @@ impl Run {
             _ => Command::Blackout {
                 secs: r.range(1, 120),
             },
+        };
+        if let Command::PoolSubmit { cont: c, .. } | Command::Submit { cont: c, .. } = &mut cmd {
+            if !self.opts.no_continuation {
+                *c = cont::draw_ask(&mut self.cont_rng);
+            }
         }
+        cmd
     }
 
     /// Run one dispatch command as a process would: on a fresh runtime (paused clock), with
@@ -504,6 +539,7 @@ impl Run {
         );
         let ctx = &process;
         let sessions = &self.sessions;
+        let last_continued = &self.last_continued;
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
             rt.block_on(async {
                 if let Command::Session(c) = cmd {
@@ -529,6 +565,7 @@ impl Run {
                         cpus,
                         mem_mb,
                         gpus,
+                        cont,
                     } => {
                         let req = SubmitRequest {
                             pool: (*pool).to_owned(),
@@ -537,7 +574,7 @@ impl Run {
                             node: None,
                             resubmits: 0,
                             replaces: None,
-                            continuation: None,
+                            continuation: cont.clone(),
                             continues: None,
                         };
                         pool::submit(ctx, &req).await.map(drop)
@@ -549,13 +586,16 @@ impl Run {
                     } => pool::stop_worker(ctx, pool, worker, Duration::from_secs(*grace_s))
                         .await
                         .map(drop),
-                    Command::Reconcile => reconcile(ctx, None).await.map(drop),
+                    Command::Reconcile => reconcile(ctx, None)
+                        .await
+                        .map(|r| *last_continued.borrow_mut() = r.continued),
                     Command::Detach { pool } => pool::detach(ctx, pool).await.map(drop),
                     Command::Submit {
                         worker,
                         cpus,
                         mem_mb,
                         time_s,
+                        cont,
                     } => {
                         let req = JobSubmitRequest {
                             job_name_prefix: "sim-".to_owned(),
@@ -563,7 +603,7 @@ impl Run {
                             target: None,
                             time: SlurmDuration::Finite(*time_s),
                             spec: spec(worker.as_deref(), *cpus, *mem_mb),
-                            continuation: None,
+                            continuation: cont.clone(),
                             continues: None,
                         };
                         submit::submit(ctx, &req).await.map(drop)
@@ -601,6 +641,8 @@ impl Run {
         let cmd = self.choose(state.as_ref());
         *self.stats.by_command.entry(cmd.kind()).or_default() += 1;
         self.stats.commands += 1;
+        // A job or an allocation ended from outside is preempted now and then.
+        let preempted = !self.opts.no_continuation && self.cont_rng.chance(30);
         if !cmd.runs_dispatch() {
             let mut w = self.ctx.sched.world();
             match &cmd {
@@ -624,7 +666,7 @@ impl Run {
                             _ => {
                                 let how =
                                     *w.rng.pick(&["CANCELLED", "NODE_FAIL", "FAILED"]).unwrap();
-                                w.end_from_outside(job, how);
+                                w.end_from_outside(job, if preempted { "PREEMPTED" } else { how });
                             }
                         }
                     }
@@ -646,6 +688,7 @@ impl Run {
             };
             format!("{point}=panic@{}", self.rng.range(1, 3))
         });
+        let crash = crash.or_else(|| self.continuation_crash(&cmd, state.as_ref()));
         let outcome = self.dispatch(&cmd, crash.clone());
         let what = match &outcome {
             Outcome::Done(Ok(())) => "ok".to_owned(),
@@ -663,6 +706,45 @@ impl Run {
             crash.map(|c| format!(" [armed {c}]")).unwrap_or_default()
         ));
         Ok(())
+    }
+
+    /// Often, a reconcile that will decide a continuation (a worker that asked is over in the
+    /// model) crashes at a continuation's point, or its successor's submission's (drawn from
+    /// the continuation's own stream).
+    fn continuation_crash(&mut self, cmd: &Command, state: Option<&State>) -> Option<String> {
+        if self.opts.no_continuation || !matches!(cmd, Command::Reconcile) {
+            return None;
+        }
+        let w = self.ctx.sched.world();
+        let due: Vec<bool> = state?
+            .jobs
+            .continuations
+            .asked
+            .iter()
+            .filter(|(id, _)| w.truth(**id).is_some_and(|t| t.ended_at.is_some()))
+            .map(|(_, c)| c.pool.is_some())
+            .collect();
+        drop(w);
+        let r = &mut self.cont_rng;
+        let in_pool = *r.pick(&due)?;
+        let submit_points = if in_pool {
+            POOL_SUBMIT_POINTS
+        } else {
+            SUBMIT_POINTS
+        };
+        // One point on the way to a successor, and the refusal's: whichever way it decides.
+        let on_the_way = match r.below(3) {
+            0 => "continue-before-submit",
+            1 => "continue-after-submit",
+            _ => r.pick(submit_points).unwrap(),
+        };
+        r.chance(50).then(|| {
+            format!(
+                "{on_the_way}=panic@{},continue-before-refusal=panic@{}",
+                r.range(1, 2),
+                r.range(1, 2)
+            )
+        })
     }
 
     /// A command of step `step` crashed at `point`: counted, unless it was no failpoint but a
@@ -774,10 +856,11 @@ impl Run {
     }
 
     /// (a), (b) and (c), from the journal against the model.
-    fn check(&self) -> Result<(), String> {
+    fn check(&mut self) -> Result<(), String> {
         let Some(state) = self.state()? else {
             return Ok(());
         };
+        self.plan_journals(&state);
         // Per-node budgets: the workers placed on a node never reserve more than its share.
         for p in state.pools.pools.values() {
             let reserved = p.reserved_by_node();
@@ -857,18 +940,45 @@ impl Run {
                 ));
             }
         }
-        drop(w);
-        let mut auditor = Auditor::default();
-        dispatch::journal::replay(&self.journal_dir(), None, |env| {
-            auditor.observe(&env);
-            Ok(())
-        })
-        .map_err(|e| format!("journal does not replay: {e}"))?;
-        let findings = auditor.finish();
+        let (findings, lineage) = self.replay()?;
         if findings.violation_count > 0 {
             return Err(format!("audit: {:?}", findings.violations));
         }
-        Ok(())
+        lineage.check(&w).map_err(|e| format!("continuation: {e}"))
+    }
+
+    /// The audit's findings on the journal, and its continuation chains.
+    fn replay(&self) -> Result<(dispatch::policy::audit::Findings, Lineage), String> {
+        let mut auditor = Auditor::default();
+        let mut lineage = Lineage::default();
+        dispatch::journal::replay(&self.journal_dir(), None, |env| {
+            auditor.observe(&env);
+            lineage.observe(&env);
+            Ok(())
+        })
+        .map_err(|e| format!("journal does not replay: {e}"))?;
+        Ok((auditor.finish(), lineage))
+    }
+
+    /// Every worker that asked to be continued gets its fate (what its own journal will say)
+    /// the first time its receipt is seen; the model writes that journal when it is over.
+    fn plan_journals(&mut self, state: &State) {
+        let mut w = self.ctx.sched.world();
+        for (id, c) in &state.jobs.continuations.asked {
+            if w.planned.contains_key(id) {
+                continue;
+            }
+            let dirs =
+                dispatch::worker::dirs::WorkerDirs::of(&self.ctx.state_dir, c.pool.as_deref(), *id);
+            let planned = cont::Planned {
+                evidence: dirs.evidence,
+                fate: cont::Fate::draw(&mut self.cont_rng),
+                written: false,
+            };
+            w.planned.insert(*id, planned);
+            self.stats.asked += 1;
+        }
+        w.write_due_journals();
     }
 
     /// Every submission released, or held by something live in the model.
@@ -943,6 +1053,7 @@ impl Run {
             cpus: 1,
             mem_mb: 500,
             time_s: 600,
+            cont: None,
         };
         match self.dispatch(&later, None) {
             Outcome::Done(Ok(())) => {
@@ -968,6 +1079,47 @@ impl Run {
         Ok(())
     }
 
+    /// Every job ends (cancelled from outside), then two reconciles; again while they continued
+    /// a worker into a new job (a chain is at most 4 generations long here).
+    fn end_everything(&mut self) -> Result<(), String> {
+        for _ in 0..6 {
+            {
+                let mut w = self.ctx.sched.world();
+                let live: Vec<u32> = w.jobs.values().filter(|j| j.live()).map(|j| j.id).collect();
+                if live.is_empty() {
+                    return Ok(());
+                }
+                for id in live {
+                    w.end_from_outside(id, "CANCELLED");
+                }
+            }
+            for secs in [60, 5] {
+                self.ctx.sched.world().advance(Duration::from_secs(secs));
+            }
+            self.crashing_reconcile()?;
+            self.reconcile_twice()?;
+        }
+        Err("jobs still live after six rounds of ending them all".to_owned())
+    }
+
+    /// A reconcile that may crash at a continuation's point (the faults are off otherwise): the
+    /// reconciles after it find exactly one successor, or one refusal, and lose none.
+    fn crashing_reconcile(&mut self) -> Result<(), String> {
+        let state = self.state()?;
+        let Some(crash) = self.continuation_crash(&Command::Reconcile, state.as_ref()) else {
+            return Ok(());
+        };
+        let outcome = self.dispatch(&Command::Reconcile, Some(crash.clone()));
+        let what = match outcome {
+            Outcome::Crashed(point) => self.crashed("(liveness) reconcile", &point)?,
+            Outcome::Done(r) => format!("{r:?}"),
+            Outcome::Session(_) => unreachable!("a reconcile"),
+        };
+        self.log
+            .push(format!("(liveness) reconcile [armed {crash}] -> {what}"));
+        self.check()
+    }
+
     fn run(&mut self, steps: usize) -> Result<(), (usize, String)> {
         for i in 1..=steps {
             self.step(i).map_err(|e| (i, e))?;
@@ -988,21 +1140,24 @@ impl Run {
         self.ctx.sched.world().frozen = true;
         self.sessions_settle().map_err(at_end)?;
         self.submit_a_later_job().map_err(at_end)?;
+        self.crashing_reconcile().map_err(at_end)?;
         self.reconcile_twice().map_err(at_end)?;
         self.settled(false).map_err(at_end)?;
-        {
-            let mut w = self.ctx.sched.world();
-            let live: Vec<u32> = w.jobs.values().filter(|j| j.live()).map(|j| j.id).collect();
-            for id in live {
-                w.end_from_outside(id, "CANCELLED");
-            }
-        }
-        for secs in [60, 5] {
-            self.ctx.sched.world().advance(Duration::from_secs(secs));
-        }
-        self.reconcile_twice().map_err(at_end)?;
+        self.end_everything().map_err(at_end)?;
         self.settled(true).map_err(at_end)?;
         let state = self.state().map_err(at_end)?;
+        if let Some(s) = &state {
+            let (_, lineage) = self.replay().map_err(at_end)?;
+            let w = self.ctx.sched.world();
+            lineage
+                .check_final(&w, s, &self.last_continued.borrow())
+                .map_err(|e| (steps, format!("continuation: {e}")))?;
+            self.stats.continued = lineage.continuations() as u64;
+            self.stats.refused = lineage.refusals() as u64;
+            for why in lineage.refusal_reasons() {
+                *self.stats.refused_by_reason.entry(why).or_default() += 1;
+            }
+        }
         if let Some(s) = state {
             self.stats.recoveries = s.recoveries.len() as u64;
             self.stats.released = s
@@ -1079,6 +1234,9 @@ fn knobs(opts: Opts) -> String {
     if opts.no_sessions {
         k.push_str("SIM_NO_SESSIONS=1 ");
     }
+    if opts.no_continuation {
+        k.push_str("SIM_NO_CONTINUATION=1 ");
+    }
     k
 }
 
@@ -1138,6 +1296,10 @@ fn seeded_simulation() {
         total.released,
         started.elapsed()
     );
+    eprintln!(
+        "continuation: {} workers asked, {} continued, {} refused ({:?})",
+        total.asked, total.continued, total.refused, total.refused_by_reason
+    );
     let failures = failures.into_inner().unwrap();
     if let Some(f) = failures.first() {
         panic!("{f}");
@@ -1159,6 +1321,7 @@ fn reused_pool_worker_names() {
     let opts = Opts {
         reuse_names: true,
         no_sessions: true,
+        no_continuation: true,
     };
     if let Err(e) = run_seed(95, DEFAULT_STEPS, opts) {
         panic!("{e}");
@@ -1176,6 +1339,7 @@ fn lost_accounting_during_a_blackout() {
     quiet_crashes();
     let opts = Opts {
         no_sessions: true,
+        no_continuation: true,
         ..Opts::default()
     };
     if let Err(e) = run_seed(298, 20, opts) {
