@@ -227,6 +227,9 @@ pub struct Lineage {
     refused: BTreeMap<Uuid, String>,
     /// Submissions a user's stop was recorded for.
     stopped: BTreeSet<Uuid>,
+    /// Submissions proven never to have run (a definite `JobSubmitFailed`,
+    /// `WorkerLaunchFailed`), with why.
+    never_ran: BTreeMap<Uuid, String>,
 }
 
 impl Lineage {
@@ -244,6 +247,12 @@ impl Lineage {
             }
             Event::WorkerStopIntent(e) => {
                 self.stopped.insert(e.submission_id);
+            }
+            Event::JobSubmitFailed(e) if e.definite => {
+                self.never_ran.insert(e.submission_id, e.reason.clone());
+            }
+            Event::WorkerLaunchFailed(e) if e.definite => {
+                self.never_ran.insert(e.submission_id, e.reason.clone());
             }
             _ => {}
         }
@@ -364,6 +373,29 @@ impl Lineage {
             ));
         }
         Ok(())
+    }
+
+    /// Continuations whose successor never had a job or step (a crash between its receipt and
+    /// its sbatch or srun, then proven never created; or a definite refusal), which nothing
+    /// continues again: each lost, with why.
+    pub fn successors_never_run(&self, w: &World) -> Vec<String> {
+        self.continued
+            .iter()
+            .filter(|e| w.truth(e.submission_id).is_none())
+            .map(|e| {
+                let why = self
+                    .never_ran
+                    .get(&e.submission_id)
+                    .map_or("no failure recorded".to_owned(), |r| {
+                        format!("proven never run: {r}")
+                    });
+                format!(
+                    "lost: {} was continued by {} (generation {}, after {}), which never had a \
+                     job or step ({why}), and nothing continues it again",
+                    e.predecessor, e.submission_id, e.generation, e.cause
+                )
+            })
+            .collect()
     }
 
     /// Once every job is over and reconcile ran without faults: none lost. Every worker that
