@@ -418,33 +418,38 @@ impl Run {
             .map_err(|e| format!("journal does not load: {e}"))
     }
 
+    /// The submissions `s` holds that `order` lacks, appended to it.
+    fn note_new_submissions(&mut self, s: &State) {
+        let mut new: Vec<uuid::Uuid> = s
+            .pools
+            .by_submission
+            .keys()
+            .chain(s.jobs.active.keys())
+            .filter(|u| !self.order.contains(u))
+            .copied()
+            .collect();
+        // Only a reconcile that continues workers makes several: in the order of their
+        // names, never of their (random) ids.
+        let name = |u: &uuid::Uuid| match s.pools.by_submission.get(u) {
+            Some(pool) => s
+                .pools
+                .pools
+                .get(pool)
+                .and_then(|p| p.active.get(u))
+                .map(|w| (pool.clone(), w.name.clone())),
+            None => s
+                .jobs
+                .active
+                .get(u)
+                .map(|j| (String::new(), j.worker.clone())),
+        };
+        new.sort_by_key(name);
+        self.order.append(&mut new);
+    }
+
     fn choose(&mut self, state: Option<&State>) -> Command {
         if let Some(s) = state {
-            let mut new: Vec<uuid::Uuid> = s
-                .pools
-                .by_submission
-                .keys()
-                .chain(s.jobs.active.keys())
-                .filter(|u| !self.order.contains(u))
-                .copied()
-                .collect();
-            // Only a reconcile that continues workers makes several: in the order of their
-            // names, never of their (random) ids.
-            let name = |u: &uuid::Uuid| match s.pools.by_submission.get(u) {
-                Some(pool) => s
-                    .pools
-                    .pools
-                    .get(pool)
-                    .and_then(|p| p.active.get(u))
-                    .map(|w| (pool.clone(), w.name.clone())),
-                None => s
-                    .jobs
-                    .active
-                    .get(u)
-                    .map(|j| (String::new(), j.worker.clone())),
-            };
-            new.sort_by_key(name);
-            self.order.append(&mut new);
+            self.note_new_submissions(s);
         }
         let rank = |u: &uuid::Uuid| self.order.iter().position(|x| x == u);
         let mut active_workers: Vec<(Option<usize>, String, String)> = state

@@ -204,7 +204,18 @@ fn cause_of_word(word: &str) -> Option<Cause> {
 }
 
 impl Truth {
-    /// Every cause the model's truth and the worker's journal allow for this end.
+    /// The causes this end certainly had: its own journal's, its own end word's, and its
+    /// allocation's end or its node's loss only when its step did not finish by itself first.
+    pub fn certain_causes(&self, fate: &Fate) -> BTreeSet<&'static str> {
+        if self.word == "COMPLETED" {
+            return fate.causes().map(|c| c.as_str()).collect();
+        }
+        self.causes(fate)
+    }
+
+    /// Every cause the model's truth and the worker's journal allow for this end (its
+    /// allocation's end and its node's loss even after its step finished: dispatch may learn
+    /// of the step's end only from them).
     pub fn causes(&self, fate: &Fate) -> BTreeSet<&'static str> {
         let mut c: BTreeSet<&'static str> = fate.causes().map(|c| c.as_str()).collect();
         c.extend(cause_of_word(self.word).map(|c| c.as_str()));
@@ -426,7 +437,7 @@ impl Lineage {
             let (Some(asked), Some(truth)) = (self.asked.get(id), w.truth(*id)) else {
                 continue;
             };
-            let causes = truth.causes(&planned.fate);
+            let causes = truth.certain_causes(&planned.fate);
             let due = truth.ended_at.is_some()
                 && truth.started
                 && !self.stopped.contains(id)
