@@ -22,6 +22,7 @@
 
 #![allow(dead_code)]
 
+pub mod continuation;
 pub mod sessions;
 
 use std::collections::BTreeMap;
@@ -123,6 +124,8 @@ impl Phase {
 #[derive(Clone, Debug)]
 pub struct SimStep {
     pub no: u32,
+    /// When srun created it.
+    pub created: i64,
     pub name: String,
     pub cpus: u32,
     pub mem_mb: u64,
@@ -388,6 +391,8 @@ pub struct World {
     /// Every job a session record has named as replaced by a renew, ever: a record restored
     /// from an older backup forgets it, but the renew that made its replacement did not.
     pub replaced_ever: std::collections::BTreeSet<u32>,
+    /// Workers that asked to be continued: the journal each leaves when it is over.
+    pub planned: BTreeMap<Uuid, continuation::Planned>,
 }
 
 pub struct SimSlurm {
@@ -473,6 +478,7 @@ impl World {
             lied_about: Default::default(),
             replaced_ever: Default::default(),
             probe_failed: Default::default(),
+            planned: BTreeMap::new(),
         }
     }
 
@@ -566,6 +572,82 @@ impl World {
                     *u = (u.0 + s.cpus, u.1 + s.mem_mb, u.2 + s.gpus);
                     s.started = Some(now);
                 }
+            }
+        }
+        self.write_due_journals();
+    }
+
+    /// What the model knows of the end of submission `id`'s job or step; `None` while it has
+    /// none.
+    pub fn truth(&self, id: Uuid) -> Option<continuation::Truth> {
+        // (created, started, its end, its allocation's end word, its node lost)
+        type Seen = (
+            i64,
+            bool,
+            Option<(i64, &'static str)>,
+            Option<&'static str>,
+            bool,
+        );
+        let mut seen: Vec<Seen> = Vec::new();
+        for j in self.jobs.values() {
+            let job_end = match j.phase {
+                Phase::Done { state, at } => Some((at, state)),
+                _ => None,
+            };
+            if j.batch && j.submission == Some(id) {
+                seen.push((j.submitted, j.start.is_some(), job_end, None, false));
+            }
+            for s in j.steps.values().filter(|s| s.submission == Some(id)) {
+                let lost = j.nodes.iter().any(|n| n.lost && n.name == s.node);
+                let alloc = job_end.map(|(_, w)| w);
+                seen.push((s.created, s.started.is_some(), s.ended, alloc, lost));
+            }
+        }
+        let first = seen.first()?;
+        let mut t = continuation::Truth {
+            created: first.0,
+            started: false,
+            ended_at: None,
+            word: "",
+            allocation_word: None,
+            node_lost: false,
+        };
+        let mut all_over = true;
+        for (created, started, end, alloc, lost) in seen {
+            t.created = t.created.min(created);
+            t.started |= started;
+            match end {
+                Some((at, word)) => {
+                    t.ended_at = Some(t.ended_at.map_or(at, |x: i64| x.max(at)));
+                    t.word = word;
+                }
+                None => all_over = false,
+            }
+            t.allocation_word = t.allocation_word.or(alloc);
+            t.node_lost |= lost;
+        }
+        if !all_over {
+            t.ended_at = None;
+        }
+        Some(t)
+    }
+
+    /// A worker that asked is over in the model: the journal its supervisor left is written,
+    /// before anything can prove its end to dispatch (if it ever ran).
+    pub fn write_due_journals(&mut self) {
+        let due: Vec<Uuid> = self
+            .planned
+            .iter()
+            .filter(|(_, p)| !p.written)
+            .map(|(id, _)| *id)
+            .filter(|id| self.truth(*id).is_some_and(|t| t.ended_at.is_some()))
+            .collect();
+        for id in due {
+            let started = self.truth(id).is_some_and(|t| t.started);
+            let p = self.planned.get_mut(&id).expect("planned");
+            p.written = true;
+            if started {
+                p.fate.write(&p.evidence, Micros(self.clock));
             }
         }
     }
@@ -1231,6 +1313,7 @@ impl World {
             no,
             SimStep {
                 no,
+                created: now,
                 name: req.name.as_str().to_owned(),
                 cpus: req.cpus,
                 mem_mb: req.mem.get(),
