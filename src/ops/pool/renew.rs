@@ -272,8 +272,10 @@ fn salloc_log<S: Scheduler>(
     ctx: &Ctx<S>,
     intent: &PoolRenewalIntent,
 ) -> Result<std::path::PathBuf, OpError> {
-    let dir = ctx.pools_dir().join(".renewals");
-    crate::statedir::trust::create_below(&ctx.pools_dir(), &dir)
+    let pools = ctx.pools_dir();
+    let dir = pools.join(".renewals");
+    let base = pools.parent().unwrap_or(&pools);
+    crate::statedir::trust::create_below(base, &dir)
         .map_err(|e| OpError::Failed(format!("renewal log directory: {e}")))?;
     Ok(dir.join(format!("{}.log", intent.job_name)))
 }
