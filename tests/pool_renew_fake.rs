@@ -264,14 +264,19 @@ fn release_ends_the_allocation_and_its_pending_successor() {
     }));
     let r = reconcile(&fake);
     assert_eq!(r["renewals"][0]["outcome"], "asked", "{r}");
-    fake.scenario(json!({
+    let release = json!({
         "scancel": [{"stdout": ""}],
         "squeue": [
             {"match": ["--jobs=901"], "stdout": row(901, "PREEMPTED", "None", "x")},
             {"match": ["--jobs=902"], "times": 1, "stdout": row(902, "PENDING", "Priority", "x")},
             {"match": ["--jobs=902"], "stdout": row(902, "CANCELLED", "None", "x")},
         ],
-    }));
+    });
+    // Killed once the successor was proven gone, before that was recorded: the next release
+    // finds it over and finishes.
+    fake.scenario(release.clone());
+    fake.crash("pool-release-after-successor", &["pool", "release", "p"]);
+    fake.scenario(release);
     let (code, out, err) = fake.run(&["pool", "release", "p", "--json"]);
     assert_eq!(code, 0, "{err}");
     let r: Value = serde_json::from_str(out.trim()).unwrap();
@@ -294,4 +299,37 @@ fn release_ends_the_allocation_and_its_pending_successor() {
     assert_eq!(out.trim(), r#"{"pools":[],"creating":[]}"#);
     let (code, out, _) = fake.run(&["audit", "--json"]);
     assert_eq!(code, 0, "{out}");
+}
+
+/// Killed right after `PoolRenewed` was recorded: the next `reconcile` finds the pool renewed
+/// and asks nothing, adopts nothing twice.
+#[test]
+fn a_crash_after_the_renewal_is_recorded_renews_once() {
+    let fake = Fake::new();
+    create(&fake, 3595, &["--renew"]);
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue(&[(901, "PREEMPTED", "None"), (902, "PENDING", "Priority")], "x"),
+    }));
+    assert_eq!(reconcile(&fake)["renewals"][0]["outcome"], "asked");
+    let running = json!({
+        "squeue": squeue(&[(901, "PREEMPTED", "None"), (902, "RUNNING", "None")], "x"),
+        "scontrol": [{"stdout": show_job(902, 3595)}],
+    });
+    fake.scenario(running.clone());
+    fake.crash("pool-renew-after-renewed", &["reconcile"]);
+    fake.scenario(running);
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "not_due", "{r}");
+    assert_eq!(sallocs(&fake).len(), 0);
+    let p = status(&fake);
+    assert_eq!(p["allocation"]["job_id"], 902, "{p}");
+    assert_eq!(p["renewal"]["generation"], 2, "{p}");
+    let renewed: Vec<Value> = fake
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "PoolRenewed")
+        .collect();
+    assert_eq!(renewed.len(), 1);
+    assert_eq!(renewed[0]["event"]["cause"], "preempted", "{renewed:?}");
 }

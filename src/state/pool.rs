@@ -995,4 +995,122 @@ mod tests {
         let back: Pools = rmp_serde::from_slice(&bytes).unwrap();
         assert_eq!(back, pools);
     }
+    /// journal-format.md's example bodies of kinds 173–175, byte for byte.
+    #[test]
+    fn the_renewal_bodies_are_the_specs_examples() {
+        use crate::event::body_hex;
+        let id = Uuid::from_u128(1);
+        let uuid = "c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 01";
+        let asked = PoolRenewalAsked {
+            pool: "p".into(),
+            creation_id: id,
+            until: None,
+            max_allocations: Some(3),
+            overlap: false,
+        };
+        assert_eq!(body_hex(&asked), format!("95 a1 70 {uuid} c0 03 c2"));
+        let intent = PoolRenewalIntent {
+            pool: "p".into(),
+            renewal_id: id,
+            generation: 2,
+            job_name: "x-pool-p-00000000".into(),
+            salloc_limit_s: 40,
+            previous_job_id: test_job(901),
+            after: Some(test_job(901)),
+        };
+        assert_eq!(
+            body_hex(&intent),
+            format!(
+                "97 a1 70 {uuid} 02 b1 78 2d 70 6f 6f 6c 2d 70 2d 30 30 30 30 30 30 30 30 28 cd \
+                 03 85 cd 03 85"
+            )
+        );
+        let job = PoolRenewalJob {
+            pool: "p".into(),
+            renewal_id: id,
+            job_id: test_job(902),
+            how: "salloc".into(),
+        };
+        assert_eq!(
+            body_hex(&job),
+            format!("94 a1 70 {uuid} cd 03 86 a6 73 61 6c 6c 6f 63")
+        );
+    }
+
+    /// A renewing pool: one successor at a time, only its own events settle it, and its
+    /// `PoolRenewed` makes it the allocation (ended cleared, generation up); a snapshot of it
+    /// reads back.
+    #[test]
+    fn a_renewal_has_one_successor_and_only_it_becomes_the_allocation() {
+        let mut pools = Pools::default();
+        pools.create_intent(Micros(5), &intent(1));
+        pools.renew_asked(&PoolRenewalAsked {
+            pool: "p".into(),
+            creation_id: Uuid::from_u128(1),
+            until: None,
+            max_allocations: None,
+            overlap: false,
+        });
+        pools.attach(Micros(6), &attached(7));
+        pools.owned(&PoolOwned {
+            pool: "p".into(),
+            creation_id: Uuid::from_u128(1),
+            job_id: test_job(7),
+        });
+        assert_eq!(pools.pools["p"].renewal.as_ref().unwrap().generation, 1);
+        let ask = |id: u128| PoolRenewalIntent {
+            pool: "p".into(),
+            renewal_id: Uuid::from_u128(id),
+            generation: 2,
+            job_name: format!("x-pool-p-{id:08x}"),
+            salloc_limit_s: 40,
+            previous_job_id: test_job(7),
+            after: Some(test_job(7)),
+        };
+        pools.renewal_intent(Micros(7), &ask(10));
+        pools.renewal_intent(Micros(8), &ask(11));
+        let r = pools.pools["p"].renewal.as_ref().unwrap();
+        assert_eq!(
+            r.successor.as_ref().unwrap().intent.renewal_id,
+            Uuid::from_u128(10)
+        );
+        pools.allocation_ended(&PoolAllocationEnded {
+            pool: "p".into(),
+            job_id: test_job(7),
+            proof: "squeue shows job 7 TIMEOUT".into(),
+        });
+        let mut next = attached(8).allocation;
+        next.start_time = Micros(100);
+        let renewed = |id: u128| PoolRenewed {
+            pool: "p".into(),
+            renewal_id: Uuid::from_u128(id),
+            generation: 2,
+            allocation: next.clone(),
+            previous_job_id: test_job(7),
+            cause: "time-limit".into(),
+            proof: "squeue shows job 7 TIMEOUT".into(),
+        };
+        pools.renewed(&renewed(11));
+        assert_eq!(
+            pools.pools["p"].allocation.job_id,
+            test_job(7),
+            "not its successor"
+        );
+        pools.renewal_job(&PoolRenewalJob {
+            pool: "p".into(),
+            renewal_id: Uuid::from_u128(10),
+            job_id: test_job(8),
+            how: "salloc".into(),
+        });
+        pools.renewed(&renewed(10));
+        let p = &pools.pools["p"];
+        assert_eq!(p.allocation.job_id, test_job(8));
+        assert_eq!(p.ended, None);
+        let r = p.renewal.as_ref().unwrap();
+        assert_eq!((r.generation, r.first_start), (2, Micros(1)));
+        assert!(r.successor.is_none());
+        let bytes = rmp_serde::to_vec(&pools).unwrap();
+        let back: Pools = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(back, pools);
+    }
 }
