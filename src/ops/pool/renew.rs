@@ -224,10 +224,22 @@ async fn ask<S: Scheduler>(
     let log = salloc_log(ctx, &intent)?;
     let answer = ctx.sched.allocate_held(&alloc, &log).await;
     failpoint::hit("pool-renew-after-salloc");
+    record_answer(ctx, p, &intent, answer)
+}
+
+/// What the renewal's salloc answered, recorded: its job, a refusal (renewal stops), or an
+/// unclear answer (the job, if named, is followed; else it is looked for by name).
+fn record_answer<S: Scheduler>(
+    ctx: &Ctx<S>,
+    p: &Pool,
+    intent: &PoolRenewalIntent,
+    answer: Result<crate::slurm::HeldAllocation, ActionError>,
+) -> Result<RenewalReconciled, OpError> {
+    let (generation, after) = (intent.generation, intent.after);
     let asked = line(p, generation, RenewalOutcome::Asked, None);
     match answer {
         Ok(held) => {
-            record_job(ctx, &intent, held.job_id, "salloc")?;
+            record_job(ctx, intent, held.job_id, "salloc")?;
             failpoint::hit("pool-renew-after-job");
             let how = after
                 .map(|j| format!(", to start after job {j} ends"))
@@ -240,14 +252,14 @@ async fn ask<S: Scheduler>(
         }
         Err(e) if e.nothing_happened() => {
             let reason = format!("Slurm refused the next allocation: {e}");
-            renewal_failed(ctx, &intent, true, reason.clone())?;
+            renewal_failed(ctx, intent, true, reason.clone())?;
             stop(ctx, p, reason)
         }
         Err(ActionError::Unknown { error, job_hint }) => {
             let why = format!("salloc gave no clear answer: {error}");
-            renewal_failed(ctx, &intent, false, why.clone())?;
+            renewal_failed(ctx, intent, false, why.clone())?;
             if let Some(job) = job_hint {
-                record_job(ctx, &intent, job, "hint")?;
+                record_job(ctx, intent, job, "hint")?;
             }
             Ok(RenewalReconciled {
                 outcome: RenewalOutcome::Unknown,
@@ -257,7 +269,7 @@ async fn ask<S: Scheduler>(
             .detail(why))
         }
         Err(e) => {
-            renewal_failed(ctx, &intent, false, e.to_string())?;
+            renewal_failed(ctx, intent, false, e.to_string())?;
             Ok(RenewalReconciled {
                 outcome: RenewalOutcome::Unknown,
                 ..asked
