@@ -87,3 +87,154 @@ pub fn may_adopt(p: &Pool) -> Result<(Cause, String), String> {
     let cause = cause_in(&ended.proof).unwrap_or(Cause::Lost);
     Ok((cause, ended.proof.clone()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::pool::*;
+    use crate::event::test_job;
+    use crate::state::pool::Pools;
+    use uuid::Uuid;
+
+    const END_S: i64 = 1000;
+
+    /// Pool `p` created with `asked`'s bounds, on job 7 ending at [`END_S`].
+    fn renewing(max: Option<u32>, until: Option<Micros>, overlap: bool) -> Pools {
+        let id = Uuid::from_u128(1);
+        let mut pools = Pools::default();
+        pools.create_intent(
+            Micros(0),
+            &PoolCreateIntent {
+                pool: "p".into(),
+                creation_id: id,
+                job_name: "x-pool-p-00000000".into(),
+                salloc_limit_s: 40,
+                cpus: 1,
+                mem_mb: 100,
+                time_s: 600,
+                partition: None,
+                account: None,
+                qos: None,
+                nodelist: None,
+            },
+        );
+        pools.renew_asked(&PoolRenewalAsked {
+            pool: "p".into(),
+            creation_id: id,
+            until,
+            max_allocations: max,
+            overlap,
+        });
+        pools.attach(
+            Micros(1),
+            &PoolAttached {
+                pool: "p".into(),
+                allocation: Allocation {
+                    job_id: test_job(7),
+                    node: "vm".into(),
+                    user: "u".into(),
+                    start_time: Micros(1),
+                    end_time: Micros::from_secs(END_S),
+                    cpus: 1,
+                    mem_mb: 100,
+                    partition: "d".into(),
+                    account: "a".into(),
+                    qos: "q".into(),
+                },
+            },
+        );
+        pools.owned(&PoolOwned {
+            pool: "p".into(),
+            creation_id: id,
+            job_id: test_job(7),
+        });
+        pools
+    }
+
+    fn end(pools: &mut Pools, proof: &str) {
+        pools.allocation_ended(&PoolAllocationEnded {
+            pool: "p".into(),
+            job_id: test_job(7),
+            proof: proof.into(),
+        });
+    }
+
+    #[test]
+    fn the_next_allocation_is_due_before_the_end_after_it_and_at_once_after_a_proven_end() {
+        let mut pools = renewing(None, None, false);
+        let lead = Micros::from_secs(END_S - RENEW_LEAD_S);
+        assert_eq!(due(&pools.pools["p"], Micros(0)), Some(Due::Later(lead)));
+        let ask = Due::Ask {
+            generation: 2,
+            after: Some(test_job(7)),
+        };
+        assert_eq!(due(&pools.pools["p"], lead), Some(ask));
+        // Preempted early: at once, and without a dependency on a job proven over.
+        end(&mut pools, "squeue shows job 7 PREEMPTED");
+        let now = Micros(0);
+        assert_eq!(
+            due(&pools.pools["p"], now),
+            Some(Due::Ask {
+                generation: 2,
+                after: None
+            })
+        );
+        let overlap = renewing(None, None, true);
+        assert_eq!(
+            due(&overlap.pools["p"], lead),
+            Some(Due::Ask {
+                generation: 2,
+                after: None
+            })
+        );
+    }
+
+    #[test]
+    fn bounds_stop_renewal_and_a_successor_in_flight_or_a_release_asks_nothing() {
+        let at_max = renewing(Some(1), None, false);
+        assert!(matches!(
+            due(&at_max.pools["p"], Micros(0)),
+            Some(Due::Stop(_))
+        ));
+        let until = renewing(None, Some(Micros::from_secs(END_S)), false);
+        assert!(matches!(
+            due(&until.pools["p"], Micros(0)),
+            Some(Due::Stop(_))
+        ));
+        let mut pools = renewing(Some(3), Some(Micros::from_secs(END_S + 1)), false);
+        pools.renewal_intent(
+            Micros(2),
+            &PoolRenewalIntent {
+                pool: "p".into(),
+                renewal_id: Uuid::from_u128(9),
+                generation: 2,
+                job_name: "x-pool-p-00000009".into(),
+                salloc_limit_s: 40,
+                previous_job_id: test_job(7),
+                after: Some(test_job(7)),
+            },
+        );
+        assert_eq!(due(&pools.pools["p"], Micros::from_secs(END_S)), None);
+        let mut released = renewing(None, None, false);
+        released.release_intent(&PoolReleaseIntent {
+            pool: "p".into(),
+            job_id: test_job(7),
+        });
+        assert_eq!(due(&released.pools["p"], Micros::from_secs(END_S)), None);
+    }
+
+    #[test]
+    fn a_successor_is_taken_only_once_the_last_allocation_is_proven_over() {
+        let mut pools = renewing(None, None, false);
+        assert!(may_adopt(&pools.pools["p"]).is_err());
+        end(&mut pools, "squeue shows job 7 TIMEOUT");
+        let (cause, proof) = may_adopt(&pools.pools["p"]).unwrap();
+        assert_eq!(
+            (cause, proof.as_str()),
+            (Cause::TimeLimit, "squeue shows job 7 TIMEOUT")
+        );
+        let mut lost = renewing(None, None, false);
+        end(&mut lost, "every node of job 7 is lost: vm");
+        assert_eq!(may_adopt(&lost.pools["p"]).unwrap().0, Cause::Lost);
+    }
+}

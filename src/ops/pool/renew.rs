@@ -205,11 +205,12 @@ async fn ask<S: Scheduler>(
         previous_job_id: p.allocation.job_id,
         after,
     };
+    // Decided again under the lock as it was decided: no successor in flight, not released,
+    // and the same dependency (the allocation's end not recorded meanwhile).
     let unchanged = |s: &State| {
         s.pools.pools.get(&p.name).is_some_and(|x| {
             x.allocation == p.allocation
-                && !x.releasing
-                && policy::due(x, ctx.now()).is_some_and(|d| matches!(d, Due::Ask { .. }))
+                && policy::due(x, ctx.now()) == Some(Due::Ask { generation, after })
         })
     };
     if !append_if(
