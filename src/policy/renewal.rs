@@ -93,31 +93,17 @@ mod tests {
     use super::*;
     use crate::event::pool::*;
     use crate::event::test_job;
+    use crate::state::pool::tests::{attached, intent};
     use crate::state::pool::Pools;
     use uuid::Uuid;
 
     const END_S: i64 = 1000;
 
-    /// Pool `p` created with `asked`'s bounds, on job 7 ending at [`END_S`].
+    /// Pool `p` created with these bounds, on job 7 ending at [`END_S`].
     fn renewing(max: Option<u32>, until: Option<Micros>, overlap: bool) -> Pools {
         let id = Uuid::from_u128(1);
         let mut pools = Pools::default();
-        pools.create_intent(
-            Micros(0),
-            &PoolCreateIntent {
-                pool: "p".into(),
-                creation_id: id,
-                job_name: "x-pool-p-00000000".into(),
-                salloc_limit_s: 40,
-                cpus: 1,
-                mem_mb: 100,
-                time_s: 600,
-                partition: None,
-                account: None,
-                qos: None,
-                nodelist: None,
-            },
-        );
+        pools.create_intent(Micros(0), &intent(1));
         pools.renew_asked(&PoolRenewalAsked {
             pool: "p".into(),
             creation_id: id,
@@ -125,24 +111,9 @@ mod tests {
             max_allocations: max,
             overlap,
         });
-        pools.attach(
-            Micros(1),
-            &PoolAttached {
-                pool: "p".into(),
-                allocation: Allocation {
-                    job_id: test_job(7),
-                    node: "vm".into(),
-                    user: "u".into(),
-                    start_time: Micros(1),
-                    end_time: Micros::from_secs(END_S),
-                    cpus: 1,
-                    mem_mb: 100,
-                    partition: "d".into(),
-                    account: "a".into(),
-                    qos: "q".into(),
-                },
-            },
-        );
+        let mut a = attached(7);
+        a.allocation.end_time = Micros::from_secs(END_S);
+        pools.attach(Micros(1), &a);
         pools.owned(&PoolOwned {
             pool: "p".into(),
             creation_id: id,

@@ -746,12 +746,13 @@ impl Pools {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::event::pool::*;
     use crate::event::test_job;
 
-    fn intent(id: u128) -> PoolCreateIntent {
+    /// Creation `id` of pool `p` (also `policy::renewal`'s fixture).
+    pub(crate) fn intent(id: u128) -> PoolCreateIntent {
         PoolCreateIntent {
             pool: "p".into(),
             creation_id: Uuid::from_u128(id),
@@ -767,7 +768,8 @@ mod tests {
         }
     }
 
-    fn attached(job_id: u32) -> PoolAttached {
+    /// Pool `p` attached to job `job_id` (also `policy::renewal`'s fixture).
+    pub(crate) fn attached(job_id: u32) -> PoolAttached {
         PoolAttached {
             pool: "p".into(),
             allocation: Allocation {
