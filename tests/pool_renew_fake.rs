@@ -16,6 +16,13 @@ fn at(secs: i64) -> String {
         .to_string()
 }
 
+/// One start time for every job of this process: a pool's allocation read again must show the
+/// start it was attached with (its incarnation).
+fn started() -> String {
+    static AT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    AT.get_or_init(|| at(-5)).clone()
+}
+
 /// `scontrol --oneliner show job J`: running on vm, 4 CPUs and 4 GB, ending in `left` s.
 fn show_job(job: u32, left: i64) -> String {
     format!(
@@ -23,7 +30,7 @@ fn show_job(job: u32, left: i64) -> String {
          JobState=RUNNING Reason=None RunTime=00:00:05 TimeLimit=01:00:00 SubmitTime={s} \
          StartTime={s} EndTime={e} Partition=debug NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=4 \
          NumTasks=1 CPUs/Task=4 TRES=cpu=4,mem=4G,node=1,billing=4 MinMemoryNode=4G\n",
-        s = at(-5),
+        s = started(),
         e = at(left),
     )
 }
@@ -332,4 +339,111 @@ fn a_crash_after_the_renewal_is_recorded_renews_once() {
         .collect();
     assert_eq!(renewed.len(), 1);
     assert_eq!(renewed[0]["event"]["cause"], "preempted", "{renewed:?}");
+}
+
+/// What a pool worker's supervisor records when it checkpointed at the allocation's end and
+/// published: the coordinator continues it from there.
+fn checkpointed(fake: &Fake, id: uuid::Uuid) {
+    use dispatch::event::worker::{CleanedUp, Published};
+    use dispatch::event::{Sha256Digest, WorkerEvent};
+    use dispatch::journal::{JournalWriter, Options};
+    let pools = fake.state().join("pools");
+    let dirs = dispatch::worker::dirs::WorkerDirs::new(&pools, "p", id);
+    let dir = dispatch::worker::supervisor::journal_dir(&dirs.evidence);
+    let w = JournalWriter::<WorkerEvent>::open(&dir, Options::default()).unwrap();
+    let published = pools.join("p/published").join(format!("w-{id}"));
+    w.append_one(WorkerEvent::Published(Published {
+        dir: published.display().to_string(),
+        manifest_sha256: Sha256Digest([0x11; 32]),
+        files: 1,
+        bytes: 2,
+        commits: 0,
+        patch_bytes: 0,
+        took_ms: 3,
+    }))
+    .unwrap();
+    w.append_one(WorkerEvent::CleanedUp(CleanedUp {
+        removed: vec![],
+        kept: vec!["state".into()],
+        state_class: "checkpointed".into(),
+        reason: String::new(),
+        errors: vec![],
+    }))
+    .unwrap();
+}
+
+fn step(job: u32) -> String {
+    format!("{job}.0|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.w\n")
+}
+
+/// A worker that asked `--continue` waits while its pool's allocation is over, and the run
+/// that makes the next allocation the pool's continues it there, from its checkpoint.
+#[test]
+fn a_continued_worker_goes_on_in_the_renewed_allocation() {
+    let fake = Fake::new();
+    create(&fake, 3595, &["--renew"]);
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(901, 3595)}],
+        "srun": [{"hang": 30}],
+        "squeue": [
+            {"match": ["--steps"], "stdout": step(901)},
+            {"match": ["--jobs=901"], "stdout": row(901, "RUNNING", "None", "x")},
+        ],
+    }));
+    let (code, out, err) = fake.run(&[
+        "pool",
+        "submit",
+        "p",
+        "--cpus",
+        "1",
+        "--mem",
+        "100M",
+        "--name",
+        "w",
+        "--continue",
+        "1",
+        "--json",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let first: Value = serde_json::from_str(out.trim()).unwrap();
+    let id: uuid::Uuid = first["submission_id"].as_str().unwrap().parse().unwrap();
+    checkpointed(&fake, id);
+    // Preempted: the worker is released with that proof, the next allocation asked for, and
+    // the continuation waits for it.
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue(&[(901, "PREEMPTED", "None"), (902, "PENDING", "Priority")], "x"),
+    }));
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "asked", "{r}");
+    assert_eq!(r["continued"][0]["outcome"], "waiting", "{r}");
+    // The next allocation runs: it is the pool's, and the worker goes on there.
+    let mut rules = squeue(&[(901, "PREEMPTED", "None"), (902, "RUNNING", "None")], "x");
+    rules[0] = json!({"match": ["--steps"], "stdout": step(902)});
+    fake.scenario(json!({
+        "squeue": rules,
+        "scontrol": [{"stdout": show_job(902, 3595)}],
+        "srun": [{"hang": 30}],
+    }));
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "renewed", "{r}");
+    assert_eq!(r["continued"][0]["outcome"], "continued", "{r}");
+    let srun = fake
+        .calls()
+        .into_iter()
+        .find(|(p, _)| p == "srun")
+        .map(|(_, a)| a)
+        .unwrap_or_default();
+    assert!(srun.iter().any(|a| a == "--jobid=902"), "{srun:?}");
+    let p = status(&fake);
+    assert_eq!(p["renewal"]["generation"], 2, "{p}");
+    let workers = p["workers"].as_array().unwrap();
+    assert!(
+        workers
+            .iter()
+            .any(|w| w["name"] == "w" && w["step_id"] == "902.0"),
+        "{p}"
+    );
 }
