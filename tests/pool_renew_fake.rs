@@ -376,6 +376,10 @@ fn step(job: u32) -> String {
     format!("{job}.0|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.w\n")
 }
 
+/// `pool submit` of worker `w`, continued once.
+const SUBMIT_CONTINUED: &str =
+    "pool submit p --cpus 1 --mem 100M --name w --continue 1 --json -- true";
+
 /// A worker that asked `--continue` waits while its pool's allocation is over, and the run
 /// that makes the next allocation the pool's continues it there, from its checkpoint.
 #[test]
@@ -390,22 +394,8 @@ fn a_continued_worker_goes_on_in_the_renewed_allocation() {
             {"match": ["--jobs=901"], "stdout": row(901, "RUNNING", "None", "x")},
         ],
     }));
-    let (code, out, err) = fake.run(&[
-        "pool",
-        "submit",
-        "p",
-        "--cpus",
-        "1",
-        "--mem",
-        "100M",
-        "--name",
-        "w",
-        "--continue",
-        "1",
-        "--json",
-        "--",
-        "true",
-    ]);
+    let args: Vec<&str> = SUBMIT_CONTINUED.split(' ').collect();
+    let (code, out, err) = fake.run(&args);
     assert_eq!(code, 0, "{err}");
     let first: Value = serde_json::from_str(out.trim()).unwrap();
     let id: uuid::Uuid = first["submission_id"].as_str().unwrap().parse().unwrap();
