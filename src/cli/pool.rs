@@ -239,6 +239,59 @@ pub struct CreateArgs {
     /// Seconds to wait for the allocation to be granted and run (salloc --immediate)
     #[arg(long, default_value_t = 600, value_parser = whole_seconds(1, 86_400))]
     pub wait: u32,
+    /// Keep the pool across allocations until `pool release`: `dispatch reconcile` asks for
+    /// the next allocation (the same request) 2 minutes before this one ends, or at once when
+    /// it is proven over (time limit, preemption, all nodes lost), queued so that it cannot
+    /// run beside this one (`--dependency=afterany`); it becomes the pool's once this one is
+    /// proven over, and the workers that asked to be continued go on there
+    #[arg(long)]
+    pub renew: bool,
+    /// Renew only while the allocation ends before TIME (RFC 3339, or Slurm's
+    /// YYYY-MM-DDTHH:MM[:SS] in local time); implies --renew
+    #[arg(long, value_name = "TIME", value_parser = parse_until)]
+    pub renew_until: Option<crate::event::Micros>,
+    /// At most N allocations in all, the first included (N >= 2); implies --renew
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=100_000))]
+    pub renew_max: Option<u32>,
+    /// Ask for the next allocation without the dependency on the current one (no gap in the
+    /// queue, but Slurm may run both at once; never more than one next allocation at a time);
+    /// implies --renew
+    #[arg(long)]
+    pub renew_overlap: bool,
+}
+
+impl CreateArgs {
+    /// The renewal asked, if any of the `--renew*` flags was given.
+    fn renewal(&self) -> Option<ops::RenewBounds> {
+        let asked = self.renew
+            || self.renew_until.is_some()
+            || self.renew_max.is_some()
+            || self.renew_overlap;
+        asked.then_some(ops::RenewBounds {
+            until: self.renew_until,
+            max_allocations: self.renew_max,
+            overlap: self.renew_overlap,
+        })
+    }
+}
+
+/// `--renew-until`: RFC 3339, or Slurm's `YYYY-MM-DDTHH:MM[:SS]` in local time.
+fn parse_until(s: &str) -> Result<crate::event::Micros, String> {
+    use chrono::TimeZone;
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Ok(crate::event::Micros(t.timestamp_micros()));
+    }
+    ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"]
+        .iter()
+        .find_map(|f| chrono::NaiveDateTime::parse_from_str(s, f).ok())
+        .and_then(|t| chrono::Local.from_local_datetime(&t).earliest())
+        .map(|t| crate::event::Micros(t.timestamp_micros()))
+        .ok_or_else(|| {
+            format!(
+                "{:?} is not a time (2026-12-31T18:00:00Z, or 2026-12-31T18:00 local)",
+                crate::names::short(s)
+            )
+        })
 }
 
 /// What `pool submit` is asked.
@@ -288,6 +341,7 @@ pub enum PoolCommand {
         dispatch pool create p --cpus 8 --mem 8G --time 1:00:00 -T savio-htc\n  \
         dispatch pool create p --cpus 4 --mem 4G --time 30:00 --partition debug --nodelist vm\n  \
         dispatch pool create p --nodes 3 --cpus 4 --mem 16G --gpus-per-node 2 --time 2:00:00\n  \
+        dispatch pool create p --cpus 4 --mem 4G --time 72:00:00 --renew-max 3   # 3 allocations\n  \
         dispatch pool release p   # stops its workers and cancels the allocation")]
     Create(CreateArgs),
     /// Attach a running allocation you own as a pool (never creates or cancels it); its budget
@@ -627,6 +681,7 @@ pub async fn run_create<S: Scheduler>(
         nodes: args.nodes,
         gpus_per_node: args.gpus_per_node,
         wait: Duration::from_secs(u64::from(args.wait)),
+        renew: args.renewal(),
     };
     let note = |m: &str| super::output::note(m);
     let r = ops::create(ctx, &req, &note).await?;

@@ -412,6 +412,7 @@ fn pools_table(r: &StatusReport, wide: bool) -> String {
     // A pool over several nodes, or with GPUs, is budgeted per node: one line each.
     for p in r.pools.iter() {
         out.push_str(&node_lines(p, wide));
+        out.push_str(&renewal_line(p));
     }
     for p in r.pools.iter().filter(|p| p.allocation.preempted.is_some()) {
         out.push_str(&warning_lines(
@@ -425,6 +426,43 @@ fn pools_table(r: &StatusReport, wide: bool) -> String {
         ));
     }
     out
+}
+
+/// The line under a renewing pool's row: its allocation count, how long it has lived, its
+/// bounds and its next allocation.
+fn renewal_line<W>(p: &crate::ops::pool::PoolView<W>) -> String {
+    let Some(r) = &p.renewal else {
+        return String::new();
+    };
+    let of = r
+        .max_allocations
+        .map(|m| format!(" of {m}"))
+        .unwrap_or_default();
+    let until = r
+        .until
+        .as_ref()
+        .map(|u| format!(", until {u}"))
+        .unwrap_or_default();
+    let next = match (&r.stopped, &r.successor) {
+        (Some(why), _) => format!("renewal stopped: {why}"),
+        (None, Some(s)) => format!(
+            "next: allocation {} ({}){}",
+            s.generation,
+            s.job_id
+                .map_or("job not known yet".to_owned(), |j| format!("job {j}")),
+            s.after
+                .map(|j| format!(", after job {j}"))
+                .unwrap_or_default()
+        ),
+        (None, None) => "next: not asked yet".to_owned(),
+    };
+    format!(
+        "  {}: allocation {}{of}, alive {} since {}{until}; {next}\n",
+        p.pool,
+        r.generation,
+        secs(r.alive_s),
+        r.alive_since
+    )
 }
 
 /// The lines under a pool's row over several nodes or with GPUs: each node's budget, whether
@@ -991,6 +1029,7 @@ mod tests {
                     capacity: res(4, 4096, 0),
                     reserved: res(1, 100, 0),
                     nodes: Vec::new(),
+                    renewal: None,
                     workers: vec![later, published, failed, waiting],
                 },
                 PoolView {
@@ -1013,6 +1052,7 @@ mod tests {
                             reserved: Resources::default(),
                         })
                         .into(),
+                    renewal: None,
                     workers: vec![],
                 },
             ],

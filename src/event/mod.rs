@@ -444,6 +444,12 @@ vocabulary! {
         170 => WorkerForgotten(overrides::WorkerForgotten), must_understand;
         171 => SessionForgotten(overrides::SessionForgotten), must_understand;
         172 => AllocationStolen(overrides::AllocationStolen);
+        173 => PoolRenewalAsked(pool::PoolRenewalAsked);
+        174 => PoolRenewalIntent(pool::PoolRenewalIntent), must_understand;
+        175 => PoolRenewalJob(pool::PoolRenewalJob), must_understand;
+        176 => PoolRenewalFailed(pool::PoolRenewalFailed), must_understand;
+        177 => PoolRenewed(pool::PoolRenewed), must_understand;
+        178 => PoolRenewalStopped(pool::PoolRenewalStopped);
         180 => WatermarkIntent(watermark::WatermarkIntent);
         181 => WatermarkMade(watermark::WatermarkMade), must_understand;
         182 => WatermarkFailed(watermark::WatermarkFailed);

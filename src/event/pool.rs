@@ -390,3 +390,79 @@ pub struct ContinuationRefused {
     pub predecessor: Uuid,
     pub reason: String,
 }
+
+/// `pool create --renew`: the pool is kept across allocations until `pool release`, within
+/// these bounds. Written in the commit of its `PoolCreateIntent`, so no crash can lose it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolRenewalAsked {
+    pub pool: String,
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
+    pub creation_id: Uuid,
+    /// No allocation is asked for once the current one ends at or after this time.
+    pub until: Option<Micros>,
+    /// Allocations in all, the first included (at least 2).
+    pub max_allocations: Option<u32>,
+    /// The next allocation is asked without `--dependency=afterany:<current>`.
+    pub overlap: bool,
+}
+
+/// `reconcile` is about to ask for the pool's next allocation (its `generation`), by an
+/// salloc named `job_name` (`<prefix>pool-<pool>-<8 hex digits of renewal_id>`) that may run
+/// for `salloc_limit_s` before it names its job; `after`: the job it depends on
+/// (`--dependency=afterany:`), none with an overlap or once that job is proven over.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolRenewalIntent {
+    pub pool: String,
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
+    pub renewal_id: Uuid,
+    pub generation: u32,
+    pub job_name: String,
+    pub salloc_limit_s: u32,
+    pub previous_job_id: JobId,
+    pub after: Option<JobId>,
+}
+
+/// The job a renewal's salloc named (`how` = `salloc`), or found by its name (`name`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolRenewalJob {
+    pub pool: String,
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
+    pub renewal_id: Uuid,
+    pub job_id: JobId,
+    pub how: String,
+}
+
+/// A renewal that did not become the pool's allocation. `definite`: no job of it exists or
+/// can appear (salloc refused, proven never made, its job proven over), and another may be
+/// asked; otherwise a job may exist, and it is looked for by name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolRenewalFailed {
+    pub pool: String,
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
+    pub renewal_id: Uuid,
+    pub definite: bool,
+    pub reason: String,
+}
+
+/// The pool's renewal is over for good (a bound reached, or Slurm refused the next
+/// allocation in words that waiting does not change): no allocation is asked for again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolRenewalStopped {
+    pub pool: String,
+    pub reason: String,
+}
+
+/// The renewal's job runs and passed every check `pool attach` makes: it is the pool's
+/// allocation now, dispatch's own, its `generation`-th. `cause`: how the previous one
+/// (`previous_job_id`) ended, from Slurm's `proof` (`time-limit`, `preempted`, `lost`, …).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolRenewed {
+    pub pool: String,
+    #[serde(deserialize_with = "crate::event::wire::uuid")]
+    pub renewal_id: Uuid,
+    pub generation: u32,
+    pub allocation: Allocation,
+    pub previous_job_id: JobId,
+    pub cause: String,
+    pub proof: String,
+}

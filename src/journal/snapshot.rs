@@ -33,8 +33,9 @@ pub const SNAPSHOT_MAGIC: &[u8; 8] = b"DISPSNAP";
 /// failed. 5: pools record their allocation's end and workers their srun. 6: pools record
 /// creations in flight, who owns the allocation, and a release begun. (Job ids that were `u64`
 /// becoming `slurm::JobId` changed no byte of a state: `tests/job_id_compat.rs` loads a version
-/// 7 snapshot of the `u64` code and writes it back alike.)
-pub const SNAPSHOT_VERSION: u16 = 8;
+/// 7 snapshot of the `u64` code and writes it back alike.) 8: every field of a pool worker
+/// written. 9: a created pool's renewal (`--renew`), and the fields before it always written.
+pub const SNAPSHOT_VERSION: u16 = 9;
 const HEADER_LEN: usize = 96;
 /// Snapshots kept on disk; older ones are removed after a new one is in place.
 pub const SNAPSHOTS_KEPT: usize = 2;

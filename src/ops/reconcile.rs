@@ -82,6 +82,9 @@ pub struct ReconcileReport {
     /// shows "preempted, ends at …"): an observation, not a recorded fact.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub preempted: Vec<PoolPreempted>,
+    /// Pools created with `--renew`: their next allocation asked for, adopted, or waited for.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub renewals: Vec<crate::ops::pool::RenewalReconciled>,
 }
 
 /// A pool's allocation in a preemption's grace.
@@ -259,6 +262,11 @@ pub async fn reconcile<S: Scheduler>(
     if !pools.is_empty() {
         reconcile_pools(ctx, &pools, &mut report).await?;
         ctx.snapshot_quietly();
+    }
+    // After the pools' proofs (a renewal waits for the last allocation's workers released),
+    // before the continuations (which go to the allocation a renewal made the pool's).
+    if state.pools.pools.values().any(|p| p.renewal.is_some()) {
+        report.renewals = crate::ops::pool::renew_due(ctx, only_pool).await?;
     }
     // After the pools' proofs, before their resubmissions (which wait for this decision); a
     // continuation waiting for a pool that is gone is still listed.
@@ -539,7 +547,7 @@ fn observe_workers<'a, S: Scheduler>(ctx: &Ctx<S>, pool: &'a Pool) -> Vec<Worker
                         .active
                         .values()
                         .filter(|x| x.submission_id != w.submission_id)
-                        .chain(pool.finished.iter())
+                        .chain(finished_in_this_allocation(pool))
                         .filter_map(|x| x.step_id)
                         .collect(),
                     srun_launch_refused: (supervisor_started == Some(false))
@@ -549,6 +557,16 @@ fn observe_workers<'a, S: Scheduler>(ctx: &Ctx<S>, pool: &'a Pool) -> Vec<Worker
             }
         })
         .collect()
+}
+
+/// The finished workers of `pool` whose steps were in its current allocation: step ids start
+/// again at 0 in each job, so those of a renewed pool's earlier allocations are no one's here.
+fn finished_in_this_allocation(pool: &Pool) -> impl Iterator<Item = &Worker> {
+    let earlier = pool
+        .renewal
+        .as_ref()
+        .map_or(0, |r| pool.finished.len().saturating_sub(r.finished_here));
+    pool.finished.iter().skip(earlier)
 }
 
 /// Append what the judgement of `pool` decided: the allocation's end, then each worker's

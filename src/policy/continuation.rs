@@ -115,7 +115,7 @@ fn slurm_states(proof: &str) -> impl Iterator<Item = &str> {
 }
 
 /// A cause Slurm's own state word proves, if the proof names one.
-fn cause_in(proof: &str) -> Option<Cause> {
+pub fn cause_in(proof: &str) -> Option<Cause> {
     slurm_states(proof).find_map(|s| match s {
         "TIMEOUT" => Some(Cause::TimeLimit),
         "PREEMPTED" => Some(Cause::Preempted),

@@ -14,6 +14,7 @@ pub mod placement;
 pub mod pool;
 pub mod pool_create;
 pub mod reconcile;
+pub mod renewal;
 pub mod report;
 pub mod session;
 pub mod trial;

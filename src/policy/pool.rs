@@ -375,6 +375,17 @@ pub fn check_attach(
             job_id: existing.allocation.job_id,
         });
     }
+    check_allocation(pools, facts, caller, now)
+}
+
+/// Every check of [`check_attach`] but the pool's name: may the allocation `facts` describe
+/// be a pool's (a new pool's, or a renewed pool's next one)?
+pub fn check_allocation(
+    pools: &Pools,
+    facts: &AllocationFacts,
+    caller: &str,
+    now: Micros,
+) -> Result<Allocation, Refusal> {
     if let Some(other) = pools
         .pools
         .values()

@@ -9,7 +9,8 @@
 //! reaches it), with its stderr in a file rather than a pipe (a pipe would break when this
 //! process dies, and salloc with it), and the call returns as soon as the file names the job.
 //! Whoever settles the hold later — this launch, or the next one after a crash — finds a
-//! salloc still waiting for the grant.
+//! salloc still waiting for the grant. A request without `--hold` (a pool's renewal) is queued
+//! as usual, and its salloc waits for the grant in the background the same way.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -40,7 +41,7 @@ const POLL: Duration = Duration::from_millis(20);
 /// The most of salloc's log that is read: it prints a few short lines before the job id.
 const MAX_LOG_BYTES: usize = 64 * 1024;
 
-/// Start `salloc --hold` (the request must ask for it) with its stderr in `log` (replaced, see
+/// Start `salloc` with its stderr in `log` (replaced, see
 /// [`create_log`]), and return once it names its job, within `timeout`. A salloc that exits first is a refusal or an
 /// unknown outcome, read as a foreground salloc's would be; one that names nothing within
 /// `timeout` is stopped with SIGTERM (salloc then cancels the job it may have queued) and the
@@ -52,7 +53,6 @@ pub async fn allocate_held(
     timeout: Duration,
     kill_grace: Duration,
 ) -> Result<HeldAllocation, ActionError> {
-    assert!(req.hold, "allocate_held needs a request with --hold");
     let args = req.argv()?;
     let local = |e| ActionError::Local(format!("salloc log {}: {e}", log.display()));
     let file = create_log(log).map_err(local)?;

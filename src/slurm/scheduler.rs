@@ -118,8 +118,9 @@ pub trait Scheduler: Send + Sync {
         req: &AllocRequest,
     ) -> impl Future<Output = Result<Allocated, ActionError>> + Send;
 
-    /// `salloc --hold --no-shell ...` (`req.hold` set), its salloc running on in the background
-    /// with its stderr in `log`: returns once it names the job. A scheduler whose callers never
+    /// `salloc --hold --no-shell ...` (`req.hold` set; without it, a job queued as usual), its
+    /// salloc running on in the background with its stderr in `log`: returns once it names the
+    /// job. A scheduler whose callers never
     /// hold an allocation (the pool simulation) keeps this default, which allocates nothing.
     fn allocate_held(
         &self,

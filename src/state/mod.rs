@@ -171,6 +171,12 @@ impl State {
             Event::PoolNodes(e) => self.pools.nodes(e),
             Event::PoolCreateShape(e) => self.pools.create_shape(e),
             Event::PoolNodeLost(e) => self.pools.node_lost(e),
+            Event::PoolRenewalAsked(e) => self.pools.renew_asked(e),
+            Event::PoolRenewalIntent(e) => self.pools.renewal_intent(env.time, e),
+            Event::PoolRenewalJob(e) => self.pools.renewal_job(e),
+            Event::PoolRenewalFailed(e) => self.pools.renewal_failed(e),
+            Event::PoolRenewalStopped(e) => self.pools.renewal_stopped(e),
+            Event::PoolRenewed(e) => self.pools.renewed(e),
             Event::WorkerLaunched(e) => self.pools.launched(e, &env.actor.host),
             Event::PoolAllocationEnded(e) => self.allocation_ended(e),
             // Marks live in Slurm; PoolAttached binds the pool; a steal is for the audit.

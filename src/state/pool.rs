@@ -13,9 +13,10 @@ use crate::event::asset::{AssetRecord, WorkerAssetsBound};
 use crate::event::pool::{
     Allocation, PoolAllocationEnded, PoolAttached, PoolCreateFailed, PoolCreateIntent,
     PoolCreateJob, PoolCreateShape, PoolDetached, PoolNodeLost, PoolNodes, PoolOwned,
-    PoolReleaseIntent, PoolReleased, WorkerDevicesIngested, WorkerExited, WorkerJournalDamaged,
-    WorkerLaunchFailed, WorkerLaunched, WorkerPlaced, WorkerReportIngested, WorkerRequest,
-    WorkerResubmitRefused, WorkerResubmitted, WorkerStepObserved, WorkerStopIntent,
+    PoolReleaseIntent, PoolReleased, PoolRenewalAsked, PoolRenewalFailed, PoolRenewalIntent,
+    PoolRenewalJob, PoolRenewalStopped, PoolRenewed, WorkerDevicesIngested, WorkerExited,
+    WorkerJournalDamaged, WorkerLaunchFailed, WorkerLaunched, WorkerPlaced, WorkerReportIngested,
+    WorkerRequest, WorkerResubmitRefused, WorkerResubmitted, WorkerStepObserved, WorkerStopIntent,
     WorkerSubmitIntent, WorkerTerminal,
 };
 use crate::event::Micros;
@@ -34,9 +35,13 @@ pub struct Creation {
     pub job_id: Option<JobId>,
     /// Why it has no job yet although salloc ran (salloc's unclear answer).
     pub failure: Option<String>,
-    /// Its nodes, GPUs and `--no-kill`, when it asked for several nodes or GPUs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its nodes, GPUs and `--no-kill`, when it asked for several nodes or GPUs. Always
+    /// written (snapshot version 9): `renew` comes after it.
+    #[serde(default)]
     pub shape: Option<PoolCreateShape>,
+    /// `--renew`: the pool it makes is kept across allocations (`PoolRenewalAsked`).
+    #[serde(default)]
+    pub renew: Option<PoolRenewalAsked>,
 }
 
 state_words! {
@@ -133,9 +138,45 @@ pub struct Pool {
     #[serde(default)]
     pub releasing: bool,
     /// What the pool knows of its allocation's nodes beyond `allocation`: `None` for a pool
-    /// on one node without GPUs, attached or created before nodes were journaled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// on one node without GPUs, attached or created before nodes were journaled. Always
+    /// written (snapshot version 9): `renewal` comes after it.
+    #[serde(default)]
     pub spread: Option<Spread>,
+    /// A pool created with `--renew`: kept across allocations until `pool release`.
+    #[serde(default)]
+    pub renewal: Option<Renewal>,
+}
+
+/// A pool kept across allocations (`pool create --renew`): what it asks for each one, how many
+/// it had, and the next one while it is asked for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Renewal {
+    pub asked: PoolRenewalAsked,
+    /// The creation's request, asked again for each allocation.
+    pub request: PoolCreateIntent,
+    pub shape: Option<PoolCreateShape>,
+    /// Allocations so far, the current one included (1: the first).
+    pub generation: u32,
+    /// When the first allocation started.
+    pub first_start: Micros,
+    /// The next allocation, from its intent until it is the pool's or proven not to be.
+    pub successor: Option<Successor>,
+    /// Why no allocation is asked for again (`PoolRenewalStopped`).
+    pub stopped: Option<String>,
+    /// How many of `finished` (the last ones) ended in the current allocation: step ids start
+    /// again at 0 in each job, so only theirs can be confused with a running step's.
+    pub finished_here: usize,
+}
+
+/// A renewal in flight: an allocation may exist.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Successor {
+    pub intent: PoolRenewalIntent,
+    pub since: Micros,
+    /// Known once salloc named it, or it was found by name.
+    pub job_id: Option<JobId>,
+    /// Why it has no job yet although salloc ran (an unclear answer).
+    pub failure: Option<String>,
 }
 
 /// A pool's nodes, one by one.
@@ -291,6 +332,7 @@ impl Pools {
                 created: None,
                 releasing: false,
                 spread: None,
+                renewal: None,
             },
         );
     }
@@ -304,6 +346,7 @@ impl Pools {
                 job_id: None,
                 failure: None,
                 shape: None,
+                renew: None,
             },
         );
     }
@@ -336,21 +379,109 @@ impl Pools {
         }
     }
 
+    pub fn renew_asked(&mut self, e: &PoolRenewalAsked) {
+        if let Some(c) = self.creation_mut(&e.pool, e.creation_id) {
+            c.renew = Some(e.clone());
+        }
+    }
+
     /// Only about the allocation the pool holds (written with its `PoolAttached`).
     pub fn owned(&mut self, e: &PoolOwned) {
-        let shape = self
-            .creation_mut(&e.pool, e.creation_id)
-            .and_then(|c| c.shape.clone());
+        let creation = self.creation_mut(&e.pool, e.creation_id).cloned();
+        let shape = creation.as_ref().and_then(|c| c.shape.clone());
         if let Some(p) = self.pools.get_mut(&e.pool) {
             if p.allocation.job_id == e.job_id {
                 p.created = Some(e.creation_id);
-                if let Some(shape) = shape {
+                if let Some(shape) = &shape {
                     p.spread.get_or_insert_default().no_kill = Some(shape.no_kill);
+                }
+                if let Some(c) = creation.filter(|c| c.renew.is_some()) {
+                    p.renewal = Some(Renewal {
+                        asked: c.renew.expect("filtered"),
+                        request: c.intent,
+                        shape,
+                        generation: 1,
+                        first_start: p.allocation.start_time,
+                        successor: None,
+                        stopped: None,
+                        finished_here: 0,
+                    });
                 }
                 if self.creation_mut(&e.pool, e.creation_id).is_some() {
                     self.creations.remove(&e.pool);
                 }
             }
+        }
+    }
+
+    fn renewal_mut(&mut self, pool: &str) -> Option<&mut Renewal> {
+        self.pools.get_mut(pool)?.renewal.as_mut()
+    }
+
+    /// One successor at a time: an intent while another is in flight changes nothing.
+    pub fn renewal_intent(&mut self, time: Micros, e: &PoolRenewalIntent) {
+        if let Some(r) = self.renewal_mut(&e.pool) {
+            if r.successor.is_none() {
+                r.successor = Some(Successor {
+                    intent: e.clone(),
+                    since: time,
+                    job_id: None,
+                    failure: None,
+                });
+            }
+        }
+    }
+
+    fn successor_mut(&mut self, pool: &str, id: Uuid) -> Option<&mut Successor> {
+        self.renewal_mut(pool)?
+            .successor
+            .as_mut()
+            .filter(|s| s.intent.renewal_id == id)
+    }
+
+    pub fn renewal_job(&mut self, e: &PoolRenewalJob) {
+        if let Some(s) = self.successor_mut(&e.pool, e.renewal_id) {
+            s.job_id = Some(e.job_id);
+        }
+    }
+
+    pub fn renewal_failed(&mut self, e: &PoolRenewalFailed) {
+        if e.definite {
+            if self.successor_mut(&e.pool, e.renewal_id).is_some() {
+                if let Some(r) = self.renewal_mut(&e.pool) {
+                    r.successor = None;
+                }
+            }
+        } else if let Some(s) = self.successor_mut(&e.pool, e.renewal_id) {
+            s.failure = Some(e.reason.clone());
+        }
+    }
+
+    pub fn renewal_stopped(&mut self, e: &PoolRenewalStopped) {
+        if let Some(r) = self.renewal_mut(&e.pool) {
+            r.stopped.get_or_insert_with(|| e.reason.clone());
+        }
+    }
+
+    /// Only the successor in flight becomes the allocation, with its nodes (`PoolNodes` in the
+    /// same commit) and none lost yet; the workers of the last one were all released before.
+    pub fn renewed(&mut self, e: &PoolRenewed) {
+        if self.successor_mut(&e.pool, e.renewal_id).is_none() {
+            return;
+        }
+        let Some(p) = self.pools.get_mut(&e.pool) else {
+            return;
+        };
+        p.allocation = e.allocation.clone();
+        p.ended = None;
+        if let Some(spread) = &mut p.spread {
+            spread.nodes.clear();
+            spread.lost.clear();
+        }
+        if let Some(r) = &mut p.renewal {
+            r.generation = e.generation;
+            r.successor = None;
+            r.finished_here = 0;
         }
     }
 
@@ -606,18 +737,22 @@ impl Pools {
                 pool.finished.pop_front();
             }
             pool.finished.push_back(w);
+            if let Some(r) = &mut pool.renewal {
+                r.finished_here = (r.finished_here + 1).min(FINISHED_WORKERS_KEPT);
+            }
         }
         debug_assert!(pool.finished.len() <= FINISHED_WORKERS_KEPT);
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::event::pool::*;
     use crate::event::test_job;
 
-    fn intent(id: u128) -> PoolCreateIntent {
+    /// Creation `id` of pool `p` (also `policy::renewal`'s fixture).
+    pub(crate) fn intent(id: u128) -> PoolCreateIntent {
         PoolCreateIntent {
             pool: "p".into(),
             creation_id: Uuid::from_u128(id),
@@ -633,7 +768,8 @@ mod tests {
         }
     }
 
-    fn attached(job_id: u32) -> PoolAttached {
+    /// Pool `p` attached to job `job_id` (also `policy::renewal`'s fixture).
+    pub(crate) fn attached(job_id: u32) -> PoolAttached {
         PoolAttached {
             pool: "p".into(),
             allocation: Allocation {
@@ -857,6 +993,124 @@ mod tests {
         );
         assert_eq!(finished[1].launch_failure, finished[0].launch_failure);
         assert_eq!(finished[1].placement, None);
+        let bytes = rmp_serde::to_vec(&pools).unwrap();
+        let back: Pools = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(back, pools);
+    }
+    /// journal-format.md's example bodies of kinds 173–175, byte for byte.
+    #[test]
+    fn the_renewal_bodies_are_the_specs_examples() {
+        use crate::event::body_hex;
+        let id = Uuid::from_u128(1);
+        let uuid = "c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 01";
+        let asked = PoolRenewalAsked {
+            pool: "p".into(),
+            creation_id: id,
+            until: None,
+            max_allocations: Some(3),
+            overlap: false,
+        };
+        assert_eq!(body_hex(&asked), format!("95 a1 70 {uuid} c0 03 c2"));
+        let intent = PoolRenewalIntent {
+            pool: "p".into(),
+            renewal_id: id,
+            generation: 2,
+            job_name: "x-pool-p-00000000".into(),
+            salloc_limit_s: 40,
+            previous_job_id: test_job(901),
+            after: Some(test_job(901)),
+        };
+        assert_eq!(
+            body_hex(&intent),
+            format!(
+                "97 a1 70 {uuid} 02 b1 78 2d 70 6f 6f 6c 2d 70 2d 30 30 30 30 30 30 30 30 28 cd \
+                 03 85 cd 03 85"
+            )
+        );
+        let job = PoolRenewalJob {
+            pool: "p".into(),
+            renewal_id: id,
+            job_id: test_job(902),
+            how: "salloc".into(),
+        };
+        assert_eq!(
+            body_hex(&job),
+            format!("94 a1 70 {uuid} cd 03 86 a6 73 61 6c 6c 6f 63")
+        );
+    }
+
+    /// A renewing pool: one successor at a time, only its own events settle it, and its
+    /// `PoolRenewed` makes it the allocation (ended cleared, generation up); a snapshot of it
+    /// reads back.
+    #[test]
+    fn a_renewal_has_one_successor_and_only_it_becomes_the_allocation() {
+        let mut pools = Pools::default();
+        pools.create_intent(Micros(5), &intent(1));
+        pools.renew_asked(&PoolRenewalAsked {
+            pool: "p".into(),
+            creation_id: Uuid::from_u128(1),
+            until: None,
+            max_allocations: None,
+            overlap: false,
+        });
+        pools.attach(Micros(6), &attached(7));
+        pools.owned(&PoolOwned {
+            pool: "p".into(),
+            creation_id: Uuid::from_u128(1),
+            job_id: test_job(7),
+        });
+        assert_eq!(pools.pools["p"].renewal.as_ref().unwrap().generation, 1);
+        let ask = |id: u128| PoolRenewalIntent {
+            pool: "p".into(),
+            renewal_id: Uuid::from_u128(id),
+            generation: 2,
+            job_name: format!("x-pool-p-{id:08x}"),
+            salloc_limit_s: 40,
+            previous_job_id: test_job(7),
+            after: Some(test_job(7)),
+        };
+        pools.renewal_intent(Micros(7), &ask(10));
+        pools.renewal_intent(Micros(8), &ask(11));
+        let r = pools.pools["p"].renewal.as_ref().unwrap();
+        assert_eq!(
+            r.successor.as_ref().unwrap().intent.renewal_id,
+            Uuid::from_u128(10)
+        );
+        pools.allocation_ended(&PoolAllocationEnded {
+            pool: "p".into(),
+            job_id: test_job(7),
+            proof: "squeue shows job 7 TIMEOUT".into(),
+        });
+        let mut next = attached(8).allocation;
+        next.start_time = Micros(100);
+        let renewed = |id: u128| PoolRenewed {
+            pool: "p".into(),
+            renewal_id: Uuid::from_u128(id),
+            generation: 2,
+            allocation: next.clone(),
+            previous_job_id: test_job(7),
+            cause: "time-limit".into(),
+            proof: "squeue shows job 7 TIMEOUT".into(),
+        };
+        pools.renewed(&renewed(11));
+        assert_eq!(
+            pools.pools["p"].allocation.job_id,
+            test_job(7),
+            "not its successor"
+        );
+        pools.renewal_job(&PoolRenewalJob {
+            pool: "p".into(),
+            renewal_id: Uuid::from_u128(10),
+            job_id: test_job(8),
+            how: "salloc".into(),
+        });
+        pools.renewed(&renewed(10));
+        let p = &pools.pools["p"];
+        assert_eq!(p.allocation.job_id, test_job(8));
+        assert_eq!(p.ended, None);
+        let r = p.renewal.as_ref().unwrap();
+        assert_eq!((r.generation, r.first_start), (2, Micros(1)));
+        assert!(r.successor.is_none());
         let bytes = rmp_serde::to_vec(&pools).unwrap();
         let back: Pools = rmp_serde::from_slice(&bytes).unwrap();
         assert_eq!(back, pools);

@@ -240,15 +240,24 @@ pub(super) fn attached(pool: &str, allocation: &Allocation, facts: &AllocationFa
         pool: pool.to_owned(),
         allocation: allocation.clone(),
     })];
+    events.extend(nodes_of(pool, allocation, facts));
+    events
+}
+
+/// `PoolNodes` for an allocation over several nodes or with GPUs (none for one node without).
+pub(super) fn nodes_of(
+    pool: &str,
+    allocation: &Allocation,
+    facts: &AllocationFacts,
+) -> Option<Event> {
     let shares = facts.live_shares();
-    if shares.len() > 1 || shares.iter().any(|s| !s.gpus.is_empty()) {
-        events.push(Event::PoolNodes(PoolNodes {
+    (shares.len() > 1 || shares.iter().any(|s| !s.gpus.is_empty())).then(|| {
+        Event::PoolNodes(PoolNodes {
             pool: pool.to_owned(),
             job_id: allocation.job_id,
             nodes: shares,
-        }));
-    }
-    events
+        })
+    })
 }
 
 fn marked(intent: &AllocationMarkIntent, ok: bool, reason: String) -> Event {

@@ -70,6 +70,16 @@ pub struct CreateRequest {
     pub gpus_per_node: u32,
     /// How long salloc may wait for the allocation (`--immediate`), and a found job to run.
     pub wait: Duration,
+    /// `--renew`: keep the pool across allocations, within these bounds.
+    pub renew: Option<RenewBounds>,
+}
+
+/// What `--renew`, `--renew-until`, `--renew-max` and `--renew-overlap` asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RenewBounds {
+    pub until: Option<Micros>,
+    pub max_allocations: Option<u32>,
+    pub overlap: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -101,7 +111,7 @@ pub fn creation_job_name(prefix: &str, pool: &str, id: Uuid) -> String {
 
 /// The salloc of a creation. Its `--comment` marks the allocation as held by this journal
 /// (`policy::holder`), so another state directory's `pool attach` of it is refused.
-fn alloc_request(
+pub(super) fn alloc_request(
     req: &CreateRequest,
     name: JobName,
     holder: &Holder,
@@ -176,6 +186,15 @@ fn write_intent<S: Scheduler>(
                 nodes: req.nodes,
                 gpus_per_node: req.gpus_per_node,
                 no_kill: req.nodes > 1,
+            }));
+        }
+        if let Some(b) = req.renew {
+            events.push(Event::PoolRenewalAsked(PoolRenewalAsked {
+                pool: pool.to_owned(),
+                creation_id,
+                until: b.until,
+                max_allocations: b.max_allocations,
+                overlap: b.overlap,
             }));
         }
         writer.append(events)?;
@@ -555,30 +574,28 @@ pub(crate) enum Found {
     Unknown(String),
 }
 
-/// What Slurm lists under creation `c`'s job name: the user's jobs (`--me --states=all`) and,
-/// once `settled` (its salloc's limit plus the margin past), accounting by name.
-async fn look_by_name<S: Scheduler>(
+/// What Slurm lists under job name `name` (of a creation or renewal intended at `since`): the
+/// user's jobs (`--me --states=all`) and, once `settled` (its salloc's limit plus the margin
+/// past), accounting by name.
+pub(super) async fn look_by_name<S: Scheduler>(
     ctx: &Ctx<S>,
-    c: &Creation,
+    name: &str,
+    since: Micros,
     settled: bool,
 ) -> (Answer<Vec<JobRow>>, Option<Answer<Vec<AcctRow>>>) {
-    let intent = &c.intent;
     let mine = ctx
         .sched
         .list_jobs(&JobQuery::mine_including_finished())
         .await;
     let sacct = if settled {
         let margin = Micros(reconcile_policy::SETTLE_MARGIN.as_micros() as i64);
-        let names = JobName::new(intent.job_name.clone())
-            .ok()
-            .into_iter()
-            .collect();
+        let names = JobName::new(name.to_owned()).ok().into_iter().collect();
         Some(
             ctx.sched
                 .accounting(&AcctQuery {
                     jobs: vec![],
                     names,
-                    since: micros_to_local(Micros(c.since.0 - margin.0)),
+                    since: micros_to_local(Micros(since.0 - margin.0)),
                 })
                 .await,
         )
@@ -590,7 +607,7 @@ async fn look_by_name<S: Scheduler>(
 
 /// The config's `job_name_prefix` creation `intent`'s job was named under
 /// ([`creation_job_name`]).
-fn creation_prefix(intent: &PoolCreateIntent) -> Option<String> {
+pub(super) fn creation_prefix(intent: &PoolCreateIntent) -> Option<String> {
     let hex = &intent.creation_id.simple().to_string()[..8];
     intent
         .job_name
@@ -602,7 +619,10 @@ fn creation_prefix(intent: &PoolCreateIntent) -> Option<String> {
 /// one, an answer that lacks the creation's name proves nothing. Read without the writer's
 /// lock, and kept no longer than this call: nothing is appended here, and a poll must not
 /// hold up other commands or a whole state across its waits.
-fn watermark_now<S: Scheduler>(ctx: &Ctx<S>, settled_at: Micros) -> Result<Option<JobId>, OpError> {
+pub(super) fn watermark_now<S: Scheduler>(
+    ctx: &Ctx<S>,
+    settled_at: Micros,
+) -> Result<Option<JobId>, OpError> {
     let state = ctx.load()?.state;
     let recorded = reconcile_policy::recorded_job_ids(&state);
     Ok(reconcile_policy::watermark(settled_at, recorded))
@@ -628,7 +648,7 @@ pub(crate) async fn find_job<S: Scheduler>(
     loop {
         let now = ctx.now();
         let watermark = watermark_now(ctx, settled_at)?;
-        let (mine, sacct) = look_by_name(ctx, c, now >= settled_at).await;
+        let (mine, sacct) = look_by_name(ctx, &intent.job_name, c.since, now >= settled_at).await;
         match reconcile_policy::find_lost(
             &intent.job_name,
             c.since,

@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::create::{creation_failed, find_job, job_over, Found, Progress};
+use super::renew::{renewal_failed, successor_job, RenewalOutcome};
 use super::{locked, stop_worker};
 use crate::event::pool::*;
 use crate::event::Event;
@@ -32,6 +33,16 @@ pub struct ReleaseReport {
     pub proof: String,
     /// The workers released, each with what proved its step over.
     pub workers: Vec<ReleasedWorker>,
+    /// The next allocation a renewal had asked for, ended too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub successor: Option<EndedSuccessor>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct EndedSuccessor {
+    /// None when no job of it was ever known (cancelled by its name).
+    pub job_id: Option<JobId>,
+    pub proof: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -71,6 +82,7 @@ async fn release_creation<S: Scheduler>(
                 job_id,
                 proof,
                 workers: Vec::new(),
+                successor: None,
             })
         }
         // Nothing proves that its salloc made nothing (a lost answer, and listings that
@@ -122,6 +134,7 @@ fn creation_released<S: Scheduler>(
         job_id,
         proof,
         workers: Vec::new(),
+        successor: None,
     })
 }
 
@@ -251,6 +264,8 @@ async fn release_pool<S: Scheduler>(
     };
     // What the stops did not settle: no step outlives its allocation.
     workers.extend(release_left(ctx, &pool, job, &proof)?);
+    // The next allocation a renewal asked for, pending or running, ends with the pool.
+    let successor = end_successor(ctx, &pool).await?;
     failpoint::hit("pool-release-before-record");
     locked(ctx, |writer, state| {
         if !same(state) {
@@ -277,5 +292,47 @@ async fn release_pool<S: Scheduler>(
         job_id: Some(allocation.job_id),
         proof,
         workers,
+        successor,
     })
+}
+
+/// The successor a renewal of `pool` has in flight (`releasing` is set: no other is asked
+/// from here on): its job cancelled and proven gone, or, with no job known, every job of its
+/// name cancelled; then recorded over.
+async fn end_successor<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &str,
+) -> Result<Option<EndedSuccessor>, OpError> {
+    let state = ctx.load()?.state;
+    let Some(s) = state
+        .pools
+        .pools
+        .get(pool)
+        .and_then(|p| p.renewal.as_ref())
+        .and_then(|r| r.successor.clone())
+    else {
+        return Ok(None);
+    };
+    let job = match successor_job(ctx, &s).await? {
+        Ok(job) => Some(job),
+        Err((RenewalOutcome::Failed, _)) => return Ok(None),
+        Err(_) => None,
+    };
+    let proof = match job {
+        Some(job) => cancel_and_prove(ctx, pool, job).await?,
+        None => {
+            let name = JobName::new(s.intent.job_name.clone())
+                .map_err(|e| OpError::Failed(e.to_string()))?;
+            ctx.sched.cancel_by_name(&name).await.map_err(|e| {
+                OpError::Unknown(format!(
+                    "the next allocation of pool {pool} ({name}) could not be cancelled by                      name ({e}); run {} again",
+                    Next::PoolRelease(&pool)
+                ))
+            })?;
+            format!("scancel --me --name={name} answered: nothing of that name is left to run")
+        }
+    };
+    failpoint::hit("pool-release-after-successor");
+    renewal_failed(ctx, &s.intent, true, format!("released: {proof}"))?;
+    Ok(Some(EndedSuccessor { job_id: job, proof }))
 }

@@ -79,7 +79,63 @@ pub struct PoolView<W = Vec<WorkerView>> {
     /// Each node's capacity (as recorded at attach; nothing on a lost node) and what the
     /// workers placed there reserve.
     pub nodes: Vec<NodeRoom>,
+    /// A pool created with `--renew`: its allocations so far, the next one, its bounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub renewal: Option<RenewalView>,
     pub workers: W,
+}
+
+/// A renewing pool's header (`pool status`): read from the journal alone, as every view is;
+/// Slurm's word on the next allocation (PENDING and why) is `reconcile`'s `renewals`.
+#[derive(Debug, Serialize)]
+pub struct RenewalView {
+    /// Allocations so far, the current one included.
+    pub generation: u32,
+    /// When the first allocation started (RFC 3339), and the seconds since.
+    pub alive_since: String,
+    pub alive_s: i64,
+    pub until: Option<String>,
+    pub max_allocations: Option<u32>,
+    pub overlap: bool,
+    /// Why no allocation is asked for again, once renewal stopped.
+    pub stopped: Option<String>,
+    pub successor: Option<SuccessorView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SuccessorView {
+    pub generation: u32,
+    pub job_name: String,
+    /// Known once salloc named it or it was found by name.
+    pub job_id: Option<JobId>,
+    /// When it was asked for (RFC 3339).
+    pub asked_at: String,
+    /// The job it may not run beside (`--dependency=afterany`).
+    pub after: Option<JobId>,
+    /// Why its salloc's outcome is not known, if it is not.
+    pub unclear: Option<String>,
+}
+
+impl RenewalView {
+    pub fn of(r: &crate::state::pool::Renewal, now: Micros) -> RenewalView {
+        RenewalView {
+            generation: r.generation,
+            alive_since: r.first_start.to_rfc3339(),
+            alive_s: (now.0 - r.first_start.0).max(0) / 1_000_000,
+            until: r.asked.until.map(Micros::to_rfc3339),
+            max_allocations: r.asked.max_allocations,
+            overlap: r.asked.overlap,
+            stopped: r.stopped.clone(),
+            successor: r.successor.as_ref().map(|s| SuccessorView {
+                generation: s.intent.generation,
+                job_name: s.intent.job_name.clone(),
+                job_id: s.job_id,
+                asked_at: s.since.to_rfc3339(),
+                after: s.intent.after,
+                unclear: s.failure.clone(),
+            }),
+        }
+    }
 }
 
 crate::words! {
@@ -616,6 +672,7 @@ fn build<'s, W>(
                     gpus: nodes.iter().map(|n| n.reserved.gpus).sum(),
                 },
                 nodes,
+                renewal: p.renewal.as_ref().map(|r| RenewalView::of(r, now)),
                 workers: workers(p, PoolDirs::of(pools_dir, &p.name)),
             }
         })

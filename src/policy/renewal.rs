@@ -1,0 +1,211 @@
+//! Renewal of a created pool (`pool create --renew`): when its next allocation is asked for,
+//! and when that allocation may become the pool's. Pure: the time is an argument.
+//!
+//! The next allocation is asked for [`RENEW_LEAD_S`] before the current one ends, or at once
+//! when the current one is proven over (a preemption, all its nodes lost). Without
+//! `--renew-overlap` it depends on the current one (`--dependency=afterany:<job>`), so Slurm
+//! cannot run it beside the last: it is queued early and starts as soon as the last ends. It
+//! becomes the pool's allocation only once it runs, the last one is proven over and every
+//! worker of the last one is released with proof: a pool has one allocation at a time.
+
+use crate::event::Micros;
+use crate::policy::continuation::{cause_in, Cause};
+use crate::slurm::JobId;
+use crate::state::pool::Pool;
+
+/// How long before the current allocation's end the next one is asked for: twice the default
+/// early-shutdown window (publication 30 s, native state 15 s, cleanup 15 s), so that a
+/// `reconcile` run every minute asks at least once before the end with a minute to spare.
+pub const RENEW_LEAD_S: i64 = 120;
+
+/// What a renewing pool's renewal does now (no successor in flight).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Due {
+    /// Not yet: when it will be.
+    Later(Micros),
+    /// Ask for allocation `generation`; `after`: the job it must not run beside.
+    Ask {
+        generation: u32,
+        after: Option<JobId>,
+    },
+    /// A bound is reached: renewal stops, and why.
+    Stop(String),
+}
+
+/// What pool `p`'s renewal does at `now`; `None`: it does not renew, its renewal stopped, it
+/// is being released, or a successor is in flight.
+pub fn due(p: &Pool, now: Micros) -> Option<Due> {
+    let r = p.renewal.as_ref()?;
+    if r.stopped.is_some() || p.releasing || r.successor.is_some() {
+        return None;
+    }
+    if let Some(max) = r.asked.max_allocations {
+        if r.generation >= max {
+            return Some(Due::Stop(format!(
+                "the pool had its {max} allocations (--renew-max {max})"
+            )));
+        }
+    }
+    let end = p.allocation.end_time;
+    if let Some(until) = r.asked.until {
+        if end.0 >= until.0 {
+            return Some(Due::Stop(format!(
+                "allocation {} ends at or after --renew-until {}",
+                p.allocation.job_id,
+                until.to_rfc3339()
+            )));
+        }
+    }
+    let from = Micros(end.0 - RENEW_LEAD_S * 1_000_000);
+    let over = p.ended.is_some();
+    if !over && now.0 < from.0 {
+        return Some(Due::Later(from));
+    }
+    let after = (!over && !r.asked.overlap).then_some(p.allocation.job_id);
+    Some(Due::Ask {
+        generation: r.generation + 1,
+        after,
+    })
+}
+
+/// May the running successor of `p` become its allocation? The cause of the last one's end
+/// and Slurm's proof of it, or why not yet.
+pub fn may_adopt(p: &Pool) -> Result<(Cause, String), String> {
+    let job = p.allocation.job_id;
+    if p.releasing {
+        return Err(format!("pool {} is being released", p.name));
+    }
+    let Some(ended) = &p.ended else {
+        return Err(format!("allocation {job} is not proven over yet"));
+    };
+    if !p.active.is_empty() {
+        return Err(format!(
+            "{} worker(s) of allocation {job} are not released with proof yet",
+            p.active.len()
+        ));
+    }
+    let cause = cause_in(&ended.proof).unwrap_or(Cause::Lost);
+    Ok((cause, ended.proof.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::pool::*;
+    use crate::event::test_job;
+    use crate::state::pool::tests::{attached, intent};
+    use crate::state::pool::Pools;
+    use uuid::Uuid;
+
+    const END_S: i64 = 1000;
+
+    /// Pool `p` created with these bounds, on job 7 ending at [`END_S`].
+    fn renewing(max: Option<u32>, until: Option<Micros>, overlap: bool) -> Pools {
+        let id = Uuid::from_u128(1);
+        let mut pools = Pools::default();
+        pools.create_intent(Micros(0), &intent(1));
+        pools.renew_asked(&PoolRenewalAsked {
+            pool: "p".into(),
+            creation_id: id,
+            until,
+            max_allocations: max,
+            overlap,
+        });
+        let mut a = attached(7);
+        a.allocation.end_time = Micros::from_secs(END_S);
+        pools.attach(Micros(1), &a);
+        pools.owned(&PoolOwned {
+            pool: "p".into(),
+            creation_id: id,
+            job_id: test_job(7),
+        });
+        pools
+    }
+
+    fn end(pools: &mut Pools, proof: &str) {
+        pools.allocation_ended(&PoolAllocationEnded {
+            pool: "p".into(),
+            job_id: test_job(7),
+            proof: proof.into(),
+        });
+    }
+
+    #[test]
+    fn the_next_allocation_is_due_before_the_end_after_it_and_at_once_after_a_proven_end() {
+        let mut pools = renewing(None, None, false);
+        let lead = Micros::from_secs(END_S - RENEW_LEAD_S);
+        assert_eq!(due(&pools.pools["p"], Micros(0)), Some(Due::Later(lead)));
+        let ask = Due::Ask {
+            generation: 2,
+            after: Some(test_job(7)),
+        };
+        assert_eq!(due(&pools.pools["p"], lead), Some(ask));
+        // Preempted early: at once, and without a dependency on a job proven over.
+        end(&mut pools, "squeue shows job 7 PREEMPTED");
+        let now = Micros(0);
+        assert_eq!(
+            due(&pools.pools["p"], now),
+            Some(Due::Ask {
+                generation: 2,
+                after: None
+            })
+        );
+        let overlap = renewing(None, None, true);
+        assert_eq!(
+            due(&overlap.pools["p"], lead),
+            Some(Due::Ask {
+                generation: 2,
+                after: None
+            })
+        );
+    }
+
+    #[test]
+    fn bounds_stop_renewal_and_a_successor_in_flight_or_a_release_asks_nothing() {
+        let at_max = renewing(Some(1), None, false);
+        assert!(matches!(
+            due(&at_max.pools["p"], Micros(0)),
+            Some(Due::Stop(_))
+        ));
+        let until = renewing(None, Some(Micros::from_secs(END_S)), false);
+        assert!(matches!(
+            due(&until.pools["p"], Micros(0)),
+            Some(Due::Stop(_))
+        ));
+        let mut pools = renewing(Some(3), Some(Micros::from_secs(END_S + 1)), false);
+        pools.renewal_intent(
+            Micros(2),
+            &PoolRenewalIntent {
+                pool: "p".into(),
+                renewal_id: Uuid::from_u128(9),
+                generation: 2,
+                job_name: "x-pool-p-00000009".into(),
+                salloc_limit_s: 40,
+                previous_job_id: test_job(7),
+                after: Some(test_job(7)),
+            },
+        );
+        assert_eq!(due(&pools.pools["p"], Micros::from_secs(END_S)), None);
+        let mut released = renewing(None, None, false);
+        released.release_intent(&PoolReleaseIntent {
+            pool: "p".into(),
+            job_id: test_job(7),
+        });
+        assert_eq!(due(&released.pools["p"], Micros::from_secs(END_S)), None);
+    }
+
+    #[test]
+    fn a_successor_is_taken_only_once_the_last_allocation_is_proven_over() {
+        let mut pools = renewing(None, None, false);
+        assert!(may_adopt(&pools.pools["p"]).is_err());
+        end(&mut pools, "squeue shows job 7 TIMEOUT");
+        let (cause, proof) = may_adopt(&pools.pools["p"]).unwrap();
+        assert_eq!(
+            (cause, proof.as_str()),
+            (Cause::TimeLimit, "squeue shows job 7 TIMEOUT")
+        );
+        let mut lost = renewing(None, None, false);
+        end(&mut lost, "every node of job 7 is lost: vm");
+        assert_eq!(may_adopt(&lost.pools["p"]).unwrap().0, Cause::Lost);
+    }
+}
