@@ -41,7 +41,7 @@
 
 #[path = "timing/mod.rs"]
 mod timing;
-use timing::{median, run_ok};
+use timing::{median, run_ok, Salloc};
 
 #[path = "../tests/synthetic/mod.rs"]
 mod synthetic;
@@ -56,37 +56,11 @@ fn dispatch(state: &Path) -> Command {
     c
 }
 
-struct Salloc(u32);
-
-impl Drop for Salloc {
-    fn drop(&mut self) {
-        let _ = Command::new("scancel").arg(self.0.to_string()).status();
-    }
-}
-
 fn salloc() -> Salloc {
-    let out = Command::new("salloc")
-        .args([
-            "--no-shell",
-            "--immediate=60",
-            "-J",
-            "dispatch-bench-pool",
-            "-c",
-            "2",
-            "--mem",
-            "1G",
-            "--time",
-            "20",
-        ])
-        .output()
-        .expect("salloc: start the dev cluster with tools/slurm-dev-cluster start");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let id = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("salloc: Granted job allocation "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("salloc failed: {stderr}"));
-    Salloc(id)
+    timing::salloc(
+        "dispatch-bench-pool",
+        &["-c", "2", "--mem", "1G", "--time", "20"],
+    )
 }
 
 fn submit_overhead(rounds: usize) -> (Duration, Duration) {
@@ -191,28 +165,10 @@ fn reconcile_cost(n: u32) -> (u64, Duration) {
 
 /// A 4-CPU allocation for the waiting bench.
 fn salloc_four() -> Salloc {
-    let out = Command::new("salloc")
-        .args([
-            "--no-shell",
-            "--immediate=60",
-            "-J",
-            "dispatch-bench-wait",
-            "-c",
-            "4",
-            "--mem",
-            "4G",
-            "--time",
-            "20",
-        ])
-        .output()
-        .expect("salloc");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let id = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("salloc: Granted job allocation "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("salloc failed: {stderr}"));
-    Salloc(id)
+    timing::salloc(
+        "dispatch-bench-wait",
+        &["-c", "4", "--mem", "4G", "--time", "20"],
+    )
 }
 
 /// Steps of `job` still listed whose name starts with `prefix`.

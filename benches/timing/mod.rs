@@ -28,3 +28,28 @@ pub fn timed(cmd: &mut Command) -> (Duration, String) {
 pub fn run_ok(cmd: &mut Command) -> Duration {
     timed(cmd).0
 }
+
+/// An allocation made with `salloc --no-shell --immediate=60 -J NAME ARGS…`, cancelled when
+/// dropped (even on panic).
+pub struct Salloc(pub u32);
+
+impl Drop for Salloc {
+    fn drop(&mut self) {
+        let _ = Command::new("scancel").arg(self.0.to_string()).status();
+    }
+}
+
+pub fn salloc(name: &str, args: &[&str]) -> Salloc {
+    let out = Command::new("salloc")
+        .args(["--no-shell", "--immediate=60", "-J", name])
+        .args(args)
+        .output()
+        .expect("salloc: start the dev cluster with tools/slurm-dev-cluster start");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let id = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("salloc: Granted job allocation "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("salloc failed: {stderr}"));
+    Salloc(id)
+}
