@@ -1663,6 +1663,16 @@ fn a_worker_that_checkpointed_before_its_node_failed_is_continued_on_a_surviving
     drop(revive);
 }
 
+/// The counter of tests/continuation_real.rs: counts in its native state every 0.1 s; on
+/// SIGTERM saves the count, appends what this generation counted, declares a checkpoint and
+/// exits 0. It ignores a second TERM: Slurm signals every process of the batch step, and the
+/// supervisor forwards its own TERM to the payload too.
+const PREEMPT_COUNTER: &str = r#"f="$DISPATCH_STATE_DIR/count"
+n=$(cat "$f" 2>/dev/null || echo 0)
+start=$n
+trap 'trap "" TERM; echo $n > "$f"; echo $((n - start)) >> "$DISPATCH_STATE_DIR/counted"; touch "$DISPATCH_CHECKPOINT"; exit 0' TERM
+while :; do n=$((n + 1)); sleep 0.1; done"#;
+
 /// dispatch on this cluster with `state`: the parsed JSON of its stdout (`--json` given by
 /// the caller), after checking it succeeded.
 fn dispatch_json(c: &Cluster, state: &std::path::Path, args: &[&str]) -> serde_json::Value {
@@ -1736,7 +1746,7 @@ fn a_preempted_submit_job_shows_its_grace_ends_preempted_and_is_continued_with_t
             "--",
             "sh",
             "-c",
-            COUNTER,
+            PREEMPT_COUNTER,
         ],
     );
     let first = Job {
@@ -1877,7 +1887,10 @@ fn a_preempted_submit_job_shows_its_grace_ends_preempted_and_is_continued_with_t
         .lines()
         .map(|l| l.trim().parse().unwrap())
         .collect();
-    assert_eq!(counted.len(), 2, "{counted:?}");
+    let mut cmd = c.dispatch(&state);
+    cmd.args(["inspect", &second_id.to_string()]);
+    let inspect = text(&output(cmd, STEP_BOUND).stdout);
+    assert_eq!(counted.len(), 2, "{counted:?}: {inspect}");
     assert!(counted.iter().all(|n| *n > 0), "{counted:?}");
     assert_eq!(
         read("count").trim().parse::<u64>().unwrap(),
