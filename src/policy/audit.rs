@@ -288,7 +288,10 @@ impl Auditor {
             Event::WorkerReportIngested(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerJournalDamaged(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerDevicesIngested(e) => self.touch_worker(env, e.submission_id),
-            Event::WorkerLaunchFailed(e) if e.definite => self.release_worker(env, e.submission_id),
+            Event::WorkerLaunchFailed(e) if e.definite => {
+                self.never_created(e.submission_id);
+                self.release_worker(env, e.submission_id)
+            }
             Event::WorkerLaunchFailed(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerTerminal(e) => {
                 self.require_proof(
@@ -302,7 +305,12 @@ impl Auditor {
             Event::JobSubmitted(e) => self.job_effect(env, e.submission_id, false),
             Event::JobStopIntent(e) => self.job_effect(env, e.submission_id, false),
             Event::JobNamed(e) => self.job_effect(env, e.submission_id, false),
-            Event::JobSubmitFailed(e) => self.job_effect(env, e.submission_id, e.definite),
+            Event::JobSubmitFailed(e) => {
+                if e.definite {
+                    self.never_created(e.submission_id);
+                }
+                self.job_effect(env, e.submission_id, e.definite)
+            }
             Event::JobTerminal(e) => {
                 self.require_proof(
                     env,
