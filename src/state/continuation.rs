@@ -55,11 +55,27 @@ pub struct Unproven {
     pub pid: u32,
 }
 
-/// What a definite failure of a submission says of who recorded it.
+/// What a definite failure of a submission says of who recorded it, and when.
 pub struct FailedBy<'a> {
     pub host: &'a str,
     pub pid: u32,
     pub reason: &'a str,
+    pub at: Micros,
+    /// Its sbatch's limit (`JobNamed`), for a `dispatch submit` job.
+    pub sbatch_limit_s: Option<u32>,
+}
+
+impl FailedBy<'_> {
+    /// Slurm answered and refused it: the failure was recorded by the command that wrote the
+    /// receipt at `receipt`, within its sbatch's limit. A failure recorded after that limit
+    /// can only be `reconcile`'s proof by absence (its driver died before Slurm answered).
+    /// Without a limit (a pool worker's srun), the command that recorded it tells.
+    fn slurm_refused(&self, receipt: Micros, u: &Unproven) -> bool {
+        match self.sbatch_limit_s {
+            Some(limit) => self.at.0 <= receipt.0 + i64::from(limit) * 1_000_000,
+            None => u.host == self.host && u.pid == self.pid,
+        }
+    }
 }
 
 /// What a `dispatch submit` or `pool submit` worker needs to be submitted again.
@@ -264,7 +280,7 @@ impl Continuations {
         };
         let unproven = self.lineage[at].unproven.take().expect("found with one");
         let predecessor = self.lineage[at].continued.predecessor;
-        if unproven.host == by.host && unproven.pid == by.pid {
+        if by.slurm_refused(self.lineage[at].at, &unproven) {
             self.asked.insert(predecessor, unproven.predecessor);
             self.refused(&ContinuationRefused {
                 predecessor,
@@ -409,6 +425,8 @@ mod tests {
             host: "login1",
             pid: 77,
             reason: proof,
+            at: Micros(6),
+            sbatch_limit_s: None,
         };
         c.never_created(&two, by_reconcile);
         let (id, again) = c.ended_ones().next().expect("due again");
@@ -425,11 +443,40 @@ mod tests {
                 host: "login1",
                 pid: 77,
                 reason: proof,
+                at: Micros(6),
+                sbatch_limit_s: None,
             },
         );
         assert!(
             c.asked.is_empty(),
             "a successor that exists settled it for good"
+        );
+        let mut after_its_limit = before.clone();
+        let late = FailedBy {
+            host: "login1",
+            pid: 40,
+            reason: proof,
+            at: Micros(5 + 31_000_000),
+            sbatch_limit_s: Some(30),
+        };
+        after_its_limit.never_created(&two, late);
+        assert_eq!(
+            after_its_limit.ended_ones().count(),
+            1,
+            "past its limit: proof by absence"
+        );
+        let mut within = before.clone();
+        let answered = FailedBy {
+            host: "login1",
+            pid: 77,
+            reason: "sbatch refused the job",
+            at: Micros(5 + 2_000_000),
+            sbatch_limit_s: Some(30),
+        };
+        within.never_created(&two, answered);
+        assert!(
+            within.refusal_of(&Uuid::from_u128(1)).is_some(),
+            "Slurm's answer"
         );
         let mut c = before;
         let refused = "sbatch refused the job: \"Invalid partition name specified\"";
@@ -439,6 +486,8 @@ mod tests {
                 host: "login1",
                 pid: 40,
                 reason: refused,
+                at: Micros(6),
+                sbatch_limit_s: None,
             },
         );
         assert!(

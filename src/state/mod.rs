@@ -257,7 +257,11 @@ impl State {
             Event::JobSubmitFailed(e) => {
                 if e.definite {
                     c.dropped(&e.submission_id);
-                    c.never_created(&e.submission_id, failed_by(env, &e.reason));
+                    let limit = (self.jobs.active.get(&e.submission_id))
+                        .and_then(|j| j.named.as_ref())
+                        .map(|n| n.sbatch_limit_s);
+                    let by = failed_by(env, &e.reason, limit);
+                    self.jobs.continuations.never_created(&e.submission_id, by);
                 }
                 self.jobs.failed(e)
             }
@@ -289,7 +293,7 @@ impl State {
         if e.definite {
             let c = &mut self.jobs.continuations;
             c.dropped(&e.submission_id);
-            c.never_created(&e.submission_id, failed_by(env, &e.reason));
+            c.never_created(&e.submission_id, failed_by(env, &e.reason, None));
         }
         self.pools.launch_failed(e)
     }
@@ -466,10 +470,16 @@ mod tests {
 
 /// Who recorded a definite failure, and why (`state::continuation` tells Slurm's refusal from
 /// a driver that died by it).
-fn failed_by<'a>(env: &'a Envelope, reason: &'a str) -> continuation::FailedBy<'a> {
+fn failed_by<'a>(
+    env: &'a Envelope,
+    reason: &'a str,
+    sbatch_limit_s: Option<u32>,
+) -> continuation::FailedBy<'a> {
     continuation::FailedBy {
         host: &env.actor.host,
         pid: env.actor.pid,
         reason,
+        at: env.time,
+        sbatch_limit_s,
     }
 }
