@@ -529,7 +529,7 @@ fn a_successor_receipt_without_its_sbatch_is_continued_again_once_proven_never_c
     let limit_s = named["sbatch_limit_s"].as_u64().unwrap();
     std::thread::sleep(std::time::Duration::from_secs(limit_s + 31));
     // A newer job of the user's is listed and the lost name is not: never created.
-    let other = format!("90|90|RUNNING|debug|dev|normal|root|1|1|vm|4:00|5:00|2026-11-29T17:00:00|2026-11-29T17:05:00|None|someone-else\n");
+    let other = "90|90|RUNNING|debug|dev|normal|root|1|1|vm|4:00|5:00|2026-11-29T17:00:00|2026-11-29T17:05:00|None|someone-else\n";
     fake.scenario(json!({
         "squeue": [
             {"match": ["--jobs=77"], "stderr": "slurm_load_jobs error: Invalid job id specified\n", "exit": 1},

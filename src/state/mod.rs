@@ -396,6 +396,22 @@ impl State {
     }
 }
 
+/// Who recorded a definite failure, and why (`state::continuation` tells Slurm's refusal from
+/// a driver that died by it).
+fn failed_by<'a>(
+    env: &'a Envelope,
+    reason: &'a str,
+    sbatch_limit_s: Option<u32>,
+) -> continuation::FailedBy<'a> {
+    continuation::FailedBy {
+        host: &env.actor.host,
+        pid: env.actor.pid,
+        reason,
+        at: env.time,
+        sbatch_limit_s,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -465,21 +481,5 @@ mod tests {
                 forgotten: false,
             }]
         );
-    }
-}
-
-/// Who recorded a definite failure, and why (`state::continuation` tells Slurm's refusal from
-/// a driver that died by it).
-fn failed_by<'a>(
-    env: &'a Envelope,
-    reason: &'a str,
-    sbatch_limit_s: Option<u32>,
-) -> continuation::FailedBy<'a> {
-    continuation::FailedBy {
-        host: &env.actor.host,
-        pid: env.actor.pid,
-        reason,
-        at: env.time,
-        sbatch_limit_s,
     }
 }
