@@ -478,11 +478,9 @@ fn a_cause_not_asked_for_or_a_finish_without_a_cause_is_not_continued() {
 /// kill -9 at each boundary of a continuation, then `reconcile`: exactly one successor.
 #[test]
 fn a_crash_at_each_continuation_boundary_gives_exactly_one_successor() {
-    for fp in [
-        "continue-before-submit",
-        "submit-after-intent",
-        "continue-after-submit",
-    ] {
+    // "submit-after-intent" (the successor's receipt without its sbatch) has its own test:
+    // its successor is proven never created only after its sbatch's limit has passed.
+    for fp in ["continue-before-submit", "continue-after-submit"] {
         let fake = Fake::new();
         fake.scenario(json!({"sbatch": [{"stdout": "77\n"}]}));
         let first = submit(&fake, &["--continue", "3"]);
@@ -510,14 +508,76 @@ fn a_crash_at_each_continuation_boundary_gives_exactly_one_successor() {
         let continued = of_kind(&fake, "WorkerContinued");
         assert_eq!(continued.len(), 1, "{fp}: {continued:?}");
         assert_eq!(continued[0]["predecessor"], first.to_string());
-        assert!(
-            before + after <= 1,
-            "{fp}: the successor was submitted twice"
-        );
-        if fp != "submit-after-intent" {
-            assert_eq!(before + after, 1, "{fp}: the successor was never submitted");
-        }
+        assert_eq!(before + after, 1, "{fp}: one successor job");
     }
+}
+
+/// kill -9 between the successor's receipt (its `WorkerContinued`) and its sbatch: once a
+/// `reconcile` proves that successor never created, the predecessor is due again and the next
+/// decision submits exactly one successor job, under a second `WorkerContinued`.
+#[test]
+fn a_successor_receipt_without_its_sbatch_is_continued_again_once_proven_never_created() {
+    let fake = Fake::new();
+    fake.scenario(json!({"sbatch": [{"stdout": "77\n"}]}));
+    let first = submit(&fake, &["--continue", "3"]);
+    worker_journal(&fake, first, true, true, "checkpointed");
+    fake.scenario(over_then(77, 78));
+    fake.crash("submit-after-intent", &["reconcile", "--json"]);
+    assert_eq!(fake.programs().iter().filter(|c| *c == "sbatch").count(), 0);
+    let named = of_kind(&fake, "JobNamed").last().cloned().unwrap();
+    let lost = named["job_name"].as_str().unwrap().to_owned();
+    let limit_s = named["sbatch_limit_s"].as_u64().unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(limit_s + 31));
+    // A newer job of the user's is listed and the lost name is not: never created.
+    let other = "90|90|RUNNING|debug|dev|normal|root|1|1|vm|4:00|5:00|2026-11-29T17:00:00|2026-11-29T17:05:00|None|someone-else\n";
+    fake.scenario(json!({
+        "squeue": [
+            {"match": ["--jobs=77"], "stderr": "slurm_load_jobs error: Invalid job id specified\n", "exit": 1},
+            {"match": ["--me"], "stdout": other},
+        ],
+        "sacct": [{"stdout": ""}],
+        "sbatch": [
+            {"match": ["--hold"], "stdout": "89\n"},
+            {"stdout": "78\n"},
+        ],
+        "scancel": [{"stdout": ""}],
+    }));
+    reconcile(&fake);
+    // A watermark beacon (held, cancelled at once) may prove it; it is no successor.
+    let sbatch = (fake.calls().into_iter())
+        .filter(|(c, argv)| c == "sbatch" && !argv.iter().any(|a| a == "--hold"));
+    let sbatch: Vec<Vec<String>> = sbatch.map(|(_, argv)| argv).collect();
+    assert_eq!(sbatch.len(), 1, "exactly one successor job: {sbatch:?}");
+    let name = of_kind(&fake, "JobNamed").last().cloned().unwrap()["job_name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let running = format!("78|78|RUNNING|debug|dev|normal|root|1|1|vm|4:00|5:00|2026-11-29T17:00:00|2026-11-29T17:05:00|None|{name}\n");
+    fake.scenario(json!({
+        "squeue": [
+            {"match": ["--jobs=77"], "stderr": "slurm_load_jobs error: Invalid job id specified\n", "exit": 1},
+            {"match": ["--me"], "stdout": running.clone()},
+            {"match": ["--jobs=78"], "stdout": running},
+        ],
+        "sacct": [{"stdout": ""}],
+    }));
+    reconcile(&fake);
+    let failed = of_kind(&fake, "JobSubmitFailed");
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(
+        failed[0]["reason"].as_str().unwrap().contains(&lost),
+        "{failed:?}"
+    );
+    let continued = of_kind(&fake, "WorkerContinued");
+    assert_eq!(continued.len(), 2, "decided again: {continued:?}");
+    assert_eq!(continued[1]["predecessor"], first.to_string());
+    assert_eq!(continued[1]["generation"], 2);
+    assert!(
+        !fake.programs().iter().any(|c| c == "sbatch"),
+        "no second successor job"
+    );
+    let submitted = of_kind(&fake, "JobSubmitted");
+    assert_eq!(submitted.len(), 2, "the first's job 77, the successor's 78");
 }
 
 #[test]

@@ -1414,25 +1414,22 @@ fn lost_accounting_during_a_blackout() {
     }
 }
 
-/// Found by seed 48 (continuation, issue 37 item 7), not fixed: reconcile continues `dispatch
+/// Found by seed 48 (continuation, issue 37 item 7), fixed: reconcile continues `dispatch
 /// submit` worker w8 (ended `CANCELLED`, lost, with a checkpoint) and is killed at
 /// `submit-after-intent`: the successor's receipt, with the `WorkerContinued` that settles its
 /// predecessor, is durable, and no sbatch ran. The next reconciles prove the successor never
-/// created (`JobSubmitFailed`, definite), and nothing continues w8 again: the continuation is
-/// lost. Making it again needs the audit to accept a second `WorkerContinued` for a predecessor
-/// whose successor was proven never run, which this branch may not change. The run counts such
-/// losses; `SIM_STRICT_CONTINUATION=1 SIM_SEED=48 cargo test --test simulation` fails on it.
-/// This test runs the seed with the loss counted, everything else checked.
+/// created (`JobSubmitFailed`, definite, written by another command than its receipt's), which
+/// makes w8 due again: a later reconcile continues it with a second `WorkerContinued`, which
+/// the audit accepts. The seed runs strict: no continuation lost.
 #[test]
 fn a_successor_receipt_without_its_sbatch() {
     quiet_crashes();
-    let opts = Opts::default();
+    let opts = Opts {
+        strict_continuation: true,
+        ..Opts::default()
+    };
     match run_seed(48, DEFAULT_STEPS, opts) {
-        Ok(stats) => assert!(
-            stats.successors_never_run <= 1,
-            "seed 48 lost {} continuations",
-            stats.successors_never_run
-        ),
+        Ok(stats) => assert_eq!(stats.successors_never_run, 0, "seed 48"),
         Err(e) => panic!("{e}"),
     }
 }

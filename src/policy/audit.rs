@@ -233,6 +233,23 @@ impl Auditor {
         let _ = self.worker_effect(env, id);
     }
 
+    /// A definite failure: nothing of submission `id` was created, its budget is released and
+    /// a continuation it was is undone (`lineage`).
+    fn launch_failed(&mut self, env: &Envelope, id: Uuid, definite: bool) {
+        if !definite {
+            return self.touch_worker(env, id);
+        }
+        self.never_created(id);
+        self.release_worker(env, id)
+    }
+
+    fn submit_failed(&mut self, env: &Envelope, id: Uuid, definite: bool) {
+        if definite {
+            self.never_created(id);
+        }
+        self.job_effect(env, id, definite)
+    }
+
     fn release_worker(&mut self, env: &Envelope, id: Uuid) {
         match self.worker_effect(env, id) {
             Some(Budget::Released { seq }) => self.flag(
@@ -288,8 +305,7 @@ impl Auditor {
             Event::WorkerReportIngested(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerJournalDamaged(e) => self.touch_worker(env, e.submission_id),
             Event::WorkerDevicesIngested(e) => self.touch_worker(env, e.submission_id),
-            Event::WorkerLaunchFailed(e) if e.definite => self.release_worker(env, e.submission_id),
-            Event::WorkerLaunchFailed(e) => self.touch_worker(env, e.submission_id),
+            Event::WorkerLaunchFailed(e) => self.launch_failed(env, e.submission_id, e.definite),
             Event::WorkerTerminal(e) => {
                 self.require_proof(
                     env,
@@ -302,7 +318,7 @@ impl Auditor {
             Event::JobSubmitted(e) => self.job_effect(env, e.submission_id, false),
             Event::JobStopIntent(e) => self.job_effect(env, e.submission_id, false),
             Event::JobNamed(e) => self.job_effect(env, e.submission_id, false),
-            Event::JobSubmitFailed(e) => self.job_effect(env, e.submission_id, e.definite),
+            Event::JobSubmitFailed(e) => self.submit_failed(env, e.submission_id, e.definite),
             Event::JobTerminal(e) => {
                 self.require_proof(
                     env,

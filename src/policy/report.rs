@@ -128,7 +128,8 @@ impl Selector {
             }
             // A worker is each generation of its lineage, whichever one was named.
             (Subject::Worker(_), Event::WorkerContinued(e)) => {
-                self.lineages.continued(env.time, e);
+                self.lineages
+                    .continued(env.time, e, &env.actor.host, env.actor.pid);
                 if self.seen.contains(&e.predecessor) || self.seen.contains(&e.submission_id) {
                     let chain: Vec<Uuid> = self
                         .lineages

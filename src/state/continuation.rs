@@ -39,6 +39,43 @@ pub struct Continuations {
 pub struct Generation {
     pub at: Micros,
     pub continued: WorkerContinued,
+    /// Until its successor is known to exist: the predecessor as it waited, and who wrote the
+    /// successor's receipt (host, pid). Last, and written only when set (journal-format.md §9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unproven: Option<Unproven>,
+}
+
+/// A continued predecessor kept until its successor is known to exist, so that a successor
+/// proven never created (its driver died before Slurm answered) makes it due again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unproven {
+    pub predecessor: Continuable,
+    /// The host and pid of the command that wrote the successor's receipt.
+    pub host: String,
+    pub pid: u32,
+}
+
+/// What a definite failure of a submission says of who recorded it, and when.
+pub struct FailedBy<'a> {
+    pub host: &'a str,
+    pub pid: u32,
+    pub reason: &'a str,
+    pub at: Micros,
+    /// Its sbatch's limit (`JobNamed`), for a `dispatch submit` job.
+    pub sbatch_limit_s: Option<u32>,
+}
+
+impl FailedBy<'_> {
+    /// Slurm answered and refused it: the failure was recorded by the command that wrote the
+    /// receipt at `receipt`, within its sbatch's limit. A failure recorded after that limit
+    /// can only be `reconcile`'s proof by absence (its driver died before Slurm answered).
+    /// Without a limit (a pool worker's srun), the command that recorded it tells.
+    fn slurm_refused(&self, receipt: Micros, u: &Unproven) -> bool {
+        match self.sbatch_limit_s {
+            Some(limit) => self.at.0 <= receipt.0 + i64::from(limit) * 1_000_000,
+            None => u.host == self.host && u.pid == self.pid,
+        }
+    }
 }
 
 /// What a `dispatch submit` or `pool submit` worker needs to be submitted again.
@@ -198,15 +235,61 @@ impl Continuations {
         self.asked.remove(id);
     }
 
-    pub fn continued(&mut self, at: Micros, e: &WorkerContinued) {
-        self.asked.remove(&e.predecessor);
+    /// `host`, `pid`: who wrote the successor's receipt.
+    pub fn continued(&mut self, at: Micros, e: &WorkerContinued, host: &str, pid: u32) {
+        let unproven = self
+            .asked
+            .remove(&e.predecessor)
+            .map(|predecessor| Unproven {
+                predecessor,
+                host: host.to_owned(),
+                pid,
+            });
         if self.lineage.len() == LINEAGE_KEPT {
             self.lineage.pop_front();
         }
         self.lineage.push_back(Generation {
             at,
             continued: e.clone(),
+            unproven,
         });
+    }
+
+    /// Submission `id` exists (or existed): if it is a successor, its predecessor is settled.
+    pub fn created(&mut self, id: &Uuid) {
+        if let Some(g) = self
+            .lineage
+            .iter_mut()
+            .find(|g| g.continued.submission_id == *id)
+        {
+            g.unproven = None;
+        }
+    }
+
+    /// Submission `id` definitely failed: nothing of it was created. If it is a successor not
+    /// yet known to exist, the command that wrote its receipt recording the failure means
+    /// Slurm answered and refused it (it would refuse again): the chain stops, as a refusal.
+    /// Another command recording it means its driver died before Slurm answered and a later
+    /// `reconcile` proved it absent: the continuation is forgotten and its predecessor is due
+    /// again, as it was.
+    pub fn never_created(&mut self, id: &Uuid, by: FailedBy<'_>) {
+        let Some(at) = (self.lineage.iter())
+            .position(|g| g.continued.submission_id == *id && g.unproven.is_some())
+        else {
+            return;
+        };
+        let unproven = self.lineage[at].unproven.take().expect("found with one");
+        let predecessor = self.lineage[at].continued.predecessor;
+        if by.slurm_refused(self.lineage[at].at, &unproven) {
+            self.asked.insert(predecessor, unproven.predecessor);
+            self.refused(&ContinuationRefused {
+                predecessor,
+                reason: format!("its successor {id} was refused: {}", by.reason),
+            });
+        } else {
+            self.lineage.remove(at);
+            self.asked.insert(predecessor, unproven.predecessor);
+        }
     }
 
     pub fn refused(&mut self, e: &ContinuationRefused) {
@@ -264,7 +347,7 @@ mod tests {
             Some("squeue shows job 7 TIMEOUT"),
             "the first proof stands"
         );
-        c.continued(Micros(5), &second_after_first());
+        c.continued(Micros(5), &second_after_first(), "h", 1);
         assert!(c.asked.is_empty());
         c.ask(&asked(2, 1), who(), None);
         assert_eq!(c.asked[&Uuid::from_u128(2)].generation, 2);
@@ -316,6 +399,119 @@ mod tests {
         let read: Continuations = rmp_serde::from_slice(&older).unwrap();
         assert!(read.refused.is_empty());
         assert_eq!(read.asked.len(), 1);
+    }
+
+    fn ended_first(c: &mut Continuations) {
+        c.ask(&asked(1, 2), who(), None);
+        c.ended(&Uuid::from_u128(1), "squeue shows job 7 TIMEOUT", None);
+        c.continued(Micros(5), &second_after_first(), "login1", 40);
+        assert!(
+            c.ended_ones().next().is_none(),
+            "settled by its successor's receipt"
+        );
+    }
+
+    /// A successor a later `reconcile` proved never created (its driver died before Slurm
+    /// answered) makes its predecessor due again, as it was; one the submitting command saw
+    /// Slurm refuse stops the chain, with the refusal kept.
+    #[test]
+    fn a_successor_never_created_makes_its_predecessor_due_again_unless_slurm_refused_it() {
+        let two = Uuid::from_u128(2);
+        let mut c = Continuations::default();
+        ended_first(&mut c);
+        let before = c.clone();
+        let proof = "job name absent from squeue and sacct";
+        let by_reconcile = FailedBy {
+            host: "login1",
+            pid: 77,
+            reason: proof,
+            at: Micros(6),
+            sbatch_limit_s: None,
+        };
+        c.never_created(&two, by_reconcile);
+        let (id, again) = c.ended_ones().next().expect("due again");
+        assert_eq!(id.as_u128(), 1);
+        assert_eq!(again.ended.as_deref(), Some("squeue shows job 7 TIMEOUT"));
+        assert_eq!((again.generation, again.asked.continues_left), (1, 2));
+        assert!(c.lineage.is_empty(), "the successor never existed");
+        assert_eq!(c.generation_of(&two), 1);
+        let mut c = before.clone();
+        c.created(&two);
+        c.never_created(
+            &two,
+            FailedBy {
+                host: "login1",
+                pid: 77,
+                reason: proof,
+                at: Micros(6),
+                sbatch_limit_s: None,
+            },
+        );
+        assert!(
+            c.asked.is_empty(),
+            "a successor that exists settled it for good"
+        );
+        let mut after_its_limit = before.clone();
+        let late = FailedBy {
+            host: "login1",
+            pid: 40,
+            reason: proof,
+            at: Micros(5 + 31_000_000),
+            sbatch_limit_s: Some(30),
+        };
+        after_its_limit.never_created(&two, late);
+        assert_eq!(
+            after_its_limit.ended_ones().count(),
+            1,
+            "past its limit: proof by absence"
+        );
+        let mut within = before.clone();
+        let answered = FailedBy {
+            host: "login1",
+            pid: 77,
+            reason: "sbatch refused the job",
+            at: Micros(5 + 2_000_000),
+            sbatch_limit_s: Some(30),
+        };
+        within.never_created(&two, answered);
+        assert!(
+            within.refusal_of(&Uuid::from_u128(1)).is_some(),
+            "Slurm's answer"
+        );
+        let mut c = before;
+        let refused = "sbatch refused the job: \"Invalid partition name specified\"";
+        c.never_created(
+            &two,
+            FailedBy {
+                host: "login1",
+                pid: 40,
+                reason: refused,
+                at: Micros(6),
+                sbatch_limit_s: None,
+            },
+        );
+        assert!(
+            c.asked.is_empty(),
+            "Slurm would refuse again: the chain stops"
+        );
+        assert!(c
+            .refusal_of(&Uuid::from_u128(1))
+            .unwrap()
+            .contains("Invalid partition"));
+    }
+
+    /// A generation whose successor is unproven reads back from a snapshot; one written
+    /// without the field reads as proven.
+    #[test]
+    fn an_unproven_successor_is_read_from_a_snapshot() {
+        let mut c = Continuations::default();
+        ended_first(&mut c);
+        let read: Continuations = rmp_serde::from_slice(&rmp_serde::to_vec(&c).unwrap()).unwrap();
+        assert_eq!(read, c);
+        c.created(&Uuid::from_u128(2));
+        assert!(c.lineage[0].unproven.is_none());
+        let read: Continuations = rmp_serde::from_slice(&rmp_serde::to_vec(&c).unwrap()).unwrap();
+        assert_eq!(read, c);
     }
 
     /// Submission 2 continuing 1 as its generation 2, after a time-out.

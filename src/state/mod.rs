@@ -177,7 +177,10 @@ impl State {
             Event::PoolRenewalFailed(e) => self.pools.renewal_failed(e),
             Event::PoolRenewalStopped(e) => self.pools.renewal_stopped(e),
             Event::PoolRenewed(e) => self.pools.renewed(e),
-            Event::WorkerLaunched(e) => self.pools.launched(e, &env.actor.host),
+            Event::WorkerLaunched(e) => {
+                self.jobs.continuations.created(&e.submission_id);
+                self.pools.launched(e, &env.actor.host)
+            }
             Event::PoolAllocationEnded(e) => self.allocation_ended(e),
             // Marks live in Slurm; PoolAttached binds the pool; a steal is for the audit.
             Event::WatermarkIntent(e) => self.watermarks.intent(env.time, e),
@@ -189,7 +192,7 @@ impl State {
             | Event::AllocationStolen(_) => {}
             // Audit records: the worker's budget is settled by its own terminal event.
             Event::WorkerCleanupIntent(_) | Event::WorkerCleanedUp(_) => {}
-            Event::WorkerLaunchFailed(e) => self.worker_launch_failed(e),
+            Event::WorkerLaunchFailed(e) => self.worker_launch_failed(env, e),
             Event::WorkerStepObserved(e) => self.pools.step_observed(e),
             Event::WorkerStopIntent(e) => self.worker_stop_intent(e),
             Event::WorkerExited(e) => self.pools.exited(e),
@@ -253,14 +256,23 @@ impl State {
         let c = &mut self.jobs.continuations;
         match &env.event {
             Event::JobSubmitIntent(e) => self.jobs.intent(env.time, e),
-            Event::JobSubmitted(e) => self.jobs.submitted(e),
+            Event::JobSubmitted(e) => {
+                c.created(&e.submission_id);
+                self.jobs.submitted(e)
+            }
             Event::JobSubmitFailed(e) => {
                 if e.definite {
                     c.dropped(&e.submission_id);
+                    let limit = (self.jobs.active.get(&e.submission_id))
+                        .and_then(|j| j.named.as_ref())
+                        .map(|n| n.sbatch_limit_s);
+                    let by = failed_by(env, &e.reason, limit);
+                    self.jobs.continuations.never_created(&e.submission_id, by);
                 }
                 self.jobs.failed(e)
             }
             Event::JobTerminal(e) => {
+                c.created(&e.submission_id);
                 c.ended(&e.submission_id, &e.proof, None);
                 self.jobs.terminal(e)
             }
@@ -273,7 +285,7 @@ impl State {
             Event::WorkerContinued(e) => {
                 // One successor: a resubmission it would also have been is settled by it.
                 self.pools.requests.remove(&e.predecessor);
-                c.continued(env.time, e)
+                c.continued(env.time, e, &env.actor.host, env.actor.pid)
             }
             Event::ContinuationRefused(e) => c.refused(e),
             Event::ContinuationAsked(e) => self.continuation_asked(e),
@@ -283,9 +295,11 @@ impl State {
     }
 
     /// Nothing of a worker whose launch definitely failed ran: it is not continued.
-    fn worker_launch_failed(&mut self, e: &crate::event::pool::WorkerLaunchFailed) {
+    fn worker_launch_failed(&mut self, env: &Envelope, e: &crate::event::pool::WorkerLaunchFailed) {
         if e.definite {
-            self.jobs.continuations.dropped(&e.submission_id);
+            let c = &mut self.jobs.continuations;
+            c.dropped(&e.submission_id);
+            c.never_created(&e.submission_id, failed_by(env, &e.reason, None));
         }
         self.pools.launch_failed(e)
     }
@@ -339,6 +353,7 @@ impl State {
             let node = pool.node_of(pool.active.get(id)?);
             pool.spread.as_ref()?.lost.get(node).cloned()
         });
+        self.jobs.continuations.created(id);
         self.jobs.continuations.ended(id, &e.proof, node_lost);
         self.pools.terminal(e);
     }
@@ -384,6 +399,22 @@ impl State {
         }
         self.skipped_unknown += 1;
         Ok(())
+    }
+}
+
+/// Who recorded a definite failure, and why (`state::continuation` tells Slurm's refusal from
+/// a driver that died by it).
+fn failed_by<'a>(
+    env: &'a Envelope,
+    reason: &'a str,
+    sbatch_limit_s: Option<u32>,
+) -> continuation::FailedBy<'a> {
+    continuation::FailedBy {
+        host: &env.actor.host,
+        pid: env.actor.pid,
+        reason,
+        at: env.time,
+        sbatch_limit_s,
     }
 }
 

@@ -289,11 +289,16 @@ impl Lineage {
     pub fn check(&self, w: &World) -> Result<(), String> {
         let mut generation: BTreeMap<Uuid, u32> = BTreeMap::new();
         let mut root_left: BTreeMap<Uuid, u32> = BTreeMap::new();
-        let mut seen = BTreeSet::new();
+        let mut seen: BTreeMap<Uuid, Uuid> = BTreeMap::new();
         for e in &self.continued {
             let (p, s) = (e.predecessor, e.submission_id);
             let ctx = || format!("{s} continuing {p} ({} after {})", e.generation, e.cause);
-            if !seen.insert(p) {
+            // Continued again only once its earlier successor was proven never run, and truly
+            // never had a job or step.
+            let again = |earlier: &Uuid| {
+                self.never_ran.contains_key(earlier) && w.truth(*earlier).is_none()
+            };
+            if seen.insert(p, s).is_some_and(|earlier| !again(&earlier)) {
                 return Err(format!("{}: its predecessor was continued twice", ctx()));
             }
             let asked = self
@@ -388,12 +393,20 @@ impl Lineage {
 
     /// Continuations whose successor never had a job or step (a crash between its receipt and
     /// its sbatch or srun, then proven never created; or a definite refusal), which nothing
-    /// continues again: each lost, with why.
+    /// continues again: each lost, with why. Since a successor proven never created makes its
+    /// predecessor due again, none is expected.
     pub fn successors_never_run(&self, w: &World) -> Vec<String> {
         self.continued
             .iter()
-            .filter(|e| w.truth(e.submission_id).is_none())
-            .map(|e| {
+            .enumerate()
+            .filter(|(_, e)| w.truth(e.submission_id).is_none())
+            // Its predecessor continued again by a later successor is not lost.
+            .filter(|(i, e)| {
+                !self.continued[i + 1..]
+                    .iter()
+                    .any(|later| later.predecessor == e.predecessor)
+            })
+            .map(|(_, e)| {
                 let why = self
                     .never_ran
                     .get(&e.submission_id)

@@ -27,7 +27,8 @@ pub(super) struct Lineage {
     predecessor_left: Option<u32>,
     /// The N its lineage's first generation asked (`--continue N`).
     first_asked: Option<u32>,
-    continued: bool,
+    /// The successor that continued it, until that successor is proven never created.
+    continued: Option<Uuid>,
 }
 
 /// A submission as its intent recorded it.
@@ -116,6 +117,16 @@ impl Auditor {
             .map_or_else(|| id.to_string(), |s| s.worker.clone())
     }
 
+    /// Submission `id` definitely failed, nothing of it created: if it continued a worker, that
+    /// worker may be continued again (its first successor never ran beside a second).
+    pub(super) fn never_created(&mut self, id: Uuid) {
+        for l in self.continuations.values_mut() {
+            if l.continued == Some(id) {
+                l.continued = None;
+            }
+        }
+    }
+
     /// The continuations seen, in journal order: `ops::audit` reads both generations' own
     /// journals for each and hands them to [`Auditor::resumed`].
     pub fn links(&self) -> &[Link] {
@@ -189,8 +200,8 @@ impl Auditor {
     /// continued once.
     fn asked_for(&mut self, env: &Envelope, e: &WorkerContinued, pair: &str, look: &str) {
         let before = self.continuations.entry(e.predecessor).or_default();
-        let (asked, twice, n) = (before.asked.clone(), before.continued, before.first_asked);
-        before.continued = true;
+        let (asked, n) = (before.asked.clone(), before.first_asked);
+        let twice = before.continued.replace(e.submission_id).is_some();
         let why = match &asked {
             _ if twice => Some("its predecessor was already continued".to_owned()),
             // A successor asks what is left of N; with none left it asks nothing.
@@ -398,6 +409,37 @@ mod tests {
                 "generation-skipped",
             ]
         );
+    }
+
+    /// A successor proven never created (nothing of it ran) lets its predecessor be continued
+    /// again; two successors that could both have run are still flagged.
+    #[test]
+    fn a_second_successor_is_allowed_only_after_the_first_was_proven_never_created() {
+        let lost_then_again = |failed: Option<bool>| {
+            let mut events = vec![
+                attach(),
+                intent(1),
+                asked(1, 2),
+                terminal(1, "squeue shows job 1 TIMEOUT"),
+                intent(2),
+                continued(2, 1, 2, "time-limit"),
+                asked(2, 1),
+            ];
+            events.extend(failed.map(|definite| {
+                Event::WorkerLaunchFailed(WorkerLaunchFailed {
+                    submission_id: Uuid::from_u128(2),
+                    definite,
+                    reason: "no step of it ever ran".into(),
+                })
+            }));
+            events.extend([intent(3), continued(3, 1, 2, "time-limit"), asked(3, 1)]);
+            run(events)
+        };
+        assert_eq!(rules(&lost_then_again(Some(true))), Vec::<&str>::new());
+        assert_eq!(rules(&lost_then_again(Some(false))), ["continued-unasked"]);
+        let both = lost_then_again(None);
+        assert_eq!(rules(&both), ["continued-unasked"]);
+        assert!(details(&both)[0].contains("already continued"));
     }
 
     fn details(f: &super::super::Findings) -> Vec<&str> {
