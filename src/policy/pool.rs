@@ -314,6 +314,11 @@ pub enum Refusal {
 
 /// The minimum lifetime an allocation must have left to be attached.
 pub const MIN_ATTACH_LIFETIME_S: i64 = 120;
+/// The minimum a renewed pool's next allocation must have left to be adopted: any. It was made
+/// for this pool, and however little it has left its end is the next renewal's cause; refusing
+/// it would stop the renewal for good (a `reconcile` run once a minute, as from scrontab, meets
+/// a 3-minute allocation with less than [`MIN_ATTACH_LIFETIME_S`] left).
+pub const MIN_RENEWED_LIFETIME_S: i64 = 1;
 
 fn check_live(f: &AllocationFacts, caller: &str, now: Micros, need_s: i64) -> Result<(), Refusal> {
     if f.state != "RUNNING" {
@@ -375,16 +380,17 @@ pub fn check_attach(
             job_id: existing.allocation.job_id,
         });
     }
-    check_allocation(pools, facts, caller, now)
+    check_allocation(pools, facts, caller, now, MIN_ATTACH_LIFETIME_S)
 }
 
 /// Every check of [`check_attach`] but the pool's name: may the allocation `facts` describe
-/// be a pool's (a new pool's, or a renewed pool's next one)?
+/// be a pool's (a new pool's, or a renewed pool's next one), with at least `need_s` left?
 pub fn check_allocation(
     pools: &Pools,
     facts: &AllocationFacts,
     caller: &str,
     now: Micros,
+    need_s: i64,
 ) -> Result<Allocation, Refusal> {
     if let Some(other) = pools
         .pools
@@ -396,7 +402,7 @@ pub fn check_allocation(
             pool: other.name.clone(),
         });
     }
-    check_live(facts, caller, now, MIN_ATTACH_LIFETIME_S)?;
+    check_live(facts, caller, now, need_s)?;
     Ok(Allocation {
         job_id: facts.job_id,
         node: facts
@@ -904,6 +910,21 @@ mod tests {
             check_submit(p, &facts(), &ask(1, 1), "ana", ok),
             Ok("vm".to_owned())
         );
+    }
+
+    /// A renewed pool's next allocation is adopted however little it has left (a minute-by-
+    /// minute reconcile met a 3-minute one with 91 s left on the real cluster); a pool attached
+    /// by hand still needs two minutes.
+    #[test]
+    fn a_renewal_adopts_a_short_lived_next_allocation_that_an_attach_refuses() {
+        let pools = Pools::default();
+        let late = Micros::from_secs(NOW + 3600 - 91);
+        assert!(matches!(
+            check_allocation(&pools, &facts(), "ana", late, MIN_ATTACH_LIFETIME_S),
+            Err(Refusal::TooShort { left_s: 91, .. })
+        ));
+        let adopted = check_allocation(&pools, &facts(), "ana", late, MIN_RENEWED_LIFETIME_S);
+        assert!(adopted.is_ok(), "{adopted:?}");
     }
 
     #[test]

@@ -482,7 +482,13 @@ async fn adopt<S: Scheduler>(
         {
             return Ok(None);
         }
-        match check_allocation(&state.pools, &facts, &ctx.caller, ctx.now()) {
+        match check_allocation(
+            &state.pools,
+            &facts,
+            &ctx.caller,
+            ctx.now(),
+            crate::policy::pool::MIN_RENEWED_LIFETIME_S,
+        ) {
             Ok(allocation) => {
                 let mut events = vec![Event::PoolRenewed(PoolRenewed {
                     pool: p.name.clone(),
