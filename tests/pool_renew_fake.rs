@@ -147,6 +147,12 @@ fn the_next_allocation_is_asked_after_the_last_and_taken_once_the_last_is_over()
     assert_eq!(p["allocation"]["job_id"], 902, "{p}");
     assert_eq!(p["renewal"]["generation"], 2, "{p}");
     assert_eq!(p["renewal"]["successor"], Value::Null, "{p}");
+    // The last allocation --renew-max allows: the table says no next one will come.
+    let (_, text, _) = fake.run(&["pool", "status", "p"]);
+    assert!(
+        text.contains("allocation 2 of 2") && text.contains("no next: this is the last"),
+        "{text}"
+    );
     let renewed: Vec<Value> = fake
         .events()
         .into_iter()

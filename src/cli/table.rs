@@ -454,6 +454,9 @@ fn renewal_line<W>(p: &crate::ops::pool::PoolView<W>) -> String {
                 .map(|j| format!(", after job {j}"))
                 .unwrap_or_default()
         ),
+        (None, None) if r.max_allocations.is_some_and(|m| r.generation >= m) => {
+            "no next: this is the last allocation --renew-max allows".to_owned()
+        }
         (None, None) => "next: not asked yet".to_owned(),
     };
     format!(
