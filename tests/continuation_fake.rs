@@ -10,9 +10,7 @@ use std::path::Path;
 
 use dispatch::event::jobs::JobSubmitIntent;
 use dispatch::event::pool::WorkerContinued;
-use dispatch::event::worker::{
-    CheckpointPublished, CleanedUp, PayloadStarted, Published, ResumedFrom, ShutdownSignalled,
-};
+use dispatch::event::worker::{CheckpointPublished, PayloadStarted, ResumedFrom};
 use dispatch::event::{Event, Sha256Digest, WorkerEvent};
 use dispatch::journal::{JournalWriter, Options, Writer};
 use dispatch::worker::dirs::WorkerDirs;
@@ -36,41 +34,19 @@ fn submit(fake: &Fake, extra: &[&str]) -> Uuid {
 /// published (or not), and its state's class.
 fn worker_journal(fake: &Fake, id: Uuid, deadline: bool, published: bool, class: &str) -> String {
     let dirs = WorkerDirs::for_job(&fake.state().join("jobs"), id);
-    let dir = dispatch::worker::supervisor::journal_dir(&dirs.evidence);
-    let w = JournalWriter::<WorkerEvent>::open(&dir, Options::default()).unwrap();
     let published_dir = fake
         .state()
         .join("jobs/published")
         .join(format!("long-{id}"))
         .display()
         .to_string();
-    if deadline {
-        w.append_one(WorkerEvent::ShutdownSignalled(ShutdownSignalled {
-            signal: "TERM".into(),
-            reason: "deadline".into(),
-        }))
-        .unwrap();
-    }
-    if published {
-        w.append_one(WorkerEvent::Published(Published {
-            dir: published_dir.clone(),
-            manifest_sha256: plant_publication(&published_dir, id),
-            files: 1,
-            bytes: 2,
-            commits: 0,
-            patch_bytes: 0,
-            took_ms: 3,
-        }))
-        .unwrap();
-    }
-    w.append_one(WorkerEvent::CleanedUp(CleanedUp {
-        removed: vec![],
-        kept: vec!["state".into()],
-        state_class: class.into(),
-        reason: String::new(),
-        errors: vec![],
-    }))
-    .unwrap();
+    let manifest = published.then(|| plant_publication(&published_dir, id));
+    fake_cli::supervisor_journal(
+        &dirs.evidence,
+        deadline,
+        manifest.map(|sha| (published_dir.as_str(), sha)),
+        class,
+    );
     published_dir
 }
 

@@ -1450,7 +1450,12 @@ fn ended_before_its_successor(fake: &Fake, id: &str) {
         .join("pools/p/published")
         .join(format!("w-{id}"));
     let published = published.display().to_string();
-    fake_cli::supervisor_journal(&dirs.evidence, true, Some(&published), "checkpointed");
+    fake_cli::supervisor_journal(
+        &dirs.evidence,
+        true,
+        Some((&published, dispatch::event::Sha256Digest([0x11; 32]))),
+        "checkpointed",
+    );
     fake.scenario(json!({
         "squeue": [{"match": ["--steps"], "stdout": ""}, {"stdout": job_row("RUNNING")}],
         "sacct": [{"stdout": ""}],

@@ -350,32 +350,18 @@ fn a_crash_after_the_renewal_is_recorded_renews_once() {
 /// What a pool worker's supervisor records when it checkpointed at the allocation's end and
 /// published: the coordinator continues it from there.
 fn checkpointed(fake: &Fake, id: uuid::Uuid) {
-    use dispatch::event::worker::{CleanedUp, Published};
-    use dispatch::event::{Sha256Digest, WorkerEvent};
-    use dispatch::journal::{JournalWriter, Options};
     let pools = fake.state().join("pools");
     let dirs = dispatch::worker::dirs::WorkerDirs::new(&pools, "p", id);
-    let dir = dispatch::worker::supervisor::journal_dir(&dirs.evidence);
-    let w = JournalWriter::<WorkerEvent>::open(&dir, Options::default()).unwrap();
     let published = pools.join("p/published").join(format!("w-{id}"));
-    w.append_one(WorkerEvent::Published(Published {
-        dir: published.display().to_string(),
-        manifest_sha256: Sha256Digest([0x11; 32]),
-        files: 1,
-        bytes: 2,
-        commits: 0,
-        patch_bytes: 0,
-        took_ms: 3,
-    }))
-    .unwrap();
-    w.append_one(WorkerEvent::CleanedUp(CleanedUp {
-        removed: vec![],
-        kept: vec!["state".into()],
-        state_class: "checkpointed".into(),
-        reason: String::new(),
-        errors: vec![],
-    }))
-    .unwrap();
+    fake_cli::supervisor_journal(
+        &dirs.evidence,
+        false,
+        Some((
+            &published.display().to_string(),
+            dispatch::event::Sha256Digest([0x11; 32]),
+        )),
+        "checkpointed",
+    );
 }
 
 fn step(job: u32) -> String {

@@ -128,11 +128,16 @@ impl Fake {
 }
 
 /// What a worker's supervisor would have recorded in its own journal (below `evidence`):
-/// SIGTERM at its early-shutdown deadline (or not), a verified publication in `published` (or
-/// none), and its native state's `class`.
-pub fn supervisor_journal(evidence: &Path, deadline: bool, published: Option<&str>, class: &str) {
+/// SIGTERM at its early-shutdown deadline (or not), a publication in `published` with its
+/// manifest's digest (or none), and its native state's `class`.
+pub fn supervisor_journal(
+    evidence: &Path,
+    deadline: bool,
+    published: Option<(&str, dispatch::event::Sha256Digest)>,
+    class: &str,
+) {
     use dispatch::event::worker::{CleanedUp, Published, ShutdownSignalled};
-    use dispatch::event::{Sha256Digest, WorkerEvent};
+    use dispatch::event::WorkerEvent;
     use dispatch::journal::{JournalWriter, Options};
     let dir = dispatch::worker::supervisor::journal_dir(evidence);
     let w = JournalWriter::<WorkerEvent>::open(&dir, Options::default()).unwrap();
@@ -143,10 +148,10 @@ pub fn supervisor_journal(evidence: &Path, deadline: bool, published: Option<&st
         }))
         .unwrap();
     }
-    if let Some(dir) = published {
+    if let Some((dir, manifest_sha256)) = published {
         w.append_one(WorkerEvent::Published(Published {
             dir: dir.to_owned(),
-            manifest_sha256: Sha256Digest([0x11; 32]),
+            manifest_sha256,
             files: 1,
             bytes: 2,
             commits: 0,
