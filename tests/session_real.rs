@@ -7,6 +7,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use real_cluster::{json, require_cluster, Run};
@@ -15,6 +16,8 @@ use serde_json::Value;
 /// Jobs of one test: all named with its prefix. Dropping it cancels each by id.
 struct Session {
     _lock: support::ClusterLock,
+    /// This test's turn among the tests of its kind (`one_of_a_kind`).
+    _turn: Option<std::sync::MutexGuard<'static, ()>>,
     tmp: tempfile::TempDir,
     prefix: String,
 }
@@ -33,12 +36,13 @@ impl Session {
         Session::holding(require_cluster(), test, targets)
     }
 
-    /// For a test that needs every CPU of the node: no other real-cluster test runs meanwhile.
-    fn alone(test: &str, targets: &str) -> Session {
-        // The shared lock first, which also checks that the cluster answers; the exclusive
-        // one once it is dropped (flock locks of one process on two descriptors conflict).
-        drop(require_cluster());
-        Session::holding(support::exclusive_lock(), test, targets)
+    /// For a test that uses the `narrow` partition (one CPU of the node) or keeps four jobs
+    /// running: one such test of this file at a time, beside every other real-cluster test.
+    fn one_of_a_kind(test: &str, targets: &str, kind: &'static Mutex<()>) -> Session {
+        let turn = kind.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = Session::new(test, targets);
+        s._turn = Some(turn);
+        s
     }
 
     fn holding(lock: support::ClusterLock, test: &str, targets: &str) -> Session {
@@ -51,31 +55,32 @@ impl Session {
         .unwrap();
         Session {
             _lock: lock,
+            _turn: None,
             tmp,
             prefix,
         }
     }
 
-    /// Every CPU of the node held (by an allocation dropped with it), so that a session's job
-    /// waits for resources. Jobs other tests cancelled may still be ending: the node is
-    /// waited for to be free first. For a test that runs `alone`.
-    fn every_cpu(&self) -> real_cluster::Allocation {
+    /// The one CPU of the `narrow` partition held (by an allocation dropped with it), so that a
+    /// session's job there waits for Resources. A job an earlier test cancelled there may still
+    /// be ending: it is waited for first. For a test that runs `one_of_a_kind(.., &NARROW)`.
+    fn narrow_cpu(&self) -> real_cluster::Allocation {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let out = Command::new("sinfo")
-                .args(["-h", "-o", "%C"])
+            let out = Command::new("squeue")
+                .args(["-h", "-p", "narrow", "-o", "%i %T"])
                 .output()
                 .unwrap();
-            let cpus = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-            if cpus.starts_with("0/") {
+            let jobs = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            if out.status.success() && jobs.is_empty() {
                 break;
             }
-            assert!(Instant::now() < deadline, "CPUs (A/I/O/T) still {cpus}");
+            assert!(Instant::now() < deadline, "jobs in narrow still: {jobs}");
             std::thread::sleep(Duration::from_millis(200));
         }
         real_cluster::Allocation::salloc(
             &self.name("blocker"),
-            &["-c", "8", "--mem", "1G", "--time", "5"],
+            &["-p", "narrow", "-c", "1", "--mem", "100M", "--time", "5"],
         )
     }
 
@@ -191,7 +196,21 @@ impl Drop for Session {
     }
 }
 
+/// The tests of a pending job: they share the `narrow` partition's one CPU.
+static NARROW: Mutex<()> = Mutex::new(());
+/// The tests that keep four jobs running at once: two of them beside the tests that each wait
+/// for a job of their own to run once held every CPU while all waited (on an 8-CPU node).
+static FOUR_JOBS: Mutex<()> = Mutex::new(());
+
 const TARGETS: &str = r#"
+[targets.nar]
+partition = "narrow"
+account = "dev"
+qos = "normal"
+time = "00:10:00"
+mem = "100M"
+confined = true
+
 [targets.dbg]
 partition = "debug"
 account = "dev"
@@ -293,16 +312,16 @@ fn launch_lose_state_adopt_release() {
 /// batch script and log are not in the state directory), and the next launch adopts it.
 #[test]
 fn a_pending_job_survives_the_loss_of_the_state_directory() {
-    let s = Session::alone("pending", TARGETS);
+    let s = Session::one_of_a_kind("pending", TARGETS, &NARROW);
     let name = s.name("m");
-    let blocker = s.every_cpu();
+    let blocker = s.narrow_cpu();
     let r = s.run(&[
         "--json",
         "session",
         "launch",
         "m",
         "-T",
-        "dbg",
+        "nar",
         "--detached",
         "--wait",
         "2",
@@ -321,7 +340,7 @@ fn a_pending_job_survives_the_loss_of_the_state_directory() {
         .any(|l| l.contains("is PENDING") && l.contains("; waited") && !l.contains("(ending)"));
     assert!(waited, "{}", r.stderr);
     assert!(
-        r.stderr.contains("dispatch session release m -T dbg"),
+        r.stderr.contains("dispatch session release m -T nar"),
         "{}",
         r.stderr
     );
@@ -332,7 +351,7 @@ fn a_pending_job_survives_the_loss_of_the_state_directory() {
 
     move_away(&s.state());
     drop(blocker);
-    let again = s.launch("m", "dbg");
+    let again = s.launch("m", "nar");
     assert_eq!(again["action"], "adopted", "{again}");
     assert_eq!(again["job_id"].as_u64().unwrap().to_string(), id);
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -704,10 +723,7 @@ fn an_salloc_launch_killed_while_holding_is_settled_by_the_next_launch() {
 
 fn killed_while_holding(test: &str, target: &str) {
     let unconfined = target == "alloc";
-    // Alone: it keeps four jobs running at once, and two such tests beside other tests that
-    // each wait for a job of their own to run could hold every CPU while all of them wait
-    // (seen: the eight CPUs taken, five tests waiting for a ninth).
-    let s = Session::alone(test, TARGETS);
+    let s = Session::one_of_a_kind(test, TARGETS, &FOUR_JOBS);
     let other = s.tmp.path().join("state-b");
     let racing = "session-after-launch-intent=sleep:4000";
     let mut kept = Vec::new();
@@ -1167,8 +1183,8 @@ fn pool_and_submit_jobs_are_never_sessions_on_a_real_controller() {
 /// one, answering with its node once it runs (it was `reused` with `"node": null`).
 #[test]
 fn a_reused_pending_job_is_waited_for_and_its_node_named_on_a_real_controller() {
-    let s = Session::alone("pendreuse", TARGETS);
-    let blocker = s.every_cpu();
+    let s = Session::one_of_a_kind("pendreuse", TARGETS, &NARROW);
+    let blocker = s.narrow_cpu();
     let launch = |wait: &str| {
         s.run(&[
             "--json",
@@ -1176,7 +1192,7 @@ fn a_reused_pending_job_is_waited_for_and_its_node_named_on_a_real_controller() 
             "launch",
             "m",
             "-T",
-            "dbg",
+            "nar",
             "--detached",
             "--wait",
             wait,
@@ -1197,7 +1213,7 @@ fn a_reused_pending_job_is_waited_for_and_its_node_named_on_a_real_controller() 
     assert_eq!(j["state"], "RUNNING", "{j}");
     assert!(j["node"].is_string(), "{j}");
     assert_eq!(
-        s.run(&["session", "release", "m", "-T", "dbg", "--force"])
+        s.run(&["session", "release", "m", "-T", "nar", "--force"])
             .code,
         0
     );
