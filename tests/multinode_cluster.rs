@@ -514,14 +514,18 @@ enum NodeFailure {
 }
 
 fn fail_node3(c: &Cluster, how: NodeFailure) {
+    fail_node(c, "node3", how)
+}
+
+fn fail_node(c: &Cluster, node: &str, how: NodeFailure) {
     let out = match how {
-        NodeFailure::Killed => output(script(&["node-kill", "node3"]), Duration::from_secs(60)),
+        NodeFailure::Killed => output(script(&["node-kill", node]), Duration::from_secs(60)),
         NodeFailure::SetDown => output(
             c.slurm(
                 "scontrol",
                 &[
                     "update",
-                    "NodeName=node3",
+                    &format!("NodeName={node}"),
                     "State=DOWN",
                     "Reason=dispatch-test",
                 ],
@@ -529,7 +533,11 @@ fn fail_node3(c: &Cluster, how: NodeFailure) {
             STEP_BOUND,
         ),
     };
-    assert!(out.status.success(), "failing node3: {}", text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "failing {node}: {}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -1354,27 +1362,41 @@ struct NodePool<'c> {
     c: &'c Cluster,
     state: tempfile::TempDir,
     config: std::path::PathBuf,
+    /// The node `submit_counter` puts its workers on.
+    node: String,
     _job: multinode::Job<'c>,
 }
 
 impl<'c> NodePool<'c> {
     fn create(c: &'c Cluster) -> NodePool<'c> {
+        Self::create_with(c, &["--nodes", "3", "--cpus", "4"])
+    }
+
+    /// `pool create p` with `sizes`, 500M, ten minutes, and `extra`; workers go on node3, or
+    /// on the one node of a one-node pool.
+    fn create_with(c: &'c Cluster, sizes: &[&str]) -> NodePool<'c> {
         let state = tempfile::tempdir().unwrap();
         let config = state.path().join("config.toml");
         std::fs::write(&config, "job_name_prefix = \"dispatch-mn-\"\n").unwrap();
         let mut cmd = c.dispatch(state.path());
-        cmd.arg("--config").arg(&config).args([
-            "pool", "create", "p", "--nodes", "3", "--cpus", "4", "--mem", "500M", "--time",
-            "10:00", "--wait", "60", "--json",
-        ]);
+        cmd.arg("--config")
+            .arg(&config)
+            .args(["pool", "create", "p"]);
+        cmd.args(sizes)
+            .args(["--mem", "500M", "--time", "10:00", "--wait", "60", "--json"]);
         let created = output(cmd, Duration::from_secs(150));
         assert!(created.status.success(), "{}", text(&created.stderr));
         let doc: serde_json::Value = serde_json::from_slice(&created.stdout).unwrap();
         let id = doc["allocation"]["job_id"].as_u64().unwrap() as u32;
+        let node = match doc["allocation"]["node"].as_str() {
+            Some(one) if !one.contains('[') && !one.contains(',') => one.to_owned(),
+            _ => "node3".to_owned(),
+        };
         NodePool {
             c,
             state,
             config,
+            node,
             _job: multinode::Job { cluster: c, id },
         }
     }
@@ -1391,10 +1413,10 @@ impl<'c> NodePool<'c> {
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}"))
     }
 
-    /// `pool submit p` of COUNTER on node3 (`env` before it): its submission id.
+    /// `pool submit p` of COUNTER on the pool's node (`env` before it): its submission id.
     fn submit_counter(&self, name: &str, asks: &[&str], env: &[&str]) -> String {
         let mut args = vec![
-            "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--node", "node3", "--name",
+            "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--node", &self.node, "--name",
             name, "--json",
         ];
         args.extend_from_slice(asks);
@@ -1898,4 +1920,87 @@ fn a_preempted_submit_job_shows_its_grace_ends_preempted_and_is_continued_with_t
         "{counted:?}"
     );
     drop(first);
+}
+
+/// Issue 38: a renewing pool's whole allocation lost (its one node set DOWN, no `--no-kill`):
+/// Slurm's proof of the end is recorded, the next allocation asked for at once (no dependency
+/// on a job proven over) and granted on a surviving node, and the worker that checkpointed
+/// while running goes on there from its saved count. The cause is Slurm's: `node-failure`
+/// (`NODE_FAIL`), the word `--continue-on` takes; "lost" is only for an end Slurm named no cause
+/// of.
+#[test]
+fn a_renewing_pool_whose_allocation_is_lost_goes_on_in_its_next_allocation_elsewhere() {
+    let c = Cluster::require();
+    let p = NodePool::create_with(&c, &["--cpus", "2", "--renew", "--renew-max", "2"]);
+    let counter = p.submit_counter("counter", &["--continue", "1"], &["SAVE_AT=20"]);
+    p.wait_journal(&counter, "its checkpoint", |r| r.saved.is_some());
+
+    let lost = p.node.clone();
+    let revive = Revive(&lost);
+    fail_node(&c, &lost, NodeFailure::SetDown);
+    let bound = Duration::from_secs(3 * c.slurmd_timeout + 2 * c.msg_timeout + 60);
+    let (continued, _) =
+        p.reconcile_until(bound, |c, _| c.iter().any(|l| l["outcome"] == "continued"));
+    let line = continued
+        .iter()
+        .find(|l| l["outcome"] == "continued")
+        .unwrap();
+    assert_eq!(line["predecessor"], counter.as_str(), "{line}");
+    assert_eq!(line["generation"], 2, "{line}");
+    let successor = line["submission_id"].as_str().unwrap().to_owned();
+    let dump = p.dispatch(&["journal", "dump", "--json"]);
+    let events: Vec<serde_json::Value> = text(&dump.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let renewed = events
+        .iter()
+        .find(|e| e["kind"] == "PoolRenewed")
+        .expect("a PoolRenewed");
+    assert_eq!(renewed["event"]["cause"], "node-failure", "{renewed}");
+    assert!(
+        renewed["event"]["proof"]
+            .as_str()
+            .unwrap()
+            .contains("NODE_FAIL"),
+        "{renewed}"
+    );
+    assert!(
+        !renewed["event"]["proof"].as_str().unwrap().is_empty(),
+        "{renewed}"
+    );
+    let next_job = renewed["event"]["allocation"]["job_id"].as_u64().unwrap() as u32;
+    let _next = multinode::Job {
+        cluster: &c,
+        id: next_job,
+    };
+    // The successor runs on a surviving node, from the count its predecessor saved.
+    wait_for("the successor to start", STEP_BOUND, || {
+        p.starts(&successor).lines().count() == 2
+    });
+    let starts = p.starts(&successor);
+    let lines: Vec<Vec<&str>> = starts.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(lines[0][..2], ["1", "0"], "{starts}");
+    assert_eq!(lines[1][0], "2", "{starts}");
+    // From its checkpoint at 20, or from a later one if Slurm's end let it save again (22.05
+    // once signalled the step as the job ended): never less, never more than it counted.
+    let resumed: u64 = lines[1][1].parse().unwrap();
+    let counted: u64 = std::fs::read_to_string(p.state_of(&counter).join("count"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        (20..=counted).contains(&resumed),
+        "{starts}; counted {counted}"
+    );
+    assert_ne!(lines[1][2], lost, "{starts}");
+    let status = p.json(&["pool", "status", "p", "--json"]);
+    assert_eq!(status["pools"][0]["renewal"]["generation"], 2, "{status}");
+    assert_eq!(
+        status["pools"][0]["allocation"]["job_id"], next_job,
+        "{status}"
+    );
+    p.release_and_audit();
+    drop(revive);
 }
