@@ -16,7 +16,7 @@ use super::exit::{self, Failure};
 use super::output::{emit, note};
 use crate::ops::context::Ctx;
 use crate::ops::continuation::ContinueOutcome;
-use crate::ops::pool::CreationOutcome;
+use crate::ops::pool::{CreationOutcome, RenewalOutcome, RenewalReconciled};
 use crate::ops::reconcile::{self, ReconcileReport};
 use crate::slurm::Scheduler;
 
@@ -184,19 +184,47 @@ pub fn summary(r: &ReconcileReport) -> String {
     if creating > 0 {
         due.push(format!("{creating} pool create(s) in flight"));
     }
+    due.extend(r.renewals.iter().filter_map(renewal_due));
     let due = if due.is_empty() {
         "nothing due".to_owned()
     } else {
         format!("due: {}", due.join(", "))
     };
+    let renewed = r
+        .renewals
+        .iter()
+        .filter(|l| l.outcome == RenewalOutcome::Renewed)
+        .count();
+    let renewed = match renewed {
+        0 => String::new(),
+        n => format!(", renewed {n} pool(s)"),
+    };
     format!(
-        "observed {}, resolved {}, continued {}, resubmitted {} with {} Slurm call(s); {due}",
+        "observed {}, resolved {}, continued {}, resubmitted {}{renewed} with {} Slurm call(s); \
+         {due}",
         r.observed,
         r.resolved.len(),
         count(ContinueOutcome::Continued),
         r.resubmitted.len(),
         r.slurm_calls
     )
+}
+
+/// What a renewing pool waits for next, as `--watch` says it after each round: nothing for a
+/// pool just renewed or whose renewal is over.
+fn renewal_due(l: &RenewalReconciled) -> Option<String> {
+    let job = l.job_id.map(|j| format!(" (job {j})")).unwrap_or_default();
+    let what = match l.outcome {
+        RenewalOutcome::Renewed | RenewalOutcome::Stopped => return None,
+        RenewalOutcome::NotDue => l.detail.clone(),
+        RenewalOutcome::Asked | RenewalOutcome::Waiting => format!("waited for{job}"),
+        RenewalOutcome::Failed => "to be asked for again".to_owned(),
+        RenewalOutcome::Unknown => format!("unknown{job}"),
+    };
+    Some(format!(
+        "pool {}: allocation {} {what}",
+        l.pool, l.generation
+    ))
 }
 
 #[cfg(test)]
@@ -210,6 +238,38 @@ mod tests {
         assert!(parse_watch_secs("9").is_err());
         assert!(parse_watch_secs("86401").is_err());
         assert!(parse_watch_secs("1m").is_err());
+    }
+
+    fn renewal(outcome: RenewalOutcome, job: Option<u32>, detail: &str) -> RenewalReconciled {
+        RenewalReconciled {
+            pool: "p".into(),
+            generation: 2,
+            outcome,
+            job_id: job.and_then(crate::slurm::JobId::new),
+            detail: detail.into(),
+        }
+    }
+
+    #[test]
+    fn a_round_names_each_renewal_due_next_and_counts_the_renewed() {
+        let r = ReconcileReport {
+            renewals: vec![
+                renewal(
+                    RenewalOutcome::NotDue,
+                    None,
+                    "asked for from 2026-12-06T18:00:00+00:00",
+                ),
+                renewal(RenewalOutcome::Waiting, Some(42), "PENDING (Dependency)"),
+                renewal(RenewalOutcome::Renewed, Some(43), "adopted"),
+            ],
+            ..ReconcileReport::default()
+        };
+        assert_eq!(
+            summary(&r),
+            "observed 0, resolved 0, continued 0, resubmitted 0, renewed 1 pool(s) with 0 Slurm \
+             call(s); due: pool p: allocation 2 asked for from 2026-12-06T18:00:00+00:00, pool \
+             p: allocation 2 waited for (job 42)"
+        );
     }
 
     #[test]
