@@ -1,12 +1,14 @@
-//! Issue 38 item 2 on the real cluster: a pool created with `--time 3 --renew-max 2`, no
-//! workers. `reconcile`, run every few seconds as a user's scrontab or `--watch` would, asks
-//! for the second allocation before the first ends (`--dependency=afterany`), and makes it the
-//! pool's only once the first is proven over: Slurm starts it no earlier than the first ended
-//! (sacct), `pool status` shows generation 2, and `pool release` ends it with proof.
+//! Issue 38 on the real cluster: a pool created with `--time 3 --renew-max 3` holding two
+//! counter workers that asked `--continue 2`. `reconcile`, run every few seconds as a user's
+//! scrontab or `--watch` would, asks for each next allocation before the last ends
+//! (`--dependency=afterany`) and makes it the pool's only once the last is proven over; the
+//! workers checkpoint at their early-shutdown deadline and go on in the next allocation from
+//! what they published. About seven minutes: `tools/test` runs it in a long shard.
 
 mod real_cluster;
 mod support;
 
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -22,7 +24,7 @@ impl Drop for Cleanup {
     }
 }
 
-fn run(sd: &std::path::Path, config: &std::path::Path, args: &[&str]) -> Run {
+fn run(sd: &Path, config: &Path, args: &[&str]) -> Run {
     let mut all = vec!["--config", config.to_str().unwrap()];
     all.extend_from_slice(args);
     real_cluster::run(dispatch_cmd(sd, &all).output().unwrap())
@@ -40,8 +42,75 @@ fn start_end(job: u64) -> (String, String) {
     (s.to_owned(), e.to_owned())
 }
 
+/// The payload: counts in its native state every 0.1 s; on SIGTERM (its early-shutdown
+/// deadline, or a stop) saves the count, appends what this generation counted to `counted`,
+/// commits a line naming its generation in its checkout, and declares a checkpoint. It ignores
+/// a second TERM: a stop's `scancel --signal=TERM` reaches every process of the step, and the
+/// supervisor forwards its own TERM to the payload too (seen on 24.11: a generation counted
+/// twice).
+const COUNTER: &str = r#"f="$DISPATCH_STATE_DIR/count"
+n=$(cat "$f" 2>/dev/null || echo 0)
+start=$n
+trap 'trap "" TERM; echo $n > "$f"; echo $((n - start)) >> "$DISPATCH_STATE_DIR/counted"; echo "generation $DISPATCH_GENERATION" >> generations; git add generations && git -c user.name=t -c user.email=t@example.org commit -qm "generation $DISPATCH_GENERATION"; touch "$DISPATCH_CHECKPOINT"; exit 0' TERM
+while :; do n=$((n + 1)); sleep 0.1; done"#;
+
+/// Short budgets, so a 3-minute allocation leaves a run before the shutdown window.
+const BUDGETS: [&str; 8] = [
+    "--publication-timeout",
+    "5",
+    "--native-state-budget",
+    "5",
+    "--cleanup-budget",
+    "5",
+    "--grace",
+    "5",
+];
+
+/// A source repository of one commit, added as asset `src`.
+fn add_source(sd: &Path, config: &Path, root: &Path) -> std::path::PathBuf {
+    let repo = root.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    support::git(&repo, &["init", "-q"]);
+    std::fs::write(repo.join("README"), "a counter\n").unwrap();
+    support::git(&repo, &["add", "."]);
+    support::git(&repo, &["commit", "-qm", "first"]);
+    let r = run(
+        sd,
+        config,
+        &["asset", "add-source", "src", repo.to_str().unwrap()],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    repo
+}
+
+/// What one `reconcile` did that this test follows.
+#[derive(Default, Debug)]
+struct Seen {
+    asked: Vec<u64>,
+    renewed: Vec<u64>,
+    continued: usize,
+}
+
+impl Seen {
+    fn note(&mut self, r: &serde_json::Value) {
+        for line in r["renewals"].as_array().into_iter().flatten() {
+            let job = line["job_id"].as_u64();
+            match (line["outcome"].as_str(), job) {
+                (Some("asked"), Some(j)) => self.asked.push(j),
+                (Some("renewed"), Some(j)) => self.renewed.push(j),
+                _ => {}
+            }
+        }
+        for line in r["continued"].as_array().into_iter().flatten() {
+            if line["outcome"] == "continued" {
+                self.continued += 1;
+            }
+        }
+    }
+}
+
 #[test]
-fn a_renewing_pool_gets_its_second_allocation_only_after_the_first_is_over() {
+fn a_renewing_pool_lives_three_allocations_one_at_a_time_and_its_workers_count_on() {
     let _cluster = require_cluster();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.toml");
@@ -49,6 +118,7 @@ fn a_renewing_pool_gets_its_second_allocation_only_after_the_first_is_over() {
     let sd = dir.path().join("state");
     let pool = format!("rn{}", std::process::id() % 100_000);
     let _cleanup = Cleanup(format!("{PREFIX}pool-{pool}-"));
+    let repo = add_source(&sd, &config, dir.path());
     let created = run(
         &sd,
         &config,
@@ -57,15 +127,15 @@ fn a_renewing_pool_gets_its_second_allocation_only_after_the_first_is_over() {
             "create",
             &pool,
             "--cpus",
-            "1",
+            "2",
             "--mem",
-            "100M",
+            "400M",
             "--time",
             "3",
             "--wait",
             "120",
             "--renew-max",
-            "2",
+            "3",
             "--json",
         ],
     );
@@ -73,44 +143,120 @@ fn a_renewing_pool_gets_its_second_allocation_only_after_the_first_is_over() {
     let first = json(&created.stdout)["allocation"]["job_id"]
         .as_u64()
         .unwrap();
+    let workers = ["a", "b"].map(|w| format!("count-{w}-{pool}"));
+    for w in &workers {
+        let mut args = vec![
+            "pool",
+            "submit",
+            &pool,
+            "--cpus",
+            "1",
+            "--mem",
+            "100M",
+            "--name",
+            w,
+            "--continue",
+            "2",
+            "--source",
+            "src",
+            "--json",
+        ];
+        args.extend_from_slice(&BUDGETS);
+        args.extend_from_slice(&["--", "sh", "-c", COUNTER]);
+        let r = run(&sd, &config, &args);
+        assert_eq!(r.code, 0, "pool submit {w}: {}", r.stderr);
+    }
 
-    // Reconcile every 5 s until the pool is on its second allocation (the first's 3 minutes,
-    // and a margin for Slurm's scheduling and the end's proof).
-    let deadline = Instant::now() + Duration::from_secs(330);
-    let mut asked = Vec::new();
-    let second = loop {
-        assert!(Instant::now() < deadline, "not renewed in time: {asked:?}");
+    // Reconcile every 5 s until the pool is on its third allocation and both workers were
+    // continued there (two 3-minute allocations, and margins for Slurm's scheduling).
+    let deadline = Instant::now() + Duration::from_secs(9 * 60);
+    let mut seen = Seen::default();
+    while !(seen.renewed.len() == 2 && seen.continued == 4) {
+        assert!(
+            Instant::now() < deadline,
+            "not renewed twice in time: {seen:?}"
+        );
         let r = run(&sd, &config, &["reconcile", "--json"]);
         assert_eq!(r.code, 0, "{}", r.stderr);
-        let r = json(&r.stdout);
-        let line = r["renewals"].get(0).cloned().unwrap_or_default();
-        if line["outcome"] == "asked" {
-            asked.push(line["job_id"].as_u64().unwrap());
-        }
-        if line["outcome"] == "renewed" {
-            break line["job_id"].as_u64().unwrap();
-        }
+        seen.note(&json(&r.stdout));
         std::thread::sleep(Duration::from_secs(5));
-    };
-    assert_eq!(asked, vec![second], "one successor, asked once");
+    }
+    assert_eq!(
+        seen.asked, seen.renewed,
+        "each successor asked once: {seen:?}"
+    );
     let status = json(&run(&sd, &config, &["pool", "status", &pool, "--json"]).stdout);
     let p = &status["pools"][0];
-    assert_eq!(p["allocation"]["job_id"], second, "{p}");
-    assert_eq!(p["renewal"]["generation"], 2, "{p}");
-    // Slurm started the second no earlier than the first ended.
-    let (_, first_end) = start_end(first);
-    let (second_start, _) = start_end(second);
-    assert!(
-        !first_end.is_empty() && first_end != "Unknown",
-        "{first_end}"
-    );
-    assert!(second_start >= first_end, "{second_start} < {first_end}");
+    assert_eq!(p["allocation"]["job_id"], seen.renewed[1], "{p}");
+    assert_eq!(p["renewal"]["generation"], 3, "{p}");
+    // Never two allocations at once: Slurm started each no earlier than the last ended.
+    let jobs = [first, seen.renewed[0], seen.renewed[1]];
+    for pair in jobs.windows(2) {
+        let (_, end) = start_end(pair[0]);
+        let (start, _) = start_end(pair[1]);
+        assert!(!end.is_empty() && end != "Unknown", "{pair:?}: {end}");
+        assert!(start >= end, "{pair:?}: {start} < {end}");
+    }
 
+    // The release stops the third generations (they checkpoint) and ends the allocation.
     let released = run(&sd, &config, &["pool", "release", &pool, "--json"]);
     assert_eq!(released.code, 0, "{}", released.stderr);
     let r = json(&released.stdout);
-    assert_eq!(r["job_id"], second, "{r}");
+    assert_eq!(r["job_id"], seen.renewed[1], "{r}");
     assert!(!r["proof"].as_str().unwrap().is_empty(), "{r}");
+    for w in &workers {
+        counted_across_three_generations(&sd, &config, &pool, w, &repo);
+    }
     let audit = run(&sd, &config, &["audit", "--json"]);
     assert_eq!(audit.code, 0, "{}", audit.stdout);
+}
+
+/// Worker `w`'s chain: three generations in `inspect` and in the report, its last count the
+/// sum of what each generation counted, every generation's commit in its last publication.
+fn counted_across_three_generations(sd: &Path, config: &Path, pool: &str, w: &str, repo: &Path) {
+    let r = run(sd, config, &["inspect", w, "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let inspect = json(&r.stdout);
+    let chain = inspect["chain"].as_array().expect("a chain");
+    let generations: Vec<u64> = chain
+        .iter()
+        .map(|g| g["generation"].as_u64().unwrap())
+        .collect();
+    assert_eq!(generations, [1, 2, 3], "{inspect}");
+    let last: uuid::Uuid = chain[2]["submission_id"].as_str().unwrap().parse().unwrap();
+    let dirs = dispatch::worker::dirs::WorkerDirs::new(&sd.join("pools"), pool, last);
+    let read = |f: &str| {
+        std::fs::read_to_string(dirs.state.join(f))
+            .unwrap_or_else(|e| panic!("{w}: {}: {e}", dirs.state.join(f).display()))
+    };
+    let count: u64 = read("count").trim().parse().unwrap();
+    let counted: Vec<u64> = read("counted")
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(counted.len(), 3, "{w}: {counted:?}");
+    assert!(counted.iter().all(|c| *c > 0), "{w}: {counted:?}");
+    assert_eq!(count, counted.iter().sum::<u64>(), "{w}: {counted:?}");
+    let report = json(&run(sd, config, &["report", "--worker", w, "--json"]).stdout);
+    let rows = report["chains"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{report}");
+    assert_eq!(
+        rows[0]["generations"].as_array().unwrap().len(),
+        3,
+        "{report}"
+    );
+    let published = sd
+        .join("pools")
+        .join(pool)
+        .join("published")
+        .join(format!("{w}-{last}"));
+    let bundle = published.join("workspace.bundle");
+    support::git(repo, &["fetch", "-q", bundle.to_str().unwrap(), "HEAD"]);
+    let log = support::git(repo, &["log", "--format=%s", "FETCH_HEAD"]);
+    let subjects: Vec<&str> = log.lines().collect();
+    assert_eq!(
+        subjects,
+        ["generation 3", "generation 2", "generation 1", "first"],
+        "{w}: {log}"
+    );
 }
