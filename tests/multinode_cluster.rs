@@ -1623,6 +1623,26 @@ fn a_worker_killed_with_its_node_is_not_continued_and_one_that_asked_is_resubmit
     for id in started {
         assert_eq!(p.status_of(id)["state"], "released");
     }
+    // The worker that asked both is replaced with its whole request: the continuation it never
+    // used is asked again, and the one that asked only a resubmission asks none.
+    let dump = p.dispatch(&["journal", "dump", "--json"]);
+    let asked: Vec<serde_json::Value> = text(&dump.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["kind"] == "ContinuationAsked")
+        .map(|e| e["event"].clone())
+        .collect();
+    for line in &resubmitted {
+        let id = line["submission_id"].as_str().unwrap();
+        let again: Vec<_> = asked.iter().filter(|a| a["submission_id"] == id).collect();
+        if line["replaces"] == both.as_str() {
+            assert_eq!(again.len(), 1, "{asked:?}");
+            assert_eq!(again[0]["continues_left"], 1, "{again:?}");
+            assert_eq!(again[0]["causes"], serde_json::json!(["node-failure"]));
+        } else {
+            assert!(again.is_empty(), "{again:?}");
+        }
+    }
     p.release_and_audit();
     drop(revive);
 }

@@ -23,7 +23,7 @@ use crate::event::jobs::JobRequest;
 use crate::event::pool::{ContinuationRefused, WorkerContinued, WorkerRequest};
 use crate::event::{Event, Sha256Digest};
 use crate::failpoint;
-use crate::policy::continuation::{self as policy, Asked, Cause, Decision, Ended};
+use crate::policy::continuation::{self as policy, Asked, Decision, Ended};
 use crate::policy::lineage::pool_unready;
 use crate::policy::node::StateClass;
 use crate::policy::pool::Budgets;
@@ -171,12 +171,7 @@ fn refuse<S: Scheduler>(ctx: &Ctx<S>, predecessor: Uuid, reason: &str) -> Result
 fn asked(c: &Continuable) -> Asked {
     Asked {
         continues_left: c.asked.continues_left,
-        causes: c
-            .asked
-            .causes
-            .iter()
-            .filter_map(|w| Cause::parse(w))
-            .collect(),
+        causes: ContinueAsk::causes_of(&c.asked.causes),
         crashed: c.asked.crashed,
     }
 }
@@ -293,7 +288,8 @@ async fn submit_successor<S: Scheduler>(
                 (line.outcome, line.detail) = (ContinueOutcome::Waiting, why);
                 return Ok(());
             }
-            let req = pool_successor(c, r, ask, continues);
+            let pool = c.pool.as_deref().unwrap_or_default();
+            let req = pool_successor(pool, who(c), r, ask, Follows::Continues(continues));
             crate::ops::pool::submit(ctx, &req)
                 .await
                 .map(|s| s.submission_id)
@@ -318,8 +314,23 @@ async fn submit_successor<S: Scheduler>(
     Ok(())
 }
 
+/// Who a worker is, as its successor is again: its name, CPUs and memory.
+pub(crate) struct Who<'a> {
+    pub worker: &'a str,
+    pub cpus: u32,
+    pub mem_mb: u64,
+}
+
+fn who(c: &Continuable) -> Who<'_> {
+    Who {
+        worker: &c.worker,
+        cpus: c.cpus,
+        mem_mb: c.mem_mb,
+    }
+}
+
 /// The predecessor's spec again, from the request its receipt kept.
-fn spec_of(c: &Continuable, r: &Request) -> WorkerSpec {
+fn spec_of(who: Who<'_>, r: &Request) -> WorkerSpec {
     // The two kept requests name these fields alike.
     macro_rules! parts {
         ($r:expr) => {
@@ -344,9 +355,9 @@ fn spec_of(c: &Continuable, r: &Request) -> WorkerSpec {
     };
     let [publication_timeout_s, native_state_s, cleanup_s, grace_s] = budgets;
     WorkerSpec {
-        worker: Some(c.worker.clone()),
-        cpus: c.cpus,
-        mem: MemoryMb::new(c.mem_mb),
+        worker: Some(who.worker.to_owned()),
+        cpus: who.cpus,
+        mem: MemoryMb::new(who.mem_mb),
         budgets: Budgets {
             publication_timeout_s,
             native_state_s,
@@ -385,26 +396,42 @@ fn job_successor(
         target_name: r.target.clone(),
         target,
         time: SlurmDuration::from_secs(r.time_s),
-        spec: spec_of(c, &Request::Job(r.clone())),
+        spec: spec_of(who(c), &Request::Job(r.clone())),
         continuation: ask,
         continues: Some(continues),
     }
 }
 
-fn pool_successor(
-    c: &Continuable,
+/// How a pool worker's successor follows it.
+pub(crate) enum Follows {
+    /// A continuation, resuming from what it published.
+    Continues(Continues),
+    /// Submitted again from scratch after a node failure ended it (`--resubmit-on-node-failure`).
+    Replaces(Uuid),
+}
+
+/// The one submission that follows a pool worker, continued or resubmitted: the same request
+/// on any node of `pool` with room, every ask of the worker carried on, the one this uses one
+/// fewer (`ask`: the continuation the successor asks).
+pub(crate) fn pool_successor(
+    pool: &str,
+    who: Who<'_>,
     r: &WorkerRequest,
     ask: Option<ContinueAsk>,
-    continues: Continues,
+    follows: Follows,
 ) -> crate::ops::pool::SubmitRequest {
+    let (resubmits, replaces, continues) = match follows {
+        Follows::Continues(c) => (r.resubmits_left, None, Some(c)),
+        Follows::Replaces(id) => (r.resubmits_left.saturating_sub(1), Some(id), None),
+    };
     crate::ops::pool::SubmitRequest {
-        pool: c.pool.clone().unwrap_or_default(),
-        spec: spec_of(c, &Request::Pool(r.clone())),
+        pool: pool.to_owned(),
+        spec: spec_of(who, &Request::Pool(r.clone())),
         gpus: r.gpus,
         node: None,
-        resubmits: r.resubmits_left,
-        replaces: None,
+        resubmits,
+        replaces,
         continuation: ask,
-        continues: Some(continues),
+        continues,
     }
 }

@@ -69,6 +69,24 @@ impl ContinueAsk {
         })
     }
 
+    /// The ask a receipt recorded, again; `None` when it has no continuation left.
+    pub fn of(asked: &crate::event::pool::ContinuationAsked) -> Option<ContinueAsk> {
+        (asked.continues_left > 0).then(|| ContinueAsk {
+            continues: asked.continues_left,
+            causes: Self::causes_of(&asked.causes),
+            crashed: asked.crashed,
+        })
+    }
+
+    /// The causes a receipt names, in Slurm's words; a word this version does not know is
+    /// left out.
+    pub fn causes_of(words: &[String]) -> Vec<crate::policy::continuation::Cause> {
+        words
+            .iter()
+            .filter_map(|w| crate::policy::continuation::Cause::parse(w))
+            .collect()
+    }
+
     /// What the successor asks: one continuation fewer, or none.
     pub fn next(&self) -> Option<ContinueAsk> {
         (self.continues > 1).then(|| ContinueAsk {

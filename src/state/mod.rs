@@ -327,6 +327,7 @@ impl State {
             })
         });
         let request = self.pools.requests.get(id).map(|r| r.request.clone());
+        self.pools.continuation_asked(e);
         self.jobs.continuations.ask(e, who, request);
     }
 

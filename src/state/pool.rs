@@ -11,13 +11,13 @@ use uuid::Uuid;
 
 use crate::event::asset::{AssetRecord, WorkerAssetsBound};
 use crate::event::pool::{
-    Allocation, PoolAllocationEnded, PoolAttached, PoolCreateFailed, PoolCreateIntent,
-    PoolCreateJob, PoolCreateShape, PoolDetached, PoolNodeLost, PoolNodes, PoolOwned,
-    PoolReleaseIntent, PoolReleased, PoolRenewalAsked, PoolRenewalFailed, PoolRenewalIntent,
-    PoolRenewalJob, PoolRenewalStopped, PoolRenewed, WorkerDevicesIngested, WorkerExited,
-    WorkerJournalDamaged, WorkerLaunchFailed, WorkerLaunched, WorkerPlaced, WorkerReportIngested,
-    WorkerRequest, WorkerResubmitRefused, WorkerResubmitted, WorkerStepObserved, WorkerStopIntent,
-    WorkerSubmitIntent, WorkerTerminal,
+    Allocation, ContinuationAsked, PoolAllocationEnded, PoolAttached, PoolCreateFailed,
+    PoolCreateIntent, PoolCreateJob, PoolCreateShape, PoolDetached, PoolNodeLost, PoolNodes,
+    PoolOwned, PoolReleaseIntent, PoolReleased, PoolRenewalAsked, PoolRenewalFailed,
+    PoolRenewalIntent, PoolRenewalJob, PoolRenewalStopped, PoolRenewed, WorkerDevicesIngested,
+    WorkerExited, WorkerJournalDamaged, WorkerLaunchFailed, WorkerLaunched, WorkerPlaced,
+    WorkerReportIngested, WorkerRequest, WorkerResubmitRefused, WorkerResubmitted,
+    WorkerStepObserved, WorkerStopIntent, WorkerSubmitIntent, WorkerTerminal,
 };
 use crate::event::Micros;
 use crate::slurm::{JobId, NodeShare};
@@ -316,6 +316,11 @@ pub struct Resubmittable {
     pub request: WorkerRequest,
     /// Set when a node failure ended it: the proof. Then it is due for resubmission.
     pub due: Option<String>,
+    /// The continuation it asked for too (`ContinuationAsked`, after its request in its
+    /// receipt's commit): its replacement asks it again, unused. Last, and written only when it
+    /// holds one (journal-format.md §9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<ContinuationAsked>,
 }
 
 impl Pools {
@@ -587,8 +592,16 @@ impl Pools {
                 mem_mb: w.mem_mb,
                 request: e.clone(),
                 due: None,
+                continuation: None,
             },
         );
+    }
+
+    /// Kept with its request, for its replacement to ask again.
+    pub fn continuation_asked(&mut self, e: &ContinuationAsked) {
+        if let Some(r) = self.requests.get_mut(&e.submission_id) {
+            r.continuation = Some(e.clone());
+        }
     }
 
     fn worker_mut(&mut self, id: &Uuid) -> Option<&mut Worker> {

@@ -11,13 +11,13 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::{submit, SubmitRequest};
-use crate::event::pool::{WorkerRequest, WorkerResubmitRefused};
+use crate::event::pool::WorkerResubmitRefused;
 use crate::event::Event;
 use crate::ops::context::{append_if, Ctx};
+use crate::ops::continuation::{pool_successor, Follows, Who};
 use crate::ops::error::OpError;
-use crate::ops::spec::WorkerSpec;
-use crate::policy::pool::Budgets;
-use crate::slurm::{MemoryMb, Scheduler};
+use crate::ops::spec::ContinueAsk;
+use crate::slurm::Scheduler;
 use crate::state::pool::Resubmittable;
 use crate::state::State;
 
@@ -45,35 +45,22 @@ crate::words! {
 }
 
 /// The submit that replaces `due` (its id `replaces`): the same request, one resubmission
-/// fewer, on any node with room.
+/// fewer, on any node with room, asking the continuation `due` asked for (unused: a node
+/// failure's end is refused its continuation without a checkpoint saved while it ran).
 fn replacement(replaces: Uuid, due: &Resubmittable) -> SubmitRequest {
-    let r: &WorkerRequest = &due.request;
-    SubmitRequest {
-        pool: due.pool.clone(),
-        spec: WorkerSpec {
-            worker: Some(due.worker.clone()),
-            cpus: due.cpus,
-            mem: MemoryMb::new(due.mem_mb),
-            budgets: Budgets {
-                publication_timeout_s: r.publication_timeout_s,
-                native_state_s: r.native_state_s,
-                cleanup_s: r.cleanup_s,
-                grace_s: r.grace_s,
-                min_run_s: Budgets::DEFAULT_MIN_RUN_S,
-            },
-            command: r.command.clone(),
-            source: r.source.clone(),
-            image: r.image.clone(),
-            append_only_glob: r.append_only_glob.clone(),
-            trial: r.trial.clone(),
-        },
-        gpus: r.gpus,
-        node: None,
-        resubmits: r.resubmits_left.saturating_sub(1),
-        replaces: Some(replaces),
-        continuation: None,
-        continues: None,
-    }
+    let who = Who {
+        worker: &due.worker,
+        cpus: due.cpus,
+        mem_mb: due.mem_mb,
+    };
+    let ask = due.continuation.as_ref().and_then(ContinueAsk::of);
+    pool_successor(
+        &due.pool,
+        who,
+        &due.request,
+        ask,
+        Follows::Replaces(replaces),
+    )
 }
 
 /// Submit again every worker due (of `only_pool`, if given), in submission-id order.
@@ -130,4 +117,66 @@ pub(crate) async fn resubmit_due<S: Scheduler>(
         });
     }
     Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::pool::*;
+    use crate::policy::fixtures::{attached, envelopes};
+
+    /// A worker that asked both `--continue 2` and `--resubmit-on-node-failure 1`, whose
+    /// continuation a node failure refused: its replacement is the same request, its
+    /// continuation ask included (it was never used), one resubmission fewer.
+    #[test]
+    fn a_replacement_keeps_the_continuation_its_worker_asked_for() {
+        let id = Uuid::from_u128(1);
+        let mut state = State::default();
+        for env in envelopes([
+            Event::PoolAttached(attached("p", 9, "a", 12)),
+            Event::WorkerSubmitIntent(WorkerSubmitIntent {
+                pool: "p".into(),
+                worker: "w".into(),
+                submission_id: id,
+                cpus: 1,
+                mem_mb: 10,
+                publication_timeout_s: 30,
+                command: vec!["true".into()],
+            }),
+            Event::WorkerRequest(WorkerRequest {
+                submission_id: id,
+                resubmits_left: 1,
+                command: vec!["true".into()],
+                gpus: 0,
+                publication_timeout_s: 30,
+                native_state_s: 15,
+                cleanup_s: 15,
+                grace_s: 5,
+                source: None,
+                image: None,
+                append_only_glob: None,
+                trial: None,
+            }),
+            Event::ContinuationAsked(ContinuationAsked {
+                submission_id: id,
+                continues_left: 2,
+                causes: vec!["node-failure".into()],
+                crashed: false,
+            }),
+        ]) {
+            state.apply(&env).unwrap();
+        }
+        let req = replacement(id, &state.pools.requests[&id]);
+        assert_eq!(req.replaces, Some(id));
+        assert_eq!(req.resubmits, 0);
+        let ask = req
+            .continuation
+            .expect("the continuation asked for is kept");
+        assert_eq!(ask.continues, 2);
+        assert_eq!(
+            ask.causes,
+            [crate::policy::continuation::Cause::NodeFailure]
+        );
+        assert!(!ask.crashed);
+    }
 }
