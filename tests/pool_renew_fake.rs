@@ -429,3 +429,94 @@ fn a_continued_worker_goes_on_in_the_renewed_allocation() {
         "{p}"
     );
 }
+
+/// Steps of `job`, one per worker `w0..w{n-1}`, as `squeue --steps` prints them.
+fn steps(job: u32, n: usize) -> String {
+    (0..n)
+        .map(|i| format!("{job}.{i}|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.w{i}\n"))
+        .collect()
+}
+
+/// A steady `reconcile` of pool `p` on `job` with `n` running workers: its Slurm calls.
+fn steady_calls(fake: &Fake, job: u32, n: usize) -> u64 {
+    let mut rules = squeue(&[(job, "RUNNING", "None")], "x");
+    rules[0] = json!({"match": ["--steps"], "stdout": steps(job, n)});
+    fake.scenario(json!({"squeue": rules, "scontrol": [{"stdout": show_job(job, 3595)}]}));
+    let r = reconcile(fake);
+    assert_eq!(r["resolved"], json!([]), "{r}");
+    assert!(
+        r["renewals"][0]["outcome"] == "not_due",
+        "a steady round: {r}"
+    );
+    r["slurm_calls"].as_u64().unwrap()
+}
+
+/// Issue 38's rule for `reconcile`: its Slurm calls stay constant in the number of workers and
+/// of generations. A renewing pool with 1 or 4 continued workers costs the same round in its
+/// first allocation and, all of them continued there, in its second.
+#[test]
+fn reconcile_asks_slurm_as_often_whatever_the_workers_and_generations() {
+    let mut rounds = Vec::new();
+    for n in [1usize, 4] {
+        let fake = Fake::new();
+        create(&fake, 3595, &["--renew"]);
+        let mut rules = squeue(&[(901, "RUNNING", "None")], "x");
+        rules[0] = json!({"match": ["--steps"], "stdout": steps(901, n)});
+        fake.scenario(json!({
+            "scontrol": [{"stdout": show_job(901, 3595)}],
+            "srun": [{"hang": 60}],
+            "squeue": rules,
+        }));
+        let mut ids = Vec::new();
+        for i in 0..n {
+            let name = format!("w{i}");
+            let (code, out, err) = fake.run(&[
+                "pool",
+                "submit",
+                "p",
+                "--cpus",
+                "1",
+                "--mem",
+                "100M",
+                "--name",
+                &name,
+                "--continue",
+                "1",
+                "--json",
+                "--",
+                "true",
+            ]);
+            assert_eq!(code, 0, "{err}");
+            let doc: Value = serde_json::from_str(out.trim()).unwrap();
+            ids.push(doc["submission_id"].as_str().unwrap().parse().unwrap());
+        }
+        rounds.push(("first allocation", n, steady_calls(&fake, 901, n)));
+        for id in &ids {
+            checkpointed(&fake, *id);
+        }
+        // Preempted: every worker released with that proof, the next allocation asked for.
+        fake.scenario(json!({
+            "salloc": pending_salloc(),
+            "squeue": squeue(&[(901, "PREEMPTED", "None"), (902, "PENDING", "Priority")], "x"),
+        }));
+        assert_eq!(reconcile(&fake)["renewals"][0]["outcome"], "asked");
+        let mut rules = squeue(&[(901, "PREEMPTED", "None"), (902, "RUNNING", "None")], "x");
+        rules[0] = json!({"match": ["--steps"], "stdout": steps(902, n)});
+        fake.scenario(json!({
+            "squeue": rules,
+            "scontrol": [{"stdout": show_job(902, 3595)}],
+            "srun": [{"hang": 60}],
+        }));
+        let r = reconcile(&fake);
+        assert_eq!(r["renewals"][0]["outcome"], "renewed", "{r}");
+        let continued = r["continued"].as_array().unwrap();
+        assert_eq!(continued.len(), n, "{r}");
+        assert!(continued.iter().all(|c| c["outcome"] == "continued"), "{r}");
+        rounds.push(("second allocation", n, steady_calls(&fake, 902, n)));
+    }
+    let first = rounds[0].2;
+    assert!(
+        rounds.iter().all(|(_, _, calls)| *calls == first),
+        "Slurm calls per steady round: {rounds:?}"
+    );
+}
