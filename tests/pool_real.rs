@@ -36,9 +36,12 @@ const PRINT_CPUS_AND_SLEEP: &str = "grep Cpus_allowed_list /proc/self/status; ex
 #[test]
 fn a_pool_runs_workers_as_separate_steps_within_its_budget() {
     let _cluster = require_cluster();
-    let alloc = Allocation::salloc(
+    // Its first two CPU ids on distinct real CPUs: the two 1-CPU workers' steps get those, and
+    // ids folding onto one real CPU (seen in CI: {0} and {0}) would make any two steps overlap.
+    let alloc = real_cluster::salloc_on_distinct_cpus(
         "dispatch-pool-budget",
         &["-c", "4", "--mem", "4G", "--time", "20"],
+        2,
     );
     let state = tempfile::tempdir().unwrap();
     let sd = state.path();

@@ -54,7 +54,9 @@ start=$n
 trap 'trap "" TERM; echo $n > "$f"; echo $((n - start)) >> "$DISPATCH_STATE_DIR/counted"; echo "generation $DISPATCH_GENERATION" >> generations; git add generations && git -c user.name=t -c user.email=t@example.org commit -qm "generation $DISPATCH_GENERATION"; touch "$DISPATCH_CHECKPOINT"; exit 0' TERM
 while :; do n=$((n + 1)); sleep 0.1; done"#;
 
-/// Short budgets, so a 3-minute allocation leaves a run before the shutdown window.
+/// Short budgets, so a 3-minute allocation leaves a run before the shutdown window; a grace
+/// long enough for the payload's `git commit` on a loaded machine (with 5 s, one CI run's
+/// third generation was killed mid-commit: its count saved, its commit not).
 const BUDGETS: [&str; 8] = [
     "--publication-timeout",
     "5",
@@ -63,7 +65,7 @@ const BUDGETS: [&str; 8] = [
     "--cleanup-budget",
     "5",
     "--grace",
-    "5",
+    "20",
 ];
 
 /// A source repository of one commit, added as asset `src`.

@@ -61,10 +61,13 @@ impl Session {
         }
     }
 
-    /// The one CPU of the `narrow` partition held (by an allocation dropped with it), so that a
-    /// session's job there waits for Resources. A job an earlier test cancelled there may still
-    /// be ending: it is waited for first. For a test that runs `one_of_a_kind(.., &NARROW)`.
-    fn narrow_cpu(&self) -> real_cluster::Allocation {
+    /// The `narrow` partition set DOWN (UP again when the guard drops, also on a panic), so
+    /// that a session's job there stays PENDING (`PartitionDown`) while nothing else waits on
+    /// it: a job pending for Resources would keep the node from other partitions' jobs in
+    /// slurmctld's scheduling pass, and a 1-CPU blocker job there waited behind theirs (both
+    /// seen on 24.11). A job an earlier test cancelled there may still be ending: it is waited
+    /// for first. For a test that runs `one_of_a_kind(.., &NARROW)`.
+    fn narrow_down(&self) -> NarrowDown {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let out = Command::new("squeue")
@@ -78,10 +81,8 @@ impl Session {
             assert!(Instant::now() < deadline, "jobs in narrow still: {jobs}");
             std::thread::sleep(Duration::from_millis(200));
         }
-        real_cluster::Allocation::salloc(
-            &self.name("blocker"),
-            &["-p", "narrow", "-c", "1", "--mem", "100M", "--time", "5"],
-        )
+        narrow_state("DOWN").unwrap_or_else(|e| panic!("narrow State=DOWN: {e}"));
+        NarrowDown
     }
 
     fn state(&self) -> PathBuf {
@@ -196,8 +197,32 @@ impl Drop for Session {
     }
 }
 
-/// The tests of a pending job: they share the `narrow` partition's one CPU.
+/// The tests of a pending job: they set the `narrow` partition DOWN and UP again.
 static NARROW: Mutex<()> = Mutex::new(());
+
+/// `scontrol update PartitionName=narrow State=STATE`: what it said when it failed.
+fn narrow_state(state: &str) -> Result<(), String> {
+    let out = Command::new("scontrol")
+        .args(["update", "PartitionName=narrow", &format!("State={state}")])
+        .output()
+        .map_err(|e| e.to_string())?;
+    match out.status.success() {
+        true => Ok(()),
+        false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+    }
+}
+
+/// The `narrow` partition DOWN until this drops.
+struct NarrowDown;
+
+impl Drop for NarrowDown {
+    fn drop(&mut self) {
+        // Never a panic here: it may run while a failed test unwinds.
+        if let Err(e) = narrow_state("UP") {
+            eprintln!("could not set the narrow partition UP again: {e}");
+        }
+    }
+}
 /// The tests that keep four jobs running at once: two of them beside the tests that each wait
 /// for a job of their own to run once held every CPU while all waited (on an 8-CPU node).
 static FOUR_JOBS: Mutex<()> = Mutex::new(());
@@ -314,7 +339,7 @@ fn launch_lose_state_adopt_release() {
 fn a_pending_job_survives_the_loss_of_the_state_directory() {
     let s = Session::one_of_a_kind("pending", TARGETS, &NARROW);
     let name = s.name("m");
-    let blocker = s.narrow_cpu();
+    let blocker = s.narrow_down();
     let r = s.run(&[
         "--json",
         "session",
@@ -333,7 +358,7 @@ fn a_pending_job_survives_the_loss_of_the_state_directory() {
     );
     assert!(r.stderr.contains("still PENDING"), "{}", r.stderr);
     // While it waited, it said what for (with Slurm's reason once its scheduler gave one:
-    // `is PENDING (Resources); waited`) and how to give up (on stderr: stdout is for --json).
+    // `is PENDING (PartitionDown); waited`) and how to give up (on stderr: stdout is for --json).
     let waited = r
         .stderr
         .lines()
@@ -1184,7 +1209,7 @@ fn pool_and_submit_jobs_are_never_sessions_on_a_real_controller() {
 #[test]
 fn a_reused_pending_job_is_waited_for_and_its_node_named_on_a_real_controller() {
     let s = Session::one_of_a_kind("pendreuse", TARGETS, &NARROW);
-    let blocker = s.narrow_cpu();
+    let blocker = s.narrow_down();
     let launch = |wait: &str| {
         s.run(&[
             "--json",

@@ -217,7 +217,7 @@ pub fn job_cpu_ids(job: u32) -> BTreeSet<u32> {
 }
 
 /// An allocation whose `first` lowest CPU ids are distinct real CPUs (the ids its first steps
-/// get). The dev cluster declares more CPUs than the machine has (8 on 2), and Slurm's CPU ids
+/// get). The dev cluster declares more CPUs than the machine has (16 on 2), and Slurm's CPU ids
 /// land on real CPUs modulo their number: a job given ids 1 and 3 has one real CPU, so no two
 /// of its steps can have disjoint CPU sets, whatever dispatch does. Such allocations are held
 /// (so the next one is placed elsewhere) until one fits, then released.
