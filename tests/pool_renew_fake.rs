@@ -429,3 +429,165 @@ fn a_continued_worker_goes_on_in_the_renewed_allocation() {
         "{p}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 38 item 5: never two successors, never a worker lost, across generations (the
+// controller down, a successor pending past the old end, a preemption during a renewal).
+
+/// Squeue's answers with the steps listed as `steps` (a step row each, or none).
+fn squeue_with_steps(jobs: &[(u32, &str, &str)], steps: &str) -> Value {
+    let mut rules = squeue(jobs, "x");
+    rules[0] = json!({"match": ["--steps"], "stdout": steps});
+    rules
+}
+
+/// A renewing pool `p` (allocation 901, `extra` flags) with worker `w` (`--continue 1`)
+/// running as step 901.0, its next allocation due: within the lead time of 901's end. The
+/// worker's submission id.
+fn due_pool_with_a_worker(fake: &Fake, extra: &[&str]) -> uuid::Uuid {
+    create(fake, 123, extra);
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(901, 123)}],
+        "srun": [{"hang": 30}],
+        "squeue": squeue_with_steps(&[(901, "RUNNING", "None")], &step(901)),
+    }));
+    // A shorter publication budget: the worker fits in the 123 s left (105 s of 130 s).
+    let mut args: Vec<&str> = SUBMIT_CONTINUED.split(' ').collect();
+    args.splice(3..3, ["--publication-timeout", "5"]);
+    let (code, out, err) = fake.run(&args);
+    assert_eq!(code, 0, "{err}");
+    let first: Value = serde_json::from_str(out.trim()).unwrap();
+    // Within the lead time (2 minutes) of the end.
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    first["submission_id"].as_str().unwrap().parse().unwrap()
+}
+
+/// What worker `w`'s supervisor records when it checkpointed at the allocation's end and
+/// published a publication that verifies (so that `audit` checks the chain whole).
+fn published_checkpoint(fake: &Fake, id: uuid::Uuid) {
+    let pools = fake.state().join("pools");
+    let dirs = dispatch::worker::dirs::WorkerDirs::new(&pools, "p", id);
+    let published = pools.join("p/published").join(format!("w-{id}"));
+    let published = published.display().to_string();
+    let sha = fake_cli::plant_publication(&published, "w", id);
+    fake_cli::supervisor_journal(
+        &dirs.evidence,
+        false,
+        Some((&published, sha)),
+        "checkpointed",
+    );
+}
+
+/// The events of `kind`, in order.
+fn of_kind(fake: &Fake, kind: &str) -> Vec<Value> {
+    fake.events()
+        .into_iter()
+        .filter(|e| e["kind"] == kind)
+        .collect()
+}
+
+/// The worker named `w` of pool `p`'s status, in generation `generation`.
+fn worker_w(p: &Value, generation: u32) -> Value {
+    p["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == "w" && w["generation"] == generation)
+        .unwrap_or_else(|| panic!("no worker w of generation {generation}: {p}"))
+        .clone()
+}
+
+/// The last allocation proven over (TIMEOUT) while its successor, asked before the end, is
+/// still PENDING for Slurm's reason: the pool waits for it, visibly and with the reason; no
+/// second successor is asked; the worker that asked `--continue` waits (`waiting`, listed);
+/// once the successor runs, it becomes the pool's once and the worker is continued once.
+#[test]
+fn a_successor_pending_past_the_old_end_is_waited_for_never_asked_twice() {
+    let fake = Fake::new();
+    let id = due_pool_with_a_worker(&fake, &["--renew"]);
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue_with_steps(&[(901, "RUNNING", "None"), (902, "PENDING", "Dependency")], &step(901)),
+    }));
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "asked", "{r}");
+    let s = sallocs(&fake);
+    assert!(
+        s[0].contains(&"--dependency=afterany:901".to_owned()),
+        "{s:?}"
+    );
+    published_checkpoint(&fake, id);
+    // 901 hit its time limit; 902, free of its dependency, waits for resources.
+    let past_the_end = json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue_with_steps(&[(901, "TIMEOUT", "None"), (902, "PENDING", "Resources")], ""),
+    });
+    for round in 0..3 {
+        fake.scenario(past_the_end.clone());
+        let r = reconcile(&fake);
+        assert_eq!(r["renewals"][0]["outcome"], "waiting", "{round}: {r}");
+        assert_eq!(r["renewals"][0]["job_id"], 902, "{round}: {r}");
+        let detail = r["renewals"][0]["detail"].as_str().unwrap();
+        assert!(detail.contains("PENDING (Resources)"), "{round}: {r}");
+        assert_eq!(r["continued"][0]["outcome"], "waiting", "{round}: {r}");
+        assert_eq!(r["continued"][0]["worker"], "w", "{round}: {r}");
+        assert_eq!(sallocs(&fake).len(), 0, "{round}: a second successor: {r}");
+    }
+    // `pool status --refresh`: the allocation over, the pool waiting for 902 with Slurm's
+    // reason, the worker's continuation waiting.
+    fake.scenario(past_the_end.clone());
+    let (code, out, err) = fake.run(&["pool", "status", "p", "--refresh", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let doc: Value = serde_json::from_str(out.trim()).unwrap();
+    let p = &doc["pools"][0];
+    assert_eq!(p["allocation"]["state"], "ended", "{p}");
+    let next = &p["renewal"]["successor"];
+    assert_eq!(next["job_id"], 902, "{p}");
+    assert_eq!(
+        next["slurm"],
+        json!({"state": "PENDING", "reason": "Resources"}),
+        "{p}"
+    );
+    let w = worker_w(p, 1);
+    assert_eq!(w["continuation"], "waiting", "{w}");
+    assert!(w["continuation_why"].as_str().is_some(), "{w}");
+    fake.scenario(past_the_end);
+    let (code, text, err) = fake.run(&["pool", "status", "p", "--refresh"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains("next: allocation 2 (job 902, PENDING: Resources"),
+        "{text}"
+    );
+    // Without --refresh: the journal alone, no Slurm call and no reason.
+    fake.forget_calls();
+    let p = status(&fake);
+    assert_eq!(p["renewal"]["successor"]["slurm"], Value::Null, "{p}");
+    assert!(fake.calls().is_empty());
+    // 902 runs: the pool's, and the worker continued there, once.
+    let running = json!({
+        "squeue": squeue_with_steps(&[(901, "TIMEOUT", "None"), (902, "RUNNING", "None")], &step(902)),
+        "scontrol": [{"stdout": show_job(902, 3595)}],
+        "srun": [{"hang": 30}],
+    });
+    fake.scenario(running.clone());
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "renewed", "{r}");
+    assert_eq!(r["continued"][0]["outcome"], "continued", "{r}");
+    fake.scenario(running);
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "not_due", "{r}");
+    assert!(r.get("continued").is_none(), "{r}");
+    assert_eq!(sallocs(&fake).len(), 0);
+    assert_eq!(of_kind(&fake, "PoolRenewalIntent").len(), 1);
+    assert_eq!(of_kind(&fake, "PoolRenewed").len(), 1);
+    let continued = of_kind(&fake, "WorkerContinued");
+    assert_eq!(continued.len(), 1, "{continued:?}");
+    assert_eq!(
+        continued[0]["event"]["cause"], "time-limit",
+        "{continued:?}"
+    );
+    let p = status(&fake);
+    assert_eq!(worker_w(&p, 2)["step_id"], "902.0", "{p}");
+    let (code, out, _) = fake.run(&["audit", "--json"]);
+    assert_eq!(code, 0, "{out}");
+}

@@ -169,3 +169,15 @@ pub fn supervisor_journal(
     }))
     .unwrap();
 }
+
+/// A publication that verifies (a manifest listing no files) at `dir`, of worker `worker`'s
+/// submission `id`: its manifest's SHA-256.
+pub fn plant_publication(dir: &str, worker: &str, id: uuid::Uuid) -> dispatch::event::Sha256Digest {
+    use sha2::Digest;
+    let manifest = format!(
+        r#"{{"format":1,"worker":"{worker}","submission_id":"{id}","pinned_commit":null,"head_commit":null,"files":[]}}"#
+    );
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(Path::new(dir).join("MANIFEST.json"), &manifest).unwrap();
+    dispatch::event::Sha256Digest(sha2::Sha256::digest(manifest.as_bytes()).into())
+}
