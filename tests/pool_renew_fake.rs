@@ -591,3 +591,151 @@ fn a_successor_pending_past_the_old_end_is_waited_for_never_asked_twice() {
     let (code, out, _) = fake.run(&["audit", "--json"]);
     assert_eq!(code, 0, "{out}");
 }
+
+/// How every client call answers while the controller is down (as recorded on 22.05).
+fn controller_down() -> Value {
+    let down = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n";
+    json!([{"stderr": down, "exit": 1}])
+}
+
+/// Squeue's answers once the controller is back: steps as `steps`, the jobs by id, and the
+/// user's listing with the successor under the renewal's job name `name`.
+fn squeue_named(allocation: &str, successor: (&str, &str), steps: &str, name: &str) -> Value {
+    let (state, reason) = successor;
+    let (old, new) = (
+        row(901, allocation, "None", "x"),
+        row(902, state, reason, name),
+    );
+    json!([
+        {"match": ["--steps"], "stdout": steps},
+        {"match": ["--jobs=901"], "stdout": old},
+        {"match": ["--jobs=902"], "stdout": new},
+        {"match": ["--me"], "stdout": format!("{old}{new}")},
+    ])
+}
+
+/// The state word of worker `w` in generation 1, and whether pool `p`'s allocation is ended,
+/// as `pool status` shows them from the journal.
+fn worker_and_allocation(fake: &Fake) -> (Value, Value) {
+    let p = status(fake);
+    (
+        worker_w(&p, 1)["state"].clone(),
+        p["allocation"]["state"].clone(),
+    )
+}
+
+/// A due renewing pool with a running worker (`due_pool_with_a_worker`), reconciled three
+/// times with the controller down: salloc answering `salloc`, squeue, scontrol and sacct
+/// "Unable to contact slurm controller". Nothing is decided on that: the successor stays in
+/// flight, unknown, never asked again; the pool is not marked ended, its worker not released,
+/// its renewal not stopped. The worker's submission id.
+fn renewal_with_the_controller_down(fake: &Fake, salloc: Value) -> uuid::Uuid {
+    let id = due_pool_with_a_worker(fake, &["--renew"]);
+    let down = json!({
+        "salloc": salloc,
+        "squeue": controller_down(),
+        "scontrol": controller_down(),
+        "sacct": controller_down(),
+    });
+    for round in 0..3 {
+        fake.scenario(down.clone());
+        let r = reconcile(fake);
+        assert_eq!(r["renewals"][0]["outcome"], "unknown", "{round}: {r}");
+        let asked = if round == 0 { 1 } else { 0 };
+        assert_eq!(sallocs(fake).len(), asked, "{round}: {r}");
+        let p = status(fake);
+        let next = &p["renewal"]["successor"];
+        assert_eq!(next["job_id"], Value::Null, "{round}: {p}");
+        assert!(next["unclear"].as_str().is_some(), "{round}: {p}");
+        assert_eq!(p["renewal"]["stopped"], Value::Null, "{round}: {p}");
+        let (worker, allocation) = worker_and_allocation(fake);
+        assert_eq!(
+            (worker.as_str(), allocation.as_str()),
+            (Some("running"), Some("running")),
+            "{round}"
+        );
+    }
+    let kinds = fake.kinds();
+    for decided in [
+        "PoolAllocationEnded",
+        "PoolRenewalStopped",
+        "WorkerTerminal",
+    ] {
+        assert!(!kinds.iter().any(|k| k == decided), "{decided}: {kinds:?}");
+    }
+    assert_eq!(of_kind(fake, "PoolRenewalIntent").len(), 1);
+    id
+}
+
+/// salloc's own words when it cannot reach the controller: nothing says no job was queued
+/// (a lost reply to an accepted request reads the same), so the renewal is not stopped, and
+/// once the controller answers without the renewal's name, within salloc's limit plus the
+/// settle margin, still nothing is asked again.
+#[test]
+fn an_salloc_that_cannot_contact_the_controller_stops_nothing_and_asks_nothing_again() {
+    let fake = Fake::new();
+    let refused = "salloc: error: Job submit/allocate failed: Unable to contact slurm controller \
+                   (connect failure)\n";
+    renewal_with_the_controller_down(&fake, json!([{"stderr": refused, "exit": 1}]));
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue_with_steps(&[(901, "RUNNING", "None")], &step(901)),
+        "sacct": [{"stdout": ""}],
+    }));
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "unknown", "{r}");
+    assert_eq!(sallocs(&fake).len(), 0, "a second salloc: {r}");
+    assert_eq!(status(&fake)["renewal"]["stopped"], Value::Null);
+}
+
+/// The controller down when the next allocation is due, salloc getting no answer (the request
+/// reached the controller, the reply did not come back): nothing decided
+/// (`renewal_with_the_controller_down`). Back, the controller lists the job by its name (found,
+/// not asked again); down again while it runs (scontrol), it is not adopted on no answer; then
+/// the pool renews with exactly one successor and the worker is continued once.
+#[test]
+fn the_controller_down_during_a_renewal_decides_nothing_and_one_successor_follows() {
+    let fake = Fake::new();
+    let lost_reply = json!([{"delay": 10, "stderr": "salloc: Pending job allocation 902\n"}]);
+    let id = renewal_with_the_controller_down(&fake, lost_reply);
+    // Back: the job the lost reply named is found by the renewal's name, pending behind 901.
+    let name = renewal_name(&fake);
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue_named("RUNNING", ("PENDING", "Dependency"), &step(901), &name),
+    }));
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "waiting", "{r}");
+    assert_eq!(r["renewals"][0]["job_id"], 902, "{r}");
+    assert_eq!(sallocs(&fake).len(), 0, "{r}");
+    // 901 over, 902 running, but scontrol (the attach checks) does not answer: not adopted.
+    published_checkpoint(&fake, id);
+    let over = squeue_named("TIMEOUT", ("RUNNING", "None"), "", &name);
+    fake.scenario(json!({"squeue": over, "scontrol": controller_down()}));
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "unknown", "{r}");
+    assert_eq!(r["continued"][0]["outcome"], "waiting", "{r}");
+    assert_eq!(status(&fake)["allocation"]["job_id"], 901);
+    // The controller answers again: renewed once, the worker continued once, in 902.
+    let running = json!({
+        "squeue": squeue_named("TIMEOUT", ("RUNNING", "None"), &step(902), &name),
+        "scontrol": [{"stdout": show_job(902, 3595)}],
+        "srun": [{"hang": 30}],
+    });
+    fake.scenario(running.clone());
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "renewed", "{r}");
+    assert_eq!(r["continued"][0]["outcome"], "continued", "{r}");
+    fake.scenario(running);
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "not_due", "{r}");
+    assert_eq!(sallocs(&fake).len(), 0);
+    assert_eq!(of_kind(&fake, "PoolRenewalIntent").len(), 1);
+    assert_eq!(of_kind(&fake, "PoolRenewed").len(), 1);
+    assert_eq!(of_kind(&fake, "WorkerContinued").len(), 1);
+    let p = status(&fake);
+    assert_eq!(p["allocation"]["job_id"], 902, "{p}");
+    assert_eq!(worker_w(&p, 2)["step_id"], "902.0", "{p}");
+    let (code, out, _) = fake.run(&["audit", "--json"]);
+    assert_eq!(code, 0, "{out}");
+}
