@@ -441,10 +441,10 @@ fn squeue_with_steps(jobs: &[(u32, &str, &str)], steps: &str) -> Value {
     rules
 }
 
-/// A renewing pool `p` (allocation 901, `extra` flags) with worker `w` (`--continue 1`)
-/// running as step 901.0, its next allocation due: within the lead time of 901's end. The
-/// worker's submission id.
-fn due_pool_with_a_worker(fake: &Fake, extra: &[&str]) -> uuid::Uuid {
+/// A renewing pool `p` (allocation 901, `extra` flags) with worker `w` (`--continue 1`, and
+/// `submit_extra`) running as step 901.0, its next allocation due: within the lead time of
+/// 901's end. The worker's submission id.
+fn due_pool_with_a_worker(fake: &Fake, extra: &[&str], submit_extra: &[&str]) -> uuid::Uuid {
     create(fake, 123, extra);
     fake.scenario(json!({
         "scontrol": [{"stdout": show_job(901, 123)}],
@@ -454,6 +454,7 @@ fn due_pool_with_a_worker(fake: &Fake, extra: &[&str]) -> uuid::Uuid {
     // A shorter publication budget: the worker fits in the 123 s left (105 s of 130 s).
     let mut args: Vec<&str> = SUBMIT_CONTINUED.split(' ').collect();
     args.splice(3..3, ["--publication-timeout", "5"]);
+    args.splice(3..3, submit_extra.iter().copied());
     let (code, out, err) = fake.run(&args);
     assert_eq!(code, 0, "{err}");
     let first: Value = serde_json::from_str(out.trim()).unwrap();
@@ -504,7 +505,7 @@ fn worker_w(p: &Value, generation: u32) -> Value {
 #[test]
 fn a_successor_pending_past_the_old_end_is_waited_for_never_asked_twice() {
     let fake = Fake::new();
-    let id = due_pool_with_a_worker(&fake, &["--renew"]);
+    let id = due_pool_with_a_worker(&fake, &["--renew"], &[]);
     fake.scenario(json!({
         "salloc": pending_salloc(),
         "squeue": squeue_with_steps(&[(901, "RUNNING", "None"), (902, "PENDING", "Dependency")], &step(901)),
@@ -630,7 +631,7 @@ fn worker_and_allocation(fake: &Fake) -> (Value, Value) {
 /// flight, unknown, never asked again; the pool is not marked ended, its worker not released,
 /// its renewal not stopped. The worker's submission id.
 fn renewal_with_the_controller_down(fake: &Fake, salloc: Value) -> uuid::Uuid {
-    let id = due_pool_with_a_worker(fake, &["--renew"]);
+    let id = due_pool_with_a_worker(fake, &["--renew"], &[]);
     let down = json!({
         "salloc": salloc,
         "squeue": controller_down(),
@@ -735,6 +736,125 @@ fn the_controller_down_during_a_renewal_decides_nothing_and_one_successor_follow
     assert_eq!(of_kind(&fake, "WorkerContinued").len(), 1);
     let p = status(&fake);
     assert_eq!(p["allocation"]["job_id"], 902, "{p}");
+    assert_eq!(worker_w(&p, 2)["step_id"], "902.0", "{p}");
+    let (code, out, _) = fake.run(&["audit", "--json"]);
+    assert_eq!(code, 0, "{out}");
+}
+
+/// `scontrol show job 901` in Slurm's preemption grace: still RUNNING, with `PreemptTime`, its
+/// `EndTime` pulled forward to the kill.
+fn show_job_in_grace(left: i64) -> String {
+    show_job(901, left).replace('\n', &format!(" PreemptTime={}\n", at(-2)))
+}
+
+/// Squeue's row of 901 in that grace: RUNNING, its end before its start plus its limit.
+fn row_in_grace(left: i64) -> String {
+    format!(
+        "901|901|RUNNING|debug|dev|normal|root|1|4|vm|0:{left:02}|1:00:00|{}|{}|None|x\n",
+        started(),
+        at(left)
+    )
+}
+
+/// The successor asked before the end (`--dependency=afterany:901`), then 901 preempted: RUNNING
+/// with `PreemptTime` in Slurm's grace (the worker checkpoints and exits), then PREEMPTED. The
+/// successor asked is the one that follows, never a second; its adoption records the cause
+/// `preempted` with Slurm's proof; the worker (continued only on `preempted`) waits through
+/// the grace and is continued once, in the successor, with that cause.
+#[test]
+fn a_preemption_during_a_renewal_keeps_the_one_successor_asked() {
+    let fake = Fake::new();
+    let id = due_pool_with_a_worker(&fake, &["--renew"], &["--continue-on", "preempted"]);
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue_with_steps(&[(901, "RUNNING", "None"), (902, "PENDING", "Dependency")], &step(901)),
+    }));
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "asked", "{r}");
+    let s = sallocs(&fake);
+    assert!(
+        s[0].contains(&"--dependency=afterany:901".to_owned()),
+        "{s:?}"
+    );
+    // Preempted: Slurm's grace runs; the worker got SIGTERM, checkpointed, published, exited.
+    published_checkpoint(&fake, id);
+    let pending = row(902, "PENDING", "Dependency", "x");
+    let grace = json!({
+        "salloc": pending_salloc(),
+        "squeue": [
+            {"match": ["--steps"], "stdout": ""},
+            {"match": ["--jobs=901"], "stdout": row_in_grace(25)},
+            {"match": ["--jobs=902"], "stdout": pending},
+            {"match": ["--me"], "stdout": format!("{}{pending}", row_in_grace(25))},
+        ],
+        "scontrol": [{"match": ["901"], "stdout": show_job_in_grace(25)}],
+    });
+    for round in 0..2 {
+        fake.scenario(grace.clone());
+        let r = reconcile(&fake);
+        assert_eq!(r["preempted"][0]["job_id"], 901, "{round}: {r}");
+        assert_eq!(r["renewals"][0]["outcome"], "waiting", "{round}: {r}");
+        assert_eq!(r["renewals"][0]["job_id"], 902, "{round}: {r}");
+        assert_eq!(sallocs(&fake).len(), 0, "{round}: a second successor: {r}");
+        // Its step over, released; never continued in the allocation about to be killed.
+        assert_eq!(r["continued"][0]["outcome"], "waiting", "{round}: {r}");
+        let why = r["continued"][0]["detail"].as_str().unwrap();
+        assert!(why.contains("preemption grace"), "{round}: {r}");
+    }
+    fake.scenario(grace);
+    let (_, text, _) = fake.run(&["pool", "status", "p", "--refresh"]);
+    assert!(text.contains("preempted, ends at"), "{text}");
+    // 901 PREEMPTED; 902, free of its dependency, runs.
+    let over = row(901, "PREEMPTED", "None", "x");
+    let running = row(902, "RUNNING", "None", "x");
+    let ran = json!({
+        "squeue": [
+            {"match": ["--steps"], "stdout": step(902)},
+            {"match": ["--jobs=901"], "stdout": over},
+            {"match": ["--jobs=902"], "stdout": running},
+            {"match": ["--me"], "stdout": format!("{over}{running}")},
+        ],
+        "scontrol": [{"match": ["902"], "stdout": show_job(902, 3595)}],
+        "srun": [{"hang": 30}],
+    });
+    fake.scenario(ran.clone());
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "renewed", "{r}");
+    assert_eq!(r["continued"][0]["outcome"], "continued", "{r}");
+    fake.scenario(ran);
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "not_due", "{r}");
+    assert!(r.get("continued").is_none(), "{r}");
+    assert_eq!(sallocs(&fake).len(), 0);
+    assert_eq!(of_kind(&fake, "PoolRenewalIntent").len(), 1);
+    let renewed = of_kind(&fake, "PoolRenewed");
+    assert_eq!(renewed.len(), 1, "{renewed:?}");
+    let e = &renewed[0]["event"];
+    assert_eq!(e["cause"], "preempted", "{e}");
+    assert!(
+        e["proof"].as_str().unwrap().contains("901 PREEMPTED"),
+        "{e}"
+    );
+    assert_eq!(e["allocation"]["job_id"], 902, "{e}");
+    let ended = of_kind(&fake, "PoolAllocationEnded");
+    assert!(
+        ended[0]["event"]["proof"]
+            .as_str()
+            .unwrap()
+            .contains("PREEMPTED"),
+        "{ended:?}"
+    );
+    let continued = of_kind(&fake, "WorkerContinued");
+    assert_eq!(continued.len(), 1, "{continued:?}");
+    assert_eq!(continued[0]["event"]["cause"], "preempted", "{continued:?}");
+    assert!(
+        continued[0]["event"]["proof"]
+            .as_str()
+            .unwrap()
+            .contains("PREEMPTED"),
+        "{continued:?}"
+    );
+    let p = status(&fake);
     assert_eq!(worker_w(&p, 2)["step_id"], "902.0", "{p}");
     let (code, out, _) = fake.run(&["audit", "--json"]);
     assert_eq!(code, 0, "{out}");
