@@ -388,6 +388,11 @@ fn started() -> chrono::DateTime<chrono::Local> {
 
 /// `scontrol --oneliner show job J`: a running 4-CPU, 4 GB allocation of root's, an hour left.
 fn show_job(j: u32) -> String {
+    show_job_ending(j, 3600)
+}
+
+/// [`show_job`] with `left` seconds left.
+fn show_job_ending(j: u32, left: i64) -> String {
     let fmt = |t: chrono::DateTime<chrono::Local>| t.format("%Y-%m-%dT%H:%M:%S").to_string();
     format!(
         "JobId={j} JobName=alloc UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=1 Nice=0 Account=dev \
@@ -399,7 +404,7 @@ fn show_job(j: u32) -> String {
          CoreSpec=* MinCPUsNode=4 MinMemoryNode=4G MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 \
          OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=(null) WorkDir=/root Power=\n",
         s = fmt(started()),
-        e = fmt(chrono::Local::now() + chrono::Duration::seconds(3600)),
+        e = fmt(chrono::Local::now() + chrono::Duration::seconds(left)),
     )
 }
 
@@ -1043,5 +1048,210 @@ fn doctor_lock_probe_through_two_mounts_sees_a_local_flock_and_a_shared_exclusiv
         };
         assert_eq!(check("flock")["status"], "warn", "{doc}");
         assert_eq!(check("exclusive create")["status"], "ok", "{doc}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 38 item 5: pool renewal from two login nodes at once.
+
+/// The renewing pools of the renewal test: pool `rp{i}`'s first allocation is job `901 + i`,
+/// its next one `911 + i`.
+const RENEWING_POOLS: u32 = 3;
+
+/// A squeue row of a renewing pool's job, with Slurm's reason.
+fn renew_row(id: u32, state: &str, reason: &str) -> String {
+    job_row(id, state, "vm", "alloc").replace("|None|", &format!("|{reason}|"))
+}
+
+/// The controller as both hosts see it: every pool's first allocation in `first`, its next one
+/// in `next` (`None`: not there), each answering every squeue (extra rows are ignored); the
+/// next allocation's salloc, slow to name its job (so that the two hosts' runs overlap), and
+/// `scontrol show job` of each job.
+fn renewal_scenario(first: (&str, &str), next: Option<(&str, &str)>) -> Value {
+    let (mut rows, mut salloc, mut scontrol) = (String::new(), Vec::new(), Vec::new());
+    for i in 0..RENEWING_POOLS {
+        let (old, new) = (901 + i, 911 + i);
+        rows += &renew_row(old, first.0, first.1);
+        if let Some((state, reason)) = next {
+            rows += &renew_row(new, state, reason);
+        }
+        salloc.push(json!({
+            "match": [format!("--job-name=dispatch-pool-rp{i}-[0-9a-f]{{8}}"),
+                      format!("--dependency=afterany:{old}")],
+            "delay": 2,
+            "stderr": format!("salloc: Pending job allocation {new}\nsalloc: job {new} queued and waiting for resources\n"),
+            "hang": 2,
+        }));
+        scontrol.push(json!({"match": [old.to_string()], "stdout": show_job_ending(old, 123)}));
+        scontrol.push(json!({"match": [new.to_string()], "stdout": show_job_ending(new, 3595)}));
+    }
+    json!({
+        "salloc": salloc,
+        "squeue": [{"match": ["--steps"], "stdout": ""}, {"stdout": rows}],
+        "scontrol": scontrol,
+    })
+}
+
+/// `reconcile --json` through both mounts at the same moment, each run again while it exits
+/// retryably: both documents.
+fn reconcile_on_both(hosts: &[Host; 2]) -> Vec<Value> {
+    let start = Barrier::new(2);
+    std::thread::scope(|s| {
+        let runs: Vec<_> = hosts
+            .iter()
+            .map(|h| {
+                let start = &start;
+                s.spawn(move || {
+                    start.wait();
+                    let mut attempts = 0;
+                    loop {
+                        attempts += 1;
+                        let mut c = h.command(&["--json", "reconcile"]);
+                        c.env("DISPATCH_HOST_ID", h.host_id());
+                        let r = run_within(c, COMMAND_BOUND);
+                        if retryable(r.code, &r.stderr) && attempts < 5 {
+                            continue;
+                        }
+                        assert_eq!(r.code, 0, "reconcile on host {}: {}", h.name, r.stderr);
+                        break serde_json::from_str::<Value>(r.stdout.trim()).unwrap();
+                    }
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    })
+}
+
+/// The salloc calls of the controller's log (both hosts').
+fn renewal_sallocs(h: &Host) -> Vec<Vec<String>> {
+    std::fs::read_to_string(h.slurm.join("calls.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["cmd"] == "salloc")
+        .map(|v| {
+            v["argv"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+/// Per renewing pool, how many events of `kind` name it.
+fn per_pool(events: &[Value], kind: &str) -> BTreeMap<String, usize> {
+    let mut n = BTreeMap::new();
+    for e in events.iter().filter(|e| e["kind"] == kind) {
+        *n.entry(e["event"]["pool"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    n
+}
+
+/// Two login nodes run `reconcile` at the same moment, round after round, on renewing pools
+/// whose next allocation is due (the fake salloc slow to name its job, so that the runs
+/// overlap): Slurm is asked for one successor per pool (the controller's call log), the
+/// journal never forks, `audit` is ok, and once each last allocation is over and its successor
+/// runs, it becomes the pool's exactly once.
+#[test]
+fn two_hosts_reconciling_renewing_pools_at_once_ask_one_successor_each_and_adopt_it_once() {
+    let mounts = TwoMounts::new();
+    let hosts = Host::pair(&mounts);
+    let r = hosts[0].run(&["journal", "init"]);
+    assert_eq!(r.code, 0, "journal init: {}", r.stderr);
+    let scenario = hosts[0].slurm.join("scenario.json");
+    for i in 0..RENEWING_POOLS {
+        let (job, pool) = (901 + i, format!("rp{i}"));
+        let create = json!({
+            "salloc": [{"stderr": format!("salloc: Granted job allocation {job}\n")}],
+            "squeue": [{"match": ["--steps"], "stdout": ""}, {"stdout": renew_row(job, "RUNNING", "None")}],
+            "scontrol": [{"stdout": show_job_ending(job, 123)}],
+        });
+        std::fs::write(&scenario, create.to_string()).unwrap();
+        let _ = std::fs::remove_file(hosts[0].slurm.join("counts.json"));
+        let r = hosts[i as usize % 2].run(&[
+            "pool", "create", &pool, "--cpus", "4", "--mem", "4G", "--time", "1:00:00", "--wait",
+            "5", "--renew",
+        ]);
+        assert_eq!(r.code, 0, "pool create {pool}: {}", r.stderr);
+    }
+    let _ = std::fs::remove_file(hosts[0].slurm.join("calls.jsonl"));
+    // Within the lead time (2 minutes) of the allocations' end.
+    std::thread::sleep(Duration::from_secs(4));
+
+    let pending = renewal_scenario(("RUNNING", "None"), Some(("PENDING", "Dependency")));
+    std::fs::write(&scenario, pending.to_string()).unwrap();
+    let mut outcomes: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut note = |docs: Vec<Value>| {
+        for d in docs {
+            for r in d["renewals"].as_array().into_iter().flatten() {
+                let pool = r["pool"].as_str().unwrap().to_owned();
+                outcomes
+                    .entry(pool)
+                    .or_default()
+                    .push(r["outcome"].as_str().unwrap().to_owned());
+            }
+        }
+    };
+    for _ in 0..3 {
+        note(reconcile_on_both(&hosts));
+    }
+    let asked = renewal_sallocs(&hosts[0]);
+    assert_eq!(
+        asked.len(),
+        RENEWING_POOLS as usize,
+        "one salloc per pool: {asked:?}\n{outcomes:?}"
+    );
+    let events = hosts[1].events();
+    let intents = per_pool(&events, "PoolRenewalIntent");
+    assert!(intents.values().all(|n| *n == 1), "{intents:?}");
+    assert_eq!(intents.len(), RENEWING_POOLS as usize, "{intents:?}");
+
+    // The last allocations over, the next ones running: each adopted once.
+    let running = renewal_scenario(("TIMEOUT", "None"), Some(("RUNNING", "None")));
+    std::fs::write(&scenario, running.to_string()).unwrap();
+    for _ in 0..3 {
+        note(reconcile_on_both(&hosts));
+    }
+    assert_eq!(renewal_sallocs(&hosts[0]).len(), RENEWING_POOLS as usize);
+    assert_clean(&hosts);
+    let events = hosts[0].events();
+    let renewed = per_pool(&events, "PoolRenewed");
+    assert_eq!(
+        renewed.len(),
+        RENEWING_POOLS as usize,
+        "{renewed:?}\n{outcomes:?}"
+    );
+    assert!(
+        renewed.values().all(|n| *n == 1),
+        "{renewed:?}\n{outcomes:?}"
+    );
+    for (pool, seen) in &outcomes {
+        let renewals = seen.iter().filter(|o| *o == "renewed").count();
+        assert_eq!(renewals, 1, "{pool}: {seen:?}");
+        assert_eq!(
+            seen.iter().filter(|o| *o == "asked").count(),
+            1,
+            "{pool}: {seen:?}"
+        );
+    }
+    for h in &hosts {
+        let r = h.run(&["--json", "pool", "status"]);
+        let doc: Value = serde_json::from_str(r.stdout.trim()).unwrap();
+        for p in doc["pools"].as_array().unwrap() {
+            let i = p["pool"].as_str().unwrap()[2..].parse::<u32>().unwrap();
+            assert_eq!(p["allocation"]["job_id"], 911 + i, "{p}");
+            assert_eq!(p["renewal"]["generation"], 2, "{p}");
+        }
+        let r = h.run(&["--json", "audit"]);
+        assert_eq!(
+            r.code,
+            0,
+            "audit through {}: {}",
+            h.view.display(),
+            r.stdout
+        );
     }
 }
