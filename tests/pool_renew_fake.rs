@@ -479,6 +479,52 @@ fn published_checkpoint(fake: &Fake, id: uuid::Uuid) {
     );
 }
 
+/// [`due_pool_with_a_worker`], then `reconcile`: the next allocation, 902, asked after 901
+/// (`--dependency=afterany:901`) and pending behind it. The worker's submission id.
+fn asked_before_the_end(fake: &Fake, submit_extra: &[&str]) -> uuid::Uuid {
+    let id = due_pool_with_a_worker(fake, &["--renew"], submit_extra);
+    let behind = [(901, "RUNNING", "None"), (902, "PENDING", "Dependency")];
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue_with_steps(&behind, &step(901)),
+    }));
+    let r = reconcile(fake);
+    assert_eq!(r["renewals"][0]["outcome"], "asked", "{r}");
+    let s = sallocs(fake);
+    assert!(
+        s[0].contains(&"--dependency=afterany:901".to_owned()),
+        "{s:?}"
+    );
+    id
+}
+
+/// With 902 running (Slurm answering `running`): `reconcile` makes it the pool's and continues
+/// worker `w` there; the next `reconcile` changes nothing. In all one `PoolRenewalIntent`, one
+/// `PoolRenewed` and one `WorkerContinued` (both returned), `w`'s next generation in 902, and
+/// `audit` ok.
+fn renewed_and_continued_once(fake: &Fake, running: Value) -> (Value, Value) {
+    fake.scenario(running.clone());
+    let r = reconcile(fake);
+    assert_eq!(r["renewals"][0]["outcome"], "renewed", "{r}");
+    assert_eq!(r["continued"][0]["outcome"], "continued", "{r}");
+    fake.scenario(running);
+    let r = reconcile(fake);
+    assert_eq!(r["renewals"][0]["outcome"], "not_due", "{r}");
+    assert!(r.get("continued").is_none(), "{r}");
+    assert_eq!(sallocs(fake).len(), 0);
+    assert_eq!(of_kind(fake, "PoolRenewalIntent").len(), 1);
+    let renewed = of_kind(fake, "PoolRenewed");
+    assert_eq!(renewed.len(), 1, "{renewed:?}");
+    let continued = of_kind(fake, "WorkerContinued");
+    assert_eq!(continued.len(), 1, "{continued:?}");
+    let p = status(fake);
+    assert_eq!(p["allocation"]["job_id"], 902, "{p}");
+    assert_eq!(worker_w(&p, 2)["step_id"], "902.0", "{p}");
+    let (code, out, _) = fake.run(&["audit", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    (renewed[0]["event"].clone(), continued[0]["event"].clone())
+}
+
 /// The events of `kind`, in order.
 fn of_kind(fake: &Fake, kind: &str) -> Vec<Value> {
     fake.events()
@@ -505,18 +551,7 @@ fn worker_w(p: &Value, generation: u32) -> Value {
 #[test]
 fn a_successor_pending_past_the_old_end_is_waited_for_never_asked_twice() {
     let fake = Fake::new();
-    let id = due_pool_with_a_worker(&fake, &["--renew"], &[]);
-    fake.scenario(json!({
-        "salloc": pending_salloc(),
-        "squeue": squeue_with_steps(&[(901, "RUNNING", "None"), (902, "PENDING", "Dependency")], &step(901)),
-    }));
-    let r = reconcile(&fake);
-    assert_eq!(r["renewals"][0]["outcome"], "asked", "{r}");
-    let s = sallocs(&fake);
-    assert!(
-        s[0].contains(&"--dependency=afterany:901".to_owned()),
-        "{s:?}"
-    );
+    let id = asked_before_the_end(&fake, &[]);
     published_checkpoint(&fake, id);
     // 901 hit its time limit; 902, free of its dependency, waits for resources.
     let past_the_end = json!({
@@ -570,27 +605,9 @@ fn a_successor_pending_past_the_old_end_is_waited_for_never_asked_twice() {
         "scontrol": [{"stdout": show_job(902, 3595)}],
         "srun": [{"hang": 30}],
     });
-    fake.scenario(running.clone());
-    let r = reconcile(&fake);
-    assert_eq!(r["renewals"][0]["outcome"], "renewed", "{r}");
-    assert_eq!(r["continued"][0]["outcome"], "continued", "{r}");
-    fake.scenario(running);
-    let r = reconcile(&fake);
-    assert_eq!(r["renewals"][0]["outcome"], "not_due", "{r}");
-    assert!(r.get("continued").is_none(), "{r}");
-    assert_eq!(sallocs(&fake).len(), 0);
-    assert_eq!(of_kind(&fake, "PoolRenewalIntent").len(), 1);
-    assert_eq!(of_kind(&fake, "PoolRenewed").len(), 1);
-    let continued = of_kind(&fake, "WorkerContinued");
-    assert_eq!(continued.len(), 1, "{continued:?}");
-    assert_eq!(
-        continued[0]["event"]["cause"], "time-limit",
-        "{continued:?}"
-    );
-    let p = status(&fake);
-    assert_eq!(worker_w(&p, 2)["step_id"], "902.0", "{p}");
-    let (code, out, _) = fake.run(&["audit", "--json"]);
-    assert_eq!(code, 0, "{out}");
+    let (renewed, continued) = renewed_and_continued_once(&fake, running);
+    assert_eq!(renewed["cause"], "time-limit", "{renewed}");
+    assert_eq!(continued["cause"], "time-limit", "{continued}");
 }
 
 /// How every client call answers while the controller is down (as recorded on 22.05).
@@ -723,22 +740,8 @@ fn the_controller_down_during_a_renewal_decides_nothing_and_one_successor_follow
         "scontrol": [{"stdout": show_job(902, 3595)}],
         "srun": [{"hang": 30}],
     });
-    fake.scenario(running.clone());
-    let r = reconcile(&fake);
-    assert_eq!(r["renewals"][0]["outcome"], "renewed", "{r}");
-    assert_eq!(r["continued"][0]["outcome"], "continued", "{r}");
-    fake.scenario(running);
-    let r = reconcile(&fake);
-    assert_eq!(r["renewals"][0]["outcome"], "not_due", "{r}");
-    assert_eq!(sallocs(&fake).len(), 0);
-    assert_eq!(of_kind(&fake, "PoolRenewalIntent").len(), 1);
-    assert_eq!(of_kind(&fake, "PoolRenewed").len(), 1);
-    assert_eq!(of_kind(&fake, "WorkerContinued").len(), 1);
-    let p = status(&fake);
-    assert_eq!(p["allocation"]["job_id"], 902, "{p}");
-    assert_eq!(worker_w(&p, 2)["step_id"], "902.0", "{p}");
-    let (code, out, _) = fake.run(&["audit", "--json"]);
-    assert_eq!(code, 0, "{out}");
+    let (renewed, _) = renewed_and_continued_once(&fake, running);
+    assert_eq!(renewed["cause"], "time-limit", "{renewed}");
 }
 
 /// `scontrol show job 901` in Slurm's preemption grace: still RUNNING, with `PreemptTime`, its
@@ -764,18 +767,7 @@ fn row_in_grace(left: i64) -> String {
 #[test]
 fn a_preemption_during_a_renewal_keeps_the_one_successor_asked() {
     let fake = Fake::new();
-    let id = due_pool_with_a_worker(&fake, &["--renew"], &["--continue-on", "preempted"]);
-    fake.scenario(json!({
-        "salloc": pending_salloc(),
-        "squeue": squeue_with_steps(&[(901, "RUNNING", "None"), (902, "PENDING", "Dependency")], &step(901)),
-    }));
-    let r = reconcile(&fake);
-    assert_eq!(r["renewals"][0]["outcome"], "asked", "{r}");
-    let s = sallocs(&fake);
-    assert!(
-        s[0].contains(&"--dependency=afterany:901".to_owned()),
-        "{s:?}"
-    );
+    let id = asked_before_the_end(&fake, &["--continue-on", "preempted"]);
     // Preempted: Slurm's grace runs; the worker got SIGTERM, checkpointed, published, exited.
     published_checkpoint(&fake, id);
     let pending = row(902, "PENDING", "Dependency", "x");
@@ -817,45 +809,19 @@ fn a_preemption_during_a_renewal_keeps_the_one_successor_asked() {
         "scontrol": [{"match": ["902"], "stdout": show_job(902, 3595)}],
         "srun": [{"hang": 30}],
     });
-    fake.scenario(ran.clone());
-    let r = reconcile(&fake);
-    assert_eq!(r["renewals"][0]["outcome"], "renewed", "{r}");
-    assert_eq!(r["continued"][0]["outcome"], "continued", "{r}");
-    fake.scenario(ran);
-    let r = reconcile(&fake);
-    assert_eq!(r["renewals"][0]["outcome"], "not_due", "{r}");
-    assert!(r.get("continued").is_none(), "{r}");
-    assert_eq!(sallocs(&fake).len(), 0);
-    assert_eq!(of_kind(&fake, "PoolRenewalIntent").len(), 1);
-    let renewed = of_kind(&fake, "PoolRenewed");
-    assert_eq!(renewed.len(), 1, "{renewed:?}");
-    let e = &renewed[0]["event"];
-    assert_eq!(e["cause"], "preempted", "{e}");
+    let (renewed, continued) = renewed_and_continued_once(&fake, ran);
+    assert_eq!(renewed["cause"], "preempted", "{renewed}");
     assert!(
-        e["proof"].as_str().unwrap().contains("901 PREEMPTED"),
-        "{e}"
+        renewed["proof"].as_str().unwrap().contains("901 PREEMPTED"),
+        "{renewed}"
     );
-    assert_eq!(e["allocation"]["job_id"], 902, "{e}");
+    assert_eq!(renewed["allocation"]["job_id"], 902, "{renewed}");
     let ended = of_kind(&fake, "PoolAllocationEnded");
+    let proof = ended[0]["event"]["proof"].as_str().unwrap();
+    assert!(proof.contains("PREEMPTED"), "{ended:?}");
+    assert_eq!(continued["cause"], "preempted", "{continued}");
     assert!(
-        ended[0]["event"]["proof"]
-            .as_str()
-            .unwrap()
-            .contains("PREEMPTED"),
-        "{ended:?}"
+        continued["proof"].as_str().unwrap().contains("PREEMPTED"),
+        "{continued}"
     );
-    let continued = of_kind(&fake, "WorkerContinued");
-    assert_eq!(continued.len(), 1, "{continued:?}");
-    assert_eq!(continued[0]["event"]["cause"], "preempted", "{continued:?}");
-    assert!(
-        continued[0]["event"]["proof"]
-            .as_str()
-            .unwrap()
-            .contains("PREEMPTED"),
-        "{continued:?}"
-    );
-    let p = status(&fake);
-    assert_eq!(worker_w(&p, 2)["step_id"], "902.0", "{p}");
-    let (code, out, _) = fake.run(&["audit", "--json"]);
-    assert_eq!(code, 0, "{out}");
 }
