@@ -586,7 +586,11 @@ fn a_successor_pending_past_the_old_end_is_waited_for_never_asked_twice() {
     );
     let w = worker_w(p, 1);
     assert_eq!(w["continuation"], "waiting", "{w}");
-    assert!(w["continuation_why"].as_str().is_some(), "{w}");
+    let why = w["continuation_why"].as_str().unwrap();
+    assert!(
+        why.contains("waits for the pool's next allocation (allocation 2, job 902)"),
+        "{w}"
+    );
     fake.scenario(past_the_end);
     let (code, text, err) = fake.run(&["pool", "status", "p", "--refresh"]);
     assert_eq!(code, 0, "{err}");
