@@ -1063,11 +1063,24 @@ fn renew_row(id: u32, state: &str, reason: &str) -> String {
     job_row(id, state, "vm", "alloc").replace("|None|", &format!("|{reason}|"))
 }
 
+/// The step of each renewing pool's worker `w` in the pool's allocation `base + i`.
+fn worker_steps(base: u32) -> String {
+    (0..RENEWING_POOLS)
+        .map(|i| {
+            format!(
+                "{}.0|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|rp{i}.w\n",
+                base + i
+            )
+        })
+        .collect()
+}
+
 /// The controller as both hosts see it: every pool's first allocation in `first`, its next one
-/// in `next` (`None`: not there), each answering every squeue (extra rows are ignored); the
-/// next allocation's salloc, slow to name its job (so that the two hosts' runs overlap), and
-/// `scontrol show job` of each job.
-fn renewal_scenario(first: (&str, &str), next: Option<(&str, &str)>) -> Value {
+/// in `next` (`None`: not there), each answering every squeue (extra rows are ignored), the
+/// workers' steps running in allocations `steps_in + i`; the next allocation's salloc, slow to
+/// name its job (so that the two hosts' runs overlap), `scontrol show job` of each job, and an
+/// srun (a worker's step) for each submission.
+fn renewal_scenario(first: (&str, &str), next: Option<(&str, &str)>, steps_in: u32) -> Value {
     let (mut rows, mut salloc, mut scontrol) = (String::new(), Vec::new(), Vec::new());
     for i in 0..RENEWING_POOLS {
         let (old, new) = (901 + i, 911 + i);
@@ -1087,8 +1100,9 @@ fn renewal_scenario(first: (&str, &str), next: Option<(&str, &str)>) -> Value {
     }
     json!({
         "salloc": salloc,
-        "squeue": [{"match": ["--steps"], "stdout": ""}, {"stdout": rows}],
+        "squeue": [{"match": ["--steps"], "stdout": worker_steps(steps_in)}, {"stdout": rows}],
         "scontrol": scontrol,
+        "srun": [{"hang": 2}],
     })
 }
 
@@ -1122,13 +1136,13 @@ fn reconcile_on_both(hosts: &[Host; 2]) -> Vec<Value> {
     })
 }
 
-/// The salloc calls of the controller's log (both hosts').
-fn renewal_sallocs(h: &Host) -> Vec<Vec<String>> {
+/// The `program` calls of the controller's log (both hosts').
+fn controller_calls(h: &Host, program: &str) -> Vec<Vec<String>> {
     std::fs::read_to_string(h.slurm.join("calls.jsonl"))
         .unwrap_or_default()
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|v| v["cmd"] == "salloc")
+        .filter(|v| v["cmd"] == program)
         .map(|v| {
             v["argv"]
                 .as_array()
@@ -1150,38 +1164,83 @@ fn per_pool(events: &[Value], kind: &str) -> BTreeMap<String, usize> {
     n
 }
 
+/// Renewing pool `rp{i}` made through host `h`, its allocation ending in 123 s, with worker
+/// `w` (`--continue 1`) in it: the worker's submission id.
+fn renewing_pool_with_a_worker(h: &Host, i: u32) -> uuid::Uuid {
+    let (job, pool) = (901 + i, format!("rp{i}"));
+    let create = json!({
+        "salloc": [{"stderr": format!("salloc: Granted job allocation {job}\n")}],
+        "squeue": [{"match": ["--steps"], "stdout": worker_steps(901)},
+                   {"stdout": renew_row(job, "RUNNING", "None")}],
+        "scontrol": [{"stdout": show_job_ending(job, 123)}],
+        "srun": [{"hang": 2}],
+    });
+    std::fs::write(h.slurm.join("scenario.json"), create.to_string()).unwrap();
+    let _ = std::fs::remove_file(h.slurm.join("counts.json"));
+    let r = h.run(&[
+        "pool", "create", &pool, "--cpus", "4", "--mem", "4G", "--time", "1:00:00", "--wait", "5",
+        "--renew",
+    ]);
+    assert_eq!(r.code, 0, "pool create {pool}: {}", r.stderr);
+    let r = h.run(&[
+        "--json",
+        "pool",
+        "submit",
+        &pool,
+        "--cpus",
+        "1",
+        "--mem",
+        "100M",
+        "--name",
+        "w",
+        "--continue",
+        "1",
+        "--publication-timeout",
+        "5",
+        "--",
+        "true",
+    ]);
+    assert_eq!(r.code, 0, "pool submit {pool}: {}", r.stderr);
+    let out: Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    out["submission_id"].as_str().unwrap().parse().unwrap()
+}
+
+/// What worker `id` of pool `pool` recorded at its allocation's end: checkpointed, published.
+fn checkpointed_at_the_end(h: &Host, pool: &str, id: uuid::Uuid) {
+    let pools = h.state().join("pools");
+    let dirs = dispatch::worker::dirs::WorkerDirs::new(&pools, pool, id);
+    let published = pools.join(pool).join("published").join(format!("w-{id}"));
+    let published = published.display().to_string();
+    let sha = fake_cli::plant_publication(&published, "w", id);
+    fake_cli::supervisor_journal(
+        &dirs.evidence,
+        false,
+        Some((&published, sha)),
+        "checkpointed",
+    );
+}
+
 /// Two login nodes run `reconcile` at the same moment, round after round, on renewing pools
 /// whose next allocation is due (the fake salloc slow to name its job, so that the runs
 /// overlap): Slurm is asked for one successor per pool (the controller's call log), the
 /// journal never forks, `audit` is ok, and once each last allocation is over and its successor
-/// runs, it becomes the pool's exactly once.
+/// runs, it becomes the pool's exactly once and the pool's worker is continued there once
+/// (one srun each).
 #[test]
 fn two_hosts_reconciling_renewing_pools_at_once_ask_one_successor_each_and_adopt_it_once() {
     let mounts = TwoMounts::new();
     let hosts = Host::pair(&mounts);
     let r = hosts[0].run(&["journal", "init"]);
     assert_eq!(r.code, 0, "journal init: {}", r.stderr);
-    let scenario = hosts[0].slurm.join("scenario.json");
-    for i in 0..RENEWING_POOLS {
-        let (job, pool) = (901 + i, format!("rp{i}"));
-        let create = json!({
-            "salloc": [{"stderr": format!("salloc: Granted job allocation {job}\n")}],
-            "squeue": [{"match": ["--steps"], "stdout": ""}, {"stdout": renew_row(job, "RUNNING", "None")}],
-            "scontrol": [{"stdout": show_job_ending(job, 123)}],
-        });
-        std::fs::write(&scenario, create.to_string()).unwrap();
-        let _ = std::fs::remove_file(hosts[0].slurm.join("counts.json"));
-        let r = hosts[i as usize % 2].run(&[
-            "pool", "create", &pool, "--cpus", "4", "--mem", "4G", "--time", "1:00:00", "--wait",
-            "5", "--renew",
-        ]);
-        assert_eq!(r.code, 0, "pool create {pool}: {}", r.stderr);
-    }
+    let workers: Vec<uuid::Uuid> = (0..RENEWING_POOLS)
+        .map(|i| renewing_pool_with_a_worker(&hosts[i as usize % 2], i))
+        .collect();
     let _ = std::fs::remove_file(hosts[0].slurm.join("calls.jsonl"));
     // Within the lead time (2 minutes) of the allocations' end.
     std::thread::sleep(Duration::from_secs(4));
 
-    let pending = renewal_scenario(("RUNNING", "None"), Some(("PENDING", "Dependency")));
+    let scenario = hosts[0].slurm.join("scenario.json");
+    let pending = renewal_scenario(("RUNNING", "None"), Some(("PENDING", "Dependency")), 901);
     std::fs::write(&scenario, pending.to_string()).unwrap();
     let mut outcomes: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut note = |docs: Vec<Value>| {
@@ -1198,7 +1257,7 @@ fn two_hosts_reconciling_renewing_pools_at_once_ask_one_successor_each_and_adopt
     for _ in 0..3 {
         note(reconcile_on_both(&hosts));
     }
-    let asked = renewal_sallocs(&hosts[0]);
+    let asked = controller_calls(&hosts[0], "salloc");
     assert_eq!(
         asked.len(),
         RENEWING_POOLS as usize,
@@ -1209,13 +1268,24 @@ fn two_hosts_reconciling_renewing_pools_at_once_ask_one_successor_each_and_adopt
     assert!(intents.values().all(|n| *n == 1), "{intents:?}");
     assert_eq!(intents.len(), RENEWING_POOLS as usize, "{intents:?}");
 
-    // The last allocations over, the next ones running: each adopted once.
-    let running = renewal_scenario(("TIMEOUT", "None"), Some(("RUNNING", "None")));
+    // The last allocations over (each worker checkpointed at the end), the next ones running:
+    // each adopted once, each worker continued there once.
+    for (i, id) in workers.iter().enumerate() {
+        checkpointed_at_the_end(&hosts[i % 2], &format!("rp{i}"), *id);
+    }
+    let _ = std::fs::remove_file(hosts[0].slurm.join("calls.jsonl"));
+    let running = renewal_scenario(("TIMEOUT", "None"), Some(("RUNNING", "None")), 911);
     std::fs::write(&scenario, running.to_string()).unwrap();
     for _ in 0..3 {
         note(reconcile_on_both(&hosts));
     }
-    assert_eq!(renewal_sallocs(&hosts[0]).len(), RENEWING_POOLS as usize);
+    assert_eq!(controller_calls(&hosts[0], "salloc").len(), 0);
+    let sruns = controller_calls(&hosts[0], "srun");
+    assert_eq!(
+        sruns.len(),
+        workers.len(),
+        "one continuation each: {sruns:?}"
+    );
     assert_clean(&hosts);
     let events = hosts[0].events();
     let renewed = per_pool(&events, "PoolRenewed");
@@ -1237,6 +1307,15 @@ fn two_hosts_reconciling_renewing_pools_at_once_ask_one_successor_each_and_adopt
             "{pool}: {seen:?}"
         );
     }
+    let mut continued: Vec<String> = events
+        .iter()
+        .filter(|e| e["kind"] == "WorkerContinued")
+        .map(|e| e["event"]["predecessor"].as_str().unwrap().to_owned())
+        .collect();
+    continued.sort();
+    let mut want: Vec<String> = workers.iter().map(|w| w.to_string()).collect();
+    want.sort();
+    assert_eq!(continued, want, "each worker continued once");
     for h in &hosts {
         let r = h.run(&["--json", "pool", "status"]);
         let doc: Value = serde_json::from_str(r.stdout.trim()).unwrap();
@@ -1244,6 +1323,13 @@ fn two_hosts_reconciling_renewing_pools_at_once_ask_one_successor_each_and_adopt
             let i = p["pool"].as_str().unwrap()[2..].parse::<u32>().unwrap();
             assert_eq!(p["allocation"]["job_id"], 911 + i, "{p}");
             assert_eq!(p["renewal"]["generation"], 2, "{p}");
+            let second = p["workers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|w| w["generation"] == 2);
+            let second = second.unwrap_or_else(|| panic!("no continued worker: {p}"));
+            assert_eq!(second["step_id"], format!("{}.0", 911 + i), "{p}");
         }
         let r = h.run(&["--json", "audit"]);
         assert_eq!(
