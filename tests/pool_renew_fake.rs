@@ -466,17 +466,7 @@ fn due_pool_with_a_worker(fake: &Fake, extra: &[&str], submit_extra: &[&str]) ->
 /// What worker `w`'s supervisor records when it checkpointed at the allocation's end and
 /// published a publication that verifies (so that `audit` checks the chain whole).
 fn published_checkpoint(fake: &Fake, id: uuid::Uuid) {
-    let pools = fake.state().join("pools");
-    let dirs = dispatch::worker::dirs::WorkerDirs::new(&pools, "p", id);
-    let published = pools.join("p/published").join(format!("w-{id}"));
-    let published = published.display().to_string();
-    let sha = fake_cli::plant_publication(&published, "w", id);
-    fake_cli::supervisor_journal(
-        &dirs.evidence,
-        false,
-        Some((&published, sha)),
-        "checkpointed",
-    );
+    fake_cli::checkpointed_at_the_end(&fake.state().join("pools"), "p", "w", id);
 }
 
 /// [`due_pool_with_a_worker`], then `reconcile`: the next allocation, 902, asked after 901

@@ -1182,42 +1182,14 @@ fn renewing_pool_with_a_worker(h: &Host, i: u32) -> uuid::Uuid {
         "--renew",
     ]);
     assert_eq!(r.code, 0, "pool create {pool}: {}", r.stderr);
-    let r = h.run(&[
-        "--json",
-        "pool",
-        "submit",
-        &pool,
-        "--cpus",
-        "1",
-        "--mem",
-        "100M",
-        "--name",
-        "w",
-        "--continue",
-        "1",
-        "--publication-timeout",
-        "5",
-        "--",
-        "true",
-    ]);
+    let submit = format!(
+        "--json pool submit {pool} --cpus 1 --mem 100M --name w --continue 1 \
+         --publication-timeout 5 -- true"
+    );
+    let r = h.run(&submit.split_whitespace().collect::<Vec<_>>());
     assert_eq!(r.code, 0, "pool submit {pool}: {}", r.stderr);
     let out: Value = serde_json::from_str(r.stdout.trim()).unwrap();
     out["submission_id"].as_str().unwrap().parse().unwrap()
-}
-
-/// What worker `id` of pool `pool` recorded at its allocation's end: checkpointed, published.
-fn checkpointed_at_the_end(h: &Host, pool: &str, id: uuid::Uuid) {
-    let pools = h.state().join("pools");
-    let dirs = dispatch::worker::dirs::WorkerDirs::new(&pools, pool, id);
-    let published = pools.join(pool).join("published").join(format!("w-{id}"));
-    let published = published.display().to_string();
-    let sha = fake_cli::plant_publication(&published, "w", id);
-    fake_cli::supervisor_journal(
-        &dirs.evidence,
-        false,
-        Some((&published, sha)),
-        "checkpointed",
-    );
 }
 
 /// Two login nodes run `reconcile` at the same moment, round after round, on renewing pools
@@ -1271,7 +1243,8 @@ fn two_hosts_reconciling_renewing_pools_at_once_ask_one_successor_each_and_adopt
     // The last allocations over (each worker checkpointed at the end), the next ones running:
     // each adopted once, each worker continued there once.
     for (i, id) in workers.iter().enumerate() {
-        checkpointed_at_the_end(&hosts[i % 2], &format!("rp{i}"), *id);
+        let pools = hosts[i % 2].state().join("pools");
+        fake_cli::checkpointed_at_the_end(&pools, &format!("rp{i}"), "w", *id);
     }
     let _ = std::fs::remove_file(hosts[0].slurm.join("calls.jsonl"));
     let running = renewal_scenario(("TIMEOUT", "None"), Some(("RUNNING", "None")), 911);
