@@ -6,8 +6,6 @@
 
 mod fake_cli;
 
-use std::path::Path;
-
 use dispatch::event::jobs::JobSubmitIntent;
 use dispatch::event::pool::WorkerContinued;
 use dispatch::event::worker::{CheckpointPublished, PayloadStarted, ResumedFrom};
@@ -40,7 +38,7 @@ fn worker_journal(fake: &Fake, id: Uuid, deadline: bool, published: bool, class:
         .join(format!("long-{id}"))
         .display()
         .to_string();
-    let manifest = published.then(|| plant_publication(&published_dir, id));
+    let manifest = published.then(|| fake_cli::plant_publication(&published_dir, "long", id));
     fake_cli::supervisor_journal(
         &dirs.evidence,
         deadline,
@@ -48,17 +46,6 @@ fn worker_journal(fake: &Fake, id: Uuid, deadline: bool, published: bool, class:
         class,
     );
     published_dir
-}
-
-/// A publication that verifies (a manifest listing no files) at `dir`: its manifest's SHA-256.
-fn plant_publication(dir: &str, id: Uuid) -> Sha256Digest {
-    use sha2::Digest;
-    let manifest = format!(
-        r#"{{"format":1,"worker":"long","submission_id":"{id}","pinned_commit":null,"head_commit":null,"files":[]}}"#
-    );
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(Path::new(dir).join("MANIFEST.json"), &manifest).unwrap();
-    Sha256Digest(sha2::Sha256::digest(manifest.as_bytes()).into())
 }
 
 /// What a continuation's supervisor records before its payload starts: it took up `from`

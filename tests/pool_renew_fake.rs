@@ -520,3 +520,393 @@ fn reconcile_asks_slurm_as_often_whatever_the_workers_and_generations() {
         "Slurm calls per steady round: {rounds:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 38 item 5: never two successors, never a worker lost, across generations (the
+// controller down, a successor pending past the old end, a preemption during a renewal).
+
+/// Squeue's answers with the steps listed as `steps` (a step row each, or none).
+fn squeue_with_steps(jobs: &[(u32, &str, &str)], steps: &str) -> Value {
+    let mut rules = squeue(jobs, "x");
+    rules[0] = json!({"match": ["--steps"], "stdout": steps});
+    rules
+}
+
+/// A renewing pool `p` (allocation 901, `extra` flags) with worker `w` (`--continue 1`, and
+/// `submit_extra`) running as step 901.0, its next allocation due: within the lead time of
+/// 901's end. The worker's submission id.
+fn due_pool_with_a_worker(fake: &Fake, extra: &[&str], submit_extra: &[&str]) -> uuid::Uuid {
+    create(fake, 123, extra);
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(901, 123)}],
+        "srun": [{"hang": 30}],
+        "squeue": squeue_with_steps(&[(901, "RUNNING", "None")], &step(901)),
+    }));
+    // A shorter publication budget: the worker fits in the 123 s left (105 s of 130 s).
+    let mut args: Vec<&str> = SUBMIT_CONTINUED.split(' ').collect();
+    args.splice(3..3, ["--publication-timeout", "5"]);
+    args.splice(3..3, submit_extra.iter().copied());
+    let (code, out, err) = fake.run(&args);
+    assert_eq!(code, 0, "{err}");
+    let first: Value = serde_json::from_str(out.trim()).unwrap();
+    // Within the lead time (2 minutes) of the end.
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    first["submission_id"].as_str().unwrap().parse().unwrap()
+}
+
+/// What worker `w`'s supervisor records when it checkpointed at the allocation's end and
+/// published a publication that verifies (so that `audit` checks the chain whole).
+fn published_checkpoint(fake: &Fake, id: uuid::Uuid) {
+    fake_cli::checkpointed_at_the_end(&fake.state().join("pools"), "p", "w", id);
+}
+
+/// [`due_pool_with_a_worker`], then `reconcile`: the next allocation, 902, asked after 901
+/// (`--dependency=afterany:901`) and pending behind it. The worker's submission id.
+fn asked_before_the_end(fake: &Fake, submit_extra: &[&str]) -> uuid::Uuid {
+    let id = due_pool_with_a_worker(fake, &["--renew"], submit_extra);
+    let behind = [(901, "RUNNING", "None"), (902, "PENDING", "Dependency")];
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue_with_steps(&behind, &step(901)),
+    }));
+    let r = reconcile(fake);
+    assert_eq!(r["renewals"][0]["outcome"], "asked", "{r}");
+    let s = sallocs(fake);
+    assert!(
+        s[0].contains(&"--dependency=afterany:901".to_owned()),
+        "{s:?}"
+    );
+    id
+}
+
+/// With 902 running (Slurm answering `running`): `reconcile` makes it the pool's and continues
+/// worker `w` there; the next `reconcile` changes nothing. In all one `PoolRenewalIntent`, one
+/// `PoolRenewed` and one `WorkerContinued` (both returned), `w`'s next generation in 902, and
+/// `audit` ok.
+fn renewed_and_continued_once(fake: &Fake, running: Value) -> (Value, Value) {
+    fake.scenario(running.clone());
+    let r = reconcile(fake);
+    assert_eq!(r["renewals"][0]["outcome"], "renewed", "{r}");
+    assert_eq!(r["continued"][0]["outcome"], "continued", "{r}");
+    fake.scenario(running);
+    let r = reconcile(fake);
+    assert_eq!(r["renewals"][0]["outcome"], "not_due", "{r}");
+    assert!(r.get("continued").is_none(), "{r}");
+    assert_eq!(sallocs(fake).len(), 0);
+    assert_eq!(of_kind(fake, "PoolRenewalIntent").len(), 1);
+    let renewed = of_kind(fake, "PoolRenewed");
+    assert_eq!(renewed.len(), 1, "{renewed:?}");
+    let continued = of_kind(fake, "WorkerContinued");
+    assert_eq!(continued.len(), 1, "{continued:?}");
+    let p = status(fake);
+    assert_eq!(p["allocation"]["job_id"], 902, "{p}");
+    assert_eq!(worker_w(&p, 2)["step_id"], "902.0", "{p}");
+    let (code, out, _) = fake.run(&["audit", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    (renewed[0]["event"].clone(), continued[0]["event"].clone())
+}
+
+/// The events of `kind`, in order.
+fn of_kind(fake: &Fake, kind: &str) -> Vec<Value> {
+    fake.events()
+        .into_iter()
+        .filter(|e| e["kind"] == kind)
+        .collect()
+}
+
+/// The worker named `w` of pool `p`'s status, in generation `generation`.
+fn worker_w(p: &Value, generation: u32) -> Value {
+    p["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == "w" && w["generation"] == generation)
+        .unwrap_or_else(|| panic!("no worker w of generation {generation}: {p}"))
+        .clone()
+}
+
+/// The last allocation proven over (TIMEOUT) while its successor, asked before the end, is
+/// still PENDING for Slurm's reason: the pool waits for it, visibly and with the reason; no
+/// second successor is asked; the worker that asked `--continue` waits (`waiting`, listed);
+/// once the successor runs, it becomes the pool's once and the worker is continued once.
+#[test]
+fn a_successor_pending_past_the_old_end_is_waited_for_never_asked_twice() {
+    let fake = Fake::new();
+    let id = asked_before_the_end(&fake, &[]);
+    published_checkpoint(&fake, id);
+    // 901 hit its time limit; 902, free of its dependency, waits for resources.
+    let past_the_end = json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue_with_steps(&[(901, "TIMEOUT", "None"), (902, "PENDING", "Resources")], ""),
+    });
+    for round in 0..3 {
+        fake.scenario(past_the_end.clone());
+        let r = reconcile(&fake);
+        assert_eq!(r["renewals"][0]["outcome"], "waiting", "{round}: {r}");
+        assert_eq!(r["renewals"][0]["job_id"], 902, "{round}: {r}");
+        let detail = r["renewals"][0]["detail"].as_str().unwrap();
+        assert!(detail.contains("PENDING (Resources)"), "{round}: {r}");
+        assert_eq!(r["continued"][0]["outcome"], "waiting", "{round}: {r}");
+        assert_eq!(r["continued"][0]["worker"], "w", "{round}: {r}");
+        assert_eq!(sallocs(&fake).len(), 0, "{round}: a second successor: {r}");
+    }
+    // `pool status --refresh`: the allocation over, the pool waiting for 902 with Slurm's
+    // reason, the worker's continuation waiting.
+    fake.scenario(past_the_end.clone());
+    let (code, out, err) = fake.run(&["pool", "status", "p", "--refresh", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let doc: Value = serde_json::from_str(out.trim()).unwrap();
+    let p = &doc["pools"][0];
+    assert_eq!(p["allocation"]["state"], "ended", "{p}");
+    let next = &p["renewal"]["successor"];
+    assert_eq!(next["job_id"], 902, "{p}");
+    assert_eq!(
+        next["slurm"],
+        json!({"state": "PENDING", "reason": "Resources"}),
+        "{p}"
+    );
+    let w = worker_w(p, 1);
+    assert_eq!(w["continuation"], "waiting", "{w}");
+    let why = w["continuation_why"].as_str().unwrap();
+    assert!(
+        why.contains("waits for the pool's next allocation (allocation 2, job 902)"),
+        "{w}"
+    );
+    fake.scenario(past_the_end);
+    let (code, text, err) = fake.run(&["pool", "status", "p", "--refresh"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains("next: allocation 2 (job 902, PENDING: Resources"),
+        "{text}"
+    );
+    // Without --refresh: the journal alone, no Slurm call and no reason.
+    fake.forget_calls();
+    let p = status(&fake);
+    assert_eq!(p["renewal"]["successor"]["slurm"], Value::Null, "{p}");
+    assert!(fake.calls().is_empty());
+    // 902 runs: the pool's, and the worker continued there, once.
+    let running = json!({
+        "squeue": squeue_with_steps(&[(901, "TIMEOUT", "None"), (902, "RUNNING", "None")], &step(902)),
+        "scontrol": [{"stdout": show_job(902, 3595)}],
+        "srun": [{"hang": 30}],
+    });
+    let (renewed, continued) = renewed_and_continued_once(&fake, running);
+    assert_eq!(renewed["cause"], "time-limit", "{renewed}");
+    assert_eq!(continued["cause"], "time-limit", "{continued}");
+}
+
+/// How every client call answers while the controller is down (as recorded on 22.05).
+fn controller_down() -> Value {
+    let down = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n";
+    json!([{"stderr": down, "exit": 1}])
+}
+
+/// Squeue's answers once the controller is back: steps as `steps`, the jobs by id, and the
+/// user's listing with the successor under the renewal's job name `name`.
+fn squeue_named(allocation: &str, successor: (&str, &str), steps: &str, name: &str) -> Value {
+    let (state, reason) = successor;
+    let (old, new) = (
+        row(901, allocation, "None", "x"),
+        row(902, state, reason, name),
+    );
+    json!([
+        {"match": ["--steps"], "stdout": steps},
+        {"match": ["--jobs=901"], "stdout": old},
+        {"match": ["--jobs=902"], "stdout": new},
+        {"match": ["--me"], "stdout": format!("{old}{new}")},
+    ])
+}
+
+/// The state word of worker `w` in generation 1, and whether pool `p`'s allocation is ended,
+/// as `pool status` shows them from the journal.
+fn worker_and_allocation(fake: &Fake) -> (Value, Value) {
+    let p = status(fake);
+    (
+        worker_w(&p, 1)["state"].clone(),
+        p["allocation"]["state"].clone(),
+    )
+}
+
+/// A due renewing pool with a running worker (`due_pool_with_a_worker`), reconciled three
+/// times with the controller down: salloc answering `salloc`, squeue, scontrol and sacct
+/// "Unable to contact slurm controller". Nothing is decided on that: the successor stays in
+/// flight, unknown, never asked again; the pool is not marked ended, its worker not released,
+/// its renewal not stopped. The worker's submission id.
+fn renewal_with_the_controller_down(fake: &Fake, salloc: Value) -> uuid::Uuid {
+    let id = due_pool_with_a_worker(fake, &["--renew"], &[]);
+    let down = json!({
+        "salloc": salloc,
+        "squeue": controller_down(),
+        "scontrol": controller_down(),
+        "sacct": controller_down(),
+    });
+    for round in 0..3 {
+        fake.scenario(down.clone());
+        let r = reconcile(fake);
+        assert_eq!(r["renewals"][0]["outcome"], "unknown", "{round}: {r}");
+        let asked = if round == 0 { 1 } else { 0 };
+        assert_eq!(sallocs(fake).len(), asked, "{round}: {r}");
+        let p = status(fake);
+        let next = &p["renewal"]["successor"];
+        assert_eq!(next["job_id"], Value::Null, "{round}: {p}");
+        assert!(next["unclear"].as_str().is_some(), "{round}: {p}");
+        assert_eq!(p["renewal"]["stopped"], Value::Null, "{round}: {p}");
+        let (worker, allocation) = worker_and_allocation(fake);
+        assert_eq!(
+            (worker.as_str(), allocation.as_str()),
+            (Some("running"), Some("running")),
+            "{round}"
+        );
+    }
+    let kinds = fake.kinds();
+    for decided in [
+        "PoolAllocationEnded",
+        "PoolRenewalStopped",
+        "WorkerTerminal",
+    ] {
+        assert!(!kinds.iter().any(|k| k == decided), "{decided}: {kinds:?}");
+    }
+    assert_eq!(of_kind(fake, "PoolRenewalIntent").len(), 1);
+    id
+}
+
+/// salloc's own words when it cannot reach the controller: nothing says no job was queued
+/// (a lost reply to an accepted request reads the same), so the renewal is not stopped, and
+/// once the controller answers without the renewal's name, within salloc's limit plus the
+/// settle margin, still nothing is asked again.
+#[test]
+fn an_salloc_that_cannot_contact_the_controller_stops_nothing_and_asks_nothing_again() {
+    let fake = Fake::new();
+    let refused = "salloc: error: Job submit/allocate failed: Unable to contact slurm controller \
+                   (connect failure)\n";
+    renewal_with_the_controller_down(&fake, json!([{"stderr": refused, "exit": 1}]));
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue_with_steps(&[(901, "RUNNING", "None")], &step(901)),
+        "sacct": [{"stdout": ""}],
+    }));
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "unknown", "{r}");
+    assert_eq!(sallocs(&fake).len(), 0, "a second salloc: {r}");
+    assert_eq!(status(&fake)["renewal"]["stopped"], Value::Null);
+}
+
+/// The controller down when the next allocation is due, salloc getting no answer (the request
+/// reached the controller, the reply did not come back): nothing decided
+/// (`renewal_with_the_controller_down`). Back, the controller lists the job by its name (found,
+/// not asked again); down again while it runs (scontrol), it is not adopted on no answer; then
+/// the pool renews with exactly one successor and the worker is continued once.
+#[test]
+fn the_controller_down_during_a_renewal_decides_nothing_and_one_successor_follows() {
+    let fake = Fake::new();
+    let lost_reply = json!([{"delay": 10, "stderr": "salloc: Pending job allocation 902\n"}]);
+    let id = renewal_with_the_controller_down(&fake, lost_reply);
+    // Back: the job the lost reply named is found by the renewal's name, pending behind 901.
+    let name = renewal_name(&fake);
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue_named("RUNNING", ("PENDING", "Dependency"), &step(901), &name),
+    }));
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "waiting", "{r}");
+    assert_eq!(r["renewals"][0]["job_id"], 902, "{r}");
+    assert_eq!(sallocs(&fake).len(), 0, "{r}");
+    // 901 over, 902 running, but scontrol (the attach checks) does not answer: not adopted.
+    published_checkpoint(&fake, id);
+    let over = squeue_named("TIMEOUT", ("RUNNING", "None"), "", &name);
+    fake.scenario(json!({"squeue": over, "scontrol": controller_down()}));
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "unknown", "{r}");
+    assert_eq!(r["continued"][0]["outcome"], "waiting", "{r}");
+    assert_eq!(status(&fake)["allocation"]["job_id"], 901);
+    // The controller answers again: renewed once, the worker continued once, in 902.
+    let running = json!({
+        "squeue": squeue_named("TIMEOUT", ("RUNNING", "None"), &step(902), &name),
+        "scontrol": [{"stdout": show_job(902, 3595)}],
+        "srun": [{"hang": 30}],
+    });
+    let (renewed, _) = renewed_and_continued_once(&fake, running);
+    assert_eq!(renewed["cause"], "time-limit", "{renewed}");
+}
+
+/// `scontrol show job 901` in Slurm's preemption grace: still RUNNING, with `PreemptTime`, its
+/// `EndTime` pulled forward to the kill.
+fn show_job_in_grace(left: i64) -> String {
+    show_job(901, left).replace('\n', &format!(" PreemptTime={}\n", at(-2)))
+}
+
+/// Squeue's row of 901 in that grace: RUNNING, its end before its start plus its limit.
+fn row_in_grace(left: i64) -> String {
+    format!(
+        "901|901|RUNNING|debug|dev|normal|root|1|4|vm|0:{left:02}|1:00:00|{}|{}|None|x\n",
+        started(),
+        at(left)
+    )
+}
+
+/// The successor asked before the end (`--dependency=afterany:901`), then 901 preempted: RUNNING
+/// with `PreemptTime` in Slurm's grace (the worker checkpoints and exits), then PREEMPTED. The
+/// successor asked is the one that follows, never a second; its adoption records the cause
+/// `preempted` with Slurm's proof; the worker (continued only on `preempted`) waits through
+/// the grace and is continued once, in the successor, with that cause.
+#[test]
+fn a_preemption_during_a_renewal_keeps_the_one_successor_asked() {
+    let fake = Fake::new();
+    let id = asked_before_the_end(&fake, &["--continue-on", "preempted"]);
+    // Preempted: Slurm's grace runs; the worker got SIGTERM, checkpointed, published, exited.
+    published_checkpoint(&fake, id);
+    let pending = row(902, "PENDING", "Dependency", "x");
+    let grace = json!({
+        "salloc": pending_salloc(),
+        "squeue": [
+            {"match": ["--steps"], "stdout": ""},
+            {"match": ["--jobs=901"], "stdout": row_in_grace(25)},
+            {"match": ["--jobs=902"], "stdout": pending},
+            {"match": ["--me"], "stdout": format!("{}{pending}", row_in_grace(25))},
+        ],
+        "scontrol": [{"match": ["901"], "stdout": show_job_in_grace(25)}],
+    });
+    for round in 0..2 {
+        fake.scenario(grace.clone());
+        let r = reconcile(&fake);
+        assert_eq!(r["preempted"][0]["job_id"], 901, "{round}: {r}");
+        assert_eq!(r["renewals"][0]["outcome"], "waiting", "{round}: {r}");
+        assert_eq!(r["renewals"][0]["job_id"], 902, "{round}: {r}");
+        assert_eq!(sallocs(&fake).len(), 0, "{round}: a second successor: {r}");
+        // Its step over, released; never continued in the allocation about to be killed.
+        assert_eq!(r["continued"][0]["outcome"], "waiting", "{round}: {r}");
+        let why = r["continued"][0]["detail"].as_str().unwrap();
+        assert!(why.contains("preemption grace"), "{round}: {r}");
+    }
+    fake.scenario(grace);
+    let (_, text, _) = fake.run(&["pool", "status", "p", "--refresh"]);
+    assert!(text.contains("preempted, ends at"), "{text}");
+    // 901 PREEMPTED; 902, free of its dependency, runs.
+    let over = row(901, "PREEMPTED", "None", "x");
+    let running = row(902, "RUNNING", "None", "x");
+    let ran = json!({
+        "squeue": [
+            {"match": ["--steps"], "stdout": step(902)},
+            {"match": ["--jobs=901"], "stdout": over},
+            {"match": ["--jobs=902"], "stdout": running},
+            {"match": ["--me"], "stdout": format!("{over}{running}")},
+        ],
+        "scontrol": [{"match": ["902"], "stdout": show_job(902, 3595)}],
+        "srun": [{"hang": 30}],
+    });
+    let (renewed, continued) = renewed_and_continued_once(&fake, ran);
+    assert_eq!(renewed["cause"], "preempted", "{renewed}");
+    assert!(
+        renewed["proof"].as_str().unwrap().contains("901 PREEMPTED"),
+        "{renewed}"
+    );
+    assert_eq!(renewed["allocation"]["job_id"], 902, "{renewed}");
+    let ended = of_kind(&fake, "PoolAllocationEnded");
+    let proof = ended[0]["event"]["proof"].as_str().unwrap();
+    assert!(proof.contains("PREEMPTED"), "{ended:?}");
+    assert_eq!(continued["cause"], "preempted", "{continued}");
+    assert!(
+        continued["proof"].as_str().unwrap().contains("PREEMPTED"),
+        "{continued}"
+    );
+}

@@ -388,6 +388,11 @@ fn started() -> chrono::DateTime<chrono::Local> {
 
 /// `scontrol --oneliner show job J`: a running 4-CPU, 4 GB allocation of root's, an hour left.
 fn show_job(j: u32) -> String {
+    show_job_ending(j, 3600)
+}
+
+/// [`show_job`] with `left` seconds left.
+fn show_job_ending(j: u32, left: i64) -> String {
     let fmt = |t: chrono::DateTime<chrono::Local>| t.format("%Y-%m-%dT%H:%M:%S").to_string();
     format!(
         "JobId={j} JobName=alloc UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=1 Nice=0 Account=dev \
@@ -399,7 +404,7 @@ fn show_job(j: u32) -> String {
          CoreSpec=* MinCPUsNode=4 MinMemoryNode=4G MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 \
          OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=(null) WorkDir=/root Power=\n",
         s = fmt(started()),
-        e = fmt(chrono::Local::now() + chrono::Duration::seconds(3600)),
+        e = fmt(chrono::Local::now() + chrono::Duration::seconds(left)),
     )
 }
 
@@ -1043,5 +1048,269 @@ fn doctor_lock_probe_through_two_mounts_sees_a_local_flock_and_a_shared_exclusiv
         };
         assert_eq!(check("flock")["status"], "warn", "{doc}");
         assert_eq!(check("exclusive create")["status"], "ok", "{doc}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 38 item 5: pool renewal from two login nodes at once.
+
+/// The renewing pools of the renewal test: pool `rp{i}`'s first allocation is job `901 + i`,
+/// its next one `911 + i`.
+const RENEWING_POOLS: u32 = 3;
+
+/// A squeue row of a renewing pool's job, with Slurm's reason.
+fn renew_row(id: u32, state: &str, reason: &str) -> String {
+    job_row(id, state, "vm", "alloc").replace("|None|", &format!("|{reason}|"))
+}
+
+/// The step of each renewing pool's worker `w` in the pool's allocation `base + i`.
+fn worker_steps(base: u32) -> String {
+    (0..RENEWING_POOLS)
+        .map(|i| {
+            format!(
+                "{}.0|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|rp{i}.w\n",
+                base + i
+            )
+        })
+        .collect()
+}
+
+/// The controller as both hosts see it: every pool's first allocation in `first`, its next one
+/// in `next` (`None`: not there), each answering every squeue (extra rows are ignored), the
+/// workers' steps running in allocations `steps_in + i`; the next allocation's salloc, slow to
+/// name its job (so that the two hosts' runs overlap), `scontrol show job` of each job, and an
+/// srun (a worker's step) for each submission.
+fn renewal_scenario(first: (&str, &str), next: Option<(&str, &str)>, steps_in: u32) -> Value {
+    let (mut rows, mut salloc, mut scontrol) = (String::new(), Vec::new(), Vec::new());
+    for i in 0..RENEWING_POOLS {
+        let (old, new) = (901 + i, 911 + i);
+        rows += &renew_row(old, first.0, first.1);
+        if let Some((state, reason)) = next {
+            rows += &renew_row(new, state, reason);
+        }
+        salloc.push(json!({
+            "match": [format!("--job-name=dispatch-pool-rp{i}-[0-9a-f]{{8}}"),
+                      format!("--dependency=afterany:{old}")],
+            "delay": 2,
+            "stderr": format!("salloc: Pending job allocation {new}\nsalloc: job {new} queued and waiting for resources\n"),
+            "hang": 2,
+        }));
+        scontrol.push(json!({"match": [old.to_string()], "stdout": show_job_ending(old, 123)}));
+        scontrol.push(json!({"match": [new.to_string()], "stdout": show_job_ending(new, 3595)}));
+    }
+    json!({
+        "salloc": salloc,
+        "squeue": [{"match": ["--steps"], "stdout": worker_steps(steps_in)}, {"stdout": rows}],
+        "scontrol": scontrol,
+        "srun": [{"hang": 2}],
+    })
+}
+
+/// `reconcile --json` through both mounts at the same moment, each run again while it exits
+/// retryably: both documents.
+fn reconcile_on_both(hosts: &[Host; 2]) -> Vec<Value> {
+    let start = Barrier::new(2);
+    std::thread::scope(|s| {
+        let runs: Vec<_> = hosts
+            .iter()
+            .map(|h| {
+                let start = &start;
+                s.spawn(move || {
+                    start.wait();
+                    let mut attempts = 0;
+                    loop {
+                        attempts += 1;
+                        let mut c = h.command(&["--json", "reconcile"]);
+                        c.env("DISPATCH_HOST_ID", h.host_id());
+                        let r = run_within(c, COMMAND_BOUND);
+                        if retryable(r.code, &r.stderr) && attempts < 5 {
+                            continue;
+                        }
+                        assert_eq!(r.code, 0, "reconcile on host {}: {}", h.name, r.stderr);
+                        break serde_json::from_str::<Value>(r.stdout.trim()).unwrap();
+                    }
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    })
+}
+
+/// The `program` calls of the controller's log (both hosts').
+fn controller_calls(h: &Host, program: &str) -> Vec<Vec<String>> {
+    std::fs::read_to_string(h.slurm.join("calls.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["cmd"] == program)
+        .map(|v| {
+            v["argv"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+/// Per renewing pool, how many events of `kind` name it.
+fn per_pool(events: &[Value], kind: &str) -> BTreeMap<String, usize> {
+    let mut n = BTreeMap::new();
+    for e in events.iter().filter(|e| e["kind"] == kind) {
+        *n.entry(e["event"]["pool"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    n
+}
+
+/// Renewing pool `rp{i}` made through host `h`, its allocation ending in 123 s, with worker
+/// `w` (`--continue 1`) in it: the worker's submission id.
+fn renewing_pool_with_a_worker(h: &Host, i: u32) -> uuid::Uuid {
+    let (job, pool) = (901 + i, format!("rp{i}"));
+    let create = json!({
+        "salloc": [{"stderr": format!("salloc: Granted job allocation {job}\n")}],
+        "squeue": [{"match": ["--steps"], "stdout": worker_steps(901)},
+                   {"stdout": renew_row(job, "RUNNING", "None")}],
+        "scontrol": [{"stdout": show_job_ending(job, 123)}],
+        "srun": [{"hang": 2}],
+    });
+    std::fs::write(h.slurm.join("scenario.json"), create.to_string()).unwrap();
+    let _ = std::fs::remove_file(h.slurm.join("counts.json"));
+    let r = h.run(&[
+        "pool", "create", &pool, "--cpus", "4", "--mem", "4G", "--time", "1:00:00", "--wait", "5",
+        "--renew",
+    ]);
+    assert_eq!(r.code, 0, "pool create {pool}: {}", r.stderr);
+    let submit = format!(
+        "--json pool submit {pool} --cpus 1 --mem 100M --name w --continue 1 \
+         --publication-timeout 5 -- true"
+    );
+    let r = h.run(&submit.split_whitespace().collect::<Vec<_>>());
+    assert_eq!(r.code, 0, "pool submit {pool}: {}", r.stderr);
+    let out: Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    out["submission_id"].as_str().unwrap().parse().unwrap()
+}
+
+/// Two login nodes run `reconcile` at the same moment, round after round, on renewing pools
+/// whose next allocation is due (the fake salloc slow to name its job, so that the runs
+/// overlap): Slurm is asked for one successor per pool (the controller's call log), the
+/// journal never forks, `audit` is ok, and once each last allocation is over and its successor
+/// runs, it becomes the pool's exactly once and the pool's worker is continued there once
+/// (one srun each).
+#[test]
+fn two_hosts_reconciling_renewing_pools_at_once_ask_one_successor_each_and_adopt_it_once() {
+    let mounts = TwoMounts::new();
+    let hosts = Host::pair(&mounts);
+    let r = hosts[0].run(&["journal", "init"]);
+    assert_eq!(r.code, 0, "journal init: {}", r.stderr);
+    let workers: Vec<uuid::Uuid> = (0..RENEWING_POOLS)
+        .map(|i| renewing_pool_with_a_worker(&hosts[i as usize % 2], i))
+        .collect();
+    let _ = std::fs::remove_file(hosts[0].slurm.join("calls.jsonl"));
+    // Within the lead time (2 minutes) of the allocations' end.
+    std::thread::sleep(Duration::from_secs(4));
+
+    let scenario = hosts[0].slurm.join("scenario.json");
+    let pending = renewal_scenario(("RUNNING", "None"), Some(("PENDING", "Dependency")), 901);
+    std::fs::write(&scenario, pending.to_string()).unwrap();
+    let mut outcomes: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut note = |docs: Vec<Value>| {
+        for d in docs {
+            for r in d["renewals"].as_array().into_iter().flatten() {
+                let pool = r["pool"].as_str().unwrap().to_owned();
+                outcomes
+                    .entry(pool)
+                    .or_default()
+                    .push(r["outcome"].as_str().unwrap().to_owned());
+            }
+        }
+    };
+    for _ in 0..3 {
+        note(reconcile_on_both(&hosts));
+    }
+    let asked = controller_calls(&hosts[0], "salloc");
+    assert_eq!(
+        asked.len(),
+        RENEWING_POOLS as usize,
+        "one salloc per pool: {asked:?}\n{outcomes:?}"
+    );
+    let events = hosts[1].events();
+    let intents = per_pool(&events, "PoolRenewalIntent");
+    assert!(intents.values().all(|n| *n == 1), "{intents:?}");
+    assert_eq!(intents.len(), RENEWING_POOLS as usize, "{intents:?}");
+
+    // The last allocations over (each worker checkpointed at the end), the next ones running:
+    // each adopted once, each worker continued there once.
+    for (i, id) in workers.iter().enumerate() {
+        let pools = hosts[i % 2].state().join("pools");
+        fake_cli::checkpointed_at_the_end(&pools, &format!("rp{i}"), "w", *id);
+    }
+    let _ = std::fs::remove_file(hosts[0].slurm.join("calls.jsonl"));
+    let running = renewal_scenario(("TIMEOUT", "None"), Some(("RUNNING", "None")), 911);
+    std::fs::write(&scenario, running.to_string()).unwrap();
+    for _ in 0..3 {
+        note(reconcile_on_both(&hosts));
+    }
+    assert_eq!(controller_calls(&hosts[0], "salloc").len(), 0);
+    let sruns = controller_calls(&hosts[0], "srun");
+    assert_eq!(
+        sruns.len(),
+        workers.len(),
+        "one continuation each: {sruns:?}"
+    );
+    assert_clean(&hosts);
+    let events = hosts[0].events();
+    let renewed = per_pool(&events, "PoolRenewed");
+    assert_eq!(
+        renewed.len(),
+        RENEWING_POOLS as usize,
+        "{renewed:?}\n{outcomes:?}"
+    );
+    assert!(
+        renewed.values().all(|n| *n == 1),
+        "{renewed:?}\n{outcomes:?}"
+    );
+    for (pool, seen) in &outcomes {
+        let renewals = seen.iter().filter(|o| *o == "renewed").count();
+        assert_eq!(renewals, 1, "{pool}: {seen:?}");
+        assert_eq!(
+            seen.iter().filter(|o| *o == "asked").count(),
+            1,
+            "{pool}: {seen:?}"
+        );
+    }
+    let mut continued: Vec<String> = events
+        .iter()
+        .filter(|e| e["kind"] == "WorkerContinued")
+        .map(|e| e["event"]["predecessor"].as_str().unwrap().to_owned())
+        .collect();
+    continued.sort();
+    let mut want: Vec<String> = workers.iter().map(|w| w.to_string()).collect();
+    want.sort();
+    assert_eq!(continued, want, "each worker continued once");
+    for h in &hosts {
+        let r = h.run(&["--json", "pool", "status"]);
+        let doc: Value = serde_json::from_str(r.stdout.trim()).unwrap();
+        for p in doc["pools"].as_array().unwrap() {
+            let i = p["pool"].as_str().unwrap()[2..].parse::<u32>().unwrap();
+            assert_eq!(p["allocation"]["job_id"], 911 + i, "{p}");
+            assert_eq!(p["renewal"]["generation"], 2, "{p}");
+            let second = p["workers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|w| w["generation"] == 2);
+            let second = second.unwrap_or_else(|| panic!("no continued worker: {p}"));
+            assert_eq!(second["step_id"], format!("{}.0", 911 + i), "{p}");
+        }
+        let r = h.run(&["--json", "audit"]);
+        assert_eq!(
+            r.code,
+            0,
+            "audit through {}: {}",
+            h.view.display(),
+            r.stdout
+        );
     }
 }

@@ -18,16 +18,20 @@ pub struct StatusArgs<'a> {
 
 /// One look: reconciled first with `--refresh`, then state and each worker's own journal.
 async fn look<S: Scheduler>(a: &StatusArgs<'_>, ctx: &Ctx<S>) -> Result<ops::StatusDoc, Failure> {
-    let preempted = if a.refresh {
-        reconcile::reconcile(ctx, a.pool).await?.preempted
+    let refreshed = if a.refresh {
+        let r = reconcile::reconcile(ctx, a.pool).await?;
+        ops::Refreshed {
+            preempted: r.preempted,
+            renewals: r.renewals,
+        }
     } else {
-        Vec::new()
+        ops::Refreshed::default()
     };
     // No journal yet: no pools (as `sessions` and `trials` see it).
     let state = ctx.read_state()?;
     Ok(
         ops::StatusDoc::new(state, Some(ctx.pools_dir()), a.pool, ctx.now())?
-            .with_preempted(preempted),
+            .with_refreshed(refreshed),
     )
 }
 

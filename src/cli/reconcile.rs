@@ -213,7 +213,18 @@ pub fn summary(r: &ReconcileReport) -> String {
 /// What a renewing pool waits for next, as `--watch` says it after each round: nothing for a
 /// pool just renewed or whose renewal is over.
 fn renewal_due(l: &RenewalReconciled) -> Option<String> {
-    let job = l.job_id.map(|j| format!(" (job {j})")).unwrap_or_default();
+    let listed = l
+        .slurm
+        .as_ref()
+        .map(|s| match s.reason.as_str() {
+            "" | "None" => format!(", {}", s.state),
+            reason => format!(", {}: {reason}", s.state),
+        })
+        .unwrap_or_default();
+    let job = l
+        .job_id
+        .map(|j| format!(" (job {j}{listed})"))
+        .unwrap_or_default();
     let what = match l.outcome {
         RenewalOutcome::Renewed | RenewalOutcome::Stopped => return None,
         RenewalOutcome::NotDue => l.detail.clone(),
@@ -230,6 +241,7 @@ fn renewal_due(l: &RenewalReconciled) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::pool::SuccessorListed;
 
     #[test]
     fn watch_takes_ten_seconds_to_a_day() {
@@ -247,6 +259,10 @@ mod tests {
             outcome,
             job_id: job.and_then(crate::slurm::JobId::new),
             detail: detail.into(),
+            slurm: (outcome == RenewalOutcome::Waiting).then(|| SuccessorListed {
+                state: "PENDING".into(),
+                reason: "Dependency".into(),
+            }),
         }
     }
 
@@ -268,7 +284,7 @@ mod tests {
             summary(&r),
             "observed 0, resolved 0, continued 0, resubmitted 0, renewed 1 pool(s) with 0 Slurm \
              call(s); due: pool p: allocation 2 asked for from 2026-12-06T18:00:00+00:00, pool \
-             p: allocation 2 waited for (job 42)"
+             p: allocation 2 waited for (job 42, PENDING: Dependency)"
         );
     }
 

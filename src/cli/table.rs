@@ -446,10 +446,14 @@ fn renewal_line<W>(p: &crate::ops::pool::PoolView<W>) -> String {
     let next = match (&r.stopped, &r.successor) {
         (Some(why), _) => format!("renewal stopped: {why}"),
         (None, Some(s)) => format!(
-            "next: allocation {} ({}){}",
+            "next: allocation {} ({}{}){}",
             s.generation,
             s.job_id
                 .map_or("job not known yet".to_owned(), |j| format!("job {j}")),
+            s.slurm
+                .as_ref()
+                .map(|l| format!(", {}: {}", l.state, l.reason))
+                .unwrap_or_default(),
             s.after
                 .map(|j| format!(", after job {j}"))
                 .unwrap_or_default()

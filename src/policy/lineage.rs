@@ -150,10 +150,27 @@ pub fn pool_unready(state: &State, c: &Continuable) -> Option<String> {
             "continuation waiting for room: pool {name} is being released"
         )),
         Some(p) if p.ended.is_some() => Some(format!(
-            "continuation waiting for room: the allocation of pool {name} is over"
+            "continuation waiting for room: the allocation of pool {name} is over{}",
+            next_allocation(p)
         )),
         Some(_) => None,
     }
+}
+
+/// What a worker of a renewing pool whose allocation is over waits for: the next allocation
+/// (asked for, its job once known), unless renewal stopped.
+fn next_allocation(p: &crate::state::pool::Pool) -> String {
+    let Some(r) = p.renewal.as_ref().filter(|r| r.stopped.is_none()) else {
+        return String::new();
+    };
+    let next = match &r.successor {
+        Some(s) => match s.job_id {
+            Some(job) => format!("allocation {}, job {job}", s.intent.generation),
+            None => format!("allocation {}, its job not known yet", s.intent.generation),
+        },
+        None => "not asked yet".to_owned(),
+    };
+    format!("; it waits for the pool's next allocation ({next})")
 }
 
 /// A pool worker's continuation that its pool has no room for, on its nodes as recorded: the

@@ -169,3 +169,33 @@ pub fn supervisor_journal(
     }))
     .unwrap();
 }
+
+/// A publication that verifies (a manifest listing no files) at `dir`, of worker `worker`'s
+/// submission `id`: its manifest's SHA-256.
+pub fn plant_publication(dir: &str, worker: &str, id: uuid::Uuid) -> dispatch::event::Sha256Digest {
+    use sha2::Digest;
+    let manifest = format!(
+        r#"{{"format":1,"worker":"{worker}","submission_id":"{id}","pinned_commit":null,"head_commit":null,"files":[]}}"#
+    );
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(Path::new(dir).join("MANIFEST.json"), &manifest).unwrap();
+    dispatch::event::Sha256Digest(sha2::Sha256::digest(manifest.as_bytes()).into())
+}
+
+/// What worker `worker` (submission `id`) of pool `pool` below `pools` records when it
+/// checkpointed at its allocation's end and published (a publication that verifies).
+pub fn checkpointed_at_the_end(pools: &Path, pool: &str, worker: &str, id: uuid::Uuid) {
+    let dirs = dispatch::worker::dirs::WorkerDirs::new(pools, pool, id);
+    let published = pools
+        .join(pool)
+        .join("published")
+        .join(format!("{worker}-{id}"));
+    let published = published.display().to_string();
+    let sha = plant_publication(&published, worker, id);
+    supervisor_journal(
+        &dirs.evidence,
+        false,
+        Some((&published, sha)),
+        "checkpointed",
+    );
+}

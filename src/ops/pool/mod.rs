@@ -31,13 +31,13 @@ pub(crate) use ingest::{sweep_publication, worker_journal_news};
 pub use queue::MAX_WAITING;
 pub use release::{release, ReleaseReport};
 pub(crate) use renew::renew_due;
-pub use renew::{RenewalOutcome, RenewalReconciled};
+pub use renew::{RenewalOutcome, RenewalReconciled, SuccessorListed};
 pub(crate) use resubmit::resubmit_due;
 pub use resubmit::Resubmission;
 pub use room::{Wait, WaitProgress, FALLBACK_PROOF_EVERY};
 pub use status::{
     status, status_of, AssetUseView, CreatingView, NodeView, Owner, PoolView, PublicationView,
-    Stage, StatusDoc, StatusReport, WorkerJournalView, WorkerView,
+    Refreshed, Stage, StatusDoc, StatusReport, WorkerJournalView, WorkerView,
 };
 pub(crate) use stop::release_proven;
 pub use stop::{stop_worker, StopReport};

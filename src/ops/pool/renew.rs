@@ -49,6 +49,17 @@ pub struct RenewalReconciled {
     pub outcome: RenewalOutcome,
     pub job_id: Option<JobId>,
     pub detail: String,
+    /// The next allocation as this run's listing showed it (`pool status --refresh` shows
+    /// it); absent when it was not listed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SuccessorListed>,
+}
+
+/// Slurm's state word and reason (`%r`) for a renewal's next allocation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SuccessorListed {
+    pub state: String,
+    pub reason: String,
 }
 
 /// Where a pool's renewal stands after `reconcile` looked.
@@ -114,12 +125,21 @@ fn line(
         outcome,
         job_id: job,
         detail: String::new(),
+        slurm: None,
     }
 }
 
 impl RenewalReconciled {
     fn detail(mut self, detail: String) -> RenewalReconciled {
         self.detail = detail;
+        self
+    }
+
+    fn listed(mut self, state: &str, reason: &str) -> RenewalReconciled {
+        self.slurm = Some(SuccessorListed {
+            state: state.to_owned(),
+            reason: reason.to_owned(),
+        });
         self
     }
 }
@@ -417,13 +437,14 @@ async fn settle_successor<S: Scheduler>(
                     never_to_run(ctx, p, s, job, format!("PENDING ({reason}): {change}")).await
                 }
                 None => Ok(at(RenewalOutcome::Waiting)
-                    .detail(format!("allocation {job} is {state} ({reason})"))),
+                    .detail(format!("allocation {job} is {state} ({reason})"))
+                    .listed(&state, &reason)),
             }
         }
         CreationSeen::Running => match policy::may_adopt(p) {
-            Err(why) => {
-                Ok(at(RenewalOutcome::Waiting).detail(format!("allocation {job} runs; {why}")))
-            }
+            Err(why) => Ok(at(RenewalOutcome::Waiting)
+                .detail(format!("allocation {job} runs; {why}"))
+                .listed("RUNNING", "None")),
             Ok((cause, proof)) => adopt(ctx, p, s, job, (cause.as_str(), proof)).await,
         },
     }

@@ -24,6 +24,7 @@ use crate::worker::dirs::WorkerDirs;
 use crate::worker::report;
 
 use super::ingest::{extends_ingested, read_journal_below};
+use super::renew::{RenewalReconciled, SuccessorListed};
 use super::AllocationView;
 
 #[derive(Debug, Serialize)]
@@ -114,10 +115,14 @@ pub struct SuccessorView {
     pub after: Option<JobId>,
     /// Why its salloc's outcome is not known, if it is not.
     pub unclear: Option<String>,
+    /// Slurm's state and reason for it, as the refresh's `reconcile` listed it (`--refresh`
+    /// only; null otherwise, or when it was not listed).
+    pub slurm: Option<SuccessorListed>,
 }
 
 impl RenewalView {
-    pub fn of(r: &crate::state::pool::Renewal, now: Micros) -> RenewalView {
+    /// Pool `p`'s renewal, its next allocation with what a refresh listed of it (`seen`).
+    pub fn of(p: &Pool, r: &Renewal, now: Micros, seen: &[RenewalReconciled]) -> RenewalView {
         RenewalView {
             generation: r.generation,
             alive_since: r.first_start.to_rfc3339(),
@@ -133,6 +138,15 @@ impl RenewalView {
                 asked_at: s.since.to_rfc3339(),
                 after: s.intent.after,
                 unclear: s.failure.clone(),
+                slurm: seen
+                    .iter()
+                    .find(|x| {
+                        x.pool == p.name
+                            && x.generation == s.intent.generation
+                            && x.job_id.is_some()
+                            && x.job_id == s.job_id
+                    })
+                    .and_then(|x| x.slurm.clone()),
             }),
         }
     }
@@ -495,7 +509,8 @@ pub fn status(
 ) -> Result<StatusReport, OpError> {
     known(state, pool)?;
     let lineages = Lineages::of(state);
-    Ok(build(state, pools_dir, pool, now, &[], |p, dirs| {
+    let refreshed = Refreshed::default();
+    Ok(build(state, pools_dir, pool, now, &refreshed, |p, dirs| {
         workers_of(p)
             .map(|w| WorkerView::of(p, &dirs, &lineages, w))
             .collect()
@@ -511,8 +526,17 @@ pub struct StatusDoc {
     pools_dir: Option<PathBuf>,
     pool: Option<String>,
     now: Micros,
-    /// What a refresh saw of allocations in a preemption's grace.
-    preempted: Vec<PoolPreempted>,
+    refreshed: Refreshed,
+}
+
+/// What a refresh (`pool status --refresh`: `reconcile` first) saw in Slurm that the journal
+/// does not hold.
+#[derive(Debug, Default)]
+pub struct Refreshed {
+    /// Allocations in a preemption's grace.
+    pub preempted: Vec<PoolPreempted>,
+    /// Renewing pools: their next allocation as listed.
+    pub renewals: Vec<RenewalReconciled>,
 }
 
 impl StatusDoc {
@@ -528,13 +552,13 @@ impl StatusDoc {
             pools_dir,
             pool: pool.map(str::to_owned),
             now,
-            preempted: Vec::new(),
+            refreshed: Refreshed::default(),
         })
     }
 
-    /// With what a refresh saw of allocations in a preemption's grace (`ReconcileReport`).
-    pub fn with_preempted(mut self, preempted: Vec<PoolPreempted>) -> StatusDoc {
-        self.preempted = preempted;
+    /// With what a refresh saw (`ReconcileReport`).
+    pub fn with_refreshed(mut self, refreshed: Refreshed) -> StatusDoc {
+        self.refreshed = refreshed;
         self
     }
 
@@ -546,7 +570,7 @@ impl StatusDoc {
             self.pools_dir.as_deref(),
             self.pool.as_deref(),
             self.now,
-            &self.preempted,
+            &self.refreshed,
             |p, dirs| {
                 workers_of(p)
                     .map(|w| WorkerView::of(p, &dirs, &lineages, w))
@@ -564,7 +588,7 @@ impl Serialize for StatusDoc {
             self.pools_dir.as_deref(),
             self.pool.as_deref(),
             self.now,
-            &self.preempted,
+            &self.refreshed,
             |pool, dirs| StreamedWorkers {
                 pool,
                 dirs,
@@ -628,7 +652,7 @@ fn build<'s, W>(
     pools_dir: Option<&Path>,
     pool: Option<&str>,
     now: Micros,
-    preempted: &[PoolPreempted],
+    refreshed: &Refreshed,
     workers: impl Fn(&'s Pool, PoolDirs) -> W,
 ) -> StatusReport<W> {
     let pools = state
@@ -658,7 +682,8 @@ fn build<'s, W>(
                     .map(|s| s.lost.clone())
                     .unwrap_or_default(),
                 allocation: AllocationView {
-                    preempted: preempted
+                    preempted: refreshed
+                        .preempted
                         .iter()
                         .find(|x| x.pool == p.name && x.job_id == p.allocation.job_id)
                         .filter(|_| p.ended.is_none())
@@ -672,7 +697,10 @@ fn build<'s, W>(
                     gpus: nodes.iter().map(|n| n.reserved.gpus).sum(),
                 },
                 nodes,
-                renewal: p.renewal.as_ref().map(|r| RenewalView::of(r, now)),
+                renewal: p
+                    .renewal
+                    .as_ref()
+                    .map(|r| RenewalView::of(p, r, now, &refreshed.renewals)),
                 workers: workers(p, PoolDirs::of(pools_dir, &p.name)),
             }
         })
