@@ -36,7 +36,7 @@ impl Session {
         Session::holding(require_cluster(), test, targets)
     }
 
-    /// For a test that uses the `narrow` partition (one CPU of the node) or keeps four jobs
+    /// For a test that closes the `gate` partition or keeps four jobs
     /// running: one such test of this file at a time, beside every other real-cluster test.
     fn one_of_a_kind(test: &str, targets: &str, kind: &'static Mutex<()>) -> Session {
         let turn = kind.lock().unwrap_or_else(|e| e.into_inner());
@@ -61,28 +61,28 @@ impl Session {
         }
     }
 
-    /// The `narrow` partition set DOWN (UP again when the guard drops, also on a panic), so
+    /// The `gate` partition closed (DOWN; UP again when the guard drops, also on a panic), so
     /// that a session's job there stays PENDING (`PartitionDown`) while nothing else waits on
     /// it: a job pending for Resources would keep the node from other partitions' jobs in
-    /// slurmctld's scheduling pass, and a 1-CPU blocker job there waited behind theirs (both
-    /// seen on 24.11). A job an earlier test cancelled there may still be ending: it is waited
-    /// for first. For a test that runs `one_of_a_kind(.., &NARROW)`.
-    fn narrow_down(&self) -> NarrowDown {
+    /// slurmctld's scheduling pass, and a blocker job waited behind theirs (both seen on
+    /// 24.11). A job an earlier test cancelled there may still be ending: it is waited
+    /// for first. For a test that runs `one_of_a_kind(.., &GATE)`.
+    fn gate_closed(&self) -> GateClosed {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let out = Command::new("squeue")
-                .args(["-h", "-p", "narrow", "-o", "%i %T"])
+                .args(["-h", "-p", "gate", "-o", "%i %T"])
                 .output()
                 .unwrap();
             let jobs = String::from_utf8_lossy(&out.stdout).trim().to_owned();
             if out.status.success() && jobs.is_empty() {
                 break;
             }
-            assert!(Instant::now() < deadline, "jobs in narrow still: {jobs}");
+            assert!(Instant::now() < deadline, "jobs in gate still: {jobs}");
             std::thread::sleep(Duration::from_millis(200));
         }
-        narrow_state("DOWN").unwrap_or_else(|e| panic!("narrow State=DOWN: {e}"));
-        NarrowDown
+        gate_state("DOWN").unwrap_or_else(|e| panic!("gate State=DOWN: {e}"));
+        GateClosed
     }
 
     fn state(&self) -> PathBuf {
@@ -197,13 +197,13 @@ impl Drop for Session {
     }
 }
 
-/// The tests of a pending job: they set the `narrow` partition DOWN and UP again.
-static NARROW: Mutex<()> = Mutex::new(());
+/// The tests of a pending job: they set the `gate` partition DOWN and UP again.
+static GATE: Mutex<()> = Mutex::new(());
 
-/// `scontrol update PartitionName=narrow State=STATE`: what it said when it failed.
-fn narrow_state(state: &str) -> Result<(), String> {
+/// `scontrol update PartitionName=gate State=STATE`: what it said when it failed.
+fn gate_state(state: &str) -> Result<(), String> {
     let out = Command::new("scontrol")
-        .args(["update", "PartitionName=narrow", &format!("State={state}")])
+        .args(["update", "PartitionName=gate", &format!("State={state}")])
         .output()
         .map_err(|e| e.to_string())?;
     match out.status.success() {
@@ -212,14 +212,14 @@ fn narrow_state(state: &str) -> Result<(), String> {
     }
 }
 
-/// The `narrow` partition DOWN until this drops.
-struct NarrowDown;
+/// The `gate` partition closed until this drops.
+struct GateClosed;
 
-impl Drop for NarrowDown {
+impl Drop for GateClosed {
     fn drop(&mut self) {
         // Never a panic here: it may run while a failed test unwinds.
-        if let Err(e) = narrow_state("UP") {
-            eprintln!("could not set the narrow partition UP again: {e}");
+        if let Err(e) = gate_state("UP") {
+            eprintln!("could not open the gate partition again: {e}");
         }
     }
 }
@@ -228,8 +228,8 @@ impl Drop for NarrowDown {
 static FOUR_JOBS: Mutex<()> = Mutex::new(());
 
 const TARGETS: &str = r#"
-[targets.nar]
-partition = "narrow"
+[targets.gate]
+partition = "gate"
 account = "dev"
 qos = "normal"
 time = "00:10:00"
@@ -337,16 +337,16 @@ fn launch_lose_state_adopt_release() {
 /// batch script and log are not in the state directory), and the next launch adopts it.
 #[test]
 fn a_pending_job_survives_the_loss_of_the_state_directory() {
-    let s = Session::one_of_a_kind("pending", TARGETS, &NARROW);
+    let s = Session::one_of_a_kind("pending", TARGETS, &GATE);
     let name = s.name("m");
-    let blocker = s.narrow_down();
+    let blocker = s.gate_closed();
     let r = s.run(&[
         "--json",
         "session",
         "launch",
         "m",
         "-T",
-        "nar",
+        "gate",
         "--detached",
         "--wait",
         "2",
@@ -365,7 +365,7 @@ fn a_pending_job_survives_the_loss_of_the_state_directory() {
         .any(|l| l.contains("is PENDING") && l.contains("; waited") && !l.contains("(ending)"));
     assert!(waited, "{}", r.stderr);
     assert!(
-        r.stderr.contains("dispatch session release m -T nar"),
+        r.stderr.contains("dispatch session release m -T gate"),
         "{}",
         r.stderr
     );
@@ -376,7 +376,7 @@ fn a_pending_job_survives_the_loss_of_the_state_directory() {
 
     move_away(&s.state());
     drop(blocker);
-    let again = s.launch("m", "nar");
+    let again = s.launch("m", "gate");
     assert_eq!(again["action"], "adopted", "{again}");
     assert_eq!(again["job_id"].as_u64().unwrap().to_string(), id);
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -1208,8 +1208,8 @@ fn pool_and_submit_jobs_are_never_sessions_on_a_real_controller() {
 /// one, answering with its node once it runs (it was `reused` with `"node": null`).
 #[test]
 fn a_reused_pending_job_is_waited_for_and_its_node_named_on_a_real_controller() {
-    let s = Session::one_of_a_kind("pendreuse", TARGETS, &NARROW);
-    let blocker = s.narrow_down();
+    let s = Session::one_of_a_kind("pendreuse", TARGETS, &GATE);
+    let blocker = s.gate_closed();
     let launch = |wait: &str| {
         s.run(&[
             "--json",
@@ -1217,7 +1217,7 @@ fn a_reused_pending_job_is_waited_for_and_its_node_named_on_a_real_controller() 
             "launch",
             "m",
             "-T",
-            "nar",
+            "gate",
             "--detached",
             "--wait",
             wait,
@@ -1238,7 +1238,7 @@ fn a_reused_pending_job_is_waited_for_and_its_node_named_on_a_real_controller() 
     assert_eq!(j["state"], "RUNNING", "{j}");
     assert!(j["node"].is_string(), "{j}");
     assert_eq!(
-        s.run(&["session", "release", "m", "-T", "nar", "--force"])
+        s.run(&["session", "release", "m", "-T", "gate", "--force"])
             .code,
         0
     );
