@@ -429,3 +429,51 @@ fn a_continued_worker_goes_on_in_the_renewed_allocation() {
         "{p}"
     );
 }
+
+/// A next allocation that keeps ending before it is the pool's (Slurm shows it `FAILED` each
+/// time): it is asked again, but only `policy::renewal::FAILED_RENEWALS_STOP` times in a row;
+/// then renewal stops, recorded with the reason, never asked again, and `pool status` says
+/// what to do.
+#[test]
+fn a_renewal_that_keeps_failing_stops_after_a_bound() {
+    let bound = dispatch::policy::renewal::FAILED_RENEWALS_STOP as usize;
+    let fake = Fake::new();
+    create(&fake, 3595, &["--renew"]);
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue(&[(901, "PREEMPTED", "None"), (902, "FAILED", "None")], "x"),
+    }));
+    let mut outcomes = Vec::new();
+    for _ in 0..(2 * bound + 4) {
+        let r = reconcile(&fake);
+        outcomes.push(
+            r["renewals"][0]["outcome"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned(),
+        );
+    }
+    assert_eq!(sallocs(&fake).len(), bound, "{outcomes:?}");
+    assert_eq!(outcomes[2 * bound], "stopped", "{outcomes:?}");
+    let stops: Vec<Value> = fake
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "PoolRenewalStopped")
+        .collect();
+    assert_eq!(stops.len(), 1, "{stops:?}");
+    let reason = stops[0]["event"]["reason"].as_str().unwrap().to_owned();
+    assert!(
+        reason.contains(&format!("{bound} next allocations in a row")) && reason.contains("FAILED"),
+        "{reason}"
+    );
+    assert_eq!(status(&fake)["renewal"]["stopped"], reason.as_str());
+    let (_, text, _) = fake.run(&["pool", "status", "p"]);
+    assert!(
+        text.contains("renewal stopped")
+            && text.contains("`dispatch pool release p`")
+            && text.contains("`dispatch pool create p`"),
+        "{text}"
+    );
+    let (code, out, _) = fake.run(&["audit", "--json"]);
+    assert_eq!(code, 0, "{out}");
+}
