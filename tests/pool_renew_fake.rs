@@ -477,3 +477,54 @@ fn a_renewal_that_keeps_failing_stops_after_a_bound() {
     let (code, out, _) = fake.run(&["audit", "--json"]);
     assert_eq!(code, 0, "{out}");
 }
+
+/// Found by the renewal simulation (seed 16 with 150–300 s allocations): an allocation that hit
+/// its time limit and was forgotten by squeue (MinJobAge) before any `reconcile` looked was
+/// recorded over by "Invalid job id" alone, which names no state, so its renewal (and its
+/// workers' continuations) took the end for `lost`. Accounting names how it ended: asked
+/// then, the proof carries Slurm's state and the cause is `time-limit`.
+#[test]
+fn an_allocation_squeue_forgot_ends_by_the_state_accounting_shows() {
+    let fake = Fake::new();
+    create(&fake, 3595, &["--renew"]);
+    let forgotten = json!({"match": ["--jobs=901"], "stderr": "slurm_load_jobs error: Invalid job id specified\n", "exit": 1});
+    let sacct = json!([{"stdout": "901|901|TIMEOUT|0:0|0:0|2026-11-29T16:12:52|2026-11-29T16:12:52|2026-11-29T17:12:52|01:00:00|01:00:00|vm|4|4G|debug|dev|normal|root|alloc\n"}]);
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": [
+            {"match": ["--steps"], "stdout": ""},
+            forgotten.clone(),
+            {"match": ["--jobs=902"], "stdout": row(902, "PENDING", "Priority", "x")},
+        ],
+        "sacct": sacct.clone(),
+    }));
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "asked", "{r}");
+    let ended: Vec<Value> = fake
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "PoolAllocationEnded")
+        .collect();
+    let proof = ended[0]["event"]["proof"].as_str().unwrap();
+    assert!(
+        proof.contains("Invalid job id") && proof.contains("TIMEOUT"),
+        "{proof}"
+    );
+    fake.scenario(json!({
+        "squeue": [
+            {"match": ["--steps"], "stdout": ""},
+            forgotten,
+            {"match": ["--jobs=902"], "stdout": row(902, "RUNNING", "None", "x")},
+        ],
+        "sacct": sacct,
+        "scontrol": [{"stdout": show_job(902, 3595)}],
+    }));
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "renewed", "{r}");
+    let renewed: Vec<Value> = fake
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "PoolRenewed")
+        .collect();
+    assert_eq!(renewed[0]["event"]["cause"], "time-limit", "{renewed:?}");
+}

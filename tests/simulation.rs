@@ -50,6 +50,14 @@
 //! continuation left, was continued, or waits and the last reconcile said why).
 //! `SIM_NO_CONTINUATION=1` leaves continuation out (the seeds found before it joined).
 //!
+//! Renewal (issue 38, `tests/sim/renewal.rs`, its own test `seeded_renewal`): pools created
+//! with `--renew`, their allocations ended by their limit, a preemption's grace, their loss;
+//! every worker asks to be continued; reconciles at random moments and a minute apart for a
+//! while (`reconcile --watch 60`), crashed at `pool-renew-after-*`; releases crashed at
+//! `pool-release-after-*`. Checked after every step besides the above: never two allocations of
+//! a pool running at once but with `--renew-overlap`, never two next allocations, the bounds,
+//! nothing of a released pool left queued. `SIM_RENEWAL_SEEDS`, `SIM_RENEWAL_STEPS`.
+//!
 //! `SIM_SEEDS=N` seeds (default below), `SIM_FIRST_SEED`, `SIM_STEPS` commands per seed;
 //! `SIM_SEED=n SIM_STEPS=k` runs one seed, and is what a failure prints.
 //! Waits in the ops run on a paused tokio clock; wall-clock delays (the settle delay, lifetimes)
@@ -89,7 +97,7 @@ const DEFAULT_SEEDS: u64 = 800;
 const DEFAULT_STEPS: usize = 30;
 /// The renewal simulation (`seeded_renewal`): its own seeds and steps (`SIM_RENEWAL_SEEDS`,
 /// `SIM_RENEWAL_STEPS`), each seed longer, with time passing more.
-const DEFAULT_RENEWAL_SEEDS: u64 = 100;
+const DEFAULT_RENEWAL_SEEDS: u64 = 50;
 const DEFAULT_RENEWAL_STEPS: usize = 45;
 
 /// Part of the message of a session command whose empty name listing nothing corroborates
@@ -258,6 +266,10 @@ enum Command {
         pool: String,
     },
     Preempt,
+    /// `reconcile --watch 60` (or scrontab's entry) for a while: reconciles a minute apart.
+    Watch {
+        rounds: u32,
+    },
 }
 
 impl Command {
@@ -277,6 +289,7 @@ impl Command {
             Command::Create { .. } => "pool create",
             Command::Release { .. } => "pool release",
             Command::Preempt => "(preempted)",
+            Command::Watch { .. } => "reconcile --watch",
         }
     }
 
@@ -644,7 +657,7 @@ impl Run {
                     pool,
                     cpus: r.range(4, 8) as u32,
                     mem_mb: r.range(4, 8) * 1000,
-                    limit_s: r.range(180, 480),
+                    limit_s: r.range(180, 360),
                     bounds: renew::draw_bounds(r, dispatch::event::Micros::now()),
                 }
             }
@@ -671,8 +684,11 @@ impl Run {
                 None => Command::Reconcile,
             },
             31..=58 => Command::Reconcile,
-            59..=79 => Command::Wait {
-                secs: *r.pick(&[30, 60, 120, 240]).unwrap(),
+            59..=68 => Command::Wait {
+                secs: *r.pick(&[30, 60, 120, 240, 400]).unwrap(),
+            },
+            69..=79 => Command::Watch {
+                rounds: r.range(2, 8) as u32,
             },
             80..=86 => Command::Preempt,
             87..=93 => Command::Outside,
@@ -844,6 +860,9 @@ impl Run {
         let cmd = self.choose(state.as_ref());
         *self.stats.by_command.entry(cmd.kind()).or_default() += 1;
         self.stats.commands += 1;
+        if let Command::Watch { rounds } = cmd {
+            return self.watch(i, rounds);
+        }
         // A job or an allocation ended from outside is preempted now and then.
         let preempted = !self.opts.no_continuation && self.cont_rng.chance(30);
         if !cmd.runs_dispatch() {
@@ -927,6 +946,30 @@ impl Run {
             "{i}: {cmd:?}{} -> {what}",
             crash.map(|c| format!(" [armed {c}]")).unwrap_or_default()
         ));
+        Ok(())
+    }
+
+    /// Renewal mode's `reconcile --watch 60`: `rounds` reconciles a minute apart, each crashed
+    /// now and then at a renewal's point, the invariants checked after each.
+    fn watch(&mut self, i: usize, rounds: u32) -> Result<(), String> {
+        for round in 1..=rounds {
+            self.ctx.sched.world().advance(Duration::from_secs(60));
+            let crash = self
+                .rng
+                .chance(20)
+                .then(|| format!("{}=panic@1", self.rng.pick(renew::RENEW_POINTS).unwrap()));
+            let what = match self.dispatch(&Command::Reconcile, crash.clone()) {
+                Outcome::Done(Ok(())) => "ok".to_owned(),
+                Outcome::Done(Err(e)) => format!("error: {e}"),
+                Outcome::Crashed(point) => self.crashed(&format!("{i}.{round} watch"), &point)?,
+                Outcome::Session(_) => unreachable!("a reconcile"),
+            };
+            self.log.push(format!(
+                "{i}.{round}: (a minute later) Reconcile{} -> {what}",
+                crash.map(|c| format!(" [armed {c}]")).unwrap_or_default()
+            ));
+            self.check()?;
+        }
         Ok(())
     }
 

@@ -134,6 +134,27 @@ pub fn add_accounting(obs: &mut PoolObservation, job: JobId, rows: &[AcctRow]) {
     );
 }
 
+/// Whether the allocation is proven over by a proof that names no state of it: squeue's
+/// "Invalid job id", once it forgot the job (MinJobAge after its end) before anyone looked.
+/// Its end's cause (a renewal's, its workers' continuations') is then accounting's word.
+pub fn end_unnamed(obs: &PoolObservation) -> bool {
+    obs.allocation_over
+        .as_deref()
+        .is_some_and(crate::policy::continuation::names_no_state)
+}
+
+/// The state accounting shows allocation `job` ended in, added to a proof of its end that
+/// names none ([`end_unnamed`]): "…; accounting shows job J TIMEOUT".
+pub fn name_the_end(obs: &mut PoolObservation, job: JobId, rows: &[AcctRow]) {
+    if !end_unnamed(obs) {
+        return;
+    }
+    if let (Some(proof), Some(shown)) = (&mut obs.allocation_over, accounting_over(job, rows)) {
+        proof.push_str("; ");
+        proof.push_str(&shown);
+    }
+}
+
 /// "accounting shows job J STATE" when sacct has job `job`'s own row of its newest run in a
 /// terminal state (an earlier run of a requeued job ended, the job did not).
 pub fn accounting_over(job: JobId, rows: &[AcctRow]) -> Option<String> {
