@@ -81,6 +81,14 @@ fn status(fake: &Fake) -> Value {
     s["pools"][0].clone()
 }
 
+/// The journal's events of `kind`, in order.
+fn events_of(fake: &Fake, kind: &str) -> Vec<Value> {
+    fake.events()
+        .into_iter()
+        .filter(|e| e["kind"] == kind)
+        .collect()
+}
+
 fn sallocs(fake: &Fake) -> Vec<Vec<String>> {
     fake.calls()
         .into_iter()
@@ -153,11 +161,7 @@ fn the_next_allocation_is_asked_after_the_last_and_taken_once_the_last_is_over()
         text.contains("allocation 2 of 2") && text.contains("no next: this is the last"),
         "{text}"
     );
-    let renewed: Vec<Value> = fake
-        .events()
-        .into_iter()
-        .filter(|e| e["kind"] == "PoolRenewed")
-        .collect();
+    let renewed: Vec<Value> = events_of(&fake, "PoolRenewed");
     assert_eq!(renewed.len(), 1);
     assert_eq!(renewed[0]["event"]["cause"], "time-limit", "{renewed:?}");
     assert_eq!(renewed[0]["event"]["previous_job_id"], 901);
@@ -338,11 +342,7 @@ fn a_crash_after_the_renewal_is_recorded_renews_once() {
     let p = status(&fake);
     assert_eq!(p["allocation"]["job_id"], 902, "{p}");
     assert_eq!(p["renewal"]["generation"], 2, "{p}");
-    let renewed: Vec<Value> = fake
-        .events()
-        .into_iter()
-        .filter(|e| e["kind"] == "PoolRenewed")
-        .collect();
+    let renewed: Vec<Value> = events_of(&fake, "PoolRenewed");
     assert_eq!(renewed.len(), 1);
     assert_eq!(renewed[0]["event"]["cause"], "preempted", "{renewed:?}");
 }
@@ -455,11 +455,7 @@ fn a_renewal_that_keeps_failing_stops_after_a_bound() {
     }
     assert_eq!(sallocs(&fake).len(), bound, "{outcomes:?}");
     assert_eq!(outcomes[2 * bound], "stopped", "{outcomes:?}");
-    let stops: Vec<Value> = fake
-        .events()
-        .into_iter()
-        .filter(|e| e["kind"] == "PoolRenewalStopped")
-        .collect();
+    let stops: Vec<Value> = events_of(&fake, "PoolRenewalStopped");
     assert_eq!(stops.len(), 1, "{stops:?}");
     let reason = stops[0]["event"]["reason"].as_str().unwrap().to_owned();
     assert!(
@@ -500,11 +496,7 @@ fn an_allocation_squeue_forgot_ends_by_the_state_accounting_shows() {
     }));
     let r = reconcile(&fake);
     assert_eq!(r["renewals"][0]["outcome"], "asked", "{r}");
-    let ended: Vec<Value> = fake
-        .events()
-        .into_iter()
-        .filter(|e| e["kind"] == "PoolAllocationEnded")
-        .collect();
+    let ended: Vec<Value> = events_of(&fake, "PoolAllocationEnded");
     let proof = ended[0]["event"]["proof"].as_str().unwrap();
     assert!(
         proof.contains("Invalid job id") && proof.contains("TIMEOUT"),
@@ -521,10 +513,6 @@ fn an_allocation_squeue_forgot_ends_by_the_state_accounting_shows() {
     }));
     let r = reconcile(&fake);
     assert_eq!(r["renewals"][0]["outcome"], "renewed", "{r}");
-    let renewed: Vec<Value> = fake
-        .events()
-        .into_iter()
-        .filter(|e| e["kind"] == "PoolRenewed")
-        .collect();
+    let renewed: Vec<Value> = events_of(&fake, "PoolRenewed");
     assert_eq!(renewed[0]["event"]["cause"], "time-limit", "{renewed:?}");
 }
