@@ -650,7 +650,8 @@ impl Run {
             0..=11 => {
                 let pool = *r.pick(POOLS).unwrap();
                 // A pool name is created once (a creation in flight is adopted by another).
-                if has(pool) || !(creating(pool) || !self.renewals.knows(pool)) {
+                let created_once = !creating(pool) && self.renewals.knows(pool);
+                if has(pool) || created_once {
                     return Command::Reconcile;
                 }
                 Command::Create {
