@@ -260,12 +260,14 @@ impl Renewals {
     }
 }
 
-/// After a `pool release` of `pool` that succeeded: nothing of the pool is queued or runs.
+/// After a `pool release` of `pool` that succeeded: nothing of the pool is queued or runs
+/// (one cancelled by its name may still be completing).
 pub fn released_leaves_nothing(w: &World, pool: &str) -> Result<(), String> {
     let left: Vec<String> = w
         .jobs
         .values()
-        .filter(|j| j.live() && pool_of(&j.name) == Some(pool))
+        .filter(|j| matches!(j.phase, Phase::Pending | Phase::Running))
+        .filter(|j| pool_of(&j.name) == Some(pool))
         .map(|j| format!("{} {:?}", j.id, j.phase))
         .collect();
     if left.is_empty() {
