@@ -997,6 +997,35 @@ mod tests {
             .collect()
     }
 
+    /// An end squeue forgot ("Invalid job id") takes accounting's state; a proof that names
+    /// one keeps it, and accounting without the job's end adds nothing.
+    #[test]
+    fn an_unnamed_end_takes_the_state_accounting_shows() {
+        let job = crate::event::test_job(900);
+        let forgot = "squeue said \"Invalid job id specified\" for job 900";
+        let timeout = acct_rows(&[("900", "TIMEOUT", "alloc")]);
+        let mut obs = PoolObservation {
+            allocation_over: Some(forgot.into()),
+            ..PoolObservation::default()
+        };
+        assert!(end_unnamed(&obs));
+        name_the_end(&mut obs, job, &acct_rows(&[("900", "RUNNING", "alloc")]));
+        assert_eq!(obs.allocation_over.as_deref(), Some(forgot));
+        name_the_end(&mut obs, job, &timeout);
+        let named = format!("{forgot}; accounting shows job 900 TIMEOUT");
+        assert_eq!(obs.allocation_over.as_deref(), Some(named.as_str()));
+        assert!(!end_unnamed(&obs));
+        let mut shown = PoolObservation {
+            allocation_over: Some("squeue shows job 900 PREEMPTED".into()),
+            ..PoolObservation::default()
+        };
+        name_the_end(&mut shown, job, &timeout);
+        assert_eq!(
+            shown.allocation_over.as_deref(),
+            Some("squeue shows job 900 PREEMPTED")
+        );
+    }
+
     /// Step `step` of worker `p.w` in accounting, `state`.
     fn acct_step(step: u32, state: &str, terminal: bool) -> AcctStep {
         AcctStep {
