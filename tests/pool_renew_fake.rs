@@ -81,6 +81,14 @@ fn status(fake: &Fake) -> Value {
     s["pools"][0].clone()
 }
 
+/// The journal's events of `kind`, in order.
+fn events_of(fake: &Fake, kind: &str) -> Vec<Value> {
+    fake.events()
+        .into_iter()
+        .filter(|e| e["kind"] == kind)
+        .collect()
+}
+
 fn sallocs(fake: &Fake) -> Vec<Vec<String>> {
     fake.calls()
         .into_iter()
@@ -153,11 +161,7 @@ fn the_next_allocation_is_asked_after_the_last_and_taken_once_the_last_is_over()
         text.contains("allocation 2 of 2") && text.contains("no next: this is the last"),
         "{text}"
     );
-    let renewed: Vec<Value> = fake
-        .events()
-        .into_iter()
-        .filter(|e| e["kind"] == "PoolRenewed")
-        .collect();
+    let renewed: Vec<Value> = events_of(&fake, "PoolRenewed");
     assert_eq!(renewed.len(), 1);
     assert_eq!(renewed[0]["event"]["cause"], "time-limit", "{renewed:?}");
     assert_eq!(renewed[0]["event"]["previous_job_id"], 901);
@@ -338,11 +342,7 @@ fn a_crash_after_the_renewal_is_recorded_renews_once() {
     let p = status(&fake);
     assert_eq!(p["allocation"]["job_id"], 902, "{p}");
     assert_eq!(p["renewal"]["generation"], 2, "{p}");
-    let renewed: Vec<Value> = fake
-        .events()
-        .into_iter()
-        .filter(|e| e["kind"] == "PoolRenewed")
-        .collect();
+    let renewed: Vec<Value> = events_of(&fake, "PoolRenewed");
     assert_eq!(renewed.len(), 1);
     assert_eq!(renewed[0]["event"]["cause"], "preempted", "{renewed:?}");
 }
@@ -909,4 +909,91 @@ fn a_preemption_during_a_renewal_keeps_the_one_successor_asked() {
         continued["proof"].as_str().unwrap().contains("PREEMPTED"),
         "{continued}"
     );
+}
+
+/// A next allocation that keeps ending before it is the pool's (Slurm shows it `FAILED` each
+/// time): it is asked again, but only `policy::renewal::FAILED_RENEWALS_STOP` times in a row;
+/// then renewal stops, recorded with the reason, never asked again, and `pool status` says
+/// what to do.
+#[test]
+fn a_renewal_that_keeps_failing_stops_after_a_bound() {
+    let bound = dispatch::policy::renewal::FAILED_RENEWALS_STOP as usize;
+    let fake = Fake::new();
+    create(&fake, 3595, &["--renew"]);
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue(&[(901, "PREEMPTED", "None"), (902, "FAILED", "None")], "x"),
+    }));
+    let mut outcomes = Vec::new();
+    for _ in 0..(2 * bound + 4) {
+        let r = reconcile(&fake);
+        outcomes.push(
+            r["renewals"][0]["outcome"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned(),
+        );
+    }
+    assert_eq!(sallocs(&fake).len(), bound, "{outcomes:?}");
+    assert_eq!(outcomes[2 * bound], "stopped", "{outcomes:?}");
+    let stops: Vec<Value> = events_of(&fake, "PoolRenewalStopped");
+    assert_eq!(stops.len(), 1, "{stops:?}");
+    let reason = stops[0]["event"]["reason"].as_str().unwrap().to_owned();
+    assert!(
+        reason.contains(&format!("{bound} next allocations in a row")) && reason.contains("FAILED"),
+        "{reason}"
+    );
+    assert_eq!(status(&fake)["renewal"]["stopped"], reason.as_str());
+    let (_, text, _) = fake.run(&["pool", "status", "p"]);
+    assert!(
+        text.contains("renewal stopped")
+            && text.contains("`dispatch pool release p`")
+            && text.contains("`dispatch pool create p`"),
+        "{text}"
+    );
+    let (code, out, _) = fake.run(&["audit", "--json"]);
+    assert_eq!(code, 0, "{out}");
+}
+
+/// Found by the renewal simulation (seed 16 with 150–300 s allocations): an allocation that hit
+/// its time limit and was forgotten by squeue (MinJobAge) before any `reconcile` looked was
+/// recorded over by "Invalid job id" alone, which names no state, so its renewal (and its
+/// workers' continuations) took the end for `lost`. Accounting names how it ended: asked
+/// then, the proof carries Slurm's state and the cause is `time-limit`.
+#[test]
+fn an_allocation_squeue_forgot_ends_by_the_state_accounting_shows() {
+    let fake = Fake::new();
+    create(&fake, 3595, &["--renew"]);
+    let forgotten = json!({"match": ["--jobs=901"], "stderr": "slurm_load_jobs error: Invalid job id specified\n", "exit": 1});
+    let sacct = json!([{"stdout": "901|901|TIMEOUT|0:0|0:0|2026-11-29T16:12:52|2026-11-29T16:12:52|2026-11-29T17:12:52|01:00:00|01:00:00|vm|4|4G|debug|dev|normal|root|alloc\n"}]);
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": [
+            {"match": ["--steps"], "stdout": ""},
+            forgotten.clone(),
+            {"match": ["--jobs=902"], "stdout": row(902, "PENDING", "Priority", "x")},
+        ],
+        "sacct": sacct.clone(),
+    }));
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "asked", "{r}");
+    let ended: Vec<Value> = events_of(&fake, "PoolAllocationEnded");
+    let proof = ended[0]["event"]["proof"].as_str().unwrap();
+    assert!(
+        proof.contains("Invalid job id") && proof.contains("TIMEOUT"),
+        "{proof}"
+    );
+    fake.scenario(json!({
+        "squeue": [
+            {"match": ["--steps"], "stdout": ""},
+            forgotten,
+            {"match": ["--jobs=902"], "stdout": row(902, "RUNNING", "None", "x")},
+        ],
+        "sacct": sacct,
+        "scontrol": [{"stdout": show_job(902, 3595)}],
+    }));
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "renewed", "{r}");
+    let renewed: Vec<Value> = events_of(&fake, "PoolRenewed");
+    assert_eq!(renewed[0]["event"]["cause"], "time-limit", "{renewed:?}");
 }

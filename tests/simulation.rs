@@ -50,6 +50,14 @@
 //! continuation left, was continued, or waits and the last reconcile said why).
 //! `SIM_NO_CONTINUATION=1` leaves continuation out (the seeds found before it joined).
 //!
+//! Renewal (issue 38, `tests/sim/renewal.rs`, its own test `seeded_renewal`): pools created
+//! with `--renew`, their allocations ended by their limit, a preemption's grace, their loss;
+//! every worker asks to be continued; reconciles at random moments and a minute apart for a
+//! while (`reconcile --watch 60`), crashed at `pool-renew-after-*`; releases crashed at
+//! `pool-release-after-*`. Checked after every step besides the above: never two allocations of
+//! a pool running at once but with `--renew-overlap`, never two next allocations, the bounds,
+//! nothing of a released pool left queued. `SIM_RENEWAL_SEEDS`, `SIM_RENEWAL_STEPS`.
+//!
 //! `SIM_SEEDS=N` seeds (default below), `SIM_FIRST_SEED`, `SIM_STEPS` commands per seed;
 //! `SIM_SEED=n SIM_STEPS=k` runs one seed, and is what a failure prints.
 //! Waits in the ops run on a paused tokio clock; wall-clock delays (the settle delay, lifetimes)
@@ -79,6 +87,7 @@ use dispatch::slurm::{JobId, MemoryMb, SlurmDuration};
 use dispatch::state::State;
 
 use sim::continuation::{self as cont, Lineage};
+use sim::renewal::{self as renew, Renewals};
 use sim::sessions::{self as sess, SessionCmd, SessionOk, Sessions};
 use sim::{Phase, Rng, SimSlurm};
 
@@ -86,6 +95,10 @@ use sim::{Phase, Rng, SimSlurm};
 /// quiet machine, 209 s for 1000 while other builds shared the 2 cores: 800 stays under 3 min.
 const DEFAULT_SEEDS: u64 = 800;
 const DEFAULT_STEPS: usize = 30;
+/// The renewal simulation (`seeded_renewal`): its own seeds and steps (`SIM_RENEWAL_SEEDS`,
+/// `SIM_RENEWAL_STEPS`), each seed longer, with time passing more.
+const DEFAULT_RENEWAL_SEEDS: u64 = 50;
+const DEFAULT_RENEWAL_STEPS: usize = 45;
 
 /// Part of the message of a session command whose empty name listing nothing corroborates
 /// because the user has no job listed at all (`policy::session::absence::nothing_listed`).
@@ -141,6 +154,11 @@ struct Stats {
     refused_by_reason: BTreeMap<String, u64>,
     /// Continuations whose successor never ran (known gap, see `SIM_STRICT_CONTINUATION`).
     successors_never_run: u64,
+    /// Renewal mode: pools renewed, the most allocations one pool had, renewals stopped by
+    /// reason.
+    renewed: u64,
+    deepest: u32,
+    renewals_stopped: BTreeMap<String, u64>,
 }
 
 impl Stats {
@@ -175,6 +193,11 @@ impl Stats {
         self.successors_never_run += o.successors_never_run;
         for (k, v) in &o.refused_by_reason {
             *self.refused_by_reason.entry(k.clone()).or_default() += v;
+        }
+        self.renewed += o.renewed;
+        self.deepest = self.deepest.max(o.deepest);
+        for (k, v) in &o.renewals_stopped {
+            *self.renewals_stopped.entry(k.clone()).or_default() += v;
         }
     }
 }
@@ -231,6 +254,22 @@ enum Command {
         secs: u64,
     },
     Session(SessionCmd),
+    /// Renewal mode: `pool create --renew …`, `pool release`, and a preemption (Slurm acts).
+    Create {
+        pool: &'static str,
+        cpus: u32,
+        mem_mb: u64,
+        limit_s: u64,
+        bounds: pool::RenewBounds,
+    },
+    Release {
+        pool: String,
+    },
+    Preempt,
+    /// `reconcile --watch 60` (or scrontab's entry) for a while: reconciles a minute apart.
+    Watch {
+        rounds: u32,
+    },
 }
 
 impl Command {
@@ -247,6 +286,10 @@ impl Command {
             Command::Outside => "(slurm acts)",
             Command::Blackout { .. } => "(blackout)",
             Command::Session(c) => c.kind(),
+            Command::Create { .. } => "pool create",
+            Command::Release { .. } => "pool release",
+            Command::Preempt => "(preempted)",
+            Command::Watch { .. } => "reconcile --watch",
         }
     }
 
@@ -258,6 +301,8 @@ impl Command {
             Command::Submit { .. } => SUBMIT_POINTS,
             Command::Stop { .. } => STOP_POINTS,
             Command::Session(_) => sess::SESSION_POINTS,
+            Command::Create { .. } => renew::CREATE_POINTS,
+            Command::Release { .. } => renew::RELEASE_POINTS,
             _ => &[],
         }
     }
@@ -268,7 +313,7 @@ impl Command {
         }
         !matches!(
             self,
-            Command::Wait { .. } | Command::Outside | Command::Blackout { .. }
+            Command::Wait { .. } | Command::Outside | Command::Blackout { .. } | Command::Preempt
         )
     }
 }
@@ -336,6 +381,8 @@ struct Run {
     cont_rng: Rng,
     /// The continuation lines of the last reconcile that returned.
     last_continued: RefCell<Vec<Continuation>>,
+    /// Renewal mode: the journal's renewals at the last check.
+    renewals: Renewals,
 }
 
 /// Fault settings the default run leaves out.
@@ -352,6 +399,9 @@ struct Opts {
     /// SIM_STRICT_CONTINUATION=1: a continuation whose successor never ran fails the run (a
     /// known gap, counted otherwise: `successor_receipt_without_sbatch`).
     strict_continuation: bool,
+    /// Renewal mode (`seeded_renewal`): pools created with `--renew` instead of attached,
+    /// preemptions, releases; no `dispatch submit` and no sessions.
+    renewal: bool,
 }
 
 impl Opts {
@@ -361,6 +411,7 @@ impl Opts {
             no_sessions: std::env::var_os("SIM_NO_SESSIONS").is_some(),
             no_continuation: std::env::var_os("SIM_NO_CONTINUATION").is_some(),
             strict_continuation: std::env::var_os("SIM_STRICT_CONTINUATION").is_some(),
+            renewal: false,
         }
     }
 }
@@ -379,6 +430,11 @@ impl Run {
             .tempdir_in(scratch())
             .unwrap();
         let sched = SimSlurm::new(seed);
+        if opts.renewal {
+            // A refusal stops a renewal for good: rarer, so that pools live through many
+            // allocations (each renewal's salloc is one more chance of it).
+            sched.world().faults.refusal = 2;
+        }
         let ctx = Ctx::new(
             dispatch::statedir::check(&dir.path().join("state"))
                 .expect("a test state directory passes the check"),
@@ -398,6 +454,7 @@ impl Run {
             opts,
             cont_rng: Rng::new(seed.wrapping_mul(131).wrapping_add(37)),
             last_continued: RefCell::new(Vec::new()),
+            renewals: Renewals::default(),
         }
     }
 
@@ -450,6 +507,9 @@ impl Run {
     fn choose(&mut self, state: Option<&State>) -> Command {
         if let Some(s) = state {
             self.note_new_submissions(s);
+        }
+        if self.opts.renewal {
+            return self.choose_renewal(state);
         }
         let rank = |u: &uuid::Uuid| self.order.iter().position(|x| x == u);
         let mut active_workers: Vec<(Option<usize>, String, String)> = state
@@ -559,6 +619,92 @@ impl Run {
         cmd
     }
 
+    /// Renewal mode's commands: pools created with `--renew` and their workers, all asking
+    /// to be continued; reconciles at random moments, time passing, preemptions, losses (Slurm
+    /// acts) and releases.
+    fn choose_renewal(&mut self, state: Option<&State>) -> Command {
+        let has = |p: &str| state.is_some_and(|s| s.pools.pools.contains_key(p));
+        let creating = |p: &str| state.is_some_and(|s| s.pools.creations.contains_key(p));
+        let existing: Vec<&'static str> = POOLS.iter().copied().filter(|p| has(p)).collect();
+        let releasable: Vec<&'static str> = POOLS
+            .iter()
+            .copied()
+            .filter(|p| has(p) || creating(p))
+            .collect();
+        let workers: Vec<(String, String)> = state
+            .map(|s| {
+                let by_order = |u: &uuid::Uuid| self.order.iter().position(|x| x == u);
+                let mut v: Vec<_> = s
+                    .pools
+                    .pools
+                    .values()
+                    .flat_map(|p| p.active.values().map(move |w| (p, w)))
+                    .map(|(p, w)| (by_order(&w.submission_id), p.name.clone(), w.name.clone()))
+                    .collect();
+                v.sort();
+                v.into_iter().map(|(_, p, w)| (p, w)).collect()
+            })
+            .unwrap_or_default();
+        let r = &mut self.rng;
+        match r.below(100) {
+            0..=11 => {
+                let pool = *r.pick(POOLS).unwrap();
+                // A pool name is created once (a creation in flight is adopted by another).
+                let created_once = !creating(pool) && self.renewals.knows(pool);
+                if has(pool) || created_once {
+                    return Command::Reconcile;
+                }
+                Command::Create {
+                    pool,
+                    cpus: r.range(4, 8) as u32,
+                    mem_mb: r.range(4, 8) * 1000,
+                    limit_s: r.range(180, 360),
+                    bounds: renew::draw_bounds(r, dispatch::event::Micros::now()),
+                }
+            }
+            12..=27 => match r.pick(&existing).copied() {
+                Some(pool) => {
+                    self.next_name += 1;
+                    Command::PoolSubmit {
+                        pool,
+                        worker: Some(format!("w{}", self.next_name)),
+                        cpus: r.range(1, 3) as u32,
+                        mem_mb: r.range(1, 3) * 500,
+                        gpus: 0,
+                        cont: Some(renew::draw_continuation(&mut self.cont_rng)),
+                    }
+                }
+                None => Command::Reconcile,
+            },
+            28..=30 => match r.pick(&workers) {
+                Some((pool, worker)) => Command::StopWorker {
+                    pool: pool.clone(),
+                    worker: worker.clone(),
+                    grace_s: r.range(0, 3),
+                },
+                None => Command::Reconcile,
+            },
+            31..=58 => Command::Reconcile,
+            59..=68 => Command::Wait {
+                secs: *r.pick(&[30, 60, 120, 240, 400]).unwrap(),
+            },
+            69..=79 => Command::Watch {
+                rounds: r.range(2, 8) as u32,
+            },
+            80..=86 => Command::Preempt,
+            87..=93 => Command::Outside,
+            94 => match r.pick(&releasable) {
+                Some(pool) => Command::Release {
+                    pool: (*pool).to_owned(),
+                },
+                None => Command::Reconcile,
+            },
+            _ => Command::Blackout {
+                secs: r.range(1, 30),
+            },
+        }
+    }
+
     /// Run one dispatch command as a process would: on a fresh runtime (paused clock), with
     /// `crash` armed; a crash unwinds out of it and takes everything it held.
     fn dispatch(&mut self, cmd: &Command, crash: Option<String>) -> Outcome {
@@ -658,6 +804,35 @@ impl Run {
                             .await
                             .map(drop)
                     }
+                    Command::Create {
+                        pool,
+                        cpus,
+                        mem_mb,
+                        limit_s,
+                        bounds,
+                    } => {
+                        let req = pool::CreateRequest {
+                            pool: (*pool).to_owned(),
+                            job_name_prefix: "sim-".to_owned(),
+                            cpus: *cpus,
+                            mem: MemoryMb::parse(&format!("{mem_mb}M")).unwrap(),
+                            time: SlurmDuration::Finite(*limit_s),
+                            partition: None,
+                            account: None,
+                            qos: None,
+                            nodelist: None,
+                            nodes: 1,
+                            gpus_per_node: 0,
+                            wait: Duration::from_secs(30),
+                            renew: Some(*bounds),
+                        };
+                        pool::create(ctx, &req, &|_| {}).await.map(drop)
+                    }
+                    Command::Release { pool } => {
+                        pool::release(ctx, pool, Duration::from_secs(5), &|_| {})
+                            .await
+                            .map(drop)
+                    }
                     _ => unreachable!("not a dispatch command"),
                 })
             })
@@ -686,6 +861,9 @@ impl Run {
         let cmd = self.choose(state.as_ref());
         *self.stats.by_command.entry(cmd.kind()).or_default() += 1;
         self.stats.commands += 1;
+        if let Command::Watch { rounds } = cmd {
+            return self.watch(i, rounds);
+        }
         // A job or an allocation ended from outside is preempted now and then.
         let preempted = !self.opts.no_continuation && self.cont_rng.chance(30);
         if !cmd.runs_dispatch() {
@@ -719,19 +897,34 @@ impl Run {
                 Command::Blackout { secs } => {
                     w.faults.blackout_until = w.clock + *secs as i64 * 1_000_000;
                 }
+                Command::Preempt => {
+                    renew::preempt_one(&mut w);
+                }
                 _ => unreachable!(),
             }
             self.log.push(format!("{i}: {cmd:?}"));
             return Ok(());
         }
-        let crash = (self.rng.chance(20)).then(|| {
-            let own = cmd.points();
-            let point = if !own.is_empty() && self.rng.chance(50) {
-                *self.rng.pick(own).unwrap()
-            } else {
-                *self.rng.pick(JOURNAL_POINTS).unwrap()
-            };
-            format!("{point}=panic@{}", self.rng.range(1, 3))
+        let renewing = self.opts.renewal && matches!(cmd, Command::Reconcile);
+        let crash = if renewing && self.rng.chance(30) {
+            // A renewal's point, at its first hit: most reconciles hit each at most once.
+            Some(format!(
+                "{}=panic@1",
+                self.rng.pick(renew::RENEW_POINTS).unwrap()
+            ))
+        } else {
+            None
+        };
+        let crash = crash.or_else(|| {
+            (self.rng.chance(20)).then(|| {
+                let own = cmd.points();
+                let point = if !own.is_empty() && self.rng.chance(50) {
+                    *self.rng.pick(own).unwrap()
+                } else {
+                    *self.rng.pick(JOURNAL_POINTS).unwrap()
+                };
+                format!("{point}=panic@{}", self.rng.range(1, 3))
+            })
         });
         let crash = crash.or_else(|| self.continuation_crash(&cmd, state.as_ref()));
         let outcome = self.dispatch(&cmd, crash.clone());
@@ -746,10 +939,38 @@ impl Run {
             Outcome::Session(_) => unreachable!("session commands run in session_step"),
             Outcome::Crashed(point) => self.crashed(&format!("{i} {cmd:?}"), point)?,
         };
+        if let (Command::Release { pool }, Outcome::Done(Ok(()))) = (&cmd, &outcome) {
+            renew::released_leaves_nothing(&self.ctx.sched.world(), pool)
+                .map_err(|e| format!("step {i} {cmd:?}: {e}"))?;
+        }
         self.log.push(format!(
             "{i}: {cmd:?}{} -> {what}",
             crash.map(|c| format!(" [armed {c}]")).unwrap_or_default()
         ));
+        Ok(())
+    }
+
+    /// Renewal mode's `reconcile --watch 60`: `rounds` reconciles a minute apart, each crashed
+    /// now and then at a renewal's point, the invariants checked after each.
+    fn watch(&mut self, i: usize, rounds: u32) -> Result<(), String> {
+        for round in 1..=rounds {
+            self.ctx.sched.world().advance(Duration::from_secs(60));
+            let crash = self
+                .rng
+                .chance(20)
+                .then(|| format!("{}=panic@1", self.rng.pick(renew::RENEW_POINTS).unwrap()));
+            let what = match self.dispatch(&Command::Reconcile, crash.clone()) {
+                Outcome::Done(Ok(())) => "ok".to_owned(),
+                Outcome::Done(Err(e)) => format!("error: {e}"),
+                Outcome::Crashed(point) => self.crashed(&format!("{i}.{round} watch"), &point)?,
+                Outcome::Session(_) => unreachable!("a reconcile"),
+            };
+            self.log.push(format!(
+                "{i}.{round}: (a minute later) Reconcile{} -> {what}",
+                crash.map(|c| format!(" [armed {c}]")).unwrap_or_default()
+            ));
+            self.check()?;
+        }
         Ok(())
     }
 
@@ -985,24 +1206,34 @@ impl Run {
                 ));
             }
         }
-        let (findings, lineage) = self.replay()?;
+        let (findings, lineage, renewals) = self.replay()?;
         if findings.violation_count > 0 {
             return Err(format!("audit: {:?}", findings.violations));
         }
-        lineage.check(&w).map_err(|e| format!("continuation: {e}"))
+        lineage
+            .check(&w)
+            .map_err(|e| format!("continuation: {e}"))?;
+        if self.opts.renewal {
+            renewals.check(&w, &state)?;
+        }
+        drop(w);
+        self.renewals = renewals;
+        Ok(())
     }
 
     /// The audit's findings on the journal, and its continuation chains.
-    fn replay(&self) -> Result<(dispatch::policy::audit::Findings, Lineage), String> {
+    fn replay(&self) -> Result<(dispatch::policy::audit::Findings, Lineage, Renewals), String> {
         let mut auditor = Auditor::default();
         let mut lineage = Lineage::default();
+        let mut renewals = Renewals::default();
         dispatch::journal::replay(&self.journal_dir(), None, |env| {
             auditor.observe(&env);
             lineage.observe(&env);
+            renewals.observe(&env);
             Ok(())
         })
         .map_err(|e| format!("journal does not replay: {e}"))?;
-        Ok((auditor.finish(), lineage))
+        Ok((auditor.finish(), lineage, renewals))
     }
 
     /// Every worker that asked to be continued gets its fate (what its own journal will say)
@@ -1171,6 +1402,39 @@ impl Run {
         self.check().map(|()| true)
     }
 
+    /// Renewal mode: once the faults stopped, every pool (or creation) is released, without a
+    /// crash: each release succeeds and leaves nothing of its pool queued or running (renewing
+    /// pools would ask for allocations again while `end_everything` ends them).
+    fn release_every_pool(&mut self) -> Result<(), String> {
+        if !self.opts.renewal {
+            return Ok(());
+        }
+        let Some(state) = self.state()? else {
+            return Ok(());
+        };
+        let pools: Vec<String> = state
+            .pools
+            .pools
+            .keys()
+            .chain(state.pools.creations.keys())
+            .cloned()
+            .collect();
+        for pool in pools {
+            let cmd = Command::Release { pool: pool.clone() };
+            match self.dispatch(&cmd, None) {
+                Outcome::Done(Ok(())) => {}
+                Outcome::Done(Err(e)) => return Err(format!("{cmd:?} without faults: {e}")),
+                Outcome::Crashed(p) => return Err(format!("{cmd:?} without faults: {p}")),
+                Outcome::Session(_) => unreachable!("a release"),
+            }
+            self.log.push(format!("(liveness) {cmd:?} -> ok"));
+            renew::released_leaves_nothing(&self.ctx.sched.world(), &pool)?;
+            self.check()?;
+        }
+        // What the releases ended is decided (continued or refused) by the next reconciles.
+        self.reconcile_twice()
+    }
+
     fn run(&mut self, steps: usize) -> Result<(), (usize, String)> {
         for i in 1..=steps {
             self.step(i).map_err(|e| (i, e))?;
@@ -1196,11 +1460,15 @@ impl Run {
         self.submit_a_later_job().map_err(at_end)?;
         self.reconcile_twice().map_err(at_end)?;
         self.settled(false).map_err(at_end)?;
+        self.release_every_pool().map_err(at_end)?;
         self.end_everything().map_err(at_end)?;
         self.settled(true).map_err(at_end)?;
         let state = self.state().map_err(at_end)?;
         if let Some(s) = &state {
-            let (_, lineage) = self.replay().map_err(at_end)?;
+            let (_, lineage, renewals) = self.replay().map_err(at_end)?;
+            self.stats.renewed = renewals.renewed;
+            self.stats.deepest = renewals.deepest();
+            self.stats.renewals_stopped = renewals.stopped.clone();
             let w = self.ctx.sched.world();
             lineage
                 .check_final(&w, s, &self.last_continued.borrow())
@@ -1271,13 +1539,20 @@ impl PhaseText for sim::SimJob {
 fn run_seed(seed: u64, steps: usize, opts: Opts) -> Result<Stats, String> {
     let mut run = Run::new(seed, opts);
     let result = run.run(steps);
+    if result.is_err() && std::env::var_os("SIM_DUMP").is_some() {
+        let _ = dispatch::journal::replay(&run.journal_dir(), None, |env| {
+            eprintln!("{} {:?}", env.seq, env.event);
+            Ok(())
+        });
+    }
     run.stats.seeds = 1;
     run.stats.faults = run.ctx.sched.world().counts.clone();
     match result {
         Ok(()) => Ok(run.stats),
         Err((at, why)) => Err(format!(
-            "{}SIM_SEED={seed} SIM_STEPS={at} cargo test --test simulation\n  {why}\n  commands:\n    {}",
+            "{}SIM_SEED={seed} SIM_STEPS={at} cargo test --test simulation{}\n  {why}\n  commands:\n    {}",
             knobs(opts),
+            if opts.renewal { " seeded_renewal" } else { "" },
             run.log.join("\n    ")
         )),
     }
@@ -1310,19 +1585,14 @@ fn quiet_crashes() {
     }));
 }
 
-#[test]
-fn seeded_simulation() {
-    quiet_crashes();
-    let steps = env_u64("SIM_STEPS").map_or(DEFAULT_STEPS, |n| n as usize);
+/// Runs `count` seeds from `first` (or `SIM_SEED` alone) on up to 4 threads: their stats, and
+/// the first failure's reproduction, if any.
+fn run_seeds(first: u64, count: u64, steps: usize, opts: Opts) -> (Stats, Option<String>) {
     let (first, count) = match env_u64("SIM_SEED") {
         Some(seed) => (seed, 1),
-        None => (
-            env_u64("SIM_FIRST_SEED").unwrap_or(1),
-            env_u64("SIM_SEEDS").unwrap_or(DEFAULT_SEEDS),
-        ),
+        None => (env_u64("SIM_FIRST_SEED").unwrap_or(first), count),
     };
-    let opts = Opts::from_env();
-    let started = Instant::now();
+    let steps = env_u64("SIM_STEPS").map_or(steps, |n| n as usize);
     let next = AtomicU64::new(first);
     let total = Mutex::new(Stats::default());
     let failures = Mutex::new(Vec::new());
@@ -1343,7 +1613,16 @@ fn seeded_simulation() {
             });
         }
     });
-    let total = total.into_inner().unwrap();
+    let first_failure = failures.into_inner().unwrap().into_iter().next();
+    (total.into_inner().unwrap(), first_failure)
+}
+
+#[test]
+fn seeded_simulation() {
+    quiet_crashes();
+    let started = Instant::now();
+    let seeds = env_u64("SIM_SEEDS").unwrap_or(DEFAULT_SEEDS);
+    let (total, failure) = run_seeds(1, seeds, DEFAULT_STEPS, Opts::from_env());
     eprintln!(
         "simulation: {} seeds, {} commands ({:?}), {} crashes ({:?}), {} unknown outcomes, \
          faults {:?}, {} released, in {:.1?}",
@@ -1366,9 +1645,56 @@ fn seeded_simulation() {
         total.refused_by_reason,
         total.successors_never_run
     );
-    let failures = failures.into_inner().unwrap();
-    if let Some(f) = failures.first() {
+    if let Some(f) = failure {
         panic!("{f}");
+    }
+}
+
+/// Renewal (issue 38 item 5, `tests/sim/renewal.rs`): pools created with `--renew`, their
+/// allocations ending by their limit, a preemption's grace, their loss; every worker asks to
+/// be continued; reconciles crash at the renewal points and releases at theirs.
+/// `SIM_RENEWAL_SEEDS=N` seeds (default [`DEFAULT_RENEWAL_SEEDS`]), `SIM_RENEWAL_STEPS`
+/// commands per seed; `SIM_SEED`, `SIM_FIRST_SEED`, `SIM_STEPS` as for `seeded_simulation`.
+#[test]
+fn seeded_renewal() {
+    quiet_crashes();
+    let started = Instant::now();
+    let seeds = env_u64("SIM_RENEWAL_SEEDS").unwrap_or(DEFAULT_RENEWAL_SEEDS);
+    let steps = env_u64("SIM_RENEWAL_STEPS").map_or(DEFAULT_RENEWAL_STEPS, |n| n as usize);
+    let opts = Opts {
+        no_sessions: true,
+        renewal: true,
+        ..Opts::from_env()
+    };
+    let (total, failure) = run_seeds(1, seeds, steps, opts);
+    eprintln!(
+        "renewal simulation: {} seeds, {} commands ({:?}), {} crashes ({:?}), {} unknown \
+         outcomes; {} renewals, at most {} allocations of one pool, renewals stopped {:?}; {} \
+         workers asked, {} continued, {} refused ({:?}), in {:.1?}",
+        total.seeds,
+        total.commands,
+        total.by_command,
+        total.crashes,
+        total.crashes_by_point,
+        total.unknown_outcomes,
+        total.renewed,
+        total.deepest,
+        total.renewals_stopped,
+        total.asked,
+        total.continued,
+        total.refused,
+        total.refused_by_reason,
+        started.elapsed()
+    );
+    if let Some(f) = failure {
+        panic!("{f}");
+    }
+    // The simulation renews at all: pools live through generations, their workers continued.
+    if total.seeds >= 20 {
+        assert!(
+            total.renewed * 2 >= total.seeds && total.deepest >= 4 && total.continued > 0,
+            "too little renewal to prove anything: {total:?}"
+        );
     }
 }
 
@@ -1388,7 +1714,7 @@ fn reused_pool_worker_names() {
         reuse_names: true,
         no_sessions: true,
         no_continuation: true,
-        strict_continuation: false,
+        ..Opts::default()
     };
     if let Err(e) = run_seed(95, DEFAULT_STEPS, opts) {
         panic!("{e}");

@@ -444,7 +444,12 @@ fn renewal_line<W>(p: &crate::ops::pool::PoolView<W>) -> String {
         .map(|u| format!(", until {u}"))
         .unwrap_or_default();
     let next = match (&r.stopped, &r.successor) {
-        (Some(why), _) => format!("renewal stopped: {why}"),
+        (Some(why), _) => format!(
+            "renewal stopped: {why}; the pool ends with its allocation: {} and {} again with \
+             --renew to renew it",
+            crate::next::Next::PoolRelease(&p.pool),
+            crate::next::Next::PoolCreate(&p.pool)
+        ),
         (None, Some(s)) => format!(
             "next: allocation {} ({}{}){}",
             s.generation,

@@ -372,6 +372,12 @@ async fn reconcile_pools<S: Scheduler>(
                 preempted,
             });
         }
+        // An end squeue forgot names no state: accounting's names the cause.
+        if reconcile::end_unnamed(&look.slurm) {
+            if let Some(rows) = shared.accounting(ctx).await {
+                reconcile::name_the_end(&mut look.slurm, job, rows);
+            }
+        }
         let mut judgement = reconcile::judge_pool(pool, &look.slurm, &look.workers, look.at);
         if judgement.wants_accounting() {
             if let Some(rows) = shared.accounting(ctx).await {

@@ -114,6 +114,12 @@ fn slurm_states(proof: &str) -> impl Iterator<Item = &str> {
         .rev()
 }
 
+/// Whether a proof names no Slurm state at all (squeue's "Invalid job id": proven gone, but
+/// not how it ended).
+pub fn names_no_state(proof: &str) -> bool {
+    slurm_states(proof).next().is_none()
+}
+
 /// A cause Slurm's own state word proves, if the proof names one.
 pub fn cause_in(proof: &str) -> Option<Cause> {
     slurm_states(proof).find_map(|s| match s {

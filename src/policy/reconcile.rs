@@ -134,6 +134,27 @@ pub fn add_accounting(obs: &mut PoolObservation, job: JobId, rows: &[AcctRow]) {
     );
 }
 
+/// Whether the allocation is proven over by a proof that names no state of it: squeue's
+/// "Invalid job id", once it forgot the job (MinJobAge after its end) before anyone looked.
+/// Its end's cause (a renewal's, its workers' continuations') is then accounting's word.
+pub fn end_unnamed(obs: &PoolObservation) -> bool {
+    obs.allocation_over
+        .as_deref()
+        .is_some_and(crate::policy::continuation::names_no_state)
+}
+
+/// The state accounting shows allocation `job` ended in, added to a proof of its end that
+/// names none ([`end_unnamed`]): "…; accounting shows job J TIMEOUT".
+pub fn name_the_end(obs: &mut PoolObservation, job: JobId, rows: &[AcctRow]) {
+    if !end_unnamed(obs) {
+        return;
+    }
+    if let (Some(proof), Some(shown)) = (&mut obs.allocation_over, accounting_over(job, rows)) {
+        proof.push_str("; ");
+        proof.push_str(&shown);
+    }
+}
+
 /// "accounting shows job J STATE" when sacct has job `job`'s own row of its newest run in a
 /// terminal state (an earlier run of a requeued job ended, the job did not).
 pub fn accounting_over(job: JobId, rows: &[AcctRow]) -> Option<String> {
@@ -974,6 +995,35 @@ mod tests {
                 .unwrap()
             })
             .collect()
+    }
+
+    /// An end squeue forgot ("Invalid job id") takes accounting's state; a proof that names
+    /// one keeps it, and accounting without the job's end adds nothing.
+    #[test]
+    fn an_unnamed_end_takes_the_state_accounting_shows() {
+        let job = crate::event::test_job(900);
+        let forgot = "squeue said \"Invalid job id specified\" for job 900";
+        let timeout = acct_rows(&[("900", "TIMEOUT", "alloc")]);
+        let mut obs = PoolObservation {
+            allocation_over: Some(forgot.into()),
+            ..PoolObservation::default()
+        };
+        assert!(end_unnamed(&obs));
+        name_the_end(&mut obs, job, &acct_rows(&[("900", "RUNNING", "alloc")]));
+        assert_eq!(obs.allocation_over.as_deref(), Some(forgot));
+        name_the_end(&mut obs, job, &timeout);
+        let named = format!("{forgot}; accounting shows job 900 TIMEOUT");
+        assert_eq!(obs.allocation_over.as_deref(), Some(named.as_str()));
+        assert!(!end_unnamed(&obs));
+        let mut shown = PoolObservation {
+            allocation_over: Some("squeue shows job 900 PREEMPTED".into()),
+            ..PoolObservation::default()
+        };
+        name_the_end(&mut shown, job, &timeout);
+        assert_eq!(
+            shown.allocation_over.as_deref(),
+            Some("squeue shows job 900 PREEMPTED")
+        );
     }
 
     /// Step `step` of worker `p.w` in accounting, `state`.

@@ -18,6 +18,12 @@ use crate::state::pool::Pool;
 /// `reconcile` run every minute asks at least once before the end with a minute to spare.
 pub const RENEW_LEAD_S: i64 = 120;
 
+/// How many next allocations in a row may fail definitely (refused, proven never made, ended
+/// before they were the pool's) before renewal stops: each failure is asked again at the next
+/// `reconcile`, and a cause that does not go away (a prolog that fails every job, an admin's
+/// cancel of each) would otherwise be asked about without end. A renewal resets the count.
+pub const FAILED_RENEWALS_STOP: u32 = 3;
+
 /// What a renewing pool's renewal does now (no successor in flight).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Due {
@@ -45,6 +51,13 @@ pub fn due(p: &Pool, now: Micros) -> Option<Due> {
                 "the pool had its {max} allocations (--renew-max {max})"
             )));
         }
+    }
+    if r.failed_in_row >= FAILED_RENEWALS_STOP {
+        return Some(Due::Stop(format!(
+            "the last {} next allocations in a row failed (the last: {})",
+            r.failed_in_row,
+            r.last_failure.as_deref().unwrap_or("no reason recorded")
+        )));
     }
     let end = p.allocation.end_time;
     if let Some(until) = r.asked.until {
@@ -93,7 +106,7 @@ mod tests {
     use super::*;
     use crate::event::pool::*;
     use crate::event::test_job;
-    use crate::state::pool::tests::{attached, intent};
+    use crate::state::pool::tests::{attached, intent, renewal_intent};
     use crate::state::pool::Pools;
     use uuid::Uuid;
 
@@ -192,6 +205,65 @@ mod tests {
             job_id: test_job(7),
         });
         assert_eq!(due(&released.pools["p"], Micros::from_secs(END_S)), None);
+    }
+
+    /// Pool `p`'s next allocation `id` asked for and then failed, definitely or not.
+    fn failed(pools: &mut Pools, id: u128, definite: bool) {
+        pools.renewal_intent(Micros(2), &renewal_intent(id, None));
+        pools.renewal_failed(&PoolRenewalFailed {
+            pool: "p".into(),
+            renewal_id: Uuid::from_u128(id),
+            definite,
+            reason: format!("allocation {id} ended: FAILED"),
+        });
+    }
+
+    #[test]
+    fn renewal_stops_after_its_bound_of_definite_failures_in_a_row() {
+        let mut pools = renewing(None, None, false);
+        end(&mut pools, "squeue shows job 7 PREEMPTED");
+        let ask = Some(Due::Ask {
+            generation: 2,
+            after: None,
+        });
+        for id in 1..u128::from(FAILED_RENEWALS_STOP) {
+            failed(&mut pools, id, true);
+            assert_eq!(due(&pools.pools["p"], Micros(0)), ask, "failure {id}");
+        }
+        // An unclear answer is no failure yet: its successor is still in flight.
+        failed(&mut pools, 50, false);
+        assert_eq!(due(&pools.pools["p"], Micros(0)), None);
+        pools.renewal_failed(&PoolRenewalFailed {
+            pool: "p".into(),
+            renewal_id: Uuid::from_u128(50),
+            definite: true,
+            reason: "allocation 50 ended: FAILED".into(),
+        });
+        let Some(Due::Stop(why)) = due(&pools.pools["p"], Micros(0)) else {
+            panic!("no stop after {FAILED_RENEWALS_STOP} failures");
+        };
+        assert!(
+            why.contains(&format!("last {FAILED_RENEWALS_STOP} next"))
+                && why.contains("allocation 50 ended: FAILED"),
+            "{why}"
+        );
+        // A renewal between failures starts the count again.
+        let mut pools = renewing(None, None, false);
+        end(&mut pools, "squeue shows job 7 PREEMPTED");
+        failed(&mut pools, 1, true);
+        pools.renewal_intent(Micros(3), &renewal_intent(60, None));
+        let mut a = attached(8);
+        a.allocation.end_time = Micros::from_secs(END_S * 2);
+        pools.renewed(&PoolRenewed {
+            pool: "p".into(),
+            renewal_id: Uuid::from_u128(60),
+            generation: 2,
+            allocation: a.allocation,
+            previous_job_id: test_job(7),
+            cause: "preempted".into(),
+            proof: "squeue shows job 7 PREEMPTED".into(),
+        });
+        assert_eq!(pools.pools["p"].renewal.as_ref().unwrap().failed_in_row, 0);
     }
 
     #[test]

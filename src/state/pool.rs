@@ -166,6 +166,11 @@ pub struct Renewal {
     /// How many of `finished` (the last ones) ended in the current allocation: step ids start
     /// again at 0 in each job, so only theirs can be confused with a running step's.
     pub finished_here: usize,
+    /// Next allocations that failed definitely since the last renewal (refused, proven never
+    /// made, ended before they were the pool's), and the last one's reason: the bound of
+    /// `policy::renewal::FAILED_RENEWALS_STOP`. Snapshot version 10.
+    pub failed_in_row: u32,
+    pub last_failure: Option<String>,
 }
 
 /// A renewal in flight: an allocation may exist.
@@ -410,6 +415,8 @@ impl Pools {
                         successor: None,
                         stopped: None,
                         finished_here: 0,
+                        failed_in_row: 0,
+                        last_failure: None,
                     });
                 }
                 if self.creation_mut(&e.pool, e.creation_id).is_some() {
@@ -455,6 +462,8 @@ impl Pools {
             if self.successor_mut(&e.pool, e.renewal_id).is_some() {
                 if let Some(r) = self.renewal_mut(&e.pool) {
                     r.successor = None;
+                    r.failed_in_row = r.failed_in_row.saturating_add(1);
+                    r.last_failure = Some(e.reason.clone());
                 }
             }
         } else if let Some(s) = self.successor_mut(&e.pool, e.renewal_id) {
@@ -487,6 +496,8 @@ impl Pools {
             r.generation = e.generation;
             r.successor = None;
             r.finished_here = 0;
+            r.failed_in_row = 0;
+            r.last_failure = None;
         }
     }
 
@@ -778,6 +789,20 @@ pub(crate) mod tests {
             account: None,
             qos: None,
             nodelist: None,
+        }
+    }
+
+    /// Pool `p`'s next allocation `id` (generation 2, after job 7 ends or not), asked for
+    /// (also `policy::renewal`'s fixture).
+    pub(crate) fn renewal_intent(id: u128, after: Option<JobId>) -> PoolRenewalIntent {
+        PoolRenewalIntent {
+            pool: "p".into(),
+            renewal_id: Uuid::from_u128(id),
+            generation: 2,
+            job_name: format!("x-pool-p-{id:08x}"),
+            salloc_limit_s: 40,
+            previous_job_id: test_job(7),
+            after,
         }
     }
 
@@ -1073,15 +1098,7 @@ pub(crate) mod tests {
             job_id: test_job(7),
         });
         assert_eq!(pools.pools["p"].renewal.as_ref().unwrap().generation, 1);
-        let ask = |id: u128| PoolRenewalIntent {
-            pool: "p".into(),
-            renewal_id: Uuid::from_u128(id),
-            generation: 2,
-            job_name: format!("x-pool-p-{id:08x}"),
-            salloc_limit_s: 40,
-            previous_job_id: test_job(7),
-            after: Some(test_job(7)),
-        };
+        let ask = |id: u128| renewal_intent(id, Some(test_job(7)));
         pools.renewal_intent(Micros(7), &ask(10));
         pools.renewal_intent(Micros(8), &ask(11));
         let r = pools.pools["p"].renewal.as_ref().unwrap();

@@ -23,6 +23,7 @@
 #![allow(dead_code)]
 
 pub mod continuation;
+pub mod renewal;
 pub mod sessions;
 
 use std::collections::BTreeMap;
@@ -203,6 +204,12 @@ pub struct SimJob {
     /// failure ends only the steps on it (`--no-kill`) or the whole job.
     pub nodes: Vec<SimNode>,
     pub no_kill: bool,
+    /// `--dependency=afterany:J` (a renewal's salloc): pending until job J is over.
+    pub after: Option<u32>,
+    /// Preempted: when, and when it is killed (the grace's end); `RUNNING` until then.
+    pub preempt: Option<(i64, i64)>,
+    /// A pool's allocation that started while another of the same pool ran (the other's id).
+    pub started_beside: Option<u32>,
 }
 
 /// `scontrol --details`'s per-node groups of a running job: one per node it still holds.
@@ -270,6 +277,9 @@ impl SimJob {
                 lost: false,
             }],
             no_kill: false,
+            after: None,
+            preempt: None,
+            started_beside: None,
         }
     }
 
@@ -315,6 +325,34 @@ impl SimJob {
             .filter(|s| s.live() && s.started.is_some())
             .fold((0, 0), |(c, m), s| (c + s.cpus, m + s.mem_mb))
     }
+    /// What ends by itself at `now` in running job `j` (started at `start`): the job at its
+    /// preemption's kill or its limit, a batch job's payload, its steps' payloads. Whether the
+    /// job ended.
+    fn ends_by_itself(&mut self, now: i64, start: i64) -> bool {
+        if self.preempt.is_some_and(|(_, kill)| now >= kill) {
+            self.end(now, "PREEMPTED", 1_000_000);
+            return true;
+        }
+        if now >= start + self.limit_s * 1_000_000 {
+            self.end(now, "TIMEOUT", 1_000_000);
+            return true;
+        }
+        if let Some(d) = self.runs_for.filter(|_| self.batch) {
+            if now >= start + d {
+                self.end(now, "COMPLETED", 500_000);
+                return true;
+            }
+        }
+        for s in self.steps.values_mut().filter(|s| s.live()) {
+            if let (Some(st), Some(d)) = (s.started, s.runs_for) {
+                if now >= st + d {
+                    s.ended = Some((st + d, "COMPLETED"));
+                }
+            }
+        }
+        false
+    }
+
     /// End the job: every step with it.
     fn end(&mut self, now: i64, state: &'static str, completing_us: i64) {
         if !self.live() || matches!(self.phase, Phase::Completing { .. }) {
@@ -510,6 +548,13 @@ impl World {
     /// Let time act: steps start when they fit, payloads end, limits expire, COMPLETING ends.
     pub fn tick(&mut self) {
         let now = now_us();
+        let over: std::collections::BTreeSet<u32> = self
+            .jobs
+            .values()
+            .filter(|j| !j.live())
+            .map(|j| j.id)
+            .collect();
+        let mut started = Vec::new();
         for j in self.jobs.values_mut() {
             if let Phase::Completing { until, then } = j.phase {
                 if now >= until {
@@ -523,32 +568,16 @@ impl World {
             if !j.live() {
                 continue;
             }
-            if j.phase == Phase::Pending && !j.held && now >= j.runs_at {
+            let dependency_over = j.after.is_none_or(|a| over.contains(&a));
+            if j.phase == Phase::Pending && !j.held && now >= j.runs_at && dependency_over {
                 j.phase = Phase::Running;
                 j.start = Some(now);
+                started.push(j.id);
             }
             let Some(start) = j.start else { continue };
-            if self.frozen {
+            // Frozen, nothing ends by itself; a step created still starts when it fits.
+            if !self.frozen && j.ends_by_itself(now, start) {
                 continue;
-            }
-            if now >= start + j.limit_s * 1_000_000 {
-                j.end(now, "TIMEOUT", 1_000_000);
-                continue;
-            }
-            if j.batch {
-                if let Some(d) = j.runs_for {
-                    if now >= start + d {
-                        j.end(now, "COMPLETED", 500_000);
-                        continue;
-                    }
-                }
-            }
-            for s in j.steps.values_mut().filter(|s| s.live()) {
-                if let (Some(st), Some(d)) = (s.started, s.runs_for) {
-                    if now >= st + d {
-                        s.ended = Some((st + d, "COMPLETED"));
-                    }
-                }
             }
             // Pending steps start, oldest first, when they fit on their node.
             let mut used: BTreeMap<String, (u32, u64, u32)> = j
@@ -574,7 +603,50 @@ impl World {
                 }
             }
         }
+        for id in started {
+            self.note_started_beside(id);
+        }
         self.write_due_journals();
+    }
+
+    /// A pool's allocation `id` started now: whether another allocation of its pool runs.
+    fn note_started_beside(&mut self, id: u32) {
+        let Some(pool) = self.jobs.get(&id).and_then(|j| renewal::pool_of(&j.name)) else {
+            return;
+        };
+        let beside = self
+            .jobs
+            .values()
+            .find(|o| {
+                o.id != id
+                    && o.live()
+                    && o.start.is_some()
+                    && renewal::pool_of(&o.name) == Some(pool)
+            })
+            .map(|o| o.id);
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.started_beside = beside;
+        }
+    }
+
+    /// Running job `id` is preempted with a grace of `grace_s`: it stays `RUNNING` (with its
+    /// `PreemptTime`, its end pulled forward) until the grace is over, then ends `PREEMPTED`.
+    pub fn preempt(&mut self, id: u32, grace_s: i64) {
+        let now = now_us();
+        if let Some(j) = self
+            .jobs
+            .get_mut(&id)
+            .filter(|j| j.phase == Phase::Running && j.preempt.is_none())
+        {
+            let limit_end = j.start.unwrap_or(now) + j.limit_s * 1_000_000;
+            j.preempt = Some((now, (now + grace_s * 1_000_000).min(limit_end)));
+        }
+    }
+
+    /// When running job `j` ends: its limit, or the end of its preemption's grace.
+    fn end_of(j: &SimJob) -> Option<i64> {
+        let limit = j.start? + j.limit_s * 1_000_000;
+        Some(j.preempt.map_or(limit, |(_, kill)| kill.min(limit)))
     }
 
     /// What the model knows of the end of submission `id`'s job or step; `None` while it has
@@ -767,9 +839,7 @@ impl World {
 
     fn job_row(&self, j: &SimJob, now: i64) -> String {
         let start = j.start.map_or("N/A".to_owned(), slurm_time);
-        let left = j
-            .start
-            .map_or(j.limit_s, |s| j.limit_s - (now - s) / 1_000_000);
+        let left = World::end_of(j).map_or(j.limit_s, |end| (end - now) / 1_000_000);
         let node = if j.start.is_some() {
             j.node_list()
         } else {
@@ -783,10 +853,12 @@ impl World {
             acct = j.account,
             qos = j.qos,
             state = j.phase.text(),
-            reason = if j.held && j.phase == Phase::Pending {
-                "JobHeldUser"
-            } else {
-                "None"
+            reason = match (&j.phase, j.held, j.after) {
+                (Phase::Pending, true, _) => "JobHeldUser",
+                (Phase::Pending, false, Some(a)) if self.jobs.get(&a).is_some_and(|x| x.live()) => {
+                    "Dependency"
+                }
+                _ => "None",
             },
             cpus = j.cpus,
             left = hms(left),
@@ -918,14 +990,15 @@ impl World {
             });
         };
         let start = j.start.map_or("Unknown".to_owned(), slurm_time);
-        let end = j.start.map_or("Unknown".to_owned(), |s| {
-            slurm_time(s + j.limit_s * 1_000_000)
+        let end = World::end_of(j).map_or("Unknown".to_owned(), slurm_time);
+        let preempted = j.preempt.map_or(String::new(), |(at, _)| {
+            format!(" PreemptTime={}", slurm_time(at))
         });
         let line =
             format!(
             "JobId={id} JobName={name} UserId={USER}(1000) GroupId={USER}(1000) Account={acct} \
              QOS={qos} JobState={state} Reason=None ExitCode=0:0 RunTime=00:00:01 \
-             TimeLimit={limit} SubmitTime={submit} StartTime={start} EndTime={end} \
+             TimeLimit={limit} SubmitTime={submit} StartTime={start} EndTime={end}{preempted} \
              Partition={part} NodeList={list} BatchHost={NODE} NumNodes={count} NumCPUs={cpus} \
              TRES=cpu={cpus},mem={mem}M,node={count} BatchFlag={batch}{groups}{comment}\n",
             list = j.node_list(),
@@ -1131,6 +1204,9 @@ impl World {
                 lost: false,
             }],
             no_kill: false,
+            after: None,
+            preempt: None,
+            started_beside: None,
         };
         self.jobs.insert(id, job);
         self.tick();
@@ -1165,7 +1241,9 @@ impl World {
     /// `salloc --hold`: as [`World::allocate`], but the job waits held (pending, never started)
     /// until `scontrol release`; then it runs at once.
     fn allocate_held(&mut self, req: &AllocRequest) -> Result<HeldAllocation, ActionError> {
-        assert!(req.hold, "allocate_held without --hold");
+        if !req.hold {
+            return self.allocate_queued(req);
+        }
         let mut unheld = req.clone();
         unheld.hold = false;
         let before = self.next_job;
@@ -1182,6 +1260,33 @@ impl World {
         };
         hold(self.jobs.get_mut(&job.get()).expect("just allocated"));
         Ok(HeldAllocation { job_id: job })
+    }
+
+    /// A renewal's salloc (`--no-shell`, no `--hold`, no `--immediate`): the job queues behind
+    /// the job its `--dependency=afterany:J` names until that one is over, and runs once the
+    /// model's queue lets it (up to a minute and a half); the call returns once the job is
+    /// named, faults as for any salloc.
+    fn allocate_queued(&mut self, req: &AllocRequest) -> Result<HeldAllocation, ActionError> {
+        assert!(
+            req.immediate_secs.is_none(),
+            "a renewal's salloc waits: {req:?}"
+        );
+        let after = req
+            .extra
+            .iter()
+            .find_map(|e| e.strip_prefix("--dependency=afterany:"))
+            .map(|j| j.parse::<u32>().expect("a job id after afterany:"));
+        let before = self.next_job;
+        let answer = self.allocate(req);
+        let runs_at = now_us() + self.rng.range(0, 90) as i64 * 1_000_000;
+        for j in self.jobs.values_mut().filter(|j| j.id >= before) {
+            j.phase = Phase::Pending;
+            j.start = None;
+            j.after = after;
+            j.runs_at = runs_at;
+        }
+        self.tick();
+        answer.map(|a| HeldAllocation { job_id: a.job_id })
     }
 
     /// salloc: the allocation is granted at once (the model's cluster has room) and runs until

@@ -14,6 +14,9 @@
 //! A successor whose salloc gave no answer is found by its name (`policy::reconcile::find_lost`)
 //! or proven never made after salloc's limit plus the settle margin; one Slurm refuses in
 //! words waiting does not change stops the renewal (`PoolRenewalStopped`), with the reason.
+//! Any other definite failure (never made, over before it was the pool's) is asked again by
+//! the next run, but only `policy::renewal::FAILED_RENEWALS_STOP` times in a row: then the
+//! renewal stops too, naming the last failure.
 
 use std::time::Duration;
 
