@@ -314,6 +314,29 @@ fn release_ends_the_allocation_and_its_pending_successor() {
     assert_eq!(code, 0, "{out}");
 }
 
+/// A successor whose salloc was never answered (killed after its intent: no job known, none
+/// found by its name yet) that `scancel --name` cannot cancel: the release stops (exit 4) and
+/// says so in one sentence.
+#[test]
+fn a_successor_known_only_by_name_that_scancel_cannot_cancel_keeps_the_pool() {
+    let fake = Fake::new();
+    create(&fake, 3595, &["--renew"]);
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue(&[(901, "PREEMPTED", "None")], "x"),
+    }));
+    fake.crash("pool-renew-after-intent", &["reconcile"]);
+    fake.scenario(json!({
+        "squeue": squeue(&[(901, "PREEMPTED", "None")], "x"),
+        "sacct": [{"stdout": ""}],
+        "scancel": [{"stderr": "scancel: error: Unable to contact slurm controller\n", "exit": 1}],
+    }));
+    let (code, out, err) = fake.run(&["pool", "release", "p"]);
+    assert_eq!(code, 4, "{out}{err}{:?}", fake.calls());
+    assert!(err.contains("could not be cancelled by name ("), "{err}");
+    assert_eq!(status(&fake)["pool"], "p");
+}
+
 /// Killed right after `PoolRenewed` was recorded: the next `reconcile` finds the pool renewed
 /// and asks nothing, adopts nothing twice.
 #[test]
