@@ -1673,6 +1673,70 @@ start=$n
 trap 'trap "" TERM; echo $n > "$f"; echo $((n - start)) >> "$DISPATCH_STATE_DIR/counted"; touch "$DISPATCH_CHECKPOINT"; exit 0' TERM
 while :; do n=$((n + 1)); sleep 0.1; done"#;
 
+/// A PREEMPT_COUNTER worker's asks: continued once if preempted, with an early shutdown short
+/// enough for the grace (30 s here).
+const CONTINUED_IF_PREEMPTED: [&str; 12] = [
+    "--continue",
+    "1",
+    "--continue-on",
+    "preempted",
+    "--grace",
+    "3",
+    "--publication-timeout",
+    "3",
+    "--native-state-budget",
+    "2",
+    "--cleanup-budget",
+    "2",
+];
+
+/// An `sbatch -q high` job that needs all of `node` (`--exclusive`), so it preempts the job
+/// there (`name`: its job name); cancelled when dropped.
+fn preempt_node<'c>(c: &'c Cluster, node: &str, name: &str) -> Job<'c> {
+    let sbatch = [
+        "--parsable",
+        "-q",
+        "high",
+        "-w",
+        node,
+        "--exclusive",
+        "--mem=1000",
+        "-t",
+        "3",
+        "-o",
+        "/dev/null",
+        "-J",
+        name,
+        "--wrap",
+        "sleep 300",
+    ];
+    let out = output(c.slurm("sbatch", &sbatch), STEP_BOUND);
+    Job {
+        cluster: c,
+        id: text(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("sbatch {sbatch:?}: {e}: {}", text(&out.stderr))),
+    }
+}
+
+/// A PREEMPT_COUNTER stopped in its second generation (native state `dir`): each generation
+/// counted, and the count it saved last is the sum (`inspect`: what a failure shows).
+fn assert_counted_in_two_generations(dir: &std::path::Path, inspect: &str) {
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+    let counted: Vec<u64> = read("counted")
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(counted.len(), 2, "{counted:?}: {inspect}");
+    assert!(counted.iter().all(|n| *n > 0), "{counted:?}");
+    assert_eq!(
+        read("count").trim().parse::<u64>().unwrap(),
+        counted.iter().sum::<u64>(),
+        "{counted:?}"
+    );
+}
+
 /// dispatch on this cluster with `state`: the parsed JSON of its stdout (`--json` given by
 /// the caller), after checking it succeeded.
 fn dispatch_json(c: &Cluster, state: &std::path::Path, args: &[&str]) -> serde_json::Value {
@@ -1721,33 +1785,19 @@ fn a_preempted_submit_job_shows_its_grace_ends_preempted_and_is_continued_with_t
         &c,
         &state,
         &[
-            "submit",
-            "--cpus",
-            "1",
-            "--mem",
-            "100M",
-            "--time",
-            "10",
-            "--continue",
-            "1",
-            "--continue-on",
-            "preempted",
-            "--grace",
-            "3",
-            "--publication-timeout",
-            "3",
-            "--native-state-budget",
-            "2",
-            "--cleanup-budget",
-            "2",
-            "--name",
-            &worker,
-            "--json",
-            "--",
-            "sh",
-            "-c",
-            PREEMPT_COUNTER,
-        ],
+            &["submit", "--cpus", "1", "--mem", "100M", "--time", "10"][..],
+            &CONTINUED_IF_PREEMPTED,
+            &[
+                "--name",
+                &worker,
+                "--json",
+                "--",
+                "sh",
+                "-c",
+                PREEMPT_COUNTER,
+            ],
+        ]
+        .concat(),
     );
     let first = Job {
         cluster: &c,
@@ -1763,32 +1813,7 @@ fn a_preempted_submit_job_shows_its_grace_ends_preempted_and_is_continued_with_t
     });
     std::thread::sleep(Duration::from_secs(3));
 
-    let name = unique_name("mn-preemptor");
-    let sbatch = [
-        "--parsable",
-        "-q",
-        "high",
-        "-w",
-        &node,
-        "--exclusive",
-        "--mem=1000",
-        "-t",
-        "3",
-        "-o",
-        "/dev/null",
-        "-J",
-        &name,
-        "--wrap",
-        "sleep 300",
-    ];
-    let out = output(c.slurm("sbatch", &sbatch), STEP_BOUND);
-    let high = Job {
-        cluster: &c,
-        id: text(&out.stdout)
-            .trim()
-            .parse()
-            .unwrap_or_else(|e| panic!("sbatch {sbatch:?}: {e}: {}", text(&out.stderr))),
-    };
+    let high = preempt_node(&c, &node, &unique_name("mn-preemptor"));
     // In the grace: still RUNNING to Slurm, shown preempted with its end.
     let mut shown = serde_json::Value::Null;
     let t0 = Instant::now();
@@ -1882,21 +1907,10 @@ fn a_preempted_submit_job_shows_its_grace_ends_preempted_and_is_continued_with_t
     cmd.args(["stop", &worker, "--grace", "5"]);
     let stopped = output(cmd, Duration::from_secs(120));
     assert!(stopped.status.success(), "{}", text(&stopped.stderr));
-    let read = |f: &str| std::fs::read_to_string(dirs.state.join(f)).unwrap_or_default();
-    let counted: Vec<u64> = read("counted")
-        .lines()
-        .map(|l| l.trim().parse().unwrap())
-        .collect();
     let mut cmd = c.dispatch(&state);
     cmd.args(["inspect", &second_id.to_string()]);
     let inspect = text(&output(cmd, STEP_BOUND).stdout);
-    assert_eq!(counted.len(), 2, "{counted:?}: {inspect}");
-    assert!(counted.iter().all(|n| *n > 0), "{counted:?}");
-    assert_eq!(
-        read("count").trim().parse::<u64>().unwrap(),
-        counted.iter().sum::<u64>(),
-        "{counted:?}"
-    );
+    assert_counted_in_two_generations(&dirs.state, &inspect);
     drop(first);
 }
 
@@ -1966,33 +1980,13 @@ fn a_high_job_preempts_a_renewing_pool_and_its_worker_goes_on_in_the_next_alloca
     ]);
     let first = created["allocation"]["job_id"].as_u64().unwrap();
     let worker = d(&[
-        "pool",
-        "submit",
-        "rp",
-        "--cpus",
-        "1",
-        "--mem",
-        "100M",
-        "--name",
-        "counter",
-        "--continue",
-        "1",
-        "--continue-on",
-        "preempted",
-        "--grace",
-        "3",
-        "--publication-timeout",
-        "3",
-        "--native-state-budget",
-        "2",
-        "--cleanup-budget",
-        "2",
-        "--json",
-        "--",
-        "sh",
-        "-c",
-        PREEMPT_COUNTER,
-    ]);
+        &[
+            "pool", "submit", "rp", "--cpus", "1", "--mem", "100M", "--name", "counter",
+        ][..],
+        &CONTINUED_IF_PREEMPTED,
+        &["--json", "--", "sh", "-c", PREEMPT_COUNTER],
+    ]
+    .concat());
     let first_id = worker["submission_id"].as_str().unwrap().to_owned();
     let dirs_of =
         |id: &str| dispatch::worker::dirs::WorkerDirs::of(&state, Some("rp"), id.parse().unwrap());
@@ -2006,31 +2000,7 @@ fn a_high_job_preempts_a_renewing_pool_and_its_worker_goes_on_in_the_next_alloca
     });
     std::thread::sleep(Duration::from_secs(3));
 
-    let sbatch = [
-        "--parsable",
-        "-q",
-        "high",
-        "-w",
-        "node3",
-        "--exclusive",
-        "--mem=1000",
-        "-t",
-        "3",
-        "-o",
-        "/dev/null",
-        "-J",
-        &format!("{prefix}preemptor"),
-        "--wrap",
-        "sleep 300",
-    ];
-    let out = output(c.slurm("sbatch", &sbatch), STEP_BOUND);
-    let high = Job {
-        cluster: &c,
-        id: text(&out.stdout)
-            .trim()
-            .parse()
-            .unwrap_or_else(|e| panic!("sbatch {sbatch:?}: {e}: {}", text(&out.stderr))),
-    };
+    let high = preempt_node(&c, "node3", &format!("{prefix}preemptor"));
 
     // In the grace: shown preempted; the worker checkpoints while Slurm still runs the job.
     let t0 = Instant::now();
@@ -2156,22 +2126,10 @@ fn a_high_job_preempts_a_renewing_pool_and_its_worker_goes_on_in_the_next_alloca
         "5",
         "--json",
     ]);
-    let read =
-        |f: &str| std::fs::read_to_string(dirs_of(&second_id).state.join(f)).unwrap_or_default();
-    let counted: Vec<u64> = read("counted")
-        .lines()
-        .map(|l| l.trim().parse().unwrap())
-        .collect();
     let mut cmd = c.dispatch(&state);
     cmd.args(["inspect", &second_id, "--json"]);
     let inspect = text(&output(cmd, STEP_BOUND).stdout);
-    assert_eq!(counted.len(), 2, "{counted:?}: {inspect}");
-    assert!(counted.iter().all(|n| *n > 0), "{counted:?}");
-    assert_eq!(
-        read("count").trim().parse::<u64>().unwrap(),
-        counted.iter().sum::<u64>(),
-        "{counted:?}"
-    );
+    assert_counted_in_two_generations(&dirs_of(&second_id).state, &inspect);
     let chain = &serde_json::from_str::<serde_json::Value>(&inspect).unwrap()["chain"];
     assert_eq!(chain[1]["generation"], 2, "{chain}");
     assert_eq!(chain[1]["continued_after"], "preempted", "{chain}");
