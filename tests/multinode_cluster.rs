@@ -1715,6 +1715,70 @@ start=$n
 trap 'trap "" TERM; echo $n > "$f"; echo $((n - start)) >> "$DISPATCH_STATE_DIR/counted"; touch "$DISPATCH_CHECKPOINT"; exit 0' TERM
 while :; do n=$((n + 1)); sleep 0.1; done"#;
 
+/// A PREEMPT_COUNTER worker's asks: continued once if preempted, with an early shutdown short
+/// enough for the grace (30 s here).
+const CONTINUED_IF_PREEMPTED: [&str; 12] = [
+    "--continue",
+    "1",
+    "--continue-on",
+    "preempted",
+    "--grace",
+    "3",
+    "--publication-timeout",
+    "3",
+    "--native-state-budget",
+    "2",
+    "--cleanup-budget",
+    "2",
+];
+
+/// An `sbatch -q high` job that needs all of `node` (`--exclusive`), so it preempts the job
+/// there (`name`: its job name); cancelled when dropped.
+fn preempt_node<'c>(c: &'c Cluster, node: &str, name: &str) -> Job<'c> {
+    let sbatch = [
+        "--parsable",
+        "-q",
+        "high",
+        "-w",
+        node,
+        "--exclusive",
+        "--mem=1000",
+        "-t",
+        "3",
+        "-o",
+        "/dev/null",
+        "-J",
+        name,
+        "--wrap",
+        "sleep 300",
+    ];
+    let out = output(c.slurm("sbatch", &sbatch), STEP_BOUND);
+    Job {
+        cluster: c,
+        id: text(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("sbatch {sbatch:?}: {e}: {}", text(&out.stderr))),
+    }
+}
+
+/// A PREEMPT_COUNTER stopped in its second generation (native state `dir`): each generation
+/// counted, and the count it saved last is the sum (`inspect`: what a failure shows).
+fn assert_counted_in_two_generations(dir: &std::path::Path, inspect: &str) {
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+    let counted: Vec<u64> = read("counted")
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(counted.len(), 2, "{counted:?}: {inspect}");
+    assert!(counted.iter().all(|n| *n > 0), "{counted:?}");
+    assert_eq!(
+        read("count").trim().parse::<u64>().unwrap(),
+        counted.iter().sum::<u64>(),
+        "{counted:?}"
+    );
+}
+
 /// dispatch on this cluster with `state`: the parsed JSON of its stdout (`--json` given by
 /// the caller), after checking it succeeded.
 fn dispatch_json(c: &Cluster, state: &std::path::Path, args: &[&str]) -> serde_json::Value {
@@ -1763,33 +1827,19 @@ fn a_preempted_submit_job_shows_its_grace_ends_preempted_and_is_continued_with_t
         &c,
         &state,
         &[
-            "submit",
-            "--cpus",
-            "1",
-            "--mem",
-            "100M",
-            "--time",
-            "10",
-            "--continue",
-            "1",
-            "--continue-on",
-            "preempted",
-            "--grace",
-            "3",
-            "--publication-timeout",
-            "3",
-            "--native-state-budget",
-            "2",
-            "--cleanup-budget",
-            "2",
-            "--name",
-            &worker,
-            "--json",
-            "--",
-            "sh",
-            "-c",
-            PREEMPT_COUNTER,
-        ],
+            &["submit", "--cpus", "1", "--mem", "100M", "--time", "10"][..],
+            &CONTINUED_IF_PREEMPTED,
+            &[
+                "--name",
+                &worker,
+                "--json",
+                "--",
+                "sh",
+                "-c",
+                PREEMPT_COUNTER,
+            ],
+        ]
+        .concat(),
     );
     let first = Job {
         cluster: &c,
@@ -1805,32 +1855,7 @@ fn a_preempted_submit_job_shows_its_grace_ends_preempted_and_is_continued_with_t
     });
     std::thread::sleep(Duration::from_secs(3));
 
-    let name = unique_name("mn-preemptor");
-    let sbatch = [
-        "--parsable",
-        "-q",
-        "high",
-        "-w",
-        &node,
-        "--exclusive",
-        "--mem=1000",
-        "-t",
-        "3",
-        "-o",
-        "/dev/null",
-        "-J",
-        &name,
-        "--wrap",
-        "sleep 300",
-    ];
-    let out = output(c.slurm("sbatch", &sbatch), STEP_BOUND);
-    let high = Job {
-        cluster: &c,
-        id: text(&out.stdout)
-            .trim()
-            .parse()
-            .unwrap_or_else(|e| panic!("sbatch {sbatch:?}: {e}: {}", text(&out.stderr))),
-    };
+    let high = preempt_node(&c, &node, &unique_name("mn-preemptor"));
     // In the grace: still RUNNING to Slurm, shown preempted with its end.
     let mut shown = serde_json::Value::Null;
     let t0 = Instant::now();
@@ -1924,21 +1949,10 @@ fn a_preempted_submit_job_shows_its_grace_ends_preempted_and_is_continued_with_t
     cmd.args(["stop", &worker, "--grace", "5"]);
     let stopped = output(cmd, Duration::from_secs(120));
     assert!(stopped.status.success(), "{}", text(&stopped.stderr));
-    let read = |f: &str| std::fs::read_to_string(dirs.state.join(f)).unwrap_or_default();
-    let counted: Vec<u64> = read("counted")
-        .lines()
-        .map(|l| l.trim().parse().unwrap())
-        .collect();
     let mut cmd = c.dispatch(&state);
     cmd.args(["inspect", &second_id.to_string()]);
     let inspect = text(&output(cmd, STEP_BOUND).stdout);
-    assert_eq!(counted.len(), 2, "{counted:?}: {inspect}");
-    assert!(counted.iter().all(|n| *n > 0), "{counted:?}");
-    assert_eq!(
-        read("count").trim().parse::<u64>().unwrap(),
-        counted.iter().sum::<u64>(),
-        "{counted:?}"
-    );
+    assert_counted_in_two_generations(&dirs.state, &inspect);
     drop(first);
 }
 
@@ -2023,4 +2037,231 @@ fn a_renewing_pool_whose_allocation_is_lost_goes_on_in_its_next_allocation_elsew
     );
     p.release_and_audit();
     drop(revive);
+}
+
+/// Every job of this cluster whose name starts with the prefix (a pool's allocations, the successor
+/// a renewal asked for included) is cancelled when dropped, also when the test panics.
+struct JobsNamed<'c>(&'c Cluster, String);
+
+impl Drop for JobsNamed<'_> {
+    fn drop(&mut self) {
+        let listed = output(
+            self.0.slurm("squeue", &["--me", "-h", "-o", "%A|%j"]),
+            STEP_BOUND,
+        );
+        let ids: Vec<String> = text(&listed.stdout)
+            .lines()
+            .filter_map(|l| l.split_once('|'))
+            .filter(|(_, name)| name.starts_with(&self.1))
+            .map(|(id, _)| id.to_owned())
+            .collect();
+        if !ids.is_empty() {
+            let mut c = self.0.slurm("scancel", &[]);
+            c.args(&ids);
+            crate::support::run_bounded(&mut c, Duration::from_secs(30));
+        }
+    }
+}
+
+/// Issue 38's done-when "a `high` job preempts the pool's allocation": a pool created with
+/// `--renew` on node3 (all its CPUs), holding a counter (PREEMPT_COUNTER) that asked `--continue
+/// 1 --continue-on preempted`, is preempted by a `high` job that needs node3. `reconcile`, run
+/// every few seconds as scrontab would: in the grace `pool status --refresh` shows the
+/// allocation preempted and the worker checkpoints (its supervisor finishes while Slurm still
+/// shows the allocation RUNNING); nothing is continued into the dying allocation; the end is
+/// recorded with Slurm's `PREEMPTED`; the next allocation is asked for (no dependency: the last
+/// is proven over) and waits while the `high` job holds node3; once that is cancelled it becomes
+/// the pool's (generation 2, cause `preempted`) and the counter goes on there from the count it
+/// saved. `inspect` shows both generations; the audit is clean.
+#[test]
+fn a_high_job_preempts_a_renewing_pool_and_its_worker_goes_on_in_the_next_allocation() {
+    let c = Cluster::require();
+    let grace = preemption_on();
+    let tmp = tempfile::tempdir_in("/tmp").unwrap();
+    let state = tmp.path().join("state");
+    let prefix = format!("dispatch-mnrp{}-", std::process::id() % 100_000);
+    let config = tmp.path().join("config.toml");
+    std::fs::write(&config, format!("job_name_prefix = \"{prefix}\"\n")).unwrap();
+    let _jobs = JobsNamed(&c, prefix.clone());
+    let cfg = config.to_str().unwrap();
+    let d = |args: &[&str]| dispatch_json(&c, &state, &[&["--config", cfg], args].concat());
+    let cpus = c.cpus.to_string();
+    let created = d(&[
+        "pool",
+        "create",
+        "rp",
+        "--nodelist",
+        "node3",
+        "--cpus",
+        &cpus,
+        "--mem",
+        "500M",
+        "--time",
+        "10",
+        "--wait",
+        "60",
+        "--renew",
+        "--json",
+    ]);
+    let first = created["allocation"]["job_id"].as_u64().unwrap();
+    let worker = d(&[
+        &[
+            "pool", "submit", "rp", "--cpus", "1", "--mem", "100M", "--name", "counter",
+        ][..],
+        &CONTINUED_IF_PREEMPTED,
+        &["--json", "--", "sh", "-c", PREEMPT_COUNTER],
+    ]
+    .concat());
+    let first_id = worker["submission_id"].as_str().unwrap().to_owned();
+    let dirs_of =
+        |id: &str| dispatch::worker::dirs::WorkerDirs::of(&state, Some("rp"), id.parse().unwrap());
+    let journal_of = |id: &str| {
+        dispatch::worker::report::read(&dirs_of(id).evidence)
+            .ok()
+            .flatten()
+    };
+    wait_for("the counter starts", STEP_BOUND, || {
+        journal_of(&first_id).is_some_and(|r| r.started.is_some())
+    });
+    std::thread::sleep(Duration::from_secs(3));
+
+    let high = preempt_node(&c, "node3", &format!("{prefix}preemptor"));
+
+    // In the grace: shown preempted; the worker checkpoints while Slurm still runs the job.
+    let t0 = Instant::now();
+    let mut preempted = serde_json::Value::Null;
+    while preempted.is_null() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no grace shown");
+        let s = d(&["pool", "status", "rp", "--refresh", "--json"]);
+        preempted = s["pools"][0]["allocation"]["preempted"].clone();
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    wait_for("the worker checkpoints in the grace", grace, || {
+        journal_of(&first_id).is_some_and(|r| r.checkpoint.is_some() && r.finished.is_some())
+    });
+    let during = show_job(&c, first as u32);
+    assert_eq!(during["JobState"], "RUNNING", "in its grace: {during:?}");
+    assert_eq!(
+        preempted["ends_at"],
+        during["EndTime"].as_str(),
+        "{during:?}"
+    );
+    let r = d(&["reconcile", "--json"]);
+    let decided = |kind: &str| journal_events(&c, &state, kind);
+    assert!(
+        decided("WorkerContinued").is_empty() && decided("ContinuationRefused").is_empty(),
+        "nothing is decided while the allocation is in its grace: {r}"
+    );
+
+    // Killed at the grace's end: recorded with Slurm's proof, the next one asked for at once.
+    let mut asked = Vec::new();
+    wait_for(
+        "the next allocation is asked for",
+        grace + Duration::from_secs(90),
+        || {
+            let r = d(&["reconcile", "--json"]);
+            asked.extend(
+                r["renewals"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|l| l["outcome"] == "asked")
+                    .cloned(),
+            );
+            !asked.is_empty()
+        },
+    );
+    let ended = journal_events(&c, &state, "PoolAllocationEnded");
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert!(
+        ended[0]["proof"].as_str().unwrap().contains("PREEMPTED"),
+        "{ended:?}"
+    );
+    let second = asked[0]["job_id"].as_u64().unwrap();
+    assert_ne!(second, first);
+    let intent = journal_events(&c, &state, "PoolRenewalIntent");
+    assert!(
+        intent[0]["after"].is_null(),
+        "no dependency on a job proven over: {intent:?}"
+    );
+    // It waits while the high job holds node3; so does the counter's continuation.
+    let r = d(&["reconcile", "--json"]);
+    assert_eq!(r["renewals"][0]["outcome"], "waiting", "{r}");
+    assert!(decided("WorkerContinued").is_empty(), "{r}");
+
+    drop(high);
+    let mut continued = Vec::new();
+    let mut renewed = Vec::new();
+    let t1 = Instant::now();
+    while continued.is_empty() {
+        let r = d(&["reconcile", "--json"]);
+        assert!(
+            t1.elapsed() < Duration::from_secs(90),
+            "not renewed and continued: {r}; {}",
+            d(&["pool", "status", "rp", "--refresh", "--json"])
+        );
+        let lines = |key: &str, outcome: &str| -> Vec<serde_json::Value> {
+            r[key]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|l| l["outcome"] == outcome)
+                .cloned()
+                .collect()
+        };
+        renewed.extend(lines("renewals", "renewed"));
+        continued.extend(lines("continued", "continued"));
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    assert_eq!(renewed.len(), 1, "{renewed:?}");
+    assert_eq!(renewed[0]["job_id"], second, "{renewed:?}");
+    let made = journal_events(&c, &state, "PoolRenewed");
+    assert_eq!(made[0]["cause"], "preempted", "{made:?}");
+    assert!(
+        made[0]["proof"].as_str().unwrap().contains("PREEMPTED"),
+        "{made:?}"
+    );
+    let receipts = journal_events(&c, &state, "WorkerContinued");
+    assert_eq!(receipts.len(), 1, "{receipts:?}");
+    assert_eq!(receipts[0]["cause"], "preempted", "{receipts:?}");
+    let second_id = continued[0]["submission_id"].as_str().unwrap().to_owned();
+
+    // Generation 2 runs in the new allocation and counts on from the saved count.
+    let status = d(&["pool", "status", "rp", "--json"]);
+    let p = &status["pools"][0];
+    assert_eq!(p["allocation"]["job_id"], second, "{p}");
+    assert_eq!(p["renewal"]["generation"], 2, "{p}");
+    let w = p["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["submission_id"] == second_id.as_str())
+        .unwrap_or_else(|| panic!("{second_id} not in {p}"));
+    assert_eq!(w["generation"], 2, "{w}");
+    wait_for("generation 2 starts", STEP_BOUND, || {
+        journal_of(&second_id).is_some_and(|r| r.started.is_some())
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    d(&[
+        "pool",
+        "stop-worker",
+        "rp",
+        "counter",
+        "--grace",
+        "5",
+        "--json",
+    ]);
+    let mut cmd = c.dispatch(&state);
+    cmd.args(["inspect", &second_id, "--json"]);
+    let inspect = text(&output(cmd, STEP_BOUND).stdout);
+    assert_counted_in_two_generations(&dirs_of(&second_id).state, &inspect);
+    let chain = &serde_json::from_str::<serde_json::Value>(&inspect).unwrap()["chain"];
+    assert_eq!(chain[1]["generation"], 2, "{chain}");
+    assert_eq!(chain[1]["continued_after"], "preempted", "{chain}");
+    let released = d(&["pool", "release", "rp", "--json"]);
+    assert_eq!(released["job_id"], second, "{released}");
+    let mut cmd = c.dispatch(&state);
+    cmd.args(["audit", "--json"]);
+    let audit = output(cmd, STEP_BOUND);
+    assert!(audit.status.success(), "{}", text(&audit.stdout));
 }

@@ -318,6 +318,29 @@ fn release_ends_the_allocation_and_its_pending_successor() {
     assert_eq!(code, 0, "{out}");
 }
 
+/// A successor whose salloc was never answered (killed after its intent: no job known, none
+/// found by its name yet) that `scancel --name` cannot cancel: the release stops (exit 4) and
+/// says so in one sentence.
+#[test]
+fn a_successor_known_only_by_name_that_scancel_cannot_cancel_keeps_the_pool() {
+    let fake = Fake::new();
+    create(&fake, 3595, &["--renew"]);
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue(&[(901, "PREEMPTED", "None")], "x"),
+    }));
+    fake.crash("pool-renew-after-intent", &["reconcile"]);
+    fake.scenario(json!({
+        "squeue": squeue(&[(901, "PREEMPTED", "None")], "x"),
+        "sacct": [{"stdout": ""}],
+        "scancel": [{"stderr": "scancel: error: Unable to contact slurm controller\n", "exit": 1}],
+    }));
+    let (code, out, err) = fake.run(&["pool", "release", "p"]);
+    assert_eq!(code, 4, "{out}{err}{:?}", fake.calls());
+    assert!(err.contains("could not be cancelled by name ("), "{err}");
+    assert_eq!(status(&fake)["pool"], "p");
+}
+
 /// Killed right after `PoolRenewed` was recorded: the next `reconcile` finds the pool renewed
 /// and asks nothing, adopts nothing twice.
 #[test]
@@ -368,14 +391,124 @@ fn step(job: u32) -> String {
     format!("{job}.0|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.w\n")
 }
 
-/// `pool submit` of worker `w`, continued once.
-const SUBMIT_CONTINUED: &str =
-    "pool submit p --cpus 1 --mem 100M --name w --continue 1 --json -- true";
+/// `pool submit` of worker `w`, continued once (its payload, `true`, is added last).
+const SUBMIT_CONTINUED: &str = "pool submit p --cpus 1 --mem 100M --name w --continue 1 --json";
+
+/// What a pool worker's supervisor records when Slurm's preemption TERMs every process of its
+/// step at once (22.05 and 24.11 here): the payload saves, declares a checkpoint and exits 0
+/// before the supervisor forwards the TERM it got too, so there is no `ShutdownSignalled`; its
+/// exit is recorded interrupted (a stop reached it), then published and finished.
+fn checkpointed_on_slurms_term(fake: &Fake, id: uuid::Uuid) {
+    use dispatch::event::worker::{CheckpointDeclared, PayloadExited, SupervisorFinished};
+    use dispatch::event::WorkerEvent;
+    use dispatch::journal::{JournalWriter, Options};
+    let pools = fake.state().join("pools");
+    let dirs = dispatch::worker::dirs::WorkerDirs::new(&pools, "p", id);
+    let open = || {
+        let dir = dispatch::worker::supervisor::journal_dir(&dirs.evidence);
+        JournalWriter::<WorkerEvent>::open(&dir, Options::default()).unwrap()
+    };
+    let exited = PayloadExited {
+        code: Some(0),
+        signal: None,
+        interrupted: true,
+    };
+    let declared = CheckpointDeclared {
+        marker: dirs.root.join("checkpoint").display().to_string(),
+        declared_at: dispatch::event::Micros::now(),
+        code: Some(0),
+        signal: None,
+        killed_after_grace: false,
+    };
+    open()
+        .append(vec![
+            WorkerEvent::PayloadExited(exited),
+            WorkerEvent::CheckpointDeclared(declared),
+        ])
+        .unwrap();
+    checkpointed(fake, id);
+    open()
+        .append_one(WorkerEvent::SupervisorFinished(SupervisorFinished {
+            outcome: "interrupted".into(),
+            exit_code: 0,
+        }))
+        .unwrap();
+}
 
 /// A worker that asked `--continue` waits while its pool's allocation is over, and the run
 /// that makes the next allocation the pool's continues it there, from its checkpoint.
 #[test]
 fn a_continued_worker_goes_on_in_the_renewed_allocation() {
+    let fake = goes_on_in_the_renewed_allocation(SUBMIT_CONTINUED, checkpointed, false);
+    let receipt = continued_receipt(&fake);
+    assert_eq!(receipt["cause"], "preempted", "{receipt}");
+}
+
+/// The same as a real preemption goes: the worker's step ends in the grace (proven over while
+/// Slurm still lists the allocation RUNNING), and its journal is what Slurm's TERM to every
+/// process of the step leaves (the payload ended before its supervisor forwarded one). Its end
+/// is the preemption's, not a checkpoint of its own: a worker that asked `--continue-on
+/// preempted` goes on in the next allocation.
+#[test]
+fn a_worker_preempted_with_its_allocation_is_continued_for_the_preemption() {
+    let submit = format!("{SUBMIT_CONTINUED} --continue-on preempted");
+    let fake = goes_on_in_the_renewed_allocation(&submit, checkpointed_on_slurms_term, true);
+    let receipt = continued_receipt(&fake);
+    assert_eq!(receipt["cause"], "preempted", "{receipt}");
+    assert!(
+        receipt["proof"].as_str().unwrap().contains("PREEMPTED"),
+        "{receipt}"
+    );
+}
+
+/// A `reconcile` while allocation 901 is in its preemption grace and the worker's step is
+/// over: the worker is released, its continuation waits, and nothing is asked yet.
+fn in_the_preemption_grace(fake: &Fake) {
+    let (end, preempted) = (at(30), at(0));
+    let listed = format!(
+        "901|901|RUNNING|debug|dev|normal|root|1|4|vm|0:30|1:00:00|{}|{end}|None|x\n",
+        started()
+    );
+    let shown = show_job(901, 3595).replace(
+        &format!("EndTime={}", at(3595)),
+        &format!("EndTime={end} PreemptEligibleTime={preempted} PreemptTime={preempted}"),
+    );
+    assert!(shown.contains("PreemptTime"), "{shown}");
+    fake.scenario(json!({
+        "squeue": [
+            {"match": ["--steps"], "stdout": ""},
+            {"match": ["--jobs=901"], "stdout": listed},
+        ],
+        "scontrol": [{"stdout": shown}],
+    }));
+    let r = reconcile(fake);
+    assert_eq!(r["resolved"].as_array().map(Vec::len), Some(1), "{r}");
+    assert_eq!(r["continued"][0]["outcome"], "waiting", "{r}");
+    assert!(r["renewals"][0]["outcome"] != "asked", "{r}");
+}
+
+/// The one `WorkerContinued` of the journal.
+fn continued_receipt(fake: &Fake) -> Value {
+    let receipts: Vec<Value> = fake
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "WorkerContinued")
+        .map(|e| e["event"].clone())
+        .collect();
+    assert_eq!(receipts.len(), 1, "{receipts:?}");
+    receipts[0].clone()
+}
+
+/// A renewing pool whose worker (`submit`, its journal written by `journal`) is preempted
+/// with its allocation: it waits, and the run that takes the next allocation continues it there.
+/// With `in_grace`, a `reconcile` first sees the allocation in its preemption grace (listed
+/// RUNNING with its end pulled forward, `PreemptTime` shown) and the worker's step over: the
+/// worker is released then, and its continuation waits for the allocation's proven end.
+fn goes_on_in_the_renewed_allocation(
+    submit: &str,
+    journal: fn(&Fake, uuid::Uuid),
+    in_grace: bool,
+) -> Fake {
     let fake = Fake::new();
     create(&fake, 3595, &["--renew"]);
     fake.scenario(json!({
@@ -386,12 +519,16 @@ fn a_continued_worker_goes_on_in_the_renewed_allocation() {
             {"match": ["--jobs=901"], "stdout": row(901, "RUNNING", "None", "x")},
         ],
     }));
-    let args: Vec<&str> = SUBMIT_CONTINUED.split(' ').collect();
+    let mut args: Vec<&str> = submit.split(' ').collect();
+    args.extend(["--", "true"]);
     let (code, out, err) = fake.run(&args);
     assert_eq!(code, 0, "{err}");
     let first: Value = serde_json::from_str(out.trim()).unwrap();
     let id: uuid::Uuid = first["submission_id"].as_str().unwrap().parse().unwrap();
-    checkpointed(&fake, id);
+    journal(&fake, id);
+    if in_grace {
+        in_the_preemption_grace(&fake);
+    }
     // Preempted: the worker is released with that proof, the next allocation asked for, and
     // the continuation waits for it.
     fake.scenario(json!({
@@ -428,6 +565,7 @@ fn a_continued_worker_goes_on_in_the_renewed_allocation() {
             .any(|w| w["name"] == "w" && w["step_id"] == "902.0"),
         "{p}"
     );
+    fake
 }
 
 /// Steps of `job`, one per worker `w0..w{n-1}`, as `squeue --steps` prints them.
@@ -546,6 +684,7 @@ fn due_pool_with_a_worker(fake: &Fake, extra: &[&str], submit_extra: &[&str]) ->
     let mut args: Vec<&str> = SUBMIT_CONTINUED.split(' ').collect();
     args.splice(3..3, ["--publication-timeout", "5"]);
     args.splice(3..3, submit_extra.iter().copied());
+    args.extend(["--", "true"]);
     let (code, out, err) = fake.run(&args);
     assert_eq!(code, 0, "{err}");
     let first: Value = serde_json::from_str(out.trim()).unwrap();

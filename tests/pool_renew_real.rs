@@ -262,3 +262,128 @@ fn counted_across_three_generations(sd: &Path, config: &Path, pool: &str, w: &st
         "{w}: {log}"
     );
 }
+
+/// The job ids among `jobs` that squeue still lists pending, running or completing (a job it
+/// lists in a terminal state, or no longer lists, is over).
+fn release_test_jobs_not_over(jobs: &[u64]) -> Vec<String> {
+    let ids: Vec<String> = jobs.iter().map(u64::to_string).collect();
+    let out = Command::new("squeue")
+        .args(["-h", "-j", &ids.join(","), "-o", "%i|%T"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            let state = l.split_once('|').map_or("", |(_, s)| s);
+            !matches!(
+                state,
+                "CANCELLED" | "COMPLETED" | "FAILED" | "TIMEOUT" | "PREEMPTED"
+            )
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether a process runs whose command line names `word` (the successor's salloc, which
+/// waits on for its grant in its own session).
+fn release_test_process_naming(word: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(word))
+    })
+}
+
+/// Issue 38's "`pool release` during a pending successor": a pool created with `--time 3
+/// --renew`; the first `reconcile` from 2 minutes before its end asks for the second allocation,
+/// which pends on its dependency (`afterany` on the first). `pool release` then ends both, each
+/// with proof: the report names the first allocation and the successor with what proved each
+/// over, squeue lists neither as pending or running, the successor's salloc (which waited for
+/// its grant) is gone, the pool is forgotten and the audit is clean.
+#[test]
+fn releasing_a_renewing_pool_ends_its_allocation_and_its_pending_successor_with_proof() {
+    let _cluster = require_cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, format!("job_name_prefix = \"{PREFIX}\"\n")).unwrap();
+    let sd = dir.path().join("state");
+    let pool = format!("rl{}", std::process::id() % 100_000);
+    let _cleanup = Cleanup(format!("{PREFIX}pool-{pool}-"));
+    let created = run(
+        &sd,
+        &config,
+        &[
+            "pool", "create", &pool, "--cpus", "1", "--mem", "100M", "--time", "3", "--wait",
+            "120", "--renew", "--json",
+        ],
+    );
+    assert_eq!(created.code, 0, "{}", created.stderr);
+    let first = json(&created.stdout)["allocation"]["job_id"]
+        .as_u64()
+        .unwrap();
+
+    // The next allocation is due 2 minutes before the first's end (a minute after its start).
+    let deadline = Instant::now() + Duration::from_secs(100);
+    let (second, asked) = loop {
+        assert!(
+            Instant::now() < deadline,
+            "the successor was never asked for"
+        );
+        let r = run(&sd, &config, &["reconcile", "--json"]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let line = json(&r.stdout)["renewals"][0].clone();
+        if line["outcome"] == "asked" {
+            break (line["job_id"].as_u64().unwrap(), line);
+        }
+        assert_eq!(line["outcome"], "not_due", "{line}");
+        std::thread::sleep(Duration::from_secs(3));
+    };
+    assert_ne!(second, first, "{asked}");
+    let status = json(&run(&sd, &config, &["pool", "status", &pool, "--json"]).stdout);
+    let successor = &status["pools"][0]["renewal"]["successor"];
+    assert_eq!(successor["job_id"], second, "{status}");
+    assert_eq!(successor["after"], first, "{status}");
+    // It pends on its dependency while the first runs.
+    let r = json(&run(&sd, &config, &["reconcile", "--json"]).stdout);
+    let line = &r["renewals"][0];
+    assert_eq!(line["outcome"], "waiting", "{r}");
+    assert!(
+        line["detail"].as_str().unwrap().contains("PENDING"),
+        "{line}"
+    );
+
+    let t0 = Instant::now();
+    let released = run(&sd, &config, &["pool", "release", &pool, "--json"]);
+    assert_eq!(released.code, 0, "{}", released.stderr);
+    let r = json(&released.stdout);
+    assert_eq!(r["job_id"], first, "{r}");
+    assert!(!r["proof"].as_str().unwrap().is_empty(), "{r}");
+    assert_eq!(r["successor"]["job_id"], second, "{r}");
+    assert!(
+        r["successor"]["proof"]
+            .as_str()
+            .unwrap()
+            .contains(&second.to_string()),
+        "the proof names the successor: {r}"
+    );
+    eprintln!("released both in {:?}", t0.elapsed());
+    assert_eq!(
+        release_test_jobs_not_over(&[first, second]),
+        Vec::<String>::new()
+    );
+    let name = successor["job_name"].as_str().unwrap();
+    let t1 = Instant::now();
+    while release_test_process_naming(name) {
+        assert!(
+            t1.elapsed() < Duration::from_secs(15),
+            "the successor's salloc ({name}) still runs"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let status = json(&run(&sd, &config, &["pool", "status", "--json"]).stdout);
+    assert_eq!(status["pools"], serde_json::json!([]), "{status}");
+    // Nothing is asked for a released pool.
+    let r = json(&run(&sd, &config, &["reconcile", "--json"]).stdout);
+    assert!(r["renewals"].is_null(), "{r}");
+    let audit = run(&sd, &config, &["audit", "--json"]);
+    assert_eq!(audit.code, 0, "{}", audit.stdout);
+}

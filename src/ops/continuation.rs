@@ -218,7 +218,7 @@ fn ended_facts<S: Scheduler>(
         deadline_signalled: own.signals.iter().any(|s| s.reason == "deadline"),
         checkpoint_declared: own.checkpoint.is_some(),
         supervisor_finished: own.finished.is_some(),
-        term_forwarded: own.signals.iter().any(|s| s.reason == "forwarded"),
+        term_from_outside: own.term_from_outside(),
         state_class,
         published,
         saved,

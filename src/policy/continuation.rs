@@ -57,9 +57,10 @@ pub struct Ended {
     pub checkpoint_declared: bool,
     /// Its journal records its supervisor's end (`SupervisorFinished`).
     pub supervisor_finished: bool,
-    /// Its journal records a SIGTERM from outside forwarded to the payload (`ShutdownSignalled`,
-    /// reason `forwarded`: a stop, a preemption, a job's end).
-    pub term_forwarded: bool,
+    /// Its journal records a SIGTERM from outside (a stop, a preemption, a job's end):
+    /// forwarded to the payload (`ShutdownSignalled`, reason `forwarded`), or received after
+    /// Slurm's TERM to the whole step had ended the payload (`WorkerReport::term_from_outside`).
+    pub term_from_outside: bool,
     /// Its native state's class, from its journal's cleanup record.
     pub state_class: Option<StateClass>,
     /// Its verified publication: the directory and the manifest's digest (`Published`).
@@ -140,7 +141,7 @@ fn lost_in(proof: &str) -> bool {
 /// loss or its allocation's end, even when recorded with its end, came after (Slurm kills a
 /// failed node's steps outright, supervisor and all).
 pub fn cause(e: &Ended) -> Option<(Cause, String)> {
-    let on_its_own = e.supervisor_finished && !e.term_forwarded;
+    let on_its_own = e.supervisor_finished && !e.term_from_outside;
     if let Some(p) = e.node_lost.as_ref().filter(|_| !on_its_own) {
         return Some((Cause::NodeFailure, p.clone()));
     }
@@ -421,7 +422,7 @@ mod tests {
             deadline_signalled: bit(2),
             checkpoint_declared: bit(3),
             supervisor_finished: bit(7),
-            term_forwarded: bit(9),
+            term_from_outside: bit(9),
             state_class: classes[usize::from(bits >> 8) % classes.len()],
             published: bit(4).then(|| ("/p".to_owned(), "00".to_owned())),
             saved: bit(11).then(|| ("/p-checkpoint-1".to_owned(), "01".to_owned())),
@@ -496,9 +497,9 @@ mod tests {
             Some(Cause::Checkpoint),
             "nor by its allocation's end"
         );
-        e.term_forwarded = true;
+        e.term_from_outside = true;
         assert_eq!(of(&e), Some(Cause::NodeFailure));
-        e.term_forwarded = false;
+        e.term_from_outside = false;
         e.supervisor_finished = false;
         assert_eq!(of(&e), Some(Cause::NodeFailure));
     }
@@ -513,7 +514,7 @@ mod tests {
             panic!("continued without a checkpoint");
         };
         assert!(why.starts_with("its supervisor did not finish"), "{why}");
-        (e.supervisor_finished, e.term_forwarded) = (true, true);
+        (e.supervisor_finished, e.term_from_outside) = (true, true);
         assert_eq!(
             decide(&e, &all(1)),
             Decision::Refuse("no state class is recorded in its journal".into())

@@ -88,6 +88,16 @@ pub struct CancelReport {
     pub said: ScancelSaid,
 }
 
+impl CancelReport {
+    /// Why scancel did not accept the cancel, in its words; `None` when it did (exit 0, nothing
+    /// on stderr). A cancel by name that scancel did not accept leaves unknown whether anything
+    /// of that name is left.
+    pub fn not_accepted(&self) -> Option<String> {
+        (self.said != ScancelSaid::Accepted)
+            .then(|| format!("scancel said {:?}: {}", self.said, self.stderr.trim()))
+    }
+}
+
 /// The Slurm boundary. Queries give [`Answer`]s; actions give a definite result or an
 /// [`ActionError`] that says whether anything may have happened.
 pub trait Scheduler: Send + Sync {

@@ -106,6 +106,21 @@ impl WorkerReport {
         }
     }
 
+    /// Whether a SIGTERM from outside (a stop, a preemption, its job's end) reached this run:
+    /// its supervisor forwarded one to the payload, or recorded the payload's exit interrupted
+    /// with no signal and no signal of its own, which only a stop it received makes. Slurm
+    /// TERMs every process of a step at once (a preemption, on 22.05 and 24.11 here): a payload
+    /// that saves and exits at once ends before its supervisor forwards anything.
+    pub fn term_from_outside(&self) -> bool {
+        let forwarded = self.signals.iter().any(|s| s.reason == "forwarded");
+        let stopped_first = self.signals.is_empty()
+            && self
+                .exited
+                .as_ref()
+                .is_some_and(|e| e.interrupted && e.signal.is_none());
+        forwarded || stopped_first
+    }
+
     /// `passed`, `refused`, or none before the supervisor got that far.
     pub fn preflight(&self) -> Option<&'static str> {
         if self.refused.is_some() {
@@ -371,5 +386,34 @@ mod tests {
                 panic!("round {round}: {why}");
             }
         }
+    }
+
+    /// A TERM from outside is told by a forward, or by an exit the supervisor recorded
+    /// interrupted by nothing it sent and no signal (Slurm's TERM reached the payload first);
+    /// never by an exit of its own, one by a signal, or one at the deadline.
+    #[test]
+    fn a_term_from_outside_is_a_forward_or_an_interrupted_exit_without_a_signal() {
+        let exit = |interrupted: bool, signal: Option<i32>| PayloadExited {
+            code: signal.is_none().then_some(0),
+            signal,
+            interrupted,
+        };
+        let sent = |reason: &str| ShutdownSignalled {
+            signal: "TERM".into(),
+            reason: reason.into(),
+        };
+        let report =
+            |exited: Option<PayloadExited>, signals: Vec<ShutdownSignalled>| WorkerReport {
+                exited,
+                signals,
+                ..WorkerReport::default()
+            };
+        assert!(report(Some(exit(true, None)), vec![]).term_from_outside());
+        assert!(report(Some(exit(true, None)), vec![sent("forwarded")]).term_from_outside());
+        assert!(report(None, vec![sent("forwarded")]).term_from_outside());
+        assert!(!report(Some(exit(false, None)), vec![]).term_from_outside());
+        assert!(!report(Some(exit(true, Some(9))), vec![]).term_from_outside());
+        assert!(!report(Some(exit(true, None)), vec![sent("deadline")]).term_from_outside());
+        assert!(!report(None, vec![]).term_from_outside());
     }
 }

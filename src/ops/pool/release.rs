@@ -105,7 +105,7 @@ async fn release_by_name<S: Scheduler>(
     let pool = c.intent.pool.clone();
     let name =
         JobName::new(c.intent.job_name.clone()).map_err(|e| OpError::Failed(e.to_string()))?;
-    if let Err(e) = ctx.sched.cancel_by_name(&name).await {
+    if let Err(e) = cancel_named(ctx, &name).await {
         return Err(OpError::Unknown(format!(
             "{why}. Cancelling whatever is named {name} failed too ({e}); the creation stays \
              recorded. Run {} again",
@@ -118,6 +118,15 @@ async fn release_by_name<S: Scheduler>(
          (its salloc's outcome was never known)"
     );
     creation_released(ctx, c, proof, None)
+}
+
+/// `scancel --me --name=NAME`, accepted by scancel: then nothing of that name is left to run.
+/// Otherwise why not (a failed or refused scancel proves nothing).
+async fn cancel_named<S: Scheduler>(ctx: &Ctx<S>, name: &JobName) -> Result<(), String> {
+    match ctx.sched.cancel_by_name(name).await {
+        Ok(r) => r.not_accepted().map_or(Ok(()), Err),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Record a creation over once `proof` says nothing of it is left to run (unless a newer
@@ -323,9 +332,10 @@ async fn end_successor<S: Scheduler>(
         None => {
             let name = JobName::new(s.intent.job_name.clone())
                 .map_err(|e| OpError::Failed(e.to_string()))?;
-            ctx.sched.cancel_by_name(&name).await.map_err(|e| {
+            cancel_named(ctx, &name).await.map_err(|e| {
                 OpError::Unknown(format!(
-                    "the next allocation of pool {pool} ({name}) could not be cancelled by                      name ({e}); run {} again",
+                    "the next allocation of pool {pool} ({name}) could not be cancelled by \
+                     name ({e}); the pool stays recorded. Run {} again",
                     Next::PoolRelease(&pool)
                 ))
             })?;

@@ -18,7 +18,7 @@ use crate::policy::session::probe::rows_named;
 use crate::policy::session::{
     arbitrate, is_held, listing_of, probe_of, running_node, Arbitration, Probe,
 };
-use crate::slurm::{Answer, JobId, JobQuery, JobRow, JobState, ScancelSaid, Scheduler};
+use crate::slurm::{Answer, JobId, JobQuery, JobRow, JobState, Scheduler};
 
 /// The job a session keeps after its held job was settled.
 #[derive(Debug)]
@@ -220,8 +220,7 @@ async fn yield_to<S: Scheduler>(
     failpoint::hit("session-after-yield-decided");
     let result = env.ctx.sched.cancel_job(ours).await;
     let failure = match &result {
-        Ok(c) if c.said == ScancelSaid::Accepted => None,
-        Ok(c) => Some(format!("scancel said {:?}: {}", c.said, c.stderr.trim())),
+        Ok(c) => c.not_accepted(),
         Err(e) => Some(e.to_string()),
     };
     record_settled(env, r, ours, "cancelled", failure.clone())?;
