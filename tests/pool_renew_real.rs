@@ -7,10 +7,12 @@
 mod real_cluster;
 mod support;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use real_cluster::{cancel_jobs_named, dispatch_cmd, json, require_cluster, Run};
+use real_cluster::{
+    assert_started_after_end, cancel_jobs_named, create_renewing_pool, dispatch_with_config, json,
+    release_with_proof_then_audit, require_cluster, Run,
+};
 
 const PREFIX: &str = "dtrn-";
 
@@ -23,21 +25,7 @@ impl Drop for Cleanup {
 }
 
 fn run(sd: &std::path::Path, config: &std::path::Path, args: &[&str]) -> Run {
-    let mut all = vec!["--config", config.to_str().unwrap()];
-    all.extend_from_slice(args);
-    real_cluster::run(dispatch_cmd(sd, &all).output().unwrap())
-}
-
-/// sacct's start and end of `job` (`YYYY-MM-DDTHH:MM:SS`, which order as text).
-fn start_end(job: u64) -> (String, String) {
-    let out = Command::new("sacct")
-        .args(["-X", "-n", "-P", "-j", &job.to_string(), "-o", "Start,End"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().next().unwrap_or_default().to_owned();
-    let (s, e) = line.split_once('|').unwrap_or_default();
-    (s.to_owned(), e.to_owned())
+    dispatch_with_config(sd, config, args)
 }
 
 #[test]
@@ -49,30 +37,7 @@ fn a_renewing_pool_gets_its_second_allocation_only_after_the_first_is_over() {
     let sd = dir.path().join("state");
     let pool = format!("rn{}", std::process::id() % 100_000);
     let _cleanup = Cleanup(format!("{PREFIX}pool-{pool}-"));
-    let created = run(
-        &sd,
-        &config,
-        &[
-            "pool",
-            "create",
-            &pool,
-            "--cpus",
-            "1",
-            "--mem",
-            "100M",
-            "--time",
-            "3",
-            "--wait",
-            "120",
-            "--renew-max",
-            "2",
-            "--json",
-        ],
-    );
-    assert_eq!(created.code, 0, "{}", created.stderr);
-    let first = json(&created.stdout)["allocation"]["job_id"]
-        .as_u64()
-        .unwrap();
+    let first = create_renewing_pool(&sd, &config, &pool);
 
     // Reconcile every 5 s until the pool is on its second allocation (the first's 3 minutes,
     // and a margin for Slurm's scheduling and the end's proof).
@@ -98,19 +63,6 @@ fn a_renewing_pool_gets_its_second_allocation_only_after_the_first_is_over() {
     assert_eq!(p["allocation"]["job_id"], second, "{p}");
     assert_eq!(p["renewal"]["generation"], 2, "{p}");
     // Slurm started the second no earlier than the first ended.
-    let (_, first_end) = start_end(first);
-    let (second_start, _) = start_end(second);
-    assert!(
-        !first_end.is_empty() && first_end != "Unknown",
-        "{first_end}"
-    );
-    assert!(second_start >= first_end, "{second_start} < {first_end}");
-
-    let released = run(&sd, &config, &["pool", "release", &pool, "--json"]);
-    assert_eq!(released.code, 0, "{}", released.stderr);
-    let r = json(&released.stdout);
-    assert_eq!(r["job_id"], second, "{r}");
-    assert!(!r["proof"].as_str().unwrap().is_empty(), "{r}");
-    let audit = run(&sd, &config, &["audit", "--json"]);
-    assert_eq!(audit.code, 0, "{}", audit.stdout);
+    assert_started_after_end(second, first);
+    release_with_proof_then_audit(&sd, &config, &pool, second);
 }
