@@ -285,30 +285,8 @@ fn round(state: &Path, dir: &Path, worker: &str, pool: Option<&str>) -> Handover
 /// Allocate JobId=J` or backfill's `Started JobId=J`), from its log's millisecond stamps, if
 /// the log is readable: the wait for the scheduler's next pass, the same for any submission.
 fn scheduler_wait_ms(job: &str) -> Option<f64> {
-    let config = Command::new("scontrol")
-        .args(["show", "config"])
-        .output()
-        .ok()?;
-    let config = String::from_utf8_lossy(&config.stdout).into_owned();
-    let log = config
-        .lines()
-        .find_map(|l| l.strip_prefix("SlurmctldLogFile"))?
-        .split('=')
-        .nth(1)?
-        .trim()
-        .to_owned();
-    let text = std::fs::read_to_string(log).ok()?;
-    let at = |needles: &[String]| {
-        let line = text
-            .lines()
-            .rev()
-            .find(|l| needles.iter().any(|n| l.contains(n.as_str())))?;
-        let stamp = line.strip_prefix('[')?.split(']').next()?;
-        let t = chrono::NaiveDateTime::parse_from_str(stamp, "%Y-%m-%dT%H:%M:%S%.3f").ok()?;
-        Some(t.and_utc().timestamp_millis())
-    };
-    let submitted = at(&[format!("submit_batch_job: JobId={job} ")])?;
-    let allocated = at(&[
+    let submitted = timing::slurmctld_stamp_ms(&[format!("submit_batch_job: JobId={job} ")])?;
+    let allocated = timing::slurmctld_stamp_ms(&[
         format!("Allocate JobId={job} "),
         format!("Started JobId={job} "),
     ])?;

@@ -53,3 +53,28 @@ pub fn salloc(name: &str, args: &[&str]) -> Salloc {
         .unwrap_or_else(|| panic!("salloc failed: {stderr}"));
     Salloc(id)
 }
+
+/// The millisecond stamp (since the epoch) of slurmctld's last log line that holds one of
+/// `needles`, if the log (`SlurmctldLogFile`) is readable here.
+pub fn slurmctld_stamp_ms(needles: &[String]) -> Option<i64> {
+    let config = Command::new("scontrol")
+        .args(["show", "config"])
+        .output()
+        .ok()?;
+    let config = String::from_utf8_lossy(&config.stdout).into_owned();
+    let log = config
+        .lines()
+        .find_map(|l| l.strip_prefix("SlurmctldLogFile"))?
+        .split('=')
+        .nth(1)?
+        .trim()
+        .to_owned();
+    let text = std::fs::read_to_string(log).ok()?;
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| needles.iter().any(|n| l.contains(n.as_str())))?;
+    let stamp = line.strip_prefix('[')?.split(']').next()?;
+    let t = chrono::NaiveDateTime::parse_from_str(stamp, "%Y-%m-%dT%H:%M:%S%.3f").ok()?;
+    Some(t.and_utc().timestamp_millis())
+}
