@@ -31,11 +31,16 @@
 
 #[path = "timing/mod.rs"]
 mod timing;
-use timing::{run_ok, salloc};
+// The real-cluster tests' helpers: the same renewing pool and worker budgets.
+#[path = "../tests/real_cluster/mod.rs"]
+mod real_cluster;
+#[path = "../tests/support/mod.rs"]
+mod support;
+use timing::{json_of, now_us, run_ok, salloc, stamp};
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -50,38 +55,12 @@ fn dispatch(state: &Path, config: &Path) -> Command {
     c
 }
 
-fn json_of(cmd: &mut Command) -> Value {
-    let (_, out) = timing::timed(cmd);
-    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
-}
-
-fn now_us() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as i64
-}
-
 /// Cancels the bench's jobs by name when dropped (also on panic).
 struct Jobs;
 
 impl Drop for Jobs {
     fn drop(&mut self) {
-        let Ok(out) = Command::new("squeue")
-            .args(["--me", "-h", "-o", "%A|%j"])
-            .output()
-        else {
-            return;
-        };
-        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.split_once('|'))
-            .filter(|(_, n)| n.starts_with(PREFIX))
-            .map(|(id, _)| id.to_owned())
-            .collect();
-        if !ids.is_empty() {
-            let _ = Command::new("scancel").args(&ids).status();
-        }
+        real_cluster::cancel_jobs_named(PREFIX);
     }
 }
 
@@ -89,30 +68,12 @@ impl Drop for Jobs {
 /// worker's first generation then writes its native state and counts until SIGTERM, when it
 /// declares a checkpoint. Bare runs and later generations end at once.
 fn payload(dir: &Path, tag: &str) -> String {
-    format!(
-        r#"date +%s%N > "{dir}/{tag}-${{DISPATCH_GENERATION:-1}}"
-if [ "${{DISPATCH_GENERATION:-1}}" = 1 ] && [ -n "$DISPATCH_CHECKPOINT" ]; then
-  i=0; while [ $i -lt {STATE_FILES} ]; do
-    head -c 65536 /dev/urandom > "$DISPATCH_STATE_DIR/f$i"; i=$((i + 1)); done
-  trap 'touch "$DISPATCH_CHECKPOINT"; exit 0' TERM
-  while :; do sleep 0.1; done
-fi"#,
-        dir = dir.display()
+    timing::stamping_payload(
+        dir,
+        tag,
+        STATE_FILES,
+        "trap 'touch \"$DISPATCH_CHECKPOINT\"; exit 0' TERM; while :; do sleep 0.1; done",
     )
-}
-
-/// The payload's timestamp in µs since the epoch, once its file is written.
-fn stamp(path: &Path, within: Duration) -> i64 {
-    let until = Instant::now() + within;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if let Ok(ns) = text.trim().parse::<i64>() {
-                return ns / 1000;
-            }
-        }
-        assert!(Instant::now() < until, "{} never written", path.display());
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// The time (µs) of the first event of `kind` whose body has `key` = `value`.
@@ -201,18 +162,10 @@ fn bare(dir: &Path, i: usize) -> f64 {
         &format!("{PREFIX}bare"),
         &["-c", "1", "--mem", "100M", "--time", "5"],
     );
+    let granted_ms = (now_us() - start) as f64 / 1e3;
     let tag = format!("bare{i}");
-    run_ok(Command::new("srun").args([
-        "--jobid",
-        &alloc.0.to_string(),
-        "-n1",
-        "-c1",
-        "--mem=100M",
-        "sh",
-        "-c",
-        &payload(dir, &tag),
-    ]));
-    (stamp(&dir.join(format!("{tag}-1")), Duration::from_secs(10)) - start) as f64 / 1e3
+    let stamp_file = dir.join(format!("{tag}-1"));
+    granted_ms + timing::srun_payload_ms(alloc.0, &payload(dir, &tag), &stamp_file)
 }
 
 /// One round's figures, ms: the gap, the copy, the bare pair, and the stages from the step's
@@ -225,39 +178,13 @@ struct Round {
 }
 
 fn create_and_submit(state: &Path, config: &Path, dir: &Path, pool: &str) -> u64 {
-    let created = json_of(dispatch(state, config).args([
-        "pool",
-        "create",
-        pool,
-        "--cpus",
-        "1",
-        "--mem",
-        "100M",
-        "--time",
-        "3",
-        "--wait",
-        "120",
-        "--renew-max",
-        "2",
-        "--json",
-    ]));
-    let job = created["allocation"]["job_id"].as_u64().unwrap();
-    let budgets = [
-        "--publication-timeout",
-        "5",
-        "--native-state-budget",
-        "5",
-        "--cleanup-budget",
-        "5",
-        "--grace",
-        "5",
-    ];
+    let job = real_cluster::create_renewing_pool(state, config, pool);
     let script = payload(dir, pool);
     json_of(
         dispatch(state, config)
             .args(["pool", "submit", pool, "--cpus", "1", "--mem", "100M"])
             .args(["--continue", "1", "--continue-on", "time-limit"])
-            .args(budgets)
+            .args(real_cluster::WORKER_BUDGETS)
             .args(["--name", "w", "--json", "--", "sh", "-c", &script]),
     );
     stamp(&dir.join(format!("{pool}-1")), Duration::from_secs(60));

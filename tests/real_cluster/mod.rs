@@ -65,6 +65,19 @@ pub fn sacct_start_end(job: u64) -> (String, String) {
     (s.to_owned(), e.to_owned())
 }
 
+/// The budgets a worker gets in the real-cluster tests of continuation (and the renewal-gap
+/// bench): short, so that a few-minute job leaves a run after its early-shutdown window.
+pub const WORKER_BUDGETS: [&str; 8] = [
+    "--publication-timeout",
+    "5",
+    "--native-state-budget",
+    "5",
+    "--cleanup-budget",
+    "5",
+    "--grace",
+    "5",
+];
+
 /// A pool created for renewal tests: 1 CPU, 100M, 3-minute allocations, two in all
 /// (`--renew-max 2`); the first allocation's job id.
 pub fn create_renewing_pool(state_dir: &Path, config: &Path, pool: &str) -> u64 {
