@@ -26,11 +26,11 @@
 
 #[path = "timing/mod.rs"]
 mod timing;
-use timing::{run_ok, salloc};
+use timing::{json_of, now_us, run_ok, salloc, stamp};
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -44,45 +44,11 @@ fn dispatch(state: &Path) -> Command {
     c
 }
 
-fn json_of(cmd: &mut Command) -> Value {
-    let (_, out) = timing::timed(cmd);
-    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
-}
-
-fn now_us() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as i64
-}
-
 /// The payload: writes the time it starts (ns since the epoch) to `<dir>/<tag>-<generation>`;
 /// the first generation of a dispatch worker then writes its native state and declares a
 /// checkpoint. Bare runs are generation 1 without `DISPATCH_CHECKPOINT`.
 fn payload(dir: &Path, tag: &str) -> String {
-    format!(
-        r#"date +%s%N > "{dir}/{tag}-${{DISPATCH_GENERATION:-1}}"
-if [ "${{DISPATCH_GENERATION:-1}}" = 1 ] && [ -n "$DISPATCH_CHECKPOINT" ]; then
-  i=0; while [ $i -lt {STATE_FILES} ]; do
-    head -c 65536 /dev/urandom > "$DISPATCH_STATE_DIR/f$i"; i=$((i + 1)); done
-  touch "$DISPATCH_CHECKPOINT"
-fi"#,
-        dir = dir.display()
-    )
-}
-
-/// The payload's timestamp in µs since the epoch, once its file is written.
-fn stamp(path: &Path, within: Duration) -> i64 {
-    let until = Instant::now() + within;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if let Ok(ns) = text.trim().parse::<i64>() {
-                return ns / 1000;
-            }
-        }
-        assert!(Instant::now() < until, "{} never written", path.display());
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    timing::stamping_payload(dir, tag, STATE_FILES, "touch \"$DISPATCH_CHECKPOINT\"")
 }
 
 fn events(state: &Path) -> Vec<Value> {
@@ -285,30 +251,8 @@ fn round(state: &Path, dir: &Path, worker: &str, pool: Option<&str>) -> Handover
 /// Allocate JobId=J` or backfill's `Started JobId=J`), from its log's millisecond stamps, if
 /// the log is readable: the wait for the scheduler's next pass, the same for any submission.
 fn scheduler_wait_ms(job: &str) -> Option<f64> {
-    let config = Command::new("scontrol")
-        .args(["show", "config"])
-        .output()
-        .ok()?;
-    let config = String::from_utf8_lossy(&config.stdout).into_owned();
-    let log = config
-        .lines()
-        .find_map(|l| l.strip_prefix("SlurmctldLogFile"))?
-        .split('=')
-        .nth(1)?
-        .trim()
-        .to_owned();
-    let text = std::fs::read_to_string(log).ok()?;
-    let at = |needles: &[String]| {
-        let line = text
-            .lines()
-            .rev()
-            .find(|l| needles.iter().any(|n| l.contains(n.as_str())))?;
-        let stamp = line.strip_prefix('[')?.split(']').next()?;
-        let t = chrono::NaiveDateTime::parse_from_str(stamp, "%Y-%m-%dT%H:%M:%S%.3f").ok()?;
-        Some(t.and_utc().timestamp_millis())
-    };
-    let submitted = at(&[format!("submit_batch_job: JobId={job} ")])?;
-    let allocated = at(&[
+    let submitted = timing::slurmctld_stamp_ms(&[format!("submit_batch_job: JobId={job} ")])?;
+    let allocated = timing::slurmctld_stamp_ms(&[
         format!("Allocate JobId={job} "),
         format!("Started JobId={job} "),
     ])?;
@@ -382,18 +326,7 @@ fn bare_chain(dir: &Path, i: usize) -> (f64, f64, f64) {
 /// The bare `srun --jobid=J` of the same payload: spawn to the payload's timestamp, ms.
 fn bare_srun(job: u32, dir: &Path, i: usize) -> f64 {
     let tag = format!("srun{i}");
-    let start = now_us();
-    run_ok(Command::new("srun").args([
-        "--jobid",
-        &job.to_string(),
-        "-n1",
-        "-c1",
-        "--mem=100M",
-        "sh",
-        "-c",
-        &payload(dir, &tag),
-    ]));
-    (stamp(&dir.join(format!("{tag}-1")), Duration::from_secs(10)) - start) as f64 / 1e3
+    timing::srun_payload_ms(job, &payload(dir, &tag), &dir.join(format!("{tag}-1")))
 }
 
 fn med(mut xs: Vec<f64>) -> f64 {

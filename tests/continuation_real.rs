@@ -33,23 +33,11 @@ const STUBBORN: &str = r#"trap '' TERM
 echo "$DISPATCH_GENERATION" >> "$DISPATCH_STATE_DIR/runs"
 while :; do sleep 0.1; done"#;
 
-/// The budgets every worker of this test gets: short, so a 2-minute job leaves a run.
-const BUDGETS: [&str; 8] = [
-    "--publication-timeout",
-    "5",
-    "--native-state-budget",
-    "5",
-    "--cleanup-budget",
-    "5",
-    "--grace",
-    "5",
-];
-
 fn submit(state: &Path, name: &str, extra: &[&str], script: &str) {
     let mut args = vec![
         "submit", "--cpus", "1", "--mem", "100M", "--time", "2", "--name", name, "--json",
     ];
-    args.extend_from_slice(&BUDGETS);
+    args.extend_from_slice(&real_cluster::WORKER_BUDGETS);
     args.extend_from_slice(extra);
     args.extend_from_slice(&["--", "sh", "-c", script]);
     let r = dispatch(state, &args);

@@ -12,7 +12,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use real_cluster::{cancel_jobs_named, dispatch_cmd, json, require_cluster, Run};
+use real_cluster::{
+    assert_started_after_end, cancel_jobs_named, dispatch_with_config, json, require_cluster, Run,
+};
 
 const PREFIX: &str = "dtrn-";
 
@@ -25,21 +27,7 @@ impl Drop for Cleanup {
 }
 
 fn run(sd: &Path, config: &Path, args: &[&str]) -> Run {
-    let mut all = vec!["--config", config.to_str().unwrap()];
-    all.extend_from_slice(args);
-    real_cluster::run(dispatch_cmd(sd, &all).output().unwrap())
-}
-
-/// sacct's start and end of `job` (`YYYY-MM-DDTHH:MM:SS`, which order as text).
-fn start_end(job: u64) -> (String, String) {
-    let out = Command::new("sacct")
-        .args(["-X", "-n", "-P", "-j", &job.to_string(), "-o", "Start,End"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().next().unwrap_or_default().to_owned();
-    let (s, e) = line.split_once('|').unwrap_or_default();
-    (s.to_owned(), e.to_owned())
+    dispatch_with_config(sd, config, args)
 }
 
 /// The payload: counts in its native state every 0.1 s; on SIGTERM (its early-shutdown
@@ -194,10 +182,7 @@ fn a_renewing_pool_lives_three_allocations_one_at_a_time_and_its_workers_count_o
     // Never two allocations at once: Slurm started each no earlier than the last ended.
     let jobs = [first, seen.renewed[0], seen.renewed[1]];
     for pair in jobs.windows(2) {
-        let (_, end) = start_end(pair[0]);
-        let (start, _) = start_end(pair[1]);
-        assert!(!end.is_empty() && end != "Unknown", "{pair:?}: {end}");
-        assert!(start >= end, "{pair:?}: {start} < {end}");
+        assert_started_after_end(pair[1], pair[0]);
     }
 
     // The release stops the third generations (they checkpoint) and ends the allocation.

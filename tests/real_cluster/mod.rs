@@ -46,6 +46,86 @@ pub fn dispatch_cmd(state_dir: &Path, args: &[&str]) -> Command {
     c
 }
 
+/// `dispatch --state-dir SD --config CONFIG args…`, run to its end.
+pub fn dispatch_with_config(state_dir: &Path, config: &Path, args: &[&str]) -> Run {
+    let mut all = vec!["--config", config.to_str().unwrap()];
+    all.extend_from_slice(args);
+    dispatch(state_dir, &all)
+}
+
+/// sacct's start and end of `job` (`YYYY-MM-DDTHH:MM:SS`, which order as text).
+pub fn sacct_start_end(job: u64) -> (String, String) {
+    let out = Command::new("sacct")
+        .args(["-X", "-n", "-P", "-j", &job.to_string(), "-o", "Start,End"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().next().unwrap_or_default().to_owned();
+    let (s, e) = line.split_once('|').unwrap_or_default();
+    (s.to_owned(), e.to_owned())
+}
+
+/// The budgets a worker gets in the real-cluster tests of continuation (and the renewal-gap
+/// bench): short, so that a few-minute job leaves a run after its early-shutdown window.
+pub const WORKER_BUDGETS: [&str; 8] = [
+    "--publication-timeout",
+    "5",
+    "--native-state-budget",
+    "5",
+    "--cleanup-budget",
+    "5",
+    "--grace",
+    "5",
+];
+
+/// A pool created for renewal tests: 1 CPU, 100M, 3-minute allocations, two in all
+/// (`--renew-max 2`); the first allocation's job id.
+pub fn create_renewing_pool(state_dir: &Path, config: &Path, pool: &str) -> u64 {
+    let args = [
+        "pool",
+        "create",
+        pool,
+        "--cpus",
+        "1",
+        "--mem",
+        "100M",
+        "--time",
+        "3",
+        "--wait",
+        "120",
+        "--renew-max",
+        "2",
+        "--json",
+    ];
+    let created = dispatch_with_config(state_dir, config, &args);
+    assert_eq!(created.code, 0, "{}", created.stderr);
+    json(&created.stdout)["allocation"]["job_id"]
+        .as_u64()
+        .unwrap()
+}
+
+/// Slurm started job `second` no earlier than job `first` ended (sacct).
+pub fn assert_started_after_end(second: u64, first: u64) {
+    let (_, first_end) = sacct_start_end(first);
+    let (second_start, _) = sacct_start_end(second);
+    assert!(
+        !first_end.is_empty() && first_end != "Unknown",
+        "{first_end}"
+    );
+    assert!(second_start >= first_end, "{second_start} < {first_end}");
+}
+
+/// `pool release` ends the pool's allocation `job` with proof, and `audit` is ok after it.
+pub fn release_with_proof_then_audit(state_dir: &Path, config: &Path, pool: &str, job: u64) {
+    let released = dispatch_with_config(state_dir, config, &["pool", "release", pool, "--json"]);
+    assert_eq!(released.code, 0, "{}", released.stderr);
+    let r = json(&released.stdout);
+    assert_eq!(r["job_id"], job, "{r}");
+    assert!(!r["proof"].as_str().unwrap().is_empty(), "{r}");
+    let audit = dispatch_with_config(state_dir, config, &["audit", "--json"]);
+    assert_eq!(audit.code, 0, "{}", audit.stdout);
+}
+
 pub fn dispatch(state_dir: &Path, args: &[&str]) -> Run {
     run(dispatch_cmd(state_dir, args)
         .output()
