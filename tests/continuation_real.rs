@@ -11,22 +11,13 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use real_cluster::{dispatch, json, require_cluster};
+use real_cluster::{add_counter_source, dispatch, json, require_cluster, COUNTER};
 
 fn events(state: &Path) -> Vec<serde_json::Value> {
     let r = dispatch(state, &["journal", "dump", "--json"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     r.stdout.lines().map(json).collect()
 }
-
-/// The payload of the continuation test: counts in its native state every 0.1 s; on SIGTERM
-/// saves the count, appends what this generation counted to `counted`, commits a line naming
-/// its generation in its checkout, and declares a checkpoint.
-const COUNTER: &str = r#"f="$DISPATCH_STATE_DIR/count"
-n=$(cat "$f" 2>/dev/null || echo 0)
-start=$n
-trap 'echo $n > "$f"; echo $((n - start)) >> "$DISPATCH_STATE_DIR/counted"; echo "generation $DISPATCH_GENERATION" >> generations; git add generations && git -c user.name=t -c user.email=t@example.org commit -qm "generation $DISPATCH_GENERATION"; touch "$DISPATCH_CHECKPOINT"; exit 0' TERM
-while :; do n=$((n + 1)); sleep 0.1; done"#;
 
 /// A payload that ignores SIGTERM: killed after the grace, it declares nothing.
 const STUBBORN: &str = r#"trap '' TERM
@@ -64,21 +55,6 @@ fn of_kind<'a>(
         .collect()
 }
 
-/// A source repository of one commit, added as asset `src`.
-fn add_source(state: &Path, root: &Path) {
-    let repo = root.join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    support::git(&repo, &["init", "-q"]);
-    std::fs::write(repo.join("README"), "a counter\n").unwrap();
-    support::git(&repo, &["add", "."]);
-    support::git(&repo, &["commit", "-qm", "first"]);
-    let r = dispatch(
-        state,
-        &["asset", "add-source", "src", repo.to_str().unwrap()],
-    );
-    assert_eq!(r.code, 0, "{}", r.stderr);
-}
-
 /// Issue 37 on the real cluster, four workers side by side, each job `--time 2`:
 /// - a counter with `--continue 2` runs as three jobs, each submitted only after the last was
 ///   proven over, each resuming from the last's checkpoint: the final count is the sum of what
@@ -96,7 +72,7 @@ fn continued_workers_count_everything_once_and_only_what_was_asked_is_continued(
     let pid = std::process::id();
     let [counter, stubborn, crashed, stopped] =
         ["counter", "stubborn", "crashed", "stopped"].map(|w| format!("{w}-{pid}"));
-    add_source(&state, tmp.path());
+    add_counter_source(&state, None, tmp.path());
     submit(
         &state,
         &counter,

@@ -13,7 +13,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use real_cluster::{
-    assert_started_after_end, cancel_jobs_named, dispatch_with_config, json, require_cluster, Run,
+    add_counter_source, assert_started_after_end, cancel_jobs_named, dispatch_with_config, json,
+    require_cluster, Run, COUNTER,
 };
 
 const PREFIX: &str = "dtrn-";
@@ -30,18 +31,6 @@ fn run(sd: &Path, config: &Path, args: &[&str]) -> Run {
     dispatch_with_config(sd, config, args)
 }
 
-/// The payload: counts in its native state every 0.1 s; on SIGTERM (its early-shutdown
-/// deadline, or a stop) saves the count, appends what this generation counted to `counted`,
-/// commits a line naming its generation in its checkout, and declares a checkpoint. It ignores
-/// a second TERM: a stop's `scancel --signal=TERM` reaches every process of the step, and the
-/// supervisor forwards its own TERM to the payload too (seen on 24.11: a generation counted
-/// twice).
-const COUNTER: &str = r#"f="$DISPATCH_STATE_DIR/count"
-n=$(cat "$f" 2>/dev/null || echo 0)
-start=$n
-trap 'trap "" TERM; echo $n > "$f"; echo $((n - start)) >> "$DISPATCH_STATE_DIR/counted"; echo "generation $DISPATCH_GENERATION" >> generations; git add generations && git -c user.name=t -c user.email=t@example.org commit -qm "generation $DISPATCH_GENERATION"; touch "$DISPATCH_CHECKPOINT"; exit 0' TERM
-while :; do n=$((n + 1)); sleep 0.1; done"#;
-
 /// Short budgets, so a 3-minute allocation leaves a run before the shutdown window; a grace
 /// long enough for the payload's `git commit` on a loaded machine (with 5 s, one CI run's
 /// third generation was killed mid-commit: its count saved, its commit not).
@@ -55,23 +44,6 @@ const BUDGETS: [&str; 8] = [
     "--grace",
     "20",
 ];
-
-/// A source repository of one commit, added as asset `src`.
-fn add_source(sd: &Path, config: &Path, root: &Path) -> std::path::PathBuf {
-    let repo = root.join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    support::git(&repo, &["init", "-q"]);
-    std::fs::write(repo.join("README"), "a counter\n").unwrap();
-    support::git(&repo, &["add", "."]);
-    support::git(&repo, &["commit", "-qm", "first"]);
-    let r = run(
-        sd,
-        config,
-        &["asset", "add-source", "src", repo.to_str().unwrap()],
-    );
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    repo
-}
 
 /// What one `reconcile` did that this test follows.
 #[derive(Default, Debug)]
@@ -108,7 +80,7 @@ fn a_renewing_pool_lives_three_allocations_one_at_a_time_and_its_workers_count_o
     let sd = dir.path().join("state");
     let pool = format!("rn{}", std::process::id() % 100_000);
     let _cleanup = Cleanup(format!("{PREFIX}pool-{pool}-"));
-    let repo = add_source(&sd, &config, dir.path());
+    let repo = add_counter_source(&sd, Some(&config), dir.path());
     let created = run(
         &sd,
         &config,

@@ -65,6 +65,40 @@ pub fn sacct_start_end(job: u64) -> (String, String) {
     (s.to_owned(), e.to_owned())
 }
 
+/// The counter payload of the continuation and renewal tests: counts in its native state every
+/// 0.1 s; on SIGTERM (its early-shutdown deadline, or a stop) saves the count, appends what this
+/// generation counted to `counted`, commits a line naming its generation in its checkout, and
+/// declares a checkpoint. It ignores a second TERM: a stop's `scancel --signal=TERM` reaches
+/// every process of the step, and the supervisor forwards its own TERM to the payload too (seen
+/// on 24.11: a generation counted twice).
+pub const COUNTER: &str = r#"f="$DISPATCH_STATE_DIR/count"
+n=$(cat "$f" 2>/dev/null || echo 0)
+start=$n
+trap 'trap "" TERM; echo $n > "$f"; echo $((n - start)) >> "$DISPATCH_STATE_DIR/counted"; echo "generation $DISPATCH_GENERATION" >> generations; git add generations && git -c user.name=t -c user.email=t@example.org commit -qm "generation $DISPATCH_GENERATION"; touch "$DISPATCH_CHECKPOINT"; exit 0' TERM
+while :; do n=$((n + 1)); sleep 0.1; done"#;
+
+/// A source repository of one commit at `root/repo`, added to `state_dir` (with `config`, when
+/// given) as asset `src`, for [`COUNTER`]'s commits: the repository.
+pub fn add_counter_source(
+    state_dir: &Path,
+    config: Option<&Path>,
+    root: &Path,
+) -> std::path::PathBuf {
+    let repo = root.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    crate::support::git(&repo, &["init", "-q"]);
+    std::fs::write(repo.join("README"), "a counter\n").unwrap();
+    crate::support::git(&repo, &["add", "."]);
+    crate::support::git(&repo, &["commit", "-qm", "first"]);
+    let args = ["asset", "add-source", "src", repo.to_str().unwrap()];
+    let r = match config {
+        Some(config) => dispatch_with_config(state_dir, config, &args),
+        None => dispatch(state_dir, &args),
+    };
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    repo
+}
+
 /// The budgets a worker gets in the real-cluster tests of continuation (and the renewal-gap
 /// bench): short, so that a few-minute job leaves a run after its early-shutdown window.
 pub const WORKER_BUDGETS: [&str; 8] = [
