@@ -1,6 +1,7 @@
-//! Workers continued past the end of their job or allocation (`--continue N`): `reconcile`
-//! runs [`continue_due`] after it has recorded what it proved, before `resubmit_due` (the
-//! resubmission after a node failure, which a worker that asked to be continued waits for).
+//! Workers continued past the end of their job or allocation (`--continue N`): the successor
+//! driver (`ops::successor`, which `reconcile` runs after it has recorded what it proved)
+//! calls [`continue_one`] for each worker that asked and is due, before any resubmission after
+//! a node failure (which a worker that asked to be continued waits for).
 //!
 //! For each worker that asked and is proven over (`state::continuation`), the facts of its
 //! end are gathered (its terminal proof, its pool's lost node or ended allocation, and its own
@@ -61,93 +62,76 @@ crate::words! {
     }
 }
 
-/// Whose continuations a run decides.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Scope<'a> {
-    /// `dispatch submit`'s workers.
-    Jobs,
-    /// Pool workers: of one pool, or of every pool.
-    Pools(Option<&'a str>),
-}
-
-impl Scope<'_> {
-    fn covers(self, c: &Continuable) -> bool {
-        match (self, c.pool.as_deref()) {
-            (Scope::Jobs, pool) => pool.is_none(),
-            (Scope::Pools(only), Some(pool)) => only.is_none_or(|p| p == pool),
-            (Scope::Pools(_), None) => false,
-        }
-    }
-}
-
-/// Decide, and submit, every continuation due in `scope`, in submission-id order.
-pub(crate) async fn continue_due<S: Scheduler>(
+/// Decide, and submit, the continuation of worker `id` (proven over, `c`), from the state the
+/// run read (`state`).
+pub(crate) async fn continue_one<S: Scheduler>(
     ctx: &Ctx<S>,
-    scope: Scope<'_>,
-) -> Result<Vec<Continuation>, OpError> {
-    let state = ctx.read_state()?;
-    let due: Vec<(Uuid, Continuable)> = state
-        .jobs
-        .continuations
-        .ended_ones()
-        .filter(|(_, c)| scope.covers(c))
-        .map(|(id, c)| (*id, c.clone()))
-        .collect();
-    let mut done = Vec::with_capacity(due.len());
-    for (id, c) in due {
-        let mut line = Continuation {
-            pool: c.pool.clone(),
-            worker: c.worker.clone(),
-            predecessor: id.to_string(),
-            generation: None,
-            submission_id: None,
-            outcome: ContinueOutcome::Unknown,
-            detail: String::new(),
-        };
-        let ended = match ended_facts(ctx, &state, id, &c) {
-            Ok(ended) => ended,
-            // Its own journal could not be read now: decided by a later `reconcile`, never
-            // refused for a read that may succeed then.
-            Err(e) => {
-                line.detail = format!("its worker journal could not be read: {e}");
-                done.push(line);
-                continue;
-            }
-        };
-        let decision = policy::decide(&ended, &asked(&c));
-        match decision {
-            Decision::Refuse(reason) => {
-                refuse(ctx, id, &reason)?;
-                (line.outcome, line.detail) = (ContinueOutcome::Refused, reason);
-            }
-            Decision::Continue {
-                cause,
-                proof,
-                from_crash_class,
-                from_saved,
-            } => {
-                let from = if from_saved {
-                    ended.saved.as_ref()
-                } else {
-                    ended.published.as_ref()
-                };
-                let continued = WorkerContinued {
-                    submission_id: Uuid::nil(),
-                    predecessor: id,
-                    generation: c.generation + 1,
-                    cause: cause.as_str().to_owned(),
-                    proof,
-                    published_dir: from.map(|p| p.0.clone()),
-                    manifest_sha256: from.and_then(manifest_of),
-                    from_crash_class,
-                };
-                line.generation = Some(continued.generation);
-                submit_successor(ctx, &state, &c, continued, &mut line).await?;
-            }
+    state: &State,
+    id: Uuid,
+    c: &Continuable,
+) -> Result<Continuation, OpError> {
+    let mut line = Continuation {
+        pool: c.pool.clone(),
+        worker: c.worker.clone(),
+        predecessor: id.to_string(),
+        generation: None,
+        submission_id: None,
+        outcome: ContinueOutcome::Unknown,
+        detail: String::new(),
+    };
+    let ended = match ended_facts(ctx, state, id, c) {
+        Ok(ended) => ended,
+        // Its own journal could not be read now: decided by a later `reconcile`, never
+        // refused for a read that may succeed then.
+        Err(e) => {
+            line.detail = format!("its worker journal could not be read: {e}");
+            return Ok(line);
         }
-        done.push(line);
+    };
+    match policy::decide(&ended, &asked(c)) {
+        Decision::Refuse(reason) => {
+            refuse(ctx, id, &reason)?;
+            (line.outcome, line.detail) = (ContinueOutcome::Refused, reason);
+        }
+        Decision::Continue {
+            cause,
+            proof,
+            from_crash_class,
+            from_saved,
+        } => {
+            let from = if from_saved {
+                ended.saved.as_ref()
+            } else {
+                ended.published.as_ref()
+            };
+            let continued = WorkerContinued {
+                submission_id: Uuid::nil(),
+                predecessor: id,
+                generation: c.generation + 1,
+                cause: cause.as_str().to_owned(),
+                proof,
+                published_dir: from.map(|p| p.0.clone()),
+                manifest_sha256: from.and_then(manifest_of),
+                from_crash_class,
+            };
+            line.generation = Some(continued.generation);
+            submit_successor(ctx, state, c, continued, &mut line).await?;
+        }
     }
-    Ok(done)
+    Ok(line)
+}
+
+/// A continuation not decided now, and why (`reconcile` lists it).
+pub(crate) fn waiting(id: Uuid, c: &Continuable, why: String) -> Continuation {
+    Continuation {
+        pool: c.pool.clone(),
+        worker: c.worker.clone(),
+        predecessor: id.to_string(),
+        generation: None,
+        submission_id: None,
+        outcome: ContinueOutcome::Waiting,
+        detail: why,
+    }
 }
 
 /// `ContinuationRefused`, unless another command settled it meanwhile.

@@ -22,5 +22,6 @@ pub mod report;
 pub mod session;
 pub mod spec;
 pub mod submit;
+pub mod successor;
 pub mod trial;
 pub mod watermark;

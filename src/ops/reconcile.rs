@@ -25,12 +25,12 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::context::{append_if, micros_to_local, Ctx};
-use super::continuation::{continue_due, Scope};
 use super::error::OpError;
 use super::pool::{
     active_worker, locked, process_alive, reconcile_creation, release_proven, srun_refused_launch,
     step_name, worker_journal_news, CreationReconciled,
 };
+use super::successor::follow_due;
 use crate::event::jobs::{JobSubmitFailed, JobSubmitted, JobTerminal};
 use crate::event::pool::{
     PoolAllocationEnded, PoolNodeLost, WorkerLaunchFailed, WorkerStepObserved,
@@ -38,6 +38,7 @@ use crate::event::pool::{
 use crate::event::Event;
 use crate::event::Micros;
 use crate::failpoint;
+use crate::policy::lineage::{InGrace, Scope};
 use crate::policy::reconcile::{
     self, JobDecision, JobSeen, JobsObservation, PoolJudgement, PoolObservation, SrunSeen, Verdict,
     WorkerObservation, WorkerSeen,
@@ -251,7 +252,7 @@ pub async fn reconcile<S: Scheduler>(
     reconcile_jobs(ctx, state, &mut report).await?;
     // Only a job worker that asked can be continued here; pool workers after their pools.
     if !state.jobs.continuations.asked.is_empty() {
-        report.continued = continue_due(ctx, Scope::Jobs).await?;
+        report.continued = follow_due(ctx, Scope::Jobs, &[]).await?.continued;
     }
     for c in state.pools.creations.values() {
         if only_pool.is_none_or(|n| c.intent.pool == n) {
@@ -268,70 +269,25 @@ pub async fn reconcile<S: Scheduler>(
     if state.pools.pools.values().any(|p| p.renewal.is_some()) {
         report.renewals = crate::ops::pool::renew_due(ctx, only_pool).await?;
     }
-    // After the pools' proofs, before their resubmissions (which wait for this decision); a
-    // continuation waiting for a pool that is gone is still listed.
-    if !state.jobs.continuations.asked.is_empty() {
-        let pools = continue_pools_due(ctx, only_pool, &report.preempted).await?;
-        report.continued.extend(pools);
-    }
-    // Only a worker that asked for it can become due: otherwise no second look at the
-    // journal on reconcile's path.
-    if !pools.is_empty() && !state.pools.requests.is_empty() {
-        report.resubmitted = crate::ops::pool::resubmit_due(ctx, only_pool).await?;
+    // After the pools' proofs and renewals (a continuation goes to the allocation a renewal made
+    // the pool's); a continuation waiting for a pool that is gone is still listed. Only a
+    // worker that asked for either can become due: otherwise no second look at the journal on
+    // reconcile's path.
+    let resubmittable = !pools.is_empty() && !state.pools.requests.is_empty();
+    if !state.jobs.continuations.asked.is_empty() || resubmittable {
+        let in_grace: Vec<InGrace<'_>> = (report.preempted.iter())
+            .map(|p| InGrace {
+                pool: &p.pool,
+                job_id: p.job_id,
+                until: p.preempted.until(),
+            })
+            .collect();
+        let followed = follow_due(ctx, Scope::Pools(only_pool), &in_grace).await?;
+        report.continued.extend(followed.continued);
+        report.resubmitted = followed.resubmitted;
     }
     report.slurm_calls = ctx.sched.call_counts().since(&calls_before).total();
     Ok(report)
-}
-
-/// The pool workers' continuations due, but none of a pool whose allocation is in Slurm's
-/// preemption grace (`preempted`): its workers got Slurm's SIGTERM, and one that checkpointed
-/// and exited already ended as if on its own; its cause is Slurm's, `preempted`, proven when
-/// the allocation's end is (`PoolAllocationEnded` naming `PREEMPTED`), and a successor belongs
-/// in no allocation about to be killed. They wait, listed, for a later run.
-async fn continue_pools_due<S: Scheduler>(
-    ctx: &Ctx<S>,
-    only_pool: Option<&str>,
-    preempted: &[PoolPreempted],
-) -> Result<Vec<crate::ops::continuation::Continuation>, OpError> {
-    use crate::ops::continuation::{Continuation, ContinueOutcome};
-    if preempted.is_empty() {
-        return continue_due(ctx, Scope::Pools(only_pool)).await;
-    }
-    let state = ctx.read_state()?;
-    let mut names = std::collections::BTreeSet::new();
-    let mut done = Vec::new();
-    for (id, c) in state.jobs.continuations.ended_ones() {
-        let Some(pool) = c
-            .pool
-            .as_deref()
-            .filter(|p| only_pool.is_none_or(|o| o == *p))
-        else {
-            continue;
-        };
-        match preempted.iter().find(|x| x.pool == pool) {
-            Some(x) => done.push(Continuation {
-                pool: Some(pool.to_owned()),
-                worker: c.worker.clone(),
-                predecessor: id.to_string(),
-                generation: None,
-                submission_id: None,
-                outcome: ContinueOutcome::Waiting,
-                detail: format!(
-                    "its pool's allocation (job {}) is in Slurm's preemption grace, {}: \
-                     decided once its end is proven",
-                    x.job_id,
-                    x.preempted.until()
-                ),
-            }),
-            None => {
-                names.insert(pool.to_owned());
-            }
-        }
-    }
-    for pool in &names {
-        done.extend(continue_due(ctx, Scope::Pools(Some(pool))).await?);
-    }
-    Ok(done)
 }
 
 /// The state as a first look sees it. Decided from it with the lock released while Slurm

@@ -9,6 +9,9 @@
 //! gives), or it has no room for it on its nodes as they were recorded (the refusal a submit
 //! would give); `refused` with the reason `ContinuationRefused` recorded; `continued` once its
 //! successor's receipt is written.
+//!
+//! It also says which ended workers a successor is due for ([`due`]): the one set
+//! `ops::successor` walks, for a continuation and for a replacement after a node failure alike.
 
 use std::collections::HashMap;
 
@@ -18,7 +21,9 @@ use uuid::Uuid;
 use crate::event::pool::WorkerContinued;
 use crate::policy::placement;
 use crate::policy::pool::{place_among, Budgets, WorkerAsk};
+use crate::slurm::JobId;
 use crate::state::continuation::{Continuable, Request};
+use crate::state::pool::Resubmittable;
 use crate::state::State;
 
 crate::words! {
@@ -195,12 +200,101 @@ fn no_room(state: &State, c: &Continuable) -> Option<String> {
     Some(format!("continuation waiting for room: {refusal}"))
 }
 
+/// Whose successors one run decides.
+#[derive(Clone, Copy, Debug)]
+pub enum Scope<'a> {
+    /// `dispatch submit`'s workers.
+    Jobs,
+    /// Pool workers: of one pool, or of every pool.
+    Pools(Option<&'a str>),
+}
+
+impl Scope<'_> {
+    pub fn covers(self, pool: Option<&str>) -> bool {
+        match (self, pool) {
+            (Scope::Jobs, pool) => pool.is_none(),
+            (Scope::Pools(only), Some(pool)) => only.is_none_or(|p| p == pool),
+            (Scope::Pools(_), None) => false,
+        }
+    }
+}
+
+/// What follows a worker proven over, due now.
+#[derive(Clone, Copy, Debug)]
+pub enum Follow<'s> {
+    /// It asked to be continued (`--continue N`).
+    Continue(Uuid, &'s Continuable),
+    /// A node failure ended it and it asked to be submitted again
+    /// (`--resubmit-on-node-failure N`), with no continuation of it pending.
+    Replace(Uuid, &'s Resubmittable),
+}
+
+impl Follow<'_> {
+    pub fn pool(&self) -> Option<&str> {
+        match self {
+            Follow::Continue(_, c) => c.pool.as_deref(),
+            Follow::Replace(_, r) => Some(&r.pool),
+        }
+    }
+
+    fn id(&self) -> Uuid {
+        match self {
+            Follow::Continue(id, _) | Follow::Replace(id, _) => *id,
+        }
+    }
+}
+
+/// Every ended worker of `scope` a successor is due for, by submission id. One that asked to be
+/// continued is decided as a continuation first, and only once that is refused may a node
+/// failure's replacement follow it ([`replacement_after_refusal`]): one successor, never two.
+pub fn due<'s>(state: &'s State, scope: Scope<'_>) -> Vec<Follow<'s>> {
+    let asked = &state.jobs.continuations.asked;
+    let continued = (state.jobs.continuations.ended_ones())
+        .filter(|(_, c)| scope.covers(c.pool.as_deref()))
+        .map(|(id, c)| Follow::Continue(*id, c));
+    let replaced = (state.pools.requests.iter())
+        .filter(|(id, r)| r.due.is_some() && scope.covers(Some(&r.pool)) && !asked.contains_key(id))
+        .map(|(id, r)| Follow::Replace(*id, r));
+    let mut due: Vec<Follow<'s>> = continued.chain(replaced).collect();
+    due.sort_by_key(Follow::id);
+    due
+}
+
+/// The replacement a node failure left due for worker `id`, whose continuation was refused
+/// just now: as the state was before the refusal (which settles only the continuation).
+pub fn replacement_after_refusal(state: &State, id: Uuid) -> Option<&Resubmittable> {
+    state.pools.requests.get(&id).filter(|r| r.due.is_some())
+}
+
+/// A pool whose allocation `reconcile` saw in Slurm's preemption grace (`PreemptTime`).
+#[derive(Clone, Debug)]
+pub struct InGrace<'a> {
+    pub pool: &'a str,
+    pub job_id: JobId,
+    /// `preempted, ends at …`.
+    pub until: String,
+}
+
+/// Why nothing follows `f` yet although it is due: its pool's allocation is in Slurm's
+/// preemption grace. Its workers got Slurm's SIGTERM, and one that checkpointed and exited
+/// already ended as if on its own; its cause is Slurm's, `preempted`, proven when the
+/// allocation's end is, and a successor belongs in no allocation about to be killed.
+pub fn held_by_preemption(f: &Follow<'_>, in_grace: &[InGrace<'_>]) -> Option<String> {
+    let pool = f.pool()?;
+    let g = in_grace.iter().find(|g| g.pool == pool)?;
+    Some(format!(
+        "its pool's allocation (job {}) is in Slurm's preemption grace, {}: decided once its \
+         end is proven",
+        g.job_id, g.until
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::event::pool::*;
     use crate::event::Event;
-    use crate::policy::fixtures::{attached, envelopes, intent};
+    use crate::policy::fixtures::{attached, envelopes, intent, worker_request};
 
     fn id(n: u128) -> Uuid {
         Uuid::from_u128(n)
@@ -326,6 +420,122 @@ mod tests {
             Some("no verified publication: its journal records none")
         );
         assert_eq!(l.continues_left, None);
+    }
+
+    fn ended(pool: Option<&str>) -> Continuable {
+        Continuable {
+            worker: "w".into(),
+            pool: pool.map(str::to_owned),
+            cpus: 1,
+            mem_mb: 10,
+            generation: 1,
+            asked: ContinuationAsked {
+                submission_id: Uuid::nil(),
+                continues_left: 1,
+                causes: vec!["node-failure".into()],
+                crashed: false,
+            },
+            request: None,
+            stopped: false,
+            ended: Some("gone".into()),
+            node_lost: None,
+            allocation_ended: None,
+        }
+    }
+
+    fn replaceable(pool: &str, due: bool) -> Resubmittable {
+        Resubmittable {
+            pool: pool.into(),
+            worker: "r".into(),
+            cpus: 1,
+            mem_mb: 10,
+            request: worker_request(Uuid::nil(), 1),
+            due: due.then(|| "node n2 lost".to_owned()),
+            continuation: None,
+        }
+    }
+
+    fn ids(due: &[Follow<'_>]) -> Vec<(char, u128)> {
+        due.iter()
+            .map(|f| match f {
+                Follow::Continue(id, _) => ('c', id.as_u128()),
+                Follow::Replace(id, _) => ('r', id.as_u128()),
+            })
+            .collect()
+    }
+
+    /// Issue 37: one set of due successors, continuations and replacements in one
+    /// submission-id order; a worker that asked to be continued is never also a replacement
+    /// until its continuation is refused; each scope sees only its own workers.
+    #[test]
+    fn continuations_and_replacements_are_one_due_set_with_one_successor_each() {
+        let mut state = State::default();
+        let asked = &mut state.jobs.continuations.asked;
+        asked.insert(id(4), ended(Some("p")));
+        asked.insert(id(2), ended(None));
+        let mut running = ended(Some("p"));
+        running.ended = None;
+        asked.insert(id(6), running);
+        asked.insert(id(5), ended(Some("q")));
+        let requests = &mut state.pools.requests;
+        requests.insert(id(3), replaceable("p", true));
+        requests.insert(id(1), replaceable("p", true));
+        requests.insert(id(7), replaceable("p", false));
+        // Asked to be continued as well: its continuation is decided first.
+        requests.insert(id(4), replaceable("p", true));
+
+        let every_pool = due(&state, Scope::Pools(None));
+        assert_eq!(ids(&every_pool), [('r', 1), ('r', 3), ('c', 4), ('c', 5)]);
+        let p = due(&state, Scope::Pools(Some("p")));
+        assert_eq!(ids(&p), [('r', 1), ('r', 3), ('c', 4)]);
+        assert_eq!(ids(&due(&state, Scope::Jobs)), [('c', 2)]);
+
+        assert!(replacement_after_refusal(&state, id(4)).is_some());
+        assert!(replacement_after_refusal(&state, id(5)).is_none());
+        assert!(
+            replacement_after_refusal(&state, id(7)).is_none(),
+            "not due"
+        );
+        state.jobs.continuations.refused(&ContinuationRefused {
+            predecessor: id(4),
+            reason: "no checkpoint".into(),
+        });
+        let after = due(&state, Scope::Pools(Some("p")));
+        assert_eq!(ids(&after), [('r', 1), ('r', 3), ('r', 4)], "then replaced");
+    }
+
+    #[test]
+    fn nothing_follows_a_worker_of_a_pool_in_its_preemption_grace() {
+        let (c, r) = (ended(Some("p")), replaceable("q", true));
+        let grace = [InGrace {
+            pool: "p",
+            job_id: crate::event::test_job(9),
+            until: "preempted, ends at 13:30:02".into(),
+        }];
+        let why = held_by_preemption(&Follow::Continue(id(1), &c), &grace).unwrap();
+        assert_eq!(
+            why,
+            "its pool's allocation (job 9) is in Slurm's preemption grace, preempted, ends at \
+             13:30:02: decided once its end is proven"
+        );
+        assert_eq!(
+            held_by_preemption(&Follow::Replace(id(2), &r), &grace),
+            None
+        );
+        let both = [
+            &grace[..],
+            &[InGrace {
+                pool: "q",
+                ..grace[0].clone()
+            }],
+        ]
+        .concat();
+        assert!(held_by_preemption(&Follow::Replace(id(2), &r), &both).is_some());
+        let job = ended(None);
+        assert_eq!(
+            held_by_preemption(&Follow::Continue(id(3), &job), &both),
+            None
+        );
     }
 
     #[test]

@@ -22,7 +22,9 @@ pub mod trial;
 /// Fixtures the policy modules' tests share.
 #[cfg(test)]
 pub(crate) mod fixtures {
-    use crate::event::pool::{Allocation, PoolAttached, PoolCreateIntent, WorkerSubmitIntent};
+    use crate::event::pool::{
+        Allocation, PoolAttached, PoolCreateIntent, WorkerRequest, WorkerSubmitIntent,
+    };
     use crate::event::trial::{TrialEvidence, TrialOpened};
     use crate::event::{test_envelope, Envelope, Event, Micros, Sha256Digest};
     use crate::slurm::JobRow;
@@ -94,6 +96,25 @@ pub(crate) mod fixtures {
             mem_mb: 100,
             publication_timeout_s: 30,
             command: vec![],
+        }
+    }
+
+    /// The request kept of pool worker `id` (command `true`, no GPU, default budgets), with
+    /// `resubmits` resubmissions left after a node failure.
+    pub fn worker_request(id: Uuid, resubmits: u32) -> WorkerRequest {
+        WorkerRequest {
+            submission_id: id,
+            resubmits_left: resubmits,
+            command: vec!["true".into()],
+            gpus: 0,
+            publication_timeout_s: 30,
+            native_state_s: 15,
+            cleanup_s: 15,
+            grace_s: 5,
+            source: None,
+            image: None,
+            append_only_glob: None,
+            trial: None,
         }
     }
 

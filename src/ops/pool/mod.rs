@@ -32,8 +32,8 @@ pub use queue::MAX_WAITING;
 pub use release::{release, ReleaseReport};
 pub(crate) use renew::renew_due;
 pub use renew::{RenewalOutcome, RenewalReconciled, SuccessorListed};
-pub(crate) use resubmit::resubmit_due;
 pub use resubmit::Resubmission;
+pub(crate) use resubmit::{replace, waiting as replacement_waiting};
 pub use room::{Wait, WaitProgress, FALLBACK_PROOF_EVERY};
 pub use status::{
     status, status_of, AssetUseView, CreatingView, NodeView, Owner, PoolView, PublicationView,

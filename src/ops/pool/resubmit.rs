@@ -1,5 +1,6 @@
 //! Workers a node failure ended, submitted again (`pool submit --resubmit-on-node-failure N`):
-//! `reconcile` runs [`resubmit_due`] after it has recorded what it proved. A worker is due once
+//! the successor driver (`ops::successor`, run by `reconcile` after it has recorded what it
+//! proved) calls [`replace`] for each one due, in the same walk as the continuations. A worker is due once
 //! its release with proof lands while its node is recorded lost (the reducer decides,
 //! `state::pool::Pools::requests`); its replacement is an ordinary `pool submit` whose receipt
 //! names the worker it replaces (`WorkerResubmitted`, which settles the due one, so a crash
@@ -39,6 +40,9 @@ crate::words! {
         Submitted => "submitted",
         /// Not tried again.
         Refused => "refused",
+        /// Due, but held (its pool's allocation in Slurm's preemption grace): tried again by
+        /// the next `reconcile`.
+        Waiting => "waiting",
         /// Tried again by the next `reconcile`.
         Unknown => "unknown",
     }
@@ -63,67 +67,63 @@ fn replacement(replaces: Uuid, due: &Resubmittable) -> SubmitRequest {
     )
 }
 
-/// Submit again every worker due (of `only_pool`, if given), in submission-id order.
-pub(crate) async fn resubmit_due<S: Scheduler>(
+/// Submit again worker `replaces` (`due`), which a node failure ended; a refusal is recorded.
+pub(crate) async fn replace<S: Scheduler>(
     ctx: &Ctx<S>,
-    only_pool: Option<&str>,
-) -> Result<Vec<Resubmission>, OpError> {
-    let state = ctx.read_state()?;
-    let due: Vec<(Uuid, Resubmittable)> = state
-        .pools
-        .requests
-        .iter()
-        // A worker that asked to be continued waits for that decision first (one successor).
-        .filter(|(id, r)| {
-            r.due.is_some()
-                && only_pool.is_none_or(|p| r.pool == p)
-                && !state.jobs.continuations.asked.contains_key(id)
-        })
-        .map(|(id, r)| (*id, r.clone()))
-        .collect();
-    let mut done = Vec::with_capacity(due.len());
-    for (replaces, r) in due {
-        let req = replacement(replaces, &r);
-        let (submission_id, outcome, detail) = match submit(ctx, &req).await {
-            Ok(s) => (
-                Some(s.submission_id),
-                ResubmitOutcome::Submitted,
-                s.state.as_str().to_owned(),
-            ),
-            Err(OpError::Refused(refusal)) => {
-                let reason = refusal.to_string();
-                let refused = Event::WorkerResubmitRefused(WorkerResubmitRefused {
-                    replaces,
-                    reason: reason.clone(),
-                });
-                let due = |now: &State| {
-                    now.pools
-                        .requests
-                        .get(&replaces)
-                        .is_some_and(|x| x.due.is_some())
-                };
-                append_if(ctx, due, vec![refused])?;
-                (None, ResubmitOutcome::Refused, reason)
-            }
-            Err(e) => (None, ResubmitOutcome::Unknown, e.to_string()),
-        };
-        done.push(Resubmission {
-            pool: r.pool,
-            worker: r.worker,
-            replaces: replaces.to_string(),
-            submission_id,
-            outcome,
-            detail,
-        });
+    replaces: Uuid,
+    due: &Resubmittable,
+) -> Result<Resubmission, OpError> {
+    let req = replacement(replaces, due);
+    let (submission_id, outcome, detail) = match submit(ctx, &req).await {
+        Ok(s) => (
+            Some(s.submission_id),
+            ResubmitOutcome::Submitted,
+            s.state.as_str().to_owned(),
+        ),
+        Err(OpError::Refused(refusal)) => {
+            let reason = refusal.to_string();
+            let refused = Event::WorkerResubmitRefused(WorkerResubmitRefused {
+                replaces,
+                reason: reason.clone(),
+            });
+            let still_due = |now: &State| {
+                now.pools
+                    .requests
+                    .get(&replaces)
+                    .is_some_and(|x| x.due.is_some())
+            };
+            append_if(ctx, still_due, vec![refused])?;
+            (None, ResubmitOutcome::Refused, reason)
+        }
+        Err(e) => (None, ResubmitOutcome::Unknown, e.to_string()),
+    };
+    Ok(Resubmission {
+        pool: due.pool.clone(),
+        worker: due.worker.clone(),
+        replaces: replaces.to_string(),
+        submission_id,
+        outcome,
+        detail,
+    })
+}
+
+/// A replacement not submitted now, and why (`reconcile` lists it).
+pub(crate) fn waiting(replaces: Uuid, due: &Resubmittable, why: String) -> Resubmission {
+    Resubmission {
+        pool: due.pool.clone(),
+        worker: due.worker.clone(),
+        replaces: replaces.to_string(),
+        submission_id: None,
+        outcome: ResubmitOutcome::Waiting,
+        detail: why,
     }
-    Ok(done)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::event::pool::*;
-    use crate::policy::fixtures::{attached, envelopes};
+    use crate::policy::fixtures::{attached, envelopes, worker_request};
 
     /// A worker that asked both `--continue 2` and `--resubmit-on-node-failure 1`, whose
     /// continuation a node failure refused: its replacement is the same request, its
@@ -143,20 +143,7 @@ mod tests {
                 publication_timeout_s: 30,
                 command: vec!["true".into()],
             }),
-            Event::WorkerRequest(WorkerRequest {
-                submission_id: id,
-                resubmits_left: 1,
-                command: vec!["true".into()],
-                gpus: 0,
-                publication_timeout_s: 30,
-                native_state_s: 15,
-                cleanup_s: 15,
-                grace_s: 5,
-                source: None,
-                image: None,
-                append_only_glob: None,
-                trial: None,
-            }),
+            Event::WorkerRequest(worker_request(id, 1)),
             Event::ContinuationAsked(ContinuationAsked {
                 submission_id: id,
                 continues_left: 2,
