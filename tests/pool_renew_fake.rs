@@ -1136,3 +1136,73 @@ fn an_allocation_squeue_forgot_ends_by_the_state_accounting_shows() {
     let renewed: Vec<Value> = events_of(&fake, "PoolRenewed");
     assert_eq!(renewed[0]["event"]["cause"], "time-limit", "{renewed:?}");
 }
+
+/// Issue 38, what is left (1): `pool status` says how the pool's last allocation ended: the
+/// current one once it is proven over (JSON `last_end`, the cause read from the proof), then,
+/// once renewed, the one the renewal replaced with the cause `PoolRenewed` recorded; and a line
+/// under the pool in the human output.
+#[test]
+fn pool_status_names_the_last_allocations_end_and_its_cause() {
+    let fake = Fake::new();
+    create(&fake, 3595, &["--renew"]);
+    assert_eq!(status(&fake)["last_end"], Value::Null);
+    // Preempted, the next one pending: the current allocation's end is recorded.
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue(&[(901, "PREEMPTED", "None"), (902, "PENDING", "Priority")], "x"),
+    }));
+    assert_eq!(reconcile(&fake)["renewals"][0]["outcome"], "asked");
+    let end = status(&fake)["last_end"].clone();
+    assert_eq!(
+        (&end["generation"], &end["job_id"], &end["cause"]),
+        (&json!(1), &json!(901), &json!("preempted")),
+        "{end}"
+    );
+    assert!(
+        end["proof"].as_str().unwrap().contains("PREEMPTED"),
+        "{end}"
+    );
+    let at = end["at"].as_str().unwrap().to_owned();
+    assert!(at.starts_with("20"), "{end}");
+    // Renewed: the pool runs on job 902, and still says how allocation 1 ended.
+    fake.scenario(json!({
+        "squeue": squeue(&[(901, "PREEMPTED", "None"), (902, "RUNNING", "None")], "x"),
+        "scontrol": [{"stdout": show_job(902, 3595)}],
+    }));
+    assert_eq!(reconcile(&fake)["renewals"][0]["outcome"], "renewed");
+    let p = status(&fake);
+    assert_eq!(p["allocation"]["state"], "running", "{p}");
+    assert_eq!(p["last_end"], end, "{p}");
+    let (code, text, err) = fake.run(&["pool", "status", "p"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains(&format!(
+            "allocation 1 (job 901) ended: preempted, {}, {at}",
+            end["proof"].as_str().unwrap()
+        )),
+        "{text}"
+    );
+}
+
+/// Issue 38, what is left (1): a pool that does not renew, its allocation proven over: the
+/// same `last_end`, and its line says the cause.
+#[test]
+fn an_ended_pool_that_does_not_renew_names_its_allocations_end() {
+    let fake = Fake::new();
+    create(&fake, 3595, &[]);
+    fake.scenario(json!({"squeue": squeue(&[(901, "TIMEOUT", "None")], "x")}));
+    reconcile(&fake);
+    let p = status(&fake);
+    assert_eq!(p["allocation"]["state"], "ended", "{p}");
+    let end = &p["last_end"];
+    assert_eq!(
+        (&end["generation"], &end["job_id"], &end["cause"]),
+        (&json!(1), &json!(901), &json!("time-limit")),
+        "{p}"
+    );
+    let (_, text, _) = fake.run(&["pool", "status", "p", "--wide"]);
+    assert!(
+        text.contains("allocation 1 (job 901) ended: time-limit, "),
+        "{text}"
+    );
+}
