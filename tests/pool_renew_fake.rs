@@ -1206,3 +1206,45 @@ fn an_ended_pool_that_does_not_renew_names_its_allocations_end() {
         "{text}"
     );
 }
+
+/// Issue 38, what is left (2): plain `reconcile` (no `--json`, no `--watch`) prints a line for
+/// each renewal: asked, waited for, renewed with the last end's cause, stopped.
+#[test]
+fn plain_reconcile_prints_each_renewal() {
+    let fake = Fake::new();
+    create(&fake, 3595, &["--renew-max", "2"]);
+    let plain = |fake: &Fake| {
+        let (code, out, err) = fake.run(&["reconcile"]);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue(&[(901, "PREEMPTED", "None"), (902, "PENDING", "Priority")], "x"),
+    }));
+    let out = plain(&fake);
+    assert!(
+        out.contains("  pool p: allocation 2 asked (job 902): allocation 902 asked for"),
+        "{out}"
+    );
+    let out = plain(&fake);
+    assert!(
+        out.contains("  pool p: allocation 2 waited for (job 902, PENDING: Priority): "),
+        "{out}"
+    );
+    fake.scenario(json!({
+        "squeue": squeue(&[(901, "PREEMPTED", "None"), (902, "RUNNING", "None")], "x"),
+        "scontrol": [{"stdout": show_job(902, 3595)}],
+    }));
+    let out = plain(&fake);
+    assert!(
+        out.contains("  pool p: allocation 2 adopted (job 902): ")
+            && out.contains("(the last ended: preempted, "),
+        "{out}"
+    );
+    let out = plain(&fake);
+    assert!(
+        out.contains("  pool p: renewal stopped: ") && out.contains("--renew-max 2"),
+        "{out}"
+    );
+}
