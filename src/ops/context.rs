@@ -181,7 +181,8 @@ pub fn stop_grace(
         Some(report.started?.grace_s)
     };
     let asked = asked.map(grace_seconds);
-    let own = if asked.is_none() { own() } else { None };
+    // Read only when none is asked: the asked grace wins whatever the journal says.
+    let own = asked.is_none().then(own).flatten();
     let grace = crate::policy::node::stop_grace_s(asked, own.map(|s| s.min(MAX_GRACE_S)));
     std::time::Duration::from_secs(u64::from(grace))
 }

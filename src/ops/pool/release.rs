@@ -1,9 +1,11 @@
 //! `dispatch pool release`: the end of a pool dispatch created. `PoolReleaseIntent` (no worker
-//! is submitted from here on) → every worker stopped with proof (`stop_worker`) → `scancel` of
-//! the allocation → proof it is gone → the workers a stop could not settle released with that
-//! proof (no step outlives its allocation) → `PoolReleased` (the pool is forgotten). A pool
-//! attached to the user's allocation is refused (exit 3: `pool detach`). A creation that never
-//! became a pool is cancelled the same way: its job, known or found by name, proven gone.
+//! is submitted from here on) → every worker sent SIGTERM, then each stopped with proof as
+//! `stop_worker` stops it (their graces side by side: the one asked, else each its own) →
+//! `scancel` of the allocation → proof it is gone → the workers a stop could not settle
+//! released with that proof (no step outlives its allocation) → `PoolReleased` (the pool is
+//! forgotten). A pool attached to the user's allocation is refused (exit 3: `pool detach`). A
+//! creation that never became a pool is cancelled the same way: its job, known or found by
+//! name, proven gone.
 
 use std::time::Duration;
 
