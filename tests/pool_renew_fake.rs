@@ -1136,3 +1136,208 @@ fn an_allocation_squeue_forgot_ends_by_the_state_accounting_shows() {
     let renewed: Vec<Value> = events_of(&fake, "PoolRenewed");
     assert_eq!(renewed[0]["event"]["cause"], "time-limit", "{renewed:?}");
 }
+
+/// Issue 38, what is left (1): `pool status` says how the pool's last allocation ended: the
+/// current one once it is proven over (JSON `last_end`, the cause read from the proof), then,
+/// once renewed, the one the renewal replaced with the cause `PoolRenewed` recorded; and a line
+/// under the pool in the human output.
+#[test]
+fn pool_status_names_the_last_allocations_end_and_its_cause() {
+    let fake = Fake::new();
+    create(&fake, 3595, &["--renew"]);
+    assert_eq!(status(&fake)["last_end"], Value::Null);
+    // Preempted, the next one pending: the current allocation's end is recorded.
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue(&[(901, "PREEMPTED", "None"), (902, "PENDING", "Priority")], "x"),
+    }));
+    assert_eq!(reconcile(&fake)["renewals"][0]["outcome"], "asked");
+    let end = status(&fake)["last_end"].clone();
+    assert_eq!(
+        (&end["generation"], &end["job_id"], &end["cause"]),
+        (&json!(1), &json!(901), &json!("preempted")),
+        "{end}"
+    );
+    assert!(
+        end["proof"].as_str().unwrap().contains("PREEMPTED"),
+        "{end}"
+    );
+    let at = end["at"].as_str().unwrap().to_owned();
+    assert!(at.starts_with("20"), "{end}");
+    // Renewed: the pool runs on job 902, and still says how allocation 1 ended.
+    fake.scenario(json!({
+        "squeue": squeue(&[(901, "PREEMPTED", "None"), (902, "RUNNING", "None")], "x"),
+        "scontrol": [{"stdout": show_job(902, 3595)}],
+    }));
+    assert_eq!(reconcile(&fake)["renewals"][0]["outcome"], "renewed");
+    let p = status(&fake);
+    assert_eq!(p["allocation"]["state"], "running", "{p}");
+    assert_eq!(p["last_end"], end, "{p}");
+    let (code, text, err) = fake.run(&["pool", "status", "p"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains(&format!(
+            "allocation 1 (job 901) ended: preempted, {}, {at}",
+            end["proof"].as_str().unwrap()
+        )),
+        "{text}"
+    );
+}
+
+/// Issue 38, what is left (1): a pool that does not renew, its allocation proven over: the
+/// same `last_end`, and its line says the cause.
+#[test]
+fn an_ended_pool_that_does_not_renew_names_its_allocations_end() {
+    let fake = Fake::new();
+    create(&fake, 3595, &[]);
+    fake.scenario(json!({"squeue": squeue(&[(901, "TIMEOUT", "None")], "x")}));
+    reconcile(&fake);
+    let p = status(&fake);
+    assert_eq!(p["allocation"]["state"], "ended", "{p}");
+    let end = &p["last_end"];
+    assert_eq!(
+        (&end["generation"], &end["job_id"], &end["cause"]),
+        (&json!(1), &json!(901), &json!("time-limit")),
+        "{p}"
+    );
+    let (_, text, _) = fake.run(&["pool", "status", "p", "--wide"]);
+    assert!(
+        text.contains("allocation 1 (job 901) ended: time-limit, "),
+        "{text}"
+    );
+}
+
+/// Issue 38, what is left (2): plain `reconcile` (no `--json`, no `--watch`) prints a line for
+/// each renewal: asked, waited for, renewed with the last end's cause, stopped.
+#[test]
+fn plain_reconcile_prints_each_renewal() {
+    let fake = Fake::new();
+    create(&fake, 3595, &["--renew-max", "2"]);
+    let plain = |fake: &Fake| {
+        let (code, out, err) = fake.run(&["reconcile"]);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    fake.scenario(json!({
+        "salloc": pending_salloc(),
+        "squeue": squeue(&[(901, "PREEMPTED", "None"), (902, "PENDING", "Priority")], "x"),
+    }));
+    let out = plain(&fake);
+    assert!(
+        out.contains("  pool p: allocation 2 asked (job 902): allocation 902 asked for"),
+        "{out}"
+    );
+    let out = plain(&fake);
+    assert!(
+        out.contains("  pool p: allocation 2 waited for (job 902, PENDING: Priority): "),
+        "{out}"
+    );
+    fake.scenario(json!({
+        "squeue": squeue(&[(901, "PREEMPTED", "None"), (902, "RUNNING", "None")], "x"),
+        "scontrol": [{"stdout": show_job(902, 3595)}],
+    }));
+    let out = plain(&fake);
+    assert!(
+        out.contains("  pool p: allocation 2 adopted (job 902): ")
+            && out.contains("(the last ended: preempted, "),
+        "{out}"
+    );
+    let out = plain(&fake);
+    assert!(
+        out.contains("  pool p: renewal stopped: ") && out.contains("--renew-max 2"),
+        "{out}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 38, what is left (3): a stop without `--grace` gives each worker its own grace.
+
+/// Worker `name` of pool `p` submitted with `--grace grace` as step 901.`step` (srun hangs),
+/// and, when `recorded`, its supervisor's start in its own journal (with that grace, as the
+/// supervisor records what it was started with). Its submission id.
+fn worker_with_grace(fake: &Fake, name: &str, step: u32, grace: u32, recorded: bool) -> uuid::Uuid {
+    let listed = format!("901.{step}|root|0:01|UNLIMITED|2026-11-29T17:00:00|vm|1|p.{name}\n");
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(901, 3595)}],
+        "srun": [{"hang": 30}],
+        "squeue": squeue_with_steps(&[(901, "RUNNING", "None")], &listed),
+    }));
+    let given = grace.to_string();
+    let (code, out, err) = fake.run(&[
+        "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--name", name, "--grace", &given,
+        "--json", "--", "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    let id: uuid::Uuid = r["submission_id"].as_str().unwrap().parse().unwrap();
+    if recorded {
+        let pools = fake.state().join("pools");
+        let dirs = dispatch::worker::dirs::WorkerDirs::new(&pools, "p", id);
+        fake_cli::supervisor_started(&dirs.evidence, id, grace);
+    }
+    id
+}
+
+/// The grace each stop gave, by submission id: its `WorkerStopIntent`, and what the file that
+/// tells the worker's supervisor says.
+fn graces_given(fake: &Fake, id: uuid::Uuid) -> (Value, String) {
+    let intent = events_of(fake, "WorkerStopIntent")
+        .into_iter()
+        .find(|e| e["event"]["submission_id"] == id.to_string())
+        .expect("a WorkerStopIntent");
+    let dirs = dispatch::worker::dirs::WorkerDirs::new(&fake.state().join("pools"), "p", id);
+    let told = std::fs::read_to_string(dirs.root.join("stop-request")).unwrap_or_default();
+    (intent["event"]["grace_s"].clone(), told.trim().to_owned())
+}
+
+/// Preempted before the stops: each step is proven over at its TERM, and the allocation too.
+fn everything_over(fake: &Fake) {
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(901, 3595)}],
+        "squeue": squeue_with_steps(&[(901, "PREEMPTED", "None")], ""),
+        "scancel": [{"stdout": ""}],
+    }));
+}
+
+#[test]
+fn release_without_grace_gives_each_worker_its_own() {
+    let fake = Fake::new();
+    create(&fake, 3595, &[]);
+    let long = worker_with_grace(&fake, "long", 0, 20, true);
+    let short = worker_with_grace(&fake, "short", 1, 3, true);
+    // Its supervisor has recorded nothing yet: its payload has not started.
+    let quiet = worker_with_grace(&fake, "quiet", 2, 30, false);
+    everything_over(&fake);
+    fake.forget_calls();
+    let (code, out, err) = fake.run(&["pool", "release", "p", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    // Every worker is sent SIGTERM before any stop waits for its proof: their graces run side
+    // by side, and the release waits for the longest, not their sum.
+    let calls = fake.calls();
+    let is_term =
+        |(p, a): &(String, Vec<String>)| p == "scancel" && a.iter().any(|x| x == "--signal=TERM");
+    let terms: Vec<usize> = (0..calls.len()).filter(|i| is_term(&calls[*i])).collect();
+    assert_eq!(terms.len(), 3, "{calls:?}");
+    let first_look = (terms[0]..calls.len())
+        .find(|i| calls[*i].0 == "squeue" && calls[*i].1.iter().any(|x| x == "--steps"))
+        .unwrap();
+    assert!(terms[2] < first_look, "{calls:?}");
+    assert_eq!(graces_given(&fake, long), (json!(20), "grace_s=20".into()));
+    assert_eq!(graces_given(&fake, short), (json!(3), "grace_s=3".into()));
+    assert_eq!(graces_given(&fake, quiet), (json!(10), "grace_s=10".into()));
+}
+
+#[test]
+fn an_explicit_grace_wins_and_stop_worker_gives_the_workers_own_too() {
+    let fake = Fake::new();
+    create(&fake, 3595, &[]);
+    let first = worker_with_grace(&fake, "first", 0, 20, true);
+    let second = worker_with_grace(&fake, "second", 1, 20, true);
+    everything_over(&fake);
+    let (code, out, err) = fake.run(&["pool", "stop-worker", "p", "first", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(graces_given(&fake, first), (json!(20), "grace_s=20".into()));
+    let (code, out, err) = fake.run(&["pool", "release", "p", "--grace", "5", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(graces_given(&fake, second), (json!(5), "grace_s=5".into()));
+}

@@ -774,7 +774,7 @@ impl Run {
                         pool,
                         worker,
                         grace_s,
-                    } => pool::stop_worker(ctx, pool, worker, Duration::from_secs(*grace_s))
+                    } => pool::stop_worker(ctx, pool, worker, Some(Duration::from_secs(*grace_s)))
                         .await
                         .map(drop),
                     Command::Reconcile => reconcile(ctx, None)
@@ -800,7 +800,7 @@ impl Run {
                         submit::submit(ctx, &req).await.map(drop)
                     }
                     Command::Stop { worker, grace_s } => {
-                        submit::stop(ctx, worker, Duration::from_secs(*grace_s))
+                        submit::stop(ctx, worker, Some(Duration::from_secs(*grace_s)))
                             .await
                             .map(drop)
                     }
@@ -829,7 +829,7 @@ impl Run {
                         pool::create(ctx, &req, &|_| {}).await.map(drop)
                     }
                     Command::Release { pool } => {
-                        pool::release(ctx, pool, Duration::from_secs(5), &|_| {})
+                        pool::release(ctx, pool, Some(Duration::from_secs(5)), &|_| {})
                             .await
                             .map(drop)
                     }

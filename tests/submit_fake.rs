@@ -1018,3 +1018,48 @@ fn reconcile_records_a_requeued_job_as_another_run_and_ends_it_only_by_its_newes
     assert_eq!(kinds[at - 1], "JobRequeued", "{kinds:?}");
     assert_eq!(requeues(&fake)[1]["restarts"], 2);
 }
+
+/// Issue 38, what is left (3), for `dispatch stop`: without `--grace` the payload gets the
+/// worker's own (`submit --grace 20`, as its supervisor recorded it at its start), not 10 s;
+/// `--grace` still wins.
+#[test]
+fn a_stop_without_grace_gives_the_workers_own() {
+    let fake = Fake::new();
+    let gone = json!({
+        "scancel": [{"stdout": ""}],
+        "squeue": [{"match": ["--jobs=.*"], "stderr": "slurm_load_jobs error: Invalid job id specified\n", "exit": 1}],
+    });
+    let mut given = Vec::new();
+    for (name, job, stop) in [
+        ("own", "88", &["stop", "own"][..]),
+        ("told", "89", &["stop", "told", "--grace", "5"][..]),
+    ] {
+        fake.scenario(json!({"sbatch": [{"stdout": format!("{job}\n")}]}));
+        let (code, out, err) = fake.run(&[
+            "submit", "--cpus", "1", "--mem", "100M", "--time", "10", "--name", name, "--grace",
+            "20", "--json", "--", "true",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let r: Value = serde_json::from_str(out.trim()).unwrap();
+        let id: uuid::Uuid = r["submission_id"].as_str().unwrap().parse().unwrap();
+        let dirs = dispatch::worker::dirs::WorkerDirs::of(&fake.state(), None, id);
+        fake_cli::supervisor_started(&dirs.evidence, id, 20);
+        fake.scenario(gone.clone());
+        let (code, _, err) = fake.run(stop);
+        assert_eq!(code, 0, "{err}");
+        let intent = fake
+            .events()
+            .into_iter()
+            .find(|e| e["kind"] == "JobStopIntent" && e["event"]["submission_id"] == id.to_string())
+            .unwrap();
+        let told = std::fs::read_to_string(dirs.root.join("stop-request")).unwrap();
+        given.push((intent["event"]["grace_s"].clone(), told.trim().to_owned()));
+    }
+    assert_eq!(
+        given,
+        [
+            (json!(20), "grace_s=20".to_owned()),
+            (json!(5), "grace_s=5".to_owned())
+        ]
+    );
+}

@@ -98,9 +98,10 @@ pub enum Command {
         #[arg(value_parser = crate::names::arg::path_name("worker"))]
         worker: String,
         /// Seconds the payload has between SIGTERM and SIGKILL (its supervisor kills it; the
-        /// step is cancelled if it has not ended 10 s after that)
-        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
-        grace: u64,
+        /// step is cancelled if it has not ended 10 s after that); default: the worker's own
+        /// grace (`--grace` at submit, as its supervisor recorded it), 10 without that record
+        #[arg(long, value_parser = clap::value_parser!(u64).range(0..=3600))]
+        grace: Option<u64>,
     },
     /// Offline audit: chain, reducer replay, the no-effect-without-intent and release-once
     /// rules, snapshot agreement, published evidence. Exit 0 ok, 1 violations, 5 damaged

@@ -412,9 +412,10 @@ pub enum PoolCommand {
         #[arg(value_parser = crate::names::arg::path_name("worker"))]
         worker: String,
         /// Seconds the payload has between SIGTERM and SIGKILL (its supervisor kills it; the
-        /// step is cancelled if it has not ended 10 s after that)
-        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
-        grace: u64,
+        /// step is cancelled if it has not ended 10 s after that); default: the worker's own
+        /// grace (`--grace` at submit, as its supervisor recorded it), 10 without that record
+        #[arg(long, value_parser = clap::value_parser!(u64).range(0..=3600))]
+        grace: Option<u64>,
     },
     /// End a pool dispatch created: stop every worker with proof, cancel the allocation, prove it gone
     #[command(after_help = "Examples:\n  \
@@ -424,9 +425,11 @@ pub enum PoolCommand {
         /// The pool's name
         #[arg(value_parser = crate::names::arg::path_name("pool"))]
         pool: String,
-        /// Seconds between each worker's SIGTERM and its final cancel
-        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
-        grace: u64,
+        /// Seconds each worker's payload has between SIGTERM and SIGKILL (its step is cancelled
+        /// if it has not ended 10 s after that); default: each worker's own grace (`--grace` at
+        /// submit, as its supervisor recorded it), 10 without that record
+        #[arg(long, value_parser = clap::value_parser!(u64).range(0..=3600))]
+        grace: Option<u64>,
     },
     /// Forget a pool (refused while any worker holds budget; never cancels the allocation)
     #[command(after_help = "Examples:\n  \
@@ -487,7 +490,7 @@ pub async fn run<S: Scheduler>(cmd: &PoolCommand, ctx: &Ctx<S>, json: bool) -> R
             worker,
             grace,
         } => {
-            let r = ops::stop_worker(ctx, pool, worker, Duration::from_secs(*grace)).await?;
+            let r = ops::stop_worker(ctx, pool, worker, grace.map(Duration::from_secs)).await?;
             print_stopped(&r, json)?;
         }
         PoolCommand::Detach { pool } => {
@@ -542,11 +545,11 @@ async fn run_submit_command<S: Scheduler>(
 async fn run_release<S: Scheduler>(
     ctx: &Ctx<S>,
     pool: &str,
-    grace: u64,
+    grace: Option<u64>,
     json: bool,
 ) -> Result<(), Failure> {
     let note = |m: &str| super::output::note(m);
-    let r = ops::release(ctx, pool, Duration::from_secs(grace), &note).await?;
+    let r = ops::release(ctx, pool, grace.map(Duration::from_secs), &note).await?;
     emit(json, &r, || {
         let gone = r.job_id.map_or_else(
             || "no allocation of it is left".to_owned(),

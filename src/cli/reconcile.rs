@@ -104,6 +104,9 @@ fn render(r: &ReconcileReport) {
             c.detail
         );
     }
+    for l in &r.renewals {
+        crate::outln!("  {}", renewal_done(l));
+    }
 }
 
 /// How often the wait between rounds checks for a signal.
@@ -210,9 +213,9 @@ pub fn summary(r: &ReconcileReport) -> String {
     )
 }
 
-/// What a renewing pool waits for next, as `--watch` says it after each round: nothing for a
-/// pool just renewed or whose renewal is over.
-fn renewal_due(l: &RenewalReconciled) -> Option<String> {
+/// `pool P: allocation G WHAT[ (job J[, STATE: REASON])]`: a renewing pool's next allocation,
+/// as `--watch`'s summary and the plain output both name it.
+fn next_allocation(l: &RenewalReconciled, what: &str, with_job: bool) -> String {
     let listed = l
         .slurm
         .as_ref()
@@ -223,19 +226,40 @@ fn renewal_due(l: &RenewalReconciled) -> Option<String> {
         .unwrap_or_default();
     let job = l
         .job_id
+        .filter(|_| with_job)
         .map(|j| format!(" (job {j}{listed})"))
         .unwrap_or_default();
-    let what = match l.outcome {
+    format!("pool {}: allocation {} {what}{job}", l.pool, l.generation)
+}
+
+/// What a renewing pool waits for next, as `--watch` says it after each round: nothing for a
+/// pool just renewed or whose renewal is over.
+fn renewal_due(l: &RenewalReconciled) -> Option<String> {
+    let (what, with_job) = match l.outcome {
         RenewalOutcome::Renewed | RenewalOutcome::Stopped => return None,
-        RenewalOutcome::NotDue => l.detail.clone(),
-        RenewalOutcome::Asked | RenewalOutcome::Waiting => format!("waited for{job}"),
-        RenewalOutcome::Failed => "to be asked for again".to_owned(),
-        RenewalOutcome::Unknown => format!("unknown{job}"),
+        RenewalOutcome::NotDue => (l.detail.as_str(), false),
+        RenewalOutcome::Asked | RenewalOutcome::Waiting => ("waited for", true),
+        RenewalOutcome::Failed => ("to be asked for again", false),
+        RenewalOutcome::Unknown => ("unknown", true),
     };
-    Some(format!(
-        "pool {}: allocation {} {what}",
-        l.pool, l.generation
-    ))
+    Some(next_allocation(l, what, with_job))
+}
+
+/// What this run did about a renewing pool, as the plain output says it: the next allocation
+/// asked, waited for, adopted (with how the last one ended), failed, or the renewal stopped.
+fn renewal_done(l: &RenewalReconciled) -> String {
+    let what = match l.outcome {
+        RenewalOutcome::NotDue => return next_allocation(l, &l.detail, false),
+        RenewalOutcome::Stopped => {
+            return format!("pool {}: renewal stopped: {}", l.pool, l.detail)
+        }
+        RenewalOutcome::Asked => "asked",
+        RenewalOutcome::Waiting => "waited for",
+        RenewalOutcome::Renewed => "adopted",
+        RenewalOutcome::Failed => "failed",
+        RenewalOutcome::Unknown => "unknown",
+    };
+    format!("{}: {}", next_allocation(l, what, true), l.detail)
 }
 
 #[cfg(test)]
@@ -285,6 +309,37 @@ mod tests {
             "observed 0, resolved 0, continued 0, resubmitted 0, renewed 1 pool(s) with 0 Slurm \
              call(s); due: pool p: allocation 2 asked for from 2026-12-06T18:00:00+00:00, pool \
              p: allocation 2 waited for (job 42, PENDING: Dependency)"
+        );
+    }
+
+    /// The plain output's line of each outcome names the next allocation as `--watch` does.
+    #[test]
+    fn the_plain_output_says_what_became_of_each_renewal() {
+        let said = |outcome, job, detail| renewal_done(&renewal(outcome, job, detail));
+        assert_eq!(
+            said(RenewalOutcome::NotDue, None, "asked for from T"),
+            "pool p: allocation 2 asked for from T"
+        );
+        assert_eq!(
+            said(
+                RenewalOutcome::Waiting,
+                Some(42),
+                "allocation 42 is PENDING (Dependency)"
+            ),
+            "pool p: allocation 2 waited for (job 42, PENDING: Dependency): allocation 42 is \
+             PENDING (Dependency)"
+        );
+        assert_eq!(
+            said(RenewalOutcome::Failed, Some(42), "allocation 42 ended"),
+            "pool p: allocation 2 failed (job 42): allocation 42 ended"
+        );
+        assert_eq!(
+            said(RenewalOutcome::Unknown, None, "not found yet"),
+            "pool p: allocation 2 unknown: not found yet"
+        );
+        assert_eq!(
+            said(RenewalOutcome::Stopped, None, "the bound"),
+            "pool p: renewal stopped: the bound"
         );
     }
 

@@ -88,11 +88,11 @@ pub async fn run<S: Scheduler>(
 
 pub async fn stop<S: Scheduler>(
     worker: &str,
-    grace: u64,
+    grace: Option<u64>,
     ctx: &Ctx<S>,
     json: bool,
 ) -> Result<u8, Failure> {
-    let r = crate::ops::submit::stop(ctx, worker, Duration::from_secs(grace)).await?;
+    let r = crate::ops::submit::stop(ctx, worker, grace.map(Duration::from_secs)).await?;
     emit(json, &r, || {
         crate::outln!(
             "worker {} (job {}) {}: {}",

@@ -325,7 +325,8 @@ fn workers_table(r: &StatusReport, wide: bool) -> String {
     out
 }
 
-/// A warning for each pool whose allocation is proven over, with the command that forgets it.
+/// A warning for each pool whose allocation is proven over (how, and when), with the command
+/// that forgets it.
 fn ended_lines(r: &StatusReport, wide: bool) -> String {
     let mut out = String::new();
     for p in &r.pools {
@@ -336,13 +337,38 @@ fn ended_lines(r: &StatusReport, wide: bool) -> String {
             crate::ops::pool::Owner::Created => crate::next::Next::PoolRelease(&p.pool),
             crate::ops::pool::Owner::Attached => crate::next::Next::PoolDetach(&p.pool),
         };
+        let ended = p
+            .last_end
+            .as_ref()
+            .map_or_else(|| format!("ended: {proof}"), end_words);
         out.push_str(&warning_lines(
             0,
-            &format!("pool {} ended: {proof}; {forget} forgets it", p.pool),
+            &format!("pool {}: {ended}; {forget} forgets it", p.pool),
             width(wide),
         ));
     }
     out
+}
+
+/// `allocation 2 (job 123) ended: time-limit, squeue shows job 123 TIMEOUT, TIME`.
+fn end_words(e: &crate::ops::pool::EndView) -> String {
+    let at = e.at.as_ref().map(|t| format!(", {t}")).unwrap_or_default();
+    format!(
+        "allocation {} (job {}) ended: {}, {}{at}",
+        e.generation, e.job_id, e.cause, e.proof
+    )
+}
+
+/// The line under a pool whose allocation a renewal replaced: how that one ended (an
+/// allocation that is over itself is [`ended_lines`]' warning).
+/// Whole, as the renewal line above it: the proof is there to be read.
+fn last_end_line<W>(p: &crate::ops::pool::PoolView<W>) -> String {
+    match &p.last_end {
+        Some(e) if p.allocation.ended_proof.is_none() => {
+            format!("  {}: {}\n", p.pool, end_words(e))
+        }
+        _ => String::new(),
+    }
 }
 
 /// The notes on `pool create`s in flight, each with the commands that settle it.
@@ -413,6 +439,7 @@ fn pools_table(r: &StatusReport, wide: bool) -> String {
     for p in r.pools.iter() {
         out.push_str(&node_lines(p, wide));
         out.push_str(&renewal_line(p));
+        out.push_str(&last_end_line(p));
     }
     for p in r.pools.iter().filter(|p| p.allocation.preempted.is_some()) {
         out.push_str(&warning_lines(
@@ -1042,6 +1069,7 @@ mod tests {
                     reserved: res(1, 100, 0),
                     nodes: Vec::new(),
                     renewal: None,
+                    last_end: None,
                     workers: vec![later, published, failed, waiting],
                 },
                 PoolView {
@@ -1065,6 +1093,13 @@ mod tests {
                         })
                         .into(),
                     renewal: None,
+                    last_end: Some(crate::ops::pool::EndView {
+                        generation: 1,
+                        job_id: crate::event::test_job(902),
+                        cause: "lost".into(),
+                        proof: "squeue shows job 902 CANCELLED".into(),
+                        at: Some("2026-12-01T10:04:00.000000Z".into()),
+                    }),
                     workers: vec![],
                 },
             ],

@@ -12,6 +12,7 @@ use crate::journal::{self, Committed, Loaded, Options, Writer};
 use crate::slurm::Scheduler;
 use crate::state::State;
 use crate::statedir::Checked;
+use crate::worker::stop_request::MAX_GRACE_S;
 
 /// Where an operation says what it is doing while it waits (stderr in the CLI), one line at a
 /// time, as it happens: the one progress sink of pools, jobs and sessions. What is said once the
@@ -163,7 +164,27 @@ pub const STOP_WRAP_UP: std::time::Duration = std::time::Duration::from_secs(10)
 /// [`crate::worker::stop_request::MAX_GRACE_S`]).
 pub fn grace_seconds(grace: std::time::Duration) -> u32 {
     let s = u32::try_from(grace.as_secs()).unwrap_or(u32::MAX);
-    s.min(crate::worker::stop_request::MAX_GRACE_S)
+    s.min(MAX_GRACE_S)
+}
+
+/// The grace a stop gives a worker's payload (`policy::node::stop_grace_s`): `asked`, else the
+/// worker's own as its supervisor recorded it at its start in its own journal (read only in a
+/// tree that is ours; a journal that cannot be read says nothing), else the default.
+pub fn stop_grace(
+    state_dir: &Path,
+    dirs: &crate::worker::dirs::WorkerDirs,
+    asked: Option<std::time::Duration>,
+) -> std::time::Duration {
+    let own = || {
+        dirs.check(state_dir).ok()?.then_some(())?;
+        let report = crate::worker::report::read(&dirs.evidence).ok()??;
+        Some(report.started?.grace_s)
+    };
+    let asked = asked.map(grace_seconds);
+    // Read only when none is asked: the asked grace wins whatever the journal says.
+    let own = asked.is_none().then(own).flatten();
+    let grace = crate::policy::node::stop_grace_s(asked, own.map(|s| s.min(MAX_GRACE_S)));
+    std::time::Duration::from_secs(u64::from(grace))
 }
 
 /// Tell the worker's supervisor the grace this stop gives its payload (`worker::stop_request`),

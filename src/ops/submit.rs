@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use super::context::{
     append_if, await_proof, grace_seconds, locked, micros_to_local, recorded_release_proof,
-    request_grace, Ctx, STOP_PROOF_TIMEOUT, STOP_WRAP_UP,
+    request_grace, stop_grace, Ctx, STOP_PROOF_TIMEOUT, STOP_WRAP_UP,
 };
 use super::error::OpError;
 use super::spec::{Bound, ContinueAsk, Continues, WorkerSpec};
@@ -552,10 +552,11 @@ fn not_active(jobs: &Jobs, worker: &str) -> OpError {
 async fn end_job<S: Scheduler>(
     ctx: &Ctx<S>,
     job: crate::slurm::JobId,
-    grace: std::time::Duration,
+    grace_s: u32,
     since: chrono::NaiveDateTime,
 ) -> Result<String, String> {
     use crate::slurm::{Signal, StepId, StepKind};
+    let grace = std::time::Duration::from_secs(u64::from(grace_s));
     if let Err(e) = ctx
         .sched
         .signal_step(StepId::new(job, StepKind::Batch), Signal::Term)
@@ -587,9 +588,8 @@ async fn end_job<S: Scheduler>(
 pub async fn stop<S: Scheduler>(
     ctx: &Ctx<S>,
     worker: &str,
-    grace: std::time::Duration,
+    asked: Option<std::time::Duration>,
 ) -> Result<JobStopReport, OpError> {
-    let grace_s = grace_seconds(grace);
     // Decide under the lock and record the intent; the grace and the proof polls happen with
     // the lock released, and the release re-checks the worker (issue 11).
     let decided = locked(ctx, |writer, state| {
@@ -606,13 +606,15 @@ pub async fn stop<S: Scheduler>(
                  Run {Reconcile} to find the job by name, then stop it again"
             )));
         };
+        let dirs = WorkerDirs::of(&ctx.state_dir, None, j.submission_id);
+        let grace_s = grace_seconds(stop_grace(&ctx.state_dir, &dirs, asked));
         writer.append_one(Event::JobStopIntent(JobStopIntent {
             submission_id: j.submission_id,
             grace_s,
         }))?;
-        Ok(Ok((j.submission_id, job_id, j.submitted_at)))
+        Ok(Ok((j.submission_id, job_id, j.submitted_at, grace_s)))
     })?;
-    let (submission_id, job, submitted_at) = match decided {
+    let (submission_id, job, submitted_at, grace_s) = match decided {
         Ok(stop) => stop,
         Err((id, job_id)) => {
             return Ok(JobStopReport {
@@ -627,12 +629,9 @@ pub async fn stop<S: Scheduler>(
         }
     };
     failpoint::hit("stop-after-intent");
-    request_grace(
-        &ctx.state_dir,
-        &WorkerDirs::of(&ctx.state_dir, None, submission_id),
-        grace_s,
-    );
-    let proof = match end_job(ctx, job, grace, micros_to_local(submitted_at)).await {
+    let dirs = WorkerDirs::of(&ctx.state_dir, None, submission_id);
+    request_grace(&ctx.state_dir, &dirs, grace_s);
+    let proof = match end_job(ctx, job, grace_s, micros_to_local(submitted_at)).await {
         Ok(proof) => proof,
         Err(cancel) => {
             return Err(OpError::Unknown(format!(

@@ -473,9 +473,32 @@ pub fn settled_state_class(recorded: Option<&str>, step_over: bool) -> Option<St
     }
 }
 
+/// The grace a stop gives when none is asked and the worker's supervisor recorded none.
+pub const DEFAULT_STOP_GRACE_S: u32 = 10;
+
+/// The grace a stop gives a worker's payload between SIGTERM and SIGKILL: the one asked
+/// (`--grace`); else the worker's own (`--grace` at submit, `own`: as its supervisor recorded it
+/// when it started), so that a stop never cuts a payload's save shorter than the worker asked;
+/// else [`DEFAULT_STOP_GRACE_S`] (no supervisor recorded its start: its payload has not
+/// started). No other bound: a stop's wait ends as soon as the step is proven over, and the
+/// allocation's end ends the step.
+pub fn stop_grace_s(asked: Option<u32>, own: Option<u32>) -> u32 {
+    asked.or(own).unwrap_or(DEFAULT_STOP_GRACE_S)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 38, what is left (3): an asked grace wins, then the worker's own, then 10 s.
+    #[test]
+    fn a_stop_gives_the_asked_grace_else_the_workers_own() {
+        assert_eq!(stop_grace_s(Some(5), Some(20)), 5);
+        assert_eq!(stop_grace_s(Some(0), Some(20)), 0);
+        assert_eq!(stop_grace_s(None, Some(20)), 20);
+        assert_eq!(stop_grace_s(None, Some(3)), 3);
+        assert_eq!(stop_grace_s(None, None), DEFAULT_STOP_GRACE_S);
+    }
 
     fn probe(role: &str, path: &str, fs: u64, free: u64) -> DirProbe {
         DirProbe {

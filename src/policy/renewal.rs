@@ -97,8 +97,13 @@ pub fn may_adopt(p: &Pool) -> Result<(Cause, String), String> {
             p.active.len()
         ));
     }
-    let cause = cause_in(&ended.proof).unwrap_or(Cause::Lost);
-    Ok((cause, ended.proof.clone()))
+    Ok((end_cause(&ended.proof), ended.proof.clone()))
+}
+
+/// Why an allocation ended, from Slurm's proof of its end: `lost` when the proof names no
+/// other cause (`CANCELLED`, "Invalid job id", all its nodes lost).
+pub fn end_cause(proof: &str) -> Cause {
+    cause_in(proof).unwrap_or(Cause::Lost)
 }
 
 #[cfg(test)]
@@ -136,11 +141,14 @@ mod tests {
     }
 
     fn end(pools: &mut Pools, proof: &str) {
-        pools.allocation_ended(&PoolAllocationEnded {
-            pool: "p".into(),
-            job_id: test_job(7),
-            proof: proof.into(),
-        });
+        pools.allocation_ended(
+            Micros(9),
+            &PoolAllocationEnded {
+                pool: "p".into(),
+                job_id: test_job(7),
+                proof: proof.into(),
+            },
+        );
     }
 
     #[test]

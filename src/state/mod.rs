@@ -181,7 +181,7 @@ impl State {
                 self.jobs.continuations.created(&e.submission_id);
                 self.pools.launched(e, &env.actor.host)
             }
-            Event::PoolAllocationEnded(e) => self.allocation_ended(e),
+            Event::PoolAllocationEnded(e) => self.allocation_ended(env.time, e),
             // Marks live in Slurm; PoolAttached binds the pool; a steal is for the audit.
             Event::WatermarkIntent(e) => self.watermarks.intent(env.time, e),
             Event::WatermarkMade(e) => self.watermarks.made(e),
@@ -359,7 +359,7 @@ impl State {
         self.pools.terminal(e);
     }
 
-    fn allocation_ended(&mut self, e: &crate::event::pool::PoolAllocationEnded) {
+    fn allocation_ended(&mut self, time: Micros, e: &crate::event::pool::PoolAllocationEnded) {
         let current = self
             .pools
             .pools
@@ -368,7 +368,7 @@ impl State {
         if current {
             self.jobs.continuations.allocation_ended(&e.pool, &e.proof);
         }
-        self.pools.allocation_ended(e);
+        self.pools.allocation_ended(time, e);
     }
 
     /// One submission id is either a pool worker's or a job's; the other ignores it.

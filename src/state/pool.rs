@@ -145,6 +145,9 @@ pub struct Pool {
     /// A pool created with `--renew`: kept across allocations until `pool release`.
     #[serde(default)]
     pub renewal: Option<Renewal>,
+    /// When `ended` was recorded. Last, and written only when set: an older snapshot lacks it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<Micros>,
 }
 
 /// A pool kept across allocations (`pool create --renew`): what it asks for each one, how many
@@ -171,6 +174,24 @@ pub struct Renewal {
     /// `policy::renewal::FAILED_RENEWALS_STOP`. Snapshot version 10.
     pub failed_in_row: u32,
     pub last_failure: Option<String>,
+    /// How the allocation the last renewal replaced ended (`PoolRenewed`). Last, and written
+    /// only when set: an older snapshot lacks it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_end: Option<AllocationEnd>,
+}
+
+/// How one of a renewing pool's allocations ended, as the renewal that replaced it recorded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationEnd {
+    /// Its number among the pool's allocations (1: the first).
+    pub generation: u32,
+    pub job_id: JobId,
+    /// `time-limit`, `preempted`, `node-failure` or `lost`.
+    pub cause: String,
+    /// Slurm's words that prove it over.
+    pub proof: String,
+    /// When its end was recorded; `None` when the state was loaded from an older snapshot.
+    pub at: Option<Micros>,
 }
 
 /// A renewal in flight: an allocation may exist.
@@ -343,6 +364,7 @@ impl Pools {
                 releasing: false,
                 spread: None,
                 renewal: None,
+                ended_at: None,
             },
         );
     }
@@ -417,6 +439,7 @@ impl Pools {
                         finished_here: 0,
                         failed_in_row: 0,
                         last_failure: None,
+                        last_end: None,
                     });
                 }
                 if self.creation_mut(&e.pool, e.creation_id).is_some() {
@@ -488,11 +511,19 @@ impl Pools {
         };
         p.allocation = e.allocation.clone();
         p.ended = None;
+        let ended_at = p.ended_at.take();
         if let Some(spread) = &mut p.spread {
             spread.nodes.clear();
             spread.lost.clear();
         }
         if let Some(r) = &mut p.renewal {
+            r.last_end = Some(AllocationEnd {
+                generation: r.generation,
+                job_id: e.previous_job_id,
+                cause: e.cause.clone(),
+                proof: e.proof.clone(),
+                at: ended_at,
+            });
             r.generation = e.generation;
             r.successor = None;
             r.finished_here = 0;
@@ -699,10 +730,11 @@ impl Pools {
 
     /// Only about the allocation the pool holds now (a pool re-attached to another job is not
     /// ended by news about the old one).
-    pub fn allocation_ended(&mut self, e: &PoolAllocationEnded) {
+    pub fn allocation_ended(&mut self, time: Micros, e: &PoolAllocationEnded) {
         if let Some(p) = self.pools.get_mut(&e.pool) {
             if p.allocation.job_id == e.job_id && p.ended.is_none() {
                 p.ended = Some(e.clone());
+                p.ended_at = Some(time);
             }
         }
     }
@@ -1106,11 +1138,14 @@ pub(crate) mod tests {
             r.successor.as_ref().unwrap().intent.renewal_id,
             Uuid::from_u128(10)
         );
-        pools.allocation_ended(&PoolAllocationEnded {
-            pool: "p".into(),
-            job_id: test_job(7),
-            proof: "squeue shows job 7 TIMEOUT".into(),
-        });
+        pools.allocation_ended(
+            Micros(9),
+            &PoolAllocationEnded {
+                pool: "p".into(),
+                job_id: test_job(7),
+                proof: "squeue shows job 7 TIMEOUT".into(),
+            },
+        );
         let mut next = attached(8).allocation;
         next.start_time = Micros(100);
         let renewed = |id: u128| PoolRenewed {
@@ -1141,8 +1176,33 @@ pub(crate) mod tests {
         let r = p.renewal.as_ref().unwrap();
         assert_eq!((r.generation, r.first_start), (2, Micros(1)));
         assert!(r.successor.is_none());
+        // How allocation 1 ended stays, with when its end was recorded.
+        assert_eq!(
+            r.last_end,
+            Some(AllocationEnd {
+                generation: 1,
+                job_id: test_job(7),
+                cause: "time-limit".into(),
+                proof: "squeue shows job 7 TIMEOUT".into(),
+                at: Some(Micros(9)),
+            })
+        );
+        assert_eq!(p.ended_at, None);
         let bytes = rmp_serde::to_vec(&pools).unwrap();
         let back: Pools = rmp_serde::from_slice(&bytes).unwrap();
         assert_eq!(back, pools);
+        // Without them (an older snapshot's layout: neither is written), it reads back too.
+        let mut older = pools.clone();
+        older
+            .pools
+            .get_mut("p")
+            .unwrap()
+            .renewal
+            .as_mut()
+            .unwrap()
+            .last_end = None;
+        let bytes = rmp_serde::to_vec(&older).unwrap();
+        let back: Pools = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(back, older);
     }
 }

@@ -170,6 +170,27 @@ pub fn supervisor_journal(
     .unwrap();
 }
 
+/// What a worker's supervisor records first when it starts (below `evidence`): the grace it
+/// was started with (`--grace` at submit), which a stop without `--grace` gives its payload.
+pub fn supervisor_started(evidence: &Path, id: uuid::Uuid, grace_s: u32) {
+    use dispatch::event::worker::SupervisorStarted;
+    use dispatch::event::WorkerEvent;
+    use dispatch::journal::{JournalWriter, Options};
+    let dir = dispatch::worker::supervisor::journal_dir(evidence);
+    let w = JournalWriter::<WorkerEvent>::open(&dir, Options::default()).unwrap();
+    w.append_one(WorkerEvent::SupervisorStarted(SupervisorStarted {
+        submission_id: id,
+        job_id: None,
+        step_id: None,
+        node: "vm".into(),
+        cpu_set: "0".into(),
+        deadline: dispatch::event::Micros::now(),
+        grace_s,
+        command: vec!["true".into()],
+    }))
+    .unwrap();
+}
+
 /// A publication that verifies (a manifest listing no files) at `dir`, of worker `worker`'s
 /// submission `id`: its manifest's SHA-256.
 pub fn plant_publication(dir: &str, worker: &str, id: uuid::Uuid) -> dispatch::event::Sha256Digest {

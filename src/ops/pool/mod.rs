@@ -36,8 +36,8 @@ pub use resubmit::Resubmission;
 pub(crate) use resubmit::{replace, waiting as replacement_waiting};
 pub use room::{Wait, WaitProgress, FALLBACK_PROOF_EVERY};
 pub use status::{
-    status, status_of, AssetUseView, CreatingView, NodeView, Owner, PoolView, PublicationView,
-    Refreshed, Stage, StatusDoc, StatusReport, WorkerJournalView, WorkerView,
+    status, status_of, AssetUseView, CreatingView, EndView, NodeView, Owner, PoolView,
+    PublicationView, Refreshed, Stage, StatusDoc, StatusReport, WorkerJournalView, WorkerView,
 };
 pub(crate) use stop::release_proven;
 pub use stop::{stop_worker, StopReport};

@@ -1,17 +1,20 @@
 //! `dispatch pool release`: the end of a pool dispatch created. `PoolReleaseIntent` (no worker
-//! is submitted from here on) → every worker stopped with proof (`stop_worker`) → `scancel` of
-//! the allocation → proof it is gone → the workers a stop could not settle released with that
-//! proof (no step outlives its allocation) → `PoolReleased` (the pool is forgotten). A pool
-//! attached to the user's allocation is refused (exit 3: `pool detach`). A creation that never
-//! became a pool is cancelled the same way: its job, known or found by name, proven gone.
+//! is submitted from here on) → every worker sent SIGTERM, then each stopped with proof as
+//! `stop_worker` stops it (their graces side by side: the one asked, else each its own) →
+//! `scancel` of the allocation → proof it is gone → the workers a stop could not settle
+//! released with that proof (no step outlives its allocation) → `PoolReleased` (the pool is
+//! forgotten). A pool attached to the user's allocation is refused (exit 3: `pool detach`). A
+//! creation that never became a pool is cancelled the same way: its job, known or found by
+//! name, proven gone.
 
 use std::time::Duration;
 
 use serde::Serialize;
 
 use super::create::{creation_failed, find_job, job_over, Found, Progress};
+use super::locked;
 use super::renew::{renewal_failed, successor_job, RenewalOutcome};
-use super::{locked, stop_worker};
+use super::stop::{begin_stop, finish_stop};
 use crate::event::pool::*;
 use crate::event::Event;
 use crate::failpoint;
@@ -55,7 +58,7 @@ pub struct ReleasedWorker {
 pub async fn release<S: Scheduler>(
     ctx: &Ctx<S>,
     pool: &str,
-    grace: Duration,
+    grace: Option<Duration>,
     progress: Progress<'_>,
 ) -> Result<ReleaseReport, OpError> {
     check_path_name("pool", pool).map_err(OpError::Usage)?;
@@ -172,32 +175,42 @@ async fn cancel_and_prove<S: Scheduler>(
 }
 
 /// Each active worker of `p` stopped as `stop-worker` stops it, while its allocation is not
-/// recorded over: what each stop proved. One that fails is only told to `progress`.
+/// recorded over: what each stop proved. Every worker is sent SIGTERM first, each with its
+/// grace (`asked`, else its own), so that their graces run side by side: the release waits
+/// for the longest, not for their sum. One that fails is only told to `progress`.
 async fn stop_each_worker<S: Scheduler>(
     ctx: &Ctx<S>,
     p: &Pool,
-    grace: Duration,
+    asked: Option<Duration>,
     progress: Progress<'_>,
 ) -> Vec<ReleasedWorker> {
     let mut workers = Vec::new();
     if p.ended.is_some() {
         return workers;
     }
-    // Each worker as `stop-worker` stops it: TERM, its grace, cancel, proof, release. One
-    // that cannot be proven stopped is released below with the allocation's end.
+    // One that cannot be proven stopped is released below with the allocation's end.
+    let not_stopped = |name: &str, e: OpError| {
+        progress(&format!(
+            "worker {name} is not proven stopped ({e}); it is released once the allocation is \
+             proven gone"
+        ))
+    };
+    let mut begun = Vec::new();
     for w in p.active.values() {
-        let name = &w.name;
-        progress(&format!("stopping worker {name} of pool {}", p.name));
-        match stop_worker(ctx, &p.name, name, grace).await {
+        progress(&format!("stopping worker {} of pool {}", w.name, p.name));
+        match begin_stop(ctx, &p.name, &w.name, asked).await {
+            Ok(b) => begun.push((w, b)),
+            Err(e) => not_stopped(&w.name, e),
+        }
+    }
+    for (w, b) in begun {
+        match finish_stop(ctx, b).await {
             Ok(r) => workers.push(ReleasedWorker {
-                worker: name.clone(),
+                worker: w.name.clone(),
                 submission_id: w.submission_id.to_string(),
                 proof: r.proof.unwrap_or_default(),
             }),
-            Err(e) => progress(&format!(
-                "worker {name} is not proven stopped ({e}); it is released once the \
-                 allocation is proven gone"
-            )),
+            Err(e) => not_stopped(&w.name, e),
         }
     }
     workers
@@ -235,7 +248,7 @@ fn release_left<S: Scheduler>(
 async fn release_pool<S: Scheduler>(
     ctx: &Ctx<S>,
     p: &Pool,
-    grace: Duration,
+    grace: Option<Duration>,
     progress: Progress<'_>,
 ) -> Result<ReleaseReport, OpError> {
     let pool = p.name.clone();

@@ -16,6 +16,7 @@ use crate::policy::lineage::{Lineage, Lineages};
 use crate::policy::node::Outcome;
 use crate::policy::placement::{self, NodeRoom};
 use crate::policy::pool::Refusal;
+use crate::policy::renewal::end_cause;
 use crate::slurm::JobId;
 use crate::state::pool::*;
 use crate::state::State;
@@ -83,7 +84,50 @@ pub struct PoolView<W = Vec<WorkerView>> {
     /// A pool created with `--renew`: its allocations so far, the next one, its bounds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub renewal: Option<RenewalView>,
+    /// How the pool's last allocation ended: the current one once proven over, else the one
+    /// a renewal replaced; null while none has.
+    pub last_end: Option<EndView>,
     pub workers: W,
+}
+
+/// How one of a pool's allocations ended (`pool status`'s `last_end`).
+#[derive(Debug, PartialEq, Eq, Serialize)]
+pub struct EndView {
+    /// Its number among the pool's allocations (1: the first, and a pool that does not renew).
+    pub generation: u32,
+    pub job_id: JobId,
+    /// `time-limit`, `preempted`, `node-failure` or `lost`, from Slurm's proof.
+    pub cause: String,
+    pub proof: String,
+    /// When its end was recorded (RFC 3339); null when the state does not say.
+    pub at: Option<String>,
+}
+
+impl EndView {
+    /// `p`'s current allocation once proven over, else the last a renewal replaced.
+    pub fn of(p: &Pool) -> Option<EndView> {
+        let generation = p.renewal.as_ref().map_or(1, |r| r.generation);
+        match (
+            &p.ended,
+            p.renewal.as_ref().and_then(|r| r.last_end.as_ref()),
+        ) {
+            (Some(e), _) => Some(EndView {
+                generation,
+                job_id: e.job_id,
+                cause: end_cause(&e.proof).as_str().to_owned(),
+                proof: e.proof.clone(),
+                at: p.ended_at.map(Micros::to_rfc3339),
+            }),
+            (None, Some(e)) => Some(EndView {
+                generation: e.generation,
+                job_id: e.job_id,
+                cause: e.cause.clone(),
+                proof: e.proof.clone(),
+                at: e.at.map(Micros::to_rfc3339),
+            }),
+            (None, None) => None,
+        }
+    }
 }
 
 /// A renewing pool's header (`pool status`): read from the journal alone, as every view is;
@@ -701,6 +745,7 @@ fn build<'s, W>(
                     .renewal
                     .as_ref()
                     .map(|r| RenewalView::of(p, r, now, &refreshed.renewals)),
+                last_end: EndView::of(p),
                 workers: workers(p, PoolDirs::of(pools_dir, &p.name)),
             }
         })

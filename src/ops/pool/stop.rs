@@ -15,7 +15,7 @@ use crate::event::Event;
 use crate::failpoint;
 use crate::next::Next::{self, Reconcile};
 use crate::ops::context::{
-    append_if, await_proof, grace_seconds, recorded_release_proof, request_grace, Ctx,
+    append_if, await_proof, grace_seconds, recorded_release_proof, request_grace, stop_grace, Ctx,
     STOP_PROOF_TIMEOUT, STOP_WRAP_UP,
 };
 use crate::ops::error::OpError;
@@ -96,34 +96,96 @@ async fn step_proven_over<S: Scheduler>(ctx: &Ctx<S>, step: StepId) -> Option<St
     reconcile_policy::step_over(n, true, &obs)
 }
 
+/// `pool stop-worker POOL WORKER [--grace SECS]`: TERM with the grace (`asked`, else the
+/// worker's own: `ops::context::stop_grace`), then proof, else cancel and proof, then release.
 pub async fn stop_worker<S: Scheduler>(
     ctx: &Ctx<S>,
     pool: &str,
     worker: &str,
-    grace: Duration,
+    asked: Option<Duration>,
 ) -> Result<StopReport, OpError> {
+    let begun = begin_stop(ctx, pool, worker, asked).await?;
+    finish_stop(ctx, begun).await
+}
+
+/// A stop begun: the worker was already released, or its step was sent SIGTERM.
+pub(super) enum Begun {
+    Already(StopReport),
+    Signalled(Signalled),
+}
+
+/// A step sent SIGTERM at `termed`, its payload given `grace`.
+pub(super) struct Signalled {
+    pool: String,
+    worker: String,
+    submission_id: Uuid,
+    step: StepId,
+    step_no: u32,
+    grace: Duration,
+    termed: tokio::time::Instant,
+}
+
+/// The first half of a stop: the worker found, its step known, the intent with its grace, the
+/// grace told to its supervisor, SIGTERM. Several stops begun at once run their graces side by
+/// side (`pool release`).
+pub(super) async fn begin_stop<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &str,
+    worker: &str,
+    asked: Option<Duration>,
+) -> Result<Begun, OpError> {
     // Decide what to stop from a first look; every append below takes the lock again and
     // checks that the worker is still as this stop saw it. The grace and the proof polls
     // happen with the lock released (issue 11).
-    let grace_s = grace_seconds(grace);
     let state = ctx.lock_and_load()?.1.state;
     let (p, w) = match find_worker(&state, pool, worker) {
         Ok(found) => found,
-        Err(e) => return already_released(&ctx.journal_dir(), &state, pool, worker).ok_or(e),
+        Err(e) => {
+            return already_released(&ctx.journal_dir(), &state, pool, worker)
+                .map(Begun::Already)
+                .ok_or(e)
+        }
     };
     let job = p.allocation.job_id;
     let submission_id = w.submission_id;
     let step_no = known_step(ctx, pool, worker, job, w.step_id, submission_id).await?;
     let step = StepId::new(job, StepKind::Numbered(step_no));
+    let dirs = WorkerDirs::new(&ctx.pools_dir(), pool, submission_id);
+    let grace_s = grace_seconds(stop_grace(&ctx.state_dir, &dirs, asked));
     write_stop_intent(ctx, pool, worker, submission_id, step_no, grace_s)?;
     failpoint::hit("pool-stop-after-intent");
-    let dirs = WorkerDirs::new(&ctx.pools_dir(), pool, submission_id);
     request_grace(&ctx.state_dir, &dirs, grace_s);
     if let Err(e) = ctx.sched.signal_step(step, Signal::Term).await {
         tracing::warn!("scancel --signal=TERM {step}: {e}");
     }
     failpoint::hit("pool-stop-after-term");
-    let mut proof = await_proof(grace + STOP_WRAP_UP, || step_proven_over(ctx, step)).await;
+    Ok(Begun::Signalled(Signalled {
+        pool: pool.to_owned(),
+        worker: worker.to_owned(),
+        submission_id,
+        step,
+        step_no,
+        grace: Duration::from_secs(u64::from(grace_s)),
+        termed: tokio::time::Instant::now(),
+    }))
+}
+
+/// The second half: proof within the grace from the TERM (and the wrap-up), else cancel and
+/// proof; then the release with that proof.
+pub(super) async fn finish_stop<S: Scheduler>(
+    ctx: &Ctx<S>,
+    begun: Begun,
+) -> Result<StopReport, OpError> {
+    let s = match begun {
+        Begun::Already(report) => return Ok(report),
+        Begun::Signalled(s) => s,
+    };
+    let (pool, worker, step) = (s.pool.as_str(), s.worker.as_str(), s.step);
+    // Asked at least once, however long ago the TERM was (a stop finished after others).
+    let left = (s.termed + s.grace + STOP_WRAP_UP)
+        .saturating_duration_since(tokio::time::Instant::now())
+        .max(Duration::from_millis(1));
+    let mut proof = await_proof(left, || step_proven_over(ctx, step)).await;
     // What scancel answered, if this stop had to cancel: the message must not claim a cancel
     // that nobody confirmed.
     let mut cancel_failed = None;
@@ -135,15 +197,6 @@ pub async fn stop_worker<S: Scheduler>(
         failpoint::hit("pool-stop-after-cancel");
         proof = await_proof(STOP_PROOF_TIMEOUT, || step_proven_over(ctx, step)).await;
     }
-    let mut report = StopReport {
-        pool: pool.to_owned(),
-        worker: worker.to_owned(),
-        submission_id: submission_id.to_string(),
-        step_id: Some(step.to_string()),
-        state: WorkerState::Stopping,
-        proof: proof.clone(),
-        already_released: false,
-    };
     let Some(proof) = proof else {
         let cancel = match cancel_failed {
             None => "was cancelled (scancel answered)".to_owned(),
@@ -156,12 +209,19 @@ pub async fn stop_worker<S: Scheduler>(
     };
     // Released by this stop, or by a reconcile that proved the same meanwhile: either way
     // it is released.
-    release_proven(ctx, pool, submission_id, &proof, |w| {
-        w.step_id.is_none_or(|s| s == step_no)
+    release_proven(ctx, pool, s.submission_id, &proof, |w| {
+        w.step_id.is_none_or(|n| n == s.step_no)
     })?;
-    report.state = WorkerState::Released;
     ctx.snapshot_quietly();
-    Ok(report)
+    Ok(StopReport {
+        pool: pool.to_owned(),
+        worker: worker.to_owned(),
+        submission_id: s.submission_id.to_string(),
+        step_id: Some(step.to_string()),
+        state: WorkerState::Released,
+        proof: Some(proof),
+        already_released: false,
+    })
 }
 
 /// The step of worker `worker` (`recorded`, else found by its name once more and recorded):
