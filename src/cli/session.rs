@@ -426,6 +426,14 @@ async fn run_attach<S: Scheduler>(
         std::env::var("SHELL").ok(),
     )
     .await?;
+    if let Some(p) = &plan.preempted {
+        warn(&[format!(
+            "Slurm job {} was preempted at {}: {} (Slurm's grace); attaching all the same",
+            plan.job,
+            p.at,
+            p.until()
+        )]);
+    }
     if !is_terminal() {
         return Err(Failure::new(
             exit::FAILED,

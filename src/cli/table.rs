@@ -797,7 +797,10 @@ pub fn sessions(r: &Report, wide: bool, release_hint: &dyn Fn(&str, &str) -> Str
             target.to_owned(),
             e.mirror.clone().unwrap_or_else(|| e.token.clone()),
             e.id.clone(),
-            e.state.clone(),
+            match &e.preempted {
+                Some(_) => "preempted".to_owned(),
+                None => e.state.clone(),
+            },
             e.time_left.clone().unwrap_or_else(|| "-".to_owned()),
             e.node.clone().unwrap_or_else(|| "-".to_owned()),
             e.flags.join(","),
@@ -816,6 +819,20 @@ pub fn sessions(r: &Report, wide: bool, release_hint: &dyn Fn(&str, &str) -> Str
     } else {
         t.render(0, width(wide))
     };
+    let entries = r.targets.iter().flat_map(|g| &g.jobs).chain(&r.unmatched);
+    for e in entries.filter(|e| e.preempted.is_some()) {
+        let whose = e.session.clone().or_else(|| e.mirror.clone());
+        out.push_str(&warning_lines(
+            0,
+            &format!(
+                "job {} ({}): {} (Slurm's grace); the session keeps it until then",
+                e.id,
+                whose.as_deref().unwrap_or(&e.token),
+                preempted_until(e.preempted.as_ref())
+            ),
+            width(wide),
+        ));
+    }
     if !r.stale.is_empty() {
         out.push_str("stale sessions (the job is gone; the record is not):\n");
         for s in &r.stale {
@@ -1170,6 +1187,7 @@ mod tests {
                 session: None,
                 sessions: vec![],
                 flags,
+                preempted: None,
             };
         let sessions = Report {
             targets: vec![crate::policy::session::report::TargetGroup {
@@ -1183,6 +1201,14 @@ mod tests {
                         "RUNNING",
                         vec![crate::policy::session::report::FLAG_REPLACED],
                     ),
+                    JobEntry {
+                        time_left: Some("0:27".into()),
+                        preempted: Some(crate::slurm::Preempted {
+                            at: "2026-12-06T13:29:32".into(),
+                            ends_at: "2026-12-06T13:30:02".into(),
+                        }),
+                        ..entry(4244, Some("notebook"), "RUNNING", vec![])
+                    },
                 ],
             }],
             unmatched: vec![entry(4250, None, "PENDING", vec!["no session record"])],

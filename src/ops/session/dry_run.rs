@@ -48,7 +48,7 @@ pub async fn launch_dry_run<S: Scheduler>(
     let mut plan = LaunchPlan::submit(&r);
     let mut exclude = Vec::new();
     if let Some(job) = session(&state, &r.key).and_then(|s| s.job_id()) {
-        let (probe, held) = super::hold::probe_held(env, job).await;
+        let (probe, held, _) = super::hold::probe_held(env, job).await;
         match recorded(probe, held) {
             // A held batch job is kept by the launch that settles it (or yields to an older
             // job of the session, which a dry run cannot know without acting); a held salloc

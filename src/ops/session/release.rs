@@ -14,7 +14,7 @@
 use serde::Serialize;
 
 use super::{
-    adopt_or_vouch, adopted, command_for, gone_reason, lock_session, name_probe, session,
+    adopt_or_vouch, adopted, command_for, ended_of, lock_session, name_probe, session,
     vouch_absence, Env, OpError, Resolved,
 };
 use crate::event::session::{
@@ -146,7 +146,7 @@ async fn settle_replaced<S: Scheduler>(
     }
     match env.probe(job).await {
         Probe::Gone { state } => {
-            let proof = gone_reason(state.as_ref());
+            let proof = ended_of(env, job, state.as_ref(), None).await.reason();
             env.ctx.append(Event::SessionCleared(SessionCleared {
                 session: key.clone(),
                 job_id: job,
@@ -542,7 +542,9 @@ async fn prove_gone<S: Scheduler>(env: &Env<'_, S>, job: JobId) -> String {
     );
     loop {
         let last = match env.probe(job).await {
-            Probe::Gone { state } => return gone_reason(state.as_ref()),
+            Probe::Gone { state } => {
+                return ended_of(env, job, state.as_ref(), None).await.reason()
+            }
             Probe::Live { state, .. } => format!("still {state}"),
             Probe::Unknown(e) => format!("squeue failed: {e}"),
         };
