@@ -827,7 +827,7 @@ fn release_force_cancels_and_proves() {
     assert_eq!(
         json_of(&r),
         json!({"mirror": "sample", "target": "T", "action": "released", "job_id": 4242,
-               "holders": [], "proof": "squeue: CANCELLED"})
+               "holders": [], "proof": "cancelled: squeue shows job 4242 CANCELLED"})
     );
     assert_eq!(
         f.calls(),
@@ -1602,7 +1602,7 @@ fn release_of_a_restored_record_also_cancels_the_live_job_of_the_session() {
     assert_eq!(j["job_id"], 100, "{j}");
     assert_eq!(
         j["also_released"],
-        json!([{"job_id": 200, "proof": "squeue: CANCELLED"}]),
+        json!([{"job_id": 200, "proof": "cancelled: squeue shows job 200 CANCELLED"}]),
         "{j}"
     );
     let calls = f.calls();

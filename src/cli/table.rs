@@ -843,6 +843,9 @@ pub fn sessions(r: &Report, wide: bool, release_hint: &dyn Fn(&str, &str) -> Str
                 s.session,
                 release_hint(&s.mirror, &s.target)
             ));
+            if let Some(why) = &s.reason {
+                out.push_str(&note_line(4, why, width(wide)));
+            }
         }
     }
     if !r.unknown.is_empty() {
@@ -1217,7 +1220,7 @@ mod tests {
                 mirror: "doomed".into(),
                 target: "savio-htc".into(),
                 job_id: Some(4100),
-                reason: None,
+                reason: Some("preempted: squeue shows job 4100 PREEMPTED".into()),
             }],
             unknown: vec![],
             errors: vec![],
