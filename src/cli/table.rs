@@ -819,20 +819,7 @@ pub fn sessions(r: &Report, wide: bool, release_hint: &dyn Fn(&str, &str) -> Str
     } else {
         t.render(0, width(wide))
     };
-    let entries = r.targets.iter().flat_map(|g| &g.jobs).chain(&r.unmatched);
-    for e in entries.filter(|e| e.preempted.is_some()) {
-        let whose = e.session.clone().or_else(|| e.mirror.clone());
-        out.push_str(&warning_lines(
-            0,
-            &format!(
-                "job {} ({}): {} (Slurm's grace); the session keeps it until then",
-                e.id,
-                whose.as_deref().unwrap_or(&e.token),
-                preempted_until(e.preempted.as_ref())
-            ),
-            width(wide),
-        ));
-    }
+    out.push_str(&session_preemptions(r, wide));
     if !r.stale.is_empty() {
         out.push_str("stale sessions (the job is gone; the record is not):\n");
         for s in &r.stale {
@@ -865,6 +852,26 @@ pub fn sessions(r: &Report, wide: bool, release_hint: &dyn Fn(&str, &str) -> Str
     }
     for e in &r.errors {
         out.push_str(&format!("! {e}\n"));
+    }
+    out
+}
+
+/// The lines after the sessions table about each job in a preemption's grace.
+fn session_preemptions(r: &Report, wide: bool) -> String {
+    let entries = r.targets.iter().flat_map(|g| &g.jobs).chain(&r.unmatched);
+    let mut out = String::new();
+    for e in entries.filter(|e| e.preempted.is_some()) {
+        let whose = e.session.clone().or_else(|| e.mirror.clone());
+        out.push_str(&warning_lines(
+            0,
+            &format!(
+                "job {} ({}): {} (Slurm's grace); the session keeps it until then",
+                e.id,
+                whose.as_deref().unwrap_or(&e.token),
+                preempted_until(e.preempted.as_ref())
+            ),
+            width(wide),
+        ));
     }
     out
 }
