@@ -10,6 +10,12 @@
 //! probes by name (pauses up to 2 s, progress every 30 s) until the submit call's limit
 //! (`Scheduler::longest_call`) plus the settle margin (30 s) have passed since the intent
 //! (`policy::session::in_flight_wait`), and adopts the job if it appears.
+//!
+//! Preemption (issue 38): a kept job in Slurm's preemption grace is live, so it stays the
+//! session's and nothing is submitted beside it; the report says when Slurm kills it
+//! (`preempted`, one `scontrol show job`, asked only when squeue lists its end pulled forward).
+//! A recorded job proven over is cleared with how it ended (`SessionCleared`'s reason: the
+//! cause, then Slurm's words, `policy::session::ended`), which the report gives as `ended`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
