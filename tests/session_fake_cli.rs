@@ -2072,8 +2072,15 @@ fn a_session_job_in_its_preemption_grace_is_kept_and_its_end_recorded_as_preempt
         "scontrol": [{"match": ["show"], "stdout": shown_in_grace()}],
         "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
     }));
-    // Adopted by name (no record), then reused from the record: kept, no sbatch.
-    for action in ["adopted", "reused"] {
+    // Adopted by name (no record), then reused from the record: kept, no sbatch; the dry run
+    // says so first.
+    for (would, action) in [("adopt", "adopted"), ("reuse", "reused")] {
+        let dry: Vec<&str> = LAUNCH_T.iter().copied().chain(["--dry-run"]).collect();
+        let r = f.run(&dry);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let j = json_of(&r);
+        assert_eq!((&j["would"], &j["job_id"]), (&json!(would), &json!(4242)));
+        assert_eq!(j["preempted"], preempted, "{j}");
         let r = f.run(LAUNCH_T);
         assert_eq!(r.code, 0, "{}", r.stderr);
         let j = json_of(&r);

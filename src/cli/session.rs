@@ -229,7 +229,10 @@ async fn run_launch_dry_run<S: Scheduler>(
             plan.target,
             plan.job_name,
             match (&plan.job_id, &plan.would_start) {
-                (Some(j), _) => format!(": job {j}"),
+                (Some(j), _) => match &plan.preempted {
+                    Some(p) => format!(": job {j}, {}", p.until()),
+                    None => format!(": job {j}"),
+                },
                 (None, Some(t)) => format!(
                     ": sbatch --test-only says it would start at {t} on {}",
                     plan.nodes.as_deref().unwrap_or("?")
