@@ -2265,3 +2265,153 @@ fn a_high_job_preempts_a_renewing_pool_and_its_worker_goes_on_in_the_next_alloca
     let audit = output(cmd, STEP_BOUND);
     assert!(audit.status.success(), "{}", text(&audit.stdout));
 }
+
+/// dispatch's `session …` on this cluster with the config `tmp/config.toml` and the session
+/// files under `tmp/cache`: its exit status, stdout and stderr.
+fn session_cmd(c: &Cluster, tmp: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let config = tmp.join("config.toml");
+    let mut cmd = c.dispatch(&tmp.join("state"));
+    cmd.arg("--config").arg(&config).args(args);
+    cmd.env("XDG_CACHE_HOME", tmp.join("cache"));
+    output(cmd, Duration::from_secs(120))
+}
+
+/// As [`session_cmd`], which must succeed: its JSON document (`--json` given by the caller),
+/// and its stderr.
+fn session_json(c: &Cluster, tmp: &std::path::Path, args: &[&str]) -> (serde_json::Value, String) {
+    let out = session_cmd(c, tmp, args);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "dispatch {args:?}: {stdout}{stderr}");
+    let doc = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("dispatch {args:?}: {e}: {stdout}"));
+    (doc, stderr)
+}
+
+/// Issue 38, item 3 for sessions: a session's batch job in QOS `normal` (the target pins it)
+/// is preempted by a `high` job that needs its whole node. In the grace `sessions` shows it
+/// preempted with Slurm's `PreemptTime` and `EndTime`, and a launch keeps it (reused, never a
+/// second job beside it) saying when it ends. Once Slurm shows it PREEMPTED, the next launch
+/// records its end as `preempted` with squeue's words (`SessionCleared`) and submits a new
+/// job, which runs on another node. Every job made here is cancelled, also on failure.
+#[test]
+fn a_preempted_session_job_is_kept_in_its_grace_and_its_end_recorded_preempted() {
+    let c = Cluster::require();
+    let grace = preemption_on();
+    let tmp = tempfile::tempdir_in("/tmp").unwrap();
+    let prefix = unique_name("mn-sess");
+    let prefix = format!("{prefix}-");
+    std::fs::write(
+        tmp.path().join("config.toml"),
+        format!(
+            "job_name_prefix = \"{prefix}\"\n\n[targets.dbg]\npartition = \"debug\"\n\
+             account = \"dev\"\nqos = \"normal\"\ntime = \"00:10:00\"\nmem = \"100M\"\n\
+             confined = true\n"
+        ),
+    )
+    .unwrap();
+    let name = format!("{prefix}m");
+    let launch = [
+        "--json",
+        "session",
+        "launch",
+        "m",
+        "-T",
+        "dbg",
+        "--detached",
+    ];
+    let (first, _) = session_json(&c, tmp.path(), &launch);
+    let first_job = Job {
+        cluster: &c,
+        id: first["job_id"].as_u64().expect("a job id") as u32,
+    };
+    let node = first["node"].as_str().expect("its node").to_owned();
+
+    let high = preempt_node(&c, &node, &unique_name("mn-sess-preemptor"));
+    let mut entry = serde_json::Value::Null;
+    let t0 = Instant::now();
+    while entry["preempted"].is_null() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "sessions shows no grace: {entry}; scontrol: {:?}; high job: {:?}",
+            show_job(&c, first_job.id),
+            show_job(&c, high.id)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        let (r, _) = session_json(&c, tmp.path(), &["--json", "sessions"]);
+        entry = r["targets"][0]["jobs"][0].clone();
+    }
+    let during = show_job(&c, first_job.id);
+    assert_eq!(entry["job_id"], first_job.id, "{entry}");
+    assert_eq!(entry["preempted"]["at"], during["PreemptTime"].as_str());
+    assert_eq!(entry["preempted"]["ends_at"], during["EndTime"].as_str());
+    let table = text(&session_cmd(&c, tmp.path(), &["sessions"]).stdout);
+    assert!(table.contains("preempted, ends at"), "{table}");
+    // Live in its grace: kept, no second job, and the launch says until when.
+    let (kept, said) = session_json(&c, tmp.path(), &launch);
+    assert_eq!(kept["action"], "reused", "{kept}");
+    assert_eq!(kept["job_id"], first_job.id, "{kept}");
+    assert_eq!(kept["preempted"], entry["preempted"], "{kept}");
+    assert!(said.contains("preempted, ends at"), "{said}");
+
+    wait_for(
+        "Slurm shows the session's job PREEMPTED",
+        grace + Duration::from_secs(90),
+        || {
+            show_job(&c, first_job.id)
+                .get("JobState")
+                .map(String::as_str)
+                == Some("PREEMPTED")
+        },
+    );
+    let (next, said) = session_json(&c, tmp.path(), &launch);
+    let next_job = Job {
+        cluster: &c,
+        id: next["job_id"].as_u64().expect("a new job") as u32,
+    };
+    assert_ne!(next_job.id, first_job.id);
+    assert_eq!(next["action"], "submitted", "{next}");
+    assert_eq!(next["ended"]["cause"], "preempted", "{next} {said}");
+    let proof = format!("squeue shows job {} PREEMPTED", first_job.id);
+    assert_eq!(next["ended"]["proof"], proof.as_str(), "{next}");
+    let cleared = journal_events(&c, &tmp.path().join("state"), "SessionCleared");
+    assert_eq!(
+        cleared
+            .iter()
+            .map(|e| e["reason"].clone())
+            .collect::<Vec<_>>(),
+        [serde_json::Value::from(format!("preempted: {proof}"))],
+        "{cleared:?}"
+    );
+    assert_ne!(
+        next["node"],
+        node.as_str(),
+        "{next}: the high job holds {node}"
+    );
+    let out = session_cmd(
+        &c,
+        tmp.path(),
+        &["session", "release", "m", "-T", "dbg", "--yes"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    drop(high);
+    let listed = output(
+        c.slurm(
+            "squeue",
+            &[
+                "-h",
+                "-t",
+                "PENDING,RUNNING",
+                "--name",
+                &name,
+                "-o",
+                "%i %T",
+            ],
+        ),
+        STEP_BOUND,
+    );
+    assert!(
+        text(&listed.stdout).trim().is_empty(),
+        "{}",
+        text(&listed.stdout)
+    );
+}

@@ -692,9 +692,15 @@ fn script(w: &World, (before, by_name): (Before, bool), launch: bool) {
             }
             if launch && state == "COMPLETING" {
                 q.by_id.push_back(invalid_id());
+                q.sacct.push_back(no_accounting());
             }
         }
-        Before::RecordedGone => q.by_id.push_back(invalid_id()),
+        Before::RecordedGone => {
+            q.by_id.push_back(invalid_id());
+            if launch {
+                q.sacct.push_back(no_accounting());
+            }
+        }
         Before::NoRecord => {}
     }
     q.by_name_else = Some(if by_name { found() } else { gone() });
@@ -806,6 +812,7 @@ async fn b18b_a_completing_job_is_waited_out_then_replaced() {
         .by_id
         .push_back(live(&row("4242", "COMPLETING", "n1", T, NAME)));
     w.q().by_id.push_back(invalid_id());
+    w.q().sacct.push_back(no_accounting());
     w.q().by_name.push_back(gone());
     w.q().sbatch.push_back(submitted(5000));
     w.q()
@@ -865,6 +872,7 @@ async fn b21_gone_record_then_submit() {
     let w = World::new();
     w.seed("T", 4242, T).await;
     w.q().by_id.push_back(invalid_id());
+    w.q().sacct.push_back(no_accounting());
     w.q().by_name.push_back(gone());
     w.q().sbatch.push_back(submitted(5000));
     w.q()
@@ -1041,6 +1049,7 @@ async fn b29_the_gone_id_is_not_adopted_again() {
     let w = World::new();
     w.seed("T", 4242, T).await;
     w.q().by_id.push_back(invalid_id());
+    w.q().sacct.push_back(no_accounting());
     w.q()
         .by_name
         .push_back(live(&row("4242", "RUNNING", "n1", T, NAME)));
@@ -1135,6 +1144,7 @@ async fn b36_b38_unconfined_record_probe() {
     assert!(!w.slurm.called("salloc"));
     assert_eq!(w.record("U").0, Some(777));
     w.q().by_id.push_back(invalid_id());
+    w.q().sacct.push_back(no_accounting());
     w.q().by_name.push_back(gone());
     w.q().salloc.push_back(Ok(dispatch::slurm::Allocated {
         job_id: JobId::new(778).unwrap(),
@@ -1190,7 +1200,10 @@ async fn b44_b48_release_cancels_and_proves() {
         .await
         .unwrap();
     assert_eq!(r.action, ReleaseAction::Released);
-    assert_eq!(r.proof.as_deref(), Some("squeue: CANCELLED"));
+    assert_eq!(
+        r.proof.as_deref(),
+        Some("cancelled: squeue shows job 4242 CANCELLED")
+    );
     assert!(r.warnings.join(" ").contains("Invalid job id specified"));
     // The name probe last: no other live job of this session's name and target is left.
     assert_eq!(
@@ -1430,6 +1443,7 @@ async fn b49_b51_b52_attach() {
     let argv: Vec<_> = plan.argv.iter().map(|a| a.to_str().unwrap()).collect();
     assert_eq!(argv, ["--jobid=42", "--overlap", "--pty", "htop"]);
     w.q().by_id.push_back(invalid_id());
+    w.q().sacct.push_back(no_accounting());
     let (msg, _) = err_text(attach::plan(&env, "sample", "T", &[], None).await);
     assert!(msg.contains("the allocation has ended"), "{msg}");
     assert_eq!(w.record("T").0, Some(42));
@@ -1480,19 +1494,30 @@ async fn b61_b62_report_asks_once() {
     w.seed("U", 2, OTHER).await;
     let text = row("1", "RUNNING", "n1", T, NAME) + &row("3", "RUNNING", "n1", T, "sucoder-ghost");
     w.q().mine.push_back(live(&text));
+    // Issue 38: the stale session's job, asked about once more, ended by preemption.
+    w.q()
+        .by_id
+        .push_back(live(&row("2", "PREEMPTED", "n1", OTHER, NAME)));
     let env = env(&w.config, &w.state, &w.slurm);
     let r = report::sessions(&env).await.unwrap();
     assert_eq!(
         w.slurm.argvs(),
-        [["squeue", "--noheader", FORMAT, "--me"]
-            .map(String::from)
-            .to_vec()]
+        [
+            ["squeue", "--noheader", FORMAT, "--me"]
+                .map(String::from)
+                .to_vec(),
+            by_id(2)
+        ]
     );
     let t = r.targets.iter().find(|g| g.target == "T").unwrap();
     let ids: Vec<_> = t.jobs.iter().map(|j| (j.job_id, j.flags.clone())).collect();
     assert_eq!(ids, [(1, vec![]), (3, vec!["no session record"])]);
     assert_eq!(r.stale.len(), 1);
     assert_eq!(r.stale[0].job_id, Some(2));
+    assert_eq!(
+        r.stale[0].reason.as_deref(),
+        Some("preempted: squeue shows job 2 PREEMPTED")
+    );
     w.q()
         .mine
         .push_back(unknown("Unable to contact slurm controller"));
@@ -1589,6 +1614,7 @@ async fn b70_lost_job_is_relaunched_without_cancel() {
     w.seed("T", 111, T).await;
     w.q().by_id.push_back(invalid_id());
     w.q().by_id.push_back(invalid_id());
+    w.q().sacct.push_back(no_accounting());
     w.q().by_name.push_back(gone());
     w.q().sbatch.push_back(submitted(333));
     w.q()
@@ -1644,6 +1670,7 @@ async fn renew_never_succeeds_naming_a_gone_job() {
         w.seed("T", 111, T).await;
         w.q().by_id.push_back(invalid_id());
         w.q().by_id.push_back(invalid_id());
+        w.q().sacct.push_back(no_accounting());
         w.q().by_name.push_back(gone());
         w.q().sbatch.push_back(sbatch);
         let env = env(&w.config, &w.state, &w.slurm);

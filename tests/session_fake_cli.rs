@@ -827,7 +827,7 @@ fn release_force_cancels_and_proves() {
     assert_eq!(
         json_of(&r),
         json!({"mirror": "sample", "target": "T", "action": "released", "job_id": 4242,
-               "holders": [], "proof": "squeue: CANCELLED"})
+               "holders": [], "proof": "cancelled: squeue shows job 4242 CANCELLED"})
     );
     assert_eq!(
         f.calls(),
@@ -1602,7 +1602,7 @@ fn release_of_a_restored_record_also_cancels_the_live_job_of_the_session() {
     assert_eq!(j["job_id"], 100, "{j}");
     assert_eq!(
         j["also_released"],
-        json!([{"job_id": 200, "proof": "squeue: CANCELLED"}]),
+        json!([{"job_id": 200, "proof": "cancelled: squeue shows job 200 CANCELLED"}]),
         "{j}"
     );
     let calls = f.calls();
@@ -2028,4 +2028,149 @@ fn a_reused_job_that_is_not_running_is_waited_for_and_its_node_named() {
         "{j}"
     );
     assert!(!f.programs().contains(&"salloc".to_owned()));
+}
+
+/// Job 4242 of session `sample` as squeue lists it in a preemption's grace: RUNNING, its end
+/// (17:01:30) pulled forward from its start plus its 2-hour limit.
+fn in_grace(id: u32) -> String {
+    format!(
+        "{id}|{id}|RUNNING|savio4_htc|co_carleton|carleton_htc4_normal|u|1|1|n0007|0:27|2:00:00|\
+         2026-11-29T17:00:00|2026-11-29T17:01:30|None|{NAME}\n"
+    )
+}
+
+/// `scontrol show job 4242` in the grace: still RUNNING, with `PreemptTime` and the `EndTime`
+/// Slurm kills it at (the 22.05 dev cluster's words, as the notes record them).
+fn shown_in_grace() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/slurm/notes-scontrol-show-job-running-alloc.stdout"
+    ))
+    .unwrap()
+    .replace("JobId=1 ", "JobId=4242 ")
+    .replace(
+        "EndTime=2026-11-29T16:22:52",
+        "EndTime=2026-11-29T17:01:30 PreemptEligibleTime=2026-11-29T17:00:00 \
+         PreemptTime=2026-11-29T17:01:00",
+    )
+}
+
+/// Issue 38: a session's job in Slurm's preemption grace is live: adopted and reused as the
+/// session's (never a second job beside it), each time saying when Slurm kills it
+/// (`preempted` in the JSON, "preempted, ends at …" on stderr), and `sessions` shows it so.
+/// Once squeue shows it PREEMPTED, the next launch records its end with that cause and Slurm's
+/// words (`SessionCleared`), says so (`ended`), and submits a new job.
+#[test]
+fn a_session_job_in_its_preemption_grace_is_kept_and_its_end_recorded_as_preempted() {
+    let preempted = json!({"at": "2026-11-29T17:01:00", "ends_at": "2026-11-29T17:01:30"});
+    let f = Fake::new(json!({
+        "squeue": [
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": in_grace(4242)},
+            {"match": ["--jobs=4242"], "stdout": in_grace(4242)},
+            {"match": ["--me"], "stdout": in_grace(4242)},
+        ],
+        "scontrol": [{"match": ["show"], "stdout": shown_in_grace()}],
+        "default": {"stderr": "fake-slurm: unexpected call\n", "exit": 99},
+    }));
+    // Adopted by name (no record), then reused from the record: kept, no sbatch; the dry run
+    // says so first.
+    for (would, action) in [("adopt", "adopted"), ("reuse", "reused")] {
+        let dry: Vec<&str> = LAUNCH_T.iter().copied().chain(["--dry-run"]).collect();
+        let r = f.run(&dry);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let j = json_of(&r);
+        assert_eq!((&j["would"], &j["job_id"]), (&json!(would), &json!(4242)));
+        assert_eq!(j["preempted"], preempted, "{j}");
+        let r = f.run(LAUNCH_T);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let j = json_of(&r);
+        assert_eq!((&j["action"], &j["job_id"]), (&json!(action), &json!(4242)));
+        assert_eq!(j["preempted"], preempted, "{j}");
+        assert!(
+            r.stderr.contains("preempted, ends at 17:01:30")
+                && r.stderr.contains("nothing new was submitted"),
+            "{}",
+            r.stderr
+        );
+    }
+    assert!(!f.programs().contains(&"sbatch".to_owned()));
+    let r = f.run(&["--json", "sessions"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json_of(&r)["targets"][0]["jobs"][0]["preempted"], preempted);
+    let r = f.run(&["sessions"]);
+    assert!(
+        r.stdout.contains("preempted") && r.stdout.contains("preempted, ends at 17:01:30"),
+        "{}",
+        r.stdout
+    );
+
+    // Killed at the grace's end: PREEMPTED is the proof.
+    f.scenario(json!({
+        "squeue": [
+            {"match": ["--jobs=4242"], "stdout": row("4242", "PREEMPTED", "n0007", T, NAME)},
+            {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": held_row(4243, T, NAME)},
+            {"match": ["--jobs=4243"], "stdout": running(4243, T)},
+        ],
+        "sbatch": [{"stdout": "4243\n"}],
+    }));
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = json_of(&r);
+    assert_eq!(
+        (&j["action"], &j["job_id"]),
+        (&json!("submitted"), &json!(4243))
+    );
+    assert_eq!(
+        j["ended"],
+        json!({"job_id": 4242, "cause": "preempted",
+               "proof": "squeue shows job 4242 PREEMPTED"}),
+        "{j}"
+    );
+    assert!(j.get("preempted").is_none(), "{j}");
+    assert!(r.stderr.contains("is over: preempted"), "{}", r.stderr);
+    let cleared: Vec<Value> = events(&f)
+        .into_iter()
+        .filter(|e| e["kind"] == "SessionCleared")
+        .map(|e| e["event"].clone())
+        .collect();
+    assert_eq!(
+        cleared,
+        [
+            json!({"session": {"mirror": "sample", "target": "T"}, "job_id": 4242,
+                "reason": "preempted: squeue shows job 4242 PREEMPTED"})
+        ]
+    );
+}
+
+/// Issue 38: a session's job squeue no longer knows ("Invalid job id", past MinJobAge) is asked
+/// about once in accounting, whose PREEMPTED names the cause of the end the launch records.
+#[test]
+fn a_forgotten_session_job_ends_with_accountings_cause() {
+    let f = Fake::new(json!({
+        "squeue": [{"match": ["--me", "--name=sucoder-sample"], "stdout": running(4242, T)}],
+    }));
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let acct = "4242|4242|PREEMPTED|0:0|0:0|2026-11-29T16:00:00|2026-11-29T16:00:01|\
+                2026-11-29T17:01:30|01:01:29|02:00:00|n0007|1|100M|savio4_htc|co_carleton|\
+                carleton_htc4_normal|u|sucoder-sample\n";
+    f.scenario(json!({
+        "squeue": [
+            {"match": ["--jobs=4242"], "fixture": "notes-squeue-invalid-id"},
+            {"match": ["--me", "--name=sucoder-sample"], "times": 1, "stdout": ""},
+            {"match": ["--me", "--name=sucoder-sample"], "stdout": held_row(4243, T, NAME)},
+            {"match": ["--jobs=4243"], "stdout": running(4243, T)},
+        ],
+        "sacct": [{"match": ["--jobs=4242"], "stdout": acct}],
+        "sbatch": [{"stdout": "4243\n"}],
+    }));
+    let r = f.run(LAUNCH_T);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = json_of(&r);
+    assert_eq!(j["ended"]["cause"], "preempted", "{j}");
+    assert_eq!(
+        j["ended"]["proof"],
+        "squeue no longer knows job 4242; accounting shows job 4242 PREEMPTED"
+    );
 }

@@ -325,8 +325,11 @@ fn launch_lose_state_adopt_release() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let rel = json(&r.stdout);
     assert_eq!(rel["action"], "released");
+    // Proven by squeue, its cause first (`cancelled: squeue shows job J CANCELLED`).
+    let proof = rel["proof"].as_str().unwrap();
     assert!(
-        rel["proof"].as_str().unwrap().starts_with("squeue:"),
+        proof.contains(&format!("squeue shows job {id} "))
+            || proof.contains(&format!("squeue no longer knows job {id}")),
         "{rel}"
     );
     s.wait_gone(&id);

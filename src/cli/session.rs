@@ -229,7 +229,10 @@ async fn run_launch_dry_run<S: Scheduler>(
             plan.target,
             plan.job_name,
             match (&plan.job_id, &plan.would_start) {
-                (Some(j), _) => format!(": job {j}"),
+                (Some(j), _) => match &plan.preempted {
+                    Some(p) => format!(": job {j}, {}", p.until()),
+                    None => format!(": job {j}"),
+                },
                 (None, Some(t)) => format!(
                     ": sbatch --test-only says it would start at {t} on {}",
                     plan.nodes.as_deref().unwrap_or("?")
@@ -426,6 +429,14 @@ async fn run_attach<S: Scheduler>(
         std::env::var("SHELL").ok(),
     )
     .await?;
+    if let Some(p) = &plan.preempted {
+        warn(&[format!(
+            "Slurm job {} was preempted at {}: {} (Slurm's grace); attaching all the same",
+            plan.job,
+            p.at,
+            p.until()
+        )]);
+    }
     if !is_terminal() {
         return Err(Failure::new(
             exit::FAILED,

@@ -824,7 +824,10 @@ pub fn sessions(r: &Report, wide: bool, release_hint: &dyn Fn(&str, &str) -> Str
             target.to_owned(),
             e.mirror.clone().unwrap_or_else(|| e.token.clone()),
             e.id.clone(),
-            e.state.clone(),
+            match &e.preempted {
+                Some(_) => "preempted".to_owned(),
+                None => e.state.clone(),
+            },
             e.time_left.clone().unwrap_or_else(|| "-".to_owned()),
             e.node.clone().unwrap_or_else(|| "-".to_owned()),
             e.flags.join(","),
@@ -843,6 +846,7 @@ pub fn sessions(r: &Report, wide: bool, release_hint: &dyn Fn(&str, &str) -> Str
     } else {
         t.render(0, width(wide))
     };
+    out.push_str(&session_preemptions(r, wide));
     if !r.stale.is_empty() {
         out.push_str("stale sessions (the job is gone; the record is not):\n");
         for s in &r.stale {
@@ -853,6 +857,9 @@ pub fn sessions(r: &Report, wide: bool, release_hint: &dyn Fn(&str, &str) -> Str
                 s.session,
                 release_hint(&s.mirror, &s.target)
             ));
+            if let Some(why) = &s.reason {
+                out.push_str(&note_line(4, why, width(wide)));
+            }
         }
     }
     if !r.unknown.is_empty() {
@@ -872,6 +879,26 @@ pub fn sessions(r: &Report, wide: bool, release_hint: &dyn Fn(&str, &str) -> Str
     }
     for e in &r.errors {
         out.push_str(&format!("! {e}\n"));
+    }
+    out
+}
+
+/// The lines after the sessions table about each job in a preemption's grace.
+fn session_preemptions(r: &Report, wide: bool) -> String {
+    let entries = r.targets.iter().flat_map(|g| &g.jobs).chain(&r.unmatched);
+    let mut out = String::new();
+    for e in entries.filter(|e| e.preempted.is_some()) {
+        let whose = e.session.clone().or_else(|| e.mirror.clone());
+        out.push_str(&warning_lines(
+            0,
+            &format!(
+                "job {} ({}): {} (Slurm's grace); the session keeps it until then",
+                e.id,
+                whose.as_deref().unwrap_or(&e.token),
+                preempted_until(e.preempted.as_ref())
+            ),
+            width(wide),
+        ));
     }
     out
 }
@@ -1205,6 +1232,7 @@ mod tests {
                 session: None,
                 sessions: vec![],
                 flags,
+                preempted: None,
             };
         let sessions = Report {
             targets: vec![crate::policy::session::report::TargetGroup {
@@ -1218,6 +1246,14 @@ mod tests {
                         "RUNNING",
                         vec![crate::policy::session::report::FLAG_REPLACED],
                     ),
+                    JobEntry {
+                        time_left: Some("0:27".into()),
+                        preempted: Some(crate::slurm::Preempted {
+                            at: "2026-12-06T13:29:32".into(),
+                            ends_at: "2026-12-06T13:30:02".into(),
+                        }),
+                        ..entry(4244, Some("notebook"), "RUNNING", vec![])
+                    },
                 ],
             }],
             unmatched: vec![entry(4250, None, "PENDING", vec!["no session record"])],
@@ -1226,7 +1262,7 @@ mod tests {
                 mirror: "doomed".into(),
                 target: "savio-htc".into(),
                 job_id: Some(4100),
-                reason: None,
+                reason: Some("preempted: squeue shows job 4100 PREEMPTED".into()),
             }],
             unknown: vec![],
             errors: vec![],

@@ -130,26 +130,7 @@ pub struct ListedJob {
     pub preempted: Option<Preempted>,
 }
 
-/// A job Slurm preempted that still runs its grace, as `scontrol show job` shows it: still
-/// `RUNNING`, its end pulled forward. Only the later `PREEMPTED` proves it over.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Preempted {
-    /// `PreemptTime`, Slurm's local time (`2026-12-06T13:29:32`).
-    pub at: String,
-    /// `EndTime`: when Slurm kills it.
-    pub ends_at: String,
-}
-
-impl Preempted {
-    /// `preempted, ends at 13:30:02` (the clock part of Slurm's time).
-    pub fn until(&self) -> String {
-        let time = self
-            .ends_at
-            .split_once('T')
-            .map_or(self.ends_at.as_str(), |(_, t)| t);
-        format!("preempted, ends at {time}")
-    }
-}
+pub use crate::slurm::Preempted;
 
 /// At most this many jobs listed with their end pulled forward are asked about (`scontrol show
 /// job`) in one run: each is in a preemption's grace, which lasts minutes.
@@ -157,7 +138,7 @@ const MAX_PREEMPTION_LOOKS: usize = 16;
 
 /// Whether the job `row` lists is in a preemption's grace: asked only when the listing hints
 /// at it (its end pulled forward), and said only when `scontrol show job` shows `PreemptTime`.
-async fn preemption_of<S: Scheduler>(
+pub async fn preemption_of<S: Scheduler>(
     ctx: &Ctx<S>,
     row: &JobRow,
     looks: &mut usize,
@@ -166,17 +147,16 @@ async fn preemption_of<S: Scheduler>(
         return None;
     }
     *looks += 1;
-    let Answer::Live(details) = ctx.sched.show_job(row.job_id).await else {
+    grace_of(ctx, row.job_id).await
+}
+
+/// Whether job `job` is in a preemption's grace, as `scontrol show job` shows it (one call):
+/// for a job whose listing hinted at it (`JobRow::end_pulled_forward`).
+pub async fn grace_of<S: Scheduler>(ctx: &Ctx<S>, job: JobId) -> Option<Preempted> {
+    let Answer::Live(details) = ctx.sched.show_job(job).await else {
         return None;
     };
-    let (at, end) = details
-        .iter()
-        .find(|d| d.job_id == row.job_id)?
-        .preempted_in_grace()?;
-    Some(Preempted {
-        at: at.to_string(),
-        ends_at: end.to_string(),
-    })
+    details.iter().find(|d| d.job_id == job)?.preemption()
 }
 
 #[derive(Debug, Serialize)]

@@ -36,14 +36,17 @@ use crate::config::{has_worker_job_shape, sanitize_token, Config, ConfigError, T
 use crate::event::session::SessionAdopted;
 use crate::event::session::SessionKey;
 use crate::event::Event;
+use crate::event::Micros;
 use crate::journal::JournalError;
 use crate::ops::context::{Ctx, Progress};
 use crate::ops::error::OpError;
+use crate::policy::reconcile::accounting_over;
 use crate::policy::session::absence::{self, Absence};
+use crate::policy::session::ended::{ended, Ended};
 use crate::policy::session::probe::{passed_note, rows_named, spoken, unparsed};
 use crate::policy::session::refusal::SessionRefusal;
 use crate::policy::session::{listing_of, plan_adoption, probe_of, Adoption, Pins, Probe, Seen};
-use crate::slurm::{JobId, JobName, JobQuery, Scheduler};
+use crate::slurm::{AcctQuery, JobId, JobName, JobQuery, JobState, Scheduler};
 use crate::state::session::Session;
 use crate::state::State;
 use crate::statedir::StateDirError;
@@ -466,9 +469,34 @@ pub async fn adopt_or_vouch<S: Scheduler>(
     Ok((probe, adopted))
 }
 
-/// What squeue said of a job that is gone: its last state, or no such job.
-pub fn gone_reason(state: Option<&crate::slurm::JobState>) -> String {
-    state.map_or("squeue: no such job".into(), |s| format!("squeue: {s}"))
+/// How `job`, proven gone, ended (`policy::session::ended`): squeue's terminal `state`, or,
+/// once squeue no longer knows the job, accounting's (one `sacct` call, from `since`: when the
+/// session took the job, else two days back).
+pub async fn ended_of<S: Scheduler>(
+    env: &Env<'_, S>,
+    job: JobId,
+    state: Option<&JobState>,
+    since: Option<Micros>,
+) -> Ended {
+    let accounting = match state {
+        Some(_) => None,
+        None => {
+            let since = since.map_or_else(
+                || chrono::Local::now().naive_local() - chrono::Duration::days(2),
+                crate::ops::context::micros_to_local,
+            );
+            let q = AcctQuery {
+                jobs: vec![job],
+                names: vec![],
+                since,
+            };
+            match env.ctx.sched.accounting(&q).await {
+                crate::slurm::Answer::Live(rows) => accounting_over(job, &rows),
+                _ => None,
+            }
+        }
+    };
+    ended(job, state, accounting)
 }
 
 /// The session command `verb` of `key`'s session, for messages.

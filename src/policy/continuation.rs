@@ -108,7 +108,7 @@ impl fmt::Display for Decision {
 }
 
 /// The Slurm job states a proof names (`… shows job 7 TIMEOUT`), last one first.
-fn slurm_states(proof: &str) -> impl Iterator<Item = &str> {
+pub fn slurm_states(proof: &str) -> impl Iterator<Item = &str> {
     proof
         .split(|c: char| !(c.is_ascii_uppercase() || c == '_'))
         .filter(|w| w.len() > 2)

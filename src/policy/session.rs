@@ -2,6 +2,7 @@
 //! job (if any) a launch adopts, and what renew does next. No I/O, no clock.
 
 pub mod absence;
+pub mod ended;
 pub mod probe;
 pub mod recorded;
 pub mod refusal;
@@ -273,6 +274,9 @@ pub struct Seen {
     pub node: Option<String>,
     /// PENDING because a user held it (`--hold`): it runs only once released.
     pub held: bool,
+    /// RUNNING with its end pulled forward (`JobRow::end_pulled_forward`): `scontrol show
+    /// job` may show it in a preemption's grace. A hint, never a proof.
+    pub preempt_hint: bool,
     pub passed: Option<Passed>,
 }
 
@@ -366,6 +370,7 @@ pub fn plan_adoption<'t>(
             qos: row.qos.clone(),
             node: running_node(row),
             held: is_held(row),
+            preempt_hint: row.end_pulled_forward(),
             passed,
         });
     }

@@ -47,7 +47,7 @@ pub use scheduler::{
     ActionError, Allocated, CancelReport, CliConfig, CliScheduler, HeldAllocation, LaunchedStep,
     ScancelSaid, Scheduler, TestedBatch,
 };
-pub use scontrol::JobDetails;
+pub use scontrol::{JobDetails, Preempted};
 pub use squeue::{JobRow, StepRow};
 pub use state::{JobState, StepState};
 pub use submit::{SallocReport, Submitted};

@@ -220,6 +220,27 @@ pub struct JobDetails {
     pub fields: Vec<(String, String)>,
 }
 
+/// A job Slurm preempted that still runs its grace, as `scontrol show job` shows it: still
+/// `RUNNING`, its end pulled forward. Only the later `PREEMPTED` proves it over.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Preempted {
+    /// `PreemptTime`, Slurm's local time (`2026-12-06T13:29:32`).
+    pub at: String,
+    /// `EndTime`: when Slurm kills it.
+    pub ends_at: String,
+}
+
+impl Preempted {
+    /// `preempted, ends at 13:30:02` (the clock part of Slurm's time).
+    pub fn until(&self) -> String {
+        let time = self
+            .ends_at
+            .split_once('T')
+            .map_or(self.ends_at.as_str(), |(_, t)| t);
+        format!("preempted, ends at {time}")
+    }
+}
+
 impl JobDetails {
     /// While Slurm's preemption grace runs: the job is still `RUNNING` with a `PreemptTime`,
     /// and ends (is killed) at `EndTime`. `(preempted at, ends at)`.
@@ -228,6 +249,15 @@ impl JobDetails {
             (JobState::Running, Some(at), Some(end)) => Some((at, end)),
             _ => None,
         }
+    }
+
+    /// [`Self::preempted_in_grace`] as pools, jobs and sessions show it.
+    pub fn preemption(&self) -> Option<Preempted> {
+        let (at, end) = self.preempted_in_grace()?;
+        Some(Preempted {
+            at: at.to_string(),
+            ends_at: end.to_string(),
+        })
     }
 
     pub fn get(&self, key: &str) -> Option<&str> {

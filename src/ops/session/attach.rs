@@ -4,9 +4,12 @@
 
 use std::ffi::OsString;
 
-use super::{adopt_or_vouch, command_for, hold, lock_session, session, Env, OpError, Resolved};
+use super::{
+    adopt_or_vouch, command_for, ended_of, hold, lock_session, session, Env, OpError, Resolved,
+};
+use crate::ops::reconcile::grace_of;
 use crate::policy::session::Probe;
-use crate::slurm::{JobId, JobState, Scheduler};
+use crate::slurm::{JobId, JobState, Preempted, Scheduler};
 
 #[derive(Clone, Debug)]
 pub struct AttachPlan {
@@ -14,6 +17,9 @@ pub struct AttachPlan {
     pub node: Option<String>,
     /// Arguments to `srun` (without the program).
     pub argv: Vec<OsString>,
+    /// Slurm preempted the job and its grace runs: attached to all the same (it is live),
+    /// with a warning saying when Slurm kills it.
+    pub preempted: Option<Preempted>,
 }
 
 /// `--jobid=J --overlap --pty CMD...`
@@ -61,12 +67,12 @@ pub async fn plan<S: Scheduler>(
             None => default_command(shell),
         }
     };
-    let (job, probe) = match hold::probe_held(env, job).await {
-        (Probe::Live { .. }, true) => {
+    let (job, probe, preempt_hint) = match hold::probe_held(env, job).await {
+        (Probe::Live { .. }, true, _) => {
             let kept = hold::settle_recorded(env, &r, job).await?;
-            (kept, env.probe(kept).await)
+            (kept, env.probe(kept).await, false)
         }
-        (probe, _) => (job, probe),
+        (probe, _, hint) => (job, probe, hint),
     };
     match probe {
         Probe::Live {
@@ -76,19 +82,28 @@ pub async fn plan<S: Scheduler>(
             job,
             node,
             argv: srun_argv(job, &command),
+            preempted: match preempt_hint {
+                true => grace_of(env.ctx, job).await,
+                false => None,
+            },
         }),
         Probe::Live { state, .. } => Err(OpError::Failed(format!(
             "Slurm job {job} of session {} is {state}, not running yet; attach once it starts",
             r.key
         ))),
-        Probe::Gone { state } => Err(OpError::Failed(format!(
-            "Slurm job {job} of session {} is {} -- the allocation has ended. {} clears the \
-             record; {} starts a new one",
-            r.key,
-            state.map_or("gone".into(), |s| s.to_string()),
-            command_for("release", &r.key),
-            command_for("launch", &r.key)
-        ))),
+        Probe::Gone { state } => {
+            let since = s.and_then(|s| s.job.as_ref()).map(|j| j.since);
+            let end = ended_of(env, job, state.as_ref(), since).await;
+            Err(OpError::Failed(format!(
+                "Slurm job {job} of session {} is over: {} ({}) -- the allocation has ended. {} \
+                 clears the record; {} starts a new one",
+                r.key,
+                end.cause,
+                end.proof,
+                command_for("release", &r.key),
+                command_for("launch", &r.key)
+            )))
+        }
         Probe::Unknown(e) => Err(OpError::Unknown(format!(
             "could not check Slurm job {job} of session {}: {e}. Nothing was done; retry",
             r.key

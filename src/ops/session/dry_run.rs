@@ -7,8 +7,9 @@ use serde::Serialize;
 
 use super::launch::{placement, LaunchRequest};
 use super::{name_probe, session, token_clash, Env, OpError, Resolved};
+use crate::ops::reconcile::grace_of;
 use crate::policy::session::recorded::{recorded, Recorded};
-use crate::slurm::{BatchPayload, BatchRequest, JobId, Placement, Scheduler};
+use crate::slurm::{BatchPayload, BatchRequest, JobId, Placement, Preempted, Scheduler};
 
 /// What `session launch` would do (docs/cli.md, `session launch --dry-run`).
 #[derive(Debug, Serialize)]
@@ -24,6 +25,10 @@ pub struct LaunchPlan {
     pub would_start: Option<String>,
     pub nodes: Option<String>,
     pub partition: Option<String>,
+    /// The job it would reuse or adopt is in Slurm's preemption grace (`{"at", "ends_at"}`,
+    /// as `session launch` gives it); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preempted: Option<Preempted>,
 }
 
 crate::words! {
@@ -48,7 +53,7 @@ pub async fn launch_dry_run<S: Scheduler>(
     let mut plan = LaunchPlan::submit(&r);
     let mut exclude = Vec::new();
     if let Some(job) = session(&state, &r.key).and_then(|s| s.job_id()) {
-        let (probe, held) = super::hold::probe_held(env, job).await;
+        let (probe, held, preempt_hint) = super::hold::probe_held(env, job).await;
         match recorded(probe, held) {
             // A held batch job is kept by the launch that settles it (or yields to an older
             // job of the session, which a dry run cannot know without acting); a held salloc
@@ -56,6 +61,7 @@ pub async fn launch_dry_run<S: Scheduler>(
             Recorded::Reuse { .. } | Recorded::SettleHeld if !held || r.target.confined => {
                 plan.would = Would::Reuse;
                 plan.job_id = Some(job);
+                plan.preempted = grace(env, job, preempt_hint).await;
                 return Ok(plan);
             }
             Recorded::WaitThenSubmit(_) => plan.would = Would::WaitThenSubmit,
@@ -70,9 +76,10 @@ pub async fn launch_dry_run<S: Scheduler>(
         }
         exclude.push(job);
     }
-    if let Some(job) = adoptable(env, &r, &exclude).await? {
+    if let Some((job, preempt_hint)) = adoptable(env, &r, &exclude).await? {
         plan.would = Would::Adopt;
         plan.job_id = Some(job);
+        plan.preempted = grace(env, job, preempt_hint).await;
         return Ok(plan);
     }
     test_submit(env, &r, placement, plan).await
@@ -91,20 +98,30 @@ impl LaunchPlan {
             would_start: None,
             nodes: None,
             partition: None,
+            preempted: None,
         }
     }
 }
 
-/// The job a launch would adopt by name, `None` when it would submit; an error where the probe cannot vouch that no job of this target runs, as launch
+/// Whether `job` is in Slurm's preemption grace, asked only on squeue's hint (as a launch).
+async fn grace<S: Scheduler>(env: &Env<'_, S>, job: JobId, hint: bool) -> Option<Preempted> {
+    match hint {
+        true => grace_of(env.ctx, job).await,
+        false => None,
+    }
+}
+
+/// The job a launch would adopt by name (and whether squeue hints at a preemption's grace),
+/// `None` when it would submit; an error where the probe cannot vouch that no job of this target runs, as launch
 /// decides: a failed probe blocks, and an unheld launch needs its empty listing corroborated.
 async fn adoptable<S: Scheduler>(
     env: &Env<'_, S>,
     r: &Resolved<'_>,
     exclude: &[JobId],
-) -> Result<Option<JobId>, OpError> {
+) -> Result<Option<(JobId, bool)>, OpError> {
     let probe = name_probe(env, r, exclude).await;
-    if let Some((job, _)) = probe.plan.as_ref().and_then(|p| p.adopted()) {
-        return Ok(Some(job));
+    if let Some((job, seen)) = probe.plan.as_ref().and_then(|p| p.adopted()) {
+        return Ok(Some((job, seen.preempt_hint)));
     }
     if let Some(lines) = probe.unreadable {
         return Err(OpError::Unknown(format!(

@@ -33,13 +33,17 @@ pub struct Settled {
     pub warnings: Vec<String>,
 }
 
-/// `squeue --jobs=J`: the answer's proof, and whether J is held (a racing launch's job
-/// whose launcher has not released it yet, or ours from an interrupted launch).
-pub async fn probe_held<S: Scheduler>(env: &Env<'_, S>, job: JobId) -> (Probe, bool) {
+/// `squeue --jobs=J`: the answer's proof, whether J is held (a racing launch's job whose
+/// launcher has not released it yet, or ours from an interrupted launch), and whether it runs
+/// with its end pulled forward (`JobRow::end_pulled_forward`: maybe a preemption's grace).
+pub async fn probe_held<S: Scheduler>(env: &Env<'_, S>, job: JobId) -> (Probe, bool, bool) {
     let answer = env.ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
-    let held = matches!(&answer, Answer::Live(rows)
-        if rows.iter().any(|r| r.plain_id() == Some(job) && is_held(r)));
-    (probe_of(&answer, job), held)
+    let listed = |f: fn(&JobRow) -> bool| {
+        matches!(&answer, Answer::Live(rows)
+            if rows.iter().any(|r| r.plain_id() == Some(job) && f(r)))
+    };
+    let (held, preempt_hint) = (listed(is_held), listed(JobRow::end_pulled_forward));
+    (probe_of(&answer, job), held, preempt_hint)
 }
 
 /// Settle `ours`, a held job the session records: list the jobs of its name (a few tries)

@@ -10,6 +10,12 @@
 //! probes by name (pauses up to 2 s, progress every 30 s) until the submit call's limit
 //! (`Scheduler::longest_call`) plus the settle margin (30 s) have passed since the intent
 //! (`policy::session::in_flight_wait`), and adopts the job if it appears.
+//!
+//! Preemption (issue 38): a kept job in Slurm's preemption grace is live, so it stays the
+//! session's and nothing is submitted beside it; the report says when Slurm kills it
+//! (`preempted`, one `scontrol show job`, asked only when squeue lists its end pulled forward).
+//! A recorded job proven over is cleared with how it ended (`SessionCleared`'s reason: the
+//! cause, then Slurm's words, `policy::session::ended`), which the report gives as `ended`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,7 +25,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{
-    adopt_by_name, command_for, gone_reason, hold, lock_session, script, session, token_clash, Env,
+    adopt_by_name, command_for, ended_of, hold, lock_session, script, session, token_clash, Env,
     NameProbe, OpError, Resolved, MAX_SESSIONS,
 };
 use crate::event::session::{
@@ -31,12 +37,14 @@ use crate::event::Micros;
 use crate::failpoint;
 use crate::next::Next::Sessions;
 use crate::ops::poll::Poller;
+use crate::ops::reconcile::grace_of;
+use crate::policy::session::ended::Ended;
 use crate::policy::session::recorded::{recorded, Recorded};
 use crate::policy::session::refusal::SessionRefusal;
 use crate::policy::session::{in_flight_wait, poll_of, Poll, Probe, Seen};
 use crate::slurm::{
     AcctQuery, ActionError, AllocRequest, BatchPayload, BatchRequest, JobId, JobName, JobQuery,
-    JobState, MemoryMb, Placement, Refusal, Scheduler, SlurmDuration,
+    JobState, MemoryMb, Placement, Preempted, Refusal, Scheduler, SlurmDuration,
 };
 use crate::state::session::Session;
 
@@ -87,6 +95,14 @@ pub struct LaunchReport {
     pub action: LaunchAction,
     pub node: Option<String>,
     pub state: String,
+    /// The job kept is in Slurm's preemption grace (`scontrol show job`'s `PreemptTime`, and
+    /// `EndTime`: when Slurm kills it): `{"at", "ends_at"}`; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preempted: Option<Preempted>,
+    /// The job the session recorded, which this launch found over (and cleared): `{"job_id",
+    /// "cause", "proof"}` (`preempted` with Slurm's `PREEMPTED`, …); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended: Option<Ended>,
     /// Warnings for stderr (other targets' jobs, several matches, a failed name probe).
     #[serde(skip)]
     pub warnings: Vec<String>,
@@ -143,6 +159,8 @@ struct Launch<'e, 'a, S: Scheduler> {
     r: Resolved<'e>,
     req: &'e LaunchRequest,
     warnings: Vec<String>,
+    /// The recorded job this launch found over.
+    ended: Option<Ended>,
 }
 
 pub async fn launch<S: Scheduler>(
@@ -166,6 +184,7 @@ pub async fn launch<S: Scheduler>(
         r,
         req,
         warnings: Vec::new(),
+        ended: None,
     };
     let mut exclude: Vec<JobId> = req.replacing.into_iter().collect();
     // Step 1: the job the record names.
@@ -193,6 +212,8 @@ struct Keep {
     node: Option<String>,
     /// Still held: released before it is kept.
     held: bool,
+    /// Listed RUNNING with its end pulled forward: maybe in a preemption's grace.
+    preempt_hint: bool,
 }
 
 impl Keep {
@@ -203,6 +224,7 @@ impl Keep {
             state: seen.state,
             node: seen.node,
             held: seen.held,
+            preempt_hint: seen.preempt_hint,
         }
     }
 }
@@ -259,7 +281,8 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         if exclude.contains(&job) {
             return Ok(None);
         }
-        let (probe, held) = hold::probe_held(self.env, job).await;
+        let since = existing.and_then(|s| s.job.as_ref()).map(|j| j.since);
+        let (probe, held, preempt_hint) = hold::probe_held(self.env, job).await;
         match recorded(probe, held) {
             Recorded::SettleHeld => {
                 let orphan = hold::settle_orphan(self.env, &self.r, job, self.req.replacing);
@@ -278,11 +301,12 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                     state: kept.state,
                     node: kept.node,
                     held: false,
+                    preempt_hint: false,
                 }))
             }
             Recorded::WaitThenSubmit(state) => {
                 let end = self.wait_ended(job, state).await?;
-                self.clear(job, gone_reason(end.as_ref()))?;
+                self.clear(job, end.as_ref(), since).await?;
                 exclude.push(job);
                 Ok(None)
             }
@@ -292,9 +316,10 @@ impl<S: Scheduler> Launch<'_, '_, S> {
                 state,
                 node,
                 held,
+                preempt_hint,
             })),
             Recorded::Gone(state) => {
-                self.clear(job, gone_reason(state.as_ref()))?;
+                self.clear(job, state.as_ref(), since).await?;
                 exclude.push(job);
                 Ok(None)
             }
@@ -307,12 +332,26 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         }
     }
 
-    fn clear(&self, job: JobId, reason: String) -> Result<(), OpError> {
+    /// The recorded job is proven over: the record is cleared with how it ended (Slurm's
+    /// cause and words, `policy::session::ended`), which the report says too.
+    async fn clear(
+        &mut self,
+        job: JobId,
+        state: Option<&JobState>,
+        since: Option<Micros>,
+    ) -> Result<(), OpError> {
+        let end = ended_of(self.env, job, state, since).await;
         self.append(Event::SessionCleared(SessionCleared {
             session: self.r.key.clone(),
             job_id: job,
-            reason,
-        }))
+            reason: end.reason(),
+        }))?;
+        self.warnings.push(format!(
+            "Slurm job {job} of session {} is over: {} ({}); it is no longer the session's job",
+            self.r.key, end.cause, end.proof
+        ));
+        self.ended = Some(end);
+        Ok(())
     }
 
     /// Step 2: a live job of this target found by name. A submission whose launcher died
@@ -431,6 +470,8 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             action,
             node,
             state: state.to_string(),
+            preempted: None,
+            ended: self.ended,
             warnings: self.warnings,
             confined: self.r.target.confined,
             command: self.req.command.clone(),
@@ -440,13 +481,14 @@ impl<S: Scheduler> Launch<'_, '_, S> {
     /// A reused or adopted job: record its node, and refuse to attach to one that does not run.
     /// A held one is released first: it is the oldest of its target (a younger held job is
     /// never adopted), so whoever held it would release it too.
-    async fn settle(self, keep: Keep) -> Result<LaunchReport, OpError> {
+    async fn settle(mut self, keep: Keep) -> Result<LaunchReport, OpError> {
         let Keep {
             job,
             action,
             state,
             node,
             held,
+            preempt_hint,
         } = keep;
         if held {
             hold::release(self.env, &self.r, job).await?;
@@ -461,6 +503,10 @@ impl<S: Scheduler> Launch<'_, '_, S> {
         if let Some(n) = &node {
             self.record_node(job, n)?;
         }
+        let preempted = match preempt_hint && state == JobState::Running {
+            true => self.in_grace(job, action).await,
+            false => None,
+        };
         if !self.req.detached && state != JobState::Running {
             let not_running = OpError::Failed(format!(
                 "Slurm job {job} of session {}, {}, is {state}, not running; nothing was \
@@ -471,7 +517,27 @@ impl<S: Scheduler> Launch<'_, '_, S> {
             ));
             return Err(about_job(job, action, &state, not_running));
         }
-        Ok(self.report(job, action, state, node))
+        let mut report = self.report(job, action, state, node);
+        report.preempted = preempted;
+        Ok(report)
+    }
+
+    /// Whether the job kept is in Slurm's preemption grace: it is live, so it stays the
+    /// session's (never a second job beside it), and the launch says when Slurm kills it and
+    /// what to run then.
+    async fn in_grace(&mut self, job: JobId, action: LaunchAction) -> Option<Preempted> {
+        let preempted = grace_of(self.env.ctx, job).await?;
+        self.warnings.push(format!(
+            "Slurm job {job} of session {} ({}) was preempted at {}: {} (Slurm's grace), and \
+             it stays the session's job until then, so nothing new was submitted. Once it has \
+             ended, {} submits a new one",
+            self.r.key,
+            action.as_str(),
+            preempted.at,
+            preempted.until(),
+            command_for("launch", &self.r.key)
+        ));
+        Some(preempted)
     }
 
     fn record_node(&self, job: JobId, node: &str) -> Result<(), OpError> {

@@ -14,8 +14,8 @@
 use serde::Serialize;
 
 use super::{
-    adopt_or_vouch, adopted, command_for, gone_reason, lock_session, name_probe, session,
-    vouch_absence, Env, OpError, Resolved,
+    adopt_or_vouch, adopted, command_for, lock_session, name_probe, session, vouch_absence, Env,
+    OpError, Resolved,
 };
 use crate::event::session::{
     SessionCancelFailed, SessionCancelIntent, SessionCleared, SessionDetached, SessionKey,
@@ -25,6 +25,7 @@ use crate::event::Event;
 use crate::failpoint;
 use crate::next::Next::Sessions;
 use crate::ops::poll::Poller;
+use crate::policy::session::ended::ended;
 use crate::policy::session::release::left_alone;
 use crate::policy::session::{Probe, Seen};
 use crate::slurm::{ActionError, JobId, Scheduler};
@@ -146,7 +147,8 @@ async fn settle_replaced<S: Scheduler>(
     }
     match env.probe(job).await {
         Probe::Gone { state } => {
-            let proof = gone_reason(state.as_ref());
+            // The session moved on from it: squeue's word only, accounting is not asked.
+            let proof = ended(job, state.as_ref(), None).reason();
             env.ctx.append(Event::SessionCleared(SessionCleared {
                 session: key.clone(),
                 job_id: job,
@@ -542,7 +544,9 @@ async fn prove_gone<S: Scheduler>(env: &Env<'_, S>, job: JobId) -> String {
     );
     loop {
         let last = match env.probe(job).await {
-            Probe::Gone { state } => return gone_reason(state.as_ref()),
+            // Its own cancel ended it, or Slurm already had (PREEMPTED, TIMEOUT): squeue's
+            // word says which; accounting is not asked after a cancel.
+            Probe::Gone { state } => return ended(job, state.as_ref(), None).reason(),
             Probe::Live { state, .. } => format!("still {state}"),
             Probe::Unknown(e) => format!("squeue failed: {e}"),
         };

@@ -14,9 +14,10 @@ use super::release::cancel;
 use super::{adopt_or_vouch, command_for, hold, lock_session, session, Env, OpError, Resolved};
 use crate::event::session::SessionKey;
 use crate::next::Next::Sessions;
+use crate::ops::reconcile::grace_of;
 use crate::policy::session::renew::{judge, turn, Action, Backoff, Turn};
 use crate::policy::session::{is_held, Probe};
-use crate::slurm::{JobId, JobQuery, Scheduler};
+use crate::slurm::{JobId, JobQuery, JobRow, Preempted, Scheduler};
 use crate::state::State;
 
 #[derive(Clone, Debug)]
@@ -88,6 +89,7 @@ pub async fn renew<S: Scheduler>(
         report: RenewReport::new(&r.key, job),
         backoff: settings.backoff.clone(),
         not_live: None,
+        preempted: None,
     };
     loop {
         let last = match turn(
@@ -190,6 +192,8 @@ struct Renewal<'e, 'a, S: Scheduler> {
     /// renew's success names a live job of the session, never one it could not check or one
     /// that is gone while its relaunch failed.
     not_live: Option<OpError>,
+    /// The job is in Slurm's preemption grace, as the last step saw it.
+    preempted: Option<Preempted>,
 }
 
 impl<S: Scheduler> Renewal<'_, '_, S> {
@@ -218,6 +222,14 @@ impl<S: Scheduler> Renewal<'_, '_, S> {
             self.job = kept;
             self.report.job_id = kept;
         }
+        let hint = answer
+            .job(self.job)
+            .live()
+            .is_some_and(JobRow::end_pulled_forward);
+        self.preempted = match hint {
+            true => grace_of(self.env.ctx, self.job).await,
+            false => None,
+        };
         Ok(judge(&answer, self.job, self.settings.drain_minutes))
     }
 
@@ -231,6 +243,9 @@ impl<S: Scheduler> Renewal<'_, '_, S> {
                 command_for("renew", key)
             )));
         } else {
+            if let Some(p) = &self.preempted {
+                self.progress(format!("job {job}: {} (Slurm's grace); holding", p.until()));
+            }
             self.backoff.reset();
             self.not_live = None;
         }
@@ -240,14 +255,21 @@ impl<S: Scheduler> Renewal<'_, '_, S> {
     /// Start the replacement of a job that ends soon (`draining`) or of a lost one.
     async fn relaunch(&mut self, draining: bool) -> Result<Duration, OpError> {
         let (job, key) = (self.job, &self.r.key);
-        self.progress(if draining {
-            format!(
-                "job {job} ends within {} min; starting its replacement",
-                self.settings.drain_minutes
-            )
-        } else {
-            format!("job {job} is gone; starting a new one")
-        });
+        self.progress(
+            if let Some(p) = self.preempted.as_ref().filter(|_| draining) {
+                format!(
+                    "job {job}: {} (Slurm's grace); starting its replacement",
+                    p.until()
+                )
+            } else if draining {
+                format!(
+                    "job {job} ends within {} min; starting its replacement",
+                    self.settings.drain_minutes
+                )
+            } else {
+                format!("job {job} is gone; starting a new one")
+            },
+        );
         let req = LaunchRequest {
             mirror: key.mirror.clone(),
             target: key.target.clone(),

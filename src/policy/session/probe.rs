@@ -122,6 +122,7 @@ mod tests {
             qos: None,
             node: None,
             held: false,
+            preempt_hint: false,
             passed,
         }
     }

@@ -34,6 +34,9 @@ pub struct JobEntry {
     pub session: Option<String>,
     pub sessions: Vec<String>,
     pub flags: Vec<&'static str>,
+    /// Slurm preempted it and its grace runs (`scontrol show job`: `{"at", "ends_at"}`); null
+    /// otherwise. Filled in by `ops::session::report`, which asks.
+    pub preempted: Option<crate::slurm::Preempted>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -154,6 +157,7 @@ fn job_entry(
         session: holders.first().cloned(),
         sessions: holders,
         flags,
+        preempted: None,
     })
 }
 
