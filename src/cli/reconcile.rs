@@ -229,6 +229,7 @@ fn renewal_due(l: &RenewalReconciled) -> Option<String> {
         RenewalOutcome::Renewed | RenewalOutcome::Stopped => return None,
         RenewalOutcome::NotDue => l.detail.clone(),
         RenewalOutcome::Asked | RenewalOutcome::Waiting => format!("waited for{job}"),
+        RenewalOutcome::EndedEarly => format!("follows{job}: {}", l.detail),
         RenewalOutcome::Failed => "to be asked for again".to_owned(),
         RenewalOutcome::Unknown => format!("unknown{job}"),
     };

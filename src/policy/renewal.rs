@@ -11,7 +11,7 @@
 use crate::event::Micros;
 use crate::policy::continuation::{cause_in, Cause};
 use crate::slurm::JobId;
-use crate::state::pool::Pool;
+use crate::state::pool::{Pool, Worker, WorkerState};
 
 /// How long before the current allocation's end the next one is asked for: twice the default
 /// early-shutdown window (publication 30 s, native state 15 s, cleanup 15 s), so that a
@@ -97,8 +97,88 @@ pub fn may_adopt(p: &Pool) -> Result<(Cause, String), String> {
             p.active.len()
         ));
     }
-    let cause = cause_in(&ended.proof).unwrap_or(Cause::Lost);
-    Ok((cause, ended.proof.clone()))
+    let ending = p
+        .renewal
+        .as_ref()
+        .and_then(|r| r.ending.as_ref())
+        .filter(|x| x.job_id == job);
+    match (cause_in(&ended.proof), ending) {
+        (Some(cause), _) => Ok((cause, ended.proof.clone())),
+        // Dispatch's own cancel, once every worker had stopped for the time limit near: the
+        // time limit is the cause, and the proof names both the intent and Slurm's end.
+        (None, Some(x)) => Ok((
+            Cause::TimeLimit,
+            format!(
+                "dispatch ended allocation {job} early ({}); {}",
+                x.reason, ended.proof
+            ),
+        )),
+        (None, None) => Ok((Cause::Lost, ended.proof.clone())),
+    }
+}
+
+/// Why the allocation of a renewing pool may be ended early (`PoolAllocationEndIntent`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndEarly {
+    pub job_id: JobId,
+    pub successor: JobId,
+    pub reason: String,
+}
+
+/// May `reconcile` end `p`'s current allocation itself, now, rather than leave it idle until
+/// Slurm's time limit ends it? Only once its next allocation is asked for and recorded, and
+/// `successor_live` (the last look) lists it pending or running; the pool renews (not stopped,
+/// not being released, dispatch's own); the allocation is not over nor already being ended;
+/// at least one worker ended in it, and every worker ever placed there is released with proof
+/// (none holds budget: no submission whose outcome is unknown, none running or stopping; none
+/// forgotten, which is no proof). A `pool submit` after the intent is refused
+/// (`policy::pool::Refusal::AllocationEnding`), so the decision, checked again under the
+/// writer's lock, holds. With `--renew-overlap` the successor may already run: still fine.
+pub fn may_end_early(p: &Pool, successor_live: Option<JobId>) -> Result<EndEarly, String> {
+    let job = p.allocation.job_id;
+    let Some(r) = p.renewal.as_ref().filter(|_| p.created.is_some()) else {
+        return Err(format!("pool {} does not renew", p.name));
+    };
+    if let Some(why) = &r.stopped {
+        return Err(format!("its renewal stopped: {why}"));
+    }
+    if p.releasing {
+        return Err(format!("pool {} is being released", p.name));
+    }
+    if p.ended.is_some() {
+        return Err(format!("allocation {job} is over already"));
+    }
+    if r.ending.as_ref().is_some_and(|x| x.job_id == job) {
+        return Err(format!("allocation {job} is being ended already"));
+    }
+    let Some(successor) = r.successor.as_ref().and_then(|s| s.job_id) else {
+        return Err("its next allocation is not recorded yet".to_owned());
+    };
+    if successor_live != Some(successor) {
+        return Err(format!("allocation {successor} is not seen waiting or running"));
+    }
+    if !p.active.is_empty() {
+        return Err(format!(
+            "{} worker(s) of allocation {job} are not released with proof yet",
+            p.active.len()
+        ));
+    }
+    let here: Vec<&Worker> = p.finished.iter().rev().take(r.finished_here).collect();
+    if here.is_empty() {
+        return Err(format!("no worker ran in allocation {job}"));
+    }
+    if let Some(w) = here.iter().find(|w| w.state == WorkerState::Forgotten) {
+        return Err(format!("worker {} was forgotten, not proven over", w.name));
+    }
+    Ok(EndEarly {
+        job_id: job,
+        successor,
+        reason: format!(
+            "its {} worker(s) are over, released with proof, and allocation {successor} waits \
+             to follow it",
+            here.len()
+        ),
+    })
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@ use uuid::Uuid;
 
 use crate::event::asset::{AssetRecord, WorkerAssetsBound};
 use crate::event::pool::{
-    Allocation, ContinuationAsked, PoolAllocationEnded, PoolAttached, PoolCreateFailed,
+    Allocation, ContinuationAsked, PoolAllocationEndAnswered, PoolAllocationEndIntent,
+    PoolAllocationEnded, PoolAttached, PoolCreateFailed,
     PoolCreateIntent, PoolCreateJob, PoolCreateShape, PoolDetached, PoolNodeLost, PoolNodes,
     PoolOwned, PoolReleaseIntent, PoolReleased, PoolRenewalAsked, PoolRenewalFailed,
     PoolRenewalIntent, PoolRenewalJob, PoolRenewalStopped, PoolRenewed, WorkerDevicesIngested,
@@ -171,6 +172,22 @@ pub struct Renewal {
     /// `policy::renewal::FAILED_RENEWALS_STOP`. Snapshot version 10.
     pub failed_in_row: u32,
     pub last_failure: Option<String>,
+    /// The current allocation dispatch is ending itself, its workers all over
+    /// (`PoolAllocationEndIntent`): nothing more is placed there. Last, and written only when
+    /// it holds one (journal-format.md §9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ending: Option<Ending>,
+}
+
+/// An early end of a renewing pool's allocation, from its intent until the pool is renewed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ending {
+    pub job_id: JobId,
+    pub reason: String,
+    pub since: Micros,
+    /// What its `scancel` answered (`PoolAllocationEndAnswered`): `accepted`, `refused`,
+    /// `unknown`, with scancel's words; `None`: not asked yet, or its answer was lost.
+    pub answer: Option<(String, String)>,
 }
 
 /// A renewal in flight: an allocation may exist.
@@ -417,6 +434,7 @@ impl Pools {
                         finished_here: 0,
                         failed_in_row: 0,
                         last_failure: None,
+                        ending: None,
                     });
                 }
                 if self.creation_mut(&e.pool, e.creation_id).is_some() {
@@ -498,6 +516,35 @@ impl Pools {
             r.finished_here = 0;
             r.failed_in_row = 0;
             r.last_failure = None;
+            r.ending = None;
+        }
+    }
+
+    /// Only about the allocation a renewing pool holds, and once.
+    pub fn end_intent(&mut self, time: Micros, e: &PoolAllocationEndIntent) {
+        let Some(p) = self.pools.get_mut(&e.pool) else {
+            return;
+        };
+        if p.allocation.job_id != e.job_id {
+            return;
+        }
+        if let Some(r) = p.renewal.as_mut().filter(|r| r.ending.is_none()) {
+            r.ending = Some(Ending {
+                job_id: e.job_id,
+                reason: e.reason.clone(),
+                since: time,
+                answer: None,
+            });
+        }
+    }
+
+    pub fn end_answered(&mut self, e: &PoolAllocationEndAnswered) {
+        if let Some(x) = self
+            .renewal_mut(&e.pool)
+            .and_then(|r| r.ending.as_mut())
+            .filter(|x| x.job_id == e.job_id)
+        {
+            x.answer = Some((e.outcome.clone(), e.detail.clone()));
         }
     }
 
