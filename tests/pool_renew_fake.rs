@@ -1240,3 +1240,68 @@ fn the_old_allocation_is_ended_early_once_every_worker_is_over() {
     assert_eq!(answers[0]["event"]["outcome"], "accepted", "{answers:?}");
     renewed_for_the_time_limit(&fake);
 }
+
+/// Nothing is ended while a submission's outcome is unknown (its budget stays held): worker `w`
+/// over, but `w2`'s submission killed after its intent.
+#[test]
+fn an_unknown_submission_keeps_the_old_allocation() {
+    let fake = Fake::new();
+    let id = asked_before_the_end(&fake, &[]);
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(901, 120)}],
+        "squeue": squeue_with_steps(&[(901, "RUNNING", "None"), (902, "PENDING", "Dependency")], &step(901)),
+    }));
+    fake.crash(
+        "pool-submit-after-intent",
+        &["pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--name", "w2",
+          "--publication-timeout", "5", "--", "true"],
+    );
+    stopped_at_its_deadline(&fake, id);
+    fake.scenario(ended_early(100, 100));
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "waiting", "{r}");
+    assert!(scancels(&fake).is_empty(), "{:?}", fake.calls());
+    assert!(of_kind(&fake, "PoolAllocationEndIntent").is_empty());
+}
+
+/// Killed after the intent (no scancel yet): a `pool submit` is refused, naming the next
+/// allocation and what to run; the next `reconcile` cancels, renews once and continues.
+/// Killed after the scancel (no answer recorded): the next `reconcile` proves the end and
+/// renews once, without a second scancel.
+#[test]
+fn a_crash_at_each_early_end_failpoint_renews_once() {
+    for (point, scancels_after) in [
+        ("pool-renew-end-after-intent", 1),
+        ("pool-renew-end-after-cancel", 0),
+    ] {
+        let fake = Fake::new();
+        let id = asked_before_the_end(&fake, &[]);
+        stopped_at_its_deadline(&fake, id);
+        fake.scenario(ended_early(1000, 1000));
+        fake.crash(point, &["reconcile"]);
+        assert_eq!(of_kind(&fake, "PoolAllocationEndIntent").len(), 1, "{point}");
+        assert!(of_kind(&fake, "PoolAllocationEndAnswered").is_empty(), "{point}");
+        fake.scenario(json!({
+            "scontrol": [{"stdout": show_job(901, 110)}],
+            "squeue": squeue_with_steps(&[(901, "RUNNING", "None"), (902, "PENDING", "Dependency")], ""),
+        }));
+        let (code, _, err) = fake.run(&[
+            "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--name", "w3",
+            "--publication-timeout", "5", "--", "true",
+        ]);
+        assert_eq!(code, 3, "{point}: {err}");
+        assert!(
+            err.contains("allocation 901 is being ended")
+                && err.contains("job 902")
+                && err.contains("dispatch reconcile"),
+            "{point}: {err}"
+        );
+        let running = if scancels_after == 1 { 2 } else { 0 };
+        fake.scenario(ended_early(running, 0));
+        let r = reconcile(&fake);
+        assert_eq!(r["renewals"][0]["outcome"], "renewed", "{point}: {r}");
+        assert_eq!(r["continued"][0]["outcome"], "continued", "{point}: {r}");
+        assert_eq!(scancels(&fake).len(), scancels_after, "{point}");
+        renewed_for_the_time_limit(&fake);
+    }
+}
