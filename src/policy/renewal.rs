@@ -360,4 +360,148 @@ mod tests {
         end(&mut lost, "every node of job 7 is lost: vm");
         assert_eq!(may_adopt(&lost.pools["p"]).unwrap().0, Cause::Lost);
     }
+
+    /// Pool `p` (job 7) with worker `id` submitted, and its next allocation job 8 recorded.
+    fn with_successor_and_worker(id: u128) -> Pools {
+        let mut pools = renewing(None, None, false);
+        pools.renewal_intent(Micros(2), &renewal_intent(50, Some(test_job(7))));
+        pools.renewal_job(&PoolRenewalJob {
+            pool: "p".into(),
+            renewal_id: Uuid::from_u128(50),
+            job_id: test_job(8),
+            how: "salloc".into(),
+        });
+        pools.submit(
+            Micros(3),
+            &WorkerSubmitIntent {
+                pool: "p".into(),
+                worker: format!("w{id}"),
+                submission_id: Uuid::from_u128(id),
+                cpus: 1,
+                mem_mb: 10,
+                publication_timeout_s: 5,
+                command: vec!["true".into()],
+            },
+        );
+        pools
+    }
+
+    fn released(pools: &mut Pools, id: u128) {
+        pools.terminal(&WorkerTerminal {
+            submission_id: Uuid::from_u128(id),
+            proof: "step 7.0 COMPLETED".into(),
+        });
+    }
+
+    #[test]
+    fn the_old_allocation_may_end_early_only_once_every_worker_of_it_is_over() {
+        let live = Some(test_job(8));
+        // No worker ever: Slurm's time limit ends it, as before.
+        let mut none = renewing(None, None, false);
+        none.renewal_intent(Micros(2), &renewal_intent(50, Some(test_job(7))));
+        none.renewal_job(&PoolRenewalJob {
+            pool: "p".into(),
+            renewal_id: Uuid::from_u128(50),
+            job_id: test_job(8),
+            how: "salloc".into(),
+        });
+        assert!(may_end_early(&none.pools["p"], live).is_err());
+        // A worker submitted (its outcome unknown) or running: not yet.
+        let mut pools = with_successor_and_worker(1);
+        let why = may_end_early(&pools.pools["p"], live).unwrap_err();
+        assert!(why.contains("not released with proof"), "{why}");
+        released(&mut pools, 1);
+        let decided = may_end_early(&pools.pools["p"], live).unwrap();
+        assert_eq!(
+            (decided.job_id, decided.successor),
+            (test_job(7), test_job(8))
+        );
+        // Not seen in Slurm's last look, or another job: not yet.
+        assert!(may_end_early(&pools.pools["p"], None).is_err());
+        assert!(may_end_early(&pools.pools["p"], Some(test_job(9))).is_err());
+        // Being released, stopped, already ending, or over: no.
+        let mut releasing = pools.clone();
+        releasing.release_intent(&PoolReleaseIntent {
+            pool: "p".into(),
+            job_id: test_job(7),
+        });
+        assert!(may_end_early(&releasing.pools["p"], live).is_err());
+        let mut ending = pools.clone();
+        ending.end_intent(
+            Micros(4),
+            &PoolAllocationEndIntent {
+                pool: "p".into(),
+                job_id: test_job(7),
+                reason: decided.reason.clone(),
+            },
+        );
+        assert!(may_end_early(&ending.pools["p"], live).is_err());
+        let mut over = pools.clone();
+        end(&mut over, "squeue shows job 7 TIMEOUT");
+        assert!(may_end_early(&over.pools["p"], live).is_err());
+        // A forgotten worker was never proven over.
+        let mut forgotten = with_successor_and_worker(2);
+        forgotten.forgotten(&Uuid::from_u128(2));
+        assert!(may_end_early(&forgotten.pools["p"], live).is_err());
+        // With --renew-overlap the successor may run already: still fine.
+        let mut overlap = renewing(None, None, true);
+        overlap.renewal_intent(Micros(2), &renewal_intent(50, None));
+        overlap.renewal_job(&PoolRenewalJob {
+            pool: "p".into(),
+            renewal_id: Uuid::from_u128(50),
+            job_id: test_job(8),
+            how: "salloc".into(),
+        });
+        overlap.submit(
+            Micros(3),
+            &WorkerSubmitIntent {
+                pool: "p".into(),
+                worker: "w".into(),
+                submission_id: Uuid::from_u128(3),
+                cpus: 1,
+                mem_mb: 10,
+                publication_timeout_s: 5,
+                command: vec!["true".into()],
+            },
+        );
+        released(&mut overlap, 3);
+        assert!(may_end_early(&overlap.pools["p"], live).is_ok());
+    }
+
+    /// The renewal after dispatch's own end: `time-limit`, the proof naming the intent and
+    /// Slurm's CANCELLED; Slurm's own cause, when its proof names one, stands.
+    #[test]
+    fn an_end_dispatch_asked_for_is_the_time_limit_not_a_loss() {
+        let mut pools = with_successor_and_worker(1);
+        released(&mut pools, 1);
+        pools.end_intent(
+            Micros(4),
+            &PoolAllocationEndIntent {
+                pool: "p".into(),
+                job_id: test_job(7),
+                reason: "all over".into(),
+            },
+        );
+        let mut cancelled = pools.clone();
+        end(&mut cancelled, "squeue shows job 7 CANCELLED");
+        let (cause, proof) = may_adopt(&cancelled.pools["p"]).unwrap();
+        assert_eq!(cause, Cause::TimeLimit);
+        assert_eq!(
+            proof,
+            "dispatch ended allocation 7 early (all over); squeue shows job 7 CANCELLED"
+        );
+        let mut preempted = pools.clone();
+        end(&mut preempted, "squeue shows job 7 PREEMPTED");
+        assert_eq!(may_adopt(&preempted.pools["p"]).unwrap().0, Cause::Preempted);
+        // Without dispatch's intent a CANCELLED is someone else's: lost.
+        let mut other = with_successor_and_worker(1);
+        released(&mut other, 1);
+        end(&mut other, "squeue shows job 7 CANCELLED");
+        assert_eq!(may_adopt(&other.pools["p"]).unwrap().0, Cause::Lost);
+        // The early end survives a snapshot, and a renewal without one reads back as before.
+        let bytes = rmp_serde::to_vec(&cancelled).unwrap();
+        assert_eq!(rmp_serde::from_slice::<Pools>(&bytes).unwrap(), cancelled);
+        let bytes = rmp_serde::to_vec(&other).unwrap();
+        assert_eq!(rmp_serde::from_slice::<Pools>(&bytes).unwrap(), other);
+    }
 }

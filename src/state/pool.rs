@@ -1124,6 +1124,31 @@ pub(crate) mod tests {
         );
     }
 
+    /// journal-format.md's example bodies of kinds 184–185, byte for byte.
+    #[test]
+    fn the_early_end_bodies_are_the_specs_examples() {
+        use crate::event::body_hex;
+        let intent = PoolAllocationEndIntent {
+            pool: "p".into(),
+            job_id: test_job(901),
+            reason: "all over".into(),
+        };
+        assert_eq!(
+            body_hex(&intent),
+            "93 a1 70 cd 03 85 a8 61 6c 6c 20 6f 76 65 72"
+        );
+        let answered = PoolAllocationEndAnswered {
+            pool: "p".into(),
+            job_id: test_job(901),
+            outcome: "accepted".into(),
+            detail: String::new(),
+        };
+        assert_eq!(
+            body_hex(&answered),
+            "94 a1 70 cd 03 85 a8 61 63 63 65 70 74 65 64 a0"
+        );
+    }
+
     /// A renewing pool: one successor at a time, only its own events settle it, and its
     /// `PoolRenewed` makes it the allocation (ended cleared, generation up); a snapshot of it
     /// reads back.
