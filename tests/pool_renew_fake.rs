@@ -1296,6 +1296,14 @@ fn a_crash_at_each_early_end_failpoint_renews_once() {
                 && err.contains("dispatch reconcile"),
             "{point}: {err}"
         );
+        let ending = &status(&fake)["renewal"]["ending"];
+        assert_eq!(ending["job_id"], 901, "{point}: {ending}");
+        assert_eq!(ending["answer"], Value::Null, "{point}: {ending}");
+        let (_, text, _) = fake.run(&["pool", "status", "p"]);
+        assert!(
+            text.contains("allocation 901 ended early by dispatch (its 1 worker(s) are over"),
+            "{point}: {text}"
+        );
         let running = if scancels_after == 1 { 2 } else { 0 };
         fake.scenario(ended_early(running, 0));
         let r = reconcile(&fake);

@@ -101,6 +101,21 @@ pub struct RenewalView {
     /// Why no allocation is asked for again, once renewal stopped.
     pub stopped: Option<String>,
     pub successor: Option<SuccessorView>,
+    /// The current allocation dispatch is ending itself, its workers all over
+    /// (`PoolAllocationEndIntent`); only while it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ending: Option<EndingView>,
+}
+
+/// An early end of a renewing pool's allocation: which, why, since when, and what its scancel
+/// answered (`accepted`, `refused`, `unknown`; null: not answered yet).
+#[derive(Debug, Serialize)]
+pub struct EndingView {
+    pub job_id: JobId,
+    pub reason: String,
+    pub since: String,
+    pub answer: Option<String>,
+    pub detail: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -147,6 +162,13 @@ impl RenewalView {
                             && x.job_id == s.job_id
                     })
                     .and_then(|x| x.slurm.clone()),
+            }),
+            ending: r.ending.as_ref().map(|x| EndingView {
+                job_id: x.job_id,
+                reason: x.reason.clone(),
+                since: x.since.to_rfc3339(),
+                answer: x.answer.as_ref().map(|(a, _)| a.clone()),
+                detail: x.answer.as_ref().map(|(_, d)| d.clone()),
             }),
         }
     }
