@@ -1150,7 +1150,12 @@ fn stopped_at_its_deadline(fake: &Fake, id: uuid::Uuid) {
     let published = pools.join("p/published").join(format!("w-{id}"));
     let published = published.display().to_string();
     let sha = fake_cli::plant_publication(&published, "w", id);
-    fake_cli::supervisor_journal(&dirs.evidence, true, Some((&published, sha)), "checkpointed");
+    fake_cli::supervisor_journal(
+        &dirs.evidence,
+        true,
+        Some((&published, sha)),
+        "checkpointed",
+    );
 }
 
 /// Squeue's answers once `w`'s step is over: 901 listed `running_901` times RUNNING, then
@@ -1198,7 +1203,10 @@ fn renewed_for_the_time_limit(fake: &Fake) {
     let c = &continued[0]["event"];
     assert_eq!(c["cause"], "time-limit", "{c}");
     assert!(
-        c["proof"].as_str().unwrap().contains("early-shutdown deadline"),
+        c["proof"]
+            .as_str()
+            .unwrap()
+            .contains("early-shutdown deadline"),
         "{c}"
     );
     assert_eq!(of_kind(fake, "PoolRenewalIntent").len(), 1);
@@ -1218,7 +1226,11 @@ fn the_old_allocation_is_ended_early_once_every_worker_is_over() {
     let id = asked_before_the_end(&fake, &[]);
     // The worker runs: nothing is ended, whatever the successor does.
     for successor in ["PENDING", "RUNNING"] {
-        let reason = if successor == "PENDING" { "Dependency" } else { "None" };
+        let reason = if successor == "PENDING" {
+            "Dependency"
+        } else {
+            "None"
+        };
         fake.scenario(json!({
             "squeue": squeue_with_steps(&[(901, "RUNNING", "None"), (902, successor, reason)], &step(901)),
         }));
@@ -1241,6 +1253,14 @@ fn the_old_allocation_is_ended_early_once_every_worker_is_over() {
     renewed_for_the_time_limit(&fake);
 }
 
+/// `pool submit` of another worker `name` into pool `p`.
+fn another_worker(name: &str) -> Vec<&str> {
+    let args = "pool submit p --cpus 1 --mem 100M --publication-timeout 5 --name";
+    let mut argv: Vec<&str> = args.split(' ').collect();
+    argv.extend([name, "--", "true"]);
+    argv
+}
+
 /// Nothing is ended while a submission's outcome is unknown (its budget stays held): worker `w`
 /// over, but `w2`'s submission killed after its intent.
 #[test]
@@ -1251,11 +1271,7 @@ fn an_unknown_submission_keeps_the_old_allocation() {
         "scontrol": [{"stdout": show_job(901, 120)}],
         "squeue": squeue_with_steps(&[(901, "RUNNING", "None"), (902, "PENDING", "Dependency")], &step(901)),
     }));
-    fake.crash(
-        "pool-submit-after-intent",
-        &["pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--name", "w2",
-          "--publication-timeout", "5", "--", "true"],
-    );
+    fake.crash("pool-submit-after-intent", &another_worker("w2"));
     stopped_at_its_deadline(&fake, id);
     fake.scenario(ended_early(100, 100));
     let r = reconcile(&fake);
@@ -1279,16 +1295,20 @@ fn a_crash_at_each_early_end_failpoint_renews_once() {
         stopped_at_its_deadline(&fake, id);
         fake.scenario(ended_early(1000, 1000));
         fake.crash(point, &["reconcile"]);
-        assert_eq!(of_kind(&fake, "PoolAllocationEndIntent").len(), 1, "{point}");
-        assert!(of_kind(&fake, "PoolAllocationEndAnswered").is_empty(), "{point}");
+        assert_eq!(
+            of_kind(&fake, "PoolAllocationEndIntent").len(),
+            1,
+            "{point}"
+        );
+        assert!(
+            of_kind(&fake, "PoolAllocationEndAnswered").is_empty(),
+            "{point}"
+        );
         fake.scenario(json!({
             "scontrol": [{"stdout": show_job(901, 110)}],
             "squeue": squeue_with_steps(&[(901, "RUNNING", "None"), (902, "PENDING", "Dependency")], ""),
         }));
-        let (code, _, err) = fake.run(&[
-            "pool", "submit", "p", "--cpus", "1", "--mem", "100M", "--name", "w3",
-            "--publication-timeout", "5", "--", "true",
-        ]);
+        let (code, _, err) = fake.run(&another_worker("w3"));
         assert_eq!(code, 3, "{point}: {err}");
         assert!(
             err.contains("allocation 901 is being ended")

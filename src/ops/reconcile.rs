@@ -266,7 +266,8 @@ pub async fn reconcile<S: Scheduler>(
     // After the pools' proofs (a renewal waits for the last allocation's workers released),
     // before the continuations (which go to the allocation a renewal made the pool's).
     if state.pools.pools.values().any(|p| p.renewal.is_some()) {
-        report.renewals = crate::ops::pool::renew_due(ctx, only_pool).await?;
+        let preempted: Vec<JobId> = report.preempted.iter().map(|x| x.job_id).collect();
+        report.renewals = crate::ops::pool::renew_due(ctx, only_pool, &preempted).await?;
     }
     // After the pools' proofs, before their resubmissions (which wait for this decision); a
     // continuation waiting for a pool that is gone is still listed.

@@ -125,17 +125,33 @@ pub struct EndEarly {
     pub reason: String,
 }
 
+/// What the last look at Slurm showed of a renewing pool, for [`may_end_early`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LastLook {
+    /// The next allocation's job, when it was listed pending or running.
+    pub successor_live: Option<JobId>,
+    /// The current allocation is in Slurm's preemption grace (`PreemptTime` shown).
+    pub preempted: bool,
+}
+
 /// May `reconcile` end `p`'s current allocation itself, now, rather than leave it idle until
 /// Slurm's time limit ends it? Only once its next allocation is asked for and recorded, and
-/// `successor_live` (the last look) lists it pending or running; the pool renews (not stopped,
+/// the last look (`look`) lists it pending or running and the allocation outside Slurm's
+/// preemption grace (a preempted allocation's end is Slurm's, and so is its cause: `preempted`,
+/// never dispatch's cancel); the pool renews (not stopped,
 /// not being released, dispatch's own); the allocation is not over nor already being ended;
 /// at least one worker ended in it, and every worker ever placed there is released with proof
 /// (none holds budget: no submission whose outcome is unknown, none running or stopping; none
 /// forgotten, which is no proof). A `pool submit` after the intent is refused
 /// (`policy::pool::Refusal::AllocationEnding`), so the decision, checked again under the
 /// writer's lock, holds. With `--renew-overlap` the successor may already run: still fine.
-pub fn may_end_early(p: &Pool, successor_live: Option<JobId>) -> Result<EndEarly, String> {
+pub fn may_end_early(p: &Pool, look: LastLook) -> Result<EndEarly, String> {
     let job = p.allocation.job_id;
+    if look.preempted {
+        return Err(format!(
+            "allocation {job} is in Slurm's preemption grace: Slurm ends it, for its own cause"
+        ));
+    }
     let Some(r) = p.renewal.as_ref().filter(|_| p.created.is_some()) else {
         return Err(format!("pool {} does not renew", p.name));
     };
@@ -154,8 +170,10 @@ pub fn may_end_early(p: &Pool, successor_live: Option<JobId>) -> Result<EndEarly
     let Some(successor) = r.successor.as_ref().and_then(|s| s.job_id) else {
         return Err("its next allocation is not recorded yet".to_owned());
     };
-    if successor_live != Some(successor) {
-        return Err(format!("allocation {successor} is not seen waiting or running"));
+    if look.successor_live != Some(successor) {
+        return Err(format!(
+            "allocation {successor} is not seen waiting or running"
+        ));
     }
     if !p.active.is_empty() {
         return Err(format!(
@@ -395,7 +413,14 @@ mod tests {
 
     #[test]
     fn the_old_allocation_may_end_early_only_once_every_worker_of_it_is_over() {
-        let live = Some(test_job(8));
+        let live = LastLook {
+            successor_live: Some(test_job(8)),
+            preempted: false,
+        };
+        let seen = |job: Option<u32>| LastLook {
+            successor_live: job.map(test_job),
+            preempted: false,
+        };
         // No worker ever: Slurm's time limit ends it, as before.
         let mut none = renewing(None, None, false);
         none.renewal_intent(Micros(2), &renewal_intent(50, Some(test_job(7))));
@@ -417,8 +442,15 @@ mod tests {
             (test_job(7), test_job(8))
         );
         // Not seen in Slurm's last look, or another job: not yet.
-        assert!(may_end_early(&pools.pools["p"], None).is_err());
-        assert!(may_end_early(&pools.pools["p"], Some(test_job(9))).is_err());
+        assert!(may_end_early(&pools.pools["p"], seen(None)).is_err());
+        assert!(may_end_early(&pools.pools["p"], seen(Some(9))).is_err());
+        // In Slurm's preemption grace: Slurm ends it, as preempted.
+        let grace = LastLook {
+            preempted: true,
+            ..live
+        };
+        let why = may_end_early(&pools.pools["p"], grace).unwrap_err();
+        assert!(why.contains("preemption grace"), "{why}");
         // Being released, stopped, already ending, or over: no.
         let mut releasing = pools.clone();
         releasing.release_intent(&PoolReleaseIntent {
@@ -492,7 +524,10 @@ mod tests {
         );
         let mut preempted = pools.clone();
         end(&mut preempted, "squeue shows job 7 PREEMPTED");
-        assert_eq!(may_adopt(&preempted.pools["p"]).unwrap().0, Cause::Preempted);
+        assert_eq!(
+            may_adopt(&preempted.pools["p"]).unwrap().0,
+            Cause::Preempted
+        );
         // Without dispatch's intent a CANCELLED is someone else's: lost.
         let mut other = with_successor_and_worker(1);
         released(&mut other, 1);

@@ -12,13 +12,13 @@ use uuid::Uuid;
 use crate::event::asset::{AssetRecord, WorkerAssetsBound};
 use crate::event::pool::{
     Allocation, ContinuationAsked, PoolAllocationEndAnswered, PoolAllocationEndIntent,
-    PoolAllocationEnded, PoolAttached, PoolCreateFailed,
-    PoolCreateIntent, PoolCreateJob, PoolCreateShape, PoolDetached, PoolNodeLost, PoolNodes,
-    PoolOwned, PoolReleaseIntent, PoolReleased, PoolRenewalAsked, PoolRenewalFailed,
-    PoolRenewalIntent, PoolRenewalJob, PoolRenewalStopped, PoolRenewed, WorkerDevicesIngested,
-    WorkerExited, WorkerJournalDamaged, WorkerLaunchFailed, WorkerLaunched, WorkerPlaced,
-    WorkerReportIngested, WorkerRequest, WorkerResubmitRefused, WorkerResubmitted,
-    WorkerStepObserved, WorkerStopIntent, WorkerSubmitIntent, WorkerTerminal,
+    PoolAllocationEnded, PoolAttached, PoolCreateFailed, PoolCreateIntent, PoolCreateJob,
+    PoolCreateShape, PoolDetached, PoolNodeLost, PoolNodes, PoolOwned, PoolReleaseIntent,
+    PoolReleased, PoolRenewalAsked, PoolRenewalFailed, PoolRenewalIntent, PoolRenewalJob,
+    PoolRenewalStopped, PoolRenewed, WorkerDevicesIngested, WorkerExited, WorkerJournalDamaged,
+    WorkerLaunchFailed, WorkerLaunched, WorkerPlaced, WorkerReportIngested, WorkerRequest,
+    WorkerResubmitRefused, WorkerResubmitted, WorkerStepObserved, WorkerStopIntent,
+    WorkerSubmitIntent, WorkerTerminal,
 };
 use crate::event::Micros;
 use crate::slurm::{JobId, NodeShare};

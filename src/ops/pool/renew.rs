@@ -91,11 +91,14 @@ crate::display_as_serde!(RenewalOutcome);
 
 /// Every renewing pool (or `only_pool`) as it is now: its successor settled, adopted, or
 /// asked for when due. Never an error for one pool's Slurm trouble: it stays as it is.
+/// `preempted`: the allocations this run saw in Slurm's preemption grace.
 pub(crate) async fn renew_due<S: Scheduler>(
     ctx: &Ctx<S>,
     only_pool: Option<&str>,
+    preempted: &[JobId],
 ) -> Result<Vec<RenewalReconciled>, OpError> {
     let state = ctx.load()?.state;
+    let in_grace = |p: &Pool| preempted.contains(&p.allocation.job_id);
     let mut out = Vec::new();
     for p in state.pools.pools.values() {
         let Some(r) = &p.renewal else { continue };
@@ -103,7 +106,7 @@ pub(crate) async fn renew_due<S: Scheduler>(
             continue;
         }
         let line = match &r.successor {
-            Some(s) => match settle_successor(ctx, p, s).await? {
+            Some(s) => match settle_successor(ctx, p, s, in_grace(p)).await? {
                 l if l.outcome == RenewalOutcome::EndedEarly => after_early_end(ctx, l).await?,
                 l => l,
             },
@@ -423,6 +426,7 @@ async fn settle_successor<S: Scheduler>(
     ctx: &Ctx<S>,
     p: &Pool,
     s: &Successor,
+    preempted: bool,
 ) -> Result<RenewalReconciled, OpError> {
     let generation = s.intent.generation;
     let job = match successor_job(ctx, s).await? {
@@ -445,7 +449,7 @@ async fn settle_successor<S: Scheduler>(
                 Some(change) => {
                     never_to_run(ctx, p, s, job, format!("PENDING ({reason}): {change}")).await
                 }
-                None => Ok(end_early(ctx, p, job).await?.unwrap_or_else(|| {
+                None => Ok(end_early(ctx, p, job, preempted).await?.unwrap_or_else(|| {
                     at(RenewalOutcome::Waiting)
                         .detail(format!("allocation {job} is {state} ({reason})"))
                         .listed(&state, &reason)
@@ -453,7 +457,7 @@ async fn settle_successor<S: Scheduler>(
             }
         }
         CreationSeen::Running => match policy::may_adopt(p) {
-            Err(why) => Ok(end_early(ctx, p, job).await?.unwrap_or_else(|| {
+            Err(why) => Ok(end_early(ctx, p, job, preempted).await?.unwrap_or_else(|| {
                 at(RenewalOutcome::Waiting)
                     .detail(format!("allocation {job} runs; {why}"))
                     .listed("RUNNING", "None")
@@ -492,14 +496,16 @@ async fn after_early_end<S: Scheduler>(
     else {
         return Ok(ended);
     };
-    let next = settle_successor(ctx, p, s).await?;
+    // The early end is begun and answered: no decision of it is left to take.
+    let next = settle_successor(ctx, p, s, false).await?;
     Ok(match next.outcome {
         RenewalOutcome::Renewed | RenewalOutcome::Failed | RenewalOutcome::Stopped => next,
         _ => ended,
     })
 }
 
-/// `p`'s allocation ended early, its successor `next` seen waiting or running: once
+/// `p`'s allocation ended early, its successor `next` seen waiting or running (`preempted`:
+/// the allocation is in Slurm's preemption grace, and is left to Slurm): once
 /// `policy::may_end_early` says so, `PoolAllocationEndIntent` (decided again under the lock;
 /// from then on no worker is placed there), `scancel`, its answer, and the end proven and
 /// recorded. An end begun whose scancel was not answered accepted (a crash, a refusal, no
@@ -508,6 +514,7 @@ async fn end_early<S: Scheduler>(
     ctx: &Ctx<S>,
     p: &Pool,
     next: JobId,
+    preempted: bool,
 ) -> Result<Option<RenewalReconciled>, OpError> {
     let job = p.allocation.job_id;
     let begun = p
@@ -515,10 +522,12 @@ async fn end_early<S: Scheduler>(
         .as_ref()
         .and_then(|r| r.ending.as_ref())
         .filter(|x| x.job_id == job && p.ended.is_none());
-    let reason = match (begun, policy::may_end_early(p, Some(next))) {
-        (Some(x), _) if x.answer.as_ref().is_some_and(|(a, _)| a == "accepted") => {
-            return Ok(None)
-        }
+    let look = policy::LastLook {
+        successor_live: Some(next),
+        preempted,
+    };
+    let reason = match (begun, policy::may_end_early(p, look)) {
+        (Some(x), _) if x.answer.as_ref().is_some_and(|(a, _)| a == "accepted") => return Ok(None),
         (Some(x), _) => x.reason.clone(),
         (None, Err(_)) => return Ok(None),
         (None, Ok(decided)) => {
@@ -529,7 +538,7 @@ async fn end_early<S: Scheduler>(
             });
             let still = |s: &State| {
                 s.pools.pools.get(&p.name).is_some_and(|x| {
-                    x.allocation == p.allocation && policy::may_end_early(x, Some(next)).is_ok()
+                    x.allocation == p.allocation && policy::may_end_early(x, look).is_ok()
                 })
             };
             if !append_if(ctx, still, vec![intent])? {
