@@ -389,6 +389,12 @@ mod tests {
             job_id: test_job(8),
             how: "salloc".into(),
         });
+        submit(&mut pools, id);
+        pools
+    }
+
+    /// Worker `w{id}` submitted to pool `p`.
+    fn submit(pools: &mut Pools, id: u128) {
         pools.submit(
             Micros(3),
             &WorkerSubmitIntent {
@@ -401,7 +407,6 @@ mod tests {
                 command: vec!["true".into()],
             },
         );
-        pools
     }
 
     fn released(pools: &mut Pools, id: u128) {
@@ -484,18 +489,7 @@ mod tests {
             job_id: test_job(8),
             how: "salloc".into(),
         });
-        overlap.submit(
-            Micros(3),
-            &WorkerSubmitIntent {
-                pool: "p".into(),
-                worker: "w".into(),
-                submission_id: Uuid::from_u128(3),
-                cpus: 1,
-                mem_mb: 10,
-                publication_timeout_s: 5,
-                command: vec!["true".into()],
-            },
-        );
+        submit(&mut overlap, 3);
         released(&mut overlap, 3);
         assert!(may_end_early(&overlap.pools["p"], live).is_ok());
     }
@@ -538,5 +532,69 @@ mod tests {
         assert_eq!(rmp_serde::from_slice::<Pools>(&bytes).unwrap(), cancelled);
         let bytes = rmp_serde::to_vec(&other).unwrap();
         assert_eq!(rmp_serde::from_slice::<Pools>(&bytes).unwrap(), other);
+    }
+
+    /// Worker `id`'s next step, by `op`: launched, seen running, exited, released with proof,
+    /// a definite or unclear launch failure, forgotten. What a model of it says afterwards:
+    /// whether it still holds budget, and whether it was ended without proof.
+    fn step_worker(pools: &mut Pools, id: u128, op: u8) {
+        let submission_id = Uuid::from_u128(id);
+        match op % 7 {
+            0 => pools.launched(
+                &WorkerLaunched {
+                    submission_id,
+                    srun_pid: 1,
+                },
+                "h",
+            ),
+            1 => pools.step_observed(&WorkerStepObserved {
+                submission_id,
+                step_id: 0,
+            }),
+            2 => pools.exited(&WorkerExited {
+                submission_id,
+                code: Some(0),
+                signal: None,
+            }),
+            3 => released(pools, id),
+            4 | 5 => pools.launch_failed(&WorkerLaunchFailed {
+                submission_id,
+                definite: op % 7 == 4,
+                reason: "srun said no".into(),
+            }),
+            _ => pools.forgotten(&submission_id),
+        }
+    }
+
+    quickcheck::quickcheck! {
+        /// Whatever happens to the workers of the allocation, it may end early exactly when at
+        /// least one was submitted, each ended with proof (a release or a definite launch
+        /// failure) and none was forgotten: an unclear launch, a running or an exited worker
+        /// keeps it.
+        fn prop_an_early_end_needs_every_worker_over_with_proof(ops: Vec<(u8, u8)>) -> bool {
+            let mut pools = with_successor_and_worker(0);
+            let look = LastLook { successor_live: Some(test_job(8)), preempted: false };
+            // The model: each submission's last word (None: holds budget).
+            let mut last: Vec<Option<bool>> = vec![None];
+            for &(who, op) in ops.iter().take(30) {
+                let id = usize::from(who % 4);
+                if id >= last.len() {
+                    submit(&mut pools, last.len() as u128);
+                    last.push(None);
+                    continue;
+                }
+                if last[id].is_some() {
+                    continue;
+                }
+                step_worker(&mut pools, id as u128, op);
+                last[id] = match op % 7 {
+                    3 | 4 => Some(true),
+                    6 => Some(false),
+                    _ => None,
+                };
+            }
+            let expected = last.iter().all(|l| *l == Some(true));
+            may_end_early(&pools.pools["p"], look).is_ok() == expected
+        }
     }
 }
