@@ -13,17 +13,18 @@
 //! SIGTERM and declares a checkpoint. `reconcile` runs every 5 s until the step is over (the
 //! first run asks for the next allocation, `--dependency=afterany` on the first), then back to
 //! back until it has continued the worker. Where the time goes, from the step's end (medians):
-//! the old allocation's end (the rest of the early-shutdown window, by design, since the next
-//! allocation may not run beside it, and however late Slurm enforces the time limit), the next
-//! allocation's start, `PoolRenewed`, the successor's receipt, and the payload. Slurm's end and
-//! start come from slurmctld's log (`Time limit exhausted for JobId=J`, `Allocate JobId=K`,
+//! the old allocation's end (dispatch's own `scancel` once the worker is over and released with
+//! proof, the next allocation waiting behind it; before, the rest of the early-shutdown window
+//! and however late Slurm enforced the time limit), the next allocation's start, `PoolRenewed`,
+//! the successor's receipt, and the payload. Slurm's end and start come from slurmctld's log
+//! (`REQUEST_KILL_JOB JobId=J` or `Time limit exhausted for JobId=J`, `Allocate JobId=K`,
 //! millisecond stamps) where it is readable, else from sacct's `End` and `Start` (whole
 //! seconds). The part from Slurm's end to the payload, what the renewal itself adds, is
 //! reported against the bare pair too. The bare pair is
 //! started the moment the step is seen over, on a node with room (16 CPUs, the pool holds 1).
-//! Measured (docs/performance.md): the gap is almost all before Slurm's end of the old
-//! allocation (the early-shutdown window's rest and Slurm's periodic time-limit check), so
-//! the 1.3× target is not met while the old allocation is held to its time limit.
+//! Measured (docs/performance.md): before dispatch ended the old allocation itself, the gap
+//! was almost all before Slurm's end of it (the early-shutdown window's rest and Slurm's
+//! periodic time-limit check).
 //!
 //! Needs the dev cluster (`tools/slurm-dev-cluster start`); about 3.5 minutes a round (3
 //! minutes is the least `--time` `pool create` takes with these budgets).
@@ -208,8 +209,12 @@ fn round(root: &Path, i: usize) -> Round {
     let second = renewed["event"]["allocation"]["job_id"].as_u64().unwrap();
     let ms = |t: i64| (t - t0) as f64 / 1e3;
     let id = Value::String(successor.clone());
-    let ended = timing::slurmctld_stamp_ms(&[format!("Time limit exhausted for JobId={first}")])
-        .map_or_else(|| sacct_time(first, "End"), |t| t * 1000);
+    // Dispatch's own end of it (its scancel, once the worker was over), or Slurm's time limit.
+    let ended = timing::slurmctld_stamp_ms(&[
+        format!("REQUEST_KILL_JOB JobId={first} "),
+        format!("Time limit exhausted for JobId={first}"),
+    ])
+    .map_or_else(|| sacct_time(first, "End"), |t| t * 1000);
     let started = timing::slurmctld_stamp_ms(&[
         format!("Allocate JobId={second} "),
         format!("Started JobId={second} "),

@@ -167,6 +167,7 @@ const ADDED_SINCE_THE_GOLDENS: &[(&str, &[&str])] = &[
             "/pools/0/nodes",
             "/pools/0/no_kill",
             "/pools/0/nodes_lost",
+            "/pools/0/last_end",
             "/pools/0/workers/0/node",
             "/pools/0/workers/0/gpus",
             "/pools/0/workers/0/step_gpus",
@@ -176,6 +177,7 @@ const ADDED_SINCE_THE_GOLDENS: &[(&str, &[&str])] = &[
             "/pools/1/nodes",
             "/pools/1/no_kill",
             "/pools/1/nodes_lost",
+            "/pools/1/last_end",
             // How a payload ended, and what its journal says before --refresh (issue 36).
             "/pools/0/workers/0/stage",
             "/pools/0/workers/0/outcome",

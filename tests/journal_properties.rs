@@ -457,6 +457,17 @@ fn known_event(code: u16, g: &mut Gen) -> Event {
             answered: bool::arbitrary(g),
             reason: text(g),
         }),
+        184 => Event::PoolAllocationEndIntent(PoolAllocationEndIntent {
+            pool: text(g),
+            job_id: job(g),
+            reason: text(g),
+        }),
+        185 => Event::PoolAllocationEndAnswered(PoolAllocationEndAnswered {
+            pool: text(g),
+            job_id: job(g),
+            outcome: text(g),
+            detail: text(g),
+        }),
         130 => Event::AssetAddIntent(AssetAddIntent {
             asset: asset_record(g),
             origin: text(g),

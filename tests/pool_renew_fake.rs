@@ -1341,3 +1341,200 @@ fn an_explicit_grace_wins_and_stop_worker_gives_the_workers_own_too() {
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(graces_given(&fake, second), (json!(5), "grace_s=5".into()));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 38's renewal gap: once every worker of the allocation is over, released with proof, and
+// the next allocation waits behind it, `reconcile` ends the old one itself (intent, scancel,
+// answer) instead of leaving it idle until Slurm's time limit.
+
+/// What worker `w`'s supervisor records when it stopped at its early-shutdown deadline (SIGTERM,
+/// reason `deadline`), checkpointed and published a publication that verifies.
+fn stopped_at_its_deadline(fake: &Fake, id: uuid::Uuid) {
+    let pools = fake.state().join("pools");
+    let dirs = dispatch::worker::dirs::WorkerDirs::new(&pools, "p", id);
+    let published = pools.join("p/published").join(format!("w-{id}"));
+    let published = published.display().to_string();
+    let sha = fake_cli::plant_publication(&published, "w", id);
+    fake_cli::supervisor_journal(
+        &dirs.evidence,
+        true,
+        Some((&published, sha)),
+        "checkpointed",
+    );
+}
+
+/// Squeue's answers once `w`'s step is over: 901 listed `running_901` times RUNNING, then
+/// CANCELLED; 902 listed `pending_902` times PENDING behind it, then RUNNING (with its step).
+fn ended_early(running_901: u32, pending_902: u32) -> Value {
+    json!({
+        "scancel": [{"stdout": ""}],
+        "scontrol": [{"stdout": show_job(902, 3595)}],
+        "srun": [{"hang": 30}],
+        "squeue": [
+            {"match": ["--steps"], "times": 1, "stdout": ""},
+            {"match": ["--steps"], "stdout": step(902)},
+            {"match": ["--jobs=901"], "times": running_901, "stdout": row(901, "RUNNING", "None", "x")},
+            {"match": ["--jobs=901"], "stdout": row(901, "CANCELLED", "None", "x")},
+            {"match": ["--jobs=902"], "times": pending_902, "stdout": row(902, "PENDING", "Dependency", "x")},
+            {"match": ["--jobs=902"], "stdout": row(902, "RUNNING", "None", "x")},
+            {"match": ["--me"], "stdout": row(901, "RUNNING", "None", "x") + &row(902, "PENDING", "Dependency", "x")},
+        ],
+    })
+}
+
+fn scancels(fake: &Fake) -> Vec<Vec<String>> {
+    fake.calls()
+        .into_iter()
+        .filter(|(p, _)| p == "scancel")
+        .map(|(_, a)| a)
+        .collect()
+}
+
+/// The worker continued once in 902 for its time limit (its own journal's deadline SIGTERM),
+/// the renewal's cause the time limit, its proof naming dispatch's end and Slurm's CANCELLED;
+/// `pool status` and `audit` say so.
+fn renewed_for_the_time_limit(fake: &Fake) {
+    let renewed = of_kind(fake, "PoolRenewed");
+    assert_eq!(renewed.len(), 1, "{renewed:?}");
+    let r = &renewed[0]["event"];
+    assert_eq!(r["cause"], "time-limit", "{r}");
+    let proof = r["proof"].as_str().unwrap();
+    assert!(
+        proof.contains("dispatch ended allocation 901 early") && proof.contains("CANCELLED"),
+        "{proof}"
+    );
+    let continued = of_kind(fake, "WorkerContinued");
+    assert_eq!(continued.len(), 1, "{continued:?}");
+    let c = &continued[0]["event"];
+    assert_eq!(c["cause"], "time-limit", "{c}");
+    assert!(
+        c["proof"]
+            .as_str()
+            .unwrap()
+            .contains("early-shutdown deadline"),
+        "{c}"
+    );
+    assert_eq!(of_kind(fake, "PoolRenewalIntent").len(), 1);
+    let p = status(fake);
+    assert_eq!(p["allocation"]["job_id"], 902, "{p}");
+    assert_eq!(worker_w(&p, 2)["step_id"], "902.0", "{p}");
+    let (code, out, _) = fake.run(&["audit", "--json"]);
+    assert_eq!(code, 0, "{out}");
+}
+
+/// While the worker runs, the old allocation is left alone; once its step is over, one
+/// `reconcile` ends it (intent, `scancel 901`, accepted), proves it CANCELLED, waits for 902 to
+/// run, makes 902 the pool's and continues the worker there for its time limit.
+#[test]
+fn the_old_allocation_is_ended_early_once_every_worker_is_over() {
+    let fake = Fake::new();
+    let id = asked_before_the_end(&fake, &[]);
+    // The worker runs: nothing is ended, whatever the successor does.
+    for successor in ["PENDING", "RUNNING"] {
+        let reason = if successor == "PENDING" {
+            "Dependency"
+        } else {
+            "None"
+        };
+        fake.scenario(json!({
+            "squeue": squeue_with_steps(&[(901, "RUNNING", "None"), (902, successor, reason)], &step(901)),
+        }));
+        let r = reconcile(&fake);
+        assert_eq!(r["renewals"][0]["outcome"], "waiting", "{r}");
+        assert!(scancels(&fake).is_empty(), "{:?}", fake.calls());
+    }
+    assert!(of_kind(&fake, "PoolAllocationEndIntent").is_empty());
+    stopped_at_its_deadline(&fake, id);
+    fake.scenario(ended_early(2, 1));
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "renewed", "{r}");
+    assert_eq!(r["continued"][0]["outcome"], "continued", "{r}");
+    assert_eq!(scancels(&fake), vec![vec!["901".to_owned()]]);
+    let intents = of_kind(&fake, "PoolAllocationEndIntent");
+    assert_eq!(intents.len(), 1, "{intents:?}");
+    assert_eq!(intents[0]["event"]["job_id"], 901);
+    let answers = of_kind(&fake, "PoolAllocationEndAnswered");
+    assert_eq!(answers[0]["event"]["outcome"], "accepted", "{answers:?}");
+    renewed_for_the_time_limit(&fake);
+}
+
+/// `pool submit` of another worker `name` into pool `p`.
+fn another_worker(name: &str) -> Vec<&str> {
+    let args = "pool submit p --cpus 1 --mem 100M --publication-timeout 5 --name";
+    let mut argv: Vec<&str> = args.split(' ').collect();
+    argv.extend([name, "--", "true"]);
+    argv
+}
+
+/// Nothing is ended while a submission's outcome is unknown (its budget stays held): worker `w`
+/// over, but `w2`'s submission killed after its intent.
+#[test]
+fn an_unknown_submission_keeps_the_old_allocation() {
+    let fake = Fake::new();
+    let id = asked_before_the_end(&fake, &[]);
+    fake.scenario(json!({
+        "scontrol": [{"stdout": show_job(901, 120)}],
+        "squeue": squeue_with_steps(&[(901, "RUNNING", "None"), (902, "PENDING", "Dependency")], &step(901)),
+    }));
+    fake.crash("pool-submit-after-intent", &another_worker("w2"));
+    stopped_at_its_deadline(&fake, id);
+    fake.scenario(ended_early(100, 100));
+    let r = reconcile(&fake);
+    assert_eq!(r["renewals"][0]["outcome"], "waiting", "{r}");
+    assert!(scancels(&fake).is_empty(), "{:?}", fake.calls());
+    assert!(of_kind(&fake, "PoolAllocationEndIntent").is_empty());
+}
+
+/// Killed after the intent (no scancel yet): a `pool submit` is refused, naming the next
+/// allocation and what to run; the next `reconcile` cancels, renews once and continues.
+/// Killed after the scancel (no answer recorded): the next `reconcile` proves the end and
+/// renews once, without a second scancel.
+#[test]
+fn a_crash_at_each_early_end_failpoint_renews_once() {
+    for (point, scancels_after) in [
+        ("pool-renew-end-after-intent", 1),
+        ("pool-renew-end-after-cancel", 0),
+    ] {
+        let fake = Fake::new();
+        let id = asked_before_the_end(&fake, &[]);
+        stopped_at_its_deadline(&fake, id);
+        fake.scenario(ended_early(1000, 1000));
+        fake.crash(point, &["reconcile"]);
+        assert_eq!(
+            of_kind(&fake, "PoolAllocationEndIntent").len(),
+            1,
+            "{point}"
+        );
+        assert!(
+            of_kind(&fake, "PoolAllocationEndAnswered").is_empty(),
+            "{point}"
+        );
+        fake.scenario(json!({
+            "scontrol": [{"stdout": show_job(901, 110)}],
+            "squeue": squeue_with_steps(&[(901, "RUNNING", "None"), (902, "PENDING", "Dependency")], ""),
+        }));
+        let (code, _, err) = fake.run(&another_worker("w3"));
+        assert_eq!(code, 3, "{point}: {err}");
+        assert!(
+            err.contains("allocation 901 is being ended")
+                && err.contains("job 902")
+                && err.contains("dispatch reconcile"),
+            "{point}: {err}"
+        );
+        let ending = &status(&fake)["renewal"]["ending"];
+        assert_eq!(ending["job_id"], 901, "{point}: {ending}");
+        assert_eq!(ending["answer"], Value::Null, "{point}: {ending}");
+        let (_, text, _) = fake.run(&["pool", "status", "p"]);
+        assert!(
+            text.contains("allocation 901 ended early by dispatch (its 1 worker(s) are over"),
+            "{point}: {text}"
+        );
+        let running = if scancels_after == 1 { 2 } else { 0 };
+        fake.scenario(ended_early(running, 0));
+        let r = reconcile(&fake);
+        assert_eq!(r["renewals"][0]["outcome"], "renewed", "{point}: {r}");
+        assert_eq!(r["continued"][0]["outcome"], "continued", "{point}: {r}");
+        assert_eq!(scancels(&fake).len(), scancels_after, "{point}");
+        renewed_for_the_time_limit(&fake);
+    }
+}

@@ -3,7 +3,10 @@
 //! scrontab or `--watch` would, asks for each next allocation before the last ends
 //! (`--dependency=afterany`) and makes it the pool's only once the last is proven over; the
 //! workers checkpoint at their early-shutdown deadline and go on in the next allocation from
-//! what they published. About seven minutes: `tools/test` runs it in a long shard.
+//! what they published. Once both are over, `reconcile` ends the old allocation itself rather
+//! than leave it idle to its time limit; every cause stays the time limit. About five minutes
+//! (303 s on 22.05 and 24.11 here; seven before the early end): `tools/test` runs it in a long
+//! shard.
 
 mod real_cluster;
 mod support;
@@ -156,6 +159,7 @@ fn a_renewing_pool_lives_three_allocations_one_at_a_time_and_its_workers_count_o
     for pair in jobs.windows(2) {
         assert_started_after_end(pair[1], pair[0]);
     }
+    ended_early_for_the_time_limit(&sd, &config, &jobs[..2]);
 
     // The release stops the third generations (they checkpoint) and ends the allocation.
     // Without `--grace` each gets its own (20 s) for its `git commit` (issue 38, what is left
@@ -176,6 +180,41 @@ fn a_renewing_pool_lives_three_allocations_one_at_a_time_and_its_workers_count_o
     }
     let audit = run(&sd, &config, &["audit", "--json"]);
     assert_eq!(audit.code, 0, "{}", audit.stdout);
+}
+
+/// The journal's events of `kind`, in order.
+fn events_of(sd: &Path, config: &Path, kind: &str) -> Vec<serde_json::Value> {
+    let r = run(sd, config, &["journal", "dump", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    r.stdout
+        .lines()
+        .map(json)
+        .filter(|e| e["kind"] == kind)
+        .map(|e| e["event"].clone())
+        .collect()
+}
+
+/// Issue 38's renewal gap: each of `old` (the first two allocations) was ended by dispatch
+/// once both workers had stopped at their deadline, not left to its time limit; each renewal's
+/// cause is still the time limit (proof: dispatch's end, Slurm's CANCELLED), and so is each
+/// continuation's (the worker's own deadline SIGTERM).
+fn ended_early_for_the_time_limit(sd: &Path, config: &Path, old: &[u64]) {
+    let intents = events_of(sd, config, "PoolAllocationEndIntent");
+    let ended: Vec<u64> = intents
+        .iter()
+        .filter_map(|e| e["job_id"].as_u64())
+        .collect();
+    assert_eq!(ended, old, "{intents:?}");
+    for r in events_of(sd, config, "PoolRenewed") {
+        assert_eq!(r["cause"], "time-limit", "{r}");
+        let proof = r["proof"].as_str().unwrap();
+        assert!(proof.contains("dispatch ended allocation"), "{r}");
+    }
+    let continued = events_of(sd, config, "WorkerContinued");
+    assert_eq!(continued.len(), 4, "{continued:?}");
+    for c in continued {
+        assert_eq!(c["cause"], "time-limit", "{c}");
+    }
 }
 
 /// Worker `w`'s chain: three generations in `inspect` and in the report, its last count the

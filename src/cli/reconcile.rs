@@ -239,6 +239,13 @@ fn renewal_due(l: &RenewalReconciled) -> Option<String> {
         RenewalOutcome::Renewed | RenewalOutcome::Stopped => return None,
         RenewalOutcome::NotDue => (l.detail.as_str(), false),
         RenewalOutcome::Asked | RenewalOutcome::Waiting => ("waited for", true),
+        RenewalOutcome::EndedEarly => {
+            return Some(format!(
+                "{}: {}",
+                next_allocation(l, "follows", true),
+                l.detail
+            ))
+        }
         RenewalOutcome::Failed => ("to be asked for again", false),
         RenewalOutcome::Unknown => ("unknown", true),
     };
@@ -256,6 +263,7 @@ fn renewal_done(l: &RenewalReconciled) -> String {
         RenewalOutcome::Asked => "asked",
         RenewalOutcome::Waiting => "waited for",
         RenewalOutcome::Renewed => "adopted",
+        RenewalOutcome::EndedEarly => "follows",
         RenewalOutcome::Failed => "failed",
         RenewalOutcome::Unknown => "unknown",
     };

@@ -495,8 +495,20 @@ fn renewal_line<W>(p: &crate::ops::pool::PoolView<W>) -> String {
         }
         (None, None) => "next: not asked yet".to_owned(),
     };
+    let ending = r
+        .ending
+        .as_ref()
+        .map(|x| {
+            format!(
+                "; allocation {} ended early by dispatch ({}; scancel {})",
+                x.job_id,
+                x.reason,
+                x.answer.as_deref().unwrap_or("not answered yet")
+            )
+        })
+        .unwrap_or_default();
     format!(
-        "  {}: allocation {}{of}, alive {} since {}{until}; {next}\n",
+        "  {}: allocation {}{of}, alive {} since {}{until}; {next}{ending}\n",
         p.pool,
         r.generation,
         secs(r.alive_s),

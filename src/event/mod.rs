@@ -454,6 +454,8 @@ vocabulary! {
         181 => WatermarkMade(watermark::WatermarkMade), must_understand;
         182 => WatermarkFailed(watermark::WatermarkFailed);
         183 => WatermarkCancelled(watermark::WatermarkCancelled);
+        184 => PoolAllocationEndIntent(pool::PoolAllocationEndIntent), must_understand;
+        185 => PoolAllocationEndAnswered(pool::PoolAllocationEndAnswered);
         190 => WorkerRequest(pool::WorkerRequest);
         191 => WorkerResubmitted(pool::WorkerResubmitted);
         192 => WorkerResubmitRefused(pool::WorkerResubmitRefused);

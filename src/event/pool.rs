@@ -452,6 +452,28 @@ pub struct PoolRenewalStopped {
     pub reason: String,
 }
 
+/// `reconcile` is about to end the renewing pool's allocation `job_id` itself, before its time
+/// limit (`scancel <job_id>`): every worker of it is over, released with proof, and its next
+/// allocation is asked for and waits to follow it (`policy::renewal::may_end_early`). From
+/// here on nothing is placed in `job_id`. `reason`: why it may end, in words.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolAllocationEndIntent {
+    pub pool: String,
+    pub job_id: JobId,
+    pub reason: String,
+}
+
+/// What the `scancel` of a [`PoolAllocationEndIntent`] answered: `accepted`, `refused` (in
+/// scancel's words, `detail`) or `unknown` (no answer). It proves nothing: the allocation's end
+/// is proven as any other (`PoolAllocationEnded`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolAllocationEndAnswered {
+    pub pool: String,
+    pub job_id: JobId,
+    pub outcome: String,
+    pub detail: String,
+}
+
 /// The renewal's job runs and passed every check `pool attach` makes: it is the pool's
 /// allocation now, dispatch's own, its `generation`-th. `cause`: how the previous one
 /// (`previous_job_id`) ended, from Slurm's `proof` (`time-limit`, `preempted`, `lost`, …).

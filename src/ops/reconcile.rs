@@ -247,7 +247,8 @@ pub async fn reconcile<S: Scheduler>(
     // After the pools' proofs (a renewal waits for the last allocation's workers released),
     // before the continuations (which go to the allocation a renewal made the pool's).
     if state.pools.pools.values().any(|p| p.renewal.is_some()) {
-        report.renewals = crate::ops::pool::renew_due(ctx, only_pool).await?;
+        let preempted: Vec<JobId> = report.preempted.iter().map(|x| x.job_id).collect();
+        report.renewals = crate::ops::pool::renew_due(ctx, only_pool, &preempted).await?;
     }
     // After the pools' proofs and renewals (a continuation goes to the allocation a renewal made
     // the pool's); a continuation waiting for a pool that is gone is still listed. Only a
@@ -511,6 +512,27 @@ fn finished_in_this_allocation(pool: &Pool) -> impl Iterator<Item = &Worker> {
     pool.finished.iter().skip(earlier)
 }
 
+/// `PoolAllocationEnded` for `pool`'s allocation, proven over by `proof`, unless another
+/// command recorded it, or the pool changed allocation, meanwhile.
+pub(crate) fn record_allocation_ended<S: Scheduler>(
+    ctx: &Ctx<S>,
+    pool: &Pool,
+    proof: &str,
+) -> Result<(), OpError> {
+    let ended = PoolAllocationEnded {
+        pool: pool.name.clone(),
+        job_id: pool.allocation.job_id,
+        proof: proof.to_owned(),
+    };
+    let same = |now: &State| {
+        now.pools
+            .pools
+            .get(&pool.name)
+            .is_some_and(|p| p.allocation == pool.allocation && p.ended.is_none())
+    };
+    append_if(ctx, same, vec![Event::PoolAllocationEnded(ended)]).map(drop)
+}
+
 /// Append what the judgement of `pool` decided: the allocation's end, then each worker's
 /// verdict (`workers`, in the judgement's order).
 fn record_pool<S: Scheduler>(
@@ -521,18 +543,7 @@ fn record_pool<S: Scheduler>(
     report: &mut ReconcileReport,
 ) -> Result<(), OpError> {
     if let Some(how) = &judgement.allocation_over {
-        let ended = PoolAllocationEnded {
-            pool: pool.name.clone(),
-            job_id: pool.allocation.job_id,
-            proof: how.clone(),
-        };
-        let same = |now: &State| {
-            now.pools
-                .pools
-                .get(&pool.name)
-                .is_some_and(|p| p.allocation == pool.allocation && p.ended.is_none())
-        };
-        append_if(ctx, same, vec![Event::PoolAllocationEnded(ended)])?;
+        record_allocation_ended(ctx, pool, how)?;
     }
     if !judgement.nodes_lost.is_empty() {
         locked(ctx, |writer, now| {

@@ -504,6 +504,23 @@ mod tests {
         assert_eq!(of(&e), Some(Cause::NodeFailure));
     }
 
+    /// Issue 38's early end: a worker stopped at its early-shutdown deadline, its supervisor
+    /// finished, is continued for the time limit even when its pool's allocation is then
+    /// recorded over by dispatch's own cancel (CANCELLED): it ended on its own, before it.
+    #[test]
+    fn a_worker_stopped_at_its_deadline_stays_time_limit_when_its_allocation_is_cancelled() {
+        let e = Ended {
+            terminal_proof: "job 7 is listed RUNNING and step 0, seen before, is absent".into(),
+            allocation_ended: Some("squeue shows job 7 CANCELLED".into()),
+            deadline_signalled: true,
+            supervisor_finished: true,
+            ..Ended::default()
+        };
+        let (c, proof) = cause(&e).unwrap();
+        assert_eq!(c, Cause::TimeLimit);
+        assert!(proof.contains("early-shutdown deadline"), "{proof}");
+    }
+
     /// A worker killed with its node (its supervisor too) is refused saying so.
     #[test]
     fn a_worker_whose_supervisor_did_not_finish_is_refused_saying_so() {

@@ -296,6 +296,19 @@ pub enum Refusal {
         Next::PoolRelease(pool)
     )]
     Releasing { pool: String, job_id: JobId },
+    /// A renewing pool's allocation dispatch is ending early (`PoolAllocationEndIntent`):
+    /// every worker of it is over, and its next allocation follows it.
+    #[error(
+        "pool {pool:?}: its allocation {job_id} is being ended (every worker of it is over, and \
+         its next allocation, {successor}, starts once it ends); nothing more is placed in \
+         {job_id}. {} makes the next allocation the pool's; then submit again",
+        Next::Reconcile
+    )]
+    AllocationEnding {
+        pool: String,
+        job_id: JobId,
+        successor: String,
+    },
     /// Slurm keeps a creation's job pending for a reason waiting never changes
     /// (`policy::pool_create::never_runs`); it was cancelled and proven over.
     #[error(
@@ -525,6 +538,23 @@ fn check_admissible(
         return Err(Refusal::Releasing {
             pool: pool.name.clone(),
             job_id: pool.allocation.job_id,
+        });
+    }
+    if let Some(ending) = pool
+        .renewal
+        .as_ref()
+        .and_then(|r| Some((r.ending.as_ref()?, r)))
+        .filter(|(x, _)| x.job_id == pool.allocation.job_id)
+    {
+        let (_, r) = ending;
+        return Err(Refusal::AllocationEnding {
+            pool: pool.name.clone(),
+            job_id: pool.allocation.job_id,
+            successor: r
+                .successor
+                .as_ref()
+                .and_then(|s| s.job_id)
+                .map_or_else(|| "not known yet".to_owned(), |j| format!("job {j}")),
         });
     }
     if facts.job_id != pool.allocation.job_id

@@ -11,7 +11,7 @@
 use crate::event::Micros;
 use crate::policy::continuation::{cause_in, Cause};
 use crate::slurm::JobId;
-use crate::state::pool::Pool;
+use crate::state::pool::{Pool, Worker, WorkerState};
 
 /// How long before the current allocation's end the next one is asked for: twice the default
 /// early-shutdown window (publication 30 s, native state 15 s, cleanup 15 s), so that a
@@ -88,22 +88,123 @@ pub fn may_adopt(p: &Pool) -> Result<(Cause, String), String> {
     if p.releasing {
         return Err(format!("pool {} is being released", p.name));
     }
-    let Some(ended) = &p.ended else {
+    if p.ended.is_none() {
         return Err(format!("allocation {job} is not proven over yet"));
-    };
+    }
     if !p.active.is_empty() {
         return Err(format!(
             "{} worker(s) of allocation {job} are not released with proof yet",
             p.active.len()
         ));
     }
-    Ok((end_cause(&ended.proof), ended.proof.clone()))
+    Ok(end_cause(p).expect("its end is recorded"))
 }
 
-/// Why an allocation ended, from Slurm's proof of its end: `lost` when the proof names no
-/// other cause (`CANCELLED`, "Invalid job id", all its nodes lost).
-pub fn end_cause(proof: &str) -> Cause {
-    cause_in(proof).unwrap_or(Cause::Lost)
+/// How `p`'s current allocation ended, once proven over, with the proof: the cause Slurm's
+/// own words name; when they name none (`CANCELLED`, "Invalid job id", all its nodes lost),
+/// the time limit if dispatch ended it early once every worker had stopped for that limit
+/// (the proof names both its intent and Slurm's end), else `lost`.
+pub fn end_cause(p: &Pool) -> Option<(Cause, String)> {
+    let ended = p.ended.as_ref()?;
+    let job = p.allocation.job_id;
+    let ending = p
+        .renewal
+        .as_ref()
+        .and_then(|r| r.ending.as_ref())
+        .filter(|x| x.job_id == job);
+    Some(match (cause_in(&ended.proof), ending) {
+        (Some(cause), _) => (cause, ended.proof.clone()),
+        (None, Some(x)) => (
+            Cause::TimeLimit,
+            format!(
+                "dispatch ended allocation {job} early ({}); {}",
+                x.reason, ended.proof
+            ),
+        ),
+        (None, None) => (Cause::Lost, ended.proof.clone()),
+    })
+}
+
+/// Why the allocation of a renewing pool may be ended early (`PoolAllocationEndIntent`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndEarly {
+    pub job_id: JobId,
+    pub successor: JobId,
+    pub reason: String,
+}
+
+/// What the last look at Slurm showed of a renewing pool, for [`may_end_early`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LastLook {
+    /// The next allocation's job, when it was listed pending or running.
+    pub successor_live: Option<JobId>,
+    /// The current allocation is in Slurm's preemption grace (`PreemptTime` shown).
+    pub preempted: bool,
+}
+
+/// May `reconcile` end `p`'s current allocation itself, now, rather than leave it idle until
+/// Slurm's time limit ends it? Only once its next allocation is asked for and recorded, and
+/// the last look (`look`) lists it pending or running and the allocation outside Slurm's
+/// preemption grace (a preempted allocation's end is Slurm's, and so is its cause: `preempted`,
+/// never dispatch's cancel); the pool renews (not stopped,
+/// not being released, dispatch's own); the allocation is not over nor already being ended;
+/// at least one worker ended in it, and every worker ever placed there is released with proof
+/// (none holds budget: no submission whose outcome is unknown, none running or stopping; none
+/// forgotten, which is no proof). A `pool submit` after the intent is refused
+/// (`policy::pool::Refusal::AllocationEnding`), so the decision, checked again under the
+/// writer's lock, holds. With `--renew-overlap` the successor may already run: still fine.
+pub fn may_end_early(p: &Pool, look: LastLook) -> Result<EndEarly, String> {
+    let job = p.allocation.job_id;
+    if look.preempted {
+        return Err(format!(
+            "allocation {job} is in Slurm's preemption grace: Slurm ends it, for its own cause"
+        ));
+    }
+    let Some(r) = p.renewal.as_ref().filter(|_| p.created.is_some()) else {
+        return Err(format!("pool {} does not renew", p.name));
+    };
+    if let Some(why) = &r.stopped {
+        return Err(format!("its renewal stopped: {why}"));
+    }
+    if p.releasing {
+        return Err(format!("pool {} is being released", p.name));
+    }
+    if p.ended.is_some() {
+        return Err(format!("allocation {job} is over already"));
+    }
+    if r.ending.as_ref().is_some_and(|x| x.job_id == job) {
+        return Err(format!("allocation {job} is being ended already"));
+    }
+    let Some(successor) = r.successor.as_ref().and_then(|s| s.job_id) else {
+        return Err("its next allocation is not recorded yet".to_owned());
+    };
+    if look.successor_live != Some(successor) {
+        return Err(format!(
+            "allocation {successor} is not seen waiting or running"
+        ));
+    }
+    if !p.active.is_empty() {
+        return Err(format!(
+            "{} worker(s) of allocation {job} are not released with proof yet",
+            p.active.len()
+        ));
+    }
+    let here: Vec<&Worker> = p.finished.iter().rev().take(r.finished_here).collect();
+    if here.is_empty() {
+        return Err(format!("no worker ran in allocation {job}"));
+    }
+    if let Some(w) = here.iter().find(|w| w.state == WorkerState::Forgotten) {
+        return Err(format!("worker {} was forgotten, not proven over", w.name));
+    }
+    Ok(EndEarly {
+        job_id: job,
+        successor,
+        reason: format!(
+            "its {} worker(s) are over, released with proof, and allocation {successor} waits \
+             to follow it",
+            here.len()
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -287,5 +388,224 @@ mod tests {
         let mut lost = renewing(None, None, false);
         end(&mut lost, "every node of job 7 is lost: vm");
         assert_eq!(may_adopt(&lost.pools["p"]).unwrap().0, Cause::Lost);
+    }
+
+    /// Pool `p` (job 7) with worker `id` submitted, and its next allocation job 8 recorded.
+    fn with_successor_and_worker(id: u128) -> Pools {
+        let mut pools = renewing(None, None, false);
+        pools.renewal_intent(Micros(2), &renewal_intent(50, Some(test_job(7))));
+        pools.renewal_job(&PoolRenewalJob {
+            pool: "p".into(),
+            renewal_id: Uuid::from_u128(50),
+            job_id: test_job(8),
+            how: "salloc".into(),
+        });
+        submit(&mut pools, id);
+        pools
+    }
+
+    /// Worker `w{id}` submitted to pool `p`.
+    fn submit(pools: &mut Pools, id: u128) {
+        pools.submit(
+            Micros(3),
+            &WorkerSubmitIntent {
+                pool: "p".into(),
+                worker: format!("w{id}"),
+                submission_id: Uuid::from_u128(id),
+                cpus: 1,
+                mem_mb: 10,
+                publication_timeout_s: 5,
+                command: vec!["true".into()],
+            },
+        );
+    }
+
+    fn released(pools: &mut Pools, id: u128) {
+        pools.terminal(&WorkerTerminal {
+            submission_id: Uuid::from_u128(id),
+            proof: "step 7.0 COMPLETED".into(),
+        });
+    }
+
+    #[test]
+    fn the_old_allocation_may_end_early_only_once_every_worker_of_it_is_over() {
+        let live = LastLook {
+            successor_live: Some(test_job(8)),
+            preempted: false,
+        };
+        let seen = |job: Option<u32>| LastLook {
+            successor_live: job.map(test_job),
+            preempted: false,
+        };
+        // No worker ever: Slurm's time limit ends it, as before.
+        let mut none = renewing(None, None, false);
+        none.renewal_intent(Micros(2), &renewal_intent(50, Some(test_job(7))));
+        none.renewal_job(&PoolRenewalJob {
+            pool: "p".into(),
+            renewal_id: Uuid::from_u128(50),
+            job_id: test_job(8),
+            how: "salloc".into(),
+        });
+        assert!(may_end_early(&none.pools["p"], live).is_err());
+        // A worker submitted (its outcome unknown) or running: not yet.
+        let mut pools = with_successor_and_worker(1);
+        let why = may_end_early(&pools.pools["p"], live).unwrap_err();
+        assert!(why.contains("not released with proof"), "{why}");
+        released(&mut pools, 1);
+        let decided = may_end_early(&pools.pools["p"], live).unwrap();
+        assert_eq!(
+            (decided.job_id, decided.successor),
+            (test_job(7), test_job(8))
+        );
+        // Not seen in Slurm's last look, or another job: not yet.
+        assert!(may_end_early(&pools.pools["p"], seen(None)).is_err());
+        assert!(may_end_early(&pools.pools["p"], seen(Some(9))).is_err());
+        // In Slurm's preemption grace: Slurm ends it, as preempted.
+        let grace = LastLook {
+            preempted: true,
+            ..live
+        };
+        let why = may_end_early(&pools.pools["p"], grace).unwrap_err();
+        assert!(why.contains("preemption grace"), "{why}");
+        // Being released, stopped, already ending, or over: no.
+        let mut releasing = pools.clone();
+        releasing.release_intent(&PoolReleaseIntent {
+            pool: "p".into(),
+            job_id: test_job(7),
+        });
+        assert!(may_end_early(&releasing.pools["p"], live).is_err());
+        let mut ending = pools.clone();
+        ending.end_intent(
+            Micros(4),
+            &PoolAllocationEndIntent {
+                pool: "p".into(),
+                job_id: test_job(7),
+                reason: decided.reason.clone(),
+            },
+        );
+        assert!(may_end_early(&ending.pools["p"], live).is_err());
+        let mut over = pools.clone();
+        end(&mut over, "squeue shows job 7 TIMEOUT");
+        assert!(may_end_early(&over.pools["p"], live).is_err());
+        // A forgotten worker was never proven over.
+        let mut forgotten = with_successor_and_worker(2);
+        forgotten.forgotten(&Uuid::from_u128(2));
+        assert!(may_end_early(&forgotten.pools["p"], live).is_err());
+        // With --renew-overlap the successor may run already: still fine.
+        let mut overlap = renewing(None, None, true);
+        overlap.renewal_intent(Micros(2), &renewal_intent(50, None));
+        overlap.renewal_job(&PoolRenewalJob {
+            pool: "p".into(),
+            renewal_id: Uuid::from_u128(50),
+            job_id: test_job(8),
+            how: "salloc".into(),
+        });
+        submit(&mut overlap, 3);
+        released(&mut overlap, 3);
+        assert!(may_end_early(&overlap.pools["p"], live).is_ok());
+    }
+
+    /// The renewal after dispatch's own end: `time-limit`, the proof naming the intent and
+    /// Slurm's CANCELLED; Slurm's own cause, when its proof names one, stands.
+    #[test]
+    fn an_end_dispatch_asked_for_is_the_time_limit_not_a_loss() {
+        let mut pools = with_successor_and_worker(1);
+        released(&mut pools, 1);
+        pools.end_intent(
+            Micros(4),
+            &PoolAllocationEndIntent {
+                pool: "p".into(),
+                job_id: test_job(7),
+                reason: "all over".into(),
+            },
+        );
+        let mut cancelled = pools.clone();
+        end(&mut cancelled, "squeue shows job 7 CANCELLED");
+        let (cause, proof) = may_adopt(&cancelled.pools["p"]).unwrap();
+        assert_eq!(cause, Cause::TimeLimit);
+        assert_eq!(
+            proof,
+            "dispatch ended allocation 7 early (all over); squeue shows job 7 CANCELLED"
+        );
+        let mut preempted = pools.clone();
+        end(&mut preempted, "squeue shows job 7 PREEMPTED");
+        assert_eq!(
+            may_adopt(&preempted.pools["p"]).unwrap().0,
+            Cause::Preempted
+        );
+        // Without dispatch's intent a CANCELLED is someone else's: lost.
+        let mut other = with_successor_and_worker(1);
+        released(&mut other, 1);
+        end(&mut other, "squeue shows job 7 CANCELLED");
+        assert_eq!(may_adopt(&other.pools["p"]).unwrap().0, Cause::Lost);
+        // The early end survives a snapshot, and a renewal without one reads back as before.
+        let bytes = rmp_serde::to_vec(&cancelled).unwrap();
+        assert_eq!(rmp_serde::from_slice::<Pools>(&bytes).unwrap(), cancelled);
+        let bytes = rmp_serde::to_vec(&other).unwrap();
+        assert_eq!(rmp_serde::from_slice::<Pools>(&bytes).unwrap(), other);
+    }
+
+    /// Worker `id`'s next step, by `op`: launched, seen running, exited, released with proof,
+    /// a definite or unclear launch failure, forgotten. What a model of it says afterwards:
+    /// whether it still holds budget, and whether it was ended without proof.
+    fn step_worker(pools: &mut Pools, id: u128, op: u8) {
+        let submission_id = Uuid::from_u128(id);
+        match op % 7 {
+            0 => pools.launched(
+                &WorkerLaunched {
+                    submission_id,
+                    srun_pid: 1,
+                },
+                "h",
+            ),
+            1 => pools.step_observed(&WorkerStepObserved {
+                submission_id,
+                step_id: 0,
+            }),
+            2 => pools.exited(&WorkerExited {
+                submission_id,
+                code: Some(0),
+                signal: None,
+            }),
+            3 => released(pools, id),
+            4 | 5 => pools.launch_failed(&WorkerLaunchFailed {
+                submission_id,
+                definite: op % 7 == 4,
+                reason: "srun said no".into(),
+            }),
+            _ => pools.forgotten(&submission_id),
+        }
+    }
+
+    quickcheck::quickcheck! {
+        /// Whatever happens to the workers of the allocation, it may end early exactly when at
+        /// least one was submitted, each ended with proof (a release or a definite launch
+        /// failure) and none was forgotten: an unclear launch, a running or an exited worker
+        /// keeps it.
+        fn prop_an_early_end_needs_every_worker_over_with_proof(ops: Vec<(u8, u8)>) -> bool {
+            let mut pools = with_successor_and_worker(0);
+            let look = LastLook { successor_live: Some(test_job(8)), preempted: false };
+            // The model: each submission's last word (None: holds budget).
+            let mut last: Vec<Option<bool>> = vec![None];
+            for &(who, op) in ops.iter().take(30) {
+                let id = usize::from(who % 4);
+                if id >= last.len() {
+                    submit(&mut pools, last.len() as u128);
+                    last.push(None);
+                    continue;
+                }
+                if last[id].is_some() {
+                    continue;
+                }
+                step_worker(&mut pools, id as u128, op);
+                last[id] = match op % 7 {
+                    3 | 4 => Some(true),
+                    6 => Some(false),
+                    _ => None,
+                };
+            }
+            let expected = last.iter().all(|l| *l == Some(true));
+            may_end_early(&pools.pools["p"], look).is_ok() == expected
+        }
     }
 }

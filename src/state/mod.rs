@@ -177,6 +177,8 @@ impl State {
             Event::PoolRenewalFailed(e) => self.pools.renewal_failed(e),
             Event::PoolRenewalStopped(e) => self.pools.renewal_stopped(e),
             Event::PoolRenewed(e) => self.pools.renewed(e),
+            Event::PoolAllocationEndIntent(e) => self.pools.end_intent(env.time, e),
+            Event::PoolAllocationEndAnswered(e) => self.pools.end_answered(e),
             Event::WorkerLaunched(e) => {
                 self.jobs.continuations.created(&e.submission_id);
                 self.pools.launched(e, &env.actor.host)
@@ -365,7 +367,15 @@ impl State {
             .pools
             .get(&e.pool)
             .is_some_and(|p| p.allocation.job_id == e.job_id);
-        if current {
+        // An end dispatch asked for once every worker of it was over is no worker's cause: each
+        // ended on its own before it (its own journal, its step's proof say how).
+        let ended_by_dispatch = self
+            .pools
+            .pools
+            .get(&e.pool)
+            .and_then(|p| p.renewal.as_ref()?.ending.as_ref())
+            .is_some_and(|x| x.job_id == e.job_id);
+        if current && !ended_by_dispatch {
             self.jobs.continuations.allocation_ended(&e.pool, &e.proof);
         }
         self.pools.allocation_ended(time, e);

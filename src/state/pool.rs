@@ -11,13 +11,14 @@ use uuid::Uuid;
 
 use crate::event::asset::{AssetRecord, WorkerAssetsBound};
 use crate::event::pool::{
-    Allocation, ContinuationAsked, PoolAllocationEnded, PoolAttached, PoolCreateFailed,
-    PoolCreateIntent, PoolCreateJob, PoolCreateShape, PoolDetached, PoolNodeLost, PoolNodes,
-    PoolOwned, PoolReleaseIntent, PoolReleased, PoolRenewalAsked, PoolRenewalFailed,
-    PoolRenewalIntent, PoolRenewalJob, PoolRenewalStopped, PoolRenewed, WorkerDevicesIngested,
-    WorkerExited, WorkerJournalDamaged, WorkerLaunchFailed, WorkerLaunched, WorkerPlaced,
-    WorkerReportIngested, WorkerRequest, WorkerResubmitRefused, WorkerResubmitted,
-    WorkerStepObserved, WorkerStopIntent, WorkerSubmitIntent, WorkerTerminal,
+    Allocation, ContinuationAsked, PoolAllocationEndAnswered, PoolAllocationEndIntent,
+    PoolAllocationEnded, PoolAttached, PoolCreateFailed, PoolCreateIntent, PoolCreateJob,
+    PoolCreateShape, PoolDetached, PoolNodeLost, PoolNodes, PoolOwned, PoolReleaseIntent,
+    PoolReleased, PoolRenewalAsked, PoolRenewalFailed, PoolRenewalIntent, PoolRenewalJob,
+    PoolRenewalStopped, PoolRenewed, WorkerDevicesIngested, WorkerExited, WorkerJournalDamaged,
+    WorkerLaunchFailed, WorkerLaunched, WorkerPlaced, WorkerReportIngested, WorkerRequest,
+    WorkerResubmitRefused, WorkerResubmitted, WorkerStepObserved, WorkerStopIntent,
+    WorkerSubmitIntent, WorkerTerminal,
 };
 use crate::event::Micros;
 use crate::slurm::{JobId, NodeShare};
@@ -145,8 +146,8 @@ pub struct Pool {
     /// A pool created with `--renew`: kept across allocations until `pool release`.
     #[serde(default)]
     pub renewal: Option<Renewal>,
-    /// When `ended` was recorded. Last, and written only when set: an older snapshot lacks it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When `ended` was recorded.
+    #[serde(default)]
     pub ended_at: Option<Micros>,
 }
 
@@ -174,10 +175,13 @@ pub struct Renewal {
     /// `policy::renewal::FAILED_RENEWALS_STOP`. Snapshot version 10.
     pub failed_in_row: u32,
     pub last_failure: Option<String>,
-    /// How the allocation the last renewal replaced ended (`PoolRenewed`). Last, and written
-    /// only when set: an older snapshot lacks it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// How the allocation the last renewal replaced ended (`PoolRenewed`).
+    #[serde(default)]
     pub last_end: Option<AllocationEnd>,
+    /// The current allocation dispatch is ending itself, its workers all over
+    /// (`PoolAllocationEndIntent`): nothing more is placed there.
+    #[serde(default)]
+    pub ending: Option<Ending>,
 }
 
 /// How one of a renewing pool's allocations ended, as the renewal that replaced it recorded.
@@ -190,8 +194,19 @@ pub struct AllocationEnd {
     pub cause: String,
     /// Slurm's words that prove it over.
     pub proof: String,
-    /// When its end was recorded; `None` when the state was loaded from an older snapshot.
+    /// When its end was recorded.
     pub at: Option<Micros>,
+}
+
+/// An early end of a renewing pool's allocation, from its intent until the pool is renewed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ending {
+    pub job_id: JobId,
+    pub reason: String,
+    pub since: Micros,
+    /// What its `scancel` answered (`PoolAllocationEndAnswered`): `accepted`, `refused`,
+    /// `unknown`, with scancel's words; `None`: not asked yet, or its answer was lost.
+    pub answer: Option<(String, String)>,
 }
 
 /// A renewal in flight: an allocation may exist.
@@ -440,6 +455,7 @@ impl Pools {
                         failed_in_row: 0,
                         last_failure: None,
                         last_end: None,
+                        ending: None,
                     });
                 }
                 if self.creation_mut(&e.pool, e.creation_id).is_some() {
@@ -529,6 +545,35 @@ impl Pools {
             r.finished_here = 0;
             r.failed_in_row = 0;
             r.last_failure = None;
+            r.ending = None;
+        }
+    }
+
+    /// Only about the allocation a renewing pool holds, and once.
+    pub fn end_intent(&mut self, time: Micros, e: &PoolAllocationEndIntent) {
+        let Some(p) = self.pools.get_mut(&e.pool) else {
+            return;
+        };
+        if p.allocation.job_id != e.job_id {
+            return;
+        }
+        if let Some(r) = p.renewal.as_mut().filter(|r| r.ending.is_none()) {
+            r.ending = Some(Ending {
+                job_id: e.job_id,
+                reason: e.reason.clone(),
+                since: time,
+                answer: None,
+            });
+        }
+    }
+
+    pub fn end_answered(&mut self, e: &PoolAllocationEndAnswered) {
+        if let Some(x) = self
+            .renewal_mut(&e.pool)
+            .and_then(|r| r.ending.as_mut())
+            .filter(|x| x.job_id == e.job_id)
+        {
+            x.answer = Some((e.outcome.clone(), e.detail.clone()));
         }
     }
 
@@ -1106,6 +1151,31 @@ pub(crate) mod tests {
         assert_eq!(
             body_hex(&job),
             format!("94 a1 70 {uuid} cd 03 86 a6 73 61 6c 6c 6f 63")
+        );
+    }
+
+    /// journal-format.md's example bodies of kinds 184–185, byte for byte.
+    #[test]
+    fn the_early_end_bodies_are_the_specs_examples() {
+        use crate::event::body_hex;
+        let intent = PoolAllocationEndIntent {
+            pool: "p".into(),
+            job_id: test_job(901),
+            reason: "all over".into(),
+        };
+        assert_eq!(
+            body_hex(&intent),
+            "93 a1 70 cd 03 85 a8 61 6c 6c 20 6f 76 65 72"
+        );
+        let answered = PoolAllocationEndAnswered {
+            pool: "p".into(),
+            job_id: test_job(901),
+            outcome: "accepted".into(),
+            detail: String::new(),
+        };
+        assert_eq!(
+            body_hex(&answered),
+            "94 a1 70 cd 03 85 a8 61 63 63 65 70 74 65 64 a0"
         );
     }
 

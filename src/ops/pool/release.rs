@@ -159,9 +159,7 @@ async fn cancel_and_prove<S: Scheduler>(
     if let Some(proof) = job_over(ctx, job).await {
         return Ok(proof);
     }
-    if let Err(e) = ctx.sched.cancel_job(job).await {
-        tracing::warn!("scancel {job}: {e}");
-    }
+    cancel_allocation(ctx, job).await;
     failpoint::hit("pool-release-after-cancel");
     await_proof(STOP_PROOF_TIMEOUT, || job_over(ctx, job))
         .await
@@ -172,6 +170,25 @@ async fn cancel_and_prove<S: Scheduler>(
                 Next::PoolRelease(&pool)
             ))
         })
+}
+
+/// `scancel J` of an allocation dispatch made: what scancel answered, as an outcome records it
+/// (`accepted`; `refused` in scancel's words; `unknown` when it gave no answer). It proves
+/// nothing: the end is proven by a later look.
+pub(super) async fn cancel_allocation<S: Scheduler>(
+    ctx: &Ctx<S>,
+    job: JobId,
+) -> (&'static str, String) {
+    let answer = match ctx.sched.cancel_job(job).await {
+        Ok(r) => match r.not_accepted() {
+            None => return ("accepted", String::new()),
+            Some(why) => ("refused", why),
+        },
+        Err(e) if e.nothing_happened() => ("refused", e.to_string()),
+        Err(e) => ("unknown", e.to_string()),
+    };
+    tracing::warn!("scancel {job}: {}", answer.1);
+    answer
 }
 
 /// Each active worker of `p` stopped as `stop-worker` stops it, while its allocation is not

@@ -75,6 +75,9 @@ pub enum RenewalOutcome {
     Asked,
     /// It is asked for and does not run yet, or the last one is not over yet.
     Waiting,
+    /// This run ended the last allocation early, its workers all over (with proof); the next
+    /// one starts once Slurm has ended it.
+    EndedEarly,
     /// It is the pool's allocation now.
     Renewed,
     /// It ended, or was never made, without becoming the pool's: another may be asked.
@@ -88,11 +91,14 @@ crate::display_as_serde!(RenewalOutcome);
 
 /// Every renewing pool (or `only_pool`) as it is now: its successor settled, adopted, or
 /// asked for when due. Never an error for one pool's Slurm trouble: it stays as it is.
+/// `preempted`: the allocations this run saw in Slurm's preemption grace.
 pub(crate) async fn renew_due<S: Scheduler>(
     ctx: &Ctx<S>,
     only_pool: Option<&str>,
+    preempted: &[JobId],
 ) -> Result<Vec<RenewalReconciled>, OpError> {
     let state = ctx.load()?.state;
+    let in_grace = |p: &Pool| preempted.contains(&p.allocation.job_id);
     let mut out = Vec::new();
     for p in state.pools.pools.values() {
         let Some(r) = &p.renewal else { continue };
@@ -100,7 +106,10 @@ pub(crate) async fn renew_due<S: Scheduler>(
             continue;
         }
         let line = match &r.successor {
-            Some(s) => settle_successor(ctx, p, s).await?,
+            Some(s) => match settle_successor(ctx, p, s, in_grace(p)).await? {
+                l if l.outcome == RenewalOutcome::EndedEarly => after_early_end(ctx, l).await?,
+                l => l,
+            },
             None => match policy::due(p, ctx.now()) {
                 None => continue,
                 Some(Due::Later(at)) => line(p, r.generation + 1, RenewalOutcome::NotDue, None)
@@ -417,6 +426,7 @@ async fn settle_successor<S: Scheduler>(
     ctx: &Ctx<S>,
     p: &Pool,
     s: &Successor,
+    preempted: bool,
 ) -> Result<RenewalReconciled, OpError> {
     let generation = s.intent.generation;
     let job = match successor_job(ctx, s).await? {
@@ -439,18 +449,137 @@ async fn settle_successor<S: Scheduler>(
                 Some(change) => {
                     never_to_run(ctx, p, s, job, format!("PENDING ({reason}): {change}")).await
                 }
-                None => Ok(at(RenewalOutcome::Waiting)
-                    .detail(format!("allocation {job} is {state} ({reason})"))
-                    .listed(&state, &reason)),
+                None => Ok(end_early(ctx, p, job, preempted).await?.unwrap_or_else(|| {
+                    at(RenewalOutcome::Waiting)
+                        .detail(format!("allocation {job} is {state} ({reason})"))
+                        .listed(&state, &reason)
+                })),
             }
         }
         CreationSeen::Running => match policy::may_adopt(p) {
-            Err(why) => Ok(at(RenewalOutcome::Waiting)
-                .detail(format!("allocation {job} runs; {why}"))
-                .listed("RUNNING", "None")),
+            Err(why) => Ok(end_early(ctx, p, job, preempted).await?.unwrap_or_else(|| {
+                at(RenewalOutcome::Waiting)
+                    .detail(format!("allocation {job} runs; {why}"))
+                    .listed("RUNNING", "None")
+            })),
             Ok((cause, proof)) => adopt(ctx, p, s, job, (cause.as_str(), proof)).await,
         },
     }
+}
+
+/// How long the run that ended an allocation early waits for Slurm to start the next one (it
+/// depends on the last one's end, and starts at the controller's next scheduling pass), so
+/// that the same run renews the pool and continues its workers.
+pub const SUCCESSOR_START_WAIT: Duration = Duration::from_secs(30);
+
+/// After an early end (`ended`): the next allocation waited for until it runs (at most
+/// [`SUCCESSOR_START_WAIT`]), then settled again from the journal as it is now: adopted, or
+/// `ended` as it was.
+async fn after_early_end<S: Scheduler>(
+    ctx: &Ctx<S>,
+    ended: RenewalReconciled,
+) -> Result<RenewalReconciled, OpError> {
+    let Some(job) = ended.job_id else {
+        return Ok(ended);
+    };
+    let started = await_proof(SUCCESSOR_START_WAIT, || async {
+        let listed = ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
+        let seen = seen_by_id(job, &listed.job(job), None);
+        matches!(seen, CreationSeen::Running | CreationSeen::Over(_)).then(String::new)
+    })
+    .await;
+    let state = ctx.load()?.state;
+    let pool = state.pools.pools.get(&ended.pool);
+    let Some((p, s)) = pool
+        .and_then(|p| Some((p, p.renewal.as_ref()?.successor.as_ref()?)))
+        .filter(|_| started.is_some())
+    else {
+        return Ok(ended);
+    };
+    // The early end is begun and answered: no decision of it is left to take.
+    let next = settle_successor(ctx, p, s, false).await?;
+    Ok(match next.outcome {
+        RenewalOutcome::Renewed | RenewalOutcome::Failed | RenewalOutcome::Stopped => next,
+        _ => ended,
+    })
+}
+
+/// `p`'s allocation ended early, its successor `next` seen waiting or running (`preempted`:
+/// the allocation is in Slurm's preemption grace, and is left to Slurm): once
+/// `policy::may_end_early` says so, `PoolAllocationEndIntent` (decided again under the lock;
+/// from then on no worker is placed there), `scancel`, its answer, and the end proven and
+/// recorded. An end begun whose scancel was not answered accepted (a crash, a refusal, no
+/// answer) is asked again. `None`: nothing to end.
+async fn end_early<S: Scheduler>(
+    ctx: &Ctx<S>,
+    p: &Pool,
+    next: JobId,
+    preempted: bool,
+) -> Result<Option<RenewalReconciled>, OpError> {
+    let job = p.allocation.job_id;
+    let begun = p
+        .renewal
+        .as_ref()
+        .and_then(|r| r.ending.as_ref())
+        .filter(|x| x.job_id == job && p.ended.is_none());
+    let look = policy::LastLook {
+        successor_live: Some(next),
+        preempted,
+    };
+    let reason = match (begun, policy::may_end_early(p, look)) {
+        (Some(x), _) if x.answer.as_ref().is_some_and(|(a, _)| a == "accepted") => return Ok(None),
+        (Some(x), _) => x.reason.clone(),
+        (None, Err(_)) => return Ok(None),
+        (None, Ok(decided)) => {
+            let intent = Event::PoolAllocationEndIntent(PoolAllocationEndIntent {
+                pool: p.name.clone(),
+                job_id: job,
+                reason: decided.reason.clone(),
+            });
+            let still = |s: &State| {
+                s.pools.pools.get(&p.name).is_some_and(|x| {
+                    x.allocation == p.allocation && policy::may_end_early(x, look).is_ok()
+                })
+            };
+            if !append_if(ctx, still, vec![intent])? {
+                return Ok(None);
+            }
+            decided.reason
+        }
+    };
+    failpoint::hit("pool-renew-end-after-intent");
+    let (outcome, detail) = super::release::cancel_allocation(ctx, job).await;
+    failpoint::hit("pool-renew-end-after-cancel");
+    let answered = Event::PoolAllocationEndAnswered(PoolAllocationEndAnswered {
+        pool: p.name.clone(),
+        job_id: job,
+        outcome: outcome.to_owned(),
+        detail: detail.clone(),
+    });
+    let ending = |s: &State| {
+        s.pools
+            .pools
+            .get(&p.name)
+            .and_then(|x| x.renewal.as_ref()?.ending.as_ref())
+            .is_some_and(|x| x.job_id == job)
+    };
+    append_if(ctx, ending, vec![answered])?;
+    let generation = p.renewal.as_ref().map_or(1, |r| r.generation);
+    let at = |o| line(p, generation + 1, o, Some(next));
+    if outcome != "accepted" {
+        return Ok(Some(at(RenewalOutcome::Unknown).detail(format!(
+            "allocation {job} is to end early ({reason}), but scancel gave {outcome}: {detail}"
+        ))));
+    }
+    let Some(proof) = await_proof(STOP_PROOF_TIMEOUT, || job_over(ctx, job)).await else {
+        return Ok(Some(at(RenewalOutcome::Waiting).detail(format!(
+            "allocation {job} was cancelled early ({reason}); not yet proven over"
+        ))));
+    };
+    crate::ops::reconcile::record_allocation_ended(ctx, p, &proof)?;
+    Ok(Some(at(RenewalOutcome::EndedEarly).detail(format!(
+        "allocation {job} ended early ({reason}): {proof}; allocation {next} follows"
+    ))))
 }
 
 /// A successor that can never run (or that the pool may not take): cancelled, proven over,

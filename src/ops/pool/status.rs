@@ -111,13 +111,16 @@ impl EndView {
             &p.ended,
             p.renewal.as_ref().and_then(|r| r.last_end.as_ref()),
         ) {
-            (Some(e), _) => Some(EndView {
-                generation,
-                job_id: e.job_id,
-                cause: end_cause(&e.proof).as_str().to_owned(),
-                proof: e.proof.clone(),
-                at: p.ended_at.map(Micros::to_rfc3339),
-            }),
+            (Some(e), _) => {
+                let (cause, proof) = end_cause(p)?;
+                Some(EndView {
+                    generation,
+                    job_id: e.job_id,
+                    cause: cause.as_str().to_owned(),
+                    proof,
+                    at: p.ended_at.map(Micros::to_rfc3339),
+                })
+            }
             (None, Some(e)) => Some(EndView {
                 generation: e.generation,
                 job_id: e.job_id,
@@ -145,6 +148,21 @@ pub struct RenewalView {
     /// Why no allocation is asked for again, once renewal stopped.
     pub stopped: Option<String>,
     pub successor: Option<SuccessorView>,
+    /// The current allocation dispatch is ending itself, its workers all over
+    /// (`PoolAllocationEndIntent`); only while it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ending: Option<EndingView>,
+}
+
+/// An early end of a renewing pool's allocation: which, why, since when, and what its scancel
+/// answered (`accepted`, `refused`, `unknown`; null: not answered yet).
+#[derive(Debug, Serialize)]
+pub struct EndingView {
+    pub job_id: JobId,
+    pub reason: String,
+    pub since: String,
+    pub answer: Option<String>,
+    pub detail: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -191,6 +209,13 @@ impl RenewalView {
                             && x.job_id == s.job_id
                     })
                     .and_then(|x| x.slurm.clone()),
+            }),
+            ending: r.ending.as_ref().map(|x| EndingView {
+                job_id: x.job_id,
+                reason: x.reason.clone(),
+                since: x.since.to_rfc3339(),
+                answer: x.answer.as_ref().map(|(a, _)| a.clone()),
+                detail: x.answer.as_ref().map(|(_, d)| d.clone()),
             }),
         }
     }
