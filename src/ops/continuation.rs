@@ -93,6 +93,7 @@ pub(crate) async fn continue_one<S: Scheduler>(
             refuse(ctx, id, &reason)?;
             (line.outcome, line.detail) = (ContinueOutcome::Refused, reason);
         }
+        Decision::Wait(why) => (line.outcome, line.detail) = (ContinueOutcome::Waiting, why),
         Decision::Continue {
             cause,
             proof,
@@ -210,6 +211,7 @@ fn ended_facts<S: Scheduler>(
         trial_judged: trial
             .and_then(|t| state.trials.trials.get(t))
             .is_some_and(|t| t.judgement.is_some()),
+        in_pool: c.pool.is_some(),
     })
 }
 

@@ -73,6 +73,9 @@ pub struct Ended {
     pub stopped: bool,
     /// The trial it joined was judged.
     pub trial_judged: bool,
+    /// It ran as a step of a pool's allocation, which outlives it (a `dispatch submit` job
+    /// ends with its worker).
+    pub in_pool: bool,
 }
 
 /// What the user asked (`ContinuationAsked`).
@@ -96,6 +99,9 @@ pub enum Decision {
     },
     /// Not continued, and why; not decided again.
     Refuse(String),
+    /// Not decided yet, and why: Slurm has not yet proven why it ended. Decided by a later
+    /// `reconcile`.
+    Wait(String),
 }
 
 impl fmt::Display for Decision {
@@ -103,6 +109,7 @@ impl fmt::Display for Decision {
         match self {
             Decision::Continue { cause, proof, .. } => write!(f, "continued: {cause} ({proof})"),
             Decision::Refuse(why) => write!(f, "not continued: {why}"),
+            Decision::Wait(why) => write!(f, "not decided yet: {why}"),
         }
     }
 }
@@ -184,6 +191,9 @@ pub fn decide(e: &Ended, asked: &Asked) -> Decision {
     if e.trial_judged {
         return refuse("its trial was judged".to_owned());
     }
+    if let Some(why) = cause_not_proven_yet(e) {
+        return Decision::Wait(why);
+    }
     let Some((cause, proof)) = cause(e) else {
         return refuse(format!(
             "its end proves no cause a continuation is for ({})",
@@ -212,6 +222,22 @@ pub fn decide(e: &Ended, asked: &Asked) -> Decision {
         from_crash_class,
         from_saved,
     }
+}
+
+/// Why a pool worker's cause is not proven yet, if it is not: a SIGTERM from outside ended it
+/// (a preemption's grace, its allocation's end, a cancel) while its allocation, which outlives
+/// it, is not proven over, and nothing else names the cause. Slurm's reason is proven with the
+/// allocation's end (or a node lost), never guessed: until then it is not decided.
+fn cause_not_proven_yet(e: &Ended) -> Option<String> {
+    let named = e.node_lost.is_some()
+        || e.allocation_ended.is_some()
+        || e.deadline_signalled
+        || cause_in(&e.terminal_proof).is_some();
+    (e.in_pool && e.term_from_outside && !named).then(|| {
+        "a SIGTERM from outside ended it while its pool's allocation still runs: decided once \
+         Slurm proves why (the allocation's end, or its node lost)"
+            .to_owned()
+    })
 }
 
 /// May it resume from what its end published: `Ok(from_crash_class)`, or why not.
@@ -428,6 +454,7 @@ mod tests {
             saved: bit(11).then(|| ("/p-checkpoint-1".to_owned(), "01".to_owned())),
             stopped: bit(5),
             trial_judged: bit(6),
+            in_pool: bit(10),
         }
     }
 
@@ -457,7 +484,22 @@ mod tests {
                     !e.stopped && !e.trial_judged && causes.contains(&c) && asked.continues_left > 0
                         && ok_from && cause(&e).map(|x| x.0) == Some(c)
                 }
-                Decision::Refuse(_) => true,
+                Decision::Refuse(_) | Decision::Wait(_) => true,
+            }
+        }
+
+        /// A pool worker a SIGTERM from outside ended is decided only once Slurm names why
+        /// (its end's state, its node lost, its allocation's end) or its own deadline does:
+        /// until then it waits, and its cause is never the fallback `checkpoint`.
+        fn prop_a_term_from_outside_in_a_pool_waits_for_slurms_word(bits: u16, which: u8) -> bool {
+            let mut e = ended_from(bits, which);
+            (e.in_pool, e.term_from_outside) = (true, true);
+            let named = e.node_lost.is_some() || e.allocation_ended.is_some()
+                || e.deadline_signalled || cause_in(&e.terminal_proof).is_some();
+            match decide(&e, &all(1)) {
+                Decision::Continue { cause, .. } => named && cause != Cause::Checkpoint,
+                Decision::Wait(_) => !named && !e.stopped && !e.trial_judged,
+                Decision::Refuse(_) => named || e.stopped || e.trial_judged,
             }
         }
 
@@ -469,8 +511,44 @@ mod tests {
             e.allocation_ended = None;
             e.deadline_signalled = false;
             e.checkpoint_declared = false;
-            matches!(decide(&e, &all(u32::from(left))), Decision::Refuse(_))
+            !matches!(decide(&e, &all(u32::from(left))), Decision::Continue { .. })
         }
+    }
+
+    /// The 24.11 CI failure of stop 42: a pool worker Slurm TERMed in a preemption's grace
+    /// saved, declared a checkpoint and exited 0; a `reconcile` that did not see the grace (the
+    /// job listed COMPLETING as the grace ended) decided it before the allocation's end was
+    /// recorded, and its cause came out `checkpoint` ("after a clean finish"), refused. Its
+    /// cause is Slurm's, proven with the allocation's end: until then it waits, undecided.
+    #[test]
+    fn a_pool_worker_termed_from_outside_waits_for_its_allocations_end() {
+        let mut e = Ended {
+            checkpoint_declared: true,
+            supervisor_finished: true,
+            term_from_outside: true,
+            in_pool: true,
+            ..checkpointed("job 394 is listed RUNNING and step 0, seen before, is absent")
+        };
+        let asked = Asked {
+            causes: vec![Cause::Preempted],
+            ..all(1)
+        };
+        match decide(&e, &asked) {
+            Decision::Wait(why) => assert!(why.contains("allocation"), "{why}"),
+            other => panic!("decided before Slurm proved why: {other:?}"),
+        }
+        e.allocation_ended = Some("squeue shows job 394 PREEMPTED".into());
+        assert!(matches!(
+            decide(&e, &asked),
+            Decision::Continue {
+                cause: Cause::Preempted,
+                ..
+            }
+        ));
+        // A `dispatch submit` job ends with its worker: its own end's proof names the cause.
+        e.allocation_ended = None;
+        e.in_pool = false;
+        assert!(!matches!(decide(&e, &asked), Decision::Wait(_)));
     }
 
     /// A checkpointed run on node n3, which its pool lost.
