@@ -211,7 +211,9 @@ fn ended_facts<S: Scheduler>(
         trial_judged: trial
             .and_then(|t| state.trials.trials.get(t))
             .is_some_and(|t| t.judgement.is_some()),
-        in_pool: c.pool.is_some(),
+        allocation_runs: (c.pool.as_deref())
+            .and_then(|p| state.pools.pools.get(p))
+            .is_some_and(|p| !p.releasing && p.ended.is_none()),
     })
 }
 

@@ -73,9 +73,10 @@ pub struct Ended {
     pub stopped: bool,
     /// The trial it joined was judged.
     pub trial_judged: bool,
-    /// It ran as a step of a pool's allocation, which outlives it (a `dispatch submit` job
-    /// ends with its worker).
-    pub in_pool: bool,
+    /// It ran as a step of a pool's allocation, which outlives it, and that allocation is
+    /// still recorded as the pool's, not over and not being released (a `dispatch submit` job
+    /// ends with its worker; a released pool's end is the release's).
+    pub allocation_runs: bool,
 }
 
 /// What the user asked (`ContinuationAsked`).
@@ -233,7 +234,7 @@ fn cause_not_proven_yet(e: &Ended) -> Option<String> {
         || e.allocation_ended.is_some()
         || e.deadline_signalled
         || cause_in(&e.terminal_proof).is_some();
-    (e.in_pool && e.term_from_outside && !named).then(|| {
+    (e.allocation_runs && e.term_from_outside && !named).then(|| {
         "a SIGTERM from outside ended it while its pool's allocation still runs: decided once \
          Slurm proves why (the allocation's end, or its node lost)"
             .to_owned()
@@ -454,7 +455,7 @@ mod tests {
             saved: bit(11).then(|| ("/p-checkpoint-1".to_owned(), "01".to_owned())),
             stopped: bit(5),
             trial_judged: bit(6),
-            in_pool: bit(10),
+            allocation_runs: bit(10),
         }
     }
 
@@ -493,7 +494,7 @@ mod tests {
         /// until then it waits, and its cause is never the fallback `checkpoint`.
         fn prop_a_term_from_outside_in_a_pool_waits_for_slurms_word(bits: u16, which: u8) -> bool {
             let mut e = ended_from(bits, which);
-            (e.in_pool, e.term_from_outside) = (true, true);
+            (e.allocation_runs, e.term_from_outside) = (true, true);
             let named = e.node_lost.is_some() || e.allocation_ended.is_some()
                 || e.deadline_signalled || cause_in(&e.terminal_proof).is_some();
             match decide(&e, &all(1)) {
@@ -526,7 +527,7 @@ mod tests {
             checkpoint_declared: true,
             supervisor_finished: true,
             term_from_outside: true,
-            in_pool: true,
+            allocation_runs: true,
             ..checkpointed("job 394 is listed RUNNING and step 0, seen before, is absent")
         };
         let asked = Asked {
@@ -545,9 +546,10 @@ mod tests {
                 ..
             }
         ));
-        // A `dispatch submit` job ends with its worker: its own end's proof names the cause.
+        // A `dispatch submit` job ends with its worker (its own end's proof names the cause),
+        // and a released pool's end is the release's: decided as before.
         e.allocation_ended = None;
-        e.in_pool = false;
+        e.allocation_runs = false;
         assert!(!matches!(decide(&e, &asked), Decision::Wait(_)));
     }
 
