@@ -3,8 +3,11 @@
 
 #![allow(dead_code)]
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -12,18 +15,45 @@ pub fn fake_bin() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/fake-slurm/bin")
 }
 
+/// The pids of the running fake Slurm clients (`tools/fake-slurm/bin/*`, whether still in
+/// `env` or already in Python) whose `FAKE_SLURM_LOG` is `log`.
+fn fake_clients_logging_to(log: &Path) -> Vec<u32> {
+    let bin = fake_bin().display().to_string();
+    let mut wanted = b"FAKE_SLURM_LOG=".to_vec();
+    wanted.extend_from_slice(log.as_os_str().as_encoded_bytes());
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let dir = Path::new("/proc").join(pid.to_string());
+            let is_fake = std::fs::read(dir.join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&bin));
+            is_fake
+                && std::fs::read(dir.join("environ"))
+                    .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == wanted.as_slice()))
+        })
+        .collect()
+}
+
 pub struct Fake {
     pub dir: tempfile::TempDir,
+    /// Where in the call log [`Fake::calls`] starts: the log is never cut, so every fake
+    /// client that ever logged stays known to [`Fake::settle`].
+    calls_from: AtomicU64,
 }
 
 impl Fake {
     pub fn new() -> Fake {
         Fake {
             dir: tempfile::tempdir().unwrap(),
+            calls_from: AtomicU64::new(0),
         }
     }
 
-    /// Replace the scenario; its use counts and the call log start afresh.
+    /// Replace the scenario; its use counts and the call log start afresh, once every fake
+    /// client already started has read the old one (see [`Fake::settle`]).
     pub fn scenario(&self, scenario: Value) {
         std::fs::write(self.dir.path().join("scenario.json"), scenario.to_string()).unwrap();
         let _ = std::fs::remove_file(self.dir.path().join("scenario.json.state"));
@@ -86,8 +116,10 @@ impl Fake {
 
     /// (command, argv) of every Slurm call, in order.
     pub fn calls(&self) -> Vec<(String, Vec<String>)> {
-        std::fs::read_to_string(self.dir.path().join("calls.jsonl"))
-            .unwrap_or_default()
+        self.settle();
+        let log = std::fs::read(self.calls_log()).unwrap_or_default();
+        let from = (self.calls_from.load(Ordering::SeqCst) as usize).min(log.len());
+        String::from_utf8_lossy(&log[from..])
             .lines()
             .map(|l| {
                 let v: Value = serde_json::from_str(l).unwrap();
@@ -107,7 +139,35 @@ impl Fake {
     }
 
     pub fn forget_calls(&self) {
-        let _ = std::fs::remove_file(self.dir.path().join("calls.jsonl"));
+        self.settle();
+        let len = std::fs::metadata(self.calls_log()).map_or(0, |m| m.len());
+        self.calls_from.store(len, Ordering::SeqCst);
+    }
+
+    fn calls_log(&self) -> PathBuf {
+        self.dir.path().join("calls.jsonl")
+    }
+
+    /// Wait (10 s at most) until every fake Slurm client of this fake that is running has
+    /// logged its call. A detached `srun` starts a Python interpreter that, on a busy machine,
+    /// logs (and reads its scenario) after the dispatch that spawned it has returned: without
+    /// the wait its call lands in the next scenario's log, or it answers from that scenario.
+    pub fn settle(&self) {
+        let log = self.calls_log();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let logged: HashSet<u32> = std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["pid"].as_u64())
+                .map(|p| p as u32)
+                .collect();
+            let running = fake_clients_logging_to(&log);
+            if running.iter().all(|p| logged.contains(p)) || Instant::now() > deadline {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The journal as `journal dump --json` shows it.
