@@ -109,6 +109,66 @@ fn a_stop_sent_to_the_supervisor_reaches_the_payload() {
     assert_eq!(r.exited.unwrap().signal, Some(15));
 }
 
+/// Wait (10 s at most) until `path` exists.
+fn await_file(path: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "no {}", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Slurm's TERM of a stop or a preemption reaches every process of the step: the payload's
+/// and the supervisor's, which passes it on. The payload's handler ignores a second TERM and
+/// runs a program that handles TERM itself (`git commit` does: it drops its lock file and
+/// fails). The supervisor's copy, however late it comes, must reach the payload's own process
+/// only, never the program its handler started (CI, 24.11: a third generation's `git add`
+/// failed with "index.lock write error: Bad file descriptor").
+#[test]
+fn a_stop_the_payload_got_from_slurm_is_passed_on_to_its_first_process_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let marks = tempfile::tempdir().unwrap();
+    let m = marks.path().display().to_string();
+    let child = format!(
+        "import pathlib, signal, sys, time\n\
+         d = pathlib.Path('{m}')\n\
+         def termed(*_):\n    (d / 'child').write_text('TERM'); sys.exit(1)\n\
+         signal.signal(signal.SIGTERM, termed)\n\
+         (d / 'ready').touch()\n\
+         time.sleep(2)\n\
+         (d / 'child').write_text('done')\n"
+    );
+    std::fs::write(marks.path().join("child.py"), child).unwrap();
+    let script = format!(
+        "trap 'trap \"\" TERM; python3 {m}/child.py; exit 0' TERM; touch {m}/armed; \
+         while :; do sleep 0.05; done"
+    );
+    let mut sup = supervisor(dir.path(), now_s() + 3600, 10, &["sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    await_file(&marks.path().join("armed"));
+    let payload = report::read(dir.path())
+        .unwrap()
+        .unwrap()
+        .payload_pid
+        .unwrap();
+    // The sweep reaches the payload's group first; the supervisor's share comes once the
+    // handler's program runs (a supervisor that was slow to be scheduled).
+    unsafe { libc::kill(-(payload as i32), libc::SIGTERM) };
+    await_file(&marks.path().join("ready"));
+    unsafe { libc::kill(sup.id() as i32, libc::SIGTERM) };
+    let st = sup.wait().unwrap();
+    assert_eq!(st.code(), Some(0));
+    let got = std::fs::read_to_string(marks.path().join("child")).unwrap();
+    assert_eq!(
+        got, "done",
+        "the handler's program was sent the supervisor's TERM"
+    );
+    let r = report::read(dir.path()).unwrap().unwrap();
+    assert_eq!(r.signals.len(), 1, "{:?}", r.signals);
+    assert_eq!(r.signals[0].reason, "forwarded");
+}
+
 #[test]
 fn a_missing_program_is_recorded_as_127() {
     let dir = tempfile::tempdir().unwrap();

@@ -434,9 +434,10 @@ fn wait_in_background(
     rx
 }
 
-/// Wait for the payload's end: its group is TERMed on a stop or at the deadline, and KILLed
-/// once the grace (the stop's own, if it named one) has run out. Returns how it ended,
-/// whether a TERM was sent and whether the KILL at the end of the grace was.
+/// Wait for the payload's end: its group is TERMed at the deadline (on a stop, which Slurm
+/// sent to all of it already, its first process), and KILLed once the grace (the stop's own,
+/// if it named one) has run out. Returns how it ended, whether a TERM was sent and whether
+/// the KILL at the end of the grace was.
 fn supervise(
     journal: &Writer,
     spec: &RunSpec,
@@ -476,7 +477,15 @@ fn supervise(
                             grace_s = asked;
                         }
                     }
-                    signal_group(pgid, libc::SIGTERM);
+                    if stop {
+                        // Slurm's TERM (a stop, a preemption) reached every process of the
+                        // step, the payload's among them; ours goes to its first process
+                        // only: a program its handler has started since (`git commit`)
+                        // must not get a second one.
+                        let _ = crate::sys::signal_process(pgid, libc::SIGTERM);
+                    } else {
+                        signal_group(pgid, libc::SIGTERM);
+                    }
                     term_sent_at = Some(now);
                     let reason = if stop { "forwarded" } else { "deadline" };
                     journal.append_one(Event::ShutdownSignalled(ShutdownSignalled {

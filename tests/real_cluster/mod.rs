@@ -69,7 +69,7 @@ pub fn sacct_start_end(job: u64) -> (String, String) {
 /// 0.1 s; on SIGTERM (its early-shutdown deadline, or a stop) saves the count, appends what this
 /// generation counted to `counted`, commits a line naming its generation in its checkout, and
 /// declares a checkpoint. It ignores a second TERM: a stop's `scancel --signal=TERM` reaches
-/// every process of the step, and the supervisor forwards its own TERM to the payload too (seen
+/// every process of the step, and the supervisor passes its own on to the payload's shell (seen
 /// on 24.11: a generation counted twice).
 pub const COUNTER: &str = r#"f="$DISPATCH_STATE_DIR/count"
 n=$(cat "$f" 2>/dev/null || echo 0)
