@@ -83,7 +83,7 @@ fn the_old_snapshot_is_ignored_by_its_version_and_its_state_still_reads() {
         snapshot::decode::<State>(&bytes).unwrap_err(),
         format!("snapshot version 7 is not {}", snapshot::SNAPSHOT_VERSION)
     );
-    let (covers, old_state) = snapshot::decode::<State>(&snapshot_as_today()).unwrap();
+    let (covers, old_state) = snapshot::decode::<State>(&snapshot_with_todays_version()).unwrap();
     assert_eq!(covers.seq, 13);
     let json = serde_json::to_value(&old_state).unwrap();
     assert_eq!(json["pools"]["creations"]["pending"]["job_id"], 40000);
@@ -252,7 +252,7 @@ fn without_added_keys(command: &str, output: &str) -> Vec<serde_json::Value> {
 
 /// The old snapshot with today's version in its header (and its CRCs made again): its state
 /// body is what version 8 reads, every field it lacks empty.
-fn snapshot_as_today() -> Vec<u8> {
+fn snapshot_with_todays_version() -> Vec<u8> {
     let mut bytes = fixture(SNAPSHOT);
     bytes[8..10].copy_from_slice(&snapshot::SNAPSHOT_VERSION.to_le_bytes());
     let header_crc = crc32fast::hash(&bytes[..92]);
@@ -261,6 +261,21 @@ fn snapshot_as_today() -> Vec<u8> {
     let crc = crc32fast::hash(&bytes[..n - 4]);
     bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
     bytes
+}
+
+/// [`snapshot_with_todays_version`], with what replay derives that the old state lacks filled
+/// in as replay fills it: each pool worker's job (version 12), its pool's allocation, as the
+/// fixture's pools never renewed. The old state's ids are untouched.
+fn snapshot_as_today() -> Vec<u8> {
+    let (covers, mut state) = snapshot::decode::<State>(&snapshot_with_todays_version()).unwrap();
+    for pool in state.pools.pools.values_mut() {
+        let job = pool.allocation.job_id;
+        for w in pool.active.values_mut().chain(pool.finished.iter_mut()) {
+            assert_eq!(w.job_id, None, "the old snapshot has no worker's job");
+            w.job_id = Some(job);
+        }
+    }
+    snapshot::encode(&covers, &state).unwrap()
 }
 
 /// What the old code printed from its journal and snapshot (the snapshot's version made

@@ -565,6 +565,7 @@ fn goes_on_in_the_renewed_allocation(
             .any(|w| w["name"] == "w" && w["step_id"] == "902.0"),
         "{p}"
     );
+    assert_eq!(worker_w(&p, 1)["step_id"], "901.0", "{p}");
     fake
 }
 
@@ -740,6 +741,8 @@ fn renewed_and_continued_once(fake: &Fake, running: Value) -> (Value, Value) {
     let p = status(fake);
     assert_eq!(p["allocation"]["job_id"], 902, "{p}");
     assert_eq!(worker_w(&p, 2)["step_id"], "902.0", "{p}");
+    // Step ids start again in each job: the first generation's was the last allocation's.
+    assert_eq!(worker_w(&p, 1)["step_id"], "901.0", "{p}");
     let (code, out, _) = fake.run(&["audit", "--json"]);
     assert_eq!(code, 0, "{out}");
     (renewed[0]["event"].clone(), continued[0]["event"].clone())
@@ -1418,6 +1421,8 @@ fn renewed_for_the_time_limit(fake: &Fake) {
     let p = status(fake);
     assert_eq!(p["allocation"]["job_id"], 902, "{p}");
     assert_eq!(worker_w(&p, 2)["step_id"], "902.0", "{p}");
+    // Step ids start again in each job: the first generation's was the last allocation's.
+    assert_eq!(worker_w(&p, 1)["step_id"], "901.0", "{p}");
     let (code, out, _) = fake.run(&["audit", "--json"]);
     assert_eq!(code, 0, "{out}");
 }

@@ -982,6 +982,7 @@ mod tests {
             srun: None,
             placement: None,
             devices: None,
+            job_id: Some(JobId::new(901).unwrap()),
         }
     }
 

@@ -21,7 +21,7 @@ use crate::event::pool::{
     WorkerSubmitIntent, WorkerTerminal,
 };
 use crate::event::Micros;
-use crate::slurm::{JobId, NodeShare};
+use crate::slurm::{JobId, NodeShare, StepId, StepKind};
 
 /// How many finished workers a pool remembers; older ones are dropped from the reduced state
 /// (the journal keeps them all).
@@ -105,6 +105,11 @@ pub struct Worker {
     /// The GPUs its step got, as its supervisor recorded them (`WorkerDevicesIngested`).
     #[serde(default)]
     pub devices: Option<WorkerDevicesIngested>,
+    /// The allocation it was submitted to, its step's job: step ids start again at 0 in each
+    /// job, and a renewed pool keeps the workers of its earlier allocations. Snapshot version
+    /// 12 (`None` only in a state read from an older one, never from replay).
+    #[serde(default)]
+    pub job_id: Option<JobId>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -273,6 +278,11 @@ impl Resources {
 }
 
 impl Worker {
+    /// Its step, once observed: in its own job, which need not be the pool's now.
+    pub fn step(&self) -> Option<StepId> {
+        Some(StepId::new(self.job_id?, StepKind::Numbered(self.step_id?)))
+    }
+
     /// What it reserves: its CPUs, memory and GPUs.
     pub fn resources(&self) -> Resources {
         Resources {
@@ -639,6 +649,7 @@ impl Pools {
                 placement: None,
                 launch_failure: None,
                 devices: None,
+                job_id: Some(pool.allocation.job_id),
             },
         );
         self.by_submission.insert(e.submission_id, e.pool.clone());

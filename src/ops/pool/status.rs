@@ -507,7 +507,6 @@ fn node_view(dirs: &PoolDirs, w: &Worker, evidence: Option<&Path>) -> NodeView {
 
 impl WorkerView {
     fn of(pool: &Pool, dirs: &PoolDirs, lineages: &Lineages, w: &Worker) -> WorkerView {
-        let job = pool.allocation.job_id;
         let submission_id = w
             .submission_id
             .hyphenated()
@@ -550,7 +549,7 @@ impl WorkerView {
             mem_mb: w.mem_mb,
             on_node: pool.node_of(w).to_owned(),
             gpus: w.placement.as_ref().map_or(0, |p| p.gpus),
-            step_id: w.step_id.map(|s| format!("{job}.{s}")),
+            step_id: w.step().map(|s| s.to_string()),
             exit_code,
             exit_signal,
             launch_failure: w.launch_failure.clone(),

@@ -56,9 +56,7 @@ fn already_released(
         pool: pool.to_owned(),
         worker: worker.to_owned(),
         submission_id: w.submission_id.to_string(),
-        step_id: w
-            .step_id
-            .map(|n| StepId::new(p.allocation.job_id, StepKind::Numbered(n)).to_string()),
+        step_id: w.step().map(|s| s.to_string()),
         state: WorkerState::Released,
         proof: recorded_release_proof(journal_dir, w.submission_id),
         already_released: true,
@@ -146,7 +144,7 @@ pub(super) async fn begin_stop<S: Scheduler>(
                 .ok_or(e)
         }
     };
-    let job = p.allocation.job_id;
+    let job = w.job_id.unwrap_or(p.allocation.job_id);
     let submission_id = w.submission_id;
     let step_no = known_step(ctx, pool, worker, job, w.step_id, submission_id).await?;
     let step = StepId::new(job, StepKind::Numbered(step_no));
