@@ -16,8 +16,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use real_cluster::{
-    add_counter_source, assert_started_after_end, cancel_jobs_named, dispatch_with_config, json,
-    require_cluster, Run, COUNTER,
+    add_counter_source, assert_counted_chain, assert_started_after_end, cancel_jobs_named,
+    dispatch_with_config, json, published_subjects, require_cluster, Run, COUNTER,
 };
 
 const PREFIX: &str = "dtrn-";
@@ -222,43 +222,19 @@ fn ended_early_for_the_time_limit(sd: &Path, config: &Path, old: &[u64]) {
 fn counted_across_three_generations(sd: &Path, config: &Path, pool: &str, w: &str, repo: &Path) {
     let r = run(sd, config, &["inspect", w, "--json"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let inspect = json(&r.stdout);
-    let chain = inspect["chain"].as_array().expect("a chain");
-    let generations: Vec<u64> = chain
-        .iter()
-        .map(|g| g["generation"].as_u64().unwrap())
-        .collect();
-    assert_eq!(generations, [1, 2, 3], "{inspect}");
-    let last: uuid::Uuid = chain[2]["submission_id"].as_str().unwrap().parse().unwrap();
+    let last = json(&r.stdout)["chain"][2]["submission_id"]
+        .as_str()
+        .expect("a third generation")
+        .parse()
+        .unwrap();
     let dirs = dispatch::worker::dirs::WorkerDirs::new(&sd.join("pools"), pool, last);
-    let read = |f: &str| {
-        std::fs::read_to_string(dirs.state.join(f))
-            .unwrap_or_else(|e| panic!("{w}: {}: {e}", dirs.state.join(f).display()))
-    };
-    let count: u64 = read("count").trim().parse().unwrap();
-    let counted: Vec<u64> = read("counted")
-        .lines()
-        .map(|l| l.trim().parse().unwrap())
-        .collect();
-    assert_eq!(counted.len(), 3, "{w}: {counted:?}");
-    assert!(counted.iter().all(|c| *c > 0), "{w}: {counted:?}");
-    assert_eq!(count, counted.iter().sum::<u64>(), "{w}: {counted:?}");
-    let report = json(&run(sd, config, &["report", "--worker", w, "--json"]).stdout);
-    let rows = report["chains"].as_array().unwrap();
-    assert_eq!(rows.len(), 1, "{report}");
-    assert_eq!(
-        rows[0]["generations"].as_array().unwrap().len(),
-        3,
-        "{report}"
-    );
+    assert_counted_chain(&|args| run(sd, config, args), w, &dirs.state, 3);
     let published = sd
         .join("pools")
         .join(pool)
         .join("published")
         .join(format!("{w}-{last}"));
-    let bundle = published.join("workspace.bundle");
-    support::git(repo, &["fetch", "-q", bundle.to_str().unwrap(), "HEAD"]);
-    let log = support::git(repo, &["log", "--format=%s", "FETCH_HEAD"]);
+    let log = published_subjects(repo, &published);
     let subjects: Vec<&str> = log.lines().collect();
     // The generations the time limit ended committed before their checkpoint; the third,
     // stopped by the release, did too, unless the stop's grace ran out first: with the
@@ -267,7 +243,7 @@ fn counted_across_three_generations(sd: &Path, config: &Path, pool: &str, w: &st
     // but a machine loaded enough could still outlast them. Then its supervisor records the
     // KILL, and the line is in the publication's patch: the work is never lost.
     let patch = std::fs::read_to_string(published.join("workspace.patch")).unwrap_or_default();
-    let evidence = dispatch::worker::dirs::WorkerDirs::new(&sd.join("pools"), pool, last).evidence;
+    let evidence = dirs.evidence;
     let stderr = std::fs::read_to_string(evidence.join("stderr")).unwrap_or_default();
     match subjects.as_slice() {
         ["generation 3", "generation 2", "generation 1", "first"] => {}

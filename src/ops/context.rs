@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use chrono::{Local, NaiveDateTime, TimeZone};
 
 use super::error::OpError;
+use super::poll::Poller;
 use crate::event::{Event, Micros};
 use crate::journal::{self, Committed, Loaded, Options, Writer};
 use crate::slurm::Scheduler;
@@ -210,20 +211,47 @@ pub fn request_grace(state_dir: &Path, dirs: &crate::worker::dirs::WorkerDirs, g
 /// How long a stop waits, after its final cancel, for proof that the thing is over.
 pub const STOP_PROOF_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How often [`await_proof`] asks.
+const PROOF_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+/// [`await_proof_soon`]'s first pause: a `squeue` already shows a job `scancel` was answered
+/// for as `CANCELLED`, and slurmctld starts a job whose dependency just ended at its next
+/// pass (46-508 ms here).
+const PROOF_FIRST_LOOK: std::time::Duration = std::time::Duration::from_millis(25);
+
 /// Ask `prove` every quarter second (or `within`, if shorter) until it gives a proof or `within`
 /// has passed. Used by the stops: TERM, then proof within the grace; else cancel, then proof
 /// within [`STOP_PROOF_TIMEOUT`].
-pub async fn await_proof<F, Fut>(within: std::time::Duration, mut prove: F) -> Option<String>
+pub async fn await_proof<F, Fut>(within: std::time::Duration, prove: F) -> Option<String>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<String>>,
 {
-    const POLL: std::time::Duration = std::time::Duration::from_millis(250);
-    // The runtime's clock, not std's: the same in production, and a test runtime with paused
-    // time (tests/simulation.rs) runs these waits without waiting.
-    let until = tokio::time::Instant::now() + within;
-    while tokio::time::Instant::now() < until {
-        tokio::time::sleep(POLL.min(within)).await;
+    let poll = PROOF_POLL.min(within);
+    await_proof_polled(Poller::within(poll, poll, within), prove).await
+}
+
+/// [`await_proof`] for what may be proven at once (a cancelled job's end, the start of the job
+/// that waited for it), on a renewal's path from one allocation to the next: the first look
+/// after [`PROOF_FIRST_LOOK`], the pauses doubling to a quarter second.
+pub async fn await_proof_soon<F, Fut>(within: std::time::Duration, prove: F) -> Option<String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<String>>,
+{
+    let poller = Poller::within(PROOF_FIRST_LOOK.min(within), PROOF_POLL, within);
+    await_proof_polled(poller, prove).await
+}
+
+/// Pause as `poll` says, then ask `prove`, until a proof or the end of `poll`'s budget. The
+/// runtime's clock, not std's: the same in production, and a test runtime with paused time
+/// (tests/simulation.rs) runs these waits without waiting.
+async fn await_proof_polled<F, Fut>(mut poll: Poller, mut prove: F) -> Option<String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<String>>,
+{
+    while !poll.expired() {
+        poll.pause().await;
         if let Some(proof) = prove().await {
             return Some(proof);
         }

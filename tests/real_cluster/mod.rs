@@ -370,3 +370,48 @@ pub fn cancel_jobs_named(prefix: &str) {
         crate::support::run_bounded(Command::new("scancel").args(&ids), Duration::from_secs(30));
     }
 }
+
+/// A [`COUNTER`] worker's chain of `n` generations, as `inspect`, the report and its last
+/// generation's native state (`last_state`) show it: `inspect` lists generations 1..=n, the
+/// report one chain of `n`, and the state counted `n` times, each more than nothing, the sum
+/// its count (nothing lost, nothing counted twice). `run`: dispatch with the test's state
+/// directory (and config).
+pub fn assert_counted_chain(run: &dyn Fn(&[&str]) -> Run, worker: &str, last_state: &Path, n: usize) {
+    let read = |f: &str| {
+        std::fs::read_to_string(last_state.join(f))
+            .unwrap_or_else(|e| panic!("{worker}: {}: {e}", last_state.join(f).display()))
+    };
+    let count: u64 = read("count").trim().parse().unwrap();
+    let counted: Vec<u64> = read("counted")
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(counted.len(), n, "{worker}: {counted:?}");
+    assert!(counted.iter().all(|c| *c > 0), "{worker}: {counted:?}");
+    assert_eq!(count, counted.iter().sum::<u64>(), "{worker}: {counted:?}");
+    let r = run(&["inspect", worker, "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let inspect = json(&r.stdout);
+    let generations: Vec<u64> = inspect["chain"]
+        .as_array()
+        .expect("a chain")
+        .iter()
+        .map(|g| g["generation"].as_u64().unwrap())
+        .collect();
+    assert_eq!(generations, (1..=n as u64).collect::<Vec<_>>(), "{inspect}");
+    let r = run(&["report", "--worker", worker, "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let report = json(&r.stdout);
+    let rows = report["chains"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{report}");
+    let in_chain = rows[0]["generations"].as_array().unwrap().len();
+    assert_eq!(in_chain, n, "{report}");
+}
+
+/// The subjects of the commits in publication `published`'s bundle, newest first, as `repo`
+/// fetches them.
+pub fn published_subjects(repo: &Path, published: &Path) -> String {
+    let bundle = published.join("workspace.bundle");
+    crate::support::git(repo, &["fetch", "-q", bundle.to_str().unwrap(), "HEAD"]);
+    crate::support::git(repo, &["log", "--format=%s", "FETCH_HEAD"])
+}

@@ -32,7 +32,7 @@ use crate::event::host::current_host;
 use crate::event::pool::*;
 use crate::event::Event;
 use crate::failpoint;
-use crate::ops::context::{append_if, await_proof, Ctx, STOP_PROOF_TIMEOUT};
+use crate::ops::context::{append_if, await_proof, await_proof_soon, Ctx, STOP_PROOF_TIMEOUT};
 use crate::ops::error::OpError;
 use crate::policy::holder::Holder;
 use crate::policy::pool::check_allocation;
@@ -482,7 +482,7 @@ async fn after_early_end<S: Scheduler>(
     let Some(job) = ended.job_id else {
         return Ok(ended);
     };
-    let started = await_proof(SUCCESSOR_START_WAIT, || async {
+    let started = await_proof_soon(SUCCESSOR_START_WAIT, || async {
         let listed = ctx.sched.list_jobs(&JobQuery::ids(vec![job])).await;
         let seen = seen_by_id(job, &listed.job(job), None);
         matches!(seen, CreationSeen::Running | CreationSeen::Over(_)).then(String::new)
@@ -571,7 +571,7 @@ async fn end_early<S: Scheduler>(
             "allocation {job} is to end early ({reason}), but scancel gave {outcome}: {detail}"
         ))));
     }
-    let Some(proof) = await_proof(STOP_PROOF_TIMEOUT, || job_over(ctx, job)).await else {
+    let Some(proof) = await_proof_soon(STOP_PROOF_TIMEOUT, || job_over(ctx, job)).await else {
         return Ok(Some(at(RenewalOutcome::Waiting).detail(format!(
             "allocation {job} was cancelled early ({reason}); not yet proven over"
         ))));
