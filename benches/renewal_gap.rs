@@ -28,7 +28,9 @@
 //!
 //! Needs the dev cluster (`tools/slurm-dev-cluster start`); about 3.5 minutes a round (3
 //! minutes is the least `--time` `pool create` takes with these budgets).
-//! `DISPATCH_BENCH_QUICK=1` does one round instead of three.
+//! `DISPATCH_BENCH_QUICK=1` does one round instead of three. `DISPATCH_BENCH_OVERLAP=1` creates
+//! the pool with `--renew-overlap`: the next allocation is asked without the dependency and
+//! may run beside the last (its start is then before the step's end).
 
 #[path = "timing/mod.rs"]
 mod timing;
@@ -179,7 +181,11 @@ struct Round {
 }
 
 fn create_and_submit(state: &Path, config: &Path, dir: &Path, pool: &str) -> u64 {
-    let job = real_cluster::create_renewing_pool(state, config, pool);
+    let overlap: &[&str] = match std::env::var_os("DISPATCH_BENCH_OVERLAP") {
+        Some(_) => &["--renew-overlap"],
+        None => &[],
+    };
+    let job = real_cluster::create_renewing_pool_with(state, config, pool, overlap);
     let script = payload(dir, pool);
     json_of(
         dispatch(state, config)

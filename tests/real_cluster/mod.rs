@@ -115,7 +115,17 @@ pub const WORKER_BUDGETS: [&str; 8] = [
 /// A pool created for renewal tests: 1 CPU, 100M, 3-minute allocations, two in all
 /// (`--renew-max 2`); the first allocation's job id.
 pub fn create_renewing_pool(state_dir: &Path, config: &Path, pool: &str) -> u64 {
-    let args = [
+    create_renewing_pool_with(state_dir, config, pool, &[])
+}
+
+/// [`create_renewing_pool`] with `extra` arguments to `pool create` (`--renew-overlap`).
+pub fn create_renewing_pool_with(
+    state_dir: &Path,
+    config: &Path,
+    pool: &str,
+    extra: &[&str],
+) -> u64 {
+    let mut args = vec![
         "pool",
         "create",
         pool,
@@ -131,6 +141,7 @@ pub fn create_renewing_pool(state_dir: &Path, config: &Path, pool: &str) -> u64 
         "2",
         "--json",
     ];
+    args.extend_from_slice(extra);
     let created = dispatch_with_config(state_dir, config, &args);
     assert_eq!(created.code, 0, "{}", created.stderr);
     json(&created.stdout)["allocation"]["job_id"]
@@ -376,7 +387,12 @@ pub fn cancel_jobs_named(prefix: &str) {
 /// report one chain of `n`, and the state counted `n` times, each more than nothing, the sum
 /// its count (nothing lost, nothing counted twice). `run`: dispatch with the test's state
 /// directory (and config).
-pub fn assert_counted_chain(run: &dyn Fn(&[&str]) -> Run, worker: &str, last_state: &Path, n: usize) {
+pub fn assert_counted_chain(
+    run: &dyn Fn(&[&str]) -> Run,
+    worker: &str,
+    last_state: &Path,
+    n: usize,
+) {
     let read = |f: &str| {
         std::fs::read_to_string(last_state.join(f))
             .unwrap_or_else(|e| panic!("{worker}: {}: {e}", last_state.join(f).display()))
