@@ -1138,6 +1138,7 @@ fn reconcile_on_both(hosts: &[Host; 2]) -> Vec<Value> {
 
 /// The `program` calls of the controller's log (both hosts').
 fn controller_calls(h: &Host, program: &str) -> Vec<Vec<String>> {
+    fake_cli::settle(&h.slurm.join("calls.jsonl"));
     std::fs::read_to_string(h.slurm.join("calls.jsonl"))
         .unwrap_or_default()
         .lines()
@@ -1207,6 +1208,7 @@ fn two_hosts_reconciling_renewing_pools_at_once_ask_one_successor_each_and_adopt
     let workers: Vec<uuid::Uuid> = (0..RENEWING_POOLS)
         .map(|i| renewing_pool_with_a_worker(&hosts[i as usize % 2], i))
         .collect();
+    fake_cli::settle(&hosts[0].slurm.join("calls.jsonl"));
     let _ = std::fs::remove_file(hosts[0].slurm.join("calls.jsonl"));
     // Within the lead time (2 minutes) of the allocations' end.
     std::thread::sleep(Duration::from_secs(4));
@@ -1246,6 +1248,7 @@ fn two_hosts_reconciling_renewing_pools_at_once_ask_one_successor_each_and_adopt
         let pools = hosts[i % 2].state().join("pools");
         fake_cli::checkpointed_at_the_end(&pools, &format!("rp{i}"), "w", *id);
     }
+    fake_cli::settle(&hosts[0].slurm.join("calls.jsonl"));
     let _ = std::fs::remove_file(hosts[0].slurm.join("calls.jsonl"));
     let running = renewal_scenario(("TIMEOUT", "None"), Some(("RUNNING", "None")), 911);
     std::fs::write(&scenario, running.to_string()).unwrap();

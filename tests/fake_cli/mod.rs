@@ -37,6 +37,28 @@ fn fake_clients_logging_to(log: &Path) -> Vec<u32> {
         .collect()
 }
 
+/// Wait (10 s at most) until every running fake Slurm client that logs to `log` has logged its
+/// call. A detached `srun` starts a Python interpreter that, on a busy machine, logs (and reads
+/// its scenario) after the dispatch that spawned it has returned: without the wait its call
+/// lands in the next scenario's log, or it answers from that scenario, or a count of the log
+/// misses it. `log` must never be cut while clients that logged to it still run.
+pub fn settle(log: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let logged: HashSet<u32> = std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["pid"].as_u64())
+            .map(|p| p as u32)
+            .collect();
+        let running = fake_clients_logging_to(log);
+        if running.iter().all(|p| logged.contains(p)) || Instant::now() > deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 pub struct Fake {
     pub dir: tempfile::TempDir,
     /// Where in the call log [`Fake::calls`] starts: the log is never cut, so every fake
@@ -148,26 +170,9 @@ impl Fake {
         self.dir.path().join("calls.jsonl")
     }
 
-    /// Wait (10 s at most) until every fake Slurm client of this fake that is running has
-    /// logged its call. A detached `srun` starts a Python interpreter that, on a busy machine,
-    /// logs (and reads its scenario) after the dispatch that spawned it has returned: without
-    /// the wait its call lands in the next scenario's log, or it answers from that scenario.
+    /// [`settle`] this fake's call log.
     pub fn settle(&self) {
-        let log = self.calls_log();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let logged: HashSet<u32> = std::fs::read_to_string(&log)
-                .unwrap_or_default()
-                .lines()
-                .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["pid"].as_u64())
-                .map(|p| p as u32)
-                .collect();
-            let running = fake_clients_logging_to(&log);
-            if running.iter().all(|p| logged.contains(p)) || Instant::now() > deadline {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        settle(&self.calls_log());
     }
 
     /// The journal as `journal dump --json` shows it.
