@@ -738,14 +738,19 @@ fn renewed_and_continued_once(fake: &Fake, running: Value) -> (Value, Value) {
     assert_eq!(renewed.len(), 1, "{renewed:?}");
     let continued = of_kind(fake, "WorkerContinued");
     assert_eq!(continued.len(), 1, "{continued:?}");
+    on_in_902_each_generation_in_its_own_job(fake);
+    (renewed[0]["event"].clone(), continued[0]["event"].clone())
+}
+
+/// The pool is on allocation 902, its worker's second generation in step 902.0 and its first
+/// still shown in 901.0 (step ids start again in each job); `audit` ok.
+fn on_in_902_each_generation_in_its_own_job(fake: &Fake) {
     let p = status(fake);
     assert_eq!(p["allocation"]["job_id"], 902, "{p}");
     assert_eq!(worker_w(&p, 2)["step_id"], "902.0", "{p}");
-    // Step ids start again in each job: the first generation's was the last allocation's.
     assert_eq!(worker_w(&p, 1)["step_id"], "901.0", "{p}");
     let (code, out, _) = fake.run(&["audit", "--json"]);
     assert_eq!(code, 0, "{out}");
-    (renewed[0]["event"].clone(), continued[0]["event"].clone())
 }
 
 /// The events of `kind`, in order.
@@ -1418,13 +1423,7 @@ fn renewed_for_the_time_limit(fake: &Fake) {
         "{c}"
     );
     assert_eq!(of_kind(fake, "PoolRenewalIntent").len(), 1);
-    let p = status(fake);
-    assert_eq!(p["allocation"]["job_id"], 902, "{p}");
-    assert_eq!(worker_w(&p, 2)["step_id"], "902.0", "{p}");
-    // Step ids start again in each job: the first generation's was the last allocation's.
-    assert_eq!(worker_w(&p, 1)["step_id"], "901.0", "{p}");
-    let (code, out, _) = fake.run(&["audit", "--json"]);
-    assert_eq!(code, 0, "{out}");
+    on_in_902_each_generation_in_its_own_job(fake);
 }
 
 /// While the worker runs, the old allocation is left alone; once its step is over, one

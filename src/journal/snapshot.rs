@@ -36,6 +36,8 @@ pub const SNAPSHOT_MAGIC: &[u8; 8] = b"DISPSNAP";
 /// 7 snapshot of the `u64` code and writes it back alike.) 8: every field of a pool worker
 /// written. 9: a created pool's renewal (`--renew`), and the fields before it always written.
 /// 10: a renewal's definite failures in a row (`Renewal::failed_in_row`, `last_failure`).
+/// 11: a pool's end time, a renewal's last end and early end. 12: a pool worker's job
+/// (`Worker::job_id`), and a renewal's count of workers finished in its allocation dropped.
 pub const SNAPSHOT_VERSION: u16 = 12;
 const HEADER_LEN: usize = 96;
 /// Snapshots kept on disk; older ones are removed after a new one is in place.

@@ -490,7 +490,7 @@ fn observe_workers<'a, S: Scheduler>(ctx: &Ctx<S>, pool: &'a Pool) -> Vec<Worker
                         .active
                         .values()
                         .filter(|x| x.submission_id != w.submission_id)
-                        .chain(finished_in_this_allocation(pool))
+                        .chain(pool.finished_in_this_allocation())
                         .filter_map(|x| x.step_id)
                         .collect(),
                     srun_launch_refused: (supervisor_started == Some(false))
@@ -500,16 +500,6 @@ fn observe_workers<'a, S: Scheduler>(ctx: &Ctx<S>, pool: &'a Pool) -> Vec<Worker
             }
         })
         .collect()
-}
-
-/// The finished workers of `pool` whose steps were in its current allocation: step ids start
-/// again at 0 in each job, so those of a renewed pool's earlier allocations are no one's here.
-fn finished_in_this_allocation(pool: &Pool) -> impl Iterator<Item = &Worker> {
-    let earlier = pool
-        .renewal
-        .as_ref()
-        .map_or(0, |r| pool.finished.len().saturating_sub(r.finished_here));
-    pool.finished.iter().skip(earlier)
 }
 
 /// `PoolAllocationEnded` for `pool`'s allocation, proven over by `proof`, unless another

@@ -189,7 +189,7 @@ pub fn may_end_early(p: &Pool, look: LastLook) -> Result<EndEarly, String> {
             p.active.len()
         ));
     }
-    let here: Vec<&Worker> = p.finished.iter().rev().take(r.finished_here).collect();
+    let here: Vec<&Worker> = p.finished_in_this_allocation().collect();
     if here.is_empty() {
         return Err(format!("no worker ran in allocation {job}"));
     }
@@ -390,8 +390,8 @@ mod tests {
         assert_eq!(may_adopt(&lost.pools["p"]).unwrap().0, Cause::Lost);
     }
 
-    /// Pool `p` (job 7) with worker `id` submitted, and its next allocation job 8 recorded.
-    fn with_successor_and_worker(id: u128) -> Pools {
+    /// Pool `p` (job 7) with its next allocation job 8 recorded.
+    fn with_successor() -> Pools {
         let mut pools = renewing(None, None, false);
         pools.renewal_intent(Micros(2), &renewal_intent(50, Some(test_job(7))));
         pools.renewal_job(&PoolRenewalJob {
@@ -400,6 +400,12 @@ mod tests {
             job_id: test_job(8),
             how: "salloc".into(),
         });
+        pools
+    }
+
+    /// [`with_successor`], with worker `id` submitted.
+    fn with_successor_and_worker(id: u128) -> Pools {
+        let mut pools = with_successor();
         submit(&mut pools, id);
         pools
     }
@@ -438,14 +444,7 @@ mod tests {
             preempted: false,
         };
         // No worker ever: Slurm's time limit ends it, as before.
-        let mut none = renewing(None, None, false);
-        none.renewal_intent(Micros(2), &renewal_intent(50, Some(test_job(7))));
-        none.renewal_job(&PoolRenewalJob {
-            pool: "p".into(),
-            renewal_id: Uuid::from_u128(50),
-            job_id: test_job(8),
-            how: "salloc".into(),
-        });
+        let none = with_successor();
         assert!(may_end_early(&none.pools["p"], live).is_err());
         // A worker submitted (its outcome unknown) or running: not yet.
         let mut pools = with_successor_and_worker(1);

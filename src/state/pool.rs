@@ -172,9 +172,6 @@ pub struct Renewal {
     pub successor: Option<Successor>,
     /// Why no allocation is asked for again (`PoolRenewalStopped`).
     pub stopped: Option<String>,
-    /// How many of `finished` (the last ones) ended in the current allocation: step ids start
-    /// again at 0 in each job, so only theirs can be confused with a running step's.
-    pub finished_here: usize,
     /// Next allocations that failed definitely since the last renewal (refused, proven never
     /// made, ended before they were the pool's), and the last one's reason: the bound of
     /// `policy::renewal::FAILED_RENEWALS_STOP`. Snapshot version 10.
@@ -294,6 +291,15 @@ impl Worker {
 }
 
 impl Pool {
+    /// The finished workers whose steps were in the current allocation: step ids start again
+    /// at 0 in each job, so those of a renewed pool's earlier allocations are no one's here.
+    pub fn finished_in_this_allocation(&self) -> impl Iterator<Item = &Worker> {
+        let job = self.allocation.job_id;
+        self.finished
+            .iter()
+            .filter(move |w| w.job_id.is_none_or(|j| j == job))
+    }
+
     pub fn reserved(&self) -> (u64, u64) {
         self.active.values().fold((0, 0), |(cpus, mem), w| {
             (cpus + u64::from(w.cpus), mem + w.mem_mb)
@@ -461,7 +467,6 @@ impl Pools {
                         first_start: p.allocation.start_time,
                         successor: None,
                         stopped: None,
-                        finished_here: 0,
                         failed_in_row: 0,
                         last_failure: None,
                         last_end: None,
@@ -552,7 +557,6 @@ impl Pools {
             });
             r.generation = e.generation;
             r.successor = None;
-            r.finished_here = 0;
             r.failed_in_row = 0;
             r.last_failure = None;
             r.ending = None;
@@ -849,9 +853,6 @@ impl Pools {
                 pool.finished.pop_front();
             }
             pool.finished.push_back(w);
-            if let Some(r) = &mut pool.renewal {
-                r.finished_here = (r.finished_here + 1).min(FINISHED_WORKERS_KEPT);
-            }
         }
         debug_assert!(pool.finished.len() <= FINISHED_WORKERS_KEPT);
     }
