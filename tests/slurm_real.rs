@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use dispatch::slurm::{
     AcctQuery, AcctRow, AllocRequest, Answer, BatchPayload, BatchRequest, CliScheduler, ExitCode,
-    JobId, JobName, JobQuery, JobState, Lookup, MemoryMb, Scheduler, Signal, SlurmCommand,
-    SlurmDuration, SlurmError, StepId, StepRequest, StepRow,
+    JobId, JobName, JobQuery, JobState, Lookup, MemoryMb, ScancelSaid, Scheduler, Signal,
+    SlurmCommand, SlurmDuration, SlurmError, StepId, StepRequest, StepRow,
 };
 use support::{alive, poll, require_cluster, scheduler, shared_lock, unique_name, JobGuard};
 
@@ -206,11 +206,13 @@ async fn allocation_with_two_overlapping_steps_cancel_one() {
     assert_ne!(s0, s1);
 
     let report = s.cancel_step(s0).await.unwrap();
-    // Once (22.05, under load, after a controller restart) scancel called a step it had just
-    // listed running an invalid job id: say what its srun and the listing saw then.
+    // scancel answers, or, on 22.05 under load (seen twice: once after a controller restart,
+    // once in a clean clone's CI), calls the step it cancelled an invalid job id: srun's log
+    // then shows `STEP … CANCELLED` all the same. scancel's word proves nothing either way
+    // (`CancelReport`): the query below is the proof. Any other answer is a failure.
     let srun_log = |n: &str| std::fs::read_to_string(dir.path().join(format!("{n}.srun.log")));
     assert!(
-        report.status.success(),
+        report.status.success() || report.said == ScancelSaid::InvalidJobId,
         "{report:?}\nsrun of {n0}: {:?}\nsteps now: {:?}",
         srun_log(&n0),
         s.list_steps(job).await
